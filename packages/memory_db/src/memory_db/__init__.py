@@ -1,0 +1,69 @@
+"""memory-db: the data layer of the image memory.
+
+Schema and migrations (§9), owner/vault-scoped repositories with a unit of work, private object
+stores (§8), configuration (§22), structured logging with redaction, and the embedded PostgreSQL
+runtime. Nothing here imports fastmcp.
+"""
+
+from memory_db.errors import (
+    ChecksumMismatch,
+    ConfigurationError,
+    Conflict,
+    FolderTreeError,
+    InvalidInput,
+    InvalidStorageKey,
+    MemoryDbError,
+    NotFound,
+    ObjectNotFound,
+    SignatureError,
+    StorageError,
+)
+from memory_db.ids import is_valid_id, new_id
+from memory_db.logs import configure_logging, get_logger, identity_digest
+from memory_db.repositories import (
+    DEFAULT_VAULT,
+    ApiKeyRecord,
+    FolderRecord,
+    GrantRecord,
+    IdentityRecord,
+    ProjectRecord,
+    VaultRecord,
+    VaultScope,
+)
+from memory_db.runtime import Runtime, open_database, open_runtime
+from memory_db.settings import MemorySettings, load_settings
+from memory_db.unit_of_work import Database, UnitOfWork
+
+__all__ = [
+    "DEFAULT_VAULT",
+    "ApiKeyRecord",
+    "ChecksumMismatch",
+    "ConfigurationError",
+    "Conflict",
+    "Database",
+    "FolderRecord",
+    "FolderTreeError",
+    "GrantRecord",
+    "IdentityRecord",
+    "InvalidInput",
+    "InvalidStorageKey",
+    "MemoryDbError",
+    "MemorySettings",
+    "NotFound",
+    "ObjectNotFound",
+    "ProjectRecord",
+    "Runtime",
+    "SignatureError",
+    "StorageError",
+    "UnitOfWork",
+    "VaultRecord",
+    "VaultScope",
+    "configure_logging",
+    "get_logger",
+    "identity_digest",
+    "is_valid_id",
+    "load_settings",
+    "new_id",
+    "open_database",
+    "open_runtime",
+]

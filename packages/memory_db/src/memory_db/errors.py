@@ -1,0 +1,69 @@
+"""Errors raised by memory-db.
+
+Hierarchy::
+
+    MemoryDbError
+    ├── ConfigurationError          invalid settings (names the variable)
+    ├── NotFound                    a row does not exist *for this caller's scope*
+    ├── Conflict                    unique name, duplicate key, concurrent change
+    ├── InvalidInput                a value the schema refuses (too long, bad id, ...)
+    ├── FolderTreeError             depth over the limit or a cycle (InvalidInput)
+    ├── StorageError                object store failure
+    │   ├── ObjectNotFound
+    │   ├── ChecksumMismatch        bytes do not hash to the expected SHA-256
+    │   └── InvalidStorageKey       a key that was not built by the key builder
+    └── SignatureError              a signed link that is tampered with or expired
+
+Foreign errors (asyncpg, botocore, OS) are translated where they are raised, with ``from exc``.
+"""
+
+from __future__ import annotations
+
+
+class MemoryDbError(Exception):
+    """Root of every error memory-db raises on purpose."""
+
+
+class ConfigurationError(MemoryDbError):
+    """The configuration is invalid; the message names the variable."""
+
+
+class NotFound(MemoryDbError):
+    """A row does not exist within the caller's scope (indistinguishable from never existing)."""
+
+    def __init__(self, kind: str, ident: str | None = None) -> None:
+        self.kind = kind
+        self.ident = ident
+        super().__init__(f"{kind} not found" + (f": {ident}" if ident else ""))
+
+
+class Conflict(MemoryDbError):
+    """A uniqueness rule or a concurrent change refused the write."""
+
+
+class InvalidInput(MemoryDbError):
+    """A value the schema refuses; the message says which and why."""
+
+
+class FolderTreeError(InvalidInput):
+    """Folder depth over the limit, or a move that would create a cycle."""
+
+
+class StorageError(MemoryDbError):
+    """An object store operation failed."""
+
+
+class ObjectNotFound(StorageError):
+    """No object is stored under the key."""
+
+
+class ChecksumMismatch(StorageError):
+    """Bytes do not hash to the SHA-256 they were declared or recorded with."""
+
+
+class InvalidStorageKey(StorageError):
+    """A key that the key builder did not produce."""
+
+
+class SignatureError(MemoryDbError):
+    """A signed link whose signature does not match or that has expired."""

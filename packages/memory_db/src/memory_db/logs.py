@@ -1,0 +1,137 @@
+"""Structured logging (structlog) with a redaction step that runs before any renderer.
+
+Never logged: image bytes, base64 payloads, signed URLs (their query strings), API keys and
+secrets, and raw owner identities (replaced by a short stable digest, so log lines about one
+owner can still be correlated without naming them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import re
+import sys
+from collections.abc import Mapping, MutableMapping
+from typing import Any, Literal
+
+import structlog
+
+REDACTED = "[redacted]"
+
+# Keys whose value is a secret whatever it looks like.
+_SECRET_KEYS = re.compile(
+    r"(^|_)(api_?key|key_secret|secret|password|passwd|token|authorization|auth|cookie|"
+    r"credentials?|signature|sig|access_key_id|secret_access_key|jina_api_keys?)$",
+    re.IGNORECASE,
+)
+# Keys whose value is an owner identity or an e-mail address.
+_IDENTITY_KEYS = re.compile(
+    r"(^|_)(owner|owner_identity|identity|actor|actor_identity|grantee|email|created_by|"
+    r"updated_by|vault_owner)$",
+    re.IGNORECASE,
+)
+# Keys whose value is image data.
+_BINARY_KEYS = re.compile(r"(^|_)(bytes_?data|body|image|image_?base64|data|payload)$", re.I)
+
+_API_KEY_RE = re.compile(r"\bmk_[A-Za-z0-9_-]{20,}")
+_EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
+_DATA_URL_RE = re.compile(r"data:[^;,\s]*;base64,[A-Za-z0-9+/=\s]+", re.IGNORECASE)
+_LONG_BASE64_RE = re.compile(r"[A-Za-z0-9+/_-]{120,}={0,2}")
+_BEARER_RE = re.compile(r"(?i)\bbearer\s+\S+")
+# A URL with a query string: signed links carry their authority in the query.
+_URL_WITH_QUERY_RE = re.compile(r"(https?://[^\s?#\"']+)\?[^\s#\"']*", re.IGNORECASE)
+
+
+def identity_digest(identity: str) -> str:
+    """A short, stable, non-reversible stand-in for an owner identity in logs."""
+    digest = hashlib.sha256(identity.strip().lower().encode("utf-8")).hexdigest()
+    return f"id:{digest[:12]}"
+
+
+def redact_text(text: str) -> str:
+    """Mask secrets, base64 blobs, signed-URL queries and e-mail addresses inside free text."""
+    text = _DATA_URL_RE.sub("data:[redacted]", text)
+    text = _BEARER_RE.sub("Bearer " + REDACTED, text)
+    text = _API_KEY_RE.sub("mk_" + REDACTED, text)
+    text = _URL_WITH_QUERY_RE.sub(lambda m: m.group(1) + "?" + REDACTED, text)
+    text = _LONG_BASE64_RE.sub("[redacted base64]", text)
+    return _EMAIL_RE.sub(lambda m: identity_digest(m.group(0)), text)
+
+
+def _redact_value(key: str, value: Any, depth: int = 0) -> Any:
+    if depth > 6:
+        return REDACTED
+    if isinstance(value, bytes | bytearray | memoryview):
+        return f"[{len(value)} bytes]"
+    if _SECRET_KEYS.search(key):
+        return REDACTED
+    if _IDENTITY_KEYS.search(key) and isinstance(value, str):
+        return identity_digest(value)
+    if _BINARY_KEYS.search(key) and isinstance(value, str) and len(value) > 64:
+        return f"[{len(value)} chars redacted]"
+    if isinstance(value, str):
+        return redact_text(value)
+    if hasattr(value, "get_secret_value"):  # pydantic SecretStr / SecretBytes
+        return REDACTED
+    if isinstance(value, Mapping):
+        return {str(k): _redact_value(str(k), v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_redact_value(key, item, depth + 1) for item in value]
+    return value
+
+
+def redact_event(
+    _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
+) -> MutableMapping[str, Any]:
+    """structlog processor: redact every field of the event in place."""
+    for key in list(event_dict):
+        event_dict[key] = _redact_value(key, event_dict[key])
+    return event_dict
+
+
+def configure_logging(
+    fmt: Literal["auto", "console", "json"] = "auto",
+    level: str = "info",
+) -> None:
+    """Configure structlog and the standard library to write redacted logs to stderr.
+
+    ``auto`` picks the console renderer when stderr is a terminal and JSON otherwise. Logs go to
+    stderr because stdout carries the MCP stdio protocol.
+    """
+    use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
+    renderer: Any = (
+        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        if use_console
+        else structlog.processors.JSONRenderer()
+    )
+    shared: list[Any] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_log_level,
+        structlog.stdlib.add_logger_name,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+        redact_event,
+    ]
+    structlog.configure(
+        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        logger_factory=structlog.stdlib.LoggerFactory(),
+        wrapper_class=structlog.stdlib.BoundLogger,
+        cache_logger_on_first_use=True,
+    )
+    formatter = structlog.stdlib.ProcessorFormatter(
+        foreign_pre_chain=shared,
+        processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+    )
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # Third-party loggers that may print request lines with query strings or keys.
+    for noisy in ("botocore", "aiobotocore", "boto3", "urllib3", "httpx", "httpcore"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def get_logger(name: str) -> Any:
+    """A structlog logger bound to ``name``."""
+    return structlog.get_logger(name)

@@ -1,0 +1,61 @@
+"""Alembic migrations, driven programmatically over an async engine."""
+
+from __future__ import annotations
+
+from importlib import resources
+from typing import Any
+
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+
+def alembic_config(connection: Connection | None = None) -> Config:
+    """An Alembic config pointing at the migrations shipped in this package."""
+    config = Config()
+    location = resources.files("memory_db") / "migrations"
+    config.set_main_option("script_location", str(location))
+    if connection is not None:
+        config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    """The newest revision shipped in this package."""
+    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
+    if head is None:
+        raise RuntimeError("no migrations found")
+    return head
+
+
+async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
+    """Apply migrations up to ``revision``."""
+
+    def run(connection: Connection) -> None:
+        command.upgrade(alembic_config(connection), revision)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(run)
+
+
+async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
+    """Revert migrations down to ``revision``."""
+
+    def run(connection: Connection) -> None:
+        command.downgrade(alembic_config(connection), revision)
+
+    async with engine.begin() as conn:
+        await conn.run_sync(run)
+
+
+async def current_revision(engine: AsyncEngine) -> str | None:
+    """The revision the database is at, or None for an empty database."""
+
+    def run(connection: Connection) -> Any:
+        return MigrationContext.configure(connection).get_current_revision()
+
+    async with engine.connect() as conn:
+        return await conn.run_sync(run)

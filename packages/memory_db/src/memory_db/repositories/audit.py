@@ -1,0 +1,93 @@
+"""Provenance (§21) and provider usage (§17.3) ledgers: append-only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.ids import new_id
+from memory_db.schema import PROVENANCE_OPERATIONS, PROVENANCE_OUTCOMES, USAGE_SOURCES
+from memory_db.schema import ProvenanceEvent, UsageLedgerEntry
+
+
+class ProvenanceRepository:
+    """Who did what to which target, and the outcome. Details must hold no secrets."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def record(
+        self,
+        operation: str,
+        *,
+        actor_identity: str,
+        outcome: str = "succeeded",
+        owner_identity: str | None = None,
+        vault: str | None = None,
+        target_kind: str | None = None,
+        target_id: str | None = None,
+        detail: dict[str, Any] | None = None,
+    ) -> str:
+        """Append one event and return its id."""
+        if operation not in PROVENANCE_OPERATIONS:
+            raise ValueError(f"unknown provenance operation {operation!r}")
+        if outcome not in PROVENANCE_OUTCOMES:
+            raise ValueError(f"unknown provenance outcome {outcome!r}")
+        event_id = new_id("apv")
+        self._session.add(
+            ProvenanceEvent(
+                id=event_id,
+                operation=operation,
+                actor_identity=actor_identity,
+                owner_identity=owner_identity,
+                vault=vault,
+                target_kind=target_kind,
+                target_id=target_id,
+                outcome=outcome,
+                detail=detail or {},
+            )
+        )
+        await self._session.flush()
+        return event_id
+
+
+class UsageRepository:
+    """Metered provider usage; pricing is derived elsewhere from a rate table."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def record(
+        self,
+        *,
+        owner_identity: str,
+        source: str,
+        model: str,
+        total_tokens: int,
+        prompt_tokens: int = 0,
+        image_tokens: int = 0,
+        asset_id: str | None = None,
+        job_id: str | None = None,
+        request_id: str | None = None,
+    ) -> str:
+        """Append one usage entry and return its id."""
+        if source not in USAGE_SOURCES:
+            raise ValueError(f"unknown usage source {source!r}")
+        entry_id = new_id("aul")
+        self._session.add(
+            UsageLedgerEntry(
+                id=entry_id,
+                owner_identity=owner_identity,
+                source=source,
+                model=model,
+                total_tokens=total_tokens,
+                prompt_tokens=prompt_tokens,
+                image_tokens=image_tokens,
+                asset_id=asset_id,
+                job_id=job_id,
+                request_id=request_id,
+            )
+        )
+        await self._session.flush()
+        return entry_id

@@ -1,0 +1,377 @@
+"""The identity plane: identities, API keys, vaults and grants.
+
+These are the only repositories not scoped to a vault: they *produce* the scopes. Lookups go by
+an owner identity or by the hash of a presented key, never by a bare row id on behalf of a caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import secrets
+from collections.abc import Iterable
+from datetime import UTC, datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.errors import Conflict, InvalidInput, NotFound
+from memory_db.ids import new_id
+from memory_db.repositories._errors import constraint_name
+from memory_db.repositories.records import (
+    ApiKeyRecord,
+    GrantRecord,
+    IdentityRecord,
+    VaultRecord,
+)
+from memory_db.schema import (
+    API_KEY_SCOPES,
+    GRANT_PERMISSIONS,
+    ApiKey,
+    AssetNamespace,
+    Identity,
+    Vault,
+    VaultGrant,
+)
+
+DEFAULT_VAULT = "Library"
+API_KEY_PREFIX = "mk_"
+_EMAIL_RE = re.compile(r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
+_HANDLE_RE = re.compile(r"^[^/\x00-\x1f\x7f]{1,64}$")
+
+
+def normalise_identity(value: str) -> str:
+    """Lower-case and validate an owner identity (an e-mail address)."""
+    candidate = value.strip().lower()
+    if len(candidate) > 254 or not _EMAIL_RE.fullmatch(candidate):
+        raise InvalidInput(f"owner identity must be an e-mail address, got {len(value)} characters that are not one")
+    return candidate
+
+
+def validate_vault_handle(handle: str) -> str:
+    """Validate a vault handle: 1-64 characters, no '/', no control characters, trimmed."""
+    if handle != handle.strip() or not _HANDLE_RE.fullmatch(handle):
+        raise InvalidInput(
+            "vault name must be 1-64 characters without '/', control characters or "
+            "surrounding spaces"
+        )
+    return handle
+
+
+def hash_api_key(secret: str) -> str:
+    """SHA-256 of a presented key. Keys carry 256 random bits, so a fast hash is sufficient."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _validate_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
+    ordered = tuple(dict.fromkeys(s.strip() for s in scopes if s.strip()))
+    unknown = [s for s in ordered if s not in API_KEY_SCOPES]
+    if not ordered or unknown:
+        raise InvalidInput(
+            f"scopes must be a non-empty subset of {', '.join(API_KEY_SCOPES)}"
+            + (f"; unknown: {', '.join(unknown)}" if unknown else "")
+        )
+    return ordered
+
+
+def _key_record(row: ApiKey) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        label=row.label,
+        scopes=tuple(row.scopes),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+def _vault_record(row: Vault, permission: str) -> VaultRecord:
+    return VaultRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        handle=row.handle,
+        physical_vault=row.physical_vault,
+        permission=permission,
+        created_at=row.created_at,
+    )
+
+
+class IdentityRepository:
+    """Owner identities, their namespaces and their default vault."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(self, owner_identity: str, quota_bytes: int) -> IdentityRecord:
+        """Create an identity with its opaque namespace and a default vault ``Library``."""
+        owner = normalise_identity(owner_identity)
+        if quota_bytes < 0:
+            raise InvalidInput("quota must be zero or more bytes")
+        if await self._session.get(Identity, owner) is not None:
+            raise Conflict("an identity with this e-mail address already exists")
+        identity = Identity(owner_identity=owner, quota_bytes=quota_bytes)
+        namespace = AssetNamespace(owner_identity=owner, namespace_id=new_id("ans"))
+        self._session.add(identity)
+        await self._session.flush()
+        self._session.add(namespace)
+        self._session.add(
+            Vault(
+                id=new_id("avt"),
+                owner_identity=owner,
+                handle=DEFAULT_VAULT,
+                physical_vault=f"{owner}/{DEFAULT_VAULT}",
+            )
+        )
+        await self._session.flush()
+        await self._session.refresh(identity)
+        return IdentityRecord(owner, quota_bytes, namespace.namespace_id, identity.created_at)
+
+    async def get(self, owner_identity: str) -> IdentityRecord:
+        """The identity, or ``NotFound``."""
+        owner = owner_identity.strip().lower()
+        row = (
+            await self._session.execute(
+                select(Identity, AssetNamespace.namespace_id)
+                .join(AssetNamespace, AssetNamespace.owner_identity == Identity.owner_identity)
+                .where(Identity.owner_identity == owner)
+            )
+        ).one_or_none()
+        if row is None:
+            raise NotFound("identity")
+        identity, namespace_id = row
+        return IdentityRecord(
+            identity.owner_identity, identity.quota_bytes, namespace_id, identity.created_at
+        )
+
+
+class ApiKeyRepository:
+    """API keys: created once (the secret is shown once), resolved by hash, revocable."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(
+        self, owner_identity: str, scopes: Iterable[str], label: str | None = None
+    ) -> tuple[ApiKeyRecord, str]:
+        """Create a key; return its record and the secret (which is not stored)."""
+        owner = owner_identity.strip().lower()
+        checked = _validate_scopes(scopes)
+        if label is not None and len(label) > 120:
+            raise InvalidInput("key label must be at most 120 characters")
+        if await self._session.get(Identity, owner) is None:
+            raise NotFound("identity")
+        secret = API_KEY_PREFIX + secrets.token_urlsafe(32)
+        row = ApiKey(
+            id=new_id("akey"),
+            owner_identity=owner,
+            key_hash=hash_api_key(secret),
+            label=label,
+            scopes=list(checked),
+        )
+        self._session.add(row)
+        await self._session.flush()
+        await self._session.refresh(row)
+        return _key_record(row), secret
+
+    async def resolve(self, secret: str) -> ApiKeyRecord | None:
+        """The active key whose secret is ``secret``, or None (unknown or revoked)."""
+        if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
+            return None
+        row = (
+            await self._session.execute(
+                select(ApiKey).where(
+                    ApiKey.key_hash == hash_api_key(secret), ApiKey.revoked_at.is_(None)
+                )
+            )
+        ).scalar_one_or_none()
+        return None if row is None else _key_record(row)
+
+    async def touch(self, key_id: str) -> None:
+        """Record that the key was used (at most once a minute, to spare writes)."""
+        await self._session.execute(
+            update(ApiKey)
+            .where(
+                ApiKey.id == key_id,
+                (ApiKey.last_used_at.is_(None))
+                | (ApiKey.last_used_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 1)),
+            )
+            .values(last_used_at=func.now())
+        )
+
+    async def revoke(self, key_id: str) -> ApiKeyRecord:
+        """Revoke a key (idempotent). Operator action."""
+        row = await self._session.get(ApiKey, key_id)
+        if row is None:
+            raise NotFound("api key", key_id)
+        if row.revoked_at is None:
+            row.revoked_at = datetime.now(UTC)
+            await self._session.flush()
+        return _key_record(row)
+
+    async def list_for(self, owner_identity: str) -> list[ApiKeyRecord]:
+        """All keys of one identity, newest first."""
+        rows = await self._session.scalars(
+            select(ApiKey)
+            .where(ApiKey.owner_identity == owner_identity.strip().lower())
+            .order_by(ApiKey.created_at.desc())
+        )
+        return [_key_record(row) for row in rows]
+
+
+class VaultRepository:
+    """Vaults, grants, and the resolution of a caller-visible handle."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(self, owner_identity: str, handle: str) -> VaultRecord:
+        """Create a vault ``handle`` for ``owner_identity``."""
+        owner = owner_identity.strip().lower()
+        validate_vault_handle(handle)
+        if await self._session.get(Identity, owner) is None:
+            raise NotFound("identity")
+        row = Vault(
+            id=new_id("avt"),
+            owner_identity=owner,
+            handle=handle,
+            physical_vault=f"{owner}/{handle}",
+        )
+        try:
+            async with self._session.begin_nested():
+                self._session.add(row)
+                await self._session.flush()
+        except IntegrityError as exc:
+            if constraint_name(exc) in ("uq_mem_vaults_owner_handle", "uq_mem_vaults_physical_vault"):
+                raise Conflict(f"a vault named {handle!r} already exists") from exc
+            raise
+        await self._session.refresh(row)
+        return _vault_record(row, "owner")
+
+    async def grant(
+        self, owner_identity: str, handle: str, grantee_identity: str, permission: str
+    ) -> GrantRecord:
+        """Grant (or change) ``permission`` on one vault to another identity."""
+        if permission not in GRANT_PERMISSIONS:
+            raise InvalidInput(f"permission must be one of {', '.join(GRANT_PERMISSIONS)}")
+        owner = owner_identity.strip().lower()
+        grantee = grantee_identity.strip().lower()
+        if owner == grantee:
+            raise InvalidInput("an owner already has every permission on their vaults")
+        vault = await self._owned(owner, handle)
+        if await self._session.get(Identity, grantee) is None:
+            raise NotFound("identity")
+        existing = (
+            await self._session.execute(
+                select(VaultGrant).where(
+                    VaultGrant.physical_vault == vault.physical_vault,
+                    VaultGrant.grantee_identity == grantee,
+                )
+            )
+        ).scalar_one_or_none()
+        if existing is None:
+            existing = VaultGrant(
+                id=new_id("agr"),
+                owner_identity=owner,
+                physical_vault=vault.physical_vault,
+                grantee_identity=grantee,
+                permission=permission,
+            )
+            self._session.add(existing)
+        else:
+            existing.permission = permission
+        await self._session.flush()
+        await self._session.refresh(existing)
+        return GrantRecord(
+            existing.id,
+            existing.owner_identity,
+            existing.physical_vault,
+            existing.grantee_identity,
+            existing.permission,
+            existing.created_at,
+        )
+
+    async def revoke_grant(self, owner_identity: str, handle: str, grantee_identity: str) -> bool:
+        """Remove a grant; return whether one existed."""
+        vault = await self._owned(owner_identity.strip().lower(), handle)
+        row = (
+            await self._session.execute(
+                select(VaultGrant).where(
+                    VaultGrant.physical_vault == vault.physical_vault,
+                    VaultGrant.grantee_identity == grantee_identity.strip().lower(),
+                )
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            return False
+        await self._session.delete(row)
+        await self._session.flush()
+        return True
+
+    async def accessible(self, identity: str) -> list[VaultRecord]:
+        """Every vault ``identity`` may use: its own, then those shared with it."""
+        owner = identity.strip().lower()
+        owned = await self._session.scalars(
+            select(Vault).where(Vault.owner_identity == owner).order_by(func.lower(Vault.handle))
+        )
+        result = [_vault_record(row, "owner") for row in owned]
+        shared = await self._session.execute(
+            select(Vault, VaultGrant.permission)
+            .join(
+                VaultGrant,
+                (VaultGrant.physical_vault == Vault.physical_vault)
+                & (VaultGrant.owner_identity == Vault.owner_identity),
+            )
+            .where(VaultGrant.grantee_identity == owner)
+            .order_by(Vault.owner_identity, func.lower(Vault.handle))
+        )
+        result.extend(_vault_record(row, permission) for row, permission in shared.tuples())
+        return result
+
+    async def resolve(self, identity: str, handle: str) -> VaultRecord:
+        """Resolve a caller-visible handle for ``identity``.
+
+        ``Name`` names one of the caller's own vaults (case-insensitively);
+        ``owner@example.com/Name`` names a vault shared with the caller (or the caller's own).
+        Anything else, including another owner's vault that is not shared, is ``NotFound``.
+        """
+        viewer = identity.strip().lower()
+        owner, _, name = handle.rpartition("/")
+        owner = owner.strip().lower() or viewer
+        if not name or len(handle) > 400:
+            raise NotFound("vault")
+        row = (
+            await self._session.execute(
+                select(Vault).where(
+                    Vault.owner_identity == owner, func.lower(Vault.handle) == name.lower()
+                )
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("vault")
+        if owner == viewer:
+            return _vault_record(row, "owner")
+        permission = (
+            await self._session.execute(
+                select(VaultGrant.permission).where(
+                    VaultGrant.physical_vault == row.physical_vault,
+                    VaultGrant.grantee_identity == viewer,
+                )
+            )
+        ).scalar_one_or_none()
+        if permission is None:
+            raise NotFound("vault")
+        return _vault_record(row, permission)
+
+    async def _owned(self, owner: str, handle: str) -> Vault:
+        row = (
+            await self._session.execute(
+                select(Vault).where(
+                    Vault.owner_identity == owner, func.lower(Vault.handle) == handle.lower()
+                )
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("vault")
+        return row

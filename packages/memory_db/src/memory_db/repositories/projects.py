@@ -1,0 +1,233 @@
+"""Projects and folders, always within one caller's resolved ``VaultScope``."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
+
+from sqlalchemy import Select, func, select, tuple_
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
+from memory_db.ids import is_valid_id, new_id
+from memory_db.repositories._errors import constraint_name
+from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
+from memory_db.schema import MAX_NAME_LENGTH, AssetFolder, AssetProject
+
+
+def validate_name(value: str, what: str) -> str:
+    """Trim and check a project or folder name: 1-120 characters, no control characters."""
+    name = value.strip()
+    if not 1 <= len(name) <= MAX_NAME_LENGTH:
+        raise InvalidInput(f"{what} name must be 1-{MAX_NAME_LENGTH} characters")
+    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
+        raise InvalidInput(f"{what} name must not contain control characters")
+    return name
+
+
+def _project(row: AssetProject) -> ProjectRecord:
+    return ProjectRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        vault=row.vault,
+        name=row.name,
+        description=row.description,
+        status=row.status,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _folder(row: AssetFolder) -> FolderRecord:
+    return FolderRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        vault=row.vault,
+        project_id=row.project_id,
+        parent_id=row.parent_id,
+        name=row.name,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _in_scope_projects(scope: VaultScope) -> Select[tuple[AssetProject]]:
+    return select(AssetProject).where(
+        AssetProject.owner_identity == scope.owner_identity,
+        AssetProject.vault == scope.physical_vault,
+        AssetProject.status != "deleted",
+    )
+
+
+class ProjectRepository:
+    """Projects of one vault."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(
+        self, scope: VaultScope, *, name: str, description: str | None, created_by: str
+    ) -> ProjectRecord:
+        """Create an active project; names are unique per vault, case-insensitively."""
+        checked = validate_name(name, "project")
+        if description is not None and len(description) > 2000:
+            raise InvalidInput("project description must be at most 2000 characters")
+        row = AssetProject(
+            id=new_id("apr"),
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            name=checked,
+            description=description,
+            created_by=created_by,
+        )
+        try:
+            async with self._session.begin_nested():
+                self._session.add(row)
+                await self._session.flush()
+        except IntegrityError as exc:
+            if constraint_name(exc) == "uq_mem_asset_projects_active_name":
+                raise Conflict(f"a project named {checked!r} already exists in this vault") from exc
+            raise
+        await self._session.refresh(row)
+        return _project(row)
+
+    async def get(self, scope: VaultScope, project_id: str) -> ProjectRecord:
+        """A non-deleted project of this vault, or ``NotFound``."""
+        if not is_valid_id(project_id, "apr"):
+            raise NotFound("project")
+        row = (
+            await self._session.execute(
+                _in_scope_projects(scope).where(AssetProject.id == project_id)
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("project")
+        return _project(row)
+
+    async def list(
+        self, scopes: Sequence[VaultScope], *, include_archived: bool = False
+    ) -> list[ProjectRecord]:
+        """Projects of the given vaults, by vault then name."""
+        if not scopes:
+            return []
+        pairs = [(s.owner_identity, s.physical_vault) for s in scopes]
+        statuses = ["active", "archived"] if include_archived else ["active"]
+        rows = await self._session.scalars(
+            select(AssetProject)
+            .where(
+                tuple_(AssetProject.owner_identity, AssetProject.vault).in_(pairs),
+                AssetProject.status.in_(statuses),
+            )
+            .order_by(AssetProject.owner_identity, AssetProject.vault, func.lower(AssetProject.name))
+        )
+        return [_project(row) for row in rows]
+
+    async def archive(self, scope: VaultScope, project_id: str) -> ProjectRecord:
+        """Archive a project (non-destructive, idempotent)."""
+        await self.get(scope, project_id)
+        row = (
+            await self._session.execute(
+                _in_scope_projects(scope).where(AssetProject.id == project_id).with_for_update()
+            )
+        ).scalar_one()
+        if row.status != "archived":
+            row.status = "archived"
+            row.updated_at = datetime.now(UTC)
+            await self._session.flush()
+        return _project(row)
+
+
+class FolderRepository:
+    """Folders of one project; depth and cycles are also enforced by a database trigger."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    def _scoped(self, scope: VaultScope) -> Select[tuple[AssetFolder]]:
+        return select(AssetFolder).where(
+            AssetFolder.owner_identity == scope.owner_identity,
+            AssetFolder.vault == scope.physical_vault,
+            AssetFolder.deleted_at.is_(None),
+        )
+
+    async def create(
+        self, scope: VaultScope, *, project_id: str, parent_id: str | None, name: str
+    ) -> FolderRecord:
+        """Create a folder under ``parent_id`` (None = project root)."""
+        checked = validate_name(name, "folder")
+        project = await ProjectRepository(self._session).get(scope, project_id)
+        if project.status != "active":
+            raise Conflict("the project is archived; folders cannot be added to it")
+        if parent_id is not None:
+            parent = await self.get(scope, parent_id)
+            if parent.project_id != project_id:
+                raise NotFound("parent folder")
+        row = AssetFolder(
+            id=new_id("afl"),
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            project_id=project_id,
+            parent_id=parent_id,
+            name=checked,
+        )
+        await self._write(lambda: self._session.add(row), checked)
+        await self._session.refresh(row)
+        return _folder(row)
+
+    async def move(self, scope: VaultScope, folder_id: str, new_parent_id: str | None) -> FolderRecord:
+        """Move a folder under another folder of the same project (None = project root)."""
+        folder = await self.get(scope, folder_id)
+        if new_parent_id is not None:
+            parent = await self.get(scope, new_parent_id)
+            if parent.project_id != folder.project_id:
+                raise NotFound("parent folder")
+        row = (
+            await self._session.execute(self._scoped(scope).where(AssetFolder.id == folder_id))
+        ).scalar_one()
+
+        def apply() -> None:
+            row.parent_id = new_parent_id
+            row.updated_at = datetime.now(UTC)
+
+        await self._write(apply, row.name)
+        return _folder(row)
+
+    async def get(self, scope: VaultScope, folder_id: str) -> FolderRecord:
+        """An active folder of this vault, or ``NotFound``."""
+        if not is_valid_id(folder_id, "afl"):
+            raise NotFound("folder")
+        row = (
+            await self._session.execute(self._scoped(scope).where(AssetFolder.id == folder_id))
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("folder")
+        return _folder(row)
+
+    async def list(self, scope: VaultScope, project_id: str) -> list[FolderRecord]:
+        """Every active folder of a project, by name (the caller builds the tree)."""
+        await ProjectRepository(self._session).get(scope, project_id)
+        rows = await self._session.scalars(
+            self._scoped(scope)
+            .where(AssetFolder.project_id == project_id)
+            .order_by(func.lower(AssetFolder.name), AssetFolder.id)
+        )
+        return [_folder(row) for row in rows]
+
+    async def _write(self, change: Callable[[], None], name: str) -> None:
+        try:
+            async with self._session.begin_nested():
+                change()
+                await self._session.flush()
+        except IntegrityError as exc:
+            constraint = constraint_name(exc)
+            if constraint == "uq_mem_asset_folders_active_sibling_name":
+                raise Conflict(f"a folder named {name!r} already exists here") from exc
+            if constraint == "folder_depth":
+                raise FolderTreeError("folders can be nested at most 8 deep") from exc
+            if constraint == "folder_cycle":
+                raise FolderTreeError(
+                    "a folder cannot be moved under itself or one of its subfolders"
+                ) from exc
+            raise

@@ -1,0 +1,137 @@
+"""Open and close what the settings describe: database (embedded or URL) and object store."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from memory_db.database import (
+    DEFAULT_DATABASE,
+    EmbeddedPostgres,
+    create_engine,
+    ensure_database,
+    start_embedded,
+)
+from memory_db.errors import ConfigurationError
+from memory_db.logs import get_logger
+from memory_db.migrate import current_revision, head_revision, upgrade
+from memory_db.settings import MemorySettings
+from memory_db.storage import (
+    AssetObjectStore,
+    LocalAssetObjectStore,
+    S3AssetObjectStore,
+    UrlSigner,
+)
+from memory_db.unit_of_work import Database
+
+log = get_logger(__name__)
+
+
+def load_signing_secret(settings: MemorySettings) -> bytes:
+    """``MEMORY_SIGNING_SECRET``, or a random secret kept (0600) in the data directory."""
+    if settings.memory_signing_secret is not None:
+        value = settings.memory_signing_secret.get_secret_value().encode("utf-8")
+        if len(value) < 32:
+            raise ConfigurationError("MEMORY_SIGNING_SECRET: must be at least 32 characters")
+        return value
+    path = settings.memory_data_dir / "signing.key"
+    settings.memory_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        value = path.read_bytes().strip()
+        if len(value) < 32:
+            raise ConfigurationError(f"signing key file {path.name} is too short") from None
+        return value
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(secrets.token_urlsafe(48).encode("ascii"))
+    return path.read_bytes().strip()
+
+
+def build_object_store(
+    settings: MemorySettings, *, public_base_url: str, signer: UrlSigner
+) -> AssetObjectStore:
+    """The object store ``ASSET_STORAGE_PROVIDER`` selects."""
+    if settings.asset_storage_provider == "s3":
+        assert settings.asset_s3_bucket and settings.asset_s3_region  # checked by settings
+        return S3AssetObjectStore(
+            bucket=settings.asset_s3_bucket,
+            region=settings.asset_s3_region,
+            endpoint_url=settings.asset_s3_endpoint,
+            access_key_id=(
+                settings.asset_s3_access_key_id.get_secret_value()
+                if settings.asset_s3_access_key_id
+                else None
+            ),
+            secret_access_key=(
+                settings.asset_s3_secret_access_key.get_secret_value()
+                if settings.asset_s3_secret_access_key
+                else None
+            ),
+            force_path_style=settings.asset_s3_force_path_style,
+        )
+    return LocalAssetObjectStore(settings.objects_dir, signer, public_base_url)
+
+
+@dataclass
+class Runtime:
+    """The opened database, object store and signer; close it on shutdown."""
+
+    settings: MemorySettings
+    database: Database
+    store: AssetObjectStore
+    signer: UrlSigner
+    embedded: EmbeddedPostgres | None = None
+    closed: bool = field(default=False)
+
+    async def close(self) -> None:
+        """Close the store and the pool, then release the embedded server."""
+        if self.closed:
+            return
+        self.closed = True
+        await self.store.close()
+        await self.database.close()
+        if self.embedded is not None:
+            self.embedded.stop()
+            log.info("embedded_postgres_released")
+
+
+async def open_database(settings: MemorySettings, *, migrate: bool) -> tuple[Database, EmbeddedPostgres | None]:
+    """Connect to ``MEMORY_DATABASE_URL`` or start the embedded server (which migrates itself)."""
+    embedded: EmbeddedPostgres | None = None
+    if settings.memory_database_url is None:
+        settings.memory_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        embedded = await start_embedded(Path(settings.postgres_dir))
+        await ensure_database(embedded.admin_url(), DEFAULT_DATABASE)
+        url = embedded.url(DEFAULT_DATABASE)
+        migrate = True
+    else:
+        url = settings.memory_database_url.get_secret_value()
+    engine = create_engine(url)
+    try:
+        if migrate:
+            await upgrade(engine)
+        revision = await current_revision(engine)
+        if revision != head_revision():
+            raise ConfigurationError(
+                f"database schema is at {revision or 'nothing'}, this build needs "
+                f"{head_revision()}: run `memory-server migrate`"
+            )
+    except BaseException:
+        await engine.dispose()
+        if embedded is not None:
+            embedded.stop()
+        raise
+    return Database(engine), embedded
+
+
+async def open_runtime(
+    settings: MemorySettings, *, public_base_url: str, migrate: bool = False
+) -> Runtime:
+    """Open database and object store as the settings describe."""
+    signer = UrlSigner(load_signing_secret(settings))
+    database, embedded = await open_database(settings, migrate=migrate)
+    store = build_object_store(settings, public_base_url=public_base_url, signer=signer)
+    return Runtime(settings=settings, database=database, store=store, signer=signer, embedded=embedded)

@@ -1,0 +1,619 @@
+"""SQLAlchemy 2 models of the §9 schema and of the identity/entitlement tables we own.
+
+Ownership (§7.3) is enforced by the database: every child row repeats its owner (and vault)
+and references its parent through a *composite* foreign key that includes them, so a folder
+cannot point at another owner's project, an asset at another owner's folder or object, or a job
+at another owner's asset. Status values are CHECK constraints. Folder depth and cycles are
+checked by a trigger (see the initial migration) that serialises changes per project.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    CheckConstraint,
+    DateTime,
+    ForeignKey,
+    ForeignKeyConstraint,
+    Index,
+    Integer,
+    MetaData,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+PROJECT_STATUSES = ("active", "archived", "deleted")
+OBJECT_STATUSES = ("pending", "available", "quarantined", "deleting", "deleted")
+ASSET_STATUSES = ("processing", "ready", "failed", "deleting", "deleted")
+EMBEDDING_STATUSES = ("pending", "running", "ready", "partial", "failed")
+SOURCE_KINDS = ("upload", "scrape", "screenshot", "instagram", "external_url", "import")
+JOB_STATUSES = ("queued", "running", "retry", "done", "failed", "cancelled")
+ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
+REPRESENTATIONS = ("visual", "fused")
+RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
+API_KEY_SCOPES = ("read", "write", "destructive", "admin")
+GRANT_PERMISSIONS = ("read", "write", "admin")
+USAGE_SOURCES = ("embed_image_document", "embed_image_query", "rerank_image")
+PROVENANCE_OPERATIONS = (
+    "asset_project_create",
+    "asset_project_archive",
+    "asset_folder_create",
+    "asset_folder_delete",
+    "asset_save",
+    "asset_embed",
+    "asset_search",
+    "asset_move",
+    "asset_delete",
+    "asset_object_purge",
+    "asset_reconcile",
+    "identity_create",
+    "api_key_create",
+    "api_key_revoke",
+    "vault_create",
+    "vault_grant",
+)
+PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
+
+MAX_FOLDER_DEPTH = 8
+MAX_NAME_LENGTH = 120
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    quoted = ", ".join(f"'{value}'" for value in values)
+    return f"{column} IN ({quoted})"
+
+
+def _now() -> Any:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Base(DeclarativeBase):
+    """Declarative base with deterministic constraint names (needed for drift checks)."""
+
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+# --- identity and entitlement -------------------------------------------------------------
+
+
+class Identity(Base):
+    """An owner identity (a normalised e-mail address) with its storage plan."""
+
+    __tablename__ = "mem_identities"
+    __table_args__ = (
+        CheckConstraint("quota_bytes >= 0", name="quota_nonnegative"),
+        CheckConstraint(
+            "owner_identity = lower(owner_identity) AND char_length(owner_identity) BETWEEN 3 AND 254",
+            name="identity_normalised",
+        ),
+    )
+
+    owner_identity: Mapped[str] = mapped_column(Text, primary_key=True)
+    quota_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    created_at: Mapped[datetime] = _now()
+
+
+class ApiKey(Base):
+    """An API key; only the SHA-256 of the secret is stored."""
+
+    __tablename__ = "mem_api_keys"
+    __table_args__ = (
+        CheckConstraint(
+            "cardinality(scopes) >= 1 AND scopes <@ ARRAY['read','write','destructive','admin']::text[]",
+            name="scopes_known",
+        ),
+        CheckConstraint("key_hash ~ '^[0-9a-f]{64}$'", name="key_hash_hex"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_identities.owner_identity", ondelete="CASCADE"), nullable=False
+    )
+    key_hash: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    label: Mapped[str | None] = mapped_column(Text)
+    scopes: Mapped[list[str]] = mapped_column(ARRAY(Text), nullable=False)
+    created_at: Mapped[datetime] = _now()
+    revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Vault(Base):
+    """A vault of one owner: the caller-visible handle and the owner-qualified physical name."""
+
+    __tablename__ = "mem_vaults"
+    __table_args__ = (
+        UniqueConstraint("owner_identity", "physical_vault"),
+        Index("uq_mem_vaults_owner_handle", "owner_identity", text("lower(handle)"), unique=True),
+        CheckConstraint(
+            "char_length(handle) BETWEEN 1 AND 64 AND handle = btrim(handle) "
+            "AND handle !~ '[/[:cntrl:]]'",
+            name="handle_shape",
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_identities.owner_identity", ondelete="CASCADE"), nullable=False
+    )
+    handle: Mapped[str] = mapped_column(Text, nullable=False)
+    physical_vault: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    created_at: Mapped[datetime] = _now()
+
+
+class VaultGrant(Base):
+    """A grant of one vault to another identity."""
+
+    __tablename__ = "mem_vault_grants"
+    __table_args__ = (
+        UniqueConstraint("physical_vault", "grantee_identity"),
+        CheckConstraint(_in("permission", GRANT_PERMISSIONS), name="permission_known"),
+        ForeignKeyConstraint(
+            ["owner_identity", "physical_vault"],
+            ["mem_vaults.owner_identity", "mem_vaults.physical_vault"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("grantee_identity <> owner_identity", name="not_self"),
+        Index("ix_mem_vault_grants_grantee", "grantee_identity"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    physical_vault: Mapped[str] = mapped_column(Text, nullable=False)
+    grantee_identity: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_identities.owner_identity", ondelete="CASCADE"), nullable=False
+    )
+    permission: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+
+
+# --- §9 asset plane -------------------------------------------------------------------------
+
+
+class AssetNamespace(Base):
+    """§9.1: the opaque object namespace of one owner, with its byte counters."""
+
+    __tablename__ = "mem_asset_namespaces"
+    __table_args__ = (
+        UniqueConstraint("owner_identity", "namespace_id"),
+        CheckConstraint("used_bytes >= 0", name="used_nonnegative"),
+        CheckConstraint("reserved_bytes >= 0", name="reserved_nonnegative"),
+    )
+
+    owner_identity: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_identities.owner_identity", ondelete="CASCADE"), primary_key=True
+    )
+    namespace_id: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    used_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    reserved_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+class AssetProject(Base):
+    """§9.2: a project inside one owner's vault."""
+
+    __tablename__ = "mem_asset_projects"
+    __table_args__ = (
+        UniqueConstraint("id", "owner_identity", "vault"),
+        ForeignKeyConstraint(
+            ["owner_identity", "vault"],
+            ["mem_vaults.owner_identity", "mem_vaults.physical_vault"],
+        ),
+        CheckConstraint(_in("status", PROJECT_STATUSES), name="status_known"),
+        CheckConstraint("char_length(name) BETWEEN 1 AND 120", name="name_length"),
+        CheckConstraint(
+            "description IS NULL OR char_length(description) <= 2000", name="description_length"
+        ),
+        Index(
+            "uq_mem_asset_projects_active_name",
+            "owner_identity",
+            "vault",
+            text("lower(name)"),
+            unique=True,
+            postgresql_where=text("status <> 'deleted'"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    vault: Mapped[str] = mapped_column(Text, nullable=False)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    description: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
+    created_by: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AssetFolder(Base):
+    """§9.3: a folder in a project; the parent must be in the same project, owner and vault."""
+
+    __tablename__ = "mem_asset_folders"
+    __table_args__ = (
+        UniqueConstraint("id", "project_id", "owner_identity", "vault"),
+        ForeignKeyConstraint(
+            ["project_id", "owner_identity", "vault"],
+            [
+                "mem_asset_projects.id",
+                "mem_asset_projects.owner_identity",
+                "mem_asset_projects.vault",
+            ],
+        ),
+        ForeignKeyConstraint(
+            ["parent_id", "project_id", "owner_identity", "vault"],
+            [
+                "mem_asset_folders.id",
+                "mem_asset_folders.project_id",
+                "mem_asset_folders.owner_identity",
+                "mem_asset_folders.vault",
+            ],
+            name="fk_mem_asset_folders_parent",
+        ),
+        CheckConstraint("char_length(name) BETWEEN 1 AND 120", name="name_length"),
+        CheckConstraint("parent_id IS NULL OR parent_id <> id", name="not_own_parent"),
+        Index(
+            "uq_mem_asset_folders_active_sibling_name",
+            "project_id",
+            text("coalesce(parent_id, '')"),
+            text("lower(name)"),
+            unique=True,
+            postgresql_where=text("deleted_at IS NULL"),
+        ),
+        Index("ix_mem_asset_folders_project_parent", "project_id", "parent_id"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    vault: Mapped[str] = mapped_column(Text, nullable=False)
+    project_id: Mapped[str] = mapped_column(Text, nullable=False)
+    parent_id: Mapped[str | None] = mapped_column(Text)
+    name: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AssetObject(Base):
+    """§9.4: immutable bytes of one owner (never deduplicated across owners)."""
+
+    __tablename__ = "mem_asset_objects"
+    __table_args__ = (
+        UniqueConstraint("id", "owner_identity"),
+        ForeignKeyConstraint(
+            ["owner_identity", "namespace_id"],
+            ["mem_asset_namespaces.owner_identity", "mem_asset_namespaces.namespace_id"],
+        ),
+        CheckConstraint(_in("status", OBJECT_STATUSES), name="status_known"),
+        CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+        CheckConstraint(
+            _in("mime_type", ("image/jpeg", "image/png", "image/webp", "image/gif")),
+            name="mime_known",
+        ),
+        CheckConstraint(_in("extension", ("jpg", "png", "webp", "gif")), name="extension_known"),
+        CheckConstraint("bytes > 0", name="bytes_positive"),
+        CheckConstraint("width > 0 AND height > 0", name="dimensions_positive"),
+        CheckConstraint(
+            "preview_bytes IS NULL OR preview_bytes > 0", name="preview_bytes_positive"
+        ),
+        Index(
+            "uq_mem_asset_objects_owner_sha256_active",
+            "owner_identity",
+            "sha256",
+            unique=True,
+            postgresql_where=text("status IN ('pending', 'available', 'quarantined')"),
+        ),
+        Index("ix_mem_asset_objects_status_updated", "status", "updated_at"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    namespace_id: Mapped[str] = mapped_column(Text, nullable=False)
+    sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    storage_key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    preview_storage_key: Mapped[str | None] = mapped_column(Text)
+    mime_type: Mapped[str] = mapped_column(Text, nullable=False)
+    extension: Mapped[str] = mapped_column(Text, nullable=False)
+    bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    preview_bytes: Mapped[int | None] = mapped_column(BigInteger)
+    width: Mapped[int] = mapped_column(Integer, nullable=False)
+    height: Mapped[int] = mapped_column(Integer, nullable=False)
+    etag: Mapped[str | None] = mapped_column(Text)
+    version_id: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="pending")
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class Asset(Base):
+    """§9.5: the user's governed record of an image."""
+
+    __tablename__ = "mem_assets"
+    __table_args__ = (
+        UniqueConstraint("id", "owner_identity"),
+        ForeignKeyConstraint(
+            ["owner_identity", "vault"],
+            ["mem_vaults.owner_identity", "mem_vaults.physical_vault"],
+        ),
+        ForeignKeyConstraint(
+            ["object_id", "owner_identity"],
+            ["mem_asset_objects.id", "mem_asset_objects.owner_identity"],
+        ),
+        ForeignKeyConstraint(
+            ["project_id", "owner_identity", "vault"],
+            [
+                "mem_asset_projects.id",
+                "mem_asset_projects.owner_identity",
+                "mem_asset_projects.vault",
+            ],
+        ),
+        ForeignKeyConstraint(
+            ["folder_id", "project_id", "owner_identity", "vault"],
+            [
+                "mem_asset_folders.id",
+                "mem_asset_folders.project_id",
+                "mem_asset_folders.owner_identity",
+                "mem_asset_folders.vault",
+            ],
+        ),
+        # A composite FK is not checked when one of its columns is NULL (MATCH SIMPLE), so a
+        # folder without its project would escape the check above: forbid that shape outright.
+        CheckConstraint("folder_id IS NULL OR project_id IS NOT NULL", name="folder_needs_project"),
+        CheckConstraint("media_kind = 'image'", name="media_kind_image"),
+        CheckConstraint("char_length(title) BETWEEN 1 AND 240", name="title_length"),
+        CheckConstraint(
+            "description IS NULL OR char_length(description) <= 4000", name="description_length"
+        ),
+        CheckConstraint("alt_text IS NULL OR char_length(alt_text) <= 2000", name="alt_length"),
+        CheckConstraint(
+            "source_url IS NULL OR char_length(source_url) <= 4096", name="source_url_length"
+        ),
+        CheckConstraint(
+            "source_url_hash IS NULL OR source_url_hash ~ '^[0-9a-f]{64}$'",
+            name="source_url_hash_hex",
+        ),
+        CheckConstraint(_in("source_kind", SOURCE_KINDS), name="source_kind_known"),
+        CheckConstraint(_in("status", ASSET_STATUSES), name="status_known"),
+        CheckConstraint(_in("embedding_status", EMBEDDING_STATUSES), name="embedding_status_known"),
+        CheckConstraint("jsonb_typeof(tags) = 'array'", name="tags_array"),
+        CheckConstraint(
+            "jsonb_typeof(source_ref) = 'object' AND pg_column_size(source_ref) <= 8192",
+            name="source_ref_bounded",
+        ),
+        CheckConstraint(
+            "jsonb_typeof(metadata) = 'object' AND pg_column_size(metadata) <= 16384",
+            name="metadata_bounded",
+        ),
+        CheckConstraint(
+            "failure_code IS NULL OR char_length(failure_code) <= 64", name="failure_code_length"
+        ),
+        CheckConstraint(
+            "failure_message IS NULL OR char_length(failure_message) <= 1000",
+            name="failure_message_length",
+        ),
+        Index(
+            "ix_mem_assets_owner_vault_status_created",
+            "owner_identity",
+            "vault",
+            "status",
+            text("created_at DESC"),
+        ),
+        Index(
+            "ix_mem_assets_owner_project_folder_created",
+            "owner_identity",
+            "project_id",
+            "folder_id",
+            text("created_at DESC"),
+        ),
+        Index("ix_mem_assets_owner_source_url_hash", "owner_identity", "source_url_hash"),
+        Index("ix_mem_assets_object", "object_id"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    vault: Mapped[str] = mapped_column(Text, nullable=False)
+    project_id: Mapped[str | None] = mapped_column(Text)
+    folder_id: Mapped[str | None] = mapped_column(Text)
+    object_id: Mapped[str] = mapped_column(Text, nullable=False)
+    media_kind: Mapped[str] = mapped_column(Text, nullable=False, server_default="image")
+    title: Mapped[str] = mapped_column(Text, nullable=False)
+    description: Mapped[str | None] = mapped_column(Text)
+    alt_text: Mapped[str | None] = mapped_column(Text)
+    source_url: Mapped[str | None] = mapped_column(Text)
+    source_url_hash: Mapped[str | None] = mapped_column(Text)
+    source_kind: Mapped[str] = mapped_column(Text, nullable=False)
+    source_ref: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    tags: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=text("'[]'::jsonb"))
+    metadata_: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="processing")
+    embedding_status: Mapped[str] = mapped_column(Text, nullable=False, server_default="pending")
+    failure_code: Mapped[str | None] = mapped_column(Text)
+    failure_message: Mapped[str | None] = mapped_column(Text)
+    created_by: Mapped[str] = mapped_column(Text, nullable=False)
+    updated_by: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AssetEmbeddingJob(Base):
+    """§9.6: a durable embedding job for one representation of one asset."""
+
+    __tablename__ = "mem_asset_embedding_jobs"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["asset_id", "owner_identity"],
+            ["mem_assets.id", "mem_assets.owner_identity"],
+        ),
+        CheckConstraint(_in("representation", REPRESENTATIONS), name="representation_known"),
+        CheckConstraint(_in("status", JOB_STATUSES), name="status_known"),
+        CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
+        CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
+        CheckConstraint("dimensions > 0", name="dimensions_positive"),
+        CheckConstraint(
+            "last_error_code IS NULL OR char_length(last_error_code) <= 64",
+            name="error_code_length",
+        ),
+        CheckConstraint(
+            "last_error IS NULL OR char_length(last_error) <= 1000", name="error_length"
+        ),
+        CheckConstraint("jsonb_typeof(usage) = 'object'", name="usage_object"),
+        Index(
+            "uq_mem_asset_embedding_jobs_active",
+            "asset_id",
+            "representation",
+            "model",
+            "dimensions",
+            unique=True,
+            postgresql_where=text("status IN ('queued', 'running', 'retry')"),
+        ),
+        Index(
+            "ix_mem_asset_embedding_jobs_claimable",
+            "run_after",
+            postgresql_where=text("status IN ('queued', 'retry')"),
+        ),
+        Index("ix_mem_asset_embedding_jobs_asset", "asset_id"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    asset_id: Mapped[str] = mapped_column(Text, nullable=False)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    representation: Mapped[str] = mapped_column(Text, nullable=False)
+    model: Mapped[str] = mapped_column(Text, nullable=False)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="queued")
+    attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="5")
+    run_after: Mapped[datetime] = _now()
+    lease_owner: Mapped[str | None] = mapped_column(Text)
+    lease_until: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    last_error_code: Mapped[str | None] = mapped_column(Text)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    usage: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    completed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class AssetUploadReservation(Base):
+    """§9.7: a bounded, expiring reservation of quota bytes for one upload."""
+
+    __tablename__ = "mem_asset_upload_reservations"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["owner_identity"], ["mem_asset_namespaces.owner_identity"], ondelete="CASCADE"
+        ),
+        CheckConstraint("expected_bytes > 0", name="expected_positive"),
+        CheckConstraint(_in("status", RESERVATION_STATUSES), name="status_known"),
+        CheckConstraint(
+            "idempotency_key IS NULL OR char_length(idempotency_key) BETWEEN 1 AND 200",
+            name="idempotency_key_length",
+        ),
+        CheckConstraint("char_length(operation) BETWEEN 1 AND 64", name="operation_length"),
+        Index(
+            "uq_mem_asset_upload_reservations_idempotency",
+            "owner_identity",
+            "operation",
+            "idempotency_key",
+            unique=True,
+            postgresql_where=text("idempotency_key IS NOT NULL"),
+        ),
+        Index(
+            "ix_mem_asset_upload_reservations_active_expiry",
+            "expires_at",
+            postgresql_where=text("status = 'active'"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    operation: Mapped[str] = mapped_column(Text, nullable=False)
+    idempotency_key: Mapped[str | None] = mapped_column(Text)
+    expected_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
+    asset_id: Mapped[str | None] = mapped_column(Text)
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    created_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+
+
+# --- metering and audit ---------------------------------------------------------------------
+
+
+class UsageLedgerEntry(Base):
+    """§17.3: provider usage, one row per metered call."""
+
+    __tablename__ = "mem_usage_ledger"
+    __table_args__ = (
+        CheckConstraint(_in("source", USAGE_SOURCES), name="source_known"),
+        CheckConstraint(
+            "total_tokens >= 0 AND prompt_tokens >= 0 AND image_tokens >= 0",
+            name="tokens_nonnegative",
+        ),
+        Index("ix_mem_usage_ledger_owner_created", "owner_identity", text("created_at DESC")),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_identities.owner_identity", ondelete="CASCADE"), nullable=False
+    )
+    source: Mapped[str] = mapped_column(Text, nullable=False)
+    model: Mapped[str] = mapped_column(Text, nullable=False)
+    total_tokens: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    prompt_tokens: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    image_tokens: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    asset_id: Mapped[str | None] = mapped_column(Text)
+    job_id: Mapped[str | None] = mapped_column(Text)
+    request_id: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = _now()
+
+
+class ProvenanceEvent(Base):
+    """§21: who did what to which target, and how it ended. Never holds secrets."""
+
+    __tablename__ = "mem_provenance"
+    __table_args__ = (
+        CheckConstraint(_in("operation", PROVENANCE_OPERATIONS), name="operation_known"),
+        CheckConstraint(_in("outcome", PROVENANCE_OUTCOMES), name="outcome_known"),
+        CheckConstraint(
+            "jsonb_typeof(detail) = 'object' AND pg_column_size(detail) <= 4096",
+            name="detail_bounded",
+        ),
+        Index("ix_mem_provenance_owner_created", "owner_identity", text("created_at DESC")),
+        Index("ix_mem_provenance_target", "target_id"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    operation: Mapped[str] = mapped_column(Text, nullable=False)
+    actor_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    owner_identity: Mapped[str | None] = mapped_column(Text)
+    vault: Mapped[str | None] = mapped_column(Text)
+    target_kind: Mapped[str | None] = mapped_column(Text)
+    target_id: Mapped[str | None] = mapped_column(Text)
+    outcome: Mapped[str] = mapped_column(Text, nullable=False)
+    detail: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    created_at: Mapped[datetime] = _now()

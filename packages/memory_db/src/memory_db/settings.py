@@ -1,0 +1,202 @@
+"""Configuration from the environment (pydantic-settings).
+
+Every variable of spec §22 with its default, plus the variables of the standalone product
+(``MEMORY_*``, ``ASSET_EMBED_PROVIDER``, ``JINA_*``). Field names are the lower-cased variable
+names, so ``ASSET_MAX_BYTES`` is ``settings.asset_max_bytes``. ``docs/configuration.md`` lists them.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from pathlib import Path
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
+
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from memory_db.datadir import check_data_dir
+from memory_db.errors import ConfigurationError
+
+
+def default_data_dir() -> Path:
+    """``$XDG_DATA_HOME/mcp-memory``, i.e. ``~/.local/share/mcp-memory`` by default."""
+    xdg = os.environ.get("XDG_DATA_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".local" / "share"
+    return base / "mcp-memory"
+
+
+def _is_loopback_host(host: str | None) -> bool:
+    if not host:
+        return False
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class MemorySettings(BaseSettings):
+    """All configuration of the image memory, read from environment variables."""
+
+    model_config = SettingsConfigDict(
+        case_sensitive=False,
+        env_ignore_empty=True,  # `ASSET_EMBED_WORKER_CONCURRENCY=` means "use the default"
+        extra="ignore",
+        validate_default=True,
+    )
+
+    # --- §22 object storage -------------------------------------------------------------
+    asset_storage_provider: Literal["s3", "local"] = "local"
+    asset_s3_bucket: str | None = None
+    asset_s3_region: str | None = None
+    asset_s3_endpoint: str | None = None
+    asset_s3_access_key_id: SecretStr | None = None
+    asset_s3_secret_access_key: SecretStr | None = None
+    asset_s3_force_path_style: bool = False
+    asset_storage_env_prefix: str = "production"
+    asset_signed_get_ttl_seconds: int = Field(default=300, ge=1, le=3600)
+    asset_signed_put_ttl_seconds: int = Field(default=900, ge=1, le=3600)
+
+    # --- §22 ingest limits --------------------------------------------------------------
+    asset_max_bytes: int = Field(default=20_971_520, ge=1, le=1_073_741_824)
+    asset_max_decoded_pixels: int = Field(default=40_000_000, ge=1, le=1_000_000_000)
+    asset_preview_max_edge: int = Field(default=2048, ge=64, le=8192)
+    asset_delete_grace_hours: int = Field(default=168, ge=0, le=24 * 365)
+
+    # --- §22 embeddings -----------------------------------------------------------------
+    asset_embed_index: str = "memory_assets_v1"
+    asset_embed_model: str = "jina-embeddings-v5-omni-small"
+    asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
+    asset_embed_worker_concurrency: int | None = Field(default=None, ge=1, le=64)
+
+    # --- §22 feature flags (on by default in the standalone product; see docs) ----------
+    asset_feature_enabled: bool = True
+    asset_search_enabled: bool = True
+
+    # --- the standalone product ---------------------------------------------------------
+    memory_data_dir: Path = Field(default_factory=default_data_dir)
+    memory_database_url: SecretStr | None = None
+    memory_api_key: SecretStr | None = None
+    memory_public_base_url: str | None = None
+    memory_signing_secret: SecretStr | None = None
+    memory_default_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
+    memory_log_format: Literal["auto", "console", "json"] = "auto"
+    memory_log_level: Literal["debug", "info", "warning", "error"] = "info"
+    asset_embed_provider: Literal["local", "jina"] = "local"
+    jina_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    jina_base_url: str = "https://api.jina.ai/v1"
+
+    @field_validator("asset_storage_env_prefix")
+    @classmethod
+    def _env_prefix(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", value):
+            raise ValueError("must be 1-32 lowercase letters, digits or '-' (it starts every key)")
+        return value
+
+    @field_validator("asset_embed_index")
+    @classmethod
+    def _index_name(cls, value: str) -> str:
+        if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", value):
+            raise ValueError("must be a lowercase SQL identifier of at most 63 characters")
+        return value
+
+    @field_validator("asset_s3_endpoint", "memory_public_base_url")
+    @classmethod
+    def _http_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError("must be an http(s) URL with a host")
+        if parts.username or parts.password:
+            raise ValueError("must not contain credentials")
+        return value.rstrip("/")
+
+    @field_validator("jina_base_url")
+    @classmethod
+    def _jina_url(cls, value: str) -> str:
+        parts = urlsplit(value)
+        if parts.scheme == "http" and _is_loopback_host(parts.hostname):
+            return value.rstrip("/")
+        if parts.scheme != "https" or not parts.hostname:
+            raise ValueError("must be an https URL (http is allowed only for a loopback host)")
+        return value.rstrip("/")
+
+    @field_validator("jina_api_keys", mode="before")
+    @classmethod
+    def _split_keys(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("memory_database_url")
+    @classmethod
+    def _database_url(cls, value: SecretStr | None) -> SecretStr | None:
+        if value is None:
+            return None
+        scheme = urlsplit(value.get_secret_value()).scheme
+        if scheme not in ("postgresql", "postgres", "postgresql+asyncpg"):
+            raise ValueError("must be a postgresql:// URL")
+        return value
+
+    @field_validator("memory_data_dir")
+    @classmethod
+    def _data_dir(cls, value: Path) -> Path:
+        value = value.expanduser()
+        if not value.is_absolute():
+            value = Path.cwd() / value
+        check_data_dir(value)
+        return value
+
+    @model_validator(mode="after")
+    def _cross_field(self) -> MemorySettings:
+        if self.asset_storage_provider == "s3":
+            missing = [
+                name.upper()
+                for name in ("asset_s3_bucket", "asset_s3_region")
+                if not getattr(self, name)
+            ]
+            if missing:
+                raise ValueError(f"ASSET_STORAGE_PROVIDER=s3 needs {', '.join(missing)}")
+        if self.asset_embed_provider == "jina" and not self.jina_api_keys:
+            raise ValueError("ASSET_EMBED_PROVIDER=jina needs JINA_API_KEYS (comma-separated)")
+        if (self.asset_s3_access_key_id is None) != (self.asset_s3_secret_access_key is None):
+            raise ValueError(
+                "set both ASSET_S3_ACCESS_KEY_ID and ASSET_S3_SECRET_ACCESS_KEY, or neither"
+            )
+        return self
+
+    @property
+    def postgres_dir(self) -> Path:
+        """Where the embedded PostgreSQL keeps its data."""
+        return self.memory_data_dir / "postgres"
+
+    @property
+    def objects_dir(self) -> Path:
+        """Where the local object store keeps its files."""
+        return self.memory_data_dir / "objects"
+
+    @property
+    def uses_embedded_database(self) -> bool:
+        """True when no ``MEMORY_DATABASE_URL`` is set."""
+        return self.memory_database_url is None
+
+
+def load_settings(**overrides: Any) -> MemorySettings:
+    """Read settings from the environment; raise ``ConfigurationError`` naming each variable."""
+    try:
+        return MemorySettings(**overrides)
+    except ValidationError as exc:
+        problems: list[str] = []
+        for error in exc.errors():
+            loc = [str(part) for part in error["loc"] if part != "__root__"]
+            message = str(error["msg"]).removeprefix("Value error, ")
+            if loc:
+                problems.append(f"{loc[0].upper()}: {message}")
+            else:
+                problems.append(message)
+        raise ConfigurationError("invalid configuration: " + "; ".join(problems)) from None

@@ -1,0 +1,29 @@
+"""Private object stores (§8): the contract, local/S3/in-memory implementations, keys, signing."""
+
+from memory_db.storage.integrity import read_verified
+from memory_db.storage.keys import (
+    build_object_key,
+    content_type_for_key,
+    validate_object_key,
+)
+from memory_db.storage.local import OBJECTS_ROUTE, LocalAssetObjectStore
+from memory_db.storage.memory import InMemoryAssetObjectStore
+from memory_db.storage.protocol import AssetObjectStore, HeadResult, PutResult, SignedPut
+from memory_db.storage.s3 import S3AssetObjectStore
+from memory_db.storage.signing import UrlSigner
+
+__all__ = [
+    "OBJECTS_ROUTE",
+    "AssetObjectStore",
+    "HeadResult",
+    "InMemoryAssetObjectStore",
+    "LocalAssetObjectStore",
+    "PutResult",
+    "S3AssetObjectStore",
+    "SignedPut",
+    "UrlSigner",
+    "build_object_key",
+    "content_type_for_key",
+    "read_verified",
+    "validate_object_key",
+]

@@ -1,0 +1,165 @@
+"""``LocalAssetObjectStore``: private files under ``$MEMORY_DATA_DIR/objects``.
+
+Writes are atomic (temporary file, fsync, rename, fsync of the directory) so a crash leaves
+either the old state or the complete new object. A JSON sidecar records content type, length and
+SHA-256. Signed links are HMAC-signed and served by the memory server's ``/objects`` route.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import anyio
+
+from memory_db.errors import ObjectNotFound, SignatureError
+from memory_db.storage._common import check_put
+from memory_db.storage.keys import content_type_for_key, validate_object_key
+from memory_db.storage.protocol import HeadResult, PutResult, SignedPut
+from memory_db.storage.signing import UrlSigner, signed_url
+
+OBJECTS_ROUTE = "/objects"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+        _fsync_dir(path.parent)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+class LocalAssetObjectStore:
+    """Objects as files; signed links point at ``{public_base_url}/objects/{key}``."""
+
+    def __init__(self, root: Path, signer: UrlSigner, public_base_url: str) -> None:
+        self.root = root
+        self.signer = signer
+        self.public_base_url = public_base_url.rstrip("/")
+
+    def _path(self, key: str) -> Path:
+        # The key is validated against the builder's grammar, so it cannot escape the root.
+        return self.root / validate_object_key(key)
+
+    @staticmethod
+    def _meta_path(path: Path) -> Path:
+        return path.with_name(path.name + ".json")
+
+    async def put(
+        self, key: str, body: bytes, *, content_type: str, checksum_sha256: str | None = None
+    ) -> PutResult:
+        """Store ``body`` atomically after checking key, type and checksum."""
+        digest = await anyio.to_thread.run_sync(check_put, key, body, content_type, checksum_sha256)
+        path = self._path(key)
+        meta = json.dumps(
+            {"bytes": len(body), "content_type": content_type, "sha256": digest}
+        ).encode()
+
+        def write() -> None:
+            _atomic_write(path, body)
+            _atomic_write(self._meta_path(path), meta)
+
+        await anyio.to_thread.run_sync(write)
+        return PutResult(key=key, bytes=len(body), etag=digest)
+
+    async def head(self, key: str) -> HeadResult:
+        """Metadata from the sidecar; ``exists=False`` when the object is missing."""
+        path = self._path(key)
+
+        def read() -> HeadResult:
+            if not path.is_file():
+                return HeadResult(exists=False)
+            try:
+                meta = json.loads(self._meta_path(path).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                meta = {}
+            return HeadResult(
+                exists=True,
+                bytes=path.stat().st_size,
+                content_type=meta.get("content_type") or content_type_for_key(key),
+                checksum_sha256=meta.get("sha256"),
+                etag=meta.get("sha256"),
+            )
+
+        return await anyio.to_thread.run_sync(read)
+
+    async def get_stream(self, key: str, *, chunk_size: int = 65536) -> AsyncIterator[bytes]:
+        """Stream the file in chunks."""
+        path = self._path(key)
+        try:
+            handle = await anyio.open_file(path, "rb")
+        except FileNotFoundError as exc:
+            raise ObjectNotFound("no object is stored under this key") from exc
+        async with handle:
+            while chunk := await handle.read(chunk_size):
+                yield chunk
+
+    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
+        """An HMAC-signed link to the memory server's object route."""
+        validate_object_key(key)
+        params = self.signer.sign_get(key, expires_in)
+        return signed_url(self.public_base_url + OBJECTS_ROUTE, key, params)
+
+    async def create_signed_put_url(
+        self, key: str, *, content_type: str, content_length: int, expires_in: int
+    ) -> SignedPut:
+        """An HMAC-signed upload link bound to type and exact length."""
+        validate_object_key(key)
+        if content_type != content_type_for_key(key):
+            raise SignatureError(f"this key only accepts {content_type_for_key(key)}")
+        params = self.signer.sign_put(key, content_type, content_length, expires_in)
+        return SignedPut(
+            url=signed_url(self.public_base_url + OBJECTS_ROUTE, key, params),
+            method="PUT",
+            headers={"Content-Type": content_type, "Content-Length": str(content_length)},
+            expires_in=expires_in,
+        )
+
+    def verify_signed_get(self, key: str, expires: str, signature: str) -> None:
+        """Check a presented GET link (used by the HTTP route)."""
+        validate_object_key(key)
+        self.signer.verify_get(key, expires, signature)
+
+    def verify_signed_put(
+        self, key: str, content_type: str, content_length: int, expires: str, signature: str
+    ) -> None:
+        """Check a presented PUT link (used by the HTTP route)."""
+        validate_object_key(key)
+        self.signer.verify_put(key, content_type, content_length, expires, signature)
+
+    async def delete(self, key: str) -> None:
+        """Remove the object and its sidecar; missing files are fine."""
+        path = self._path(key)
+
+        def remove() -> None:
+            path.unlink(missing_ok=True)
+            self._meta_path(path).unlink(missing_ok=True)
+            # Drop the now-empty object directory; a sibling variant keeps it alive.
+            try:
+                path.parent.rmdir()
+            except OSError:
+                pass
+
+        await anyio.to_thread.run_sync(remove)
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,94 @@
+"""``InMemoryAssetObjectStore``: the fake shipped for unit tests (same contract, no I/O)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from memory_db.errors import ObjectNotFound, SignatureError
+from memory_db.storage._common import check_put
+from memory_db.storage.keys import content_type_for_key, validate_object_key
+from memory_db.storage.protocol import HeadResult, PutResult, SignedPut
+from memory_db.storage.signing import UrlSigner, signed_url
+
+BASE_URL = "memory://objects"
+
+
+@dataclass
+class _Stored:
+    body: bytes
+    content_type: str
+    sha256: str
+
+
+class InMemoryAssetObjectStore:
+    """Objects in a dict; signed links are HMAC-signed ``memory://`` URLs."""
+
+    def __init__(self, signer: UrlSigner) -> None:
+        self.signer = signer
+        self.objects: dict[str, _Stored] = {}
+
+    async def put(
+        self, key: str, body: bytes, *, content_type: str, checksum_sha256: str | None = None
+    ) -> PutResult:
+        """Store a copy of ``body`` after the shared checks."""
+        digest = check_put(key, body, content_type, checksum_sha256)
+        self.objects[key] = _Stored(bytes(body), content_type, digest)
+        return PutResult(key=key, bytes=len(body), etag=digest)
+
+    async def head(self, key: str) -> HeadResult:
+        """Metadata of a stored object."""
+        validate_object_key(key)
+        stored = self.objects.get(key)
+        if stored is None:
+            return HeadResult(exists=False)
+        return HeadResult(True, len(stored.body), stored.content_type, stored.sha256, stored.sha256)
+
+    async def get_stream(self, key: str, *, chunk_size: int = 65536) -> AsyncIterator[bytes]:
+        """Yield the stored bytes in chunks."""
+        validate_object_key(key)
+        stored = self.objects.get(key)
+        if stored is None:
+            raise ObjectNotFound("no object is stored under this key")
+        for start in range(0, len(stored.body), chunk_size):
+            yield stored.body[start : start + chunk_size]
+
+    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
+        """An HMAC-signed ``memory://`` link."""
+        validate_object_key(key)
+        return signed_url(BASE_URL, key, self.signer.sign_get(key, expires_in))
+
+    async def create_signed_put_url(
+        self, key: str, *, content_type: str, content_length: int, expires_in: int
+    ) -> SignedPut:
+        """An HMAC-signed upload link bound to type and length."""
+        validate_object_key(key)
+        if content_type != content_type_for_key(key):
+            raise SignatureError(f"this key only accepts {content_type_for_key(key)}")
+        params = self.signer.sign_put(key, content_type, content_length, expires_in)
+        return SignedPut(
+            url=signed_url(BASE_URL, key, params),
+            method="PUT",
+            headers={"Content-Type": content_type, "Content-Length": str(content_length)},
+            expires_in=expires_in,
+        )
+
+    def verify_signed_get(self, key: str, expires: str, signature: str) -> None:
+        """Check a presented GET link."""
+        validate_object_key(key)
+        self.signer.verify_get(key, expires, signature)
+
+    def verify_signed_put(
+        self, key: str, content_type: str, content_length: int, expires: str, signature: str
+    ) -> None:
+        """Check a presented PUT link."""
+        validate_object_key(key)
+        self.signer.verify_put(key, content_type, content_length, expires, signature)
+
+    async def delete(self, key: str) -> None:
+        """Forget the key (idempotent)."""
+        validate_object_key(key)
+        self.objects.pop(key, None)
+
+    async def close(self) -> None:
+        """Nothing to release."""

@@ -1,0 +1,83 @@
+"""HMAC-signed, expiring links for stores that have no signing of their own (local, in-memory).
+
+A GET link authorises one key until one instant; a PUT link additionally binds the content
+type and the exact length. The signature covers every bound value, so changing the key, the
+expiry or a bound header invalidates it.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlencode
+
+from memory_db.errors import SignatureError
+
+Clock = Callable[[], float]
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).decode("ascii").rstrip("=")
+
+
+@dataclass(frozen=True)
+class UrlSigner:
+    """Signs and verifies object links with a server-side secret."""
+
+    secret: bytes
+    clock: Clock = time.time
+
+    def __post_init__(self) -> None:
+        if len(self.secret) < 32:
+            raise ValueError("signing secret must be at least 32 bytes")
+
+    def _mac(self, *parts: str) -> str:
+        message = "\n".join(parts).encode("utf-8")
+        return _b64(hmac.new(self.secret, message, hashlib.sha256).digest())
+
+    def sign_get(self, key: str, expires_in: int) -> dict[str, str]:
+        """Query parameters authorising a GET of ``key`` for ``expires_in`` seconds."""
+        if expires_in <= 0:
+            raise ValueError("expires_in must be positive")
+        expires = int(self.clock()) + expires_in
+        return {"expires": str(expires), "signature": self._mac("GET", key, str(expires))}
+
+    def sign_put(
+        self, key: str, content_type: str, content_length: int, expires_in: int
+    ) -> dict[str, str]:
+        """Query parameters authorising a PUT of exactly this type and length."""
+        if expires_in <= 0 or content_length <= 0:
+            raise ValueError("expires_in and content_length must be positive")
+        expires = int(self.clock()) + expires_in
+        mac = self._mac("PUT", key, content_type, str(content_length), str(expires))
+        return {"expires": str(expires), "signature": mac}
+
+    def _check(self, expected: str, presented: str, expires: str) -> None:
+        if not hmac.compare_digest(expected, presented):
+            raise SignatureError("the link signature does not match")
+        if int(expires) < self.clock():
+            raise SignatureError("the link has expired")
+
+    def verify_get(self, key: str, expires: str, signature: str) -> None:
+        """Raise ``SignatureError`` unless the GET link is authentic and unexpired."""
+        if not expires.isdigit() or len(expires) > 12:
+            raise SignatureError("the link is malformed")
+        self._check(self._mac("GET", key, expires), signature, expires)
+
+    def verify_put(
+        self, key: str, content_type: str, content_length: int, expires: str, signature: str
+    ) -> None:
+        """Raise ``SignatureError`` unless the PUT link matches these exact values."""
+        if not expires.isdigit() or len(expires) > 12:
+            raise SignatureError("the link is malformed")
+        mac = self._mac("PUT", key, content_type, str(content_length), expires)
+        self._check(mac, signature, expires)
+
+
+def signed_url(base: str, key: str, params: dict[str, str]) -> str:
+    """``{base}/{key}?{params}``."""
+    return f"{base.rstrip('/')}/{key}?{urlencode(params)}"

@@ -1,0 +1,50 @@
+"""The database handle and its unit of work (one transaction, all repositories on it)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
+
+from memory_db.repositories import (
+    ApiKeyRepository,
+    FolderRepository,
+    IdentityRepository,
+    ProjectRepository,
+    ProvenanceRepository,
+    UsageRepository,
+    VaultRepository,
+)
+
+
+class UnitOfWork:
+    """Repositories sharing one session and one transaction."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self.session = session
+        self.identities = IdentityRepository(session)
+        self.api_keys = ApiKeyRepository(session)
+        self.vaults = VaultRepository(session)
+        self.projects = ProjectRepository(session)
+        self.folders = FolderRepository(session)
+        self.provenance = ProvenanceRepository(session)
+        self.usage = UsageRepository(session)
+
+
+class Database:
+    """An engine and its session factory; made in an app's bootstrap, closed there."""
+
+    def __init__(self, engine: AsyncEngine) -> None:
+        self.engine = engine
+        self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    @asynccontextmanager
+    async def unit_of_work(self) -> AsyncIterator[UnitOfWork]:
+        """Open a transaction: committed when the block succeeds, rolled back when it raises."""
+        async with self._sessions() as session, session.begin():
+            yield UnitOfWork(session)
+
+    async def close(self) -> None:
+        """Dispose the engine's connection pool."""
+        await self.engine.dispose()

@@ -1,0 +1,1 @@
+"""scraper_mcp."""
