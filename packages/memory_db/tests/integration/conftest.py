@@ -1,0 +1,192 @@
+"""Object-store fixtures: one per implementation, each with a way to follow a signed link."""
+
+from __future__ import annotations
+
+import hashlib
+import struct
+import zlib
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import httpx
+import pytest
+
+from memory_db import SignatureError
+from memory_db.ids import new_id
+from memory_db.storage import (
+    AssetObjectStore,
+    InMemoryAssetObjectStore,
+    LocalAssetObjectStore,
+    S3AssetObjectStore,
+    UrlSigner,
+    build_object_key,
+)
+from memory_db.testing.s3_peers import MotoPeer, S3Peer, S3rverPeer, find_s3rver
+
+
+def tiny_png(seed: int = 0) -> bytes:
+    """A valid 1x1 PNG whose pixel depends on ``seed``."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        body = kind + data
+        return struct.pack(">I", len(data)) + body + struct.pack(">I", zlib.crc32(body))
+
+    raw = b"\x00" + bytes([seed % 256, (seed * 7) % 256, (seed * 13) % 256])
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )
+
+
+class Clock:
+    """A settable clock for signers (expiry without sleeping)."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@dataclass
+class StoreUnderTest:
+    """A store plus how a third party would follow its signed links."""
+
+    name: str
+    store: AssetObjectStore
+    clock: Clock | None  # None: real time (S3 peers)
+    peer: S3Peer | None = None
+    bucket: str | None = None
+    root: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    async def follow_get(self, url: str) -> tuple[int, dict[str, str], bytes]:
+        if self.peer is not None:
+            async with httpx.AsyncClient() as client:
+                response = await client.get(url)
+            return response.status_code, dict(response.headers), response.content
+        parts = urlsplit(url)
+        key = parts.path.split("/objects/", 1)[1] if parts.scheme != "memory" else parts.path.lstrip("/")
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        try:
+            self.store.verify_signed_get(key, query.get("expires", ""), query.get("signature", ""))  # type: ignore[attr-defined]
+        except SignatureError:
+            return 403, {}, b""
+        body = b"".join([chunk async for chunk in self.store.get_stream(key)])
+        return 200, {}, body
+
+    async def follow_put(self, url: str, headers: dict[str, str], body: bytes) -> int:
+        if self.peer is not None:
+            async with httpx.AsyncClient() as client:
+                response = await client.put(url, headers=headers, content=body)
+            return response.status_code
+        parts = urlsplit(url)
+        key = parts.path.split("/objects/", 1)[1] if parts.scheme != "memory" else parts.path.lstrip("/")
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        try:
+            self.store.verify_signed_put(  # type: ignore[attr-defined]
+                key, headers["Content-Type"], len(body), query["expires"], query["signature"]
+            )
+        except SignatureError:
+            return 403
+        await self.store.put(key, body, content_type=headers["Content-Type"])
+        return 200
+
+    def corrupt(self, key: str, body: bytes) -> None:
+        """Replace stored bytes behind the store's back (bit rot, a hostile operator)."""
+        if self.peer is not None:
+            self.peer.client().put_object(Bucket=self.bucket, Key=key, Body=body)
+        elif self.root is not None:
+            (self.root / key).write_bytes(body)
+        else:
+            self.store.objects[key].body = body  # type: ignore[attr-defined]
+
+
+@pytest.fixture(scope="session")
+def moto_peer() -> Iterator[S3Peer]:
+    peer = MotoPeer()
+    described = peer.start()
+    try:
+        yield described
+    finally:
+        peer.stop()
+
+
+@pytest.fixture(scope="session")
+def s3rver_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Peer]:
+    executable = find_s3rver(Path(__file__).parent)
+    if executable is None:
+        pytest.fail("s3rver is not installed: run `make deps-node` (the Makefile's test target does)")
+    peer = S3rverPeer(tmp_path_factory.mktemp("s3rver"), executable)
+    described = peer.start()
+    try:
+        yield described
+    finally:
+        peer.stop()
+
+
+def make_key(variant: str = "original", ext: str = "png") -> str:
+    return build_object_key("test", new_id("ans"), new_id("aob"), variant, ext)  # type: ignore[arg-type]
+
+
+async def _s3_store(peer: S3Peer) -> tuple[S3AssetObjectStore, str]:
+    bucket = "b" + new_id("aob")[4:20]
+    peer.create_bucket(bucket)
+    store = S3AssetObjectStore(
+        bucket=bucket,
+        region=peer.region,
+        endpoint_url=peer.endpoint_url,
+        access_key_id=peer.access_key_id,
+        secret_access_key=peer.secret_access_key,
+        force_path_style=True,
+    )
+    return store, bucket
+
+
+@pytest.fixture
+async def make_store(
+    request: pytest.FixtureRequest, tmp_path: Path
+) -> AsyncIterator[Callable[[str], Any]]:
+    opened: list[AssetObjectStore] = []
+
+    async def factory(kind: str) -> StoreUnderTest:
+        secret = hashlib.sha256(kind.encode()).digest()
+        if kind == "memory":
+            clock = Clock()
+            store: Any = InMemoryAssetObjectStore(UrlSigner(secret, clock))
+            result = StoreUnderTest(kind, store, clock)
+        elif kind == "local":
+            clock = Clock()
+            root = tmp_path / "objects"
+            store = LocalAssetObjectStore(root, UrlSigner(secret, clock), "http://127.0.0.1:9")
+            result = StoreUnderTest(kind, store, clock, root=root)
+        else:
+            peer: S3Peer = request.getfixturevalue(f"{kind}_peer")
+            store, bucket = await _s3_store(peer)
+            result = StoreUnderTest(kind, store, None, peer=peer, bucket=bucket)
+        opened.append(result.store)
+        return result
+
+    yield factory
+    for store in opened:
+        await store.close()
+
+
+
+@pytest.fixture
+def png() -> Callable[[int], bytes]:
+    """Make a tiny valid PNG (distinct per seed)."""
+    return tiny_png
+
+
+@pytest.fixture
+def new_key() -> Callable[..., str]:
+    """Make a fresh server-shaped object key."""
+    return make_key

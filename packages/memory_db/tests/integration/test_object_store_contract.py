@@ -1,0 +1,218 @@
+"""One contract, four implementations: in-memory fake, local files, moto's S3, s3rver.
+
+Presigned links are checked where the peer enforces them. moto accepts expired and tampered
+presigned URLs. s3rver refuses expired links, but verifies only SigV2 signatures: it accepts any
+SigV4 signature (its source says "Signature version 4 calculation is unimplemented"). Our S3
+store signs with SigV4 (as AWS requires), so signature-tampering and header-binding cells run on
+the fake and the local store, expiry runs on s3rver too, and for S3 we check that what must be
+bound is inside the signed part of the URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Callable
+from typing import Any
+from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
+
+import pytest
+
+from memory_db import ChecksumMismatch, InvalidStorageKey, ObjectNotFound
+from memory_db.storage import read_verified
+
+ALL = ["memory", "local", "moto", "s3rver"]
+EXPIRING = ["memory", "local", "s3rver"]
+HMAC_SIGNED = ["memory", "local"]
+
+MakeStore = Callable[[str], Any]
+
+
+async def _read(store: Any, key: str) -> bytes:
+    return b"".join([chunk async for chunk in store.get_stream(key)])
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_put_head_get_delete(kind: str, make_store: MakeStore, png: Any, new_key: Any) -> None:
+    sut = await make_store(kind)
+    key, body = new_key(), png(1)
+    digest = hashlib.sha256(body).hexdigest()
+    result = await sut.store.put(key, body, content_type="image/png", checksum_sha256=digest)
+    assert result.key == key and result.bytes == len(body)
+    head = await sut.store.head(key)
+    assert head.exists and head.bytes == len(body)
+    assert head.content_type == "image/png"
+    assert head.checksum_sha256 == digest
+    assert await _read(sut.store, key) == body
+    assert await read_verified(sut.store, key, digest, max_bytes=1000) == body
+    await sut.store.delete(key)
+    assert not (await sut.store.head(key)).exists
+    with pytest.raises(ObjectNotFound):
+        await _read(sut.store, key)
+    await sut.store.delete(key)  # idempotent
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_checksum_mismatch_is_refused_and_stores_nothing(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key = new_key()
+    with pytest.raises(ChecksumMismatch):
+        await sut.store.put(key, png(2), content_type="image/png", checksum_sha256="0" * 64)
+    assert not (await sut.store.head(key)).exists
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_integrity_is_verified_on_read(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key, body = new_key(), png(3)
+    digest = hashlib.sha256(body).hexdigest()
+    await sut.store.put(key, body, content_type="image/png", checksum_sha256=digest)
+    sut.corrupt(key, png(4))
+    with pytest.raises(ChecksumMismatch):
+        await read_verified(sut.store, key, digest, max_bytes=10_000)
+
+
+@pytest.mark.parametrize("kind", ALL)
+@pytest.mark.parametrize(
+    "key",
+    [
+        "../etc/passwd",
+        "test/tenants/alice@example.com/objects/x/original.png",
+        "",
+        "test/tenants/ans_aaaaaaaaaaaaaaaaaaaaaaaaaa/objects/aob_aaaaaaaaaaaaaaaaaaaaaaaaaa/x.png",
+        "test/tenants/ans_aaaaaaaaaaaaaaaaaaaaaaaaaa/objects/aob_aaaaaaaaaaaaaaaaaaaaaaaaaa/original.svg",
+        "/test/tenants/ans_aaaaaaaaaaaaaaaaaaaaaaaaaa/objects/aob_aaaaaaaaaaaaaaaaaaaaaaaaaa/original.png",
+    ],
+)
+async def test_keys_not_built_by_the_server_are_refused(
+    kind: str, key: str, make_store: MakeStore, png: Any
+) -> None:
+    sut = await make_store(kind)
+    with pytest.raises(InvalidStorageKey):
+        await sut.store.put(key, png(5), content_type="image/png")
+    with pytest.raises(InvalidStorageKey):
+        await sut.store.head(key)
+    with pytest.raises(InvalidStorageKey):
+        await sut.store.create_signed_get_url(key, 60)
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_content_type_must_match_the_key(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key = new_key()
+    with pytest.raises(InvalidStorageKey):
+        await sut.store.put(key, png(6), content_type="text/html")
+    assert not (await sut.store.head(key)).exists
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_signed_get_reads_the_object(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key, body = new_key(), png(7)
+    await sut.store.put(key, body, content_type="image/png")
+    url = await sut.store.create_signed_get_url(key, 60)
+    assert url.count("?") == 1
+    status, headers, content = await sut.follow_get(url)
+    assert status == 200 and content == body
+    if sut.peer is not None:
+        assert headers["content-type"] == "image/png"
+        assert headers["content-disposition"].startswith("inline")
+
+
+@pytest.mark.parametrize("kind", EXPIRING)
+async def test_signed_get_fails_after_expiry(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key = new_key()
+    await sut.store.put(key, png(8), content_type="image/png")
+    url = await sut.store.create_signed_get_url(key, 1)
+    assert (await sut.follow_get(url))[0] == 200
+    if sut.clock is not None:
+        sut.clock.now += 2
+    else:
+        await asyncio.sleep(2.2)
+    assert (await sut.follow_get(url))[0] == 403
+
+
+def _tamper(url: str, param: str, change: Callable[[str], str]) -> str:
+    parts = urlsplit(url)
+    query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
+    name = next(k for k in query if k.lower() == param.lower())
+    query[name] = change(query[name])
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+@pytest.mark.parametrize("kind", HMAC_SIGNED)
+async def test_tampered_signed_get_fails(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key, other = new_key(), new_key()
+    await sut.store.put(key, png(9), content_type="image/png")
+    await sut.store.put(other, png(10), content_type="image/png")
+    url = await sut.store.create_signed_get_url(key, 60)
+    flipped = _tamper(url, "signature", lambda s: ("0" if s[0] != "0" else "1") + s[1:])
+    assert (await sut.follow_get(flipped))[0] == 403
+    extended = _tamper(url, "expires", lambda s: str(int(s) + 3600))
+    assert (await sut.follow_get(extended))[0] == 403
+    # the same signature on another object's key is refused
+    other_url = url.replace(key, other)
+    assert (await sut.follow_get(other_url))[0] == 403
+
+
+@pytest.mark.parametrize("kind", HMAC_SIGNED)
+async def test_signed_put_is_bound_to_type_and_length(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key, body = new_key(), png(11)
+    signed = await sut.store.create_signed_put_url(
+        key, content_type="image/png", content_length=len(body), expires_in=60
+    )
+    wrong_type = {**signed.headers, "Content-Type": "text/html"}
+    assert await sut.follow_put(signed.url, wrong_type, body) in (400, 403)
+    assert not (await sut.store.head(key)).exists
+    assert await sut.follow_put(signed.url, signed.headers, body) == 200
+    assert await _read(sut.store, key) == body
+
+
+@pytest.mark.parametrize("kind", ["moto"])
+async def test_s3_objects_are_private(kind: str, make_store: MakeStore, png: Any, new_key: Any) -> None:
+    sut = await make_store(kind)
+    key = new_key()
+    await sut.store.put(key, png(12), content_type="image/png")
+    assert sut.peer is not None
+    acl = sut.peer.client().get_object_acl(Bucket=sut.bucket, Key=key)
+    grantees = [grant["Grantee"].get("URI", "") for grant in acl["Grants"]]
+    assert not any("AllUsers" in uri or "AuthenticatedUsers" in uri for uri in grantees)
+
+
+@pytest.mark.parametrize("kind", ["moto", "s3rver"])
+async def test_s3_presigned_urls_sign_what_they_bind(
+    kind: str, make_store: MakeStore, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key = new_key()
+    get_url = await sut.store.create_signed_get_url(key, 300)
+    query = {k.lower(): v[0] for k, v in parse_qs(urlsplit(get_url).query).items()}
+    assert query["x-amz-algorithm"] == "AWS4-HMAC-SHA256"
+    assert query["x-amz-expires"] == "300"
+    assert query["response-content-type"] == "image/png"
+    assert query["response-content-disposition"].startswith("inline")
+    assert "x-amz-acl" not in query
+    put = await sut.store.create_signed_put_url(
+        key, content_type="image/png", content_length=123, expires_in=60
+    )
+    put_query = {k.lower(): v[0] for k, v in parse_qs(urlsplit(put.url).query).items()}
+    assert set(put_query["x-amz-signedheaders"].split(";")) >= {"content-length", "content-type", "host"}
+    assert put_query["x-amz-expires"] == "60"
+    assert put.headers == {"Content-Type": "image/png", "Content-Length": "123"}
