@@ -326,7 +326,7 @@ class VaultRepository:
             .where(VaultGrant.grantee_identity == owner)
             .order_by(Vault.owner_identity, func.lower(Vault.handle))
         )
-        result.extend(_vault_record(row, permission) for row, permission in shared.tuples())
+        result.extend(_vault_record(row, permission) for row, permission in shared.all())
         return result
 
     async def resolve(self, identity: str, handle: str) -> VaultRecord:

@@ -1,0 +1,199 @@
+"""Repositories: the identity plane, and projects/folders strictly inside a VaultScope."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_db import Conflict, Database, FolderTreeError, InvalidInput, NotFound, VaultScope
+from memory_db.ids import is_valid_id
+
+A, B, C = "alice@example.com", "bob@example.com", "carol@example.com"
+SA = VaultScope(A, f"{A}/Library")
+SB = VaultScope(B, f"{B}/Library")
+
+
+async def _identities(database: Database, *owners: str) -> None:
+    async with database.unit_of_work() as uow:
+        for owner in owners:
+            await uow.identities.create(owner, 1000)
+
+
+async def test_identity_gets_namespace_and_default_vault(database: Database) -> None:
+    async with database.unit_of_work() as uow:
+        record = await uow.identities.create("  Alice@Example.COM ", 5000)
+        assert record.owner_identity == A and record.quota_bytes == 5000
+        assert is_valid_id(record.namespace_id, "ans")
+        vaults = await uow.vaults.accessible(A)
+    assert [(v.handle, v.physical_vault, v.permission) for v in vaults] == [
+        ("Library", f"{A}/Library", "owner")
+    ]
+
+
+@pytest.mark.parametrize("bad", ["", "not-an-email", "a@b", "x" * 250 + "@example.com", "a b@example.com"])
+async def test_identity_must_be_an_email(database: Database, bad: str) -> None:
+    with pytest.raises(InvalidInput):
+        async with database.unit_of_work() as uow:
+            await uow.identities.create(bad, 1)
+
+
+async def test_duplicate_identity_conflicts(database: Database) -> None:
+    await _identities(database, A)
+    with pytest.raises(Conflict):
+        await _identities(database, "ALICE@example.com")
+
+
+async def test_api_key_lifecycle(database: Database) -> None:
+    await _identities(database, A)
+    async with database.unit_of_work() as uow:
+        record, secret = await uow.api_keys.create(A, ["read", "write", "read"], label="laptop")
+    assert secret.startswith("mk_") and len(secret) > 40
+    assert record.scopes == ("read", "write")
+    async with database.unit_of_work() as uow:
+        stored = await uow.session.execute(
+            __import__("sqlalchemy").text("SELECT key_hash FROM mem_api_keys")
+        )
+        hashes = [row[0] for row in stored]
+        assert secret not in hashes and len(hashes[0]) == 64
+        resolved = await uow.api_keys.resolve(secret)
+        assert resolved is not None and resolved.id == record.id
+        assert await uow.api_keys.resolve(secret + "x") is None
+        assert await uow.api_keys.resolve("not-a-key") is None
+        await uow.api_keys.touch(record.id)
+    async with database.unit_of_work() as uow:
+        (listed,) = await uow.api_keys.list_for(A)
+        assert listed.last_used_at is not None
+        await uow.api_keys.revoke(record.id)
+        await uow.api_keys.revoke(record.id)  # idempotent
+    async with database.unit_of_work() as uow:
+        assert await uow.api_keys.resolve(secret) is None
+
+
+@pytest.mark.parametrize("scopes", [[], ["root"], ["read", "sudo"]])
+async def test_api_key_scopes_are_validated(database: Database, scopes: list[str]) -> None:
+    await _identities(database, A)
+    with pytest.raises(InvalidInput):
+        async with database.unit_of_work() as uow:
+            await uow.api_keys.create(A, scopes)
+
+
+async def test_vault_sharing_and_resolution(database: Database) -> None:
+    await _identities(database, A, B, C)
+    async with database.unit_of_work() as uow:
+        await uow.vaults.create(A, "Work")
+        await uow.vaults.grant(A, "work", B, "read")
+    async with database.unit_of_work() as uow:
+        shared = await uow.vaults.resolve(B, f"{A}/Work")
+        assert shared.permission == "read" and shared.scope == VaultScope(A, f"{A}/Work")
+        own = await uow.vaults.resolve(A, "WORK")
+        assert own.is_owner
+        with pytest.raises(NotFound):  # not shared with carol
+            await uow.vaults.resolve(C, f"{A}/Work")
+        with pytest.raises(NotFound):  # shared vault is not alice's Library
+            await uow.vaults.resolve(B, f"{A}/Library")
+        with pytest.raises(NotFound):
+            await uow.vaults.resolve(B, "Work")  # bob has no own vault called Work
+        handles = [(v.owner_identity, v.handle, v.permission) for v in await uow.vaults.accessible(B)]
+        assert handles == [(B, "Library", "owner"), (A, "Work", "read")]
+        await uow.vaults.grant(A, "Work", B, "write")  # upgrade in place
+        assert (await uow.vaults.resolve(B, f"{A}/work")).permission == "write"
+
+
+@pytest.mark.parametrize("handle", ["", "a/b", " x", "x ", "\x00", "y" * 65])
+async def test_vault_handles_are_validated(database: Database, handle: str) -> None:
+    await _identities(database, A)
+    with pytest.raises(InvalidInput):
+        async with database.unit_of_work() as uow:
+            await uow.vaults.create(A, handle)
+
+
+async def test_vault_names_unique_per_owner(database: Database) -> None:
+    await _identities(database, A)
+    with pytest.raises(Conflict):
+        async with database.unit_of_work() as uow:
+            await uow.vaults.create(A, "library")
+
+
+async def test_grant_rules(database: Database) -> None:
+    await _identities(database, A, B)
+    async with database.unit_of_work() as uow:
+        with pytest.raises(InvalidInput):
+            await uow.vaults.grant(A, "Library", B, "owner")
+        with pytest.raises(InvalidInput):
+            await uow.vaults.grant(A, "Library", A, "read")
+        with pytest.raises(NotFound):
+            await uow.vaults.grant(A, "Nope", B, "read")
+        with pytest.raises(NotFound):
+            await uow.vaults.grant(A, "Library", C, "read")
+
+
+async def test_projects_are_invisible_outside_their_scope(database: Database) -> None:
+    await _identities(database, A, B)
+    async with database.unit_of_work() as uow:
+        project = await uow.projects.create(SA, name="Trips", description="d", created_by=A)
+    async with database.unit_of_work() as uow:
+        assert (await uow.projects.get(SA, project.id)).name == "Trips"
+        with pytest.raises(NotFound):
+            await uow.projects.get(SB, project.id)
+        with pytest.raises(NotFound):
+            await uow.projects.get(VaultScope(A, f"{A}/Other"), project.id)
+        with pytest.raises(NotFound):
+            await uow.projects.get(SA, "apr_nonexistent")
+        assert await uow.projects.list([SB]) == []
+        assert [p.id for p in await uow.projects.list([SA, SB])] == [project.id]
+        with pytest.raises(NotFound):
+            await uow.folders.create(SB, project_id=project.id, parent_id=None, name="x")
+
+
+async def test_project_names(database: Database) -> None:
+    await _identities(database, A, B)
+    async with database.unit_of_work() as uow:
+        await uow.projects.create(SA, name=" Trips ", description=None, created_by=A)
+        await uow.projects.create(SB, name="Trips", description=None, created_by=B)
+    for name in ["trips", "TRIPS"]:
+        with pytest.raises(Conflict):
+            async with database.unit_of_work() as uow:
+                await uow.projects.create(SA, name=name, description=None, created_by=A)
+    for bad in ["", "   ", "x" * 121, "tab\there"]:
+        with pytest.raises(InvalidInput):
+            async with database.unit_of_work() as uow:
+                await uow.projects.create(SA, name=bad, description=None, created_by=A)
+    with pytest.raises(InvalidInput):
+        async with database.unit_of_work() as uow:
+            await uow.projects.create(SA, name="ok", description="d" * 2001, created_by=A)
+
+
+async def test_archived_projects(database: Database) -> None:
+    await _identities(database, A)
+    async with database.unit_of_work() as uow:
+        project = await uow.projects.create(SA, name="Old", description=None, created_by=A)
+        await uow.projects.archive(SA, project.id)
+        assert await uow.projects.list([SA]) == []
+        assert [p.status for p in await uow.projects.list([SA], include_archived=True)] == ["archived"]
+        with pytest.raises(Conflict):
+            await uow.folders.create(SA, project_id=project.id, parent_id=None, name="x")
+
+
+async def test_folder_tree_rules_through_repository(database: Database) -> None:
+    await _identities(database, A)
+    async with database.unit_of_work() as uow:
+        project = await uow.projects.create(SA, name="P", description=None, created_by=A)
+        other = await uow.projects.create(SA, name="Q", description=None, created_by=A)
+        chain = []
+        parent = None
+        for depth in range(1, 9):
+            folder = await uow.folders.create(SA, project_id=project.id, parent_id=parent, name=f"d{depth}")
+            chain.append(folder)
+            parent = folder.id
+        with pytest.raises(FolderTreeError, match="8 deep"):
+            await uow.folders.create(SA, project_id=project.id, parent_id=parent, name="d9")
+        with pytest.raises(FolderTreeError, match="under itself"):
+            await uow.folders.move(SA, chain[0].id, chain[4].id)
+        with pytest.raises(Conflict):
+            await uow.folders.create(SA, project_id=project.id, parent_id=None, name="D1")
+        with pytest.raises(NotFound):  # a parent from another project
+            await uow.folders.create(SA, project_id=other.id, parent_id=chain[0].id, name="x")
+        # the failed writes changed nothing; the transaction is still usable
+        moved = await uow.folders.move(SA, chain[7].id, None)
+        assert moved.parent_id is None
+        names = sorted(f.name for f in await uow.folders.list(SA, project.id))
+    assert names == [f"d{i}" for i in range(1, 9)]

@@ -1,0 +1,93 @@
+"""Object keys (§7.2) and opaque ids."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from memory_db import InvalidStorageKey, is_valid_id, new_id
+from memory_db.storage import build_object_key, content_type_for_key, validate_object_key
+
+KEY_RE = re.compile(
+    r"^[a-z0-9][a-z0-9-]{0,31}/tenants/ans_[a-z2-7]{26}/objects/aob_[a-z2-7]{26}/"
+    r"(original\.(jpg|png|webp|gif)|preview\.webp)$"
+)
+
+
+def test_ids_are_prefixed_unique_and_opaque() -> None:
+    ids = {new_id("ast") for _ in range(2000)}
+    assert len(ids) == 2000
+    assert all(is_valid_id(i, "ast") for i in ids)
+    assert not is_valid_id(next(iter(ids)), "aob")
+
+
+@pytest.mark.parametrize(
+    "value", ["", "ast_", "ast_" + "a" * 25, "ast_" + "A" * 26, "ast_" + "1" * 26, None, 7, "xyz_" + "a" * 26]
+)
+def test_malformed_ids_are_rejected(value: object) -> None:
+    assert not is_valid_id(value, "ast")
+
+
+def test_unknown_prefix_is_refused() -> None:
+    with pytest.raises(ValueError, match="prefix"):
+        new_id("zzz")
+
+
+@given(
+    identity=st.emails(),
+    filename=st.text(min_size=1, max_size=40),
+    project=st.text(min_size=1, max_size=40),
+    folder=st.text(min_size=1, max_size=40),
+    ext=st.sampled_from(["jpg", "png", "webp", "gif"]),
+    variant=st.sampled_from(["original", "preview"]),
+    env=st.from_regex(r"[a-z0-9][a-z0-9-]{0,31}", fullmatch=True),
+)
+def test_keys_never_contain_caller_values(
+    identity: str, filename: str, project: str, folder: str, ext: str, variant: str, env: str
+) -> None:
+    namespace, obj = new_id("ans"), new_id("aob")
+    key = build_object_key(env, namespace, obj, variant, ext)  # type: ignore[arg-type]
+    assert KEY_RE.fullmatch(key)
+    assert validate_object_key(key) == key
+    # The key is a function of server values only: env, namespace id, object id, variant.
+    filename_part = "preview.webp" if variant == "preview" else f"original.{ext}"
+    assert key == f"{env}/tenants/{namespace}/objects/{obj}/{filename_part}"
+    for value in (identity, filename, project, folder):
+        if len(value) >= 3 and value not in (env, "tenants", "objects"):
+            assert value not in key.replace(namespace, "").replace(obj, "").split("/")
+    assert "@" not in key
+
+
+@given(st.text(max_size=200))
+def test_arbitrary_strings_are_not_accepted_as_keys(value: str) -> None:
+    if KEY_RE.fullmatch(value):
+        return  # hypothesis found a string of the exact server shape: that one is valid
+    with pytest.raises(InvalidStorageKey):
+        validate_object_key(value)
+
+
+@given(st.text(min_size=1, max_size=60))
+def test_caller_values_cannot_stand_in_for_server_ids(value: str) -> None:
+    with pytest.raises(InvalidStorageKey):
+        build_object_key("production", value, new_id("aob"), "original", "png")
+    with pytest.raises(InvalidStorageKey):
+        build_object_key("production", new_id("ans"), value, "original", "png")
+
+
+@pytest.mark.parametrize(
+    ("env", "variant", "ext"),
+    [("Prod", "original", "png"), ("", "original", "png"), ("p/x", "original", "png"),
+     ("p", "original", "svg"), ("p", "thumb", "png"), ("p", "original", "../png")],
+)
+def test_builder_rejects_bad_parts(env: str, variant: str, ext: str) -> None:
+    with pytest.raises(InvalidStorageKey):
+        build_object_key(env, new_id("ans"), new_id("aob"), variant, ext)  # type: ignore[arg-type]
+
+
+def test_content_type_follows_the_key() -> None:
+    ns, obj = new_id("ans"), new_id("aob")
+    assert content_type_for_key(build_object_key("p", ns, obj, "original", "jpg")) == "image/jpeg"
+    assert content_type_for_key(build_object_key("p", ns, obj, "preview")) == "image/webp"

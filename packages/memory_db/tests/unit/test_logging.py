@@ -1,0 +1,82 @@
+"""Log redaction: no image bytes, base64, signed URLs, keys or raw identities reach a log."""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+
+import pytest
+import structlog
+
+from memory_db.logs import configure_logging, identity_digest, redact_event, redact_text
+
+SIGNED = (
+    "https://bucket.s3.amazonaws.com/production/tenants/ans_x/objects/aob_y/original.png"
+    "?X-Amz-Algorithm=AWS4-HMAC-SHA256&X-Amz-Signature=deadbeef&X-Amz-Expires=300"
+)
+LOCAL_SIGNED = "http://127.0.0.1:8765/objects/p/original.png?expires=1&signature=abcDEF"
+API_KEY = "mk_" + "A1b2C3d4" * 5
+B64 = base64.b64encode(bytes(range(256)) * 4).decode()
+
+
+def _redact(**event: object) -> dict[str, object]:
+    return dict(redact_event(None, "info", dict(event)))
+
+
+def test_sensitive_keys_are_masked() -> None:
+    out = _redact(api_key=API_KEY, authorization="Bearer x", jina_api_keys=["a", "b"], secret="s")
+    assert out["api_key"] == out["authorization"] == out["jina_api_keys"] == out["secret"] == "[redacted]"
+
+
+def test_bytes_are_replaced_by_their_length() -> None:
+    assert _redact(body=b"\x89PNG....")["body"] == "[8 bytes]"
+    assert _redact(chunk=memoryview(b"abc"))["chunk"] == "[3 bytes]"
+
+
+def test_base64_and_data_urls_are_removed() -> None:
+    out = _redact(image_base64=B64, note=f"got {B64} from caller", url="data:image/png;base64," + B64)
+    assert B64 not in json.dumps(out)
+    assert B64[:100] not in json.dumps(out)
+
+
+def test_signed_url_queries_are_removed() -> None:
+    out = _redact(url=SIGNED, message=f"preview at {LOCAL_SIGNED}")
+    text = json.dumps(out)
+    assert "X-Amz-Signature" not in text and "deadbeef" not in text
+    assert "signature=abcDEF" not in text
+    assert "original.png" in text  # the path (opaque ids) stays useful
+
+
+def test_identities_become_digests() -> None:
+    out = _redact(owner_identity="Alice@Example.com", event="granted to bob@example.com")
+    assert out["owner_identity"] == identity_digest("alice@example.com")
+    assert "bob@example.com" not in str(out["event"])
+    assert identity_digest("bob@example.com") in str(out["event"])
+
+
+def test_api_keys_in_free_text_are_masked() -> None:
+    assert API_KEY not in redact_text(f"failed with key {API_KEY}")
+
+
+def test_nested_structures_are_redacted() -> None:
+    out = _redact(detail={"request": {"headers": {"authorization": "Bearer t"}, "body": b"xx"}})
+    assert out["detail"] == {"request": {"headers": {"authorization": "[redacted]"}, "body": "[2 bytes]"}}
+
+
+def test_configured_pipeline_redacts_stdlib_and_structlog_records(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("json", "info")
+    try:
+        structlog.get_logger("t").info("saved", owner="carol@example.com", url=SIGNED, api_key=API_KEY)
+        logging.getLogger("other").warning("presented %s for dave@example.com", API_KEY)
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
+    err = capsys.readouterr().err
+    lines = [json.loads(line) for line in err.splitlines() if line.strip()]
+    assert len(lines) == 2
+    assert "carol@example.com" not in err and "dave@example.com" not in err
+    assert API_KEY not in err and "deadbeef" not in err
+    assert lines[0]["event"] == "saved"

@@ -1,0 +1,161 @@
+"""Configuration: defaults, validation naming the variable, data-dir safety."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from memory_db import ConfigurationError, load_settings
+from memory_db.datadir import check_data_dir
+
+SPEC_DEFAULTS = {
+    "asset_storage_provider": "local",
+    "asset_s3_force_path_style": False,
+    "asset_storage_env_prefix": "production",
+    "asset_signed_get_ttl_seconds": 300,
+    "asset_signed_put_ttl_seconds": 900,
+    "asset_max_bytes": 20_971_520,
+    "asset_max_decoded_pixels": 40_000_000,
+    "asset_preview_max_edge": 2048,
+    "asset_delete_grace_hours": 168,
+    "asset_embed_index": "memory_assets_v1",
+    "asset_embed_model": "jina-embeddings-v5-omni-small",
+    "asset_embed_dim": 1024,
+    "asset_embed_worker_concurrency": None,
+    "asset_embed_provider": "local",
+    "jina_base_url": "https://api.jina.ai/v1",
+}
+
+
+@pytest.fixture(autouse=True)
+def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import os
+
+    for name in list(os.environ):
+        if name.startswith(("ASSET_", "MEMORY_", "JINA_")):
+            monkeypatch.delenv(name)
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+
+
+def test_defaults(tmp_path: Path) -> None:
+    settings = load_settings()
+    for name, value in SPEC_DEFAULTS.items():
+        assert getattr(settings, name) == value, name
+    assert settings.memory_data_dir == tmp_path / "xdg" / "mcp-memory"
+    assert settings.uses_embedded_database
+    assert settings.postgres_dir == settings.memory_data_dir / "postgres"
+
+
+def test_empty_values_mean_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSET_EMBED_WORKER_CONCURRENCY", "")
+    assert load_settings().asset_embed_worker_concurrency is None
+
+
+def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSET_MAX_BYTES", "1000")
+    monkeypatch.setenv("JINA_API_KEYS", "k1, k2,,k3")
+    monkeypatch.setenv("ASSET_EMBED_PROVIDER", "jina")
+    settings = load_settings()
+    assert settings.asset_max_bytes == 1000
+    assert [k.get_secret_value() for k in settings.jina_api_keys] == ["k1", "k2", "k3"]
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("ASSET_MAX_BYTES", "-1", "ASSET_MAX_BYTES"),
+        ("ASSET_MAX_BYTES", "lots", "ASSET_MAX_BYTES"),
+        ("ASSET_STORAGE_PROVIDER", "ftp", "ASSET_STORAGE_PROVIDER"),
+        ("ASSET_SIGNED_GET_TTL_SECONDS", "86400", "ASSET_SIGNED_GET_TTL_SECONDS"),
+        ("ASSET_STORAGE_ENV_PREFIX", "Prod/../x", "ASSET_STORAGE_ENV_PREFIX"),
+        ("ASSET_EMBED_INDEX", "drop table", "ASSET_EMBED_INDEX"),
+        ("ASSET_S3_ENDPOINT", "ftp://x", "ASSET_S3_ENDPOINT"),
+        ("ASSET_S3_ENDPOINT", "https://user:pw@host", "ASSET_S3_ENDPOINT"),
+        ("JINA_BASE_URL", "http://api.jina.ai/v1", "JINA_BASE_URL"),
+        ("MEMORY_DATABASE_URL", "mysql://x/y", "MEMORY_DATABASE_URL"),
+        ("ASSET_EMBED_PROVIDER", "openai", "ASSET_EMBED_PROVIDER"),
+        ("ASSET_EMBED_PROVIDER", "jina", "JINA_API_KEYS"),
+        ("ASSET_STORAGE_PROVIDER", "s3", "ASSET_S3_BUCKET"),
+        ("MEMORY_LOG_FORMAT", "xml", "MEMORY_LOG_FORMAT"),
+        ("ASSET_FEATURE_ENABLED", "perhaps", "ASSET_FEATURE_ENABLED"),
+    ],
+)
+def test_invalid_values_name_the_variable(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError, match=message):
+        load_settings()
+
+
+def test_loopback_http_allowed_for_jina_base_url(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JINA_BASE_URL", "http://127.0.0.1:9999/v1")
+    assert load_settings().jina_base_url == "http://127.0.0.1:9999/v1"
+
+
+def test_s3_credentials_come_in_pairs(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASSET_STORAGE_PROVIDER", "s3")
+    monkeypatch.setenv("ASSET_S3_BUCKET", "b")
+    monkeypatch.setenv("ASSET_S3_REGION", "r")
+    monkeypatch.setenv("ASSET_S3_ACCESS_KEY_ID", "id")
+    with pytest.raises(ConfigurationError, match="ASSET_S3_SECRET_ACCESS_KEY"):
+        load_settings()
+
+
+def test_secrets_do_not_show_in_repr(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_API_KEY", "mk_supersecretvalue")
+    assert "supersecret" not in repr(load_settings())
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/home/u/Dropbox/memory",
+        "/home/u/Dropbox (Team)/memory",
+        "/home/u/OneDrive - Contoso/memory",
+        "/home/u/OneDrive/memory",
+        "/Users/u/Library/CloudStorage/GoogleDrive-u@example.com/My Drive/m",
+        "/Users/u/Google Drive/m",
+        "/Users/u/Library/Mobile Documents/com~apple~CloudDocs/m",
+        "/Users/u/iCloud Drive/m",
+    ],
+)
+def test_cloud_sync_folders_are_refused(path: str) -> None:
+    with pytest.raises(ValueError, match="cloud-sync"):
+        check_data_dir(Path(path), mounts_text="")
+
+
+def test_cloud_sync_refusal_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEMORY_DATA_DIR", "/home/u/Dropbox/memory")
+    with pytest.raises(ConfigurationError, match="MEMORY_DATA_DIR.*cloud-sync"):
+        load_settings()
+
+
+MOUNTS = """\
+/dev/sda1 / ext4 rw 0 0
+server:/export /mnt/nfs nfs4 rw 0 0
+//nas/share /mnt/smb\\040share cifs rw 0 0
+sshfs#host: /mnt/remote fuse.sshfs rw 0 0
+/dev/sdb1 /mnt/nfs/local ext4 rw 0 0
+"""
+
+
+@pytest.mark.parametrize(
+    ("path", "refused"),
+    [
+        ("/mnt/nfs/memory", True),
+        ("/mnt/smb share/memory", True),
+        ("/mnt/remote/x", True),
+        ("/mnt/nfs/local/memory", False),  # a local disk mounted inside the NFS tree
+        ("/home/u/.local/share/mcp-memory", False),
+        ("/mnt/nfsx/memory", False),  # a sibling name, not under the mount
+        ("/home/u/Dropboxes/memory", False),
+    ],
+)
+def test_network_filesystems_are_refused(path: str, refused: bool) -> None:
+    if refused:
+        with pytest.raises(ValueError, match="network filesystem"):
+            check_data_dir(Path(path), mounts_text=MOUNTS)
+    else:
+        check_data_dir(Path(path), mounts_text=MOUNTS)
