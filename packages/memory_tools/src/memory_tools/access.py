@@ -1,0 +1,89 @@
+"""Authorisation (§7.1): API key → identity → vault handle → scope, with the permission checked.
+
+Callers never supply an owner, a physical vault, a namespace or a key: those come from here.
+Another owner's vault that is not shared with the caller is *not found*, exactly like a vault
+that does not exist; a shared vault the caller may see but not change is *forbidden*.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from memory_db import NotFound, UnitOfWork, VaultRecord
+
+from memory_tools.errors import Forbidden, NotFoundFailure, Unauthenticated
+
+Need = Literal["read", "write", "destructive"]
+
+# Which vault permissions allow which kind of operation.
+_VAULT_AUTHORITY: dict[Need, frozenset[str]] = {
+    "read": frozenset({"owner", "admin", "write", "read"}),
+    "write": frozenset({"owner", "admin", "write"}),
+    "destructive": frozenset({"owner", "admin", "write"}),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated caller: the identity behind a key and the key's scopes."""
+
+    identity: str
+    key_id: str
+    scopes: frozenset[str]
+
+    def has_scope(self, scope: str) -> bool:
+        """Whether the key carries ``scope``."""
+        return scope in self.scopes
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedVault:
+    """A vault the caller may use for the requested kind of operation."""
+
+    record: VaultRecord
+    display_handle: str
+
+
+def display_handle(vault: VaultRecord, viewer: str) -> str:
+    """How ``viewer`` names ``vault``: ``Library`` for their own, ``owner/Library`` if shared."""
+    return vault.handle if vault.owner_identity == viewer else f"{vault.owner_identity}/{vault.handle}"
+
+
+async def authenticate(uow: UnitOfWork, api_key: str | None) -> Caller:
+    """Resolve a presented API key; raise ``Unauthenticated`` for none, unknown or revoked."""
+    if not api_key:
+        raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
+    record = await uow.api_keys.resolve(api_key)
+    if record is None:
+        raise Unauthenticated("the API key is unknown or revoked")
+    await uow.api_keys.touch(record.id)
+    return Caller(record.owner_identity, record.id, frozenset(record.scopes))
+
+
+def require_scope(caller: Caller, need: Need) -> None:
+    """Raise ``Forbidden`` unless the key carries the scope ``need`` requires."""
+    if not caller.has_scope(need):
+        raise Forbidden(f"this API key lacks the '{need}' scope")
+
+
+async def resolve_vault(uow: UnitOfWork, caller: Caller, handle: str, need: Need) -> ResolvedVault:
+    """Resolve ``handle`` for ``caller`` and check scope and vault authority for ``need``."""
+    require_scope(caller, need)
+    try:
+        vault = await uow.vaults.resolve(caller.identity, handle)
+    except NotFound:
+        raise NotFoundFailure(f"vault {handle!r} not found") from None
+    if vault.permission not in _VAULT_AUTHORITY[need]:
+        raise Forbidden(f"you have {vault.permission} access to this vault; {need} is needed")
+    return ResolvedVault(vault, display_handle(vault, caller.identity))
+
+
+async def readable_vaults(uow: UnitOfWork, caller: Caller) -> list[ResolvedVault]:
+    """Every vault the caller may read."""
+    require_scope(caller, "read")
+    return [
+        ResolvedVault(v, display_handle(v, caller.identity))
+        for v in await uow.vaults.accessible(caller.identity)
+        if v.permission in _VAULT_AUTHORITY["read"]
+    ]

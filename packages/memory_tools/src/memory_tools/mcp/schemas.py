@@ -1,0 +1,59 @@
+"""Public output shapes of the memory tools: camelCase on the wire, strict."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
+
+
+class WireModel(BaseModel):
+    """camelCase aliases, both spellings accepted in Python, unknown fields rejected."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        serialize_by_alias=True,
+        extra="forbid",
+        frozen=True,
+    )
+
+
+class ProjectOut(WireModel):
+    """A project."""
+
+    project_id: str = Field(description="Opaque project id (apr_...).")
+    vault: str = Field(description="The vault handle as the caller names it.")
+    name: str
+    description: str | None
+    status: str = Field(description="active or archived.")
+    created_at: datetime
+    updated_at: datetime
+
+
+class ProjectListOut(WireModel):
+    """Projects visible to the caller."""
+
+    projects: list[ProjectOut]
+
+
+class FolderOut(WireModel):
+    """A folder with its presentation path."""
+
+    folder_id: str = Field(description="Opaque folder id (afl_...).")
+    project_id: str
+    parent_id: str | None = Field(description="Parent folder id; null at the project root.")
+    vault: str
+    name: str
+    path: str = Field(description="Presentation path such as /Trips/2026 (never a storage key).")
+    depth: int = Field(description="1 for a folder at the project root, at most 8.")
+    created_at: datetime
+
+
+class FolderTreeOut(WireModel):
+    """A project's folder tree, depth-first with siblings by name."""
+
+    vault: str
+    project_id: str
+    folders: list[FolderOut]

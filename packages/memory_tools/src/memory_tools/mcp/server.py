@@ -1,0 +1,34 @@
+"""Build the standalone memory MCP server from services."""
+
+from __future__ import annotations
+
+from fastmcp import FastMCP
+from fastmcp.server.auth import AuthProvider
+
+from memory_tools.mcp.tools import build_memory_tools
+from memory_tools.mcp.validation import InvalidInputMiddleware
+from memory_tools.services import MemoryServices
+
+INSTRUCTIONS = (
+    "Image memory: organise saved images in vaults, projects and folders, and find them again. "
+    "Vault handles: 'Library' (your default vault), your other vaults by name, or "
+    "'owner@example.com/Name' for vaults shared with you. Errors start with a stable code "
+    "(not_found, forbidden, conflict, invalid_input, unauthenticated, feature_disabled)."
+)
+
+
+def build_memory_server(
+    services: MemoryServices, *, name: str = "image-memory", auth: AuthProvider | None = None
+) -> FastMCP:
+    """A FastMCP server with every memory tool registered."""
+    server = FastMCP(
+        name,
+        instructions=INSTRUCTIONS,
+        auth=auth,
+        mask_error_details=True,
+        strict_input_validation=True,
+        middleware=[InvalidInputMiddleware()],
+    )
+    for tool in build_memory_tools(services):
+        server.add_tool(tool)
+    return server

@@ -1,0 +1,223 @@
+"""The memory tools (§15.1) as fastmcp ``Tool`` objects, built once and registered on any server.
+
+Every call: feature flag → presented key (HTTP bearer, else the stdio server's
+``MEMORY_API_KEY``) → one unit of work that authenticates, authorises and acts. A failure rolls
+the transaction back and reaches the caller as ``ToolError("<code>: <message>")``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated, TypeVar
+
+from fastmcp.exceptions import ToolError
+from fastmcp.server.dependencies import get_access_token
+from fastmcp.tools import Tool
+from mcp_types import ToolAnnotations
+from pydantic import Field
+
+from memory_db import UnitOfWork, get_logger
+
+from memory_tools import projects
+from memory_tools.access import Caller, authenticate
+from memory_tools.errors import FeatureDisabled, ToolFailure
+from memory_tools.mcp.schemas import (
+    FolderOut,
+    FolderTreeOut,
+    ProjectListOut,
+    ProjectOut,
+)
+from memory_tools.projects import FolderView, ProjectView
+from memory_tools.services import MemoryServices
+
+T = TypeVar("T")
+log = get_logger(__name__)
+
+# Tools whose successes and denials are written to the provenance ledger (§21).
+AUDITED_OPERATIONS = {
+    "image_project_create": "asset_project_create",
+    "image_folder_create": "asset_folder_create",
+}
+
+VaultParam = Annotated[
+    str,
+    Field(
+        min_length=1,
+        max_length=400,
+        description="Vault handle: 'Library', another of your vaults, or 'owner@example.com/Name' "
+        "for a vault shared with you.",
+    ),
+]
+ProjectIdParam = Annotated[str, Field(min_length=1, max_length=64, description="Project id (apr_...).")]
+NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
+
+
+def _annotations(title: str, *, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations:
+    return ToolAnnotations(
+        title=title,
+        read_only_hint=read_only,
+        destructive_hint=destructive,
+        idempotent_hint=idempotent,
+        open_world_hint=False,
+    )
+
+
+def _presented_key(services: MemoryServices) -> str | None:
+    token = get_access_token()
+    if token is not None:
+        return token.token
+    return services.default_api_key
+
+
+async def run_authorised(
+    services: MemoryServices,
+    tool: str,
+    action: Callable[[UnitOfWork, Caller], Awaitable[T]],
+) -> T:
+    """Authenticate the caller and run ``action`` in one transaction; map failures to errors."""
+    caller: Caller | None = None
+    try:
+        if not services.settings.asset_feature_enabled:
+            raise FeatureDisabled("image memory is switched off (ASSET_FEATURE_ENABLED=false)")
+        async with services.database.unit_of_work() as uow:
+            caller = await authenticate(uow, _presented_key(services))
+            return await action(uow, caller)
+    except ToolFailure as failure:
+        log.info("tool_refused", tool=tool, code=failure.code)
+        operation = AUDITED_OPERATIONS.get(tool)
+        if failure.code == "forbidden" and caller is not None and operation is not None:
+            # The refused transaction rolled back; the denial is recorded on its own.
+            async with services.database.unit_of_work() as uow:
+                await uow.provenance.record(
+                    operation,
+                    actor_identity=caller.identity,
+                    outcome="denied",
+                    detail={"tool": tool, "code": failure.code},
+                )
+        raise ToolError(str(failure)) from None
+
+
+def _project_out(view: ProjectView) -> ProjectOut:
+    return ProjectOut(
+        project_id=view.project_id,
+        vault=view.vault,
+        name=view.name,
+        description=view.description,
+        status=view.status,
+        created_at=view.created_at,
+        updated_at=view.updated_at,
+    )
+
+
+def _folder_out(view: FolderView, vault: str) -> FolderOut:
+    return FolderOut(
+        folder_id=view.folder_id,
+        project_id=view.project_id,
+        parent_id=view.parent_id,
+        vault=vault,
+        name=view.name,
+        path=view.path,
+        depth=view.depth,
+        created_at=view.created_at,
+    )
+
+
+def build_memory_tools(services: MemoryServices) -> list[Tool]:
+    """The memory tools bound to ``services``; register the same objects on every server."""
+
+    async def image_project_create(
+        name: NameParam,
+        vault: VaultParam = "Library",
+        description: Annotated[str | None, Field(max_length=2000)] = None,
+    ) -> ProjectOut:
+        """Create a project in a vault you may write. Project names are unique per vault."""
+
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
+            view = await projects.create_project(
+                uow, caller, vault=vault, name=name, description=description
+            )
+            return _project_out(view)
+
+        return await run_authorised(services, "image_project_create", action)
+
+    async def image_project_list(
+        vault: Annotated[
+            str | None,
+            Field(max_length=400, description="A vault handle; omit to list every vault you may read."),
+        ] = None,
+        includeArchived: bool = False,  # noqa: N803 - public camelCase contract
+    ) -> ProjectListOut:
+        """List projects in one vault, or in every vault you may read (each names its vault)."""
+
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectListOut:
+            views = await projects.list_projects(
+                uow, caller, vault=vault, include_archived=includeArchived
+            )
+            return ProjectListOut(projects=[_project_out(v) for v in views])
+
+        return await run_authorised(services, "image_project_list", action)
+
+    async def image_folder_create(
+        projectId: ProjectIdParam,  # noqa: N803
+        name: NameParam,
+        vault: VaultParam = "Library",
+        parentId: Annotated[  # noqa: N803
+            str | None, Field(max_length=64, description="Parent folder id; omit for the project root.")
+        ] = None,
+    ) -> FolderOut:
+        """Create a folder in a project (at most 8 levels deep; names unique among siblings)."""
+
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderOut:
+            view, handle = await projects.create_folder(
+                uow, caller, vault=vault, project_id=projectId, parent_id=parentId, name=name
+            )
+            return _folder_out(view, handle)
+
+        return await run_authorised(services, "image_folder_create", action)
+
+    async def image_folder_list(
+        projectId: ProjectIdParam,  # noqa: N803
+        vault: VaultParam = "Library",
+    ) -> FolderTreeOut:
+        """List a project's folder tree, depth-first, with each folder's path and depth."""
+
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderTreeOut:
+            views, handle = await projects.list_folders(
+                uow, caller, vault=vault, project_id=projectId
+            )
+            return FolderTreeOut(
+                vault=handle, project_id=projectId, folders=[_folder_out(v, handle) for v in views]
+            )
+
+        return await run_authorised(services, "image_folder_list", action)
+
+    return [
+        Tool.from_function(
+            image_project_create,
+            title="Create image project",
+            annotations=_annotations(
+                "Create image project", read_only=False, destructive=False, idempotent=False
+            ),
+        ),
+        Tool.from_function(
+            image_project_list,
+            title="List image projects",
+            annotations=_annotations(
+                "List image projects", read_only=True, destructive=False, idempotent=True
+            ),
+        ),
+        Tool.from_function(
+            image_folder_create,
+            title="Create image folder",
+            annotations=_annotations(
+                "Create image folder", read_only=False, destructive=False, idempotent=False
+            ),
+        ),
+        Tool.from_function(
+            image_folder_list,
+            title="List image folders",
+            annotations=_annotations(
+                "List image folders", read_only=True, destructive=False, idempotent=True
+            ),
+        ),
+    ]

@@ -1,0 +1,74 @@
+"""Fixtures: services on a fresh database, identities with keys, in-process MCP clients."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+
+from memory_db import Database, MemorySettings
+from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
+from memory_tools import MemoryServices, admin, build_memory_server
+
+
+@dataclass
+class Person:
+    email: str
+    key: str
+    key_id: str
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> MemorySettings:
+    return MemorySettings(memory_data_dir=tmp_path / "data")
+
+
+@pytest.fixture
+def services(database: Database, settings: MemorySettings) -> MemoryServices:
+    store = InMemoryAssetObjectStore(UrlSigner(hashlib.sha256(b"t").digest()))
+    return MemoryServices(database=database, store=store, settings=settings)
+
+
+@pytest.fixture
+def make_person(database: Database) -> Callable[..., Any]:
+    async def make(email: str, scopes: tuple[str, ...] = ("read", "write", "destructive")) -> Person:
+        try:
+            await admin.create_identity(database, email, 10**9)
+        except Exception:  # noqa: BLE001 - a second key for an existing identity
+            pass
+        new = await admin.create_key(database, email, scopes)
+        return Person(email, new.secret, new.record.id)
+
+    return make
+
+
+@pytest.fixture
+def client_for(services: MemoryServices) -> Callable[[str | None], AbstractAsyncContextManager[Client[Any]]]:
+    """An in-process MCP client acting with ``key`` (as a stdio server would)."""
+
+    def make(key: str | None) -> Client[Any]:
+        scoped = MemoryServices(
+            database=services.database,
+            store=services.store,
+            settings=services.settings,
+            default_api_key=key,
+        )
+        return Client(build_memory_server(scoped))
+
+    return make
+
+
+@pytest.fixture
+async def alice(make_person: Callable[..., Any]) -> AsyncIterator[Person]:
+    yield await make_person("alice@example.com")
+
+
+@pytest.fixture
+async def bob(make_person: Callable[..., Any]) -> AsyncIterator[Person]:
+    yield await make_person("bob@example.com")
