@@ -1,1 +1,16 @@
-"""memory_server."""
+"""memory-server: the standalone image-memory MCP server, its CLI and HTTP routes."""
+
+from memory_server.app import add_http_routes, build_http_server
+from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
+from memory_server.cli import build_parser, main
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "add_http_routes",
+    "build_http_server",
+    "build_parser",
+    "main",
+    "public_base_url",
+    "running",
+]

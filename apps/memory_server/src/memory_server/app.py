@@ -1,0 +1,22 @@
+"""The MCP server of a running process: tools, HTTP auth and plain routes."""
+
+from __future__ import annotations
+
+from fastmcp import FastMCP
+
+from memory_tools import ApiKeyVerifier, MemoryServices, build_memory_server
+from memory_server.http_routes import health_route, object_routes
+
+
+def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
+    """Register the signed-object routes and the health check on ``server``."""
+    for route in [*object_routes(services), health_route()]:
+        methods = sorted((route.methods or set()) - {"HEAD"})
+        server.custom_route(route.path, methods=methods)(route.endpoint)
+
+
+def build_http_server(services: MemoryServices, *, name: str = "image-memory") -> FastMCP:
+    """The memory server for HTTP: bearer API keys on ``/mcp`` plus the plain routes."""
+    server = build_memory_server(services, name=name, auth=ApiKeyVerifier(services.database))
+    add_http_routes(server, services)
+    return server

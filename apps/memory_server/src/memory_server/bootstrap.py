@@ -1,0 +1,42 @@
+"""Wiring: settings → runtime (database, object store) → services. No business logic here."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from memory_db import MemorySettings, Runtime, open_runtime
+from memory_tools import MemoryServices
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8765
+
+
+def public_base_url(settings: MemorySettings, host: str, port: int) -> str:
+    """Where signed object links point: ``MEMORY_PUBLIC_BASE_URL`` or this server's address."""
+    if settings.memory_public_base_url:
+        return settings.memory_public_base_url
+    shown = f"[{host}]" if ":" in host else host
+    return f"http://{shown}:{port}"
+
+
+@asynccontextmanager
+async def running(
+    settings: MemorySettings,
+    *,
+    base_url: str,
+    default_api_key: str | None = None,
+    migrate: bool = False,
+) -> AsyncIterator[tuple[Runtime, MemoryServices]]:
+    """Open the runtime and services for the lifetime of the block, then close them."""
+    runtime = await open_runtime(settings, public_base_url=base_url, migrate=migrate)
+    try:
+        services = MemoryServices(
+            database=runtime.database,
+            store=runtime.store,
+            settings=settings,
+            default_api_key=default_api_key,
+        )
+        yield runtime, services
+    finally:
+        await runtime.close()

@@ -1,0 +1,120 @@
+"""Plain HTTP routes next to ``/mcp``: signed object reads/writes and a health check.
+
+The MCP auth provider does not protect custom routes, so each one checks its own credential:
+object routes accept only an unexpired HMAC signature for exactly that key (and, for PUT, that
+content type and length). Responses never let a browser sniff or run what they serve.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
+from memory_db import (
+    ChecksumMismatch,
+    InvalidStorageKey,
+    MemoryDbError,
+    ObjectNotFound,
+    SignatureError,
+    get_logger,
+)
+from memory_db.storage import OBJECTS_ROUTE, content_type_for_key, read_verified
+from memory_tools import MemoryServices
+
+log = get_logger(__name__)
+
+SAFE_HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "Content-Security-Policy": "default-src 'none'; sandbox",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "private, no-store",
+}
+
+
+def _refuse(status: int, message: str) -> Response:
+    return PlainTextResponse(message, status_code=status, headers=SAFE_HEADERS)
+
+
+def object_routes(services: MemoryServices) -> list[Route]:
+    """Routes serving signed links of a store that signs with our own HMAC (local, in-memory)."""
+    store: Any = services.store
+    if not hasattr(store, "verify_signed_get"):
+        return []  # S3 links go to the bucket's own endpoint
+
+    async def get_object(request: Request) -> Response:
+        key = request.path_params["key"]
+        try:
+            store.verify_signed_get(
+                key, request.query_params.get("expires", ""), request.query_params.get("signature", "")
+            )
+            head = await store.head(key)
+            if not head.exists or not head.checksum_sha256:
+                return _refuse(404, "not found")
+            body = await read_verified(
+                store, key, head.checksum_sha256, max_bytes=services.settings.asset_max_bytes * 2
+            )
+        except (SignatureError, InvalidStorageKey):
+            log.info("signed_read_denied")
+            return _refuse(403, "the link is invalid or has expired")
+        except ObjectNotFound:
+            return _refuse(404, "not found")
+        except ChecksumMismatch:
+            log.error("object_integrity_failure", key=key)
+            return _refuse(500, "the object failed its integrity check")
+        filename = key.rsplit("/", 1)[1]
+        return Response(
+            body,
+            media_type=content_type_for_key(key),
+            headers={**SAFE_HEADERS, "Content-Disposition": f'inline; filename="{filename}"'},
+        )
+
+    async def put_object(request: Request) -> Response:
+        key = request.path_params["key"]
+        content_type = request.headers.get("content-type", "")
+        length_header = request.headers.get("content-length", "")
+        if not length_header.isdigit():
+            return _refuse(411, "Content-Length is required")
+        length = int(length_header)
+        if length > services.settings.asset_max_bytes:
+            return _refuse(413, "too large")
+        try:
+            store.verify_signed_put(
+                key,
+                content_type,
+                length,
+                request.query_params.get("expires", ""),
+                request.query_params.get("signature", ""),
+            )
+        except (SignatureError, InvalidStorageKey):
+            log.info("signed_write_denied")
+            return _refuse(403, "the link is invalid or has expired")
+        body = bytearray()
+        async for chunk in request.stream():
+            body.extend(chunk)
+            if len(body) > length:
+                return _refuse(400, "body is longer than the signed Content-Length")
+        if len(body) != length:
+            return _refuse(400, "body is shorter than the signed Content-Length")
+        try:
+            await store.put(key, bytes(body), content_type=content_type)
+        except MemoryDbError:
+            return _refuse(400, "the object was refused")
+        return Response(status_code=200, headers=SAFE_HEADERS)
+
+    path = OBJECTS_ROUTE + "/{key:path}"
+    return [
+        Route(path, get_object, methods=["GET"]),
+        Route(path, put_object, methods=["PUT"]),
+    ]
+
+
+def health_route() -> Route:
+    """``GET /healthz``: the process is up."""
+
+    async def health(_request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    return Route("/healthz", health, methods=["GET"])
