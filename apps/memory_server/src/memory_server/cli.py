@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
@@ -20,6 +21,14 @@ from memory_tools import ToolFailure, admin, authenticate, build_memory_server
 
 from memory_server.app import build_http_server
 from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
+
+
+class Terminated(Exception):
+    """SIGTERM arrived: unwind so the database pool and embedded server close cleanly."""
+
+
+def _on_sigterm(_signum: int, _frame: object) -> None:
+    raise Terminated
 
 
 def _err(message: str) -> None:
@@ -170,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``memory-server``."""
     args = build_parser().parse_args(argv)
+    # uvicorn restores this handler after its graceful shutdown and re-raises the signal into
+    # it; raising here (instead of dying) lets the runtime close and the embedded server stop.
+    signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         settings = load_settings()
         configure_logging(settings.memory_log_format, settings.memory_log_level)
@@ -188,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ToolFailure as failure:
         _err(f"error: {failure}")
         return 1
+    except Terminated:
+        return 0
     except KeyboardInterrupt:
         return 130
     return 0

@@ -1,0 +1,81 @@
+# Image memory for AI agents: one Makefile, used unchanged by CI (.ci/run).
+# `make help` lists the targets.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+export UV_COMPILE_BYTECODE := 1
+# Keep uv's cache inside the project when none is configured (fresh machines, CI).
+export UV_CACHE_DIR ?= $(CURDIR)/.cache/uv
+UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/.cache/tools/bin/uv)
+HOST ?= 127.0.0.1
+PORT ?= 8765
+S3RVER := tools/s3rver/node_modules/.bin/s3rver
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List every target with what it does
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+
+$(CURDIR)/.cache/tools/bin/uv:
+	@echo "uv not found: installing it with pip into .cache/tools"
+	$(PYTHON) -m pip install --quiet --target $(CURDIR)/.cache/tools/lib uv
+	@mkdir -p $(CURDIR)/.cache/tools/bin
+	@printf '#!/bin/sh\nexec env PYTHONPATH=$(CURDIR)/.cache/tools/lib $(PYTHON) -m uv "$$@"\n' > $@
+	@chmod +x $@
+
+.PHONY: uv
+uv: $(UV) ## Make sure uv is available (installs it with pip when missing)
+
+.PHONY: install
+install: uv ## Install the workspace and dev tools from uv.lock
+	$(UV) sync --frozen --all-packages
+
+$(S3RVER): tools/s3rver/package.json tools/s3rver/package-lock.json
+	cd tools/s3rver && npm ci --no-audit --no-fund --silent
+
+.PHONY: deps-node
+deps-node: $(S3RVER) ## Install the s3rver S3 peer used by the contract tests (npm)
+
+.PHONY: run
+run: install ## Start the memory server (MCP over HTTP) on the embedded default
+	$(UV) run --frozen memory-server serve --transport http --host $(HOST) --port $(PORT)
+
+.PHONY: stdio
+stdio: install ## Start the memory server over stdio (needs MEMORY_API_KEY)
+	$(UV) run --frozen memory-server serve --transport stdio
+
+.PHONY: key
+key: install ## Create an identity and a key: make key OWNER=you@example.com
+	@test -n "$(OWNER)" || { echo "usage: make key OWNER=you@example.com"; exit 2; }
+	$(UV) run --frozen memory-server admin create-identity --owner "$(OWNER)" || true
+	$(UV) run --frozen memory-server admin create-key --owner "$(OWNER)" --scopes read,write,destructive
+
+.PHONY: migrate
+migrate: install ## Apply database migrations (MEMORY_DATABASE_URL or the embedded default)
+	$(UV) run --frozen memory-server migrate
+
+.PHONY: test
+test: install deps-node ## Install everything and run the whole test suite
+	$(UV) run --frozen pytest
+
+.PHONY: test-packages
+test-packages: uv deps-node ## Run each library's tests in an environment holding only it
+	./scripts/test-isolated.sh
+
+.PHONY: lint
+lint: install ## Ruff lint and format check
+	$(UV) run --frozen ruff check .
+	$(UV) run --frozen ruff format --check .
+
+.PHONY: typecheck
+typecheck: install ## Pyright (strict) over packages and apps
+	$(UV) run --frozen pyright
+
+.PHONY: bench
+bench: install ## Run the benchmarks under benchmarks/ (ratios against a same-run baseline)
+	$(UV) run --frozen python benchmarks/run.py
+
+.PHONY: clean
+clean: ## Remove caches and the virtual environment (not your data directory)
+	rm -rf .venv .cache .pytest_cache .ruff_cache tools/s3rver/node_modules

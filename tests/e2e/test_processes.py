@@ -1,0 +1,183 @@
+"""The real thing: `memory-server` as subprocesses over stdio and HTTP, as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+
+from memory_db.testing import PostgresForTests
+
+pytestmark = pytest.mark.slow
+
+SERVER = [sys.executable, "-m", "memory_server"]
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_", "JINA_"))}
+    env.update(MEMORY_DATA_DIR=str(tmp_path / "data"), MEMORY_LOG_FORMAT="json", **extra)
+    return env
+
+
+def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*SERVER, *args], env=env, capture_output=True, text=True, timeout=120)  # noqa: S603
+
+
+def _new_key(env: dict[str, str], owner: str, scopes: str = "read,write,destructive") -> str:
+    created = _cli(env, "admin", "create-identity", "--owner", owner)
+    assert created.returncode == 0, created.stderr
+    made = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", scopes)
+    assert made.returncode == 0, made.stderr
+    key = made.stdout.strip().splitlines()[-1]
+    assert key.startswith("mk_")
+    assert key not in made.stderr  # the key is printed once, on stdout only
+    return key
+
+
+@pytest.fixture
+async def migrated_url(postgres: PostgresForTests) -> Any:
+    name = await postgres.create_empty()
+    try:
+        yield postgres.url(name)
+    finally:
+        await postgres.drop(name)
+
+
+async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str) -> None:
+    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+    # an external database is not migrated implicitly
+    refused = _cli(env, "admin", "create-identity", "--owner", "a@example.com")
+    assert refused.returncode == 2 and "memory-server migrate" in refused.stderr
+    migrated = _cli(env, "migrate")
+    assert migrated.returncode == 0 and "revision 0001" in migrated.stdout
+    alice = _new_key(env, "alice@example.com")
+    bob = _new_key(env, "bob@example.com")
+
+    transport = StdioTransport(SERVER[0], [*SERVER[1:], "serve", "--transport", "stdio"], env={**env, "MEMORY_API_KEY": alice})
+    async with Client(transport) as client:
+        project = await client.call_tool("image_project_create", {"name": "Stdio"})
+        pid = project.structured_content["projectId"]
+        folder = await client.call_tool("image_folder_create", {"projectId": pid, "name": "F"})
+        assert folder.structured_content["path"] == "/F"
+        deep = await client.call_tool(
+            "image_folder_create", {"projectId": pid, "name": "x" * 121}, raise_on_error=False
+        )
+        assert deep.is_error and deep.content[0].text.startswith("invalid_input:")
+
+    transport = StdioTransport(SERVER[0], [*SERVER[1:], "serve", "--transport", "stdio"], env={**env, "MEMORY_API_KEY": bob})
+    async with Client(transport) as client:
+        listed = await client.call_tool("image_project_list", {})
+        assert listed.structured_content["projects"] == []
+        other = await client.call_tool("image_folder_list", {"projectId": pid}, raise_on_error=False)
+        assert other.is_error and other.content[0].text == "not_found: project not found"
+
+
+def test_stdio_refuses_to_start_without_a_valid_key(tmp_path: Path, migrated_url: str) -> None:
+    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+    assert _cli(env, "migrate").returncode == 0
+    missing = _cli(env, "serve", "--transport", "stdio")
+    assert missing.returncode == 2 and "MEMORY_API_KEY" in missing.stderr
+    wrong = subprocess.run(  # noqa: S603
+        [*SERVER, "serve", "--transport", "stdio"],
+        env={**env, "MEMORY_API_KEY": "mk_" + "z" * 43},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+    )
+    assert wrong.returncode == 2 and "MEMORY_API_KEY: the API key is unknown or revoked" in wrong.stderr
+
+
+@pytest.mark.parametrize(
+    ("variable", "value"),
+    [("ASSET_MAX_BYTES", "nope"), ("MEMORY_DATA_DIR", "/home/u/Dropbox/memory"), ("ASSET_STORAGE_PROVIDER", "s3")],
+)
+def test_invalid_configuration_fails_at_start_naming_the_variable(
+    tmp_path: Path, variable: str, value: str
+) -> None:
+    env = _env(tmp_path)
+    env[variable] = value
+    result = _cli(env, "serve", "--transport", "http")
+    assert result.returncode == 2
+    assert variable in result.stderr and "Traceback" not in result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
+    """`memory-server serve --transport http` on the embedded default, in its own data dir."""
+    env = _env(tmp_path)
+    port = _free_port()
+    process = subprocess.Popen(  # noqa: S603
+        [*SERVER, "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"server exited: {process.stderr.read() if process.stderr else ''}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail("server did not start within 90 s")
+    try:
+        yield url, env, process
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def test_http_server_on_the_embedded_default(
+    http_server: tuple[str, dict[str, str], subprocess.Popen[str]],
+) -> None:
+    url, env, process = http_server
+    # admin commands in other processes attach to the server's embedded PostgreSQL
+    alice = _new_key(env, "alice@example.com")
+    reader = _new_key(env, "reader@example.com", "read")
+    granted = _cli(env, "admin", "grant", "--vault-owner", "alice@example.com", "--vault", "Library", "--to", "reader@example.com", "--permission", "read")
+    assert granted.returncode == 0, granted.stderr
+    assert httpx.post(url + "/mcp", json={}).status_code == 401
+    async with Client(url + "/mcp", auth=alice) as client:
+        project = await client.call_tool("image_project_create", {"name": "Over HTTP"})
+        assert project.structured_content["vault"] == "Library"
+    async with Client(url + "/mcp", auth=reader) as client:
+        listed = await client.call_tool("image_project_list", {})
+        assert [(p["vault"], p["name"]) for p in listed.structured_content["projects"]] == [
+            ("alice@example.com/Library", "Over HTTP")
+        ]
+        refused = await client.call_tool(
+            "image_project_create", {"name": "x", "vault": "alice@example.com/Library"}, raise_on_error=False
+        )
+        assert refused.content[0].text == "forbidden: this API key lacks the 'write' scope"
+    pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
+    assert (pgdata / "postmaster.pid").exists()  # still running for the server
+    process.terminate()
+    assert process.wait(timeout=30) == 0
+    _out, err = process.communicate()
+    assert "MCP over streamable HTTP at http://127.0.0.1:" in err
+    assert "memory-server admin create-key" in err
+    assert alice not in err and "alice@example.com" not in err  # logs never carry keys or identities
+    assert not (pgdata / "postmaster.pid").exists()  # the embedded server stopped cleanly
