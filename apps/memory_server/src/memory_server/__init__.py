@@ -2,14 +2,16 @@
 
 from memory_server.app import add_http_routes, build_http_server
 from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
-from memory_server.cli import build_parser, main
+from memory_server.cli import Terminated, build_parser, install_sigterm_handler, main
 
 __all__ = [
     "DEFAULT_HOST",
     "DEFAULT_PORT",
+    "Terminated",
     "add_http_routes",
     "build_http_server",
     "build_parser",
+    "install_sigterm_handler",
     "main",
     "public_base_url",
     "running",

@@ -27,8 +27,17 @@ class Terminated(Exception):
     """SIGTERM arrived: unwind so the database pool and embedded server close cleanly."""
 
 
-def _on_sigterm(_signum: int, _frame: object) -> None:
+def _raise_terminated(_signum: int, _frame: object) -> None:
     raise Terminated
+
+
+def install_sigterm_handler() -> None:
+    """Turn SIGTERM into ``Terminated`` so shutdown unwinds through every ``finally``.
+
+    uvicorn restores this handler after its graceful shutdown and re-raises the signal into it;
+    raising (instead of dying) lets the runtime close and the embedded server stop.
+    """
+    signal.signal(signal.SIGTERM, _raise_terminated)
 
 
 def _err(message: str) -> None:
@@ -179,9 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``memory-server``."""
     args = build_parser().parse_args(argv)
-    # uvicorn restores this handler after its graceful shutdown and re-raises the signal into
-    # it; raising here (instead of dying) lets the runtime close and the embedded server stop.
-    signal.signal(signal.SIGTERM, _on_sigterm)
+    install_sigterm_handler()
     try:
         settings = load_settings()
         configure_logging(settings.memory_log_format, settings.memory_log_level)

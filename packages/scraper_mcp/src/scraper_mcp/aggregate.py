@@ -1,0 +1,24 @@
+"""The aggregate MCP server: the same memory tool objects as the standalone server.
+
+Parity is by construction: both servers register the ``Tool`` objects that
+``memory_tools.build_memory_tools`` returns, with the same middleware and strictness, so their
+manifests cannot drift. Scraper tools and their opt-in save handoffs (§16) register here too.
+"""
+
+from __future__ import annotations
+
+from fastmcp import FastMCP
+from fastmcp.server.auth import AuthProvider
+
+from memory_tools import MemoryServices, build_memory_server
+
+AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "
+
+
+def build_aggregate_server(
+    services: MemoryServices, *, name: str = "mcp-scraper", auth: AuthProvider | None = None
+) -> FastMCP:
+    """A server carrying every memory tool (and, as they land, the scraper tools)."""
+    server = build_memory_server(services, name=name, auth=auth)
+    server.instructions = AGGREGATE_INSTRUCTIONS_PREFIX + (server.instructions or "")
+    return server
