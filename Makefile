@@ -56,12 +56,13 @@ migrate: install ## Apply database migrations (MEMORY_DATABASE_URL or the embedd
 	$(UV) run --frozen memory-server migrate
 
 .PHONY: test
-test: install deps-node ## Install everything and run the whole test suite
+test: install deps-node ## Install everything and run the whole suite, then each library alone
 	$(UV) run --frozen pytest
+	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
 test-packages: uv deps-node ## Run each library's tests in an environment holding only it
-	./scripts/test-isolated.sh
+	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: lint
 lint: install ## Ruff lint and format check

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Run each library's own tests in a virtual environment that holds only that library, its
+# dependencies and its dev group: proof that the layering (memory_db ← memory_tools ←
+# scraper_mcp) holds and nothing leans on a package it does not declare.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+UV=${UV:-uv}
+status=0
+for spec in memory-db:packages/memory_db memory-tools:packages/memory_tools scraper-mcp:packages/scraper_mcp; do
+  package=${spec%%:*}
+  path=${spec#*:}
+  env_dir=.cache/isolated/$package
+  echo "== $package (only its own dependencies) =="
+  UV_PROJECT_ENVIRONMENT=$env_dir "$UV" sync --frozen --exact --package "$package" --quiet
+  # The other workspace libraries must not be importable here.
+  for other in memory_db memory_tools scraper_mcp memory_server aggregate_server; do
+    if [ "$other" != "${package//-/_}" ] && "$env_dir/bin/python" -c "import $other" 2>/dev/null; then
+      case "$package:$other" in
+        memory-tools:memory_db|scraper-mcp:memory_db|scraper-mcp:memory_tools) ;;
+        *) echo "unexpected: $other is importable in the $package environment"; status=1 ;;
+      esac
+    fi
+  done
+  "$env_dir/bin/python" -m pytest -q -p no:cacheprovider "$path/tests" || status=1
+done
+exit $status
