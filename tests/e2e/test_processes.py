@@ -15,7 +15,6 @@ import httpx
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
-
 from memory_db.testing import PostgresForTests
 
 pytestmark = pytest.mark.slow
@@ -30,7 +29,7 @@ def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
 
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SERVER, *args], env=env, capture_output=True, text=True, timeout=120)  # noqa: S603
+    return subprocess.run([*SERVER, *args], env=env, capture_output=True, text=True, timeout=120)
 
 
 def _new_key(env: dict[str, str], owner: str, scopes: str = "read,write,destructive") -> str:
@@ -63,7 +62,11 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
     alice = _new_key(env, "alice@example.com")
     bob = _new_key(env, "bob@example.com")
 
-    transport = StdioTransport(SERVER[0], [*SERVER[1:], "serve", "--transport", "stdio"], env={**env, "MEMORY_API_KEY": alice})
+    transport = StdioTransport(
+        SERVER[0],
+        [*SERVER[1:], "serve", "--transport", "stdio"],
+        env={**env, "MEMORY_API_KEY": alice},
+    )
     async with Client(transport) as client:
         project = await client.call_tool("image_project_create", {"name": "Stdio"})
         pid = project.structured_content["projectId"]
@@ -74,11 +77,17 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
         )
         assert deep.is_error and deep.content[0].text.startswith("invalid_input:")
 
-    transport = StdioTransport(SERVER[0], [*SERVER[1:], "serve", "--transport", "stdio"], env={**env, "MEMORY_API_KEY": bob})
+    transport = StdioTransport(
+        SERVER[0],
+        [*SERVER[1:], "serve", "--transport", "stdio"],
+        env={**env, "MEMORY_API_KEY": bob},
+    )
     async with Client(transport) as client:
         listed = await client.call_tool("image_project_list", {})
         assert listed.structured_content["projects"] == []
-        other = await client.call_tool("image_folder_list", {"projectId": pid}, raise_on_error=False)
+        other = await client.call_tool(
+            "image_folder_list", {"projectId": pid}, raise_on_error=False
+        )
         assert other.is_error and other.content[0].text == "not_found: project not found"
 
 
@@ -87,7 +96,7 @@ def test_stdio_refuses_to_start_without_a_valid_key(tmp_path: Path, migrated_url
     assert _cli(env, "migrate").returncode == 0
     missing = _cli(env, "serve", "--transport", "stdio")
     assert missing.returncode == 2 and "MEMORY_API_KEY" in missing.stderr
-    wrong = subprocess.run(  # noqa: S603
+    wrong = subprocess.run(
         [*SERVER, "serve", "--transport", "stdio"],
         env={**env, "MEMORY_API_KEY": "mk_" + "z" * 43},
         capture_output=True,
@@ -95,12 +104,19 @@ def test_stdio_refuses_to_start_without_a_valid_key(tmp_path: Path, migrated_url
         timeout=120,
         stdin=subprocess.DEVNULL,
     )
-    assert wrong.returncode == 2 and "MEMORY_API_KEY: the API key is unknown or revoked" in wrong.stderr
+    assert (
+        wrong.returncode == 2
+        and "MEMORY_API_KEY: the API key is unknown or revoked" in wrong.stderr
+    )
 
 
 @pytest.mark.parametrize(
     ("variable", "value"),
-    [("ASSET_MAX_BYTES", "nope"), ("MEMORY_DATA_DIR", "/home/u/Dropbox/memory"), ("ASSET_STORAGE_PROVIDER", "s3")],
+    [
+        ("ASSET_MAX_BYTES", "nope"),
+        ("MEMORY_DATA_DIR", "/home/u/Dropbox/memory"),
+        ("ASSET_STORAGE_PROVIDER", "s3"),
+    ],
 )
 def test_invalid_configuration_fails_at_start_naming_the_variable(
     tmp_path: Path, variable: str, value: str
@@ -123,7 +139,7 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subproces
     """`memory-server serve --transport http` on the embedded default, in its own data dir."""
     env = _env(tmp_path)
     port = _free_port()
-    process = subprocess.Popen(  # noqa: S603
+    process = subprocess.Popen(
         [*SERVER, "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
         stdout=subprocess.PIPE,
@@ -157,7 +173,19 @@ async def test_http_server_on_the_embedded_default(
     # admin commands in other processes attach to the server's embedded PostgreSQL
     alice = _new_key(env, "alice@example.com")
     reader = _new_key(env, "reader@example.com", "read")
-    granted = _cli(env, "admin", "grant", "--vault-owner", "alice@example.com", "--vault", "Library", "--to", "reader@example.com", "--permission", "read")
+    granted = _cli(
+        env,
+        "admin",
+        "grant",
+        "--vault-owner",
+        "alice@example.com",
+        "--vault",
+        "Library",
+        "--to",
+        "reader@example.com",
+        "--permission",
+        "read",
+    )
     assert granted.returncode == 0, granted.stderr
     assert httpx.post(url + "/mcp", json={}).status_code == 401
     async with Client(url + "/mcp", auth=alice) as client:
@@ -169,7 +197,9 @@ async def test_http_server_on_the_embedded_default(
             ("alice@example.com/Library", "Over HTTP")
         ]
         refused = await client.call_tool(
-            "image_project_create", {"name": "x", "vault": "alice@example.com/Library"}, raise_on_error=False
+            "image_project_create",
+            {"name": "x", "vault": "alice@example.com/Library"},
+            raise_on_error=False,
         )
         assert refused.content[0].text == "forbidden: this API key lacks the 'write' scope"
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
@@ -179,5 +209,7 @@ async def test_http_server_on_the_embedded_default(
     _out, err = process.communicate()
     assert "MCP over streamable HTTP at http://127.0.0.1:" in err
     assert "memory-server admin create-key" in err
-    assert alice not in err and "alice@example.com" not in err  # logs never carry keys or identities
+    assert (
+        alice not in err and "alice@example.com" not in err
+    )  # logs never carry keys or identities
     assert not (pgdata / "postmaster.pid").exists()  # the embedded server stopped cleanly

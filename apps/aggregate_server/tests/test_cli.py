@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
-
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database
@@ -31,16 +30,27 @@ async def test_stdio_aggregate_server(postgres: PostgresForTests, tmp_path: Path
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_", "JINA_"))}
     env.update(MEMORY_DATA_DIR=str(tmp_path / "data"), MEMORY_DATABASE_URL=url, MEMORY_API_KEY=key)
     try:
-        transport = StdioTransport(sys.executable, ["-m", "aggregate_server", "serve", "--transport", "stdio"], env=env)
+        transport = StdioTransport(
+            sys.executable, ["-m", "aggregate_server", "serve", "--transport", "stdio"], env=env
+        )
         async with Client(transport) as client:
             names = {tool.name for tool in await client.list_tools()}
-            assert {"image_project_create", "image_project_list", "image_folder_create", "image_folder_list"} <= names
+            assert {
+                "image_project_create",
+                "image_project_list",
+                "image_folder_create",
+                "image_folder_list",
+            } <= names
             created = await client.call_tool("image_project_create", {"name": "Aggregate"})
             assert created.structured_content["name"] == "Aggregate"
         missing_key = {k: v for k, v in env.items() if k != "MEMORY_API_KEY"}
-        result = subprocess.run(  # noqa: S603
+        result = subprocess.run(
             [sys.executable, "-m", "aggregate_server", "serve", "--transport", "stdio"],
-            env=missing_key, capture_output=True, text=True, timeout=120, stdin=subprocess.DEVNULL,
+            env=missing_key,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            stdin=subprocess.DEVNULL,
         )
         assert result.returncode == 2 and "MEMORY_API_KEY" in result.stderr
     finally:

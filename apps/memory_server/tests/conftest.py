@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-
 from memory_db import Database, MemorySettings
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin
@@ -23,10 +23,8 @@ def services(database: Database, tmp_path: Path) -> MemoryServices:
 @pytest.fixture
 def make_key(database: Database) -> Callable[..., Any]:
     async def make(email: str, scopes: tuple[str, ...] = ("read", "write")) -> str:
-        try:
+        with contextlib.suppress(Exception):
             await admin.create_identity(database, email, 10**9)
-        except Exception:  # noqa: BLE001 - identity exists already
-            pass
         return (await admin.create_key(database, email, scopes)).secret
 
     return make
@@ -47,7 +45,9 @@ def serve_http() -> Callable[..., Any]:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
         app = server.http_app(path="/mcp")
-        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
+        )
         uv_server = uvicorn.Server(config)
         task = asyncio.create_task(uv_server.serve())
         while not uv_server.started:

@@ -8,7 +8,6 @@ from typing import Any
 
 import httpx
 from fastmcp import Client
-
 from memory_db.ids import new_id
 from memory_db.storage import build_object_key
 from memory_server import build_http_server
@@ -20,7 +19,9 @@ def _png() -> bytes:
     import zlib
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     return (
         b"\x89PNG\r\n\x1a\n"
@@ -70,7 +71,9 @@ async def test_signed_object_links(services: MemoryServices, serve_http: Any) ->
     body = _png()
     key = build_object_key("test", new_id("ans"), new_id("aob"), "original", "png")
     other = build_object_key("test", new_id("ans"), new_id("aob"), "original", "png")
-    await services.store.put(key, body, content_type="image/png", checksum_sha256=hashlib.sha256(body).hexdigest())
+    await services.store.put(
+        key, body, content_type="image/png", checksum_sha256=hashlib.sha256(body).hexdigest()
+    )
     await services.store.put(other, body, content_type="image/png")
     server = build_http_server(services)
     async with serve_http(server) as url:
@@ -89,7 +92,9 @@ async def test_signed_object_links(services: MemoryServices, serve_http: Any) ->
             assert (await http.get(path_and_query.replace(key, other))).status_code == 403
             tampered = path_and_query.replace("expires=", "expires=9")
             assert (await http.get(tampered)).status_code == 403
-            assert (await http.get("/objects/../../etc/passwd?expires=1&signature=x")).status_code in (403, 404)
+            assert (
+                await http.get("/objects/../../etc/passwd?expires=1&signature=x")
+            ).status_code in (403, 404)
             # the object's bytes were altered at rest: refused, not served
             (services.store.root / key).write_bytes(body[:-1] + b"\x00")  # type: ignore[attr-defined]
             assert (await http.get(path_and_query)).status_code == 500
@@ -110,7 +115,9 @@ async def test_signed_put_link(services: MemoryServices, serve_http: Any) -> Non
         async with httpx.AsyncClient(base_url=base) as http:
             bad_type = await http.put(path, content=body, headers={"Content-Type": "text/html"})
             assert bad_type.status_code == 403
-            longer = await http.put(path, content=body + b"x", headers={"Content-Type": "image/png"})
+            longer = await http.put(
+                path, content=body + b"x", headers={"Content-Type": "image/png"}
+            )
             assert longer.status_code == 403  # the signed length does not match
             assert not (await services.store.head(key)).exists
             ok = await http.put(path, content=body, headers=signed.headers)

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 from fastmcp import Client
-
 from memory_db import Database, MemorySettings
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin, build_memory_server
@@ -37,11 +36,11 @@ def services(database: Database, settings: MemorySettings) -> MemoryServices:
 
 @pytest.fixture
 def make_person(database: Database) -> Callable[..., Any]:
-    async def make(email: str, scopes: tuple[str, ...] = ("read", "write", "destructive")) -> Person:
-        try:
+    async def make(
+        email: str, scopes: tuple[str, ...] = ("read", "write", "destructive")
+    ) -> Person:
+        with suppress(Exception):
             await admin.create_identity(database, email, 10**9)
-        except Exception:  # noqa: BLE001 - a second key for an existing identity
-            pass
         new = await admin.create_key(database, email, scopes)
         return Person(email, new.secret, new.record.id)
 
@@ -49,7 +48,9 @@ def make_person(database: Database) -> Callable[..., Any]:
 
 
 @pytest.fixture
-def client_for(services: MemoryServices) -> Callable[[str | None], AbstractAsyncContextManager[Client[Any]]]:
+def client_for(
+    services: MemoryServices,
+) -> Callable[[str | None], AbstractAsyncContextManager[Client[Any]]]:
     """An in-process MCP client acting with ``key`` (as a stdio server would)."""
 
     def make(key: str | None) -> Client[Any]:

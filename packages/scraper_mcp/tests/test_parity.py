@@ -7,7 +7,6 @@ from pathlib import Path
 from typing import Any
 
 from fastmcp import Client
-
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from fastmcp import FastMCP
-
 from memory_tools import ApiKeyVerifier, MemoryServices, build_memory_server
+
 from memory_server.http_routes import health_route, object_routes
 
 

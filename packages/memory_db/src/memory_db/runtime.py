@@ -98,7 +98,9 @@ class Runtime:
             log.info("embedded_postgres_released")
 
 
-async def open_database(settings: MemorySettings, *, migrate: bool) -> tuple[Database, EmbeddedPostgres | None]:
+async def open_database(
+    settings: MemorySettings, *, migrate: bool
+) -> tuple[Database, EmbeddedPostgres | None]:
     """Connect to ``MEMORY_DATABASE_URL`` or start the embedded server (which migrates itself)."""
     embedded: EmbeddedPostgres | None = None
     if settings.memory_database_url is None:
@@ -134,4 +136,6 @@ async def open_runtime(
     signer = UrlSigner(load_signing_secret(settings))
     database, embedded = await open_database(settings, migrate=migrate)
     store = build_object_store(settings, public_base_url=public_base_url, signer=signer)
-    return Runtime(settings=settings, database=database, store=store, signer=signer, embedded=embedded)
+    return Runtime(
+        settings=settings, database=database, store=store, signer=signer, embedded=embedded
+    )

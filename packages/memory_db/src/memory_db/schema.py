@@ -98,7 +98,8 @@ class Identity(Base):
     __table_args__ = (
         CheckConstraint("quota_bytes >= 0", name="quota_nonnegative"),
         CheckConstraint(
-            "owner_identity = lower(owner_identity) AND char_length(owner_identity) BETWEEN 3 AND 254",
+            "owner_identity = lower(owner_identity) "
+            "AND char_length(owner_identity) BETWEEN 3 AND 254",
             name="identity_normalised",
         ),
     )
@@ -114,7 +115,8 @@ class ApiKey(Base):
     __tablename__ = "mem_api_keys"
     __table_args__ = (
         CheckConstraint(
-            "cardinality(scopes) >= 1 AND scopes <@ ARRAY['read','write','destructive','admin']::text[]",
+            "cardinality(scopes) >= 1 "
+            "AND scopes <@ ARRAY['read','write','destructive','admin']::text[]",
             name="scopes_known",
         ),
         CheckConstraint("key_hash ~ '^[0-9a-f]{64}$'", name="key_hash_hex"),
@@ -441,7 +443,9 @@ class Asset(Base):
     source_ref: Mapped[dict[str, Any]] = mapped_column(
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
-    tags: Mapped[list[str]] = mapped_column(JSONB, nullable=False, server_default=text("'[]'::jsonb"))
+    tags: Mapped[list[str]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'[]'::jsonb")
+    )
     metadata_: Mapped[dict[str, Any]] = mapped_column(
         "metadata", JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
@@ -40,7 +40,7 @@ class Database:
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     @asynccontextmanager
-    async def unit_of_work(self) -> AsyncIterator[UnitOfWork]:
+    async def unit_of_work(self) -> AsyncGenerator[UnitOfWork, None]:
         """Open a transaction: committed when the block succeeds, rolled back when it raises."""
         async with self._sessions() as session, session.begin():
             yield UnitOfWork(session)

@@ -13,7 +13,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
-
 from memory_db import SignatureError
 from memory_db.ids import new_id
 from memory_db.storage import (
@@ -73,7 +72,11 @@ class StoreUnderTest:
                 response = await client.get(url)
             return response.status_code, dict(response.headers), response.content
         parts = urlsplit(url)
-        key = parts.path.split("/objects/", 1)[1] if parts.scheme != "memory" else parts.path.lstrip("/")
+        key = (
+            parts.path.split("/objects/", 1)[1]
+            if parts.scheme != "memory"
+            else parts.path.lstrip("/")
+        )
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         try:
             self.store.verify_signed_get(key, query.get("expires", ""), query.get("signature", ""))  # type: ignore[attr-defined]
@@ -88,7 +91,11 @@ class StoreUnderTest:
                 response = await client.put(url, headers=headers, content=body)
             return response.status_code
         parts = urlsplit(url)
-        key = parts.path.split("/objects/", 1)[1] if parts.scheme != "memory" else parts.path.lstrip("/")
+        key = (
+            parts.path.split("/objects/", 1)[1]
+            if parts.scheme != "memory"
+            else parts.path.lstrip("/")
+        )
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         try:
             self.store.verify_signed_put(  # type: ignore[attr-defined]
@@ -123,7 +130,9 @@ def moto_peer() -> Iterator[S3Peer]:
 def s3rver_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Peer]:
     executable = find_s3rver(Path(__file__).parent)
     if executable is None:
-        pytest.fail("s3rver is not installed: run `make deps-node` (the Makefile's test target does)")
+        pytest.fail(
+            "s3rver is not installed: run `make deps-node` (the Makefile's test target does)"
+        )
     peer = S3rverPeer(tmp_path_factory.mktemp("s3rver"), executable)
     described = peer.start()
     try:
@@ -177,7 +186,6 @@ async def make_store(
     yield factory
     for store in opened:
         await store.close()
-
 
 
 @pytest.fixture

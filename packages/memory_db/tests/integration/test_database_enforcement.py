@@ -5,12 +5,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
-
 from memory_db import Database, new_id
 from memory_db.repositories import VaultScope
 from memory_db.repositories._errors import constraint_name
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
 
 A = "alice@example.com"
 B = "bob@example.com"
@@ -79,7 +78,7 @@ async def _refused(database: Database, sql: str, params: dict[str, Any]) -> Inte
 
 async def _count(database: Database, table: str) -> int:
     async with database.unit_of_work() as uow:
-        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)  # noqa: S608
+        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
 
 
 async def test_folder_cannot_link_to_another_owners_project(database: Database) -> None:
@@ -223,7 +222,9 @@ async def test_status_values_are_check_constraints(
         "mem_assets": ids[A]["asset"],
         "mem_asset_objects": ids[A]["object"],
     }[table]
-    await _refused(database, f"UPDATE {table} SET {column} = :v WHERE id = :id", {"v": value, "id": row_id})  # noqa: S608
+    await _refused(
+        database, f"UPDATE {table} SET {column} = :v WHERE id = :id", {"v": value, "id": row_id}
+    )
 
 
 async def test_duplicate_active_job_is_refused(database: Database) -> None:
@@ -233,7 +234,9 @@ async def test_duplicate_active_job_is_refused(database: Database) -> None:
         "model, dimensions) VALUES (:id, :asset, :owner, 'visual', 'm', 1024)"
     )
     async with database.unit_of_work() as uow:
-        await uow.session.execute(text(insert), {"id": new_id("aej"), "asset": ids[A]["asset"], "owner": A})
+        await uow.session.execute(
+            text(insert), {"id": new_id("aej"), "asset": ids[A]["asset"], "owner": A}
+        )
     await _refused(database, insert, {"id": new_id("aej"), "asset": ids[A]["asset"], "owner": A})
 
 
@@ -250,7 +253,13 @@ async def test_same_sha256_object_is_unique_per_owner_only(database: Database) -
             object_id = new_id("aob")
             await uow.session.execute(
                 text(insert),
-                {"id": object_id, "owner": owner, "ns": ids[owner]["namespace"], "sha": sha, "key": object_id},
+                {
+                    "id": object_id,
+                    "owner": owner,
+                    "ns": ids[owner]["namespace"],
+                    "sha": sha,
+                    "key": object_id,
+                },
             )
     object_id = new_id("aob")
     await _refused(
@@ -276,7 +285,13 @@ async def test_folder_depth_and_cycles_are_enforced_by_trigger(database: Databas
         database,
         "INSERT INTO mem_asset_folders (id, owner_identity, vault, project_id, parent_id, name) "
         "VALUES (:id, :owner, :vault, :project, :parent, 'd9')",
-        {"id": new_id("afl"), "owner": A, "vault": scope.physical_vault, "project": project, "parent": chain[-1]},
+        {
+            "id": new_id("afl"),
+            "owner": A,
+            "vault": scope.physical_vault,
+            "project": project,
+            "parent": chain[-1],
+        },
     )
     assert constraint_name(error) == "folder_depth"
     # a cycle: the root under its own grandchild

@@ -6,13 +6,12 @@ from typing import Any
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from sqlalchemy import text
-from sqlalchemy.engine import Connection
-
 from memory_db.database import create_engine
 from memory_db.migrate import current_revision, downgrade, head_revision, upgrade
 from memory_db.schema import Base
 from memory_db.testing import PostgresForTests
+from sqlalchemy import text
+from sqlalchemy.engine import Connection
 
 
 def _diff(connection: Connection) -> list[Any]:

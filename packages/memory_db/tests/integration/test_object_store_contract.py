@@ -17,7 +17,6 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import pytest
-
 from memory_db import ChecksumMismatch, InvalidStorageKey, ObjectNotFound
 from memory_db.storage import read_verified
 
@@ -33,7 +32,9 @@ async def _read(store: Any, key: str) -> bytes:
 
 
 @pytest.mark.parametrize("kind", ALL)
-async def test_put_head_get_delete(kind: str, make_store: MakeStore, png: Any, new_key: Any) -> None:
+async def test_put_head_get_delete(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
     sut = await make_store(kind)
     key, body = new_key(), png(1)
     digest = hashlib.sha256(body).hexdigest()
@@ -186,7 +187,9 @@ async def test_signed_put_is_bound_to_type_and_length(
 
 
 @pytest.mark.parametrize("kind", ["moto"])
-async def test_s3_objects_are_private(kind: str, make_store: MakeStore, png: Any, new_key: Any) -> None:
+async def test_s3_objects_are_private(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
     sut = await make_store(kind)
     key = new_key()
     await sut.store.put(key, png(12), content_type="image/png")
@@ -213,6 +216,25 @@ async def test_s3_presigned_urls_sign_what_they_bind(
         key, content_type="image/png", content_length=123, expires_in=60
     )
     put_query = {k.lower(): v[0] for k, v in parse_qs(urlsplit(put.url).query).items()}
-    assert set(put_query["x-amz-signedheaders"].split(";")) >= {"content-length", "content-type", "host"}
+    assert set(put_query["x-amz-signedheaders"].split(";")) >= {
+        "content-length",
+        "content-type",
+        "host",
+    }
     assert put_query["x-amz-expires"] == "60"
     assert put.headers == {"Content-Type": "image/png", "Content-Length": "123"}
+
+
+async def test_local_files_are_private(make_store: MakeStore, png: Any, new_key: Any) -> None:
+    sut = await make_store("local")
+    key = new_key()
+    await sut.store.put(key, png(13), content_type="image/png")
+    assert sut.root is not None
+    path = sut.root / key
+    assert path.stat().st_mode & 0o777 == 0o600
+    directory = path.parent
+    while directory != sut.root.parent:
+        assert directory.stat().st_mode & 0o077 == 0, directory
+        directory = directory.parent
+    leftovers = [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from memory_db import Conflict, Database, FolderTreeError, InvalidInput, NotFound, VaultScope
 from memory_db.ids import is_valid_id
 
@@ -29,7 +28,9 @@ async def test_identity_gets_namespace_and_default_vault(database: Database) -> 
     ]
 
 
-@pytest.mark.parametrize("bad", ["", "not-an-email", "a@b", "x" * 250 + "@example.com", "a b@example.com"])
+@pytest.mark.parametrize(
+    "bad", ["", "not-an-email", "a@b", "x" * 250 + "@example.com", "a b@example.com"]
+)
 async def test_identity_must_be_an_email(database: Database, bad: str) -> None:
     with pytest.raises(InvalidInput):
         async with database.unit_of_work() as uow:
@@ -92,7 +93,9 @@ async def test_vault_sharing_and_resolution(database: Database) -> None:
             await uow.vaults.resolve(B, f"{A}/Library")
         with pytest.raises(NotFound):
             await uow.vaults.resolve(B, "Work")  # bob has no own vault called Work
-        handles = [(v.owner_identity, v.handle, v.permission) for v in await uow.vaults.accessible(B)]
+        handles = [
+            (v.owner_identity, v.handle, v.permission) for v in await uow.vaults.accessible(B)
+        ]
         assert handles == [(B, "Library", "owner"), (A, "Work", "read")]
         await uow.vaults.grant(A, "Work", B, "write")  # upgrade in place
         assert (await uow.vaults.resolve(B, f"{A}/work")).permission == "write"
@@ -168,7 +171,9 @@ async def test_archived_projects(database: Database) -> None:
         project = await uow.projects.create(SA, name="Old", description=None, created_by=A)
         await uow.projects.archive(SA, project.id)
         assert await uow.projects.list([SA]) == []
-        assert [p.status for p in await uow.projects.list([SA], include_archived=True)] == ["archived"]
+        assert [p.status for p in await uow.projects.list([SA], include_archived=True)] == [
+            "archived"
+        ]
         with pytest.raises(Conflict):
             await uow.folders.create(SA, project_id=project.id, parent_id=None, name="x")
 
@@ -181,7 +186,9 @@ async def test_folder_tree_rules_through_repository(database: Database) -> None:
         chain = []
         parent = None
         for depth in range(1, 9):
-            folder = await uow.folders.create(SA, project_id=project.id, parent_id=parent, name=f"d{depth}")
+            folder = await uow.folders.create(
+                SA, project_id=project.id, parent_id=parent, name=f"d{depth}"
+            )
             chain.append(folder)
             parent = folder.id
         with pytest.raises(FolderTreeError, match="8 deep"):

@@ -7,7 +7,6 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
 from memory_db import InvalidStorageKey, is_valid_id, new_id
 from memory_db.storage import build_object_key, content_type_for_key, validate_object_key
 
@@ -25,7 +24,17 @@ def test_ids_are_prefixed_unique_and_opaque() -> None:
 
 
 @pytest.mark.parametrize(
-    "value", ["", "ast_", "ast_" + "a" * 25, "ast_" + "A" * 26, "ast_" + "1" * 26, None, 7, "xyz_" + "a" * 26]
+    "value",
+    [
+        "",
+        "ast_",
+        "ast_" + "a" * 25,
+        "ast_" + "A" * 26,
+        "ast_" + "1" * 26,
+        None,
+        7,
+        "xyz_" + "a" * 26,
+    ],
 )
 def test_malformed_ids_are_rejected(value: object) -> None:
     assert not is_valid_id(value, "ast")
@@ -79,8 +88,14 @@ def test_caller_values_cannot_stand_in_for_server_ids(value: str) -> None:
 
 @pytest.mark.parametrize(
     ("env", "variant", "ext"),
-    [("Prod", "original", "png"), ("", "original", "png"), ("p/x", "original", "png"),
-     ("p", "original", "svg"), ("p", "thumb", "png"), ("p", "original", "../png")],
+    [
+        ("Prod", "original", "png"),
+        ("", "original", "png"),
+        ("p/x", "original", "png"),
+        ("p", "original", "svg"),
+        ("p", "thumb", "png"),
+        ("p", "original", "../png"),
+    ],
 )
 def test_builder_rejects_bad_parts(env: str, variant: str, ext: str) -> None:
     with pytest.raises(InvalidStorageKey):

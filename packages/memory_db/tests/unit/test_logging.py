@@ -8,7 +8,6 @@ import logging
 
 import pytest
 import structlog
-
 from memory_db.logs import configure_logging, identity_digest, redact_event, redact_text
 
 SIGNED = (
@@ -26,7 +25,13 @@ def _redact(**event: object) -> dict[str, object]:
 
 def test_sensitive_keys_are_masked() -> None:
     out = _redact(api_key=API_KEY, authorization="Bearer x", jina_api_keys=["a", "b"], secret="s")
-    assert out["api_key"] == out["authorization"] == out["jina_api_keys"] == out["secret"] == "[redacted]"
+    assert (
+        out["api_key"]
+        == out["authorization"]
+        == out["jina_api_keys"]
+        == out["secret"]
+        == "[redacted]"
+    )
 
 
 def test_bytes_are_replaced_by_their_length() -> None:
@@ -35,7 +40,9 @@ def test_bytes_are_replaced_by_their_length() -> None:
 
 
 def test_base64_and_data_urls_are_removed() -> None:
-    out = _redact(image_base64=B64, note=f"got {B64} from caller", url="data:image/png;base64," + B64)
+    out = _redact(
+        image_base64=B64, note=f"got {B64} from caller", url="data:image/png;base64," + B64
+    )
     assert B64 not in json.dumps(out)
     assert B64[:100] not in json.dumps(out)
 
@@ -61,7 +68,9 @@ def test_api_keys_in_free_text_are_masked() -> None:
 
 def test_nested_structures_are_redacted() -> None:
     out = _redact(detail={"request": {"headers": {"authorization": "Bearer t"}, "body": b"xx"}})
-    assert out["detail"] == {"request": {"headers": {"authorization": "[redacted]"}, "body": "[2 bytes]"}}
+    assert out["detail"] == {
+        "request": {"headers": {"authorization": "[redacted]"}, "body": "[2 bytes]"}
+    }
 
 
 def test_configured_pipeline_redacts_stdlib_and_structlog_records(
@@ -69,7 +78,9 @@ def test_configured_pipeline_redacts_stdlib_and_structlog_records(
 ) -> None:
     configure_logging("json", "info")
     try:
-        structlog.get_logger("t").info("saved", owner="carol@example.com", url=SIGNED, api_key=API_KEY)
+        structlog.get_logger("t").info(
+            "saved", owner="carol@example.com", url=SIGNED, api_key=API_KEY
+        )
         logging.getLogger("other").warning("presented %s for dave@example.com", API_KEY)
     finally:
         structlog.reset_defaults()

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from memory_db import ConfigurationError, load_settings
 from memory_db.datadir import check_data_dir
 
@@ -128,7 +127,7 @@ def test_cloud_sync_folders_are_refused(path: str) -> None:
 
 def test_cloud_sync_refusal_names_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MEMORY_DATA_DIR", "/home/u/Dropbox/memory")
-    with pytest.raises(ConfigurationError, match="MEMORY_DATA_DIR.*cloud-sync"):
+    with pytest.raises(ConfigurationError, match=r"MEMORY_DATA_DIR.*cloud-sync"):
         load_settings()
 
 

@@ -47,7 +47,9 @@ class ResolvedVault:
 
 def display_handle(vault: VaultRecord, viewer: str) -> str:
     """How ``viewer`` names ``vault``: ``Library`` for their own, ``owner/Library`` if shared."""
-    return vault.handle if vault.owner_identity == viewer else f"{vault.owner_identity}/{vault.handle}"
+    return (
+        vault.handle if vault.owner_identity == viewer else f"{vault.owner_identity}/{vault.handle}"
+    )
 
 
 async def authenticate(uow: UnitOfWork, api_key: str | None) -> Caller:

@@ -69,7 +69,12 @@ def folder_tree(folders: Sequence[FolderRecord]) -> list[FolderView]:
             path = f"{prefix}/{folder.name}"
             ordered.append(
                 FolderView(
-                    folder.id, folder.project_id, folder.parent_id, folder.name, path, depth,
+                    folder.id,
+                    folder.project_id,
+                    folder.parent_id,
+                    folder.name,
+                    path,
+                    depth,
                     folder.created_at,
                 )
             )
@@ -158,4 +163,3 @@ async def list_folders(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     return folder_tree(folders), resolved.display_handle
-

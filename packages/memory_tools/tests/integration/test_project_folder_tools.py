@@ -6,10 +6,9 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from sqlalchemy import text
-
 from memory_db import Database
 from memory_tools import admin
+from sqlalchemy import text
 
 Clients = Callable[[str | None], Any]
 
@@ -23,18 +22,22 @@ async def _call(client: Any, tool: str, args: dict[str, Any]) -> Any:
 
 async def _count(database: Database, table: str) -> int:
     async with database.unit_of_work() as uow:
-        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)  # noqa: S608
+        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
 
 
 async def test_create_and_list_projects_and_folders(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
-        project = await _call(client, "image_project_create", {"name": "Trips", "description": "Holidays"})
+        project = await _call(
+            client, "image_project_create", {"name": "Trips", "description": "Holidays"}
+        )
         assert project["projectId"].startswith("apr_") and project["vault"] == "Library"
         assert project["status"] == "active"
         pid = project["projectId"]
         root = await _call(client, "image_folder_create", {"projectId": pid, "name": "2026"})
         child = await _call(
-            client, "image_folder_create", {"projectId": pid, "name": "Rome", "parentId": root["folderId"]}
+            client,
+            "image_folder_create",
+            {"projectId": pid, "name": "Rome", "parentId": root["folderId"]},
         )
         assert child["path"] == "/2026/Rome" and child["depth"] == 2 and child["vault"] == "Library"
         tree = await _call(client, "image_folder_list", {"projectId": pid})
@@ -43,25 +46,36 @@ async def test_create_and_list_projects_and_folders(client_for: Clients, alice: 
         assert [p["name"] for p in listed["projects"]] == ["Trips"]
 
 
-async def test_other_owner_cannot_see_or_create(client_for: Clients, alice: Any, bob: Any, database: Database) -> None:
+async def test_other_owner_cannot_see_or_create(
+    client_for: Clients, alice: Any, bob: Any, database: Database
+) -> None:
     async with client_for(alice.key) as client:
         pid = (await _call(client, "image_project_create", {"name": "Private"}))["projectId"]
-        fid = (await _call(client, "image_folder_create", {"projectId": pid, "name": "F"}))["folderId"]
+        fid = (await _call(client, "image_folder_create", {"projectId": pid, "name": "F"}))[
+            "folderId"
+        ]
     before = await _count(database, "mem_asset_folders")
     async with client_for(bob.key) as client:
         assert (await _call(client, "image_project_list", {}))["projects"] == []
-        assert await _call(client, "image_folder_list", {"projectId": pid}) == "not_found: project not found"
+        assert (
+            await _call(client, "image_folder_list", {"projectId": pid})
+            == "not_found: project not found"
+        )
         assert (
             await _call(client, "image_folder_create", {"projectId": pid, "name": "x"})
             == "not_found: project not found"
         )
         assert (
-            await _call(client, "image_folder_create", {"projectId": "apr_" + "a" * 26, "name": "x"})
+            await _call(
+                client, "image_folder_create", {"projectId": "apr_" + "a" * 26, "name": "x"}
+            )
             == "not_found: project not found"
         )  # exactly the same answer as for an id that never existed
         own = (await _call(client, "image_project_create", {"name": "Mine"}))["projectId"]
         assert (
-            await _call(client, "image_folder_create", {"projectId": own, "name": "x", "parentId": fid})
+            await _call(
+                client, "image_folder_create", {"projectId": own, "name": "x", "parentId": fid}
+            )
             == "not_found: folder not found"
         )
         for handle in ("alice@example.com/Library", "Alice@Example.com/library"):
@@ -74,7 +88,9 @@ async def test_other_owner_cannot_see_or_create(client_for: Clients, alice: Any,
     assert await _count(database, "mem_asset_folders") == before
 
 
-async def test_shared_vault_reader_and_writer(client_for: Clients, make_person: Any, database: Database) -> None:
+async def test_shared_vault_reader_and_writer(
+    client_for: Clients, make_person: Any, database: Database
+) -> None:
     owner = await make_person("owner@example.com")
     reader = await make_person("reader@example.com")
     writer = await make_person("writer@example.com")
@@ -82,25 +98,35 @@ async def test_shared_vault_reader_and_writer(client_for: Clients, make_person: 
     await admin.grant(database, owner.email, "Team", reader.email, "read")
     await admin.grant(database, owner.email, "Team", writer.email, "write")
     async with client_for(owner.key) as client:
-        pid = (await _call(client, "image_project_create", {"name": "Shared", "vault": "Team"}))["projectId"]
+        pid = (await _call(client, "image_project_create", {"name": "Shared", "vault": "Team"}))[
+            "projectId"
+        ]
     handle = "owner@example.com/Team"
     async with client_for(reader.key) as client:
         listed = await _call(client, "image_project_list", {})
         assert [(p["vault"], p["name"]) for p in listed["projects"]] == [(handle, "Shared")]
-        assert (await _call(client, "image_folder_list", {"projectId": pid, "vault": handle}))["folders"] == []
+        assert (await _call(client, "image_folder_list", {"projectId": pid, "vault": handle}))[
+            "folders"
+        ] == []
         refused = await _call(client, "image_project_create", {"name": "Nope", "vault": handle})
         assert refused == "forbidden: you have read access to this vault; write is needed"
-        refused = await _call(client, "image_folder_create", {"projectId": pid, "name": "x", "vault": handle})
+        refused = await _call(
+            client, "image_folder_create", {"projectId": pid, "name": "x", "vault": handle}
+        )
         assert refused.startswith("forbidden:")
     async with client_for(writer.key) as client:
-        folder = await _call(client, "image_folder_create", {"projectId": pid, "name": "W", "vault": handle})
+        folder = await _call(
+            client, "image_folder_create", {"projectId": pid, "name": "W", "vault": handle}
+        )
         assert folder["vault"] == handle and folder["path"] == "/W"
     async with database.unit_of_work() as uow:
         denied = await uow.session.scalar(
             text("SELECT count(*) FROM mem_provenance WHERE outcome = 'denied'")
         )
         created_by = await uow.session.scalar(
-            text("SELECT actor_identity FROM mem_provenance WHERE operation = 'asset_folder_create' AND outcome = 'succeeded'")
+            text(
+                "SELECT actor_identity FROM mem_provenance WHERE operation = 'asset_folder_create' AND outcome = 'succeeded'"
+            )
         )
     assert denied == 2 and created_by == "writer@example.com"
 
@@ -120,7 +146,9 @@ async def test_key_scopes_are_enforced(client_for: Clients, make_person: Any) ->
         )
 
 
-async def test_missing_unknown_and_revoked_keys(client_for: Clients, alice: Any, database: Database) -> None:
+async def test_missing_unknown_and_revoked_keys(
+    client_for: Clients, alice: Any, database: Database
+) -> None:
     async with client_for(None) as client:
         assert (await _call(client, "image_project_list", {})).startswith("unauthenticated:")
     async with client_for("mk_" + "x" * 43) as client:
@@ -137,27 +165,78 @@ async def test_missing_unknown_and_revoked_keys(client_for: Clients, alice: Any,
 @pytest.mark.parametrize(
     ("tool", "args", "expected"),
     [
-        ("image_project_create", {"name": "x" * 121}, "invalid_input: name: String should have at most 120 characters"),
-        ("image_project_create", {"name": ""}, "invalid_input: name: String should have at least 1 character"),
-        ("image_project_create", {"name": "   "}, "invalid_input: project name must be 1-120 characters"),
-        ("image_project_create", {"name": "a\u0007b"}, "invalid_input: project name must not contain control characters"),
-        ("image_project_create", {"name": "ok", "ownerIdentity": "bob@example.com"}, "invalid_input: ownerIdentity: is not a known field"),
-        ("image_project_create", {"name": "ok", "physicalVault": "bob@example.com/Library"}, "invalid_input: physicalVault: is not a known field"),
+        (
+            "image_project_create",
+            {"name": "x" * 121},
+            "invalid_input: name: String should have at most 120 characters",
+        ),
+        (
+            "image_project_create",
+            {"name": ""},
+            "invalid_input: name: String should have at least 1 character",
+        ),
+        (
+            "image_project_create",
+            {"name": "   "},
+            "invalid_input: project name must be 1-120 characters",
+        ),
+        (
+            "image_project_create",
+            {"name": "a\u0007b"},
+            "invalid_input: project name must not contain control characters",
+        ),
+        (
+            "image_project_create",
+            {"name": "ok", "ownerIdentity": "bob@example.com"},
+            "invalid_input: ownerIdentity: is not a known field",
+        ),
+        (
+            "image_project_create",
+            {"name": "ok", "physicalVault": "bob@example.com/Library"},
+            "invalid_input: physicalVault: is not a known field",
+        ),
         ("image_project_create", {}, "invalid_input: name: is required"),
-        ("image_project_create", {"name": 5}, "invalid_input: name: Input should be a valid string"),
-        ("image_project_create", {"name": "ok", "description": "d" * 2001}, "invalid_input: description: String should have at most 2000 characters"),
-        ("image_project_list", {"includeArchived": "yes"}, "invalid_input: includeArchived: Input should be a valid boolean"),
-        ("image_folder_create", {"projectId": "apr_x", "name": "x" * 121}, "invalid_input: name: String should have at most 120 characters"),
+        (
+            "image_project_create",
+            {"name": 5},
+            "invalid_input: name: Input should be a valid string",
+        ),
+        (
+            "image_project_create",
+            {"name": "ok", "description": "d" * 2001},
+            "invalid_input: description: String should have at most 2000 characters",
+        ),
+        (
+            "image_project_list",
+            {"includeArchived": "yes"},
+            "invalid_input: includeArchived: Input should be a valid boolean",
+        ),
+        (
+            "image_folder_create",
+            {"projectId": "apr_x", "name": "x" * 121},
+            "invalid_input: name: String should have at most 120 characters",
+        ),
         ("image_folder_list", {}, "invalid_input: projectId: is required"),
     ],
 )
 async def test_bad_input_is_refused_with_a_clear_error(
-    client_for: Clients, alice: Any, database: Database, tool: str, args: dict[str, Any], expected: str
+    client_for: Clients,
+    alice: Any,
+    database: Database,
+    tool: str,
+    args: dict[str, Any],
+    expected: str,
 ) -> None:
-    before = (await _count(database, "mem_asset_projects"), await _count(database, "mem_asset_folders"))
+    before = (
+        await _count(database, "mem_asset_projects"),
+        await _count(database, "mem_asset_folders"),
+    )
     async with client_for(alice.key) as client:
         assert await _call(client, tool, args) == expected
-    after = (await _count(database, "mem_asset_projects"), await _count(database, "mem_asset_folders"))
+    after = (
+        await _count(database, "mem_asset_projects"),
+        await _count(database, "mem_asset_folders"),
+    )
     assert after == before
 
 
@@ -175,7 +254,9 @@ async def test_folder_depth_and_duplicates_change_nothing(
             assert folder["depth"] == depth
             parent = folder["folderId"]
         before = await _count(database, "mem_asset_folders")
-        too_deep = await _call(client, "image_folder_create", {"projectId": pid, "name": "level9", "parentId": parent})
+        too_deep = await _call(
+            client, "image_folder_create", {"projectId": pid, "name": "level9", "parentId": parent}
+        )
         assert too_deep == "invalid_input: folders can be nested at most 8 deep"
         duplicate = await _call(client, "image_folder_create", {"projectId": pid, "name": "LEVEL1"})
         assert duplicate == "conflict: a folder named 'LEVEL1' already exists here"
@@ -185,7 +266,9 @@ async def test_folder_depth_and_duplicates_change_nothing(
         assert await _count(database, "mem_asset_folders") == before
 
 
-async def test_feature_flag_switches_tools_off(client_for: Clients, alice: Any, services: Any) -> None:
+async def test_feature_flag_switches_tools_off(
+    client_for: Clients, alice: Any, services: Any
+) -> None:
     object.__setattr__(services.settings, "asset_feature_enabled", False)
     async with client_for(alice.key) as client:
         assert (await _call(client, "image_project_list", {})).startswith("feature_disabled:")
@@ -194,7 +277,12 @@ async def test_feature_flag_switches_tools_off(client_for: Clients, alice: Any, 
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == {"image_project_create", "image_project_list", "image_folder_create", "image_folder_list"}
+    assert set(tools) == {
+        "image_project_create",
+        "image_project_list",
+        "image_folder_create",
+        "image_folder_list",
+    }
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None and hints.open_world_hint is False

@@ -7,8 +7,13 @@ from typing import Any
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
-from memory_db.schema import PROVENANCE_OPERATIONS, PROVENANCE_OUTCOMES, USAGE_SOURCES
-from memory_db.schema import ProvenanceEvent, UsageLedgerEntry
+from memory_db.schema import (
+    PROVENANCE_OPERATIONS,
+    PROVENANCE_OUTCOMES,
+    USAGE_SOURCES,
+    ProvenanceEvent,
+    UsageLedgerEntry,
+)
 
 
 class ProvenanceRepository:

@@ -37,7 +37,9 @@ from memory_db.schema import (
 
 DEFAULT_VAULT = "Library"
 API_KEY_PREFIX = "mk_"
-_EMAIL_RE = re.compile(r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$")
+_EMAIL_RE = re.compile(
+    r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$"
+)
 _HANDLE_RE = re.compile(r"^[^/\x00-\x1f\x7f]{1,64}$")
 
 
@@ -45,7 +47,9 @@ def normalise_identity(value: str) -> str:
     """Lower-case and validate an owner identity (an e-mail address)."""
     candidate = value.strip().lower()
     if len(candidate) > 254 or not _EMAIL_RE.fullmatch(candidate):
-        raise InvalidInput(f"owner identity must be an e-mail address, got {len(value)} characters that are not one")
+        raise InvalidInput(
+            f"owner identity must be an e-mail address ({len(value)} characters given)"
+        )
     return candidate
 
 
@@ -243,7 +247,10 @@ class VaultRepository:
                 self._session.add(row)
                 await self._session.flush()
         except IntegrityError as exc:
-            if constraint_name(exc) in ("uq_mem_vaults_owner_handle", "uq_mem_vaults_physical_vault"):
+            if constraint_name(exc) in (
+                "uq_mem_vaults_owner_handle",
+                "uq_mem_vaults_physical_vault",
+            ):
                 raise Conflict(f"a vault named {handle!r} already exists") from exc
             raise
         await self._session.refresh(row)

@@ -53,7 +53,7 @@ def _folder(row: AssetFolder) -> FolderRecord:
     )
 
 
-def _in_scope_projects(scope: VaultScope) -> Select[tuple[AssetProject]]:
+def _in_scope_projects(scope: VaultScope) -> Select[AssetProject]:
     return select(AssetProject).where(
         AssetProject.owner_identity == scope.owner_identity,
         AssetProject.vault == scope.physical_vault,
@@ -120,7 +120,9 @@ class ProjectRepository:
                 tuple_(AssetProject.owner_identity, AssetProject.vault).in_(pairs),
                 AssetProject.status.in_(statuses),
             )
-            .order_by(AssetProject.owner_identity, AssetProject.vault, func.lower(AssetProject.name))
+            .order_by(
+                AssetProject.owner_identity, AssetProject.vault, func.lower(AssetProject.name)
+            )
         )
         return [_project(row) for row in rows]
 
@@ -145,7 +147,7 @@ class FolderRepository:
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
 
-    def _scoped(self, scope: VaultScope) -> Select[tuple[AssetFolder]]:
+    def _scoped(self, scope: VaultScope) -> Select[AssetFolder]:
         return select(AssetFolder).where(
             AssetFolder.owner_identity == scope.owner_identity,
             AssetFolder.vault == scope.physical_vault,
@@ -176,7 +178,9 @@ class FolderRepository:
         await self._session.refresh(row)
         return _folder(row)
 
-    async def move(self, scope: VaultScope, folder_id: str, new_parent_id: str | None) -> FolderRecord:
+    async def move(
+        self, scope: VaultScope, folder_id: str, new_parent_id: str | None
+    ) -> FolderRecord:
         """Move a folder under another folder of the same project (None = project root)."""
         folder = await self.get(scope, folder_id)
         if new_parent_id is not None:

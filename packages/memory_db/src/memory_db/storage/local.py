@@ -7,6 +7,7 @@ SHA-256. Signed links are HMAC-signed and served by the memory server's ``/objec
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
@@ -32,8 +33,17 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _private_dirs(root: Path, directory: Path) -> None:
+    """Create ``directory`` under ``root`` with every new level readable by the owner only."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    current = root
+    for part in directory.relative_to(root).parts:
+        current = current / part
+        with contextlib.suppress(FileExistsError):
+            current.mkdir(mode=0o700)
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -75,6 +85,7 @@ class LocalAssetObjectStore:
         ).encode()
 
         def write() -> None:
+            _private_dirs(self.root, path.parent)
             _atomic_write(path, body)
             _atomic_write(self._meta_path(path), meta)
 
@@ -154,10 +165,8 @@ class LocalAssetObjectStore:
             path.unlink(missing_ok=True)
             self._meta_path(path).unlink(missing_ok=True)
             # Drop the now-empty object directory; a sibling variant keeps it alive.
-            try:
+            with contextlib.suppress(OSError):
                 path.parent.rmdir()
-            except OSError:
-                pass
 
         await anyio.to_thread.run_sync(remove)
 

@@ -67,9 +67,8 @@ class S3AssetObjectStore:
         async with self._lock:
             if self._client is None:
                 stack = AsyncExitStack()
-                self._client = await stack.enter_async_context(
-                    self._session.client("s3", **self._client_kwargs)
-                )
+                client_cm: Any = self._session.client("s3", **self._client_kwargs)
+                self._client = await stack.enter_async_context(client_cm)
                 self._stack = stack
             return self._client
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from fastmcp.server.auth import AccessToken, TokenVerifier
-
 from memory_db import Database
 
 

@@ -14,9 +14,8 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import Field
-
 from memory_db import UnitOfWork, get_logger
+from pydantic import Field
 
 from memory_tools import projects
 from memory_tools.access import Caller, authenticate
@@ -48,11 +47,15 @@ VaultParam = Annotated[
         "for a vault shared with you.",
     ),
 ]
-ProjectIdParam = Annotated[str, Field(min_length=1, max_length=64, description="Project id (apr_...).")]
+ProjectIdParam = Annotated[
+    str, Field(min_length=1, max_length=64, description="Project id (apr_...).")
+]
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
 
 
-def _annotations(title: str, *, read_only: bool, destructive: bool, idempotent: bool) -> ToolAnnotations:
+def _annotations(
+    title: str, *, read_only: bool, destructive: bool, idempotent: bool
+) -> ToolAnnotations:
     return ToolAnnotations(
         title=title,
         read_only_hint=read_only,
@@ -143,9 +146,11 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
     async def image_project_list(
         vault: Annotated[
             str | None,
-            Field(max_length=400, description="A vault handle; omit to list every vault you may read."),
+            Field(
+                max_length=400, description="A vault handle; omit to list every vault you may read."
+            ),
         ] = None,
-        includeArchived: bool = False,  # noqa: N803 - public camelCase contract
+        includeArchived: bool = False,
     ) -> ProjectListOut:
         """List projects in one vault, or in every vault you may read (each names its vault)."""
 
@@ -158,11 +163,12 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         return await run_authorised(services, "image_project_list", action)
 
     async def image_folder_create(
-        projectId: ProjectIdParam,  # noqa: N803
+        projectId: ProjectIdParam,
         name: NameParam,
         vault: VaultParam = "Library",
-        parentId: Annotated[  # noqa: N803
-            str | None, Field(max_length=64, description="Parent folder id; omit for the project root.")
+        parentId: Annotated[
+            str | None,
+            Field(max_length=64, description="Parent folder id; omit for the project root."),
         ] = None,
     ) -> FolderOut:
         """Create a folder in a project (at most 8 levels deep; names unique among siblings)."""
@@ -176,7 +182,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         return await run_authorised(services, "image_folder_create", action)
 
     async def image_folder_list(
-        projectId: ProjectIdParam,  # noqa: N803
+        projectId: ProjectIdParam,
         vault: VaultParam = "Library",
     ) -> FolderTreeOut:
         """List a project's folder tree, depth-first, with each folder's path and depth."""

@@ -36,7 +36,11 @@ class InvalidInputMiddleware(Middleware):
             return await call_next(context)
         except ValidationError as exc:
             cause = exc.__cause__
-            detail = describe(cause) if isinstance(cause, PydanticValidationError) else "invalid arguments"
+            detail = (
+                describe(cause)
+                if isinstance(cause, PydanticValidationError)
+                else "invalid arguments"
+            )
             raise ToolError(f"invalid_input: {detail}") from None
         except PydanticValidationError as exc:
             raise ToolError(f"invalid_input: {describe(exc)}") from None
