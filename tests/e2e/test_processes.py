@@ -66,6 +66,7 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
         SERVER[0],
         [*SERVER[1:], "serve", "--transport", "stdio"],
         env={**env, "MEMORY_API_KEY": alice},
+        keep_alive=False,  # the server exits when the client closes
     )
     async with Client(transport) as client:
         project = await client.call_tool("image_project_create", {"name": "Stdio"})
@@ -81,6 +82,7 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
         SERVER[0],
         [*SERVER[1:], "serve", "--transport", "stdio"],
         env={**env, "MEMORY_API_KEY": bob},
+        keep_alive=False,
     )
     async with Client(transport) as client:
         listed = await client.call_tool("image_project_list", {})

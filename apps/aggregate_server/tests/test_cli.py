@@ -31,7 +31,10 @@ async def test_stdio_aggregate_server(postgres: PostgresForTests, tmp_path: Path
     env.update(MEMORY_DATA_DIR=str(tmp_path / "data"), MEMORY_DATABASE_URL=url, MEMORY_API_KEY=key)
     try:
         transport = StdioTransport(
-            sys.executable, ["-m", "aggregate_server", "serve", "--transport", "stdio"], env=env
+            sys.executable,
+            ["-m", "aggregate_server", "serve", "--transport", "stdio"],
+            env=env,
+            keep_alive=False,
         )
         async with Client(transport) as client:
             names = {tool.name for tool in await client.list_tools()}

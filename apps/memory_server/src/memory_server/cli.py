@@ -17,9 +17,8 @@ from memory_db import (
     open_database,
 )
 from memory_db.migrate import current_revision
-from memory_tools import ToolFailure, admin, authenticate, build_memory_server
+from memory_tools import ToolFailure, admin, authenticate
 
-from memory_server.app import build_http_server
 from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
 
 
@@ -58,6 +57,8 @@ async def _serve_stdio(settings: MemorySettings) -> None:
                 await authenticate(uow, key)
             except ToolFailure as failure:
                 raise ConfigurationError(f"MEMORY_API_KEY: {failure.message}") from None
+        from memory_tools.mcp import build_memory_server
+
         server = build_memory_server(services)
         _err("image-memory: serving MCP over stdio")
         await server.run_stdio_async(show_banner=False)
@@ -65,6 +66,8 @@ async def _serve_stdio(settings: MemorySettings) -> None:
 
 async def _serve_http(settings: MemorySettings, host: str, port: int) -> None:
     base = public_base_url(settings, host, port)
+    from memory_server.app import build_http_server
+
     async with running(settings, base_url=base) as (_runtime, services):
         server = build_http_server(services)
         shown = f"[{host}]" if ":" in host else host

@@ -13,9 +13,7 @@ from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
 from typing import Any
 
-import aioboto3  # type: ignore[import-untyped]
 import anyio
-from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from memory_db.errors import ObjectNotFound, StorageError
@@ -43,6 +41,10 @@ class S3AssetObjectStore:
         secret_access_key: str | None = None,
         force_path_style: bool = False,
     ) -> None:
+        # Imported here: aioboto3 costs ~0.5 s at import and only S3 deployments need it.
+        import aioboto3  # type: ignore[import-untyped]
+        from botocore.config import Config
+
         self.bucket = bucket
         self._session = aioboto3.Session(
             aws_access_key_id=access_key_id,
