@@ -204,3 +204,16 @@ async def test_folder_tree_rules_through_repository(database: Database) -> None:
         assert moved.parent_id is None
         names = sorted(f.name for f in await uow.folders.list(SA, project.id))
     assert names == [f"d{i}" for i in range(1, 9)]
+
+
+async def test_lineage_is_root_first_and_scoped(database: Database) -> None:
+    await _identities(database, A, B)
+    async with database.unit_of_work() as uow:
+        project = await uow.projects.create(SA, name="P", description=None, created_by=A)
+        top = await uow.folders.create(SA, project_id=project.id, parent_id=None, name="top")
+        mid = await uow.folders.create(SA, project_id=project.id, parent_id=top.id, name="mid")
+        leaf = await uow.folders.create(SA, project_id=project.id, parent_id=mid.id, name="leaf")
+        assert [f.name for f in await uow.folders.lineage(SA, leaf.id)] == ["top", "mid", "leaf"]
+        assert [f.name for f in await uow.folders.lineage(SA, top.id)] == ["top"]
+        with pytest.raises(NotFound):
+            await uow.folders.lineage(SB, leaf.id)

@@ -137,7 +137,7 @@ async def create_folder(
         record = await uow.folders.create(
             scope, project_id=project_id, parent_id=parent_id, name=name
         )
-        tree = folder_tree(await uow.folders.list(scope, project_id))
+        lineage = await uow.folders.lineage(scope, record.id)
     except MemoryDbError as exc:
         raise translate(exc) from exc
     await uow.provenance.record(
@@ -149,7 +149,15 @@ async def create_folder(
         target_id=record.id,
         detail={"projectId": project_id},
     )
-    view = next(f for f in tree if f.folder_id == record.id)
+    view = FolderView(
+        folder_id=record.id,
+        project_id=record.project_id,
+        parent_id=record.parent_id,
+        name=record.name,
+        path="".join(f"/{folder.name}" for folder in lineage),
+        depth=len(lineage),
+        created_at=record.created_at,
+    )
     return view, resolved.display_handle
 
 

@@ -5,15 +5,16 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import Select, func, select, tuple_
+from sqlalchemy import Select, func, literal, select, tuple_
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
-from memory_db.schema import MAX_NAME_LENGTH, AssetFolder, AssetProject
+from memory_db.schema import MAX_FOLDER_DEPTH, MAX_NAME_LENGTH, AssetFolder, AssetProject
 
 
 def validate_name(value: str, what: str) -> str:
@@ -208,6 +209,37 @@ class FolderRepository:
         if row is None:
             raise NotFound("folder")
         return _folder(row)
+
+    async def lineage(self, scope: VaultScope, folder_id: str) -> list[FolderRecord]:
+        """The folder and its ancestors, root first (one recursive query, at most 8 rows)."""
+        base = (
+            select(AssetFolder.id, AssetFolder.parent_id, literal(0).label("level"))
+            .where(
+                AssetFolder.id == folder_id,
+                AssetFolder.owner_identity == scope.owner_identity,
+                AssetFolder.vault == scope.physical_vault,
+                AssetFolder.deleted_at.is_(None),
+            )
+            .cte("lineage", recursive=True)
+        )
+        parent = aliased(AssetFolder)
+        chain = base.union_all(
+            select(parent.id, parent.parent_id, (base.c.level + 1).label("level")).where(
+                parent.id == base.c.parent_id,
+                parent.owner_identity == scope.owner_identity,
+                parent.vault == scope.physical_vault,
+                base.c.level < MAX_FOLDER_DEPTH,
+            )
+        )
+        rows = await self._session.execute(
+            select(AssetFolder)
+            .join(chain, chain.c.id == AssetFolder.id)
+            .order_by(chain.c.level.desc())
+        )
+        lineage = [_folder(row) for row in rows.scalars()]
+        if not lineage:
+            raise NotFound("folder")
+        return lineage
 
     async def list(self, scope: VaultScope, project_id: str) -> list[FolderRecord]:
         """Every active folder of a project, by name (the caller builds the tree)."""
