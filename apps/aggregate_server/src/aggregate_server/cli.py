@@ -3,42 +3,36 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from collections.abc import Sequence
 
-from memory_db import ConfigurationError, MemorySettings, configure_logging, load_settings
-from memory_server.app import add_http_routes
-from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
-from memory_server.cli import Terminated, install_sigterm_handler
-from memory_tools import ApiKeyVerifier, ToolFailure, authenticate
+from memory_db import MemorySettings
+from memory_server.app import add_http_routes, serve_http
+from memory_server.bootstrap import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    check_api_key,
+    public_base_url,
+    running,
+    stdio_api_key,
+)
+from memory_server.cli import run_command
+from memory_tools import ApiKeyVerifier
 from scraper_mcp import build_aggregate_server
 
 
 async def _serve(settings: MemorySettings, transport: str, host: str, port: int) -> None:
     base = public_base_url(settings, host, port)
-    key = settings.memory_api_key.get_secret_value() if settings.memory_api_key else None
-    if transport == "stdio" and key is None:
-        raise ConfigurationError("MEMORY_API_KEY: required for --transport stdio")
+    key = stdio_api_key(settings) if transport == "stdio" else None
     async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
-        if transport == "stdio":
-            async with services.database.unit_of_work() as uow:
-                try:
-                    await authenticate(uow, key)
-                except ToolFailure as failure:
-                    raise ConfigurationError(f"MEMORY_API_KEY: {failure.message}") from None
+        if key is not None:
+            await check_api_key(services, key)
             await build_aggregate_server(services).run_stdio_async(show_banner=False)
             return
         server = build_aggregate_server(services, auth=ApiKeyVerifier(services.database))
         add_http_routes(server, services)
         print(f"mcp-scraper: MCP over streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr)
-        await server.run_http_async(
-            show_banner=False,
-            host=host,
-            port=port,
-            path="/mcp",
-            uvicorn_config={"access_log": False, "log_config": None},
-        )
+        await serve_http(server, host, port)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,19 +44,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     serve.add_argument("--host", default=DEFAULT_HOST)
     serve.add_argument("--port", type=int, default=DEFAULT_PORT)
     args = parser.parse_args(argv)
-    install_sigterm_handler()
-    try:
-        settings = load_settings()
-        configure_logging(settings.memory_log_format, settings.memory_log_level)
-        asyncio.run(_serve(settings, args.transport, args.host, args.port))
-    except ConfigurationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    except Terminated:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    return 0
+
+    async def command(settings: MemorySettings) -> None:
+        await _serve(settings, args.transport, args.host, args.port)
+
+    return run_command(command)
 
 
 if __name__ == "__main__":

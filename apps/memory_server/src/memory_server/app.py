@@ -15,6 +15,19 @@ def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
         server.custom_route(route.path, methods=methods)(route.endpoint)
 
 
+async def serve_http(server: FastMCP, host: str, port: int) -> None:
+    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM)."""
+    await server.run_http_async(
+        show_banner=False,
+        host=host,
+        port=port,
+        path="/mcp",
+        # Our logging config (with redaction) handles uvicorn's loggers; access lines would
+        # carry signed-link query strings, so they are off.
+        uvicorn_config={"access_log": False, "log_config": None},
+    )
+
+
 def build_http_server(services: MemoryServices, *, name: str = "image-memory") -> FastMCP:
     """The memory server for HTTP: bearer API keys on ``/mcp`` plus the plain routes."""
     server = build_memory_server(services, name=name, auth=ApiKeyVerifier(services.database))

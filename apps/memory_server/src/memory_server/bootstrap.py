@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
-from memory_db import MemorySettings, Runtime, open_runtime
-from memory_tools import MemoryServices
+from memory_db import ConfigurationError, MemorySettings, Runtime, open_runtime
+from memory_tools import MemoryServices, ToolFailure, authenticate
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -18,6 +18,25 @@ def public_base_url(settings: MemorySettings, host: str, port: int) -> str:
         return settings.memory_public_base_url
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
+
+
+def stdio_api_key(settings: MemorySettings) -> str:
+    """The key a stdio server acts as; ``ConfigurationError`` when ``MEMORY_API_KEY`` is unset."""
+    if settings.memory_api_key is None:
+        raise ConfigurationError(
+            "MEMORY_API_KEY: required for --transport stdio (the server acts as that key's "
+            "identity); create one with `memory-server admin create-key`"
+        )
+    return settings.memory_api_key.get_secret_value()
+
+
+async def check_api_key(services: MemoryServices, key: str) -> None:
+    """Fail at start-up, naming the variable, when the stdio key is unknown or revoked."""
+    async with services.database.unit_of_work() as uow:
+        try:
+            await authenticate(uow, key)
+        except ToolFailure as failure:
+            raise ConfigurationError(f"MEMORY_API_KEY: {failure.message}") from None
 
 
 @asynccontextmanager

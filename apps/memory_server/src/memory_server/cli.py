@@ -6,7 +6,7 @@ import argparse
 import asyncio
 import signal
 import sys
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
 
 from memory_db import (
@@ -17,9 +17,16 @@ from memory_db import (
     open_database,
 )
 from memory_db.migrate import current_revision
-from memory_tools import ToolFailure, admin, authenticate
+from memory_tools import ToolFailure, admin
 
-from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
+from memory_server.bootstrap import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    check_api_key,
+    public_base_url,
+    running,
+    stdio_api_key,
+)
 
 
 class Terminated(Exception):
@@ -44,19 +51,10 @@ def _err(message: str) -> None:
 
 
 async def _serve_stdio(settings: MemorySettings) -> None:
-    if settings.memory_api_key is None:
-        raise ConfigurationError(
-            "MEMORY_API_KEY: required for --transport stdio (the server acts as that key's "
-            "identity); create one with `memory-server admin create-key`"
-        )
-    key = settings.memory_api_key.get_secret_value()
+    key = stdio_api_key(settings)
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
-        async with services.database.unit_of_work() as uow:
-            try:
-                await authenticate(uow, key)
-            except ToolFailure as failure:
-                raise ConfigurationError(f"MEMORY_API_KEY: {failure.message}") from None
+        await check_api_key(services, key)
         from memory_tools.mcp import build_memory_server
 
         server = build_memory_server(services)
@@ -66,7 +64,7 @@ async def _serve_stdio(settings: MemorySettings) -> None:
 
 async def _serve_http(settings: MemorySettings, host: str, port: int) -> None:
     base = public_base_url(settings, host, port)
-    from memory_server.app import build_http_server
+    from memory_server.app import build_http_server, serve_http
 
     async with running(settings, base_url=base) as (_runtime, services):
         server = build_http_server(services)
@@ -86,13 +84,7 @@ async def _serve_http(settings: MemorySettings, host: str, port: int) -> None:
             "--scopes read,write,destructive\n"
             "  then connect with the header  Authorization: Bearer <key>"
         )
-        await server.run_http_async(
-            show_banner=False,
-            host=host,
-            port=port,
-            path="/mcp",
-            uvicorn_config={"access_log": False, "log_config": None},
-        )
+        await serve_http(server, host, port)
 
 
 async def _migrate(settings: MemorySettings) -> None:
@@ -207,22 +199,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``memory-server``."""
-    args = build_parser().parse_args(argv)
+def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None]]) -> int:
+    """Load settings, configure logging, run ``command``; map failures to exit codes.
+
+    0 success (and SIGTERM), 1 a refused operation, 2 invalid configuration, 130 Ctrl+C.
+    """
     install_sigterm_handler()
     try:
         settings = load_settings()
         configure_logging(settings.memory_log_format, settings.memory_log_level)
-        if args.command == "serve":
-            if args.transport == "stdio":
-                asyncio.run(_serve_stdio(settings))
-            else:
-                asyncio.run(_serve_http(settings, args.host, args.port))
-        elif args.command == "migrate":
-            asyncio.run(_migrate(settings))
-        else:
-            asyncio.run(_with_database(settings, _admin(settings, args)))
+        asyncio.run(command(settings))
     except ConfigurationError as exc:
         _err(f"error: {exc}")
         return 2
@@ -234,6 +220,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``memory-server``."""
+    args = build_parser().parse_args(argv)
+
+    async def command(settings: MemorySettings) -> None:
+        if args.command == "serve" and args.transport == "stdio":
+            await _serve_stdio(settings)
+        elif args.command == "serve":
+            await _serve_http(settings, args.host, args.port)
+        elif args.command == "migrate":
+            await _migrate(settings)
+        else:
+            await _with_database(settings, _admin(settings, args))
+
+    return run_command(command)
 
 
 if __name__ == "__main__":

@@ -7,8 +7,6 @@ content type and length). Responses never let a browser sniff or run what they s
 
 from __future__ import annotations
 
-from typing import Any
-
 from memory_db import (
     ChecksumMismatch,
     InvalidStorageKey,
@@ -17,7 +15,7 @@ from memory_db import (
     SignatureError,
     get_logger,
 )
-from memory_db.storage import OBJECTS_ROUTE, content_type_for_key, read_verified
+from memory_db.storage import OBJECTS_ROUTE, HmacLinks, content_type_for_key, read_verified
 from memory_tools import MemoryServices
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
@@ -39,8 +37,8 @@ def _refuse(status: int, message: str) -> Response:
 
 def object_routes(services: MemoryServices) -> list[Route]:
     """Routes serving signed links of a store that signs with our own HMAC (local, in-memory)."""
-    store: Any = services.store
-    if not hasattr(store, "verify_signed_get"):
+    store = services.store
+    if not isinstance(store, HmacLinks):
         return []  # S3 links go to the bucket's own endpoint
 
     async def get_object(request: Request) -> Response:

@@ -10,12 +10,13 @@ from memory_db.storage.local import OBJECTS_ROUTE, LocalAssetObjectStore
 from memory_db.storage.memory import InMemoryAssetObjectStore
 from memory_db.storage.protocol import AssetObjectStore, HeadResult, PutResult, SignedPut
 from memory_db.storage.s3 import S3AssetObjectStore
-from memory_db.storage.signing import UrlSigner
+from memory_db.storage.signing import HmacLinks, UrlSigner
 
 __all__ = [
     "OBJECTS_ROUTE",
     "AssetObjectStore",
     "HeadResult",
+    "HmacLinks",
     "InMemoryAssetObjectStore",
     "LocalAssetObjectStore",
     "PutResult",

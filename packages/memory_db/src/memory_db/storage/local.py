@@ -16,11 +16,11 @@ from pathlib import Path
 
 import anyio
 
-from memory_db.errors import ObjectNotFound, SignatureError
+from memory_db.errors import ObjectNotFound
 from memory_db.storage._common import check_put
 from memory_db.storage.keys import content_type_for_key, validate_object_key
-from memory_db.storage.protocol import HeadResult, PutResult, SignedPut
-from memory_db.storage.signing import UrlSigner, signed_url
+from memory_db.storage.protocol import HeadResult, PutResult
+from memory_db.storage.signing import HmacLinks, UrlSigner
 
 OBJECTS_ROUTE = "/objects"
 
@@ -58,13 +58,14 @@ def _atomic_write(path: Path, data: bytes) -> None:
         raise
 
 
-class LocalAssetObjectStore:
+class LocalAssetObjectStore(HmacLinks):
     """Objects as files; signed links point at ``{public_base_url}/objects/{key}``."""
 
     def __init__(self, root: Path, signer: UrlSigner, public_base_url: str) -> None:
         self.root = root
         self.signer = signer
         self.public_base_url = public_base_url.rstrip("/")
+        self.links_base = self.public_base_url + OBJECTS_ROUTE
 
     def _path(self, key: str) -> Path:
         # The key is validated against the builder's grammar, so it cannot escape the root.
@@ -123,39 +124,6 @@ class LocalAssetObjectStore:
         async with handle:
             while chunk := await handle.read(chunk_size):
                 yield chunk
-
-    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
-        """An HMAC-signed link to the memory server's object route."""
-        validate_object_key(key)
-        params = self.signer.sign_get(key, expires_in)
-        return signed_url(self.public_base_url + OBJECTS_ROUTE, key, params)
-
-    async def create_signed_put_url(
-        self, key: str, *, content_type: str, content_length: int, expires_in: int
-    ) -> SignedPut:
-        """An HMAC-signed upload link bound to type and exact length."""
-        validate_object_key(key)
-        if content_type != content_type_for_key(key):
-            raise SignatureError(f"this key only accepts {content_type_for_key(key)}")
-        params = self.signer.sign_put(key, content_type, content_length, expires_in)
-        return SignedPut(
-            url=signed_url(self.public_base_url + OBJECTS_ROUTE, key, params),
-            method="PUT",
-            headers={"Content-Type": content_type, "Content-Length": str(content_length)},
-            expires_in=expires_in,
-        )
-
-    def verify_signed_get(self, key: str, expires: str, signature: str) -> None:
-        """Check a presented GET link (used by the HTTP route)."""
-        validate_object_key(key)
-        self.signer.verify_get(key, expires, signature)
-
-    def verify_signed_put(
-        self, key: str, content_type: str, content_length: int, expires: str, signature: str
-    ) -> None:
-        """Check a presented PUT link (used by the HTTP route)."""
-        validate_object_key(key)
-        self.signer.verify_put(key, content_type, content_length, expires, signature)
 
     async def delete(self, key: str) -> None:
         """Remove the object and its sidecar; missing files are fine."""

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 
-from memory_db.errors import ObjectNotFound, SignatureError
+from memory_db.errors import ObjectNotFound
 from memory_db.storage._common import check_put
-from memory_db.storage.keys import content_type_for_key, validate_object_key
-from memory_db.storage.protocol import HeadResult, PutResult, SignedPut
-from memory_db.storage.signing import UrlSigner, signed_url
+from memory_db.storage.keys import validate_object_key
+from memory_db.storage.protocol import HeadResult, PutResult
+from memory_db.storage.signing import HmacLinks, UrlSigner
 
 BASE_URL = "memory://objects"
 
@@ -21,11 +21,12 @@ class _Stored:
     sha256: str
 
 
-class InMemoryAssetObjectStore:
+class InMemoryAssetObjectStore(HmacLinks):
     """Objects in a dict; signed links are HMAC-signed ``memory://`` URLs."""
 
     def __init__(self, signer: UrlSigner) -> None:
         self.signer = signer
+        self.links_base = BASE_URL
         self.objects: dict[str, _Stored] = {}
 
     async def put(
@@ -52,38 +53,6 @@ class InMemoryAssetObjectStore:
             raise ObjectNotFound("no object is stored under this key")
         for start in range(0, len(stored.body), chunk_size):
             yield stored.body[start : start + chunk_size]
-
-    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
-        """An HMAC-signed ``memory://`` link."""
-        validate_object_key(key)
-        return signed_url(BASE_URL, key, self.signer.sign_get(key, expires_in))
-
-    async def create_signed_put_url(
-        self, key: str, *, content_type: str, content_length: int, expires_in: int
-    ) -> SignedPut:
-        """An HMAC-signed upload link bound to type and length."""
-        validate_object_key(key)
-        if content_type != content_type_for_key(key):
-            raise SignatureError(f"this key only accepts {content_type_for_key(key)}")
-        params = self.signer.sign_put(key, content_type, content_length, expires_in)
-        return SignedPut(
-            url=signed_url(BASE_URL, key, params),
-            method="PUT",
-            headers={"Content-Type": content_type, "Content-Length": str(content_length)},
-            expires_in=expires_in,
-        )
-
-    def verify_signed_get(self, key: str, expires: str, signature: str) -> None:
-        """Check a presented GET link."""
-        validate_object_key(key)
-        self.signer.verify_get(key, expires, signature)
-
-    def verify_signed_put(
-        self, key: str, content_type: str, content_length: int, expires: str, signature: str
-    ) -> None:
-        """Check a presented PUT link."""
-        validate_object_key(key)
-        self.signer.verify_put(key, content_type, content_length, expires, signature)
 
     async def delete(self, key: str) -> None:
         """Forget the key (idempotent)."""

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from memory_db.errors import SignatureError
+from memory_db.storage.keys import content_type_for_key, validate_object_key
+from memory_db.storage.protocol import SignedPut
 
 Clock = Callable[[], float]
 
@@ -81,3 +83,46 @@ class UrlSigner:
 def signed_url(base: str, key: str, params: dict[str, str]) -> str:
     """``{base}/{key}?{params}``."""
     return f"{base.rstrip('/')}/{key}?{urlencode(params)}"
+
+
+class HmacLinks:
+    """Signed-link methods for stores without a signing service of their own.
+
+    A store mixing this in sets ``signer`` and ``links_base`` (where its links point); the
+    memory server's object route calls ``verify_signed_get`` / ``verify_signed_put``.
+    """
+
+    signer: UrlSigner
+    links_base: str
+
+    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
+        """An HMAC-signed link reading ``key`` until ``expires_in`` seconds from now."""
+        validate_object_key(key)
+        return signed_url(self.links_base, key, self.signer.sign_get(key, expires_in))
+
+    async def create_signed_put_url(
+        self, key: str, *, content_type: str, content_length: int, expires_in: int
+    ) -> SignedPut:
+        """An HMAC-signed upload link bound to type and exact length."""
+        validate_object_key(key)
+        if content_type != content_type_for_key(key):
+            raise SignatureError(f"this key only accepts {content_type_for_key(key)}")
+        params = self.signer.sign_put(key, content_type, content_length, expires_in)
+        return SignedPut(
+            url=signed_url(self.links_base, key, params),
+            method="PUT",
+            headers={"Content-Type": content_type, "Content-Length": str(content_length)},
+            expires_in=expires_in,
+        )
+
+    def verify_signed_get(self, key: str, expires: str, signature: str) -> None:
+        """Check a presented GET link; raise ``SignatureError`` or ``InvalidStorageKey``."""
+        validate_object_key(key)
+        self.signer.verify_get(key, expires, signature)
+
+    def verify_signed_put(
+        self, key: str, content_type: str, content_length: int, expires: str, signature: str
+    ) -> None:
+        """Check a presented PUT link against the exact type and length presented."""
+        validate_object_key(key)
+        self.signer.verify_put(key, content_type, content_length, expires, signature)
