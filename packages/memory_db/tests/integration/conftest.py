@@ -54,6 +54,15 @@ class Clock:
         return self.now
 
 
+def _split_link(url: str) -> tuple[str, dict[str, str]]:
+    """The object key and query of one of our HMAC links (local route or memory://)."""
+    parts = urlsplit(url)
+    key = (
+        parts.path.split("/objects/", 1)[1] if parts.scheme != "memory" else parts.path.lstrip("/")
+    )
+    return key, {k: v[0] for k, v in parse_qs(parts.query).items()}
+
+
 @dataclass
 class StoreUnderTest:
     """A store plus how a third party would follow its signed links."""
@@ -71,13 +80,7 @@ class StoreUnderTest:
             async with httpx.AsyncClient() as client:
                 response = await client.get(url)
             return response.status_code, dict(response.headers), response.content
-        parts = urlsplit(url)
-        key = (
-            parts.path.split("/objects/", 1)[1]
-            if parts.scheme != "memory"
-            else parts.path.lstrip("/")
-        )
-        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        key, query = _split_link(url)
         try:
             self.store.verify_signed_get(key, query.get("expires", ""), query.get("signature", ""))  # type: ignore[attr-defined]
         except SignatureError:
@@ -90,13 +93,7 @@ class StoreUnderTest:
             async with httpx.AsyncClient() as client:
                 response = await client.put(url, headers=headers, content=body)
             return response.status_code
-        parts = urlsplit(url)
-        key = (
-            parts.path.split("/objects/", 1)[1]
-            if parts.scheme != "memory"
-            else parts.path.lstrip("/")
-        )
-        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        key, query = _split_link(url)
         try:
             self.store.verify_signed_put(  # type: ignore[attr-defined]
                 key, headers["Content-Type"], len(body), query["expires"], query["signature"]

@@ -8,7 +8,7 @@ the transaction back and reaches the caller as ``ToolError("<code>: <message>")`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, Any, TypeVar
 
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
@@ -53,15 +53,25 @@ ProjectIdParam = Annotated[
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
 
 
-def _annotations(
-    title: str, *, read_only: bool, destructive: bool, idempotent: bool
-) -> ToolAnnotations:
-    return ToolAnnotations(
+def _tool(
+    fn: Callable[..., Awaitable[Any]],
+    title: str,
+    *,
+    read_only: bool,
+    idempotent: bool,
+    destructive: bool = False,
+) -> Tool:
+    """A Tool with all four MCP hints stated explicitly (the spec's defaults are unsafe)."""
+    return Tool.from_function(
+        fn,
         title=title,
-        read_only_hint=read_only,
-        destructive_hint=destructive,
-        idempotent_hint=idempotent,
-        open_world_hint=False,
+        annotations=ToolAnnotations(
+            title=title,
+            read_only_hint=read_only,
+            destructive_hint=destructive,
+            idempotent_hint=idempotent,
+            open_world_hint=False,  # memory tools touch only our own database and store
+        ),
     )
 
 
@@ -198,32 +208,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         return await run_authorised(services, "image_folder_list", action)
 
     return [
-        Tool.from_function(
-            image_project_create,
-            title="Create image project",
-            annotations=_annotations(
-                "Create image project", read_only=False, destructive=False, idempotent=False
-            ),
-        ),
-        Tool.from_function(
-            image_project_list,
-            title="List image projects",
-            annotations=_annotations(
-                "List image projects", read_only=True, destructive=False, idempotent=True
-            ),
-        ),
-        Tool.from_function(
-            image_folder_create,
-            title="Create image folder",
-            annotations=_annotations(
-                "Create image folder", read_only=False, destructive=False, idempotent=False
-            ),
-        ),
-        Tool.from_function(
-            image_folder_list,
-            title="List image folders",
-            annotations=_annotations(
-                "List image folders", read_only=True, destructive=False, idempotent=True
-            ),
-        ),
+        _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
+        _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
+        _tool(image_folder_create, "Create image folder", read_only=False, idempotent=False),
+        _tool(image_folder_list, "List image folders", read_only=True, idempotent=True),
     ]
