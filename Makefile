@@ -48,7 +48,7 @@ stdio: install ## Start the memory server over stdio (needs MEMORY_API_KEY)
 .PHONY: key
 key: install ## Create an identity and a key: make key OWNER=you@example.com
 	@test -n "$(OWNER)" || { echo "usage: make key OWNER=you@example.com"; exit 2; }
-	$(UV) run --frozen memory-server admin create-identity --owner "$(OWNER)" || true
+	$(UV) run --frozen memory-server admin create-identity --owner "$(OWNER)" --exist-ok
 	$(UV) run --frozen memory-server admin create-key --owner "$(OWNER)" --scopes read,write,destructive
 
 .PHONY: migrate

@@ -175,6 +175,10 @@ async def test_http_server_on_the_embedded_default(
     # admin commands in other processes attach to the server's embedded PostgreSQL
     alice = _new_key(env, "alice@example.com")
     reader = _new_key(env, "reader@example.com", "read")
+    again = _cli(env, "admin", "create-identity", "--owner", "alice@example.com")
+    assert again.returncode == 1 and "conflict:" in again.stderr
+    again = _cli(env, "admin", "create-identity", "--owner", "alice@example.com", "--exist-ok")
+    assert again.returncode == 0 and "already exists" in again.stdout
     granted = _cli(
         env,
         "admin",

@@ -17,7 +17,7 @@ from memory_db import (
     open_database,
 )
 from memory_db.migrate import current_revision
-from memory_tools import ToolFailure, admin
+from memory_tools import ConflictFailure, ToolFailure, admin
 
 from memory_server.bootstrap import (
     DEFAULT_HOST,
@@ -116,7 +116,13 @@ def _admin(settings: MemorySettings, args: argparse.Namespace) -> Callable[[Any]
             if args.quota_bytes is not None
             else settings.memory_default_quota_bytes
         )
-        record = await admin.create_identity(database, args.owner, quota)
+        try:
+            record = await admin.create_identity(database, args.owner, quota)
+        except ConflictFailure:
+            if not args.exist_ok:
+                raise
+            print(f"identity {args.owner.strip().lower()} already exists")
+            return
         print(
             f"identity {record.owner_identity} created with vault Library "
             f"(quota {record.quota_bytes} bytes)"
@@ -178,6 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     ci = admin_commands.add_parser("create-identity", help="create an owner identity")
     ci.add_argument("--owner", required=True, help="owner e-mail address")
     ci.add_argument("--quota-bytes", type=int, default=None, help="storage quota in bytes")
+    ci.add_argument("--exist-ok", action="store_true", help="succeed if the identity exists")
     ck = admin_commands.add_parser("create-key", help="create an API key (printed once)")
     ck.add_argument("--owner", required=True)
     ck.add_argument(

@@ -8,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from memory_db.database import EmbeddedPostgres, start_embedded
 
 # A second process: attach to the server of a data directory, print the postmaster pid, and
@@ -44,7 +43,7 @@ async def test_second_process_attaches_instead_of_starting_another(tmp_path: Pat
     try:
         pid = _postmaster_pid(pgdata)
         assert pid is not None
-        other = subprocess.run(  # noqa: S603
+        other = subprocess.run(
             [sys.executable, "-c", ATTACH, str(pgdata), "exit"],
             capture_output=True,
             text=True,
