@@ -12,7 +12,11 @@ Hierarchy::
     │   ├── ObjectNotFound
     │   ├── ChecksumMismatch        bytes do not hash to the expected SHA-256
     │   └── InvalidStorageKey       a key that was not built by the key builder
-    └── SignatureError              a signed link that is tampered with or expired
+    ├── SignatureError              a signed link that is tampered with or expired
+    └── EmbeddingError              an embedding call failed (``retryable`` says whether to retry)
+        ├── ProviderContractError   malformed vectors: count, dimension, NaN, norm (permanent)
+        ├── ProviderRejected        validation, auth, balance, unsupported media (permanent)
+        └── ProviderUnavailable     429/524/5xx/timeouts after the retries (retry later)
 
 Foreign errors (asyncpg, botocore, OS) are translated where they are raised, with ``from exc``.
 """
@@ -67,3 +71,27 @@ class InvalidStorageKey(StorageError):
 
 class SignatureError(MemoryDbError):
     """A signed link whose signature does not match or that has expired."""
+
+
+class EmbeddingError(MemoryDbError):
+    """An embedding call failed; ``code`` is stable, ``retryable`` tells a worker what to do."""
+
+    retryable = False
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(f"{code}: {message}")
+
+
+class ProviderContractError(EmbeddingError):
+    """The answer is not one finite, unit-length vector of the right size per input."""
+
+
+class ProviderRejected(EmbeddingError):
+    """The provider refused the request for a reason retrying cannot fix."""
+
+
+class ProviderUnavailable(EmbeddingError):
+    """The provider could not answer in time (rate limits, timeouts, server errors)."""
+
+    retryable = True

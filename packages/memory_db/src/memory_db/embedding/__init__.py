@@ -1,0 +1,38 @@
+"""Embedders (§11): the contract, the Jina client, the offline local embedder and a fake."""
+
+from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector
+from memory_db.embedding.jina import JINA_MODEL, JinaEmbedder
+from memory_db.embedding.local import LOCAL_MODEL, LocalEmbedder
+from memory_db.embedding.types import (
+    TASKS,
+    Embedder,
+    EmbedResult,
+    EmbedValue,
+    FusedInput,
+    ImageInput,
+    Task,
+    TextInput,
+    Usage,
+)
+from memory_db.embedding.validation import combine, normalize, validate_embeddings
+
+__all__ = [
+    "JINA_MODEL",
+    "LOCAL_MODEL",
+    "TASKS",
+    "EmbedResult",
+    "EmbedValue",
+    "Embedder",
+    "FusedInput",
+    "ImageInput",
+    "JinaEmbedder",
+    "LocalEmbedder",
+    "ScriptedEmbedder",
+    "Task",
+    "TextInput",
+    "Usage",
+    "combine",
+    "hashed_vector",
+    "normalize",
+    "validate_embeddings",
+]

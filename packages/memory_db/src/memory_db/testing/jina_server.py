@@ -1,0 +1,250 @@
+"""A real HTTP server on 127.0.0.1 that speaks the Jina embeddings protocol, with scripted faults.
+
+It validates requests like the provider (model, task, ``input`` items of ``{"text"}``,
+``{"image"}`` or ``{"content"}``, ``dimensions``, ``normalized``), answers with
+``data[].embedding`` and ``usage``, and errors with ``{code, detail}``. Tests queue faults that
+apply to the next requests and read back what each request carried (key, size, task).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "jina-embeddings-v5-omni-small"
+
+
+@dataclass
+class Fault:
+    """One scripted answer: an HTTP error, a malformed success, or a slow response."""
+
+    status: int = 200
+    code: str = ""
+    detail: str = ""
+    retry_after: str | None = None
+    only_key: str | None = None  # apply only to requests made with this key (else pass through)
+    wrong_count: bool = False
+    wrong_dimensions: bool = False
+    nan: bool = False
+    unnormalized: bool = False
+    delay: float = 0.0
+
+
+@dataclass
+class Seen:
+    """What one request carried (never stored: image payloads)."""
+
+    key: str
+    task: str
+    inputs: int
+    kinds: list[str]
+    status: int
+
+
+@dataclass
+class JinaState:
+    """Shared between the server thread and the test."""
+
+    keys: set[str]
+    faults: list[Fault] = field(default_factory=list)
+    seen: list[Seen] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+def _vector(seed: str, dimensions: int) -> list[float]:
+    raw: list[float] = []
+    counter = 0
+    while len(raw) < dimensions:
+        digest = hashlib.sha256(f"{seed}#{counter}".encode()).digest()
+        raw.extend((b - 127.5) / 127.5 for b in digest)
+        counter += 1
+    vector = raw[:dimensions]
+    norm = math.sqrt(sum(x * x for x in vector))
+    return [x / norm for x in vector]
+
+
+def _kind(item: Any) -> str | None:
+    if isinstance(item, str):
+        return "text"
+    if isinstance(item, dict):
+        if set(item) == {"text"} and isinstance(item["text"], str):
+            return "text"
+        if set(item) == {"image"} and isinstance(item["image"], str):
+            return "image"
+        content = item.get("content")
+        if (
+            set(item) == {"content"}
+            and isinstance(content, list)
+            and content
+            and all(_kind(part) in ("text", "image") for part in content)
+        ):
+            return "content"
+    return None
+
+
+def _tokens(item: Any) -> tuple[int, int]:
+    kind = _kind(item)
+    if kind == "text":
+        text = item if isinstance(item, str) else item["text"]
+        return len(text.split()), 0
+    if kind == "image":
+        return 0, 1000
+    prompt = images = 0
+    for part in item["content"]:
+        p, i = _tokens(part)
+        prompt, images = prompt + p, images + i
+    return prompt, images
+
+
+class _Handler(BaseHTTPRequestHandler):
+    state: JinaState
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Silence the default stderr access log."""
+
+    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
+        payload = json.dumps(body).encode()
+        try:
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(payload)))
+            self.send_header("x-request-id", hashlib.sha256(payload).hexdigest()[:16])
+            for name, value in (headers or {}).items():
+                self.send_header(name, value)
+            self.end_headers()
+            self.wfile.write(payload)
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the client gave up (timeout tests)
+
+    def _error(
+        self, status: int, code: str, detail: str, headers: dict[str, str] | None = None
+    ) -> None:
+        self._send(status, {"code": code, "detail": detail}, headers)
+
+    def do_POST(self) -> None:
+        """``POST /v1/embeddings``."""
+        state = self.state
+        if self.path.rstrip("/") != "/v1/embeddings":
+            self._error(404, "NOT_FOUND", "no such endpoint")
+            return
+        auth = self.headers.get("Authorization", "")
+        key = auth.removeprefix("Bearer ").strip()
+        length = int(self.headers.get("Content-Length") or 0)
+        try:
+            body = json.loads(self.rfile.read(length) or b"null")
+        except ValueError:
+            self._error(400, "INVALID_JSON", "body is not JSON")
+            return
+        inputs = body.get("input") if isinstance(body, dict) else None
+        task = body.get("task") if isinstance(body, dict) else None
+        kinds = [(_kind(i) or "invalid") for i in inputs] if isinstance(inputs, list) else []
+        with state.lock:
+            fault = None
+            if state.faults and (state.faults[0].only_key in (None, key)):
+                fault = state.faults.pop(0)
+        status = 401 if key not in state.keys else (fault.status if fault else 200)
+        with state.lock:
+            state.seen.append(Seen(key, str(task), len(kinds), kinds, status))
+        if fault and fault.delay:
+            time.sleep(fault.delay)
+        if key not in state.keys:
+            self._error(401, "AUTHN_INVALID_KEY", "invalid API key")
+            return
+        if fault and fault.status != 200:
+            headers = {"Retry-After": fault.retry_after} if fault.retry_after else None
+            self._error(
+                fault.status,
+                fault.code or f"HTTP_{fault.status}",
+                fault.detail or "scripted",
+                headers,
+            )
+            return
+        problems = []
+        if body.get("model") != MODEL:
+            problems.append("unknown model")
+        if task not in ("retrieval.query", "retrieval.passage"):
+            problems.append("task must be retrieval.query or retrieval.passage")
+        if not isinstance(inputs, list) or not inputs or "invalid" in kinds:
+            problems.append("input must be a non-empty list of text, image or content items")
+        dimensions = body.get("dimensions")
+        if not isinstance(dimensions, int) or not 1 <= dimensions <= 1024:
+            problems.append("dimensions must be 1-1024")
+        if body.get("normalized") is not True:
+            problems.append("normalized must be true")
+        if problems:
+            self._error(422, "VALIDATION_ERROR", "; ".join(problems))
+            return
+        assert isinstance(inputs, list) and isinstance(dimensions, int)
+        data = []
+        prompt = images = 0
+        for index, item in enumerate(inputs):
+            p, i = _tokens(item)
+            prompt, images = prompt + p, images + i
+            vector = _vector(json.dumps(item, sort_keys=True) + str(task), dimensions)
+            if fault and fault.wrong_dimensions:
+                vector = vector[:-1]
+            if fault and fault.nan and index == 0:
+                vector[0] = float("nan")
+            if fault and fault.unnormalized:
+                vector = [x * 2 for x in vector]
+            data.append({"object": "embedding", "index": index, "embedding": vector})
+        if fault and fault.wrong_count:
+            data = data[:-1]
+        body_out = {
+            "model": MODEL,
+            "object": "list",
+            "usage": {
+                "total_tokens": prompt + images,
+                "prompt_tokens": prompt,
+                "image_tokens": images,
+            },
+            "data": data,
+        }
+        payload = json.dumps(body_out, allow_nan=True)
+        self._send_raw(payload)
+
+    def _send_raw(self, payload: str) -> None:
+        encoded = payload.encode()
+        try:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(encoded)))
+            self.send_header("x-request-id", hashlib.sha256(encoded).hexdigest()[:16])
+            self.end_headers()
+            self.wfile.write(encoded)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+
+class JinaTestServer:
+    """Start with ``start()``; ``base_url`` ends in ``/v1`` like the real API."""
+
+    def __init__(self, keys: set[str]) -> None:
+        self.state = JinaState(keys=set(keys))
+        handler = type("Handler", (_Handler,), {"state": self.state})
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1``."""
+        host, port = self._server.server_address[:2]
+        return f"http://{host!s}:{port}/v1"
+
+    def start(self) -> JinaTestServer:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Shut down and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
