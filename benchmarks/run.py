@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from fastmcp import Client
+
 from memory_db import Database, MemorySettings, VaultScope
 from memory_db.database import create_engine
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner

@@ -15,6 +15,7 @@ import httpx
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+
 from memory_db.testing import PostgresForTests
 
 pytestmark = pytest.mark.slow

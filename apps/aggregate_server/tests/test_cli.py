@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database

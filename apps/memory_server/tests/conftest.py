@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from memory_db import Database, MemorySettings
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin

@@ -8,6 +8,7 @@ from typing import Any
 
 import httpx
 from fastmcp import Client
+
 from memory_db.ids import new_id
 from memory_db.storage import build_object_key
 from memory_server import build_http_server

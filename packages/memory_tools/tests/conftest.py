@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+
 from memory_db import Database, MemorySettings
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin, build_memory_server

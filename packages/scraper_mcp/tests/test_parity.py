@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from fastmcp import Client
+
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from fastmcp import FastMCP
-from memory_tools import ApiKeyVerifier, MemoryServices, build_memory_server
 
 from memory_server.http_routes import health_route, object_routes
+from memory_tools import ApiKeyVerifier, MemoryServices, build_memory_server
 
 
 def add_http_routes(server: FastMCP, services: MemoryServices) -> None:

@@ -17,8 +17,6 @@ from memory_db import (
     open_database,
 )
 from memory_db.migrate import current_revision
-from memory_tools import ConflictFailure, ToolFailure, admin
-
 from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -27,6 +25,7 @@ from memory_server.bootstrap import (
     running,
     stdio_api_key,
 )
+from memory_tools import ConflictFailure, ToolFailure, admin
 
 
 class Terminated(Exception):

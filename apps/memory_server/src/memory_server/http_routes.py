@@ -7,6 +7,10 @@ content type and length). Responses never let a browser sniff or run what they s
 
 from __future__ import annotations
 
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+
 from memory_db import (
     ChecksumMismatch,
     InvalidStorageKey,
@@ -17,9 +21,6 @@ from memory_db import (
 )
 from memory_db.storage import OBJECTS_ROUTE, HmacLinks, content_type_for_key, read_verified
 from memory_tools import MemoryServices
-from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
-from starlette.routing import Route
 
 log = get_logger(__name__)
 

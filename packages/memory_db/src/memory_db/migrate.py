@@ -13,6 +13,15 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 
+def include_name(name: str | None, type_: str, _parent_names: Any) -> bool:
+    """Compare only tables the models declare: versioned vector tables are made at runtime."""
+    from memory_db.schema import Base
+
+    if type_ == "table":
+        return name in Base.metadata.tables
+    return True
+
+
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config pointing at the migrations shipped in this package."""
     config = Config()

@@ -621,3 +621,35 @@ class ProvenanceEvent(Base):
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
     created_at: Mapped[datetime] = _now()
+
+
+# --- vector index registry (§10.1, §20.3) -----------------------------------------------------
+
+
+class VectorIndexEntry(Base):
+    """A physical, versioned vector index (one table named ``name``, created by ``vectors``)."""
+
+    __tablename__ = "mem_vector_indexes"
+    __table_args__ = (
+        CheckConstraint("name ~ '^[a-z][a-z0-9_]{0,62}$'", name="name_identifier"),
+        CheckConstraint("element_type IN ('halfvec', 'vector')", name="element_known"),
+        CheckConstraint("dimensions BETWEEN 1 AND 4000", name="dimensions_range"),
+    )
+
+    name: Mapped[str] = mapped_column(Text, primary_key=True)
+    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    element_type: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+
+
+class VectorIndexAlias(Base):
+    """Which physical index an environment reads and writes; switched in one transaction."""
+
+    __tablename__ = "mem_vector_index_aliases"
+    __table_args__ = (CheckConstraint("alias ~ '^[a-z][a-z0-9_]{0,62}$'", name="alias_identifier"),)
+
+    alias: Mapped[str] = mapped_column(Text, primary_key=True)
+    index_name: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_vector_indexes.name"), nullable=False
+    )
+    updated_at: Mapped[datetime] = _now()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
+
 from memory_db.testing.jina_server import JinaTestServer
 
 KEYS = ["jina_key_one", "jina_key_two", "jina_key_three"]

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 import pyvips
+
 from memory_db.embedding import (
     Embedder,
     FusedInput,

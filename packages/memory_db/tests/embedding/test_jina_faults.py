@@ -6,6 +6,7 @@ import math
 from typing import Any
 
 import pytest
+
 from memory_db.embedding import FusedInput, ImageInput, JinaEmbedder, TextInput, combine
 from memory_db.errors import ProviderContractError, ProviderRejected, ProviderUnavailable
 from memory_db.testing.jina_server import Fault, JinaTestServer

@@ -13,6 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import pytest
+
 from memory_db import SignatureError
 from memory_db.ids import new_id
 from memory_db.storage import (

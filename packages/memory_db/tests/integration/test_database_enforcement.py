@@ -5,11 +5,12 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import IntegrityError
+
 from memory_db import Database, new_id
 from memory_db.repositories import VaultScope
 from memory_db.repositories._errors import constraint_name
-from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
 
 A = "alice@example.com"
 B = "bob@example.com"

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from memory_db.database import EmbeddedPostgres, start_embedded
 
 # A second process: attach to the server of a data directory, print the postmaster pid, and

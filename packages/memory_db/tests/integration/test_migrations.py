@@ -6,16 +6,19 @@ from typing import Any
 
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
-from memory_db.database import create_engine
-from memory_db.migrate import current_revision, downgrade, head_revision, upgrade
-from memory_db.schema import Base
-from memory_db.testing import PostgresForTests
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from memory_db.database import create_engine
+from memory_db.migrate import current_revision, downgrade, head_revision, include_name, upgrade
+from memory_db.schema import Base
+from memory_db.testing import PostgresForTests
+
 
 def _diff(connection: Connection) -> list[Any]:
-    context = MigrationContext.configure(connection, opts={"compare_type": True})
+    context = MigrationContext.configure(
+        connection, opts={"compare_type": True, "include_name": include_name}
+    )
     return list(compare_metadata(context, Base.metadata))
 
 

@@ -17,6 +17,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import pytest
+
 from memory_db import ChecksumMismatch, InvalidStorageKey, ObjectNotFound
 from memory_db.storage import read_verified
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memory_db import Conflict, Database, FolderTreeError, InvalidInput, NotFound, VaultScope
 from memory_db.ids import is_valid_id
 

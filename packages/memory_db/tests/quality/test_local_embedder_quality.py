@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 import pytest
 import pyvips
+
 from memory_db.embedding import FusedInput, ImageInput, LocalEmbedder, TextInput
 
 PHOTOS = [

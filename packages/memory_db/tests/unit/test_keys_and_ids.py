@@ -7,6 +7,7 @@ import re
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+
 from memory_db import InvalidStorageKey, is_valid_id, new_id
 from memory_db.storage import build_object_key, content_type_for_key, validate_object_key
 

@@ -8,6 +8,7 @@ import logging
 
 import pytest
 import structlog
+
 from memory_db.logs import configure_logging, identity_digest, redact_event, redact_text
 
 SIGNED = (

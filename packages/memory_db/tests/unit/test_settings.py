@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+
 from memory_db import ConfigurationError, load_settings
 from memory_db.datadir import check_data_dir
 

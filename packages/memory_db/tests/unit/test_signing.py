@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from memory_db import SignatureError
 from memory_db.storage import UrlSigner
 

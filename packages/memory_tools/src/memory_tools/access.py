@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from typing import Literal
 
 from memory_db import NotFound, UnitOfWork, VaultRecord
-
 from memory_tools.errors import Forbidden, NotFoundFailure, Unauthenticated
 
 Need = Literal["read", "write", "destructive"]

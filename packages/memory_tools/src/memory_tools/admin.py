@@ -18,7 +18,6 @@ from memory_db import (
     UnitOfWork,
     VaultRecord,
 )
-
 from memory_tools.errors import translate
 
 OPERATOR = "operator"

@@ -12,7 +12,6 @@ from memory_db import (
     ProjectRecord,
     UnitOfWork,
 )
-
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import translate
 

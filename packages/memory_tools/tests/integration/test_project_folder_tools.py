@@ -6,9 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sqlalchemy import text
+
 from memory_db import Database
 from memory_tools import admin
-from sqlalchemy import text
 
 Clients = Callable[[str | None], Any]
 

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
 from memory_db import FolderRecord
 from memory_tools.mcp.validation import describe
 from memory_tools.projects import folder_tree
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 NOW = datetime.now(UTC)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
+
 from memory_tools import MemoryServices, build_memory_server
 
 AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from memory_db.migrate import include_name
 from memory_db.schema import Base
 
 config = context.config
@@ -15,6 +16,7 @@ context.configure(
     connection=connection,
     target_metadata=Base.metadata,
     compare_type=True,
+    include_name=include_name,
     transaction_per_migration=False,
 )
 with context.begin_transaction():

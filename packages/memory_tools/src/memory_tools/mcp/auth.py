@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastmcp.server.auth import AccessToken, TokenVerifier
+
 from memory_db import Database
 
 

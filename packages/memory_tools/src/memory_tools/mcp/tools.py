@@ -14,9 +14,9 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
 from mcp_types import ToolAnnotations
-from memory_db import UnitOfWork, get_logger
 from pydantic import Field
 
+from memory_db import UnitOfWork, get_logger
 from memory_tools import projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import FeatureDisabled, ToolFailure

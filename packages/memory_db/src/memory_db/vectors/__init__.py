@@ -1,0 +1,35 @@
+"""The versioned asset vector index (§10): tables, aliases, scoped upsert and filtered ANN."""
+
+from memory_db.vectors.ddl import (
+    DEFAULT_ALIAS,
+    ElementType,
+    create_index,
+    describe_index,
+    drop_index,
+    ensure_default_index,
+    resolve_alias,
+    switch_alias,
+)
+from memory_db.vectors.index import (
+    SearchTuning,
+    VectorHit,
+    VectorIndex,
+    VectorRecord,
+    vector_id,
+)
+
+__all__ = [
+    "DEFAULT_ALIAS",
+    "ElementType",
+    "SearchTuning",
+    "VectorHit",
+    "VectorIndex",
+    "VectorRecord",
+    "create_index",
+    "describe_index",
+    "drop_index",
+    "ensure_default_index",
+    "resolve_alias",
+    "switch_alias",
+    "vector_id",
+]

@@ -1,0 +1,155 @@
+"""Physical versioned vector tables: creation, registry, aliases (§10.1, §20.3).
+
+One table per index name (default ``memory_assets_v1``), holding §10.2's metadata as real
+columns. Element type ``halfvec`` by default: half the bytes of ``vector`` with the same recall
+in our measurement (``benchmarks/vector_search.py``, ``docs/vector-index.md``).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Literal
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.errors import Conflict, InvalidInput, NotFound
+
+ElementType = Literal["halfvec", "vector"]
+DEFAULT_ALIAS = "memory_assets"
+_IDENT = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+# Built-in HNSW limits: 2,000 dimensions for vector, 4,000 for halfvec.
+_MAX_INDEXED = {"vector": 2000, "halfvec": 4000}
+
+
+def check_identifier(name: str, what: str = "index name") -> str:
+    """A lowercase SQL identifier (it becomes a table name), or ``InvalidInput``."""
+    if not _IDENT.fullmatch(name) or name.startswith("mem_") or name.startswith("pg_"):
+        raise InvalidInput(f"{what} must be a lowercase identifier not starting with mem_ or pg_")
+    return name
+
+
+def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
+    column = f"{element}({dimensions})"
+    ops = f"{element}_cosine_ops"
+    return [
+        f"""
+        CREATE TABLE {name} (
+            id text PRIMARY KEY CHECK (id ~ '^[0-9a-f]{{64}}$'),
+            asset_id text NOT NULL,
+            object_id text NOT NULL,
+            owner_identity text NOT NULL,
+            vault text NOT NULL,
+            project_id text,
+            folder_id text,
+            representation text NOT NULL CHECK (representation IN ('visual', 'fused')),
+            model text NOT NULL,
+            dimensions integer NOT NULL CHECK (dimensions = {dimensions}),
+            mime_type text NOT NULL,
+            source_kind text NOT NULL,
+            created_at timestamptz NOT NULL,
+            embedding {column} NOT NULL
+        )
+        """,
+        f"CREATE INDEX {name}_hnsw ON {name} USING hnsw (embedding {ops}) "
+        "WITH (m = 16, ef_construction = 64)",
+        f"CREATE INDEX {name}_scope ON {name} (vault, owner_identity, project_id, folder_id)",
+        f"CREATE INDEX {name}_asset ON {name} (asset_id)",
+        f"CREATE INDEX {name}_vault_created ON {name} (vault, created_at)",
+        f"CREATE INDEX {name}_vault_kind ON {name} (vault, source_kind, mime_type)",
+    ]
+
+
+async def create_index(
+    session: AsyncSession, name: str, *, dimensions: int, element: ElementType = "halfvec"
+) -> None:
+    """Create and register a versioned index table (``Conflict`` if the name is taken)."""
+    check_identifier(name)
+    if element not in _MAX_INDEXED:
+        raise InvalidInput("element type must be halfvec or vector")
+    if not 1 <= dimensions <= _MAX_INDEXED[element]:
+        raise InvalidInput(f"{element} indexes hold 1-{_MAX_INDEXED[element]} dimensions")
+    exists = await session.scalar(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name})
+    registered = await session.scalar(
+        text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
+    )
+    if exists or registered:
+        raise Conflict(f"vector index {name} already exists")
+    for statement in _table_sql(name, dimensions, element):
+        await session.execute(text(statement))
+    await session.execute(
+        text("INSERT INTO mem_vector_indexes (name, dimensions, element_type) VALUES (:n, :d, :e)"),
+        {"n": name, "d": dimensions, "e": element},
+    )
+
+
+async def describe_index(session: AsyncSession, name: str) -> tuple[int, ElementType]:
+    """Dimensions and element type of a registered index."""
+    row = (
+        await session.execute(
+            text("SELECT dimensions, element_type FROM mem_vector_indexes WHERE name = :n"),
+            {"n": name},
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound("vector index", name)
+    element: ElementType = "vector" if row[1] == "vector" else "halfvec"
+    return int(row[0]), element
+
+
+async def drop_index(session: AsyncSession, name: str) -> None:
+    """Drop an index that no alias points at."""
+    check_identifier(name)
+    used = await session.scalar(
+        text("SELECT alias FROM mem_vector_index_aliases WHERE index_name = :n"), {"n": name}
+    )
+    if used:
+        raise Conflict(f"alias {used} still points at {name}; switch it first")
+    await describe_index(session, name)
+    await session.execute(text(f"DROP TABLE IF EXISTS {name}"))
+    await session.execute(text("DELETE FROM mem_vector_indexes WHERE name = :n"), {"n": name})
+
+
+async def resolve_alias(session: AsyncSession, alias: str = DEFAULT_ALIAS) -> str:
+    """The physical index an alias points at."""
+    name = await session.scalar(
+        text("SELECT index_name FROM mem_vector_index_aliases WHERE alias = :a"), {"a": alias}
+    )
+    if name is None:
+        raise NotFound("vector index alias", alias)
+    return str(name)
+
+
+async def switch_alias(session: AsyncSession, alias: str, index_name: str) -> None:
+    """Point ``alias`` at ``index_name`` (in the caller's transaction: readers see old or new)."""
+    check_identifier(alias, "alias")
+    await describe_index(session, index_name)
+    await session.execute(
+        text(
+            "INSERT INTO mem_vector_index_aliases (alias, index_name) VALUES (:a, :n) "
+            "ON CONFLICT (alias) DO UPDATE SET index_name = EXCLUDED.index_name, updated_at = now()"
+        ),
+        {"a": alias, "n": index_name},
+    )
+
+
+async def ensure_default_index(
+    session: AsyncSession,
+    name: str,
+    *,
+    dimensions: int,
+    alias: str = DEFAULT_ALIAS,
+    element: ElementType = "halfvec",
+) -> str:
+    """Create ``name`` if missing and point an unset ``alias`` at it; return the alias target."""
+    try:
+        return await resolve_alias(session, alias)
+    except NotFound:
+        pass
+    registered = await session.scalar(
+        text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
+    )
+    if not registered:
+        await create_index(session, name, dimensions=dimensions, element=element)
+    await switch_alias(session, alias, name)
+    return name

@@ -1,0 +1,240 @@
+"""Reads and writes of one versioned vector index, always inside the caller's vault scopes."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+from sqlalchemy import text
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.errors import InvalidInput
+from memory_db.repositories.records import VaultScope
+from memory_db.vectors.ddl import ElementType, check_identifier, describe_index
+
+REPRESENTATIONS = ("visual", "fused")
+
+
+def vector_id(asset_id: str, representation: str, model: str, dimensions: int) -> str:
+    """§10.2: ``sha256("asset-v1::{asset_id}::{representation}::{model}::{dimensions}")``."""
+    key = f"asset-v1::{asset_id}::{representation}::{model}::{dimensions}"
+    return hashlib.sha256(key.encode("utf-8")).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class VectorRecord:
+    """One representation of one asset, with §10.2's metadata."""
+
+    asset_id: str
+    object_id: str
+    project_id: str | None
+    folder_id: str | None
+    representation: str
+    model: str
+    mime_type: str
+    source_kind: str
+    created_at: datetime
+    embedding: Sequence[float]
+
+
+@dataclass(frozen=True, slots=True)
+class VectorHit:
+    """A nearest-neighbour hit: cosine distance (0 = same direction) and score = 1 - distance."""
+
+    vector_id: str
+    asset_id: str
+    representation: str
+    distance: float
+
+    @property
+    def score(self) -> float:
+        """Cosine similarity."""
+        return 1.0 - self.distance
+
+
+@dataclass(frozen=True, slots=True)
+class SearchTuning:
+    """pgvector 0.8 iterative-scan knobs (tuned by ``benchmarks/vector_search.py``)."""
+
+    ef_search: int = 100
+    max_scan_tuples: int = 20_000
+
+
+def _literal(embedding: Sequence[float], dimensions: int) -> str:
+    if len(embedding) != dimensions:
+        raise InvalidInput(f"vector has {len(embedding)} dimensions, the index {dimensions}")
+    if not all(math.isfinite(x) for x in embedding):
+        raise InvalidInput("vector has non-finite values")
+    return "[" + ",".join(repr(float(x)) for x in embedding) + "]"
+
+
+class VectorIndex:
+    """One physical index table; construct with ``await VectorIndex.open(session, name)``."""
+
+    def __init__(self, session: AsyncSession, name: str, dimensions: int, element: ElementType):
+        self._session = session
+        self.name = check_identifier(name)
+        self.dimensions = dimensions
+        self.element: ElementType = element
+        self._cast = f"{element}({dimensions})"
+
+    @classmethod
+    async def open(cls, session: AsyncSession, name: str) -> VectorIndex:
+        """Bind to a registered index."""
+        dimensions, element = await describe_index(session, name)
+        return cls(session, name, dimensions, element)
+
+    async def upsert(self, scope: VaultScope, records: Sequence[VectorRecord]) -> list[str]:
+        """Insert or replace vectors (idempotent by vector id); return their ids."""
+        ids: list[str] = []
+        rows = []
+        for record in records:
+            if record.representation not in REPRESENTATIONS:
+                raise InvalidInput("representation must be visual or fused")
+            vid = vector_id(record.asset_id, record.representation, record.model, self.dimensions)
+            ids.append(vid)
+            rows.append(
+                {
+                    "id": vid,
+                    "asset_id": record.asset_id,
+                    "object_id": record.object_id,
+                    "owner": scope.owner_identity,
+                    "vault": scope.physical_vault,
+                    "project_id": record.project_id,
+                    "folder_id": record.folder_id,
+                    "representation": record.representation,
+                    "model": record.model,
+                    "dimensions": self.dimensions,
+                    "mime_type": record.mime_type,
+                    "source_kind": record.source_kind,
+                    "created_at": record.created_at,
+                    "embedding": _literal(record.embedding, self.dimensions),
+                }
+            )
+        if rows:
+            await self._session.execute(
+                text(
+                    f"INSERT INTO {self.name} (id, asset_id, object_id, owner_identity, vault, "
+                    "project_id, folder_id, representation, model, dimensions, mime_type, "
+                    "source_kind, created_at, embedding) VALUES (:id, :asset_id, :object_id, "
+                    ":owner, :vault, :project_id, :folder_id, :representation, :model, "
+                    f":dimensions, :mime_type, :source_kind, :created_at, "
+                    f"CAST(:embedding AS {self._cast})) "
+                    "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, "
+                    "project_id = EXCLUDED.project_id, folder_id = EXCLUDED.folder_id, "
+                    "object_id = EXCLUDED.object_id, mime_type = EXCLUDED.mime_type, "
+                    "source_kind = EXCLUDED.source_kind "
+                    # An id never moves between owners or vaults: refuse rather than re-home.
+                    f"WHERE {self.name}.owner_identity = EXCLUDED.owner_identity "
+                    f"AND {self.name}.vault = EXCLUDED.vault"
+                ),
+                rows,
+            )
+        return ids
+
+    async def delete_asset(self, scope: VaultScope, asset_id: str) -> int:
+        """Delete every vector of an asset in this scope; return how many."""
+        result = await self._session.execute(
+            text(
+                f"DELETE FROM {self.name} WHERE asset_id = :a AND owner_identity = :o "
+                "AND vault = :v"
+            ),
+            {"a": asset_id, "o": scope.owner_identity, "v": scope.physical_vault},
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    async def count_asset(self, scope: VaultScope, asset_id: str) -> int:
+        """How many vectors an asset has in this scope."""
+        value = await self._session.scalar(
+            text(
+                f"SELECT count(*) FROM {self.name} WHERE asset_id = :a AND owner_identity = :o "
+                "AND vault = :v"
+            ),
+            {"a": asset_id, "o": scope.owner_identity, "v": scope.physical_vault},
+        )
+        return int(value or 0)
+
+    async def move_asset(
+        self, scope: VaultScope, asset_id: str, project_id: str | None, folder_id: str | None
+    ) -> int:
+        """Update the placement metadata of an asset's vectors (a move copies no vectors)."""
+        result = await self._session.execute(
+            text(
+                f"UPDATE {self.name} SET project_id = :p, folder_id = :f WHERE asset_id = :a "
+                "AND owner_identity = :o AND vault = :v"
+            ),
+            {
+                "p": project_id,
+                "f": folder_id,
+                "a": asset_id,
+                "o": scope.owner_identity,
+                "v": scope.physical_vault,
+            },
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
+
+    async def search(
+        self,
+        query: Sequence[float],
+        scopes: Sequence[VaultScope],
+        *,
+        model: str,
+        limit: int = 50,
+        project_id: str | None = None,
+        folder_ids: Sequence[str] | None = None,
+        exact: bool = False,
+        tuning: SearchTuning | None = None,
+    ) -> list[VectorHit]:
+        """Nearest vectors among the entitled vaults only, nearest first.
+
+        The ANN query runs in a MATERIALIZED CTE with pgvector's iterative scan
+        (``relaxed_order``, bounded ``max_scan_tuples``) and is re-sorted outside, so a filter
+        that matches few rows still fills the result in the right order. ``exact=True`` scans the
+        filtered rows without the HNSW index (full recall; right for one project or folder).
+        Thresholds belong to the caller, applied to the result: a distance bound inside an
+        iterative scan makes it visit up to ``max_scan_tuples`` rows.
+        """
+        if not scopes:
+            return []
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be 1-1000")
+        tuning = tuning or SearchTuning()
+        params: dict[str, object] = {
+            "q": _literal(query, self.dimensions),
+            "vaults": [s.physical_vault for s in scopes],
+            "owners": sorted({s.owner_identity for s in scopes}),
+            "model": model,
+            "k": limit,
+        }
+        filters = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)", "model = :model"]
+        if project_id is not None:
+            filters.append("project_id = :project")
+            params["project"] = project_id
+        if folder_ids is not None:
+            filters.append("folder_id = ANY(:folders)")
+            params["folders"] = list(folder_ids)
+        where = " AND ".join(filters)
+        distance = f"embedding <=> CAST(:q AS {self._cast})"
+        # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan.
+        order = f"({distance}) + 0" if exact else distance
+        if not exact:
+            await self._session.execute(
+                text(
+                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+                    "set_config('hnsw.max_scan_tuples', :mst, true), "
+                    "set_config('hnsw.ef_search', :ef, true)"
+                ),
+                {"mst": str(tuning.max_scan_tuples), "ef": str(tuning.ef_search)},
+            )
+        rows = await self._session.execute(
+            text(
+                f"WITH ann AS MATERIALIZED (SELECT id, asset_id, representation, {distance} "
+                f"AS distance FROM {self.name} WHERE {where} ORDER BY {order} LIMIT :k) "
+                "SELECT id, asset_id, representation, distance FROM ann ORDER BY distance, id"
+            ),
+            params,
+        )
+        return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]

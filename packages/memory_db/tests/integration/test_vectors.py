@@ -1,0 +1,213 @@
+"""The versioned vector index: registry and aliases, scoped writes, filtered ANN, isolation."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from memory_db import Conflict, Database, InvalidInput, NotFound, VaultScope
+from memory_db.database import create_engine
+from memory_db.migrate import downgrade, upgrade
+from memory_db.testing import PostgresForTests
+from memory_db.vectors import (
+    VectorIndex,
+    VectorRecord,
+    create_index,
+    drop_index,
+    ensure_default_index,
+    resolve_alias,
+    switch_alias,
+    vector_id,
+)
+
+A = VaultScope("alice@example.com", "alice@example.com/Library")
+B = VaultScope("bob@example.com", "bob@example.com/Library")
+NOW = datetime.now(UTC)
+MODEL = "local-hash-v1"
+
+
+def _unit(rng: np.random.Generator, n: int, dims: int = 1024) -> np.ndarray[Any, Any]:
+    vectors = rng.standard_normal((n, dims))
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def _record(
+    asset: str, vector: Any, representation: str = "visual", project: str | None = None
+) -> VectorRecord:
+    return VectorRecord(
+        asset_id=asset,
+        object_id="aob_" + asset[4:],
+        project_id=project,
+        folder_id=None,
+        representation=representation,
+        model=MODEL,
+        mime_type="image/png",
+        source_kind="upload",
+        created_at=NOW,
+        embedding=[float(x) for x in vector],
+    )
+
+
+async def _index(database: Database, name: str = "memory_assets_v1") -> None:
+    async with database.unit_of_work() as uow:
+        await ensure_default_index(uow.session, name, dimensions=1024)
+
+
+def test_vector_id_is_the_spec_formula() -> None:
+    expected = hashlib.sha256(b"asset-v1::ast_x::visual::local-hash-v1::1024").hexdigest()
+    assert vector_id("ast_x", "visual", "local-hash-v1", 1024) == expected
+
+
+async def test_registry_aliases_and_names(database: Database) -> None:
+    await _index(database)
+    async with database.unit_of_work() as uow:
+        assert await resolve_alias(uow.session) == "memory_assets_v1"
+        assert (
+            await ensure_default_index(uow.session, "other", dimensions=1024) == "memory_assets_v1"
+        )
+        with pytest.raises(Conflict):
+            await create_index(uow.session, "memory_assets_v1", dimensions=1024)
+        for bad in ("Memory", "1abc", "mem_assets", "pg_x", "a-b", "x" * 64, "drop table x"):
+            with pytest.raises(InvalidInput):
+                await create_index(uow.session, bad, dimensions=1024)
+        with pytest.raises(InvalidInput):
+            await create_index(uow.session, "too_big", dimensions=2001, element="vector")
+        await create_index(uow.session, "memory_assets_v2", dimensions=1024, element="vector")
+        with pytest.raises(Conflict):  # an alias still points at v1
+            await drop_index(uow.session, "memory_assets_v1")
+        await switch_alias(uow.session, "memory_assets", "memory_assets_v2")
+        assert await resolve_alias(uow.session) == "memory_assets_v2"
+        await drop_index(uow.session, "memory_assets_v1")
+        with pytest.raises(NotFound):
+            await VectorIndex.open(uow.session, "memory_assets_v1")
+        with pytest.raises(NotFound):
+            await switch_alias(uow.session, "memory_assets", "never_made")
+
+
+async def test_alias_switch_is_atomic(database: Database) -> None:
+    await _index(database)
+    async with database.unit_of_work() as uow:
+        await create_index(uow.session, "memory_assets_v2", dimensions=1024)
+    with pytest.raises(RuntimeError):
+        async with database.unit_of_work() as uow:
+            await switch_alias(uow.session, "memory_assets", "memory_assets_v2")
+            raise RuntimeError("verification failed after the switch")
+    async with database.unit_of_work() as uow:
+        assert await resolve_alias(uow.session) == "memory_assets_v1"
+
+
+async def test_upsert_is_idempotent_and_scoped(database: Database) -> None:
+    await _index(database)
+    rng = np.random.default_rng(1)
+    v1, v2 = _unit(rng, 2)
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        ids = await index.upsert(A, [_record("ast_one", v1), _record("ast_one", v1, "fused")])
+        again = await index.upsert(A, [_record("ast_one", v2)])
+        assert again[0] == ids[0] == vector_id("ast_one", "visual", MODEL, 1024)
+        assert await index.count_asset(A, "ast_one") == 2
+        assert await index.count_asset(B, "ast_one") == 0  # not visible from another scope
+        # the same vector id cannot be re-homed into another owner's vault
+        await index.upsert(B, [_record("ast_one", v1)])
+        owner = await uow.session.scalar(
+            text("SELECT owner_identity FROM memory_assets_v1 WHERE id = :i"), {"i": ids[0]}
+        )
+        assert owner == A.owner_identity
+        (hit,) = await index.search(list(v2), [A], model=MODEL, limit=1)
+        assert hit.vector_id == ids[0] and hit.score == pytest.approx(1.0, abs=1e-3)
+        assert await index.delete_asset(B, "ast_one") == 0
+        assert await index.move_asset(A, "ast_one", "apr_p", None) == 2
+        assert await index.delete_asset(A, "ast_one") == 2
+        assert await index.count_asset(A, "ast_one") == 0
+
+
+@pytest.mark.parametrize(
+    ("embedding", "message"),
+    [([0.0] * 1023, "dimensions"), ([float("nan")] + [0.0] * 1023, "non-finite")],
+)
+async def test_malformed_vectors_are_refused(
+    database: Database, embedding: list[float], message: str
+) -> None:
+    await _index(database)
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        with pytest.raises(InvalidInput, match=message):
+            await index.upsert(A, [_record("ast_bad", embedding)])
+
+
+async def test_a_query_for_vault_a_never_returns_vault_b(database: Database) -> None:
+    await _index(database)
+    rng = np.random.default_rng(2)
+    vectors = _unit(rng, 40)
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(vectors[:20])])
+        await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(vectors[20:])])
+        for query in vectors[20:]:  # each query is *identical* to one of bob's vectors
+            for exact in (False, True):
+                hits = await index.search(list(query), [A], model=MODEL, limit=30, exact=exact)
+                assert hits and all(h.asset_id.startswith("ast_a") for h in hits)
+        assert await index.search(list(vectors[0]), [], model=MODEL) == []
+        shared = await index.search(list(vectors[25]), [A, B], model=MODEL, limit=1)
+        assert shared[0].asset_id == "ast_b5"
+
+
+async def test_selective_filter_still_fills_an_ordered_result(database: Database) -> None:
+    await _index(database)
+    rng = np.random.default_rng(3)
+    crowd = _unit(rng, 1500)
+    few = _unit(rng, 15)
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        await index.upsert(A, [_record(f"ast_c{i}", v) for i, v in enumerate(crowd)])
+        await index.upsert(
+            B, [_record(f"ast_f{i}", v, project="apr_small") for i, v in enumerate(few)]
+        )
+        await uow.session.execute(text("ANALYZE memory_assets_v1"))
+    query = list(_unit(rng, 1)[0])
+    expected = [f"ast_f{i}" for i in np.argsort(-(few @ np.array(query)))[:10]]
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        approximate = await index.search(query, [B], model=MODEL, limit=10)
+        exact = await index.search(
+            query, [B], model=MODEL, limit=10, exact=True, project_id="apr_small"
+        )
+        # Small tables make a sequential scan cheaper; forbid it to prove the index is usable.
+        await uow.session.execute(text("SET LOCAL enable_seqscan = off"))
+        plan = "\n".join(
+            row[0]
+            for row in await uow.session.execute(
+                text(
+                    "EXPLAIN SELECT id FROM memory_assets_v1 ORDER BY embedding <=> "
+                    "CAST(:q AS halfvec(1024)) LIMIT 10"
+                ),
+                {"q": "[" + ",".join(map(str, query)) + "]"},
+            )
+        )
+    assert "memory_assets_v1_hnsw" in plan  # the unfiltered query uses the HNSW index
+    assert [h.asset_id for h in exact] == expected
+    assert len(approximate) == 10  # iterative scan: a 1 % filter still fills the page
+    assert [h.distance for h in approximate] == sorted(h.distance for h in approximate)
+    assert len({h.asset_id for h in approximate} & set(expected)) >= 9
+
+
+async def test_downgrade_drops_registered_index_tables(postgres: PostgresForTests) -> None:
+    name = await postgres.create_empty()
+    engine = create_engine(postgres.url(name), pool_size=1)
+    database = Database(engine)
+    try:
+        await upgrade(engine)
+        await _index(database)
+        await downgrade(engine, "base")
+        async with engine.connect() as conn:
+            left = await conn.scalar(text("SELECT to_regclass('memory_assets_v1')"))
+        assert left is None
+        await upgrade(engine)
+    finally:
+        await database.close()
+        await postgres.drop(name)
