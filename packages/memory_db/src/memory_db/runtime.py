@@ -14,6 +14,7 @@ from memory_db.database import (
     ensure_database,
     start_embedded,
 )
+from memory_db.embedding import Embedder, build_embedder
 from memory_db.errors import ConfigurationError
 from memory_db.logs import get_logger
 from memory_db.migrate import current_revision, head_revision, upgrade
@@ -25,6 +26,7 @@ from memory_db.storage import (
     UrlSigner,
 )
 from memory_db.unit_of_work import Database
+from memory_db.vectors import DEFAULT_ALIAS, describe_index, ensure_default_index
 
 log = get_logger(__name__)
 
@@ -83,6 +85,8 @@ class Runtime:
     database: Database
     store: AssetObjectStore
     signer: UrlSigner
+    embedder: Embedder
+    vector_index: str
     embedded: EmbeddedPostgres | None = None
     closed: bool = field(default=False)
 
@@ -91,6 +95,7 @@ class Runtime:
         if self.closed:
             return
         self.closed = True
+        await self.embedder.close()
         await self.store.close()
         await self.database.close()
         if self.embedded is not None:
@@ -134,8 +139,44 @@ async def open_runtime(
 ) -> Runtime:
     """Open database and object store as the settings describe."""
     signer = UrlSigner(load_signing_secret(settings))
+    embedder = build_embedder(settings)
     database, embedded = await open_database(settings, migrate=migrate)
+    try:
+        vector_index = await prepare_vector_index(database, settings, embedder)
+    except BaseException:
+        await database.close()
+        if embedded is not None:
+            embedded.stop()
+        await embedder.close()
+        raise
     store = build_object_store(settings, public_base_url=public_base_url, signer=signer)
     return Runtime(
-        settings=settings, database=database, store=store, signer=signer, embedded=embedded
+        settings=settings,
+        database=database,
+        store=store,
+        signer=signer,
+        embedder=embedder,
+        vector_index=vector_index,
+        embedded=embedded,
     )
+
+
+async def prepare_vector_index(
+    database: Database, settings: MemorySettings, embedder: Embedder
+) -> str:
+    """Create ``ASSET_EMBED_INDEX`` on first start; check the aliased index fits the embedder."""
+    async with database.unit_of_work() as uow:
+        name = await ensure_default_index(
+            uow.session,
+            settings.asset_embed_index,
+            dimensions=embedder.dimensions,
+            alias=DEFAULT_ALIAS,
+            element=settings.asset_embed_vector_type,
+        )
+        dimensions, _element = await describe_index(uow.session, name)
+    if dimensions != embedder.dimensions:
+        raise ConfigurationError(
+            f"ASSET_EMBED_DIM: the active vector index {name} holds {dimensions}-d vectors, "
+            f"the embedder makes {embedder.dimensions}-d ones; build a new index and switch"
+        )
+    return name

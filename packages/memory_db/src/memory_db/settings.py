@@ -72,6 +72,9 @@ class MemorySettings(BaseSettings):
     asset_embed_model: str = "jina-embeddings-v5-omni-small"
     asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
     asset_embed_worker_concurrency: int | None = Field(default=None, ge=1, le=64)
+    asset_embed_fused_mode: Literal["combine", "native"] = "combine"
+    asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
+    asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
 
     # --- §22 feature flags (on by default in the standalone product; see docs) ----------
     asset_feature_enabled: bool = True

@@ -121,3 +121,22 @@ async def test_local_embedder_refuses_urls_and_undecodable_bytes() -> None:
     with pytest.raises(ProviderRejected) as caught:
         await local.embed([ImageInput(data=b"not an image at all")], "retrieval.passage")
     assert caught.value.code == "invalid_image"
+
+
+def test_settings_select_the_embedder(tmp_path: Any) -> None:
+    from memory_db import ConfigurationError, MemorySettings
+    from memory_db.embedding import build_embedder
+
+    local = build_embedder(MemorySettings(memory_data_dir=tmp_path))
+    assert isinstance(local, LocalEmbedder) and local.model == "local-hash-v1"
+    jina = build_embedder(
+        MemorySettings(
+            memory_data_dir=tmp_path,
+            asset_embed_provider="jina",
+            jina_api_keys="k1,k2",  # type: ignore[arg-type]
+            asset_embed_fused_mode="native",
+        )
+    )
+    assert isinstance(jina, JinaEmbedder) and jina.model == "jina-embeddings-v5-omni-small"
+    with pytest.raises(ConfigurationError, match="ASSET_EMBED_DIM"):
+        build_embedder(MemorySettings(memory_data_dir=tmp_path, asset_embed_dim=512))

@@ -211,3 +211,15 @@ async def test_downgrade_drops_registered_index_tables(postgres: PostgresForTest
     finally:
         await database.close()
         await postgres.drop(name)
+
+
+async def test_start_up_prepares_the_configured_index(database: Database, tmp_path: Any) -> None:
+    from memory_db import ConfigurationError, MemorySettings
+    from memory_db.embedding import LocalEmbedder, ScriptedEmbedder
+    from memory_db.runtime import prepare_vector_index
+
+    settings = MemorySettings(memory_data_dir=tmp_path)
+    assert await prepare_vector_index(database, settings, LocalEmbedder()) == "memory_assets_v1"
+    assert await prepare_vector_index(database, settings, LocalEmbedder()) == "memory_assets_v1"
+    with pytest.raises(ConfigurationError, match="ASSET_EMBED_DIM"):
+        await prepare_vector_index(database, settings, ScriptedEmbedder(dims=512))

@@ -1,5 +1,6 @@
 """Embedders (§11): the contract, the Jina client, the offline local embedder and a fake."""
 
+from memory_db.embedding.factory import build_embedder
 from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector
 from memory_db.embedding.jina import JINA_MODEL, JinaEmbedder
 from memory_db.embedding.local import LOCAL_MODEL, LocalEmbedder
@@ -31,6 +32,7 @@ __all__ = [
     "Task",
     "TextInput",
     "Usage",
+    "build_embedder",
     "combine",
     "hashed_vector",
     "normalize",
