@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import threading
 import time
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from memory_db.embedding.fake import hashed_vector
 
 MODEL = "jina-embeddings-v5-omni-small"
 
@@ -55,18 +56,6 @@ class JinaState:
     faults: list[Fault] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-def _vector(seed: str, dimensions: int) -> list[float]:
-    raw: list[float] = []
-    counter = 0
-    while len(raw) < dimensions:
-        digest = hashlib.sha256(f"{seed}#{counter}".encode()).digest()
-        raw.extend((b - 127.5) / 127.5 for b in digest)
-        counter += 1
-    vector = raw[:dimensions]
-    norm = math.sqrt(sum(x * x for x in vector))
-    return [x / norm for x in vector]
 
 
 def _kind(item: Any) -> str | None:
@@ -186,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
         for index, item in enumerate(inputs):
             p, i = _tokens(item)
             prompt, images = prompt + p, images + i
-            vector = _vector(json.dumps(item, sort_keys=True) + str(task), dimensions)
+            vector = hashed_vector(json.dumps(item, sort_keys=True) + str(task), dimensions)
             if fault and fault.wrong_dimensions:
                 vector = vector[:-1]
             if fault and fault.nan and index == 0:
