@@ -149,8 +149,10 @@ async def test_a_query_for_vault_a_never_returns_vault_b(database: Database) -> 
         await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(vectors[:20])])
         await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(vectors[20:])])
         for query in vectors[20:]:  # each query is *identical* to one of bob's vectors
-            for exact in (False, True):
-                hits = await index.search(list(query), [A], model=MODEL, limit=30, exact=exact)
+            for strategy in ("ann", "exact", "auto"):
+                hits = await index.search(
+                    list(query), [A], model=MODEL, limit=30, strategy=strategy
+                )
                 assert hits and all(h.asset_id.startswith("ast_a") for h in hits)
         assert await index.search(list(vectors[0]), [], model=MODEL) == []
         shared = await index.search(list(vectors[25]), [A, B], model=MODEL, limit=1)
@@ -173,10 +175,12 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
     expected = [f"ast_f{i}" for i in np.argsort(-(few @ np.array(query)))[:10]]
     async with database.unit_of_work() as uow:
         index = await VectorIndex.open(uow.session, "memory_assets_v1")
-        approximate = await index.search(query, [B], model=MODEL, limit=10)
+        approximate = await index.search(query, [B], model=MODEL, limit=10, strategy="ann")
         exact = await index.search(
-            query, [B], model=MODEL, limit=10, exact=True, project_id="apr_small"
+            query, [B], model=MODEL, limit=10, strategy="exact", project_id="apr_small"
         )
+        auto = await index.search(query, [B], model=MODEL, limit=10)  # 15 rows: exact
+        seqscan = await uow.session.scalar(text("SELECT current_setting('enable_seqscan')"))
         # Small tables make a sequential scan cheaper; forbid it to prove the index is usable.
         await uow.session.execute(text("SET LOCAL enable_seqscan = off"))
         plan = "\n".join(
@@ -190,7 +194,8 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
             )
         )
     assert "memory_assets_v1_hnsw" in plan  # the unfiltered query uses the HNSW index
-    assert [h.asset_id for h in exact] == expected
+    assert [h.asset_id for h in exact] == expected == [h.asset_id for h in auto]
+    assert seqscan == "on"  # the exact path does not leak its planner setting
     assert len(approximate) == 10  # iterative scan: a 1 % filter still fills the page
     assert [h.distance for h in approximate] == sorted(h.distance for h in approximate)
     assert len({h.asset_id for h in approximate} & set(expected)) >= 9

@@ -7,6 +7,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Literal
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -57,10 +58,19 @@ class VectorHit:
 
 @dataclass(frozen=True, slots=True)
 class SearchTuning:
-    """pgvector 0.8 iterative-scan knobs (tuned by ``benchmarks/vector_search.py``)."""
+    """Search knobs, tuned by ``benchmarks/vector_search.py`` (see docs/vector-index.md).
+
+    ``exact_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
+    answered exactly through the B-tree (full recall, and faster than the graph there); more
+    rows go to the HNSW iterative scan with ``ef_search`` and ``max_scan_tuples``.
+    """
 
     ef_search: int = 100
     max_scan_tuples: int = 20_000
+    exact_max_rows: int = 10_000
+
+
+Strategy = Literal["auto", "ann", "exact"]
 
 
 def _literal(embedding: Sequence[float], dimensions: int) -> str:
@@ -185,7 +195,7 @@ class VectorIndex:
         limit: int = 50,
         project_id: str | None = None,
         folder_ids: Sequence[str] | None = None,
-        exact: bool = False,
+        strategy: Strategy = "auto",
         tuning: SearchTuning | None = None,
     ) -> list[VectorHit]:
         """Nearest vectors among the entitled vaults only, nearest first.
@@ -193,9 +203,10 @@ class VectorIndex:
         The ANN query runs in a MATERIALIZED CTE with pgvector's iterative scan
         (``relaxed_order``, bounded ``max_scan_tuples``) and is re-sorted outside, so a filter
         that matches few rows still fills the result in the right order. ``exact=True`` scans the
-        filtered rows without the HNSW index (full recall; right for one project or folder).
-        Thresholds belong to the caller, applied to the result: a distance bound inside an
-        iterative scan makes it visit up to ``max_scan_tuples`` rows.
+        filtered rows found through the B-tree, without the HNSW index (full recall; right for
+        one vault, project or folder); ``"auto"`` picks exact when the filter matches at most
+        ``tuning.exact_max_rows`` rows. Thresholds belong to the caller, applied to the result:
+        a distance bound inside an iterative scan makes it visit up to ``max_scan_tuples`` rows.
         """
         if not scopes:
             return []
@@ -217,10 +228,21 @@ class VectorIndex:
             filters.append("folder_id = ANY(:folders)")
             params["folders"] = list(folder_ids)
         where = " AND ".join(filters)
+        exact = strategy == "exact"
+        if strategy == "auto":
+            matching = await self._session.scalar(
+                text(f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {where} LIMIT :cap) m"),
+                {**params, "cap": tuning.exact_max_rows + 1},
+            )
+            exact = int(matching or 0) <= tuning.exact_max_rows
         distance = f"embedding <=> CAST(:q AS {self._cast})"
         # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan.
         order = f"({distance}) + 0" if exact else distance
-        if not exact:
+        if exact:
+            # Find the filtered rows through the B-tree rather than reading the whole table
+            # (restored below: the setting must not leak into the rest of the transaction).
+            await self._session.execute(text("SELECT set_config('enable_seqscan', 'off', true)"))
+        else:
             await self._session.execute(
                 text(
                     "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
@@ -237,4 +259,7 @@ class VectorIndex:
             ),
             params,
         )
-        return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+        hits = [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+        if exact:
+            await self._session.execute(text("SELECT set_config('enable_seqscan', 'on', true)"))
+        return hits
