@@ -51,6 +51,9 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
             embedding {column} NOT NULL
         )
         """,
+        # Keep vectors in the row (a 1,024-d halfvec is just over the TOAST threshold): a
+        # filtered exact search then reads the matching rows, not one TOAST lookup per row.
+        f"ALTER TABLE {name} ALTER COLUMN embedding SET STORAGE PLAIN",
         f"CREATE INDEX {name}_hnsw ON {name} USING hnsw (embedding {ops}) "
         "WITH (m = 16, ef_construction = 64)",
         f"CREATE INDEX {name}_scope ON {name} (vault, owner_identity, project_id, folder_id)",

@@ -231,13 +231,20 @@ class VectorIndex:
         exact = strategy == "exact"
         if strategy == "auto":
             matching = await self._session.scalar(
-                text(f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {where} LIMIT :cap) m"),
+                text(
+                    f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {where} LIMIT :cap) m"
+                ),
                 {**params, "cap": tuning.exact_max_rows + 1},
             )
             exact = int(matching or 0) <= tuning.exact_max_rows
         distance = f"embedding <=> CAST(:q AS {self._cast})"
         # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan.
         order = f"({distance}) + 0" if exact else distance
+        # Plan every search with its real LIMIT and vector: a cached generic plan cannot see
+        # them and may settle on a full scan.
+        await self._session.execute(
+            text("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
+        )
         if exact:
             # Find the filtered rows through the B-tree rather than reading the whole table
             # (restored below: the setting must not leak into the rest of the transaction).
