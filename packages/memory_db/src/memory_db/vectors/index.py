@@ -65,9 +65,9 @@ class SearchTuning:
     rows go to the HNSW iterative scan with ``ef_search`` and ``max_scan_tuples``.
     """
 
-    ef_search: int = 100
+    ef_search: int = 200
     max_scan_tuples: int = 20_000
-    exact_max_rows: int = 10_000
+    exact_max_rows: int = 5_000
 
 
 Strategy = Literal["auto", "ann", "exact"]
