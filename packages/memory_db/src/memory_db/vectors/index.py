@@ -230,12 +230,16 @@ class VectorIndex:
         where = " AND ".join(filters)
         exact = strategy == "exact"
         if strategy == "auto":
+            # Count at most exact_max_rows + 1 matching rows through the scope B-tree (an
+            # index-only scan): a table scan of wide vector rows would cost more than the search.
+            await self._session.execute(text("SELECT set_config('enable_seqscan', 'off', true)"))
             matching = await self._session.scalar(
                 text(
                     f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {where} LIMIT :cap) m"
                 ),
                 {**params, "cap": tuning.exact_max_rows + 1},
             )
+            await self._session.execute(text("SELECT set_config('enable_seqscan', 'on', true)"))
             exact = int(matching or 0) <= tuning.exact_max_rows
         distance = f"embedding <=> CAST(:q AS {self._cast})"
         # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan.
