@@ -220,14 +220,17 @@ class VectorIndex:
             "model": model,
             "k": limit,
         }
-        filters = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)", "model = :model"]
+        filters = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)"]
         if project_id is not None:
             filters.append("project_id = :project")
             params["project"] = project_id
         if folder_ids is not None:
             filters.append("folder_id = ANY(:folders)")
             params["folders"] = list(folder_ids)
-        where = " AND ".join(filters)
+        # The count below uses only the scope columns (all in one B-tree, so it is index-only);
+        # the model is added for the search itself.
+        scope_where = " AND ".join(filters)
+        where = scope_where + " AND model = :model"
         exact = strategy == "exact"
         if strategy == "auto":
             # Count at most exact_max_rows + 1 matching rows through the scope B-tree (an
@@ -235,9 +238,13 @@ class VectorIndex:
             await self._session.execute(text("SELECT set_config('enable_seqscan', 'off', true)"))
             matching = await self._session.scalar(
                 text(
-                    f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {where} LIMIT :cap) m"
+                    f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
+                    "LIMIT :cap) m"
                 ),
-                {**params, "cap": tuning.exact_max_rows + 1},
+                {
+                    **{k: v for k, v in params.items() if k not in ("q", "model", "k")},
+                    "cap": tuning.exact_max_rows + 1,
+                },
             )
             await self._session.execute(text("SELECT set_config('enable_seqscan', 'on', true)"))
             exact = int(matching or 0) <= tuning.exact_max_rows
