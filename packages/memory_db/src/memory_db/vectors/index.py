@@ -231,11 +231,14 @@ class VectorIndex:
         # the model is added for the search itself.
         scope_where = " AND ".join(filters)
         where = scope_where + " AND model = :model"
+        # Plan every search with its real LIMIT and vector (a cached generic plan cannot see
+        # them and may settle on a full scan), and reach filtered rows through the scope B-tree
+        # rather than by reading the whole table. Both settings end with the transaction;
+        # enable_seqscan is also restored right after the search.
+        await self._set(plan_cache_mode="force_custom_plan", enable_seqscan="off")
         exact = strategy == "exact"
         if strategy == "auto":
-            # Count at most exact_max_rows + 1 matching rows through the scope B-tree (an
-            # index-only scan): a table scan of wide vector rows would cost more than the search.
-            await self._session.execute(text("SELECT set_config('enable_seqscan', 'off', true)"))
+            # At most exact_max_rows + 1 rows, counted index-only on the scope columns.
             matching = await self._session.scalar(
                 text(
                     f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
@@ -246,28 +249,18 @@ class VectorIndex:
                     "cap": tuning.exact_max_rows + 1,
                 },
             )
-            await self._session.execute(text("SELECT set_config('enable_seqscan', 'on', true)"))
             exact = int(matching or 0) <= tuning.exact_max_rows
         distance = f"embedding <=> CAST(:q AS {self._cast})"
         # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan.
         order = f"({distance}) + 0" if exact else distance
-        # Plan every search with its real LIMIT and vector: a cached generic plan cannot see
-        # them and may settle on a full scan.
-        await self._session.execute(
-            text("SELECT set_config('plan_cache_mode', 'force_custom_plan', true)")
-        )
-        if exact:
-            # Find the filtered rows through the B-tree rather than reading the whole table
-            # (restored below: the setting must not leak into the rest of the transaction).
-            await self._session.execute(text("SELECT set_config('enable_seqscan', 'off', true)"))
-        else:
-            await self._session.execute(
-                text(
-                    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
-                    "set_config('hnsw.max_scan_tuples', :mst, true), "
-                    "set_config('hnsw.ef_search', :ef, true)"
-                ),
-                {"mst": str(tuning.max_scan_tuples), "ef": str(tuning.ef_search)},
+        if not exact:
+            await self._set(
+                enable_seqscan="on",
+                **{
+                    "hnsw.iterative_scan": "relaxed_order",
+                    "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
+                    "hnsw.ef_search": str(tuning.ef_search),
+                },
             )
         rows = await self._session.execute(
             text(
@@ -279,5 +272,13 @@ class VectorIndex:
         )
         hits = [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
         if exact:
-            await self._session.execute(text("SELECT set_config('enable_seqscan', 'on', true)"))
+            await self._set(enable_seqscan="on")
         return hits
+
+    async def _set(self, **settings: str) -> None:
+        """``SET LOCAL`` several settings in one round trip."""
+        names = list(settings)
+        calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
+        params = {f"n{i}": name for i, name in enumerate(names)}
+        params.update({f"v{i}": settings[name] for i, name in enumerate(names)})
+        await self._session.execute(text(f"SELECT {calls}"), params)
