@@ -8,6 +8,7 @@ the transaction back and reaches the caller as ``ToolError("<code>: <message>")`
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import asdict
 from typing import Annotated, Any, TypeVar
 
 from fastmcp.exceptions import ToolError
@@ -111,28 +112,11 @@ async def run_authorised(
 
 
 def _project_out(view: ProjectView) -> ProjectOut:
-    return ProjectOut(
-        project_id=view.project_id,
-        vault=view.vault,
-        name=view.name,
-        description=view.description,
-        status=view.status,
-        created_at=view.created_at,
-        updated_at=view.updated_at,
-    )
+    return ProjectOut.model_validate(asdict(view))
 
 
 def _folder_out(view: FolderView, vault: str) -> FolderOut:
-    return FolderOut(
-        folder_id=view.folder_id,
-        project_id=view.project_id,
-        parent_id=view.parent_id,
-        vault=vault,
-        name=view.name,
-        path=view.path,
-        depth=view.depth,
-        created_at=view.created_at,
-    )
+    return FolderOut.model_validate({**asdict(view), "vault": vault})
 
 
 def build_memory_tools(services: MemoryServices) -> list[Tool]:
