@@ -66,6 +66,13 @@ class MemorySettings(BaseSettings):
     asset_max_decoded_pixels: int = Field(default=40_000_000, ge=1, le=1_000_000_000)
     asset_preview_max_edge: int = Field(default=2048, ge=64, le=8192)
     asset_delete_grace_hours: int = Field(default=168, ge=0, le=24 * 365)
+    asset_fetch_allow_http: bool = False
+    asset_fetch_allowed_ports: Annotated[list[int], NoDecode] = Field(
+        default_factory=lambda: [80, 443]
+    )
+    asset_fetch_timeout_seconds: float = Field(default=60.0, gt=0, le=600)
+    asset_fetch_max_redirects: int = Field(default=5, ge=0, le=10)
+    asset_upload_reservation_seconds: int = Field(default=3600, ge=60, le=86_400)
 
     # --- §22 embeddings -----------------------------------------------------------------
     asset_embed_index: str = "memory_assets_v1"
@@ -135,6 +142,23 @@ class MemorySettings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("asset_fetch_allowed_ports", mode="before")
+    @classmethod
+    def _split_ports(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("asset_fetch_allowed_ports")
+    @classmethod
+    def _ports(cls, value: list[int]) -> list[int]:
+        if not value:
+            raise ValueError("needs at least one port")
+        for port in value:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"{port} is not a TCP port")
+        return sorted(set(value))
 
     @field_validator("memory_database_url")
     @classmethod

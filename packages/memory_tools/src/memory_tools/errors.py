@@ -8,7 +8,11 @@ Hierarchy::
     ├── NotFoundFailure      not_found         absent, or not the caller's to know about
     ├── ConflictFailure      conflict          a name is taken, a state forbids the change
     ├── InvalidInputFailure  invalid_input     a value the caller can correct
-    └── FeatureDisabled      feature_disabled  switched off by configuration
+    ├── FeatureDisabled      feature_disabled  switched off by configuration
+    ├── UnsafeUrl            unsafe_url        a URL, redirect or response the fetch policy refuses
+    ├── FetchFailed          fetch_failed      a public source answered with an error or not at all
+    ├── InvalidImage         invalid_image     bytes that are not an acceptable image
+    └── QuotaExceeded        quota_exceeded    the owner's storage quota would be exceeded
 
 ``translate`` maps memory-db errors onto these at the workflow boundary.
 """
@@ -24,6 +28,10 @@ CODES = (
     "conflict",
     "invalid_input",
     "feature_disabled",
+    "unsafe_url",
+    "fetch_failed",
+    "invalid_image",
+    "quota_exceeded",
     "internal",
 )
 
@@ -72,6 +80,30 @@ class FeatureDisabled(ToolFailure):
     """The feature is switched off by configuration."""
 
     code = "feature_disabled"
+
+
+class UnsafeUrl(ToolFailure):
+    """The fetch policy refuses the URL, a redirect, the destination or the response."""
+
+    code = "unsafe_url"
+
+
+class FetchFailed(ToolFailure):
+    """A permitted source could not deliver the image (HTTP error, refused connection)."""
+
+    code = "fetch_failed"
+
+
+class InvalidImage(ToolFailure):
+    """The bytes are not a JPEG, PNG, WebP or GIF image we can safely decode."""
+
+    code = "invalid_image"
+
+
+class QuotaExceeded(ToolFailure):
+    """Saving would take the owner's storage past its quota."""
+
+    code = "quota_exceeded"
 
 
 def translate(exc: MemoryDbError) -> ToolFailure:

@@ -1,0 +1,260 @@
+"""SSRF-safe download of a public image URL (§12.2).
+
+Every URL — the first and each redirect target — passes :func:`check_url` (scheme, port, no
+userinfo, no numeric-host tricks, no local names), and every connection goes through
+:class:`~memory_tools.ingest.network.SafeNetworkBackend`, which resolves the host once, refuses
+it if any address is not public and connects to the checked address. Redirects are followed by
+hand (at most ``max_redirects``), the body is never decompressed (``Accept-Encoding:
+identity``; an encoded body is refused) and its size is enforced from ``Content-Length`` first
+and then while streaming. One deadline covers the whole download, redirects included.
+"""
+
+from __future__ import annotations
+
+import re
+import ssl
+from dataclasses import dataclass, field
+
+import anyio
+import httpcore
+import httpx
+import structlog
+
+from memory_db import MemorySettings
+from memory_tools.errors import FetchFailed, UnsafeUrl
+from memory_tools.ingest.addresses import blocked_reason, parse_address
+from memory_tools.ingest.network import (
+    AddressPolicy,
+    Resolver,
+    SafeNetworkBackend,
+    SystemResolver,
+    UnresolvableHost,
+    UnsafeDestination,
+)
+
+log = structlog.get_logger(__name__)
+
+MAX_URL_LENGTH = 4096
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+# Names that always mean "this machine" or a cloud's internal plane, whatever DNS says.
+_LOCAL_SUFFIXES = (".localhost", ".local", ".internal", ".localdomain", ".home.arpa", ".lan")
+_LOCAL_NAMES = frozenset(
+    {"localhost", "metadata", "metadata.google.internal", "instance-data", "kubernetes"}
+)
+_NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class FetchPolicy:
+    """The limits of one fetch; built from settings, never from caller input."""
+
+    max_bytes: int
+    max_redirects: int = 5
+    allow_http: bool = False
+    allowed_ports: frozenset[int] = frozenset({80, 443})
+    total_timeout: float = 60.0
+    connect_timeout: float = 10.0
+    read_timeout: float = 20.0
+    user_agent: str = "mcp-memory/0.1 (+image fetch)"
+    addresses: AddressPolicy = field(default_factory=AddressPolicy)
+
+
+@dataclass(frozen=True)
+class FetchedBody:
+    """What a successful fetch produced."""
+
+    data: bytes
+    final_url: str
+    declared_type: str | None
+    redirects: int
+
+
+def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
+    """The parsed URL if the policy allows requesting it; :class:`UnsafeUrl` otherwise."""
+    if len(raw) > MAX_URL_LENGTH:
+        raise UnsafeUrl(f"the URL is longer than {MAX_URL_LENGTH} characters")
+    if any(ch.isspace() or ord(ch) < 0x20 for ch in raw):
+        raise UnsafeUrl("the URL contains whitespace or control characters")
+    try:
+        url = httpx.URL(raw)
+    except (httpx.InvalidURL, ValueError, TypeError):
+        raise UnsafeUrl("the URL could not be parsed") from None
+    allowed = ("https", "http") if policy.allow_http else ("https",)
+    if url.scheme not in allowed:
+        shown = url.scheme or "(none)"
+        raise UnsafeUrl(f"scheme {shown!r} is not allowed; use {' or '.join(allowed)}")
+    if url.userinfo:
+        raise UnsafeUrl("URLs with a user name or password are not allowed")
+    host = url.host.lower().rstrip(".")
+    if not host:
+        raise UnsafeUrl("the URL has no host")
+    port = url.port or (443 if url.scheme == "https" else 80)
+    if port not in policy.allowed_ports:
+        raise UnsafeUrl(f"port {port} is not allowed")
+    _check_host(host, policy)
+    return url
+
+
+def _check_host(host: str, policy: FetchPolicy) -> None:
+    literal = parse_address(host)
+    if literal is not None:
+        reason = blocked_reason(literal)
+        if reason is not None:
+            raise UnsafeUrl(f"the host is {reason}")
+        return
+    local = host in _LOCAL_NAMES or host.endswith(_LOCAL_SUFFIXES)
+    if local and host not in policy.addresses.loopback_names:
+        raise UnsafeUrl(f"the host name {host!r} names a local or internal service")
+    labels = host.split(".")
+    # 2130706433, 0x7f.1, 017700000001, 127.1: resolvers read these as IPv4 addresses. A real
+    # host name never ends in a numeric label, so anything numeric must be a canonical literal.
+    if _NUMERIC_LABEL.match(labels[-1]):
+        raise UnsafeUrl("IP addresses must be written as canonical dotted-decimal literals")
+
+
+class SafeFetcher:
+    """Downloads public images under a :class:`FetchPolicy`. One instance per server."""
+
+    def __init__(
+        self,
+        policy: FetchPolicy,
+        *,
+        resolver: Resolver | None = None,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._policy = policy
+        context = ssl_context or httpx.create_ssl_context(trust_env=True)
+        backend = SafeNetworkBackend(resolver or SystemResolver(), policy.addresses)
+        transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False, retries=0)
+        # httpx has no public hook for httpcore's network backend; the pool is rebuilt with the
+        # same TLS context and our backend (pinned: httpx 0.28, httpcore 1.0).
+        transport._pool = httpcore.AsyncConnectionPool(  # pyright: ignore[reportPrivateUsage]
+            ssl_context=context,
+            max_connections=32,
+            max_keepalive_connections=8,
+            keepalive_expiry=5.0,
+            http1=True,
+            http2=False,
+            retries=0,
+            network_backend=backend,
+        )
+        self._client = httpx.AsyncClient(
+            transport=transport,
+            trust_env=False,
+            follow_redirects=False,
+            timeout=httpx.Timeout(
+                connect=policy.connect_timeout,
+                read=policy.read_timeout,
+                write=policy.read_timeout,
+                pool=policy.connect_timeout,
+            ),
+            headers={
+                "Accept": "image/avif;q=0,image/webp,image/png,image/jpeg,image/gif,image/*;q=0.5",
+                "Accept-Encoding": "identity",
+                "User-Agent": policy.user_agent,
+            },
+        )
+
+    @property
+    def policy(self) -> FetchPolicy:
+        """The limits this fetcher enforces."""
+        return self._policy
+
+    async def aclose(self) -> None:
+        """Close pooled connections."""
+        await self._client.aclose()
+
+    async def fetch(self, raw_url: str) -> FetchedBody:
+        """The body of ``raw_url`` after at most ``max_redirects`` checked redirects."""
+        url = check_url(raw_url, self._policy)
+        try:
+            with anyio.fail_after(self._policy.total_timeout):
+                return await self._follow(url)
+        except TimeoutError:
+            raise UnsafeUrl(
+                f"the download did not finish within {self._policy.total_timeout:g} s"
+            ) from None
+
+    async def _follow(self, url: httpx.URL) -> FetchedBody:
+        seen = {str(url)}
+        for redirects in range(self._policy.max_redirects + 1):
+            location = await self._request(url, redirects)
+            if isinstance(location, FetchedBody):
+                return location
+            target = url.join(location)
+            if str(target) in seen:
+                raise UnsafeUrl("the redirects form a loop")
+            seen.add(str(target))
+            url = check_url(str(target), self._policy)
+        raise UnsafeUrl(f"more than {self._policy.max_redirects} redirects")
+
+    async def _request(self, url: httpx.URL, redirects: int) -> FetchedBody | str:
+        """The body, or the ``Location`` of a redirect."""
+        try:
+            async with self._client.stream("GET", url) as response:
+                if response.status_code in _REDIRECTS:
+                    location = response.headers.get("location")
+                    if not location:
+                        raise FetchFailed("the server redirected without a Location")
+                    return location
+                if response.status_code != 200:
+                    raise FetchFailed(f"the server answered HTTP {response.status_code}")
+                data = await self._read_body(response)
+                log.info(
+                    "asset.fetch.done",
+                    host=url.host,
+                    bytes=len(data),
+                    redirects=redirects,
+                )
+                return FetchedBody(
+                    data=data,
+                    final_url=str(url),
+                    declared_type=response.headers.get("content-type"),
+                    redirects=redirects,
+                )
+        except UnsafeDestination as exc:
+            raise UnsafeUrl(f"the host resolves to {exc.reason}") from None
+        except UnresolvableHost:
+            raise FetchFailed("the host name could not be resolved") from None
+        except httpx.TimeoutException:
+            raise UnsafeUrl("the server was too slow to connect or to send") from None
+        except httpx.HTTPError as exc:
+            raise FetchFailed(f"the download failed ({type(exc).__name__})") from None
+
+    async def _read_body(self, response: httpx.Response) -> bytes:
+        limit = self._policy.max_bytes
+        encoding = response.headers.get("content-encoding", "identity").strip().lower()
+        if encoding not in ("", "identity"):
+            raise UnsafeUrl(f"the server sent an encoded body ({encoding}); identity was asked")
+        declared = response.headers.get("content-length")
+        if declared is not None:
+            if not declared.strip().isdigit():
+                raise UnsafeUrl("the server sent an invalid Content-Length")
+            if int(declared) > limit:
+                raise UnsafeUrl(f"the image is larger than the {limit}-byte limit")
+        chunks: list[bytes] = []
+        received = 0
+        async for chunk in response.aiter_raw():
+            received += len(chunk)
+            if received > limit:
+                raise UnsafeUrl(f"the image is larger than the {limit}-byte limit")
+            chunks.append(chunk)
+        if received == 0:
+            raise FetchFailed("the server sent an empty body")
+        return b"".join(chunks)
+
+
+def fetch_policy(
+    settings: MemorySettings, *, addresses: AddressPolicy | None = None
+) -> FetchPolicy:
+    """The fetch policy the settings describe (``addresses`` is for tests only)."""
+    return FetchPolicy(
+        max_bytes=settings.asset_max_bytes,
+        max_redirects=settings.asset_fetch_max_redirects,
+        allow_http=settings.asset_fetch_allow_http,
+        allowed_ports=frozenset(settings.asset_fetch_allowed_ports),
+        total_timeout=settings.asset_fetch_timeout_seconds,
+        connect_timeout=min(10.0, settings.asset_fetch_timeout_seconds),
+        read_timeout=min(20.0, settings.asset_fetch_timeout_seconds),
+        addresses=addresses or AddressPolicy(),
+    )

@@ -1,0 +1,59 @@
+"""Fetch fixtures: a scripted web server on 127.0.0.1 reachable as ``img.test``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver
+from memory_tools.testing.web import WebServer, serve_web
+
+# Names the tests resolve themselves; only img.test may reach loopback (the test allowance).
+HOSTS = {
+    "img.test": ["127.0.0.1"],
+    "cdn.img.test": ["127.0.0.1"],
+    "loopback-alias.test": ["127.0.0.1"],
+    "intranet.test": ["10.0.0.5"],
+    "mixed.test": ["93.184.216.34", "10.0.0.5"],
+    "metadata.test": ["169.254.169.254"],
+    "169.254.169.254.nip.io": ["169.254.169.254"],
+    "aws6.test": ["fd00:ec2::254"],
+    "mapped.test": ["::ffff:127.0.0.1"],
+    "nat64.test": ["64:ff9b::a9fe:a9fe"],
+    "sixtofour.test": ["2002:7f00:1::1"],
+    "teredo.test": ["2001:0:4136:e378:8000:63bf:3fff:fdd2"],
+    "cgnat.test": ["100.64.1.1"],
+    "bench.test": ["198.18.0.1"],
+    "mcast.test": ["224.0.0.1"],
+    "bcast.test": ["255.255.255.255"],
+    "zero.test": ["0.0.0.0"],
+    "linklocal6.test": ["fe80::1"],
+    "ula.test": ["fc00::1"],
+}
+ALLOWED_NAMES = frozenset({"img.test", "cdn.img.test"})
+MAX_BYTES = 4096
+
+
+@pytest.fixture
+def web() -> Iterator[WebServer]:
+    with serve_web() as server:
+        yield server
+
+
+@pytest.fixture
+def fetch_policy(web: WebServer) -> FetchPolicy:
+    return FetchPolicy(
+        max_bytes=MAX_BYTES,
+        allow_http=True,
+        allowed_ports=frozenset({80, 443, web.port}),
+        total_timeout=2.0,
+        connect_timeout=1.0,
+        read_timeout=1.0,
+        addresses=AddressPolicy(loopback_names=ALLOWED_NAMES),
+    )
+
+
+@pytest.fixture
+def resolver() -> MappedResolver:
+    return MappedResolver(HOSTS)

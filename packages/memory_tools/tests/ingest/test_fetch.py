@@ -1,0 +1,283 @@
+"""The SSRF-safe fetcher against a real server on 127.0.0.1 and a corpus of hostile URLs."""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pytest
+
+from memory_tools.errors import FetchFailed, UnsafeUrl
+from memory_tools.ingest import FetchPolicy, MappedResolver, SafeFetcher, check_url
+from memory_tools.ingest.addresses import IpAddress
+from memory_tools.testing.web import Reply, WebServer, serve_web
+
+from .conftest import HOSTS, MAX_BYTES
+
+BODY = b"\x89PNG\r\n\x1a\n" + b"pixels" * 20
+
+
+def _routes(port: int) -> dict[str, Reply]:
+    def to(location: str) -> Reply:
+        return Reply(status=302, headers={"Location": location.format(port=port)})
+
+    routes = {
+        "/ok": Reply(body=BODY, headers={"Content-Type": "image/png"}),
+        "/secret": Reply(body=b"internal secret"),
+        "/to-literal-loopback": to("http://127.0.0.1:{port}/secret"),
+        "/to-intranet": to("http://intranet.test:{port}/secret"),
+        "/to-metadata": to("http://169.254.169.254/latest/meta-data/"),
+        "/to-file": to("file:///etc/passwd"),
+        "/to-localhost": to("http://localhost:{port}/secret"),
+        "/to-userinfo": to("http://user@img.test:{port}/ok"),
+        "/to-bad-port": to("http://img.test:22/ok"),
+        "/loop-a": to("/loop-b"),
+        "/loop-b": to("/loop-a"),
+        "/big-length": Reply(body=b"x" * (MAX_BYTES + 1)),
+        "/big-stream": Reply(body=b"x" * (MAX_BYTES + 1), send_length=False),
+        "/drip": Reply(body=b"y" * 200, drip_seconds=0.05),
+        "/drip-no-length": Reply(body=b"y" * 200, drip_seconds=0.05, send_length=False),
+        "/gzip": Reply(body=BODY, headers={"Content-Encoding": "gzip"}),
+    }
+    for hop in range(6):
+        routes[f"/r{hop}"] = to(f"/r{hop + 1}")
+    routes["/r6"] = Reply(body=BODY)
+    return routes
+
+
+@dataclass(frozen=True)
+class Hostile:
+    name: str
+    url: str
+
+
+HOSTILE = [
+    Hostile("loopback literal", "http://127.0.0.1:{port}/secret"),
+    Hostile("loopback other", "http://127.8.9.10:{port}/secret"),
+    Hostile("localhost", "http://localhost:{port}/secret"),
+    Hostile("localhost with dot", "http://localhost.:{port}/secret"),
+    Hostile("sub.localhost", "http://app.localhost:{port}/secret"),
+    Hostile("decimal integer host", "http://2130706433:{port}/secret"),
+    Hostile("hex shorthand host", "http://0x7f.1:{port}/secret"),
+    Hostile("octal host", "http://017700000001:{port}/secret"),
+    Hostile("short dotted host", "http://127.1:{port}/secret"),
+    Hostile("ipv6 loopback", "http://[::1]:{port}/secret"),
+    Hostile("ipv4-mapped loopback", "http://[::ffff:127.0.0.1]:{port}/secret"),
+    Hostile("ipv4-mapped metadata", "http://[::ffff:a9fe:a9fe]/latest/"),
+    Hostile("unspecified", "http://0.0.0.0:{port}/secret"),
+    Hostile("unspecified v6", "http://[::]:{port}/secret"),
+    Hostile("metadata ip", "http://169.254.169.254/latest/meta-data/"),
+    Hostile("aws v6 metadata", "http://[fd00:ec2::254]/latest/meta-data/"),
+    Hostile("alibaba metadata", "http://100.100.100.200/latest/meta-data/"),
+    Hostile("gcp metadata name", "http://metadata.google.internal/computeMetadata/v1/"),
+    Hostile("metadata short name", "http://metadata/computeMetadata/v1/"),
+    Hostile("instance-data", "http://instance-data/latest/meta-data/"),
+    Hostile(".local name", "http://printer.local/"),
+    Hostile("rfc1918 literal", "http://10.1.2.3/"),
+    Hostile("rfc1918 192.168", "https://192.168.0.1/"),
+    Hostile("name to private", "http://intranet.test:{port}/secret"),
+    Hostile("name to metadata", "http://metadata.test/latest/"),
+    Hostile("rebinding service name", "http://169.254.169.254.nip.io/latest/"),
+    Hostile("name to public and private", "http://mixed.test:{port}/secret"),
+    Hostile("loopback name not allowed", "http://loopback-alias.test:{port}/secret"),
+    Hostile("name to aws v6 metadata", "http://aws6.test/"),
+    Hostile("name to mapped loopback", "http://mapped.test:{port}/secret"),
+    Hostile("name to nat64 metadata", "http://nat64.test/"),
+    Hostile("name to 6to4 loopback", "http://sixtofour.test:{port}/secret"),
+    Hostile("name to teredo", "http://teredo.test/"),
+    Hostile("name to cgnat", "http://cgnat.test/"),
+    Hostile("name to benchmarking", "http://bench.test/"),
+    Hostile("name to multicast", "http://mcast.test/"),
+    Hostile("name to broadcast", "http://bcast.test/"),
+    Hostile("name to zero", "http://zero.test:{port}/secret"),
+    Hostile("name to link-local v6", "http://linklocal6.test/"),
+    Hostile("name to ula", "http://ula.test/"),
+    Hostile("file scheme", "file:///etc/passwd"),
+    Hostile("gopher scheme", "gopher://img.test:{port}/_GET%20/secret"),
+    Hostile("ftp scheme", "ftp://img.test/image.png"),
+    Hostile("data url", "data:image/png;base64,iVBORw0KGgo="),
+    Hostile("javascript url", "javascript:alert(1)"),
+    Hostile("userinfo", "http://good@evil.test/"),
+    Hostile("user and password", "http://user:pass@img.test:{port}/ok"),
+    Hostile("disallowed port", "http://img.test:6379/"),
+    Hostile("ssh port", "https://img.test:22/"),
+    Hostile("no host", "http:///secret"),
+    Hostile("whitespace", "http://img.test:{port}/ok\r\nX-Injected: 1"),
+    Hostile("overlong", "http://img.test:{port}/" + "a" * 4100),
+    Hostile("redirect to loopback literal", "http://img.test:{port}/to-literal-loopback"),
+    Hostile("redirect to private name", "http://img.test:{port}/to-intranet"),
+    Hostile("redirect to metadata", "http://img.test:{port}/to-metadata"),
+    Hostile("redirect to file", "http://img.test:{port}/to-file"),
+    Hostile("redirect to localhost", "http://img.test:{port}/to-localhost"),
+    Hostile("redirect to userinfo", "http://img.test:{port}/to-userinfo"),
+    Hostile("redirect to bad port", "http://img.test:{port}/to-bad-port"),
+    Hostile("redirect loop", "http://img.test:{port}/loop-a"),
+    Hostile("six redirects", "http://img.test:{port}/r0"),
+    Hostile("oversized with length", "http://img.test:{port}/big-length"),
+    Hostile("oversized without length", "http://img.test:{port}/big-stream"),
+    Hostile("slow drip", "http://img.test:{port}/drip"),
+    Hostile("slow drip without length", "http://img.test:{port}/drip-no-length"),
+    Hostile("compressed body", "http://img.test:{port}/gzip"),
+]
+
+
+@pytest.fixture
+async def fetcher(fetch_policy: FetchPolicy, resolver: MappedResolver, web: WebServer):  # type: ignore[no-untyped-def]
+    web.routes.update(_routes(web.port))
+    fetcher = SafeFetcher(fetch_policy, resolver=resolver)
+    yield fetcher
+    await fetcher.aclose()
+
+
+def test_the_corpus_is_large_enough() -> None:
+    assert len(HOSTILE) >= 40
+    assert len({case.name for case in HOSTILE}) == len(HOSTILE)
+
+
+@pytest.mark.parametrize("case", HOSTILE, ids=[case.name for case in HOSTILE])
+async def test_hostile_url_is_refused_as_unsafe(
+    case: Hostile, fetcher: SafeFetcher, web: WebServer
+) -> None:
+    with pytest.raises(UnsafeUrl) as caught:
+        await fetcher.fetch(case.url.format(port=web.port))
+    assert caught.value.code == "unsafe_url"
+    assert caught.value.message  # a reason the caller can read
+    assert "/secret" not in web.requested
+
+
+async def test_a_public_image_is_fetched(fetcher: SafeFetcher, web: WebServer) -> None:
+    fetched = await fetcher.fetch(web.url("/ok", host="img.test"))
+    assert fetched.data == BODY
+    assert fetched.declared_type == "image/png"
+    assert fetched.redirects == 0
+    headers = web.request_headers[-1]
+    assert headers["accept-encoding"] == "identity"
+
+
+async def test_five_redirects_are_followed(fetcher: SafeFetcher, web: WebServer) -> None:
+    fetched = await fetcher.fetch(web.url("/r1", host="img.test"))
+    assert fetched.data == BODY
+    assert fetched.redirects == 5
+    assert fetched.final_url.endswith("/r6")
+
+
+async def test_a_body_at_the_limit_is_accepted(fetcher: SafeFetcher, web: WebServer) -> None:
+    web.routes["/exact"] = Reply(body=b"z" * MAX_BYTES, send_length=False)
+    fetched = await fetcher.fetch(web.url("/exact", host="img.test"))
+    assert len(fetched.data) == MAX_BYTES
+
+
+@pytest.mark.parametrize(("status", "path"), [(404, "/missing"), (500, "/boom")])
+async def test_http_errors_are_fetch_failures(
+    fetcher: SafeFetcher, web: WebServer, status: int, path: str
+) -> None:
+    web.routes["/boom"] = Reply(status=500, body=b"no")
+    with pytest.raises(FetchFailed, match=f"HTTP {status}"):
+        await fetcher.fetch(web.url(path, host="img.test"))
+
+
+async def test_unknown_names_are_fetch_failures(fetcher: SafeFetcher) -> None:
+    with pytest.raises(FetchFailed, match="could not be resolved"):
+        await fetcher.fetch("https://unknown.test/x.png")
+
+
+async def test_http_is_refused_unless_allowed(fetch_policy: FetchPolicy, web: WebServer) -> None:
+    strict = FetchPolicy(max_bytes=fetch_policy.max_bytes, addresses=fetch_policy.addresses)
+    with pytest.raises(UnsafeUrl, match="scheme 'http' is not allowed"):
+        check_url(web.url("/ok", host="img.test"), strict)
+
+
+async def test_the_checked_address_is_the_connected_one(
+    fetch_policy: FetchPolicy, web: WebServer
+) -> None:
+    """One lookup per connection: a name cannot answer 'public' to the check and 'private' to
+    the connect, because there is no second lookup."""
+
+    class CountingResolver:
+        def __init__(self) -> None:
+            self.calls = 0
+
+        async def resolve(self, host: str, port: int) -> Sequence[IpAddress]:
+            self.calls += 1
+            answer = HOSTS["img.test"] if self.calls == 1 else HOSTS["intranet.test"]
+            return await MappedResolver({host: answer}).resolve(host, port)
+
+    web.routes.update(_routes(web.port))
+    counting = CountingResolver()
+    fetcher = SafeFetcher(fetch_policy, resolver=counting)
+    try:
+        fetched = await fetcher.fetch(web.url("/ok", host="img.test"))
+    finally:
+        await fetcher.aclose()
+    assert fetched.data == BODY
+    assert counting.calls == 1
+
+
+def _tls_pair(tmp_path: pytest.TempPathFactory, name: str) -> tuple[ssl.SSLContext, ssl.SSLContext]:
+    """A server context with a self-signed certificate for ``name`` and a client trusting it."""
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    directory = tmp_path.mktemp("tls")
+    cert_path = directory / "cert.pem"
+    key_path = directory / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    server = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server.load_cert_chain(cert_path, key_path)
+    client = ssl.create_default_context(cafile=str(cert_path))
+    return server, client
+
+
+@pytest.mark.parametrize(("cert_name", "works"), [("img.test", True), ("other.test", False)])
+async def test_tls_verifies_the_url_host_not_the_address(
+    tmp_path_factory: pytest.TempPathFactory,
+    fetch_policy: FetchPolicy,
+    resolver: MappedResolver,
+    cert_name: str,
+    works: bool,
+) -> None:
+    server_tls, client_tls = _tls_pair(tmp_path_factory, cert_name)
+    with serve_web({"/ok": Reply(body=BODY)}, tls=server_tls) as secure:
+        policy = FetchPolicy(
+            max_bytes=fetch_policy.max_bytes,
+            allowed_ports=frozenset({secure.port}),
+            addresses=fetch_policy.addresses,
+            total_timeout=5.0,
+        )
+        fetcher = SafeFetcher(policy, resolver=resolver, ssl_context=client_tls)
+        try:
+            url = secure.url("/ok", host="img.test", scheme="https")
+            if works:
+                assert (await fetcher.fetch(url)).data == BODY
+            else:
+                with pytest.raises(FetchFailed):
+                    await fetcher.fetch(url)
+        finally:
+            await fetcher.aclose()
