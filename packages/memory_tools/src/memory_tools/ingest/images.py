@@ -1,0 +1,350 @@
+"""Sniffing, bounded decoding and sanitised previews of untrusted image bytes (§12.2).
+
+Only four formats exist for this module: JPEG, PNG, WebP and GIF. At first use every other
+libvips loader (and every operation libvips marks untrusted) is blocked, so no code path can
+reach an SVG, PDF, TIFF or HEIF parser whatever the bytes say. For each upload:
+
+1. the magic bytes must name one of the four formats (a declared type or name never counts);
+2. the loader libvips would pick must be that format's loader;
+3. the image's structure is walked to its logical end; archive, HTML, script or PDF bytes
+   after it (a polyglot) are refused;
+4. the header is read and ``width x height x pages`` is checked against the pixel limit
+   before any pixel is decoded;
+5. a sanitised WebP preview is made by ``thumbnail_buffer`` (shrink-on-load, EXIF
+   auto-orientation, sRGB, first frame, no metadata) with ``fail_on="error"``, which reads the
+   whole first frame, so truncation or a corrupt stream fails here; the frames of an animation
+   are decoded too.
+
+Everything here is CPU-bound and synchronous; :func:`inspect_image` runs it in a worker thread.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import threading
+import zlib
+from dataclasses import dataclass
+
+import anyio.to_thread
+import pyvips
+
+from memory_tools.errors import InvalidImage
+
+MIN_LIBVIPS = (8, 18, 3)
+PREVIEW_QUALITY = 82
+
+
+@dataclass(frozen=True)
+class ImageFormat:
+    """One accepted format."""
+
+    name: str
+    mime_type: str
+    extension: str
+    loader: str  # the libvips class that must be chosen for the buffer
+
+
+FORMATS = {
+    "jpeg": ImageFormat("jpeg", "image/jpeg", "jpg", "VipsForeignLoadJpegBuffer"),
+    "png": ImageFormat("png", "image/png", "png", "VipsForeignLoadPngBuffer"),
+    "webp": ImageFormat("webp", "image/webp", "webp", "VipsForeignLoadWebpBuffer"),
+    "gif": ImageFormat("gif", "image/gif", "gif", "VipsForeignLoadNsgifBuffer"),
+}
+
+# Recognised only to explain a refusal: none of these is ever decoded.
+_KNOWN_OTHERS: tuple[tuple[re.Pattern[bytes], str], ...] = (
+    (re.compile(rb"^\s*(<\?xml[^>]*>\s*)?(<!--.*?-->\s*)*<svg", re.I | re.S), "SVG"),
+    (re.compile(rb"^\s*(<!doctype html|<html|<head|<body|<script)", re.I), "HTML"),
+    (re.compile(rb"^%PDF-"), "PDF"),
+    (re.compile(rb"^(II\*\x00|MM\x00\*)"), "TIFF"),
+    (re.compile(rb"^....ftyp(heic|heix|hevc|heim|heis|mif1|msf1|avif|avis)", re.S), "HEIF/AVIF"),
+    (re.compile(rb"^PK\x03\x04|^PK\x05\x06"), "a ZIP archive"),
+    (re.compile(rb"^\x1f\x8b"), "a gzip archive"),
+    (re.compile(rb"^(Rar!|7z\xbc\xaf)"), "an archive"),
+    (re.compile(rb"^BM"), "BMP"),
+    (re.compile(rb"^\x00\x00\x01\x00"), "an icon"),
+    (re.compile(rb"^\xff\x0a|^\x00\x00\x00\x0cJXL "), "JPEG XL"),
+    (re.compile(rb"^(MZ|\x7fELF)"), "an executable"),
+)
+# Content that must never ride along with an image (checked after the image's logical end).
+_TRAILER_THREATS: tuple[tuple[bytes, str], ...] = (
+    (b"PK\x03\x04", "a ZIP archive"),
+    (b"PK\x05\x06", "a ZIP archive"),
+    (b"Rar!", "a RAR archive"),
+    (b"7z\xbc\xaf", "a 7z archive"),
+    (b"\x1f\x8b\x08", "gzip data"),
+    (b"%PDF-", "a PDF"),
+    (b"\x7fELF", "an executable"),
+)
+# Markup that turns an image into an HTML/script polyglot wherever it appears. Seven or more
+# ASCII bytes: a chance match inside compressed pixel data is vanishingly unlikely.
+_MARKUP = re.compile(rb"<script|<html|<\?php|<svg[\s>]|<!doctype|javascript:|<iframe", re.I)
+
+
+@dataclass(frozen=True)
+class InspectedImage:
+    """What validation learned about an accepted image, and its sanitised preview."""
+
+    format: ImageFormat
+    sha256: str
+    bytes: int
+    width: int  # as displayed, after EXIF orientation
+    height: int
+    pages: int
+    orientation: int
+    preview: bytes
+    preview_width: int
+    preview_height: int
+
+
+_setup_lock = threading.Lock()
+_setup_done = False
+
+
+def lock_down_libvips() -> None:
+    """Block every loader but the four buffer loaders, and all untrusted operations. Idempotent.
+
+    Raises :class:`RuntimeError` when libvips is older than 8.18.3.
+    """
+    global _setup_done
+    with _setup_lock:
+        if _setup_done:
+            return
+        version = tuple(pyvips.version(index) for index in range(3))
+        if version < MIN_LIBVIPS:
+            shown = ".".join(map(str, version))
+            raise RuntimeError(f"libvips {shown} is too old; 8.18.3 or newer is required")
+        pyvips.block_untrusted_set(True)
+        pyvips.operation_block_set("VipsForeignLoad", True)
+        for image_format in FORMATS.values():
+            pyvips.operation_block_set(image_format.loader, False)
+        _setup_done = True
+
+
+def sniff(data: bytes) -> ImageFormat | None:
+    """The accepted format the magic bytes announce, or ``None``."""
+    if data.startswith(b"\xff\xd8\xff"):
+        return FORMATS["jpeg"]
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return FORMATS["png"]
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return FORMATS["gif"]
+    if len(data) >= 12 and data.startswith(b"RIFF") and data[8:12] == b"WEBP":
+        return FORMATS["webp"]
+    return None
+
+
+def describe_other(data: bytes) -> str:
+    """A short name for bytes that are not an accepted image (for the error message)."""
+    head = data[:512]
+    for pattern, name in _KNOWN_OTHERS:
+        if pattern.search(head):
+            return name
+    return "an unknown type"
+
+
+def _chosen_loader(data: bytes) -> str | None:
+    pointer = pyvips.vips_lib.vips_foreign_find_load_buffer(data, len(data))
+    if pointer == pyvips.ffi.NULL:
+        return None
+    return pyvips.ffi.string(pointer).decode()
+
+
+# --- logical ends: where each format's own structure says the image stops -------------------
+
+
+def _jpeg_end(data: bytes) -> int:
+    position = 2
+    size = len(data)
+    while position + 2 <= size:
+        if data[position] != 0xFF:
+            raise InvalidImage("the JPEG structure is corrupt")
+        marker = data[position + 1]
+        if marker == 0xFF:  # fill byte
+            position += 1
+            continue
+        if marker == 0xD9:
+            return position + 2
+        if marker in (0x01, *range(0xD0, 0xD8)):
+            position += 2
+            continue
+        if position + 4 > size:
+            break
+        length = int.from_bytes(data[position + 2 : position + 4], "big")
+        if length < 2:
+            raise InvalidImage("the JPEG structure is corrupt")
+        position += 2 + length
+        if marker == 0xDA:  # start of scan: entropy-coded data runs to the next real marker
+            while True:
+                position = data.find(b"\xff", position)
+                if position < 0 or position + 1 >= size:
+                    raise InvalidImage("the JPEG is truncated")
+                following = data[position + 1]
+                if following == 0x00 or 0xD0 <= following <= 0xD7 or following == 0xFF:
+                    position += 1 if following == 0xFF else 2
+                    continue
+                break
+    raise InvalidImage("the JPEG is truncated")
+
+
+def _png_end(data: bytes) -> int:
+    position = 8
+    size = len(data)
+    while position + 12 <= size:
+        length = int.from_bytes(data[position : position + 4], "big")
+        kind = data[position + 4 : position + 8]
+        body_end = position + 8 + length
+        if body_end + 4 > size:
+            break
+        # Some PNG decoders skip checksums of ancillary chunks; a file whose CRCs lie is refused.
+        crc = int.from_bytes(data[body_end : body_end + 4], "big")
+        if zlib.crc32(data[position + 4 : body_end]) & 0xFFFFFFFF != crc:
+            raise InvalidImage("the PNG is corrupt (a chunk checksum does not match)")
+        position = body_end + 4
+        if kind == b"IEND":
+            return position
+    raise InvalidImage("the PNG is truncated")
+
+
+def _webp_end(data: bytes) -> int:
+    declared = int.from_bytes(data[4:8], "little")
+    end = 8 + declared + (declared & 1)
+    if declared < 4 or end > len(data) + (declared & 1):
+        raise InvalidImage("the WebP is truncated")
+    return min(end, len(data))
+
+
+def _skip_sub_blocks(data: bytes, position: int) -> int:
+    size = len(data)
+    while position < size:
+        length = data[position]
+        position += 1 + length
+        if length == 0:
+            return position
+    raise InvalidImage("the GIF is truncated")
+
+
+def _gif_end(data: bytes) -> int:
+    size = len(data)
+    if size < 13:
+        raise InvalidImage("the GIF is truncated")
+    flags = data[10]
+    position = 13 + (3 * 2 ** ((flags & 7) + 1) if flags & 0x80 else 0)
+    while position < size:
+        block = data[position]
+        if block == 0x3B:
+            return position + 1
+        if block == 0x21:
+            position = _skip_sub_blocks(data, position + 2)
+        elif block == 0x2C:
+            if position + 10 > size:
+                raise InvalidImage("the GIF is truncated")
+            local = data[position + 9]
+            position += 10 + (3 * 2 ** ((local & 7) + 1) if local & 0x80 else 0)
+            position = _skip_sub_blocks(data, position + 1)  # after the LZW code size
+        else:
+            raise InvalidImage("the GIF structure is corrupt")
+    raise InvalidImage("the GIF is truncated")
+
+
+_ENDS = {"jpeg": _jpeg_end, "png": _png_end, "webp": _webp_end, "gif": _gif_end}
+
+
+def _refuse_polyglots(data: bytes, image_format: ImageFormat) -> None:
+    end = _ENDS[image_format.name](data)
+    trailer = data[end:]
+    for signature, name in _TRAILER_THREATS:
+        if signature in trailer:
+            raise InvalidImage(f"{name} is appended to the image (a polyglot file)")
+    if _MARKUP.search(data):
+        raise InvalidImage("the file carries HTML or script markup (a polyglot file)")
+
+
+# --- decoding -------------------------------------------------------------------------------
+
+
+def _int_field(image: pyvips.Image, name: str, default: int) -> int:
+    if image.get_typeof(name) == 0:
+        return default
+    value = image.get(name)
+    return int(value) if isinstance(value, int | float) else default
+
+
+def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> InspectedImage:
+    """Validate ``data`` and build its preview; :class:`InvalidImage` names what is wrong."""
+    lock_down_libvips()
+    if not data:
+        raise InvalidImage("the file is empty")
+    image_format = sniff(data)
+    if image_format is None:
+        raise InvalidImage(
+            f"the bytes are {describe_other(data)}, not a JPEG, PNG, WebP or GIF image"
+        )
+    loader = _chosen_loader(data)
+    if loader != image_format.loader:
+        raise InvalidImage(f"the bytes look like {image_format.name} but do not parse as one")
+    _refuse_polyglots(data, image_format)
+    try:
+        header = pyvips.Image.new_from_buffer(data, "", access="sequential", fail_on="error")
+        pages = max(1, _int_field(header, "n-pages", 1))
+        width, height = header.width, header.height
+        orientation = _int_field(header, "orientation", 1)
+    except pyvips.Error:
+        raise InvalidImage(f"the {image_format.name} header is unreadable") from None
+    if width <= 0 or height <= 0:
+        raise InvalidImage("the image has no pixels")
+    if image_format.name == "gif":
+        # Frames are composed on the logical screen, which other decoders allocate in full.
+        screen_w, screen_h = (
+            int.from_bytes(data[6:8], "little"),
+            int.from_bytes(data[8:10], "little"),
+        )
+        if screen_w * screen_h * pages > max_pixels:
+            raise InvalidImage(
+                f"the GIF's logical screen has {screen_w * screen_h * pages:,} pixels "
+                f"({screen_w}x{screen_h}x{pages} frames); the limit is {max_pixels:,}"
+            )
+    if width * height * pages > max_pixels:
+        raise InvalidImage(
+            f"the image has {width * height * pages:,} pixels "
+            f"({width}x{height}x{pages} frames); the limit is {max_pixels:,}"
+        )
+    try:
+        preview = pyvips.Image.thumbnail_buffer(
+            data,
+            preview_edge,
+            height=preview_edge,
+            size="down",
+            fail_on="error",
+            output_profile="srgb",
+        )
+        encoded = preview.webpsave_buffer(Q=PREVIEW_QUALITY, keep="none", effort=2)
+        if pages > 1:
+            # The preview used the first frame; every other frame must decode as well.
+            frames = pyvips.Image.new_from_buffer(
+                data, "", access="sequential", fail_on="error", n=-1
+            )
+            frames.avg()
+    except pyvips.Error:
+        raise InvalidImage(f"the {image_format.name} data is corrupt or truncated") from None
+    swapped = orientation in (5, 6, 7, 8)
+    return InspectedImage(
+        format=image_format,
+        sha256=hashlib.sha256(data).hexdigest(),
+        bytes=len(data),
+        width=height if swapped else width,
+        height=width if swapped else height,
+        pages=pages,
+        orientation=orientation,
+        preview=encoded,
+        preview_width=preview.width,
+        preview_height=preview.height,
+    )
+
+
+async def inspect_image(data: bytes, *, max_pixels: int, preview_edge: int) -> InspectedImage:
+    """:func:`inspect_image_sync` in a worker thread, off the event loop."""
+    return await anyio.to_thread.run_sync(
+        lambda: inspect_image_sync(data, max_pixels=max_pixels, preview_edge=preview_edge)
+    )

@@ -1,0 +1,285 @@
+"""Validation and previews over a corpus of generated good, awkward and hostile files."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import pytest
+import pyvips
+
+from memory_tools.errors import InvalidImage
+from memory_tools.ingest.images import inspect_image, inspect_image_sync, lock_down_libvips, sniff
+
+EDGE = 256
+MAX_PIXELS = 40_000_000
+
+
+def _rgb(width: int, height: int) -> pyvips.Image:
+    """A deterministic colourful test picture."""
+    x = pyvips.Image.xyz(width, height)
+    red = (x[0] * 255 / max(width - 1, 1)).cast("uchar")
+    green = (x[1] * 255 / max(height - 1, 1)).cast("uchar")
+    blue = ((x[0] + x[1]) % 256).cast("uchar")
+    return red.bandjoin([green, blue]).copy(interpretation="srgb")
+
+
+def _png_chunk(kind: bytes, payload: bytes) -> bytes:
+    crc = zlib.crc32(kind + payload) & 0xFFFFFFFF
+    return struct.pack(">I", len(payload)) + kind + payload + struct.pack(">I", crc)
+
+
+def _png_with_header(width: int, height: int) -> bytes:
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    idat = zlib.compress(b"\x00" + b"\x00" * 3)
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _png_chunk(b"IHDR", ihdr)
+        + _png_chunk(b"IDAT", idat)
+        + _png_chunk(b"IEND", b"")
+    )
+
+
+def _gif_huge_screen() -> bytes:
+    one_pixel = _rgb(1, 1).gifsave_buffer()
+    return one_pixel[:6] + struct.pack("<HH", 65535, 65535) + one_pixel[10:]
+
+
+def _jpeg_claiming(width: int, height: int) -> bytes:
+    data = bytearray(_rgb(16, 16).jpegsave_buffer(Q=80))
+    sof = data.find(b"\xff\xc0")
+    data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
+    return bytes(data)
+
+
+def _bad_png_crc() -> bytes:
+    data = bytearray(_rgb(32, 32).pngsave_buffer())
+    idat = data.find(b"IDAT")
+    data[idat + 8] ^= 0xFF
+    return bytes(data)
+
+
+def _animated_gif(frames: int, size: int = 24) -> bytes:
+    pages = [(_rgb(size, size) * (index + 1) % 256).cast("uchar") for index in range(frames)]
+    strip = pyvips.Image.arrayjoin(pages, across=1).copy()
+    strip.set_type(pyvips.GValue.gint_type, "page-height", size)
+    strip.set_type(pyvips.GValue.array_int_type, "delay", [100] * frames)
+    return strip.gifsave_buffer()
+
+
+def _rotated_jpeg(orientation: int) -> bytes:
+    image = _rgb(40, 20).copy()
+    image.set_type(pyvips.GValue.gint_type, "orientation", orientation)
+    return image.jpegsave_buffer(Q=85, keep="all")
+
+
+def _palette_png_with_alpha() -> bytes:
+    rgba = _rgb(30, 30).bandjoin(pyvips.Image.black(30, 30).new_from_image(128).cast("uchar"))
+    return rgba.pngsave_buffer(palette=True)
+
+
+def _png16() -> bytes:
+    return (_rgb(20, 10).cast("ushort") * 256).copy(interpretation="rgb16").pngsave_buffer()
+
+
+def _cmyk_jpeg() -> bytes:
+    return _rgb(32, 16).colourspace("cmyk").jpegsave_buffer(Q=85)
+
+
+def _fixed(data: bytes) -> Callable[[], bytes]:
+    return lambda: data
+
+
+@dataclass(frozen=True)
+class Good:
+    name: str
+    make: Callable[[], bytes]
+    mime: str
+    width: int
+    height: int
+    pages: int = 1
+    orientation: int = 1
+
+
+GOOD = [
+    Good("baseline jpeg", lambda: _rgb(64, 48).jpegsave_buffer(Q=90), "image/jpeg", 64, 48),
+    Good(
+        "progressive jpeg",
+        lambda: _rgb(64, 48).jpegsave_buffer(interlace=True),
+        "image/jpeg",
+        64,
+        48,
+    ),
+    Good("rgb png", lambda: _rgb(50, 30).pngsave_buffer(), "image/png", 50, 30),
+    Good(
+        "grey png",
+        lambda: _rgb(50, 30).colourspace("b-w").pngsave_buffer(),
+        "image/png",
+        50,
+        30,
+    ),
+    Good("palette png with transparency", _palette_png_with_alpha, "image/png", 30, 30),
+    Good("16-bit png", _png16, "image/png", 20, 10),
+    Good("lossy webp", lambda: _rgb(40, 40).webpsave_buffer(Q=70), "image/webp", 40, 40),
+    Good(
+        "lossless webp with alpha",
+        lambda: _rgb(40, 20).bandjoin(255).webpsave_buffer(lossless=True),
+        "image/webp",
+        40,
+        20,
+    ),
+    Good("static gif", lambda: _rgb(33, 21).gifsave_buffer(), "image/gif", 33, 21),
+    Good("animated gif", lambda: _animated_gif(3), "image/gif", 24, 24, pages=3),
+    Good("exif rotated 90", lambda: _rotated_jpeg(6), "image/jpeg", 20, 40, orientation=6),
+    Good("exif rotated 180", lambda: _rotated_jpeg(3), "image/jpeg", 40, 20, orientation=3),
+    Good("exif transverse", lambda: _rotated_jpeg(7), "image/jpeg", 20, 40, orientation=7),
+    Good("cmyk jpeg", _cmyk_jpeg, "image/jpeg", 32, 16),
+    Good("wide image", lambda: _rgb(1200, 300).jpegsave_buffer(), "image/jpeg", 1200, 300),
+    Good(
+        "jpeg with zero padding",
+        lambda: _rgb(16, 16).jpegsave_buffer() + b"\x00" * 32,
+        "image/jpeg",
+        16,
+        16,
+    ),
+]
+
+
+@dataclass(frozen=True)
+class Bad:
+    name: str
+    make: Callable[[], bytes]
+    reason: str  # a fragment the error message must contain
+
+
+BAD = [
+    Bad("zero bytes", _fixed(b""), "empty"),
+    Bad("one byte", _fixed(b"\xff"), "unknown type"),
+    Bad("random bytes", _fixed(bytes(range(256)) * 4), "unknown type"),
+    Bad("truncated jpeg", lambda: _rgb(64, 64).jpegsave_buffer()[:400], "truncated"),
+    Bad("jpeg header only", lambda: _rgb(8, 8).jpegsave_buffer()[:20], "truncated"),
+    Bad("truncated png", lambda: _rgb(64, 64).pngsave_buffer()[:200], "PNG"),
+    Bad("bad png crc", _bad_png_crc, "corrupt"),
+    Bad("truncated webp", lambda: _rgb(64, 64).webpsave_buffer()[:60], "WebP"),
+    Bad("truncated gif", lambda: _rgb(64, 64).gifsave_buffer()[:50], "GIF"),
+    Bad("50000x50000 png header", lambda: _png_with_header(50_000, 50_000), "pixels"),
+    Bad("60000x60000 jpeg header", lambda: _jpeg_claiming(60_000, 60_000), "pixels"),
+    Bad("gif with a huge logical screen", _gif_huge_screen, "pixels"),
+    Bad("svg", _fixed(b'<svg xmlns="http://www.w3.org/2000/svg"><script/></svg>'), "SVG"),
+    Bad(
+        "svg with xml prolog",
+        _fixed(b'<?xml version="1.0"?>\n<svg xmlns="http://www.w3.org/2000/svg"/>'),
+        "SVG",
+    ),
+    Bad("html", _fixed(b"<!DOCTYPE html><html><body>hi</body></html>"), "HTML"),
+    Bad("pdf", _fixed(b"%PDF-1.7\n1 0 obj\n<<>>\nendobj\n%%EOF"), "PDF"),
+    Bad("tiff", lambda: _rgb(8, 8).tiffsave_buffer(), "TIFF"),
+    Bad("heic", _fixed(b"\x00\x00\x00\x18ftypheic\x00\x00\x00\x00mif1heic" + b"\0" * 64), "HEIF"),
+    Bad("avif", _fixed(b"\x00\x00\x00\x1cftypavif\x00\x00\x00\x00avifmif1" + b"\0" * 64), "HEIF"),
+    Bad("zip", _fixed(b"PK\x03\x04\x14\x00\x00\x00" + b"\0" * 64), "ZIP"),
+    Bad("gzip", _fixed(zlib.compress(b"x")[:0] + b"\x1f\x8b\x08\x00" + b"\0" * 32), "gzip"),
+    Bad("bmp", _fixed(b"BM" + b"\0" * 64), "BMP"),
+    Bad("riff wave", _fixed(b"RIFF\x24\x00\x00\x00WAVEfmt " + b"\0" * 32), "unknown type"),
+    Bad(
+        "jpeg+zip polyglot",
+        lambda: _rgb(16, 16).jpegsave_buffer() + b"PK\x03\x04\x14\x00" + b"\0" * 40,
+        "ZIP",
+    ),
+    Bad(
+        "png+html polyglot",
+        lambda: _rgb(16, 16).pngsave_buffer() + b"<html><script>alert(1)</script>",
+        "markup",
+    ),
+    Bad(
+        "gif+pdf polyglot",
+        lambda: _rgb(16, 16).gifsave_buffer() + b"%PDF-1.4 trailing",
+        "PDF",
+    ),
+    Bad(
+        "script in a jpeg comment",
+        lambda: (
+            _rgb(16, 16).jpegsave_buffer()[:2]
+            + b"\xff\xfe\x00\x1b<script>alert(1)</script>"
+            + _rgb(16, 16).jpegsave_buffer()[2:]
+        ),
+        "markup",
+    ),
+    Bad(
+        "png magic on jpeg bytes",
+        lambda: b"\x89PNG\r\n\x1a\n" + _rgb(8, 8).jpegsave_buffer(),
+        "PNG",
+    ),
+    Bad("jpeg magic on png bytes", lambda: b"\xff\xd8\xff" + _rgb(8, 8).pngsave_buffer(), "jpeg"),
+    Bad("gif magic only", _fixed(b"GIF89a"), "GIF"),
+    Bad("webp riff without payload", _fixed(b"RIFF\x04\x00\x00\x00WEBP"), "WebP"),
+]
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _locked() -> None:
+    lock_down_libvips()
+
+
+def test_the_corpora_are_large_enough() -> None:
+    assert len(BAD) >= 30
+    assert len(GOOD) + len(BAD) >= 45
+
+
+@pytest.mark.parametrize("case", GOOD, ids=[case.name for case in GOOD])
+def test_accepted_images_report_true_dimensions(case: Good) -> None:
+    data = case.make()
+    result = inspect_image_sync(data, max_pixels=MAX_PIXELS, preview_edge=EDGE)
+    assert result.format.mime_type == case.mime
+    assert (result.width, result.height) == (case.width, case.height)
+    assert result.pages == case.pages
+    assert result.orientation == case.orientation
+    assert result.bytes == len(data)
+    # The preview is a clean WebP, upright, within the edge limit, with no metadata.
+    preview = pyvips.Image.new_from_buffer(result.preview, "")
+    assert sniff(result.preview) is not None and sniff(result.preview).name == "webp"  # type: ignore[union-attr]
+    assert (preview.width, preview.height) == (result.preview_width, result.preview_height)
+    assert max(preview.width, preview.height) <= EDGE
+    portrait = case.height > case.width
+    assert (preview.height > preview.width) == portrait or preview.width == preview.height
+    assert preview.get_typeof("exif-data") == 0
+    assert preview.get_typeof("orientation") == 0 or preview.get("orientation") == 1
+    assert preview.interpretation in ("srgb", "b-w")
+
+
+@pytest.mark.parametrize("case", BAD, ids=[case.name for case in BAD])
+def test_refused_files_name_the_reason(case: Bad) -> None:
+    with pytest.raises(InvalidImage) as caught:
+        inspect_image_sync(case.make(), max_pixels=MAX_PIXELS, preview_edge=EDGE)
+    assert caught.value.code == "invalid_image"
+    assert case.reason.lower() in caught.value.message.lower()
+
+
+def test_frames_count_towards_the_pixel_limit() -> None:
+    data = _animated_gif(5, size=40)
+    inspect_image_sync(data, max_pixels=40 * 40 * 5, preview_edge=EDGE)
+    with pytest.raises(InvalidImage, match="5 frames"):
+        inspect_image_sync(data, max_pixels=40 * 40 * 5 - 1, preview_edge=EDGE)
+
+
+def test_large_images_are_shrunk_to_the_preview_edge() -> None:
+    result = inspect_image_sync(
+        _rgb(3000, 1000).jpegsave_buffer(), max_pixels=MAX_PIXELS, preview_edge=EDGE
+    )
+    assert (result.preview_width, result.preview_height) == (EDGE, 85)
+
+
+def test_other_loaders_are_blocked_after_lock_down() -> None:
+    tiff = _rgb(8, 8).tiffsave_buffer()
+    with pytest.raises(pyvips.Error):
+        pyvips.Image.new_from_buffer(tiff, "")
+    with pytest.raises(pyvips.Error):
+        pyvips.Image.thumbnail_buffer(tiff, 16)
+
+
+async def test_inspection_runs_off_the_event_loop() -> None:
+    result = await inspect_image(
+        _rgb(20, 20).pngsave_buffer(), max_pixels=MAX_PIXELS, preview_edge=EDGE
+    )
+    assert result.width == 20
