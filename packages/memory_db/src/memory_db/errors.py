@@ -53,6 +53,20 @@ class FolderTreeError(InvalidInput):
     """Folder depth over the limit, or a move that would create a cycle."""
 
 
+class QuotaExceededError(MemoryDbError):
+    """``used + reserved + requested > quota`` for an owner's namespace (§17.2)."""
+
+    def __init__(self, *, used: int, reserved: int, requested: int, quota: int) -> None:
+        self.used = used
+        self.reserved = reserved
+        self.requested = requested
+        self.quota = quota
+        super().__init__(
+            f"storing {requested} more bytes would exceed the quota: "
+            f"{used} used + {reserved} reserved + {requested} requested > {quota}"
+        )
+
+
 class StorageError(MemoryDbError):
     """An object store operation failed."""
 

@@ -19,6 +19,7 @@ PREFIXES: Final = {
     "asset": "ast",
     "embedding_job": "aej",
     "upload_reservation": "aur",
+    "orphan_candidate": "aoc",
     "api_key": "akey",
     "vault": "avt",
     "vault_grant": "agr",

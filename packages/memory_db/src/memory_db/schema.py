@@ -536,6 +536,11 @@ class AssetUploadReservation(Base):
             name="idempotency_key_length",
         ),
         CheckConstraint("char_length(operation) BETWEEN 1 AND 64", name="operation_length"),
+        CheckConstraint("reserved_bytes >= 0", name="reserved_nonnegative"),
+        CheckConstraint(
+            "jsonb_typeof(request) = 'object' AND pg_column_size(request) <= 16384",
+            name="request_bounded",
+        ),
         Index(
             "uq_mem_asset_upload_reservations_idempotency",
             "owner_identity",
@@ -556,11 +561,44 @@ class AssetUploadReservation(Base):
     operation: Mapped[str] = mapped_column(Text, nullable=False)
     idempotency_key: Mapped[str | None] = mapped_column(Text)
     expected_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    # The bytes this reservation currently adds to its namespace's reserved_bytes.
+    reserved_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
     status: Mapped[str] = mapped_column(Text, nullable=False, server_default="active")
     asset_id: Mapped[str | None] = mapped_column(Text)
+    vault: Mapped[str | None] = mapped_column(Text)
+    # Direct uploads: the object id and key the signed PUT writes to, decided at initiation.
+    object_id: Mapped[str | None] = mapped_column(Text)
+    # What was asked (a fingerprint for idempotency, and the save input of a direct upload).
+    request: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
     expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
+
+
+class OrphanCandidate(Base):
+    """§12.3: bytes written to the store whose database commit failed.
+
+    Reconciliation removes them after a safety window unless an object row claims the key.
+    """
+
+    __tablename__ = "mem_asset_orphan_candidates"
+    __table_args__ = (
+        CheckConstraint("char_length(reason) BETWEEN 1 AND 200", name="reason_length"),
+        Index(
+            "ix_mem_asset_orphan_candidates_open",
+            "created_at",
+            postgresql_where=text("resolved_at IS NULL"),
+        ),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    storage_key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 # --- metering and audit ---------------------------------------------------------------------

@@ -9,10 +9,15 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
 from memory_db.repositories import (
     ApiKeyRepository,
+    AssetRepository,
     FolderRepository,
     IdentityRepository,
+    JobRepository,
+    ObjectRepository,
+    OrphanRepository,
     ProjectRepository,
     ProvenanceRepository,
+    QuotaRepository,
     UsageRepository,
     VaultRepository,
 )
@@ -30,6 +35,11 @@ class UnitOfWork:
         self.folders = FolderRepository(session)
         self.provenance = ProvenanceRepository(session)
         self.usage = UsageRepository(session)
+        self.quota = QuotaRepository(session)
+        self.objects = ObjectRepository(session)
+        self.assets = AssetRepository(session)
+        self.jobs = JobRepository(session)
+        self.orphans = OrphanRepository(session)
 
 
 class Database:

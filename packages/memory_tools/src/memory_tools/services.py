@@ -3,9 +3,15 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from memory_db import Database, MemorySettings
+from memory_db.embedding import Embedder
 from memory_db.storage import AssetObjectStore
+from memory_db.vectors import DEFAULT_ALIAS
+
+if TYPE_CHECKING:
+    from memory_tools.ingest.fetch import SafeFetcher
 
 
 @dataclass(frozen=True)
@@ -17,3 +23,8 @@ class MemoryServices:
     settings: MemorySettings
     # The key a stdio server acts as (MEMORY_API_KEY); HTTP callers present their own.
     default_api_key: str | None = None
+    # Saving and embedding: the configured embedder (its model and dimensions label every job
+    # and vector), the URL fetcher, and the alias of the vector index to write.
+    embedder: Embedder | None = None
+    fetcher: SafeFetcher | None = None
+    vector_alias: str = DEFAULT_ALIAS

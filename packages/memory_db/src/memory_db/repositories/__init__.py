@@ -1,5 +1,12 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
+from memory_db.repositories.assets import (
+    AssetRepository,
+    DuplicateObject,
+    JobRepository,
+    ObjectRepository,
+    OrphanRepository,
+)
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.identities import (
     API_KEY_PREFIX,
@@ -12,12 +19,18 @@ from memory_db.repositories.identities import (
     validate_vault_handle,
 )
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
+from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
     ApiKeyRecord,
+    AssetRecord,
     FolderRecord,
     GrantRecord,
     IdentityRecord,
+    JobRecord,
+    NamespaceUsage,
+    ObjectRecord,
     ProjectRecord,
+    ReservationRecord,
     VaultRecord,
     VaultScope,
 )
@@ -27,14 +40,25 @@ __all__ = [
     "DEFAULT_VAULT",
     "ApiKeyRecord",
     "ApiKeyRepository",
+    "AssetRecord",
+    "AssetRepository",
+    "DuplicateObject",
     "FolderRecord",
     "FolderRepository",
     "GrantRecord",
     "IdentityRecord",
     "IdentityRepository",
+    "JobRecord",
+    "JobRepository",
+    "NamespaceUsage",
+    "ObjectRecord",
+    "ObjectRepository",
+    "OrphanRepository",
     "ProjectRecord",
     "ProjectRepository",
     "ProvenanceRepository",
+    "QuotaRepository",
+    "ReservationRecord",
     "UsageRepository",
     "VaultRecord",
     "VaultRepository",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,3 +99,102 @@ class FolderRecord:
     name: str
     created_at: datetime
     updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class NamespaceUsage:
+    """An owner's byte counters and plan quota (§17.1)."""
+
+    owner_identity: str
+    namespace_id: str
+    used_bytes: int
+    reserved_bytes: int
+    quota_bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReservationRecord:
+    """An upload reservation (§9.7)."""
+
+    id: str
+    owner_identity: str
+    operation: str
+    idempotency_key: str | None
+    expected_bytes: int
+    reserved_bytes: int
+    status: str
+    asset_id: str | None
+    vault: str | None
+    object_id: str | None
+    request: dict[str, Any]
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ObjectRecord:
+    """Immutable stored bytes of one owner (§9.4)."""
+
+    id: str
+    owner_identity: str
+    namespace_id: str
+    sha256: str
+    storage_key: str
+    preview_storage_key: str | None
+    mime_type: str
+    extension: str
+    bytes: int
+    preview_bytes: int | None
+    width: int
+    height: int
+    status: str
+    created_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class AssetRecord:
+    """The governed record of one image (§9.5)."""
+
+    id: str
+    owner_identity: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    object_id: str
+    title: str
+    description: str | None
+    alt_text: str | None
+    source_url: str | None
+    source_kind: str
+    source_ref: dict[str, Any]
+    tags: list[str]
+    metadata: dict[str, Any]
+    status: str
+    embedding_status: str
+    failure_code: str | None
+    failure_message: str | None
+    created_by: str
+    created_at: datetime
+    updated_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    """A durable embedding job (§9.6)."""
+
+    id: str
+    asset_id: str
+    owner_identity: str
+    representation: str
+    model: str
+    dimensions: int
+    status: str
+    attempts: int
+    max_attempts: int
+    run_after: datetime
+    lease_owner: str | None
+    lease_until: datetime | None
+    last_error_code: str | None
+    last_error: str | None
+    usage: dict[str, Any]
+    created_at: datetime
+    completed_at: datetime | None

@@ -319,7 +319,9 @@ def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> In
             fail_on="error",
             output_profile="srgb",
         )
-        encoded = preview.webpsave_buffer(Q=PREVIEW_QUALITY, keep=pyvips.enums.ForeignKeep.NONE, effort=2)
+        encoded = preview.webpsave_buffer(
+            Q=PREVIEW_QUALITY, keep=pyvips.enums.ForeignKeep.NONE, effort=2
+        )
         if pages > 1:
             # The preview used the first frame; every other frame must decode as well.
             frames = pyvips.Image.new_from_buffer(

@@ -57,3 +57,20 @@ class FolderTreeOut(WireModel):
     vault: str
     project_id: str
     folders: list[FolderOut]
+
+
+class SaveOut(WireModel):
+    """The asset a save created, or the one an earlier save with the same key created."""
+
+    asset_id: str = Field(description="Opaque asset id (ast_...).")
+    object_id: str = Field(description="The stored bytes (aob_...); shared by identical images.")
+    vault: str
+    status: str = Field(description="processing until embedded, then ready or failed.")
+    embedding_status: str = Field(description="pending, running, ready, partial or failed.")
+    deduplicated: bool = Field(description="True when you already stored these exact bytes.")
+    replayed: bool = Field(description="True when an earlier save with this idempotencyKey won.")
+    job_ids: list[str] = Field(description="Embedding jobs (aej_...), one per representation.")
+    width: int
+    height: int
+    mime_type: str
+    bytes: int

@@ -21,11 +21,13 @@ from memory_db import UnitOfWork, get_logger
 from memory_tools import projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import FeatureDisabled, ToolFailure
+from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp.schemas import (
     FolderOut,
     FolderTreeOut,
     ProjectListOut,
     ProjectOut,
+    SaveOut,
 )
 from memory_tools.projects import FolderView, ProjectView
 from memory_tools.services import MemoryServices
@@ -37,6 +39,7 @@ log = get_logger(__name__)
 AUDITED_OPERATIONS = {
     "image_project_create": "asset_project_create",
     "image_folder_create": "asset_folder_create",
+    "image_asset_save": "asset_save",
 }
 
 VaultParam = Annotated[
@@ -83,6 +86,28 @@ def _presented_key(services: MemoryServices) -> str | None:
     return services.default_api_key
 
 
+async def _refuse(
+    services: MemoryServices, tool: str, caller: Caller | None, failure: ToolFailure
+) -> ToolError:
+    log.info("tool_refused", tool=tool, code=failure.code)
+    operation = AUDITED_OPERATIONS.get(tool)
+    if failure.code == "forbidden" and caller is not None and operation is not None:
+        # The refused transaction rolled back; the denial is recorded on its own.
+        async with services.database.unit_of_work() as uow:
+            await uow.provenance.record(
+                operation,
+                actor_identity=caller.identity,
+                outcome="denied",
+                detail={"tool": tool, "code": failure.code},
+            )
+    return ToolError(str(failure))
+
+
+def _check_enabled(services: MemoryServices) -> None:
+    if not services.settings.asset_feature_enabled:
+        raise FeatureDisabled("image memory is switched off (ASSET_FEATURE_ENABLED=false)")
+
+
 async def run_authorised(
     services: MemoryServices,
     tool: str,
@@ -91,24 +116,32 @@ async def run_authorised(
     """Authenticate the caller and run ``action`` in one transaction; map failures to errors."""
     caller: Caller | None = None
     try:
-        if not services.settings.asset_feature_enabled:
-            raise FeatureDisabled("image memory is switched off (ASSET_FEATURE_ENABLED=false)")
+        _check_enabled(services)
         async with services.database.unit_of_work() as uow:
             caller = await authenticate(uow, _presented_key(services))
             return await action(uow, caller)
     except ToolFailure as failure:
-        log.info("tool_refused", tool=tool, code=failure.code)
-        operation = AUDITED_OPERATIONS.get(tool)
-        if failure.code == "forbidden" and caller is not None and operation is not None:
-            # The refused transaction rolled back; the denial is recorded on its own.
-            async with services.database.unit_of_work() as uow:
-                await uow.provenance.record(
-                    operation,
-                    actor_identity=caller.identity,
-                    outcome="denied",
-                    detail={"tool": tool, "code": failure.code},
-                )
-        raise ToolError(str(failure)) from None
+        raise await _refuse(services, tool, caller, failure) from None
+
+
+async def run_as_caller(
+    services: MemoryServices,
+    tool: str,
+    action: Callable[[Caller], Awaitable[T]],
+) -> T:
+    """Authenticate in a short transaction, then run ``action`` outside it.
+
+    For work that must not hold a transaction open across network calls; ``action`` opens its
+    own.
+    """
+    caller: Caller | None = None
+    try:
+        _check_enabled(services)
+        async with services.database.unit_of_work() as uow:
+            caller = await authenticate(uow, _presented_key(services))
+        return await action(caller)
+    except ToolFailure as failure:
+        raise await _refuse(services, tool, caller, failure) from None
 
 
 def _project_out(view: ProjectView) -> ProjectOut:
@@ -191,7 +224,77 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         return await run_authorised(services, "image_folder_list", action)
 
+    saver = AssetSaver(services)
+    max_base64 = (services.settings.asset_max_bytes // 3 + 1) * 4 + 200
+
+    async def image_asset_save(
+        vault: VaultParam = "Library",
+        sourceUrl: Annotated[
+            str | None,
+            Field(max_length=4096, description="A public https URL of a JPEG, PNG, WebP or GIF."),
+        ] = None,
+        artifactId: Annotated[
+            str | None, Field(max_length=64, description="An MCP Scraper artifact id.")
+        ] = None,
+        imageBase64: Annotated[
+            str | None,
+            Field(
+                max_length=max_base64,
+                description="The image bytes as base64, for clients without an upload route; "
+                "at most ASSET_MAX_BYTES once decoded.",
+            ),
+        ] = None,
+        projectId: Annotated[
+            str | None, Field(max_length=64, description="Project id (apr_...); omit for Unfiled.")
+        ] = None,
+        folderId: Annotated[
+            str | None, Field(max_length=64, description="Folder id (afl_...) in projectId.")
+        ] = None,
+        title: Annotated[str | None, Field(max_length=240)] = None,
+        description: Annotated[str | None, Field(max_length=4000)] = None,
+        altText: Annotated[str | None, Field(max_length=2000)] = None,
+        tags: Annotated[list[str] | None, Field(max_length=32)] = None,
+        sourceRef: Annotated[
+            dict[str, str | int | float | bool | None] | None,
+            Field(
+                description="Where the image came from, e.g. {'pageUrl': ..., 'pageTitle': ...}."
+            ),
+        ] = None,
+        idempotencyKey: Annotated[
+            str | None,
+            Field(
+                max_length=200,
+                description="Repeating a save with the same key returns the same asset.",
+            ),
+        ] = None,
+    ) -> SaveOut:
+        """Save an image from exactly one source (sourceUrl, artifactId or imageBase64).
+
+        The original is kept unchanged and privately; a sanitised preview is made; the answer
+        comes at once with embeddingStatus 'pending' while a worker embeds the image.
+        """
+        request = SaveRequest(
+            vault=vault,
+            source_url=sourceUrl,
+            artifact_id=artifactId,
+            image_base64=imageBase64,
+            title=title,
+            description=description,
+            alt_text=altText,
+            tags=list(tags or []),
+            source_ref=dict(sourceRef or {}),
+            project_id=projectId,
+            folder_id=folderId,
+            idempotency_key=idempotencyKey,
+        )
+
+        async def action(caller: Caller) -> SaveOut:
+            return SaveOut.model_validate(asdict(await saver.save(caller, request)))
+
+        return await run_as_caller(services, "image_asset_save", action)
+
     return [
+        _tool(image_asset_save, "Save image", read_only=False, idempotent=False),
         _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
         _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
         _tool(image_folder_create, "Create image folder", read_only=False, idempotent=False),

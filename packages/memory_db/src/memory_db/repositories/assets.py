@@ -1,0 +1,609 @@
+"""Objects, assets, embedding jobs and orphan candidates (§9.4-§9.6, §12.3, §13).
+
+Objects and assets are always addressed with their owner (and assets with their vault); a job
+is leased by one worker at a time through ``FOR UPDATE SKIP LOCKED`` and every state change of a
+running job is conditional on still holding its lease, so a worker whose lease expired cannot
+overwrite the work of the one that reclaimed the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.exc import IntegrityError
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.errors import Conflict, NotFound
+from memory_db.ids import is_valid_id, new_id
+from memory_db.repositories._errors import constraint_name
+from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord, VaultScope
+from memory_db.schema import (
+    ACTIVE_JOB_STATUSES,
+    Asset,
+    AssetEmbeddingJob,
+    AssetObject,
+    OrphanCandidate,
+)
+
+_DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
+
+
+class DuplicateObject(Conflict):
+    """Another object of the same owner already holds these bytes (lost a concurrent race)."""
+
+
+def _object(row: AssetObject) -> ObjectRecord:
+    return ObjectRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        namespace_id=row.namespace_id,
+        sha256=row.sha256,
+        storage_key=row.storage_key,
+        preview_storage_key=row.preview_storage_key,
+        mime_type=row.mime_type,
+        extension=row.extension,
+        bytes=row.bytes,
+        preview_bytes=row.preview_bytes,
+        width=row.width,
+        height=row.height,
+        status=row.status,
+        created_at=row.created_at,
+    )
+
+
+def asset_record(row: Asset) -> AssetRecord:
+    """The record of an asset row."""
+    return AssetRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        vault=row.vault,
+        project_id=row.project_id,
+        folder_id=row.folder_id,
+        object_id=row.object_id,
+        title=row.title,
+        description=row.description,
+        alt_text=row.alt_text,
+        source_url=row.source_url,
+        source_kind=row.source_kind,
+        source_ref=dict(row.source_ref),
+        tags=list(row.tags),
+        metadata=dict(row.metadata_),
+        status=row.status,
+        embedding_status=row.embedding_status,
+        failure_code=row.failure_code,
+        failure_message=row.failure_message,
+        created_by=row.created_by,
+        created_at=row.created_at,
+        updated_at=row.updated_at,
+    )
+
+
+def _job(row: AssetEmbeddingJob) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        asset_id=row.asset_id,
+        owner_identity=row.owner_identity,
+        representation=row.representation,
+        model=row.model,
+        dimensions=row.dimensions,
+        status=row.status,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        run_after=row.run_after,
+        lease_owner=row.lease_owner,
+        lease_until=row.lease_until,
+        last_error_code=row.last_error_code,
+        last_error=row.last_error,
+        usage=dict(row.usage),
+        created_at=row.created_at,
+        completed_at=row.completed_at,
+    )
+
+
+class ObjectRepository:
+    """Owner-scoped immutable objects."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def find_reusable(self, owner: str, sha256: str) -> ObjectRecord | None:
+        """The owner's available object with these bytes, locked against deletion meanwhile."""
+        row = await self._session.scalar(
+            select(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.sha256 == sha256,
+                AssetObject.status == "available",
+            )
+            .with_for_update(read=True)
+        )
+        return None if row is None else _object(row)
+
+    async def get(self, owner: str, object_id: str) -> ObjectRecord:
+        """One object of ``owner``."""
+        row = await self._session.scalar(
+            select(AssetObject).where(
+                AssetObject.owner_identity == owner, AssetObject.id == object_id
+            )
+        )
+        if row is None:
+            raise NotFound("object")
+        return _object(row)
+
+    async def create(
+        self,
+        *,
+        object_id: str,
+        owner: str,
+        namespace_id: str,
+        sha256: str,
+        storage_key: str,
+        preview_storage_key: str,
+        mime_type: str,
+        extension: str,
+        nbytes: int,
+        preview_bytes: int,
+        width: int,
+        height: int,
+        etag: str | None,
+        version_id: str | None,
+    ) -> ObjectRecord:
+        """An available object; :class:`DuplicateObject` if the owner already has these bytes."""
+        row = AssetObject(
+            id=object_id,
+            owner_identity=owner,
+            namespace_id=namespace_id,
+            sha256=sha256,
+            storage_key=storage_key,
+            preview_storage_key=preview_storage_key,
+            mime_type=mime_type,
+            extension=extension,
+            bytes=nbytes,
+            preview_bytes=preview_bytes,
+            width=width,
+            height=height,
+            etag=etag,
+            version_id=version_id,
+            status="available",
+        )
+        try:
+            async with self._session.begin_nested():
+                self._session.add(row)
+                await self._session.flush()
+        except IntegrityError as exc:
+            if constraint_name(exc) == _DEDUPE_INDEX:
+                raise DuplicateObject("the owner already stores these bytes") from exc
+            raise
+        await self._session.refresh(row)
+        return _object(row)
+
+
+class AssetRepository:
+    """Assets of one owner and vault."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(
+        self,
+        scope: VaultScope,
+        *,
+        object_id: str,
+        project_id: str | None,
+        folder_id: str | None,
+        title: str,
+        description: str | None,
+        alt_text: str | None,
+        source_url: str | None,
+        source_url_hash: str | None,
+        source_kind: str,
+        source_ref: dict[str, Any],
+        tags: list[str],
+        metadata: dict[str, Any],
+        created_by: str,
+        asset_id: str | None = None,
+    ) -> AssetRecord:
+        """A new asset in ``processing`` with embeddings ``pending``."""
+        row = Asset(
+            id=asset_id or new_id("ast"),
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            project_id=project_id,
+            folder_id=folder_id,
+            object_id=object_id,
+            title=title,
+            description=description,
+            alt_text=alt_text,
+            source_url=source_url,
+            source_url_hash=source_url_hash,
+            source_kind=source_kind,
+            source_ref=source_ref,
+            tags=tags,
+            metadata_=metadata,
+            status="processing",
+            embedding_status="pending",
+            created_by=created_by,
+            updated_by=created_by,
+        )
+        self._session.add(row)
+        await self._session.flush()
+        await self._session.refresh(row)
+        return asset_record(row)
+
+    async def get(self, scope: VaultScope, asset_id: str) -> AssetRecord:
+        """A non-deleted asset in this vault."""
+        if not is_valid_id(asset_id, "ast"):
+            raise NotFound("asset")
+        row = await self._session.scalar(
+            select(Asset).where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status != "deleted",
+            )
+        )
+        if row is None:
+            raise NotFound("asset")
+        return asset_record(row)
+
+    async def get_for_owner(self, owner: str, asset_id: str) -> AssetRecord | None:
+        """An asset by owner (the worker's view, after it was handed a job of that owner)."""
+        row = await self._session.scalar(
+            select(Asset)
+            .where(Asset.owner_identity == owner, Asset.id == asset_id)
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else asset_record(row)
+
+    async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
+        """Derive the asset's embedding status from its jobs (§10.3, §13.3).
+
+        ``visual`` is required: its failure fails the asset. A failed or skipped ``fused`` with
+        a done ``visual`` is ``partial``; everything done is ``ready``; otherwise ``running``
+        when a job runs, else ``pending``.
+        """
+        latest = (
+            await self._session.execute(
+                select(AssetEmbeddingJob.representation, AssetEmbeddingJob.status)
+                .where(
+                    AssetEmbeddingJob.owner_identity == owner,
+                    AssetEmbeddingJob.asset_id == asset_id,
+                    AssetEmbeddingJob.status != "cancelled",
+                )
+                .distinct(AssetEmbeddingJob.representation)
+                .order_by(AssetEmbeddingJob.representation, AssetEmbeddingJob.created_at.desc())
+            )
+        ).all()
+        states = {representation: status for representation, status in latest}
+        visual = states.get("visual")
+        fused = states.get("fused")
+        values: dict[str, Any]
+        if visual == "failed":
+            values = {"embedding_status": "failed", "status": "failed"}
+        elif visual == "done" and fused in (None, "done"):
+            values = {"embedding_status": "ready", "status": "ready"}
+        elif visual == "done" and fused == "failed":
+            values = {"embedding_status": "partial", "status": "ready"}
+        elif "running" in states.values():
+            values = {"embedding_status": "running"}
+        else:
+            values = {"embedding_status": "pending"}
+        if values.get("status") == "failed":
+            code, message = await self._visual_failure(owner, asset_id)
+            values.update(failure_code=code, failure_message=message)
+        row = (
+            await self._session.execute(
+                update(Asset)
+                .where(
+                    Asset.owner_identity == owner,
+                    Asset.id == asset_id,
+                    Asset.status.in_(("processing", "ready", "failed")),
+                )
+                .values(**values, updated_at=func.now())
+                .returning(Asset)
+                .execution_options(synchronize_session=False, populate_existing=True)
+            )
+        ).scalar_one_or_none()
+        return None if row is None else asset_record(row)
+
+    async def _visual_failure(self, owner: str, asset_id: str) -> tuple[str | None, str | None]:
+        row = (
+            await self._session.execute(
+                select(AssetEmbeddingJob.last_error_code, AssetEmbeddingJob.last_error)
+                .where(
+                    AssetEmbeddingJob.owner_identity == owner,
+                    AssetEmbeddingJob.asset_id == asset_id,
+                    AssetEmbeddingJob.representation == "visual",
+                )
+                .order_by(AssetEmbeddingJob.created_at.desc())
+                .limit(1)
+            )
+        ).one_or_none()
+        return (None, None) if row is None else (row[0], row[1])
+
+
+class JobRepository:
+    """Durable embedding jobs: creation, leasing, heartbeats and outcomes."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(
+        self,
+        owner: str,
+        asset_id: str,
+        *,
+        representation: str,
+        model: str,
+        dimensions: int,
+        max_attempts: int = 5,
+    ) -> JobRecord:
+        """A queued job (one active job per asset, representation, model and dimension)."""
+        row = AssetEmbeddingJob(
+            id=new_id("aej"),
+            asset_id=asset_id,
+            owner_identity=owner,
+            representation=representation,
+            model=model,
+            dimensions=dimensions,
+            max_attempts=max_attempts,
+            status="queued",
+        )
+        self._session.add(row)
+        await self._session.flush()
+        await self._session.refresh(row)
+        return _job(row)
+
+    async def for_asset(self, owner: str, asset_id: str) -> list[JobRecord]:
+        """Every job of one asset, oldest first."""
+        rows = await self._session.scalars(
+            select(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.owner_identity == owner, AssetEmbeddingJob.asset_id == asset_id
+            )
+            .order_by(AssetEmbeddingJob.created_at, AssetEmbeddingJob.representation)
+            .execution_options(populate_existing=True)
+        )
+        return [_job(row) for row in rows]
+
+    async def notify(self) -> None:
+        """Wake listening workers when this transaction commits."""
+        await self._session.execute(text("SELECT pg_notify('memory_embedding_jobs', '')"))
+
+    async def claim(self, lease_owner: str, *, limit: int, lease_seconds: float) -> list[JobRecord]:
+        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically."""
+        due = (
+            select(AssetEmbeddingJob.id)
+            .where(
+                or_(
+                    and_(
+                        AssetEmbeddingJob.status.in_(("queued", "retry")),
+                        AssetEmbeddingJob.run_after <= func.now(),
+                    ),
+                    and_(
+                        AssetEmbeddingJob.status == "running",
+                        AssetEmbeddingJob.lease_until < func.now(),
+                        AssetEmbeddingJob.attempts < AssetEmbeddingJob.max_attempts,
+                    ),
+                )
+            )
+            .order_by(AssetEmbeddingJob.run_after)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        rows = await self._session.scalars(
+            update(AssetEmbeddingJob)
+            .where(AssetEmbeddingJob.id.in_(due))
+            .values(
+                status="running",
+                lease_owner=lease_owner,
+                lease_until=func.now() + timedelta(seconds=lease_seconds),
+                attempts=AssetEmbeddingJob.attempts + 1,
+                updated_at=func.now(),
+            )
+            .returning(AssetEmbeddingJob)
+            .execution_options(synchronize_session=False, populate_existing=True)
+        )
+        return [_job(row) for row in rows]
+
+    async def fail_abandoned(self) -> list[tuple[str, str]]:
+        """Fail running jobs whose lease expired after their last allowed attempt.
+
+        Returns ``(owner, asset_id)`` pairs whose status needs reconciling.
+        """
+        rows = (
+            await self._session.execute(
+                update(AssetEmbeddingJob)
+                .where(
+                    AssetEmbeddingJob.status == "running",
+                    AssetEmbeddingJob.lease_until < func.now(),
+                    AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts,
+                )
+                .values(
+                    status="failed",
+                    lease_owner=None,
+                    lease_until=None,
+                    last_error_code="lease_expired",
+                    last_error="the worker running this job stopped responding on its last attempt",
+                    completed_at=func.now(),
+                    updated_at=func.now(),
+                )
+                .returning(AssetEmbeddingJob.owner_identity, AssetEmbeddingJob.asset_id)
+                .execution_options(synchronize_session=False)
+            )
+        ).all()
+        return [(owner, asset_id) for owner, asset_id in rows]
+
+    async def heartbeat(
+        self, lease_owner: str, job_ids: Sequence[str], *, lease_seconds: float
+    ) -> set[str]:
+        """Extend the lease of jobs this worker still holds; returns those ids."""
+        if not job_ids:
+            return set()
+        rows = await self._session.scalars(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.id.in_(list(job_ids)),
+                AssetEmbeddingJob.lease_owner == lease_owner,
+                AssetEmbeddingJob.status == "running",
+            )
+            .values(lease_until=func.now() + timedelta(seconds=lease_seconds))
+            .returning(AssetEmbeddingJob.id)
+            .execution_options(synchronize_session=False)
+        )
+        return set(rows)
+
+    async def _finish(self, job_id: str, lease_owner: str, **values: Any) -> bool:
+        row = await self._session.scalar(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.id == job_id,
+                AssetEmbeddingJob.lease_owner == lease_owner,
+                AssetEmbeddingJob.status == "running",
+            )
+            .values(**values, lease_owner=None, lease_until=None, updated_at=func.now())
+            .returning(AssetEmbeddingJob.id)
+            .execution_options(synchronize_session=False)
+        )
+        return row is not None
+
+    async def complete(self, job_id: str, lease_owner: str, *, usage: dict[str, int]) -> bool:
+        """Mark done; ``False`` when the lease was lost (another worker owns the job now)."""
+        return await self._finish(
+            job_id,
+            lease_owner,
+            status="done",
+            usage=usage,
+            last_error_code=None,
+            last_error=None,
+            completed_at=func.now(),
+        )
+
+    async def retry_later(
+        self, job: JobRecord, lease_owner: str, *, code: str, message: str, delay: float
+    ) -> bool:
+        """Schedule another attempt after ``delay`` seconds, or fail after the last one."""
+        if job.attempts >= job.max_attempts:
+            return await self.fail(job.id, lease_owner, code=code, message=message)
+        return await self._finish(
+            job.id,
+            lease_owner,
+            status="retry",
+            last_error_code=code[:64],
+            last_error=message[:1000],
+            run_after=func.now() + timedelta(seconds=delay),
+        )
+
+    async def fail(self, job_id: str, lease_owner: str, *, code: str, message: str) -> bool:
+        """Fail permanently."""
+        return await self._finish(
+            job_id,
+            lease_owner,
+            status="failed",
+            last_error_code=code[:64],
+            last_error=message[:1000],
+            completed_at=func.now(),
+        )
+
+    async def cancel(self, job_id: str, lease_owner: str, *, reason: str) -> bool:
+        """Cancel a leased job (its asset is being deleted)."""
+        return await self._finish(
+            job_id,
+            lease_owner,
+            status="cancelled",
+            last_error=reason[:1000],
+            completed_at=func.now(),
+        )
+
+    async def cancel_for_asset(self, owner: str, asset_id: str) -> int:
+        """Cancel every active job of an asset (deletion); running ones lose their lease."""
+        result = await self._session.execute(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.owner_identity == owner,
+                AssetEmbeddingJob.asset_id == asset_id,
+                AssetEmbeddingJob.status.in_(ACTIVE_JOB_STATUSES),
+            )
+            .values(
+                status="cancelled",
+                lease_owner=None,
+                lease_until=None,
+                completed_at=func.now(),
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per status (operators, benchmarks)."""
+        rows = await self._session.execute(
+            select(AssetEmbeddingJob.status, func.count()).group_by(AssetEmbeddingJob.status)
+        )
+        return {status: int(count) for status, count in rows.all()}
+
+
+class OrphanRepository:
+    """Keys written to the store whose database commit failed (§12.3)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def record(self, owner: str, keys: Sequence[str], *, reason: str) -> None:
+        """Remember ``keys`` for reconciliation (idempotent per key)."""
+        for key in keys:
+            await self._session.execute(
+                insert(OrphanCandidate)
+                .values(
+                    id=new_id("aoc"), owner_identity=owner, storage_key=key, reason=reason[:200]
+                )
+                .on_conflict_do_nothing(index_elements=["storage_key"])
+            )
+
+    async def resolve(self, keys: Sequence[str]) -> None:
+        """Mark keys as handled (deleted, or claimed by an object)."""
+        if keys:
+            await self._session.execute(
+                update(OrphanCandidate)
+                .where(OrphanCandidate.storage_key.in_(list(keys)))
+                .values(resolved_at=func.now())
+            )
+
+    async def open_older_than(self, age: timedelta, *, limit: int = 500) -> list[str]:
+        """Unresolved candidate keys older than ``age``."""
+        rows = await self._session.scalars(
+            select(OrphanCandidate.storage_key)
+            .where(
+                OrphanCandidate.resolved_at.is_(None),
+                OrphanCandidate.created_at < func.now() - age,
+            )
+            .order_by(OrphanCandidate.created_at)
+            .limit(limit)
+        )
+        return list(rows)
+
+    async def open_count(self) -> int:
+        """How many candidates are unresolved."""
+        return int(
+            await self._session.scalar(
+                select(func.count())
+                .select_from(OrphanCandidate)
+                .where(OrphanCandidate.resolved_at.is_(None))
+            )
+            or 0
+        )
+
+
+__all__ = [
+    "AssetRepository",
+    "DuplicateObject",
+    "JobRepository",
+    "ObjectRepository",
+    "OrphanRepository",
+    "asset_record",
+]

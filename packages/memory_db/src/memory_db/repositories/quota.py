@@ -1,0 +1,248 @@
+"""Namespace byte counters and upload reservations (§9.7, §17).
+
+Every change to an owner's counters locks that owner's namespace row first (``FOR UPDATE``), so
+concurrent saves of one owner serialise on the quota check and never overshoot, while different
+owners never wait for each other.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.errors import NotFound, QuotaExceededError
+from memory_db.ids import new_id
+from memory_db.repositories.records import NamespaceUsage, ReservationRecord
+from memory_db.schema import AssetNamespace, AssetUploadReservation, Identity
+
+
+def _reservation(row: AssetUploadReservation) -> ReservationRecord:
+    return ReservationRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        operation=row.operation,
+        idempotency_key=row.idempotency_key,
+        expected_bytes=row.expected_bytes,
+        reserved_bytes=row.reserved_bytes,
+        status=row.status,
+        asset_id=row.asset_id,
+        vault=row.vault,
+        object_id=row.object_id,
+        request=dict(row.request),
+        expires_at=row.expires_at,
+    )
+
+
+class QuotaRepository:
+    """Byte accounting of owner namespaces."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def usage(self, owner: str, *, lock: bool = False) -> NamespaceUsage:
+        """The owner's counters and quota; ``lock`` serialises against other quota changes."""
+        query = (
+            select(AssetNamespace, Identity.quota_bytes)
+            .join(Identity, Identity.owner_identity == AssetNamespace.owner_identity)
+            .where(AssetNamespace.owner_identity == owner)
+        )
+        if lock:
+            query = query.with_for_update(of=AssetNamespace)
+        query = query.execution_options(populate_existing=True)
+        row = (await self._session.execute(query)).one_or_none()
+        if row is None:
+            raise NotFound("namespace")
+        namespace, quota = row
+        return NamespaceUsage(
+            owner, namespace.namespace_id, namespace.used_bytes, namespace.reserved_bytes, quota
+        )
+
+    async def _shift(self, owner: str, *, used: int = 0, reserved: int = 0) -> None:
+        await self._session.execute(
+            update(AssetNamespace)
+            .where(AssetNamespace.owner_identity == owner)
+            .values(
+                used_bytes=AssetNamespace.used_bytes + used,
+                reserved_bytes=AssetNamespace.reserved_bytes + reserved,
+                updated_at=func.now(),
+            )
+        )
+
+    async def _set(self, reservation_id: str, **values: Any) -> None:
+        await self._session.execute(
+            update(AssetUploadReservation)
+            .where(AssetUploadReservation.id == reservation_id)
+            .values(**values, updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+
+    async def open_reservation(
+        self,
+        owner: str,
+        *,
+        operation: str,
+        idempotency_key: str | None,
+        expected_bytes: int,
+        expires_at: datetime,
+        vault: str | None = None,
+        object_id: str | None = None,
+        request: dict[str, Any] | None = None,
+    ) -> tuple[ReservationRecord, bool]:
+        """A new active reservation, or the existing one for this idempotency key.
+
+        Returns ``(reservation, created)``. No bytes are reserved yet: see :meth:`reserve`.
+        """
+        values = {
+            "id": new_id("aur"),
+            "owner_identity": owner,
+            "operation": operation,
+            "idempotency_key": idempotency_key,
+            "expected_bytes": expected_bytes,
+            "expires_at": expires_at,
+            "vault": vault,
+            "object_id": object_id,
+            "request": request or {},
+        }
+        statement = (
+            insert(AssetUploadReservation)
+            .values(**values)
+            .on_conflict_do_nothing(
+                index_elements=["owner_identity", "operation", "idempotency_key"],
+                index_where=AssetUploadReservation.idempotency_key.is_not(None),
+            )
+            .returning(AssetUploadReservation)
+        )
+        row = (await self._session.execute(statement)).scalar_one_or_none()
+        if row is not None:
+            return _reservation(row), True
+        existing = await self._session.scalar(
+            select(AssetUploadReservation).where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.operation == operation,
+                AssetUploadReservation.idempotency_key == idempotency_key,
+            )
+        )
+        assert existing is not None  # the conflict that skipped our insert is this row
+        return _reservation(existing), False
+
+    async def get_reservation(self, owner: str, reservation_id: str) -> ReservationRecord:
+        """One reservation of ``owner``."""
+        row = await self._session.scalar(
+            select(AssetUploadReservation).where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+            )
+        )
+        if row is None:
+            raise NotFound("upload reservation")
+        return _reservation(row)
+
+    async def retake(
+        self, owner: str, reservation_id: str, *, expires_at: datetime
+    ) -> ReservationRecord | None:
+        """Reopen a released or expired reservation for a retried request.
+
+        ``None`` when another request reopened it first.
+        """
+        row = (
+            await self._session.execute(
+                update(AssetUploadReservation)
+                .where(
+                    AssetUploadReservation.owner_identity == owner,
+                    AssetUploadReservation.id == reservation_id,
+                    AssetUploadReservation.status.in_(("released", "expired")),
+                )
+                .values(status="active", expires_at=expires_at, updated_at=func.now())
+                .returning(AssetUploadReservation)
+            )
+        ).scalar_one_or_none()
+        return None if row is None else _reservation(row)
+
+    async def reserve(self, owner: str, reservation_id: str, nbytes: int) -> NamespaceUsage:
+        """Hold ``nbytes`` for this reservation, refusing ``used + reserved + nbytes > quota``."""
+        usage = await self.usage(owner, lock=True)
+        row = await self._session.scalar(
+            select(AssetUploadReservation)
+            .where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+                AssetUploadReservation.status == "active",
+            )
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        if row is None:
+            raise NotFound("upload reservation")
+        others = usage.reserved_bytes - row.reserved_bytes
+        if usage.used_bytes + others + nbytes > usage.quota_bytes:
+            raise QuotaExceededError(
+                used=usage.used_bytes,
+                reserved=others,
+                requested=nbytes,
+                quota=usage.quota_bytes,
+            )
+        await self._shift(owner, reserved=nbytes - row.reserved_bytes)
+        await self._set(reservation_id, reserved_bytes=nbytes)
+        return await self.usage(owner)
+
+    async def finalize(
+        self, owner: str, reservation_id: str, *, asset_id: str, used_bytes: int
+    ) -> None:
+        """Turn the held bytes into ``used_bytes`` of real usage and close the reservation."""
+        await self.usage(owner, lock=True)
+        row = await self._session.scalar(
+            select(AssetUploadReservation)
+            .where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+            )
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        if row is None or row.status != "active":
+            raise NotFound("upload reservation")
+        await self._shift(owner, used=used_bytes, reserved=-row.reserved_bytes)
+        await self._set(reservation_id, reserved_bytes=0, status="finalized", asset_id=asset_id)
+
+    async def release(self, owner: str, reservation_id: str, *, status: str = "released") -> None:
+        """Give the held bytes back (a failed or abandoned upload). Idempotent."""
+        await self.usage(owner, lock=True)
+        row = await self._session.scalar(
+            select(AssetUploadReservation)
+            .where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+            )
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        if row is None or row.status != "active":
+            return
+        await self._shift(owner, reserved=-row.reserved_bytes)
+        await self._set(reservation_id, reserved_bytes=0, status=status)
+
+    async def release_expired(self, *, limit: int = 200) -> int:
+        """Expire active reservations past their deadline and release their bytes."""
+        rows = (
+            await self._session.execute(
+                select(AssetUploadReservation.owner_identity, AssetUploadReservation.id)
+                .where(
+                    AssetUploadReservation.status == "active",
+                    AssetUploadReservation.expires_at < func.now(),
+                )
+                .order_by(AssetUploadReservation.owner_identity)
+                .limit(limit)
+            )
+        ).all()
+        for owner, reservation_id in rows:
+            await self.release(owner, reservation_id, status="expired")
+        return len(rows)
+
+    async def add_used(self, owner: str, delta: int) -> None:
+        """Adjust used bytes outside a reservation (deletions, vector bytes of late jobs)."""
+        await self.usage(owner, lock=True)
+        await self._shift(owner, used=delta)

@@ -1,0 +1,142 @@
+"""Normalising the caller's save input: tags, title, source reference, URLs, base64.
+
+Everything here is pure and runs before any database or network work, so bad input is refused
+with ``invalid_input`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import re
+import unicodedata
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from memory_tools.errors import InvalidInputFailure
+
+MAX_TAGS = 32
+MAX_TAG_LENGTH = 64
+MAX_TITLE = 240
+MAX_DESCRIPTION = 4000
+MAX_ALT_TEXT = 2000
+MAX_SOURCE_REF_KEYS = 20
+MAX_SOURCE_REF_BYTES = 4096
+MAX_IDEMPOTENCY_KEY = 200
+# Names that carry credentials: never stored, neither as sourceRef keys nor as URL parameters.
+SECRET_NAME = re.compile(
+    r"pass(word)?|secret|token|api[-_]?key|^key$|auth|cookie|session|signature|^sig$|"
+    r"credential|x-amz-|x-goog-|jwt|bearer|private",
+    re.IGNORECASE,
+)
+_SOURCE_REF_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+_DATA_URL = re.compile(r"^data:image/[a-z0-9.+-]+;base64,", re.IGNORECASE)
+
+
+def clean_text(value: str | None, field: str, limit: int) -> str | None:
+    """Trimmed text without control characters, ``None`` when blank; refuse over ``limit``."""
+    if value is None:
+        return None
+    cleaned = _CONTROL.sub("", unicodedata.normalize("NFC", value)).strip()
+    if not cleaned:
+        return None
+    if len(cleaned) > limit:
+        raise InvalidInputFailure(f"{field}: at most {limit} characters")
+    return cleaned
+
+
+def canonical_tags(tags: list[str] | None) -> list[str]:
+    """Lower-case, whitespace-collapsed, de-duplicated tags in the caller's order."""
+    if not tags:
+        return []
+    if len(tags) > MAX_TAGS:
+        raise InvalidInputFailure(f"tags: at most {MAX_TAGS} tags")
+    seen: list[str] = []
+    for raw in tags:
+        tag = " ".join(_CONTROL.sub("", unicodedata.normalize("NFKC", raw)).split()).lower()
+        if not tag:
+            raise InvalidInputFailure("tags: a tag is empty")
+        if len(tag) > MAX_TAG_LENGTH:
+            raise InvalidInputFailure(f"tags: a tag is longer than {MAX_TAG_LENGTH} characters")
+        if tag not in seen:
+            seen.append(tag)
+    return seen
+
+
+def scrub_url(raw: str) -> str:
+    """``raw`` without fragment, user info and credential-like query parameters."""
+    parts = urlsplit(raw)
+    host = parts.hostname or ""
+    netloc = host if parts.port is None else f"{host}:{parts.port}"
+    if ":" in host:
+        netloc = f"[{host}]" if parts.port is None else f"[{host}]:{parts.port}"
+    query = urlencode(
+        [
+            (k, v)
+            for k, v in parse_qsl(parts.query, keep_blank_values=True)
+            if not SECRET_NAME.search(k)
+        ]
+    )
+    return urlunsplit((parts.scheme.lower(), netloc, parts.path, query, ""))
+
+
+def source_ref(value: dict[str, Any] | None) -> dict[str, Any]:
+    """A bounded provenance object: simple values, no credentials, URLs scrubbed."""
+    if not value:
+        return {}
+    if len(value) > MAX_SOURCE_REF_KEYS:
+        raise InvalidInputFailure(f"sourceRef: at most {MAX_SOURCE_REF_KEYS} keys")
+    clean: dict[str, Any] = {}
+    for key, item in value.items():
+        if not _SOURCE_REF_KEY.match(key):
+            raise InvalidInputFailure(f"sourceRef: key {key[:40]!r} must be a plain identifier")
+        if SECRET_NAME.search(key):
+            raise InvalidInputFailure(f"sourceRef: key {key!r} looks like a credential")
+        if isinstance(item, str):
+            text = clean_text(item, f"sourceRef.{key}", 2000) or ""
+            if re.match(r"^https?://", text, re.IGNORECASE):
+                try:
+                    text = scrub_url(text)
+                except ValueError:
+                    raise InvalidInputFailure(f"sourceRef.{key}: not a valid URL") from None
+            clean[key] = text
+        elif item is None or isinstance(item, bool | int | float):
+            clean[key] = item
+        else:
+            raise InvalidInputFailure(f"sourceRef.{key}: only strings, numbers and booleans")
+    if len(json.dumps(clean).encode("utf-8")) > MAX_SOURCE_REF_BYTES:
+        raise InvalidInputFailure(f"sourceRef: at most {MAX_SOURCE_REF_BYTES} bytes")
+    return clean
+
+
+def decode_base64(value: str, limit: int) -> bytes:
+    """The bytes of standard or URL-safe base64 (a ``data:image/...;base64,`` prefix allowed)."""
+    text = _DATA_URL.sub("", value.strip(), count=1)
+    text = "".join(text.split())
+    if len(text) > (limit // 3 + 1) * 4 + 4:
+        raise InvalidInputFailure(f"imageBase64: the image is larger than the {limit}-byte limit")
+    if "-" in text or "_" in text:
+        text = text.replace("-", "+").replace("_", "/")
+    text += "=" * (-len(text) % 4)
+    try:
+        data = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidInputFailure("imageBase64: not valid base64") from None
+    if not data:
+        raise InvalidInputFailure("imageBase64: empty")
+    if len(data) > limit:
+        raise InvalidInputFailure(
+            f"imageBase64: the image has {len(data)} bytes; the limit is {limit}"
+        )
+    return data
+
+
+def idempotency_key(value: str | None) -> str | None:
+    """A bounded, printable idempotency key."""
+    if value is None:
+        return None
+    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY or _CONTROL.search(value):
+        raise InvalidInputFailure(f"idempotencyKey: 1-{MAX_IDEMPOTENCY_KEY} printable characters")
+    return value

@@ -1,0 +1,623 @@
+"""The save flow of §12.3: from a URL or base64 to an asset with queued embedding jobs.
+
+Transactions are short and never span the network:
+
+1. authorise, validate project/folder, open the (idempotent) reservation;
+2. fetch or decode the bytes, inspect them, make the preview (no transaction);
+3. lock the owner's namespace and reserve the bytes (``quota_exceeded`` when they do not fit);
+4. upload new immutable objects unless the owner already stores the same SHA-256;
+5. lock the namespace again, create (or reuse) the object, the asset and its jobs, turn the
+   reservation into used bytes, record provenance and notify workers — all in one commit.
+
+A failure after step 3 releases the reserved bytes; objects uploaded before a failed commit
+are recorded as orphan candidates for reconciliation. Repeating a request with the same
+idempotency key returns the asset of the first; concurrent repeats wait for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+import anyio
+import httpx
+
+from memory_db import (
+    MemoryDbError,
+    NotFound,
+    QuotaExceededError,
+    UnitOfWork,
+    VaultScope,
+    get_logger,
+    new_id,
+)
+from memory_db.repositories import DuplicateObject, ObjectRecord
+from memory_db.storage import build_object_key
+from memory_tools.access import Caller, resolve_vault
+from memory_tools.errors import (
+    ConflictFailure,
+    FeatureDisabled,
+    InvalidInputFailure,
+    NotFoundFailure,
+    QuotaExceeded,
+    ToolFailure,
+    translate,
+)
+from memory_tools.ingest import inputs
+from memory_tools.ingest.fetch import check_url
+from memory_tools.ingest.images import InspectedImage, inspect_image
+from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
+
+OPERATION = "asset_save"
+VECTOR_HEADER_BYTES = 8
+_POLL_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class SaveRequest:
+    """What a caller asked to save (exactly one of the three sources)."""
+
+    vault: str = "Library"
+    source_url: str | None = None
+    artifact_id: str | None = None
+    image_base64: str | None = None
+    title: str | None = None
+    description: str | None = None
+    alt_text: str | None = None
+    tags: list[str] = field(default_factory=list[str])
+    source_ref: dict[str, Any] = field(default_factory=dict[str, Any])
+    project_id: str | None = None
+    folder_id: str | None = None
+    idempotency_key: str | None = None
+
+
+@dataclass(frozen=True)
+class SaveResult:
+    """The asset a save produced (or, for a repeated idempotency key, produced before)."""
+
+    asset_id: str
+    object_id: str
+    vault: str
+    status: str
+    embedding_status: str
+    deduplicated: bool
+    replayed: bool
+    job_ids: list[str]
+    width: int
+    height: int
+    mime_type: str
+    bytes: int
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    """The validated, normalised request (no I/O has happened yet)."""
+
+    request: SaveRequest
+    source_kind: Literal["external_url", "upload"]
+    source_url: str | None
+    data: bytes | None  # base64 input, decoded
+    title: str | None
+    title_source: Literal["caller", "derived"]
+    description: str | None
+    alt_text: str | None
+    tags: list[str]
+    source_ref: dict[str, Any]
+    idempotency_key: str | None
+
+    def fingerprint(self) -> str:
+        """What makes two requests with one idempotency key the same request."""
+        material = {
+            "vault": self.request.vault,
+            "url": self.request.source_url,
+            "data": hashlib.sha256(self.data).hexdigest() if self.data is not None else None,
+            "title": self.title,
+            "description": self.description,
+            "alt": self.alt_text,
+            "tags": self.tags,
+            "ref": self.source_ref,
+            "project": self.request.project_id,
+            "folder": self.request.folder_id,
+        }
+        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class _Target:
+    scope: VaultScope
+    display_vault: str
+    namespace_id: str
+    project_id: str | None
+    folder_id: str | None
+
+
+def fused_text(
+    *,
+    title: str | None,
+    title_source: str,
+    alt_text: str | None,
+    description: str | None,
+    source_ref: dict[str, Any],
+) -> str | None:
+    """The whitelisted text of a fused representation, or ``None`` when there is none.
+
+    Only a caller-given title, alt text, description and a page title count; never a file
+    name, a path or a URL (seed 001 §8).
+    """
+    parts: list[str] = []
+    if title and title_source == "caller":
+        parts.append(title)
+    for value in (alt_text, description, source_ref.get("pageTitle")):
+        if isinstance(value, str) and value.strip() and value not in parts:
+            parts.append(value.strip())
+    return "\n".join(parts) if parts else None
+
+
+def vector_bytes(services: MemoryServices, representations: int) -> int:
+    """Bytes the vectors of one asset take (counted against the quota, §17.1)."""
+    element = 2 if services.settings.asset_embed_vector_type == "halfvec" else 4
+    return representations * (services.settings.asset_embed_dim * element + VECTOR_HEADER_BYTES)
+
+
+class AssetSaver:
+    """Runs the save flow for one server's services."""
+
+    def __init__(self, services: MemoryServices) -> None:
+        self._services = services
+        self._settings = services.settings
+
+    # --- step 0: input ----------------------------------------------------------------------
+
+    def prepare(self, request: SaveRequest) -> _Prepared:
+        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``."""
+        sources = [
+            name
+            for name, value in (
+                ("sourceUrl", request.source_url),
+                ("artifactId", request.artifact_id),
+                ("imageBase64", request.image_base64),
+            )
+            if value is not None
+        ]
+        if len(sources) != 1:
+            given = ", ".join(sources) if sources else "none"
+            raise InvalidInputFailure(
+                f"give exactly one of sourceUrl, artifactId, imageBase64 (given: {given})"
+            )
+        if request.artifact_id is not None:
+            # Scraper artifacts arrive with the scraper integration; until then none exist.
+            raise NotFoundFailure("artifact not found")
+        if request.folder_id is not None and request.project_id is None:
+            raise InvalidInputFailure("folderId: give the folder's projectId as well")
+        data: bytes | None = None
+        source_url: str | None = None
+        if request.image_base64 is not None:
+            data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
+            kind: Literal["external_url", "upload"] = "upload"
+        else:
+            assert request.source_url is not None
+            fetcher = self._services.fetcher
+            policy = fetcher.policy if fetcher is not None else None
+            if policy is None:
+                raise FeatureDisabled("saving by URL is not configured on this server")
+            url = check_url(request.source_url, policy)
+            source_url = inputs.scrub_url(str(url))
+            kind = "external_url"
+        title = inputs.clean_text(request.title, "title", inputs.MAX_TITLE)
+        title_source: Literal["caller", "derived"] = "caller"
+        if title is None:
+            title_source = "derived"
+            host = httpx.URL(source_url).host if source_url else None
+            title = f"Image from {host}" if host else None  # the upload default comes later
+        return _Prepared(
+            request=request,
+            source_kind=kind,
+            source_url=source_url,
+            data=data,
+            title=title,
+            title_source=title_source,
+            description=inputs.clean_text(
+                request.description, "description", inputs.MAX_DESCRIPTION
+            ),
+            alt_text=inputs.clean_text(request.alt_text, "altText", inputs.MAX_ALT_TEXT),
+            tags=inputs.canonical_tags(request.tags),
+            source_ref=inputs.source_ref(request.source_ref),
+            idempotency_key=inputs.idempotency_key(request.idempotency_key),
+        )
+
+    # --- the flow ---------------------------------------------------------------------------
+
+    async def save(self, caller: Caller, request: SaveRequest) -> SaveResult:
+        """Save one image for ``caller``; see the module docstring for the steps."""
+        if self._services.embedder is None:
+            raise FeatureDisabled("no embedder is configured on this server")
+        prepared = self.prepare(request)
+        target, reservation_id, replay = await self._open(caller, prepared)
+        if replay is not None:
+            return replay
+        try:
+            data = prepared.data
+            if data is None:
+                assert prepared.source_url is not None and self._services.fetcher is not None
+                data = (await self._services.fetcher.fetch(prepared.source_url)).data
+            image = await inspect_image(
+                data,
+                max_pixels=self._settings.asset_max_decoded_pixels,
+                preview_edge=self._settings.asset_preview_max_edge,
+            )
+            return await self._store(caller, prepared, target, reservation_id, data, image)
+        except BaseException:
+            with anyio.CancelScope(shield=True):
+                await self._release(target.scope.owner_identity, reservation_id)
+            raise
+
+    async def _open(
+        self, caller: Caller, prepared: _Prepared
+    ) -> tuple[_Target, str, SaveResult | None]:
+        """Authorise, resolve the target, and open or join the reservation."""
+        request = prepared.request
+        deadline = anyio.current_time() + self._settings.asset_fetch_timeout_seconds + 60
+        while True:
+            async with self._services.database.unit_of_work() as uow:
+                target = await self._target(uow, caller, request)
+                owner = target.scope.owner_identity
+                expected = (
+                    len(prepared.data)
+                    if prepared.data is not None
+                    else self._settings.asset_max_bytes
+                )
+                expires = datetime.now(UTC) + timedelta(
+                    seconds=self._settings.asset_fetch_timeout_seconds + 600
+                )
+                reservation, created = await uow.quota.open_reservation(
+                    owner,
+                    operation=OPERATION,
+                    idempotency_key=prepared.idempotency_key,
+                    expected_bytes=expected,
+                    expires_at=expires,
+                    vault=target.scope.physical_vault,
+                    request={"fingerprint": prepared.fingerprint()},
+                )
+                if created:
+                    return target, reservation.id, None
+                if reservation.request.get("fingerprint") != prepared.fingerprint():
+                    raise ConflictFailure(
+                        "idempotencyKey was already used for a different save request"
+                    )
+                if reservation.status == "finalized" and reservation.asset_id is not None:
+                    return (
+                        target,
+                        reservation.id,
+                        await self._replay(uow, target, reservation.asset_id),
+                    )
+                if reservation.status in ("released", "expired"):
+                    retaken = await uow.quota.retake(owner, reservation.id, expires_at=expires)
+                    if retaken is not None:
+                        return target, retaken.id, None
+            # Another request with this key is in flight: wait for its outcome.
+            if anyio.current_time() > deadline:
+                raise ConflictFailure("a save with this idempotencyKey is still in progress")
+            await anyio.sleep(_POLL_SECONDS)
+
+    async def _target(self, uow: UnitOfWork, caller: Caller, request: SaveRequest) -> _Target:
+        vault = await resolve_vault(uow, caller, request.vault, "write")
+        scope = vault.record.scope
+        try:
+            if request.project_id is not None:
+                await uow.projects.get(scope, request.project_id)
+            if request.folder_id is not None:
+                folder = await uow.folders.get(scope, request.folder_id)
+                if folder.project_id != request.project_id:
+                    raise NotFound("folder")
+            usage = await uow.quota.usage(scope.owner_identity)
+        except MemoryDbError as exc:
+            raise translate(exc) from None
+        return _Target(
+            scope=scope,
+            display_vault=vault.display_handle,
+            namespace_id=usage.namespace_id,
+            project_id=request.project_id,
+            folder_id=request.folder_id,
+        )
+
+    async def _replay(self, uow: UnitOfWork, target: _Target, asset_id: str) -> SaveResult:
+        asset = await uow.assets.get_for_owner(target.scope.owner_identity, asset_id)
+        if asset is None or asset.status in ("deleting", "deleted"):
+            raise ConflictFailure("idempotencyKey belongs to an asset that has been deleted")
+        stored = await uow.objects.get(asset.owner_identity, asset.object_id)
+        jobs = await uow.jobs.for_asset(asset.owner_identity, asset.id)
+        return SaveResult(
+            asset_id=asset.id,
+            object_id=asset.object_id,
+            vault=target.display_vault,
+            status=asset.status,
+            embedding_status=asset.embedding_status,
+            deduplicated=bool(asset.metadata.get("deduplicated", False)),
+            replayed=True,
+            job_ids=[job.id for job in jobs],
+            width=stored.width,
+            height=stored.height,
+            mime_type=stored.mime_type,
+            bytes=stored.bytes,
+        )
+
+    async def _release(self, owner: str, reservation_id: str) -> None:
+        try:
+            async with self._services.database.unit_of_work() as uow:
+                await uow.quota.release(owner, reservation_id)
+        except Exception:  # the expiry sweep releases it later
+            log.warning("asset.save.release_failed", reservation_id=reservation_id)
+
+    async def _store(
+        self,
+        caller: Caller,
+        prepared: _Prepared,
+        target: _Target,
+        reservation_id: str,
+        data: bytes,
+        image: InspectedImage,
+    ) -> SaveResult:
+        owner = target.scope.owner_identity
+        text = fused_text(
+            title=prepared.title,
+            title_source=prepared.title_source,
+            alt_text=prepared.alt_text,
+            description=prepared.description,
+            source_ref=prepared.source_ref,
+        )
+        representations = ["visual", "fused"] if text else ["visual"]
+        vectors = vector_bytes(self._services, len(representations))
+        # Step 3: reserve what this save would add, under the namespace lock.
+        async with self._services.database.unit_of_work() as uow:
+            existing = await uow.objects.find_reusable(owner, image.sha256)
+            need = vectors + (0 if existing else image.bytes + len(image.preview))
+            try:
+                await uow.quota.reserve(owner, reservation_id, need)
+            except QuotaExceededError as exc:
+                raise QuotaExceeded(str(exc)) from None
+        uploaded: list[str] = []
+        object_id = new_id("aob")
+        receipts: tuple[str | None, str | None] = (None, None)
+        if existing is None:
+            uploaded, receipts = await self._upload(target, object_id, data, image)
+        try:
+            result, losers = await self._commit(
+                caller,
+                prepared,
+                target,
+                reservation_id,
+                image,
+                object_id,
+                receipts,
+                existing,
+                representations,
+                text,
+                vectors,
+            )
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._orphan(owner, uploaded, f"save commit failed: {type(exc).__name__}")
+            raise
+        if losers:
+            with anyio.CancelScope(shield=True):
+                await self._discard(owner, losers)
+        return result
+
+    async def _upload(
+        self, target: _Target, object_id: str, data: bytes, image: InspectedImage
+    ) -> tuple[list[str], tuple[str | None, str | None]]:
+        env = self._settings.asset_storage_env_prefix
+        original_key = build_object_key(
+            env, target.namespace_id, object_id, "original", image.format.extension
+        )
+        preview_key = build_object_key(env, target.namespace_id, object_id, "preview")
+        store = self._services.store
+        uploaded: list[str] = []
+        try:
+            put = await store.put(
+                original_key,
+                data,
+                content_type=image.format.mime_type,
+                checksum_sha256=image.sha256,
+            )
+            uploaded.append(original_key)
+            await store.put(
+                preview_key,
+                image.preview,
+                content_type="image/webp",
+                checksum_sha256=hashlib.sha256(image.preview).hexdigest(),
+            )
+            uploaded.append(preview_key)
+        except BaseException as exc:
+            with anyio.CancelScope(shield=True):
+                await self._orphan(
+                    target.scope.owner_identity,
+                    [original_key, preview_key],
+                    f"upload failed: {type(exc).__name__}",
+                )
+            if isinstance(exc, MemoryDbError):
+                raise ToolFailure("the object store could not take the image; try again") from None
+            raise
+        return uploaded, (put.etag, put.version_id)
+
+    async def _commit(
+        self,
+        caller: Caller,
+        prepared: _Prepared,
+        target: _Target,
+        reservation_id: str,
+        image: InspectedImage,
+        object_id: str,
+        receipts: tuple[str | None, str | None],
+        existing: ObjectRecord | None,
+        representations: list[str],
+        text: str | None,
+        vectors: int,
+    ) -> tuple[SaveResult, list[str]]:
+        """Step 5. Returns the result and keys to discard (a concurrent save won the object)."""
+        owner = target.scope.owner_identity
+        env = self._settings.asset_storage_env_prefix
+        embedder = self._services.embedder
+        assert embedder is not None
+        losers: list[str] = []
+        async with self._services.database.unit_of_work() as uow:
+            await uow.quota.usage(owner, lock=True)
+            stored = await uow.objects.find_reusable(owner, image.sha256) if existing else None
+            if existing is not None and stored is None:
+                raise ConflictFailure("the stored copy of this image changed meanwhile; retry")
+            if stored is None:
+                try:
+                    stored = await uow.objects.create(
+                        object_id=object_id,
+                        owner=owner,
+                        namespace_id=target.namespace_id,
+                        sha256=image.sha256,
+                        storage_key=build_object_key(
+                            env, target.namespace_id, object_id, "original", image.format.extension
+                        ),
+                        preview_storage_key=build_object_key(
+                            env, target.namespace_id, object_id, "preview"
+                        ),
+                        mime_type=image.format.mime_type,
+                        extension=image.format.extension,
+                        nbytes=image.bytes,
+                        preview_bytes=len(image.preview),
+                        width=image.width,
+                        height=image.height,
+                        etag=receipts[0],
+                        version_id=receipts[1],
+                    )
+                except DuplicateObject:
+                    # A concurrent save of the same bytes committed first: share its object.
+                    stored = await uow.objects.find_reusable(owner, image.sha256)
+                    if stored is None:
+                        raise ConflictFailure(
+                            "a concurrent save is storing this image; retry"
+                        ) from None
+                    losers = [
+                        build_object_key(
+                            env, target.namespace_id, object_id, "original", image.format.extension
+                        ),
+                        build_object_key(env, target.namespace_id, object_id, "preview"),
+                    ]
+            deduplicated = stored.id != object_id
+            used = vectors + (0 if deduplicated else image.bytes + len(image.preview))
+            metadata: dict[str, Any] = {
+                "image": {
+                    "format": image.format.name,
+                    "pages": image.pages,
+                    "orientation": image.orientation,
+                    "previewWidth": image.preview_width,
+                    "previewHeight": image.preview_height,
+                },
+                "titleSource": prepared.title_source,
+                "deduplicated": deduplicated,
+                "vectorBytes": vectors,
+                "embedding": {
+                    "fused": "queued"
+                    if text
+                    else "skipped: no caller title, alt text, description or page title"
+                },
+            }
+            title = (
+                prepared.title or f"Image {image.format.name.upper()} {image.width}x{image.height}"
+            )
+            asset = await uow.assets.create(
+                target.scope,
+                object_id=stored.id,
+                project_id=target.project_id,
+                folder_id=target.folder_id,
+                title=title,
+                description=prepared.description,
+                alt_text=prepared.alt_text,
+                source_url=prepared.source_url,
+                source_url_hash=(
+                    hashlib.sha256(prepared.source_url.encode()).hexdigest()
+                    if prepared.source_url
+                    else None
+                ),
+                source_kind=prepared.source_kind,
+                source_ref=prepared.source_ref,
+                tags=prepared.tags,
+                metadata=metadata,
+                created_by=caller.identity,
+            )
+            jobs = [
+                await uow.jobs.create(
+                    owner,
+                    asset.id,
+                    representation=representation,
+                    model=embedder.model,
+                    dimensions=embedder.dimensions,
+                )
+                for representation in representations
+            ]
+            await uow.quota.finalize(owner, reservation_id, asset_id=asset.id, used_bytes=used)
+            await uow.provenance.record(
+                OPERATION,
+                actor_identity=caller.identity,
+                owner_identity=owner,
+                vault=target.scope.physical_vault,
+                target_kind="asset",
+                target_id=asset.id,
+                detail={
+                    "sourceKind": prepared.source_kind,
+                    "bytes": image.bytes,
+                    "deduplicated": deduplicated,
+                    "representations": representations,
+                },
+            )
+            await uow.jobs.notify()
+        log.info(
+            "asset.saved",
+            asset_id=asset.id,
+            object_id=stored.id,
+            bytes=image.bytes,
+            deduplicated=deduplicated,
+        )
+        return (
+            SaveResult(
+                asset_id=asset.id,
+                object_id=stored.id,
+                vault=target.display_vault,
+                status=asset.status,
+                embedding_status=asset.embedding_status,
+                deduplicated=deduplicated,
+                replayed=False,
+                job_ids=[job.id for job in jobs],
+                width=stored.width,
+                height=stored.height,
+                mime_type=stored.mime_type,
+                bytes=stored.bytes,
+            ),
+            losers,
+        )
+
+    async def _orphan(self, owner: str, keys: list[str], reason: str) -> None:
+        if not keys:
+            return
+        try:
+            async with self._services.database.unit_of_work() as uow:
+                await uow.orphans.record(owner, keys, reason=reason)
+        except Exception:
+            log.error("asset.orphan.record_failed", keys=len(keys))
+
+    async def _discard(self, owner: str, keys: list[str]) -> None:
+        """Delete bytes nobody references (a lost dedupe race); orphan-record what fails."""
+        failed: list[str] = []
+        for key in keys:
+            try:
+                await self._services.store.delete(key)
+            except Exception:
+                failed.append(key)
+        await self._orphan(owner, failed, "discarding a duplicate upload failed")
+
+
+def result_dict(result: SaveResult) -> dict[str, Any]:
+    """The result as plain data (tool output, logs in tests)."""
+    return asdict(result)
