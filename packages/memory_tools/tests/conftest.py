@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ import pytest
 from fastmcp import Client
 
 from memory_db import Database, MemorySettings
+from memory_db.embedding import LocalEmbedder
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin, build_memory_server
 
@@ -32,7 +33,9 @@ def settings(tmp_path: Path) -> MemorySettings:
 @pytest.fixture
 def services(database: Database, settings: MemorySettings) -> MemoryServices:
     store = InMemoryAssetObjectStore(UrlSigner(hashlib.sha256(b"t").digest()))
-    return MemoryServices(database=database, store=store, settings=settings)
+    return MemoryServices(
+        database=database, store=store, settings=settings, embedder=LocalEmbedder()
+    )
 
 
 @pytest.fixture
@@ -55,13 +58,7 @@ def client_for(
     """An in-process MCP client acting with ``key`` (as a stdio server would)."""
 
     def make(key: str | None) -> Client[Any]:
-        scoped = MemoryServices(
-            database=services.database,
-            store=services.store,
-            settings=services.settings,
-            default_api_key=key,
-        )
-        return Client(build_memory_server(scoped))
+        return Client(build_memory_server(replace(services, default_api_key=key)))
 
     return make
 

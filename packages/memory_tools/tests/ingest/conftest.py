@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
-from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver
-from memory_tools.testing.web import WebServer, serve_web
+from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_tools import MemoryServices
+from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.testing.web import Reply, WebServer, serve_web
 
 # Names the tests resolve themselves; only img.test may reach loopback (the test allowance).
 HOSTS = {
@@ -33,6 +37,7 @@ HOSTS = {
 }
 ALLOWED_NAMES = frozenset({"img.test", "cdn.img.test"})
 MAX_BYTES = 4096
+SAVE_LIMIT = 65536
 
 
 @pytest.fixture
@@ -57,3 +62,28 @@ def fetch_policy(web: WebServer) -> FetchPolicy:
 @pytest.fixture
 def resolver() -> MappedResolver:
     return MappedResolver(HOSTS)
+
+
+@pytest.fixture
+async def saving(
+    services: MemoryServices, tmp_path: Path, web: WebServer
+) -> AsyncIterator[MemoryServices]:
+    from .test_fetch import _routes
+
+    web.routes.update(_routes(web.port))
+    web.routes["/big-length"] = Reply(body=b"x" * (SAVE_LIMIT + 1))
+    web.routes["/big-stream"] = Reply(body=b"x" * (SAVE_LIMIT + 1), send_length=False)
+    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    policy = FetchPolicy(
+        max_bytes=SAVE_LIMIT,
+        allow_http=True,
+        allowed_ports=frozenset({80, 443, web.port}),
+        total_timeout=2.0,
+        connect_timeout=1.0,
+        read_timeout=1.0,
+        addresses=AddressPolicy(loopback_names=ALLOWED_NAMES),
+    )
+    fetcher = SafeFetcher(policy, resolver=MappedResolver(HOSTS))
+    settings = services.settings.model_copy(update={"asset_max_bytes": SAVE_LIMIT})
+    yield replace(services, store=store, fetcher=fetcher, settings=settings)
+    await fetcher.aclose()

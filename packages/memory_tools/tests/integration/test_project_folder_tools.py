@@ -283,10 +283,12 @@ async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) ->
         "image_project_list",
         "image_folder_create",
         "image_folder_list",
+        "image_asset_save",
     }
     for name, tool in tools.items():
         hints = tool.annotations
-        assert hints is not None and hints.open_world_hint is False
+        assert hints is not None
+        assert hints.open_world_hint is (name == "image_asset_save")  # it fetches URLs
         assert hints.read_only_hint is name.endswith("_list")
         assert hints.destructive_hint is False
         assert hints.idempotent_hint is name.endswith("_list")

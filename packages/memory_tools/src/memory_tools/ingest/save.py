@@ -100,7 +100,8 @@ class _Prepared:
 
     request: SaveRequest
     source_kind: Literal["external_url", "upload"]
-    source_url: str | None
+    fetch_url: str | None  # as given (a signed CDN URL needs its query to be fetched)
+    source_url: str | None  # as stored: scrubbed of credentials
     data: bytes | None  # base64 input, decoded
     title: str | None
     title_source: Literal["caller", "derived"]
@@ -196,6 +197,7 @@ class AssetSaver:
             raise InvalidInputFailure("folderId: give the folder's projectId as well")
         data: bytes | None = None
         source_url: str | None = None
+        fetch_url: str | None = None
         if request.image_base64 is not None:
             data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
             kind: Literal["external_url", "upload"] = "upload"
@@ -206,7 +208,8 @@ class AssetSaver:
             if policy is None:
                 raise FeatureDisabled("saving by URL is not configured on this server")
             url = check_url(request.source_url, policy)
-            source_url = inputs.scrub_url(str(url))
+            fetch_url = str(url)
+            source_url = inputs.scrub_url(fetch_url)
             kind = "external_url"
         title = inputs.clean_text(request.title, "title", inputs.MAX_TITLE)
         title_source: Literal["caller", "derived"] = "caller"
@@ -217,6 +220,7 @@ class AssetSaver:
         return _Prepared(
             request=request,
             source_kind=kind,
+            fetch_url=fetch_url,
             source_url=source_url,
             data=data,
             title=title,
@@ -243,8 +247,8 @@ class AssetSaver:
         try:
             data = prepared.data
             if data is None:
-                assert prepared.source_url is not None and self._services.fetcher is not None
-                data = (await self._services.fetcher.fetch(prepared.source_url)).data
+                assert prepared.fetch_url is not None and self._services.fetcher is not None
+                data = (await self._services.fetcher.fetch(prepared.fetch_url)).data
             image = await inspect_image(
                 data,
                 max_pixels=self._settings.asset_max_decoded_pixels,

@@ -54,6 +54,7 @@ VaultParam = Annotated[
 ProjectIdParam = Annotated[
     str, Field(min_length=1, max_length=64, description="Project id (apr_...).")
 ]
+Base64Param = Annotated[str | None, Field(description="The image bytes as base64.")]
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
 
 
@@ -64,6 +65,7 @@ def _tool(
     read_only: bool,
     idempotent: bool,
     destructive: bool = False,
+    open_world: bool = False,
 ) -> Tool:
     """A Tool with all four MCP hints stated explicitly (the spec's defaults are unsafe)."""
     return Tool.from_function(
@@ -74,7 +76,8 @@ def _tool(
             read_only_hint=read_only,
             destructive_hint=destructive,
             idempotent_hint=idempotent,
-            open_world_hint=False,  # memory tools touch only our own database and store
+            # Only tools that may reach the open web (saving by URL) say so.
+            open_world_hint=open_world,
         ),
     )
 
@@ -236,14 +239,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         artifactId: Annotated[
             str | None, Field(max_length=64, description="An MCP Scraper artifact id.")
         ] = None,
-        imageBase64: Annotated[
-            str | None,
-            Field(
-                max_length=max_base64,
-                description="The image bytes as base64, for clients without an upload route; "
-                "at most ASSET_MAX_BYTES once decoded.",
-            ),
-        ] = None,
+        imageBase64: Base64Param = None,
         projectId: Annotated[
             str | None, Field(max_length=64, description="Project id (apr_...); omit for Unfiled.")
         ] = None,
@@ -293,8 +289,20 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         return await run_as_caller(services, "image_asset_save", action)
 
+    # The base64 bound depends on ASSET_MAX_BYTES; string annotations cannot see this closure.
+    image_asset_save.__annotations__["imageBase64"] = Annotated[
+        str | None,
+        Field(
+            max_length=max_base64,
+            description="The image bytes as base64, for clients without an upload route; "
+            "at most ASSET_MAX_BYTES once decoded.",
+        ),
+    ]
+
     return [
-        _tool(image_asset_save, "Save image", read_only=False, idempotent=False),
+        _tool(
+            image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True
+        ),
         _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
         _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
         _tool(image_folder_create, "Create image folder", read_only=False, idempotent=False),

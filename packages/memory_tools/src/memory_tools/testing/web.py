@@ -46,7 +46,8 @@ def _handler(server: WebServer) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:
             server.requested.append(self.path)
             server.request_headers.append({k.lower(): v for k, v in self.headers.items()})
-            reply = server.routes.get(self.path, Reply(status=404, body=b"missing"))
+            path = self.path.split("?", 1)[0]
+            reply = server.routes.get(path, Reply(status=404, body=b"missing"))
             self.send_response(reply.status)
             for name, value in reply.headers.items():
                 self.send_header(name, value)

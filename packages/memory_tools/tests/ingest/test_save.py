@@ -1,0 +1,441 @@
+"""The save flow against real PostgreSQL, a real local object store and a real web server."""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+import anyio
+import pytest
+import pyvips
+from sqlalchemy import text
+
+from memory_db import MemorySettings
+from memory_db.storage import LocalAssetObjectStore
+from memory_tools import MemoryServices, admin
+from memory_tools.access import Caller
+from memory_tools.errors import (
+    ConflictFailure,
+    InvalidImage,
+    InvalidInputFailure,
+    NotFoundFailure,
+    QuotaExceeded,
+    ToolFailure,
+    UnsafeUrl,
+)
+from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.testing.web import Reply, WebServer
+
+from .test_fetch import HOSTILE
+from .test_images import BAD
+
+
+def picture(seed: int, size: int = 48) -> bytes:
+    """A distinct small PNG per seed."""
+    xyz = pyvips.Image.xyz(size, size)
+    red = ((xyz[0] * (seed + 3) + xyz[1]) % 256).cast("uchar")
+    green = ((xyz[1] * (seed + 5)) % 256).cast("uchar")
+    blue = ((xyz[0] + seed * 17) % 256).cast("uchar")
+    return red.bandjoin([green, blue]).copy(interpretation="srgb").pngsave_buffer()
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+def stored_files(services: MemoryServices) -> list[str]:
+    store = services.store
+    assert isinstance(store, LocalAssetObjectStore)
+    if not store.root.exists():
+        return []
+    return sorted(
+        str(p.relative_to(store.root))
+        for p in store.root.rglob("*")
+        if p.is_file() and not p.name.endswith(".json") and not p.name.startswith(".")
+    )
+
+
+async def db_state(services: MemoryServices, owner: str) -> dict[str, Any]:
+    async with services.database.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM mem_assets WHERE owner_identity = :o),"
+                    " (SELECT count(*) FROM mem_asset_objects WHERE owner_identity = :o),"
+                    " (SELECT count(*) FROM mem_asset_embedding_jobs WHERE owner_identity = :o),"
+                    " used_bytes, reserved_bytes,"
+                    " (SELECT count(*) FROM mem_asset_upload_reservations"
+                    "   WHERE owner_identity = :o AND status = 'active')"
+                    " FROM mem_asset_namespaces WHERE owner_identity = :o"
+                ),
+                {"o": owner},
+            )
+        ).one()
+    keys = ("assets", "objects", "jobs", "used", "reserved", "active_reservations")
+    return dict(zip(keys, row, strict=True))
+
+
+@pytest.fixture
+async def alice_caller(database: Any) -> Caller:
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    return Caller("alice@example.com", "akey_test", frozenset({"read", "write", "destructive"}))
+
+
+@pytest.fixture
+async def bob_caller(database: Any) -> Caller:
+    await admin.create_identity(database, "bob@example.com", 10**9)
+    return Caller("bob@example.com", "akey_test2", frozenset({"read", "write", "destructive"}))
+
+
+async def test_save_base64_stores_original_unchanged_and_queues_visual(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    data = picture(1)
+    result = await AssetSaver(saving).save(alice_caller, SaveRequest(image_base64=b64(data)))
+    assert result.status == "processing" and result.embedding_status == "pending"
+    assert not result.deduplicated and not result.replayed
+    assert len(result.job_ids) == 1  # no meaningful text: no fused vector
+    assert (result.width, result.height, result.mime_type) == (48, 48, "image/png")
+    files = stored_files(saving)
+    assert len(files) == 2 and any(f.endswith("original.png") for f in files)
+    original = next(f for f in files if f.endswith("original.png"))
+    assert "alice" not in original  # keys never carry identities
+    store = saving.store
+    assert isinstance(store, LocalAssetObjectStore)
+    assert (store.root / original).read_bytes() == data
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", result.asset_id)
+    assert asset is not None
+    assert asset.source_kind == "upload" and asset.title == "Image PNG 48x48"
+    assert asset.metadata["embedding"]["fused"].startswith("skipped")
+    state = await db_state(saving, "alice@example.com")
+    vector_bytes = 1024 * 2 + 8
+    preview = next(f for f in files if f.endswith("preview.webp"))
+    assert state["used"] == len(data) + (store.root / preview).stat().st_size + vector_bytes
+    assert state["reserved"] == 0 and state["active_reservations"] == 0
+
+
+async def test_caller_text_adds_a_fused_job(saving: MemoryServices, alice_caller: Caller) -> None:
+    result = await AssetSaver(saving).save(
+        alice_caller,
+        SaveRequest(
+            image_base64=b64(picture(2)),
+            title="Pricing table",
+            tags=["  Pricing ", "pricing", "Competitor  Analysis"],
+            source_ref={"pageTitle": "Plans", "pageUrl": "https://example.com/p?token=x&a=1#f"},
+        ),
+    )
+    assert len(result.job_ids) == 2
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", result.asset_id)
+        jobs = await uow.jobs.for_asset("alice@example.com", result.asset_id)
+    assert asset is not None
+    assert asset.tags == ["pricing", "competitor analysis"]
+    assert asset.source_ref == {"pageTitle": "Plans", "pageUrl": "https://example.com/p?a=1"}
+    assert sorted(job.representation for job in jobs) == ["fused", "visual"]
+    assert {job.model for job in jobs} == {"local-hash-v1"}
+
+
+async def test_save_by_url(saving: MemoryServices, alice_caller: Caller, web: WebServer) -> None:
+    data = picture(3)
+    web.routes["/photo.png"] = Reply(body=data, headers={"Content-Type": "image/jpeg"})
+    url = web.url("/photo.png?session=abc&size=2", host="img.test")
+    result = await AssetSaver(saving).save(alice_caller, SaveRequest(source_url=url))
+    assert result.mime_type == "image/png"  # sniffed, not the declared type
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", result.asset_id)
+    assert asset is not None
+    assert asset.source_kind == "external_url"
+    assert asset.title == "Image from img.test"
+    assert asset.source_url == web.url("/photo.png?size=2", host="img.test")
+
+
+async def test_identical_bytes_share_one_object_per_owner_only(
+    saving: MemoryServices, alice_caller: Caller, bob_caller: Caller
+) -> None:
+    saver = AssetSaver(saving)
+    data = b64(picture(4))
+    first = await saver.save(alice_caller, SaveRequest(image_base64=data))
+    second = await saver.save(alice_caller, SaveRequest(image_base64=data, title="again"))
+    theirs = await saver.save(bob_caller, SaveRequest(image_base64=data))
+    assert second.object_id == first.object_id and second.deduplicated
+    assert second.asset_id != first.asset_id
+    assert theirs.object_id != first.object_id and not theirs.deduplicated
+    assert len(stored_files(saving)) == 4
+    state = await db_state(saving, "alice@example.com")
+    assert state["objects"] == 1 and state["assets"] == 2
+
+
+async def test_idempotency_key_returns_the_same_asset(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    saver = AssetSaver(saving)
+    request = SaveRequest(image_base64=b64(picture(5)), idempotency_key="k-1")
+    first = await saver.save(alice_caller, request)
+    again = await saver.save(alice_caller, request)
+    assert again.asset_id == first.asset_id and again.replayed
+    assert again.job_ids == first.job_ids
+    with pytest.raises(ConflictFailure, match="different save request"):
+        await saver.save(
+            alice_caller, SaveRequest(image_base64=b64(picture(6)), idempotency_key="k-1")
+        )
+    assert (await db_state(saving, "alice@example.com"))["assets"] == 1
+
+
+async def test_quota_is_refused_with_the_numbers_and_nothing_is_stored(
+    saving: MemoryServices, database: Any
+) -> None:
+    await admin.create_identity(database, "carol@example.com", 1000)
+    carol = Caller("carol@example.com", "akey_c", frozenset({"read", "write"}))
+    with pytest.raises(QuotaExceeded) as caught:
+        await AssetSaver(saving).save(carol, SaveRequest(image_base64=b64(picture(7))))
+    assert caught.value.code == "quota_exceeded"
+    assert "> 1000" in caught.value.message and "0 used" in caught.value.message
+    assert stored_files(saving) == []
+    state = await db_state(saving, "carol@example.com")
+    assert state == {
+        "assets": 0,
+        "objects": 0,
+        "jobs": 0,
+        "used": 0,
+        "reserved": 0,
+        "active_reservations": 0,
+    }
+
+
+async def test_every_hostile_url_is_refused_and_leaves_nothing(
+    saving: MemoryServices, alice_caller: Caller, web: WebServer
+) -> None:
+    saver = AssetSaver(saving)
+    for case in HOSTILE:
+        with pytest.raises(UnsafeUrl):
+            await saver.save(alice_caller, SaveRequest(source_url=case.url.format(port=web.port)))
+    assert "/secret" not in web.requested
+    assert stored_files(saving) == []
+    state = await db_state(saving, "alice@example.com")
+    assert (state["assets"], state["objects"], state["used"], state["reserved"]) == (0, 0, 0, 0)
+    assert state["active_reservations"] == 0
+
+
+async def test_every_bad_file_is_refused_and_leaves_nothing(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    saver = AssetSaver(saving)
+    for case in BAD:
+        data = case.make()
+        if not data:
+            with pytest.raises(InvalidInputFailure, match="empty"):
+                await saver.save(alice_caller, SaveRequest(image_base64=""))
+            continue
+        with pytest.raises(InvalidImage):
+            await saver.save(alice_caller, SaveRequest(image_base64=b64(data)))
+    assert stored_files(saving) == []
+    state = await db_state(saving, "alice@example.com")
+    assert (state["assets"], state["objects"], state["used"], state["reserved"]) == (0, 0, 0, 0)
+
+
+@pytest.mark.parametrize(
+    ("request_", "error", "fragment"),
+    [
+        (SaveRequest(), InvalidInputFailure, "exactly one"),
+        (
+            SaveRequest(source_url="https://img.test/a.png", image_base64="AAAA"),
+            InvalidInputFailure,
+            "exactly one",
+        ),
+        (SaveRequest(artifact_id="art_1"), NotFoundFailure, "artifact"),
+        (SaveRequest(image_base64="not base64!"), InvalidInputFailure, "base64"),
+        (SaveRequest(image_base64="A" * 200_000), InvalidInputFailure, "limit"),
+        (
+            SaveRequest(image_base64="AAAA", source_ref={"apiKey": "x"}),
+            InvalidInputFailure,
+            "credential",
+        ),
+        (SaveRequest(image_base64="AAAA", tags=[" "]), InvalidInputFailure, "empty"),
+        (SaveRequest(image_base64="AAAA", tags=["t"] * 33), InvalidInputFailure, "32"),
+        (
+            SaveRequest(image_base64="AAAA", folder_id="afl_" + "a" * 26),
+            InvalidInputFailure,
+            "projectId",
+        ),
+        (
+            SaveRequest(image_base64=b64(picture(8)), project_id="apr_" + "a" * 26),
+            NotFoundFailure,
+            "project",
+        ),
+        (SaveRequest(image_base64="AAAA", vault="Nope"), NotFoundFailure, "vault"),
+        (SaveRequest(image_base64="AAAA", idempotency_key="x" * 201), InvalidInputFailure, "1-200"),
+    ],
+)
+async def test_bad_requests_are_refused_and_change_nothing(
+    saving: MemoryServices,
+    alice_caller: Caller,
+    request_: SaveRequest,
+    error: type[ToolFailure],
+    fragment: str,
+) -> None:
+    with pytest.raises(error, match=fragment):
+        await AssetSaver(saving).save(alice_caller, request_)
+    state = await db_state(saving, "alice@example.com")
+    assert (state["assets"], state["used"], state["reserved"]) == (0, 0, 0)
+    assert stored_files(saving) == []
+
+
+async def test_another_owners_project_is_not_found(
+    saving: MemoryServices, alice_caller: Caller, bob_caller: Caller
+) -> None:
+    from memory_tools import projects
+
+    async with saving.database.unit_of_work() as uow:
+        project = await projects.create_project(
+            uow, bob_caller, vault="Library", name="Bob's", description=None
+        )
+    with pytest.raises(NotFoundFailure, match="project"):
+        await AssetSaver(saving).save(
+            alice_caller,
+            SaveRequest(image_base64=b64(picture(9)), project_id=project.project_id),
+        )
+
+
+async def test_a_failed_commit_leaves_orphan_candidates_and_releases_bytes(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    async with saving.database.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "CREATE FUNCTION refuse_asset() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'simulated commit failure'; END $$"
+            )
+        )
+        await conn.execute(
+            text(
+                "CREATE TRIGGER refuse_asset BEFORE INSERT ON mem_assets "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_asset()"
+            )
+        )
+    with pytest.raises(Exception, match="simulated commit failure"):
+        await AssetSaver(saving).save(alice_caller, SaveRequest(image_base64=b64(picture(10))))
+    files = stored_files(saving)
+    async with saving.database.engine.connect() as conn:
+        orphans = sorted(
+            (
+                await conn.execute(text("SELECT storage_key FROM mem_asset_orphan_candidates"))
+            ).scalars()
+        )
+    assert orphans == files and len(files) == 2
+    state = await db_state(saving, "alice@example.com")
+    assert (state["objects"], state["used"], state["reserved"]) == (0, 0, 0)
+    assert state["active_reservations"] == 0
+
+
+async def test_expired_reservations_release_their_bytes(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    async with saving.database.unit_of_work() as uow:
+        reservation, _ = await uow.quota.open_reservation(
+            "alice@example.com",
+            operation="asset_upload",
+            idempotency_key=None,
+            expected_bytes=5000,
+            expires_at=datetime.now(UTC) - timedelta(seconds=1),
+        )
+        await uow.quota.reserve("alice@example.com", reservation.id, 5000)
+    assert (await db_state(saving, "alice@example.com"))["reserved"] == 5000
+    async with saving.database.unit_of_work() as uow:
+        assert await uow.quota.release_expired() == 1
+    state = await db_state(saving, "alice@example.com")
+    assert state["reserved"] == 0 and state["active_reservations"] == 0
+
+
+async def test_quota_holds_under_50_concurrent_saves(saving: MemoryServices, database: Any) -> None:
+    sizes = []
+    for seed in range(50):
+        data = picture(100 + seed)
+        sizes.append(len(data))
+    # Room for roughly ten images (originals, previews and vectors).
+    per_image = max(sizes) + 1200 + 2056
+    await admin.create_identity(database, "dave@example.com", per_image * 10)
+    dave = Caller("dave@example.com", "akey_d", frozenset({"read", "write"}))
+    saver = AssetSaver(saving)
+    outcomes: list[str] = []
+
+    async def one(seed: int) -> None:
+        try:
+            await saver.save(dave, SaveRequest(image_base64=b64(picture(100 + seed))))
+            outcomes.append("saved")
+        except QuotaExceeded:
+            outcomes.append("quota")
+
+    async with anyio.create_task_group() as group:
+        for seed in range(50):
+            group.start_soon(one, seed)
+    state = await db_state(saving, "dave@example.com")
+    async with saving.database.unit_of_work() as uow:
+        usage = await uow.quota.usage("dave@example.com")
+    assert outcomes.count("saved") == state["assets"] >= 5
+    assert outcomes.count("quota") == 50 - state["assets"] > 0
+    assert usage.used_bytes <= usage.quota_bytes
+    assert state["reserved"] == 0 and state["active_reservations"] == 0
+    assert len(stored_files(saving)) == 2 * state["objects"] == 2 * state["assets"]
+
+
+async def test_50_concurrent_saves_with_one_idempotency_key_make_one_asset(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    saver = AssetSaver(saving)
+    request = SaveRequest(image_base64=b64(picture(11)), idempotency_key="same-key")
+    results: list[str] = []
+
+    async def one() -> None:
+        results.append((await saver.save(alice_caller, request)).asset_id)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(50):
+            group.start_soon(one)
+    assert len(results) == 50 and len(set(results)) == 1
+    state = await db_state(saving, "alice@example.com")
+    assert (state["assets"], state["objects"], state["reserved"]) == (1, 1, 0)
+
+
+async def test_concurrent_identical_bytes_converge_on_one_object(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    saver = AssetSaver(saving)
+    data = b64(picture(12))
+    results = []
+
+    async def one(index: int) -> None:
+        results.append(
+            await saver.save(alice_caller, SaveRequest(image_base64=data, title=f"t{index}"))
+        )
+
+    async with anyio.create_task_group() as group:
+        for index in range(8):
+            group.start_soon(one, index)
+    assert len({r.object_id for r in results}) == 1
+    assert len({r.asset_id for r in results}) == 8
+    assert len(stored_files(saving)) == 2  # losers' uploads were discarded
+    state = await db_state(saving, "alice@example.com")
+    assert state["objects"] == 1 and state["reserved"] == 0
+
+
+async def test_a_shared_writer_saves_into_the_owners_quota(
+    saving: MemoryServices, alice_caller: Caller, bob_caller: Caller, database: Any
+) -> None:
+    await admin.grant(database, "alice@example.com", "Library", "bob@example.com", "write")
+    result = await AssetSaver(saving).save(
+        bob_caller,
+        SaveRequest(image_base64=b64(picture(13)), vault="alice@example.com/Library"),
+    )
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", result.asset_id)
+    assert asset is not None and asset.created_by == "bob@example.com"
+    assert (await db_state(saving, "alice@example.com"))["used"] > 0
+    assert (await db_state(saving, "bob@example.com"))["used"] == 0
+
+
+def test_settings_fixture_is_the_default(settings: MemorySettings) -> None:
+    assert settings.asset_fetch_allow_http is False
+    assert settings.asset_fetch_allowed_ports == [80, 443]

@@ -1,0 +1,80 @@
+"""``image_asset_save`` over MCP: strict input, camelCase output, stable error codes."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+import pytest
+from fastmcp import Client
+
+from memory_tools import MemoryServices, build_memory_server
+
+from .test_save import picture
+
+
+@pytest.fixture
+def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
+    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
+
+
+async def test_save_answers_in_camel_case(
+    client_as: Callable[[str], Client[Any]], alice: Any
+) -> None:
+    async with client_as(alice.key) as client:
+        result = await client.call_tool(
+            "image_asset_save",
+            {
+                "imageBase64": base64.b64encode(picture(21)).decode(),
+                "title": "A gradient",
+                "tags": ["Test"],
+                "idempotencyKey": "tool-1",
+            },
+        )
+    data = result.structured_content
+    assert data is not None
+    assert data["assetId"].startswith("ast_") and data["objectId"].startswith("aob_")
+    assert data["embeddingStatus"] == "pending" and data["status"] == "processing"
+    assert data["vault"] == "Library" and data["deduplicated"] is False
+    assert len(data["jobIds"]) == 2 and data["mimeType"] == "image/png"
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({}, "invalid_input: give exactly one of sourceUrl, artifactId, imageBase64"),
+        (
+            {"imageBase64": "AAAA", "sourceUrl": "https://a.example/x.png"},
+            "invalid_input: give exactly one",
+        ),
+        ({"sourceUrl": "http://127.0.0.1/x.png"}, "unsafe_url: "),
+        (
+            {"imageBase64": base64.b64encode(b"<svg></svg>").decode()},
+            "invalid_image: the bytes are SVG",
+        ),
+        ({"imageBase64": "AAAA", "unknownField": 1}, "invalid_input: unknownField"),
+        ({"artifactId": "art_123"}, "not_found: artifact not found"),
+    ],
+)
+async def test_save_errors_have_stable_codes(
+    client_as: Callable[[str], Client[Any]], alice: Any, arguments: dict[str, Any], expected: str
+) -> None:
+    async with client_as(alice.key) as client:
+        result = await client.call_tool("image_asset_save", arguments, raise_on_error=False)
+    assert result.is_error
+    assert result.content[0].text.startswith(expected)  # type: ignore[union-attr]
+
+
+async def test_a_read_only_key_cannot_save(
+    client_as: Callable[[str], Client[Any]], make_person: Callable[..., Any]
+) -> None:
+    reader = await make_person("reader@example.com", scopes=("read",))
+    async with client_as(reader.key) as client:
+        result = await client.call_tool(
+            "image_asset_save",
+            {"imageBase64": base64.b64encode(picture(22)).decode()},
+            raise_on_error=False,
+        )
+    assert result.is_error and result.content[0].text.startswith("forbidden: ")  # type: ignore[union-attr]
