@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import distinct_on, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -274,7 +274,7 @@ class AssetRepository:
                     AssetEmbeddingJob.asset_id == asset_id,
                     AssetEmbeddingJob.status != "cancelled",
                 )
-                .distinct(AssetEmbeddingJob.representation)
+                .ext(distinct_on(AssetEmbeddingJob.representation))
                 .order_by(AssetEmbeddingJob.representation, AssetEmbeddingJob.created_at.desc())
             )
         ).all()

@@ -145,6 +145,8 @@ async def ensure_default_index(
     element: ElementType = "halfvec",
 ) -> str:
     """Create ``name`` if missing and point an unset ``alias`` at it; return the alias target."""
+    # Servers and workers start concurrently: serialise the first creation (lock held to commit).
+    await session.execute(text("SELECT pg_advisory_xact_lock(hashtext('memory_vectors_ddl'))"))
     try:
         return await resolve_alias(session, alias)
     except NotFound:

@@ -300,9 +300,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
     ]
 
     return [
-        _tool(
-            image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True
-        ),
+        _tool(image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True),
         _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
         _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
         _tool(image_folder_create, "Create image folder", read_only=False, idempotent=False),

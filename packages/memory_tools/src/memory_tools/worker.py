@@ -1,0 +1,398 @@
+"""The durable embedding worker (§13).
+
+Jobs live in PostgreSQL. A worker claims a batch of due jobs in one statement (``FOR UPDATE
+SKIP LOCKED``, so two workers never take the same job), holding each under a lease it renews
+while it works; a job whose worker died is claimed again once its lease expires. One embedder
+call embeds the whole batch. Each job then completes in its own transaction that first locks
+the asset row and checks the lease, so a job finishes exactly once, a worker that lost its
+lease writes nothing, and an asset that entered deletion gets no new vectors. Vector ids are
+deterministic, so a repeated upsert replaces rather than duplicates.
+
+Workers wake on ``NOTIFY memory_embedding_jobs`` (sent by every save) and poll as a fallback.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import secrets
+import socket
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from sqlalchemy import select
+
+from memory_db import AssetRecord, JobRecord, MemoryDbError, VaultScope, get_logger
+from memory_db.embedding import FusedInput, ImageInput, TextInput
+from memory_db.errors import EmbeddingError
+from memory_db.runtime import prepare_vector_index
+from memory_db.schema import Asset
+from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
+from memory_tools.ingest.save import fused_text
+from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
+
+CHANNEL = "memory_embedding_jobs"
+MAX_PREVIEW_BYTES = 32 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class WorkerConfig:
+    """How a worker claims and paces work."""
+
+    concurrency: int = 2  # batches in flight at once
+    batch_size: int = 16
+    lease_seconds: float = 120.0
+    heartbeat_seconds: float = 30.0
+    poll_seconds: float = 5.0
+    sweep_seconds: float = 30.0
+    retry_base_seconds: float = 5.0
+    retry_max_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class _Work:
+    """A claimed job with what it needs to embed."""
+
+    job: JobRecord
+    asset: AssetRecord
+    value: ImageInput | FusedInput | TextInput
+    object_mime: str
+
+
+class _LeaseLost(Exception):
+    """Another worker owns the job now; this one must write nothing."""
+
+
+def retry_delay(attempt: int, config: WorkerConfig) -> float:
+    """Capped exponential backoff with equal jitter."""
+    ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2 ** max(0, attempt - 1))
+    return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 (jitter, not security)
+
+
+class EmbeddingWorker:
+    """Embeds queued representations; run any number of these, in one process or many."""
+
+    def __init__(
+        self, services: MemoryServices, config: WorkerConfig | None = None, *, name: str = ""
+    ) -> None:
+        if services.embedder is None:
+            raise ValueError("the worker needs an embedder")
+        self._services = services
+        self._embedder = services.embedder
+        self.config = config or WorkerConfig()
+        suffix = secrets.token_hex(4)
+        self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
+        self._wake = anyio.Event()
+        self._index_name: str | None = None
+
+    # --- the loop ----------------------------------------------------------------------------
+
+    async def run(self, *, ready: anyio.Event | None = None) -> None:
+        """Work until cancelled."""
+        await self._prepare()
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._listen)
+            group.start_soon(self._sweep_forever)
+            for slot in range(self.config.concurrency):
+                group.start_soon(self._slot, slot)
+            log.info("worker.started", worker=self.worker_id, concurrency=self.config.concurrency)
+            if ready is not None:
+                ready.set()
+
+    async def _slot(self, slot: int) -> None:
+        while True:
+            try:
+                done = await self.run_once()
+            except Exception:  # the database or store hiccupped: back off, keep the worker
+                log.exception("worker.batch_error", worker=self.worker_id, slot=slot)
+                done = 0
+            if done:
+                continue
+            with anyio.move_on_after(self.config.poll_seconds):
+                await self._wake.wait()
+            self._wake = anyio.Event() if self._wake.is_set() else self._wake
+
+    async def _listen(self) -> None:
+        """Turn NOTIFYs into wake-ups; without them the slots still poll."""
+        try:
+            async with self._services.database.engine.connect() as conn:
+                raw = await conn.get_raw_connection()
+                driver: Any = raw.driver_connection
+
+                def wake(*_args: object) -> None:
+                    self._wake.set()
+
+                await driver.add_listener(CHANNEL, wake)
+                try:
+                    await anyio.sleep_forever()
+                finally:
+                    with anyio.CancelScope(shield=True):
+                        await driver.remove_listener(CHANNEL, wake)
+        except Exception:
+            log.warning("worker.listen_unavailable", worker=self.worker_id)
+
+    async def _sweep_forever(self) -> None:
+        while True:
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("worker.sweep_error", worker=self.worker_id)
+            await anyio.sleep(self.config.sweep_seconds)
+
+    async def sweep(self) -> None:
+        """Release expired upload reservations; fail jobs abandoned on their last attempt."""
+        async with self._services.database.unit_of_work() as uow:
+            expired = await uow.quota.release_expired()
+            abandoned = await uow.jobs.fail_abandoned()
+            for owner, asset_id in abandoned:
+                await uow.assets.reconcile_embedding(owner, asset_id)
+        if expired or abandoned:
+            log.info("worker.swept", reservations=expired, abandoned_jobs=len(abandoned))
+
+    async def _prepare(self) -> None:
+        if self._index_name is None:
+            await prepare_vector_index(
+                self._services.database, self._services.settings, self._embedder
+            )
+            async with self._services.database.unit_of_work() as uow:
+                self._index_name = await resolve_alias(uow.session, self._services.vector_alias)
+
+    async def drain(self, *, limit: int | None = None) -> int:
+        """Process due jobs until none is left (tests, benchmarks, one-shot runs)."""
+        await self._prepare()
+        total = 0
+        while limit is None or total < limit:
+            done = await self.run_once()
+            if not done:
+                return total
+            total += done
+        return total
+
+    # --- one batch ---------------------------------------------------------------------------
+
+    async def run_once(self) -> int:
+        """Claim and process one batch; returns how many jobs it finished (any outcome)."""
+        await self._prepare()
+        async with self._services.database.unit_of_work() as uow:
+            jobs = await uow.jobs.claim(
+                self.worker_id,
+                limit=self.config.batch_size,
+                lease_seconds=self.config.lease_seconds,
+            )
+        if not jobs:
+            return 0
+        async with anyio.create_task_group() as group:
+            group.start_soon(self._heartbeat, [job.id for job in jobs])
+            try:
+                await self._process(jobs)
+            finally:
+                group.cancel_scope.cancel()
+        return len(jobs)
+
+    async def _heartbeat(self, job_ids: list[str]) -> None:
+        while True:
+            await anyio.sleep(self.config.heartbeat_seconds)
+            async with self._services.database.unit_of_work() as uow:
+                held = await uow.jobs.heartbeat(
+                    self.worker_id, job_ids, lease_seconds=self.config.lease_seconds
+                )
+            if len(held) < len(job_ids):
+                log.warning(
+                    "worker.lease_lost", worker=self.worker_id, lost=len(job_ids) - len(held)
+                )
+
+    async def _process(self, jobs: Sequence[JobRecord]) -> None:
+        work: list[_Work] = []
+        for job in jobs:
+            prepared = await self._load(job)
+            if prepared is not None:
+                work.append(prepared)
+        if not work:
+            return
+        try:
+            result = await self._embedder.embed([w.value for w in work], "retrieval.passage")
+        except EmbeddingError as exc:
+            if not exc.retryable and len(work) > 1:
+                # One bad item must not fail its batch-mates: embed them one by one.
+                for item in work:
+                    await self._embed_alone(item)
+                return
+            for item in work:
+                await self._failed(item.job, exc)
+            return
+        except Exception as exc:
+            for item in work:
+                await self._retry(
+                    item.job, "embed_error", f"embedding failed ({type(exc).__name__})"
+                )
+            return
+        shares = _split_usage(result.usage.total_tokens, len(work))
+        image_shares = _split_usage(result.usage.image_tokens, len(work))
+        prompt_shares = _split_usage(result.usage.prompt_tokens, len(work))
+        for index, item in enumerate(work):
+            usage = {
+                "total_tokens": shares[index],
+                "prompt_tokens": prompt_shares[index],
+                "image_tokens": image_shares[index],
+            }
+            await self._complete(item, result.embeddings[index], usage, result.request_id)
+
+    async def _embed_alone(self, item: _Work) -> None:
+        try:
+            result = await self._embedder.embed([item.value], "retrieval.passage")
+        except EmbeddingError as exc:
+            await self._failed(item.job, exc)
+            return
+        except Exception as exc:
+            await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
+            return
+        usage = {
+            "total_tokens": result.usage.total_tokens,
+            "prompt_tokens": result.usage.prompt_tokens,
+            "image_tokens": result.usage.image_tokens,
+        }
+        await self._complete(item, result.embeddings[0], usage, result.request_id)
+
+    async def _load(self, job: JobRecord) -> _Work | None:
+        """Reload the asset and object with owner predicates; refuse what cannot be embedded."""
+        async with self._services.database.unit_of_work() as uow:
+            asset = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
+            if asset is None or asset.status in ("deleting", "deleted"):
+                await uow.jobs.cancel(job.id, self.worker_id, reason="the asset is being deleted")
+                return None
+            stored = await uow.objects.get(job.owner_identity, asset.object_id)
+        if stored.status != "available" or stored.preview_storage_key is None:
+            await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
+            return None
+        try:
+            preview = await self._read(stored.preview_storage_key)
+        except MemoryDbError as exc:
+            await self._retry(job, "store_unavailable", f"the preview could not be read ({exc})")
+            return None
+        image = ImageInput(data=preview)
+        value: ImageInput | FusedInput | TextInput = image
+        if job.representation == "fused":
+            text = fused_text(
+                title=asset.title,
+                title_source=str(asset.metadata.get("titleSource", "derived")),
+                alt_text=asset.alt_text,
+                description=asset.description,
+                source_ref=asset.source_ref,
+            )
+            if text is None:
+                await self._fail(job, "no_text", "the asset has no text for a fused vector")
+                return None
+            value = FusedInput(parts=(TextInput(text), image))
+        return _Work(job=job, asset=asset, value=value, object_mime=stored.mime_type)
+
+    async def _read(self, key: str) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in self._services.store.get_stream(key):
+            size += len(chunk)
+            if size > MAX_PREVIEW_BYTES:
+                raise MemoryDbError("the preview is larger than expected")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _complete(
+        self,
+        item: _Work,
+        embedding: Sequence[float],
+        usage: dict[str, int],
+        request_id: str | None,
+    ) -> None:
+        job, asset = item.job, item.asset
+        assert self._index_name is not None
+        try:
+            async with self._services.database.unit_of_work() as uow:
+                # Lock the asset first: deletion updates this row, so it waits for us or we
+                # see its 'deleting' state and write nothing.
+                status = await uow.session.scalar(
+                    select(Asset.status)
+                    .where(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
+                    .with_for_update()
+                )
+                scope = VaultScope(asset.owner_identity, asset.vault)
+                index = await VectorIndex.open(uow.session, self._index_name)
+                if status is None or status in ("deleting", "deleted"):
+                    if not await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
+                        raise _LeaseLost
+                    await index.delete_asset(scope, job.asset_id)
+                    return
+                if not await uow.jobs.complete(job.id, self.worker_id, usage=usage):
+                    raise _LeaseLost
+                current = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
+                assert current is not None
+                await index.upsert(
+                    scope,
+                    [
+                        VectorRecord(
+                            asset_id=current.id,
+                            object_id=current.object_id,
+                            project_id=current.project_id,
+                            folder_id=current.folder_id,
+                            representation=job.representation,
+                            model=job.model,
+                            mime_type=item.object_mime,
+                            source_kind=current.source_kind,
+                            created_at=current.created_at,
+                            embedding=embedding,
+                        )
+                    ],
+                )
+                await uow.usage.record(
+                    owner_identity=job.owner_identity,
+                    source="embed_image_document",
+                    model=job.model,
+                    total_tokens=usage["total_tokens"],
+                    prompt_tokens=usage["prompt_tokens"],
+                    image_tokens=usage["image_tokens"],
+                    asset_id=job.asset_id,
+                    job_id=job.id,
+                    request_id=request_id,
+                )
+                await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
+        except _LeaseLost:
+            log.warning("worker.lease_lost_at_completion", worker=self.worker_id, job_id=job.id)
+            return
+        log.info(
+            "worker.job_done",
+            job_id=job.id,
+            asset_id=job.asset_id,
+            representation=job.representation,
+        )
+
+    async def _failed(self, job: JobRecord, exc: EmbeddingError) -> None:
+        if exc.retryable:
+            await self._retry(job, exc.code, str(exc))
+        else:
+            await self._fail(job, exc.code, str(exc))
+
+    async def _retry(self, job: JobRecord, code: str, message: str) -> None:
+        async with self._services.database.unit_of_work() as uow:
+            await uow.jobs.retry_later(
+                job,
+                self.worker_id,
+                code=code,
+                message=message,
+                delay=retry_delay(job.attempts, self.config),
+            )
+            await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
+        log.info("worker.job_retry", job_id=job.id, code=code, attempt=job.attempts)
+
+    async def _fail(self, job: JobRecord, code: str, message: str) -> None:
+        async with self._services.database.unit_of_work() as uow:
+            await uow.jobs.fail(job.id, self.worker_id, code=code, message=message)
+            await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
+        log.warning("worker.job_failed", job_id=job.id, code=code)
+
+
+def _split_usage(total: int, parts: int) -> list[int]:
+    """Apportion a batch's token count over its jobs (the remainder goes to the first)."""
+    share, remainder = divmod(total, parts)
+    return [share + (remainder if index == 0 else 0) for index in range(parts)]

@@ -1,0 +1,307 @@
+"""The embedding worker: outcomes, retries, leases, deletion races, batching, wake-ups."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import text
+
+from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
+from memory_db.errors import ProviderRejected, ProviderUnavailable
+from memory_db.vectors import resolve_alias
+from memory_tools import MemoryServices
+from memory_tools.access import Caller
+from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.worker import EmbeddingWorker, WorkerConfig
+
+from .test_save import picture
+
+FAST = WorkerConfig(
+    batch_size=8,
+    lease_seconds=30,
+    heartbeat_seconds=10,
+    poll_seconds=0.2,
+    retry_base_seconds=0.01,
+    retry_max_seconds=0.02,
+)
+
+
+@pytest.fixture
+async def alice_caller(database: Any) -> Caller:
+    from memory_tools import admin
+
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    return Caller("alice@example.com", "akey_a", frozenset({"read", "write", "destructive"}))
+
+
+async def save(services: MemoryServices, caller: Caller, seed: int, **fields: Any) -> str:
+    request = SaveRequest(image_base64=base64.b64encode(picture(seed)).decode(), **fields)
+    return (await AssetSaver(services).save(caller, request)).asset_id
+
+
+async def asset_row(services: MemoryServices, asset_id: str) -> dict[str, Any]:
+    async with services.database.engine.connect() as conn:
+        row = (
+            await conn.execute(
+                text(
+                    "SELECT status, embedding_status, failure_code, metadata FROM mem_assets "
+                    "WHERE id = :i"
+                ),
+                {"i": asset_id},
+            )
+        ).one()
+    return dict(row._mapping)
+
+
+async def scalar(services: MemoryServices, sql: str, **params: Any) -> Any:
+    async with services.database.engine.connect() as conn:
+        return (await conn.execute(text(sql), params)).scalar_one()
+
+
+async def vectors_of(services: MemoryServices, asset_id: str) -> int:
+    async with services.database.unit_of_work() as uow:
+        name = await resolve_alias(uow.session)
+        return int(
+            await uow.session.scalar(
+                text(f"SELECT count(*) FROM {name} WHERE asset_id = :a"), {"a": asset_id}
+            )
+            or 0
+        )
+
+
+async def test_a_saved_image_becomes_ready_with_both_representations(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 1, title="Sunset over the harbour")
+    worker = EmbeddingWorker(saving, FAST)
+    assert await worker.drain() == 2
+    row = await asset_row(saving, asset_id)
+    assert (row["status"], row["embedding_status"]) == ("ready", "ready")
+    assert await vectors_of(saving, asset_id) == 2
+    ledger = await scalar(
+        saving,
+        "SELECT count(*) FROM mem_usage_ledger WHERE asset_id = :a AND source = 'embed_image_document'",
+        a=asset_id,
+    )
+    assert ledger == 2
+    async with saving.database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert {(job.status, job.attempts) for job in jobs} == {("done", 1)}
+    assert all(job.lease_owner is None for job in jobs)
+
+
+async def test_no_text_means_visual_only_and_ready(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 2)
+    await EmbeddingWorker(saving, FAST).drain()
+    row = await asset_row(saving, asset_id)
+    assert row["embedding_status"] == "ready"
+    assert row["metadata"]["embedding"]["fused"].startswith("skipped")
+    assert await vectors_of(saving, asset_id) == 1
+
+
+async def test_one_embedder_call_embeds_a_batch(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    embedder = ScriptedEmbedder(model_name="local-hash-v1")
+    services = replace(saving, embedder=embedder)
+    for seed in range(6):
+        await save(services, alice_caller, 10 + seed)
+    await EmbeddingWorker(services, FAST).drain()
+    assert embedder.calls == [("retrieval.passage", 6)]
+
+
+async def test_transient_failures_retry_with_backoff_then_succeed(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    embedder = ScriptedEmbedder(
+        model_name="local-hash-v1", script=[ProviderUnavailable("http_503", "busy")]
+    )
+    services = replace(saving, embedder=embedder)
+    asset_id = await save(services, alice_caller, 20)
+    worker = EmbeddingWorker(services, FAST)
+    await worker.run_once()
+    async with services.database.unit_of_work() as uow:
+        (job,) = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert (job.status, job.last_error_code, job.attempts) == ("retry", "http_503", 1)
+    assert job.run_after > job.created_at
+    await anyio.sleep(0.05)
+    await worker.drain()
+    row = await asset_row(services, asset_id)
+    assert row["embedding_status"] == "ready"
+
+
+async def test_attempts_are_capped_at_five(saving: MemoryServices, alice_caller: Caller) -> None:
+    embedder = ScriptedEmbedder(
+        model_name="local-hash-v1",
+        script=[ProviderUnavailable("http_503", "busy") for _ in range(10)],
+    )
+    services = replace(saving, embedder=embedder)
+    asset_id = await save(services, alice_caller, 21)
+    worker = EmbeddingWorker(services, FAST)
+    for _ in range(12):
+        await worker.run_once()
+        await anyio.sleep(0.03)
+    async with services.database.unit_of_work() as uow:
+        (job,) = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert (job.status, job.attempts) == ("failed", 5)
+    row = await asset_row(services, asset_id)
+    assert (row["status"], row["embedding_status"], row["failure_code"]) == (
+        "failed",
+        "failed",
+        "http_503",
+    )
+    assert len(embedder.calls) == 5
+
+
+async def test_a_permanent_visual_failure_fails_the_asset(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    embedder = ScriptedEmbedder(
+        model_name="local-hash-v1", script=[ProviderRejected("unsupported_media", "no")]
+    )
+    services = replace(saving, embedder=embedder)
+    asset_id = await save(services, alice_caller, 22)
+    await EmbeddingWorker(services, FAST).drain()
+    row = await asset_row(services, asset_id)
+    assert (row["status"], row["failure_code"]) == ("failed", "unsupported_media")
+    assert await vectors_of(services, asset_id) == 0
+
+
+class _FailFused(ScriptedEmbedder):
+    """Rejects fused inputs only (a provider that cannot embed this text)."""
+
+    async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
+        from memory_db.embedding import FusedInput
+
+        if any(isinstance(v, FusedInput) for v in values):
+            raise ProviderRejected("invalid_input", "text rejected")
+        return await super().embed(values, task)
+
+
+async def test_a_failed_fused_representation_is_partial(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    services = replace(saving, embedder=_FailFused(model_name="local-hash-v1"))
+    asset_id = await save(services, alice_caller, 23, alt_text="a red square")
+    await EmbeddingWorker(services, FAST).drain()
+    row = await asset_row(services, asset_id)
+    assert (row["status"], row["embedding_status"]) == ("ready", "partial")
+    assert await vectors_of(services, asset_id) == 1
+
+
+class _DeleteDuringEmbed(ScriptedEmbedder):
+    """Marks the asset 'deleting' while its embedding is in flight."""
+
+    services: Any = None
+
+    async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
+        async with self.services.database.engine.begin() as conn:
+            await conn.execute(text("UPDATE mem_assets SET status = 'deleting'"))
+        return await super().embed(values, task)
+
+
+async def test_an_asset_deleted_during_work_gets_no_vectors(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    embedder = _DeleteDuringEmbed(model_name="local-hash-v1")
+    services = replace(saving, embedder=embedder)
+    embedder.services = services
+    asset_id = await save(services, alice_caller, 24, title="doomed")
+    await EmbeddingWorker(services, FAST).drain()
+    assert await vectors_of(services, asset_id) == 0
+    async with services.database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert {job.status for job in jobs} == {"cancelled"}
+    assert await scalar(services, "SELECT count(*) FROM mem_usage_ledger") == 0
+
+
+async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 25, title="reclaimed")
+    slow = EmbeddingWorker(saving, replace(FAST, lease_seconds=0.2), name="slow")
+    await slow.drain(limit=0)  # prepares the index only
+    async with saving.database.unit_of_work() as uow:
+        claimed = await uow.jobs.claim("slow", limit=10, lease_seconds=0.2)
+    assert len(claimed) == 2
+    await anyio.sleep(0.3)
+    fast = EmbeddingWorker(saving, FAST, name="fast")
+    assert await fast.drain() == 2
+    # The first worker wakes up and tries to finish: its lease is gone.
+    work = [w for w in [await slow._load(job) for job in claimed] if w is not None]
+    result = await saving.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
+    for item, vector in zip(work, result.embeddings, strict=True):
+        await slow._complete(
+            item, vector, {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}, None
+        )
+    assert await vectors_of(saving, asset_id) == 2
+    assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 2
+    async with saving.database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert {(job.status, job.attempts) for job in jobs} == {("done", 2)}
+
+
+async def test_two_workers_never_run_the_same_job(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    ids = [await save(saving, alice_caller, 40 + seed, title=f"t{seed}") for seed in range(20)]
+    first = EmbeddingWorker(saving, replace(FAST, batch_size=3), name="w1")
+    second = EmbeddingWorker(saving, replace(FAST, batch_size=3), name="w2")
+    counts: list[int] = []
+
+    async def run(worker: EmbeddingWorker) -> None:
+        counts.append(await worker.drain())
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(run, first)
+        group.start_soon(run, second)
+    assert sum(counts) == 40
+    assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 40
+    assert (
+        await scalar(
+            saving,
+            "SELECT count(*) FROM mem_asset_embedding_jobs WHERE status = 'done' AND attempts = 1",
+        )
+        == 40
+    )
+    for asset_id in ids:
+        assert await vectors_of(saving, asset_id) == 2
+
+
+async def test_a_running_worker_wakes_on_notify(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=60, sweep_seconds=60))
+    ready = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: worker.run(ready=ready))
+        await ready.wait()
+        await anyio.sleep(0.3)  # let the listener subscribe
+        asset_id = await save(saving, alice_caller, 60)
+        with anyio.fail_after(10):
+            while (await asset_row(saving, asset_id))["embedding_status"] != "ready":
+                await anyio.sleep(0.05)
+        group.cancel_scope.cancel()
+
+
+async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 61)
+    async with saving.database.engine.begin() as conn:
+        await conn.execute(
+            text(
+                "UPDATE mem_asset_embedding_jobs SET status = 'running', attempts = 5, "
+                "lease_owner = 'dead', lease_until = now() - interval '1 second'"
+            )
+        )
+    await EmbeddingWorker(saving, FAST).sweep()
+    row = await asset_row(saving, asset_id)
+    assert (row["status"], row["failure_code"]) == ("failed", "lease_expired")
