@@ -5,8 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
-from memory_db import ConfigurationError, MemorySettings, Runtime, open_runtime
+import anyio
+
+from memory_db import ConfigurationError, MemorySettings, Runtime, get_logger, open_runtime
 from memory_tools import MemoryServices, ToolFailure, authenticate
+from memory_tools.ingest import SafeFetcher
+from memory_tools.ingest.fetch import fetch_policy
+from memory_tools.ingest.images import lock_down_libvips
+from memory_tools.worker import EmbeddingWorker, WorkerConfig
+
+log = get_logger(__name__)
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8765
@@ -48,14 +56,44 @@ async def running(
     migrate: bool = False,
 ) -> AsyncGenerator[tuple[Runtime, MemoryServices], None]:
     """Open the runtime and services for the lifetime of the block, then close them."""
+    # Before anything can decode an image: only the four accepted loaders stay reachable.
+    try:
+        lock_down_libvips()
+    except RuntimeError as exc:
+        raise ConfigurationError(str(exc)) from None
     runtime = await open_runtime(settings, public_base_url=base_url, migrate=migrate)
+    fetcher = SafeFetcher(fetch_policy(settings))
     try:
         services = MemoryServices(
             database=runtime.database,
             store=runtime.store,
             settings=settings,
             default_api_key=default_api_key,
+            embedder=runtime.embedder,
+            fetcher=fetcher,
         )
         yield runtime, services
     finally:
+        await fetcher.aclose()
         await runtime.close()
+
+
+def worker_config(settings: MemorySettings, concurrency: int | None = None) -> WorkerConfig:
+    """Worker pacing from ``ASSET_EMBED_WORKER_CONCURRENCY`` (or an explicit value)."""
+    return WorkerConfig(concurrency=concurrency or settings.asset_embed_worker_concurrency or 2)
+
+
+@asynccontextmanager
+async def background_worker(
+    services: MemoryServices, config: WorkerConfig
+) -> AsyncGenerator[EmbeddingWorker, None]:
+    """Run an embedding worker beside the server for the lifetime of the block."""
+    worker = EmbeddingWorker(services, config)
+    async with anyio.create_task_group() as group:
+        ready = anyio.Event()
+        group.start_soon(lambda: worker.run(ready=ready))
+        await ready.wait()
+        try:
+            yield worker
+        finally:
+            group.cancel_scope.cancel()

@@ -20,12 +20,14 @@ from memory_db.migrate import current_revision
 from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
+    background_worker,
     check_api_key,
     public_base_url,
     running,
     stdio_api_key,
+    worker_config,
 )
-from memory_tools import ConflictFailure, ToolFailure, admin
+from memory_tools import ConflictFailure, MemoryServices, ToolFailure, admin
 
 
 class Terminated(Exception):
@@ -49,7 +51,7 @@ def _err(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-async def _serve_stdio(settings: MemorySettings) -> None:
+async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
     key = stdio_api_key(settings)
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
@@ -58,32 +60,57 @@ async def _serve_stdio(settings: MemorySettings) -> None:
 
         server = build_memory_server(services)
         _err("image-memory: serving MCP over stdio")
-        await server.run_stdio_async(show_banner=False)
+        if with_worker:
+            async with background_worker(services, worker_config(settings)):
+                await server.run_stdio_async(show_banner=False)
+        else:
+            await server.run_stdio_async(show_banner=False)
 
 
-async def _serve_http(settings: MemorySettings, host: str, port: int) -> None:
-    base = public_base_url(settings, host, port)
-    from memory_server.app import build_http_server, serve_http
+async def _run_worker(settings: MemorySettings, concurrency: int | None) -> None:
+    base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
+    from memory_tools.worker import EmbeddingWorker
 
     async with running(settings, base_url=base) as (_runtime, services):
-        server = build_http_server(services)
-        shown = f"[{host}]" if ":" in host else host
-        database = (
-            "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
-        )
+        config = worker_config(settings, concurrency)
+        worker = EmbeddingWorker(services, config)
         _err(
-            f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
-            f"  data directory: {settings.memory_data_dir}\n"
-            f"  database: {database}\n"
-            "  get an API key (in another terminal, from the checkout):\n"
-            "    make key OWNER=you@example.com\n"
-            "  or step by step:\n"
-            "    .venv/bin/memory-server admin create-identity --owner you@example.com\n"
-            "    .venv/bin/memory-server admin create-key --owner you@example.com "
-            "--scopes read,write,destructive\n"
-            "  then connect with the header  Authorization: Bearer <key>"
+            f"image-memory: embedding worker {worker.worker_id} (concurrency {config.concurrency})"
         )
-        await serve_http(server, host, port)
+        await worker.run()
+
+
+async def _serve_http(settings: MemorySettings, host: str, port: int, *, with_worker: bool) -> None:
+    base = public_base_url(settings, host, port)
+    async with running(settings, base_url=base) as (_runtime, services):
+        if with_worker:
+            async with background_worker(services, worker_config(settings)):
+                await _announce_and_serve_http(settings, services, host, port)
+        else:
+            await _announce_and_serve_http(settings, services, host, port)
+
+
+async def _announce_and_serve_http(
+    settings: MemorySettings, services: MemoryServices, host: str, port: int
+) -> None:
+    from memory_server.app import build_http_server, serve_http
+
+    server = build_http_server(services)
+    shown = f"[{host}]" if ":" in host else host
+    database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
+    _err(
+        f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
+        f"  data directory: {settings.memory_data_dir}\n"
+        f"  database: {database}\n"
+        "  get an API key (in another terminal, from the checkout):\n"
+        "    make key OWNER=you@example.com\n"
+        "  or step by step:\n"
+        "    .venv/bin/memory-server admin create-identity --owner you@example.com\n"
+        "    .venv/bin/memory-server admin create-key --owner you@example.com "
+        "--scopes read,write,destructive\n"
+        "  then connect with the header  Authorization: Bearer <key>"
+    )
+    await serve_http(server, host, port)
 
 
 async def _migrate(settings: MemorySettings) -> None:
@@ -175,6 +202,18 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
     serve.add_argument("--host", default=DEFAULT_HOST, help="HTTP bind address (default 127.0.0.1)")
     serve.add_argument("--port", type=int, default=DEFAULT_PORT, help="HTTP port (default 8765)")
+    serve.add_argument(
+        "--no-worker",
+        action="store_true",
+        help="do not embed in this process (run `memory-server worker` processes instead)",
+    )
+    worker = commands.add_parser("worker", help="run an embedding worker (any number at once)")
+    worker.add_argument(
+        "--concurrency",
+        type=int,
+        default=None,
+        help="batches in flight (default ASSET_EMBED_WORKER_CONCURRENCY or 2)",
+    )
 
     commands.add_parser("migrate", help="apply database migrations")
 
@@ -225,7 +264,21 @@ def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None]]) 
         return 0
     except KeyboardInterrupt:
         return 130
+    except BaseExceptionGroup as group:
+        # The in-process worker runs in a task group, which wraps what ends the server.
+        if group.subgroup(Terminated) is not None and group.subgroup(_unexpected) is None:
+            return 0
+        if group.subgroup(KeyboardInterrupt) is not None and group.subgroup(_unexpected) is None:
+            return 130
+        raise
     return 0
+
+
+def _unexpected(exc: BaseException) -> bool:
+    # subgroup() also asks about the groups themselves: judge only the leaves.
+    if isinstance(exc, BaseExceptionGroup):
+        return False
+    return not isinstance(exc, Terminated | KeyboardInterrupt | asyncio.CancelledError)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -234,9 +287,13 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     async def command(settings: MemorySettings) -> None:
         if args.command == "serve" and args.transport == "stdio":
-            await _serve_stdio(settings)
+            await _serve_stdio(settings, with_worker=not args.no_worker)
         elif args.command == "serve":
-            await _serve_http(settings, args.host, args.port)
+            await _serve_http(settings, args.host, args.port, with_worker=not args.no_worker)
+        elif args.command == "worker":
+            if args.concurrency is not None and not 1 <= args.concurrency <= 64:
+                raise ConfigurationError("--concurrency: must be between 1 and 64")
+            await _run_worker(settings, args.concurrency)
         elif args.command == "migrate":
             await _migrate(settings)
         else:
