@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 import socket
 import subprocess
@@ -11,8 +12,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
+import pyvips
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
@@ -22,6 +25,13 @@ from memory_db.testing import PostgresForTests
 pytestmark = pytest.mark.slow
 
 SERVER = [sys.executable, "-m", "memory_server"]
+
+
+def _png(seed: int = 1) -> bytes:
+    xyz = pyvips.Image.xyz(64, 48)
+    red = ((xyz[0] * (seed + 2)) % 256).cast("uchar")
+    green = ((xyz[1] * 5 + seed) % 256).cast("uchar")
+    return red.bandjoin([green, red]).copy(interpretation="srgb").pngsave_buffer()
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -199,6 +209,26 @@ async def test_http_server_on_the_embedded_default(
     async with Client(url + "/mcp", auth=alice) as client:
         project = await client.call_tool("image_project_create", {"name": "Over HTTP"})
         assert project.structured_content["vault"] == "Library"
+        # Save an image; the server's in-process worker embeds it. Repeating the save with the
+        # same idempotency key reports the asset's current state.
+        save = {
+            "imageBase64": base64.b64encode(_png()).decode(),
+            "title": "A gradient saved over HTTP",
+            "projectId": project.structured_content["projectId"],
+            "idempotencyKey": "e2e-1",
+        }
+        saved = (await client.call_tool("image_asset_save", save)).structured_content
+        assert saved["embeddingStatus"] == "pending" and len(saved["jobIds"]) == 2
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            state = (await client.call_tool("image_asset_save", save)).structured_content
+            assert state["assetId"] == saved["assetId"] and state["replayed"]
+            if state["embeddingStatus"] == "ready":
+                break
+            await anyio.sleep(0.2)
+        else:
+            pytest.fail("the saved image did not become ready within 60 s")
+        assert state["status"] == "ready"
     async with Client(url + "/mcp", auth=reader) as client:
         listed = await client.call_tool("image_project_list", {})
         assert [(p["vault"], p["name"]) for p in listed.structured_content["projects"]] == [

@@ -78,9 +78,22 @@ async def running(
         await runtime.close()
 
 
-def worker_config(settings: MemorySettings, concurrency: int | None = None) -> WorkerConfig:
-    """Worker pacing from ``ASSET_EMBED_WORKER_CONCURRENCY`` (or an explicit value)."""
-    return WorkerConfig(concurrency=concurrency or settings.asset_embed_worker_concurrency or 2)
+def worker_config(
+    settings: MemorySettings,
+    concurrency: int | None = None,
+    *,
+    batch_size: int | None = None,
+    lease_seconds: float | None = None,
+) -> WorkerConfig:
+    """Worker pacing from ``ASSET_EMBED_WORKER_CONCURRENCY`` and the command line."""
+    default = WorkerConfig()
+    lease = lease_seconds or default.lease_seconds
+    return WorkerConfig(
+        concurrency=concurrency or settings.asset_embed_worker_concurrency or default.concurrency,
+        batch_size=batch_size or default.batch_size,
+        lease_seconds=lease,
+        heartbeat_seconds=lease / 4,
+    )
 
 
 @asynccontextmanager

@@ -67,12 +67,17 @@ async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
             await server.run_stdio_async(show_banner=False)
 
 
-async def _run_worker(settings: MemorySettings, concurrency: int | None) -> None:
+async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> None:
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     from memory_tools.worker import EmbeddingWorker
 
     async with running(settings, base_url=base) as (_runtime, services):
-        config = worker_config(settings, concurrency)
+        config = worker_config(
+            settings,
+            args.concurrency,
+            batch_size=args.batch_size,
+            lease_seconds=args.lease_seconds,
+        )
         worker = EmbeddingWorker(services, config)
         _err(
             f"image-memory: embedding worker {worker.worker_id} (concurrency {config.concurrency})"
@@ -214,6 +219,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="batches in flight (default ASSET_EMBED_WORKER_CONCURRENCY or 2)",
     )
+    worker.add_argument("--batch-size", type=int, default=None, help="jobs per embedder call (16)")
+    worker.add_argument(
+        "--lease-seconds",
+        type=float,
+        default=None,
+        help="how long a claimed job stays leased without a heartbeat (120)",
+    )
 
     commands.add_parser("migrate", help="apply database migrations")
 
@@ -293,7 +305,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "worker":
             if args.concurrency is not None and not 1 <= args.concurrency <= 64:
                 raise ConfigurationError("--concurrency: must be between 1 and 64")
-            await _run_worker(settings, args.concurrency)
+            if args.batch_size is not None and not 1 <= args.batch_size <= 256:
+                raise ConfigurationError("--batch-size: must be between 1 and 256")
+            if args.lease_seconds is not None and not 1 <= args.lease_seconds <= 3600:
+                raise ConfigurationError("--lease-seconds: must be between 1 and 3600")
+            await _run_worker(settings, args)
         elif args.command == "migrate":
             await _migrate(settings)
         else:

@@ -53,6 +53,7 @@ class JinaState:
     """Shared between the server thread and the test."""
 
     keys: set[str]
+    latency: float = 0.0  # added to every request (benchmarks, crash tests)
     faults: list[Fault] = field(default_factory=list)
     seen: list[Seen] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -140,6 +141,8 @@ class _Handler(BaseHTTPRequestHandler):
         status = 401 if key not in state.keys else (fault.status if fault else 200)
         with state.lock:
             state.seen.append(Seen(key, str(task), len(kinds), kinds, status))
+        if state.latency:
+            time.sleep(state.latency)
         if fault and fault.delay:
             time.sleep(fault.delay)
         if key not in state.keys:
@@ -214,8 +217,8 @@ class _Handler(BaseHTTPRequestHandler):
 class JinaTestServer:
     """Start with ``start()``; ``base_url`` ends in ``/v1`` like the real API."""
 
-    def __init__(self, keys: set[str]) -> None:
-        self.state = JinaState(keys=set(keys))
+    def __init__(self, keys: set[str], *, latency: float = 0.0) -> None:
+        self.state = JinaState(keys=set(keys), latency=latency)
         handler = type("Handler", (_Handler,), {"state": self.state})
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
         self._server.daemon_threads = True
