@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import pyvips
 from sqlalchemy import text
@@ -100,13 +101,13 @@ async def _query(database: Database, sql: str) -> Any:
         return (await conn.execute(text(sql))).all()
 
 
-async def _wait_until(database: Database, sql: str, expected: Any, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
+async def _wait_until(database: Database, sql: str, expected: Any, within: float) -> None:
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if (await _query(database, sql))[0][0] == expected:
             return
-        time.sleep(0.2)
-    raise AssertionError(f"{sql} did not reach {expected!r} within {timeout} s")
+        await anyio.sleep(0.2)
+    raise AssertionError(f"{sql} did not reach {expected!r} within {within} s")
 
 
 async def test_a_killed_worker_loses_nothing_and_finishes_exactly_once(
@@ -124,7 +125,7 @@ async def test_a_killed_worker_loses_nothing_and_finishes_exactly_once(
         )
         deadline = time.monotonic() + 30
         while not jina.state.seen and time.monotonic() < deadline:
-            time.sleep(0.05)
+            await anyio.sleep(0.05)
         assert jina.state.seen, "the worker never called the embedder"
         os.kill(first.pid, signal.SIGKILL)
         first.wait(timeout=10)
