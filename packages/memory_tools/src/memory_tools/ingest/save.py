@@ -169,13 +169,17 @@ class AssetSaver:
     """Runs the save flow for one server's services."""
 
     def __init__(self, services: MemoryServices) -> None:
+        self.services = services
         self._services = services
         self._settings = services.settings
 
     # --- step 0: input ----------------------------------------------------------------------
 
-    def prepare(self, request: SaveRequest) -> _Prepared:
-        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``."""
+    def prepare(self, request: SaveRequest, *, upload: bool = False) -> _Prepared:
+        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``.
+
+        ``upload`` is the direct-upload flow: the bytes arrive later, so no source is given.
+        """
         sources = [
             name
             for name, value in (
@@ -185,7 +189,9 @@ class AssetSaver:
             )
             if value is not None
         ]
-        if len(sources) != 1:
+        if upload and sources:
+            raise InvalidInputFailure("an upload carries its bytes itself; give no other source")
+        if not upload and len(sources) != 1:
             given = ", ".join(sources) if sources else "none"
             raise InvalidInputFailure(
                 f"give exactly one of sourceUrl, artifactId, imageBase64 (given: {given})"
@@ -198,9 +204,11 @@ class AssetSaver:
         data: bytes | None = None
         source_url: str | None = None
         fetch_url: str | None = None
-        if request.image_base64 is not None:
+        kind: Literal["external_url", "upload"] = "upload"
+        if upload:
+            pass
+        elif request.image_base64 is not None:
             data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
-            kind: Literal["external_url", "upload"] = "upload"
         else:
             assert request.source_url is not None
             fetcher = self._services.fetcher
@@ -254,10 +262,10 @@ class AssetSaver:
                 max_pixels=self._settings.asset_max_decoded_pixels,
                 preview_edge=self._settings.asset_preview_max_edge,
             )
-            return await self._store(caller, prepared, target, reservation_id, data, image)
+            return await self.store(caller, prepared, target, reservation_id, data, image)
         except BaseException:
             with anyio.CancelScope(shield=True):
-                await self._release(target.scope.owner_identity, reservation_id)
+                await self.release(target.scope.owner_identity, reservation_id)
             raise
 
     async def _open(
@@ -268,7 +276,7 @@ class AssetSaver:
         deadline = anyio.current_time() + self._settings.asset_fetch_timeout_seconds + 60
         while True:
             async with self._services.database.unit_of_work() as uow:
-                target = await self._target(uow, caller, request)
+                target = await self.target(uow, caller, request)
                 owner = target.scope.owner_identity
                 expected = (
                     len(prepared.data)
@@ -297,7 +305,7 @@ class AssetSaver:
                     return (
                         target,
                         reservation.id,
-                        await self._replay(uow, target, reservation.asset_id),
+                        await self.replay(uow, target, reservation.asset_id),
                     )
                 if reservation.status in ("released", "expired"):
                     retaken = await uow.quota.retake(owner, reservation.id, expires_at=expires)
@@ -308,7 +316,8 @@ class AssetSaver:
                 raise ConflictFailure("a save with this idempotencyKey is still in progress")
             await anyio.sleep(_POLL_SECONDS)
 
-    async def _target(self, uow: UnitOfWork, caller: Caller, request: SaveRequest) -> _Target:
+    async def target(self, uow: UnitOfWork, caller: Caller, request: SaveRequest) -> _Target:
+        """The writable vault scope, project and folder ``request`` names, for ``caller``."""
         vault = await resolve_vault(uow, caller, request.vault, "write")
         scope = vault.record.scope
         try:
@@ -329,7 +338,8 @@ class AssetSaver:
             folder_id=request.folder_id,
         )
 
-    async def _replay(self, uow: UnitOfWork, target: _Target, asset_id: str) -> SaveResult:
+    async def replay(self, uow: UnitOfWork, target: _Target, asset_id: str) -> SaveResult:
+        """The current state of an asset an earlier request created."""
         asset = await uow.assets.get_for_owner(target.scope.owner_identity, asset_id)
         if asset is None or asset.status in ("deleting", "deleted"):
             raise ConflictFailure("idempotencyKey belongs to an asset that has been deleted")
@@ -350,14 +360,15 @@ class AssetSaver:
             bytes=stored.bytes,
         )
 
-    async def _release(self, owner: str, reservation_id: str) -> None:
+    async def release(self, owner: str, reservation_id: str) -> None:
+        """Give a reservation's bytes back (best effort; the expiry sweep is the fallback)."""
         try:
             async with self._services.database.unit_of_work() as uow:
                 await uow.quota.release(owner, reservation_id)
         except Exception:  # the expiry sweep releases it later
             log.warning("asset.save.release_failed", reservation_id=reservation_id)
 
-    async def _store(
+    async def store(
         self,
         caller: Caller,
         prepared: _Prepared,
@@ -365,7 +376,15 @@ class AssetSaver:
         reservation_id: str,
         data: bytes,
         image: InspectedImage,
+        *,
+        object_id: str | None = None,
+        original_present: bool = False,
     ) -> SaveResult:
+        """Steps 3-5: reserve, write the objects, commit.
+
+        ``original_present``: the original is already stored under ``object_id`` (a direct
+        upload); only the preview is written here.
+        """
         owner = target.scope.owner_identity
         text = fused_text(
             title=prepared.title,
@@ -384,11 +403,18 @@ class AssetSaver:
                 await uow.quota.reserve(owner, reservation_id, need)
             except QuotaExceededError as exc:
                 raise QuotaExceeded(str(exc)) from None
-        uploaded: list[str] = []
-        object_id = new_id("aob")
+        object_id = object_id or new_id("aob")
+        env = self._settings.asset_storage_env_prefix
+        original_key = build_object_key(
+            env, target.namespace_id, object_id, "original", image.format.extension
+        )
+        uploaded: list[str] = [original_key] if original_present else []
         receipts: tuple[str | None, str | None] = (None, None)
         if existing is None:
-            uploaded, receipts = await self._upload(target, object_id, data, image)
+            written, receipts = await self._upload(
+                target, object_id, data, image, with_original=not original_present
+            )
+            uploaded.extend(written)
         try:
             result, losers = await self._commit(
                 caller,
@@ -407,13 +433,21 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 await self._orphan(owner, uploaded, f"save commit failed: {type(exc).__name__}")
             raise
+        if original_present and result.deduplicated and original_key not in losers:
+            losers.append(original_key)  # the owner already stores these bytes
         if losers:
             with anyio.CancelScope(shield=True):
                 await self._discard(owner, losers)
         return result
 
     async def _upload(
-        self, target: _Target, object_id: str, data: bytes, image: InspectedImage
+        self,
+        target: _Target,
+        object_id: str,
+        data: bytes,
+        image: InspectedImage,
+        *,
+        with_original: bool = True,
     ) -> tuple[list[str], tuple[str | None, str | None]]:
         env = self._settings.asset_storage_env_prefix
         original_key = build_object_key(
@@ -422,14 +456,17 @@ class AssetSaver:
         preview_key = build_object_key(env, target.namespace_id, object_id, "preview")
         store = self._services.store
         uploaded: list[str] = []
+        receipts: tuple[str | None, str | None] = (None, None)
         try:
-            put = await store.put(
-                original_key,
-                data,
-                content_type=image.format.mime_type,
-                checksum_sha256=image.sha256,
-            )
-            uploaded.append(original_key)
+            if with_original:
+                put = await store.put(
+                    original_key,
+                    data,
+                    content_type=image.format.mime_type,
+                    checksum_sha256=image.sha256,
+                )
+                uploaded.append(original_key)
+                receipts = (put.etag, put.version_id)
             await store.put(
                 preview_key,
                 image.preview,
@@ -441,13 +478,13 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 await self._orphan(
                     target.scope.owner_identity,
-                    [original_key, preview_key],
+                    [original_key, preview_key] if with_original else [preview_key],
                     f"upload failed: {type(exc).__name__}",
                 )
             if isinstance(exc, MemoryDbError):
                 raise ToolFailure("the object store could not take the image; try again") from None
             raise
-        return uploaded, (put.etag, put.version_id)
+        return uploaded, receipts
 
     async def _commit(
         self,

@@ -1,0 +1,154 @@
+"""Direct uploads over plain HTTP: ``POST /uploads`` then ``POST /uploads/{id}/complete``.
+
+Both need ``Authorization: Bearer <API key>`` (the MCP auth provider does not cover custom
+routes). Bodies are strict camelCase JSON; errors are ``{"error": {"code", "message"}}`` with a
+status that matches the code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict
+from datetime import datetime
+from typing import Annotated, Any
+
+from pydantic import Field, ValidationError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from memory_db import get_logger
+from memory_tools import MemoryServices, ToolFailure, authenticate
+from memory_tools.access import Caller
+from memory_tools.errors import InvalidInputFailure, Unauthenticated
+from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.ingest.uploads import UploadFlow
+from memory_tools.mcp.schemas import SaveOut, WireModel
+
+log = get_logger(__name__)
+
+STATUS = {
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "invalid_input": 422,
+    "invalid_image": 422,
+    "quota_exceeded": 507,
+    "feature_disabled": 503,
+}
+MAX_BODY = 64 * 1024
+
+
+class UploadStart(WireModel):
+    """``POST /uploads``: what will be uploaded and how to file it."""
+
+    content_type: str = Field(description="image/jpeg, image/png, image/webp or image/gif.")
+    content_length: int = Field(ge=1, description="Exact size of the body you will PUT.")
+    vault: str = Field(default="Library", min_length=1, max_length=400)
+    project_id: str | None = Field(default=None, max_length=64)
+    folder_id: str | None = Field(default=None, max_length=64)
+    title: str | None = Field(default=None, max_length=240)
+    description: str | None = Field(default=None, max_length=4000)
+    alt_text: str | None = Field(default=None, max_length=2000)
+    tags: Annotated[list[str], Field(max_length=32)] = Field(default_factory=list[str])
+    source_ref: dict[str, str | int | float | bool | None] = Field(default_factory=dict[str, Any])
+    idempotency_key: str | None = Field(default=None, max_length=200)
+
+
+class UploadComplete(WireModel):
+    """``POST /uploads/{id}/complete``."""
+
+    vault: str = Field(default="Library", min_length=1, max_length=400)
+
+
+class UploadTicketOut(WireModel):
+    """Where to PUT the bytes, then where to finalise."""
+
+    upload_id: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    expires_at: datetime
+    complete_url: str
+
+
+def _error(failure: ToolFailure) -> Response:
+    return JSONResponse(
+        {"error": {"code": failure.code, "message": failure.message}},
+        status_code=STATUS.get(failure.code, 500),
+        headers={"Cache-Control": "no-store"},
+    )
+
+
+async def _caller(services: MemoryServices, request: Request) -> Caller:
+    header = request.headers.get("authorization", "")
+    scheme, _, token = header.partition(" ")
+    if scheme.lower() != "bearer" or not token.strip():
+        raise Unauthenticated("send Authorization: Bearer <API key>")
+    async with services.database.unit_of_work() as uow:
+        return await authenticate(uow, token.strip())
+
+
+async def _body(request: Request, model: type[WireModel]) -> Any:
+    raw = await request.body()
+    if len(raw) > MAX_BODY:
+        raise InvalidInputFailure(f"the request body is larger than {MAX_BODY} bytes")
+    try:
+        return model.model_validate_json(raw or b"{}")
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"]) or "body"
+        raise InvalidInputFailure(f"{where}: {first['msg']}") from None
+
+
+def upload_routes(services: MemoryServices) -> list[Route]:
+    """The two upload routes bound to ``services``."""
+    flow = UploadFlow(AssetSaver(services))
+
+    async def start(request: Request) -> Response:
+        try:
+            caller = await _caller(services, request)
+            body: UploadStart = await _body(request, UploadStart)
+            ticket = await flow.initiate(
+                caller,
+                SaveRequest(
+                    vault=body.vault,
+                    title=body.title,
+                    description=body.description,
+                    alt_text=body.alt_text,
+                    tags=list(body.tags),
+                    source_ref=dict(body.source_ref),
+                    project_id=body.project_id,
+                    folder_id=body.folder_id,
+                    idempotency_key=body.idempotency_key,
+                ),
+                content_type=body.content_type,
+                content_length=body.content_length,
+            )
+        except ToolFailure as failure:
+            return _error(failure)
+        out = UploadTicketOut(
+            upload_id=ticket.upload_id,
+            url=ticket.url,
+            method=ticket.method,
+            headers=ticket.headers,
+            expires_at=ticket.expires_at,
+            complete_url=f"/uploads/{ticket.upload_id}/complete",
+        )
+        return JSONResponse(
+            out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
+        )
+
+    async def complete(request: Request) -> Response:
+        try:
+            caller = await _caller(services, request)
+            body: UploadComplete = await _body(request, UploadComplete)
+            result = await flow.complete(caller, request.path_params["upload_id"], vault=body.vault)
+        except ToolFailure as failure:
+            return _error(failure)
+        return JSONResponse(SaveOut.model_validate(asdict(result)).model_dump(mode="json"))
+
+    return [
+        Route("/uploads", start, methods=["POST"]),
+        Route("/uploads/{upload_id}/complete", complete, methods=["POST"]),
+    ]

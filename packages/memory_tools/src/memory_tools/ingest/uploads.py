@@ -1,0 +1,217 @@
+"""Direct uploads for HTTP clients (§12.1): initiate with a signed PUT, then finalise.
+
+Initiation authorises the caller, validates the metadata exactly as a save does, reserves the
+declared bytes against the quota and answers with a short-lived upload authorisation bound to
+one server-generated key, content type and length (an S3 presigned PUT, or the local store's
+signed upload route). Finalisation reads what arrived, refuses anything that is not the declared
+image, and then runs the same steps as any save: preview, dedupe, quota, asset and jobs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import anyio
+
+from memory_db import MemoryDbError, QuotaExceededError, get_logger, new_id
+from memory_db.storage import build_object_key
+from memory_tools.access import Caller, resolve_vault
+from memory_tools.errors import (
+    ConflictFailure,
+    InvalidImage,
+    InvalidInputFailure,
+    NotFoundFailure,
+    QuotaExceeded,
+)
+from memory_tools.ingest.images import FORMATS, inspect_image
+from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult, vector_bytes
+
+log = get_logger(__name__)
+
+OPERATION = "asset_upload"
+_EXTENSIONS = {image_format.mime_type: image_format.extension for image_format in FORMATS.values()}
+
+
+@dataclass(frozen=True)
+class UploadTicket:
+    """Where and how to PUT the bytes, and the id to finalise with."""
+
+    upload_id: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    expires_at: datetime
+
+
+class UploadFlow:
+    """Initiation and finalisation of direct uploads for one server's services."""
+
+    def __init__(self, saver: AssetSaver) -> None:
+        self._saver = saver
+        self._services = saver.services
+
+    async def initiate(
+        self, caller: Caller, request: SaveRequest, *, content_type: str, content_length: int
+    ) -> UploadTicket:
+        """Reserve quota and authorise one PUT of ``content_length`` bytes of ``content_type``."""
+        settings = self._services.settings
+        extension = _EXTENSIONS.get(content_type)
+        if extension is None:
+            raise InvalidInputFailure(
+                "contentType: must be image/jpeg, image/png, image/webp or image/gif"
+            )
+        if not 1 <= content_length <= settings.asset_max_bytes:
+            raise InvalidInputFailure(
+                f"contentLength: must be between 1 and {settings.asset_max_bytes} bytes"
+            )
+        prepared = self._saver.prepare(request, upload=True)
+        ttl = settings.asset_signed_put_ttl_seconds
+        expires = datetime.now(UTC) + timedelta(
+            seconds=ttl + settings.asset_upload_reservation_seconds
+        )
+        object_id = new_id("aob")
+        async with self._services.database.unit_of_work() as uow:
+            target = await self._saver.target(uow, caller, request)
+            owner = target.scope.owner_identity
+            reservation, created = await uow.quota.open_reservation(
+                owner,
+                operation=OPERATION,
+                idempotency_key=prepared.idempotency_key,
+                expected_bytes=content_length,
+                expires_at=expires,
+                vault=target.scope.physical_vault,
+                object_id=object_id,
+                request={
+                    "fingerprint": prepared.fingerprint(),
+                    "caller": caller.identity,
+                    "vaultHandle": request.vault,
+                    "contentType": content_type,
+                    "contentLength": content_length,
+                    "fields": _fields(request),
+                },
+            )
+            if not created:
+                if reservation.request.get("fingerprint") != prepared.fingerprint() or (
+                    reservation.request.get("contentType"),
+                    reservation.request.get("contentLength"),
+                ) != (content_type, content_length):
+                    raise ConflictFailure("idempotencyKey was already used for a different upload")
+                if reservation.status != "active":
+                    raise ConflictFailure(f"this upload is already {reservation.status}")
+            else:
+                try:
+                    await uow.quota.reserve(
+                        owner, reservation.id, content_length + vector_bytes(self._services, 2)
+                    )
+                except QuotaExceededError as exc:
+                    raise QuotaExceeded(str(exc)) from None
+        assert reservation.object_id is not None
+        key = build_object_key(
+            settings.asset_storage_env_prefix,
+            target.namespace_id,
+            reservation.object_id,
+            "original",
+            extension,
+        )
+        signed = await self._services.store.create_signed_put_url(
+            key, content_type=content_type, content_length=content_length, expires_in=ttl
+        )
+        return UploadTicket(
+            upload_id=reservation.id,
+            url=signed.url,
+            method=signed.method,
+            headers=dict(signed.headers),
+            expires_at=datetime.now(UTC) + timedelta(seconds=signed.expires_in),
+        )
+
+    async def complete(self, caller: Caller, upload_id: str, *, vault: str) -> SaveResult:
+        """Validate the uploaded bytes and create the asset (or return it if already done)."""
+        async with self._services.database.unit_of_work() as uow:
+            resolved = await resolve_vault(uow, caller, vault, "write")
+            owner = resolved.record.scope.owner_identity
+            try:
+                reservation = await uow.quota.get_reservation(owner, upload_id)
+            except MemoryDbError:
+                raise NotFoundFailure("upload not found") from None
+            if (
+                reservation.operation != OPERATION
+                or reservation.request.get("caller") != caller.identity
+                or reservation.vault != resolved.record.physical_vault
+            ):
+                raise NotFoundFailure("upload not found")
+            if reservation.status == "finalized" and reservation.asset_id is not None:
+                fields = reservation.request.get("fields", {})
+                target = await self._saver.target(uow, caller, _request(fields))
+                return await self._saver.replay(uow, target, reservation.asset_id)
+            if reservation.status != "active":
+                raise ConflictFailure(f"this upload is {reservation.status}; start a new one")
+            fields = reservation.request.get("fields", {})
+            request = _request(fields)
+            target = await self._saver.target(uow, caller, request)
+        prepared = self._saver.prepare(request, upload=True)
+        content_type = str(reservation.request["contentType"])
+        expected = int(reservation.request["contentLength"])
+        assert reservation.object_id is not None
+        key = build_object_key(
+            self._services.settings.asset_storage_env_prefix,
+            target.namespace_id,
+            reservation.object_id,
+            "original",
+            _EXTENSIONS[content_type],
+        )
+        try:
+            data = await self._read(key, expected)
+            image = await inspect_image(
+                data,
+                max_pixels=self._services.settings.asset_max_decoded_pixels,
+                preview_edge=self._services.settings.asset_preview_max_edge,
+            )
+            if image.format.mime_type != content_type:
+                shown = image.format.mime_type
+                raise InvalidImage(
+                    f"the uploaded bytes are {shown}, not the declared {content_type}"
+                )
+            return await self._saver.store(
+                caller,
+                prepared,
+                target,
+                reservation.id,
+                data,
+                image,
+                object_id=reservation.object_id,
+                original_present=True,
+            )
+        except (InvalidImage, QuotaExceeded):
+            # The bytes can never become this asset: drop them and give the quota back.
+            with anyio.CancelScope(shield=True):
+                await self._services.store.delete(key)
+                await self._saver.release(owner, reservation.id)
+            raise
+
+    async def _read(self, key: str, expected: int) -> bytes:
+        head = await self._services.store.head(key)
+        if not head.exists:
+            raise InvalidInputFailure("nothing was uploaded for this upload id yet")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in self._services.store.get_stream(key):
+            size += len(chunk)
+            if size > expected:
+                raise InvalidImage("the upload is longer than its declared length")
+            chunks.append(chunk)
+        if size != expected:
+            raise InvalidImage("the upload is shorter than its declared length")
+        return b"".join(chunks)
+
+
+def _fields(request: SaveRequest) -> dict[str, Any]:
+    data = asdict(request)
+    for source in ("source_url", "artifact_id", "image_base64"):
+        data.pop(source, None)
+    return data
+
+
+def _request(fields: dict[str, Any]) -> SaveRequest:
+    return SaveRequest(**fields)
