@@ -24,7 +24,7 @@ from typing import Any
 import anyio
 from sqlalchemy import select
 
-from memory_db import AssetRecord, JobRecord, MemoryDbError, VaultScope, get_logger
+from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.errors import EmbeddingError
 from memory_db.runtime import prepare_vector_index
@@ -61,10 +61,6 @@ class _Work:
     asset: AssetRecord
     value: ImageInput | FusedInput | TextInput
     object_mime: str
-
-
-class _LeaseLost(Exception):
-    """Another worker owns the job now; this one must write nothing."""
 
 
 def retry_delay(attempt: int, config: WorkerConfig) -> float:
@@ -207,8 +203,8 @@ class EmbeddingWorker:
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
         work: list[_Work] = []
-        for job in jobs:
-            prepared = await self._load(job)
+        for job, asset, stored in await self._reload(jobs):
+            prepared = await self._load(job, asset, stored)
             if prepared is not None:
                 work.append(prepared)
         if not work:
@@ -233,13 +229,15 @@ class EmbeddingWorker:
         shares = _split_usage(result.usage.total_tokens, len(work))
         image_shares = _split_usage(result.usage.image_tokens, len(work))
         prompt_shares = _split_usage(result.usage.prompt_tokens, len(work))
-        for index, item in enumerate(work):
-            usage = {
+        usages = [
+            {
                 "total_tokens": shares[index],
                 "prompt_tokens": prompt_shares[index],
                 "image_tokens": image_shares[index],
             }
-            await self._complete(item, result.embeddings[index], usage, result.request_id)
+            for index in range(len(work))
+        ]
+        await self._complete(work, result.embeddings, usages, result.request_id)
 
     async def _embed_alone(self, item: _Work) -> None:
         try:
@@ -255,16 +253,30 @@ class EmbeddingWorker:
             "prompt_tokens": result.usage.prompt_tokens,
             "image_tokens": result.usage.image_tokens,
         }
-        await self._complete(item, result.embeddings[0], usage, result.request_id)
+        await self._complete([item], result.embeddings, [usage], result.request_id)
 
-    async def _load(self, job: JobRecord) -> _Work | None:
-        """Reload the asset and object with owner predicates; refuse what cannot be embedded."""
+    async def _reload(
+        self, jobs: Sequence[JobRecord]
+    ) -> list[tuple[JobRecord, AssetRecord, ObjectRecord]]:
+        """Reload assets and objects with owner predicates, in one transaction per batch.
+
+        Jobs of assets in deletion are cancelled here.
+        """
+        loaded: list[tuple[JobRecord, AssetRecord, ObjectRecord]] = []
         async with self._services.database.unit_of_work() as uow:
-            asset = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
-            if asset is None or asset.status in ("deleting", "deleted"):
-                await uow.jobs.cancel(job.id, self.worker_id, reason="the asset is being deleted")
-                return None
-            stored = await uow.objects.get(job.owner_identity, asset.object_id)
+            for job in jobs:
+                asset = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
+                if asset is None or asset.status in ("deleting", "deleted"):
+                    await uow.jobs.cancel(
+                        job.id, self.worker_id, reason="the asset is being deleted"
+                    )
+                    continue
+                stored = await uow.objects.get(job.owner_identity, asset.object_id)
+                loaded.append((job, asset, stored))
+        return loaded
+
+    async def _load(self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord) -> _Work | None:
+        """What to embed for one job; refuse what cannot be embedded."""
         if stored.status != "available" or stored.preview_storage_key is None:
             await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
             return None
@@ -301,31 +313,38 @@ class EmbeddingWorker:
 
     async def _complete(
         self,
-        item: _Work,
-        embedding: Sequence[float],
-        usage: dict[str, int],
+        items: Sequence[_Work],
+        embeddings: Sequence[Sequence[float]],
+        usages: Sequence[dict[str, int]],
         request_id: str | None,
     ) -> None:
-        job, asset = item.job, item.asset
+        """Finish a batch in one transaction; each job only if this worker still holds it."""
         assert self._index_name is not None
-        try:
-            async with self._services.database.unit_of_work() as uow:
-                # Lock the asset first: deletion updates this row, so it waits for us or we
-                # see its 'deleting' state and write nothing.
-                status = await uow.session.scalar(
-                    select(Asset.status)
-                    .where(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
-                    .with_for_update()
-                )
+        done: list[str] = []
+        async with self._services.database.unit_of_work() as uow:
+            # Lock the assets first (in id order, so concurrent batches cannot deadlock):
+            # deletion updates these rows, so it waits for us or we see 'deleting' and write
+            # nothing for that asset.
+            asset_ids = sorted({item.job.asset_id for item in items})
+            rows = await uow.session.execute(
+                select(Asset.id, Asset.status)
+                .where(Asset.id.in_(asset_ids))
+                .order_by(Asset.id)
+                .with_for_update()
+            )
+            statuses = {asset_id: status for asset_id, status in rows.all()}
+            index = await VectorIndex.open(uow.session, self._index_name)
+            touched: set[tuple[str, str]] = set()
+            for item, embedding, usage in zip(items, embeddings, usages, strict=True):
+                job, asset = item.job, item.asset
                 scope = VaultScope(asset.owner_identity, asset.vault)
-                index = await VectorIndex.open(uow.session, self._index_name)
-                if status is None or status in ("deleting", "deleted"):
-                    if not await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
-                        raise _LeaseLost
-                    await index.delete_asset(scope, job.asset_id)
-                    return
+                if statuses.get(job.asset_id) in (None, "deleting", "deleted"):
+                    if await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
+                        await index.delete_asset(scope, job.asset_id)
+                    continue
                 if not await uow.jobs.complete(job.id, self.worker_id, usage=usage):
-                    raise _LeaseLost
+                    log.warning("worker.lease_lost_at_completion", job_id=job.id)
+                    continue
                 current = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
                 assert current is not None
                 await index.upsert(
@@ -356,16 +375,12 @@ class EmbeddingWorker:
                     job_id=job.id,
                     request_id=request_id,
                 )
-                await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
-        except _LeaseLost:
-            log.warning("worker.lease_lost_at_completion", worker=self.worker_id, job_id=job.id)
-            return
-        log.info(
-            "worker.job_done",
-            job_id=job.id,
-            asset_id=job.asset_id,
-            representation=job.representation,
-        )
+                touched.add((job.owner_identity, job.asset_id))
+                done.append(job.id)
+            for owner, asset_id in sorted(touched):
+                await uow.assets.reconcile_embedding(owner, asset_id)
+        if done:
+            log.info("worker.jobs_done", worker=self.worker_id, jobs=len(done))
 
     async def _failed(self, job: JobRecord, exc: EmbeddingError) -> None:
         if exc.retryable:

@@ -235,12 +235,11 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(
     fast = EmbeddingWorker(saving, FAST, name="fast")
     assert await fast.drain() == 2
     # The first worker wakes up and tries to finish: its lease is gone.
-    work = [w for w in [await slow._load(job) for job in claimed] if w is not None]
+    loaded = await slow._reload(claimed)
+    work = [w for w in [await slow._load(*row) for row in loaded] if w is not None]
     result = await saving.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
-    for item, vector in zip(work, result.embeddings, strict=True):
-        await slow._complete(
-            item, vector, {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}, None
-        )
+    usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
+    await slow._complete(work, result.embeddings, [usage] * len(work), None)
     assert await vectors_of(saving, asset_id) == 2
     assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 2
     async with saving.database.unit_of_work() as uow:
