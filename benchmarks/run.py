@@ -10,6 +10,8 @@ HERE = Path(__file__).parent
 BENCHMARKS = [
     ("MCP tool layer vs repositories", ["mcp_layer.py"]),
     ("local embedder vs decoding", ["local_embedder.py"]),
+    ("ingest pipeline vs Pillow", ["ingest.py"]),
+    ("embedding worker vs a naive loop", ["worker.py"]),
     ("vector index: recall and speed", ["vector_search.py", *sys.argv[1:]]),
 ]
 

@@ -27,6 +27,7 @@ from sqlalchemy import select
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.errors import EmbeddingError
+from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
 from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
@@ -320,67 +321,68 @@ class EmbeddingWorker:
     ) -> None:
         """Finish a batch in one transaction; each job only if this worker still holds it."""
         assert self._index_name is not None
-        done: list[str] = []
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
             # nothing for that asset.
             asset_ids = sorted({item.job.asset_id for item in items})
-            rows = await uow.session.execute(
-                select(Asset.id, Asset.status)
+            rows = await uow.session.scalars(
+                select(Asset)
                 .where(Asset.id.in_(asset_ids))
                 .order_by(Asset.id)
                 .with_for_update()
+                .execution_options(populate_existing=True)
             )
-            statuses = {asset_id: status for asset_id, status in rows.all()}
+            current = {row.id: asset_record(row) for row in rows}
             index = await VectorIndex.open(uow.session, self._index_name)
-            touched: set[tuple[str, str]] = set()
+            vectors: dict[VaultScope, list[VectorRecord]] = {}
+            ledger: list[dict[str, Any]] = []
+            touched: dict[str, set[str]] = {}
             for item, embedding, usage in zip(items, embeddings, usages, strict=True):
-                job, asset = item.job, item.asset
-                scope = VaultScope(asset.owner_identity, asset.vault)
-                if statuses.get(job.asset_id) in (None, "deleting", "deleted"):
+                job = item.job
+                asset = current.get(job.asset_id)
+                if asset is None or asset.status in ("deleting", "deleted"):
                     if await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
+                        scope = VaultScope(item.asset.owner_identity, item.asset.vault)
                         await index.delete_asset(scope, job.asset_id)
                     continue
                 if not await uow.jobs.complete(job.id, self.worker_id, usage=usage):
                     log.warning("worker.lease_lost_at_completion", job_id=job.id)
                     continue
-                current = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
-                assert current is not None
-                await index.upsert(
-                    scope,
-                    [
-                        VectorRecord(
-                            asset_id=current.id,
-                            object_id=current.object_id,
-                            project_id=current.project_id,
-                            folder_id=current.folder_id,
-                            representation=job.representation,
-                            model=job.model,
-                            mime_type=item.object_mime,
-                            source_kind=current.source_kind,
-                            created_at=current.created_at,
-                            embedding=embedding,
-                        )
-                    ],
+                scope = VaultScope(asset.owner_identity, asset.vault)
+                vectors.setdefault(scope, []).append(
+                    VectorRecord(
+                        asset_id=asset.id,
+                        object_id=asset.object_id,
+                        project_id=asset.project_id,
+                        folder_id=asset.folder_id,
+                        representation=job.representation,
+                        model=job.model,
+                        mime_type=item.object_mime,
+                        source_kind=asset.source_kind,
+                        created_at=asset.created_at,
+                        embedding=embedding,
+                    )
                 )
-                await uow.usage.record(
-                    owner_identity=job.owner_identity,
-                    source="embed_image_document",
-                    model=job.model,
-                    total_tokens=usage["total_tokens"],
-                    prompt_tokens=usage["prompt_tokens"],
-                    image_tokens=usage["image_tokens"],
-                    asset_id=job.asset_id,
-                    job_id=job.id,
-                    request_id=request_id,
+                ledger.append(
+                    {
+                        "owner_identity": job.owner_identity,
+                        "source": "embed_image_document",
+                        "model": job.model,
+                        **usage,
+                        "asset_id": job.asset_id,
+                        "job_id": job.id,
+                        "request_id": request_id,
+                    }
                 )
-                touched.add((job.owner_identity, job.asset_id))
-                done.append(job.id)
-            for owner, asset_id in sorted(touched):
-                await uow.assets.reconcile_embedding(owner, asset_id)
-        if done:
-            log.info("worker.jobs_done", worker=self.worker_id, jobs=len(done))
+                touched.setdefault(job.owner_identity, set()).add(job.asset_id)
+            for scope, records in vectors.items():
+                await index.upsert(scope, records)
+            await uow.usage.record_many(ledger)
+            for owner, ids in sorted(touched.items()):
+                await uow.assets.reconcile_many(owner, sorted(ids))
+        if ledger:
+            log.info("worker.jobs_done", worker=self.worker_id, jobs=len(ledger))
 
     async def _failed(self, job: JobRecord, exc: EmbeddingError) -> None:
         if exc.retryable:

@@ -6,6 +6,7 @@ from memory_db.repositories.assets import (
     JobRepository,
     ObjectRepository,
     OrphanRepository,
+    asset_record,
 )
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.identities import (
@@ -63,6 +64,7 @@ __all__ = [
     "VaultRecord",
     "VaultRepository",
     "VaultScope",
+    "asset_record",
     "hash_api_key",
     "normalise_identity",
     "validate_name",

@@ -13,7 +13,7 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import and_, func, or_, select, text, update
-from sqlalchemy.dialects.postgresql import distinct_on, insert
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -260,70 +260,63 @@ class AssetRepository:
         return None if row is None else asset_record(row)
 
     async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
-        """Derive the asset's embedding status from its jobs (§10.3, §13.3).
+        """Derive one asset's embedding status from its jobs; see :meth:`reconcile_many`."""
+        await self.reconcile_many(owner, [asset_id])
+        return await self.get_for_owner(owner, asset_id)
 
-        ``visual`` is required: its failure fails the asset. A failed or skipped ``fused`` with
-        a done ``visual`` is ``partial``; everything done is ``ready``; otherwise ``running``
-        when a job runs, else ``pending``.
+    async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> None:
+        """Derive the assets' embedding status from their latest jobs (§10.3, §13.3).
+
+        ``visual`` is required: its failure fails the asset (with the job's error). A failed
+        ``fused`` beside a done ``visual`` is ``partial``; all done is ``ready``; otherwise
+        ``running`` while a job runs, else ``pending``. One statement for the whole batch.
         """
-        latest = (
-            await self._session.execute(
-                select(AssetEmbeddingJob.representation, AssetEmbeddingJob.status)
-                .where(
-                    AssetEmbeddingJob.owner_identity == owner,
-                    AssetEmbeddingJob.asset_id == asset_id,
-                    AssetEmbeddingJob.status != "cancelled",
+        if not asset_ids:
+            return
+        await self._session.execute(
+            text(
+                """
+                WITH latest AS (
+                    SELECT DISTINCT ON (asset_id, representation)
+                           asset_id, representation, status, last_error_code, last_error
+                    FROM mem_asset_embedding_jobs
+                    WHERE owner_identity = :owner AND asset_id = ANY(:ids)
+                      AND status <> 'cancelled'
+                    ORDER BY asset_id, representation, created_at DESC
+                ), agg AS (
+                    SELECT asset_id,
+                           max(status) FILTER (WHERE representation = 'visual') AS visual,
+                           max(status) FILTER (WHERE representation = 'fused') AS fused,
+                           bool_or(status = 'running') AS running,
+                           max(last_error_code) FILTER (WHERE representation = 'visual') AS code,
+                           max(last_error) FILTER (WHERE representation = 'visual') AS message
+                    FROM latest GROUP BY asset_id
                 )
-                .ext(distinct_on(AssetEmbeddingJob.representation))
-                .order_by(AssetEmbeddingJob.representation, AssetEmbeddingJob.created_at.desc())
-            )
-        ).all()
-        states = {representation: status for representation, status in latest}
-        visual = states.get("visual")
-        fused = states.get("fused")
-        values: dict[str, Any]
-        if visual == "failed":
-            values = {"embedding_status": "failed", "status": "failed"}
-        elif visual == "done" and fused in (None, "done"):
-            values = {"embedding_status": "ready", "status": "ready"}
-        elif visual == "done" and fused == "failed":
-            values = {"embedding_status": "partial", "status": "ready"}
-        elif "running" in states.values():
-            values = {"embedding_status": "running"}
-        else:
-            values = {"embedding_status": "pending"}
-        if values.get("status") == "failed":
-            code, message = await self._visual_failure(owner, asset_id)
-            values.update(failure_code=code, failure_message=message)
-        row = (
-            await self._session.execute(
-                update(Asset)
-                .where(
-                    Asset.owner_identity == owner,
-                    Asset.id == asset_id,
-                    Asset.status.in_(("processing", "ready", "failed")),
-                )
-                .values(**values, updated_at=func.now())
-                .returning(Asset)
-                .execution_options(synchronize_session=False, populate_existing=True)
-            )
-        ).scalar_one_or_none()
-        return None if row is None else asset_record(row)
-
-    async def _visual_failure(self, owner: str, asset_id: str) -> tuple[str | None, str | None]:
-        row = (
-            await self._session.execute(
-                select(AssetEmbeddingJob.last_error_code, AssetEmbeddingJob.last_error)
-                .where(
-                    AssetEmbeddingJob.owner_identity == owner,
-                    AssetEmbeddingJob.asset_id == asset_id,
-                    AssetEmbeddingJob.representation == "visual",
-                )
-                .order_by(AssetEmbeddingJob.created_at.desc())
-                .limit(1)
-            )
-        ).one_or_none()
-        return (None, None) if row is None else (row[0], row[1])
+                UPDATE mem_assets AS a SET
+                    embedding_status = CASE
+                        WHEN agg.visual = 'failed' THEN 'failed'
+                        WHEN agg.visual = 'done' AND coalesce(agg.fused, 'done') = 'done'
+                            THEN 'ready'
+                        WHEN agg.visual = 'done' AND agg.fused = 'failed' THEN 'partial'
+                        WHEN agg.running THEN 'running'
+                        ELSE 'pending' END,
+                    status = CASE
+                        WHEN agg.visual = 'failed' THEN 'failed'
+                        WHEN agg.visual = 'done'
+                             AND coalesce(agg.fused, 'done') IN ('done', 'failed') THEN 'ready'
+                        ELSE a.status END,
+                    failure_code = CASE WHEN agg.visual = 'failed' THEN agg.code
+                        ELSE a.failure_code END,
+                    failure_message = CASE WHEN agg.visual = 'failed' THEN agg.message
+                        ELSE a.failure_message END,
+                    updated_at = now()
+                FROM agg
+                WHERE a.id = agg.asset_id AND a.owner_identity = :owner
+                  AND a.status IN ('processing', 'ready', 'failed')
+                """
+            ),
+            {"owner": owner, "ids": list(asset_ids)},
+        )
 
 
 class JobRepository:

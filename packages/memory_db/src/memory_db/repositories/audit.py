@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
+from sqlalchemy import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
@@ -96,3 +98,13 @@ class UsageRepository:
         )
         await self._session.flush()
         return entry_id
+
+    async def record_many(self, entries: Sequence[dict[str, Any]]) -> None:
+        """Append several entries in one statement (the worker's batches)."""
+        rows = []
+        for entry in entries:
+            if entry["source"] not in USAGE_SOURCES:
+                raise ValueError(f"unknown usage source {entry['source']!r}")
+            rows.append({"id": new_id("aul"), **entry})
+        if rows:
+            await self._session.execute(insert(UsageLedgerEntry), rows)

@@ -8,6 +8,7 @@ apply to the next requests and read back what each request carried (key, size, t
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import threading
@@ -92,6 +93,11 @@ def _tokens(item: Any) -> tuple[int, int]:
     return prompt, images
 
 
+@functools.lru_cache(maxsize=8192)
+def _vector_json(seed: str, dimensions: int) -> str:
+    return json.dumps(hashed_vector(seed, dimensions))
+
+
 class _Handler(BaseHTTPRequestHandler):
     state: JinaState
 
@@ -173,33 +179,40 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(422, "VALIDATION_ERROR", "; ".join(problems))
             return
         assert isinstance(inputs, list) and isinstance(dimensions, int)
-        data = []
+        tampered = fault is not None and (
+            fault.wrong_dimensions or fault.nan or fault.unnormalized or fault.wrong_count
+        )
         prompt = images = 0
-        for index, item in enumerate(inputs):
+        for item in inputs:
             p, i = _tokens(item)
             prompt, images = prompt + p, images + i
+        usage = {"total_tokens": prompt + images, "prompt_tokens": prompt, "image_tokens": images}
+        if not tampered:
+            # The common path serialises each vector once per distinct input (cached), so the
+            # server's own CPU time stays small and its answer time close to ``latency``.
+            entries = [
+                f'{{"object":"embedding","index":{index},"embedding":'
+                f"{_vector_json(json.dumps(item, sort_keys=True) + str(task), dimensions)}}}"
+                for index, item in enumerate(inputs)
+            ]
+            head = json.dumps({"model": MODEL, "object": "list", "usage": usage})[:-1]
+            self._send_raw(f'{head},"data":[{",".join(entries)}]}}')
+            return
+        assert fault is not None
+        data = []
+        for index, item in enumerate(inputs):
             vector = hashed_vector(json.dumps(item, sort_keys=True) + str(task), dimensions)
-            if fault and fault.wrong_dimensions:
+            if fault.wrong_dimensions:
                 vector = vector[:-1]
-            if fault and fault.nan and index == 0:
+            if fault.nan and index == 0:
                 vector[0] = float("nan")
-            if fault and fault.unnormalized:
+            if fault.unnormalized:
                 vector = [x * 2 for x in vector]
             data.append({"object": "embedding", "index": index, "embedding": vector})
-        if fault and fault.wrong_count:
+        if fault.wrong_count:
             data = data[:-1]
-        body_out = {
-            "model": MODEL,
-            "object": "list",
-            "usage": {
-                "total_tokens": prompt + images,
-                "prompt_tokens": prompt,
-                "image_tokens": images,
-            },
-            "data": data,
-        }
-        payload = json.dumps(body_out, allow_nan=True)
-        self._send_raw(payload)
+        body_out = {"model": MODEL, "object": "list", "usage": usage, "data": data}
+        self._send_raw(json.dumps(body_out, allow_nan=True))
 
     def _send_raw(self, payload: str) -> None:
         encoded = payload.encode()
