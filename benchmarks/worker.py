@@ -103,19 +103,11 @@ async def _timed(worker: EmbeddingWorker, slots: int, limit: int | None) -> tupl
     return done, time.perf_counter() - start
 
 
-async def run(assets: int, latency: float, naive_jobs: int) -> None:
+async def run(assets: int, latency: float, naive_jobs: int, base_url: str) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         postgres = PostgresForTests(Path(tmp) / "pg")
         await postgres.start()
         database = Database(create_engine(postgres.url(await postgres.clone()), pool_size=8))
-        # The provider runs in its own process, as a remote API would: its CPU is not ours.
-        jina = subprocess.Popen(
-            [sys.executable, "-c", _SERVER.format(latency=latency)],
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        assert jina.stdout is not None
-        base_url = jina.stdout.readline().strip()
         embedder = JinaEmbedder(
             api_keys=["bench-key"], base_url=base_url, model=MODEL, dimensions=1024
         )
@@ -147,8 +139,6 @@ async def run(assets: int, latency: float, naive_jobs: int) -> None:
                 ).scalar_one()
         finally:
             await embedder.close()
-            jina.terminate()
-            jina.wait(timeout=10)
             await database.close()
             postgres.stop()
     naive_rate = naive_done / naive_seconds
@@ -173,7 +163,19 @@ def main() -> None:
         "--naive-jobs", type=int, default=400, help="jobs the (slow) naive loop is timed on"
     )
     args = parser.parse_args()
-    asyncio.run(run(args.assets, args.latency, args.naive_jobs))
+    # The provider runs in its own process, as a remote API would: its CPU is not ours.
+    provider = subprocess.Popen(
+        [sys.executable, "-c", _SERVER.format(latency=args.latency)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert provider.stdout is not None
+        base_url = provider.stdout.readline().strip()
+        asyncio.run(run(args.assets, args.latency, args.naive_jobs, base_url))
+    finally:
+        provider.terminate()
+        provider.wait(timeout=10)
 
 
 if __name__ == "__main__":
