@@ -19,6 +19,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -38,6 +39,8 @@ log = get_logger(__name__)
 
 CHANNEL = "memory_embedding_jobs"
 MAX_PREVIEW_BYTES = 32 * 1024 * 1024
+# Longer than any save can take between writing bytes and committing (fetch deadline included).
+ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
 
 
 @dataclass(frozen=True)
@@ -147,8 +150,34 @@ class EmbeddingWorker:
             abandoned = await uow.jobs.fail_abandoned()
             for owner, asset_id in abandoned:
                 await uow.assets.reconcile_embedding(owner, asset_id)
-        if expired or abandoned:
-            log.info("worker.swept", reservations=expired, abandoned_jobs=len(abandoned))
+        removed = await self._remove_orphans()
+        if expired or abandoned or removed:
+            log.info(
+                "worker.swept",
+                reservations=expired,
+                abandoned_jobs=len(abandoned),
+                orphans_removed=removed,
+            )
+
+    async def _remove_orphans(self) -> int:
+        """Delete bytes whose save never committed, once no save can still claim them (§12.3)."""
+        async with self._services.database.unit_of_work() as uow:
+            keys = await uow.orphans.open_older_than(ORPHAN_SAFETY_WINDOW)
+            claimed = await uow.orphans.claimed(keys)
+        removed: list[str] = []
+        for key in keys:
+            if key in claimed:
+                removed.append(key)  # an object owns it after all: resolved, kept
+                continue
+            try:
+                await self._services.store.delete(key)
+            except MemoryDbError:
+                continue  # stays open; retried on the next sweep
+            removed.append(key)
+        if removed:
+            async with self._services.database.unit_of_work() as uow:
+                await uow.orphans.resolve(removed)
+        return len(removed) - len(claimed & set(removed))
 
     async def _prepare(self) -> None:
         if self._index_name is None:

@@ -304,3 +304,30 @@ async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(
     await EmbeddingWorker(saving, FAST).sweep()
     row = await asset_row(saving, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "lease_expired")
+
+
+async def test_the_sweep_removes_old_orphans_but_never_claimed_bytes(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 62)
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", asset_id)
+        assert asset is not None
+        stored = await uow.objects.get("alice@example.com", asset.object_id)
+    orphan = stored.storage_key.replace(stored.id, "aob_" + "a" * 26)
+    await saving.store.put(orphan, b"\x89PNG leftover", content_type="image/png")
+    async with saving.database.unit_of_work() as uow:
+        await uow.orphans.record("alice@example.com", [orphan, stored.storage_key], reason="test")
+    worker = EmbeddingWorker(saving, FAST)
+    await worker.sweep()  # too young: nothing happens
+    assert (await saving.store.head(orphan)).exists
+    async with saving.database.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE mem_asset_orphan_candidates SET created_at = now() - interval '2 hours'")
+        )
+    await worker.sweep()
+    assert not (await saving.store.head(orphan)).exists
+    assert (await saving.store.head(stored.storage_key)).exists  # an object owns it
+    assert await scalar(
+        saving, "SELECT count(*) FROM mem_asset_orphan_candidates WHERE resolved_at IS NULL"
+    ) == 0

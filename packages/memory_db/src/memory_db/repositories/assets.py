@@ -580,6 +580,20 @@ class OrphanRepository:
         )
         return list(rows)
 
+    async def claimed(self, keys: Sequence[str]) -> set[str]:
+        """Those of ``keys`` that an object row references (never delete these)."""
+        if not keys:
+            return set()
+        originals = await self._session.scalars(
+            select(AssetObject.storage_key).where(AssetObject.storage_key.in_(list(keys)))
+        )
+        previews = await self._session.scalars(
+            select(AssetObject.preview_storage_key).where(
+                AssetObject.preview_storage_key.in_(list(keys))
+            )
+        )
+        return {key for key in [*originals, *previews] if key is not None}
+
     async def open_count(self) -> int:
         """How many candidates are unresolved."""
         return int(
