@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import EmbeddingError
+from memory_db.errors import EmbeddingError, ProviderContractError
 from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
@@ -248,7 +248,7 @@ class EmbeddingWorker:
                     await self._embed_alone(item)
                 return
             for item in work:
-                await self._failed(item.job, exc)
+                await self._failed(item, exc)
             return
         except Exception as exc:
             for item in work:
@@ -273,7 +273,7 @@ class EmbeddingWorker:
         try:
             result = await self._embedder.embed([item.value], "retrieval.passage")
         except EmbeddingError as exc:
-            await self._failed(item.job, exc)
+            await self._failed(item, exc)
             return
         except Exception as exc:
             await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
@@ -413,11 +413,22 @@ class EmbeddingWorker:
         if ledger:
             log.info("worker.jobs_done", worker=self.worker_id, jobs=len(ledger))
 
-    async def _failed(self, job: JobRecord, exc: EmbeddingError) -> None:
+    async def _failed(self, item: _Work, exc: EmbeddingError) -> None:
+        """Apply §13.3's failure policy to one job."""
+        job = item.job
         if exc.retryable:
             await self._retry(job, exc.code, str(exc))
-        else:
-            await self._fail(job, exc.code, str(exc))
+            return
+        if isinstance(exc, ProviderContractError):
+            # Wrong vector count, length or values: the provider broke its contract. Alert.
+            log.error("worker.provider_contract_violation", job_id=job.id, code=exc.code)
+        await self._fail(job, exc.code, str(exc))
+        if exc.code == "unsupported_media":
+            # Our validation accepted what the provider cannot read: keep the object out of
+            # dedupe and embedding until someone looks (§13.3 "quarantine").
+            async with self._services.database.unit_of_work() as uow:
+                await uow.objects.quarantine(job.owner_identity, item.asset.object_id)
+            log.warning("worker.object_quarantined", object_id=item.asset.object_id)
 
     async def _retry(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:

@@ -16,6 +16,7 @@ from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.vectors import resolve_alias
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
+from memory_tools.errors import InvalidImage
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -160,7 +161,7 @@ async def test_attempts_are_capped_at_five(saving: MemoryServices, alice_caller:
     assert len(embedder.calls) == 5
 
 
-async def test_a_permanent_visual_failure_fails_the_asset(
+async def test_unsupported_media_fails_the_asset_and_quarantines_the_object(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     embedder = ScriptedEmbedder(
@@ -172,6 +173,25 @@ async def test_a_permanent_visual_failure_fails_the_asset(
     row = await asset_row(services, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "unsupported_media")
     assert await vectors_of(services, asset_id) == 0
+    status = await scalar(services, "SELECT status FROM mem_asset_objects")
+    assert status == "quarantined"
+    # The same bytes saved again are refused, not deduplicated onto the quarantined object.
+    with pytest.raises(InvalidImage, match="quarantined"):
+        await AssetSaver(services).save(
+            alice_caller, SaveRequest(image_base64=base64.b64encode(picture(22)).decode())
+        )
+
+
+async def test_a_broken_provider_contract_fails_permanently(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    embedder = ScriptedEmbedder(model_name="local-hash-v1", script=[[[0.5] * 7]])
+    services = replace(saving, embedder=embedder)
+    asset_id = await save(services, alice_caller, 26)
+    await EmbeddingWorker(services, FAST).drain()
+    row = await asset_row(services, asset_id)
+    assert (row["status"], row["failure_code"]) == ("failed", "wrong_dimensions")
+    assert len(embedder.calls) == 1  # not retried
 
 
 class _FailFused(ScriptedEmbedder):
@@ -328,6 +348,9 @@ async def test_the_sweep_removes_old_orphans_but_never_claimed_bytes(
     await worker.sweep()
     assert not (await saving.store.head(orphan)).exists
     assert (await saving.store.head(stored.storage_key)).exists  # an object owns it
-    assert await scalar(
-        saving, "SELECT count(*) FROM mem_asset_orphan_candidates WHERE resolved_at IS NULL"
-    ) == 0
+    assert (
+        await scalar(
+            saving, "SELECT count(*) FROM mem_asset_orphan_candidates WHERE resolved_at IS NULL"
+        )
+        == 0
+    )

@@ -123,6 +123,30 @@ class ObjectRepository:
         )
         return None if row is None else _object(row)
 
+    async def is_quarantined(self, owner: str, sha256: str) -> bool:
+        """Whether the owner's copy of these bytes is quarantined."""
+        found = await self._session.scalar(
+            select(AssetObject.id).where(
+                AssetObject.owner_identity == owner,
+                AssetObject.sha256 == sha256,
+                AssetObject.status == "quarantined",
+            )
+        )
+        return found is not None
+
+    async def quarantine(self, owner: str, object_id: str) -> None:
+        """Take an available object out of reuse and embedding (a provider could not read it)."""
+        await self._session.execute(
+            update(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.id == object_id,
+                AssetObject.status == "available",
+            )
+            .values(status="quarantined", updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+
     async def get(self, owner: str, object_id: str) -> ObjectRecord:
         """One object of ``owner``."""
         row = await self._session.scalar(

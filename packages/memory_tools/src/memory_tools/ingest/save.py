@@ -40,6 +40,7 @@ from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
     FeatureDisabled,
+    InvalidImage,
     InvalidInputFailure,
     NotFoundFailure,
     QuotaExceeded,
@@ -398,6 +399,11 @@ class AssetSaver:
         # Step 3: reserve what this save would add, under the namespace lock.
         async with self._services.database.unit_of_work() as uow:
             existing = await uow.objects.find_reusable(owner, image.sha256)
+            if existing is None and await uow.objects.is_quarantined(owner, image.sha256):
+                raise InvalidImage(
+                    "these exact bytes are quarantined: the embedding provider could not read "
+                    "them before"
+                )
             need = vectors + (0 if existing else image.bytes + len(image.preview))
             try:
                 await uow.quota.reserve(owner, reservation_id, need)
