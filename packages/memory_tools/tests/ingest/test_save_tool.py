@@ -78,3 +78,25 @@ async def test_a_read_only_key_cannot_save(
             raise_on_error=False,
         )
     assert result.is_error and result.content[0].text.startswith("forbidden: ")  # type: ignore[union-attr]
+
+
+async def test_save_by_url_over_mcp_becomes_ready(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices, web: Any
+) -> None:
+    from memory_tools.testing.web import Reply
+    from memory_tools.worker import EmbeddingWorker
+
+    web.routes["/cat.png"] = Reply(body=picture(23), headers={"Content-Type": "image/png"})
+    arguments = {
+        "sourceUrl": web.url("/cat.png", host="img.test"),
+        "altText": "a gradient",
+        "idempotencyKey": "url-1",
+    }
+    async with client_as(alice.key) as client:
+        first = (await client.call_tool("image_asset_save", arguments)).structured_content
+        assert first is not None and first["embeddingStatus"] == "pending"
+        await EmbeddingWorker(saving).drain()
+        again = (await client.call_tool("image_asset_save", arguments)).structured_content
+    assert again is not None
+    assert again["assetId"] == first["assetId"] and again["replayed"] is True
+    assert (again["status"], again["embeddingStatus"]) == ("ready", "ready")
