@@ -23,6 +23,7 @@ from memory_db.repositories.projects import FolderRepository, ProjectRepository,
 from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
     ApiKeyRecord,
+    AssetFilter,
     AssetRecord,
     FolderRecord,
     GrantRecord,
@@ -32,6 +33,7 @@ from memory_db.repositories.records import (
     ObjectRecord,
     ProjectRecord,
     ReservationRecord,
+    StoredAsset,
     VaultRecord,
     VaultScope,
 )
@@ -41,6 +43,7 @@ __all__ = [
     "DEFAULT_VAULT",
     "ApiKeyRecord",
     "ApiKeyRepository",
+    "AssetFilter",
     "AssetRecord",
     "AssetRepository",
     "DuplicateObject",
@@ -60,6 +63,7 @@ __all__ = [
     "ProvenanceRepository",
     "QuotaRepository",
     "ReservationRecord",
+    "StoredAsset",
     "UsageRepository",
     "VaultRecord",
     "VaultRepository",

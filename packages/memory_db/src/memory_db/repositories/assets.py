@@ -9,10 +9,22 @@ overwrite the work of the one that reclaimed the job.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, or_, select, text, update
+from sqlalchemy import (
+    ColumnElement,
+    DateTime,
+    Select,
+    and_,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
@@ -20,7 +32,14 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_db.errors import Conflict, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
-from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord, VaultScope
+from memory_db.repositories.records import (
+    AssetFilter,
+    AssetRecord,
+    JobRecord,
+    ObjectRecord,
+    StoredAsset,
+    VaultScope,
+)
 from memory_db.schema import (
     ACTIVE_JOB_STATUSES,
     Asset,
@@ -274,6 +293,69 @@ class AssetRepository:
             raise NotFound("asset")
         return asset_record(row)
 
+    @staticmethod
+    def _visible(scopes: Sequence[VaultScope]) -> Select[Asset, AssetObject]:
+        pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
+        return (
+            select(Asset, AssetObject)
+            .join(
+                AssetObject,
+                and_(
+                    AssetObject.id == Asset.object_id,
+                    AssetObject.owner_identity == Asset.owner_identity,
+                ),
+            )
+            .where(
+                tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
+                Asset.status.in_(("processing", "ready", "failed")),
+            )
+        )
+
+    @staticmethod
+    def _stored(asset: Asset, stored: AssetObject) -> StoredAsset:
+        return StoredAsset(
+            asset=asset_record(asset),
+            mime_type=stored.mime_type,
+            width=stored.width,
+            height=stored.height,
+            bytes=stored.bytes,
+            preview_storage_key=stored.preview_storage_key,
+            object_status=stored.status,
+        )
+
+    async def get_visible(self, scopes: Sequence[VaultScope], asset_id: str) -> StoredAsset | None:
+        """An asset in one of ``scopes`` that is not being deleted, with its object."""
+        if not scopes or not is_valid_id(asset_id, "ast"):
+            return None
+        row = (
+            await self._session.execute(self._visible(scopes).where(Asset.id == asset_id))
+        ).one_or_none()
+        return None if row is None else self._stored(row[0], row[1])
+
+    async def list_visible(
+        self,
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        *,
+        newest_first: bool,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[StoredAsset]:
+        """One page of assets by created time then id (a stable keyset order)."""
+        if not scopes:
+            return []
+        query = self._visible(scopes).where(*_conditions(filters))
+        if after is not None:
+            position = tuple_(Asset.created_at, Asset.id)
+            marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
+            query = query.where(position < marker if newest_first else position > marker)
+        if newest_first:
+            query = query.order_by(Asset.created_at.desc(), Asset.id.desc())
+        else:
+            query = query.order_by(Asset.created_at.asc(), Asset.id.asc())
+        rows = await self._session.execute(query.limit(limit))
+        return [self._stored(asset, stored) for asset, stored in rows.all()]
+
     async def get_for_owner(self, owner: str, asset_id: str) -> AssetRecord | None:
         """An asset by owner (the worker's view, after it was handed a job of that owner)."""
         row = await self._session.scalar(
@@ -341,6 +423,28 @@ class AssetRepository:
             ),
             {"owner": owner, "ids": list(asset_ids)},
         )
+
+
+def _conditions(filters: AssetFilter) -> list[ColumnElement[bool]]:
+    conditions: list[ColumnElement[bool]] = []
+    if filters.project_id is not None:
+        conditions.append(Asset.project_id == filters.project_id)
+    if filters.folder_ids is not None:
+        conditions.append(Asset.folder_id.in_(list(filters.folder_ids)))
+    if filters.tags:
+        conditions.append(Asset.tags.contains(list(filters.tags)))
+    if filters.source_kinds:
+        conditions.append(Asset.source_kind.in_(list(filters.source_kinds)))
+    if filters.mime_types:
+        conditions.append(AssetObject.mime_type.in_(list(filters.mime_types)))
+    if filters.source_host is not None:
+        host = func.lower(func.substring(Asset.source_url, r"^[a-z]+://\[?([^/\]:]+)"))
+        conditions.append(host == filters.source_host.lower())
+    if filters.created_after is not None:
+        conditions.append(Asset.created_at >= filters.created_after)
+    if filters.created_before is not None:
+        conditions.append(Asset.created_at < filters.created_before)
+    return conditions
 
 
 class JobRepository:

@@ -198,3 +198,30 @@ class JobRecord:
     usage: dict[str, Any]
     created_at: datetime
     completed_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AssetFilter:
+    """Exact filters of listing and search (§14.1); empty fields do not filter."""
+
+    project_id: str | None = None
+    folder_ids: tuple[str, ...] | None = None  # the folder, or it and its descendants
+    tags: tuple[str, ...] = ()  # every tag must be present
+    source_kinds: tuple[str, ...] = ()
+    source_host: str | None = None
+    mime_types: tuple[str, ...] = ()
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredAsset:
+    """An asset with what its object says about the bytes."""
+
+    asset: AssetRecord
+    mime_type: str
+    width: int
+    height: int
+    bytes: int
+    preview_storage_key: str | None
+    object_status: str

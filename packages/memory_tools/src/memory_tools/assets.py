@@ -1,0 +1,302 @@
+"""Reading assets: ``get`` and ``list``.
+
+``get`` adds the embedding state and a fresh preview link; ``list`` takes exact filters and a
+stable cursor. Nothing here returns image bytes, and no signed link is ever stored.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal
+
+from memory_db import MemoryDbError, UnitOfWork, is_valid_id
+from memory_db.repositories import AssetFilter, StoredAsset
+from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
+from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
+from memory_tools.services import MemoryServices
+
+SOURCE_KINDS = ("upload", "scrape", "screenshot", "instagram", "external_url", "import")
+MIME_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
+MAX_LIST_LIMIT = 100
+
+
+@dataclass(frozen=True)
+class PreviewLink:
+    """A short-lived read link of the sanitised preview."""
+
+    url: str
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
+class RepresentationState:
+    """Where one representation's embedding stands."""
+
+    representation: str
+    status: str
+    attempts: int
+    model: str
+    last_error_code: str | None
+    completed_at: datetime | None
+
+
+@dataclass(frozen=True)
+class AssetView:
+    """An asset as its reader sees it."""
+
+    asset_id: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    title: str
+    description: str | None
+    alt_text: str | None
+    tags: list[str]
+    source_url: str | None
+    source_kind: str
+    source_ref: dict[str, Any]
+    status: str
+    embedding_status: str
+    failure_code: str | None
+    failure_message: str | None
+    mime_type: str
+    width: int
+    height: int
+    bytes: int
+    created_at: datetime
+    updated_at: datetime
+    representations: list[RepresentationState]
+    fused_note: str | None
+    preview: PreviewLink | None
+
+
+@dataclass(frozen=True)
+class AssetListView:
+    """One page of a listing."""
+
+    items: list[AssetView]
+    next_cursor: str | None
+
+
+def _handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
+    return {(v.record.owner_identity, v.record.physical_vault): v.display_handle for v in vaults}
+
+
+async def _preview(
+    services: MemoryServices, stored: StoredAsset, include: bool
+) -> PreviewLink | None:
+    if not include or stored.preview_storage_key is None or stored.object_status != "available":
+        return None
+    ttl = services.settings.asset_signed_get_ttl_seconds
+    url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
+    return PreviewLink(url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
+
+
+def _view(
+    stored: StoredAsset,
+    vault: str,
+    representations: list[RepresentationState],
+    preview: PreviewLink | None,
+) -> AssetView:
+    asset = stored.asset
+    note = asset.metadata.get("embedding", {}).get("fused")
+    return AssetView(
+        asset_id=asset.id,
+        vault=vault,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
+        title=asset.title,
+        description=asset.description,
+        alt_text=asset.alt_text,
+        tags=list(asset.tags),
+        source_url=asset.source_url,
+        source_kind=asset.source_kind,
+        source_ref=dict(asset.source_ref),
+        status=asset.status,
+        embedding_status=asset.embedding_status,
+        failure_code=asset.failure_code,
+        failure_message=asset.failure_message,
+        mime_type=stored.mime_type,
+        width=stored.width,
+        height=stored.height,
+        bytes=stored.bytes,
+        created_at=asset.created_at,
+        updated_at=asset.updated_at,
+        representations=representations,
+        fused_note=note if isinstance(note, str) and note.startswith("skipped") else None,
+        preview=preview,
+    )
+
+
+async def get_asset(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    asset_id: str,
+    include_preview: bool,
+) -> AssetView:
+    """An asset in any vault the caller may read; ``not_found`` otherwise.
+
+    Never ``forbidden``: another owner's ids answer exactly like ids that do not exist.
+    """
+    vaults = await readable_vaults(uow, caller)
+    stored = await uow.assets.get_visible([v.record.scope for v in vaults], asset_id)
+    if stored is None:
+        raise NotFoundFailure("asset not found")
+    asset = stored.asset
+    jobs = await uow.jobs.for_asset(asset.owner_identity, asset.id)
+    latest: dict[str, RepresentationState] = {}
+    for job in jobs:  # oldest first: later jobs of a representation win
+        if job.status == "cancelled" and job.representation in latest:
+            continue
+        latest[job.representation] = RepresentationState(
+            representation=job.representation,
+            status=job.status,
+            attempts=job.attempts,
+            model=job.model,
+            last_error_code=job.last_error_code,
+            completed_at=job.completed_at,
+        )
+    handle = _handles(vaults)[(asset.owner_identity, asset.vault)]
+    preview = await _preview(services, stored, include_preview)
+    return _view(stored, handle, [latest[k] for k in sorted(latest)], preview)
+
+
+@dataclass(frozen=True)
+class ListRequest:
+    """What ``image_asset_list`` was asked."""
+
+    vault: str | None = None
+    project_id: str | None = None
+    folder_id: str | None = None
+    include_subfolders: bool = False
+    tags: tuple[str, ...] = ()
+    source_kinds: tuple[str, ...] = ()
+    source_host: str | None = None
+    mime_types: tuple[str, ...] = ()
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    order: Literal["newest", "oldest"] = "newest"
+    limit: int = 25
+    cursor: str | None = None
+
+
+def encode_cursor(created_at: datetime, asset_id: str, order: str) -> str:
+    """An opaque position: created time and id of the last item, and the order."""
+    raw = json.dumps({"t": created_at.isoformat(), "i": asset_id, "o": order})
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, order: str) -> tuple[datetime, str]:
+    """The position a cursor names; ``invalid_input`` for anything else."""
+    try:
+        padded = cursor + "=" * (-len(cursor) % 4)
+        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
+        created = datetime.fromisoformat(data["t"])
+        asset_id = str(data["i"])
+        cursor_order = data["o"]
+    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
+        raise InvalidInputFailure("cursor: not a cursor this server returned") from None
+    if created.tzinfo is None or not is_valid_id(asset_id, "ast"):
+        raise InvalidInputFailure("cursor: not a cursor this server returned")
+    if cursor_order != order:
+        raise InvalidInputFailure(f"cursor: it belongs to order {cursor_order!r}, not {order!r}")
+    return created, asset_id
+
+
+def _check(request: ListRequest) -> None:
+    if not 1 <= request.limit <= MAX_LIST_LIMIT:
+        raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
+    for kind in request.source_kinds:
+        if kind not in SOURCE_KINDS:
+            raise InvalidInputFailure(
+                f"sourceKinds: {kind!r} is not one of {', '.join(SOURCE_KINDS)}"
+            )
+    for mime in request.mime_types:
+        if mime not in MIME_TYPES:
+            raise InvalidInputFailure(f"mimeTypes: {mime!r} is not one of {', '.join(MIME_TYPES)}")
+    if request.folder_id is not None and request.project_id is None:
+        raise InvalidInputFailure("folderId: give the folder's projectId as well")
+    if request.include_subfolders and request.folder_id is None:
+        raise InvalidInputFailure("includeSubfolders: needs a folderId")
+    if (request.project_id or request.folder_id) and request.vault is None:
+        raise InvalidInputFailure("projectId: name the vault it belongs to")
+    for name, value in (
+        ("createdAfter", request.created_after),
+        ("createdBefore", request.created_before),
+    ):
+        if value is not None and value.tzinfo is None:
+            raise InvalidInputFailure(f"{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
+
+
+async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> AssetListView:
+    """One page of the caller's readable assets, newest (or oldest) first."""
+    _check(request)
+    after = decode_cursor(request.cursor, request.order) if request.cursor else None
+    if request.vault is not None:
+        vaults = [await resolve_vault(uow, caller, request.vault, "read")]
+    else:
+        vaults = await readable_vaults(uow, caller)
+    folder_ids: tuple[str, ...] | None = None
+    if request.folder_id is not None:
+        scope = vaults[0].record.scope
+        try:
+            folder = await uow.folders.get(scope, request.folder_id)
+            if folder.project_id != request.project_id:
+                raise NotFoundFailure("folder not found")
+            folder_ids = (folder.id,)
+            if request.include_subfolders:
+                folders = await uow.folders.list(scope, folder.project_id)
+                folder_ids = _descendants(folder.id, [(f.id, f.parent_id) for f in folders])
+        except MemoryDbError as exc:
+            raise translate(exc) from None
+    elif request.project_id is not None:
+        try:
+            await uow.projects.get(vaults[0].record.scope, request.project_id)
+        except MemoryDbError as exc:
+            raise translate(exc) from None
+    filters = AssetFilter(
+        project_id=request.project_id,
+        folder_ids=folder_ids,
+        tags=tuple(t.strip().lower() for t in request.tags),
+        source_kinds=request.source_kinds,
+        source_host=request.source_host.strip().lower().rstrip(".")
+        if request.source_host
+        else None,
+        mime_types=request.mime_types,
+        created_after=request.created_after,
+        created_before=request.created_before,
+    )
+    rows = await uow.assets.list_visible(
+        [v.record.scope for v in vaults],
+        filters,
+        newest_first=request.order == "newest",
+        limit=request.limit + 1,
+        after=after,
+    )
+    handles = _handles(vaults)
+    page = rows[: request.limit]
+    items = [
+        _view(row, handles[(row.asset.owner_identity, row.asset.vault)], [], None) for row in page
+    ]
+    next_cursor = None
+    if len(rows) > request.limit and page:
+        last = page[-1].asset
+        next_cursor = encode_cursor(last.created_at, last.id, request.order)
+    return AssetListView(items=items, next_cursor=next_cursor)
+
+
+def _descendants(root: str, edges: list[tuple[str, str | None]]) -> tuple[str, ...]:
+    children: dict[str, list[str]] = {}
+    for folder_id, parent in edges:
+        if parent is not None:
+            children.setdefault(parent, []).append(folder_id)
+    found = [root]
+    for current in found:  # grows while walking: breadth-first over a tree of depth <= 8
+        found.extend(children.get(current, []))
+    return tuple(found)
