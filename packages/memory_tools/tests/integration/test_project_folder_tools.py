@@ -284,14 +284,17 @@ async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) ->
         "image_folder_create",
         "image_folder_list",
         "image_asset_save",
+        "image_asset_get",
+        "image_asset_list",
     }
+    readers = ("_list", "_get")
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None
         assert hints.open_world_hint is (name == "image_asset_save")  # it fetches URLs
-        assert hints.read_only_hint is name.endswith("_list")
+        assert hints.read_only_hint is name.endswith(readers)
         assert hints.destructive_hint is False
-        assert hints.idempotent_hint is name.endswith("_list")
+        assert hints.idempotent_hint is name.endswith(readers)
         assert tool.input_schema["additionalProperties"] is False
         assert tool.output_schema is not None
 

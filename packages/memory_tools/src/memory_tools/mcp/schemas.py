@@ -74,3 +74,79 @@ class SaveOut(WireModel):
     height: int
     mime_type: str
     bytes: int
+
+
+class PreviewOut(WireModel):
+    """A short-lived link to the sanitised WebP preview (never stored; ask again when expired)."""
+
+    url: str
+    expires_at: datetime
+
+
+class RepresentationOut(WireModel):
+    """The embedding state of one representation."""
+
+    representation: str = Field(description="visual or fused.")
+    status: str = Field(description="queued, running, retry, done, failed or cancelled.")
+    attempts: int
+    model: str
+    last_error_code: str | None
+    completed_at: datetime | None
+
+
+class AssetOut(WireModel):
+    """An asset with its embedding state."""
+
+    asset_id: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    title: str
+    description: str | None
+    alt_text: str | None
+    tags: list[str]
+    source_url: str | None
+    source_kind: str
+    source_ref: dict[str, str | int | float | bool | None]
+    status: str = Field(description="processing, ready or failed.")
+    embedding_status: str = Field(description="pending, running, ready, partial or failed.")
+    failure_code: str | None
+    failure_message: str | None
+    mime_type: str
+    width: int
+    height: int
+    bytes: int
+    created_at: datetime
+    updated_at: datetime
+    representations: list[RepresentationOut]
+    fused_note: str | None = Field(description="Why no fused vector was made, if none was.")
+    preview: PreviewOut | None
+
+
+class AssetSummaryOut(WireModel):
+    """One listed asset: compact metadata, never image bytes."""
+
+    asset_id: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    title: str
+    tags: list[str]
+    source_kind: str
+    source_url: str | None
+    status: str
+    embedding_status: str
+    mime_type: str
+    width: int
+    height: int
+    bytes: int
+    created_at: datetime
+
+
+class AssetListOut(WireModel):
+    """One page of assets."""
+
+    items: list[AssetSummaryOut]
+    next_cursor: str | None = Field(
+        description="Pass as cursor for the next page; null at the end."
+    )

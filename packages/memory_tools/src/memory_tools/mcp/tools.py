@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from typing import Annotated, Any, TypeVar
+from datetime import datetime
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
@@ -18,11 +19,14 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from memory_db import UnitOfWork, get_logger
-from memory_tools import projects
+from memory_tools import assets, projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import FeatureDisabled, ToolFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp.schemas import (
+    AssetListOut,
+    AssetOut,
+    AssetSummaryOut,
     FolderOut,
     FolderTreeOut,
     ProjectListOut,
@@ -299,7 +303,86 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         ),
     ]
 
+    async def image_asset_get(
+        assetId: Annotated[str, Field(min_length=1, max_length=64, description="ast_...")],
+        includePreview: Annotated[
+            bool, Field(description="Add a fresh short-lived link to the WebP preview.")
+        ] = False,
+    ) -> AssetOut:
+        """One asset you may read, with its embedding state.
+
+        Metadata, the state of each representation, the failure reason if any, and optionally
+        a fresh preview link (call again once it has expired).
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> AssetOut:
+            view = await assets.get_asset(
+                uow, caller, services, asset_id=assetId, include_preview=includePreview
+            )
+            return AssetOut.model_validate(asdict(view))
+
+        return await run_authorised(services, "image_asset_get", action)
+
+    async def image_asset_list(
+        vault: Annotated[
+            str | None,
+            Field(max_length=400, description="A vault handle; omit to list every readable vault."),
+        ] = None,
+        projectId: Annotated[str | None, Field(max_length=64)] = None,
+        folderId: Annotated[str | None, Field(max_length=64)] = None,
+        includeSubfolders: bool = False,
+        tags: Annotated[
+            list[Annotated[str, Field(max_length=64)]] | None,
+            Field(max_length=32, description="Every tag must be present."),
+        ] = None,
+        sourceKinds: Annotated[list[str] | None, Field(max_length=6)] = None,
+        sourceHost: Annotated[
+            str | None, Field(max_length=253, description="e.g. example.com")
+        ] = None,
+        mimeTypes: Annotated[list[str] | None, Field(max_length=4)] = None,
+        createdAfter: datetime | None = None,
+        createdBefore: datetime | None = None,
+        order: Literal["newest", "oldest"] = "newest",
+        limit: Annotated[int, Field(ge=1, le=100)] = 25,
+        cursor: Annotated[str | None, Field(max_length=400)] = None,
+    ) -> AssetListOut:
+        """List assets by created time with exact filters.
+
+        Newest first unless order is 'oldest'; page with nextCursor. Metadata only, never
+        image bytes.
+        """
+        request = assets.ListRequest(
+            vault=vault,
+            project_id=projectId,
+            folder_id=folderId,
+            include_subfolders=includeSubfolders,
+            tags=tuple(tags or ()),
+            source_kinds=tuple(sourceKinds or ()),
+            source_host=sourceHost,
+            mime_types=tuple(mimeTypes or ()),
+            created_after=createdAfter,
+            created_before=createdBefore,
+            order=order,
+            limit=limit,
+            cursor=cursor,
+        )
+
+        async def action(uow: UnitOfWork, caller: Caller) -> AssetListOut:
+            page = await assets.list_assets(uow, caller, request)
+            fields = set(AssetSummaryOut.model_fields)
+            items = [
+                AssetSummaryOut.model_validate(
+                    {key: value for key, value in asdict(item).items() if key in fields}
+                )
+                for item in page.items
+            ]
+            return AssetListOut(items=items, next_cursor=page.next_cursor)
+
+        return await run_authorised(services, "image_asset_list", action)
+
     return [
+        _tool(image_asset_get, "Get image", read_only=True, idempotent=True),
+        _tool(image_asset_list, "List images", read_only=True, idempotent=True),
         _tool(image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True),
         _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
         _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
