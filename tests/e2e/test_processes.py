@@ -219,16 +219,29 @@ async def test_http_server_on_the_embedded_default(
         }
         saved = (await client.call_tool("image_asset_save", save)).structured_content
         assert saved["embeddingStatus"] == "pending" and len(saved["jobIds"]) == 2
+        again = (await client.call_tool("image_asset_save", save)).structured_content
+        assert again["assetId"] == saved["assetId"] and again["replayed"]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            state = (await client.call_tool("image_asset_save", save)).structured_content
-            assert state["assetId"] == saved["assetId"] and state["replayed"]
+            state = (
+                await client.call_tool(
+                    "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
+                )
+            ).structured_content
             if state["embeddingStatus"] == "ready":
                 break
             await anyio.sleep(0.2)
         else:
             pytest.fail("the saved image did not become ready within 60 s")
         assert state["status"] == "ready"
+        # The signed preview link is served by this server, as WebP, and only with its signature.
+        preview = httpx.get(state["preview"]["url"], timeout=10)
+        assert preview.status_code == 200 and preview.headers["content-type"] == "image/webp"
+        assert preview.content.startswith(b"RIFF") and preview.content[8:12] == b"WEBP"
+        unsigned = httpx.get(state["preview"]["url"].split("?")[0], timeout=10)
+        assert unsigned.status_code == 403
+        listed = (await client.call_tool("image_asset_list", {})).structured_content
+        assert [item["assetId"] for item in listed["items"]] == [saved["assetId"]]
     async with Client(url + "/mcp", auth=reader) as client:
         listed = await client.call_tool("image_project_list", {})
         assert [(p["vault"], p["name"]) for p in listed.structured_content["projects"]] == [
