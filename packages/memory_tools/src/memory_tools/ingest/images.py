@@ -162,7 +162,7 @@ def _chosen_loader(data: bytes) -> str | None:
 _JPEG_MARKER = re.compile(rb"\xff+[^\x00\xd0-\xd7\xff]")
 
 
-def _jpeg_end(data: bytes) -> int:
+def _jpeg_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
     position = 2
     size = len(data)
     while position + 2 <= size:
@@ -187,11 +187,12 @@ def _jpeg_end(data: bytes) -> int:
             found = _JPEG_MARKER.search(data, position)
             if found is None:
                 raise InvalidImage("the JPEG is truncated")
+            pixels.append((position, found.start()))
             position = found.end() - 2
     raise InvalidImage("the JPEG is truncated")
 
 
-def _png_end(data: bytes) -> int:
+def _png_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
     position = 8
     size = len(data)
     while position + 12 <= size:
@@ -204,17 +205,26 @@ def _png_end(data: bytes) -> int:
         crc = int.from_bytes(data[body_end : body_end + 4], "big")
         if zlib.crc32(data[position + 4 : body_end]) & 0xFFFFFFFF != crc:
             raise InvalidImage("the PNG is corrupt (a chunk checksum does not match)")
+        if kind in (b"IDAT", b"fdAT"):
+            pixels.append((position + 8, body_end))
         position = body_end + 4
         if kind == b"IEND":
             return position
     raise InvalidImage("the PNG is truncated")
 
 
-def _webp_end(data: bytes) -> int:
+def _webp_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
     declared = int.from_bytes(data[4:8], "little")
     end = 8 + declared + (declared & 1)
     if declared < 4 or end > len(data) + (declared & 1):
         raise InvalidImage("the WebP is truncated")
+    position = 12
+    while position + 8 <= min(end, len(data)):
+        kind = data[position : position + 4]
+        length = int.from_bytes(data[position + 4 : position + 8], "little")
+        if kind in (b"VP8 ", b"VP8L", b"ALPH", b"ANMF"):
+            pixels.append((position + 8, min(position + 8 + length, len(data))))
+        position += 8 + length + (length & 1)
     return min(end, len(data))
 
 
@@ -228,7 +238,7 @@ def _skip_sub_blocks(data: bytes, position: int) -> int:
     raise InvalidImage("the GIF is truncated")
 
 
-def _gif_end(data: bytes) -> int:
+def _gif_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
     size = len(data)
     if size < 13:
         raise InvalidImage("the GIF is truncated")
@@ -245,7 +255,9 @@ def _gif_end(data: bytes) -> int:
                 raise InvalidImage("the GIF is truncated")
             local = data[position + 9]
             position += 10 + (3 * 2 ** ((local & 7) + 1) if local & 0x80 else 0)
-            position = _skip_sub_blocks(data, position + 1)  # after the LZW code size
+            start = position + 1  # after the LZW code size
+            position = _skip_sub_blocks(data, start)
+            pixels.append((start, position))
         else:
             raise InvalidImage("the GIF structure is corrupt")
     raise InvalidImage("the GIF is truncated")
@@ -254,17 +266,36 @@ def _gif_end(data: bytes) -> int:
 _ENDS = {"jpeg": _jpeg_end, "png": _png_end, "webp": _webp_end, "gif": _gif_end}
 
 
+def _outside(pixels: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
+    """The byte ranges that are not compressed pixel data (headers, metadata, trailer).
+
+    Gaps shorter than 16 bytes between pixel ranges are chunk framing (length, type, CRC),
+    checked by the structure walk; they are not scanned one by one.
+    """
+    ranges: list[tuple[int, int]] = []
+    cursor = 0
+    for start, end in sorted(pixels):
+        if start - cursor >= 16 or (not ranges and start > cursor):
+            ranges.append((cursor, start))
+        cursor = max(cursor, end)
+    if cursor < size:
+        ranges.append((cursor, size))
+    return ranges
+
+
 def _refuse_polyglots(data: bytes, image_format: ImageFormat) -> None:
-    end = _ENDS[image_format.name](data)
+    pixels: list[tuple[int, int]] = []
+    end = _ENDS[image_format.name](data, pixels)
     trailer = data[end:]
     for signature, name in _TRAILER_THREATS:
         if signature in trailer:
             raise InvalidImage(f"{name} is appended to the image (a polyglot file)")
-    # bytes.lower() and find() run at memory speed; a case-insensitive regex over a 30 MB PNG
-    # took over a second.
-    lowered = data.lower()
-    if any(marker in lowered for marker in _MARKUP):
-        raise InvalidImage("the file carries HTML or script markup (a polyglot file)")
+    # Markup hides in metadata (comments, text chunks, EXIF) and after the image, not inside
+    # compressed pixel data, which is skipped: scanning a 30 MB PNG whole cost 50 ms.
+    for start, stop in _outside(pixels, len(data)):
+        lowered = data[start:stop].lower()
+        if any(marker in lowered for marker in _MARKUP):
+            raise InvalidImage("the file carries HTML or script markup (a polyglot file)")
 
 
 # --- decoding -------------------------------------------------------------------------------
