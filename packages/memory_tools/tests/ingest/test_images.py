@@ -61,6 +61,21 @@ def _bad_png_crc() -> bytes:
     return bytes(data)
 
 
+def _png_text_after_pixels() -> bytes:
+    data = _rgb(16, 16).pngsave_buffer()
+    iend = data.rfind(b"IEND") - 4
+    text = _png_chunk(b"tEXt", b"Comment\x00<script>alert(1)</script>")
+    return data[:iend] + text + data[iend:]
+
+
+def _webp_with_markup_chunk() -> bytes:
+    data = bytearray(_rgb(16, 16).webpsave_buffer())
+    extra = b"XMP " + (40).to_bytes(4, "little") + b"<html><script>x</script></html>".ljust(40)
+    data += extra
+    data[4:8] = (len(data) - 8).to_bytes(4, "little")
+    return bytes(data)
+
+
 def _animated_gif(frames: int, size: int = 24) -> bytes:
     pages = [(_rgb(size, size) * (index + 1) % 256).cast("uchar") for index in range(frames)]
     strip = pyvips.Image.arrayjoin(pages, across=1).copy()
@@ -213,6 +228,8 @@ BAD = [
     ),
     Bad("jpeg magic on png bytes", lambda: b"\xff\xd8\xff" + _rgb(8, 8).pngsave_buffer(), "jpeg"),
     Bad("gif magic only", _fixed(b"GIF89a"), "GIF"),
+    Bad("script in a png text chunk after the pixels", _png_text_after_pixels, "markup"),
+    Bad("html in a webp metadata chunk", _webp_with_markup_chunk, "markup"),
     Bad("webp riff without payload", _fixed(b"RIFF\x04\x00\x00\x00WEBP"), "WebP"),
 ]
 
