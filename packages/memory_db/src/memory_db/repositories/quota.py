@@ -162,10 +162,11 @@ class QuotaRepository:
         ).scalar_one_or_none()
         return None if row is None else _reservation(row)
 
-    async def reserve(self, owner: str, reservation_id: str, nbytes: int) -> NamespaceUsage:
-        """Hold ``nbytes`` for this reservation, refusing ``used + reserved + nbytes > quota``."""
-        usage = await self.usage(owner, lock=True)
-        row = await self._session.scalar(
+    async def _active_locked(
+        self, owner: str, reservation_id: str
+    ) -> AssetUploadReservation | None:
+        """The active reservation, row-locked (callers lock the namespace row first)."""
+        return await self._session.scalar(
             select(AssetUploadReservation)
             .where(
                 AssetUploadReservation.owner_identity == owner,
@@ -175,6 +176,11 @@ class QuotaRepository:
             .with_for_update()
             .execution_options(populate_existing=True)
         )
+
+    async def reserve(self, owner: str, reservation_id: str, nbytes: int) -> NamespaceUsage:
+        """Hold ``nbytes`` for this reservation, refusing ``used + reserved + nbytes > quota``."""
+        usage = await self.usage(owner, lock=True)
+        row = await self._active_locked(owner, reservation_id)
         if row is None:
             raise NotFound("upload reservation")
         others = usage.reserved_bytes - row.reserved_bytes
@@ -194,16 +200,8 @@ class QuotaRepository:
     ) -> None:
         """Turn the held bytes into ``used_bytes`` of real usage and close the reservation."""
         await self.usage(owner, lock=True)
-        row = await self._session.scalar(
-            select(AssetUploadReservation)
-            .where(
-                AssetUploadReservation.owner_identity == owner,
-                AssetUploadReservation.id == reservation_id,
-            )
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-        if row is None or row.status != "active":
+        row = await self._active_locked(owner, reservation_id)
+        if row is None:
             raise NotFound("upload reservation")
         await self._shift(owner, used=used_bytes, reserved=-row.reserved_bytes)
         await self._set(reservation_id, reserved_bytes=0, status="finalized", asset_id=asset_id)
@@ -211,16 +209,8 @@ class QuotaRepository:
     async def release(self, owner: str, reservation_id: str, *, status: str = "released") -> None:
         """Give the held bytes back (a failed or abandoned upload). Idempotent."""
         await self.usage(owner, lock=True)
-        row = await self._session.scalar(
-            select(AssetUploadReservation)
-            .where(
-                AssetUploadReservation.owner_identity == owner,
-                AssetUploadReservation.id == reservation_id,
-            )
-            .with_for_update()
-            .execution_options(populate_existing=True)
-        )
-        if row is None or row.status != "active":
+        row = await self._active_locked(owner, reservation_id)
+        if row is None:
             return
         await self._shift(owner, reserved=-row.reserved_bytes)
         await self._set(reservation_id, reserved_bytes=0, status=status)
