@@ -23,6 +23,7 @@ from memory_tools.errors import InvalidInputFailure, Unauthenticated
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
 from memory_tools.mcp.schemas import SaveOut, WireModel
+from memory_tools.mcp.validation import describe
 
 log = get_logger(__name__)
 
@@ -96,9 +97,7 @@ async def _body(request: Request, model: type[WireModel]) -> Any:
     try:
         return model.model_validate_json(raw or b"{}")
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "body"
-        raise InvalidInputFailure(f"{where}: {first['msg']}") from None
+        raise InvalidInputFailure(describe(exc)) from None
 
 
 def upload_routes(services: MemoryServices) -> list[Route]:

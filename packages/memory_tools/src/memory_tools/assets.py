@@ -15,12 +15,13 @@ from typing import Any, Literal
 
 from memory_db import MemoryDbError, UnitOfWork, is_valid_id
 from memory_db.repositories import AssetFilter, StoredAsset
+from memory_db.schema import SOURCE_KINDS
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
+from memory_tools.ingest.images import FORMATS
 from memory_tools.services import MemoryServices
 
-SOURCE_KINDS = ("upload", "scrape", "screenshot", "instagram", "external_url", "import")
-MIME_TYPES = ("image/jpeg", "image/png", "image/webp", "image/gif")
+MIME_TYPES = tuple(image_format.mime_type for image_format in FORMATS.values())
 MAX_LIST_LIMIT = 100
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -171,7 +171,6 @@ class AssetSaver:
 
     def __init__(self, services: MemoryServices) -> None:
         self.services = services
-        self._services = services
         self._settings = services.settings
 
     # --- step 0: input ----------------------------------------------------------------------
@@ -212,7 +211,7 @@ class AssetSaver:
             data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
         else:
             assert request.source_url is not None
-            fetcher = self._services.fetcher
+            fetcher = self.services.fetcher
             policy = fetcher.policy if fetcher is not None else None
             if policy is None:
                 raise FeatureDisabled("saving by URL is not configured on this server")
@@ -247,7 +246,7 @@ class AssetSaver:
 
     async def save(self, caller: Caller, request: SaveRequest) -> SaveResult:
         """Save one image for ``caller``; see the module docstring for the steps."""
-        if self._services.embedder is None:
+        if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         prepared = self.prepare(request)
         target, reservation_id, replay = await self._open(caller, prepared)
@@ -256,8 +255,8 @@ class AssetSaver:
         try:
             data = prepared.data
             if data is None:
-                assert prepared.fetch_url is not None and self._services.fetcher is not None
-                data = (await self._services.fetcher.fetch(prepared.fetch_url)).data
+                assert prepared.fetch_url is not None and self.services.fetcher is not None
+                data = (await self.services.fetcher.fetch(prepared.fetch_url)).data
             image = await inspect_image(
                 data,
                 max_pixels=self._settings.asset_max_decoded_pixels,
@@ -276,7 +275,7 @@ class AssetSaver:
         request = prepared.request
         deadline = anyio.current_time() + self._settings.asset_fetch_timeout_seconds + 60
         while True:
-            async with self._services.database.unit_of_work() as uow:
+            async with self.services.database.unit_of_work() as uow:
                 target = await self.target(uow, caller, request)
                 owner = target.scope.owner_identity
                 expected = (
@@ -364,7 +363,7 @@ class AssetSaver:
     async def release(self, owner: str, reservation_id: str) -> None:
         """Give a reservation's bytes back (best effort; the expiry sweep is the fallback)."""
         try:
-            async with self._services.database.unit_of_work() as uow:
+            async with self.services.database.unit_of_work() as uow:
                 await uow.quota.release(owner, reservation_id)
         except Exception:  # the expiry sweep releases it later
             log.warning("asset.save.release_failed", reservation_id=reservation_id)
@@ -395,9 +394,9 @@ class AssetSaver:
             source_ref=prepared.source_ref,
         )
         representations = ["visual", "fused"] if text else ["visual"]
-        vectors = vector_bytes(self._services, len(representations))
+        vectors = vector_bytes(self.services, len(representations))
         # Step 3: reserve what this save would add, under the namespace lock.
-        async with self._services.database.unit_of_work() as uow:
+        async with self.services.database.unit_of_work() as uow:
             existing = await uow.objects.find_reusable(owner, image.sha256)
             if existing is None and await uow.objects.is_quarantined(owner, image.sha256):
                 raise InvalidImage(
@@ -460,7 +459,7 @@ class AssetSaver:
             env, target.namespace_id, object_id, "original", image.format.extension
         )
         preview_key = build_object_key(env, target.namespace_id, object_id, "preview")
-        store = self._services.store
+        store = self.services.store
         uploaded: list[str] = []
         receipts: tuple[str | None, str | None] = (None, None)
         try:
@@ -509,10 +508,10 @@ class AssetSaver:
         """Step 5. Returns the result and keys to discard (a concurrent save won the object)."""
         owner = target.scope.owner_identity
         env = self._settings.asset_storage_env_prefix
-        embedder = self._services.embedder
+        embedder = self.services.embedder
         assert embedder is not None
         losers: list[str] = []
-        async with self._services.database.unit_of_work() as uow:
+        async with self.services.database.unit_of_work() as uow:
             await uow.quota.usage(owner, lock=True)
             stored = await uow.objects.find_reusable(owner, image.sha256) if existing else None
             if existing is not None and stored is None:
@@ -649,7 +648,7 @@ class AssetSaver:
         if not keys:
             return
         try:
-            async with self._services.database.unit_of_work() as uow:
+            async with self.services.database.unit_of_work() as uow:
                 await uow.orphans.record(owner, keys, reason=reason)
         except Exception:
             log.error("asset.orphan.record_failed", keys=len(keys))
@@ -659,12 +658,7 @@ class AssetSaver:
         failed: list[str] = []
         for key in keys:
             try:
-                await self._services.store.delete(key)
+                await self.services.store.delete(key)
             except Exception:
                 failed.append(key)
         await self._orphan(owner, failed, "discarding a duplicate upload failed")
-
-
-def result_dict(result: SaveResult) -> dict[str, Any]:
-    """The result as plain data (tool output, logs in tests)."""
-    return asdict(result)

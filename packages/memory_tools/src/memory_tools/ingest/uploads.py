@@ -143,12 +143,12 @@ class UploadFlow:
                 raise NotFoundFailure("upload not found")
             if reservation.status == "finalized" and reservation.asset_id is not None:
                 fields = reservation.request.get("fields", {})
-                target = await self._saver.target(uow, caller, _request(fields))
+                target = await self._saver.target(uow, caller, SaveRequest(**fields))
                 return await self._saver.replay(uow, target, reservation.asset_id)
             if reservation.status != "active":
                 raise ConflictFailure(f"this upload is {reservation.status}; start a new one")
             fields = reservation.request.get("fields", {})
-            request = _request(fields)
+            request = SaveRequest(**fields)
             target = await self._saver.target(uow, caller, request)
         prepared = self._saver.prepare(request, upload=True)
         content_type = str(reservation.request["contentType"])
@@ -211,7 +211,3 @@ def _fields(request: SaveRequest) -> dict[str, Any]:
     for source in ("source_url", "artifact_id", "image_base64"):
         data.pop(source, None)
     return data
-
-
-def _request(fields: dict[str, Any]) -> SaveRequest:
-    return SaveRequest(**fields)
