@@ -30,8 +30,12 @@ from memory_server.bootstrap import (
 from memory_tools import ConflictFailure, MemoryServices, ToolFailure, admin
 
 
-class Terminated(Exception):
-    """SIGTERM arrived: unwind so the database pool and embedded server close cleanly."""
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind so the database pool and embedded server close cleanly.
+
+    A ``BaseException`` like ``KeyboardInterrupt``: the worker's loops survive ordinary errors
+    with ``except Exception``, and must not survive this.
+    """
 
 
 def _raise_terminated(_signum: int, _frame: object) -> None:
