@@ -15,6 +15,7 @@ from typing import Any
 from sqlalchemy import (
     BigInteger,
     CheckConstraint,
+    Computed,
     DateTime,
     ForeignKey,
     ForeignKeyConstraint,
@@ -26,7 +27,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -68,6 +69,16 @@ PROVENANCE_OPERATIONS = (
     "vault_grant",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
+
+# The full-text document of an asset (a generated column: derived, rebuildable). Titles and tags
+# weigh most, then alt text, then the description. 'english' stems words ("bicycles" finds
+# "bicycle"); every function here is immutable, as a generated column requires.
+SEARCH_DOCUMENT_SQL = (
+    "setweight(to_tsvector('english'::regconfig, title), 'A') || "
+    "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
+    "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
+    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C')"
+)
 
 MAX_FOLDER_DEPTH = 8
 MAX_NAME_LENGTH = 120
@@ -425,6 +436,7 @@ class Asset(Base):
         ),
         Index("ix_mem_assets_owner_source_url_hash", "owner_identity", "source_url_hash"),
         Index("ix_mem_assets_object", "object_id"),
+        Index("ix_mem_assets_search_document", "search_document", postgresql_using="gin"),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -458,6 +470,9 @@ class Asset(Base):
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    search_document: Mapped[str | None] = mapped_column(
+        TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
+    )
 
 
 class AssetEmbeddingJob(Base):

@@ -87,10 +87,9 @@ def _handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
     return {(v.record.owner_identity, v.record.physical_vault): v.display_handle for v in vaults}
 
 
-async def _preview(
-    services: MemoryServices, stored: StoredAsset, include: bool
-) -> PreviewLink | None:
-    if not include or stored.preview_storage_key is None or stored.object_status != "available":
+async def signed_preview(services: MemoryServices, stored: StoredAsset) -> PreviewLink | None:
+    """A fresh short-lived link to the asset's preview; ``None`` when there is no preview."""
+    if stored.preview_storage_key is None or stored.object_status != "available":
         return None
     ttl = services.settings.asset_signed_get_ttl_seconds
     url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
@@ -164,13 +163,13 @@ async def get_asset(
             completed_at=job.completed_at,
         )
     handle = _handles(vaults)[(asset.owner_identity, asset.vault)]
-    preview = await _preview(services, stored, include_preview)
+    preview = await signed_preview(services, stored) if include_preview else None
     return _view(stored, handle, [latest[k] for k in sorted(latest)], preview)
 
 
-@dataclass(frozen=True)
-class ListRequest:
-    """What ``image_asset_list`` was asked."""
+@dataclass(frozen=True, kw_only=True)
+class FilterFields:
+    """The exact filters shared by listing and search (§14.1); empty fields do not filter."""
 
     vault: str | None = None
     project_id: str | None = None
@@ -182,6 +181,12 @@ class ListRequest:
     mime_types: tuple[str, ...] = ()
     created_after: datetime | None = None
     created_before: datetime | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ListRequest(FilterFields):
+    """What ``image_asset_list`` was asked."""
+
     order: Literal["newest", "oldest"] = "newest"
     limit: int = 25
     cursor: str | None = None
@@ -210,9 +215,8 @@ def decode_cursor(cursor: str, order: str) -> tuple[datetime, str]:
     return created, asset_id
 
 
-def _check(request: ListRequest) -> None:
-    if not 1 <= request.limit <= MAX_LIST_LIMIT:
-        raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
+def check_filters(request: FilterFields) -> None:
+    """Refuse malformed filters before any database work."""
     for kind in request.source_kinds:
         if kind not in SOURCE_KINDS:
             raise InvalidInputFailure(
@@ -233,12 +237,18 @@ def _check(request: ListRequest) -> None:
     ):
         if value is not None and value.tzinfo is None:
             raise InvalidInputFailure(f"{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
+    if (
+        request.created_after is not None
+        and request.created_before is not None
+        and request.created_after >= request.created_before
+    ):
+        raise InvalidInputFailure("createdAfter: must be earlier than createdBefore")
 
 
-async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> AssetListView:
-    """One page of the caller's readable assets, newest (or oldest) first."""
-    _check(request)
-    after = decode_cursor(request.cursor, request.order) if request.cursor else None
+async def resolve_filters(
+    uow: UnitOfWork, caller: Caller, request: FilterFields
+) -> tuple[list[ResolvedVault], AssetFilter]:
+    """The vaults to read and the exact filter, with project and folder checked in the vault."""
     if request.vault is not None:
         vaults = [await resolve_vault(uow, caller, request.vault, "read")]
     else:
@@ -253,7 +263,7 @@ async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> 
             folder_ids = (folder.id,)
             if request.include_subfolders:
                 folders = await uow.folders.list(scope, folder.project_id)
-                folder_ids = _descendants(folder.id, [(f.id, f.parent_id) for f in folders])
+                folder_ids = descendants(folder.id, [(f.id, f.parent_id) for f in folders])
         except MemoryDbError as exc:
             raise translate(exc) from None
     elif request.project_id is not None:
@@ -273,6 +283,21 @@ async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> 
         created_after=request.created_after,
         created_before=request.created_before,
     )
+    return vaults, filters
+
+
+def vault_handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
+    """How the caller names each (owner, physical vault)."""
+    return _handles(vaults)
+
+
+async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> AssetListView:
+    """One page of the caller's readable assets, newest (or oldest) first."""
+    if not 1 <= request.limit <= MAX_LIST_LIMIT:
+        raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
+    check_filters(request)
+    after = decode_cursor(request.cursor, request.order) if request.cursor else None
+    vaults, filters = await resolve_filters(uow, caller, request)
     rows = await uow.assets.list_visible(
         [v.record.scope for v in vaults],
         filters,
@@ -292,7 +317,8 @@ async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> 
     return AssetListView(items=items, next_cursor=next_cursor)
 
 
-def _descendants(root: str, edges: list[tuple[str, str | None]]) -> tuple[str, ...]:
+def descendants(root: str, edges: list[tuple[str, str | None]]) -> tuple[str, ...]:
+    """``root`` and every folder below it, given (folder, parent) edges."""
     children: dict[str, list[str]] = {}
     for folder_id, parent in edges:
         if parent is not None:

@@ -106,6 +106,18 @@ class QuotaExceeded(ToolFailure):
     code = "quota_exceeded"
 
 
+class EmbeddingUnavailable(ToolFailure):
+    """The embedding provider could not answer now (rate limit, timeout); retry later."""
+
+    code = "embedding_unavailable"
+
+
+class EmbeddingFailed(ToolFailure):
+    """The embedding provider refused the query (retrying will not help)."""
+
+    code = "embedding_failed"
+
+
 def translate(exc: MemoryDbError) -> ToolFailure:
     """The caller-facing failure for a memory-db error."""
     if isinstance(exc, NotFound):

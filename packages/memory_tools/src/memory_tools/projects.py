@@ -170,3 +170,29 @@ async def list_folders(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     return folder_tree(folders), resolved.display_handle
+
+
+async def archive_project(
+    uow: UnitOfWork, caller: Caller, *, vault: str, project_id: str
+) -> ProjectView:
+    """Archive a project: it stays readable and searchable, but takes no new images or folders.
+
+    Non-destructive and idempotent (§18.2).
+    """
+    resolved = await resolve_vault(uow, caller, vault, "write")
+    scope = resolved.record.scope
+    try:
+        before = await uow.projects.get(scope, project_id)
+        record = await uow.projects.archive(scope, project_id)
+    except MemoryDbError as exc:
+        raise translate(exc) from exc
+    if before.status != "archived":
+        await uow.provenance.record(
+            "asset_project_archive",
+            actor_identity=caller.identity,
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            target_kind="project",
+            target_id=project_id,
+        )
+    return _project_view(record, resolved)

@@ -32,6 +32,7 @@ from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
 from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
+from memory_tools.changes import purge_deleted_objects
 from memory_tools.ingest.save import fused_text
 from memory_tools.services import MemoryServices
 
@@ -144,19 +145,25 @@ class EmbeddingWorker:
             await anyio.sleep(self.config.sweep_seconds)
 
     async def sweep(self) -> None:
-        """Release expired upload reservations; fail jobs abandoned on their last attempt."""
+        """Housekeeping: expired reservations, abandoned jobs, orphans, deleted bytes.
+
+        Releases expired upload reservations, fails jobs abandoned on their last attempt,
+        deletes orphaned uploads and purges the bytes of deleted images (§18.1).
+        """
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
             abandoned = await uow.jobs.fail_abandoned()
             for owner, asset_id in abandoned:
                 await uow.assets.reconcile_embedding(owner, asset_id)
         removed = await self._remove_orphans()
-        if expired or abandoned or removed:
+        purged = await purge_deleted_objects(self._services)
+        if expired or abandoned or removed or purged:
             log.info(
                 "worker.swept",
                 reservations=expired,
                 abandoned_jobs=len(abandoned),
                 orphans_removed=removed,
+                objects_purged=purged,
             )
 
     async def _remove_orphans(self) -> int:

@@ -9,14 +9,16 @@ overwrite the work of the one that reclaimed the job.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     DateTime,
     Select,
+    Text,
     and_,
+    cast,
     func,
     literal,
     or_,
@@ -25,7 +27,7 @@ from sqlalchemy import (
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -49,6 +51,8 @@ from memory_db.schema import (
 )
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
+# Assets a reader can see; "deleting" and "deleted" are gone for everyone.
+VISIBLE_STATUSES = ("processing", "ready", "failed")
 
 
 class DuplicateObject(Conflict):
@@ -165,6 +169,63 @@ class ObjectRepository:
             .values(status="quarantined", updated_at=func.now())
             .execution_options(synchronize_session=False)
         )
+
+    async def lock(self, owner: str, object_id: str) -> ObjectRecord:
+        """One object, locked against concurrent reuse and deletion."""
+        row = await self._session.scalar(
+            select(AssetObject)
+            .where(AssetObject.owner_identity == owner, AssetObject.id == object_id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        if row is None:
+            raise NotFound("object")
+        return _object(row)
+
+    async def mark_deleting(self, owner: str, object_id: str) -> bool:
+        """Take an object out of use before its bytes go; ``False`` if it was not in use."""
+        result = await self._session.execute(
+            update(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.id == object_id,
+                AssetObject.status.in_(("available", "quarantined", "pending")),
+            )
+            .values(status="deleting", updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
+
+    async def deleting(self, *, limit: int = 100) -> list[ObjectRecord]:
+        """Objects whose bytes wait for deletion, oldest first."""
+        rows = await self._session.scalars(
+            select(AssetObject)
+            .where(AssetObject.status == "deleting")
+            .order_by(AssetObject.updated_at, AssetObject.id)
+            .limit(limit)
+        )
+        return [_object(row) for row in rows.all()]
+
+    async def mark_deleted(self, owner: str, object_id: str) -> ObjectRecord | None:
+        """Record that an object's bytes are gone; ``None`` if another sweep got there first."""
+        row = await self._session.scalar(
+            select(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.id == object_id,
+                AssetObject.status == "deleting",
+            )
+            .with_for_update(skip_locked=True)
+            .execution_options(populate_existing=True)
+        )
+        if row is None:
+            return None
+        now = datetime.now(UTC)
+        row.status = "deleted"
+        row.deleted_at = now
+        row.updated_at = now
+        await self._session.flush()
+        return _object(row)
 
     async def get(self, owner: str, object_id: str) -> ObjectRecord:
         """One object of ``owner``."""
@@ -294,7 +355,9 @@ class AssetRepository:
         return asset_record(row)
 
     @staticmethod
-    def _visible(scopes: Sequence[VaultScope]) -> Select[Asset, AssetObject]:
+    def _visible(
+        scopes: Sequence[VaultScope], statuses: Sequence[str] = VISIBLE_STATUSES
+    ) -> Select[Asset, AssetObject]:
         pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
         return (
             select(Asset, AssetObject)
@@ -307,7 +370,7 @@ class AssetRepository:
             )
             .where(
                 tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
-                Asset.status.in_(("processing", "ready", "failed")),
+                Asset.status.in_(list(statuses)),
             )
         )
 
@@ -355,6 +418,160 @@ class AssetRepository:
             query = query.order_by(Asset.created_at.asc(), Asset.id.asc())
         rows = await self._session.execute(query.limit(limit))
         return [self._stored(asset, stored) for asset, stored in rows.all()]
+
+    async def find_visible(
+        self,
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        *,
+        statuses: Sequence[str] = VISIBLE_STATUSES,
+        limit: int,
+    ) -> list[StoredAsset]:
+        """Assets matching ``filters`` in any order (search reloads its candidates here)."""
+        if not scopes or filters.asset_ids == ():
+            return []
+        query = self._visible(scopes, statuses).where(*_conditions(filters)).limit(limit)
+        rows = await self._session.execute(query)
+        return [self._stored(asset, stored) for asset, stored in rows.all()]
+
+    async def matching_ids(
+        self,
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        *,
+        statuses: Sequence[str] = VISIBLE_STATUSES,
+        limit: int,
+    ) -> list[str]:
+        """Ids of at most ``limit`` assets matching ``filters``."""
+        if not scopes:
+            return []
+        query = (
+            self._visible(scopes, statuses)
+            .where(*_conditions(filters))
+            .with_only_columns(Asset.id)
+            .limit(limit)
+        )
+        return list((await self._session.scalars(query)).all())
+
+    async def search_text(
+        self,
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        words: str,
+        *,
+        limit: int,
+    ) -> list[tuple[str, float]]:
+        """Ready assets whose title, tags, alt text or description share words with ``words``.
+
+        Any word matches (the words are OR-ed, English-stemmed); best ``ts_rank_cd`` first.
+        The search document is a generated column (see migration 0004).
+        """
+        if not scopes:
+            return []
+        plain = func.plainto_tsquery(literal("english", REGCONFIG), words)
+        any_word = cast(func.replace(cast(plain, Text), " & ", " | "), TSQUERY)
+        rank = func.ts_rank_cd(Asset.search_document, any_word)
+        query = (
+            self._visible(scopes, ("ready",))
+            .where(Asset.search_document.op("@@")(any_word), *_conditions(filters))
+            .with_only_columns(Asset.id, rank)
+            .order_by(rank.desc(), Asset.id)
+            .limit(limit)
+        )
+        rows = await self._session.execute(query)
+        return [(asset_id, float(score)) for asset_id, score in rows.all()]
+
+    async def locate(self, scopes: Sequence[VaultScope], asset_id: str) -> AssetRecord | None:
+        """An asset in one of ``scopes`` whatever its status (deleted ones too), or ``None``."""
+        if not scopes or not is_valid_id(asset_id, "ast"):
+            return None
+        pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
+        row = await self._session.scalar(
+            select(Asset).where(
+                tuple_(Asset.owner_identity, Asset.vault).in_(pairs), Asset.id == asset_id
+            )
+        )
+        return None if row is None else asset_record(row)
+
+    async def lock(
+        self, scope: VaultScope, asset_id: str, *, include_deleted: bool = False
+    ) -> AssetRecord | None:
+        """An asset of this vault locked for a change (move, delete); ``None`` if absent."""
+        if not is_valid_id(asset_id, "ast"):
+            return None
+        query = select(Asset).where(
+            Asset.owner_identity == scope.owner_identity,
+            Asset.vault == scope.physical_vault,
+            Asset.id == asset_id,
+        )
+        if not include_deleted:
+            query = query.where(Asset.status.in_(VISIBLE_STATUSES))
+        row = await self._session.scalar(
+            query.with_for_update().execution_options(populate_existing=True)
+        )
+        return None if row is None else asset_record(row)
+
+    async def place(
+        self,
+        scope: VaultScope,
+        asset_id: str,
+        *,
+        project_id: str | None,
+        folder_id: str | None,
+        actor: str,
+    ) -> AssetRecord:
+        """Set an asset's project and folder (the composite keys keep both in its vault)."""
+        await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+            )
+            .values(
+                project_id=project_id, folder_id=folder_id, updated_by=actor, updated_at=func.now()
+            )
+            .execution_options(synchronize_session=False)
+        )
+        record = await self.get(scope, asset_id)
+        return record
+
+    async def set_status(self, scope: VaultScope, asset_id: str, status: str, actor: str) -> None:
+        """Move an asset to ``deleting`` or ``deleted`` (the delete flow, §18.1)."""
+        values: dict[str, Any] = {"status": status, "updated_by": actor, "updated_at": func.now()}
+        if status == "deleted":
+            values["deleted_at"] = func.now()
+        await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+            )
+            .values(**values)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def active_references(self, owner: str, object_id: str) -> int:
+        """How many assets that are not being deleted use an object."""
+        value = await self._session.scalar(
+            select(func.count()).where(
+                Asset.owner_identity == owner,
+                Asset.object_id == object_id,
+                Asset.status.in_(VISIBLE_STATUSES),
+            )
+        )
+        return int(value or 0)
+
+    async def in_folders(
+        self, scope: VaultScope, project_id: str, folder_ids: Sequence[str]
+    ) -> list[StoredAsset]:
+        """Every visible asset in these folders of a project (recursive folder deletion)."""
+        return await self.find_visible(
+            [scope],
+            AssetFilter(project_id=project_id, folder_ids=tuple(folder_ids)),
+            limit=1_000_000,
+        )
 
     async def get_for_owner(self, owner: str, asset_id: str) -> AssetRecord | None:
         """An asset by owner (the worker's view, after it was handed a job of that owner)."""
@@ -444,6 +661,8 @@ def _conditions(filters: AssetFilter) -> list[ColumnElement[bool]]:
         conditions.append(Asset.created_at >= filters.created_after)
     if filters.created_before is not None:
         conditions.append(Asset.created_at < filters.created_before)
+    if filters.asset_ids is not None:
+        conditions.append(Asset.id.in_(list(filters.asset_ids)))
     return conditions
 
 

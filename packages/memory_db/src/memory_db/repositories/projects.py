@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
-from sqlalchemy import Select, func, literal, select, tuple_
+from sqlalchemy import Select, func, literal, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
@@ -250,6 +250,23 @@ class FolderRepository:
             .order_by(func.lower(AssetFolder.name), AssetFolder.id)
         )
         return [_folder(row) for row in rows]
+
+    async def mark_deleted(self, scope: VaultScope, folder_ids: Sequence[str]) -> int:
+        """Soft-delete folders (their names become free again); return how many changed."""
+        if not folder_ids:
+            return 0
+        result = await self._session.execute(
+            update(AssetFolder)
+            .where(
+                AssetFolder.owner_identity == scope.owner_identity,
+                AssetFolder.vault == scope.physical_vault,
+                AssetFolder.id.in_(list(folder_ids)),
+                AssetFolder.deleted_at.is_(None),
+            )
+            .values(deleted_at=func.now(), updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def _write(self, change: Callable[[], None], name: str) -> None:
         try:

@@ -212,6 +212,7 @@ class AssetFilter:
     mime_types: tuple[str, ...] = ()
     created_after: datetime | None = None
     created_before: datetime | None = None
+    asset_ids: tuple[str, ...] | None = None  # only these assets (search candidates)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,7 @@ from memory_db.vectors.index import (
     SearchTuning,
     VectorHit,
     VectorIndex,
+    VectorMatch,
     VectorRecord,
     vector_id,
 )
@@ -24,6 +25,7 @@ __all__ = [
     "SearchTuning",
     "VectorHit",
     "VectorIndex",
+    "VectorMatch",
     "VectorRecord",
     "create_index",
     "describe_index",

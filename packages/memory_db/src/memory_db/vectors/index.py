@@ -73,6 +73,37 @@ class SearchTuning:
 Strategy = Literal["auto", "ann", "exact"]
 
 
+@dataclass(frozen=True, slots=True)
+class VectorMatch:
+    """Exact filters on the metadata columns of the index (§10.2), beside the scope."""
+
+    mime_types: Sequence[str] = ()
+    source_kinds: Sequence[str] = ()
+    created_after: datetime | None = None
+    created_before: datetime | None = None
+    asset_ids: Sequence[str] | None = None  # only these assets
+
+    def conditions(self, params: dict[str, object]) -> list[str]:
+        """SQL conditions (and their parameters, added to ``params``)."""
+        found: list[str] = []
+        if self.mime_types:
+            found.append("mime_type = ANY(:mime_types)")
+            params["mime_types"] = list(self.mime_types)
+        if self.source_kinds:
+            found.append("source_kind = ANY(:source_kinds)")
+            params["source_kinds"] = list(self.source_kinds)
+        if self.created_after is not None:
+            found.append("created_at >= :created_after")
+            params["created_after"] = self.created_after
+        if self.created_before is not None:
+            found.append("created_at < :created_before")
+            params["created_before"] = self.created_before
+        if self.asset_ids is not None:
+            found.append("asset_id = ANY(:asset_ids)")
+            params["asset_ids"] = list(self.asset_ids)
+        return found
+
+
 def _literal(embedding: Sequence[float], dimensions: int) -> str:
     if len(embedding) != dimensions:
         raise InvalidInput(f"vector has {len(embedding)} dimensions, the index {dimensions}")
@@ -195,6 +226,7 @@ class VectorIndex:
         limit: int = 50,
         project_id: str | None = None,
         folder_ids: Sequence[str] | None = None,
+        match: VectorMatch | None = None,
         strategy: Strategy = "auto",
         tuning: SearchTuning | None = None,
     ) -> list[VectorHit]:
@@ -227,6 +259,8 @@ class VectorIndex:
         if folder_ids is not None:
             filters.append("folder_id = ANY(:folders)")
             params["folders"] = list(folder_ids)
+        if match is not None:
+            filters.extend(match.conditions(params))
         # The count below uses only the scope columns (all in one B-tree, so it is index-only);
         # the model is added for the search itself.
         scope_where = " AND ".join(filters)
@@ -274,6 +308,35 @@ class VectorIndex:
         if exact:
             await self._set(enable_seqscan="on")
         return hits
+
+    async def distances(
+        self,
+        query: Sequence[float],
+        scopes: Sequence[VaultScope],
+        asset_ids: Sequence[str],
+        *,
+        model: str,
+    ) -> list[VectorHit]:
+        """The exact distance of every vector of these assets (scored candidates of other lists)."""
+        if not scopes or not asset_ids:
+            return []
+        rows = await self._session.execute(
+            text(
+                f"SELECT id, asset_id, representation, embedding <=> CAST(:q AS {self._cast}) "
+                f"FROM {self.name} WHERE asset_id = ANY(:ids) AND vault = ANY(:vaults) "
+                "AND owner_identity = ANY(:owners) AND model = :model"
+            ),
+            {
+                "q": _literal(query, self.dimensions),
+                "ids": list(asset_ids),
+                "vaults": [s.physical_vault for s in scopes],
+                "owners": sorted({s.owner_identity for s in scopes}),
+                "model": model,
+            },
+        )
+        # Physical vault names are unique across owners, so the two ANY lists cannot pair an
+        # owner with another owner's vault.
+        return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
 
     async def _set(self, **settings: str) -> None:
         """``SET LOCAL`` several settings in one round trip."""

@@ -1,0 +1,330 @@
+"""Changing and removing assets (§18): move, delete, purge, folder deletion.
+
+A move changes metadata only (the object key and bytes stay). A delete runs §18.1 in one
+transaction — ``deleting``, jobs cancelled, vectors deleted, ``deleted`` with provenance, the
+object marked ``deleting`` when no active asset still uses it — and the worker's sweep deletes
+the bytes afterwards (:func:`purge_deleted_objects`), then gives the bytes back to the quota.
+A failed byte deletion leaves the object ``deleting`` for the next sweep; access never returns.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from memory_db import MemoryDbError, UnitOfWork, get_logger
+from memory_db.repositories import AssetRecord, VaultScope
+from memory_db.vectors import VectorIndex, resolve_alias
+from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
+from memory_tools.assets import descendants
+from memory_tools.errors import ConflictFailure, InvalidInputFailure, NotFoundFailure, translate
+from memory_tools.ingest.save import vector_bytes
+from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
+
+# Purged objects per sweep (each is two store deletes).
+PURGE_BATCH = 100
+
+
+@dataclass(frozen=True)
+class MoveResult:
+    """Where an asset is now; ``moved`` is false when it was already there."""
+
+    asset_id: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    object_id: str
+    moved: bool
+
+
+@dataclass(frozen=True)
+class DeleteResult:
+    """What a delete did; a repeat reports ``already_deleted`` and changes nothing."""
+
+    asset_id: str
+    vault: str
+    status: str
+    already_deleted: bool
+    jobs_cancelled: int
+    vectors_removed: int
+    object_released: bool  # no other asset uses the bytes: they are deleted shortly
+
+
+@dataclass(frozen=True)
+class FolderDeletion:
+    """A folder deletion or its dry run (counts cover the folder and all its subfolders)."""
+
+    folder_id: str
+    project_id: str
+    vault: str
+    deleted: bool
+    folders: int
+    assets: int
+    bytes: int  # original bytes of the distinct images the assets use
+    confirm: str | None  # pass back to delete recursively; null once deleted
+
+
+async def _locate(
+    uow: UnitOfWork, caller: Caller, asset_id: str, need: str
+) -> tuple[ResolvedVault, AssetRecord]:
+    """The asset (deleted ones too) in a vault the caller can read, checked for ``need``.
+
+    Another owner's ids answer ``not_found`` exactly like ids that never existed; an asset the
+    caller may read but not change is ``forbidden``.
+    """
+    vaults = await readable_vaults(uow, caller)
+    record = await uow.assets.locate([v.record.scope for v in vaults], asset_id)
+    if record is None:
+        raise NotFoundFailure("asset not found")
+    vault = next(
+        v
+        for v in vaults
+        if (v.record.owner_identity, v.record.physical_vault)
+        == (record.owner_identity, record.vault)
+    )
+    resolved = await resolve_vault(
+        uow, caller, vault.display_handle, "destructive" if need == "destructive" else "write"
+    )
+    return resolved, record
+
+
+async def _index(uow: UnitOfWork, services: MemoryServices) -> VectorIndex:
+    name = await resolve_alias(uow.session, services.vector_alias)
+    return await VectorIndex.open(uow.session, name)
+
+
+async def move_asset(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    asset_id: str,
+    project_id: str | None,
+    folder_id: str | None,
+) -> MoveResult:
+    """Place an asset in another project or folder of its vault (no bytes are copied)."""
+    if folder_id is not None and project_id is None:
+        raise InvalidInputFailure("folderId: give the folder's projectId as well")
+    resolved, record = await _locate(uow, caller, asset_id, "write")
+    if record.status in ("deleting", "deleted"):
+        raise NotFoundFailure("asset not found")
+    scope = resolved.record.scope
+    try:
+        if project_id is not None:
+            project = await uow.projects.get(scope, project_id)
+            if project.status != "active":
+                raise ConflictFailure("the project is archived; images cannot be moved into it")
+        if folder_id is not None:
+            folder = await uow.folders.get(scope, folder_id)
+            if folder.project_id != project_id:
+                raise NotFoundFailure("folder not found")
+    except MemoryDbError as exc:
+        raise translate(exc) from None
+    locked = await uow.assets.lock(scope, asset_id)
+    if locked is None:
+        raise NotFoundFailure("asset not found")
+    moved = (locked.project_id, locked.folder_id) != (project_id, folder_id)
+    if moved:
+        await uow.assets.place(
+            scope, asset_id, project_id=project_id, folder_id=folder_id, actor=caller.identity
+        )
+        index = await _index(uow, services)
+        await index.move_asset(scope, asset_id, project_id, folder_id)
+        await uow.provenance.record(
+            "asset_move",
+            actor_identity=caller.identity,
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            target_kind="asset",
+            target_id=asset_id,
+            detail={
+                "from": {"projectId": locked.project_id, "folderId": locked.folder_id},
+                "to": {"projectId": project_id, "folderId": folder_id},
+            },
+        )
+    return MoveResult(
+        asset_id=asset_id,
+        vault=resolved.display_handle,
+        project_id=project_id,
+        folder_id=folder_id,
+        object_id=locked.object_id,
+        moved=moved,
+    )
+
+
+async def _remove(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    index: VectorIndex,
+    scope: VaultScope,
+    asset_id: str,
+) -> tuple[int, int, bool] | None:
+    """§18.1 steps 2-5 for one asset; ``None`` if it is already deleted."""
+    asset = await uow.assets.lock(scope, asset_id, include_deleted=True)
+    if asset is None or asset.status == "deleted":
+        return None
+    owner = scope.owner_identity
+    await uow.assets.set_status(scope, asset_id, "deleting", caller.identity)
+    cancelled = await uow.jobs.cancel_for_asset(owner, asset_id)
+    removed = await index.delete_asset(scope, asset_id)
+    await uow.assets.set_status(scope, asset_id, "deleted", caller.identity)
+    # The save charged vector bytes for every representation it queued; give them back.
+    representations = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}
+    refund = vector_bytes(services, len(representations))
+    if refund:
+        await uow.quota.add_used(owner, -refund)
+    await uow.provenance.record(
+        "asset_delete",
+        actor_identity=caller.identity,
+        owner_identity=owner,
+        vault=scope.physical_vault,
+        target_kind="asset",
+        target_id=asset_id,
+        detail={"jobsCancelled": cancelled, "vectorsRemoved": removed},
+    )
+    # Lock the object first: a concurrent save reusing it either commits before (and is
+    # counted below) or finds it no longer available and retries with fresh bytes.
+    await uow.objects.lock(owner, asset.object_id)
+    released = False
+    if await uow.assets.active_references(owner, asset.object_id) == 0:
+        released = await uow.objects.mark_deleting(owner, asset.object_id)
+    return cancelled, removed, released
+
+
+async def delete_asset(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> DeleteResult:
+    """Delete an asset (needs the ``destructive`` scope and write authority on its vault)."""
+    resolved, _ = await _locate(uow, caller, asset_id, "destructive")
+    scope = resolved.record.scope
+    outcome = await _remove(uow, caller, services, await _index(uow, services), scope, asset_id)
+    if outcome is None:
+        return DeleteResult(asset_id, resolved.display_handle, "deleted", True, 0, 0, False)
+    cancelled, removed, released = outcome
+    log.info("asset_deleted", jobs_cancelled=cancelled, vectors=removed, released=released)
+    return DeleteResult(
+        asset_id, resolved.display_handle, "deleted", False, cancelled, removed, released
+    )
+
+
+async def purge_deleted_objects(services: MemoryServices, *, limit: int = PURGE_BATCH) -> int:
+    """Delete the bytes of objects marked ``deleting``, then mark them ``deleted`` (§18.1 6-7).
+
+    The store deletes run outside any transaction; an object whose bytes could not be deleted
+    stays ``deleting`` and is retried on the next sweep. Returns how many objects were purged.
+    """
+    async with services.database.unit_of_work() as uow:
+        pending = await uow.objects.deleting(limit=limit)
+    gone = []
+    for stored in pending:
+        try:
+            await services.store.delete(stored.storage_key)
+            if stored.preview_storage_key is not None:
+                await services.store.delete(stored.preview_storage_key)
+        except MemoryDbError as exc:
+            log.warning("asset_object_purge_failed", object_id=stored.id, error=type(exc).__name__)
+            continue
+        gone.append(stored)
+    purged = 0
+    if gone:
+        async with services.database.unit_of_work() as uow:
+            for stored in gone:
+                done = await uow.objects.mark_deleted(stored.owner_identity, stored.id)
+                if done is None:
+                    continue  # another sweep finished it
+                await uow.quota.add_used(
+                    done.owner_identity, -(done.bytes + (done.preview_bytes or 0))
+                )
+                await uow.provenance.record(
+                    "asset_object_purge",
+                    actor_identity="system:worker",
+                    owner_identity=done.owner_identity,
+                    target_kind="object",
+                    target_id=done.id,
+                    detail={"bytes": done.bytes + (done.preview_bytes or 0)},
+                )
+                purged += 1
+    return purged
+
+
+def _confirmation(folder_ids: list[str], asset_ids: list[str]) -> str:
+    """A token naming exactly what a recursive deletion would remove."""
+    digest = hashlib.sha256()
+    for value in [*sorted(folder_ids), "|", *sorted(asset_ids)]:
+        digest.update(value.encode() + b"\0")
+    return "del_" + digest.hexdigest()[:24]
+
+
+async def delete_folder(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str,
+    project_id: str,
+    folder_id: str,
+    recursive: bool,
+    confirm: str | None,
+) -> FolderDeletion:
+    """Delete an empty folder, or a folder with its contents after a dry run (§18.2).
+
+    Without ``recursive`` the folder must hold no images and no subfolders. With it, a call
+    without ``confirm`` is a dry run that changes nothing and returns the counts and a
+    ``confirm`` token; calling again with that token deletes the folder, its subfolders and
+    their images, provided nothing changed in between.
+    """
+    resolved = await resolve_vault(uow, caller, vault, "destructive")
+    scope = resolved.record.scope
+    try:
+        folder = await uow.folders.get(scope, folder_id)
+        if folder.project_id != project_id:
+            raise NotFoundFailure("folder not found")
+        folders = await uow.folders.list(scope, project_id)
+    except MemoryDbError as exc:
+        raise translate(exc) from None
+    subtree = list(descendants(folder_id, [(f.id, f.parent_id) for f in folders]))
+    contents = await uow.assets.in_folders(scope, project_id, subtree)
+    objects: dict[str, int] = {row.asset.object_id: row.bytes for row in contents}
+    token = _confirmation(subtree, [row.asset.id for row in contents])
+
+    def summary(deleted: bool) -> FolderDeletion:
+        return FolderDeletion(
+            folder_id=folder_id,
+            project_id=project_id,
+            vault=resolved.display_handle,
+            deleted=deleted,
+            folders=len(subtree),
+            assets=len(contents),
+            bytes=sum(objects.values()),
+            confirm=None if deleted else token,
+        )
+
+    if not recursive and (contents or len(subtree) > 1):
+        raise ConflictFailure(
+            f"the folder holds {len(contents)} image(s) and {len(subtree) - 1} subfolder(s): "
+            "move them first, or delete recursively (recursive=true, after a dry run)"
+        )
+    if recursive and confirm is None:
+        return summary(False)
+    if recursive and confirm != token:
+        raise ConflictFailure(
+            "confirm does not match what the folder holds now (it changed since the dry run, "
+            "or the token is wrong): run the dry run again"
+        )
+    index = await _index(uow, services)
+    for row in contents:
+        await _remove(uow, caller, services, index, scope, row.asset.id)
+    await uow.folders.mark_deleted(scope, subtree)
+    await uow.provenance.record(
+        "asset_folder_delete",
+        actor_identity=caller.identity,
+        owner_identity=scope.owner_identity,
+        vault=scope.physical_vault,
+        target_kind="folder",
+        target_id=folder_id,
+        detail={"projectId": project_id, "folders": len(subtree), "assets": len(contents)},
+    )
+    return summary(True)

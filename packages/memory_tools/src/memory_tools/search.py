@@ -1,0 +1,373 @@
+"""``image_asset_search`` (§14): text, image and fused queries over the caller's vaults.
+
+The flow, in the order of §14.2:
+
+1. authenticate (the tool layer) and resolve the readable vaults; check the filters;
+2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
+   never stored; a stored query image is the asset's sanitised preview;
+3. embed the query once with ``retrieval.query`` (outside any transaction);
+4. one transaction: the filtered ANN query over the aliased index, only in entitled vaults,
+   overfetching 50 representation hits; for text, a full-text list over title, tags, alt text
+   and description (a generated column, rebuildable); fusion by asset with reciprocal-rank
+   fusion plus the best cosine similarity; candidates reloaded under the authorisation
+   predicates with every exact filter and only ``ready`` assets; usage metered, provenance
+   written;
+5. at most 30 compact results, each with an optional fresh preview link.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Literal
+
+from memory_db import UnitOfWork, get_logger
+from memory_db.embedding import FusedInput, ImageInput, TextInput
+from memory_db.embedding.types import EmbedValue
+from memory_db.errors import EmbeddingError
+from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
+from memory_db.vectors import VectorHit, VectorIndex, VectorMatch, resolve_alias
+from memory_tools.access import Caller
+from memory_tools.assets import (
+    FilterFields,
+    PreviewLink,
+    check_filters,
+    resolve_filters,
+    signed_preview,
+    vault_handles,
+)
+from memory_tools.errors import (
+    EmbeddingFailed,
+    EmbeddingUnavailable,
+    FeatureDisabled,
+    InvalidInputFailure,
+    NotFoundFailure,
+)
+from memory_tools.ingest import inputs
+from memory_tools.ingest.fetch import check_url
+from memory_tools.ingest.images import inspect_image
+from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
+
+MAX_SEARCH_LIMIT = 30
+MAX_QUERY_CHARS = 2000
+# §14.2 step 5: representation hits fetched from the index before fusion.
+OVERFETCH = 50
+# Metadata (full-text) hits that join the fusion of a text query.
+TEXT_HITS = 50
+# Reciprocal-rank fusion constant: a first place adds 1/21 ≈ 0.048 to an asset's relevance,
+# a tenth place 1/30 ≈ 0.033; the best cosine similarity carries the rest.
+RRF_K = 20
+# Tag and source-host filters are not columns of the vector index: when they match at most
+# this many assets the ANN query is restricted to exactly those; beyond it, the index is
+# overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
+CANDIDATE_CAP = 10_000
+WIDE_OVERFETCH = 1000
+# A stored query image is its preview; previews are bounded by the save flow.
+MAX_QUERY_PREVIEW_BYTES = 16 * 1024 * 1024
+
+Mode = Literal["text", "image", "fused"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchRequest(FilterFields):
+    """What ``image_asset_search`` was asked."""
+
+    query: str | None = None
+    asset_id: str | None = None
+    image_base64: str | None = None
+    source_url: str | None = None
+    limit: int = 10
+    min_score: float | None = None
+    include_preview: bool = False
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    """One result (§15.3), with the vault it lives in."""
+
+    asset_id: str
+    vault: str
+    title: str
+    mime_type: str
+    width: int
+    height: int
+    project_id: str | None
+    folder_id: str | None
+    source_url: str | None
+    tags: list[str]
+    created_at: datetime
+    score: float
+    match_representations: list[str]
+    embedding_model: str
+    preview: PreviewLink | None
+
+
+@dataclass(frozen=True)
+class SearchView:
+    """The results, best first."""
+
+    mode: Mode
+    results: list[SearchHit]
+
+
+@dataclass
+class _Fusion:
+    """Per-asset evidence gathered from the ranked lists."""
+
+    relevance: float = 0.0
+    score: float | None = None  # best cosine similarity of any of its vectors
+    matched: set[str] = field(default_factory=lambda: set[str]())
+
+    def rank(self, position: int) -> None:
+        self.relevance += 1.0 / (RRF_K + position + 1)
+
+    def similarity(self, value: float) -> None:
+        self.score = value if self.score is None else max(self.score, value)
+
+
+def _check(request: SearchRequest) -> tuple[Mode, str | None]:
+    """The query mode and the cleaned text; ``invalid_input`` for anything malformed."""
+    text = inputs.clean_text(request.query, "query", MAX_QUERY_CHARS)
+    images = [
+        name
+        for name, value in (
+            ("assetId", request.asset_id),
+            ("imageBase64", request.image_base64),
+            ("sourceUrl", request.source_url),
+        )
+        if value is not None
+    ]
+    if len(images) > 1:
+        raise InvalidInputFailure(f"give at most one query image, not {' and '.join(images)}")
+    if text is None and not images:
+        raise InvalidInputFailure("query: give a text query, a query image, or both")
+    if not 1 <= request.limit <= MAX_SEARCH_LIMIT:
+        raise InvalidInputFailure(f"limit: between 1 and {MAX_SEARCH_LIMIT}")
+    if request.min_score is not None and not -1.0 <= request.min_score <= 1.0:
+        raise InvalidInputFailure("minScore: between -1 and 1 (a cosine similarity)")
+    check_filters(request)
+    if not images:
+        return "text", text
+    return ("fused" if text is not None else "image"), text
+
+
+class AssetSearcher:
+    """Runs searches for one server's services."""
+
+    def __init__(self, services: MemoryServices) -> None:
+        self.services = services
+        self._settings = services.settings
+
+    async def search(self, caller: Caller, request: SearchRequest) -> SearchView:
+        """Search the caller's readable vaults; see the module docstring for the steps."""
+        embedder = self.services.embedder
+        if embedder is None:
+            raise FeatureDisabled("no embedder is configured on this server")
+        mode, text = _check(request)
+        image = await self._temporary_image(request)
+        async with self.services.database.unit_of_work() as uow:
+            vaults, filters = await resolve_filters(uow, caller, request)
+            preview_key = None
+            if request.asset_id is not None:
+                stored = await uow.assets.get_visible(
+                    [v.record.scope for v in vaults], request.asset_id
+                )
+                if stored is None:
+                    raise NotFoundFailure("asset not found")
+                if stored.preview_storage_key is None or stored.object_status != "available":
+                    raise NotFoundFailure("the asset's image is not available")
+                preview_key = stored.preview_storage_key
+        if preview_key is not None:
+            image = await self._read_preview(preview_key)
+        vector, usage_total = await self._embed(text, image)
+        async with self.services.database.unit_of_work() as uow:
+            scopes = [v.record.scope for v in vaults]
+            fusion, rows = await self._rank(uow, scopes, filters, vector, text)
+            await uow.usage.record(
+                owner_identity=caller.identity,
+                source="embed_image_query",
+                model=embedder.model,
+                total_tokens=usage_total[0],
+                prompt_tokens=usage_total[1],
+                image_tokens=usage_total[2],
+                request_id=usage_total[3],
+            )
+            handles = vault_handles(vaults)
+            results: list[SearchHit] = []
+            for stored in rows:
+                evidence = fusion[stored.asset.id]
+                assert evidence.score is not None
+                if request.min_score is not None and evidence.score < request.min_score:
+                    continue
+                results.append(
+                    SearchHit(
+                        asset_id=stored.asset.id,
+                        vault=handles[(stored.asset.owner_identity, stored.asset.vault)],
+                        title=stored.asset.title,
+                        mime_type=stored.mime_type,
+                        width=stored.width,
+                        height=stored.height,
+                        project_id=stored.asset.project_id,
+                        folder_id=stored.asset.folder_id,
+                        source_url=stored.asset.source_url,
+                        tags=list(stored.asset.tags),
+                        created_at=stored.asset.created_at,
+                        score=round(evidence.score, 6),
+                        match_representations=sorted(evidence.matched),
+                        embedding_model=embedder.model,
+                        preview=None,
+                    )
+                )
+                if len(results) == request.limit:
+                    break
+            await uow.provenance.record(
+                "asset_search",
+                actor_identity=caller.identity,
+                detail={
+                    "mode": mode,
+                    "vaults": len(vaults),
+                    "results": len(results),
+                    "queryChars": len(text or ""),
+                },
+            )
+        if request.include_preview:
+            by_id = {stored.asset.id: stored for stored in rows}
+            results = [
+                replace(hit, preview=await signed_preview(self.services, by_id[hit.asset_id]))
+                for hit in results
+            ]
+        log.info("asset_search", mode=mode, results=len(results), vaults=len(vaults))
+        return SearchView(mode=mode, results=results)
+
+    async def _temporary_image(self, request: SearchRequest) -> bytes | None:
+        """The sanitised preview of a query image given inline or by URL (never stored)."""
+        if request.image_base64 is not None:
+            data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
+        elif request.source_url is not None:
+            fetcher = self.services.fetcher
+            if fetcher is None:
+                raise FeatureDisabled("searching by image URL is not configured on this server")
+            data = (await fetcher.fetch(str(check_url(request.source_url, fetcher.policy)))).data
+        else:
+            return None
+        inspected = await inspect_image(
+            data,
+            max_pixels=self._settings.asset_max_decoded_pixels,
+            preview_edge=self._settings.asset_preview_max_edge,
+        )
+        return inspected.preview
+
+    async def _read_preview(self, key: str) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in self.services.store.get_stream(key):
+            size += len(chunk)
+            if size > MAX_QUERY_PREVIEW_BYTES:
+                raise NotFoundFailure("the asset's image is not available")
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+    async def _embed(
+        self, text: str | None, image: bytes | None
+    ) -> tuple[list[float], tuple[int, int, int, str | None]]:
+        embedder = self.services.embedder
+        assert embedder is not None
+        value: EmbedValue
+        if image is None:
+            assert text is not None
+            value = TextInput(text)
+        elif text is None:
+            value = ImageInput(data=image)
+        else:
+            value = FusedInput(parts=(TextInput(text), ImageInput(data=image)))
+        try:
+            result = await embedder.embed([value], "retrieval.query")
+        except EmbeddingError as exc:
+            log.warning("asset_search.embed_failed", code=exc.code)
+            if exc.retryable:
+                raise EmbeddingUnavailable(
+                    "the embedding provider is unavailable; retry shortly"
+                ) from None
+            refused = f"the embedding provider refused the query ({exc.code})"
+            raise EmbeddingFailed(refused) from None
+        usage = result.usage
+        return result.embeddings[0], (
+            usage.total_tokens,
+            usage.prompt_tokens,
+            usage.image_tokens,
+            result.request_id,
+        )
+
+    async def _rank(
+        self,
+        uow: UnitOfWork,
+        vault_scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        vector: list[float],
+        text: str | None,
+    ) -> tuple[dict[str, _Fusion], list[StoredAsset]]:
+        """Fused evidence per asset and the authorised, ready candidates, best first."""
+        embedder = self.services.embedder
+        assert embedder is not None
+        index = await VectorIndex.open(
+            uow.session, await resolve_alias(uow.session, self.services.vector_alias)
+        )
+        restricted: tuple[str, ...] | None = None
+        overfetch = OVERFETCH
+        if filters.tags or filters.source_host is not None:
+            ids = await uow.assets.matching_ids(
+                vault_scopes, filters, statuses=("ready",), limit=CANDIDATE_CAP + 1
+            )
+            if len(ids) <= CANDIDATE_CAP:
+                restricted = tuple(ids)
+            else:
+                overfetch = WIDE_OVERFETCH
+        fusion: dict[str, _Fusion] = {}
+        hits: list[VectorHit] = []
+        if restricted != ():
+            hits = await index.search(
+                vector,
+                vault_scopes,
+                model=embedder.model,
+                limit=overfetch,
+                project_id=filters.project_id,
+                folder_ids=filters.folder_ids,
+                match=VectorMatch(
+                    mime_types=filters.mime_types,
+                    source_kinds=filters.source_kinds,
+                    created_after=filters.created_after,
+                    created_before=filters.created_before,
+                    asset_ids=restricted,
+                ),
+            )
+        for representation in ("visual", "fused"):
+            ranked = [h for h in hits if h.representation == representation]
+            for position, hit in enumerate(ranked):
+                evidence = fusion.setdefault(hit.asset_id, _Fusion())
+                evidence.rank(position)
+                evidence.similarity(hit.score)
+                evidence.matched.add(representation)
+        if text is not None:
+            words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
+            for position, (asset_id, _rank) in enumerate(words):
+                evidence = fusion.setdefault(asset_id, _Fusion())
+                evidence.rank(position)
+                evidence.matched.add("metadata")
+            unscored = [asset_id for asset_id, e in fusion.items() if e.score is None]
+            for hit in await index.distances(vector, vault_scopes, unscored, model=embedder.model):
+                fusion[hit.asset_id].similarity(hit.score)
+        for evidence in fusion.values():
+            if evidence.score is not None:
+                evidence.relevance += evidence.score
+        candidates = [asset_id for asset_id, e in fusion.items() if e.score is not None]
+        rows = await uow.assets.find_visible(
+            vault_scopes,
+            replace(filters, asset_ids=tuple(candidates)),
+            statuses=("ready",),
+            limit=max(len(candidates), 1),
+        )
+        rows.sort(key=lambda row: (-fusion[row.asset.id].relevance, row.asset.id))
+        return fusion, rows
