@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from memory_db import MemoryDbError, UnitOfWork, get_logger
+from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, VaultScope
 from memory_db.vectors import VectorIndex, resolve_alias
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
@@ -90,8 +90,12 @@ async def _locate(
     return resolved, record
 
 
-async def _index(uow: UnitOfWork, services: MemoryServices) -> VectorIndex:
-    name = await resolve_alias(uow.session, services.vector_alias)
+async def _index(uow: UnitOfWork, services: MemoryServices) -> VectorIndex | None:
+    """The aliased vector index; ``None`` before the first vector was ever written."""
+    try:
+        name = await resolve_alias(uow.session, services.vector_alias)
+    except NotFound:
+        return None
     return await VectorIndex.open(uow.session, name)
 
 
@@ -131,7 +135,8 @@ async def move_asset(
             scope, asset_id, project_id=project_id, folder_id=folder_id, actor=caller.identity
         )
         index = await _index(uow, services)
-        await index.move_asset(scope, asset_id, project_id, folder_id)
+        if index is not None:
+            await index.move_asset(scope, asset_id, project_id, folder_id)
         await uow.provenance.record(
             "asset_move",
             actor_identity=caller.identity,
@@ -158,7 +163,7 @@ async def _remove(
     uow: UnitOfWork,
     caller: Caller,
     services: MemoryServices,
-    index: VectorIndex,
+    index: VectorIndex | None,
     scope: VaultScope,
     asset_id: str,
 ) -> tuple[int, int, bool] | None:
@@ -169,7 +174,7 @@ async def _remove(
     owner = scope.owner_identity
     await uow.assets.set_status(scope, asset_id, "deleting", caller.identity)
     cancelled = await uow.jobs.cancel_for_asset(owner, asset_id)
-    removed = await index.delete_asset(scope, asset_id)
+    removed = 0 if index is None else await index.delete_asset(scope, asset_id)
     await uow.assets.set_status(scope, asset_id, "deleted", caller.identity)
     # The save charged vector bytes for every representation it queued; give them back.
     representations = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}

@@ -27,6 +27,7 @@ from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.embedding.types import EmbedValue
 from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
+from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import VectorHit, VectorIndex, VectorMatch, resolve_alias
 from memory_tools.access import Caller
 from memory_tools.assets import (
@@ -160,6 +161,7 @@ class AssetSearcher:
     def __init__(self, services: MemoryServices) -> None:
         self.services = services
         self._settings = services.settings
+        self._index_ready = False
 
     async def search(self, caller: Caller, request: SearchRequest) -> SearchView:
         """Search the caller's readable vaults; see the module docstring for the steps."""
@@ -167,6 +169,10 @@ class AssetSearcher:
         if embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         mode, text = _check(request)
+        if not self._index_ready:
+            # First search before any worker ran: create the index (idempotent, locked).
+            await prepare_vector_index(self.services.database, self._settings, embedder)
+            self._index_ready = True
         image = await self._temporary_image(request)
         async with self.services.database.unit_of_work() as uow:
             vaults, filters = await resolve_filters(uow, caller, request)

@@ -150,3 +150,72 @@ class AssetListOut(WireModel):
     next_cursor: str | None = Field(
         description="Pass as cursor for the next page; null at the end."
     )
+
+
+class SearchResultOut(WireModel):
+    """One search result (§15.3), best first."""
+
+    asset_id: str
+    vault: str
+    title: str
+    mime_type: str
+    width: int
+    height: int
+    project_id: str | None
+    folder_id: str | None
+    source_url: str | None
+    tags: list[str]
+    created_at: datetime
+    score: float = Field(description="Best cosine similarity of the asset's vectors to the query.")
+    match_representations: list[str] = Field(
+        description="Which lists found it: visual, fused (vectors) and metadata (words)."
+    )
+    embedding_model: str
+    preview: PreviewOut | None
+
+
+class SearchOut(WireModel):
+    """Search results, best first (at most the requested limit)."""
+
+    mode: str = Field(description="text, image or fused: how the query was embedded.")
+    results: list[SearchResultOut]
+
+
+class MoveOut(WireModel):
+    """Where the asset is now; its object (the stored bytes) never changes on a move."""
+
+    asset_id: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    object_id: str
+    moved: bool = Field(description="False when the asset was already there.")
+
+
+class DeleteOut(WireModel):
+    """The outcome of a delete; repeating it reports alreadyDeleted and changes nothing."""
+
+    asset_id: str
+    vault: str
+    status: str
+    already_deleted: bool
+    jobs_cancelled: int
+    vectors_removed: int
+    object_released: bool = Field(
+        description="No other asset uses these bytes: they are purged shortly."
+    )
+
+
+class FolderDeletionOut(WireModel):
+    """A folder deletion, or its dry run (deleted false, with a confirm token)."""
+
+    folder_id: str
+    project_id: str
+    vault: str
+    deleted: bool
+    folders: int = Field(description="The folder and its subfolders.")
+    assets: int = Field(description="Images in them.")
+    bytes: int = Field(description="Original bytes of the distinct images they use.")
+    confirm: str | None = Field(
+        description="Pass back as confirm (with recursive=true) to delete exactly this."
+    )

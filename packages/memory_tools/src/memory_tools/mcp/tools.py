@@ -19,7 +19,7 @@ from mcp_types import ToolAnnotations
 from pydantic import Field
 
 from memory_db import UnitOfWork, get_logger
-from memory_tools import assets, projects
+from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import FeatureDisabled, ToolFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
@@ -27,13 +27,18 @@ from memory_tools.mcp.schemas import (
     AssetListOut,
     AssetOut,
     AssetSummaryOut,
+    DeleteOut,
+    FolderDeletionOut,
     FolderOut,
     FolderTreeOut,
+    MoveOut,
     ProjectListOut,
     ProjectOut,
     SaveOut,
+    SearchOut,
 )
 from memory_tools.projects import FolderView, ProjectView
+from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.services import MemoryServices
 
 T = TypeVar("T")
@@ -44,6 +49,11 @@ AUDITED_OPERATIONS = {
     "image_project_create": "asset_project_create",
     "image_folder_create": "asset_folder_create",
     "image_asset_save": "asset_save",
+    "image_asset_search": "asset_search",
+    "image_asset_move": "asset_move",
+    "image_asset_delete": "asset_delete",
+    "image_project_archive": "asset_project_archive",
+    "image_folder_delete": "asset_folder_delete",
 }
 
 VaultParam = Annotated[
@@ -60,6 +70,27 @@ ProjectIdParam = Annotated[
 ]
 Base64Param = Annotated[str | None, Field(description="The image bytes as base64.")]
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
+AssetIdParam = Annotated[str, Field(min_length=1, max_length=64, description="ast_...")]
+OptionalVault = Annotated[
+    str | None,
+    Field(max_length=400, description="A vault handle; omit for every vault you may read."),
+]
+OptionalId = Annotated[str | None, Field(max_length=64)]
+TagsParam = Annotated[
+    list[Annotated[str, Field(max_length=64)]] | None,
+    Field(max_length=32, description="Every tag must be present."),
+]
+SourceKindsParam = Annotated[
+    list[str] | None,
+    Field(max_length=6, description="upload, scrape, screenshot, instagram, external_url, import."),
+]
+SourceHostParam = Annotated[
+    str | None, Field(max_length=253, description="Host the image came from, e.g. example.com.")
+]
+MimeTypesParam = Annotated[
+    list[str] | None,
+    Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
+]
 
 
 def _tool(
@@ -380,7 +411,188 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         return await run_authorised(services, "image_asset_list", action)
 
+    searcher = AssetSearcher(services)
+
+    async def image_asset_search(
+        query: Annotated[
+            str | None,
+            Field(max_length=2000, description="What to find, in words (e.g. 'red bicycle')."),
+        ] = None,
+        assetId: Annotated[
+            str | None, Field(max_length=64, description="Find images like this stored one.")
+        ] = None,
+        imageBase64: Base64Param = None,
+        sourceUrl: Annotated[
+            str | None,
+            Field(
+                max_length=4096,
+                description="Find images like the one at this public https URL (not stored).",
+            ),
+        ] = None,
+        vault: OptionalVault = None,
+        projectId: OptionalId = None,
+        folderId: OptionalId = None,
+        includeSubfolders: bool = False,
+        tags: TagsParam = None,
+        sourceKinds: SourceKindsParam = None,
+        sourceHost: SourceHostParam = None,
+        mimeTypes: MimeTypesParam = None,
+        createdAfter: datetime | None = None,
+        createdBefore: datetime | None = None,
+        limit: Annotated[int, Field(ge=1, le=30)] = 10,
+        minScore: Annotated[
+            float | None,
+            Field(ge=-1, le=1, description="Drop results whose score is below this."),
+        ] = None,
+        includePreview: Annotated[
+            bool, Field(description="Add a fresh short-lived preview link to each result.")
+        ] = False,
+    ) -> SearchOut:
+        """Find stored images by text, by a similar image, or both, with exact filters.
+
+        Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
+        image together. Results are the best matches first, each with its cosine score; only
+        images whose embedding is ready are found. A query image is never stored.
+        """
+        request = SearchRequest(
+            query=query,
+            asset_id=assetId,
+            image_base64=imageBase64,
+            source_url=sourceUrl,
+            vault=vault,
+            project_id=projectId,
+            folder_id=folderId,
+            include_subfolders=includeSubfolders,
+            tags=tuple(tags or ()),
+            source_kinds=tuple(sourceKinds or ()),
+            source_host=sourceHost,
+            mime_types=tuple(mimeTypes or ()),
+            created_after=createdAfter,
+            created_before=createdBefore,
+            limit=limit,
+            min_score=minScore,
+            include_preview=includePreview,
+        )
+
+        async def action(caller: Caller) -> SearchOut:
+            return SearchOut.model_validate(asdict(await searcher.search(caller, request)))
+
+        return await run_as_caller(services, "image_asset_search", action)
+
+    image_asset_search.__annotations__["imageBase64"] = Annotated[
+        str | None,
+        Field(
+            max_length=max_base64,
+            description="Find images like this one (base64; not stored).",
+        ),
+    ]
+
+    async def image_asset_move(
+        assetId: AssetIdParam,
+        projectId: Annotated[
+            str | None, Field(max_length=64, description="Target project; null for Unfiled.")
+        ] = None,
+        folderId: Annotated[
+            str | None,
+            Field(max_length=64, description="Target folder in projectId; null for its root."),
+        ] = None,
+    ) -> MoveOut:
+        """Move an image to another project or folder of its vault.
+
+        Metadata only: the stored bytes and their key stay as they are. Moving to where the
+        image already is changes nothing.
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> MoveOut:
+            result = await changes.move_asset(
+                uow, caller, services, asset_id=assetId, project_id=projectId, folder_id=folderId
+            )
+            return MoveOut.model_validate(asdict(result))
+
+        return await run_authorised(services, "image_asset_move", action)
+
+    async def image_asset_delete(assetId: AssetIdParam) -> DeleteOut:
+        """Delete an image: its vectors at once, its bytes shortly after if nothing else uses them.
+
+        Needs an API key with the 'destructive' scope and write access to the vault. Deleting
+        an image that is already deleted succeeds and changes nothing.
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> DeleteOut:
+            result = await changes.delete_asset(uow, caller, services, asset_id=assetId)
+            return DeleteOut.model_validate(asdict(result))
+
+        return await run_authorised(services, "image_asset_delete", action)
+
+    async def image_project_archive(
+        projectId: ProjectIdParam,
+        vault: VaultParam = "Library",
+    ) -> ProjectOut:
+        """Archive a project: its images stay findable, but it takes no new images or folders.
+
+        Nothing is deleted; archiving an archived project changes nothing.
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
+            view = await projects.archive_project(uow, caller, vault=vault, project_id=projectId)
+            return _project_out(view)
+
+        return await run_authorised(services, "image_project_archive", action)
+
+    async def image_folder_delete(
+        projectId: ProjectIdParam,
+        folderId: Annotated[str, Field(min_length=1, max_length=64, description="afl_...")],
+        vault: VaultParam = "Library",
+        recursive: Annotated[
+            bool,
+            Field(description="Also delete its subfolders and images (dry run first)."),
+        ] = False,
+        confirm: Annotated[
+            str | None,
+            Field(
+                max_length=64,
+                description="The confirm token of a dry run; without it, recursive is a dry run.",
+            ),
+        ] = None,
+    ) -> FolderDeletionOut:
+        """Delete a folder.
+
+        An empty folder is deleted at once. A folder with images or subfolders needs
+        recursive=true: the first call is a dry run that counts folders, images and bytes and
+        returns a confirm token; calling again with that token deletes exactly that.
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderDeletionOut:
+            result = await changes.delete_folder(
+                uow,
+                caller,
+                services,
+                vault=vault,
+                project_id=projectId,
+                folder_id=folderId,
+                recursive=recursive,
+                confirm=confirm,
+            )
+            return FolderDeletionOut.model_validate(asdict(result))
+
+        return await run_authorised(services, "image_folder_delete", action)
+
     return [
+        _tool(
+            image_asset_search, "Search images", read_only=True, idempotent=True, open_world=True
+        ),
+        _tool(image_asset_move, "Move image", read_only=False, idempotent=True),
+        _tool(
+            image_asset_delete, "Delete image", read_only=False, idempotent=True, destructive=True
+        ),
+        _tool(image_project_archive, "Archive image project", read_only=False, idempotent=True),
+        _tool(
+            image_folder_delete,
+            "Delete image folder",
+            read_only=False,
+            idempotent=True,
+            destructive=True,
+        ),
         _tool(image_asset_get, "Get image", read_only=True, idempotent=True),
         _tool(image_asset_list, "List images", read_only=True, idempotent=True),
         _tool(image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True),

@@ -1,0 +1,372 @@
+"""``image_asset_search`` over MCP: text, image and fused queries, filters, fusion, metering,
+bad input, provider failures and what other callers (do not) find."""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Callable
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from fastmcp import Client
+from sqlalchemy import text
+
+from memory_db.embedding import JinaEmbedder
+from memory_db.testing.jina_server import Fault, JinaTestServer
+from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools.testing.web import Reply, WebServer
+from memory_tools.worker import EmbeddingWorker
+
+from .test_save import picture, stored_files
+
+
+@pytest.fixture
+def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
+    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def _call(client: Client[Any], tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = (await client.call_tool(tool, arguments)).structured_content
+    assert result is not None
+    return result
+
+
+async def _error(client: Client[Any], tool: str, arguments: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, arguments, raise_on_error=False)
+    assert result.is_error
+    return result.content[0].text  # type: ignore[union-attr]
+
+
+async def _ledger(services: MemoryServices) -> tuple[int, int]:
+    async with services.database.engine.connect() as conn:
+        usage = (
+            await conn.execute(
+                text("SELECT count(*) FROM mem_usage_ledger WHERE source = 'embed_image_query'")
+            )
+        ).scalar_one()
+        searches = (
+            await conn.execute(
+                text("SELECT count(*) FROM mem_provenance WHERE operation = 'asset_search'")
+            )
+        ).scalar_one()
+    return int(usage), int(searches)
+
+
+TITLES = {
+    1: "Harbour at dawn",
+    2: "Pricing table screenshot",
+    3: "Mountain bicycle race",
+    4: "Quarterly revenue chart",
+    5: "Birthday cake with candles",
+}
+
+
+async def _library(client: Client[Any], services: MemoryServices) -> dict[int, str]:
+    ids: dict[int, str] = {}
+    for seed, title in TITLES.items():
+        saved = await _call(
+            client,
+            "image_asset_save",
+            {"imageBase64": b64(picture(seed)), "title": title, "tags": [f"t{seed % 2}"]},
+        )
+        ids[seed] = saved["assetId"]
+    await EmbeddingWorker(services).drain()
+    return ids
+
+
+async def test_text_search_finds_the_asset_by_its_words_with_scores_and_evidence(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as client:
+        ids = await _library(client, saving)
+        found = await _call(client, "image_asset_search", {"query": "bicycle race"})
+        chart = await _call(client, "image_asset_search", {"query": "revenue charts"})
+    assert found["mode"] == "text"
+    first = found["results"][0]
+    assert first["assetId"] == ids[3]
+    assert set(first["matchRepresentations"]) == {"fused", "metadata", "visual"}
+    assert first["embeddingModel"] == "local-hash-v1"
+    assert first["title"] == TITLES[3] and first["vault"] == "Library"
+    assert (first["width"], first["height"], first["mimeType"]) == (48, 48, "image/png")
+    assert -1 <= first["score"] <= 1 and first["preview"] is None
+    scores = [r["score"] for r in found["results"]]
+    assert len(scores) == len(TITLES)  # few assets: all are candidates, the best first
+    # English stemming in the metadata list: "charts" finds "chart".
+    assert chart["results"][0]["assetId"] == ids[4]
+    assert "metadata" in chart["results"][0]["matchRepresentations"]
+
+
+async def test_image_queries_find_the_same_picture_first_and_store_nothing(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices, web: WebServer
+) -> None:
+    web.routes["/query.png"] = Reply(body=picture(2), headers={"Content-Type": "image/png"})
+    async with client_as(alice.key) as client:
+        ids = await _library(client, saving)
+        files = stored_files(saving)
+        by_asset = await _call(client, "image_asset_search", {"assetId": ids[2]})
+        by_bytes = await _call(client, "image_asset_search", {"imageBase64": b64(picture(2))})
+        by_url = await _call(
+            client,
+            "image_asset_search",
+            {"sourceUrl": f"http://img.test:{web.port}/query.png", "limit": 2},
+        )
+        fused = await _call(
+            client, "image_asset_search", {"query": "pricing", "imageBase64": b64(picture(2))}
+        )
+        listed = await _call(client, "image_asset_list", {})
+    for answer in (by_asset, by_bytes, by_url):
+        assert answer["mode"] == "image"
+        assert answer["results"][0]["assetId"] == ids[2]
+        assert answer["results"][0]["score"] > 0.99
+        assert answer["results"][0]["score"] > answer["results"][1]["score"]
+    assert len(by_url["results"]) == 2
+    assert fused["mode"] == "fused" and fused["results"][0]["assetId"] == ids[2]
+    # A query image is never stored: same files, same assets.
+    assert stored_files(saving) == files
+    assert len(listed["items"]) == len(TITLES)
+
+
+async def test_only_ready_assets_are_found_and_previews_are_fresh_links(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as client:
+        ids = await _library(client, saving)
+        pending = await _call(
+            client, "image_asset_save", {"imageBase64": b64(picture(9)), "title": "Harbour too"}
+        )
+        found = await _call(
+            client,
+            "image_asset_search",
+            {"query": "harbour", "includePreview": True, "limit": 30},
+        )
+    got = [r["assetId"] for r in found["results"]]
+    assert ids[1] in got and pending["assetId"] not in got
+    for result in found["results"]:
+        expires = datetime.fromisoformat(result["preview"]["expiresAt"])
+        assert timedelta(seconds=200) < expires - datetime.now(UTC) <= timedelta(seconds=300)
+        assert "/preview.webp?" in result["preview"]["url"]
+        assert "signature=" in result["preview"]["url"]
+
+
+async def test_exact_filters_narrow_the_results(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as client:
+        project = await _call(client, "image_project_create", {"name": "Trips"})
+        pid = project["projectId"]
+        outer = await _call(client, "image_folder_create", {"projectId": pid, "name": "2026"})
+        inner = await _call(
+            client,
+            "image_folder_create",
+            {"projectId": pid, "name": "May", "parentId": outer["folderId"]},
+        )
+        placed: dict[str, str] = {}
+        for seed, folder in ((20, outer["folderId"]), (21, inner["folderId"]), (22, None)):
+            saved = await _call(
+                client,
+                "image_asset_save",
+                {
+                    "imageBase64": b64(picture(seed)),
+                    "title": f"Trip photo {seed}",
+                    "projectId": pid,
+                    **({"folderId": folder} if folder else {}),
+                    "tags": ["trip", f"s{seed}"],
+                },
+            )
+            placed[str(seed)] = saved["assetId"]
+        unfiled = await _call(
+            client, "image_asset_save", {"imageBase64": b64(picture(23)), "title": "Trip photo"}
+        )
+        await EmbeddingWorker(saving).drain()
+
+        async def ids(**filters: Any) -> set[str]:
+            answer = await _call(
+                client, "image_asset_search", {"query": "trip photo", "limit": 30, **filters}
+            )
+            return {r["assetId"] for r in answer["results"]}
+
+        everything = await ids()
+        in_project = await ids(vault="Library", projectId=pid)
+        in_folder = await ids(vault="Library", projectId=pid, folderId=outer["folderId"])
+        subtree = await ids(
+            vault="Library",
+            projectId=pid,
+            folderId=outer["folderId"],
+            includeSubfolders=True,
+        )
+        tagged = await ids(tags=["S21"])
+        all_tags = await ids(tags=["trip", "s22"])
+        png = await ids(mimeTypes=["image/png"])
+        gif = await ids(mimeTypes=["image/gif"])
+        uploads = await ids(sourceKinds=["upload"])
+        scraped = await ids(sourceKinds=["scrape"])
+        future = await ids(createdAfter=(datetime.now(UTC) + timedelta(hours=1)).isoformat())
+        past = await ids(createdBefore=(datetime.now(UTC) + timedelta(hours=1)).isoformat())
+        host = await ids(sourceHost="example.com")
+        strict = await _call(
+            client, "image_asset_search", {"imageBase64": b64(picture(20)), "minScore": 0.99}
+        )
+    assert everything == {*placed.values(), unfiled["assetId"]}
+    assert in_project == set(placed.values())
+    assert in_folder == {placed["20"]}
+    assert subtree == {placed["20"], placed["21"]}
+    assert tagged == {placed["21"]} and all_tags == {placed["22"]}
+    assert png == everything and gif == set() and uploads == everything and scraped == set()
+    assert future == set() and past == everything and host == set()
+    assert [r["assetId"] for r in strict["results"]] == [placed["20"]]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "expected"),
+    [
+        ({}, "invalid_input: query: give a text query, a query image, or both"),
+        ({"query": "   "}, "invalid_input: query: give a text query, a query image, or both"),
+        (
+            {"assetId": "ast_" + "a" * 26, "imageBase64": "aGVsbG8="},
+            "invalid_input: give at most one query image, not assetId and imageBase64",
+        ),
+        (
+            {"query": "x", "sourceKinds": ["fax"]},
+            "invalid_input: sourceKinds: 'fax' is not one of",
+        ),
+        (
+            {"query": "x", "mimeTypes": ["image/tiff"]},
+            "invalid_input: mimeTypes: 'image/tiff' is not one of",
+        ),
+        (
+            {"query": "x", "vault": "Library", "folderId": "afl_" + "a" * 26},
+            "invalid_input: folderId: give the folder's projectId as well",
+        ),
+        (
+            {"query": "x", "projectId": "apr_" + "a" * 26},
+            "invalid_input: projectId: name the vault it belongs to",
+        ),
+        (
+            {
+                "query": "x",
+                "createdAfter": "2026-02-01T00:00:00Z",
+                "createdBefore": "2026-01-01T00:00:00Z",
+            },
+            "invalid_input: createdAfter: must be earlier than createdBefore",
+        ),
+        (
+            {"query": "x", "createdAfter": "2026-02-01T00:00:00"},
+            "invalid_input: createdAfter: give a time zone",
+        ),
+        ({"imageBase64": "not base64!"}, "invalid_input: imageBase64"),
+        ({"imageBase64": b64(b"GIF89a" + b"\0" * 40)}, "invalid_image:"),
+        ({"sourceUrl": "http://127.0.0.1/x.png"}, "unsafe_url:"),
+        ({"sourceUrl": "file:///etc/passwd"}, "unsafe_url:"),
+        ({"assetId": "ast_" + "a" * 26}, "not_found: asset not found"),
+        (
+            {"query": "x", "vault": "Library", "projectId": "apr_" + "a" * 26},
+            "not_found: project not found",
+        ),
+        ({"query": "x", "vault": "Nope"}, "not_found: vault 'Nope' not found"),
+    ],
+)
+async def test_bad_searches_are_refused_and_meter_nothing(
+    client_as: Callable[[str], Client[Any]],
+    alice: Any,
+    saving: MemoryServices,
+    arguments: dict[str, Any],
+    expected: str,
+) -> None:
+    before = await _ledger(saving)
+    async with client_as(alice.key) as client:
+        message = await _error(client, "image_asset_search", arguments)
+    assert message.startswith(expected), message
+    assert await _ledger(saving) == before
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {"query": "x", "limit": 0},
+        {"query": "x", "limit": 31},
+        {"query": "x", "minScore": 1.5},
+        {"query": "x" * 2001},
+        {"query": "x", "unknown": 1},
+    ],
+)
+async def test_the_schema_refuses_out_of_range_arguments(
+    client_as: Callable[[str], Client[Any]], alice: Any, arguments: dict[str, Any]
+) -> None:
+    async with client_as(alice.key) as client:
+        message = await _error(client, "image_asset_search", arguments)
+    assert "validation error" in message.lower() or "invalid" in message.lower(), message
+
+
+async def test_each_search_is_metered_and_recorded(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as client:
+        await _library(client, saving)
+        before = await _ledger(saving)
+        await _call(client, "image_asset_search", {"query": "harbour"})
+        await _call(client, "image_asset_search", {"imageBase64": b64(picture(1))})
+    assert await _ledger(saving) == (before[0] + 2, before[1] + 2)
+    async with saving.database.engine.connect() as conn:
+        detail = (
+            await conn.execute(
+                text(
+                    "SELECT detail FROM mem_provenance WHERE operation = 'asset_search' "
+                    "ORDER BY created_at DESC LIMIT 1"
+                )
+            )
+        ).scalar_one()
+    # The query text itself is not kept in the ledger, only its length.
+    assert detail["mode"] == "image" and detail["results"] == len(TITLES)
+    assert "harbour" not in str(detail)
+
+
+async def test_other_owners_never_find_and_shared_readers_do(
+    client_as: Callable[[str], Client[Any]],
+    alice: Any,
+    bob: Any,
+    make_person: Any,
+    saving: MemoryServices,
+) -> None:
+    reader = await make_person("reader@example.com", scopes=("read",))
+    await admin.grant(saving.database, "alice@example.com", "Library", "reader@example.com", "read")
+    async with client_as(alice.key) as client:
+        ids = await _library(client, saving)
+    async with client_as(bob.key) as client:
+        by_text = await _call(client, "image_asset_search", {"query": "harbour at dawn"})
+        by_image = await _call(client, "image_asset_search", {"imageBase64": b64(picture(1))})
+        by_id = await _error(client, "image_asset_search", {"assetId": ids[1]})
+    assert by_text["results"] == [] and by_image["results"] == []
+    assert by_id == "not_found: asset not found"
+    async with client_as(reader.key) as client:
+        shared = await _call(client, "image_asset_search", {"assetId": ids[1]})
+    assert shared["results"][0]["assetId"] == ids[1]
+    assert shared["results"][0]["vault"] == "alice@example.com/Library"
+
+
+async def test_provider_failures_become_clear_errors(alice: Any, saving: MemoryServices) -> None:
+    server = JinaTestServer({"k1"}).start()
+    try:
+        embedder = JinaEmbedder(
+            api_keys=["k1"], base_url=server.base_url, max_attempts=2, backoff_base=0.01
+        )
+        jina = replace(saving, embedder=embedder, default_api_key=alice.key)
+        server.state.faults.extend([Fault(status=503, code="DOWN")] * 2)
+        async with Client(build_memory_server(jina)) as client:
+            busy = await _error(client, "image_asset_search", {"query": "harbour"})
+            server.state.faults.append(
+                Fault(status=403, code="AUTHZ_INSUFFICIENT_BALANCE", detail="no balance")
+            )
+            refused = await _error(client, "image_asset_search", {"query": "harbour"})
+            answered = await _call(client, "image_asset_search", {"query": "harbour"})
+        await embedder.close()
+    finally:
+        server.stop()
+    assert busy == "embedding_unavailable: the embedding provider is unavailable; retry shortly"
+    assert refused.startswith("embedding_failed: the embedding provider refused the query")
+    assert answered == {"mode": "text", "results": []}
