@@ -309,7 +309,8 @@ async def delete_folder(
 
     if not recursive and (contents or len(subtree) > 1):
         raise ConflictFailure(
-            f"the folder holds {len(contents)} image(s) and {len(subtree) - 1} subfolder(s): "
+            f"the folder holds {len(contents)} image(s) (subfolders included) and "
+            f"{len(subtree) - 1} subfolder(s): "
             "move them first, or delete recursively (recursive=true, after a dry run)"
         )
     if recursive and confirm is None:

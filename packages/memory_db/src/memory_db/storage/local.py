@@ -16,7 +16,7 @@ from pathlib import Path
 
 import anyio
 
-from memory_db.errors import ObjectNotFound
+from memory_db.errors import ObjectNotFound, StorageError
 from memory_db.storage._common import check_put
 from memory_db.storage.keys import content_type_for_key, validate_object_key
 from memory_db.storage.protocol import HeadResult, PutResult
@@ -136,7 +136,10 @@ class LocalAssetObjectStore(HmacLinks):
             with contextlib.suppress(OSError):
                 path.parent.rmdir()
 
-        await anyio.to_thread.run_sync(remove)
+        try:
+            await anyio.to_thread.run_sync(remove)
+        except OSError as exc:
+            raise StorageError(f"local store delete failed: {type(exc).__name__}") from exc
 
     async def close(self) -> None:
         """Nothing to release."""
