@@ -1,0 +1,183 @@
+"""The isolation matrix (issue 5 §4): every tool × caller × target, allow or deny.
+
+Callers: the owner, another owner, a shared reader, writer and admin, the owner's key without
+the ``destructive`` scope, and a revoked key. Targets: the owner's asset (shared with the
+grantees), the other owner's unshared asset, and the caller's own asset. A denied caller learns
+nothing: an asset it cannot read answers ``not_found`` exactly like an id that never existed,
+listing and search never return it, however similar the query.
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, replace
+from typing import Any
+
+from fastmcp import Client
+
+from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools.worker import EmbeddingWorker
+
+from .test_save import picture
+
+MISSING = "ast_" + "z" * 26
+
+
+@dataclass
+class Caller:
+    name: str
+    key: str
+    identity: str
+    scopes: frozenset[str]
+    grant: str | None = None  # permission on alice's Library
+    revoked: bool = False
+
+
+def b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+async def _outcome(client: Client[Any], tool: str, arguments: dict[str, Any]) -> tuple[str, Any]:
+    result = await client.call_tool(tool, arguments, raise_on_error=False)
+    if result.is_error:
+        message = result.content[0].text  # type: ignore[union-attr]
+        return message.split(":", 1)[0], message
+    return "ok", result.structured_content
+
+
+async def test_every_tool_caller_and_target(
+    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+) -> None:
+    database = saving.database
+    full = ("read", "write", "destructive")
+    alice = await make_person("alice@example.com", full)
+    alice_safe = await make_person("alice@example.com", ("read", "write"))
+    alice_old = await make_person("alice@example.com", full)
+    bob = await make_person("bob@example.com", full)
+    grantees = {
+        permission: await make_person(f"{permission}er@example.com", full)
+        for permission in ("read", "write", "admin")
+    }
+    names = {"read": "reader", "write": "writer", "admin": "admin"}
+    for permission in grantees:
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{permission}er@example.com", permission
+        )
+
+    def client(key: str) -> Client[Any]:
+        return Client(build_memory_server(replace(saving, default_api_key=key)))
+
+    async def save(key: str, seed: int, title: str) -> str:
+        async with client(key) as c:
+            kind, result = await _outcome(
+                c, "image_asset_save", {"imageBase64": b64(picture(seed)), "title": title}
+            )
+        assert kind == "ok", result
+        return result["assetId"]
+
+    alice_asset = await save(alice.key, 1, "Lighthouse at dusk")
+    bob_asset = await save(bob.key, 2, "Lighthouse at dawn")
+    # The grantees' own assets (alice's and bob's own are the "alice" and "bob" targets).
+    own = {
+        f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p}")
+        for i, (p, person) in enumerate(grantees.items())
+    }
+    await EmbeddingWorker(saving).drain()
+    await admin.revoke_key(database, alice_old.key_id)
+
+    callers = [
+        Caller("owner", alice.key, "alice", frozenset(full)),
+        Caller("other owner", bob.key, "bob", frozenset(full)),
+        *[
+            Caller(f"shared {names[p]}", person.key, f"{p}er", frozenset(full), grant=p)
+            for p, person in grantees.items()
+        ],
+        Caller("no destructive", alice_safe.key, "alice", frozenset(("read", "write"))),
+        Caller("revoked", alice_old.key, "alice", frozenset(full), revoked=True),
+    ]
+
+    def readable(caller: Caller, target: str) -> bool:
+        if target == "alice":
+            return caller.identity == "alice" or caller.grant is not None
+        if target == "bob":
+            return caller.identity == "bob"
+        return True  # own
+
+    def writable(caller: Caller, target: str) -> bool:
+        if target == "alice" and caller.grant is not None:
+            return caller.grant in ("write", "admin")
+        return readable(caller, target)
+
+    def expect(tool: str, caller: Caller, target: str) -> str:
+        if caller.revoked:
+            return "unauthenticated"
+        if not readable(caller, target):
+            return "not_found" if tool in ("get", "similar", "move", "delete") else "absent"
+        if tool in ("get", "similar", "list", "search"):
+            return "ok"
+        if not writable(caller, target):
+            return "forbidden"
+        if tool == "delete" and "destructive" not in caller.scopes:
+            return "forbidden"
+        return "ok"
+
+    def asset_of(caller: Caller, target: str) -> str | None:
+        if target == "alice":
+            return alice_asset
+        if target == "bob":
+            return bob_asset
+        return own.get(caller.name)
+
+    mismatches: list[str] = []
+    checked = 0
+    # Deletes last: they change what the other cells see.
+    for tool in ("get", "similar", "list", "search", "move", "delete"):
+        for caller in callers:
+            async with client(caller.key) as c:
+                for target in ("alice", "bob", "own"):
+                    asset = asset_of(caller, target)
+                    if asset is None:
+                        continue
+                    wanted = expect(tool, caller, target)
+                    got = await _run(c, tool, asset)
+                    checked += 1
+                    if got != wanted:
+                        mismatches.append(f"{tool} / {caller.name} / {target}: {got} != {wanted}")
+                    if wanted == "not_found":
+                        # Indistinguishable from an id that never existed.
+                        missing = await _run(c, tool, MISSING)
+                        if missing != "not_found":
+                            mismatches.append(f"{tool} / {caller.name} / missing: {missing}")
+    assert mismatches == []
+    # 6 tools x (7 callers x 2 targets + 3 grantees x their own asset)
+    assert checked == 6 * (7 * 2 + 3), checked
+
+
+async def _run(client: Client[Any], tool: str, asset: str) -> str:
+    """Run one cell; ``ok``/``absent`` for list and search, else the outcome code."""
+    if tool == "get":
+        kind, result = await _outcome(client, "image_asset_get", {"assetId": asset})
+    elif tool == "similar":
+        kind, result = await _outcome(client, "image_asset_search", {"assetId": asset})
+        if kind == "ok" and result["results"][0]["assetId"] != asset:
+            return "wrong first result"
+    elif tool == "move":
+        kind, result = await _outcome(client, "image_asset_move", {"assetId": asset})
+    elif tool == "delete":
+        kind, result = await _outcome(client, "image_asset_delete", {"assetId": asset})
+    else:
+        if tool == "list":
+            kind, result = await _outcome(client, "image_asset_list", {"limit": 100})
+            items = result["items"] if kind == "ok" else []
+        else:
+            # "Lighthouse" is in both owners' titles and the pictures are alike: only the
+            # vaults the caller may read decide.
+            kind, result = await _outcome(
+                client, "image_asset_search", {"query": "lighthouse", "limit": 30}
+            )
+            items = result["results"] if kind == "ok" else []
+        if kind != "ok":
+            return kind
+        return "ok" if asset in {item["assetId"] for item in items} else "absent"
+    return kind
