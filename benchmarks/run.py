@@ -13,6 +13,7 @@ BENCHMARKS = [
     ("ingest pipeline vs Pillow", ["ingest.py"]),
     ("embedding worker vs a naive loop", ["worker.py"]),
     ("vector index: recall and speed", ["vector_search.py", *sys.argv[1:]]),
+    ("search: whole call vs bare vector query", ["search.py"]),
 ]
 
 
