@@ -36,9 +36,9 @@ import numpy as np
 from sqlalchemy import text
 
 from memory_db import MemorySettings
-from memory_db.logs import configure_logging
 from memory_db.database import create_engine, to_plain_url
 from memory_db.embedding import LocalEmbedder, TextInput
+from memory_db.logs import configure_logging
 from memory_db.runtime import prepare_vector_index
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing import PostgresForTests
