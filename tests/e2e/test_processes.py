@@ -89,6 +89,21 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
             "image_folder_create", {"projectId": pid, "name": "x" * 121}, raise_on_error=False
         )
         assert deep.is_error and deep.content[0].text.startswith("invalid_input:")
+        # Every asset tool is there over stdio too; a save, a search, a move and a delete.
+        names = {tool.name for tool in await client.list_tools()}
+        assert len(names) == 12 and {"image_asset_search", "image_folder_delete"} <= names
+        saved = await client.call_tool(
+            "image_asset_save",
+            {"imageBase64": base64.b64encode(_png(7)).decode(), "title": "Over stdio"},
+        )
+        asset = saved.structured_content["assetId"]
+        moved = await client.call_tool("image_asset_move", {"assetId": asset, "projectId": pid})
+        assert moved.structured_content["moved"] is True
+        found = await client.call_tool("image_asset_search", {"query": "stdio"})
+        assert found.structured_content["mode"] == "text"
+        deleted = await client.call_tool("image_asset_delete", {"assetId": asset})
+        assert deleted.structured_content["status"] == "deleted"
+        assert deleted.structured_content["alreadyDeleted"] is False
 
     transport = StdioTransport(
         SERVER[0],

@@ -85,7 +85,7 @@ def worker_config(
     batch_size: int | None = None,
     lease_seconds: float | None = None,
 ) -> WorkerConfig:
-    """Worker pacing from ``ASSET_EMBED_WORKER_CONCURRENCY`` and the command line."""
+    """Worker pacing from the settings (concurrency, sweep interval) and the command line."""
     default = WorkerConfig()
     lease = lease_seconds or default.lease_seconds
     return WorkerConfig(
@@ -93,6 +93,7 @@ def worker_config(
         batch_size=batch_size or default.batch_size,
         lease_seconds=lease,
         heartbeat_seconds=lease / 4,
+        sweep_seconds=settings.asset_worker_sweep_seconds,
     )
 
 

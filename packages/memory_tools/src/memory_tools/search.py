@@ -191,7 +191,9 @@ class AssetSearcher:
         vector, usage_total = await self._embed(text, image)
         async with self.services.database.unit_of_work() as uow:
             scopes = [v.record.scope for v in vaults]
-            fusion, rows = await self._rank(uow, scopes, filters, vector, text)
+            fusion, rows = await self._rank(
+                uow, scopes, filters, vector, text, request.limit, request.min_score
+            )
             await uow.usage.record(
                 owner_identity=caller.identity,
                 source="embed_image_query",
@@ -206,8 +208,6 @@ class AssetSearcher:
             for stored in rows:
                 evidence = fusion[stored.asset.id]
                 assert evidence.score is not None
-                if request.min_score is not None and evidence.score < request.min_score:
-                    continue
                 results.append(
                     SearchHit(
                         asset_id=stored.asset.id,
@@ -227,8 +227,6 @@ class AssetSearcher:
                         preview=None,
                     )
                 )
-                if len(results) == request.limit:
-                    break
             await uow.provenance.record(
                 "asset_search",
                 actor_identity=caller.identity,
@@ -314,8 +312,10 @@ class AssetSearcher:
         filters: AssetFilter,
         vector: list[float],
         text: str | None,
+        limit: int,
+        min_score: float | None,
     ) -> tuple[dict[str, _Fusion], list[StoredAsset]]:
-        """Fused evidence per asset and the authorised, ready candidates, best first."""
+        """Fused evidence per asset and at most ``limit`` authorised, ready results, best first."""
         embedder = self.services.embedder
         assert embedder is not None
         index = await VectorIndex.open(
@@ -368,12 +368,29 @@ class AssetSearcher:
         for evidence in fusion.values():
             if evidence.score is not None:
                 evidence.relevance += evidence.score
-        candidates = [asset_id for asset_id, e in fusion.items() if e.score is not None]
-        rows = await uow.assets.find_visible(
-            vault_scopes,
-            replace(filters, asset_ids=tuple(candidates)),
-            statuses=("ready",),
-            limit=max(len(candidates), 1),
+        # Best first, before any row is read; minScore needs no row either.
+        ordered = sorted(
+            (
+                asset_id
+                for asset_id, e in fusion.items()
+                if e.score is not None and (min_score is None or e.score >= min_score)
+            ),
+            key=lambda asset_id: (-fusion[asset_id].relevance, asset_id),
         )
-        rows.sort(key=lambda row: (-fusion[row.asset.id].relevance, row.asset.id))
-        return fusion, rows
+        # Reload under the authorisation predicates and every exact filter, best candidates
+        # first and only as many as needed: most searches read 2 x limit rows, not all 100.
+        rows: list[StoredAsset] = []
+        position, chunk = 0, max(2 * limit, 10)
+        while position < len(ordered) and len(rows) < limit:
+            batch = ordered[position : position + chunk]
+            position += chunk
+            chunk *= 2
+            loaded = await uow.assets.find_visible(
+                vault_scopes,
+                replace(filters, asset_ids=tuple(batch)),
+                statuses=("ready",),
+                limit=len(batch),
+            )
+            by_id = {row.asset.id: row for row in loaded}
+            rows.extend(by_id[asset_id] for asset_id in batch if asset_id in by_id)
+        return fusion, rows[:limit]

@@ -370,3 +370,33 @@ async def test_provider_failures_become_clear_errors(alice: Any, saving: MemoryS
     assert busy == "embedding_unavailable: the embedding provider is unavailable; retry shortly"
     assert refused.startswith("embedding_failed: the embedding provider refused the query")
     assert answered == {"mode": "text", "results": []}
+
+
+async def test_the_full_text_list_ranks_a_bounded_pool_every_word_first(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    from memory_db.repositories import AssetFilter
+
+    async with client_as(alice.key) as client:
+        both = await _call(
+            client,
+            "image_asset_save",
+            {"imageBase64": b64(picture(30)), "title": "red harbour boats"},
+        )
+        for seed, title in ((31, "red kite"), (32, "harbour wall"), (33, "red door")):
+            await _call(
+                client, "image_asset_save", {"imageBase64": b64(picture(seed)), "title": title}
+            )
+        await EmbeddingWorker(saving).drain()
+    async with saving.database.unit_of_work() as uow:
+        scope = (await uow.vaults.accessible("alice@example.com"))[0].scope
+        wide = await uow.assets.search_text([scope], AssetFilter(), "red harbour", limit=10)
+        small = await uow.assets.search_text(
+            [scope], AssetFilter(), "red harbour", limit=10, pool=2
+        )
+        only_all = await uow.assets.search_text(
+            [scope], AssetFilter(), "red harbour", limit=1, pool=2
+        )
+    assert len(wide) == 4 and wide[0][0] == both["assetId"]
+    assert len(small) == 2 and small[0][0] == both["assetId"]
+    assert [asset_id for asset_id, _ in only_all] == [both["assetId"]]

@@ -275,26 +275,37 @@ async def test_feature_flag_switches_tools_off(
         assert (await _call(client, "image_project_list", {})).startswith("feature_disabled:")
 
 
+# name: (read-only, destructive, idempotent, open world)
+ANNOTATIONS = {
+    "image_project_create": (False, False, False, False),
+    "image_project_list": (True, False, True, False),
+    "image_project_archive": (False, False, True, False),
+    "image_folder_create": (False, False, False, False),
+    "image_folder_list": (True, False, True, False),
+    "image_folder_delete": (False, True, True, False),
+    "image_asset_save": (False, False, False, True),  # fetches URLs
+    "image_asset_get": (True, False, True, False),
+    "image_asset_list": (True, False, True, False),
+    "image_asset_search": (True, False, True, True),  # may fetch a query image by URL
+    "image_asset_move": (False, False, True, False),
+    "image_asset_delete": (False, True, True, False),
+}
+
+
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == {
-        "image_project_create",
-        "image_project_list",
-        "image_folder_create",
-        "image_folder_list",
-        "image_asset_save",
-        "image_asset_get",
-        "image_asset_list",
-    }
-    readers = ("_list", "_get")
+    assert set(tools) == set(ANNOTATIONS)  # the ten of §15.1 plus archive and folder delete
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None
-        assert hints.open_world_hint is (name == "image_asset_save")  # it fetches URLs
-        assert hints.read_only_hint is name.endswith(readers)
-        assert hints.destructive_hint is False
-        assert hints.idempotent_hint is name.endswith(readers)
+        found = (
+            hints.read_only_hint,
+            hints.destructive_hint,
+            hints.idempotent_hint,
+            hints.open_world_hint,
+        )
+        assert found == ANNOTATIONS[name], name
         assert tool.input_schema["additionalProperties"] is False
         assert tool.output_schema is not None
 

@@ -53,6 +53,8 @@ from memory_db.schema import (
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
 # Assets a reader can see; "deleting" and "deleted" are gone for everyone.
 VISIBLE_STATUSES = ("processing", "ready", "failed")
+# Full-text matches ranked per query at most (see AssetRepository.search_text).
+TEXT_POOL = 300
 
 
 class DuplicateObject(Conflict):
@@ -460,26 +462,51 @@ class AssetRepository:
         words: str,
         *,
         limit: int,
+        pool: int = TEXT_POOL,
     ) -> list[tuple[str, float]]:
         """Ready assets whose title, tags, alt text or description share words with ``words``.
 
-        Any word matches (the words are OR-ed, English-stemmed); best ``ts_rank_cd`` first.
-        The search document is a generated column (see migration 0004).
+        English-stemmed; best ``ts_rank_cd`` first. Ranking reads every row it ranks, so at
+        most ``pool`` matches are ranked: assets holding every word first, then (when fewer
+        than ``limit`` hold them all) assets holding any. Rare words (names, numbers, codes),
+        where this list finds what vectors miss, are ranked in full; a word most assets share
+        says little, and the vector lists decide there. The search document is a generated
+        column (see migration 0004).
         """
         if not scopes:
             return []
-        plain = func.plainto_tsquery(literal("english", REGCONFIG), words)
-        any_word = cast(func.replace(cast(plain, Text), " & ", " | "), TSQUERY)
-        rank = func.ts_rank_cd(Asset.search_document, any_word)
-        query = (
-            self._visible(scopes, ("ready",))
-            .where(Asset.search_document.op("@@")(any_word), *_conditions(filters))
-            .with_only_columns(Asset.id, rank)
-            .order_by(rank.desc(), Asset.id)
-            .limit(limit)
-        )
-        rows = await self._session.execute(query)
-        return [(asset_id, float(score)) for asset_id, score in rows.all()]
+        pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
+        every_word = func.plainto_tsquery(literal("english", REGCONFIG), words)
+        any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
+        found: list[tuple[str, float]] = []
+        for query in (every_word, any_word):
+            wanted = pool - len(found)
+            if wanted <= 0 or len(found) >= limit:
+                break
+            matches = select(Asset.id, Asset.search_document).where(
+                tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
+                Asset.status == "ready",
+                Asset.search_document.op("@@")(query),
+                *_conditions(filters),
+            )
+            if filters.mime_types:
+                matches = matches.join(
+                    AssetObject,
+                    and_(
+                        AssetObject.id == Asset.object_id,
+                        AssetObject.owner_identity == Asset.owner_identity,
+                    ),
+                )
+            if found:
+                matches = matches.where(Asset.id.not_in([asset_id for asset_id, _ in found]))
+            pooled = matches.limit(wanted).subquery()
+            rank = func.ts_rank_cd(pooled.c.search_document, any_word)
+            rows = await self._session.execute(
+                select(pooled.c.id, rank).order_by(rank.desc(), pooled.c.id).limit(limit)
+            )
+            found.extend((asset_id, float(score)) for asset_id, score in rows.all())
+        found.sort(key=lambda item: (-item[1], item[0]))
+        return found[:limit]
 
     async def locate(self, scopes: Sequence[VaultScope], asset_id: str) -> AssetRecord | None:
         """An asset in one of ``scopes`` whatever its status (deleted ones too), or ``None``."""

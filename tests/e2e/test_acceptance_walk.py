@@ -1,0 +1,198 @@
+"""§24.5's acceptance walk against a real `memory-server serve --transport http` subprocess.
+
+Save a photo into a project folder, poll until it is ready, find it by words and by a second
+similar image, open its signed preview and see the link expire, move it without changing its
+object key, check that another user discovers nothing, then delete it and see the vectors go at
+once and the bytes go with the worker's next sweep.
+
+The photo is sent inline (base64): the server's fetch policy rightly refuses loopback
+addresses, and tests reach no public web server.
+"""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import numpy as np
+import pytest
+import pyvips
+from fastmcp import Client
+
+from .test_processes import SERVER, _env, _free_port, _new_key
+
+pytestmark = pytest.mark.slow
+
+
+def _photo(scale: float = 1.0, quality: int = 85) -> bytes:
+    import skimage.data
+
+    image = pyvips.Image.new_from_array(
+        np.ascontiguousarray(skimage.data.coffee()), interpretation="srgb"
+    )
+    if scale != 1.0:
+        image = image.resize(scale)
+    return image.write_to_buffer(".jpg", Q=quality)
+
+
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+    env = _env(tmp_path, ASSET_SIGNED_GET_TTL_SECONDS="3", ASSET_WORKER_SWEEP_SECONDS="1")
+    port = _free_port()
+    process = subprocess.Popen(
+        [*SERVER, "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            pytest.fail(f"server exited: {process.stderr.read() if process.stderr else ''}")
+        try:
+            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
+                break
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    else:
+        process.kill()
+        pytest.fail("server did not start within 90 s")
+    try:
+        yield url, env
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+
+
+async def _call(client: Client[Any], tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    result = (await client.call_tool(tool, arguments)).structured_content
+    assert result is not None
+    return result
+
+
+async def _eventually(check: Any, what: str, within: float = 30.0) -> Any:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        value = await check()
+        if value:
+            return value
+        await anyio.sleep(0.2)
+    pytest.fail(f"{what} did not happen within {within:.0f} s")
+
+
+async def test_the_acceptance_walk(server: tuple[str, dict[str, str]]) -> None:
+    url, env = server
+    alice = _new_key(env, "alice@example.com")
+    bob = _new_key(env, "bob@example.com")
+    async with Client(url + "/mcp", auth=alice) as client:
+        # 1. Save into a project folder.
+        pid = (await _call(client, "image_project_create", {"name": "Cafés"}))["projectId"]
+        first = await _call(client, "image_folder_create", {"projectId": pid, "name": "Inbox"})
+        second = await _call(client, "image_folder_create", {"projectId": pid, "name": "Best"})
+        saved = await _call(
+            client,
+            "image_asset_save",
+            {
+                "imageBase64": _b64(_photo()),
+                "title": "Morning coffee",
+                "altText": "a cup of coffee on a saucer",
+                "projectId": pid,
+                "folderId": first["folderId"],
+            },
+        )
+        asset = saved["assetId"]
+
+        # 2. Poll until ready (the server's own worker embeds it).
+        async def ready() -> dict[str, Any] | None:
+            state = await _call(client, "image_asset_get", {"assetId": asset})
+            return state if state["embeddingStatus"] == "ready" else None
+
+        await _eventually(ready, "embedding")
+
+        # 3. Natural-language query; 4. a second, similar image (smaller, re-encoded).
+        by_words = await _call(client, "image_asset_search", {"query": "cup of coffee"})
+        assert by_words["results"][0]["assetId"] == asset
+        similar = _b64(_photo(scale=0.5, quality=50))
+        by_image = await _call(client, "image_asset_search", {"imageBase64": similar})
+        assert by_image["results"][0]["assetId"] == asset
+        assert by_image["results"][0]["score"] > 0.9
+
+        # 5. The signed preview works, then expires; the private store has no unsigned access.
+        state = await _call(client, "image_asset_get", {"assetId": asset, "includePreview": True})
+        link = state["preview"]["url"]
+        async with httpx.AsyncClient(timeout=10) as http:
+            opened = await http.get(link)
+            assert opened.status_code == 200 and opened.content[8:12] == b"WEBP"
+            assert (await http.get(link.split("?")[0])).status_code == 403
+            original_link = link.replace("/preview.webp", "/original.jpg")
+            assert (await http.get(original_link)).status_code == 403  # signature binds the key
+
+            async def expired() -> bool:
+                return (await http.get(link)).status_code == 403
+
+            await _eventually(expired, "link expiry", within=10)
+        refreshed = await _call(
+            client, "image_asset_get", {"assetId": asset, "includePreview": True}
+        )
+        key_before = httpx.URL(refreshed["preview"]["url"]).path
+
+        # 6. Move to another folder: same object, same key.
+        moved = await _call(
+            client,
+            "image_asset_move",
+            {"assetId": asset, "projectId": pid, "folderId": second["folderId"]},
+        )
+        assert moved["moved"] and moved["objectId"] == saved["objectId"]
+        after = await _call(client, "image_asset_get", {"assetId": asset, "includePreview": True})
+        assert after["folderId"] == second["folderId"]
+        assert httpx.URL(after["preview"]["url"]).path == key_before
+        in_folder = await _call(
+            client,
+            "image_asset_search",
+            {
+                "query": "coffee",
+                "vault": "Library",
+                "projectId": pid,
+                "folderId": second["folderId"],
+            },
+        )
+        assert [r["assetId"] for r in in_folder["results"]] == [asset]
+
+    # 7. Another user discovers nothing: no metadata, no vector hit, no object.
+    async with Client(url + "/mcp", auth=bob) as other:
+        got = await other.call_tool("image_asset_get", {"assetId": asset}, raise_on_error=False)
+        assert got.content[0].text == "not_found: asset not found"  # type: ignore[union-attr]
+        hits = await _call(other, "image_asset_search", {"imageBase64": similar})
+        assert hits["results"] == []
+        words = await _call(other, "image_asset_search", {"query": "cup of coffee"})
+        assert words["results"] == []
+        listed = await _call(other, "image_asset_list", {})
+        assert listed["items"] == []
+
+    # 8. Delete: vectors at once, bytes with the next sweep.
+    async with Client(url + "/mcp", auth=alice) as client:
+        deleted = await _call(client, "image_asset_delete", {"assetId": asset})
+        assert deleted["vectorsRemoved"] == 2 and deleted["objectReleased"]
+        gone = await _call(client, "image_asset_search", {"imageBase64": similar})
+        assert asset not in {r["assetId"] for r in gone["results"]}
+        objects = Path(env["MEMORY_DATA_DIR"]) / "objects"
+        assert any(p.is_file() for p in objects.rglob("*"))
+
+        async def purged() -> bool:
+            return not any(p.is_file() for p in objects.rglob("*"))
+
+        await _eventually(purged, "object purge", within=15)
+        again = await _call(client, "image_asset_delete", {"assetId": asset})
+        assert again["alreadyDeleted"]
