@@ -22,6 +22,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
+import anyio
+
 from memory_db import UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.embedding.types import EmbedValue
@@ -333,7 +335,13 @@ class AssetSearcher:
                 overfetch = WIDE_OVERFETCH
         fusion: dict[str, _Fusion] = {}
         hits: list[VectorHit] = []
-        if restricted != ():
+        words: list[tuple[str, float]] = []
+        word_hits: list[VectorHit] = []
+
+        async def vector_list() -> None:
+            nonlocal hits
+            if restricted == ():
+                return
             hits = await index.search(
                 vector,
                 vault_scopes,
@@ -349,6 +357,25 @@ class AssetSearcher:
                     asset_ids=restricted,
                 ),
             )
+
+        async def text_list() -> None:
+            # Its own short read-only transaction on a second connection, so the full-text
+            # list and the exact scores of its hits are found while the ANN query runs.
+            nonlocal words, word_hits
+            assert text is not None
+            async with self.services.database.unit_of_work() as side:
+                words = await side.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
+                side_index = VectorIndex(side.session, index.name, index.dimensions, index.element)
+                word_hits = await side_index.distances(
+                    vector, vault_scopes, [asset_id for asset_id, _ in words], model=embedder.model
+                )
+
+        if text is None:
+            await vector_list()
+        else:
+            async with anyio.create_task_group() as group:
+                group.start_soon(text_list)
+                group.start_soon(vector_list)
         for representation in ("visual", "fused"):
             ranked = [h for h in hits if h.representation == representation]
             for position, hit in enumerate(ranked):
@@ -356,15 +383,12 @@ class AssetSearcher:
                 evidence.rank(position)
                 evidence.similarity(hit.score)
                 evidence.matched.add(representation)
-        if text is not None:
-            words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
-            for position, (asset_id, _rank) in enumerate(words):
-                evidence = fusion.setdefault(asset_id, _Fusion())
-                evidence.rank(position)
-                evidence.matched.add("metadata")
-            unscored = [asset_id for asset_id, e in fusion.items() if e.score is None]
-            for hit in await index.distances(vector, vault_scopes, unscored, model=embedder.model):
-                fusion[hit.asset_id].similarity(hit.score)
+        for position, (asset_id, _rank) in enumerate(words):
+            evidence = fusion.setdefault(asset_id, _Fusion())
+            evidence.rank(position)
+            evidence.matched.add("metadata")
+        for hit in word_hits:
+            fusion[hit.asset_id].similarity(hit.score)
         for evidence in fusion.values():
             if evidence.score is not None:
                 evidence.relevance += evidence.score
