@@ -74,6 +74,8 @@ def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     finally:
         process.terminate()
         process.wait(timeout=30)
+        if process.stderr is not None:
+            process.stderr.close()
 
 
 async def _call(client: Client[Any], tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
