@@ -181,3 +181,119 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
             return kind
         return "ok" if asset in {item["assetId"] for item in items} else "absent"
     return kind
+
+
+async def test_every_vault_tool_caller_and_target(
+    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+) -> None:
+    """The project, folder and save tools over the same callers, on alice's shared vault and
+    bob's unshared one: another owner's vault is not found, a weak grant is forbidden."""
+    database = saving.database
+    full = ("read", "write", "destructive")
+    alice = await make_person("alice@example.com", full)
+    alice_safe = await make_person("alice@example.com", ("read", "write"))
+    alice_old = await make_person("alice@example.com", full)
+    bob = await make_person("bob@example.com", full)
+    names = {"read": "reader", "write": "writer", "admin": "admin"}
+    grantees = {p: await make_person(f"{names[p]}@example.com", full) for p in names}
+    for permission in grantees:
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{names[permission]}@example.com", permission
+        )
+    await admin.revoke_key(database, alice_old.key_id)
+
+    def client(key: str) -> Client[Any]:
+        return Client(build_memory_server(replace(saving, default_api_key=key)))
+
+    projects: dict[str, str] = {}
+    for owner, person in (("alice", alice), ("bob", bob)):
+        async with client(person.key) as c:
+            kind, made = await _outcome(c, "image_project_create", {"name": "Base"})
+            assert kind == "ok", made
+            projects[owner] = made["projectId"]
+
+    callers = [
+        Caller("owner", alice.key, "alice", frozenset(full)),
+        Caller("other owner", bob.key, "bob", frozenset(full)),
+        *[
+            Caller(f"shared {names[p]}", person.key, names[p], frozenset(full), grant=p)
+            for p, person in grantees.items()
+        ],
+        Caller("no destructive", alice_safe.key, "alice", frozenset(("read", "write"))),
+        Caller("revoked", alice_old.key, "alice", frozenset(full), revoked=True),
+    ]
+    needs = {
+        "image_project_list": "read",
+        "image_folder_list": "read",
+        "image_project_create": "write",
+        "image_folder_create": "write",
+        "image_asset_save": "write",
+        "image_project_archive": "write",
+        "image_folder_delete": "destructive",
+    }
+
+    def handle(caller: Caller, owner: str) -> str:
+        return "Library" if caller.identity == owner else f"{owner}@example.com/Library"
+
+    def expect(tool: str, caller: Caller, owner: str) -> str:
+        if caller.revoked:
+            return "unauthenticated"
+        if needs[tool] not in caller.scopes:
+            # The key's scopes are checked before any vault is looked up: the same answer for
+            # every vault, so it tells nothing about the target.
+            return "forbidden"
+        readable = caller.identity == owner or (owner == "alice" and caller.grant is not None)
+        if not readable:
+            return "not_found"
+        need = needs[tool]
+        if need == "read":
+            return "ok"
+        if need == "destructive" and "destructive" not in caller.scopes:
+            return "forbidden"
+        if caller.identity != owner and caller.grant == "read":
+            return "forbidden"
+        return "ok"
+
+    mismatches: list[str] = []
+    cells = 0
+    serial = 0
+    for tool in needs:
+        for caller in callers:
+            async with client(caller.key) as c:
+                for owner in ("alice", "bob"):
+                    serial += 1
+                    vault = handle(caller, owner)
+                    project = projects[owner]
+                    arguments: dict[str, Any] = {"vault": vault}
+                    if tool == "image_project_create":
+                        arguments["name"] = f"P{serial}"
+                    elif tool == "image_folder_create":
+                        arguments.update(projectId=project, name=f"F{serial}")
+                    elif tool == "image_folder_list":
+                        arguments["projectId"] = project
+                    elif tool == "image_asset_save":
+                        arguments["imageBase64"] = b64(picture(100 + serial))
+                    elif tool == "image_project_archive":
+                        # A fresh project per cell, made by its owner, so cells stay independent.
+                        async with client(alice.key if owner == "alice" else bob.key) as o:
+                            kind, made = await _outcome(
+                                o, "image_project_create", {"name": f"A{serial}"}
+                            )
+                            assert kind == "ok", made
+                        arguments["projectId"] = made["projectId"]
+                    elif tool == "image_folder_delete":
+                        async with client(alice.key if owner == "alice" else bob.key) as o:
+                            kind, made = await _outcome(
+                                o,
+                                "image_folder_create",
+                                {"projectId": project, "name": f"D{serial}"},
+                            )
+                            assert kind == "ok", made
+                        arguments.update(projectId=project, folderId=made["folderId"])
+                    kind, result = await _outcome(c, tool, arguments)
+                    cells += 1
+                    wanted = expect(tool, caller, owner)
+                    if kind != wanted:
+                        mismatches.append(f"{tool} / {caller.name} / {owner}: {result} != {wanted}")
+    assert mismatches == []
+    assert cells == len(needs) * len(callers) * 2
