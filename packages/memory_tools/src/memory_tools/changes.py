@@ -18,7 +18,7 @@ from memory_db.vectors import VectorIndex, resolve_alias
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.assets import descendants
 from memory_tools.errors import ConflictFailure, InvalidInputFailure, NotFoundFailure, translate
-from memory_tools.ingest.save import vector_bytes
+from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -116,14 +116,7 @@ async def move_asset(
         raise NotFoundFailure("asset not found")
     scope = resolved.record.scope
     try:
-        if project_id is not None:
-            project = await uow.projects.get(scope, project_id)
-            if project.status != "active":
-                raise ConflictFailure("the project is archived; images cannot be moved into it")
-        if folder_id is not None:
-            folder = await uow.folders.get(scope, folder_id)
-            if folder.project_id != project_id:
-                raise NotFoundFailure("folder not found")
+        await check_placement(uow, scope, project_id, folder_id, key_share=True)
     except MemoryDbError as exc:
         raise translate(exc) from None
     locked = await uow.assets.lock(scope, asset_id)
@@ -291,6 +284,9 @@ async def delete_folder(
     except MemoryDbError as exc:
         raise translate(exc) from None
     subtree = list(descendants(folder_id, [(f.id, f.parent_id) for f in folders]))
+    # Saves and moves into these folders lock them FOR KEY SHARE: they finish first (and are
+    # counted below) or wait and then find the folder gone.
+    await uow.folders.lock(scope, subtree)
     contents = await uow.assets.in_folders(scope, project_id, subtree)
     objects: dict[str, int] = {row.asset.object_id: row.bytes for row in contents}
     token = _confirmation(subtree, [row.asset.id for row in contents])

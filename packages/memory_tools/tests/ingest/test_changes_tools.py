@@ -152,7 +152,7 @@ async def test_bad_moves_are_refused_and_change_nothing(
             ),
             "archived project": (
                 {"assetId": asset, "projectId": old["projectId"]},
-                "conflict: the project is archived; images cannot be moved into it",
+                "conflict: the project is archived; it takes no new images",
             ),
             "missing project": (
                 {"assetId": asset, "projectId": "apr_" + "a" * 26},
@@ -336,10 +336,14 @@ async def test_archive_keeps_images_and_refuses_new_ones(
         archived = await _call(client, "image_project_archive", {"projectId": pid})
         again = await _call(client, "image_project_archive", {"projectId": pid})
         folder = await _error(client, "image_folder_create", {"projectId": pid, "name": "x"})
+        new_image = await _error(
+            client, "image_asset_save", {"imageBase64": b64(picture(9)), "projectId": pid}
+        )
         kept = await _call(client, "image_asset_get", {"assetId": saved["assetId"]})
         missing = await _error(client, "image_project_archive", {"projectId": "apr_" + "a" * 26})
     assert archived["status"] == again["status"] == "archived"
     assert folder.startswith("conflict: the project is archived")
+    assert new_image == "conflict: the project is archived; it takes no new images"
     assert kept["projectId"] == pid
     assert missing == "not_found: project not found"
     count = await _scalar(
@@ -394,6 +398,11 @@ async def test_folder_deletion_empty_refused_or_recursive_after_a_dry_run(
         after = await _call(client, "image_asset_list", {})
         tree = await _call(client, "image_folder_list", {"projectId": pid})
         again = await _error(client, "image_folder_delete", {**base, "folderId": top["folderId"]})
+        into_deleted = await _error(
+            client,
+            "image_asset_save",
+            {"imageBase64": b64(picture(15)), "projectId": pid, "folderId": sub["folderId"]},
+        )
         reuse = await _call(client, "image_folder_create", {"projectId": pid, "name": "Top"})
     assert removed_empty["deleted"] is True and removed_empty["folders"] == 1
     assert refused == (
@@ -411,6 +420,7 @@ async def test_folder_deletion_empty_refused_or_recursive_after_a_dry_run(
     assert done["deleted"] is True and done["confirm"] is None and done["assets"] == 2
     assert [i["assetId"] for i in after["items"]] == [kept["assetId"]]
     assert tree["folders"] == [] and again == "not_found: folder not found"
+    assert into_deleted == "not_found: folder not found"
     assert reuse["name"] == "Top"
     for item in inside:
         assert await _vectors(saving, item["assetId"]) == []
@@ -442,3 +452,44 @@ async def test_a_dry_run_token_goes_stale_when_the_folder_changes(
         listed = await _call(client, "image_asset_list", {})
     assert stale.startswith("conflict: confirm does not match what the folder holds now")
     assert len(listed["items"]) == 2
+
+
+async def test_a_save_racing_a_folder_deletion_never_lands_in_the_deleted_folder(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    import anyio
+
+    async with client_as(alice.key) as client:
+        pid = (await _call(client, "image_project_create", {"name": "P"}))["projectId"]
+        folder = await _call(client, "image_folder_create", {"projectId": pid, "name": "F"})
+        files_before = stored_files(saving)
+        outcome: list[str] = []
+
+        async def save() -> None:
+            outcome.append(
+                await _error(
+                    client,
+                    "image_asset_save",
+                    {
+                        "imageBase64": b64(picture(16)),
+                        "projectId": pid,
+                        "folderId": folder["folderId"],
+                    },
+                )
+            )
+
+        # A folder deletion in flight: its folder rows locked and marked, not yet committed.
+        async with saving.database.unit_of_work() as deleting:
+            scope = (await deleting.vaults.accessible("alice@example.com"))[0].scope
+            await deleting.folders.lock(scope, [folder["folderId"]])
+            await deleting.folders.mark_deleted(scope, [folder["folderId"]])
+            async with anyio.create_task_group() as group:
+                group.start_soon(save)
+                await anyio.sleep(1.0)
+                assert outcome == []  # the save waits for the deletion's locks
+                await deleting.session.commit()
+        listed = await _call(client, "image_asset_list", {})
+    assert outcome == ["not_found: folder not found"]
+    assert listed["items"] == []
+    assert stored_files(saving) == files_before
+    assert await _used(saving, "alice@example.com") == 0

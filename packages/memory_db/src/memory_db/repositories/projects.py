@@ -94,15 +94,20 @@ class ProjectRepository:
         await self._session.refresh(row)
         return _project(row)
 
-    async def get(self, scope: VaultScope, project_id: str) -> ProjectRecord:
-        """A non-deleted project of this vault, or ``NotFound``."""
+    async def get(
+        self, scope: VaultScope, project_id: str, *, key_share: bool = False
+    ) -> ProjectRecord:
+        """A non-deleted project of this vault, or ``NotFound``.
+
+        ``key_share`` holds the row against a concurrent archive until the transaction ends
+        (what a write placing an asset in the project needs).
+        """
         if not is_valid_id(project_id, "apr"):
             raise NotFound("project")
-        row = (
-            await self._session.execute(
-                _in_scope_projects(scope).where(AssetProject.id == project_id)
-            )
-        ).scalar_one_or_none()
+        query = _in_scope_projects(scope).where(AssetProject.id == project_id)
+        if key_share:
+            query = query.with_for_update(key_share=True).execution_options(populate_existing=True)
+        row = (await self._session.execute(query)).scalar_one_or_none()
         if row is None:
             raise NotFound("project")
         return _project(row)
@@ -199,13 +204,21 @@ class FolderRepository:
         await self._write(apply, row.name)
         return _folder(row)
 
-    async def get(self, scope: VaultScope, folder_id: str) -> FolderRecord:
-        """An active folder of this vault, or ``NotFound``."""
+    async def get(
+        self, scope: VaultScope, folder_id: str, *, key_share: bool = False
+    ) -> FolderRecord:
+        """An active folder of this vault, or ``NotFound``.
+
+        ``key_share`` holds the row against a concurrent deletion until the transaction ends:
+        a deletion locks its folders ``FOR UPDATE`` first, so one of the two waits, and the
+        waiting one sees the other's outcome.
+        """
         if not is_valid_id(folder_id, "afl"):
             raise NotFound("folder")
-        row = (
-            await self._session.execute(self._scoped(scope).where(AssetFolder.id == folder_id))
-        ).scalar_one_or_none()
+        query = self._scoped(scope).where(AssetFolder.id == folder_id)
+        if key_share:
+            query = query.with_for_update(key_share=True).execution_options(populate_existing=True)
+        row = (await self._session.execute(query)).scalar_one_or_none()
         if row is None:
             raise NotFound("folder")
         return _folder(row)
@@ -250,6 +263,13 @@ class FolderRepository:
             .order_by(func.lower(AssetFolder.name), AssetFolder.id)
         )
         return [_folder(row) for row in rows]
+
+    async def lock(self, scope: VaultScope, folder_ids: Sequence[str]) -> None:
+        """Lock active folders ``FOR UPDATE`` (a deletion: saves and moves into them wait)."""
+        if folder_ids:
+            await self._session.execute(
+                self._scoped(scope).where(AssetFolder.id.in_(list(folder_ids))).with_for_update()
+            )
 
     async def mark_deleted(self, scope: VaultScope, folder_ids: Sequence[str]) -> int:
         """Soft-delete folders (their names become free again); return how many changed."""

@@ -26,6 +26,7 @@ import anyio
 import httpx
 
 from memory_db import (
+    Conflict,
     MemoryDbError,
     NotFound,
     QuotaExceededError,
@@ -158,6 +159,25 @@ def fused_text(
         if isinstance(value, str) and value.strip() and value not in parts:
             parts.append(value.strip())
     return "\n".join(parts) if parts else None
+
+
+async def check_placement(
+    uow: UnitOfWork,
+    scope: VaultScope,
+    project_id: str | None,
+    folder_id: str | None,
+    *,
+    key_share: bool = False,
+) -> None:
+    """The project exists and is active, and the folder belongs to it (``MemoryDbError``s)."""
+    if project_id is not None:
+        project = await uow.projects.get(scope, project_id, key_share=key_share)
+        if project.status != "active":
+            raise Conflict("the project is archived; it takes no new images")
+    if folder_id is not None:
+        folder = await uow.folders.get(scope, folder_id, key_share=key_share)
+        if folder.project_id != project_id:
+            raise NotFound("folder")
 
 
 def vector_bytes(services: MemoryServices, representations: int) -> int:
@@ -321,12 +341,7 @@ class AssetSaver:
         vault = await resolve_vault(uow, caller, request.vault, "write")
         scope = vault.record.scope
         try:
-            if request.project_id is not None:
-                await uow.projects.get(scope, request.project_id)
-            if request.folder_id is not None:
-                folder = await uow.folders.get(scope, request.folder_id)
-                if folder.project_id != request.project_id:
-                    raise NotFound("folder")
+            await check_placement(uow, scope, request.project_id, request.folder_id)
             usage = await uow.quota.usage(scope.owner_identity)
         except MemoryDbError as exc:
             raise translate(exc) from None
@@ -434,7 +449,15 @@ class AssetSaver:
                 text,
                 vectors,
             )
+        except ToolFailure:
+            # Refused inside the transaction (e.g. the folder was deleted meanwhile): it rolled
+            # back for certain, so nothing references these bytes. Delete them now.
+            with anyio.CancelScope(shield=True):
+                await self._discard(owner, uploaded)
+            raise
         except BaseException as exc:
+            # The commit itself may or may not have happened: keep the bytes for the orphan
+            # sweep, which deletes them only if no object row claims them after the window.
             with anyio.CancelScope(shield=True):
                 await self._orphan(owner, uploaded, f"save commit failed: {type(exc).__name__}")
             raise
@@ -573,6 +596,15 @@ class AssetSaver:
             title = (
                 prepared.title or f"Image {image.format.name.upper()} {image.width}x{image.height}"
             )
+            try:
+                # Again, locked: the project may have been archived or the folder deleted since
+                # the first check; a concurrent archive or folder deletion waits for us or we
+                # see its outcome.
+                await check_placement(
+                    uow, target.scope, target.project_id, target.folder_id, key_share=True
+                )
+            except MemoryDbError as exc:
+                raise translate(exc) from None
             asset = await uow.assets.create(
                 target.scope,
                 object_id=stored.id,
@@ -654,7 +686,7 @@ class AssetSaver:
             log.error("asset.orphan.record_failed", keys=len(keys))
 
     async def _discard(self, owner: str, keys: list[str]) -> None:
-        """Delete bytes nobody references (a lost dedupe race); orphan-record what fails."""
+        """Delete bytes nobody references (lost dedupe race, refused commit); record failures."""
         failed: list[str] = []
         for key in keys:
             try:
