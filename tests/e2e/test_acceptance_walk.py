@@ -12,7 +12,6 @@ addresses, and tests reach no public web server.
 from __future__ import annotations
 
 import base64
-import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +24,7 @@ import pytest
 import pyvips
 from fastmcp import Client
 
-from .test_processes import SERVER, _env, _free_port, _new_key
+from .test_processes import _env, _new_key, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -48,34 +47,8 @@ def _b64(data: bytes) -> str:
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     env = _env(tmp_path, ASSET_SIGNED_GET_TTL_SECONDS="3", ASSET_WORKER_SWEEP_SECONDS="1")
-    port = _free_port()
-    process = subprocess.Popen(
-        [*SERVER, "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            pytest.fail(f"server exited: {process.stderr.read() if process.stderr else ''}")
-        try:
-            if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.2)
-    else:
-        process.kill()
-        pytest.fail("server did not start within 90 s")
-    try:
+    with serve_http(env, capture=False) as (url, _process):
         yield url, env
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        if process.stderr is not None:
-            process.stderr.close()
 
 
 async def _call(client: Client[Any], tool: str, arguments: dict[str, Any]) -> dict[str, Any]:

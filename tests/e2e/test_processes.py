@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -163,16 +164,22 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-@pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
-    """`memory-server serve --transport http` on the embedded default, in its own data dir."""
-    env = _env(tmp_path)
+@contextmanager
+def serve_http(
+    env: dict[str, str], *, capture: bool = True
+) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`memory-server serve --transport http` in ``env``, up and healthy; stopped afterwards.
+
+    ``capture`` pipes its output for the test to read; a long-running walk passes ``False``, as
+    nobody drains the pipes while it runs and a full pipe would stall the server.
+    """
     port = _free_port()
+    output = subprocess.PIPE if capture else subprocess.DEVNULL
     process = subprocess.Popen(
         [*SERVER, "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)],
         env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stdout=output,
+        stderr=output,
         text=True,
     )
     url = f"http://127.0.0.1:{port}"
@@ -189,10 +196,22 @@ def http_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subproces
         process.kill()
         pytest.fail("server did not start within 90 s")
     try:
-        yield url, env, process
+        yield url, process
     finally:
-        process.terminate()
+        if process.poll() is None:
+            process.terminate()
         process.wait(timeout=30)
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def http_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
+    """`memory-server serve --transport http` on the embedded default, in its own data dir."""
+    env = _env(tmp_path)
+    with serve_http(env) as (url, process):
+        yield url, env, process
 
 
 async def test_http_server_on_the_embedded_default(

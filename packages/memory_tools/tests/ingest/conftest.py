@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
+from fastmcp import Client
 
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
@@ -62,6 +64,12 @@ def fetch_policy(web: WebServer) -> FetchPolicy:
 @pytest.fixture
 def resolver() -> MappedResolver:
     return MappedResolver(HOSTS)
+
+
+@pytest.fixture
+def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
+    """An in-process MCP client of the saving services, acting with ``key``."""
+    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
 
 
 @pytest.fixture

@@ -2,43 +2,21 @@
 
 from __future__ import annotations
 
-import base64
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import MemoryServices, admin
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import picture, stored_files
-
-
-@pytest.fixture
-def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
-    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-async def _call(client: Client[Any], tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = (await client.call_tool(tool, arguments)).structured_content
-    assert result is not None
-    return result
-
-
-async def _error(client: Client[Any], tool: str, arguments: dict[str, Any]) -> str:
-    result = await client.call_tool(tool, arguments, raise_on_error=False)
-    assert result.is_error
-    return result.content[0].text  # type: ignore[union-attr]
+from .test_save import b64, picture, stored_files
+from .tool_calls import call as _call
+from .tool_calls import error as _error
 
 
 async def _scalar(services: MemoryServices, sql: str, **params: Any) -> Any:

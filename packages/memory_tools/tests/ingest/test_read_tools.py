@@ -5,25 +5,19 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
-import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import MemoryServices, admin
 from memory_tools.worker import EmbeddingWorker
 
 from .test_save import picture
-
-
-@pytest.fixture
-def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
-    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
+from .tool_calls import error as _error
 
 
 async def _save(client: Client[Any], seed: int, **fields: Any) -> dict[str, Any]:
@@ -31,12 +25,6 @@ async def _save(client: Client[Any], seed: int, **fields: Any) -> dict[str, Any]
     result = (await client.call_tool("image_asset_save", arguments)).structured_content
     assert result is not None
     return result
-
-
-async def _error(client: Client[Any], tool: str, arguments: dict[str, Any]) -> str:
-    result = await client.call_tool(tool, arguments, raise_on_error=False)
-    assert result.is_error
-    return result.content[0].text  # type: ignore[union-attr]
 
 
 async def test_get_shows_embedding_state_and_a_working_preview(

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable
-from dataclasses import replace
 from typing import Any
 
 import pytest
 from fastmcp import Client
 
-from memory_tools import MemoryServices, build_memory_server
+from memory_tools import MemoryServices
 
 from .test_save import picture
-
-
-@pytest.fixture
-def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
-    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
 
 
 async def test_save_answers_in_camel_case(

@@ -8,7 +8,6 @@ assets are never returned.
 
 from __future__ import annotations
 
-import base64
 import functools
 from dataclasses import replace
 from typing import Any
@@ -20,6 +19,9 @@ from fastmcp import Client
 
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.worker import EmbeddingWorker
+
+from .test_save import b64
+from .tool_calls import call as _call
 
 PHOTOS = {
     "astronaut": ("Astronaut portrait", "a woman in an orange spacesuit in front of a flag"),
@@ -74,20 +76,10 @@ def _variants(name: str) -> dict[str, bytes]:
     }
 
 
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
 @pytest.fixture
 def roomy(saving: MemoryServices) -> MemoryServices:
     settings = saving.settings.model_copy(update={"asset_max_bytes": 4_000_000})
     return replace(saving, settings=settings)
-
-
-async def _call(client: Client[Any], tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
-    result = (await client.call_tool(tool, arguments)).structured_content
-    assert result is not None
-    return result
 
 
 async def test_variants_and_descriptions_find_the_right_photo_first(

@@ -355,22 +355,14 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         return await run_authorised(services, "image_asset_get", action)
 
     async def image_asset_list(
-        vault: Annotated[
-            str | None,
-            Field(max_length=400, description="A vault handle; omit to list every readable vault."),
-        ] = None,
-        projectId: Annotated[str | None, Field(max_length=64)] = None,
-        folderId: Annotated[str | None, Field(max_length=64)] = None,
+        vault: OptionalVault = None,
+        projectId: OptionalId = None,
+        folderId: OptionalId = None,
         includeSubfolders: bool = False,
-        tags: Annotated[
-            list[Annotated[str, Field(max_length=64)]] | None,
-            Field(max_length=32, description="Every tag must be present."),
-        ] = None,
-        sourceKinds: Annotated[list[str] | None, Field(max_length=6)] = None,
-        sourceHost: Annotated[
-            str | None, Field(max_length=253, description="e.g. example.com")
-        ] = None,
-        mimeTypes: Annotated[list[str] | None, Field(max_length=4)] = None,
+        tags: TagsParam = None,
+        sourceKinds: SourceKindsParam = None,
+        sourceHost: SourceHostParam = None,
+        mimeTypes: MimeTypesParam = None,
         createdAfter: datetime | None = None,
         createdBefore: datetime | None = None,
         order: Literal["newest", "oldest"] = "newest",
