@@ -26,7 +26,7 @@ import anyio
 
 from memory_db import UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.embedding.types import EmbedValue
+from memory_db.embedding.types import EmbedResult, EmbedValue
 from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
@@ -175,7 +175,6 @@ class AssetSearcher:
             # First search before any worker ran: create the index (idempotent, locked).
             await prepare_vector_index(self.services.database, self._settings, embedder)
             self._index_ready = True
-        image = await self._temporary_image(request)
         async with self.services.database.unit_of_work() as uow:
             vaults, filters = await resolve_filters(uow, caller, request)
             preview_key = None
@@ -188,9 +187,12 @@ class AssetSearcher:
                 if stored.preview_storage_key is None or stored.object_status != "available":
                     raise NotFoundFailure("the asset's image is not available")
                 preview_key = stored.preview_storage_key
+        # Only an authorised, well-formed search fetches or decodes a query image.
+        image = await self._temporary_image(request)
         if preview_key is not None:
             image = await self._read_preview(preview_key)
-        vector, usage_total = await self._embed(text, image)
+        embedded = await self._embed(text, image)
+        vector = embedded.embeddings[0]
         async with self.services.database.unit_of_work() as uow:
             scopes = [v.record.scope for v in vaults]
             fusion, rows = await self._rank(
@@ -200,10 +202,10 @@ class AssetSearcher:
                 owner_identity=caller.identity,
                 source="embed_image_query",
                 model=embedder.model,
-                total_tokens=usage_total[0],
-                prompt_tokens=usage_total[1],
-                image_tokens=usage_total[2],
-                request_id=usage_total[3],
+                total_tokens=embedded.usage.total_tokens,
+                prompt_tokens=embedded.usage.prompt_tokens,
+                image_tokens=embedded.usage.image_tokens,
+                request_id=embedded.request_id,
             )
             handles = vault_handles(vaults)
             results: list[SearchHit] = []
@@ -276,9 +278,7 @@ class AssetSearcher:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    async def _embed(
-        self, text: str | None, image: bytes | None
-    ) -> tuple[list[float], tuple[int, int, int, str | None]]:
+    async def _embed(self, text: str | None, image: bytes | None) -> EmbedResult:
         embedder = self.services.embedder
         assert embedder is not None
         value: EmbedValue
@@ -299,13 +299,7 @@ class AssetSearcher:
                 ) from None
             refused = f"the embedding provider refused the query ({exc.code})"
             raise EmbeddingFailed(refused) from None
-        usage = result.usage
-        return result.embeddings[0], (
-            usage.total_tokens,
-            usage.prompt_tokens,
-            usage.image_tokens,
-            result.request_id,
-        )
+        return result
 
     async def _rank(
         self,
