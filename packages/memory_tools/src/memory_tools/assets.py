@@ -22,6 +22,8 @@ from memory_tools.ingest.images import FORMATS
 from memory_tools.services import MemoryServices
 
 MIME_TYPES = tuple(image_format.mime_type for image_format in FORMATS.values())
+# Previews are small by construction (bounded edge, WebP); a larger one is not ours to read.
+MAX_PREVIEW_BYTES = 32 * 1024 * 1024
 MAX_LIST_LIMIT = 100
 
 
@@ -85,6 +87,18 @@ class AssetListView:
 
 def _handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
     return {(v.record.owner_identity, v.record.physical_vault): v.display_handle for v in vaults}
+
+
+async def read_preview(services: MemoryServices, key: str) -> bytes:
+    """The bytes of a stored preview; ``MemoryDbError`` if unreadable or implausibly large."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in services.store.get_stream(key):
+        size += len(chunk)
+        if size > MAX_PREVIEW_BYTES:
+            raise MemoryDbError("the preview is larger than expected")
+        chunks.append(chunk)
+    return b"".join(chunks)
 
 
 async def signed_preview(services: MemoryServices, stored: StoredAsset) -> PreviewLink | None:

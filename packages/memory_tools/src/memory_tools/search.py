@@ -24,7 +24,7 @@ from typing import Literal
 
 import anyio
 
-from memory_db import UnitOfWork, get_logger
+from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.embedding.types import EmbedResult, EmbedValue
 from memory_db.errors import EmbeddingError
@@ -36,6 +36,7 @@ from memory_tools.assets import (
     FilterFields,
     PreviewLink,
     check_filters,
+    read_preview,
     resolve_filters,
     signed_preview,
     vault_handles,
@@ -68,8 +69,6 @@ RRF_K = 20
 # overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
 CANDIDATE_CAP = 10_000
 WIDE_OVERFETCH = 1000
-# A stored query image is its preview; previews are bounded by the save flow.
-MAX_QUERY_PREVIEW_BYTES = 16 * 1024 * 1024
 
 Mode = Literal["text", "image", "fused"]
 
@@ -190,7 +189,10 @@ class AssetSearcher:
         # Only an authorised, well-formed search fetches or decodes a query image.
         image = await self._temporary_image(request)
         if preview_key is not None:
-            image = await self._read_preview(preview_key)
+            try:
+                image = await read_preview(self.services, preview_key)
+            except MemoryDbError:
+                raise NotFoundFailure("the asset's image is not available") from None
         embedded = await self._embed(text, image)
         vector = embedded.embeddings[0]
         async with self.services.database.unit_of_work() as uow:
@@ -267,16 +269,6 @@ class AssetSearcher:
             preview_edge=self._settings.asset_preview_max_edge,
         )
         return inspected.preview
-
-    async def _read_preview(self, key: str) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in self.services.store.get_stream(key):
-            size += len(chunk)
-            if size > MAX_QUERY_PREVIEW_BYTES:
-                raise NotFoundFailure("the asset's image is not available")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def _embed(self, text: str | None, image: bytes | None) -> EmbedResult:
         embedder = self.services.embedder

@@ -32,6 +32,7 @@ from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
 from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
+from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.ingest.save import fused_text
 from memory_tools.services import MemoryServices
@@ -39,7 +40,6 @@ from memory_tools.services import MemoryServices
 log = get_logger(__name__)
 
 CHANNEL = "memory_embedding_jobs"
-MAX_PREVIEW_BYTES = 32 * 1024 * 1024
 # Longer than any save can take between writing bytes and committing (fetch deadline included).
 ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
 
@@ -318,7 +318,7 @@ class EmbeddingWorker:
             await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
             return None
         try:
-            preview = await self._read(stored.preview_storage_key)
+            preview = await read_preview(self._services, stored.preview_storage_key)
         except MemoryDbError as exc:
             await self._retry(job, "store_unavailable", f"the preview could not be read ({exc})")
             return None
@@ -337,16 +337,6 @@ class EmbeddingWorker:
                 return None
             value = FusedInput(parts=(TextInput(text), image))
         return _Work(job=job, asset=asset, value=value, object_mime=stored.mime_type)
-
-    async def _read(self, key: str) -> bytes:
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in self._services.store.get_stream(key):
-            size += len(chunk)
-            if size > MAX_PREVIEW_BYTES:
-                raise MemoryDbError("the preview is larger than expected")
-            chunks.append(chunk)
-        return b"".join(chunks)
 
     async def _complete(
         self,
