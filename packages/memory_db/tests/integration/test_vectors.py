@@ -15,6 +15,7 @@ from memory_db.database import create_engine
 from memory_db.migrate import downgrade, upgrade
 from memory_db.testing import PostgresForTests
 from memory_db.vectors import (
+    SearchTuning,
     VectorIndex,
     VectorRecord,
     create_index,
@@ -149,7 +150,7 @@ async def test_a_query_for_vault_a_never_returns_vault_b(database: Database) -> 
         await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(vectors[:20])])
         await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(vectors[20:])])
         for query in vectors[20:]:  # each query is *identical* to one of bob's vectors
-            for strategy in ("ann", "exact", "auto"):
+            for strategy in ("ann", "scan", "exact", "auto"):
                 hits = await index.search(
                     list(query), [A], model=MODEL, limit=30, strategy=strategy
                 )
@@ -213,6 +214,102 @@ async def test_downgrade_drops_registered_index_tables(postgres: PostgresForTest
             left = await conn.scalar(text("SELECT to_regclass('memory_assets_v1')"))
         assert left is None
         await upgrade(engine)
+    finally:
+        await database.close()
+        await postgres.drop(name)
+
+
+async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
+    database: Database,
+) -> None:
+    await _index(database)
+    rng = np.random.default_rng(5)
+    centers = _unit(rng, 12)
+    crowd = centers[rng.integers(0, 12, 600)] + rng.standard_normal((600, 1024)) * 0.02
+    crowd /= np.linalg.norm(crowd, axis=1, keepdims=True)
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(crowd[:400])])
+        await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(crowd[400:])])
+        codes = await uow.session.scalar(
+            text("SELECT embedding_bits::text FROM memory_assets_v1 WHERE asset_id = 'ast_a0'")
+        )
+        await uow.session.execute(text("ANALYZE memory_assets_v1"))
+    # One bit per dimension: set where the element is positive.
+    assert codes == "".join("1" if x > 0 else "0" for x in crowd[0])
+    whole = SearchTuning(rescore_min=400)  # a pool as large as the vault: re-scores every row
+    for query in _unit(rng, 5) * 0.2 + centers[:5]:
+        q = [float(x) for x in query / np.linalg.norm(query)]
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            exact = await index.search(q, [A], model=MODEL, limit=10, strategy="exact")
+            scan = await index.search(q, [A], model=MODEL, limit=10, strategy="scan")
+            auto = await index.search(q, [A], model=MODEL, limit=10)  # 400 rows: a scan
+            full = await index.search(q, [A], model=MODEL, limit=10, strategy="scan", tuning=whole)
+        assert [h.vector_id for h in full] == [h.vector_id for h in exact]
+        assert [h.vector_id for h in auto] == [h.vector_id for h in scan]
+        truth = {h.vector_id: h.distance for h in exact}
+        assert len(truth.keys() & {h.vector_id for h in scan}) >= 9  # recall@10 of the codes
+        assert [h.distance for h in scan] == sorted(h.distance for h in scan)
+        for hit in scan:  # re-scored with the full vector: the exact distance
+            if hit.vector_id in truth:
+                assert hit.distance == pytest.approx(truth[hit.vector_id], abs=1e-6)
+        assert all(h.asset_id.startswith("ast_a") for h in scan)
+    async with database.unit_of_work() as uow:
+        await uow.session.execute(text("SET LOCAL enable_seqscan = off"))
+        await uow.session.execute(text("SET LOCAL enable_bitmapscan = off"))
+        plan = "\n".join(
+            row[0]
+            for row in await uow.session.execute(
+                text(
+                    "EXPLAIN SELECT id FROM memory_assets_v1 WHERE vault = :v AND "
+                    "owner_identity = :o AND model = :m AND mime_type = 'image/png' "
+                    "ORDER BY embedding_bits <~> CAST(CAST(:b AS text) AS bit(1024)) LIMIT 40"
+                ),
+                {"v": A.physical_vault, "o": A.owner_identity, "m": MODEL, "b": codes},
+            )
+        )
+    # The codes and the filter columns come from the scope B-tree alone.
+    assert "Index Only Scan using memory_assets_v1_scope" in plan
+
+
+async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresForTests) -> None:
+    name = await postgres.create_empty()
+    engine = create_engine(postgres.url(name), pool_size=1)
+    database = Database(engine)
+    vector = _unit(np.random.default_rng(9), 1)[0]
+    try:
+        await upgrade(engine)
+        await _index(database)
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            await index.upsert(A, [_record("ast_old", vector)])
+        await downgrade(engine, "0004")  # the table as revision 0004 left it: no codes
+        async with engine.connect() as conn:
+            columns = set(
+                (
+                    await conn.execute(
+                        text(
+                            "SELECT column_name FROM information_schema.columns "
+                            "WHERE table_name = 'memory_assets_v1'"
+                        )
+                    )
+                ).scalars()
+            )
+        assert "embedding_bits" not in columns and "embedding" in columns
+        await upgrade(engine)
+        async with database.unit_of_work() as uow:
+            codes = await uow.session.scalar(
+                text("SELECT embedding_bits::text FROM memory_assets_v1 WHERE asset_id = 'ast_old'")
+            )
+            definition = await uow.session.scalar(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_scope'")
+            )
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            hits = await index.search(list(vector), [A], model=MODEL, limit=1, strategy="scan")
+        assert codes == "".join("1" if x > 0 else "0" for x in vector)
+        assert "INCLUDE" in str(definition) and "embedding_bits" in str(definition)
+        assert [h.asset_id for h in hits] == ["ast_old"]
     finally:
         await database.close()
         await postgres.drop(name)

@@ -29,8 +29,36 @@ def check_identifier(name: str, what: str = "index name") -> str:
     return name
 
 
+# The columns a small-scope search reads besides the scope keys: with them in the scope B-tree,
+# that search is an index-only scan of one contiguous range (binary codes), not a heap visit per
+# row; only the few re-scored candidates are read from the table.
+SCOPE_INCLUDE = (
+    "model",
+    "id",
+    "asset_id",
+    "mime_type",
+    "source_kind",
+    "created_at",
+    "embedding_bits",
+)
+
+
+def bits_expression(column: str, dimensions: int) -> str:
+    """The 1-bit code of a vector (pgvector ``binary_quantize``: one bit per positive element)."""
+    return f"binary_quantize({column})::bit({dimensions})"
+
+
+def scope_index_sql(name: str) -> str:
+    """The scope B-tree, covering what a small-scope search reads."""
+    return (
+        f"CREATE INDEX {name}_scope ON {name} (vault, owner_identity, project_id, folder_id) "
+        f"INCLUDE ({', '.join(SCOPE_INCLUDE)})"
+    )
+
+
 def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
     column = f"{element}({dimensions})"
+    bits = bits_expression("embedding", dimensions)
     ops = f"{element}_cosine_ops"
     return [
         f"""
@@ -48,7 +76,8 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
             mime_type text NOT NULL,
             source_kind text NOT NULL,
             created_at timestamptz NOT NULL,
-            embedding {column} NOT NULL
+            embedding {column} NOT NULL,
+            embedding_bits bit({dimensions}) GENERATED ALWAYS AS ({bits}) STORED
         )
         """,
         # Keep vectors in the row (a 1,024-d halfvec is just over the TOAST threshold): a
@@ -56,7 +85,7 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
         f"ALTER TABLE {name} ALTER COLUMN embedding SET STORAGE PLAIN",
         f"CREATE INDEX {name}_hnsw ON {name} USING hnsw (embedding {ops}) "
         "WITH (m = 16, ef_construction = 64)",
-        f"CREATE INDEX {name}_scope ON {name} (vault, owner_identity, project_id, folder_id)",
+        scope_index_sql(name),
         f"CREATE INDEX {name}_asset ON {name} (asset_id)",
         f"CREATE INDEX {name}_vault_created ON {name} (vault, created_at)",
         f"CREATE INDEX {name}_vault_kind ON {name} (vault, source_kind, mime_type)",

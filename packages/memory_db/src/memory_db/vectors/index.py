@@ -3,18 +3,23 @@
 from __future__ import annotations
 
 import hashlib
-import math
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import InvalidInput
 from memory_db.repositories.records import VaultScope
-from memory_db.vectors.ddl import ElementType, check_identifier, describe_index
+from memory_db.vectors.ddl import (
+    ElementType,
+    bits_expression,
+    check_identifier,
+    describe_index,
+)
 
 REPRESENTATIONS = ("visual", "fused")
 
@@ -60,17 +65,26 @@ class VectorHit:
 class SearchTuning:
     """Search knobs, tuned by ``benchmarks/vector_search.py`` (see docs/vector-index.md).
 
-    ``exact_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
-    answered exactly through the B-tree (full recall, and faster than the graph there); more
-    rows go to the HNSW iterative scan with ``ef_search`` and ``max_scan_tuples``.
+    ``scan_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
+    answered by scanning them (``"scan"``: their 1-bit codes, read index-only from the scope
+    B-tree, rank a pool of ``max(rescore_factor * limit, rescore_min)`` candidates, re-scored
+    with their full vectors); more rows go to the HNSW iterative scan (``"ann"``) with
+    ``ef_search`` and ``max_scan_tuples``.
     """
 
     ef_search: int = 200
     max_scan_tuples: int = 20_000
-    exact_max_rows: int = 5_000
+    scan_max_rows: int = 10_000
+    rescore_factor: int = 4
+    rescore_min: int = 100
+
+    def pool(self, limit: int) -> int:
+        """How many candidates a scan re-scores for ``limit`` results."""
+        return max(self.rescore_factor * limit, self.rescore_min, limit)
 
 
-Strategy = Literal["auto", "ann", "exact"]
+# "exact": every matching row's full vector (full recall; the reference for the others).
+Strategy = Literal["auto", "ann", "scan", "exact"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,11 +119,14 @@ class VectorMatch:
 
 
 def _literal(embedding: Sequence[float], dimensions: int) -> str:
+    # json formats floats in C (several times faster than repr per element) and refuses NaN
+    # and infinities, which is the finiteness check.
     if len(embedding) != dimensions:
         raise InvalidInput(f"vector has {len(embedding)} dimensions, the index {dimensions}")
-    if not all(math.isfinite(x) for x in embedding):
-        raise InvalidInput("vector has non-finite values")
-    return "[" + ",".join(repr(float(x)) for x in embedding) + "]"
+    try:
+        return json.dumps([float(x) for x in embedding], allow_nan=False, separators=(",", ":"))
+    except ValueError:
+        raise InvalidInput("vector has non-finite values") from None
 
 
 class VectorIndex:
@@ -232,13 +249,16 @@ class VectorIndex:
     ) -> list[VectorHit]:
         """Nearest vectors among the entitled vaults only, nearest first.
 
-        The ANN query runs in a MATERIALIZED CTE with pgvector's iterative scan
-        (``relaxed_order``, bounded ``max_scan_tuples``) and is re-sorted outside, so a filter
-        that matches few rows still fills the result in the right order. ``exact=True`` scans the
-        filtered rows found through the B-tree, without the HNSW index (full recall; right for
-        one vault, project or folder); ``"auto"`` picks exact when the filter matches at most
-        ``tuning.exact_max_rows`` rows. Thresholds belong to the caller, applied to the result:
-        a distance bound inside an iterative scan makes it visit up to ``max_scan_tuples`` rows.
+        Strategies: ``"ann"`` walks the HNSW graph in a MATERIALIZED CTE with pgvector's
+        iterative scan (``relaxed_order``, bounded ``max_scan_tuples``), re-sorted outside, so a
+        filter that matches few rows still fills the result in the right order. ``"scan"`` reads
+        the matching rows' 1-bit codes index-only from the scope B-tree, takes the
+        ``tuning.pool(limit)`` nearest by Hamming distance and re-scores them with their full
+        vectors (right for one vault, project or folder). ``"exact"`` scores every matching row
+        with its full vector (full recall, the slowest). ``"auto"`` picks ``"scan"`` when the
+        filter matches at most ``tuning.scan_max_rows`` rows, else ``"ann"``. Thresholds belong
+        to the caller, applied to the result: a distance bound inside an iterative scan makes it
+        visit up to ``max_scan_tuples`` rows.
         """
         if not scopes:
             return []
@@ -261,53 +281,53 @@ class VectorIndex:
             params["folders"] = list(folder_ids)
         if match is not None:
             filters.extend(match.conditions(params))
-        # The count below uses only the scope columns (all in one B-tree, so it is index-only);
-        # the model is added for the search itself.
         scope_where = " AND ".join(filters)
         where = scope_where + " AND model = :model"
-        # Plan every search with its real LIMIT and vector (a cached generic plan cannot see
-        # them and may settle on a full scan), and reach filtered rows through the scope B-tree
-        # rather than by reading the whole table. Both settings end with the transaction;
-        # enable_seqscan is also restored right after the search.
-        await self._set(plan_cache_mode="force_custom_plan", enable_seqscan="off")
-        exact = strategy == "exact"
+        # One round trip before the search sets what the search is planned and run with (the
+        # settings end with the transaction): every search is planned with its real LIMIT and
+        # vector (a cached generic plan cannot see them and was seen to settle on a full scan),
+        # and the HNSW settings (read only by an HNSW scan, so harmless to the other strategies).
+        settings = {
+            "plan_cache_mode": "force_custom_plan",
+            "hnsw.iterative_scan": "relaxed_order",
+            "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
+            "hnsw.ef_search": str(tuning.ef_search),
+        }
+        chosen = strategy
         if strategy == "auto":
-            # At most exact_max_rows + 1 rows, counted index-only on the scope columns.
-            matching = await self._session.scalar(
-                text(
-                    f"SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
-                    "LIMIT :cap) m"
-                ),
-                {
-                    **{k: v for k, v in params.items() if k not in ("q", "model", "k")},
-                    "cap": tuning.exact_max_rows + 1,
-                },
+            # The same round trip counts at most scan_max_rows + 1 matching rows on the scope
+            # B-tree (index-only); the model is added for the search itself.
+            count = (
+                f"(SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
+                f"LIMIT {int(tuning.scan_max_rows) + 1}) m)"
             )
-            exact = int(matching or 0) <= tuning.exact_max_rows
-        distance = f"embedding <=> CAST(:q AS {self._cast})"
-        # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan.
-        order = f"({distance}) + 0" if exact else distance
-        if not exact:
-            await self._set(
-                enable_seqscan="on",
-                **{
-                    "hnsw.iterative_scan": "relaxed_order",
-                    "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
-                    "hnsw.ef_search": str(tuning.ef_search),
-                },
+            scope_params = {k: v for k, v in params.items() if k not in ("q", "model", "k")}
+            row = await self._set(settings, also=count, params=scope_params)
+            chosen = "scan" if int(row[-1] or 0) <= tuning.scan_max_rows else "ann"
+        else:
+            await self._set(settings)
+        query_vector = f"CAST(:q AS {self._cast})"
+        distance = f"embedding <=> {query_vector}"
+        if chosen == "scan":
+            params["pool"] = tuning.pool(limit)
+            bits = bits_expression(query_vector, self.dimensions)
+            sql = (
+                f"WITH pool AS MATERIALIZED (SELECT id FROM {self.name} WHERE {where} "
+                f"ORDER BY embedding_bits <~> {bits}, id LIMIT :pool) "
+                f"SELECT v.id, v.asset_id, v.representation, v.{distance} AS distance "
+                f"FROM {self.name} v JOIN pool USING (id) ORDER BY distance, v.id LIMIT :k"
             )
-        rows = await self._session.execute(
-            text(
+        else:
+            # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan
+            # of the rows the filter finds.
+            order = f"({distance}) + 0" if chosen == "exact" else distance
+            sql = (
                 f"WITH ann AS MATERIALIZED (SELECT id, asset_id, representation, {distance} "
                 f"AS distance FROM {self.name} WHERE {where} ORDER BY {order} LIMIT :k) "
                 "SELECT id, asset_id, representation, distance FROM ann ORDER BY distance, id"
-            ),
-            params,
-        )
-        hits = [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
-        if exact:
-            await self._set(enable_seqscan="on")
-        return hits
+            )
+        rows = await self._session.execute(text(sql), params)
+        return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
 
     async def distances(
         self,
@@ -338,10 +358,21 @@ class VectorIndex:
         # owner with another owner's vault.
         return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
 
-    async def _set(self, **settings: str) -> None:
-        """``SET LOCAL`` several settings in one round trip."""
+    async def _set(
+        self,
+        settings: dict[str, str],
+        *,
+        also: str | None = None,
+        params: dict[str, object] | None = None,
+    ) -> tuple[Any, ...]:
+        """``SET LOCAL`` several settings in one round trip, with an optional extra column."""
         names = list(settings)
-        calls = ", ".join(f"set_config(:n{i}, :v{i}, true)" for i in range(len(names)))
-        params = {f"n{i}": name for i, name in enumerate(names)}
-        params.update({f"v{i}": settings[name] for i, name in enumerate(names)})
-        await self._session.execute(text(f"SELECT {calls}"), params)
+        columns = [f"set_config(:n{i}, :v{i}, true)" for i in range(len(names))]
+        values: dict[str, object] = {}
+        if also is not None:
+            columns.append(also)
+            values.update(params or {})
+        values.update({f"n{i}": name for i, name in enumerate(names)})
+        values.update({f"v{i}": settings[name] for i, name in enumerate(names)})
+        result = await self._session.execute(text(f"SELECT {', '.join(columns)}"), values)
+        return tuple(result.one())
