@@ -143,9 +143,18 @@ def _tiny() -> bytes:
     return pyvips.Image.black(8, 8).jpegsave_buffer()
 
 
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="decodes per image per process")
+    parser.add_argument(
+        "--repeats", type=int, default=3, help="process pairs, interleaved; medians are reported"
+    )
     parser.add_argument("--measure", choices=["ours", "pillow"])
     parser.add_argument("files", nargs="*")
     args = parser.parse_args()
@@ -155,26 +164,41 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp))
         paths = [str(path) for _name, _kind, path in corpus]
-        results = {}
-        for pipeline in ("pillow", "ours"):
-            out = subprocess.run(
-                [
-                    sys.executable,
-                    __file__,
-                    "--measure",
-                    pipeline,
-                    "--rounds",
-                    str(args.rounds),
-                    *paths,
-                ],
-                check=True,
-                capture_output=True,
-                text=True,
-            )
-            results[pipeline] = json.loads(out.stdout.strip().splitlines()[-1])
+        runs: dict[str, list[dict[str, Any]]] = {"pillow": [], "ours": []}
+        # Pillow and ours alternate, so a slow spell of the machine hits both alike.
+        for _repeat in range(args.repeats):
+            for pipeline in ("pillow", "ours"):
+                out = subprocess.run(
+                    [
+                        sys.executable,
+                        __file__,
+                        "--measure",
+                        pipeline,
+                        "--rounds",
+                        str(args.rounds),
+                        *paths,
+                    ],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
+                runs[pipeline].append(json.loads(out.stdout.strip().splitlines()[-1]))
+        results = {
+            pipeline: {
+                "seconds": {
+                    name: _median([run["seconds"][name] for run in measured])
+                    for name in measured[0]["seconds"]
+                },
+                "peak_kib": max(run["peak_kib"] for run in measured),
+            }
+            for pipeline, measured in runs.items()
+        }
         kinds = {name: kind for name, kind, _path in corpus}
         sizes = {name: path.stat().st_size for name, _kind, path in corpus}
-    print(f"{len(corpus)} images, {args.rounds} rounds each; seconds per image (lower is better)")
+    print(
+        f"{len(corpus)} images, {args.rounds} rounds per process, {args.repeats} interleaved "
+        "process pairs; median seconds per image (lower is better); peak = highest of the runs"
+    )
     print(f"{'image':<20}{'MiB':>7}{'Pillow':>10}{'ours':>10}{'speed-up':>10}")
     by_kind: dict[str, list[float]] = {}
     for name in results["ours"]["seconds"]:

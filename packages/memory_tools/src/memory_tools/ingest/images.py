@@ -158,8 +158,9 @@ def _chosen_loader(data: bytes) -> str | None:
 
 
 # Inside entropy-coded data 0xFF is followed by 0x00 (stuffing), a restart marker or more 0xFF
-# fill bytes; anything else is the next marker. A regex finds it at C speed.
-_JPEG_MARKER = re.compile(rb"\xff+[^\x00\xd0-\xd7\xff]")
+# fill bytes; anything else is the next marker (found at its last fill byte). A regex finds it
+# at C speed — written without a repeat: "\xff+" made the search 15x slower (70 ms for 40 MP).
+_JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
 def _jpeg_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
@@ -188,7 +189,7 @@ def _jpeg_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
             if found is None:
                 raise InvalidImage("the JPEG is truncated")
             pixels.append((position, found.start()))
-            position = found.end() - 2
+            position = found.start()
     raise InvalidImage("the JPEG is truncated")
 
 
