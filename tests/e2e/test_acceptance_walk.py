@@ -158,12 +158,13 @@ async def test_the_acceptance_walk(server: tuple[str, dict[str, str]]) -> None:
 
     # 8. Delete: vectors at once, bytes with the next sweep.
     async with Client(url + "/mcp", auth=alice) as client:
+        objects = Path(env["MEMORY_DATA_DIR"]) / "objects"
+        # (Checked before the delete: the 1 s sweep may purge right after it.)
+        assert any(p.is_file() for p in objects.rglob("*"))
         deleted = await _call(client, "image_asset_delete", {"assetId": asset})
         assert deleted["vectorsRemoved"] == 2 and deleted["objectReleased"]
         gone = await _call(client, "image_asset_search", {"imageBase64": similar})
         assert asset not in {r["assetId"] for r in gone["results"]}
-        objects = Path(env["MEMORY_DATA_DIR"]) / "objects"
-        assert any(p.is_file() for p in objects.rglob("*"))
 
         async def purged() -> bool:
             return not any(p.is_file() for p in objects.rglob("*"))

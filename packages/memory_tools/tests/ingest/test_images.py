@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import struct
 import zlib
 from collections.abc import Callable
@@ -285,6 +286,58 @@ def test_large_images_are_shrunk_to_the_preview_edge() -> None:
         _rgb(3000, 1000).jpegsave_buffer(), max_pixels=MAX_PIXELS, preview_edge=EDGE
     )
     assert (result.preview_width, result.preview_height) == (EDGE, 85)
+
+
+def _quadrants(width: int, height: int) -> pyvips.Image:
+    """Four flat colours, one per quadrant (each exactly representable in a GIF palette)."""
+    colours = [(200, 30, 40), (20, 160, 60), (30, 50, 210), (230, 220, 30)]
+    tiles = [
+        pyvips.Image.black(width // 2, height // 2).add(list(c)).cast("uchar") for c in colours
+    ]
+    top = tiles[0].join(tiles[1], "horizontal")
+    bottom = tiles[2].join(tiles[3], "horizontal")
+    return top.join(bottom, "vertical").copy(interpretation="srgb")
+
+
+@pytest.mark.parametrize(
+    "saver", ["jpegsave_buffer", "pngsave_buffer", "webpsave_buffer", "gifsave_buffer"]
+)
+def test_shrunk_previews_keep_the_colours(saver: str) -> None:
+    data = getattr(_quadrants(800, 600), saver)()
+    if saver == "gifsave_buffer":
+        # The saver flags a transparent colour even when none is used: clear the flag, so this
+        # is an opaque GIF (loaded without an alpha band).
+        data = re.sub(
+            rb"\x21\xf9\x04(.)",
+            lambda m: b"\x21\xf9\x04" + bytes([m[1][0] & 0xFE]),
+            data,
+            flags=re.S,
+        )
+        assert pyvips.Image.gifload_buffer(data).bands == 3
+    result = inspect_image_sync(data, max_pixels=MAX_PIXELS, preview_edge=EDGE)
+    preview = pyvips.Image.new_from_buffer(result.preview, "")
+    assert (preview.width, preview.height) == (EDGE, 192)
+    assert preview.bands == 3  # opaque: no alpha band, and all three colour bands
+    for (x, y), colour in zip(
+        [(64, 48), (192, 48), (64, 144), (192, 144)],
+        [(200, 30, 40), (20, 160, 60), (30, 50, 210), (230, 220, 30)],
+        strict=True,
+    ):
+        found = preview.crop(x - 8, y - 8, 16, 16).stats()
+        means = [found(4, band + 1)[0] for band in range(3)]
+        assert means == pytest.approx(colour, abs=12), (saver, colour, means)
+
+
+def test_transparent_gif_previews_keep_their_alpha() -> None:
+    picture = _quadrants(800, 600)
+    # Alpha 0 in the left half: the GIF saver maps it to its transparent colour.
+    alpha = pyvips.Image.black(400, 600).join(pyvips.Image.black(400, 600).add(255), "horizontal")
+    data = picture.bandjoin(alpha.cast("uchar")).copy(interpretation="srgb").gifsave_buffer()
+    result = inspect_image_sync(data, max_pixels=MAX_PIXELS, preview_edge=EDGE)
+    preview = pyvips.Image.new_from_buffer(result.preview, "")
+    assert preview.bands == 4
+    assert preview.extract_band(3).crop(0, 0, 100, 192).max() == 0
+    assert preview.extract_band(3).crop(156, 0, 100, 192).min() == 255
 
 
 def test_other_loaders_are_blocked_after_lock_down() -> None:

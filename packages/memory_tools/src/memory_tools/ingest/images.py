@@ -332,6 +332,16 @@ def _thumbnail(
             data, shrink=shrink, access="sequential", fail_on="error"
         )
         image = loaded.thumbnail_image(edge, height=edge, size="down", fail_on="error", **options)
+    elif image_format.name == "gif" and _opaque_gif(data, image_format):
+        # Without transparency an alpha band (the loader may add one) is dropped before
+        # resizing (a quarter less work), and a palette picture is resized with a linear
+        # kernel: lanczos3 rings on its hard edges and dithering. No EXIF or ICC profile exists.
+        image = pyvips.Image.gifload_buffer(data, access="sequential", fail_on="error")
+        if image.hasalpha():
+            image = image.extract_band(0, n=image.bands - 1)
+        scale = edge / max(image.width, image.height)
+        if scale < 1:
+            image = image.resize(scale, kernel="linear")
     else:
         image = pyvips.Image.thumbnail_buffer(
             data, edge, height=edge, size="down", fail_on="error", **options
