@@ -86,6 +86,9 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
         f"CREATE INDEX {name}_hnsw ON {name} USING hnsw (embedding {ops}) "
         "WITH (m = 16, ef_construction = 64)",
         scope_index_sql(name),
+        # Keys only: counting the rows a filter matches (how a search picks its path) reads
+        # this narrow index, a sixth of the covering one's pages.
+        f"CREATE INDEX {name}_scope_keys ON {name} (vault, owner_identity, project_id, folder_id)",
         f"CREATE INDEX {name}_asset ON {name} (asset_id)",
         f"CREATE INDEX {name}_vault_created ON {name} (vault, created_at)",
         f"CREATE INDEX {name}_vault_kind ON {name} (vault, source_kind, mime_type)",

@@ -2,7 +2,8 @@
 
 Each registered vector index table gets a generated column ``embedding_bits``
 (``binary_quantize(embedding)``, one bit per dimension) and its scope B-tree becomes a covering
-index that includes the codes and the columns a search filters on. A search confined to one
+index that includes the codes and the columns a search filters on; a narrow index on the scope
+keys alone serves the count that picks a search's path. A search confined to one
 vault, project or folder then ranks the codes from one contiguous index range and re-scores only
 the best candidates with their full vectors (docs/vector-index.md). Tables created from now on
 have both from the start (``memory_db.vectors.ddl``); the SQL below is this revision's own copy.
@@ -55,6 +56,7 @@ def upgrade() -> None:
         )
         op.execute(f'DROP INDEX IF EXISTS "{name}_scope"')
         op.execute(f'CREATE INDEX "{name}_scope" ON "{name}" {_KEYS} {_INCLUDE}')
+        op.execute(f'CREATE INDEX IF NOT EXISTS "{name}_scope_keys" ON "{name}" {_KEYS}')
 
 
 def downgrade() -> None:
@@ -62,5 +64,6 @@ def downgrade() -> None:
         if not _has_codes(name):
             continue
         op.execute(f'DROP INDEX IF EXISTS "{name}_scope"')
+        op.execute(f'DROP INDEX IF EXISTS "{name}_scope_keys"')
         op.execute(f'ALTER TABLE "{name}" DROP COLUMN embedding_bits')
         op.execute(f'CREATE INDEX "{name}_scope" ON "{name}" {_KEYS}')
