@@ -43,7 +43,7 @@ from memory_db.runtime import prepare_vector_index
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database
-from memory_db.vectors import VectorIndex, resolve_alias, vector_id
+from memory_db.vectors import WRITABLE_COLUMNS, VectorIndex, resolve_alias, vector_id
 from memory_tools import MemoryServices, admin
 from memory_tools.access import authenticate
 from memory_tools.search import AssetSearcher, SearchRequest
@@ -226,26 +226,7 @@ async def _load(url: str, index: str, namespace: str, size: int, embedder: Local
                         vector,
                     )
                 )
-        await conn.copy_records_to_table(
-            index,
-            columns=[
-                "id",
-                "asset_id",
-                "object_id",
-                "owner_identity",
-                "vault",
-                "project_id",
-                "folder_id",
-                "representation",
-                "model",
-                "dimensions",
-                "mime_type",
-                "source_kind",
-                "created_at",
-                "embedding",
-            ],
-            records=records,
-        )
+        await conn.copy_records_to_table(index, columns=WRITABLE_COLUMNS, records=records)
         await conn.execute("SET maintenance_work_mem = '2GB'")
         await conn.execute("SET max_parallel_maintenance_workers = 1")
         await conn.execute(index_sql)

@@ -32,29 +32,12 @@ from memory_db.database import create_engine, to_plain_url
 from memory_db.repositories import VaultScope
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database
-from memory_db.vectors import SearchTuning, VectorIndex, create_index
+from memory_db.vectors import WRITABLE_COLUMNS, SearchTuning, VectorIndex, create_index
 
 DIMS = 1024
 VAULTS = 50
 CLUSTERS = 100
 MODEL = "bench-model"
-# Every stored column (embedding_bits is generated from embedding).
-COLUMNS = [
-    "id",
-    "asset_id",
-    "object_id",
-    "owner_identity",
-    "vault",
-    "project_id",
-    "folder_id",
-    "representation",
-    "model",
-    "dimensions",
-    "mime_type",
-    "source_kind",
-    "created_at",
-    "embedding",
-]
 
 
 def _dataset(
@@ -120,7 +103,7 @@ async def _load(
             "SELECT indexdef FROM pg_indexes WHERE indexname = $1", f"{table}_hnsw"
         )
         await conn.execute(f"DROP INDEX {table}_hnsw")
-        await conn.copy_records_to_table(table, records=records, columns=COLUMNS)
+        await conn.copy_records_to_table(table, records=records, columns=WRITABLE_COLUMNS)
         await conn.execute("SET maintenance_work_mem = '2GB'")
         await conn.execute("SET max_parallel_maintenance_workers = 1")
         await conn.execute(index_sql)
@@ -254,8 +237,9 @@ async def run(rows: int, query_count: int, elements: list[str], ef_search: int) 
             )
     print(
         "\nrecall@10 against the exact result; speed-up = median sequential exact scan / median "
-        "'auto' query (bits scan, re-scored, when the filter matches <= "
-        f"{tuning.scan_max_rows:,} rows, else HNSW iterative scan), same run, same data"
+        "'auto' query (B-tree exact when the filter matches <= "
+        f"{tuning.exact_max_rows:,} rows, else HNSW iterative scan), same run, same data; "
+        "'bits scan' is the opt-in strategy='scan'"
     )
 
 

@@ -247,10 +247,10 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
             index = await VectorIndex.open(uow.session, "memory_assets_v1")
             exact = await index.search(q, [A], model=MODEL, limit=10, strategy="exact")
             scan = await index.search(q, [A], model=MODEL, limit=10, strategy="scan")
-            auto = await index.search(q, [A], model=MODEL, limit=10)  # 400 rows: a scan
+            auto = await index.search(q, [A], model=MODEL, limit=10)  # 400 rows: exact
             full = await index.search(q, [A], model=MODEL, limit=10, strategy="scan", tuning=whole)
         assert [h.vector_id for h in full] == [h.vector_id for h in exact]
-        assert [h.vector_id for h in auto] == [h.vector_id for h in scan]
+        assert [h.vector_id for h in auto] == [h.vector_id for h in exact]
         truth = {h.vector_id: h.distance for h in exact}
         assert len(truth.keys() & {h.vector_id for h in scan}) >= 9  # recall@10 of the codes
         assert [h.distance for h in scan] == sorted(h.distance for h in scan)

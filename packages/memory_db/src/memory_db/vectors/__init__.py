@@ -2,6 +2,7 @@
 
 from memory_db.vectors.ddl import (
     DEFAULT_ALIAS,
+    WRITABLE_COLUMNS,
     ElementType,
     create_index,
     describe_index,
@@ -21,6 +22,7 @@ from memory_db.vectors.index import (
 
 __all__ = [
     "DEFAULT_ALIAS",
+    "WRITABLE_COLUMNS",
     "ElementType",
     "SearchTuning",
     "VectorHit",

@@ -29,6 +29,24 @@ def check_identifier(name: str, what: str = "index name") -> str:
     return name
 
 
+# Every column a writer supplies, in table order (``embedding_bits`` is generated): the column
+# list for bulk loads (``COPY``).
+WRITABLE_COLUMNS = (
+    "id",
+    "asset_id",
+    "object_id",
+    "owner_identity",
+    "vault",
+    "project_id",
+    "folder_id",
+    "representation",
+    "model",
+    "dimensions",
+    "mime_type",
+    "source_kind",
+    "created_at",
+    "embedding",
+)
 # The columns a small-scope search reads besides the scope keys: with them in the scope B-tree,
 # that search is an index-only scan of one contiguous range (binary codes), not a heap visit per
 # row; only the few re-scored candidates are read from the table.

@@ -65,22 +65,27 @@ class VectorHit:
 class SearchTuning:
     """Search knobs, tuned by ``benchmarks/vector_search.py`` (see docs/vector-index.md).
 
-    ``scan_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
-    answered by scanning them (``"scan"``: their 1-bit codes, read index-only from the scope
-    B-tree, rank a pool of ``max(rescore_factor * limit, rescore_min)`` candidates, re-scored
-    with their full vectors); more rows go to the HNSW iterative scan (``"ann"``) with
-    ``ef_search`` and ``max_scan_tuples``.
+    ``exact_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
+    answered exactly (every matching row scored with its full vector: full recall); more rows
+    go to the HNSW iterative scan (``"ann"``) with ``ef_search`` and ``max_scan_tuples``.
+    ``strategy="scan"`` (never chosen by ``"auto"``) ranks the matching rows' 1-bit codes, read
+    index-only from the scope B-tree, and re-scores a pool of
+    ``max(rescore_factor * limit, rescore_min)`` candidates with their full vectors: faster than
+    exact on dense embeddings, but it loses recall on sparse ones (docs/vector-index.md).
     """
 
     ef_search: int = 200
     max_scan_tuples: int = 20_000
-    scan_max_rows: int = 5_000
+    exact_max_rows: int = 5_000
     rescore_factor: int = 4
     rescore_min: int = 100
 
-    def pool(self, limit: int) -> int:
-        """How many candidates a scan re-scores for ``limit`` results."""
-        return max(self.rescore_factor * limit, self.rescore_min, limit)
+    rescore_share: float = 0.25
+
+    def pool(self, limit: int, matching: int = 0) -> int:
+        """How many candidates a scan re-scores for ``limit`` results among ``matching`` rows."""
+        share = int(self.rescore_share * matching + 0.999)
+        return max(self.rescore_factor * limit, self.rescore_min, limit, share)
 
 
 # "exact": every matching row's full vector (full recall; the reference for the others).
@@ -254,9 +259,10 @@ class VectorIndex:
         filter that matches few rows still fills the result in the right order. ``"scan"`` reads
         the matching rows' 1-bit codes index-only from the scope B-tree, takes the
         ``tuning.pool(limit)`` nearest by Hamming distance and re-scores them with their full
-        vectors (right for one vault, project or folder). ``"exact"`` scores every matching row
-        with its full vector (full recall, the slowest). ``"auto"`` picks ``"scan"`` when the
-        filter matches at most ``tuning.scan_max_rows`` rows, else ``"ann"``. Thresholds belong
+        vectors (faster than exact for dense embeddings, lossy for sparse ones). ``"exact"``
+        scores every matching row with its full vector (full recall). ``"auto"`` picks
+        ``"exact"`` when the filter matches at most ``tuning.exact_max_rows`` rows, else
+        ``"ann"``. Thresholds belong
         to the caller, applied to the result: a distance bound inside an iterative scan makes it
         visit up to ``max_scan_tuples`` rows.
         """
@@ -295,15 +301,15 @@ class VectorIndex:
         }
         chosen = strategy
         if strategy == "auto":
-            # The same round trip counts at most scan_max_rows + 1 matching rows on the scope
+            # The same round trip counts at most exact_max_rows + 1 matching rows on the scope
             # B-tree (index-only); the model is added for the search itself.
             count = (
                 f"(SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
-                f"LIMIT {int(tuning.scan_max_rows) + 1}) m)"
+                f"LIMIT {int(tuning.exact_max_rows) + 1}) m)"
             )
             scope_params = {k: v for k, v in params.items() if k not in ("q", "model", "k")}
             row = await self._set(settings, also=count, params=scope_params)
-            chosen = "scan" if int(row[-1] or 0) <= tuning.scan_max_rows else "ann"
+            chosen = "exact" if int(row[-1] or 0) <= tuning.exact_max_rows else "ann"
         else:
             await self._set(settings)
         query_vector = f"CAST(:q AS {self._cast})"
