@@ -5,8 +5,8 @@ independent, so a vault filter keeps 2 % of every cluster). For unfiltered queri
 queries filtered to one vault it prints recall@10 of the HNSW query (pgvector iterative scan)
 against an exact scan, and how much faster the index query is. The filtered case also times
 the exact B-tree path (filter first, then sort) and the bits scan (1-bit codes read index-only
-from the scope B-tree, the best candidates re-scored with their full vectors), to show where
-small-scope search by scanning wins over the graph.
+from the scope B-tree, the best candidates re-scored with their full vectors; opt-in, not used
+by 'auto'), to show where scanning small scopes wins over the graph.
 Both element types (halfvec, vector) are measured for recall and size.
 
 Usage: python benchmarks/vector_search.py [--rows 100000] [--queries 50] [--element both]

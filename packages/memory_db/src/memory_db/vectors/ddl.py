@@ -47,7 +47,7 @@ WRITABLE_COLUMNS = (
     "created_at",
     "embedding",
 )
-# The columns a small-scope search reads besides the scope keys: with them in the scope B-tree,
+# The columns the opt-in bits scan reads besides the scope keys: with them in the scope B-tree,
 # that search is an index-only scan of one contiguous range (binary codes), not a heap visit per
 # row; only the few re-scored candidates are read from the table.
 SCOPE_INCLUDE = (
@@ -67,7 +67,7 @@ def bits_expression(column: str, dimensions: int) -> str:
 
 
 def scope_index_sql(name: str) -> str:
-    """The scope B-tree, covering what a small-scope search reads."""
+    """The scope B-tree, covering what the bits scan (``strategy="scan"``) reads."""
     return (
         f"CREATE INDEX {name}_scope ON {name} (vault, owner_identity, project_id, folder_id) "
         f"INCLUDE ({', '.join(SCOPE_INCLUDE)})"

@@ -1,10 +1,10 @@
-"""1-bit codes of every vector, read index-only by small-scope searches.
+"""1-bit codes of every vector, read index-only by the opt-in bits scan.
 
 Each registered vector index table gets a generated column ``embedding_bits``
 (``binary_quantize(embedding)``, one bit per dimension) and its scope B-tree becomes a covering
 index that includes the codes and the columns a search filters on; a narrow index on the scope
-keys alone serves the count that picks a search's path. A search confined to one
-vault, project or folder then ranks the codes from one contiguous index range and re-scores only
+keys alone serves the count that picks a search's path. The bits scan (``strategy="scan"``)
+of one vault, project or folder ranks the codes from one contiguous index range and re-scores only
 the best candidates with their full vectors (docs/vector-index.md). Tables created from now on
 have both from the start (``memory_db.vectors.ddl``); the SQL below is this revision's own copy.
 
