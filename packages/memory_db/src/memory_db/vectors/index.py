@@ -80,12 +80,9 @@ class SearchTuning:
     rescore_factor: int = 4
     rescore_min: int = 100
 
-    rescore_share: float = 0.25
-
-    def pool(self, limit: int, matching: int = 0) -> int:
-        """How many candidates a scan re-scores for ``limit`` results among ``matching`` rows."""
-        share = int(self.rescore_share * matching + 0.999)
-        return max(self.rescore_factor * limit, self.rescore_min, limit, share)
+    def pool(self, limit: int) -> int:
+        """How many candidates a scan re-scores for ``limit`` results."""
+        return max(self.rescore_factor * limit, self.rescore_min, limit)
 
 
 # "exact": every matching row's full vector (full recall; the reference for the others).
@@ -262,9 +259,8 @@ class VectorIndex:
         vectors (faster than exact for dense embeddings, lossy for sparse ones). ``"exact"``
         scores every matching row with its full vector (full recall). ``"auto"`` picks
         ``"exact"`` when the filter matches at most ``tuning.exact_max_rows`` rows, else
-        ``"ann"``. Thresholds belong
-        to the caller, applied to the result: a distance bound inside an iterative scan makes it
-        visit up to ``max_scan_tuples`` rows.
+        ``"ann"``. Thresholds belong to the caller, applied to the result: a distance bound
+        inside an iterative scan makes it visit up to ``max_scan_tuples`` rows.
         """
         if not scopes:
             return []
