@@ -129,7 +129,14 @@ async def test_upsert_is_idempotent_and_scoped(database: Database) -> None:
 
 @pytest.mark.parametrize(
     ("embedding", "message"),
-    [([0.0] * 1023, "dimensions"), ([float("nan")] + [0.0] * 1023, "non-finite")],
+    [
+        ([0.0] * 1023, "1023 dimensions"),
+        ([0.0] * 1025, "1025 dimensions"),
+        ([float("nan")] + [0.0] * 1023, "non-finite"),
+        ([0.0] * 1023 + [float("-inf")], "non-finite"),
+        # Half precision stops at 65,504: larger values would be stored as infinity.
+        ([70000.0] + [0.0] * 1023, "beyond the range of halfvec"),
+    ],
 )
 async def test_malformed_vectors_are_refused(
     database: Database, embedding: list[float], message: str
@@ -139,6 +146,11 @@ async def test_malformed_vectors_are_refused(
         index = await VectorIndex.open(uow.session, "memory_assets_v1")
         with pytest.raises(InvalidInput, match=message):
             await index.upsert(A, [_record("ast_bad", embedding)])
+        with pytest.raises(InvalidInput, match=message):
+            await index.search(embedding, [A], model=MODEL)
+        with pytest.raises(InvalidInput, match=message):
+            await index.distances(embedding, [A], ["ast_bad"], model=MODEL)
+        assert await index.count_asset(A, "ast_bad") == 0
 
 
 async def test_a_query_for_vault_a_never_returns_vault_b(database: Database) -> None:

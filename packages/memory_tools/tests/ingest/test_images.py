@@ -340,6 +340,70 @@ def test_transparent_gif_previews_keep_their_alpha() -> None:
     assert preview.extract_band(3).crop(156, 0, 100, 192).min() == 255
 
 
+def _rechunk_gif(data: bytes, sizes: list[int]) -> bytes:
+    """The same GIF with each frame's LZW data re-split into sub-blocks of ``sizes`` (cycled).
+
+    Encoders write full 255-byte sub-blocks; the format allows any length from 1 to 255.
+    """
+    flags = data[10]
+    position = 13 + (3 * 2 ** ((flags & 7) + 1) if flags & 0x80 else 0)
+    out = bytearray(data[:position])
+
+    def blocks(at: int) -> tuple[bytes, int]:
+        payload = bytearray()
+        while data[at]:
+            payload += data[at + 1 : at + 1 + data[at]]
+            at += 1 + data[at]
+        return bytes(payload), at + 1
+
+    while data[position] != 0x3B:
+        if data[position] == 0x21:
+            _payload, end = blocks(position + 2)
+            out += data[position:end]
+            position = end
+            continue
+        local = data[position + 9]
+        header_end = position + 10 + (3 * 2 ** ((local & 7) + 1) if local & 0x80 else 0) + 1
+        out += data[position:header_end]
+        payload, position = blocks(header_end)
+        at, turn = 0, 0
+        while at < len(payload):
+            piece = payload[at : at + sizes[turn % len(sizes)]]
+            out += bytes([len(piece)]) + piece
+            at, turn = at + len(piece), turn + 1
+        out += b"\x00"
+    return bytes(out + b"\x3b")
+
+
+def _noisy(width: int, height: int) -> pyvips.Image:
+    return (
+        (pyvips.Image.gaussnoise(width, height, sigma=60, mean=128, seed=5) * [1, 0.8, 0.6])
+        .cast("uchar")
+        .copy(interpretation="srgb")
+    )
+
+
+@pytest.mark.parametrize("sizes", [[100], [1, 255, 7], [255, 255, 254]])
+def test_gifs_with_any_sub_block_lengths_are_walked_to_their_end(sizes: list[int]) -> None:
+    original = _noisy(300, 200).gifsave_buffer()
+    data = _rechunk_gif(original, sizes)
+    assert data != original
+    result = inspect_image_sync(data, max_pixels=MAX_PIXELS, preview_edge=EDGE)
+    assert (result.width, result.height) == (300, 200)
+    # The walk found the real end: what follows it is seen.
+    with pytest.raises(InvalidImage, match="polyglot"):
+        inspect_image_sync(
+            data + b"PK\x03\x04" + bytes(40), max_pixels=MAX_PIXELS, preview_edge=EDGE
+        )
+
+
+def test_a_gif_cut_inside_its_pixel_data_is_truncated() -> None:
+    data = _noisy(600, 400).gifsave_buffer()
+    for cut in (len(data) // 3, len(data) // 2 + 1, len(data) - 3):
+        with pytest.raises(InvalidImage, match="truncated"):
+            inspect_image_sync(data[:cut], max_pixels=MAX_PIXELS, preview_edge=EDGE)
+
+
 def test_other_loaders_are_blocked_after_lock_down() -> None:
     tiff = _rgb(8, 8).tiffsave_buffer()
     with pytest.raises(pyvips.Error):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -120,15 +120,25 @@ class VectorMatch:
         return found
 
 
-def _literal(embedding: Sequence[float], dimensions: int) -> str:
-    # json formats floats in C (several times faster than repr per element) and refuses NaN
-    # and infinities, which is the finiteness check.
+# Half precision holds magnitudes up to 65,504; anything larger would be stored as infinity.
+_ELEMENT_MAX = {"halfvec": 65504.0, "vector": 3.4028234663852886e38}
+
+
+def _components(embedding: Sequence[float], dimensions: int, element: ElementType) -> list[float]:
+    """The vector as a list of floats, sent as a binary ``real[]`` parameter.
+
+    Binary: formatting 1,024 floats as text took longer than the server's search of a small
+    vault, and the server then parsed them back. Refused here, before any SQL: a wrong length,
+    NaN or infinity, or a value the element type cannot hold.
+    """
     if len(embedding) != dimensions:
         raise InvalidInput(f"vector has {len(embedding)} dimensions, the index {dimensions}")
-    try:
-        return json.dumps([float(x) for x in embedding], allow_nan=False, separators=(",", ":"))
-    except ValueError:
-        raise InvalidInput("vector has non-finite values") from None
+    values = [float(x) for x in embedding]
+    if not all(map(math.isfinite, values)):
+        raise InvalidInput("vector has non-finite values")
+    if values and max(map(abs, values)) > _ELEMENT_MAX[element]:
+        raise InvalidInput(f"vector has values beyond the range of {element}")
+    return values
 
 
 class VectorIndex:
@@ -171,7 +181,7 @@ class VectorIndex:
                     "mime_type": record.mime_type,
                     "source_kind": record.source_kind,
                     "created_at": record.created_at,
-                    "embedding": _literal(record.embedding, self.dimensions),
+                    "embedding": _components(record.embedding, self.dimensions, self.element),
                 }
             )
         if rows:
@@ -182,7 +192,7 @@ class VectorIndex:
                     "source_kind, created_at, embedding) VALUES (:id, :asset_id, :object_id, "
                     ":owner, :vault, :project_id, :folder_id, :representation, :model, "
                     f":dimensions, :mime_type, :source_kind, :created_at, "
-                    f"CAST(:embedding AS {self._cast})) "
+                    f"{self._vector(':embedding')}) "
                     "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, "
                     "project_id = EXCLUDED.project_id, folder_id = EXCLUDED.folder_id, "
                     "object_id = EXCLUDED.object_id, mime_type = EXCLUDED.mime_type, "
@@ -268,7 +278,7 @@ class VectorIndex:
             raise InvalidInput("limit must be 1-1000")
         tuning = tuning or SearchTuning()
         params: dict[str, object] = {
-            "q": _literal(query, self.dimensions),
+            "q": _components(query, self.dimensions, self.element),
             "vaults": [s.physical_vault for s in scopes],
             "owners": sorted({s.owner_identity for s in scopes}),
             "model": model,
@@ -285,10 +295,11 @@ class VectorIndex:
             filters.extend(match.conditions(params))
         scope_where = " AND ".join(filters)
         where = scope_where + " AND model = :model"
-        # One round trip before the search sets what the search is planned and run with (the
-        # settings end with the transaction): every search is planned with its real LIMIT and
-        # vector (a cached generic plan cannot see them and was seen to settle on a full scan),
-        # and the HNSW settings (read only by an HNSW scan, so harmless to the other strategies).
+        query_vector = self._vector(":q")
+        distance = f"embedding <=> {query_vector}"
+        # What the search is planned and run with (transaction-local): every search planned
+        # with its real LIMIT and vector (a cached generic plan cannot see them and was seen to
+        # settle on a full scan), and the HNSW settings (read only by an HNSW scan).
         settings = {
             "plan_cache_mode": "force_custom_plan",
             "hnsw.iterative_scan": "relaxed_order",
@@ -297,8 +308,11 @@ class VectorIndex:
         }
         chosen = strategy
         if strategy == "auto":
-            # The same round trip counts at most exact_max_rows + 1 matching rows on the scope
-            # B-tree (index-only); the model is added for the search itself.
+            # The same round trip counts at most exact_max_rows + 1 matching rows on the narrow
+            # keys B-tree (index-only); the model is added for the search itself. (Counting and
+            # searching in one statement was tried: it saves no time measurably, and that
+            # statement would be planned before the settings apply, so a cached generic plan
+            # made for large scopes could later scan the whole table for a small one.)
             count = (
                 f"(SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
                 f"LIMIT {int(tuning.exact_max_rows) + 1}) m)"
@@ -308,8 +322,6 @@ class VectorIndex:
             chosen = "exact" if int(row[-1] or 0) <= tuning.exact_max_rows else "ann"
         else:
             await self._set(settings)
-        query_vector = f"CAST(:q AS {self._cast})"
-        distance = f"embedding <=> {query_vector}"
         if chosen == "scan":
             params["pool"] = tuning.pool(limit)
             bits = bits_expression(query_vector, self.dimensions)
@@ -319,13 +331,20 @@ class VectorIndex:
                 f"SELECT v.id, v.asset_id, v.representation, v.{distance} AS distance "
                 f"FROM {self.name} v JOIN pool USING (id) ORDER BY distance, v.id LIMIT :k"
             )
+        elif chosen == "exact":
+            # Every matching row scored once: OFFSET 0 keeps the subquery from being merged
+            # into the outer query, so no index can serve the ordering and the rows come
+            # through the scope B-tree. (Ordering by "distance + 0" instead computed each
+            # distance twice, for the sort key and for the output.)
+            sql = (
+                f"SELECT id, asset_id, representation, distance FROM (SELECT id, asset_id, "
+                f"representation, {distance} AS distance FROM {self.name} WHERE {where} "
+                "OFFSET 0) matching ORDER BY distance, id LIMIT :k"
+            )
         else:
-            # "+ 0" makes the ordering expression unusable for the HNSW index: an exact scan
-            # of the rows the filter finds.
-            order = f"({distance}) + 0" if chosen == "exact" else distance
             sql = (
                 f"WITH ann AS MATERIALIZED (SELECT id, asset_id, representation, {distance} "
-                f"AS distance FROM {self.name} WHERE {where} ORDER BY {order} LIMIT :k) "
+                f"AS distance FROM {self.name} WHERE {where} ORDER BY {distance} LIMIT :k) "
                 "SELECT id, asset_id, representation, distance FROM ann ORDER BY distance, id"
             )
         rows = await self._session.execute(text(sql), params)
@@ -344,12 +363,12 @@ class VectorIndex:
             return []
         rows = await self._session.execute(
             text(
-                f"SELECT id, asset_id, representation, embedding <=> CAST(:q AS {self._cast}) "
+                f"SELECT id, asset_id, representation, embedding <=> {self._vector(':q')} "
                 f"FROM {self.name} WHERE asset_id = ANY(:ids) AND vault = ANY(:vaults) "
                 "AND owner_identity = ANY(:owners) AND model = :model"
             ),
             {
-                "q": _literal(query, self.dimensions),
+                "q": _components(query, self.dimensions, self.element),
                 "ids": list(asset_ids),
                 "vaults": [s.physical_vault for s in scopes],
                 "owners": sorted({s.owner_identity for s in scopes}),
@@ -359,6 +378,10 @@ class VectorIndex:
         # Physical vault names are unique across owners, so the two ANY lists cannot pair an
         # owner with another owner's vault.
         return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+
+    def _vector(self, parameter: str) -> str:
+        """SQL turning a ``real[]`` parameter into this index's vector type."""
+        return f"CAST(CAST({parameter} AS real[]) AS {self._cast})"
 
     async def _set(
         self,

@@ -230,8 +230,15 @@ def _webp_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
 
 
 def _skip_sub_blocks(data: bytes, position: int) -> int:
+    """The position after the data sub-blocks that start at ``position``."""
     size = len(data)
     while position < size:
+        # Pixel data comes in full 255-byte sub-blocks, whose length bytes sit 256 apart: a run
+        # of them is skipped in C, up to 64 at a time (a bounded slice, whatever the file).
+        lengths = data[position : position + 256 * 64 : 256]
+        position += 256 * (len(lengths) - len(lengths.lstrip(b"\xff")))
+        if position >= size:
+            break
         length = data[position]
         position += 1 + length
         if length == 0:
@@ -239,17 +246,22 @@ def _skip_sub_blocks(data: bytes, position: int) -> int:
     raise InvalidImage("the GIF is truncated")
 
 
-def _gif_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
+def _walk_gif(data: bytes, pixels: list[tuple[int, int]]) -> tuple[int, bool]:
+    """The GIF's logical end, and whether a graphic control block declares transparency."""
     size = len(data)
     if size < 13:
         raise InvalidImage("the GIF is truncated")
     flags = data[10]
     position = 13 + (3 * 2 ** ((flags & 7) + 1) if flags & 0x80 else 0)
+    transparent = False
     while position < size:
         block = data[position]
         if block == 0x3B:
-            return position + 1
+            return position + 1, transparent
         if block == 0x21:
+            # A graphic control extension: label 0xF9, size 4, then flags (bit 0: transparency).
+            if data[position + 1 : position + 3] == b"\xf9\x04" and position + 3 < size:
+                transparent = transparent or bool(data[position + 3] & 1)
             position = _skip_sub_blocks(data, position + 2)
         elif block == 0x2C:
             if position + 10 > size:
@@ -262,6 +274,10 @@ def _gif_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
         else:
             raise InvalidImage("the GIF structure is corrupt")
     raise InvalidImage("the GIF is truncated")
+
+
+def _gif_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
+    return _walk_gif(data, pixels)[0]
 
 
 _ENDS = {"jpeg": _jpeg_end, "png": _png_end, "webp": _webp_end, "gif": _gif_end}
@@ -323,16 +339,22 @@ def _jpeg_shrink(long_edge: int, preview_edge: int) -> int:
 
 
 def _thumbnail(
-    data: bytes, image_format: ImageFormat, long_edge: int, edge: int, options: dict[str, Any]
+    data: bytes,
+    image_format: ImageFormat,
+    long_edge: int,
+    edge: int,
+    options: dict[str, Any],
+    *,
+    opaque_gif: bool,
 ) -> pyvips.Image:
-    """The upright, sRGB preview (evaluated into memory: it is bounded by ``edge``)."""
+    """The upright, sRGB preview, as a pipeline: nothing is decoded until it is read."""
     if image_format.name == "jpeg":
         shrink = _jpeg_shrink(long_edge, edge)
         loaded = pyvips.Image.jpegload_buffer(
             data, shrink=shrink, access="sequential", fail_on="error"
         )
         image = loaded.thumbnail_image(edge, height=edge, size="down", fail_on="error", **options)
-    elif image_format.name == "gif" and _opaque_gif(data, image_format):
+    elif opaque_gif:
         # Without transparency an alpha band (the loader may add one) is dropped before
         # resizing (a quarter less work), and a palette picture is resized with a linear
         # kernel: lanczos3 rings on its hard edges and dithering. No EXIF or ICC profile exists.
@@ -346,21 +368,7 @@ def _thumbnail(
         image = pyvips.Image.thumbnail_buffer(
             data, edge, height=edge, size="down", fail_on="error", **options
         )
-    return image.copy_memory()
-
-
-_GIF_CONTROL = re.compile(rb"\x21\xf9\x04(.)", re.S)
-
-
-def _opaque_gif(data: bytes, image_format: ImageFormat) -> bool:
-    """True for a GIF none of whose frames declares a transparent colour.
-
-    The GIF loader always adds an alpha band; when no graphic control block enables
-    transparency it is opaque and can be dropped without scanning the pixels.
-    """
-    if image_format.name != "gif":
-        return False
-    return not any(match.group(1)[0] & 1 for match in _GIF_CONTROL.finditer(data))
+    return image
 
 
 def _band_min(image: pyvips.Image, band: int) -> float:
@@ -412,12 +420,21 @@ def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> In
         # thumbnail turns CMYK and greyscale into sRGB itself; an embedded ICC profile needs a
         # real colour transform, which is costly, so it is asked for only then.
         options: dict[str, Any] = {"output_profile": "srgb"} if has_profile else {}
-        preview = _thumbnail(data, image_format, max(width, height), preview_edge, options)
-        if preview.hasalpha() and (
-            _opaque_gif(data, image_format) or _band_min(preview, preview.bands - 1) >= 255
-        ):
-            # An opaque alpha band only slows the WebP encoder down.
-            preview = preview.extract_band(0, n=preview.bands - 1)
+        preview = _thumbnail(
+            data,
+            image_format,
+            max(width, height),
+            preview_edge,
+            options,
+            opaque_gif=image_format.name == "gif" and not _walk_gif(data, [])[1],
+        )
+        if preview.hasalpha():
+            # Checking the alpha band reads every pixel, so the preview (bounded by the edge)
+            # is evaluated into memory once; an opaque alpha band only slows the encoder down.
+            preview = preview.copy_memory()
+            if _band_min(preview, preview.bands - 1) >= 255:
+                preview = preview.extract_band(0, n=preview.bands - 1)
+        # Otherwise the encoder reads the pipeline itself: one pass, no copy of the pixels.
         encoded = preview.webpsave_buffer(
             Q=PREVIEW_QUALITY, keep=pyvips.enums.ForeignKeep.NONE, effort=PREVIEW_EFFORT
         )
