@@ -43,7 +43,13 @@ from memory_db.runtime import prepare_vector_index
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database
-from memory_db.vectors import WRITABLE_COLUMNS, VectorIndex, resolve_alias, vector_id
+from memory_db.vectors import (
+    WRITABLE_COLUMNS,
+    VectorIndex,
+    resolve_alias,
+    vector_codes,
+    vector_id,
+)
 from memory_tools import MemoryServices, admin
 from memory_tools.access import authenticate
 from memory_tools.search import AssetSearcher, SearchRequest
@@ -100,6 +106,15 @@ CLUSTERS = 100
 def _pct(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _codes(vectors: np.ndarray[Any, Any]) -> list[str]:
+    """The 1-bit codes a writer stores beside each vector (in chunks: bounded memory)."""
+    return [
+        code
+        for start in range(0, len(vectors), 10_000)
+        for code in vector_codes(vectors[start : start + 10_000], 1024)
+    ]
 
 
 def _halfvec(value: Any) -> bytes:
@@ -206,8 +221,13 @@ async def _load(url: str, index: str, namespace: str, size: int, embedder: Local
         index_name = index_sql.split(" ON ")[0].split()[-1]
         await conn.execute(f"DROP INDEX {index_name}")
         records = []
+        visual_codes = _codes(visual)
+        fused_codes = _codes(np.asarray(fused))
         for i in range(size):
-            for representation, vector in (("visual", visual[i]), ("fused", fused[i])):
+            for representation, vector, code in (
+                ("visual", visual[i], visual_codes[i]),
+                ("fused", fused[i], fused_codes[i]),
+            ):
                 records.append(
                     (
                         vector_id(f"ast_{i:026d}", representation, embedder.model, 1024),
@@ -224,6 +244,7 @@ async def _load(url: str, index: str, namespace: str, size: int, embedder: Local
                         "upload",
                         now - timedelta(seconds=i),
                         vector,
+                        asyncpg.BitString.frombytes(int(code, 2).to_bytes(128, "big"), 1024),
                     )
                 )
         await conn.copy_records_to_table(index, columns=WRITABLE_COLUMNS, records=records)

@@ -23,6 +23,7 @@ from memory_db.vectors import (
     ensure_default_index,
     resolve_alias,
     switch_alias,
+    vector_codes,
     vector_id,
 )
 
@@ -250,8 +251,8 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
     async with database.engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
         await conn.execute(text("VACUUM ANALYZE memory_assets_v1"))
-    # One bit per dimension: set where the element is positive.
-    assert codes == "".join("1" if x > 0 else "0" for x in crowd[0])
+    # One bit per dimension: the signs of the vector's fixed projection, written with it.
+    assert codes == vector_codes([crowd[0]], 1024)[0]
     whole = SearchTuning(rescore_min=400)  # a pool as large as the vault: re-scores every row
     for query in _unit(rng, 5) * 0.2 + centers[:5]:
         q = [float(x) for x in query / np.linalg.norm(query)]
@@ -259,10 +260,10 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
             index = await VectorIndex.open(uow.session, "memory_assets_v1")
             exact = await index.search(q, [A], model=MODEL, limit=10, strategy="exact")
             scan = await index.search(q, [A], model=MODEL, limit=10, strategy="scan")
-            auto = await index.search(q, [A], model=MODEL, limit=10)  # 400 rows: exact
+            auto = await index.search(q, [A], model=MODEL, limit=10)  # 400 rows: the scan
             full = await index.search(q, [A], model=MODEL, limit=10, strategy="scan", tuning=whole)
         assert [h.vector_id for h in full] == [h.vector_id for h in exact]
-        assert [h.vector_id for h in auto] == [h.vector_id for h in exact]
+        assert [h.vector_id for h in auto] == [h.vector_id for h in scan]
         truth = {h.vector_id: h.distance for h in exact}
         assert len(truth.keys() & {h.vector_id for h in scan}) >= 9  # recall@10 of the codes
         assert [h.distance for h in scan] == sorted(h.distance for h in scan)
@@ -325,7 +326,9 @@ async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresF
             )
             index = await VectorIndex.open(uow.session, "memory_assets_v1")
             hits = await index.search(list(vector), [A], model=MODEL, limit=1, strategy="scan")
-        assert codes == "".join("1" if x > 0 else "0" for x in vector)
+        # Revision 0006 wrote the code of the stored (half precision) vector.
+        stored = vector.astype(np.float32).astype(np.float16).astype(np.float32)
+        assert codes == vector_codes([stored], 1024)[0]
         assert "INCLUDE" in str(definition) and "embedding_bits" in str(definition)
         assert keys is not None
         assert [h.asset_id for h in hits] == ["ast_old"]
@@ -344,3 +347,67 @@ async def test_start_up_prepares_the_configured_index(database: Database, tmp_pa
     assert await prepare_vector_index(database, settings, LocalEmbedder()) == "memory_assets_v1"
     with pytest.raises(ConfigurationError, match="ASSET_EMBED_DIM"):
         await prepare_vector_index(database, settings, ScriptedEmbedder(dims=512))
+
+
+async def test_migration_rewrites_element_sign_codes_as_projection_codes(
+    postgres: PostgresForTests,
+) -> None:
+    name = await postgres.create_empty()
+    engine = create_engine(postgres.url(name), pool_size=1)
+    database = Database(engine)
+    rng = np.random.default_rng(10)
+    vectors = _unit(rng, 5)
+    stored = vectors.astype(np.float32).astype(np.float16).astype(np.float32)
+
+    async def column() -> tuple[str, str, dict[str, str]]:
+        async with engine.connect() as conn:
+            generated, nullable = (
+                await conn.execute(
+                    text(
+                        "SELECT is_generated, is_nullable FROM information_schema.columns "
+                        "WHERE table_name = 'memory_assets_v1' AND column_name = 'embedding_bits'"
+                    )
+                )
+            ).one()
+            codes = dict(
+                (
+                    await conn.execute(
+                        text("SELECT asset_id, embedding_bits::text FROM memory_assets_v1")
+                    )
+                ).all()
+            )
+        return str(generated), str(nullable), codes
+
+    try:
+        await upgrade(engine)
+        await _index(database)
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            await index.upsert(A, [_record(f"ast_{i}", v) for i, v in enumerate(vectors)])
+        generated, nullable, codes = await column()
+        assert (generated, nullable) == ("NEVER", "NO")
+        assert codes == {f"ast_{i}": vector_codes([v], 1024)[0] for i, v in enumerate(vectors)}
+
+        await downgrade(engine, "0005")  # back to the generated element-sign codes
+        generated, _nullable, codes = await column()
+        assert generated == "ALWAYS"
+        assert codes == {
+            f"ast_{i}": "".join("1" if x > 0 else "0" for x in v) for i, v in enumerate(stored)
+        }
+
+        await upgrade(engine)
+        generated, nullable, codes = await column()
+        assert (generated, nullable) == ("NEVER", "NO")
+        assert codes == {f"ast_{i}": vector_codes([v], 1024)[0] for i, v in enumerate(stored)}
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            for i, vector in enumerate(vectors):
+                (hit,) = await index.search(list(vector), [A], model=MODEL, limit=1)
+                assert hit.asset_id == f"ast_{i}"
+            definition = await uow.session.scalar(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_scope'")
+            )
+        assert "embedding_bits" in str(definition)
+    finally:
+        await database.close()
+        await postgres.drop(name)

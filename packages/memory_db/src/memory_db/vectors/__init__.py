@@ -1,5 +1,6 @@
 """The versioned asset vector index (§10): tables, aliases, scoped upsert and filtered ANN."""
 
+from memory_db.vectors.codes import CODE_SCHEME, vector_codes
 from memory_db.vectors.ddl import (
     DEFAULT_ALIAS,
     WRITABLE_COLUMNS,
@@ -21,6 +22,7 @@ from memory_db.vectors.index import (
 )
 
 __all__ = [
+    "CODE_SCHEME",
     "DEFAULT_ALIAS",
     "WRITABLE_COLUMNS",
     "ElementType",
@@ -35,5 +37,6 @@ __all__ = [
     "ensure_default_index",
     "resolve_alias",
     "switch_alias",
+    "vector_codes",
     "vector_id",
 ]

@@ -29,8 +29,8 @@ def check_identifier(name: str, what: str = "index name") -> str:
     return name
 
 
-# Every column a writer supplies, in table order (``embedding_bits`` is generated): the column
-# list for bulk loads (``COPY``).
+# Every column, in table order: the column list for bulk loads (``COPY``). A writer supplies
+# ``embedding_bits`` with ``memory_db.vectors.codes.vector_codes`` of the embedding.
 WRITABLE_COLUMNS = (
     "id",
     "asset_id",
@@ -46,9 +46,10 @@ WRITABLE_COLUMNS = (
     "source_kind",
     "created_at",
     "embedding",
+    "embedding_bits",
 )
-# The columns the opt-in bits scan reads besides the scope keys: with them in the scope B-tree,
-# that search is an index-only scan of one contiguous range (binary codes), not a heap visit per
+# The columns the bits scan reads besides the scope keys: with them in the scope B-tree, that
+# search is an index-only scan of one contiguous range (binary codes), not a table visit per
 # row; only the few re-scored candidates are read from the table.
 SCOPE_INCLUDE = (
     "model",
@@ -61,11 +62,6 @@ SCOPE_INCLUDE = (
 )
 
 
-def bits_expression(column: str, dimensions: int) -> str:
-    """The 1-bit code of a vector (pgvector ``binary_quantize``: one bit per positive element)."""
-    return f"binary_quantize({column})::bit({dimensions})"
-
-
 def scope_index_sql(name: str) -> str:
     """The scope B-tree, covering what the bits scan (``strategy="scan"``) reads."""
     return (
@@ -76,7 +72,6 @@ def scope_index_sql(name: str) -> str:
 
 def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
     column = f"{element}({dimensions})"
-    bits = bits_expression("embedding", dimensions)
     ops = f"{element}_cosine_ops"
     return [
         f"""
@@ -95,7 +90,7 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
             source_kind text NOT NULL,
             created_at timestamptz NOT NULL,
             embedding {column} NOT NULL,
-            embedding_bits bit({dimensions}) GENERATED ALWAYS AS ({bits}) STORED
+            embedding_bits bit({dimensions}) NOT NULL
         )
         """,
         # Keep vectors in the row (a 1,024-d halfvec is just over the TOAST threshold): a

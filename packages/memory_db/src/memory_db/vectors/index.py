@@ -14,12 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import InvalidInput
 from memory_db.repositories.records import VaultScope
-from memory_db.vectors.ddl import (
-    ElementType,
-    bits_expression,
-    check_identifier,
-    describe_index,
-)
+from memory_db.vectors.codes import vector_codes
+from memory_db.vectors.ddl import ElementType, check_identifier, describe_index
 
 REPRESENTATIONS = ("visual", "fused")
 
@@ -65,18 +61,17 @@ class VectorHit:
 class SearchTuning:
     """Search knobs, tuned by ``benchmarks/vector_search.py`` (see docs/vector-index.md).
 
-    ``exact_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
-    answered exactly (every matching row scored with its full vector: full recall); more rows
-    go to the HNSW iterative scan (``"ann"``) with ``ef_search`` and ``max_scan_tuples``.
-    ``strategy="scan"`` (never chosen by ``"auto"``) ranks the matching rows' 1-bit codes, read
-    index-only from the scope B-tree, and re-scores a pool of
-    ``max(rescore_factor * limit, rescore_min)`` candidates with their full vectors: faster than
-    exact on dense embeddings, but it loses recall on sparse ones (docs/vector-index.md).
+    ``scan_max_rows``: with ``strategy="auto"``, a filter matching at most this many rows is
+    answered by the bits scan: the matching rows' 1-bit codes (``memory_db.vectors.codes``),
+    read index-only from the scope B-tree, are ranked by Hamming distance and a pool of
+    ``max(rescore_factor * limit, rescore_min)`` candidates is re-scored with the full vectors.
+    More rows go to the HNSW iterative scan (``"ann"``) with ``ef_search`` and
+    ``max_scan_tuples``.
     """
 
     ef_search: int = 200
     max_scan_tuples: int = 20_000
-    exact_max_rows: int = 5_000
+    scan_max_rows: int = 5_000
     rescore_factor: int = 4
     rescore_min: int = 100
 
@@ -161,7 +156,9 @@ class VectorIndex:
         """Insert or replace vectors (idempotent by vector id); return their ids."""
         ids: list[str] = []
         rows = []
-        for record in records:
+        embeddings = [_components(r.embedding, self.dimensions, self.element) for r in records]
+        codes = vector_codes(embeddings, self.dimensions) if embeddings else []
+        for record, embedding, code in zip(records, embeddings, codes, strict=True):
             if record.representation not in REPRESENTATIONS:
                 raise InvalidInput("representation must be visual or fused")
             vid = vector_id(record.asset_id, record.representation, record.model, self.dimensions)
@@ -181,7 +178,8 @@ class VectorIndex:
                     "mime_type": record.mime_type,
                     "source_kind": record.source_kind,
                     "created_at": record.created_at,
-                    "embedding": _components(record.embedding, self.dimensions, self.element),
+                    "embedding": embedding,
+                    "bits": code,
                 }
             )
         if rows:
@@ -189,11 +187,12 @@ class VectorIndex:
                 text(
                     f"INSERT INTO {self.name} (id, asset_id, object_id, owner_identity, vault, "
                     "project_id, folder_id, representation, model, dimensions, mime_type, "
-                    "source_kind, created_at, embedding) VALUES (:id, :asset_id, :object_id, "
-                    ":owner, :vault, :project_id, :folder_id, :representation, :model, "
-                    f":dimensions, :mime_type, :source_kind, :created_at, "
-                    f"{self._vector(':embedding')}) "
+                    "source_kind, created_at, embedding, embedding_bits) VALUES (:id, :asset_id, "
+                    ":object_id, :owner, :vault, :project_id, :folder_id, :representation, "
+                    ":model, :dimensions, :mime_type, :source_kind, :created_at, "
+                    f"{self._vector(':embedding')}, {self._bits(':bits')}) "
                     "ON CONFLICT (id) DO UPDATE SET embedding = EXCLUDED.embedding, "
+                    "embedding_bits = EXCLUDED.embedding_bits, "
                     "project_id = EXCLUDED.project_id, folder_id = EXCLUDED.folder_id, "
                     "object_id = EXCLUDED.object_id, mime_type = EXCLUDED.mime_type, "
                     "source_kind = EXCLUDED.source_kind "
@@ -266,19 +265,19 @@ class VectorIndex:
         filter that matches few rows still fills the result in the right order. ``"scan"`` reads
         the matching rows' 1-bit codes index-only from the scope B-tree, takes the
         ``tuning.pool(limit)`` nearest by Hamming distance and re-scores them with their full
-        vectors (faster than exact for dense embeddings, lossy for sparse ones). ``"exact"``
-        scores every matching row with its full vector (full recall). ``"auto"`` picks
-        ``"exact"`` when the filter matches at most ``tuning.exact_max_rows`` rows, else
-        ``"ann"``. Thresholds belong to the caller, applied to the result: a distance bound
-        inside an iterative scan makes it visit up to ``max_scan_tuples`` rows.
+        vectors. ``"exact"`` scores every matching row with its full vector (full recall).
+        ``"auto"`` picks ``"scan"`` when the filter matches at most ``tuning.scan_max_rows``
+        rows, else ``"ann"``. Thresholds belong to the caller, applied to the result: a
+        distance bound inside an iterative scan makes it visit up to ``max_scan_tuples`` rows.
         """
         if not scopes:
             return []
         if not 1 <= limit <= 1000:
             raise InvalidInput("limit must be 1-1000")
         tuning = tuning or SearchTuning()
+        components = _components(query, self.dimensions, self.element)
         params: dict[str, object] = {
-            "q": _components(query, self.dimensions, self.element),
+            "q": components,
             "vaults": [s.physical_vault for s in scopes],
             "owners": sorted({s.owner_identity for s in scopes}),
             "model": model,
@@ -308,26 +307,26 @@ class VectorIndex:
         }
         chosen = strategy
         if strategy == "auto":
-            # The same round trip counts at most exact_max_rows + 1 matching rows on the narrow
+            # The same round trip counts at most scan_max_rows + 1 matching rows on the narrow
             # keys B-tree (index-only); the model is added for the search itself. (Counting and
             # searching in one statement was tried: it saves no time measurably, and that
             # statement would be planned before the settings apply, so a cached generic plan
             # made for large scopes could later scan the whole table for a small one.)
             count = (
                 f"(SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
-                f"LIMIT {int(tuning.exact_max_rows) + 1}) m)"
+                f"LIMIT {int(tuning.scan_max_rows) + 1}) m)"
             )
             scope_params = {k: v for k, v in params.items() if k not in ("q", "model", "k")}
             row = await self._set(settings, also=count, params=scope_params)
-            chosen = "exact" if int(row[-1] or 0) <= tuning.exact_max_rows else "ann"
+            chosen = "scan" if int(row[-1] or 0) <= tuning.scan_max_rows else "ann"
         else:
             await self._set(settings)
         if chosen == "scan":
             params["pool"] = tuning.pool(limit)
-            bits = bits_expression(query_vector, self.dimensions)
+            params["bits"] = vector_codes([components], self.dimensions)[0]
             sql = (
                 f"WITH pool AS MATERIALIZED (SELECT id FROM {self.name} WHERE {where} "
-                f"ORDER BY embedding_bits <~> {bits}, id LIMIT :pool) "
+                f"ORDER BY embedding_bits <~> {self._bits(':bits')}, id LIMIT :pool) "
                 f"SELECT v.id, v.asset_id, v.representation, v.{distance} AS distance "
                 f"FROM {self.name} v JOIN pool USING (id) ORDER BY distance, v.id LIMIT :k"
             )
@@ -378,6 +377,10 @@ class VectorIndex:
         # Physical vault names are unique across owners, so the two ANY lists cannot pair an
         # owner with another owner's vault.
         return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+
+    def _bits(self, parameter: str) -> str:
+        """SQL turning a text parameter (``"0110..."``) into this index's code type."""
+        return f"CAST(CAST({parameter} AS text) AS bit({self.dimensions}))"
 
     def _vector(self, parameter: str) -> str:
         """SQL turning a ``real[]`` parameter into this index's vector type."""
