@@ -407,7 +407,14 @@ async def test_migration_rewrites_element_sign_codes_as_projection_codes(
             definition = await uow.session.scalar(
                 text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_scope'")
             )
+            graph = await uow.session.scalar(
+                text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_hnsw'")
+            )
+            ann = await index.search(list(vectors[0]), [A], model=MODEL, limit=1, strategy="ann")
         assert "embedding_bits" in str(definition)
+        # The graph was dropped for the rewrite and built again.
+        assert "USING hnsw (embedding halfvec_cosine_ops)" in str(graph)
+        assert [h.asset_id for h in ann] == ["ast_0"]
     finally:
         await database.close()
         await postgres.drop(name)
