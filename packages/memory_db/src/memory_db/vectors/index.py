@@ -69,7 +69,7 @@ class SearchTuning:
     ``max_scan_tuples``.
     """
 
-    ef_search: int = 200
+    ef_search: int = 250
     max_scan_tuples: int = 20_000
     scan_max_rows: int = 5_000
     rescore_factor: int = 4
