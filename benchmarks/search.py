@@ -108,15 +108,6 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
-def _codes(vectors: np.ndarray[Any, Any]) -> list[str]:
-    """The 1-bit codes a writer stores beside each vector (in chunks: bounded memory)."""
-    return [
-        code
-        for start in range(0, len(vectors), 10_000)
-        for code in vector_codes(vectors[start : start + 10_000], 1024)
-    ]
-
-
 def _halfvec(value: Any) -> bytes:
     array = np.asarray(value, dtype=np.float32)
     return struct.pack(">HH", array.shape[0], 0) + array.astype(">f2").tobytes()
@@ -221,8 +212,8 @@ async def _load(url: str, index: str, namespace: str, size: int, embedder: Local
         index_name = index_sql.split(" ON ")[0].split()[-1]
         await conn.execute(f"DROP INDEX {index_name}")
         records = []
-        visual_codes = _codes(visual)
-        fused_codes = _codes(np.asarray(fused))
+        visual_codes = vector_codes(visual, 1024)
+        fused_codes = vector_codes(fused, 1024)
         for i in range(size):
             for representation, vector, code in (
                 ("visual", visual[i], visual_codes[i]),

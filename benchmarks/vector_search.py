@@ -85,11 +85,7 @@ async def _load(
             element, schema="public", encoder=_encoder(element), decoder=bytes, format="binary"
         )
         now = datetime.now(UTC)
-        codes = [  # the 1-bit codes a writer stores beside each vector (chunks: bounded memory)
-            code
-            for start in range(0, len(vectors), 10_000)
-            for code in vector_codes(vectors[start : start + 10_000], DIMS)
-        ]
+        codes = vector_codes(vectors, DIMS)  # the 1-bit codes a writer stores with each vector
         records = [
             (
                 f"{i:064x}",

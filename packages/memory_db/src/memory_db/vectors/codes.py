@@ -40,12 +40,18 @@ def _projection(dimensions: int) -> np.ndarray:
     return matrix
 
 
+_CHUNK = 10_000  # rows per matrix product: bounded memory for bulk loads of any size
+
+
 def vector_codes(vectors: Sequence[Sequence[float]] | np.ndarray, dimensions: int) -> list[str]:
     """The code of each vector as a ``bit(dimensions)`` literal (``"0110..."``)."""
     matrix = np.asarray(vectors, dtype=np.float32).reshape(-1, dimensions)
-    bits = (matrix @ _projection(dimensions).T > 0).astype(np.uint8) + ord("0")
-    packed = bits.tobytes()
-    return [
-        packed[row * dimensions : (row + 1) * dimensions].decode("ascii")
-        for row in range(matrix.shape[0])
-    ]
+    codes: list[str] = []
+    for start in range(0, matrix.shape[0], _CHUNK):
+        chunk = matrix[start : start + _CHUNK]
+        packed = ((chunk @ _projection(dimensions).T > 0).astype(np.uint8) + ord("0")).tobytes()
+        codes.extend(
+            packed[row * dimensions : (row + 1) * dimensions].decode("ascii")
+            for row in range(chunk.shape[0])
+        )
+    return codes
