@@ -3,9 +3,11 @@
 One corpus of large generated photographs (baseline and progressive JPEG, PNG, WebP, GIF; up
 to 40 MP) goes through each pipeline in its own process: sniff, check the header's pixel count,
 decode, orient, make a 2,048-px WebP preview, hash. Pillow uses draft mode (JPEG DCT scaling)
-and ``thumbnail`` (reducing gap), its fastest path to a preview. Each process reports images per
-second per format and its peak resident memory above its own baseline (after imports and after
-loading the corpus into memory), so the two are measured the same way in the same run.
+and ``thumbnail`` (reducing gap), its fastest path to a preview. Both processes are warmed up
+over the whole corpus, then timed in turn, one image at a time (who goes first alternates by
+round), so every timing of ours has a timing of Pillow's taken within a second of it. Each
+reports its peak resident memory above its own baseline (after imports, warm-up and loading the
+corpus into memory), so the two are measured the same way in the same run.
 
 Targets: at least 1.5x Pillow's throughput over the corpus, peak memory no higher, and no
 format where we are slower.
@@ -114,8 +116,13 @@ def _status_kib(field: str) -> int:
     return 0
 
 
-def measure(pipeline: str, files: list[str], rounds: int) -> dict[str, Any]:
-    """Run one pipeline over the corpus in this process; per-file seconds and peak memory."""
+def serve(pipeline: str, files: list[str]) -> None:
+    """Time one pipeline on request: ``run N`` (one image), ``peak``; one JSON reply per line.
+
+    Both pipelines stay alive side by side and the parent asks them in turn, image by image, so
+    each pair of timings is taken within a second of each other: this machine's speed drifts by
+    a third over seconds to minutes, which per-process averages would mix into the ratios.
+    """
     if pipeline == "ours":
         import pyvips
 
@@ -123,25 +130,51 @@ def measure(pipeline: str, files: list[str], rounds: int) -> dict[str, Any]:
         run = ours
     else:
         run = pillow
-    corpus = [(Path(f).stem, Path(f).read_bytes()) for f in files]
-    for _name, data in corpus:  # steady state, as in a long-running server: every loader and
+    corpus = [Path(f).read_bytes() for f in files]
+    for data in corpus:  # steady state, as in a long-running server: every loader and
         run(data)  # encoder initialised and the allocator warmed before anything is timed
     baseline = _status_kib("VmRSS")
     with contextlib.suppress(OSError):  # reset the peak (VmHWM) to now, where Linux allows
         Path("/proc/self/clear_refs").write_text("5")
-    seconds: dict[str, float] = {}
-    for name, data in corpus:
-        start = time.perf_counter()
-        for _ in range(rounds):
-            run(data)
-        seconds[name] = (time.perf_counter() - start) / rounds
-    return {"seconds": seconds, "peak_kib": _status_kib("VmHWM") - baseline}
+    print(json.dumps({"ready": True}), flush=True)
+    for line in sys.stdin:
+        command, _, argument = line.strip().partition(" ")
+        if command == "run":
+            start = time.perf_counter()
+            run(corpus[int(argument)])
+            print(json.dumps({"seconds": time.perf_counter() - start}), flush=True)
+        elif command == "peak":
+            print(json.dumps({"peak_kib": _status_kib("VmHWM") - baseline}), flush=True)
+        else:
+            return
 
 
-def _tiny() -> bytes:
-    import pyvips
+class _Child:
+    """One pipeline's measuring process, spoken to one line at a time."""
 
-    return pyvips.Image.black(8, 8).jpegsave_buffer()
+    def __init__(self, pipeline: str, paths: list[str]) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, __file__, "--serve", pipeline, *paths],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.ask(None)  # wait until it is warmed up
+
+    def ask(self, command: str | None) -> dict[str, Any]:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        if command is not None:
+            self.process.stdin.write(command + "\n")
+            self.process.stdin.flush()
+        line = self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the measuring process stopped (exit {self.process.wait()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.close()
+        self.process.wait()
 
 
 def _median(values: list[float]) -> float:
@@ -150,78 +183,103 @@ def _median(values: list[float]) -> float:
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
 
 
+def _spread(ratios: list[float]) -> str:
+    """The middle half of the per-pair ratios (quartiles), or min..max for a few pairs."""
+    ordered = sorted(ratios)
+    if len(ordered) >= 8:
+        low, high = ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]
+    else:
+        low, high = ordered[0], ordered[-1]
+    return f"{low:.2f}..{high:.2f}x"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=3, help="decodes per image per process")
     parser.add_argument(
-        "--repeats", type=int, default=3, help="process pairs, interleaved; medians are reported"
+        "--rounds", type=int, default=3, help="timed pairs per image per pair of processes"
     )
-    parser.add_argument("--measure", choices=["ours", "pillow"])
+    parser.add_argument(
+        "--processes", type=int, default=3, help="pairs of processes, one after the other"
+    )
+    parser.add_argument(
+        "--control",
+        action="store_true",
+        help="measure ours against a second copy of ours: every ratio should be ~1.00x, and "
+        "how far they stray is the harness's own noise",
+    )
+    parser.add_argument("--serve", choices=["ours", "pillow"])
     parser.add_argument("files", nargs="*")
     args = parser.parse_args()
-    if args.measure:
-        print(json.dumps(measure(args.measure, args.files, args.rounds)))
+    if args.serve:
+        serve(args.serve, args.files)
         return
+    baseline = "ours" if args.control else "pillow"
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp))
         paths = [str(path) for _name, _kind, path in corpus]
-        runs: dict[str, list[dict[str, Any]]] = {"pillow": [], "ours": []}
-        # Pillow and ours alternate, so a slow spell of the machine hits both alike.
-        for _repeat in range(args.repeats):
-            for pipeline in ("pillow", "ours"):
-                out = subprocess.run(
-                    [
-                        sys.executable,
-                        __file__,
-                        "--measure",
-                        pipeline,
-                        "--rounds",
-                        str(args.rounds),
-                        *paths,
-                    ],
-                    check=True,
-                    capture_output=True,
-                    text=True,
-                )
-                runs[pipeline].append(json.loads(out.stdout.strip().splitlines()[-1]))
-        results = {
-            pipeline: {
-                "seconds": {
-                    name: _median([run["seconds"][name] for run in measured])
-                    for name in measured[0]["seconds"]
-                },
-                "peak_kib": max(run["peak_kib"] for run in measured),
-            }
-            for pipeline, measured in runs.items()
-        }
-        kinds = {name: kind for name, kind, _path in corpus}
+        times: dict[str, list[list[float]]] = {"pillow": [], "ours": []}
+        peaks = {"pillow": 0, "ours": 0}
+        # A process keeps a speed of its own too (where its memory landed): two processes of the
+        # same pipeline differed by up to 14 % on the 40 MP progressive JPEG, so the rounds are
+        # spread over several pairs of processes.
+        for pair in range(args.processes):
+            # Which process starts first alternates too (the first one to load touches fresh
+            # memory while the second may reuse what the machine just freed).
+            if pair % 2 == 0:
+                children = {"pillow": _Child(baseline, paths), "ours": _Child("ours", paths)}
+            else:
+                ours_child = _Child("ours", paths)
+                children = {"pillow": _Child(baseline, paths), "ours": ours_child}
+            try:
+                for round_ in range(args.rounds):
+                    # Who goes first alternates, so neither is favoured by what ran just before.
+                    order = ("pillow", "ours") if round_ % 2 == 0 else ("ours", "pillow")
+                    for pipeline in children:
+                        times[pipeline].append([])
+                    for index in range(len(corpus)):
+                        for pipeline in order:
+                            reply = children[pipeline].ask(f"run {index}")
+                            times[pipeline][-1].append(reply["seconds"])
+                for name, child in children.items():
+                    peaks[name] = max(peaks[name], child.ask("peak")["peak_kib"])
+            finally:
+                for child in children.values():
+                    child.close()
         sizes = {name: path.stat().st_size for name, _kind, path in corpus}
     print(
-        f"{len(corpus)} images, {args.rounds} rounds per process, {args.repeats} interleaved "
-        "process pairs; median seconds per image (lower is better); peak = highest of the runs"
+        f"{len(corpus)} images, {args.processes} pairs of processes x {args.rounds} rounds (ours "
+        "and Pillow in turn, image by image); median seconds per image, lower is better; "
+        "'pairs' = middle half of the per-pair speed-ups; peak = highest of the processes"
     )
-    print(f"{'image':<20}{'MiB':>7}{'Pillow':>10}{'ours':>10}{'speed-up':>10}")
+    if args.control:
+        print("CONTROL RUN: the 'Pillow' column is a second process running ours")
+    print(f"{'image':<20}{'MiB':>7}{'Pillow':>10}{'ours':>10}{'speed-up':>10}{'pairs':>16}")
     by_kind: dict[str, list[float]] = {}
-    for name in results["ours"]["seconds"]:
-        theirs = results["pillow"]["seconds"][name]
-        mine = results["ours"]["seconds"][name]
-        by_kind.setdefault(kinds[name], []).append(theirs / mine)
+    total_theirs = total_mine = 0.0
+    for index, (name, kind, _path) in enumerate(corpus):
+        theirs_each = [round_[index] for round_ in times["pillow"]]
+        mine_each = [round_[index] for round_ in times["ours"]]
+        theirs, mine = _median(theirs_each), _median(mine_each)
+        total_theirs += theirs
+        total_mine += mine
+        by_kind.setdefault(kind, []).append(theirs / mine)
+        each = [t / m for t, m in zip(theirs_each, mine_each, strict=True)]
         print(
-            f"{name:<20}{sizes[name] / 2**20:>7.1f}{theirs:>10.3f}{mine:>10.3f}{theirs / mine:>9.2f}x"
+            f"{name:<20}{sizes[name] / 2**20:>7.1f}{theirs:>10.3f}{mine:>10.3f}"
+            f"{theirs / mine:>9.2f}x{_spread(each):>16}"
         )
-    total_theirs = sum(results["pillow"]["seconds"].values())
-    total_mine = sum(results["ours"]["seconds"].values())
-    n = len(results["ours"]["seconds"])
+    each = [sum(t) / sum(m) for t, m in zip(times["pillow"], times["ours"], strict=True)]
+    n = len(corpus)
     print(
         f"throughput: Pillow {n / total_theirs:.2f} img/s, ours {n / total_mine:.2f} img/s "
-        f"= {total_theirs / total_mine:.2f}x (target >= 1.5x)"
+        f"= {total_theirs / total_mine:.2f}x (target >= 1.5x; rounds {_spread(each)})"
     )
     slowest = min(min(ratios) for ratios in by_kind.values())
     print(f"slowest format ratio: {slowest:.2f}x (target >= 1.0x: no format slower)")
     for kind, ratios in sorted(by_kind.items()):
         print(f"  {kind:<18}{min(ratios):.2f}x .. {max(ratios):.2f}x")
-    peak_theirs = results["pillow"]["peak_kib"] / 1024
-    peak_mine = results["ours"]["peak_kib"] / 1024
+    peak_theirs = peaks["pillow"] / 1024
+    peak_mine = peaks["ours"] / 1024
     print(
         f"peak memory above baseline: Pillow {peak_theirs:.0f} MiB, ours {peak_mine:.0f} MiB "
         f"= {peak_mine / max(peak_theirs, 1e-9):.2f}x of Pillow (target <= 1.0x)"
