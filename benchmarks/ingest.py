@@ -193,6 +193,38 @@ def _spread(ratios: list[float]) -> str:
     return f"{low:.2f}..{high:.2f}x"
 
 
+def _measure(
+    paths: list[str], baseline: str, processes: int, rounds: int
+) -> tuple[dict[str, list[list[float]]], dict[str, int]]:
+    """Seconds per round per image for both slots ("pillow", "ours") and their peak memory."""
+    times: dict[str, list[list[float]]] = {"pillow": [], "ours": []}
+    peaks = {"pillow": 0, "ours": 0}
+    # A process keeps a speed of its own too (where its memory landed): two processes of the
+    # same pipeline differed by up to 14 % on the 40 MP progressive JPEG, so the rounds are
+    # spread over several pairs of processes, and which of the two starts first alternates (in
+    # control runs the second one started was the faster).
+    for pair in range(processes):
+        starting = ("pillow", "ours") if pair % 2 == 0 else ("ours", "pillow")
+        children = {
+            slot: _Child(baseline if slot == "pillow" else "ours", paths) for slot in starting
+        }
+        try:
+            for round_ in range(rounds):
+                # Who goes first alternates, so neither is favoured by what ran just before.
+                order = ("pillow", "ours") if round_ % 2 == 0 else ("ours", "pillow")
+                for slot in order:
+                    times[slot].append([])
+                for index in range(len(paths)):
+                    for slot in order:
+                        times[slot][-1].append(children[slot].ask(f"run {index}")["seconds"])
+            for slot, child in children.items():
+                peaks[slot] = max(peaks[slot], child.ask("peak")["peak_kib"])
+        finally:
+            for child in children.values():
+                child.close()
+    return times, peaks
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -217,34 +249,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         corpus = make_corpus(Path(tmp))
         paths = [str(path) for _name, _kind, path in corpus]
-        times: dict[str, list[list[float]]] = {"pillow": [], "ours": []}
-        peaks = {"pillow": 0, "ours": 0}
-        # A process keeps a speed of its own too (where its memory landed): two processes of the
-        # same pipeline differed by up to 14 % on the 40 MP progressive JPEG, so the rounds are
-        # spread over several pairs of processes.
-        for pair in range(args.processes):
-            # Which process starts first alternates too (the first one to load touches fresh
-            # memory while the second may reuse what the machine just freed).
-            if pair % 2 == 0:
-                children = {"pillow": _Child(baseline, paths), "ours": _Child("ours", paths)}
-            else:
-                ours_child = _Child("ours", paths)
-                children = {"pillow": _Child(baseline, paths), "ours": ours_child}
-            try:
-                for round_ in range(args.rounds):
-                    # Who goes first alternates, so neither is favoured by what ran just before.
-                    order = ("pillow", "ours") if round_ % 2 == 0 else ("ours", "pillow")
-                    for pipeline in children:
-                        times[pipeline].append([])
-                    for index in range(len(corpus)):
-                        for pipeline in order:
-                            reply = children[pipeline].ask(f"run {index}")
-                            times[pipeline][-1].append(reply["seconds"])
-                for name, child in children.items():
-                    peaks[name] = max(peaks[name], child.ask("peak")["peak_kib"])
-            finally:
-                for child in children.values():
-                    child.close()
+        times, peaks = _measure(paths, baseline, args.processes, args.rounds)
         sizes = {name: path.stat().st_size for name, _kind, path in corpus}
     print(
         f"{len(corpus)} images, {args.processes} pairs of processes x {args.rounds} rounds (ours "
