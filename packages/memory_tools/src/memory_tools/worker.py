@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import EmbeddingError, ProviderContractError
+from memory_db.errors import EmbeddingError, NotFound, ProviderContractError
 from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
@@ -301,14 +301,26 @@ class EmbeddingWorker:
         """
         loaded: list[tuple[JobRecord, AssetRecord, ObjectRecord]] = []
         async with self._services.database.unit_of_work() as uow:
+            # Two queries per batch, not two per job; every key carries the job's owner.
+            assets = await uow.assets.get_many_for_owners(
+                [(job.owner_identity, job.asset_id) for job in jobs]
+            )
+            live: list[tuple[JobRecord, AssetRecord]] = []
             for job in jobs:
-                asset = await uow.assets.get_for_owner(job.owner_identity, job.asset_id)
+                asset = assets.get((job.owner_identity, job.asset_id))
                 if asset is None or asset.status in ("deleting", "deleted"):
                     await uow.jobs.cancel(
                         job.id, self.worker_id, reason="the asset is being deleted"
                     )
                     continue
-                stored = await uow.objects.get(job.owner_identity, asset.object_id)
+                live.append((job, asset))
+            objects = await uow.objects.get_many(
+                [(job.owner_identity, asset.object_id) for job, asset in live]
+            )
+            for job, asset in live:
+                stored = objects.get((job.owner_identity, asset.object_id))
+                if stored is None:  # the foreign key makes this impossible; say so if it happens
+                    raise NotFound("object")
                 loaded.append((job, asset, stored))
         return loaded
 

@@ -118,6 +118,49 @@ async def test_one_embedder_call_embeds_a_batch(
     assert embedder.calls == [("retrieval.passage", 6)]
 
 
+async def test_a_batch_of_two_owners_is_reloaded_by_owner(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    from memory_tools import admin
+
+    await admin.create_identity(saving.database, "bob@example.com", 10**9)
+    bob = Caller("bob@example.com", "akey_b", frozenset({"read", "write"}))
+    embedder = ScriptedEmbedder(model_name="local-hash-v1")
+    services = replace(saving, embedder=embedder)
+    alices = [await save(services, alice_caller, 40 + seed) for seed in range(2)]
+    bobs = [await save(services, bob, 50 + seed) for seed in range(2)]
+    async with services.database.unit_of_work() as uow:
+        found = await uow.assets.get_many_for_owners(
+            [
+                ("alice@example.com", alices[0]),
+                ("alice@example.com", bobs[0]),  # bob's asset under alice's name: not found
+                ("bob@example.com", bobs[0]),
+                ("bob@example.com", alices[1]),
+            ]
+        )
+        assert set(found) == {("alice@example.com", alices[0]), ("bob@example.com", bobs[0])}
+        alice_object = found[("alice@example.com", alices[0])].object_id
+        bob_object = found[("bob@example.com", bobs[0])].object_id
+        objects = await uow.objects.get_many(
+            [
+                ("alice@example.com", alice_object),
+                ("bob@example.com", alice_object),
+                ("bob@example.com", bob_object),
+            ]
+        )
+        assert set(objects) == {
+            ("alice@example.com", alice_object),
+            ("bob@example.com", bob_object),
+        }
+        assert await uow.assets.get_many_for_owners([]) == {}
+        assert await uow.objects.get_many([]) == {}
+    await EmbeddingWorker(services, FAST).drain()
+    assert embedder.calls == [("retrieval.passage", 4)]  # one batch across both owners
+    for asset_id in alices + bobs:
+        assert (await asset_row(services, asset_id))["embedding_status"] == "ready"
+        assert await vectors_of(services, asset_id) == 1
+
+
 async def test_transient_failures_retry_with_backoff_then_succeed(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:

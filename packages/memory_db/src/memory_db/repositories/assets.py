@@ -240,6 +240,19 @@ class ObjectRepository:
             raise NotFound("object")
         return _object(row)
 
+    async def get_many(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], ObjectRecord]:
+        """Objects by ``(owner, object_id)``, in one query; missing ones are left out."""
+        if not keys:
+            return {}
+        rows = await self._session.scalars(
+            select(AssetObject).where(
+                tuple_(AssetObject.owner_identity, AssetObject.id).in_(sorted(set(keys)))
+            )
+        )
+        return {(row.owner_identity, row.id): _object(row) for row in rows}
+
     async def create(
         self,
         *,
@@ -608,6 +621,19 @@ class AssetRepository:
             .execution_options(populate_existing=True)
         )
         return None if row is None else asset_record(row)
+
+    async def get_many_for_owners(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], AssetRecord]:
+        """Assets by ``(owner, asset_id)``, in one query (the worker's batch reload)."""
+        if not keys:
+            return {}
+        rows = await self._session.scalars(
+            select(Asset)
+            .where(tuple_(Asset.owner_identity, Asset.id).in_(sorted(set(keys))))
+            .execution_options(populate_existing=True)
+        )
+        return {(row.owner_identity, row.id): asset_record(row) for row in rows}
 
     async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
         """Derive one asset's embedding status from its jobs; see :meth:`reconcile_many`."""
