@@ -376,6 +376,7 @@ class EmbeddingWorker:
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
             touched: dict[str, set[str]] = {}
+            finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
             for item, embedding, usage in zip(items, embeddings, usages, strict=True):
                 job = item.job
                 asset = current.get(job.asset_id)
@@ -384,7 +385,13 @@ class EmbeddingWorker:
                         scope = VaultScope(item.asset.owner_identity, item.asset.vault)
                         await index.delete_asset(scope, job.asset_id)
                     continue
-                if not await uow.jobs.complete(job.id, self.worker_id, usage=usage):
+                finishing.append((item, embedding, usage, asset))
+            done = await uow.jobs.complete_many(
+                self.worker_id, {item.job.id: usage for item, _e, usage, _a in finishing}
+            )
+            for item, embedding, usage, asset in finishing:
+                job = item.job
+                if job.id not in done:
                     log.warning("worker.lease_lost_at_completion", job_id=job.id)
                     continue
                 scope = VaultScope(asset.owner_identity, asset.vault)

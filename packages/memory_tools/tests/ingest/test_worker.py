@@ -310,6 +310,57 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(
     assert {(job.status, job.attempts) for job in jobs} == {("done", 2)}
 
 
+async def test_a_worker_whose_lease_was_taken_over_completes_nothing(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 26, title="taken over")
+    slow = EmbeddingWorker(saving, replace(FAST, lease_seconds=0.2), name="slow")
+    await slow.drain(limit=0)  # prepares the index only
+    async with saving.database.unit_of_work() as uow:
+        claimed = await uow.jobs.claim("slow", limit=10, lease_seconds=0.2)
+    assert len(claimed) == 2
+    await anyio.sleep(0.3)
+    async with saving.database.unit_of_work() as uow:  # another worker holds them now
+        assert len(await uow.jobs.claim("other", limit=10, lease_seconds=30)) == 2
+    loaded = await slow._reload(claimed)
+    work = [w for w in [await slow._load(*row) for row in loaded] if w is not None]
+    result = await saving.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
+    usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
+    await slow._complete(work, result.embeddings, [usage] * len(work), None)
+    assert await vectors_of(saving, asset_id) == 0
+    assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 0
+    async with saving.database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert {(job.status, job.lease_owner) for job in jobs} == {("running", "other")}
+
+
+async def test_completing_a_batch_records_each_jobs_own_usage(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    for seed in range(2):
+        await save(saving, alice_caller, 60 + seed, title=f"usage {seed}")
+    async with saving.database.unit_of_work() as uow:
+        claimed = await uow.jobs.claim("w", limit=10, lease_seconds=30)
+        assert len(claimed) == 4
+        usages = {
+            job.id: {"total_tokens": 10 + n, "prompt_tokens": n, "image_tokens": 10}
+            for n, job in enumerate(claimed[:3])
+        }
+        assert await uow.jobs.complete_many("someone else", usages) == set()
+        assert await uow.jobs.complete_many("w", usages) == set(usages)
+        assert await uow.jobs.complete_many("w", usages) == set()  # done already
+        assert await uow.jobs.complete_many("w", {}) == set()
+    async with saving.database.engine.connect() as conn:
+        rows = (
+            await conn.execute(text("SELECT id, status, usage FROM mem_asset_embedding_jobs"))
+        ).all()
+    for job_id, status, usage in rows:
+        if job_id in usages:
+            assert (status, usage) == ("done", usages[job_id])
+        else:
+            assert status == "running"
+
+
 async def test_two_workers_never_run_the_same_job(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:

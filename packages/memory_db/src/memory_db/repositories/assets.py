@@ -8,7 +8,7 @@ overwrite the work of the one that reclaimed the job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -18,6 +18,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    case,
     cast,
     func,
     literal,
@@ -865,17 +866,44 @@ class JobRepository:
         )
         return row is not None
 
-    async def complete(self, job_id: str, lease_owner: str, *, usage: dict[str, int]) -> bool:
-        """Mark done; ``False`` when the lease was lost (another worker owns the job now)."""
-        return await self._finish(
-            job_id,
-            lease_owner,
-            status="done",
-            usage=usage,
-            last_error_code=None,
-            last_error=None,
-            completed_at=func.now(),
+    async def complete_many(
+        self, lease_owner: str, usages: Mapping[str, dict[str, int]]
+    ) -> set[str]:
+        """Mark these jobs done in one statement, each with its usage.
+
+        Returns the ids that were still leased to ``lease_owner``; a job whose lease was lost
+        (another worker owns it now) is left as it is.
+        """
+        if not usages:
+            return set()
+        usage = case(
+            {
+                job_id: literal(value, AssetEmbeddingJob.usage.type)
+                for job_id, value in usages.items()
+            },
+            value=AssetEmbeddingJob.id,
         )
+        rows = await self._session.scalars(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.id.in_(sorted(usages)),
+                AssetEmbeddingJob.lease_owner == lease_owner,
+                AssetEmbeddingJob.status == "running",
+            )
+            .values(
+                status="done",
+                usage=usage,
+                last_error_code=None,
+                last_error=None,
+                completed_at=func.now(),
+                lease_owner=None,
+                lease_until=None,
+                updated_at=func.now(),
+            )
+            .returning(AssetEmbeddingJob.id)
+            .execution_options(synchronize_session=False)
+        )
+        return set(rows)
 
     async def retry_later(
         self, job: JobRecord, lease_owner: str, *, code: str, message: str, delay: float
