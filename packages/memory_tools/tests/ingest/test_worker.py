@@ -11,6 +11,7 @@ import anyio
 import pytest
 from sqlalchemy import text
 
+from memory_db import JobRecord
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.vectors import resolve_alias
@@ -285,24 +286,37 @@ async def test_an_asset_deleted_during_work_gets_no_vectors(
     assert await scalar(services, "SELECT count(*) FROM mem_usage_ledger") == 0
 
 
+async def lapsed_lease(services: MemoryServices) -> tuple[EmbeddingWorker, list[JobRecord]]:
+    """A worker "slow" that claimed every job with a 0.2 s lease, which has now run out."""
+    slow = EmbeddingWorker(services, replace(FAST, lease_seconds=0.2), name="slow")
+    await slow.drain(limit=0)  # prepares the index only
+    async with services.database.unit_of_work() as uow:
+        claimed = await uow.jobs.claim("slow", limit=10, lease_seconds=0.2)
+    await anyio.sleep(0.3)
+    return slow, claimed
+
+
+async def finish_late(
+    services: MemoryServices, worker: EmbeddingWorker, claimed: list[JobRecord]
+) -> None:
+    """``worker`` wakes up and runs its batch to the end, as if nothing had happened."""
+    loaded = await worker._reload(claimed)
+    work = [w for w in [await worker._load(*row) for row in loaded] if w is not None]
+    result = await services.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
+    usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
+    await worker._complete(work, result.embeddings, [usage] * len(work), None)
+
+
 async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     asset_id = await save(saving, alice_caller, 25, title="reclaimed")
-    slow = EmbeddingWorker(saving, replace(FAST, lease_seconds=0.2), name="slow")
-    await slow.drain(limit=0)  # prepares the index only
-    async with saving.database.unit_of_work() as uow:
-        claimed = await uow.jobs.claim("slow", limit=10, lease_seconds=0.2)
+    slow, claimed = await lapsed_lease(saving)
     assert len(claimed) == 2
-    await anyio.sleep(0.3)
     fast = EmbeddingWorker(saving, FAST, name="fast")
     assert await fast.drain() == 2
     # The first worker wakes up and tries to finish: its lease is gone.
-    loaded = await slow._reload(claimed)
-    work = [w for w in [await slow._load(*row) for row in loaded] if w is not None]
-    result = await saving.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
-    usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
-    await slow._complete(work, result.embeddings, [usage] * len(work), None)
+    await finish_late(saving, slow, claimed)
     assert await vectors_of(saving, asset_id) == 2
     assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 2
     async with saving.database.unit_of_work() as uow:
@@ -314,19 +328,11 @@ async def test_a_worker_whose_lease_was_taken_over_completes_nothing(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     asset_id = await save(saving, alice_caller, 26, title="taken over")
-    slow = EmbeddingWorker(saving, replace(FAST, lease_seconds=0.2), name="slow")
-    await slow.drain(limit=0)  # prepares the index only
-    async with saving.database.unit_of_work() as uow:
-        claimed = await uow.jobs.claim("slow", limit=10, lease_seconds=0.2)
+    slow, claimed = await lapsed_lease(saving)
     assert len(claimed) == 2
-    await anyio.sleep(0.3)
     async with saving.database.unit_of_work() as uow:  # another worker holds them now
         assert len(await uow.jobs.claim("other", limit=10, lease_seconds=30)) == 2
-    loaded = await slow._reload(claimed)
-    work = [w for w in [await slow._load(*row) for row in loaded] if w is not None]
-    result = await saving.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
-    usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
-    await slow._complete(work, result.embeddings, [usage] * len(work), None)
+    await finish_late(saving, slow, claimed)
     assert await vectors_of(saving, asset_id) == 0
     assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 0
     async with saving.database.unit_of_work() as uow:
