@@ -6,6 +6,9 @@ SigV4 signature (its source says "Signature version 4 calculation is unimplement
 store signs with SigV4 (as AWS requires), so signature-tampering and header-binding cells run on
 the fake and the local store, expiry runs on s3rver too, and for S3 we check that what must be
 bound is inside the signed part of the URL.
+
+Every store is create-only: moto enforces ``If-None-Match: *`` on PUT, s3rver ignores it, so
+there the store's HEAD before the put is what refuses an overwrite (same test, both peers).
 """
 
 from __future__ import annotations
