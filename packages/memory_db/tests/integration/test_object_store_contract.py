@@ -29,6 +29,9 @@ from memory_db.storage import namespace_prefix, read_verified
 ALL = ["memory", "local", "moto", "s3rver"]
 EXPIRING = ["memory", "local", "s3rver"]
 HMAC_SIGNED = ["memory", "local"]
+# Stores whose create-only write is atomic against a concurrent writer (s3rver ignores
+# If-None-Match on PUT: there only the HEAD check guards, which a true race can pass).
+ATOMIC_CREATE = ["memory", "local", "moto"]
 
 MakeStore = Callable[[str], Any]
 
@@ -177,6 +180,28 @@ async def test_a_written_key_is_never_overwritten(
     if sut.root is not None:
         leftovers = [p.name for p in (sut.root / key).parent.iterdir() if p.name.endswith(".tmp")]
         assert leftovers == []
+
+
+@pytest.mark.parametrize("kind", ATOMIC_CREATE)
+async def test_concurrent_writers_of_one_key_leave_exactly_one_winner(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    for round_ in range(5):
+        key = new_key()
+        bodies = [png(50 + 4 * round_ + writer) for writer in range(4)]
+        outcomes = await asyncio.gather(
+            *(sut.store.put(key, body, content_type="image/png") for body in bodies),
+            return_exceptions=True,
+        )
+        winners = [
+            body
+            for body, outcome in zip(bodies, outcomes, strict=True)
+            if not isinstance(outcome, BaseException)
+        ]
+        assert len(winners) == 1, outcomes
+        assert all(isinstance(o, ObjectExists) for o in outcomes if isinstance(o, BaseException))
+        assert await _read(sut.store, key) == winners[0]
 
 
 @pytest.mark.parametrize("kind", ALL)
