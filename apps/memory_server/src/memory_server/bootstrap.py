@@ -105,6 +105,7 @@ async def running(
             default_api_key=default_api_key,
             embedder=runtime.embedder,
             fetcher=fetcher,
+            public_base_url=base_url,
         )
         yield runtime, services
     finally:

@@ -28,3 +28,6 @@ class MemoryServices:
     embedder: Embedder | None = None
     fetcher: SafeFetcher | None = None
     vector_alias: str = DEFAULT_ALIAS
+    # Where clients reach this server (MEMORY_PUBLIC_BASE_URL or the bound address): links the
+    # server hands out, such as an upload's completeUrl, are absolute on it.
+    public_base_url: str | None = None
