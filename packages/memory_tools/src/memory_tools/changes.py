@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, VaultScope
 from memory_db.vectors import VectorIndex, resolve_alias
+from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.assets import descendants
 from memory_tools.errors import ConflictFailure, InvalidInputFailure, NotFoundFailure, translate
@@ -109,6 +110,7 @@ async def move_asset(
     folder_id: str | None,
 ) -> MoveResult:
     """Place an asset in another project or folder of its vault (no bytes are copied)."""
+    policy.require(services.settings)
     if folder_id is not None and project_id is None:
         raise InvalidInputFailure("folderId: give the folder's projectId as well")
     resolved, record = await _locate(uow, caller, asset_id, "write")
@@ -196,6 +198,7 @@ async def delete_asset(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
 ) -> DeleteResult:
     """Delete an asset (needs the ``destructive`` scope and write authority on its vault)."""
+    policy.require(services.settings)
     resolved, _ = await _locate(uow, caller, asset_id, "destructive")
     scope = resolved.record.scope
     outcome = await _remove(uow, caller, services, await _index(uow, services), scope, asset_id)
@@ -274,6 +277,7 @@ async def delete_folder(
     ``confirm`` token; calling again with that token deletes the folder, its subfolders and
     their images, provided nothing changed in between.
     """
+    policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "destructive")
     scope = resolved.record.scope
     try:

@@ -330,7 +330,7 @@ async def test_another_owners_project_is_not_found(
 
     async with saving.database.unit_of_work() as uow:
         project = await projects.create_project(
-            uow, bob_caller, vault="Library", name="Bob's", description=None
+            uow, bob_caller, saving, vault="Library", name="Bob's", description=None
         )
     with pytest.raises(NotFoundFailure, match="project"):
         await AssetSaver(saving).save(

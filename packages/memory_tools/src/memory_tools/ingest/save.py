@@ -39,6 +39,7 @@ from memory_db import (
 )
 from memory_db.repositories import DuplicateObject, ObjectRecord
 from memory_db.storage import build_object_key
+from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -268,6 +269,7 @@ class AssetSaver:
 
     async def save(self, caller: Caller, request: SaveRequest) -> SaveResult:
         """Save one image for ``caller``; see the module docstring for the steps."""
+        policy.require(self._settings)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         prepared = self.prepare(request)
