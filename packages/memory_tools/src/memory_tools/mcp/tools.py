@@ -35,6 +35,7 @@ from memory_tools.mcp.schemas import (
     MoveOut,
     ProjectListOut,
     ProjectOut,
+    RestoreOut,
     SaveOut,
     SearchOut,
 )
@@ -53,6 +54,7 @@ AUDITED_OPERATIONS = {
     "image_asset_search": "asset_search",
     "image_asset_move": "asset_move",
     "image_asset_delete": "asset_delete",
+    "image_asset_restore": "asset_restore",
     "image_project_archive": "asset_project_archive",
     "image_folder_delete": "asset_folder_delete",
 }
@@ -516,6 +518,21 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         return await run_authorised(services, "image_asset_delete", action)
 
+    async def image_asset_restore(assetId: AssetIdParam) -> RestoreOut:
+        """Bring back an image deleted within the delete grace window (ASSET_DELETE_GRACE_HOURS).
+
+        It returns to its project and folder (the project's root if the folder is gone,
+        Unfiled if the project is gone or archived) and is embedded again from its stored
+        bytes. Needs the 'destructive' scope, like a delete. Restoring an image that is not
+        deleted changes nothing; after the window the answer is not_found.
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> RestoreOut:
+            result = await changes.restore_asset(uow, caller, services, asset_id=assetId)
+            return RestoreOut.model_validate(asdict(result))
+
+        return await run_authorised(services, "image_asset_restore", action)
+
     async def image_project_archive(
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
@@ -579,6 +596,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         _tool(
             image_asset_delete, "Delete image", read_only=False, idempotent=True, destructive=True
         ),
+        _tool(image_asset_restore, "Restore deleted image", read_only=False, idempotent=True),
         _tool(image_project_archive, "Archive image project", read_only=False, idempotent=True),
         _tool(
             image_folder_delete,
