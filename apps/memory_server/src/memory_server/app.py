@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fastmcp import FastMCP
+from starlette.middleware import Middleware
 
 from memory_server.http_routes import health_route, object_routes
 from memory_server.upload_routes import upload_routes
@@ -16,13 +17,19 @@ def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
         server.custom_route(route.path, methods=methods)(route.endpoint)
 
 
-async def serve_http(server: FastMCP, host: str, port: int) -> None:
-    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM)."""
+async def serve_http(
+    server: FastMCP, host: str, port: int, *, middleware: list[Middleware] | None = None
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM).
+
+    ``middleware``: ASGI middleware around the app, e.g. ``body_limit.mcp_middleware``.
+    """
     await server.run_http_async(
         show_banner=False,
         host=host,
         port=port,
         path="/mcp",
+        middleware=middleware,
         # Our logging config (with redaction) handles uvicorn's loggers; access lines would
         # carry signed-link query strings, so they are off.
         uvicorn_config={"access_log": False, "log_config": None},

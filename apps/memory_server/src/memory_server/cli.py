@@ -103,6 +103,7 @@ async def _announce_and_serve_http(
     settings: MemorySettings, services: MemoryServices, host: str, port: int
 ) -> None:
     from memory_server.app import build_http_server, serve_http
+    from memory_server.body_limit import mcp_middleware
 
     server = build_http_server(services)
     shown = f"[{host}]" if ":" in host else host
@@ -119,7 +120,7 @@ async def _announce_and_serve_http(
         "--scopes read,write,destructive\n"
         "  then connect with the header  Authorization: Bearer <key>"
     )
-    await serve_http(server, host, port)
+    await serve_http(server, host, port, middleware=mcp_middleware(settings))
 
 
 async def _migrate(settings: MemorySettings) -> None:
