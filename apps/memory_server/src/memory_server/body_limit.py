@@ -19,7 +19,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from mcp.server.transport_security import RequestBodyLimitMiddleware
 from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -169,9 +168,10 @@ def _lift_sdk_limit(app: Any, limit: int) -> None:
     4 MiB again.
     """
     manager = _session_manager(app)
-    limiter = getattr(manager, "asgi_app", None)
-    if not isinstance(limiter, RequestBodyLimitMiddleware):
-        raise RuntimeError("the MCP session manager has no RequestBodyLimitMiddleware to set")
+    # The SDK's RequestBodyLimitMiddleware (mcp.server.transport_security), by its attribute.
+    limiter: Any = getattr(manager, "asgi_app", None)
+    if not isinstance(getattr(limiter, "max_body_size", None), int):
+        raise RuntimeError("the MCP session manager has no request body limit to set")
     if limiter.max_body_size != limit:
         limiter.max_body_size = limit
         manager.max_request_body_size = limit
