@@ -16,9 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
-
-from sqlalchemy import func, select
+from datetime import timedelta
 
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, VaultScope
@@ -284,10 +282,7 @@ async def restore_asset(
             placement="original",
             job_ids=[job.id for job in jobs if job.status in ("queued", "running", "retry")],
         )
-    now = await uow.session.scalar(select(func.now()))
-    assert isinstance(now, datetime)
-    deleted_at = asset.deleted_at or datetime.min.replace(tzinfo=UTC)
-    if now >= deleted_at + delete_grace(services):
+    if not await uow.assets.deleted_within(scope, asset_id, delete_grace(services)):
         raise NotFoundFailure("asset not found (its delete grace window has passed)")
     # Lock order as in a delete (asset, namespace, object), so the two never deadlock.
     usage = await uow.quota.usage(owner, lock=True)

@@ -105,7 +105,6 @@ def asset_record(row: Asset) -> AssetRecord:
         created_by=row.created_by,
         created_at=row.created_at,
         updated_at=row.updated_at,
-        deleted_at=row.deleted_at,
     )
 
 
@@ -616,6 +615,22 @@ class AssetRepository:
             .values(**values)
             .execution_options(synchronize_session=False)
         )
+
+    async def deleted_within(self, scope: VaultScope, asset_id: str, window: timedelta) -> bool:
+        """Whether the asset is ``deleted`` and was deleted less than ``window`` ago.
+
+        By the database's clock, the one that stamped ``deleted_at``.
+        """
+        found = await self._session.scalar(
+            select(Asset.id).where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status == "deleted",
+                Asset.deleted_at > func.now() - window,
+            )
+        )
+        return found is not None
 
     async def restore(
         self,

@@ -175,7 +175,6 @@ class AssetRecord:
     created_by: str
     created_at: datetime
     updated_at: datetime
-    deleted_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
