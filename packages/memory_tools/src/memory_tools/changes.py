@@ -286,18 +286,7 @@ async def restore_asset(
         raise NotFoundFailure("asset not found (its delete grace window has passed)")
     # Lock order as in a delete (asset, namespace, object), so the two never deadlock.
     usage = await uow.quota.usage(owner, lock=True)
-    # The bytes: the object still holding them (taken back into use), or, when the same bytes
-    # were saved again meanwhile, the owner's newer object with them.
-    stored = await uow.objects.lock(owner, asset.object_id)
-    if stored.status == "deleted":
-        raise NotFoundFailure("asset not found (its delete grace window has passed)")
-    object_id = stored.id
-    if stored.status == "deleting":
-        newer = await uow.objects.find_reusable(owner, stored.sha256)
-        if newer is not None:
-            object_id = newer.id
-        else:
-            await uow.objects.take_back(owner, stored.id)
+    object_id = await _take_back_bytes(uow, owner, asset.object_id)
     project_id, folder_id, placement = await _restored_placement(uow, scope, asset)
     text = fused_text(
         title=asset.title,
@@ -362,6 +351,25 @@ async def restore_asset(
         placement=placement,
         job_ids=[job.id for job in jobs],
     )
+
+
+async def _take_back_bytes(uow: UnitOfWork, owner: str, object_id: str) -> str:
+    """The object a restored asset uses: its own, taken back into use if it was ``deleting``.
+
+    When the owner saved the same bytes again meanwhile, that newer object holds them (one
+    available object per owner and SHA-256): the asset shares it, and its old object is purged
+    after the window. ``not_found`` when the bytes are already gone.
+    """
+    stored = await uow.objects.lock(owner, object_id)
+    if stored.status == "deleted":
+        raise NotFoundFailure("asset not found (its delete grace window has passed)")
+    if stored.status != "deleting":
+        return stored.id  # another asset kept it in use
+    newer = await uow.objects.find_reusable(owner, stored.sha256)
+    if newer is not None:
+        return newer.id
+    await uow.objects.take_back(owner, stored.id)
+    return stored.id
 
 
 async def _restored_placement(
