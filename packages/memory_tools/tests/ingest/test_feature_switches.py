@@ -79,6 +79,38 @@ async def test_memory_switched_off_stops_every_workflow_whoever_calls_it(
     assert await _rows(saving) == (0, 0, 0)
 
 
+# The smallest valid arguments of every tool: a new tool must be added here, and so is checked.
+MINIMAL_ARGUMENTS: dict[str, dict[str, Any]] = {
+    "image_project_create": {"name": "p"},
+    "image_project_list": {},
+    "image_project_archive": {"projectId": "apr_x"},
+    "image_folder_create": {"projectId": "apr_x", "name": "f"},
+    "image_folder_list": {"projectId": "apr_x"},
+    "image_folder_delete": {"projectId": "apr_x", "folderId": "afl_x"},
+    "image_asset_save": {"imageBase64": "AAAA"},
+    "image_asset_get": {"assetId": "ast_x"},
+    "image_asset_list": {},
+    "image_asset_search": {"query": "cat"},
+    "image_asset_move": {"assetId": "ast_x"},
+    "image_asset_delete": {"assetId": "ast_x"},
+    "image_asset_restore": {"assetId": "ast_x"},
+}
+
+
+async def test_memory_switched_off_every_tool_answers_feature_disabled(
+    saving: MemoryServices, make_person: Callable[..., Any]
+) -> None:
+    person = await make_person("off@example.com")
+    off = switched(saving, asset_feature_enabled=False)
+    async with Client(_server(off, person.key)) as client:
+        names = {tool.name for tool in await client.list_tools()}
+        assert names == set(MINIMAL_ARGUMENTS)
+        for name in sorted(names):
+            refused = await _error(client, name, MINIMAL_ARGUMENTS[name])
+            assert refused.startswith("feature_disabled:"), (name, refused)
+    assert await _rows(saving) == (0, 0, 0)
+
+
 async def test_search_switched_off_answers_feature_disabled_and_nothing_else_changes(
     saving: MemoryServices, make_person: Callable[..., Any]
 ) -> None:
