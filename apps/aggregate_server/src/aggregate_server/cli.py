@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from memory_db import MemorySettings
 from memory_server.app import add_http_routes, serve_http
+from memory_server.body_limit import mcp_middleware
 from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -32,7 +33,7 @@ async def _serve(settings: MemorySettings, transport: str, host: str, port: int)
         server = build_aggregate_server(services, auth=ApiKeyVerifier(services.database))
         add_http_routes(server, services)
         print(f"mcp-scraper: MCP over streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr)
-        await serve_http(server, host, port)
+        await serve_http(server, host, port, middleware=mcp_middleware(settings))
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -115,6 +115,7 @@ async def _announce_and_serve_http(
     sock: socket.socket,
 ) -> None:
     from memory_server.app import build_http_server, serve_http
+    from memory_server.body_limit import mcp_middleware
 
     server = build_http_server(services)
     shown = f"[{host}]" if ":" in host else host
@@ -131,7 +132,7 @@ async def _announce_and_serve_http(
         "--scopes read,write,destructive\n"
         "  then connect with the header  Authorization: Bearer <key>"
     )
-    await serve_http(server, host, port, sockets=[sock])
+    await serve_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
 
 
 async def _migrate(settings: MemorySettings) -> None:

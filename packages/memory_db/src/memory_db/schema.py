@@ -60,6 +60,7 @@ PROVENANCE_OPERATIONS = (
     "asset_search",
     "asset_move",
     "asset_delete",
+    "asset_restore",
     "asset_object_purge",
     "asset_reconcile",
     "identity_create",

@@ -24,6 +24,7 @@ from memory_db import (
 from memory_db.repositories import AssetFilter, StoredAsset
 from memory_db.schema import SOURCE_KINDS
 from memory_db.storage import read_verified
+from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
@@ -178,6 +179,7 @@ async def get_asset(
 
     Never ``forbidden``: another owner's ids answer exactly like ids that do not exist.
     """
+    policy.require(services.settings)
     vaults = await readable_vaults(uow, caller)
     stored = await uow.assets.get_visible([v.record.scope for v in vaults], asset_id)
     if stored is None:
@@ -325,8 +327,11 @@ def vault_handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
     return _handles(vaults)
 
 
-async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> AssetListView:
+async def list_assets(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, request: ListRequest
+) -> AssetListView:
     """One page of the caller's readable assets, newest (or oldest) first."""
+    policy.require(services.settings)
     if not 1 <= request.limit <= MAX_LIST_LIMIT:
         raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
     check_filters(request)

@@ -31,6 +31,7 @@ from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import VectorHit, VectorIndex, VectorMatch, resolve_alias
+from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
     FilterFields,
@@ -166,6 +167,7 @@ class AssetSearcher:
 
     async def search(self, caller: Caller, request: SearchRequest) -> SearchView:
         """Search the caller's readable vaults; see the module docstring for the steps."""
+        policy.require(self._settings, "search")
         embedder = self.services.embedder
         if embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")

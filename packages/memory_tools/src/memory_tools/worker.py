@@ -31,7 +31,7 @@ from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, Provide
 from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
-from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
+from memory_db.vectors import VectorIndex, VectorRecord
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.ingest.save import fused_text
@@ -92,7 +92,7 @@ class EmbeddingWorker:
         suffix = secrets.token_hex(4)
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self._wake = anyio.Event()
-        self._index_name: str | None = None
+        self._prepared = False
         self._reconcile_due = 0.0  # anyio clock: the first sweep reconciles
 
     # --- the loop ----------------------------------------------------------------------------
@@ -203,12 +203,13 @@ class EmbeddingWorker:
         return len(removed) - len(claimed & set(removed))
 
     async def _prepare(self) -> None:
-        if self._index_name is None:
+        # Only the first-start creation of the index; which index the alias names is read
+        # again by every batch (an index rebuild switches it while workers run).
+        if not self._prepared:
             await prepare_vector_index(
                 self._services.database, self._services.settings, self._embedder
             )
-            async with self._services.database.unit_of_work() as uow:
-                self._index_name = await resolve_alias(uow.session, self._services.vector_alias)
+            self._prepared = True
 
     async def drain(self, *, limit: int | None = None) -> int:
         """Process due jobs until none is left (tests, benchmarks, one-shot runs)."""
@@ -382,7 +383,6 @@ class EmbeddingWorker:
         request_id: str | None,
     ) -> None:
         """Finish a batch in one transaction; each job only if this worker still holds it."""
-        assert self._index_name is not None
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
@@ -396,7 +396,17 @@ class EmbeddingWorker:
                 .execution_options(populate_existing=True)
             )
             current = {row.id: asset_record(row) for row in rows}
-            index = await VectorIndex.open(uow.session, self._index_name)
+            # The alias is resolved per batch, never cached: after a rebuild switches it, the
+            # next batch writes to the new index (the switch waits for this one to commit).
+            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            mismatch: str | None = None
+            if index.dimensions != self._embedder.dimensions:
+                mismatch = (
+                    f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
+                    f"this worker's embedder makes {self._embedder.dimensions}-d ones"
+                )
+                log.error("worker.index_mismatch", worker=self.worker_id, index=index.name)
+            stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
             touched: dict[str, set[str]] = {}
@@ -408,6 +418,9 @@ class EmbeddingWorker:
                     if await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
                         scope = VaultScope(item.asset.owner_identity, item.asset.vault)
                         await index.delete_asset(scope, job.asset_id)
+                    continue
+                if mismatch is not None:
+                    stale.append(item)
                     continue
                 finishing.append((item, embedding, usage, asset))
             done = await uow.jobs.complete_many(
@@ -450,6 +463,8 @@ class EmbeddingWorker:
             await uow.usage.record_many(ledger)
             for owner, ids in sorted(touched.items()):
                 await uow.assets.reconcile_many(owner, sorted(ids))
+        for item in stale:
+            await self._retry(item.job, "index_mismatch", mismatch or "")
         if ledger:
             log.info("worker.jobs_done", worker=self.worker_id, jobs=len(ledger))
 

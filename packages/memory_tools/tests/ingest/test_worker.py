@@ -20,7 +20,13 @@ from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.ids import new_id
 from memory_db.storage import build_object_key, build_staging_key, content_type_for_key
-from memory_db.vectors import resolve_alias
+from memory_db.vectors import (
+    DEFAULT_ALIAS,
+    create_index,
+    describe_index,
+    resolve_alias,
+    switch_alias,
+)
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
@@ -414,6 +420,58 @@ async def test_a_running_worker_wakes_on_notify(
             while (await asset_row(saving, asset_id))["embedding_status"] != "ready":
                 await anyio.sleep(0.05)
         group.cancel_scope.cancel()
+
+
+async def test_a_running_worker_follows_an_alias_switch(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    """After a rebuild switches the alias, the running worker writes to the new index."""
+
+    async def rows_in(table: str, asset_id: str) -> int:
+        return int(
+            await scalar(saving, f"SELECT count(*) FROM {table} WHERE asset_id = :a", a=asset_id)
+        )
+
+    async def until_ready(asset_id: str) -> None:
+        with anyio.fail_after(10):
+            while (await asset_row(saving, asset_id))["embedding_status"] != "ready":
+                await anyio.sleep(0.05)
+
+    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=0.1, sweep_seconds=60))
+    ready = anyio.Event()
+    old = before = after = ""
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: worker.run(ready=ready))
+        await ready.wait()
+        before = await save(saving, alice_caller, 61)
+        await until_ready(before)
+        async with saving.database.unit_of_work() as uow:
+            old = await resolve_alias(uow.session)
+            dimensions, element = await describe_index(uow.session, old)
+            await create_index(uow.session, "rebuilt_v2", dimensions=dimensions, element=element)
+            await switch_alias(uow.session, DEFAULT_ALIAS, "rebuilt_v2")
+        after = await save(saving, alice_caller, 62)
+        await until_ready(after)
+        group.cancel_scope.cancel()
+    assert (await rows_in(old, before), await rows_in("rebuilt_v2", before)) == (1, 0)
+    assert (await rows_in(old, after), await rows_in("rebuilt_v2", after)) == (0, 1)
+
+
+async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    """An alias switched to an index the embedder does not fit: the job waits, nothing lands."""
+    worker = EmbeddingWorker(saving, FAST)
+    await worker.drain()  # creates the first index
+    async with saving.database.unit_of_work() as uow:
+        await create_index(uow.session, "other_dims", dimensions=8)
+        await switch_alias(uow.session, DEFAULT_ALIAS, "other_dims")
+    asset_id = await save(saving, alice_caller, 63)
+    await worker.run_once()
+    async with saving.database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert [(job.status, job.last_error_code) for job in jobs] == [("retry", "index_mismatch")]
+    assert await scalar(saving, "SELECT count(*) FROM other_dims") == 0
 
 
 async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_tools import admin
+from memory_tools import admin, build_memory_server
 
 Clients = Callable[[str | None], Any]
 
@@ -289,13 +290,14 @@ ANNOTATIONS = {
     "image_asset_search": (True, False, True, True),  # may fetch a query image by URL
     "image_asset_move": (False, False, True, False),
     "image_asset_delete": (False, True, True, False),
+    "image_asset_restore": (False, False, True, False),
 }
 
 
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == set(ANNOTATIONS)  # the ten of §15.1 plus archive and folder delete
+    assert set(tools) == set(ANNOTATIONS)  # the ten of §15.1, archive, folder delete, restore
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None
@@ -308,6 +310,18 @@ async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) ->
         assert found == ANNOTATIONS[name], name
         assert tool.input_schema["additionalProperties"] is False
         assert tool.output_schema is not None
+
+
+async def test_the_instructions_tell_how_long_a_deleted_image_can_be_restored(
+    services: Any,
+) -> None:
+    instructions = build_memory_server(services).instructions or ""
+    hours = services.settings.asset_delete_grace_hours
+    assert f"recoverable for {hours} hours: image_asset_restore" in instructions
+    final = replace(
+        services, settings=services.settings.model_copy(update={"asset_delete_grace_hours": 0})
+    )
+    assert "Deleting an image is final" in (build_memory_server(final).instructions or "")
 
 
 async def test_unexpected_errors_are_masked(client_for: Clients, alice: Any, services: Any) -> None:

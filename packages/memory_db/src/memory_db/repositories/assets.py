@@ -201,15 +201,38 @@ class ObjectRepository:
         )
         return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
 
-    async def deleting(self, *, limit: int = 100) -> list[ObjectRecord]:
-        """Objects whose bytes wait for deletion, oldest first."""
+    async def deleting(
+        self, *, limit: int = 100, older_than: timedelta = timedelta(0)
+    ) -> list[ObjectRecord]:
+        """Objects whose bytes wait for deletion, oldest first.
+
+        Only those marked ``deleting`` at least ``older_than`` ago (the delete grace window:
+        until then a deleted asset may be restored and its object taken back into use).
+        """
         rows = await self._session.scalars(
             select(AssetObject)
-            .where(AssetObject.status == "deleting")
+            .where(
+                AssetObject.status == "deleting",
+                AssetObject.updated_at <= func.now() - older_than,
+            )
             .order_by(AssetObject.updated_at, AssetObject.id)
             .limit(limit)
         )
         return [_object(row) for row in rows.all()]
+
+    async def take_back(self, owner: str, object_id: str) -> bool:
+        """Return an object marked ``deleting`` to use (a restore); ``False`` if it was not."""
+        result = await self._session.execute(
+            update(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.id == object_id,
+                AssetObject.status == "deleting",
+            )
+            .values(status="available", updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def mark_deleted(self, owner: str, object_id: str) -> ObjectRecord | None:
         """Record that an object's bytes are gone; ``None`` if another sweep got there first."""
@@ -636,6 +659,60 @@ class AssetRepository:
             .values(**values)
             .execution_options(synchronize_session=False)
         )
+
+    async def deleted_within(self, scope: VaultScope, asset_id: str, window: timedelta) -> bool:
+        """Whether the asset is ``deleted`` and was deleted less than ``window`` ago.
+
+        By the database's clock, the one that stamped ``deleted_at``.
+        """
+        found = await self._session.scalar(
+            select(Asset.id).where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status == "deleted",
+                Asset.deleted_at > func.now() - window,
+            )
+        )
+        return found is not None
+
+    async def restore(
+        self,
+        scope: VaultScope,
+        asset_id: str,
+        *,
+        object_id: str,
+        project_id: str | None,
+        folder_id: str | None,
+        actor: str,
+    ) -> AssetRecord:
+        """Bring a deleted asset back as ``processing`` with embeddings ``pending`` (a restore)."""
+        row = await self._session.scalar(
+            update(Asset)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status == "deleted",
+            )
+            .values(
+                status="processing",
+                embedding_status="pending",
+                failure_code=None,
+                failure_message=None,
+                object_id=object_id,
+                project_id=project_id,
+                folder_id=folder_id,
+                deleted_at=None,
+                updated_by=actor,
+                updated_at=func.now(),
+            )
+            .returning(Asset)
+            .execution_options(synchronize_session=False, populate_existing=True)
+        )
+        if row is None:
+            raise NotFound("asset")
+        return asset_record(row)
 
     async def active_references(self, owner: str, object_id: str) -> int:
         """How many assets that are not being deleted use an object."""

@@ -11,7 +11,9 @@ Transactions are short and never span the network:
 
 A failure after step 3 releases the reserved bytes; objects uploaded before a failed commit
 are recorded as orphan candidates for reconciliation. Repeating a request with the same
-idempotency key returns the asset of the first; concurrent repeats wait for it.
+idempotency key returns the asset of the first; concurrent repeats wait for it. A refused save
+(``fetch_failed``, ``invalid_image``, ``unsafe_url``, ``quota_exceeded``...) stores nothing and
+does not use its key up: the corrected retry under the same key is a new attempt.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from memory_db import (
 )
 from memory_db.repositories import DuplicateObject, ObjectRecord
 from memory_db.storage import build_object_key
+from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -266,6 +269,7 @@ class AssetSaver:
 
     async def save(self, caller: Caller, request: SaveRequest) -> SaveResult:
         """Save one image for ``caller``; see the module docstring for the steps."""
+        policy.require(self._settings)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         prepared = self.prepare(request)
@@ -317,20 +321,29 @@ class AssetSaver:
                 )
                 if created:
                     return target, reservation.id, None
-                if reservation.request.get("fingerprint") != prepared.fingerprint():
+                if reservation.status in ("released", "expired"):
+                    # The earlier attempt was refused or abandoned and stored nothing: the key
+                    # is free for a retry, corrected or not, which takes the reservation over.
+                    retaken = await uow.quota.retake(
+                        owner,
+                        reservation.id,
+                        expires_at=expires,
+                        expected_bytes=expected,
+                        vault=target.scope.physical_vault,
+                        request={"fingerprint": prepared.fingerprint()},
+                    )
+                    if retaken is not None:
+                        return target, retaken.id, None
+                elif reservation.request.get("fingerprint") != prepared.fingerprint():
                     raise ConflictFailure(
                         "idempotencyKey was already used for a different save request"
                     )
-                if reservation.status == "finalized" and reservation.asset_id is not None:
+                elif reservation.status == "finalized" and reservation.asset_id is not None:
                     return (
                         target,
                         reservation.id,
                         await self.replay(uow, target, reservation.asset_id),
                     )
-                if reservation.status in ("released", "expired"):
-                    retaken = await uow.quota.retake(owner, reservation.id, expires_at=expires)
-                    if retaken is not None:
-                        return target, retaken.id, None
             # Another request with this key is in flight: wait for its outcome.
             if anyio.current_time() > deadline:
                 raise ConflictFailure("a save with this idempotencyKey is still in progress")

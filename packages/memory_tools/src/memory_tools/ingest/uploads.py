@@ -26,6 +26,7 @@ import anyio
 
 from memory_db import MemoryDbError, QuotaExceededError, get_logger, new_id
 from memory_db.storage import build_staging_key
+from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -65,6 +66,7 @@ class UploadFlow:
         self, caller: Caller, request: SaveRequest, *, content_type: str, content_length: int
     ) -> UploadTicket:
         """Reserve quota and authorise one PUT of ``content_length`` bytes of ``content_type``."""
+        policy.require(self._services.settings)
         settings = self._services.settings
         extension = _EXTENSIONS.get(content_type)
         if extension is None:
@@ -132,6 +134,7 @@ class UploadFlow:
 
     async def complete(self, caller: Caller, upload_id: str, *, vault: str) -> SaveResult:
         """Validate the uploaded bytes and create the asset (or return it if already done)."""
+        policy.require(self._services.settings)
         async with self._services.database.unit_of_work() as uow:
             resolved = await resolve_vault(uow, caller, vault, "write")
             owner = resolved.record.scope.owner_identity

@@ -202,8 +202,27 @@ class DeleteOut(WireModel):
     jobs_cancelled: int
     vectors_removed: int
     object_released: bool = Field(
-        description="No other asset uses these bytes: they are purged shortly."
+        description="No other asset uses these bytes: they are purged once the delete grace "
+        "window (ASSET_DELETE_GRACE_HOURS) has passed; until then image_asset_restore brings "
+        "the image back."
     )
+
+
+class RestoreOut(WireModel):
+    """A restored image; restoring one that is not deleted reports alreadyActive."""
+
+    asset_id: str
+    vault: str
+    status: str
+    embedding_status: str
+    already_active: bool
+    project_id: str | None
+    folder_id: str | None
+    placement: str = Field(
+        description="'original' (where it was), 'project_root' (its folder is gone) or "
+        "'unfiled' (its project is gone or archived)."
+    )
+    job_ids: list[str]
 
 
 class FolderDeletionOut(WireModel):
