@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+CreatedAfterParam = Annotated[
+    datetime | None,
+    Field(
+        description="Created at or after this instant (inclusive). ISO 8601 with a date, a time "
+        "and a zone, e.g. 2026-11-30T12:00:00Z or 2026-11-30T13:00:00+01:00; a value without "
+        "a zone is refused."
+    ),
+]
+CreatedBeforeParam = Annotated[
+    datetime | None,
+    Field(
+        description="Created before this instant (exclusive). ISO 8601 with a date, a time and "
+        "a zone, e.g. 2026-12-01T00:00:00Z; a value without a zone is refused."
+    ),
+]
 
 
 class WireModel(BaseModel):

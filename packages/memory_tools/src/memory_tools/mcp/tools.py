@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastmcp.exceptions import ToolError
@@ -27,6 +26,8 @@ from memory_tools.mcp.schemas import (
     AssetListOut,
     AssetOut,
     AssetSummaryOut,
+    CreatedAfterParam,
+    CreatedBeforeParam,
     DeleteOut,
     FolderDeletionOut,
     FolderOut,
@@ -363,8 +364,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
-        createdAfter: datetime | None = None,
-        createdBefore: datetime | None = None,
+        createdAfter: CreatedAfterParam = None,
+        createdBefore: CreatedBeforeParam = None,
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
@@ -429,8 +430,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
-        createdAfter: datetime | None = None,
-        createdBefore: datetime | None = None,
+        createdAfter: CreatedAfterParam = None,
+        createdBefore: CreatedBeforeParam = None,
         limit: Annotated[int, Field(ge=1, le=30)] = 10,
         minScore: Annotated[
             float | None,
