@@ -192,10 +192,24 @@ class SearchResultOut(WireModel):
 
 
 class SearchOut(WireModel):
-    """Search results, best first (at most the requested limit)."""
+    """Search results with evidence, best first (at most the requested limit, maybe none)."""
 
     mode: str = Field(description="text, image or fused: how the query was embedded.")
-    results: list[SearchResultOut]
+    results: list[SearchResultOut] = Field(
+        description="Only results with evidence (a word match, or a similarity above the "
+        "embedder's evidence floor); never padded up to limit."
+    )
+    no_good_match: bool = Field(
+        description="True when no result matched by words or reached goodMatchScore: treat the "
+        "results as weak, or as nothing found when there are none."
+    )
+    best_score: float | None = Field(
+        description="The best similarity seen (also when nothing was returned); null when no "
+        "image was compared."
+    )
+    good_match_score: float = Field(
+        description="The embedder's documented good-match line for this kind of query."
+    )
 
 
 class MoveOut(WireModel):
