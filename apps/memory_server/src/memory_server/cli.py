@@ -13,6 +13,7 @@ from memory_db import (
     ConfigurationError,
     MemorySettings,
     configure_logging,
+    get_logger,
     load_settings,
     open_database,
 )
@@ -51,8 +52,19 @@ def install_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+log = get_logger(__name__)
+# Set once logging is configured: with the JSON renderer, notices are log events too, so stderr
+# carries JSON only.
+_notices_as_json = False
+
+
 def _err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    if not _notices_as_json:
+        print(message, file=sys.stderr, flush=True)
+    elif message.startswith("error: "):
+        log.error("command_failed", message=message.removeprefix("error: "))
+    else:
+        log.info("command_notice", message=message)
 
 
 async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
@@ -268,7 +280,8 @@ def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None]]) 
     install_sigterm_handler()
     try:
         settings = load_settings()
-        configure_logging(settings.memory_log_format, settings.memory_log_level)
+        global _notices_as_json
+        _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
         asyncio.run(command(settings))
     except ConfigurationError as exc:
         _err(f"error: {exc}")

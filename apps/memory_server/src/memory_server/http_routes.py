@@ -62,7 +62,7 @@ def object_routes(services: MemoryServices) -> list[Route]:
         except ObjectNotFound:
             return _refuse(404, "not found")
         except ChecksumMismatch:
-            log.error("object_integrity_failure", key=key)
+            log.error("object_integrity_failed", key=key, exc_info=True)
             return _refuse(500, "the object failed its integrity check")
         filename = key.rsplit("/", 1)[1]
         return Response(

@@ -263,7 +263,7 @@ class AssetSearcher:
             for hit in results
         )
         log.info(
-            "asset_search", mode=mode, results=len(results), vaults=len(vaults), good_match=good
+            "asset_searched", mode=mode, results=len(results), vaults=len(vaults), good_match=good
         )
         return SearchView(
             mode=mode,
@@ -305,7 +305,7 @@ class AssetSearcher:
         try:
             result = await embedder.embed([value], "retrieval.query")
         except EmbeddingError as exc:
-            log.warning("asset_search.embed_failed", code=exc.code)
+            log.warning("asset_search_embed_failed", code=exc.code, exc_info=True)
             if exc.retryable:
                 raise EmbeddingUnavailable(
                     "the embedding provider is unavailable; retry shortly"
