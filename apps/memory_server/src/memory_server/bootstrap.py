@@ -54,6 +54,7 @@ async def running(
     base_url: str,
     default_api_key: str | None = None,
     migrate: bool = False,
+    links_unavailable: str | None = None,
 ) -> AsyncGenerator[tuple[Runtime, MemoryServices], None]:
     """Open the runtime and services for the lifetime of the block, then close them."""
     # Before anything can decode an image: only the four accepted loaders stay reachable.
@@ -71,6 +72,7 @@ async def running(
             default_api_key=default_api_key,
             embedder=runtime.embedder,
             fetcher=fetcher,
+            links_unavailable=links_unavailable,
         )
         yield runtime, services
     finally:

@@ -69,13 +69,27 @@ def _err(message: str) -> None:
 
 async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
     key = stdio_api_key(settings)
-    base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
-    async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
+    from memory_server.links import plan_stdio_links, serving_links
+
+    links = plan_stdio_links(settings)
+    async with (
+        running(
+            settings,
+            base_url=links.base_url,
+            default_api_key=key,
+            links_unavailable=links.unavailable,
+        ) as (_runtime, services),
+        serving_links(services, links),
+    ):
         await check_api_key(services, key)
         from memory_tools.mcp import build_memory_server
 
         server = build_memory_server(services)
         _err("image-memory: serving MCP over stdio")
+        if links.listener is not None:
+            _err(f"image-memory: preview links served at {links.base_url}")
+        elif links.unavailable is not None:
+            _err(f"image-memory: {links.unavailable}")
         if with_worker:
             async with background_worker(services, worker_config(settings)):
                 await server.run_stdio_async(show_banner=False)

@@ -28,3 +28,6 @@ class MemoryServices:
     embedder: Embedder | None = None
     fetcher: SafeFetcher | None = None
     vector_alias: str = DEFAULT_ALIAS
+    # Why the store's signed links cannot be opened by this server's callers (a stdio server
+    # with nothing serving its local links); ``None`` when they can. Previews then say so.
+    links_unavailable: str | None = None

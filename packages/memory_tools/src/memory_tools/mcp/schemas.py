@@ -96,8 +96,13 @@ class SaveOut(WireModel):
 class PreviewOut(WireModel):
     """A short-lived link to the sanitised WebP preview (never stored; ask again when expired)."""
 
-    url: str
-    expires_at: datetime
+    url: str | None = Field(description="The signed link; null when unavailable says why.")
+    expires_at: datetime | None
+    unavailable: str | None = Field(
+        default=None,
+        description="Why no link can be given (e.g. a stdio server with nothing serving its "
+        "links); null when url is set.",
+    )
 
 
 class RepresentationOut(WireModel):
