@@ -14,7 +14,6 @@ import json
 from typing import Any
 
 from fastmcp.server.auth import AccessToken, TokenVerifier
-from mcp.server.auth.middleware.bearer_auth import AuthenticatedUser
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -87,7 +86,7 @@ class ExplainUnauthenticated:
         if (
             scope["type"] != "http"
             or scope["path"].rstrip("/") != self.mcp_path
-            or isinstance(scope.get("user"), AuthenticatedUser)
+            or getattr(scope.get("user"), "is_authenticated", False)
         ):
             await self.app(scope, receive, send)
             return
