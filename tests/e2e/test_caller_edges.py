@@ -32,7 +32,10 @@ async def test_json_log_format_gives_json_only_on_stderr(tmp_path: Path) -> None
     env = _env(tmp_path)  # MEMORY_LOG_FORMAT=json
     with serve_http(env) as (url, process):
         key = _new_key(env, "alice@example.com")
-        assert httpx.post(url + "/mcp", json={}).status_code == 401
+        refused = httpx.post(url + "/mcp", json={}, headers={"Authorization": "Bearer mk_x"})
+        assert refused.status_code == 401
+        assert refused.json()["error"]["data"]["code"] == "unauthenticated"
+        assert refused.headers["www-authenticate"].startswith('Bearer error="invalid_token"')
         async with Client(url + "/mcp", auth=key) as client:
             await client.call_tool(
                 "image_asset_save", {"imageBase64": base64.b64encode(_png(3)).decode()}
