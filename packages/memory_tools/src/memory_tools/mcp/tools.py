@@ -445,7 +445,9 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
         image together. Results are the best matches first, each with its cosine score; only
-        images whose embedding is ready are found. A query image is never stored.
+        images whose embedding is ready are found. A query image is never stored. Only results
+        with evidence are returned, so there may be fewer than limit or none; noGoodMatch is
+        true when none is a good match (see bestScore and goodMatchScore).
         """
         request = SearchRequest(
             query=query,
