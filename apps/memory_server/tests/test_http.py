@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 from fastmcp import Client
 
 from memory_db.ids import new_id
-from memory_db.storage import build_object_key
+from memory_db.storage import build_object_key, build_staging_key
 from memory_server import build_http_server
 from memory_tools import MemoryServices, admin
 
@@ -69,14 +70,39 @@ async def test_revoked_key_is_refused_immediately(
             assert response.status_code == 401
 
 
+async def _stored_object(services: MemoryServices, owner: str, body: bytes) -> str:
+    """An object row for ``body`` and its bytes in the store; returns the original's key."""
+    await admin.create_identity(services.database, owner, 10**9)
+    digest = hashlib.sha256(body).hexdigest()
+    async with services.database.unit_of_work() as uow:
+        namespace = (await uow.quota.usage(owner)).namespace_id
+        object_id = new_id("aob")
+        key = build_object_key("test", namespace, object_id, "original", "png")
+        await uow.objects.create(
+            object_id=object_id,
+            owner=owner,
+            namespace_id=namespace,
+            sha256=digest,
+            storage_key=key,
+            preview_storage_key=build_object_key("test", namespace, object_id, "preview"),
+            preview_sha256=digest,
+            mime_type="image/png",
+            extension="png",
+            nbytes=len(body),
+            preview_bytes=len(body),
+            width=1,
+            height=1,
+            etag=None,
+            version_id=None,
+        )
+    await services.store.put(key, body, content_type="image/png", checksum_sha256=digest)
+    return key
+
+
 async def test_signed_object_links(services: MemoryServices, serve_http: Any) -> None:
     body = _png()
-    key = build_object_key("test", new_id("ans"), new_id("aob"), "original", "png")
-    other = build_object_key("test", new_id("ans"), new_id("aob"), "original", "png")
-    await services.store.put(
-        key, body, content_type="image/png", checksum_sha256=hashlib.sha256(body).hexdigest()
-    )
-    await services.store.put(other, body, content_type="image/png")
+    key = await _stored_object(services, "links@example.com", body)
+    other = await _stored_object(services, "other@example.com", body)
     server = build_http_server(services)
     async with serve_http(server) as url:
         base = url.removesuffix("/mcp")
@@ -104,27 +130,64 @@ async def test_signed_object_links(services: MemoryServices, serve_http: Any) ->
             assert health.json() == {"status": "ok"}
 
 
-async def test_signed_put_link(services: MemoryServices, serve_http: Any) -> None:
-    body = _png()
-    key = build_object_key("test", new_id("ans"), new_id("aob"), "original", "png")
-    signed = await services.store.create_signed_put_url(
-        key, content_type="image/png", content_length=len(body), expires_in=60
+async def test_object_reads_are_verified_against_the_database_not_the_sidecar(
+    services: MemoryServices, serve_http: Any
+) -> None:
+    body, html = _png(), b"<html><script>alert(1)</script></html>"
+    key = await _stored_object(services, "sidecar@example.com", body)
+    # Bytes and sidecar replaced together (what anyone who can write the store can do).
+    path = services.store.root / key  # type: ignore[attr-defined]
+    path.write_bytes(html)
+    sidecar = path.with_name(path.name + ".json")
+    sidecar.write_text(
+        json.dumps(
+            {
+                "bytes": len(html),
+                "content_type": "image/png",
+                "sha256": hashlib.sha256(html).hexdigest(),
+            }
+        )
     )
-    server = build_http_server(services)
-    async with serve_http(server) as url:
+    # Bytes with no object row at all are not served either, whatever the sidecar says.
+    stray = build_object_key("test", new_id("ans"), new_id("aob"), "original", "png")
+    await services.store.put(stray, body, content_type="image/png")
+    async with serve_http(build_http_server(services)) as url, httpx.AsyncClient() as http:
         base = url.removesuffix("/mcp")
-        path = signed.url.removeprefix("http://testserver")
-        async with httpx.AsyncClient(base_url=base) as http:
-            bad_type = await http.put(path, content=body, headers={"Content-Type": "text/html"})
-            assert bad_type.status_code == 403
-            longer = await http.put(
-                path, content=body + b"x", headers={"Content-Type": "image/png"}
+        for target, status in ((key, 500), (stray, 404)):
+            signed = await services.store.create_signed_get_url(target, 60)
+            answer = await http.get(base + signed.removeprefix("http://testserver"))
+            assert answer.status_code == status, answer.text
+            assert html not in answer.content and body not in answer.content
+
+
+@pytest.mark.parametrize(
+    ("param", "value"),
+    [("signature", "é"), ("signature", "\u202e" * 43), ("expires", "²"), ("expires", "١٢٣")],
+)
+async def test_non_ascii_link_parameters_are_refused_with_403(
+    services: MemoryServices, serve_http: Any, param: str, value: str
+) -> None:
+    body = _png()
+    key = await _stored_object(services, "ascii@example.com", body)
+    staging = build_staging_key("test", new_id("ans"), new_id("aur"), "png")
+    get_link = await services.store.create_signed_get_url(key, 60)
+    put_link = await services.store.create_signed_put_url(
+        staging, content_type="image/png", content_length=len(body), expires_in=60
+    )
+    async with serve_http(build_http_server(services)) as url, httpx.AsyncClient() as http:
+        base = url.removesuffix("/mcp")
+        for method, link in (("GET", get_link), ("PUT", put_link.url)):
+            parts = httpx.URL(link)
+            query = {**dict(parts.params), param: value}
+            answer = await http.request(
+                method,
+                f"{base}{parts.path}",
+                params=query,
+                content=body if method == "PUT" else None,
+                headers={"Content-Type": "image/png"} if method == "PUT" else None,
             )
-            assert longer.status_code == 403  # the signed length does not match
-            assert not (await services.store.head(key)).exists
-            ok = await http.put(path, content=body, headers=signed.headers)
-            assert ok.status_code == 200
-    assert (await services.store.head(key)).bytes == len(body)
+            assert answer.status_code == 403, (method, answer.status_code, answer.text[:200])
+            assert "Traceback" not in answer.text
 
 
 async def test_refused_mcp_requests_say_what_is_wrong(

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+
 from fastmcp import FastMCP
 
 from memory_server.http_routes import health_route, object_routes
@@ -16,9 +18,16 @@ def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
         server.custom_route(route.path, methods=methods)(route.endpoint)
 
 
-async def serve_http(server: FastMCP, host: str, port: int) -> None:
-    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM)."""
+async def serve_http(
+    server: FastMCP, host: str, port: int, *, sockets: list[socket.socket] | None = None
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM).
+
+    ``sockets`` are already bound and listening (``bind_listening_socket``); without them
+    uvicorn binds ``host:port`` itself.
+    """
     await server.run_http_async(
+        sockets=sockets,
         show_banner=False,
         host=host,
         port=port,

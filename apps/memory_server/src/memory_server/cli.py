@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     background_worker,
+    bind_listening_socket,
     check_api_key,
     public_base_url,
     running,
@@ -116,17 +118,27 @@ async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> Non
 
 
 async def _serve_http(settings: MemorySettings, host: str, port: int, *, with_worker: bool) -> None:
-    base = public_base_url(settings, host, port)
-    async with running(settings, base_url=base) as (_runtime, services):
-        if with_worker:
-            async with background_worker(services, worker_config(settings)):
-                await _announce_and_serve_http(settings, services, host, port)
-        else:
-            await _announce_and_serve_http(settings, services, host, port)
+    # Bind first: a taken port is reported at once, before PostgreSQL is started for nothing,
+    # and the banner below is printed only once the address is ours.
+    sock = bind_listening_socket(host, port)
+    try:
+        base = public_base_url(settings, host, port)
+        async with running(settings, base_url=base) as (_runtime, services):
+            if with_worker:
+                async with background_worker(services, worker_config(settings)):
+                    await _announce_and_serve_http(settings, services, host, port, sock)
+            else:
+                await _announce_and_serve_http(settings, services, host, port, sock)
+    finally:
+        sock.close()
 
 
 async def _announce_and_serve_http(
-    settings: MemorySettings, services: MemoryServices, host: str, port: int
+    settings: MemorySettings,
+    services: MemoryServices,
+    host: str,
+    port: int,
+    sock: socket.socket,
 ) -> None:
     from memory_server.app import build_http_server, serve_http
 
@@ -145,7 +157,7 @@ async def _announce_and_serve_http(
         "--scopes read,write,destructive\n"
         "  then connect with the header  Authorization: Bearer <key>"
     )
-    await serve_http(server, host, port)
+    await serve_http(server, host, port, sockets=[sock])
 
 
 async def _migrate(settings: MemorySettings) -> None:

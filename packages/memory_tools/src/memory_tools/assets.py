@@ -13,13 +13,23 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from memory_db import MemoryDbError, UnitOfWork, is_valid_id
+from memory_db import (
+    ChecksumMismatch,
+    MemoryDbError,
+    ObjectNotFound,
+    UnitOfWork,
+    get_logger,
+    is_valid_id,
+)
 from memory_db.repositories import AssetFilter, StoredAsset
 from memory_db.schema import SOURCE_KINDS
+from memory_db.storage import read_verified
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
 
 MIME_TYPES = tuple(image_format.mime_type for image_format in FORMATS.values())
 # Previews are small by construction (bounded edge, WebP); a larger one is not ours to read.
@@ -90,16 +100,26 @@ def _handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
     return {(v.record.owner_identity, v.record.physical_vault): v.display_handle for v in vaults}
 
 
-async def read_preview(services: MemoryServices, key: str) -> bytes:
-    """The bytes of a stored preview; ``MemoryDbError`` if unreadable or implausibly large."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in services.store.get_stream(key):
-        size += len(chunk)
-        if size > MAX_PREVIEW_BYTES:
-            raise MemoryDbError("the preview is larger than expected")
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def read_preview(services: MemoryServices, key: str, expected_sha256: str | None) -> bytes:
+    """The bytes of a stored preview, verified against the SHA-256 the database recorded.
+
+    ``ChecksumMismatch`` (logged) when the bytes are not the ones recorded: they are never
+    used. ``expected_sha256`` is ``None`` only for objects stored before previews were hashed
+    (revision 0007); those are checked against the store's own recorded checksum instead.
+    Other ``MemoryDbError``s when the preview is unreadable or implausibly large.
+    """
+    if expected_sha256 is None:
+        head = await services.store.head(key)
+        if not head.exists or head.checksum_sha256 is None:
+            raise ObjectNotFound("the preview is missing or has no recorded checksum")
+        expected_sha256 = head.checksum_sha256
+    try:
+        return await read_verified(
+            services.store, key, expected_sha256, max_bytes=MAX_PREVIEW_BYTES
+        )
+    except ChecksumMismatch:
+        log.error("asset_preview_integrity_failed", object_id=key.rsplit("/", 2)[1], exc_info=True)
+        raise
 
 
 async def signed_preview(services: MemoryServices, stored: StoredAsset) -> PreviewLink | None:

@@ -182,7 +182,7 @@ class AssetSearcher:
             self._index_ready = True
         async with self.services.database.unit_of_work() as uow:
             vaults, filters = await resolve_filters(uow, caller, request)
-            preview_key = None
+            preview_key = preview_sha256 = None
             if request.asset_id is not None:
                 stored = await uow.assets.get_visible(
                     [v.record.scope for v in vaults], request.asset_id
@@ -192,11 +192,12 @@ class AssetSearcher:
                 if stored.preview_storage_key is None or stored.object_status != "available":
                     raise NotFoundFailure("the asset's image is not available")
                 preview_key = stored.preview_storage_key
+                preview_sha256 = stored.preview_sha256
         # Only an authorised, well-formed search fetches or decodes a query image.
         image = await self._temporary_image(request)
         if preview_key is not None:
             try:
-                image = await read_preview(self.services, preview_key)
+                image = await read_preview(self.services, preview_key, preview_sha256)
             except MemoryDbError:
                 raise NotFoundFailure("the asset's image is not available") from None
         embedded = await self._embed(text, image)

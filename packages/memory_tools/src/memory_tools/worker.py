@@ -27,7 +27,7 @@ from sqlalchemy import select
 
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import EmbeddingError, NotFound, ProviderContractError
+from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
 from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
@@ -35,6 +35,7 @@ from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.ingest.save import fused_text
+from memory_tools.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -54,6 +55,9 @@ class WorkerConfig:
     heartbeat_seconds: float = 30.0
     poll_seconds: float = 5.0
     sweep_seconds: float = 30.0
+    # How often a sweep also lists the store against the accounts (see memory_tools.reconcile);
+    # the first sweep of every worker does.
+    reconcile_seconds: float = 600.0
     retry_base_seconds: float = 5.0
     retry_max_seconds: float = 600.0
 
@@ -89,6 +93,7 @@ class EmbeddingWorker:
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self._wake = anyio.Event()
         self._index_name: str | None = None
+        self._reconcile_due = 0.0  # anyio clock: the first sweep reconciles
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -148,7 +153,8 @@ class EmbeddingWorker:
         """Housekeeping: expired reservations, abandoned jobs, orphans, deleted bytes.
 
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
-        deletes orphaned uploads and purges the bytes of deleted images (§18.1).
+        deletes orphaned uploads, purges the bytes of deleted images (§18.1) and, every
+        ``reconcile_seconds``, deletes store bytes that nothing accounts for (``reconcile``).
         """
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
@@ -157,14 +163,24 @@ class EmbeddingWorker:
                 await uow.assets.reconcile_embedding(owner, asset_id)
         removed = await self._remove_orphans()
         purged = await purge_deleted_objects(self._services)
-        if expired or abandoned or removed or purged:
+        reconciled = await self._reconcile()
+        if expired or abandoned or removed or purged or reconciled:
             log.info(
                 "worker_swept",
                 reservations=expired,
                 abandoned_jobs=len(abandoned),
                 orphans_removed=removed,
                 objects_purged=purged,
+                unaccounted_removed=reconciled,
             )
+
+    async def _reconcile(self) -> int:
+        """List the store against the accounts when due; returns how many keys it removed."""
+        if anyio.current_time() < self._reconcile_due:
+            return 0
+        report = await reconcile_store(self._services, safety_window=ORPHAN_SAFETY_WINDOW)
+        self._reconcile_due = anyio.current_time() + self.config.reconcile_seconds
+        return report.removed
 
     async def _remove_orphans(self) -> int:
         """Delete bytes whose save never committed, once no save can still claim them (§12.3)."""
@@ -330,7 +346,15 @@ class EmbeddingWorker:
             await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
             return None
         try:
-            preview = await read_preview(self._services, stored.preview_storage_key)
+            preview = await read_preview(
+                self._services, stored.preview_storage_key, stored.preview_sha256
+            )
+        except ChecksumMismatch:
+            # Not the bytes that were validated: never embed them. Retrying cannot fix this.
+            await self._fail(
+                job, "integrity_failure", "the stored preview does not match its recorded SHA-256"
+            )
+            return None
         except MemoryDbError as exc:
             await self._retry(job, "store_unavailable", f"the preview could not be read ({exc})")
             return None

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -14,6 +18,8 @@ from sqlalchemy import text
 from memory_db import JobRecord
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
+from memory_db.ids import new_id
+from memory_db.storage import build_object_key, build_staging_key, content_type_for_key
 from memory_db.vectors import resolve_alias
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
@@ -454,3 +460,72 @@ async def test_the_sweep_removes_old_orphans_but_never_claimed_bytes(
         )
         == 0
     )
+
+
+async def test_reconciliation_deletes_bytes_nothing_accounts_for_with_provenance(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 63)
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", asset_id)
+        assert asset is not None
+        stored = await uow.objects.get("alice@example.com", asset.object_id)
+        upload, _ = await uow.quota.open_reservation(
+            "alice@example.com",
+            operation="asset_upload",
+            idempotency_key=None,
+            expected_bytes=10,
+            expires_at=datetime.now(UTC) + timedelta(hours=1),
+        )
+    env, namespace = saving.settings.asset_storage_env_prefix, stored.namespace_id
+    old_stray = build_object_key(env, namespace, new_id("aob"), "original", "png")
+    young_stray = build_object_key(env, namespace, new_id("aob"), "preview")
+    closed_staging = build_staging_key(env, namespace, new_id("aur"), "png")
+    open_staging = build_staging_key(env, namespace, upload.id, "png")
+    for key in (old_stray, young_stray, closed_staging, open_staging):
+        await saving.store.put(
+            key, b"<html>replayed</html>", content_type=content_type_for_key(key)
+        )
+    path = saving.store.root / old_stray  # type: ignore[attr-defined]
+    two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).timestamp()
+    os.utime(path, (two_hours_ago, two_hours_ago))
+    await EmbeddingWorker(saving, FAST).sweep()
+    kept = [stored.storage_key, stored.preview_storage_key, young_stray, open_staging]
+    for key in kept:
+        assert key is not None and (await saving.store.head(key)).exists, key
+    for key in (old_stray, closed_staging):
+        assert not (await saving.store.head(key)).exists, key
+    async with saving.database.engine.connect() as conn:
+        events = (
+            await conn.execute(
+                text(
+                    "SELECT actor_identity, owner_identity, target_kind, detail FROM mem_provenance "
+                    "WHERE operation = 'asset_reconcile' ORDER BY target_kind"
+                )
+            )
+        ).all()
+    assert [(e[0], e[1], e[2], e[3]["key"], e[3]["reason"]) for e in events] == [
+        ("system:worker", "alice@example.com", "object", old_stray, "no object row"),
+        ("system:worker", "alice@example.com", "upload", closed_staging, "upload is closed"),
+    ]
+    assert all(e[3]["bytes"] == len(b"<html>replayed</html>") for e in events)
+
+
+async def test_the_worker_never_embeds_a_preview_that_fails_the_database_hash(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 65)
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", asset_id)
+        assert asset is not None
+        stored = await uow.objects.get("alice@example.com", asset.object_id)
+    assert stored.preview_storage_key is not None and stored.preview_sha256 is not None
+    preview = saving.store.root / stored.preview_storage_key  # type: ignore[attr-defined]
+    replaced = picture(66)
+    preview.write_bytes(replaced)  # the sidecar still names the old hash; the database decides
+    sidecar = preview.with_name(preview.name + ".json")
+    sidecar.write_text(json.dumps({"sha256": hashlib.sha256(replaced).hexdigest()}))
+    await EmbeddingWorker(saving, FAST).drain()
+    row = await asset_row(saving, asset_id)
+    assert (row["status"], row["failure_code"]) == ("failed", "integrity_failure")
+    assert await vectors_of(saving, asset_id) == 0

@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_db.errors import Conflict, NotFound
+from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories.records import (
@@ -50,6 +50,7 @@ from memory_db.schema import (
     AssetObject,
     OrphanCandidate,
 )
+from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
 # Assets a reader can see; "deleting" and "deleted" are gone for everyone.
@@ -78,6 +79,7 @@ def _object(row: AssetObject) -> ObjectRecord:
         height=row.height,
         status=row.status,
         created_at=row.created_at,
+        preview_sha256=row.preview_sha256,
     )
 
 
@@ -241,6 +243,45 @@ class ObjectRepository:
             raise NotFound("object")
         return _object(row)
 
+    async def for_storage_key(self, key: str) -> tuple[ObjectRecord, str | None] | None:
+        """The object a storage key belongs to and its recorded SHA-256 for that key.
+
+        The hash is ``None`` only for the preview of an object stored before revision 0007.
+
+        Serves the signed-link route, which is authorised by the link (not by an identity): the
+        key's namespace and object id must both match the row, and only a readable object
+        (``available``) counts. ``None`` when no such object stores bytes under ``key``.
+        """
+        try:
+            parsed = parse_storage_key(key)
+        except InvalidStorageKey:
+            return None
+        if parsed.kind != "object":
+            return None
+        row = await self._session.scalar(
+            select(AssetObject).where(
+                AssetObject.id == parsed.object_id,
+                AssetObject.namespace_id == parsed.namespace_id,
+                AssetObject.status == "available",
+            )
+        )
+        if row is None:
+            return None
+        if row.storage_key == key:
+            return _object(row), row.sha256
+        if row.preview_storage_key == key:
+            return _object(row), row.preview_sha256
+        return None
+
+    async def stored_keys(self, owner: str) -> set[str]:
+        """Every key whose bytes the owner's objects account for (all but ``deleted``)."""
+        rows = await self._session.execute(
+            select(AssetObject.storage_key, AssetObject.preview_storage_key).where(
+                AssetObject.owner_identity == owner, AssetObject.status != "deleted"
+            )
+        )
+        return {key for pair in rows.all() for key in pair if key is not None}
+
     async def get_many(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], ObjectRecord]:
@@ -263,6 +304,7 @@ class ObjectRepository:
         sha256: str,
         storage_key: str,
         preview_storage_key: str,
+        preview_sha256: str,
         mime_type: str,
         extension: str,
         nbytes: int,
@@ -280,6 +322,7 @@ class ObjectRepository:
             sha256=sha256,
             storage_key=storage_key,
             preview_storage_key=preview_storage_key,
+            preview_sha256=preview_sha256,
             mime_type=mime_type,
             extension=extension,
             bytes=nbytes,
@@ -400,6 +443,7 @@ class AssetRepository:
             bytes=stored.bytes,
             preview_storage_key=stored.preview_storage_key,
             object_status=stored.status,
+            preview_sha256=stored.preview_sha256,
         )
 
     async def get_visible(self, scopes: Sequence[VaultScope], asset_id: str) -> StoredAsset | None:

@@ -395,12 +395,11 @@ class AssetSaver:
         image: InspectedImage,
         *,
         object_id: str | None = None,
-        original_present: bool = False,
     ) -> SaveResult:
-        """Steps 3-5: reserve, write the objects, commit.
+        """Steps 3-5: reserve, write the objects (create-only), commit.
 
-        ``original_present``: the original is already stored under ``object_id`` (a direct
-        upload); only the preview is written here.
+        ``object_id``: the id to store new bytes under (a direct upload decided it at
+        initiation); a fresh one otherwise.
         """
         owner = target.scope.owner_identity
         text = fused_text(
@@ -426,17 +425,10 @@ class AssetSaver:
             except QuotaExceededError as exc:
                 raise QuotaExceeded(str(exc)) from None
         object_id = object_id or new_id("aob")
-        env = self._settings.asset_storage_env_prefix
-        original_key = build_object_key(
-            env, target.namespace_id, object_id, "original", image.format.extension
-        )
-        uploaded: list[str] = [original_key] if original_present else []
+        uploaded: list[str] = []
         receipts: tuple[str | None, str | None] = (None, None)
         if existing is None:
-            written, receipts = await self._upload(
-                target, object_id, data, image, with_original=not original_present
-            )
-            uploaded.extend(written)
+            uploaded, receipts = await self._upload(target, object_id, data, image)
         try:
             result, losers = await self._commit(
                 caller,
@@ -463,8 +455,6 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 await self._orphan(owner, uploaded, f"save commit failed: {type(exc).__name__}")
             raise
-        if original_present and result.deduplicated and original_key not in losers:
-            losers.append(original_key)  # the owner already stores these bytes
         if losers:
             with anyio.CancelScope(shield=True):
                 await self._discard(owner, losers)
@@ -476,8 +466,6 @@ class AssetSaver:
         object_id: str,
         data: bytes,
         image: InspectedImage,
-        *,
-        with_original: bool = True,
     ) -> tuple[list[str], tuple[str | None, str | None]]:
         env = self._settings.asset_storage_env_prefix
         original_key = build_object_key(
@@ -488,15 +476,14 @@ class AssetSaver:
         uploaded: list[str] = []
         receipts: tuple[str | None, str | None] = (None, None)
         try:
-            if with_original:
-                put = await store.put(
-                    original_key,
-                    data,
-                    content_type=image.format.mime_type,
-                    checksum_sha256=image.sha256,
-                )
-                uploaded.append(original_key)
-                receipts = (put.etag, put.version_id)
+            put = await store.put(
+                original_key,
+                data,
+                content_type=image.format.mime_type,
+                checksum_sha256=image.sha256,
+            )
+            uploaded.append(original_key)
+            receipts = (put.etag, put.version_id)
             await store.put(
                 preview_key,
                 image.preview,
@@ -508,7 +495,7 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 await self._orphan(
                     target.scope.owner_identity,
-                    [original_key, preview_key] if with_original else [preview_key],
+                    [original_key, preview_key],
                     f"upload failed: {type(exc).__name__}",
                 )
             if isinstance(exc, MemoryDbError):
@@ -554,6 +541,7 @@ class AssetSaver:
                         preview_storage_key=build_object_key(
                             env, target.namespace_id, object_id, "preview"
                         ),
+                        preview_sha256=hashlib.sha256(image.preview).hexdigest(),
                         mime_type=image.format.mime_type,
                         extension=image.format.extension,
                         nbytes=image.bytes,
