@@ -188,3 +188,81 @@ async def test_non_ascii_link_parameters_are_refused_with_403(
             )
             assert answer.status_code == 403, (method, answer.status_code, answer.text[:200])
             assert "Traceback" not in answer.text
+
+
+async def test_refused_mcp_requests_say_what_is_wrong(
+    services: MemoryServices, make_key: Callable[..., Any], serve_http: Any
+) -> None:
+    """Missing and wrong keys get a 401 that names the code and the fix, in every client."""
+    import httpx2
+    from fastmcp.client.auth import BearerAuth
+    from mcp import ClientSession
+    from mcp.client.streamable_http import streamable_http_client
+    from mcp.shared.exceptions import MCPError
+
+    key = await make_key("alice@example.com")
+    revoked = await make_key("bob@example.com")
+    async with services.database.unit_of_work() as uow:
+        record = await uow.api_keys.resolve(revoked)
+    assert record is not None
+    await admin.revoke_key(services.database, record.id)
+    server = build_http_server(services)
+    async with serve_http(server) as url:
+        async with httpx.AsyncClient() as http:
+            missing = await http.post(url, json={})
+            assert missing.status_code == 401
+            assert missing.headers["www-authenticate"] == "Bearer"  # RFC 6750 §3.1
+            assert missing.headers["content-type"] == "application/json"
+            error = missing.json()["error"]
+            assert error["data"]["code"] == "unauthenticated"
+            assert error["message"].startswith("unauthenticated: an API key is required")
+            assert "Authorization: Bearer <key>" in error["message"]
+            for header in ("Bearer mk_nope", f"Bearer {key}x", f"bearer {key[:-1]}"):
+                wrong = await http.post(url, json={}, headers={"Authorization": header})
+                assert wrong.status_code == 401
+                body = wrong.json()
+                assert body["error"]["data"]["code"] == "unauthenticated"
+                assert "re-register" not in wrong.text
+            wrong = await http.post(url, json={}, headers={"Authorization": "Bearer mk_nope"})
+            challenge = wrong.headers["www-authenticate"]
+            assert challenge.startswith('Bearer error="invalid_token"')
+            assert "unknown or revoked" in wrong.json()["error"]["message"]
+            basic = await http.post(url, json={}, headers={"Authorization": "Basic eDp5"})
+            assert basic.status_code == 401 and basic.headers["www-authenticate"] == "Bearer"
+            # the other routes keep their own answers
+            assert (await http.get(url.removesuffix("/mcp") + "/healthz")).status_code == 200
+
+        # fastmcp's client shows the reason, for a missing and for a revoked key
+        for bearer, reason in ((None, "an API key is required"), (revoked, "unknown or revoked")):
+            with pytest.raises(Exception, match=reason) as raised:
+                async with Client(url, auth=None if bearer is None else BearerAuth(bearer)):
+                    pass
+            assert "unauthenticated" in str(raised.value)
+
+        # the official MCP SDK client surfaces the JSON-RPC error of the 401
+        for headers, reason in (
+            ({}, "unauthenticated: an API key is required"),
+            ({"Authorization": "Bearer mk_nope"}, "unauthenticated: the API key is unknown"),
+        ):
+            async with (
+                httpx2.AsyncClient(headers=headers) as http2,
+                streamable_http_client(url, http_client=http2) as (read, write),
+                ClientSession(read, write) as session,
+            ):
+                with pytest.raises(MCPError) as refused:
+                    await session.initialize()
+            assert str(refused.value.message).startswith(reason)
+            assert refused.value.data == {
+                "code": "unauthenticated",
+                "message": refused.value.message.removeprefix("unauthenticated: "),
+            }
+        # and a valid key still works through both
+        async with Client(url, auth=key) as client:
+            assert (await client.call_tool("image_project_list", {})).structured_content
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http2,
+            streamable_http_client(url, http_client=http2) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            init = await session.initialize()
+            assert init.server_info.name == "image-memory"

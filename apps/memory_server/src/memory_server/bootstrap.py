@@ -88,6 +88,7 @@ async def running(
     base_url: str,
     default_api_key: str | None = None,
     migrate: bool = False,
+    links_unavailable: str | None = None,
 ) -> AsyncGenerator[tuple[Runtime, MemoryServices], None]:
     """Open the runtime and services for the lifetime of the block, then close them."""
     # Before anything can decode an image: only the four accepted loaders stay reachable.
@@ -106,6 +107,7 @@ async def running(
             embedder=runtime.embedder,
             fetcher=fetcher,
             public_base_url=base_url,
+            links_unavailable=links_unavailable,
         )
         yield runtime, services
     finally:

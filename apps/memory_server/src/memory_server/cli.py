@@ -14,6 +14,7 @@ from memory_db import (
     ConfigurationError,
     MemorySettings,
     configure_logging,
+    get_logger,
     load_settings,
     open_database,
 )
@@ -53,19 +54,44 @@ def install_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+log = get_logger(__name__)
+# Set once logging is configured: with the JSON renderer, notices are log events too, so stderr
+# carries JSON only.
+_notices_as_json = False
+
+
 def _err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    if not _notices_as_json:
+        print(message, file=sys.stderr, flush=True)
+    elif message.startswith("error: "):
+        log.error("command_failed", message=message.removeprefix("error: "))
+    else:
+        log.info("command_notice", message=message)
 
 
 async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
     key = stdio_api_key(settings)
-    base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
-    async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
+    from memory_server.links import plan_stdio_links, serving_links
+
+    links = plan_stdio_links(settings)
+    async with (
+        running(
+            settings,
+            base_url=links.base_url,
+            default_api_key=key,
+            links_unavailable=links.unavailable,
+        ) as (_runtime, services),
+        serving_links(services, links),
+    ):
         await check_api_key(services, key)
         from memory_tools.mcp import build_memory_server
 
         server = build_memory_server(services)
         _err("image-memory: serving MCP over stdio")
+        if links.listener is not None:
+            _err(f"image-memory: preview links served at {links.base_url}")
+        elif links.unavailable is not None:
+            _err(f"image-memory: {links.unavailable}")
         if with_worker:
             async with background_worker(services, worker_config(settings)):
                 await server.run_stdio_async(show_banner=False)
@@ -281,7 +307,8 @@ def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None]]) 
     install_sigterm_handler()
     try:
         settings = load_settings()
-        configure_logging(settings.memory_log_format, settings.memory_log_level)
+        global _notices_as_json
+        _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
         asyncio.run(command(settings))
     except ConfigurationError as exc:
         _err(f"error: {exc}")

@@ -82,7 +82,12 @@ def object_routes(services: MemoryServices) -> list[Route]:
         except ObjectNotFound:
             return _refuse(404, "not found")
         except ChecksumMismatch:
-            log.error("object_integrity_failure", object_id=record.id, variant=_variant(key))
+            log.error(
+                "object_integrity_failed",
+                object_id=record.id,
+                variant=_variant(key),
+                exc_info=True,
+            )
             return _refuse(500, "the object failed its integrity check")
         filename = key.rsplit("/", 1)[1]
         return Response(

@@ -40,10 +40,11 @@ MAX_LIST_LIMIT = 100
 
 @dataclass(frozen=True)
 class PreviewLink:
-    """A short-lived read link of the sanitised preview."""
+    """A short-lived read link of the sanitised preview, or why there is none to open."""
 
-    url: str
-    expires_at: datetime
+    url: str | None
+    expires_at: datetime | None
+    unavailable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -118,14 +119,20 @@ async def read_preview(services: MemoryServices, key: str, expected_sha256: str 
             services.store, key, expected_sha256, max_bytes=MAX_PREVIEW_BYTES
         )
     except ChecksumMismatch:
-        log.error("asset.preview.integrity_failure", object_id=key.rsplit("/", 2)[1])
+        log.error("asset_preview_integrity_failed", object_id=key.rsplit("/", 2)[1], exc_info=True)
         raise
 
 
 async def signed_preview(services: MemoryServices, stored: StoredAsset) -> PreviewLink | None:
-    """A fresh short-lived link to the asset's preview; ``None`` when there is no preview."""
+    """A fresh short-lived link to the asset's preview; ``None`` when there is no preview.
+
+    When this server's links cannot be opened (``MemoryServices.links_unavailable``) the link
+    is replaced by the reason, never handed out dead.
+    """
     if stored.preview_storage_key is None or stored.object_status != "available":
         return None
+    if services.links_unavailable is not None:
+        return PreviewLink(url=None, expires_at=None, unavailable=services.links_unavailable)
     ttl = services.settings.asset_signed_get_ttl_seconds
     url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
     return PreviewLink(url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))

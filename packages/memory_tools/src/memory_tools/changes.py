@@ -415,7 +415,12 @@ async def purge_deleted_objects(services: MemoryServices, *, limit: int = PURGE_
             if stored.preview_storage_key is not None:
                 await services.store.delete(stored.preview_storage_key)
         except MemoryDbError as exc:
-            log.warning("asset_object_purge_failed", object_id=stored.id, error=type(exc).__name__)
+            log.warning(
+                "asset_object_purge_failed",
+                object_id=stored.id,
+                error=type(exc).__name__,
+                exc_info=True,
+            )
             continue
         gone.append(stored)
     purged = 0

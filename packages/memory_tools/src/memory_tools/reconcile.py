@@ -96,7 +96,7 @@ async def reconcile_store(
     report = Reconciliation(len(namespaces), listed, removed, removed_bytes, waiting)
     if removed:
         log.info(
-            "store.reconciled",
+            "store_reconciled",
             namespaces=report.namespaces,
             listed=report.listed,
             removed=report.removed,
@@ -112,10 +112,11 @@ async def _delete(services: MemoryServices, doomed: list[_Doomed]) -> list[_Doom
             await services.store.delete(entry.item.key)
         except MemoryDbError as exc:
             log.warning(
-                "store.reconcile_delete_failed",
+                "store_reconcile_delete_failed",
                 target_kind=entry.target_kind,
                 target_id=entry.target_id,
                 error=type(exc).__name__,
+                exc_info=True,
             )
             continue
         gone.append(entry)

@@ -31,3 +31,6 @@ class MemoryServices:
     # Where clients reach this server (MEMORY_PUBLIC_BASE_URL or the bound address): links the
     # server hands out, such as an upload's completeUrl, are absolute on it.
     public_base_url: str | None = None
+    # Why the store's signed links cannot be opened by this server's callers (a stdio server
+    # with nothing serving its local links); ``None`` when they can. Previews then say so.
+    links_unavailable: str | None = None

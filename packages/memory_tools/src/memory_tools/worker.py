@@ -105,7 +105,7 @@ class EmbeddingWorker:
             group.start_soon(self._sweep_forever)
             for slot in range(self.config.concurrency):
                 group.start_soon(self._slot, slot)
-            log.info("worker.started", worker=self.worker_id, concurrency=self.config.concurrency)
+            log.info("worker_started", worker=self.worker_id, concurrency=self.config.concurrency)
             if ready is not None:
                 ready.set()
 
@@ -114,7 +114,7 @@ class EmbeddingWorker:
             try:
                 done = await self.run_once()
             except Exception:  # the database or store hiccupped: back off, keep the worker
-                log.exception("worker.batch_error", worker=self.worker_id, slot=slot)
+                log.exception("worker_batch_failed", worker=self.worker_id, slot=slot)
                 done = 0
             if done:
                 continue
@@ -139,14 +139,14 @@ class EmbeddingWorker:
                     with anyio.CancelScope(shield=True):
                         await driver.remove_listener(CHANNEL, wake)
         except Exception:
-            log.warning("worker.listen_unavailable", worker=self.worker_id)
+            log.warning("worker_listen_unavailable", worker=self.worker_id, exc_info=True)
 
     async def _sweep_forever(self) -> None:
         while True:
             try:
                 await self.sweep()
             except Exception:
-                log.exception("worker.sweep_error", worker=self.worker_id)
+                log.exception("worker_sweep_failed", worker=self.worker_id)
             await anyio.sleep(self.config.sweep_seconds)
 
     async def sweep(self) -> None:
@@ -166,7 +166,7 @@ class EmbeddingWorker:
         reconciled = await self._reconcile()
         if expired or abandoned or removed or purged or reconciled:
             log.info(
-                "worker.swept",
+                "worker_swept",
                 reservations=expired,
                 abandoned_jobs=len(abandoned),
                 orphans_removed=removed,
@@ -252,7 +252,7 @@ class EmbeddingWorker:
                 )
             if len(held) < len(job_ids):
                 log.warning(
-                    "worker.lease_lost", worker=self.worker_id, lost=len(job_ids) - len(held)
+                    "worker_lease_lost", worker=self.worker_id, lost=len(job_ids) - len(held)
                 )
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
@@ -429,7 +429,7 @@ class EmbeddingWorker:
             for item, embedding, usage, asset in finishing:
                 job = item.job
                 if job.id not in done:
-                    log.warning("worker.lease_lost_at_completion", job_id=job.id)
+                    log.warning("worker_lease_lost_at_completion", job_id=job.id)
                     continue
                 scope = VaultScope(asset.owner_identity, asset.vault)
                 vectors.setdefault(scope, []).append(
@@ -466,7 +466,7 @@ class EmbeddingWorker:
         for item in stale:
             await self._retry(item.job, "index_mismatch", mismatch or "")
         if ledger:
-            log.info("worker.jobs_done", worker=self.worker_id, jobs=len(ledger))
+            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(ledger))
 
     async def _failed(self, item: _Work, exc: EmbeddingError) -> None:
         """Apply §13.3's failure policy to one job."""
@@ -476,14 +476,16 @@ class EmbeddingWorker:
             return
         if isinstance(exc, ProviderContractError):
             # Wrong vector count, length or values: the provider broke its contract. Alert.
-            log.error("worker.provider_contract_violation", job_id=job.id, code=exc.code)
+            log.error(
+                "worker_provider_contract_violated", job_id=job.id, code=exc.code, exc_info=exc
+            )
         await self._fail(job, exc.code, str(exc))
         if exc.code == "unsupported_media":
             # Our validation accepted what the provider cannot read: keep the object out of
             # dedupe and embedding until someone looks (§13.3 "quarantine").
             async with self._services.database.unit_of_work() as uow:
                 await uow.objects.quarantine(job.owner_identity, item.asset.object_id)
-            log.warning("worker.object_quarantined", object_id=item.asset.object_id)
+            log.warning("worker_object_quarantined", object_id=item.asset.object_id)
 
     async def _retry(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
@@ -495,13 +497,13 @@ class EmbeddingWorker:
                 delay=retry_delay(job.attempts, self.config),
             )
             await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
-        log.info("worker.job_retry", job_id=job.id, code=code, attempt=job.attempts)
+        log.info("worker_job_retried", job_id=job.id, code=code, attempt=job.attempts)
 
     async def _fail(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.fail(job.id, self.worker_id, code=code, message=message)
             await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
-        log.warning("worker.job_failed", job_id=job.id, code=code)
+        log.warning("worker_job_failed", job_id=job.id, code=code)
 
 
 def _split_usage(total: int, parts: int) -> list[int]:

@@ -80,7 +80,7 @@ async def test_every_tool_caller_and_target(
     bob_asset = await save(bob.key, 2, "Lighthouse at dawn")
     # The grantees' own assets (alice's and bob's own are the "alice" and "bob" targets).
     own = {
-        f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p}")
+        f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p} lighthouse")
         for i, (p, person) in enumerate(grantees.items())
     }
     await EmbeddingWorker(saving).drain()
@@ -180,8 +180,8 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
             kind, result = await _outcome(client, "image_asset_list", {"limit": 100})
             items = result["items"] if kind == "ok" else []
         else:
-            # "Lighthouse" is in both owners' titles and the pictures are alike: only the
-            # vaults the caller may read decide.
+            # "Lighthouse" is in every title (search returns only results with evidence) and
+            # the pictures are alike: only the vaults the caller may read decide.
             kind, result = await _outcome(
                 client, "image_asset_search", {"query": "lighthouse", "limit": 30}
             )

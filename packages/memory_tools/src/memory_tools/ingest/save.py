@@ -394,7 +394,9 @@ class AssetSaver:
             async with self.services.database.unit_of_work() as uow:
                 await uow.quota.release(owner, reservation_id)
         except Exception:  # the expiry sweep releases it later
-            log.warning("asset.save.release_failed", reservation_id=reservation_id)
+            log.warning(
+                "asset_reservation_release_failed", reservation_id=reservation_id, exc_info=True
+            )
 
     async def store(
         self,
@@ -653,7 +655,7 @@ class AssetSaver:
             )
             await uow.jobs.notify()
         log.info(
-            "asset.saved",
+            "asset_saved",
             asset_id=asset.id,
             object_id=stored.id,
             bytes=image.bytes,
@@ -684,7 +686,7 @@ class AssetSaver:
             async with self.services.database.unit_of_work() as uow:
                 await uow.orphans.record(owner, keys, reason=reason)
         except Exception:
-            log.error("asset.orphan.record_failed", keys=len(keys))
+            log.error("asset_orphans_record_failed", keys=len(keys), exc_info=True)
 
     async def _discard(self, owner: str, keys: list[str]) -> None:
         """Delete bytes nobody references (lost dedupe race, refused commit); record failures."""

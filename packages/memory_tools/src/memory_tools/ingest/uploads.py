@@ -204,7 +204,7 @@ class UploadFlow:
         try:
             await self._services.store.delete(key)
         except MemoryDbError:
-            log.warning("asset.upload.staging_delete_failed")
+            log.warning("asset_upload_staging_delete_failed", exc_info=True)
 
     async def _read(self, key: str, expected: int) -> bytes:
         head = await self._services.store.head(key)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
@@ -33,6 +35,8 @@ def build_memory_server(
     """A FastMCP server with every memory tool registered."""
     server = FastMCP(
         name,
+        # serverInfo.version: this project's release, not the framework's.
+        version=version("memory-tools"),
         instructions=INSTRUCTIONS + deletion_note(services.settings.asset_delete_grace_hours),
         auth=auth,
         mask_error_details=True,

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastmcp.exceptions import ToolError
@@ -28,6 +27,8 @@ from memory_tools.mcp.schemas import (
     AssetListOut,
     AssetOut,
     AssetSummaryOut,
+    CreatedAfterParam,
+    CreatedBeforeParam,
     DeleteOut,
     FolderDeletionOut,
     FolderOut,
@@ -365,8 +366,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
-        createdAfter: datetime | None = None,
-        createdBefore: datetime | None = None,
+        createdAfter: CreatedAfterParam = None,
+        createdBefore: CreatedBeforeParam = None,
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
@@ -431,8 +432,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
-        createdAfter: datetime | None = None,
-        createdBefore: datetime | None = None,
+        createdAfter: CreatedAfterParam = None,
+        createdBefore: CreatedBeforeParam = None,
         limit: Annotated[int, Field(ge=1, le=30)] = 10,
         minScore: Annotated[
             float | None,
@@ -446,7 +447,9 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
         image together. Results are the best matches first, each with its cosine score; only
-        images whose embedding is ready are found. A query image is never stored.
+        images whose embedding is ready are found. A query image is never stored. Only results
+        with evidence are returned, so there may be fewer than limit or none; noGoodMatch is
+        true when none is a good match (see bestScore and goodMatchScore).
         """
         request = SearchRequest(
             query=query,
