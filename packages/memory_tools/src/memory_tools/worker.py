@@ -405,7 +405,7 @@ class EmbeddingWorker:
                     f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
                     f"this worker's embedder makes {self._embedder.dimensions}-d ones"
                 )
-                log.error("worker.index_mismatch", worker=self.worker_id, index=index.name)
+                log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
