@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 from sqlalchemy import text
 
+from memory_db import new_id
 from memory_db.embedding import LocalEmbedder
+from memory_db.storage import build_object_key
 from memory_server.app import build_http_server
 from memory_tools import MemoryServices
 
@@ -57,10 +59,22 @@ async def test_memory_switched_off_refuses_upload_start_and_completion(
         refused_complete = await http.post(
             f"{base}/uploads/{ticket['uploadId']}/complete", json={}, headers=auth
         )
+        # The signed links are refused too: the still-open upload link, and any read link.
+        refused_put = await http.put(
+            httpx.URL(base).join(signed.raw_path.decode()),
+            content=_png(4)[: len(data)].ljust(len(data), b"\0"),
+            headers=ticket["headers"],
+        )
+        key = build_object_key("production", new_id("ans"), new_id("aob"), "preview")
+        read_link = httpx.URL(await services.store.create_signed_get_url(key, 60))
+        refused_get = await http.get(httpx.URL(base).join(read_link.raw_path.decode()))
     for refused in (refused_start, refused_complete):
         assert refused.status_code == 503, refused.text
         assert refused.json()["error"] == {
             "code": "feature_disabled",
             "message": "image memory is switched off (ASSET_FEATURE_ENABLED=false)",
         }
+    for refused in (refused_put, refused_get):
+        assert refused.status_code == 503, refused.text
+        assert "ASSET_FEATURE_ENABLED=false" in refused.text
     assert await _counts(services) == (0, 1)

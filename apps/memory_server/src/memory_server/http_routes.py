@@ -16,8 +16,6 @@ from starlette.routing import Route
 from memory_db import (
     ChecksumMismatch,
     InvalidStorageKey,
-    MemoryDbError,
-    ObjectExists,
     ObjectNotFound,
     SignatureError,
     get_logger,
@@ -26,11 +24,11 @@ from memory_db.storage import (
     OBJECTS_ROUTE,
     HmacLinks,
     content_type_for_key,
-    parse_storage_key,
     read_verified,
 )
-from memory_tools import MemoryServices
-from memory_tools.ingest.uploads import OPERATION as UPLOAD_OPERATION
+from memory_tools import MemoryServices, ToolFailure, policy
+from memory_tools.ingest.save import AssetSaver
+from memory_tools.ingest.uploads import UploadFlow
 
 log = get_logger(__name__)
 
@@ -42,6 +40,10 @@ SAFE_HEADERS = {
 }
 
 
+# What a refused signed PUT answers, by failure code.
+_PUT_STATUS = {"forbidden": 403, "conflict": 409, "feature_disabled": 503}
+
+
 def _refuse(status: int, message: str) -> Response:
     return PlainTextResponse(message, status_code=status, headers=SAFE_HEADERS)
 
@@ -51,9 +53,14 @@ def object_routes(services: MemoryServices) -> list[Route]:
     store = services.store
     if not isinstance(store, HmacLinks):
         return []  # S3 links go to the bucket's own endpoint
+    uploads = UploadFlow(AssetSaver(services))
 
     async def get_object(request: Request) -> Response:
         key = request.path_params["key"]
+        try:
+            policy.require(services.settings)
+        except ToolFailure as failure:
+            return _refuse(503, failure.message)
         try:
             store.verify_signed_get(
                 key,
@@ -123,24 +130,10 @@ def object_routes(services: MemoryServices) -> list[Route]:
                 return _refuse(400, "body is longer than the signed Content-Length")
         if len(body) != length:
             return _refuse(400, "body is shorter than the signed Content-Length")
-        staged = parse_storage_key(key)  # a staging key: verify_signed_put accepts no other
-        assert staged.reservation_id is not None
-        # The HMAC says who issued the link; the database says whether it is still good. A link
-        # works while its upload is open and never after: once completed, refused,
-        # deduplicated or expired, the reservation is closed and nothing is written.
-        async with services.database.unit_of_work() as uow:
-            reservation = await uow.quota.hold_open_upload(
-                staged.reservation_id, staged.namespace_id, operation=UPLOAD_OPERATION
-            )
-            if reservation is None:
-                log.info("signed_write_closed", reservation_id=staged.reservation_id)
-                return _refuse(403, "this upload link has been used or has expired")
-            try:
-                await store.put(key, bytes(body), content_type=content_type)
-            except ObjectExists:
-                return _refuse(409, "bytes were already uploaded with this link")
-            except MemoryDbError:
-                return _refuse(400, "the object was refused")
+        try:
+            await uploads.stage(key, bytes(body), content_type=content_type)
+        except ToolFailure as failure:
+            return _refuse(_PUT_STATUS.get(failure.code, 400), failure.message)
         return Response(status_code=200, headers=SAFE_HEADERS)
 
     path = OBJECTS_ROUTE + "/{key:path}"

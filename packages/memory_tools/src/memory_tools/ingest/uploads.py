@@ -24,12 +24,13 @@ from typing import Any
 
 import anyio
 
-from memory_db import MemoryDbError, QuotaExceededError, get_logger, new_id
-from memory_db.storage import build_staging_key
+from memory_db import MemoryDbError, ObjectExists, QuotaExceededError, get_logger, new_id
+from memory_db.storage import build_staging_key, parse_storage_key
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
+    Forbidden,
     InvalidImage,
     InvalidInputFailure,
     NotFoundFailure,
@@ -131,6 +132,33 @@ class UploadFlow:
             headers=dict(signed.headers),
             expires_at=datetime.now(UTC) + timedelta(seconds=signed.expires_in),
         )
+
+    async def stage(self, key: str, body: bytes, *, content_type: str) -> None:
+        """Write the bytes of a signed upload link to its staging key, once, while it is open.
+
+        The caller (the signed-upload route) has checked the link's HMAC, which says who issued
+        it; the database says whether it is still good. A link works while its upload is open
+        and never after: once completed, refused, deduplicated or expired, the reservation is
+        closed and nothing is written. The reservation stays share-locked while the bytes are
+        written, so completion (which closes it under ``FOR UPDATE``) cannot begin half-way.
+        """
+        policy.require(self._services.settings)
+        staged = parse_storage_key(key)
+        if staged.kind != "staging" or staged.reservation_id is None:
+            raise Forbidden("upload links write only to an upload's staging key")
+        async with self._services.database.unit_of_work() as uow:
+            reservation = await uow.quota.hold_open_upload(
+                staged.reservation_id, staged.namespace_id, operation=OPERATION
+            )
+            if reservation is None:
+                log.info("upload_link_closed", reservation_id=staged.reservation_id)
+                raise Forbidden("this upload link has been used or has expired")
+            try:
+                await self._services.store.put(key, body, content_type=content_type)
+            except ObjectExists:
+                raise ConflictFailure("bytes were already uploaded with this link") from None
+            except MemoryDbError as exc:
+                raise InvalidInputFailure(f"the upload was refused: {exc}") from None
 
     async def complete(self, caller: Caller, upload_id: str, *, vault: str) -> SaveResult:
         """Validate the uploaded bytes and create the asset (or return it if already done)."""
