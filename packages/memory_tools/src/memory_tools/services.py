@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memory_db import Database, MemorySettings
 from memory_db.embedding import Embedder
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
+from memory_tools.ingest.admission import DecodeAdmission
 
 if TYPE_CHECKING:
     from memory_tools.ingest.fetch import SafeFetcher
@@ -28,3 +29,10 @@ class MemoryServices:
     embedder: Embedder | None = None
     fetcher: SafeFetcher | None = None
     vector_alias: str = DEFAULT_ALIAS
+    # Every decode of an untrusted image in this process waits here for its pixels
+    # (ASSET_DECODE_BUDGET_PIXELS); made from the settings, one per set of services.
+    decode_admission: DecodeAdmission = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        admission = DecodeAdmission(self.settings.decode_budget_pixels)
+        object.__setattr__(self, "decode_admission", admission)

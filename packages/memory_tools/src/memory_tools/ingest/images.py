@@ -9,13 +9,21 @@ reach an SVG, PDF, TIFF or HEIF parser whatever the bytes say. For each upload:
 3. the image's structure is walked to its logical end; archive, HTML, script or PDF bytes
    after it (a polyglot) are refused;
 4. the header is read and ``width x height x pages`` is checked against the pixel limit
-   before any pixel is decoded;
-5. a sanitised WebP preview is made by ``thumbnail_buffer`` (shrink-on-load, EXIF
-   auto-orientation, sRGB, first frame, no metadata) with ``fail_on="error"``, which reads the
-   whole first frame, so truncation or a corrupt stream fails here; the frames of an animation
-   are decoded too.
+   before any pixel is decoded, and so is whether the compressed data can hold that many
+   pixels at all (a 633-byte JPEG claiming 6000 x 6000 cannot);
+5. a sanitised WebP preview is made (shrink-on-load, EXIF auto-orientation, sRGB, first frame,
+   no metadata), which reads the whole first frame, so truncation or a corrupt stream fails
+   here; the frames of an animation are decoded too.
 
-Everything here is CPU-bound and synchronous; :func:`inspect_image` runs it in a worker thread.
+Steps 1-4 are :func:`read_header`, cheap in memory; step 5 is :func:`decode_preview`. Both are
+CPU-bound and synchronous. :func:`inspect_image` runs them in worker threads and holds the
+decode to a budget of pixels in flight (:class:`~memory_tools.ingest.admission.DecodeAdmission`).
+
+Decoders are strict: ``fail_on`` is ``"warning"`` for JPEG, because libjpeg reports corrupt
+entropy data and scans cut short ("premature end of data segment", "bad Huffman code") only as
+warnings, and ``"error"`` for the others (libpng's warnings include harmless ones about ICC
+profiles). A baseline JPEG whose entropy data was overwritten but still decodes to the right
+length is not detectable by any decoder, and neither is a lossy WebP's.
 """
 
 from __future__ import annotations
@@ -31,6 +39,7 @@ import anyio.to_thread
 import pyvips
 
 from memory_tools.errors import InvalidImage
+from memory_tools.ingest.admission import TRIM_AFTER_PIXELS, DecodeAdmission, trim_allocator
 
 MIN_LIBVIPS = (8, 18, 3)
 PREVIEW_QUALITY = 82
@@ -54,6 +63,14 @@ FORMATS = {
     "webp": ImageFormat("webp", "image/webp", "webp", "VipsForeignLoadWebpBuffer"),
     "gif": ImageFormat("gif", "image/gif", "gif", "VipsForeignLoadNsgifBuffer"),
 }
+# How strict each decoder is (libvips' fail_on; see the module docstring).
+FAIL_ON = {"jpeg": "warning", "png": "error", "webp": "error", "gif": "error"}
+# JPEG frames whose entropy data is Huffman-coded (baseline, extended, progressive, lossless):
+# each 8x8 block costs at least one bit. Arithmetic coding has no such floor.
+_HUFFMAN_FRAMES = frozenset({0xC0, 0xC1, 0xC2, 0xC3})
+# Deflate's largest possible ratio (258 bytes from two 1-bit codes).
+_DEFLATE_MAX_RATIO = 1032
+_PNG_CHANNELS = {0: 1, 2: 3, 3: 1, 4: 2, 6: 4}
 
 # Recognised only to explain a refusal: none of these is ever decoded.
 _KNOWN_OTHERS: tuple[tuple[re.Pattern[bytes], str], ...] = (
@@ -101,12 +118,29 @@ class InspectedImage:
     preview_height: int
 
 
+@dataclass(frozen=True)
+class ImageHeader:
+    """What :func:`read_header` learned before any pixel is decoded."""
+
+    format: ImageFormat
+    width: int  # as stored, before EXIF orientation
+    height: int
+    pages: int
+    orientation: int
+    has_profile: bool
+    transparent: bool  # GIF only: a graphic control block declares a transparent colour
+    decode_pixels: int  # what decoding will hold: the larger of the image and a GIF's screen
+
+
 _setup_lock = threading.Lock()
 _setup_done = False
 
 
 def lock_down_libvips() -> None:
     """Block every loader but the four buffer loaders, and all untrusted operations. Idempotent.
+
+    Also switches libvips' operation cache off: every image is seen once, so the cache only
+    held decoded pixels (165 MB after one 40 MP GIF) and file descriptors.
 
     Raises :class:`RuntimeError` when libvips is older than 8.18.3.
     """
@@ -122,6 +156,9 @@ def lock_down_libvips() -> None:
         pyvips.operation_block_set("VipsForeignLoad", True)
         for image_format in FORMATS.values():
             pyvips.operation_block_set(image_format.loader, False)
+        pyvips.cache_set_max(0)
+        pyvips.cache_set_max_mem(0)
+        pyvips.cache_set_max_files(0)
         _setup_done = True
 
 
@@ -163,7 +200,7 @@ def _chosen_loader(data: bytes) -> str | None:
 _JPEG_MARKER = re.compile(rb"\xff[^\x00\xd0-\xd7\xff]")
 
 
-def _jpeg_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
+def _jpeg_end(data: bytes, pixels: list[tuple[int, int]], frames: list[int]) -> int:
     position = 2
     size = len(data)
     while position + 2 <= size:
@@ -183,6 +220,8 @@ def _jpeg_end(data: bytes, pixels: list[tuple[int, int]]) -> int:
         length = int.from_bytes(data[position + 2 : position + 4], "big")
         if length < 2:
             raise InvalidImage("the JPEG structure is corrupt")
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):  # a frame header
+            frames.append(marker)
         position += 2 + length
         if marker == 0xDA:  # start of scan: entropy-coded data runs to the next real marker
             found = _JPEG_MARKER.search(data, position)
@@ -276,16 +315,14 @@ def _walk_gif(data: bytes, pixels: list[tuple[int, int]]) -> tuple[int, bool]:
     raise InvalidImage("the GIF is truncated")
 
 
-_ENDS = {"jpeg": _jpeg_end, "png": _png_end, "webp": _webp_end}
-
-
 @dataclass(frozen=True)
 class _Layout:
     """What walking a file's own structure found."""
 
     end: int  # where the structure says the image stops
     pixels: list[tuple[int, int]]  # byte ranges of compressed pixel data
-    transparent: bool  # GIF only: a graphic control block declares a transparent colour
+    transparent: bool = False  # GIF only: a graphic control block declares a transparent colour
+    jpeg_frame: int | None = None  # JPEG only: the frame header's marker (0xC0 baseline, ...)
 
 
 def _layout(data: bytes, image_format: ImageFormat) -> _Layout:
@@ -293,8 +330,38 @@ def _layout(data: bytes, image_format: ImageFormat) -> _Layout:
     pixels: list[tuple[int, int]] = []
     if image_format.name == "gif":
         end, transparent = _walk_gif(data, pixels)
-        return _Layout(end, pixels, transparent)
-    return _Layout(_ENDS[image_format.name](data, pixels), pixels, transparent=False)
+        return _Layout(end, pixels, transparent=transparent)
+    if image_format.name == "jpeg":
+        frames: list[int] = []
+        end = _jpeg_end(data, pixels, frames)
+        return _Layout(end, pixels, jpeg_frame=frames[0] if frames else None)
+    if image_format.name == "png":
+        return _Layout(_png_end(data, pixels), pixels)
+    return _Layout(_webp_end(data, pixels), pixels)
+
+
+def _refuse_impossible_sizes(
+    data: bytes, layout: _Layout, image_format: ImageFormat, width: int, height: int
+) -> None:
+    """Refuse dimensions the compressed pixel data is too small to hold, before decoding.
+
+    Decoders fill what is missing with grey or black, so such a file would cost the decode of
+    an image it does not contain (a 633-byte JPEG claiming 6000 x 6000 is 36 MP).
+    """
+    compressed = sum(stop - start for start, stop in layout.pixels)
+    if image_format.name == "jpeg" and layout.jpeg_frame in _HUFFMAN_FRAMES:
+        possible = compressed * 8 >= -(-width // 8) * -(-height // 8)
+    elif image_format.name == "png":
+        bits = data[24] * _PNG_CHANNELS.get(data[25], 4)  # IHDR: bit depth, colour type
+        raw = height * (1 + -(-width * bits // 8))  # each row: a filter byte and the samples
+        possible = compressed * _DEFLATE_MAX_RATIO >= raw
+    else:
+        return
+    if not possible:
+        raise InvalidImage(
+            f"the {image_format.name.upper()} is corrupt: {compressed:,} bytes of image data "
+            f"cannot hold {width}x{height} pixels"
+        )
 
 
 def _outside(pixels: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
@@ -360,25 +427,28 @@ def _thumbnail(
     opaque_gif: bool,
 ) -> pyvips.Image:
     """The upright, sRGB preview, as a pipeline: nothing is decoded until it is read."""
+    fail_on = FAIL_ON[image_format.name]
     if image_format.name == "jpeg":
         shrink = _jpeg_shrink(long_edge, edge)
         loaded = pyvips.Image.jpegload_buffer(
-            data, shrink=shrink, access="sequential", fail_on="error"
+            data, shrink=shrink, access="sequential", fail_on=fail_on
         )
-        image = loaded.thumbnail_image(edge, height=edge, size="down", fail_on="error", **options)
+        image = loaded.thumbnail_image(edge, height=edge, size="down", **options)
     elif opaque_gif:
         # Without transparency an alpha band (the loader may add one) is dropped before
         # resizing (a quarter less work), and a palette picture is resized with a linear
         # kernel: lanczos3 rings on its hard edges and dithering. No EXIF or ICC profile exists.
-        image = pyvips.Image.gifload_buffer(data, access="sequential", fail_on="error")
+        image = pyvips.Image.gifload_buffer(data, access="sequential", fail_on=fail_on)
         if image.hasalpha():
             image = image.extract_band(0, n=image.bands - 1)
         scale = edge / max(image.width, image.height)
         if scale < 1:
             image = image.resize(scale, kernel="linear")
     else:
+        # thumbnail_buffer does not pass its own fail_on argument to the loader (libvips
+        # 8.18: a cut PNG became a black preview); the loader's options string does.
         image = pyvips.Image.thumbnail_buffer(
-            data, edge, height=edge, size="down", fail_on="error", **options
+            data, edge, height=edge, size="down", option_string=f"fail_on={fail_on}", **options
         )
     return image
 
@@ -388,8 +458,11 @@ def _band_min(image: pyvips.Image, band: int) -> float:
     return value[0] if isinstance(value, tuple) else value
 
 
-def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> InspectedImage:
-    """Validate ``data`` and build its preview; :class:`InvalidImage` names what is wrong."""
+def read_header(data: bytes, *, max_pixels: int) -> ImageHeader:
+    """Steps 1-4: type, structure, header and pixel limit, without decoding any pixel.
+
+    :class:`InvalidImage` names what is wrong.
+    """
     lock_down_libvips()
     if not data:
         raise InvalidImage("the file is empty")
@@ -413,6 +486,7 @@ def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> In
         raise InvalidImage(f"the {image_format.name} header is unreadable") from None
     if width <= 0 or height <= 0:
         raise InvalidImage("the image has no pixels")
+    decode_pixels = width * height * pages
     if image_format.name == "gif":
         # Frames are composed on the logical screen, which other decoders allocate in full.
         screen_w, screen_h = (
@@ -424,22 +498,39 @@ def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> In
                 f"the GIF's logical screen has {screen_w * screen_h * pages:,} pixels "
                 f"({screen_w}x{screen_h}x{pages} frames); the limit is {max_pixels:,}"
             )
+        decode_pixels = max(decode_pixels, screen_w * screen_h * pages)
     if width * height * pages > max_pixels:
         raise InvalidImage(
             f"the image has {width * height * pages:,} pixels "
             f"({width}x{height}x{pages} frames); the limit is {max_pixels:,}"
         )
+    _refuse_impossible_sizes(data, layout, image_format, width, height)
+    return ImageHeader(
+        format=image_format,
+        width=width,
+        height=height,
+        pages=pages,
+        orientation=orientation,
+        has_profile=has_profile,
+        transparent=layout.transparent,
+        decode_pixels=decode_pixels,
+    )
+
+
+def decode_preview(data: bytes, header: ImageHeader, *, preview_edge: int) -> InspectedImage:
+    """Step 5: decode ``data`` (already read by :func:`read_header`) and build its preview."""
+    image_format = header.format
     try:
         # thumbnail turns CMYK and greyscale into sRGB itself; an embedded ICC profile needs a
         # real colour transform, which is costly, so it is asked for only then.
-        options: dict[str, Any] = {"output_profile": "srgb"} if has_profile else {}
+        options: dict[str, Any] = {"output_profile": "srgb"} if header.has_profile else {}
         preview = _thumbnail(
             data,
             image_format,
-            max(width, height),
+            max(header.width, header.height),
             preview_edge,
             options,
-            opaque_gif=image_format.name == "gif" and not layout.transparent,
+            opaque_gif=image_format.name == "gif" and not header.transparent,
         )
         if preview.hasalpha():
             # Checking the alpha band reads every pixel, so the preview (bounded by the edge)
@@ -451,31 +542,53 @@ def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> In
         encoded = preview.webpsave_buffer(
             Q=PREVIEW_QUALITY, keep=pyvips.enums.ForeignKeep.NONE, effort=PREVIEW_EFFORT
         )
-        if pages > 1:
+        if header.pages > 1:
             # The preview used the first frame; every other frame must decode as well.
             frames = pyvips.Image.new_from_buffer(
-                data, "", access="sequential", fail_on="error", n=-1
+                data, "", access="sequential", fail_on=FAIL_ON[image_format.name], n=-1
             )
             frames.avg()
     except pyvips.Error:
         raise InvalidImage(f"the {image_format.name} data is corrupt or truncated") from None
-    swapped = orientation in (5, 6, 7, 8)
+    swapped = header.orientation in (5, 6, 7, 8)
     return InspectedImage(
         format=image_format,
         sha256=hashlib.sha256(data).hexdigest(),
         bytes=len(data),
-        width=height if swapped else width,
-        height=width if swapped else height,
-        pages=pages,
-        orientation=orientation,
+        width=header.height if swapped else header.width,
+        height=header.width if swapped else header.height,
+        pages=header.pages,
+        orientation=header.orientation,
         preview=encoded,
         preview_width=preview.width,
         preview_height=preview.height,
     )
 
 
-async def inspect_image(data: bytes, *, max_pixels: int, preview_edge: int) -> InspectedImage:
-    """:func:`inspect_image_sync` in a worker thread, off the event loop."""
-    return await anyio.to_thread.run_sync(
-        lambda: inspect_image_sync(data, max_pixels=max_pixels, preview_edge=preview_edge)
-    )
+def inspect_image_sync(data: bytes, *, max_pixels: int, preview_edge: int) -> InspectedImage:
+    """Validate ``data`` and build its preview; :class:`InvalidImage` names what is wrong.
+
+    Not admitted against any budget: for tools and benchmarks that decode one image at a time.
+    """
+    header = read_header(data, max_pixels=max_pixels)
+    return decode_preview(data, header, preview_edge=preview_edge)
+
+
+async def inspect_image(
+    data: bytes, *, max_pixels: int, preview_edge: int, admission: DecodeAdmission
+) -> InspectedImage:
+    """Validate ``data`` and build its preview in worker threads, the decode admitted first.
+
+    The header is read first (cheaply) for the pixel count; the decode then waits until
+    ``admission`` has room for it. When nothing is decoding any more after large decodes, the
+    memory the decoders freed is handed back to the system.
+    """
+    header = await anyio.to_thread.run_sync(lambda: read_header(data, max_pixels=max_pixels))
+    async with admission.admit(header.decode_pixels):
+        # Not abandoned on cancellation: the budget is held until the decode really ends.
+        image = await anyio.to_thread.run_sync(
+            lambda: decode_preview(data, header, preview_edge=preview_edge)
+        )
+    if admission.take_burst() >= TRIM_AFTER_PIXELS:
+        await anyio.to_thread.run_sync(trim_allocator)
+    return image
