@@ -39,8 +39,9 @@ class _Waiter:
 class DecodeAdmission:
     """A first-come-first-served budget of pixels being decoded at once, for one process.
 
-    ``in_flight`` is what is admitted now; ``high_water`` the most ever admitted at once and
-    ``admitted`` how many decodes were let through, so tests and benchmarks can see the bound.
+    ``in_flight`` is what is admitted now, ``high_water`` the most ever admitted at once,
+    ``admitted`` how many decodes were let through and ``queued`` how many of them had to wait:
+    tests and benchmarks read the bound from here.
     """
 
     def __init__(self, budget_pixels: int) -> None:
@@ -50,6 +51,7 @@ class DecodeAdmission:
         self.in_flight = 0
         self.high_water = 0
         self.admitted = 0
+        self.queued = 0
         self._waiting: deque[_Waiter] = deque()
         self._since_idle = 0  # pixels admitted since nothing was last in flight
 
@@ -81,6 +83,7 @@ class DecodeAdmission:
             return
         waiter = _Waiter(cost)
         self._waiting.append(waiter)
+        self.queued += 1
         try:
             await waiter.admitted.wait()
         except BaseException:
