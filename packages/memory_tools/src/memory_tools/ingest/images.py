@@ -580,15 +580,18 @@ async def inspect_image(
     """Validate ``data`` and build its preview in worker threads, the decode admitted first.
 
     The header is read first (cheaply) for the pixel count; the decode then waits until
-    ``admission`` has room for it. When nothing is decoding any more after large decodes, the
-    memory the decoders freed is handed back to the system.
+    ``admission`` has room for it, and after a large decode the memory it freed is handed back
+    to the system before its pixels leave the budget.
     """
     header = await anyio.to_thread.run_sync(lambda: read_header(data, max_pixels=max_pixels))
+
+    def decode() -> InspectedImage:
+        try:
+            return decode_preview(data, header, preview_edge=preview_edge)
+        finally:
+            if header.decode_pixels >= TRIM_AFTER_PIXELS:
+                trim_allocator()
+
     async with admission.admit(header.decode_pixels):
         # Not abandoned on cancellation: the budget is held until the decode really ends.
-        image = await anyio.to_thread.run_sync(
-            lambda: decode_preview(data, header, preview_edge=preview_edge)
-        )
-    if admission.take_burst() >= TRIM_AFTER_PIXELS:
-        await anyio.to_thread.run_sync(trim_allocator)
-    return image
+        return await anyio.to_thread.run_sync(decode)
