@@ -139,6 +139,14 @@ async def test_concurrent_decodes_never_exceed_the_budget() -> None:
     assert admission.queued >= 6  # the others waited their turn
 
 
+async def test_an_image_larger_than_a_small_budget_still_decodes() -> None:
+    admission = DecodeAdmission(100)
+    image = await inspect_image(
+        _photo(40, 30, 3), max_pixels=MAX_PIXELS, preview_edge=EDGE, admission=admission
+    )
+    assert image.width == 40 and admission.high_water == 100 and admission.in_flight == 0
+
+
 async def test_a_refused_header_takes_no_part_of_the_budget() -> None:
     admission = DecodeAdmission(MAX_PIXELS)
     with pytest.raises(InvalidImage):

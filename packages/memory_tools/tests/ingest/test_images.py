@@ -253,7 +253,7 @@ BAD = [
     Bad("50000x50000 png header", lambda: _png_with_header(50_000, 50_000), "pixels"),
     Bad("60000x60000 jpeg header", lambda: _jpeg_claiming(60_000, 60_000), "pixels"),
     # Within the pixel limit, but the data cannot hold the pixels (decoders fill in grey).
-    Bad("805-byte jpeg claiming 6000x6000", lambda: _jpeg_claiming(6000, 6000), "cannot hold"),
+    Bad("sub-1-KB jpeg claiming 6000x6000", lambda: _jpeg_claiming(6000, 6000), "cannot hold"),
     Bad("png claiming 6000x6000", lambda: _png_claiming(6000, 6000), "cannot hold"),
     Bad(
         "jpeg with 40% of its scan cut out",
@@ -534,7 +534,17 @@ async def test_inspection_runs_off_the_event_loop() -> None:
 def test_the_jpeg_decoder_itself_refuses_a_scan_that_ends_early() -> None:
     """Without the size check, decoding the 6000 x 6000 claim still fails (fail_on=warning)."""
     data = _jpeg_claiming(6000, 6000)
-    header = ImageHeader(FORMATS["jpeg"], 6000, 6000, 1, 1, False, False, 36_000_000)
+    assert len(data) < 1000
+    header = ImageHeader(
+        format=FORMATS["jpeg"],
+        width=6000,
+        height=6000,
+        pages=1,
+        orientation=1,
+        has_profile=False,
+        transparent=False,
+        decode_pixels=36_000_000,
+    )
     with pytest.raises(InvalidImage, match="corrupt or truncated"):
         decode_preview(data, header, preview_edge=EDGE)
 
