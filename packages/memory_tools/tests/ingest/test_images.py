@@ -66,6 +66,7 @@ def _jpeg_claiming(width: int, height: int) -> bytes:
 
 def _noisy_photo(width: int, height: int) -> pyvips.Image:
     """Grain over a gradient: entropy data that fills the whole scan, as a photo's does."""
+    # Small enough for the save tests' 64 KiB limit, which reuse this corpus.
     grain = pyvips.Image.gaussnoise(width, height, sigma=40, mean=0, seed=3)
     return (_rgb(width, height) * 0.6 + grain + 40).cast("uchar").copy(interpretation="srgb")
 
@@ -94,6 +95,11 @@ def _jpeg_scan_overwritten(data: bytes, count: int) -> bytes:
     middle = (start + stop) // 2
     garbage = bytes((byte * 73 + 11) % 0xFF for byte in range(count))
     return data[:middle] + garbage + data[middle + count :]
+
+
+def _cut_short(data: bytes) -> bytes:
+    """The first 60 % of ``data``."""
+    return data[: len(data) * 6 // 10]
 
 
 def _png_rewritten(data: bytes, change: Callable[[bytes], bytes]) -> bytes:
@@ -257,33 +263,33 @@ BAD = [
     Bad("png claiming 6000x6000", lambda: _png_claiming(6000, 6000), "cannot hold"),
     Bad(
         "jpeg with 40% of its scan cut out",
-        lambda: _jpeg_scan_cut(_noisy_photo(600, 400).jpegsave_buffer(Q=85), 0.4),
+        lambda: _jpeg_scan_cut(_noisy_photo(240, 160).jpegsave_buffer(Q=85), 0.4),
         "corrupt or truncated",
     ),
     Bad(
         "jpeg cut short with its end marker put back",
-        lambda: _noisy_photo(600, 400).jpegsave_buffer(Q=85)[:-9000] + b"\xff\xd9",
+        lambda: _cut_short(_noisy_photo(240, 160).jpegsave_buffer(Q=85)) + b"\xff\xd9",
         "corrupt or truncated",
     ),
     Bad(
         "progressive jpeg with 40% of its first scan cut out",
-        lambda: _jpeg_scan_cut(_noisy_photo(600, 400).jpegsave_buffer(interlace=True), 0.4),
+        lambda: _jpeg_scan_cut(_noisy_photo(240, 160).jpegsave_buffer(interlace=True), 0.4),
         "corrupt or truncated",
     ),
     Bad(
         "progressive jpeg with corrupt entropy data",
-        lambda: _jpeg_scan_overwritten(_noisy_photo(600, 400).jpegsave_buffer(interlace=True), 200),
+        lambda: _jpeg_scan_overwritten(_noisy_photo(240, 160).jpegsave_buffer(interlace=True), 200),
         "corrupt or truncated",
     ),
     Bad(
         "png with its pixel data cut (checksums good)",
-        lambda: _png_rewritten(_noisy_photo(300, 200).pngsave_buffer(), lambda p: p[:-2000]),
+        lambda: _png_rewritten(_noisy_photo(128, 96).pngsave_buffer(), lambda p: p[:-2000]),
         "corrupt or truncated",
     ),
     Bad(
         "png with corrupt pixel data (checksums good)",
         lambda: _png_rewritten(
-            _noisy_photo(300, 200).pngsave_buffer(),
+            _noisy_photo(128, 96).pngsave_buffer(),
             lambda p: p[:5000] + bytes(range(7, 207)) + p[5200:],
         ),
         "corrupt or truncated",
