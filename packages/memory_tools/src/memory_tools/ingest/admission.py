@@ -2,14 +2,14 @@
 
 A decode's memory grows with the image's pixels: measured on 40 MP images, about 35 MB for a
 JPEG (decoded at 1/2 scale), 65 MB for a PNG and 200 MB for a GIF (whose frames are composed
-at full size). Unbounded, 24 concurrent saves of 40 MP GIFs took 5.6 GB. Every decode of an
+at full size). Unbounded, 24 concurrent saves of 40 MP GIFs took 6 GB. Every decode of an
 untrusted image therefore asks :class:`DecodeAdmission` first, with the pixel count its header
 declares; decodes beyond the budget wait their turn, first come first served, instead of
 failing or growing memory. An image larger than the whole budget (but within the pixel limit)
 is admitted alone, when nothing else is in flight, so it can never wait forever.
 
 The C allocator keeps what a decoder freed for later use by its thread (glibc keeps an arena
-per thread, and decodes run on whichever worker thread is free): 24 saves left 400-1,700 MB
+per thread, and decodes run on whichever worker thread is free): 24 saves left 400-1,900 MB
 behind, and with the budget alone the arenas still held about twice the budget's pixels at the
 peak. :func:`trim_allocator` hands the free memory back to the system after each large decode
 (7-40 ms after a 40 MP one, within the noise of the burst's wall time).
