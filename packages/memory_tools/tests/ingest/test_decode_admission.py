@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import platform
+import sys
 from typing import Any
 
 import anyio
@@ -136,7 +138,7 @@ async def test_concurrent_decodes_never_exceed_the_budget() -> None:
     assert results == [width] * 8
     assert admission.admitted == 8 and admission.in_flight == 0
     assert admission.high_water == 2 * width * height  # the budget was used, and not exceeded
-    assert admission.queued >= 6  # the others waited their turn
+    assert admission.queued >= 1  # and some waited their turn
 
 
 async def test_an_image_larger_than_a_small_budget_still_decodes() -> None:
@@ -164,8 +166,9 @@ def test_a_gif_is_counted_by_its_logical_screen() -> None:
     assert read_header(bytes(screen), max_pixels=MAX_PIXELS).decode_pixels == 400 * 300
 
 
-def test_trimming_the_allocator_is_safe_to_call() -> None:
-    assert trim_allocator() in (True, False)
+def test_the_allocator_is_trimmed_where_the_c_library_can() -> None:
+    glibc = sys.platform.startswith("linux") and platform.libc_ver()[0] == "glibc"
+    assert trim_allocator() is glibc
 
 
 # --- the budget comes from the settings, and every decoding workflow asks it ----------------
