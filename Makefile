@@ -15,7 +15,11 @@ S3RVER := tools/s3rver/node_modules/.bin/s3rver
 
 .PHONY: help
 help: ## List every target with what it does
-	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-14s\033[0m %s\n", $$1, $$2}'
+	@grep -E '^[a-zA-Z_-]+:.*?## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*?## "}; {printf "  \033[36m%-16s\033[0m %s\n", $$1, $$2}'
+	@echo
+	@echo "Variables: HOST and PORT set where \`make run\` listens (now $(HOST):$(PORT)), e.g. make run PORT=9000."
+	@echo "A running server answers GET http://HOST:PORT/healthz (is the process up) and"
+	@echo "GET /healthz/ready (can it reach its database and object store). docs/runbooks/ has the rest."
 
 $(CURDIR)/.cache/tools/bin/uv:
 	@echo "uv not found: installing it with pip into .cache/tools"
@@ -31,6 +35,12 @@ uv: $(UV) ## Make sure uv is available (installs it with pip when missing)
 install: uv ## Install the workspace and dev tools from uv.lock
 	$(UV) sync --frozen --all-packages
 
+# Only what the server needs to run: no test, lint or type-check tools. `--inexact` keeps
+# anything `make install` already put there, so the two targets can be used in any order.
+.PHONY: install-runtime
+install-runtime: uv ## Install only the runtime dependencies (what `make run` needs)
+	$(UV) sync --frozen --all-packages --no-dev --inexact
+
 $(S3RVER): tools/s3rver/package.json tools/s3rver/package-lock.json
 	cd tools/s3rver && npm ci --no-audit --no-fund --silent
 
@@ -38,22 +48,22 @@ $(S3RVER): tools/s3rver/package.json tools/s3rver/package-lock.json
 deps-node: $(S3RVER) ## Install the s3rver S3 peer used by the contract tests (npm)
 
 .PHONY: run
-run: install ## Start the memory server (MCP over HTTP) on the embedded default
-	$(UV) run --frozen memory-server serve --transport http --host $(HOST) --port $(PORT)
+run: install-runtime ## Serve MCP over HTTP on the embedded default (HOST=127.0.0.1 PORT=8765)
+	$(UV) run --frozen --no-sync memory-server serve --transport http --host $(HOST) --port $(PORT)
 
 .PHONY: stdio
-stdio: install ## Start the memory server over stdio (needs MEMORY_API_KEY)
-	$(UV) run --frozen memory-server serve --transport stdio
+stdio: install-runtime ## Serve MCP over stdio as the identity of MEMORY_API_KEY
+	$(UV) run --frozen --no-sync memory-server serve --transport stdio
 
 .PHONY: key
-key: install ## Create an identity and a key: make key OWNER=you@example.com
+key: install-runtime ## Create an identity and a key: make key OWNER=you@example.com
 	@test -n "$(OWNER)" || { echo "usage: make key OWNER=you@example.com"; exit 2; }
-	$(UV) run --frozen memory-server admin create-identity --owner "$(OWNER)" --exist-ok
-	$(UV) run --frozen memory-server admin create-key --owner "$(OWNER)" --scopes read,write,destructive
+	$(UV) run --frozen --no-sync memory-server admin create-identity --owner "$(OWNER)" --exist-ok
+	$(UV) run --frozen --no-sync memory-server admin create-key --owner "$(OWNER)" --scopes read,write,destructive
 
 .PHONY: migrate
-migrate: install ## Apply database migrations (MEMORY_DATABASE_URL or the embedded default)
-	$(UV) run --frozen memory-server migrate
+migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or the embedded default)
+	$(UV) run --frozen --no-sync memory-server migrate
 
 .PHONY: test
 test: install deps-node ## Install everything and run the whole suite, then each library alone

@@ -3,7 +3,9 @@
 Save a photo into a project folder, poll until it is ready, find it by words and by a second
 similar image, open its signed preview and see the link expire, move it without changing its
 object key, check that another user discovers nothing, then delete it and see the vectors go at
-once and the bytes go with the worker's next sweep.
+once and the bytes go with the worker's next sweep (the server runs without a delete grace
+window, ``ASSET_DELETE_GRACE_HOURS=0``; restores within the window are tested in
+``packages/memory_tools/tests/ingest/test_restore.py``).
 
 The photo is sent inline (base64): the server's fetch policy rightly refuses loopback
 addresses, and tests reach no public web server.
@@ -46,7 +48,12 @@ def _b64(data: bytes) -> str:
 
 @pytest.fixture
 def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    env = _env(tmp_path, ASSET_SIGNED_GET_TTL_SECONDS="3", ASSET_WORKER_SWEEP_SECONDS="1")
+    env = _env(
+        tmp_path,
+        ASSET_SIGNED_GET_TTL_SECONDS="3",
+        ASSET_WORKER_SWEEP_SECONDS="1",
+        ASSET_DELETE_GRACE_HOURS="0",
+    )
     with serve_http(env, capture=False) as (url, _process):
         yield url, env
 

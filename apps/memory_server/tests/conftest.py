@@ -41,11 +41,11 @@ def serve_http() -> Callable[..., Any]:
     import uvicorn
 
     @contextlib.asynccontextmanager
-    async def serve(server: Any) -> Any:
+    async def serve(server: Any, middleware: list[Any] | None = None) -> Any:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
-        app = server.http_app(path="/mcp")
+        app = server.http_app(path="/mcp", middleware=middleware)
         config = uvicorn.Config(
             app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
         )

@@ -1,9 +1,16 @@
-"""Direct uploads: initiate, PUT to the signed URL, finalise — over a real HTTP server."""
+"""Direct uploads: initiate, PUT to the signed URL, finalise — over a real HTTP server.
+
+The replay tests run against the local store and both S3 peers (moto, s3rver): a finished
+upload's link must never change a validated original, and after one worker sweep the bytes in
+the store per namespace are exactly what ``used_bytes`` accounts for.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -12,8 +19,12 @@ import pyvips
 from sqlalchemy import text
 
 from memory_db.embedding import LocalEmbedder
+from memory_db.ids import new_id
+from memory_db.storage import S3AssetObjectStore
+from memory_db.testing.s3_peers import S3Peer
 from memory_server.app import build_http_server
 from memory_tools import MemoryServices, admin
+from memory_tools.worker import EmbeddingWorker
 
 
 def _png(seed: int = 1) -> bytes:
@@ -66,23 +77,52 @@ async def _upload(
     content_type: str = "image/png",
     **extra: Any,
 ) -> httpx.Response:
-    auth = {"Authorization": f"Bearer {key}"}
+    ticket = await _start(http, base, key, len(data), content_type, **extra)
+    put = await _put(http, base, ticket, data)
+    assert put.status_code == 200, put.text
+    return await _complete(http, base, key, ticket)
+
+
+async def _start(
+    http: httpx.AsyncClient,
+    base: str,
+    key: str,
+    length: int,
+    content_type: str = "image/png",
+    **extra: Any,
+) -> dict[str, Any]:
     started = await http.post(
         f"{base}/uploads",
-        json={"contentType": content_type, "contentLength": len(data), **extra},
-        headers=auth,
+        json={"contentType": content_type, "contentLength": length, **extra},
+        headers={"Authorization": f"Bearer {key}"},
     )
     assert started.status_code == 201, started.text
-    ticket = started.json()
-    signed = httpx.URL(ticket["url"])
-    put = await http.request(
-        ticket["method"],
-        httpx.URL(base).join(signed.raw_path.decode()),
-        content=data,
-        headers=ticket["headers"],
+    return started.json()
+
+
+def _local(base: str, url: str) -> str:
+    """Links of the local store name http://testserver (the fixture's public base): reach the
+    test server instead. S3 links go to the peer as they are."""
+    parsed = httpx.URL(url)
+    if parsed.host != "testserver":
+        return url
+    return str(httpx.URL(base).join(parsed.raw_path.decode()))
+
+
+async def _put(
+    http: httpx.AsyncClient, base: str, ticket: dict[str, Any], data: bytes
+) -> httpx.Response:
+    return await http.request(
+        ticket["method"], _local(base, ticket["url"]), content=data, headers=ticket["headers"]
     )
-    assert put.status_code == 200, put.text
-    return await http.post(f"{base}{ticket['completeUrl']}", json={}, headers=auth)
+
+
+async def _complete(
+    http: httpx.AsyncClient, base: str, key: str, ticket: dict[str, Any]
+) -> httpx.Response:
+    return await http.post(
+        _local(base, ticket["completeUrl"]), json={}, headers={"Authorization": f"Bearer {key}"}
+    )
 
 
 async def test_upload_initiate_put_and_complete(
@@ -184,3 +224,213 @@ async def test_uploads_need_a_key_and_belong_to_their_caller(
             headers={"Authorization": f"Bearer {other}"},
         )
         assert stolen.status_code == 404 and stolen.json()["error"]["code"] == "not_found"
+
+
+# --- absolute completeUrl ------------------------------------------------------------------
+
+
+async def test_complete_url_is_absolute_like_url(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    key = await make_key("absolute@example.com")
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        ticket = await _start(http, base, key, 10)
+        # Built without a bootstrap, the base is where the request arrived.
+        assert ticket["completeUrl"] == f"{base}/uploads/{ticket['uploadId']}/complete"
+    configured = replace(uploading, public_base_url="http://testserver")
+    async with serve_http(build_http_server(configured)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        ticket = await _start(http, base, key, 10)
+        url, complete = httpx.URL(ticket["url"]), httpx.URL(ticket["completeUrl"])
+        assert (complete.scheme, complete.host, complete.port) == (url.scheme, url.host, url.port)
+        assert complete.path == f"/uploads/{ticket['uploadId']}/complete"
+
+
+# --- single-use links ----------------------------------------------------------------------
+
+
+def _other_bytes(length: int) -> bytes:
+    """Bytes of exactly ``length`` that are not an image (what a hostile replay sends)."""
+    page = b"<html><script>document.title='replayed'</script></html>"
+    return (page * (length // len(page) + 1))[:length]
+
+
+async def test_an_open_upload_link_takes_one_set_of_bytes_into_staging(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    key = await make_key("once@example.com")
+    data = _png(5)
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        ticket = await _start(http, base, key, len(data))
+        url = _local(base, ticket["url"])
+        assert "/uploads/aur_" in url and "/objects/aob_" not in url  # a staging key
+        bad_type = await http.put(url, content=data, headers={"Content-Type": "text/html"})
+        assert bad_type.status_code == 403
+        longer = await http.put(url, content=data + b"x", headers={"Content-Type": "image/png"})
+        assert longer.status_code == 403  # the signed length does not match
+        assert _files(uploading) == []
+        assert (await _put(http, base, ticket, data)).status_code == 200
+        assert (await _put(http, base, ticket, data)).status_code == 200  # a retried PUT
+        other = await _put(http, base, ticket, _other_bytes(len(data)))
+        assert other.status_code == 409  # the link has delivered its bytes
+        done = await _complete(http, base, key, ticket)
+        assert done.status_code == 200, done.text
+        assert sorted(_files(uploading)) == ["original.png", "preview.webp"]  # staging removed
+        after = await _put(http, base, ticket, data)
+        assert after.status_code == 403 and "used or has expired" in after.text
+
+
+@pytest.fixture(params=["local", "moto", "s3rver"])
+async def replaying(
+    request: pytest.FixtureRequest, uploading: MemoryServices
+) -> AsyncIterator[tuple[MemoryServices, Callable[[str], dict[str, bytes]]]]:
+    """Services on one store, and an independent reader of a namespace's stored bytes."""
+    kind = request.param
+    if kind == "local":
+        root: Path = uploading.store.root  # type: ignore[attr-defined]
+        env = uploading.settings.asset_storage_env_prefix
+
+        def on_disk(namespace: str) -> dict[str, bytes]:
+            base = root / env / "tenants" / namespace
+            return {
+                path.relative_to(root).as_posix(): path.read_bytes()
+                for path in (base.rglob("*") if base.exists() else [])
+                if path.is_file() and not path.name.endswith((".json", ".tmp"))
+            }
+
+        yield uploading, on_disk
+        return
+    peer: S3Peer = request.getfixturevalue(f"{kind}_peer")
+    bucket = "up" + new_id("aob")[4:18]
+    peer.create_bucket(bucket)
+    store = S3AssetObjectStore(
+        bucket=bucket,
+        region=peer.region,
+        endpoint_url=peer.endpoint_url,
+        access_key_id=peer.access_key_id,
+        secret_access_key=peer.secret_access_key,
+        force_path_style=True,
+    )
+    client = peer.client()
+
+    def in_bucket(namespace: str) -> dict[str, bytes]:
+        prefix = f"{uploading.settings.asset_storage_env_prefix}/tenants/{namespace}/"
+        listed = client.list_objects_v2(Bucket=bucket, Prefix=prefix).get("Contents", [])
+        return {
+            item["Key"]: client.get_object(Bucket=bucket, Key=item["Key"])["Body"].read()
+            for item in listed
+        }
+
+    try:
+        yield replace(uploading, store=store), in_bucket
+    finally:
+        await store.close()
+
+
+async def _accounts(services: MemoryServices, owner: str) -> dict[str, Any]:
+    async with services.database.engine.connect() as conn:
+        namespace, used, reserved = (
+            await conn.execute(
+                text(
+                    "SELECT namespace_id, used_bytes, reserved_bytes FROM mem_asset_namespaces "
+                    "WHERE owner_identity = :o"
+                ),
+                {"o": owner},
+            )
+        ).one()
+        vectors = await conn.scalar(
+            text(
+                "SELECT coalesce(sum((metadata->>'vectorBytes')::bigint), 0) FROM mem_assets "
+                "WHERE owner_identity = :o"
+            ),
+            {"o": owner},
+        )
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT storage_key, sha256, preview_storage_key, preview_sha256 "
+                    "FROM mem_asset_objects WHERE owner_identity = :o AND status <> 'deleted'"
+                ),
+                {"o": owner},
+            )
+        ).all()
+    hashes = {row[0]: row[1] for row in rows} | {row[2]: row[3] for row in rows}
+    return {
+        "namespace": namespace,
+        "object_bytes": int(used) - int(vectors),
+        "reserved": int(reserved),
+        "hashes": hashes,
+    }
+
+
+async def test_a_finished_upload_link_never_changes_a_byte_and_nothing_stays_unaccounted(
+    replaying: tuple[MemoryServices, Callable[[str], dict[str, bytes]]],
+    serve_http: Callable[..., Any],
+    database: Any,
+    make_key: Callable[..., Any],
+) -> None:
+    services, stored = replaying
+    await admin.create_identity(database, "small@example.com", 100_000)
+    owners = {"big@example.com": await make_key("big@example.com")}
+    owners["small@example.com"] = await make_key("small@example.com")
+    big, small = owners["big@example.com"], owners["small@example.com"]
+    original = _png(7)
+    tickets: dict[str, tuple[str, dict[str, Any], int]] = {}
+    async with serve_http(build_http_server(services)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        for outcome, key, data, content_type in (
+            ("completed", big, original, "image/png"),
+            ("deduplicated", big, original, "image/png"),
+            ("refused", small, _jpeg(), "image/png"),  # the bytes are not the declared type
+            ("expired", big, _png(8), "image/png"),
+        ):
+            ticket = await _start(http, base, key, len(data), content_type)
+            assert (await _put(http, base, ticket, data)).status_code == 200
+            tickets[outcome] = (key, ticket, len(data))
+            if outcome != "expired":
+                done = await _complete(http, base, key, ticket)
+                expected = 422 if outcome == "refused" else 200
+                assert done.status_code == expected, done.text
+                if outcome == "deduplicated":
+                    assert done.json()["deduplicated"] is True
+        async with services.database.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE mem_asset_upload_reservations SET expires_at = now() - interval '1 s' "
+                    "WHERE id = :i"
+                ),
+                {"i": tickets["expired"][1]["uploadId"]},
+            )
+        # Every link again, with other bytes of the signed length.
+        replays = {
+            outcome: (await _put(http, base, ticket, _other_bytes(length))).status_code
+            for outcome, (_key, ticket, length) in tickets.items()
+        }
+        await EmbeddingWorker(services).sweep()
+        # Completing again still answers with the asset the validated bytes made.
+        again = await _complete(http, base, big, tickets["completed"][1])
+        assert again.status_code == 200 and again.json()["replayed"] is True
+    for owner in owners:
+        accounts = await _accounts(services, owner)
+        present = stored(accounts["namespace"])
+        # Every stored key belongs to an object row and hashes to what the database recorded.
+        assert {key: hashlib.sha256(body).hexdigest() for key, body in present.items()} == accounts[
+            "hashes"
+        ], owner
+        # The bytes in the store are exactly the bytes used_bytes counts (vectors aside).
+        assert sum(len(body) for body in present.values()) == accounts["object_bytes"], owner
+        assert accounts["reserved"] == 0
+    originals = [
+        body
+        for body in stored((await _accounts(services, "big@example.com"))["namespace"]).values()
+        if body == original
+    ]
+    assert len(originals) == 1  # the validated original, unchanged; the dedupe wrote nothing
+    if isinstance(services.store, S3AssetObjectStore):
+        # The bucket takes a presigned PUT until the link expires; it lands in staging only.
+        assert set(replays.values()) == {200}
+    else:
+        # The local route asks the database: no open upload, no write.
+        assert replays == dict.fromkeys(tickets, 403)

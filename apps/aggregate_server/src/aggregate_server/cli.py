@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from memory_db import MemorySettings
 from memory_server.app import add_http_routes, serve_http
+from memory_server.body_limit import mcp_middleware
 from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -17,22 +18,37 @@ from memory_server.bootstrap import (
     stdio_api_key,
 )
 from memory_server.cli import run_command
+from memory_server.links import plan_stdio_links, serving_links
 from memory_tools import ApiKeyVerifier
 from scraper_mcp import build_aggregate_server
 
 
 async def _serve(settings: MemorySettings, transport: str, host: str, port: int) -> None:
+    if transport == "stdio":
+        await _serve_stdio(settings)
+        return
     base = public_base_url(settings, host, port)
-    key = stdio_api_key(settings) if transport == "stdio" else None
-    async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
-        if key is not None:
-            await check_api_key(services, key)
-            await build_aggregate_server(services).run_stdio_async(show_banner=False)
-            return
+    async with running(settings, base_url=base) as (_runtime, services):
         server = build_aggregate_server(services, auth=ApiKeyVerifier(services.database))
         add_http_routes(server, services)
         print(f"mcp-scraper: MCP over streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr)
-        await serve_http(server, host, port)
+        await serve_http(server, host, port, middleware=mcp_middleware(settings))
+
+
+async def _serve_stdio(settings: MemorySettings) -> None:
+    key = stdio_api_key(settings)
+    links = plan_stdio_links(settings)  # previews need someone to serve them
+    async with (
+        running(
+            settings,
+            base_url=links.base_url,
+            default_api_key=key,
+            links_unavailable=links.unavailable,
+        ) as (_runtime, services),
+        serving_links(services, links),
+    ):
+        await check_api_key(services, key)
+        await build_aggregate_server(services).run_stdio_async(show_banner=False)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

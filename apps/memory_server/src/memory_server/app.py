@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import socket
+
 from fastmcp import FastMCP
+from starlette.middleware import Middleware
 
 from memory_server.http_routes import health_route, object_routes
 from memory_server.upload_routes import upload_routes
@@ -16,13 +19,27 @@ def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
         server.custom_route(route.path, methods=methods)(route.endpoint)
 
 
-async def serve_http(server: FastMCP, host: str, port: int) -> None:
-    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM)."""
+async def serve_http(
+    server: FastMCP,
+    host: str,
+    port: int,
+    *,
+    sockets: list[socket.socket] | None = None,
+    middleware: list[Middleware] | None = None,
+) -> None:
+    """Serve ``server`` over streamable HTTP at ``/mcp`` until shutdown (SIGINT/SIGTERM).
+
+    ``sockets`` are already bound and listening (``bind_listening_socket``); without them
+    uvicorn binds ``host:port`` itself. ``middleware``: ASGI middleware around the app, e.g.
+    ``body_limit.mcp_middleware``.
+    """
     await server.run_http_async(
+        sockets=sockets,
         show_banner=False,
         host=host,
         port=port,
         path="/mcp",
+        middleware=middleware,
         # Our logging config (with redaction) handles uvicorn's loggers; access lines would
         # carry signed-link query strings, so they are off.
         uvicorn_config={"access_log": False, "log_config": None},

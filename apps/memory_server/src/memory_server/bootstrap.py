@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import socket
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 
@@ -26,6 +28,38 @@ def public_base_url(settings: MemorySettings, host: str, port: int) -> str:
         return settings.memory_public_base_url
     shown = f"[{host}]" if ":" in host else host
     return f"http://{shown}:{port}"
+
+
+def bind_listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` and listening, for uvicorn to serve on.
+
+    A taken or forbidden address is a ``ConfigurationError`` naming it and how to pick another,
+    so the command ends with one line and exit status 2 instead of a traceback.
+    """
+    try:
+        family, kind, proto, _name, address = socket.getaddrinfo(
+            host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )[0]
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ConfigurationError(f"--host: cannot resolve {host!r} ({exc})") from None
+    sock = socket.socket(family, kind, proto)
+    try:
+        # As uvicorn does: a restart may reuse a port whose old connections are in TIME_WAIT.
+        # On Linux this never lets two servers listen on one port.
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        shown = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise ConfigurationError(
+                f"{shown} is already in use (another server?): stop it, or choose another "
+                "port with --port (make run PORT=...)"
+            ) from None
+        reason = exc.strerror or type(exc).__name__
+        raise ConfigurationError(f"cannot listen on {shown}: {reason}") from None
+    return sock
 
 
 def stdio_api_key(settings: MemorySettings) -> str:
@@ -54,6 +88,7 @@ async def running(
     base_url: str,
     default_api_key: str | None = None,
     migrate: bool = False,
+    links_unavailable: str | None = None,
 ) -> AsyncGenerator[tuple[Runtime, MemoryServices], None]:
     """Open the runtime and services for the lifetime of the block, then close them."""
     # Before anything can decode an image: only the four accepted loaders stay reachable.
@@ -71,6 +106,8 @@ async def running(
             default_api_key=default_api_key,
             embedder=runtime.embedder,
             fetcher=fetcher,
+            public_base_url=base_url,
+            links_unavailable=links_unavailable,
         )
         yield runtime, services
     finally:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import signal
+import socket
 import sys
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from memory_db import (
     ConfigurationError,
     MemorySettings,
     configure_logging,
+    get_logger,
     load_settings,
     open_database,
 )
@@ -21,6 +23,7 @@ from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     background_worker,
+    bind_listening_socket,
     check_api_key,
     public_base_url,
     running,
@@ -51,19 +54,44 @@ def install_sigterm_handler() -> None:
     signal.signal(signal.SIGTERM, _raise_terminated)
 
 
+log = get_logger(__name__)
+# Set once logging is configured: with the JSON renderer, notices are log events too, so stderr
+# carries JSON only.
+_notices_as_json = False
+
+
 def _err(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
+    if not _notices_as_json:
+        print(message, file=sys.stderr, flush=True)
+    elif message.startswith("error: "):
+        log.error("command_failed", message=message.removeprefix("error: "))
+    else:
+        log.info("command_notice", message=message)
 
 
 async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
     key = stdio_api_key(settings)
-    base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
-    async with running(settings, base_url=base, default_api_key=key) as (_runtime, services):
+    from memory_server.links import plan_stdio_links, serving_links
+
+    links = plan_stdio_links(settings)
+    async with (
+        running(
+            settings,
+            base_url=links.base_url,
+            default_api_key=key,
+            links_unavailable=links.unavailable,
+        ) as (_runtime, services),
+        serving_links(services, links),
+    ):
         await check_api_key(services, key)
         from memory_tools.mcp import build_memory_server
 
         server = build_memory_server(services)
         _err("image-memory: serving MCP over stdio")
+        if links.listener is not None:
+            _err(f"image-memory: preview links served at {links.base_url}")
+        elif links.unavailable is not None:
+            _err(f"image-memory: {links.unavailable}")
         if with_worker:
             async with background_worker(services, worker_config(settings)):
                 await server.run_stdio_async(show_banner=False)
@@ -90,19 +118,30 @@ async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> Non
 
 
 async def _serve_http(settings: MemorySettings, host: str, port: int, *, with_worker: bool) -> None:
-    base = public_base_url(settings, host, port)
-    async with running(settings, base_url=base) as (_runtime, services):
-        if with_worker:
-            async with background_worker(services, worker_config(settings)):
-                await _announce_and_serve_http(settings, services, host, port)
-        else:
-            await _announce_and_serve_http(settings, services, host, port)
+    # Bind first: a taken port is reported at once, before PostgreSQL is started for nothing,
+    # and the banner below is printed only once the address is ours.
+    sock = bind_listening_socket(host, port)
+    try:
+        base = public_base_url(settings, host, port)
+        async with running(settings, base_url=base) as (_runtime, services):
+            if with_worker:
+                async with background_worker(services, worker_config(settings)):
+                    await _announce_and_serve_http(settings, services, host, port, sock)
+            else:
+                await _announce_and_serve_http(settings, services, host, port, sock)
+    finally:
+        sock.close()
 
 
 async def _announce_and_serve_http(
-    settings: MemorySettings, services: MemoryServices, host: str, port: int
+    settings: MemorySettings,
+    services: MemoryServices,
+    host: str,
+    port: int,
+    sock: socket.socket,
 ) -> None:
     from memory_server.app import build_http_server, serve_http
+    from memory_server.body_limit import mcp_middleware
 
     server = build_http_server(services)
     shown = f"[{host}]" if ":" in host else host
@@ -119,7 +158,7 @@ async def _announce_and_serve_http(
         "--scopes read,write,destructive\n"
         "  then connect with the header  Authorization: Bearer <key>"
     )
-    await serve_http(server, host, port)
+    await serve_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
 
 
 async def _migrate(settings: MemorySettings) -> None:
@@ -268,7 +307,8 @@ def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None]]) 
     install_sigterm_handler()
     try:
         settings = load_settings()
-        configure_logging(settings.memory_log_format, settings.memory_log_level)
+        global _notices_as_json
+        _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
         asyncio.run(command(settings))
     except ConfigurationError as exc:
         _err(f"error: {exc}")

@@ -2,7 +2,9 @@
 
 The MCP auth provider does not protect custom routes, so each one checks its own credential:
 object routes accept only an unexpired HMAC signature for exactly that key (and, for PUT, that
-content type and length). Responses never let a browser sniff or run what they serve.
+content type and length). A GET serves only bytes that hash to the SHA-256 the database
+recorded; a PUT writes only to an upload's staging key, only while its reservation is open, and
+only once. Responses never let a browser sniff or run what they serve.
 """
 
 from __future__ import annotations
@@ -15,12 +17,20 @@ from memory_db import (
     ChecksumMismatch,
     InvalidStorageKey,
     MemoryDbError,
+    ObjectExists,
     ObjectNotFound,
     SignatureError,
     get_logger,
 )
-from memory_db.storage import OBJECTS_ROUTE, HmacLinks, content_type_for_key, read_verified
+from memory_db.storage import (
+    OBJECTS_ROUTE,
+    HmacLinks,
+    content_type_for_key,
+    parse_storage_key,
+    read_verified,
+)
 from memory_tools import MemoryServices
+from memory_tools.ingest.uploads import OPERATION as UPLOAD_OPERATION
 
 log = get_logger(__name__)
 
@@ -50,19 +60,34 @@ def object_routes(services: MemoryServices) -> list[Route]:
                 request.query_params.get("expires", ""),
                 request.query_params.get("signature", ""),
             )
-            head = await store.head(key)
-            if not head.exists or not head.checksum_sha256:
-                return _refuse(404, "not found")
-            body = await read_verified(
-                store, key, head.checksum_sha256, max_bytes=services.settings.asset_max_bytes * 2
-            )
         except (SignatureError, InvalidStorageKey):
             log.info("signed_read_denied")
             return _refuse(403, "the link is invalid or has expired")
+        # Integrity is the database's: the SHA-256 recorded when the bytes were validated, not
+        # whatever the store (or its sidecar) says about itself.
+        async with services.database.unit_of_work() as uow:
+            found = await uow.objects.for_storage_key(key)
+        if found is None:
+            return _refuse(404, "not found")
+        record, expected = found
+        try:
+            if expected is None:  # a preview stored before previews were hashed (rev. 0007)
+                head = await store.head(key)
+                expected = head.checksum_sha256
+                if not head.exists or expected is None:
+                    return _refuse(404, "not found")
+            body = await read_verified(
+                store, key, expected, max_bytes=services.settings.asset_max_bytes * 2
+            )
         except ObjectNotFound:
             return _refuse(404, "not found")
         except ChecksumMismatch:
-            log.error("object_integrity_failure", key=key)
+            log.error(
+                "object_integrity_failed",
+                object_id=record.id,
+                variant=_variant(key),
+                exc_info=True,
+            )
             return _refuse(500, "the object failed its integrity check")
         filename = key.rsplit("/", 1)[1]
         return Response(
@@ -75,7 +100,7 @@ def object_routes(services: MemoryServices) -> list[Route]:
         key = request.path_params["key"]
         content_type = request.headers.get("content-type", "")
         length_header = request.headers.get("content-length", "")
-        if not length_header.isdigit():
+        if not (length_header.isascii() and length_header.isdigit()):
             return _refuse(411, "Content-Length is required")
         length = int(length_header)
         if length > services.settings.asset_max_bytes:
@@ -98,10 +123,24 @@ def object_routes(services: MemoryServices) -> list[Route]:
                 return _refuse(400, "body is longer than the signed Content-Length")
         if len(body) != length:
             return _refuse(400, "body is shorter than the signed Content-Length")
-        try:
-            await store.put(key, bytes(body), content_type=content_type)
-        except MemoryDbError:
-            return _refuse(400, "the object was refused")
+        staged = parse_storage_key(key)  # a staging key: verify_signed_put accepts no other
+        assert staged.reservation_id is not None
+        # The HMAC says who issued the link; the database says whether it is still good. A link
+        # works while its upload is open and never after: once completed, refused,
+        # deduplicated or expired, the reservation is closed and nothing is written.
+        async with services.database.unit_of_work() as uow:
+            reservation = await uow.quota.hold_open_upload(
+                staged.reservation_id, staged.namespace_id, operation=UPLOAD_OPERATION
+            )
+            if reservation is None:
+                log.info("signed_write_closed", reservation_id=staged.reservation_id)
+                return _refuse(403, "this upload link has been used or has expired")
+            try:
+                await store.put(key, bytes(body), content_type=content_type)
+            except ObjectExists:
+                return _refuse(409, "bytes were already uploaded with this link")
+            except MemoryDbError:
+                return _refuse(400, "the object was refused")
         return Response(status_code=200, headers=SAFE_HEADERS)
 
     path = OBJECTS_ROUTE + "/{key:path}"
@@ -109,6 +148,10 @@ def object_routes(services: MemoryServices) -> list[Route]:
         Route(path, get_object, methods=["GET"]),
         Route(path, put_object, methods=["PUT"]),
     ]
+
+
+def _variant(key: str) -> str:
+    return "preview" if key.endswith("/preview.webp") else "original"
 
 
 def health_route() -> Route:

@@ -100,6 +100,13 @@ async def _body(request: Request, model: type[WireModel]) -> Any:
         raise InvalidInputFailure(describe(exc)) from None
 
 
+def _base(services: MemoryServices, request: Request) -> str:
+    """The public base of this server (as in ``url`` for the local store), without a slash."""
+    if services.public_base_url:
+        return services.public_base_url.rstrip("/")
+    return str(request.base_url).rstrip("/")  # built without a bootstrap (tests, embedding)
+
+
 def upload_routes(services: MemoryServices) -> list[Route]:
     """The two upload routes bound to ``services``."""
     flow = UploadFlow(AssetSaver(services))
@@ -132,7 +139,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
             method=ticket.method,
             headers=ticket.headers,
             expires_at=ticket.expires_at,
-            complete_url=f"/uploads/{ticket.upload_id}/complete",
+            complete_url=f"{_base(services, request)}/uploads/{ticket.upload_id}/complete",
         )
         return JSONResponse(
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}

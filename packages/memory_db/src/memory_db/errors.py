@@ -10,6 +10,7 @@ Hierarchy::
     ├── FolderTreeError             depth over the limit or a cycle (InvalidInput)
     ├── StorageError                object store failure
     │   ├── ObjectNotFound
+    │   ├── ObjectExists            other bytes already live under the key (create-only)
     │   ├── ChecksumMismatch        bytes do not hash to the expected SHA-256
     │   └── InvalidStorageKey       a key that was not built by the key builder
     ├── SignatureError              a signed link that is tampered with or expired
@@ -73,6 +74,10 @@ class StorageError(MemoryDbError):
 
 class ObjectNotFound(StorageError):
     """No object is stored under the key."""
+
+
+class ObjectExists(StorageError):
+    """Other bytes are already stored under the key; objects are never overwritten."""
 
 
 class ChecksumMismatch(StorageError):

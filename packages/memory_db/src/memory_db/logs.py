@@ -3,12 +3,26 @@
 Never logged: image bytes, base64 payloads, signed URLs (their query strings), API keys and
 secrets, and raw owner identities (replaced by a short stable digest, so log lines about one
 owner can still be correlated without naming them).
+
+**Event names** follow one scheme, ``EVENT_NAME``: snake_case ``<subject>_<what happened>``,
+the subject first and the outcome last (``asset_saved``, ``worker_job_failed``,
+``signed_read_denied``, ``embedded_postgres_started``); details go in fields, never in the name.
+A warning or error written while handling an exception passes ``exc_info`` (or uses
+``log.exception``) so the cause is in the record. ``tests/logs`` checks both in the source.
+
+**One pipeline.** Every line on stderr goes through the same processors and renderer: our
+structlog events, the standard library's loggers (uvicorn, the MCP SDK, asyncpg ...), fastmcp's
+loggers (their own rich console handler is removed), and Python warnings. With
+``MEMORY_LOG_FORMAT=json`` stderr carries JSON lines only. libvips' internal messages (GLib
+warnings via the ``pyvips`` logger: "read gave 2 warnings", "not a known file format" ...)
+describe inputs we already refuse or accept with a clear answer, so they are logged at debug.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import re
 import sys
 from collections.abc import Mapping, MutableMapping
@@ -17,6 +31,12 @@ from typing import Any, Literal
 import structlog
 
 REDACTED = "[redacted]"
+EVENT_NAME = re.compile(r"[a-z][a-z0-9]*(?:_[a-z0-9]+)+")
+# Frameworks that install their own console handlers or stop propagation; their records are
+# handed to the root handler instead, so they are rendered (and redacted) like ours.
+_ADOPTED_LOGGERS = ("fastmcp", "mcp", "uvicorn", "uvicorn.error", "uvicorn.access", "docket")
+# libvips' GLib messages, routed by pyvips to this logger.
+_LIBVIPS_LOGGER = "pyvips"
 
 # Keys whose value is a secret whatever it looks like.
 _SECRET_KEYS = re.compile(
@@ -89,14 +109,23 @@ def redact_event(
     return event_dict
 
 
+class _LibvipsToDebug(logging.Filter):
+    """Demote libvips' messages to debug, and drop them unless debug logging is on."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.levelno, record.levelname = logging.DEBUG, "DEBUG"
+        return logging.getLogger().isEnabledFor(logging.DEBUG)
+
+
 def configure_logging(
     fmt: Literal["auto", "console", "json"] = "auto",
     level: str = "info",
-) -> None:
+) -> bool:
     """Configure structlog and the standard library to write redacted logs to stderr.
 
     ``auto`` picks the console renderer when stderr is a terminal and JSON otherwise. Logs go to
-    stderr because stdout carries the MCP stdio protocol.
+    stderr because stdout carries the MCP stdio protocol. Returns ``True`` when the renderer is
+    JSON (so a command prints its notices as log events, not plain text).
     """
     use_console = fmt == "console" or (fmt == "auto" and sys.stderr.isatty())
     renderer: Any = (
@@ -140,6 +169,19 @@ def configure_logging(
         "alembic",
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # fastmcp installs a rich console handler when it is first imported (often after this
+    # runs, lazily); switched off here, and removed below if it is already in place.
+    os.environ.setdefault("FASTMCP_LOG_ENABLED", "false")
+    for name in _ADOPTED_LOGGERS:
+        adopted = logging.getLogger(name)
+        adopted.handlers[:] = []
+        adopted.propagate = True
+        adopted.setLevel(logging.NOTSET)
+    libvips = logging.getLogger(_LIBVIPS_LOGGER)
+    libvips.filters[:] = [f for f in libvips.filters if not isinstance(f, _LibvipsToDebug)]
+    libvips.addFilter(_LibvipsToDebug())
+    logging.captureWarnings(True)
+    return not use_console
 
 
 def get_logger(name: str) -> Any:

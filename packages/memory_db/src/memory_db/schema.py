@@ -60,6 +60,7 @@ PROVENANCE_OPERATIONS = (
     "asset_search",
     "asset_move",
     "asset_delete",
+    "asset_restore",
     "asset_object_purge",
     "asset_reconcile",
     "identity_create",
@@ -315,6 +316,10 @@ class AssetObject(Base):
         CheckConstraint(_in("status", OBJECT_STATUSES), name="status_known"),
         CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
         CheckConstraint(
+            "preview_sha256 IS NULL OR preview_sha256 ~ '^[0-9a-f]{64}$'",
+            name="preview_sha256_hex",
+        ),
+        CheckConstraint(
             _in("mime_type", ("image/jpeg", "image/png", "image/webp", "image/gif")),
             name="mime_known",
         ),
@@ -340,6 +345,8 @@ class AssetObject(Base):
     sha256: Mapped[str] = mapped_column(Text, nullable=False)
     storage_key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
     preview_storage_key: Mapped[str | None] = mapped_column(Text)
+    # NULL only for objects stored before revision 0007 (see that migration).
+    preview_sha256: Mapped[str | None] = mapped_column(Text)
     mime_type: Mapped[str] = mapped_column(Text, nullable=False)
     extension: Mapped[str] = mapped_column(Text, nullable=False)
     bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)

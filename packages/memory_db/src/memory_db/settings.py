@@ -95,6 +95,10 @@ class MemorySettings(BaseSettings):
     memory_database_url: SecretStr | None = None
     memory_api_key: SecretStr | None = None
     memory_public_base_url: str | None = None
+    # Where a stdio server's signed links (local store) are served: on a loopback port of its
+    # own (``loopback``), or nowhere (``off``: previews then say why they are unavailable,
+    # unless MEMORY_PUBLIC_BASE_URL names a running HTTP server sharing the signing secret).
+    memory_stdio_links: Literal["loopback", "off"] = "loopback"
     memory_signing_secret: SecretStr | None = None
     memory_default_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
     memory_log_format: Literal["auto", "console", "json"] = "auto"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 import struct
 import zlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from memory_db import SignatureError
+from memory_db import ObjectExists, SignatureError
 from memory_db.ids import new_id
 from memory_db.storage import (
     AssetObjectStore,
@@ -23,8 +23,9 @@ from memory_db.storage import (
     S3AssetObjectStore,
     UrlSigner,
     build_object_key,
+    build_staging_key,
 )
-from memory_db.testing.s3_peers import MotoPeer, S3Peer, S3rverPeer, find_s3rver
+from memory_db.testing.s3_peers import S3Peer
 
 
 def tiny_png(seed: int = 0) -> bytes:
@@ -101,7 +102,10 @@ class StoreUnderTest:
             )
         except SignatureError:
             return 403
-        await self.store.put(key, body, content_type=headers["Content-Type"])
+        try:
+            await self.store.put(key, body, content_type=headers["Content-Type"])
+        except ObjectExists:
+            return 409
         return 200
 
     def corrupt(self, key: str, body: bytes) -> None:
@@ -114,33 +118,11 @@ class StoreUnderTest:
             self.store.objects[key].body = body  # type: ignore[attr-defined]
 
 
-@pytest.fixture(scope="session")
-def moto_peer() -> Iterator[S3Peer]:
-    peer = MotoPeer()
-    described = peer.start()
-    try:
-        yield described
-    finally:
-        peer.stop()
-
-
-@pytest.fixture(scope="session")
-def s3rver_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Peer]:
-    executable = find_s3rver(Path(__file__).parent)
-    if executable is None:
-        pytest.fail(
-            "s3rver is not installed: run `make deps-node` (the Makefile's test target does)"
-        )
-    peer = S3rverPeer(tmp_path_factory.mktemp("s3rver"), executable)
-    described = peer.start()
-    try:
-        yield described
-    finally:
-        peer.stop()
-
-
-def make_key(variant: str = "original", ext: str = "png") -> str:
-    return build_object_key("test", new_id("ans"), new_id("aob"), variant, ext)  # type: ignore[arg-type]
+def make_key(variant: str = "original", ext: str = "png", namespace_id: str | None = None) -> str:
+    namespace = namespace_id or new_id("ans")
+    if variant == "staging":
+        return build_staging_key("test", namespace, new_id("aur"), ext)
+    return build_object_key("test", namespace, new_id("aob"), variant, ext)  # type: ignore[arg-type]
 
 
 async def _s3_store(peer: S3Peer) -> tuple[S3AssetObjectStore, str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from alembic.autogenerate import compare_metadata
@@ -11,7 +12,7 @@ from sqlalchemy.engine import Connection
 
 from memory_db.database import create_engine
 from memory_db.migrate import current_revision, downgrade, head_revision, include_name, upgrade
-from memory_db.schema import Base
+from memory_db.schema import PROVENANCE_OPERATIONS, PROVENANCE_OUTCOMES, Base
 from memory_db.testing import PostgresForTests
 
 
@@ -93,3 +94,28 @@ async def test_check_constraints_and_indexes_match_models(database_url: str) -> 
     assert expected_indexes <= indexes
     assert "trg_mem_asset_folders_check_tree" in triggers
     assert vector is not None and tuple(int(p) for p in vector.split(".")[:2]) >= (0, 8)
+
+
+async def test_the_migrated_lists_of_known_values_match_the_models(database_url: str) -> None:
+    """The CHECK constraints that list allowed values (provenance operations, statuses) hold
+    exactly the models' lists: a value added in code needs its migration."""
+    expected = {
+        "ck_mem_provenance_operation_known": set(PROVENANCE_OPERATIONS),
+        "ck_mem_provenance_outcome_known": set(PROVENANCE_OUTCOMES),
+    }
+    engine = create_engine(database_url, pool_size=1)
+    try:
+        async with engine.connect() as conn:
+            found = {
+                row[0]: set(re.findall(r"'([a-z_]+)'", row[1]))
+                for row in await conn.execute(
+                    text(
+                        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint "
+                        "WHERE conname = ANY(:names)"
+                    ),
+                    {"names": list(expected)},
+                )
+            }
+    finally:
+        await engine.dispose()
+    assert found == expected

@@ -6,6 +6,9 @@ SigV4 signature (its source says "Signature version 4 calculation is unimplement
 store signs with SigV4 (as AWS requires), so signature-tampering and header-binding cells run on
 the fake and the local store, expiry runs on s3rver too, and for S3 we check that what must be
 bound is inside the signed part of the URL.
+
+Every store is create-only: moto enforces ``If-None-Match: *`` on PUT, s3rver ignores it, so
+there the store's HEAD before the put is what refuses an overwrite (same test, both peers).
 """
 
 from __future__ import annotations
@@ -13,17 +16,22 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qs, urlencode, urlsplit, urlunsplit
 
 import pytest
 
-from memory_db import ChecksumMismatch, InvalidStorageKey, ObjectNotFound
-from memory_db.storage import read_verified
+from memory_db import ChecksumMismatch, InvalidStorageKey, ObjectExists, ObjectNotFound
+from memory_db.ids import new_id
+from memory_db.storage import namespace_prefix, read_verified
 
 ALL = ["memory", "local", "moto", "s3rver"]
 EXPIRING = ["memory", "local", "s3rver"]
 HMAC_SIGNED = ["memory", "local"]
+# Stores whose create-only write is atomic against a concurrent writer (s3rver ignores
+# If-None-Match on PUT: there only the HEAD check guards, which a true race can pass).
+ATOMIC_CREATE = ["memory", "local", "moto"]
 
 MakeStore = Callable[[str], Any]
 
@@ -147,6 +155,120 @@ async def test_signed_get_fails_after_expiry(
     assert (await sut.follow_get(url))[0] == 403
 
 
+@pytest.mark.parametrize("kind", ALL)
+@pytest.mark.parametrize("variant", ["original", "staging"])
+async def test_a_written_key_is_never_overwritten(
+    kind: str, variant: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    key, body, other = new_key(variant), png(30), png(31)
+    digest = hashlib.sha256(body).hexdigest()
+    await sut.store.put(key, body, content_type="image/png", checksum_sha256=digest)
+    # The same bytes again (a retried put) succeed without writing anything new ...
+    again = await sut.store.put(key, body, content_type="image/png", checksum_sha256=digest)
+    assert again.bytes == len(body)
+    # ... other bytes are refused, with or without a declared checksum, and change nothing.
+    with pytest.raises(ObjectExists):
+        await sut.store.put(key, other, content_type="image/png")
+    with pytest.raises(ObjectExists):
+        await sut.store.put(
+            key, other, content_type="image/png", checksum_sha256=hashlib.sha256(other).hexdigest()
+        )
+    assert await read_verified(sut.store, key, digest, max_bytes=10_000) == body
+    head = await sut.store.head(key)
+    assert head.bytes == len(body) and head.checksum_sha256 == digest
+    if sut.root is not None:
+        leftovers = [p.name for p in (sut.root / key).parent.iterdir() if p.name.endswith(".tmp")]
+        assert leftovers == []
+
+
+@pytest.mark.parametrize("kind", ATOMIC_CREATE)
+async def test_concurrent_writers_of_one_key_leave_exactly_one_winner(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    for round_ in range(5):
+        key = new_key()
+        bodies = [png(50 + 4 * round_ + writer) for writer in range(4)]
+        outcomes = await asyncio.gather(
+            *(sut.store.put(key, body, content_type="image/png") for body in bodies),
+            return_exceptions=True,
+        )
+        winners = [
+            body
+            for body, outcome in zip(bodies, outcomes, strict=True)
+            if not isinstance(outcome, BaseException)
+        ]
+        assert len(winners) == 1, outcomes
+        assert all(isinstance(o, ObjectExists) for o in outcomes if isinstance(o, BaseException))
+        assert await _read(sut.store, key) == winners[0]
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_listing_a_namespace_shows_its_objects_and_staging_bytes_only(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    namespace, neighbour = new_id("ans"), new_id("ans")
+    mine = [
+        new_key("original", namespace_id=namespace),
+        new_key("preview", "webp", namespace_id=namespace),
+        new_key("staging", namespace_id=namespace),
+    ]
+    theirs = new_key("original", namespace_id=neighbour)
+    bodies = {key: png(40 + index) for index, key in enumerate([*mine, theirs])}
+    for key, body in bodies.items():
+        content_type = "image/webp" if key.endswith(".webp") else "image/png"
+        await sut.store.put(key, body, content_type=content_type)
+    listed = [item async for item in sut.store.list_namespace(namespace_prefix("test", namespace))]
+    assert sorted(item.key for item in listed) == sorted(mine)
+    assert {item.key: item.bytes for item in listed} == {key: len(bodies[key]) for key in mine}
+    for item in listed:
+        assert item.modified.tzinfo is not None
+        assert abs((item.modified - datetime.now(UTC)).total_seconds()) < 120
+    empty = namespace_prefix("test", new_id("ans"))
+    assert [item async for item in sut.store.list_namespace(empty)] == []
+    await sut.store.delete(mine[2])
+    after = [
+        item.key async for item in sut.store.list_namespace(namespace_prefix("test", namespace))
+    ]
+    assert sorted(after) == sorted(mine[:2])
+
+
+@pytest.mark.parametrize("kind", ALL)
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "",
+        "test/",
+        "test/tenants/",
+        "../",
+        "test/tenants/ans_x/",
+        "test/tenants/ans_aaaaaaaaaaaaaaaaaaaaaaaaaa",
+    ],
+)
+async def test_listing_takes_only_a_namespace_prefix(
+    kind: str, prefix: str, make_store: MakeStore
+) -> None:
+    sut = await make_store(kind)
+    with pytest.raises(InvalidStorageKey):
+        _ = [item async for item in sut.store.list_namespace(prefix)]
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_signed_puts_exist_only_for_staging_keys(
+    kind: str, make_store: MakeStore, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    for variant, ext in (("original", "png"), ("preview", "webp")):
+        with pytest.raises(InvalidStorageKey):
+            await sut.store.create_signed_put_url(
+                new_key(variant, ext), content_type=f"image/{ext}", content_length=10, expires_in=60
+            )
+    with pytest.raises(InvalidStorageKey):
+        await sut.store.create_signed_get_url(new_key("staging"), 60)
+
+
 def _tamper(url: str, param: str, change: Callable[[str], str]) -> str:
     parts = urlsplit(url)
     query = {k: v[0] for k, v in parse_qs(parts.query, keep_blank_values=True).items()}
@@ -178,7 +300,7 @@ async def test_signed_put_is_bound_to_type_and_length(
     kind: str, make_store: MakeStore, png: Any, new_key: Any
 ) -> None:
     sut = await make_store(kind)
-    key, body = new_key(), png(11)
+    key, body = new_key("staging"), png(11)
     signed = await sut.store.create_signed_put_url(
         key, content_type="image/png", content_length=len(body), expires_in=60
     )
@@ -216,7 +338,7 @@ async def test_s3_presigned_urls_sign_what_they_bind(
     assert query["response-content-disposition"].startswith("inline")
     assert "x-amz-acl" not in query
     put = await sut.store.create_signed_put_url(
-        key, content_type="image/png", content_length=123, expires_in=60
+        new_key("staging"), content_type="image/png", content_length=123, expires_in=60
     )
     put_query = {k.lower(): v[0] for k, v in parse_qs(urlsplit(put.url).query).items()}
     assert set(put_query["x-amz-signedheaders"].split(";")) >= {

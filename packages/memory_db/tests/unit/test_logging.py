@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 
@@ -92,3 +93,35 @@ def test_configured_pipeline_redacts_stdlib_and_structlog_records(
     assert "carol@example.com" not in err and "dave@example.com" not in err
     assert API_KEY not in err and "deadbeef" not in err
     assert lines[0]["event"] == "saved"
+
+
+def _decode_a_truncated_jpeg() -> None:
+    import pyvips
+
+    whole = pyvips.Image.xyz(128, 128)[0].cast("uchar").jpegsave_buffer(Q=90)
+    with contextlib.suppress(pyvips.Error):
+        pyvips.Image.new_from_buffer(whole[: len(whole) // 2], "").avg()
+
+
+@pytest.mark.parametrize(("level", "seen"), [("info", False), ("debug", True)])
+def test_libvips_messages_are_debug_and_frameworks_share_the_pipeline(
+    capsys: pytest.CaptureFixture[str], level: str, seen: bool
+) -> None:
+    # A framework logger with its own console handler that does not propagate (as fastmcp's).
+    framework = logging.getLogger("uvicorn.error")
+    framework.addHandler(logging.StreamHandler())
+    framework.propagate = False
+    try:
+        assert configure_logging("json", level) is True
+        _decode_a_truncated_jpeg()
+        framework.info("Started server process")
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    libvips = [line for line in lines if line["logger"] == "pyvips"]
+    assert bool(libvips) is seen and all(line["level"] == "debug" for line in libvips)
+    assert all(line["event"].startswith("VIPS: ") for line in libvips)
+    assert [line["event"] for line in lines if line["logger"] == "uvicorn.error"] == [
+        "Started server process"
+    ]

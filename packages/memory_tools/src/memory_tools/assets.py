@@ -13,13 +13,24 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from memory_db import MemoryDbError, UnitOfWork, is_valid_id
+from memory_db import (
+    ChecksumMismatch,
+    MemoryDbError,
+    ObjectNotFound,
+    UnitOfWork,
+    get_logger,
+    is_valid_id,
+)
 from memory_db.repositories import AssetFilter, StoredAsset
 from memory_db.schema import SOURCE_KINDS
+from memory_db.storage import read_verified
+from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
 
 MIME_TYPES = tuple(image_format.mime_type for image_format in FORMATS.values())
 # Previews are small by construction (bounded edge, WebP); a larger one is not ours to read.
@@ -29,10 +40,11 @@ MAX_LIST_LIMIT = 100
 
 @dataclass(frozen=True)
 class PreviewLink:
-    """A short-lived read link of the sanitised preview."""
+    """A short-lived read link of the sanitised preview, or why there is none to open."""
 
-    url: str
-    expires_at: datetime
+    url: str | None
+    expires_at: datetime | None
+    unavailable: str | None = None
 
 
 @dataclass(frozen=True)
@@ -89,22 +101,38 @@ def _handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
     return {(v.record.owner_identity, v.record.physical_vault): v.display_handle for v in vaults}
 
 
-async def read_preview(services: MemoryServices, key: str) -> bytes:
-    """The bytes of a stored preview; ``MemoryDbError`` if unreadable or implausibly large."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in services.store.get_stream(key):
-        size += len(chunk)
-        if size > MAX_PREVIEW_BYTES:
-            raise MemoryDbError("the preview is larger than expected")
-        chunks.append(chunk)
-    return b"".join(chunks)
+async def read_preview(services: MemoryServices, key: str, expected_sha256: str | None) -> bytes:
+    """The bytes of a stored preview, verified against the SHA-256 the database recorded.
+
+    ``ChecksumMismatch`` (logged) when the bytes are not the ones recorded: they are never
+    used. ``expected_sha256`` is ``None`` only for objects stored before previews were hashed
+    (revision 0007); those are checked against the store's own recorded checksum instead.
+    Other ``MemoryDbError``s when the preview is unreadable or implausibly large.
+    """
+    if expected_sha256 is None:
+        head = await services.store.head(key)
+        if not head.exists or head.checksum_sha256 is None:
+            raise ObjectNotFound("the preview is missing or has no recorded checksum")
+        expected_sha256 = head.checksum_sha256
+    try:
+        return await read_verified(
+            services.store, key, expected_sha256, max_bytes=MAX_PREVIEW_BYTES
+        )
+    except ChecksumMismatch:
+        log.error("asset_preview_integrity_failed", object_id=key.rsplit("/", 2)[1], exc_info=True)
+        raise
 
 
 async def signed_preview(services: MemoryServices, stored: StoredAsset) -> PreviewLink | None:
-    """A fresh short-lived link to the asset's preview; ``None`` when there is no preview."""
+    """A fresh short-lived link to the asset's preview; ``None`` when there is no preview.
+
+    When this server's links cannot be opened (``MemoryServices.links_unavailable``) the link
+    is replaced by the reason, never handed out dead.
+    """
     if stored.preview_storage_key is None or stored.object_status != "available":
         return None
+    if services.links_unavailable is not None:
+        return PreviewLink(url=None, expires_at=None, unavailable=services.links_unavailable)
     ttl = services.settings.asset_signed_get_ttl_seconds
     url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
     return PreviewLink(url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
@@ -158,6 +186,7 @@ async def get_asset(
 
     Never ``forbidden``: another owner's ids answer exactly like ids that do not exist.
     """
+    policy.require(services.settings)
     vaults = await readable_vaults(uow, caller)
     stored = await uow.assets.get_visible([v.record.scope for v in vaults], asset_id)
     if stored is None:
@@ -305,8 +334,11 @@ def vault_handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
     return _handles(vaults)
 
 
-async def list_assets(uow: UnitOfWork, caller: Caller, request: ListRequest) -> AssetListView:
+async def list_assets(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, request: ListRequest
+) -> AssetListView:
     """One page of the caller's readable assets, newest (or oldest) first."""
+    policy.require(services.settings)
     if not 1 <= request.limit <= MAX_LIST_LIMIT:
         raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
     check_filters(request)

@@ -1,30 +1,48 @@
-"""Changing and removing assets (§18): move, delete, purge, folder deletion.
+"""Changing and removing assets (§18): move, delete, restore, purge, folder deletion.
 
 A move changes metadata only (the object key and bytes stay). A delete runs §18.1 in one
 transaction — ``deleting``, jobs cancelled, vectors deleted, ``deleted`` with provenance, the
-object marked ``deleting`` when no active asset still uses it — and the worker's sweep deletes
-the bytes afterwards (:func:`purge_deleted_objects`), then gives the bytes back to the quota.
-A failed byte deletion leaves the object ``deleting`` for the next sweep; access never returns.
+object marked ``deleting`` when no active asset still uses it. Search never finds it again.
+
+For ``ASSET_DELETE_GRACE_HOURS`` the bytes stay, still counted against the owner's quota, and
+:func:`restore_asset` can bring the image back (the worker embeds it again from the stored
+preview). Once the window has passed, the worker's sweep deletes the bytes
+(:func:`purge_deleted_objects`) and gives them back to the quota; a restore then answers
+``not_found``. A failed byte deletion leaves the object ``deleting`` for the next sweep; access
+never returns.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
+from datetime import timedelta
 
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, VaultScope
 from memory_db.vectors import VectorIndex, resolve_alias
+from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.assets import descendants
-from memory_tools.errors import ConflictFailure, InvalidInputFailure, NotFoundFailure, translate
-from memory_tools.ingest.save import check_placement, vector_bytes
+from memory_tools.errors import (
+    ConflictFailure,
+    FeatureDisabled,
+    InvalidInputFailure,
+    NotFoundFailure,
+    QuotaExceeded,
+    translate,
+)
+from memory_tools.ingest.save import check_placement, fused_text, vector_bytes
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
 
 # Purged objects per sweep (each is two store deletes).
 PURGE_BATCH = 100
+# A restore is a short transaction that passed its window check before the window closed; the
+# purge waits this much longer than the window, so it never deletes bytes such a restore is
+# taking back into use.
+PURGE_MARGIN = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -50,6 +68,21 @@ class DeleteResult:
     jobs_cancelled: int
     vectors_removed: int
     object_released: bool  # no other asset uses the bytes: they are deleted shortly
+
+
+@dataclass(frozen=True)
+class RestoreResult:
+    """Where a restored asset is now; a repeat reports ``already_active`` and changes nothing."""
+
+    asset_id: str
+    vault: str
+    status: str
+    embedding_status: str
+    already_active: bool
+    project_id: str | None
+    folder_id: str | None
+    placement: str  # "original", "project_root" (its folder is gone) or "unfiled"
+    job_ids: list[str]
 
 
 @dataclass(frozen=True)
@@ -109,6 +142,7 @@ async def move_asset(
     folder_id: str | None,
 ) -> MoveResult:
     """Place an asset in another project or folder of its vault (no bytes are copied)."""
+    policy.require(services.settings)
     if folder_id is not None and project_id is None:
         raise InvalidInputFailure("folderId: give the folder's projectId as well")
     resolved, record = await _locate(uow, caller, asset_id, "write")
@@ -196,6 +230,7 @@ async def delete_asset(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
 ) -> DeleteResult:
     """Delete an asset (needs the ``destructive`` scope and write authority on its vault)."""
+    policy.require(services.settings)
     resolved, _ = await _locate(uow, caller, asset_id, "destructive")
     scope = resolved.record.scope
     outcome = await _remove(uow, caller, services, await _index(uow, services), scope, asset_id)
@@ -208,14 +243,171 @@ async def delete_asset(
     )
 
 
+def delete_grace(services: MemoryServices) -> timedelta:
+    """How long a deleted image stays restorable (``ASSET_DELETE_GRACE_HOURS``)."""
+    return timedelta(hours=services.settings.asset_delete_grace_hours)
+
+
+async def restore_asset(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> RestoreResult:
+    """Bring a deleted image back within the delete grace window.
+
+    Needs the ``destructive`` scope and write authority on its vault, like a delete. The image
+    returns to its project and folder; to the project's root if its folder is gone, and to
+    Unfiled if its project is gone or archived. Its embeddings are queued again. Restoring an
+    image that is not deleted changes nothing; once the window has passed (or for ids the
+    caller cannot see) the answer is ``not_found``.
+    """
+    policy.require(services.settings)
+    embedder = services.embedder
+    if embedder is None:
+        raise FeatureDisabled("no embedder is configured on this server")
+    resolved, _ = await _locate(uow, caller, asset_id, "destructive")
+    scope = resolved.record.scope
+    owner = scope.owner_identity
+    asset = await uow.assets.lock(scope, asset_id, include_deleted=True)
+    if asset is None or asset.status == "deleting":
+        raise NotFoundFailure("asset not found")
+    if asset.status != "deleted":
+        jobs = await uow.jobs.for_asset(owner, asset_id)
+        return RestoreResult(
+            asset_id=asset_id,
+            vault=resolved.display_handle,
+            status=asset.status,
+            embedding_status=asset.embedding_status,
+            already_active=True,
+            project_id=asset.project_id,
+            folder_id=asset.folder_id,
+            placement="original",
+            job_ids=[job.id for job in jobs if job.status in ("queued", "running", "retry")],
+        )
+    if not await uow.assets.deleted_within(scope, asset_id, delete_grace(services)):
+        raise NotFoundFailure("asset not found (its delete grace window has passed)")
+    # Lock order as in a delete (asset, namespace, object), so the two never deadlock.
+    usage = await uow.quota.usage(owner, lock=True)
+    object_id = await _take_back_bytes(uow, owner, asset.object_id)
+    project_id, folder_id, placement = await _restored_placement(uow, scope, asset)
+    text = fused_text(
+        title=asset.title,
+        title_source=str(asset.metadata.get("titleSource", "derived")),
+        alt_text=asset.alt_text,
+        description=asset.description,
+        source_ref=asset.source_ref,
+    )
+    representations = ["visual", "fused"] if text else ["visual"]
+    # The delete gave the vector bytes back; the restore charges them again. The object's
+    # bytes were never given back (they count until the purge).
+    vectors = vector_bytes(services, len(representations))
+    if usage.used_bytes + usage.reserved_bytes + vectors > usage.quota_bytes:
+        raise QuotaExceeded(
+            f"restoring needs {vectors} bytes for its vectors: {usage.used_bytes} used + "
+            f"{usage.reserved_bytes} reserved + {vectors} > {usage.quota_bytes} quota"
+        )
+    await uow.quota.add_used(owner, vectors)
+    restored = await uow.assets.restore(
+        scope,
+        asset_id,
+        object_id=object_id,
+        project_id=project_id,
+        folder_id=folder_id,
+        actor=caller.identity,
+    )
+    jobs = [
+        await uow.jobs.create(
+            owner,
+            asset_id,
+            representation=representation,
+            model=embedder.model,
+            dimensions=embedder.dimensions,
+        )
+        for representation in representations
+    ]
+    await uow.provenance.record(
+        "asset_restore",
+        actor_identity=caller.identity,
+        owner_identity=owner,
+        vault=scope.physical_vault,
+        target_kind="asset",
+        target_id=asset_id,
+        detail={
+            "placement": placement,
+            "projectId": project_id,
+            "folderId": folder_id,
+            "objectId": object_id,
+            "representations": representations,
+        },
+    )
+    await uow.jobs.notify()
+    log.info("asset_restored", placement=placement, representations=len(representations))
+    return RestoreResult(
+        asset_id=asset_id,
+        vault=resolved.display_handle,
+        status=restored.status,
+        embedding_status=restored.embedding_status,
+        already_active=False,
+        project_id=project_id,
+        folder_id=folder_id,
+        placement=placement,
+        job_ids=[job.id for job in jobs],
+    )
+
+
+async def _take_back_bytes(uow: UnitOfWork, owner: str, object_id: str) -> str:
+    """The object a restored asset uses: its own, taken back into use if it was ``deleting``.
+
+    When the owner saved the same bytes again meanwhile, that newer object holds them (one
+    available object per owner and SHA-256): the asset shares it, and its old object is purged
+    after the window. ``not_found`` when the bytes are already gone.
+    """
+    stored = await uow.objects.lock(owner, object_id)
+    if stored.status == "deleted":
+        raise NotFoundFailure("asset not found (its delete grace window has passed)")
+    if stored.status != "deleting":
+        return stored.id  # another asset kept it in use
+    newer = await uow.objects.find_reusable(owner, stored.sha256)
+    if newer is not None:
+        return newer.id
+    await uow.objects.take_back(owner, stored.id)
+    return stored.id
+
+
+async def _restored_placement(
+    uow: UnitOfWork, scope: VaultScope, asset: AssetRecord
+) -> tuple[str | None, str | None, str]:
+    """Where a restored asset goes: where it was, else its project's root, else Unfiled.
+
+    The project and folder are held ``FOR KEY SHARE`` like a save's placement, so a concurrent
+    archive or folder deletion waits for this restore or is seen by it.
+    """
+    if asset.project_id is None:
+        return None, None, "original"
+    try:
+        await check_placement(uow, scope, asset.project_id, None, key_share=True)
+    except MemoryDbError:
+        return None, None, "unfiled"  # the project is deleted or archived
+    if asset.folder_id is None:
+        return asset.project_id, None, "original"
+    try:
+        await check_placement(uow, scope, asset.project_id, asset.folder_id, key_share=True)
+    except MemoryDbError:
+        return asset.project_id, None, "project_root"
+    return asset.project_id, asset.folder_id, "original"
+
+
 async def purge_deleted_objects(services: MemoryServices, *, limit: int = PURGE_BATCH) -> int:
     """Delete the bytes of objects marked ``deleting``, then mark them ``deleted`` (§18.1 6-7).
 
+    Only objects whose delete grace window has passed (``ASSET_DELETE_GRACE_HOURS``, plus
+    :data:`PURGE_MARGIN` when there is a window): until then a restore may take them back.
     The store deletes run outside any transaction; an object whose bytes could not be deleted
     stays ``deleting`` and is retried on the next sweep. Returns how many objects were purged.
     """
+    grace = delete_grace(services)
     async with services.database.unit_of_work() as uow:
-        pending = await uow.objects.deleting(limit=limit)
+        pending = await uow.objects.deleting(
+            limit=limit, older_than=grace + PURGE_MARGIN if grace else grace
+        )
     gone = []
     for stored in pending:
         try:
@@ -223,7 +415,12 @@ async def purge_deleted_objects(services: MemoryServices, *, limit: int = PURGE_
             if stored.preview_storage_key is not None:
                 await services.store.delete(stored.preview_storage_key)
         except MemoryDbError as exc:
-            log.warning("asset_object_purge_failed", object_id=stored.id, error=type(exc).__name__)
+            log.warning(
+                "asset_object_purge_failed",
+                object_id=stored.id,
+                error=type(exc).__name__,
+                exc_info=True,
+            )
             continue
         gone.append(stored)
     purged = 0
@@ -274,6 +471,7 @@ async def delete_folder(
     ``confirm`` token; calling again with that token deletes the folder, its subfolders and
     their images, provided nothing changed in between.
     """
+    policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "destructive")
     scope = resolved.record.scope
     try:

@@ -12,8 +12,10 @@ from memory_db import (
     ProjectRecord,
     UnitOfWork,
 )
+from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import translate
+from memory_tools.services import MemoryServices
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +86,16 @@ def folder_tree(folders: Sequence[FolderRecord]) -> list[FolderView]:
 
 
 async def create_project(
-    uow: UnitOfWork, caller: Caller, *, vault: str, name: str, description: str | None
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str,
+    name: str,
+    description: str | None,
 ) -> ProjectView:
     """Create a project in a vault the caller may write."""
+    policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "write")
     try:
         record = await uow.projects.create(
@@ -106,9 +115,15 @@ async def create_project(
 
 
 async def list_projects(
-    uow: UnitOfWork, caller: Caller, *, vault: str | None, include_archived: bool
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None,
+    include_archived: bool,
 ) -> list[ProjectView]:
     """Projects of one vault, or of every vault the caller may read."""
+    policy.require(services.settings)
     if vault is None:
         vaults = await readable_vaults(uow, caller)
     else:
@@ -123,6 +138,7 @@ async def list_projects(
 async def create_folder(
     uow: UnitOfWork,
     caller: Caller,
+    services: MemoryServices,
     *,
     vault: str,
     project_id: str,
@@ -130,6 +146,7 @@ async def create_folder(
     name: str,
 ) -> tuple[FolderView, str]:
     """Create a folder; return it (with its path) and the vault handle."""
+    policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
     try:
@@ -161,9 +178,10 @@ async def create_folder(
 
 
 async def list_folders(
-    uow: UnitOfWork, caller: Caller, *, vault: str, project_id: str
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, vault: str, project_id: str
 ) -> tuple[list[FolderView], str]:
     """The folder tree of a project, depth-first."""
+    policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "read")
     try:
         folders = await uow.folders.list(resolved.record.scope, project_id)
@@ -173,12 +191,13 @@ async def list_folders(
 
 
 async def archive_project(
-    uow: UnitOfWork, caller: Caller, *, vault: str, project_id: str
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, vault: str, project_id: str
 ) -> ProjectView:
     """Archive a project: it stays readable and searchable, but takes no new images or folders.
 
     Non-destructive and idempotent (§18.2).
     """
+    policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
     try:

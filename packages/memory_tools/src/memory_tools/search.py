@@ -12,7 +12,10 @@ The flow, in the order of §14.2:
    fusion plus the best cosine similarity; candidates reloaded under the authorisation
    predicates with every exact filter and only ``ready`` assets; usage metered, provenance
    written;
-5. at most 30 compact results, each with an optional fresh preview link.
+5. at most 30 compact results, each with an optional fresh preview link. Only results with
+   evidence are returned (a word match, or a similarity above the embedder's evidence floor),
+   never padding up to ``limit``; when none reaches the embedder's good-match line the view
+   says ``no_good_match`` with the best score seen (``memory_db.embedding.thresholds``).
 """
 
 from __future__ import annotations
@@ -25,12 +28,13 @@ from typing import Literal
 import anyio
 
 from memory_db import MemoryDbError, UnitOfWork, get_logger
-from memory_db.embedding import FusedInput, ImageInput, TextInput
+from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
 from memory_db.embedding.types import EmbedResult, EmbedValue
 from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import VectorHit, VectorIndex, VectorMatch, resolve_alias
+from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
     FilterFields,
@@ -109,10 +113,13 @@ class SearchHit:
 
 @dataclass(frozen=True)
 class SearchView:
-    """The results, best first."""
+    """The results with evidence, best first, and whether any of them is a good match."""
 
     mode: Mode
     results: list[SearchHit]
+    no_good_match: bool
+    best_score: float | None
+    good_match_score: float
 
 
 @dataclass
@@ -166,6 +173,7 @@ class AssetSearcher:
 
     async def search(self, caller: Caller, request: SearchRequest) -> SearchView:
         """Search the caller's readable vaults; see the module docstring for the steps."""
+        policy.require(self._settings, "search")
         embedder = self.services.embedder
         if embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
@@ -176,7 +184,7 @@ class AssetSearcher:
             self._index_ready = True
         async with self.services.database.unit_of_work() as uow:
             vaults, filters = await resolve_filters(uow, caller, request)
-            preview_key = None
+            preview_key = preview_sha256 = None
             if request.asset_id is not None:
                 stored = await uow.assets.get_visible(
                     [v.record.scope for v in vaults], request.asset_id
@@ -186,20 +194,20 @@ class AssetSearcher:
                 if stored.preview_storage_key is None or stored.object_status != "available":
                     raise NotFoundFailure("the asset's image is not available")
                 preview_key = stored.preview_storage_key
+                preview_sha256 = stored.preview_sha256
         # Only an authorised, well-formed search fetches or decodes a query image.
         image = await self._temporary_image(request)
         if preview_key is not None:
             try:
-                image = await read_preview(self.services, preview_key)
+                image = await read_preview(self.services, preview_key, preview_sha256)
             except MemoryDbError:
                 raise NotFoundFailure("the asset's image is not available") from None
         embedded = await self._embed(text, image)
         vector = embedded.embeddings[0]
+        thresholds = match_thresholds(embedder.model, mode)
         async with self.services.database.unit_of_work() as uow:
             scopes = [v.record.scope for v in vaults]
-            fusion, rows = await self._rank(
-                uow, scopes, filters, vector, text, request.limit, request.min_score
-            )
+            fusion, rows = await self._rank(uow, scopes, filters, vector, text, request, thresholds)
             await uow.usage.record(
                 owner_identity=caller.identity,
                 source="embed_image_query",
@@ -249,8 +257,24 @@ class AssetSearcher:
                 replace(hit, preview=await signed_preview(self.services, by_id[hit.asset_id]))
                 for hit in results
             ]
-        log.info("asset_search", mode=mode, results=len(results), vaults=len(vaults))
-        return SearchView(mode=mode, results=results)
+        scores = [e.score for e in fusion.values() if e.score is not None]
+        best = max((hit.score for hit in results), default=None)
+        if best is None and scores:
+            best = round(max(scores), 6)
+        good = any(
+            hit.score >= thresholds.good or "metadata" in hit.match_representations
+            for hit in results
+        )
+        log.info(
+            "asset_searched", mode=mode, results=len(results), vaults=len(vaults), good_match=good
+        )
+        return SearchView(
+            mode=mode,
+            results=results,
+            no_good_match=not good,
+            best_score=best,
+            good_match_score=thresholds.good,
+        )
 
     async def _temporary_image(self, request: SearchRequest) -> bytes | None:
         """The sanitised preview of a query image given inline or by URL (never stored)."""
@@ -285,7 +309,7 @@ class AssetSearcher:
         try:
             result = await embedder.embed([value], "retrieval.query")
         except EmbeddingError as exc:
-            log.warning("asset_search.embed_failed", code=exc.code)
+            log.warning("asset_search_embed_failed", code=exc.code, exc_info=True)
             if exc.retryable:
                 raise EmbeddingUnavailable(
                     "the embedding provider is unavailable; retry shortly"
@@ -301,10 +325,15 @@ class AssetSearcher:
         filters: AssetFilter,
         vector: list[float],
         text: str | None,
-        limit: int,
-        min_score: float | None,
+        request: SearchRequest,
+        thresholds: MatchThresholds,
     ) -> tuple[dict[str, _Fusion], list[StoredAsset]]:
-        """Fused evidence per asset and at most ``limit`` authorised, ready results, best first."""
+        """Fused evidence per asset and at most ``limit`` authorised, ready results, best first.
+
+        Only assets with evidence are candidates: a word match, or a similarity above the
+        embedder's evidence floor. Nothing is added to fill ``limit``.
+        """
+        limit, min_score = request.limit, request.min_score
         embedder = self.services.embedder
         assert embedder is not None
         index = await VectorIndex.open(
@@ -379,12 +408,14 @@ class AssetSearcher:
         for evidence in fusion.values():
             if evidence.score is not None:
                 evidence.relevance += evidence.score
-        # Best first, before any row is read; minScore needs no row either.
+        # Best first, before any row is read; minScore and evidence need no row either.
         ordered = sorted(
             (
                 asset_id
                 for asset_id, e in fusion.items()
-                if e.score is not None and (min_score is None or e.score >= min_score)
+                if e.score is not None
+                and (e.score > thresholds.evidence or "metadata" in e.matched)
+                and (min_score is None or e.score >= min_score)
             ),
             key=lambda asset_id: (-fusion[asset_id].relevance, asset_id),
         )

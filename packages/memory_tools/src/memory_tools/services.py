@@ -29,6 +29,12 @@ class MemoryServices:
     embedder: Embedder | None = None
     fetcher: SafeFetcher | None = None
     vector_alias: str = DEFAULT_ALIAS
+    # Where clients reach this server (MEMORY_PUBLIC_BASE_URL or the bound address): links the
+    # server hands out, such as an upload's completeUrl, are absolute on it.
+    public_base_url: str | None = None
+    # Why the store's signed links cannot be opened by this server's callers (a stdio server
+    # with nothing serving its local links); ``None`` when they can. Previews then say so.
+    links_unavailable: str | None = None
     # Every decode of an untrusted image in this process waits here for its pixels
     # (ASSET_DECODE_BUDGET_PIXELS); made from the settings, one per set of services.
     decode_admission: DecodeAdmission = field(init=False, repr=False, compare=False)

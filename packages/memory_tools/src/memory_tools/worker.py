@@ -27,14 +27,15 @@ from sqlalchemy import select
 
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import EmbeddingError, NotFound, ProviderContractError
+from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
 from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
-from memory_db.vectors import VectorIndex, VectorRecord, resolve_alias
+from memory_db.vectors import VectorIndex, VectorRecord
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.ingest.save import fused_text
+from memory_tools.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -54,6 +55,9 @@ class WorkerConfig:
     heartbeat_seconds: float = 30.0
     poll_seconds: float = 5.0
     sweep_seconds: float = 30.0
+    # How often a sweep also lists the store against the accounts (see memory_tools.reconcile);
+    # the first sweep of every worker does.
+    reconcile_seconds: float = 600.0
     retry_base_seconds: float = 5.0
     retry_max_seconds: float = 600.0
 
@@ -88,7 +92,8 @@ class EmbeddingWorker:
         suffix = secrets.token_hex(4)
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
         self._wake = anyio.Event()
-        self._index_name: str | None = None
+        self._prepared = False
+        self._reconcile_due = 0.0  # anyio clock: the first sweep reconciles
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -100,7 +105,7 @@ class EmbeddingWorker:
             group.start_soon(self._sweep_forever)
             for slot in range(self.config.concurrency):
                 group.start_soon(self._slot, slot)
-            log.info("worker.started", worker=self.worker_id, concurrency=self.config.concurrency)
+            log.info("worker_started", worker=self.worker_id, concurrency=self.config.concurrency)
             if ready is not None:
                 ready.set()
 
@@ -109,7 +114,7 @@ class EmbeddingWorker:
             try:
                 done = await self.run_once()
             except Exception:  # the database or store hiccupped: back off, keep the worker
-                log.exception("worker.batch_error", worker=self.worker_id, slot=slot)
+                log.exception("worker_batch_failed", worker=self.worker_id, slot=slot)
                 done = 0
             if done:
                 continue
@@ -134,21 +139,22 @@ class EmbeddingWorker:
                     with anyio.CancelScope(shield=True):
                         await driver.remove_listener(CHANNEL, wake)
         except Exception:
-            log.warning("worker.listen_unavailable", worker=self.worker_id)
+            log.warning("worker_listen_unavailable", worker=self.worker_id, exc_info=True)
 
     async def _sweep_forever(self) -> None:
         while True:
             try:
                 await self.sweep()
             except Exception:
-                log.exception("worker.sweep_error", worker=self.worker_id)
+                log.exception("worker_sweep_failed", worker=self.worker_id)
             await anyio.sleep(self.config.sweep_seconds)
 
     async def sweep(self) -> None:
         """Housekeeping: expired reservations, abandoned jobs, orphans, deleted bytes.
 
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
-        deletes orphaned uploads and purges the bytes of deleted images (§18.1).
+        deletes orphaned uploads, purges the bytes of deleted images (§18.1) and, every
+        ``reconcile_seconds``, deletes store bytes that nothing accounts for (``reconcile``).
         """
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
@@ -157,14 +163,24 @@ class EmbeddingWorker:
                 await uow.assets.reconcile_embedding(owner, asset_id)
         removed = await self._remove_orphans()
         purged = await purge_deleted_objects(self._services)
-        if expired or abandoned or removed or purged:
+        reconciled = await self._reconcile()
+        if expired or abandoned or removed or purged or reconciled:
             log.info(
-                "worker.swept",
+                "worker_swept",
                 reservations=expired,
                 abandoned_jobs=len(abandoned),
                 orphans_removed=removed,
                 objects_purged=purged,
+                unaccounted_removed=reconciled,
             )
+
+    async def _reconcile(self) -> int:
+        """List the store against the accounts when due; returns how many keys it removed."""
+        if anyio.current_time() < self._reconcile_due:
+            return 0
+        report = await reconcile_store(self._services, safety_window=ORPHAN_SAFETY_WINDOW)
+        self._reconcile_due = anyio.current_time() + self.config.reconcile_seconds
+        return report.removed
 
     async def _remove_orphans(self) -> int:
         """Delete bytes whose save never committed, once no save can still claim them (§12.3)."""
@@ -187,12 +203,13 @@ class EmbeddingWorker:
         return len(removed) - len(claimed & set(removed))
 
     async def _prepare(self) -> None:
-        if self._index_name is None:
+        # Only the first-start creation of the index; which index the alias names is read
+        # again by every batch (an index rebuild switches it while workers run).
+        if not self._prepared:
             await prepare_vector_index(
                 self._services.database, self._services.settings, self._embedder
             )
-            async with self._services.database.unit_of_work() as uow:
-                self._index_name = await resolve_alias(uow.session, self._services.vector_alias)
+            self._prepared = True
 
     async def drain(self, *, limit: int | None = None) -> int:
         """Process due jobs until none is left (tests, benchmarks, one-shot runs)."""
@@ -235,7 +252,7 @@ class EmbeddingWorker:
                 )
             if len(held) < len(job_ids):
                 log.warning(
-                    "worker.lease_lost", worker=self.worker_id, lost=len(job_ids) - len(held)
+                    "worker_lease_lost", worker=self.worker_id, lost=len(job_ids) - len(held)
                 )
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
@@ -330,7 +347,15 @@ class EmbeddingWorker:
             await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
             return None
         try:
-            preview = await read_preview(self._services, stored.preview_storage_key)
+            preview = await read_preview(
+                self._services, stored.preview_storage_key, stored.preview_sha256
+            )
+        except ChecksumMismatch:
+            # Not the bytes that were validated: never embed them. Retrying cannot fix this.
+            await self._fail(
+                job, "integrity_failure", "the stored preview does not match its recorded SHA-256"
+            )
+            return None
         except MemoryDbError as exc:
             await self._retry(job, "store_unavailable", f"the preview could not be read ({exc})")
             return None
@@ -358,7 +383,6 @@ class EmbeddingWorker:
         request_id: str | None,
     ) -> None:
         """Finish a batch in one transaction; each job only if this worker still holds it."""
-        assert self._index_name is not None
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
@@ -372,7 +396,17 @@ class EmbeddingWorker:
                 .execution_options(populate_existing=True)
             )
             current = {row.id: asset_record(row) for row in rows}
-            index = await VectorIndex.open(uow.session, self._index_name)
+            # The alias is resolved per batch, never cached: after a rebuild switches it, the
+            # next batch writes to the new index (the switch waits for this one to commit).
+            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            mismatch: str | None = None
+            if index.dimensions != self._embedder.dimensions:
+                mismatch = (
+                    f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
+                    f"this worker's embedder makes {self._embedder.dimensions}-d ones"
+                )
+                log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
+            stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
             touched: dict[str, set[str]] = {}
@@ -385,6 +419,9 @@ class EmbeddingWorker:
                         scope = VaultScope(item.asset.owner_identity, item.asset.vault)
                         await index.delete_asset(scope, job.asset_id)
                     continue
+                if mismatch is not None:
+                    stale.append(item)
+                    continue
                 finishing.append((item, embedding, usage, asset))
             done = await uow.jobs.complete_many(
                 self.worker_id, {item.job.id: usage for item, _e, usage, _a in finishing}
@@ -392,7 +429,7 @@ class EmbeddingWorker:
             for item, embedding, usage, asset in finishing:
                 job = item.job
                 if job.id not in done:
-                    log.warning("worker.lease_lost_at_completion", job_id=job.id)
+                    log.warning("worker_lease_lost_at_completion", job_id=job.id)
                     continue
                 scope = VaultScope(asset.owner_identity, asset.vault)
                 vectors.setdefault(scope, []).append(
@@ -426,8 +463,10 @@ class EmbeddingWorker:
             await uow.usage.record_many(ledger)
             for owner, ids in sorted(touched.items()):
                 await uow.assets.reconcile_many(owner, sorted(ids))
+        for item in stale:
+            await self._retry(item.job, "index_mismatch", mismatch or "")
         if ledger:
-            log.info("worker.jobs_done", worker=self.worker_id, jobs=len(ledger))
+            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(ledger))
 
     async def _failed(self, item: _Work, exc: EmbeddingError) -> None:
         """Apply §13.3's failure policy to one job."""
@@ -437,14 +476,16 @@ class EmbeddingWorker:
             return
         if isinstance(exc, ProviderContractError):
             # Wrong vector count, length or values: the provider broke its contract. Alert.
-            log.error("worker.provider_contract_violation", job_id=job.id, code=exc.code)
+            log.error(
+                "worker_provider_contract_violated", job_id=job.id, code=exc.code, exc_info=exc
+            )
         await self._fail(job, exc.code, str(exc))
         if exc.code == "unsupported_media":
             # Our validation accepted what the provider cannot read: keep the object out of
             # dedupe and embedding until someone looks (§13.3 "quarantine").
             async with self._services.database.unit_of_work() as uow:
                 await uow.objects.quarantine(job.owner_identity, item.asset.object_id)
-            log.warning("worker.object_quarantined", object_id=item.asset.object_id)
+            log.warning("worker_object_quarantined", object_id=item.asset.object_id)
 
     async def _retry(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
@@ -456,13 +497,13 @@ class EmbeddingWorker:
                 delay=retry_delay(job.attempts, self.config),
             )
             await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
-        log.info("worker.job_retry", job_id=job.id, code=code, attempt=job.attempts)
+        log.info("worker_job_retried", job_id=job.id, code=code, attempt=job.attempts)
 
     async def _fail(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.fail(job.id, self.worker_id, code=code, message=message)
             await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
-        log.warning("worker.job_failed", job_id=job.id, code=code)
+        log.warning("worker_job_failed", job_id=job.id, code=code)
 
 
 def _split_usage(total: int, parts: int) -> list[int]:

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
@@ -17,6 +19,15 @@ from memory_tools.worker import EmbeddingWorker
 from .test_save import b64, picture, stored_files
 from .tool_calls import call as _call
 from .tool_calls import error as _error
+
+
+@pytest.fixture
+def saving(saving: MemoryServices) -> MemoryServices:
+    """No delete grace window: these tests are about the purge itself (the window and restores
+    are tested in test_restore.py)."""
+    return replace(
+        saving, settings=saving.settings.model_copy(update={"asset_delete_grace_hours": 0})
+    )
 
 
 async def _scalar(services: MemoryServices, sql: str, **params: Any) -> Any:

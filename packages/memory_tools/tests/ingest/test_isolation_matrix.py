@@ -80,7 +80,7 @@ async def test_every_tool_caller_and_target(
     bob_asset = await save(bob.key, 2, "Lighthouse at dawn")
     # The grantees' own assets (alice's and bob's own are the "alice" and "bob" targets).
     own = {
-        f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p}")
+        f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p} lighthouse")
         for i, (p, person) in enumerate(grantees.items())
     }
     await EmbeddingWorker(saving).drain()
@@ -113,12 +113,14 @@ async def test_every_tool_caller_and_target(
         if caller.revoked:
             return "unauthenticated"
         if not readable(caller, target):
-            return "not_found" if tool in ("get", "similar", "move", "delete") else "absent"
+            return (
+                "not_found" if tool in ("get", "similar", "move", "delete", "restore") else "absent"
+            )
         if tool in ("get", "similar", "list", "search"):
             return "ok"
         if not writable(caller, target):
             return "forbidden"
-        if tool == "delete" and "destructive" not in caller.scopes:
+        if tool in ("delete", "restore") and "destructive" not in caller.scopes:
             return "forbidden"
         return "ok"
 
@@ -131,8 +133,10 @@ async def test_every_tool_caller_and_target(
 
     mismatches: list[str] = []
     checked = 0
-    # Deletes last: they change what the other cells see.
-    for tool in ("get", "similar", "list", "search", "move", "delete"):
+    # Deletes last: they change what the other cells see. Restores after them (within the
+    # delete grace window): the deleted images come back, for exactly the callers a delete
+    # allows.
+    for tool in ("get", "similar", "list", "search", "move", "delete", "restore"):
         for caller in callers:
             async with client(caller.key) as c:
                 for target in ("alice", "bob", "own"):
@@ -150,8 +154,11 @@ async def test_every_tool_caller_and_target(
                         if missing != "not_found":
                             mismatches.append(f"{tool} / {caller.name} / missing: {missing}")
     assert mismatches == []
-    # 6 tools x (7 callers x 2 targets + 3 grantees x their own asset)
-    assert checked == 6 * (7 * 2 + 3), checked
+    # 7 tools x (7 callers x 2 targets + 3 grantees x their own asset)
+    assert checked == 7 * (7 * 2 + 3), checked
+    async with client(alice.key) as c:
+        kind, restored = await _outcome(c, "image_asset_get", {"assetId": alice_asset})
+    assert kind == "ok" and restored["status"] == "processing", restored
 
 
 async def _run(client: Client[Any], tool: str, asset: str) -> str:
@@ -166,13 +173,15 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
         kind, result = await _outcome(client, "image_asset_move", {"assetId": asset})
     elif tool == "delete":
         kind, result = await _outcome(client, "image_asset_delete", {"assetId": asset})
+    elif tool == "restore":
+        kind, result = await _outcome(client, "image_asset_restore", {"assetId": asset})
     else:
         if tool == "list":
             kind, result = await _outcome(client, "image_asset_list", {"limit": 100})
             items = result["items"] if kind == "ok" else []
         else:
-            # "Lighthouse" is in both owners' titles and the pictures are alike: only the
-            # vaults the caller may read decide.
+            # "Lighthouse" is in every title (search returns only results with evidence) and
+            # the pictures are alike: only the vaults the caller may read decide.
             kind, result = await _outcome(
                 client, "image_asset_search", {"query": "lighthouse", "limit": 30}
             )

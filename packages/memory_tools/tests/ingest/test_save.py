@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -16,6 +17,7 @@ from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
 from memory_tools.errors import (
     ConflictFailure,
+    FetchFailed,
     InvalidImage,
     InvalidInputFailure,
     NotFoundFailure,
@@ -182,6 +184,46 @@ async def test_idempotency_key_returns_the_same_asset(
     assert (await db_state(saving, "alice@example.com"))["assets"] == 1
 
 
+async def test_a_refused_save_does_not_use_up_its_idempotency_key(
+    saving: MemoryServices, alice_caller: Caller, web: WebServer, database: Any
+) -> None:
+    """After each kind of refusal, the corrected retry under the same key saves."""
+    saver = AssetSaver(saving)
+    good = picture(40)
+    web.routes["/good.png"] = Reply(body=good, headers={"Content-Type": "image/png"})
+    url = f"http://img.test:{web.port}"
+    refusals: list[tuple[str, SaveRequest, type[ToolFailure]]] = [
+        ("fetch", SaveRequest(source_url=f"{url}/missing.png"), FetchFailed),
+        ("image", SaveRequest(image_base64=b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)), InvalidImage),
+        ("unsafe", SaveRequest(source_url=f"{url}/to-intranet"), UnsafeUrl),
+    ]
+    for index, (name, refused, failure) in enumerate(refusals):
+        key = f"retry-{name}"
+        with pytest.raises(failure):
+            await saver.save(alice_caller, replace(refused, idempotency_key=key))
+        corrected = SaveRequest(image_base64=b64(picture(41 + index)), idempotency_key=key)
+        saved = await saver.save(alice_caller, corrected)
+        assert not saved.replayed
+        again = await saver.save(alice_caller, corrected)
+        assert again.asset_id == saved.asset_id and again.replayed
+        # The key is now used: a different request under it is still a conflict.
+        with pytest.raises(ConflictFailure, match="different save request"):
+            await saver.save(alice_caller, replace(corrected, title="another"))
+    # Over quota, then corrected by a smaller image under the same key.
+    await admin.create_identity(database, "erin@example.com", 9000)
+    erin = Caller("erin@example.com", "akey_e", frozenset({"read", "write"}))
+    with pytest.raises(QuotaExceeded):
+        await saver.save(
+            erin, SaveRequest(image_base64=b64(picture(50, size=120)), idempotency_key="q")
+        )
+    small = await saver.save(
+        erin, SaveRequest(image_base64=b64(picture(51, size=8)), idempotency_key="q")
+    )
+    assert not small.replayed
+    state = await db_state(saving, "alice@example.com")
+    assert (state["assets"], state["reserved"], state["active_reservations"]) == (3, 0, 0)
+
+
 async def test_quota_is_refused_with_the_numbers_and_nothing_is_stored(
     saving: MemoryServices, database: Any
 ) -> None:
@@ -288,7 +330,7 @@ async def test_another_owners_project_is_not_found(
 
     async with saving.database.unit_of_work() as uow:
         project = await projects.create_project(
-            uow, bob_caller, vault="Library", name="Bob's", description=None
+            uow, bob_caller, saving, vault="Library", name="Bob's", description=None
         )
     with pytest.raises(NotFoundFailure, match="project"):
         await AssetSaver(saving).save(

@@ -50,6 +50,26 @@ async def test_save_answers_in_camel_case(
         ),
         ({"imageBase64": "AAAA", "unknownField": 1}, "invalid_input: unknownField"),
         ({"artifactId": "art_123"}, "not_found: artifact not found"),
+        (
+            {"imageBase64": base64.b64encode(picture(31)).decode(), "title": "a\x00b"},
+            "invalid_input: title: must not contain a NUL character",
+        ),
+        (
+            {"imageBase64": base64.b64encode(picture(32)).decode(), "tags": ["ok", "a\x00b"]},
+            "invalid_input: tags: must not contain a NUL character",
+        ),
+        (
+            {"imageBase64": base64.b64encode(picture(33)).decode(), "altText": "\x00"},
+            "invalid_input: altText: must not contain a NUL character",
+        ),
+        (
+            {"image_base64": base64.b64encode(picture(34)).decode()},
+            "invalid_input: image_base64: is not a known field; did you mean `imageBase64`?",
+        ),
+        (
+            {"imageBase64": "AAAA", "project_identifier": "x"},
+            "invalid_input: project_identifier: is not a known field",
+        ),
     ],
 )
 async def test_save_errors_have_stable_codes(

@@ -75,11 +75,33 @@ async def test_text_search_finds_the_asset_by_its_words_with_scores_and_evidence
     assert first["title"] == TITLES[3] and first["vault"] == "Library"
     assert (first["width"], first["height"], first["mimeType"]) == (48, 48, "image/png")
     assert -1 <= first["score"] <= 1 and first["preview"] is None
-    scores = [r["score"] for r in found["results"]]
-    assert len(scores) == len(TITLES)  # few assets: all are candidates, the best first
+    # Only results with evidence: a word match or a similarity above local-hash-v1's text
+    # evidence floor (0.2); the other four images (0.0 or hash noise) are not padded in.
+    assert [r["assetId"] for r in found["results"]] == [ids[3]]
+    assert found["noGoodMatch"] is False and found["goodMatchScore"] == 0.3
+    assert found["bestScore"] == first["score"] > 0.3
     # English stemming in the metadata list: "charts" finds "chart".
     assert chart["results"][0]["assetId"] == ids[4]
     assert "metadata" in chart["results"][0]["matchRepresentations"]
+
+
+async def test_a_query_with_no_evidence_returns_nothing_and_says_so(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as client:
+        await _library(client, saving)
+        nothing = await _call(client, "image_asset_search", {"query": "volcano", "limit": 5})
+        weak = await _call(
+            client, "image_asset_search", {"imageBase64": b64(picture(40)), "limit": 3}
+        )
+    # Before: five unrelated images at score 0.0 filled the limit.
+    assert nothing["results"] == []
+    assert nothing["noGoodMatch"] is True
+    assert nothing["bestScore"] is not None and nothing["bestScore"] < 0.2
+    # An image query finds look-alikes (evidence) but none near the good-match line (0.85).
+    assert 0 < len(weak["results"]) <= 3
+    assert weak["noGoodMatch"] is True and weak["goodMatchScore"] == 0.85
+    assert weak["bestScore"] == weak["results"][0]["score"] < 0.85
 
 
 async def test_image_queries_find_the_same_picture_first_and_store_nothing(
@@ -106,6 +128,7 @@ async def test_image_queries_find_the_same_picture_first_and_store_nothing(
         assert answer["results"][0]["score"] > 0.99
         assert answer["results"][0]["score"] > answer["results"][1]["score"]
     assert len(by_url["results"]) == 2
+    assert by_asset["noGoodMatch"] is False and by_asset["bestScore"] > 0.99
     assert fused["mode"] == "fused" and fused["results"][0]["assetId"] == ids[2]
     # A query image is never stored: same files, same assets.
     assert stored_files(saving) == files
@@ -349,7 +372,13 @@ async def test_provider_failures_become_clear_errors(alice: Any, saving: MemoryS
         server.stop()
     assert busy == "embedding_unavailable: the embedding provider is unavailable; retry shortly"
     assert refused.startswith("embedding_failed: the embedding provider refused the query")
-    assert answered == {"mode": "text", "results": []}
+    assert answered == {
+        "mode": "text",
+        "results": [],
+        "noGoodMatch": True,
+        "bestScore": None,  # nothing was compared
+        "goodMatchScore": 0.3,  # Jina's published noise floor
+    }
 
 
 async def test_the_full_text_list_ranks_a_bounded_pool_every_word_first(

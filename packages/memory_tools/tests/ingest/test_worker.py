@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import base64
+import hashlib
+import json
+import os
 from collections.abc import Sequence
 from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -14,7 +18,15 @@ from sqlalchemy import text
 from memory_db import JobRecord
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
-from memory_db.vectors import resolve_alias
+from memory_db.ids import new_id
+from memory_db.storage import build_object_key, build_staging_key, content_type_for_key
+from memory_db.vectors import (
+    DEFAULT_ALIAS,
+    create_index,
+    describe_index,
+    resolve_alias,
+    switch_alias,
+)
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
@@ -410,6 +422,58 @@ async def test_a_running_worker_wakes_on_notify(
         group.cancel_scope.cancel()
 
 
+async def test_a_running_worker_follows_an_alias_switch(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    """After a rebuild switches the alias, the running worker writes to the new index."""
+
+    async def rows_in(table: str, asset_id: str) -> int:
+        return int(
+            await scalar(saving, f"SELECT count(*) FROM {table} WHERE asset_id = :a", a=asset_id)
+        )
+
+    async def until_ready(asset_id: str) -> None:
+        with anyio.fail_after(10):
+            while (await asset_row(saving, asset_id))["embedding_status"] != "ready":
+                await anyio.sleep(0.05)
+
+    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=0.1, sweep_seconds=60))
+    ready = anyio.Event()
+    old = before = after = ""
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: worker.run(ready=ready))
+        await ready.wait()
+        before = await save(saving, alice_caller, 61)
+        await until_ready(before)
+        async with saving.database.unit_of_work() as uow:
+            old = await resolve_alias(uow.session)
+            dimensions, element = await describe_index(uow.session, old)
+            await create_index(uow.session, "rebuilt_v2", dimensions=dimensions, element=element)
+            await switch_alias(uow.session, DEFAULT_ALIAS, "rebuilt_v2")
+        after = await save(saving, alice_caller, 62)
+        await until_ready(after)
+        group.cancel_scope.cancel()
+    assert (await rows_in(old, before), await rows_in("rebuilt_v2", before)) == (1, 0)
+    assert (await rows_in(old, after), await rows_in("rebuilt_v2", after)) == (0, 1)
+
+
+async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    """An alias switched to an index the embedder does not fit: the job waits, nothing lands."""
+    worker = EmbeddingWorker(saving, FAST)
+    await worker.drain()  # creates the first index
+    async with saving.database.unit_of_work() as uow:
+        await create_index(uow.session, "other_dims", dimensions=8)
+        await switch_alias(uow.session, DEFAULT_ALIAS, "other_dims")
+    asset_id = await save(saving, alice_caller, 63)
+    await worker.run_once()
+    async with saving.database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+    assert [(job.status, job.last_error_code) for job in jobs] == [("retry", "index_mismatch")]
+    assert await scalar(saving, "SELECT count(*) FROM other_dims") == 0
+
+
 async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
@@ -454,3 +518,72 @@ async def test_the_sweep_removes_old_orphans_but_never_claimed_bytes(
         )
         == 0
     )
+
+
+async def test_reconciliation_deletes_bytes_nothing_accounts_for_with_provenance(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 63)
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", asset_id)
+        assert asset is not None
+        stored = await uow.objects.get("alice@example.com", asset.object_id)
+        upload, _ = await uow.quota.open_reservation(
+            "alice@example.com",
+            operation="asset_upload",
+            idempotency_key=None,
+            expected_bytes=10,
+            expires_at=datetime.now(UTC) + timedelta(hours=1),
+        )
+    env, namespace = saving.settings.asset_storage_env_prefix, stored.namespace_id
+    old_stray = build_object_key(env, namespace, new_id("aob"), "original", "png")
+    young_stray = build_object_key(env, namespace, new_id("aob"), "preview")
+    closed_staging = build_staging_key(env, namespace, new_id("aur"), "png")
+    open_staging = build_staging_key(env, namespace, upload.id, "png")
+    for key in (old_stray, young_stray, closed_staging, open_staging):
+        await saving.store.put(
+            key, b"<html>replayed</html>", content_type=content_type_for_key(key)
+        )
+    path = saving.store.root / old_stray  # type: ignore[attr-defined]
+    two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).timestamp()
+    os.utime(path, (two_hours_ago, two_hours_ago))
+    await EmbeddingWorker(saving, FAST).sweep()
+    kept = [stored.storage_key, stored.preview_storage_key, young_stray, open_staging]
+    for key in kept:
+        assert key is not None and (await saving.store.head(key)).exists, key
+    for key in (old_stray, closed_staging):
+        assert not (await saving.store.head(key)).exists, key
+    async with saving.database.engine.connect() as conn:
+        events = (
+            await conn.execute(
+                text(
+                    "SELECT actor_identity, owner_identity, target_kind, detail FROM mem_provenance "
+                    "WHERE operation = 'asset_reconcile' ORDER BY target_kind"
+                )
+            )
+        ).all()
+    assert [(e[0], e[1], e[2], e[3]["key"], e[3]["reason"]) for e in events] == [
+        ("system:worker", "alice@example.com", "object", old_stray, "no object row"),
+        ("system:worker", "alice@example.com", "upload", closed_staging, "upload is closed"),
+    ]
+    assert all(e[3]["bytes"] == len(b"<html>replayed</html>") for e in events)
+
+
+async def test_the_worker_never_embeds_a_preview_that_fails_the_database_hash(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 65)
+    async with saving.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("alice@example.com", asset_id)
+        assert asset is not None
+        stored = await uow.objects.get("alice@example.com", asset.object_id)
+    assert stored.preview_storage_key is not None and stored.preview_sha256 is not None
+    preview = saving.store.root / stored.preview_storage_key  # type: ignore[attr-defined]
+    replaced = picture(66)
+    preview.write_bytes(replaced)  # the sidecar still names the old hash; the database decides
+    sidecar = preview.with_name(preview.name + ".json")
+    sidecar.write_text(json.dumps({"sha256": hashlib.sha256(replaced).hexdigest()}))
+    await EmbeddingWorker(saving, FAST).drain()
+    row = await asset_row(saving, asset_id)
+    assert (row["status"], row["failure_code"]) == ("failed", "integrity_failure")
+    assert await vectors_of(saving, asset_id) == 0

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
+from importlib.metadata import version
 from typing import Any
 
 import pytest
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_tools import admin
+from memory_tools import ToolFailure, admin, build_memory_server
 
 Clients = Callable[[str | None], Any]
 
@@ -184,7 +186,32 @@ async def test_missing_unknown_and_revoked_keys(
         (
             "image_project_create",
             {"name": "a\u0007b"},
-            "invalid_input: project name must not contain control characters",
+            "invalid_input: project name must not contain control characters or bidirectional "
+            "overrides",
+        ),
+        (
+            "image_project_create",
+            {"name": "a\u0085b"},  # C1: NEXT LINE
+            "invalid_input: project name must not contain control characters or bidirectional "
+            "overrides",
+        ),
+        (
+            "image_project_create",
+            {"name": "Trips\u202egpj.exe"},  # RIGHT-TO-LEFT OVERRIDE
+            "invalid_input: project name must not contain control characters or bidirectional "
+            "overrides",
+        ),
+        (
+            "image_folder_create",
+            {"projectId": "apr_" + "a" * 26, "name": "x\u2067y"},  # RIGHT-TO-LEFT ISOLATE
+            "invalid_input: folder name must not contain control characters or bidirectional "
+            "overrides",
+        ),
+        (
+            "image_project_list",
+            {"include_archived": True},
+            "invalid_input: include_archived: is not a known field; did you mean "
+            "`includeArchived`?",
         ),
         (
             "image_project_create",
@@ -289,13 +316,14 @@ ANNOTATIONS = {
     "image_asset_search": (True, False, True, True),  # may fetch a query image by URL
     "image_asset_move": (False, False, True, False),
     "image_asset_delete": (False, True, True, False),
+    "image_asset_restore": (False, False, True, False),
 }
 
 
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == set(ANNOTATIONS)  # the ten of §15.1 plus archive and folder delete
+    assert set(tools) == set(ANNOTATIONS)  # the ten of §15.1, archive, folder delete, restore
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None
@@ -310,6 +338,18 @@ async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) ->
         assert tool.output_schema is not None
 
 
+async def test_the_instructions_tell_how_long_a_deleted_image_can_be_restored(
+    services: Any,
+) -> None:
+    instructions = build_memory_server(services).instructions or ""
+    hours = services.settings.asset_delete_grace_hours
+    assert f"recoverable for {hours} hours: image_asset_restore" in instructions
+    final = replace(
+        services, settings=services.settings.model_copy(update={"asset_delete_grace_hours": 0})
+    )
+    assert "Deleting an image is final" in (build_memory_server(final).instructions or "")
+
+
 async def test_unexpected_errors_are_masked(client_for: Clients, alice: Any, services: Any) -> None:
     async with client_for(alice.key) as client:
         await services.database.close()  # pool closed: queries now fail internally ...
@@ -318,3 +358,29 @@ async def test_unexpected_errors_are_masked(client_for: Clients, alice: Any, ser
     assert result.is_error
     message = result.content[0].text
     assert "Traceback" not in message and "NoneType" not in message
+
+
+@pytest.mark.parametrize("name", ["Team\u202e", "Te\u0085am", "Te\u2066am", "Te\x00am", "A/B"])
+async def test_vault_names_refuse_control_and_bidi_characters(
+    make_person: Any, database: Database, name: str
+) -> None:
+    owner = await make_person("owner@example.com")
+    with pytest.raises(ToolFailure) as refused:
+        await admin.create_vault(database, owner.email, name)
+    assert refused.value.code == "invalid_input"
+    assert "bidirectional overrides" in refused.value.message
+    assert await _count(database, "mem_vaults") == 1  # only Library
+
+
+async def test_server_reports_its_own_version_and_the_time_filters_need_a_zone(
+    client_for: Clients, alice: Any
+) -> None:
+    async with client_for(alice.key) as client:
+        info = client.server_info
+        tools = {tool.name: tool for tool in await client.list_tools()}
+    assert info is not None and info.version == version("memory-tools") != version("fastmcp")
+    for tool in ("image_asset_list", "image_asset_search"):
+        properties = tools[tool].input_schema["properties"]
+        for field in ("createdAfter", "createdBefore"):
+            description = properties[field]["description"]
+            assert "a time and a zone" in description and "Z" in description, (tool, field)

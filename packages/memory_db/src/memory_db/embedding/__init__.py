@@ -4,6 +4,7 @@ from memory_db.embedding.factory import build_embedder
 from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector
 from memory_db.embedding.jina import JINA_MODEL, JinaEmbedder
 from memory_db.embedding.local import LOCAL_MODEL, LocalEmbedder
+from memory_db.embedding.thresholds import MatchThresholds, match_thresholds
 from memory_db.embedding.types import (
     TASKS,
     Embedder,
@@ -28,6 +29,7 @@ __all__ = [
     "ImageInput",
     "JinaEmbedder",
     "LocalEmbedder",
+    "MatchThresholds",
     "ScriptedEmbedder",
     "Task",
     "TextInput",
@@ -35,6 +37,7 @@ __all__ = [
     "build_embedder",
     "combine",
     "hashed_vector",
+    "match_thresholds",
     "normalize",
     "validate_embeddings",
 ]

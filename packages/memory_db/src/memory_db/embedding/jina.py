@@ -207,13 +207,25 @@ class JinaEmbedder:
                 )
             except httpx.TimeoutException:
                 last_problem = "timeout"
-                log.warning("jina_retry", reason="timeout", attempt=attempt, task=task)
+                log.warning(
+                    "jina_request_retried",
+                    reason="timeout",
+                    attempt=attempt,
+                    task=task,
+                    exc_info=True,
+                )
                 if attempt < self._max_attempts:
                     await self._sleep(self._backoff(attempt, None))
                 continue
             except httpx.TransportError as exc:
                 last_problem = f"connection failed ({type(exc).__name__})"
-                log.warning("jina_retry", reason="connection", attempt=attempt, task=task)
+                log.warning(
+                    "jina_request_retried",
+                    reason="connection",
+                    attempt=attempt,
+                    task=task,
+                    exc_info=True,
+                )
                 if attempt < self._max_attempts:
                     await self._sleep(self._backoff(attempt, None))
                 continue
@@ -224,7 +236,7 @@ class JinaEmbedder:
                 return self._accept(response, len(items), task, latency_ms, request_id)
             code, detail = _error_code(response)
             log.warning(
-                "jina_error",
+                "jina_request_failed",
                 status=status,
                 code=code,
                 attempt=attempt,
@@ -280,7 +292,7 @@ class JinaEmbedder:
             usage.get("image_tokens", 0),
         )
         log.info(
-            "jina_embed",
+            "jina_embedded",
             model=self._model,
             task=task,
             inputs=expected,

@@ -32,7 +32,7 @@ from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY, insert
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_db.errors import Conflict, NotFound
+from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories.records import (
@@ -50,6 +50,7 @@ from memory_db.schema import (
     AssetObject,
     OrphanCandidate,
 )
+from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
 # Assets a reader can see; "deleting" and "deleted" are gone for everyone.
@@ -78,6 +79,7 @@ def _object(row: AssetObject) -> ObjectRecord:
         height=row.height,
         status=row.status,
         created_at=row.created_at,
+        preview_sha256=row.preview_sha256,
     )
 
 
@@ -199,15 +201,38 @@ class ObjectRepository:
         )
         return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
 
-    async def deleting(self, *, limit: int = 100) -> list[ObjectRecord]:
-        """Objects whose bytes wait for deletion, oldest first."""
+    async def deleting(
+        self, *, limit: int = 100, older_than: timedelta = timedelta(0)
+    ) -> list[ObjectRecord]:
+        """Objects whose bytes wait for deletion, oldest first.
+
+        Only those marked ``deleting`` at least ``older_than`` ago (the delete grace window:
+        until then a deleted asset may be restored and its object taken back into use).
+        """
         rows = await self._session.scalars(
             select(AssetObject)
-            .where(AssetObject.status == "deleting")
+            .where(
+                AssetObject.status == "deleting",
+                AssetObject.updated_at <= func.now() - older_than,
+            )
             .order_by(AssetObject.updated_at, AssetObject.id)
             .limit(limit)
         )
         return [_object(row) for row in rows.all()]
+
+    async def take_back(self, owner: str, object_id: str) -> bool:
+        """Return an object marked ``deleting`` to use (a restore); ``False`` if it was not."""
+        result = await self._session.execute(
+            update(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.id == object_id,
+                AssetObject.status == "deleting",
+            )
+            .values(status="available", updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def mark_deleted(self, owner: str, object_id: str) -> ObjectRecord | None:
         """Record that an object's bytes are gone; ``None`` if another sweep got there first."""
@@ -241,6 +266,45 @@ class ObjectRepository:
             raise NotFound("object")
         return _object(row)
 
+    async def for_storage_key(self, key: str) -> tuple[ObjectRecord, str | None] | None:
+        """The object a storage key belongs to and its recorded SHA-256 for that key.
+
+        The hash is ``None`` only for the preview of an object stored before revision 0007.
+
+        Serves the signed-link route, which is authorised by the link (not by an identity): the
+        key's namespace and object id must both match the row, and only a readable object
+        (``available``) counts. ``None`` when no such object stores bytes under ``key``.
+        """
+        try:
+            parsed = parse_storage_key(key)
+        except InvalidStorageKey:
+            return None
+        if parsed.kind != "object":
+            return None
+        row = await self._session.scalar(
+            select(AssetObject).where(
+                AssetObject.id == parsed.object_id,
+                AssetObject.namespace_id == parsed.namespace_id,
+                AssetObject.status == "available",
+            )
+        )
+        if row is None:
+            return None
+        if row.storage_key == key:
+            return _object(row), row.sha256
+        if row.preview_storage_key == key:
+            return _object(row), row.preview_sha256
+        return None
+
+    async def stored_keys(self, owner: str) -> set[str]:
+        """Every key whose bytes the owner's objects account for (all but ``deleted``)."""
+        rows = await self._session.execute(
+            select(AssetObject.storage_key, AssetObject.preview_storage_key).where(
+                AssetObject.owner_identity == owner, AssetObject.status != "deleted"
+            )
+        )
+        return {key for pair in rows.all() for key in pair if key is not None}
+
     async def get_many(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], ObjectRecord]:
@@ -263,6 +327,7 @@ class ObjectRepository:
         sha256: str,
         storage_key: str,
         preview_storage_key: str,
+        preview_sha256: str,
         mime_type: str,
         extension: str,
         nbytes: int,
@@ -280,6 +345,7 @@ class ObjectRepository:
             sha256=sha256,
             storage_key=storage_key,
             preview_storage_key=preview_storage_key,
+            preview_sha256=preview_sha256,
             mime_type=mime_type,
             extension=extension,
             bytes=nbytes,
@@ -400,6 +466,7 @@ class AssetRepository:
             bytes=stored.bytes,
             preview_storage_key=stored.preview_storage_key,
             object_status=stored.status,
+            preview_sha256=stored.preview_sha256,
         )
 
     async def get_visible(self, scopes: Sequence[VaultScope], asset_id: str) -> StoredAsset | None:
@@ -592,6 +659,60 @@ class AssetRepository:
             .values(**values)
             .execution_options(synchronize_session=False)
         )
+
+    async def deleted_within(self, scope: VaultScope, asset_id: str, window: timedelta) -> bool:
+        """Whether the asset is ``deleted`` and was deleted less than ``window`` ago.
+
+        By the database's clock, the one that stamped ``deleted_at``.
+        """
+        found = await self._session.scalar(
+            select(Asset.id).where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status == "deleted",
+                Asset.deleted_at > func.now() - window,
+            )
+        )
+        return found is not None
+
+    async def restore(
+        self,
+        scope: VaultScope,
+        asset_id: str,
+        *,
+        object_id: str,
+        project_id: str | None,
+        folder_id: str | None,
+        actor: str,
+    ) -> AssetRecord:
+        """Bring a deleted asset back as ``processing`` with embeddings ``pending`` (a restore)."""
+        row = await self._session.scalar(
+            update(Asset)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status == "deleted",
+            )
+            .values(
+                status="processing",
+                embedding_status="pending",
+                failure_code=None,
+                failure_message=None,
+                object_id=object_id,
+                project_id=project_id,
+                folder_id=folder_id,
+                deleted_at=None,
+                updated_by=actor,
+                updated_at=func.now(),
+            )
+            .returning(Asset)
+            .execution_options(synchronize_session=False, populate_existing=True)
+        )
+        if row is None:
+            raise NotFound("asset")
+        return asset_record(row)
 
     async def active_references(self, owner: str, object_id: str) -> int:
         """How many assets that are not being deleted use an object."""

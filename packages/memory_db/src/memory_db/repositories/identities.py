@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_db.errors import Conflict, InvalidInput, NotFound
 from memory_db.ids import new_id
 from memory_db.repositories._errors import constraint_name
+from memory_db.repositories._text import has_forbidden_characters
 from memory_db.repositories.records import (
     ApiKeyRecord,
     GrantRecord,
@@ -40,7 +41,7 @@ API_KEY_PREFIX = "mk_"
 _EMAIL_RE = re.compile(
     r"^[a-z0-9.!#$%&'*+/=?^_`{|}~-]+@[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?:\.[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)+$"
 )
-_HANDLE_RE = re.compile(r"^[^/\x00-\x1f\x7f]{1,64}$")
+_HANDLE_RE = re.compile(r"^[^/]{1,64}$")
 
 
 def normalise_identity(value: str) -> str:
@@ -55,10 +56,14 @@ def normalise_identity(value: str) -> str:
 
 def validate_vault_handle(handle: str) -> str:
     """Validate a vault handle: 1-64 characters, no '/', no control characters, trimmed."""
-    if handle != handle.strip() or not _HANDLE_RE.fullmatch(handle):
+    if (
+        handle != handle.strip()
+        or not _HANDLE_RE.fullmatch(handle)
+        or has_forbidden_characters(handle)
+    ):
         raise InvalidInput(
-            "vault name must be 1-64 characters without '/', control characters or "
-            "surrounding spaces"
+            "vault name must be 1-64 characters without '/', control characters, "
+            "bidirectional overrides or surrounding spaces"
         )
     return handle
 

@@ -13,17 +13,23 @@ from sqlalchemy.orm import aliased
 from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
+from memory_db.repositories._text import has_forbidden_characters
 from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
 from memory_db.schema import MAX_FOLDER_DEPTH, MAX_NAME_LENGTH, AssetFolder, AssetProject
 
 
 def validate_name(value: str, what: str) -> str:
-    """Trim and check a project or folder name: 1-120 characters, no control characters."""
+    """Trim and check a project or folder name: 1-120 characters, no control characters.
+
+    Control characters include C1 and the bidirectional formatting characters.
+    """
     name = value.strip()
     if not 1 <= len(name) <= MAX_NAME_LENGTH:
         raise InvalidInput(f"{what} name must be 1-{MAX_NAME_LENGTH} characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in name):
-        raise InvalidInput(f"{what} name must not contain control characters")
+    if has_forbidden_characters(name):
+        raise InvalidInput(
+            f"{what} name must not contain control characters or bidirectional overrides"
+        )
     return name
 
 

@@ -141,13 +141,76 @@ class QuotaRepository:
             raise NotFound("upload reservation")
         return _reservation(row)
 
+    async def hold_open_upload(
+        self, reservation_id: str, namespace_id: str, *, operation: str
+    ) -> ReservationRecord | None:
+        """The reservation a staging key names, if it is still open, share-locked.
+
+        Serves the signed-upload route, which is authorised by the link (not by an identity):
+        the reservation must belong to the namespace the key names, be ``active`` and not past
+        its deadline. The share lock holds completion (which finalises under ``FOR UPDATE``)
+        until the caller's transaction ends, so bytes cannot land after a completion began
+        closing the reservation. ``None`` when the upload is finished, expired or unknown.
+        """
+        row = await self._session.scalar(
+            select(AssetUploadReservation)
+            .join(
+                AssetNamespace,
+                AssetNamespace.owner_identity == AssetUploadReservation.owner_identity,
+            )
+            .where(
+                AssetUploadReservation.id == reservation_id,
+                AssetUploadReservation.operation == operation,
+                AssetUploadReservation.status == "active",
+                AssetUploadReservation.expires_at > func.now(),
+                AssetNamespace.namespace_id == namespace_id,
+            )
+            .with_for_update(read=True, of=AssetUploadReservation)
+        )
+        return None if row is None else _reservation(row)
+
+    async def namespaces(self) -> list[tuple[str, str]]:
+        """Every ``(owner, namespace_id)``, in owner order (reconciliation walks them)."""
+        rows = await self._session.execute(
+            select(AssetNamespace.owner_identity, AssetNamespace.namespace_id).order_by(
+                AssetNamespace.owner_identity
+            )
+        )
+        return [(str(owner), str(namespace)) for owner, namespace in rows.all()]
+
+    async def open_reservation_ids(self, owner: str) -> set[str]:
+        """Ids of the owner's active reservations (their staging bytes are still wanted)."""
+        rows = await self._session.scalars(
+            select(AssetUploadReservation.id).where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.status == "active",
+            )
+        )
+        return set(rows)
+
     async def retake(
-        self, owner: str, reservation_id: str, *, expires_at: datetime
+        self,
+        owner: str,
+        reservation_id: str,
+        *,
+        expires_at: datetime,
+        expected_bytes: int | None = None,
+        vault: str | None = None,
+        request: dict[str, Any] | None = None,
     ) -> ReservationRecord | None:
         """Reopen a released or expired reservation for a retried request.
 
-        ``None`` when another request reopened it first.
+        A released reservation stored nothing, so the retry may differ from the attempt it
+        replaces (a corrected URL or image): ``expected_bytes``, ``vault`` and ``request``
+        replace the old values when given. ``None`` when another request reopened it first.
         """
+        values: dict[str, Any] = {"status": "active", "expires_at": expires_at}
+        if expected_bytes is not None:
+            values["expected_bytes"] = expected_bytes
+        if vault is not None:
+            values["vault"] = vault
+        if request is not None:
+            values["request"] = request
         row = (
             await self._session.execute(
                 update(AssetUploadReservation)
@@ -156,7 +219,7 @@ class QuotaRepository:
                     AssetUploadReservation.id == reservation_id,
                     AssetUploadReservation.status.in_(("released", "expired")),
                 )
-                .values(status="active", expires_at=expires_at, updated_at=func.now())
+                .values(**values, updated_at=func.now())
                 .returning(AssetUploadReservation)
             )
         ).scalar_one_or_none()

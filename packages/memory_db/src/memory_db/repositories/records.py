@@ -148,6 +148,7 @@ class ObjectRecord:
     height: int
     status: str
     created_at: datetime
+    preview_sha256: str | None = None  # None: stored before previews were hashed (rev. 0007)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,3 +227,4 @@ class StoredAsset:
     bytes: int
     preview_storage_key: str | None
     object_status: str
+    preview_sha256: str | None = None  # None: stored before previews were hashed (rev. 0007)

@@ -2,13 +2,25 @@
 
 from memory_db.storage.integrity import read_verified
 from memory_db.storage.keys import (
+    ParsedKey,
     build_object_key,
+    build_staging_key,
     content_type_for_key,
+    namespace_prefix,
+    parse_storage_key,
     validate_object_key,
+    validate_staging_key,
+    validate_storage_key,
 )
 from memory_db.storage.local import OBJECTS_ROUTE, LocalAssetObjectStore
 from memory_db.storage.memory import InMemoryAssetObjectStore
-from memory_db.storage.protocol import AssetObjectStore, HeadResult, PutResult, SignedPut
+from memory_db.storage.protocol import (
+    AssetObjectStore,
+    HeadResult,
+    ListedObject,
+    PutResult,
+    SignedPut,
+)
 from memory_db.storage.s3 import S3AssetObjectStore
 from memory_db.storage.signing import HmacLinks, UrlSigner
 
@@ -18,13 +30,20 @@ __all__ = [
     "HeadResult",
     "HmacLinks",
     "InMemoryAssetObjectStore",
+    "ListedObject",
     "LocalAssetObjectStore",
+    "ParsedKey",
     "PutResult",
     "S3AssetObjectStore",
     "SignedPut",
     "UrlSigner",
     "build_object_key",
+    "build_staging_key",
     "content_type_for_key",
+    "namespace_prefix",
+    "parse_storage_key",
     "read_verified",
     "validate_object_key",
+    "validate_staging_key",
+    "validate_storage_key",
 ]

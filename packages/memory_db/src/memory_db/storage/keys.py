@@ -1,13 +1,22 @@
-"""The object-key builder of §7.2 and the validator that accepts only what it builds.
+"""The key builders of §7.2 and the validators that accept only what they build.
 
-Keys are ``{env}/tenants/{namespace_id}/objects/{object_id}/original.{ext}`` and
-``.../preview.webp``. They contain only the environment prefix, the owner's opaque namespace id
-and the server-generated object id: never an identity, a filename, a project or a folder name.
+Two kinds of key live under an owner's namespace prefix ``{env}/tenants/{namespace_id}/``:
+
+- objects: ``objects/{object_id}/original.{ext}`` and ``objects/{object_id}/preview.webp``.
+  Only the server writes them, once (create-only), after validating the bytes.
+- staging: ``uploads/{reservation_id}/upload.{ext}``. A direct upload's signed PUT writes here,
+  never where a validated original lives; completion reads, validates and promotes the bytes
+  into an object key and deletes the staging key. The reservation id ties the bytes to their
+  upload reservation, so reconciliation can tell live staging bytes from dead ones.
+
+Keys contain only the environment prefix, the owner's opaque namespace id and server-generated
+ids: never an identity, a filename, a project or a folder name.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Final, Literal
 
 from memory_db.errors import InvalidStorageKey
@@ -15,22 +24,55 @@ from memory_db.ids import is_valid_id
 
 ORIGINAL_EXTENSIONS: Final = ("jpg", "png", "webp", "gif")
 _ENV_RE: Final = r"[a-z0-9][a-z0-9-]{0,31}"
+_PREFIX_RE: Final = rf"(?P<env>{_ENV_RE})/tenants/(?P<ns>ans_[a-z2-7]{{26}})/"
 _KEY_RE: Final = re.compile(
-    rf"^(?P<env>{_ENV_RE})/tenants/(?P<ns>ans_[a-z2-7]{{26}})/objects/"
+    rf"^{_PREFIX_RE}objects/"
     r"(?P<obj>aob_[a-z2-7]{26})/(?P<file>original\.(?:jpg|png|webp|gif)|preview\.webp)$"
 )
+_STAGING_RE: Final = re.compile(
+    rf"^{_PREFIX_RE}uploads/(?P<res>aur_[a-z2-7]{{26}})/upload\.(?:jpg|png|webp|gif)$"
+)
+_NAMESPACE_PREFIX_RE: Final = re.compile(rf"^{_PREFIX_RE}$")
 
 Variant = Literal["original", "preview"]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedKey:
+    """What a storage key names: an object variant or the staging bytes of one upload."""
+
+    kind: Literal["object", "staging"]
+    env: str
+    namespace_id: str
+    object_id: str | None = None  # objects
+    reservation_id: str | None = None  # staging
+
+
+def _check_common(env: str, namespace_id: str) -> None:
+    if not re.fullmatch(_ENV_RE, env):
+        raise InvalidStorageKey("environment prefix must be 1-32 of [a-z0-9-]")
+    if not is_valid_id(namespace_id, "ans"):
+        raise InvalidStorageKey("namespace id is not a server-generated namespace id")
+
+
+def namespace_prefix(env: str, namespace_id: str) -> str:
+    """The prefix under which every key of one owner's namespace lives (ends with ``/``)."""
+    _check_common(env, namespace_id)
+    return f"{env}/tenants/{namespace_id}/"
+
+
+def validate_namespace_prefix(prefix: str) -> str:
+    """Return ``prefix`` if :func:`namespace_prefix` could have produced it; raise otherwise."""
+    if not isinstance(prefix, str) or _NAMESPACE_PREFIX_RE.fullmatch(prefix) is None:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidStorageKey("not a server-generated namespace prefix")
+    return prefix
 
 
 def build_object_key(
     env: str, namespace_id: str, object_id: str, variant: Variant, extension: str = "webp"
 ) -> str:
     """Build the storage key of one variant of one object."""
-    if not re.fullmatch(_ENV_RE, env):
-        raise InvalidStorageKey("environment prefix must be 1-32 of [a-z0-9-]")
-    if not is_valid_id(namespace_id, "ans"):
-        raise InvalidStorageKey("namespace id is not a server-generated namespace id")
+    _check_common(env, namespace_id)
     if not is_valid_id(object_id, "aob"):
         raise InvalidStorageKey("object id is not a server-generated object id")
     if variant == "original":
@@ -44,16 +86,49 @@ def build_object_key(
     return f"{env}/tenants/{namespace_id}/objects/{object_id}/{filename}"
 
 
+def build_staging_key(env: str, namespace_id: str, reservation_id: str, extension: str) -> str:
+    """Build the staging key a direct upload's signed PUT writes to."""
+    _check_common(env, namespace_id)
+    if not is_valid_id(reservation_id, "aur"):
+        raise InvalidStorageKey("reservation id is not a server-generated reservation id")
+    if extension not in ORIGINAL_EXTENSIONS:
+        raise InvalidStorageKey(f"upload extension must be one of {ORIGINAL_EXTENSIONS}")
+    return f"{env}/tenants/{namespace_id}/uploads/{reservation_id}/upload.{extension}"
+
+
 def validate_object_key(key: str) -> str:
-    """Return ``key`` if the key builder could have produced it; raise otherwise."""
+    """Return ``key`` if the object key builder could have produced it; raise otherwise."""
     if not isinstance(key, str) or _KEY_RE.fullmatch(key) is None:  # pyright: ignore[reportUnnecessaryIsInstance]
         raise InvalidStorageKey("not a server-generated object key")
     return key
 
 
+def validate_staging_key(key: str) -> str:
+    """Return ``key`` if the staging key builder could have produced it; raise otherwise."""
+    if not isinstance(key, str) or _STAGING_RE.fullmatch(key) is None:  # pyright: ignore[reportUnnecessaryIsInstance]
+        raise InvalidStorageKey("not a server-generated upload staging key")
+    return key
+
+
+def parse_storage_key(key: str) -> ParsedKey:
+    """What ``key`` names; raises ``InvalidStorageKey`` for anything the builders cannot make."""
+    if isinstance(key, str):  # pyright: ignore[reportUnnecessaryIsInstance]
+        if (match := _KEY_RE.fullmatch(key)) is not None:
+            return ParsedKey("object", match["env"], match["ns"], object_id=match["obj"])
+        if (match := _STAGING_RE.fullmatch(key)) is not None:
+            return ParsedKey("staging", match["env"], match["ns"], reservation_id=match["res"])
+    raise InvalidStorageKey("not a server-generated storage key")
+
+
+def validate_storage_key(key: str) -> str:
+    """Return ``key`` if it is an object key or a staging key; raise otherwise."""
+    parse_storage_key(key)
+    return key
+
+
 def content_type_for_key(key: str) -> str:
     """The only content type a key may be stored or served with."""
-    validate_object_key(key)
+    validate_storage_key(key)
     suffix = key.rsplit(".", 1)[1]
     return {
         "jpg": "image/jpeg",

@@ -1,25 +1,35 @@
 """``LocalAssetObjectStore``: private files under ``$MEMORY_DATA_DIR/objects``.
 
-Writes are atomic (temporary file, fsync, rename, fsync of the directory) so a crash leaves
-either the old state or the complete new object. A JSON sidecar records content type, length and
-SHA-256. Signed links are HMAC-signed and served by the memory server's ``/objects`` route.
+Writes are create-only and atomic: the bytes go to a temporary file that is fsynced and then
+hard-linked into place (``link`` fails if the name exists, so an object, once written, is never
+replaced), followed by an fsync of the directory. A crash leaves either no object or the
+complete one. A JSON sidecar records content type, length and SHA-256 for ``head``; readers
+verify against the database's SHA-256, never against the sidecar. Signed links are HMAC-signed
+and served by the memory server's ``/objects`` route.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import secrets
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import anyio
 
-from memory_db.errors import ObjectNotFound, StorageError
-from memory_db.storage._common import check_put
-from memory_db.storage.keys import content_type_for_key, validate_object_key
-from memory_db.storage.protocol import HeadResult, PutResult
+from memory_db.errors import InvalidStorageKey, ObjectNotFound, StorageError
+from memory_db.storage._common import check_put, refuse_overwrite
+from memory_db.storage.keys import (
+    content_type_for_key,
+    parse_storage_key,
+    validate_namespace_prefix,
+    validate_storage_key,
+)
+from memory_db.storage.protocol import HeadResult, ListedObject, PutResult
 from memory_db.storage.signing import HmacLinks, UrlSigner
 
 OBJECTS_ROUTE = "/objects"
@@ -43,7 +53,8 @@ def _private_dirs(root: Path, directory: Path) -> None:
             current.mkdir(mode=0o700)
 
 
-def _atomic_write(path: Path, data: bytes) -> None:
+def _temporary(path: Path, data: bytes) -> Path:
+    """Write ``data`` to a fresh, fsynced temporary file next to ``path``."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     try:
@@ -51,11 +62,48 @@ def _atomic_write(path: Path, data: bytes) -> None:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return tmp
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    """Replace ``path`` atomically (sidecars only: they describe, they are never trusted)."""
+    tmp = _temporary(path, data)
+    try:
         os.replace(tmp, path)
         _fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        while chunk := handle.read(1 << 20):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def _create_only(path: Path, data: bytes, digest: str) -> bool:
+    """Link ``data`` into ``path`` unless it exists; ``True`` if this call wrote it.
+
+    ``False`` if the same bytes were there already; other bytes raise ``ObjectExists`` and
+    stay untouched.
+    """
+    tmp = _temporary(path, data)
+    try:
+        os.link(tmp, path)  # atomic and exclusive: fails with EEXIST, never replaces
+    except FileExistsError:
+        if _file_sha256(path) != digest:
+            raise refuse_overwrite(str(path)) from None
+        return False
+    finally:
+        tmp.unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+    return True
 
 
 class LocalAssetObjectStore(HmacLinks):
@@ -68,8 +116,8 @@ class LocalAssetObjectStore(HmacLinks):
         self.links_base = self.public_base_url + OBJECTS_ROUTE
 
     def _path(self, key: str) -> Path:
-        # The key is validated against the builder's grammar, so it cannot escape the root.
-        return self.root / validate_object_key(key)
+        # The key is validated against the builders' grammars, so it cannot escape the root.
+        return self.root / validate_storage_key(key)
 
     @staticmethod
     def _meta_path(path: Path) -> Path:
@@ -78,7 +126,7 @@ class LocalAssetObjectStore(HmacLinks):
     async def put(
         self, key: str, body: bytes, *, content_type: str, checksum_sha256: str | None = None
     ) -> PutResult:
-        """Store ``body`` atomically after checking key, type and checksum."""
+        """Store ``body`` create-only and atomically after checking key, type and checksum."""
         digest = await anyio.to_thread.run_sync(check_put, key, body, content_type, checksum_sha256)
         path = self._path(key)
         meta = json.dumps(
@@ -87,10 +135,14 @@ class LocalAssetObjectStore(HmacLinks):
 
         def write() -> None:
             _private_dirs(self.root, path.parent)
-            _atomic_write(path, body)
-            _atomic_write(self._meta_path(path), meta)
+            written = _create_only(path, body, digest)
+            if written or not self._meta_path(path).exists():
+                _atomic_write(self._meta_path(path), meta)
 
-        await anyio.to_thread.run_sync(write)
+        try:
+            await anyio.to_thread.run_sync(write)
+        except OSError as exc:
+            raise StorageError(f"local store write failed: {type(exc).__name__}") from exc
         return PutResult(key=key, bytes=len(body), etag=digest)
 
     async def head(self, key: str) -> HeadResult:
@@ -124,6 +176,32 @@ class LocalAssetObjectStore(HmacLinks):
         async with handle:
             while chunk := await handle.read(chunk_size):
                 yield chunk
+
+    async def list_namespace(self, prefix: str) -> AsyncIterator[ListedObject]:
+        """Every object and staging file under ``prefix`` (sidecars and temporaries excluded)."""
+        base = self.root / validate_namespace_prefix(prefix)
+
+        def scan() -> list[ListedObject]:
+            found: list[ListedObject] = []
+            if not base.is_dir():
+                return found
+            for path in base.rglob("*"):
+                key = path.relative_to(self.root).as_posix()
+                try:
+                    parse_storage_key(key)
+                    stat = path.stat()
+                except (InvalidStorageKey, FileNotFoundError):
+                    continue  # a sidecar, a temporary file, or deleted meanwhile
+                modified = datetime.fromtimestamp(stat.st_mtime, UTC)
+                found.append(ListedObject(key=key, bytes=stat.st_size, modified=modified))
+            return sorted(found, key=lambda item: item.key)
+
+        try:
+            listed = await anyio.to_thread.run_sync(scan)
+        except OSError as exc:
+            raise StorageError(f"local store listing failed: {type(exc).__name__}") from exc
+        for item in listed:
+            yield item
 
     async def delete(self, key: str) -> None:
         """Remove the object and its sidecar; missing files are fine."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 
@@ -38,12 +39,24 @@ class SignedPut:
     expires_in: int
 
 
+@dataclass(frozen=True, slots=True)
+class ListedObject:
+    """One key found by listing a namespace: its size and when it was last written."""
+
+    key: str
+    bytes: int
+    modified: datetime  # timezone-aware
+
+
 @runtime_checkable
 class AssetObjectStore(Protocol):
     """Private storage for original and preview bytes; keys come from ``build_object_key``.
 
-    ``put`` refuses bytes that do not hash to ``checksum_sha256`` before anything is stored.
-    Stores never make objects public; reads by third parties go through signed, expiring URLs.
+    ``put`` refuses bytes that do not hash to ``checksum_sha256`` before anything is stored, and
+    never overwrites: a key, once written, keeps its bytes until it is deleted (create-only).
+    Signed PUTs exist only for upload staging keys (``build_staging_key``), so a link holder can
+    never write where a validated original lives. Stores never make objects public; reads by
+    third parties go through signed, expiring URLs.
     """
 
     async def put(
@@ -54,7 +67,11 @@ class AssetObjectStore(Protocol):
         content_type: str,
         checksum_sha256: str | None = None,
     ) -> PutResult:
-        """Store ``body`` under ``key`` (overwriting is allowed only with identical bytes)."""
+        """Store ``body`` under ``key`` unless the key exists (create-only).
+
+        Putting the identical bytes again succeeds without writing (a retried put); other bytes
+        under an existing key raise ``ObjectExists`` and leave the stored bytes as they are.
+        """
         ...
 
     async def head(self, key: str) -> HeadResult:
@@ -65,6 +82,10 @@ class AssetObjectStore(Protocol):
         """Stream the bytes of ``key``; raises ``ObjectNotFound`` when missing."""
         ...
 
+    def list_namespace(self, prefix: str) -> AsyncIterator[ListedObject]:
+        """Every object and staging key under one namespace prefix (``namespace_prefix``)."""
+        ...
+
     async def create_signed_get_url(self, key: str, expires_in: int) -> str:
         """A URL that reads ``key`` until ``expires_in`` seconds from now, and not after."""
         ...
@@ -72,7 +93,7 @@ class AssetObjectStore(Protocol):
     async def create_signed_put_url(
         self, key: str, *, content_type: str, content_length: int, expires_in: int
     ) -> SignedPut:
-        """An upload authorisation bound to key, content type, length and expiry."""
+        """An upload authorisation for a staging key, bound to content type, length and expiry."""
         ...
 
     async def delete(self, key: str) -> None:

@@ -4,6 +4,13 @@ No ACLs are ever sent and no public URL is ever built: reads by others go throug
 GETs (§22 TTL) that also pin the response content type and disposition. Every put sends the
 SHA-256 (``ChecksumSHA256``) for the provider to verify, and records it as object metadata,
 because some providers do not verify it; the database's SHA-256 stays the final guarantee.
+
+Writes are create-only. A put first asks ``HeadObject`` (the same bytes already there: done;
+other bytes: ``ObjectExists``), then sends ``PutObject`` with ``If-None-Match: *``, which AWS
+S3, MinIO, R2 and moto enforce atomically (``412 PreconditionFailed`` when the key appeared
+meanwhile). Peers that ignore the header (s3rver 3.7.1 honours it only on GET) keep the HEAD
+check, which is racy only against a concurrent writer of the same key; object keys carry fresh
+server-generated ids and only the server writes them, so there is none.
 """
 
 from __future__ import annotations
@@ -11,17 +18,26 @@ from __future__ import annotations
 import base64
 from collections.abc import AsyncIterator
 from contextlib import AsyncExitStack
+from datetime import UTC
 from typing import Any
 
 import anyio
 from botocore.exceptions import BotoCoreError, ClientError
 
 from memory_db.errors import ObjectNotFound, StorageError
-from memory_db.storage._common import check_put
-from memory_db.storage.keys import content_type_for_key, validate_object_key
-from memory_db.storage.protocol import HeadResult, PutResult, SignedPut
+from memory_db.storage._common import check_put, refuse_overwrite
+from memory_db.storage.keys import (
+    content_type_for_key,
+    validate_namespace_prefix,
+    validate_object_key,
+    validate_staging_key,
+    validate_storage_key,
+)
+from memory_db.storage.protocol import HeadResult, ListedObject, PutResult, SignedPut
 
 _MISSING = ("404", "NoSuchKey", "NotFound")
+# The key exists already (412), or a concurrent conditional write is in progress (409).
+_PRECONDITION = ("412", "PreconditionFailed", "409", "ConditionalRequestConflict")
 
 
 def _error_code(exc: ClientError) -> str:
@@ -77,8 +93,11 @@ class S3AssetObjectStore:
     async def put(
         self, key: str, body: bytes, *, content_type: str, checksum_sha256: str | None = None
     ) -> PutResult:
-        """Upload privately with a provider-verified SHA-256."""
+        """Upload privately, create-only, with a provider-verified SHA-256."""
         digest = await anyio.to_thread.run_sync(check_put, key, body, content_type, checksum_sha256)
+        existing = await self._existing(key, body, digest)
+        if existing is not None:
+            return existing
         client = await self._s3()
         try:
             response = await client.put_object(
@@ -89,8 +108,17 @@ class S3AssetObjectStore:
                 ContentLength=len(body),
                 ChecksumSHA256=base64.b64encode(bytes.fromhex(digest)).decode("ascii"),
                 Metadata={"sha256": digest},
+                IfNoneMatch="*",
             )
-        except (ClientError, BotoCoreError) as exc:
+        except ClientError as exc:
+            if _error_code(exc) in _PRECONDITION:
+                # Someone wrote the key between our HEAD and our PUT: same bytes, or refuse.
+                existing = await self._existing(key, body, digest)
+                if existing is not None:
+                    return existing
+                raise refuse_overwrite(key) from exc
+            raise StorageError(f"object store refused the upload: {_error_code(exc)}") from exc
+        except BotoCoreError as exc:
             raise StorageError(f"object store refused the upload: {type(exc).__name__}") from exc
         return PutResult(
             key=key,
@@ -99,9 +127,18 @@ class S3AssetObjectStore:
             version_id=response.get("VersionId"),
         )
 
+    async def _existing(self, key: str, body: bytes, digest: str) -> PutResult | None:
+        """``None`` if ``key`` is free; its receipt if it holds these bytes; else refuse."""
+        head = await self.head(key)
+        if not head.exists:
+            return None
+        if head.checksum_sha256 != digest or head.bytes != len(body):
+            raise refuse_overwrite(key)
+        return PutResult(key=key, bytes=len(body), etag=head.etag)
+
     async def head(self, key: str) -> HeadResult:
         """``HeadObject``; a missing key is ``exists=False``."""
-        validate_object_key(key)
+        validate_storage_key(key)
         client = await self._s3()
         try:
             response = await client.head_object(Bucket=self.bucket, Key=key, ChecksumMode="ENABLED")
@@ -124,7 +161,7 @@ class S3AssetObjectStore:
 
     async def get_stream(self, key: str, *, chunk_size: int = 65536) -> AsyncIterator[bytes]:
         """Stream ``GetObject``'s body."""
-        validate_object_key(key)
+        validate_storage_key(key)
         client = await self._s3()
         try:
             response = await client.get_object(Bucket=self.bucket, Key=key)
@@ -140,6 +177,32 @@ class S3AssetObjectStore:
                 yield chunk
         finally:
             body.close()
+
+    async def list_namespace(self, prefix: str) -> AsyncIterator[ListedObject]:
+        """``ListObjectsV2`` under ``prefix``, page by page."""
+        validate_namespace_prefix(prefix)
+        client = await self._s3()
+        token: str | None = None
+        while True:
+            kwargs: dict[str, Any] = {"Bucket": self.bucket, "Prefix": prefix, "MaxKeys": 1000}
+            if token is not None:
+                kwargs["ContinuationToken"] = token
+            try:
+                page = await client.list_objects_v2(**kwargs)
+            except ClientError as exc:
+                raise StorageError(f"object store listing failed: {_error_code(exc)}") from exc
+            except BotoCoreError as exc:
+                raise StorageError(f"object store listing failed: {type(exc).__name__}") from exc
+            for item in page.get("Contents", []):
+                modified = item["LastModified"]
+                if modified.tzinfo is None:
+                    modified = modified.replace(tzinfo=UTC)
+                yield ListedObject(
+                    key=str(item["Key"]), bytes=int(item.get("Size", 0)), modified=modified
+                )
+            if not page.get("IsTruncated"):
+                return
+            token = page.get("NextContinuationToken")
 
     async def create_signed_get_url(self, key: str, expires_in: int) -> str:
         """A presigned GET that also pins a safe content type and inline disposition."""
@@ -162,8 +225,8 @@ class S3AssetObjectStore:
     async def create_signed_put_url(
         self, key: str, *, content_type: str, content_length: int, expires_in: int
     ) -> SignedPut:
-        """A presigned PUT whose signature covers key, content type and length."""
-        validate_object_key(key)
+        """A presigned PUT of a staging key whose signature covers key, content type and length."""
+        validate_staging_key(key)
         if content_type != content_type_for_key(key):
             raise StorageError(f"this key only accepts {content_type_for_key(key)}")
         if content_length <= 0 or expires_in <= 0:
@@ -188,7 +251,7 @@ class S3AssetObjectStore:
 
     async def delete(self, key: str) -> None:
         """``DeleteObject`` (S3 deletes are idempotent)."""
-        validate_object_key(key)
+        validate_storage_key(key)
         client = await self._s3()
         try:
             await client.delete_object(Bucket=self.bucket, Key=key)

@@ -16,10 +16,15 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from memory_db.errors import SignatureError
-from memory_db.storage.keys import content_type_for_key, validate_object_key
+from memory_db.storage.keys import content_type_for_key, validate_object_key, validate_staging_key
 from memory_db.storage.protocol import SignedPut
 
 Clock = Callable[[], float]
+
+
+def _is_expiry(value: str) -> bool:
+    """ASCII digits only: ``str.isdigit`` also accepts '²' or Arabic-Indic digits."""
+    return 0 < len(value) <= 12 and value.isascii() and value.isdigit()
 
 
 def _b64(data: bytes) -> str:
@@ -59,14 +64,16 @@ class UrlSigner:
         return {"expires": str(expires), "signature": mac}
 
     def _check(self, expected: str, presented: str, expires: str) -> None:
-        if not hmac.compare_digest(expected, presented):
+        # compare_digest refuses non-ASCII text with a TypeError: compare bytes instead, so any
+        # presented value is simply a signature that does not match.
+        if not hmac.compare_digest(expected.encode(), presented.encode("utf-8", "replace")):
             raise SignatureError("the link signature does not match")
         if int(expires) < self.clock():
             raise SignatureError("the link has expired")
 
     def verify_get(self, key: str, expires: str, signature: str) -> None:
         """Raise ``SignatureError`` unless the GET link is authentic and unexpired."""
-        if not expires.isdigit() or len(expires) > 12:
+        if not _is_expiry(expires):
             raise SignatureError("the link is malformed")
         self._check(self._mac("GET", key, expires), signature, expires)
 
@@ -74,7 +81,7 @@ class UrlSigner:
         self, key: str, content_type: str, content_length: int, expires: str, signature: str
     ) -> None:
         """Raise ``SignatureError`` unless the PUT link matches these exact values."""
-        if not expires.isdigit() or len(expires) > 12:
+        if not _is_expiry(expires):
             raise SignatureError("the link is malformed")
         mac = self._mac("PUT", key, content_type, str(content_length), expires)
         self._check(mac, signature, expires)
@@ -103,8 +110,8 @@ class HmacLinks:
     async def create_signed_put_url(
         self, key: str, *, content_type: str, content_length: int, expires_in: int
     ) -> SignedPut:
-        """An HMAC-signed upload link bound to type and exact length."""
-        validate_object_key(key)
+        """An HMAC-signed upload link to a staging key, bound to type and exact length."""
+        validate_staging_key(key)
         if content_type != content_type_for_key(key):
             raise SignatureError(f"this key only accepts {content_type_for_key(key)}")
         params = self.signer.sign_put(key, content_type, content_length, expires_in)
@@ -124,5 +131,5 @@ class HmacLinks:
         self, key: str, content_type: str, content_length: int, expires: str, signature: str
     ) -> None:
         """Check a presented PUT link against the exact type and length presented."""
-        validate_object_key(key)
+        validate_staging_key(key)
         self.signer.verify_put(key, content_type, content_length, expires, signature)

@@ -1,4 +1,7 @@
-"""pytest fixtures: ``postgres`` (session), ``database_url`` and ``database`` (per test).
+"""pytest fixtures: PostgreSQL (``postgres``, ``database_url``, ``database``) and S3 peers.
+
+``postgres``, ``moto_peer`` and ``s3rver_peer`` live for the session (started on first use);
+``database_url`` and ``database`` are per test.
 
 Load them from a root ``conftest.py`` with ``pytest_plugins = ["memory_db.testing.fixtures"]``.
 """
@@ -7,11 +10,13 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 
 import pytest
 
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests
+from memory_db.testing.s3_peers import MotoPeer, S3Peer, S3rverPeer, find_s3rver
 from memory_db.unit_of_work import Database
 
 
@@ -44,3 +49,30 @@ async def database(database_url: str) -> AsyncIterator[Database]:
         yield db
     finally:
         await db.close()
+
+
+@pytest.fixture(scope="session")
+def moto_peer() -> Iterator[S3Peer]:
+    """Moto's S3 server on 127.0.0.1 for the session."""
+    peer = MotoPeer()
+    described = peer.start()
+    try:
+        yield described
+    finally:
+        peer.stop()
+
+
+@pytest.fixture(scope="session")
+def s3rver_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Peer]:
+    """s3rver (Node.js) on 127.0.0.1 for the session; fails when ``make deps-node`` was not run."""
+    executable = find_s3rver(Path(__file__).parent)
+    if executable is None:
+        pytest.fail(
+            "s3rver is not installed: run `make deps-node` (the Makefile's test target does)"
+        )
+    peer = S3rverPeer(tmp_path_factory.mktemp("s3rver"), executable)
+    described = peer.start()
+    try:
+        yield described
+    finally:
+        peer.stop()

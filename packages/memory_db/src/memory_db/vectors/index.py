@@ -12,7 +12,7 @@ from typing import Any, Literal
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_db.errors import InvalidInput
+from memory_db.errors import InvalidInput, NotFound
 from memory_db.repositories.records import VaultScope
 from memory_db.vectors.codes import vector_codes
 from memory_db.vectors.ddl import ElementType, check_identifier, describe_index
@@ -151,6 +151,30 @@ class VectorIndex:
         """Bind to a registered index."""
         dimensions, element = await describe_index(session, name)
         return cls(session, name, dimensions, element)
+
+    @classmethod
+    async def open_alias(cls, session: AsyncSession, alias: str) -> VectorIndex:
+        """Bind to the index ``alias`` points at now, holding the alias until the commit.
+
+        One indexed query. The alias row is read ``FOR SHARE``: a switch (an UPDATE of that
+        row) waits for this transaction, so writes made under the old target commit before
+        the switch, and every transaction after it finds the new target.
+        """
+        row = (
+            await session.execute(
+                text(
+                    "SELECT i.name, i.dimensions, i.element_type "
+                    "FROM mem_vector_index_aliases a "
+                    "JOIN mem_vector_indexes i ON i.name = a.index_name "
+                    "WHERE a.alias = :a FOR SHARE OF a"
+                ),
+                {"a": alias},
+            )
+        ).one_or_none()
+        if row is None:
+            raise NotFound("vector index alias", alias)
+        element: ElementType = "vector" if row[2] == "vector" else "halfvec"
+        return cls(session, str(row[0]), int(row[1]), element)
 
     async def upsert(self, scope: VaultScope, records: Sequence[VectorRecord]) -> list[str]:
         """Insert or replace vectors (idempotent by vector id); return their ids."""

@@ -201,7 +201,7 @@ class SafeFetcher:
                     raise FetchFailed(f"the server answered HTTP {response.status_code}")
                 data = await self._read_body(response)
                 log.info(
-                    "asset.fetch.done",
+                    "asset_fetched",
                     host=url.host,
                     bytes=len(data),
                     redirects=redirects,

@@ -35,10 +35,20 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _DATA_URL = re.compile(r"^data:image/[a-z0-9.+-]+;base64,", re.IGNORECASE)
 
 
+def refuse_nul(value: str, field: str) -> None:
+    """Refuse a NUL character: PostgreSQL cannot store it, and dropping it changes the text."""
+    if "\x00" in value:
+        raise InvalidInputFailure(f"{field}: must not contain a NUL character (\\u0000)")
+
+
 def clean_text(value: str | None, field: str, limit: int) -> str | None:
-    """Trimmed text without control characters, ``None`` when blank; refuse over ``limit``."""
+    """Trimmed text without control characters, ``None`` when blank; refuse over ``limit``.
+
+    Other control characters are dropped; NUL is refused.
+    """
     if value is None:
         return None
+    refuse_nul(value, field)
     cleaned = _CONTROL.sub("", unicodedata.normalize("NFC", value)).strip()
     if not cleaned:
         return None
@@ -55,6 +65,7 @@ def canonical_tags(tags: list[str] | None) -> list[str]:
         raise InvalidInputFailure(f"tags: at most {MAX_TAGS} tags")
     seen: list[str] = []
     for raw in tags:
+        refuse_nul(raw, "tags")
         tag = " ".join(_CONTROL.sub("", unicodedata.normalize("NFKC", raw)).split()).lower()
         if not tag:
             raise InvalidInputFailure("tags: a tag is empty")

@@ -11,7 +11,9 @@ Transactions are short and never span the network:
 
 A failure after step 3 releases the reserved bytes; objects uploaded before a failed commit
 are recorded as orphan candidates for reconciliation. Repeating a request with the same
-idempotency key returns the asset of the first; concurrent repeats wait for it.
+idempotency key returns the asset of the first; concurrent repeats wait for it. A refused save
+(``fetch_failed``, ``invalid_image``, ``unsafe_url``, ``quota_exceeded``...) stores nothing and
+does not use its key up: the corrected retry under the same key is a new attempt.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from memory_db import (
 )
 from memory_db.repositories import DuplicateObject, ObjectRecord
 from memory_db.storage import build_object_key
+from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -266,6 +269,7 @@ class AssetSaver:
 
     async def save(self, caller: Caller, request: SaveRequest) -> SaveResult:
         """Save one image for ``caller``; see the module docstring for the steps."""
+        policy.require(self._settings)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         prepared = self.prepare(request)
@@ -318,20 +322,29 @@ class AssetSaver:
                 )
                 if created:
                     return target, reservation.id, None
-                if reservation.request.get("fingerprint") != prepared.fingerprint():
+                if reservation.status in ("released", "expired"):
+                    # The earlier attempt was refused or abandoned and stored nothing: the key
+                    # is free for a retry, corrected or not, which takes the reservation over.
+                    retaken = await uow.quota.retake(
+                        owner,
+                        reservation.id,
+                        expires_at=expires,
+                        expected_bytes=expected,
+                        vault=target.scope.physical_vault,
+                        request={"fingerprint": prepared.fingerprint()},
+                    )
+                    if retaken is not None:
+                        return target, retaken.id, None
+                elif reservation.request.get("fingerprint") != prepared.fingerprint():
                     raise ConflictFailure(
                         "idempotencyKey was already used for a different save request"
                     )
-                if reservation.status == "finalized" and reservation.asset_id is not None:
+                elif reservation.status == "finalized" and reservation.asset_id is not None:
                     return (
                         target,
                         reservation.id,
                         await self.replay(uow, target, reservation.asset_id),
                     )
-                if reservation.status in ("released", "expired"):
-                    retaken = await uow.quota.retake(owner, reservation.id, expires_at=expires)
-                    if retaken is not None:
-                        return target, retaken.id, None
             # Another request with this key is in flight: wait for its outcome.
             if anyio.current_time() > deadline:
                 raise ConflictFailure("a save with this idempotencyKey is still in progress")
@@ -382,7 +395,9 @@ class AssetSaver:
             async with self.services.database.unit_of_work() as uow:
                 await uow.quota.release(owner, reservation_id)
         except Exception:  # the expiry sweep releases it later
-            log.warning("asset.save.release_failed", reservation_id=reservation_id)
+            log.warning(
+                "asset_reservation_release_failed", reservation_id=reservation_id, exc_info=True
+            )
 
     async def store(
         self,
@@ -394,12 +409,11 @@ class AssetSaver:
         image: InspectedImage,
         *,
         object_id: str | None = None,
-        original_present: bool = False,
     ) -> SaveResult:
-        """Steps 3-5: reserve, write the objects, commit.
+        """Steps 3-5: reserve, write the objects (create-only), commit.
 
-        ``original_present``: the original is already stored under ``object_id`` (a direct
-        upload); only the preview is written here.
+        ``object_id``: the id to store new bytes under (a direct upload decided it at
+        initiation); a fresh one otherwise.
         """
         owner = target.scope.owner_identity
         text = fused_text(
@@ -425,17 +439,10 @@ class AssetSaver:
             except QuotaExceededError as exc:
                 raise QuotaExceeded(str(exc)) from None
         object_id = object_id or new_id("aob")
-        env = self._settings.asset_storage_env_prefix
-        original_key = build_object_key(
-            env, target.namespace_id, object_id, "original", image.format.extension
-        )
-        uploaded: list[str] = [original_key] if original_present else []
+        uploaded: list[str] = []
         receipts: tuple[str | None, str | None] = (None, None)
         if existing is None:
-            written, receipts = await self._upload(
-                target, object_id, data, image, with_original=not original_present
-            )
-            uploaded.extend(written)
+            uploaded, receipts = await self._upload(target, object_id, data, image)
         try:
             result, losers = await self._commit(
                 caller,
@@ -462,8 +469,6 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 await self._orphan(owner, uploaded, f"save commit failed: {type(exc).__name__}")
             raise
-        if original_present and result.deduplicated and original_key not in losers:
-            losers.append(original_key)  # the owner already stores these bytes
         if losers:
             with anyio.CancelScope(shield=True):
                 await self._discard(owner, losers)
@@ -475,8 +480,6 @@ class AssetSaver:
         object_id: str,
         data: bytes,
         image: InspectedImage,
-        *,
-        with_original: bool = True,
     ) -> tuple[list[str], tuple[str | None, str | None]]:
         env = self._settings.asset_storage_env_prefix
         original_key = build_object_key(
@@ -487,15 +490,14 @@ class AssetSaver:
         uploaded: list[str] = []
         receipts: tuple[str | None, str | None] = (None, None)
         try:
-            if with_original:
-                put = await store.put(
-                    original_key,
-                    data,
-                    content_type=image.format.mime_type,
-                    checksum_sha256=image.sha256,
-                )
-                uploaded.append(original_key)
-                receipts = (put.etag, put.version_id)
+            put = await store.put(
+                original_key,
+                data,
+                content_type=image.format.mime_type,
+                checksum_sha256=image.sha256,
+            )
+            uploaded.append(original_key)
+            receipts = (put.etag, put.version_id)
             await store.put(
                 preview_key,
                 image.preview,
@@ -507,7 +509,7 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 await self._orphan(
                     target.scope.owner_identity,
-                    [original_key, preview_key] if with_original else [preview_key],
+                    [original_key, preview_key],
                     f"upload failed: {type(exc).__name__}",
                 )
             if isinstance(exc, MemoryDbError):
@@ -553,6 +555,7 @@ class AssetSaver:
                         preview_storage_key=build_object_key(
                             env, target.namespace_id, object_id, "preview"
                         ),
+                        preview_sha256=hashlib.sha256(image.preview).hexdigest(),
                         mime_type=image.format.mime_type,
                         extension=image.format.extension,
                         nbytes=image.bytes,
@@ -653,7 +656,7 @@ class AssetSaver:
             )
             await uow.jobs.notify()
         log.info(
-            "asset.saved",
+            "asset_saved",
             asset_id=asset.id,
             object_id=stored.id,
             bytes=image.bytes,
@@ -684,7 +687,7 @@ class AssetSaver:
             async with self.services.database.unit_of_work() as uow:
                 await uow.orphans.record(owner, keys, reason=reason)
         except Exception:
-            log.error("asset.orphan.record_failed", keys=len(keys))
+            log.error("asset_orphans_record_failed", keys=len(keys), exc_info=True)
 
     async def _discard(self, owner: str, keys: list[str]) -> None:
         """Delete bytes nobody references (lost dedupe race, refused commit); record failures."""

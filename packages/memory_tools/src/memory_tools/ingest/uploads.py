@@ -2,9 +2,18 @@
 
 Initiation authorises the caller, validates the metadata exactly as a save does, reserves the
 declared bytes against the quota and answers with a short-lived upload authorisation bound to
-one server-generated key, content type and length (an S3 presigned PUT, or the local store's
-signed upload route). Finalisation reads what arrived, refuses anything that is not the declared
-image, and then runs the same steps as any save: preview, dedupe, quota, asset and jobs.
+one staging key, content type and length (an S3 presigned PUT, or the local store's signed
+upload route). The staging key (``build_staging_key``) names the reservation; an upload never
+writes where a validated original lives.
+
+Finalisation reads the staged bytes once, refuses anything that is not the declared image, and
+then runs the same steps as any save: preview, dedupe, quota, then a create-only write of the
+validated bytes (the ones read, not whatever the staging key holds later) into the immutable
+object key, asset and jobs. The staging bytes are deleted afterwards, whatever the outcome that
+closed the reservation. From then on the link is dead: the local upload route refuses it because
+the reservation is no longer open, and on S3, where the link still reaches the bucket until it
+expires, a replay can only land in staging, whose bytes the worker's reconciliation deletes
+because no open reservation wants them.
 """
 
 from __future__ import annotations
@@ -16,7 +25,8 @@ from typing import Any
 import anyio
 
 from memory_db import MemoryDbError, QuotaExceededError, get_logger, new_id
-from memory_db.storage import build_object_key
+from memory_db.storage import build_staging_key
+from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -56,6 +66,7 @@ class UploadFlow:
         self, caller: Caller, request: SaveRequest, *, content_type: str, content_length: int
     ) -> UploadTicket:
         """Reserve quota and authorise one PUT of ``content_length`` bytes of ``content_type``."""
+        policy.require(self._services.settings)
         settings = self._services.settings
         extension = _EXTENSIONS.get(content_type)
         if extension is None:
@@ -107,13 +118,8 @@ class UploadFlow:
                     )
                 except QuotaExceededError as exc:
                     raise QuotaExceeded(str(exc)) from None
-        assert reservation.object_id is not None
-        key = build_object_key(
-            settings.asset_storage_env_prefix,
-            target.namespace_id,
-            reservation.object_id,
-            "original",
-            extension,
+        key = build_staging_key(
+            settings.asset_storage_env_prefix, target.namespace_id, reservation.id, extension
         )
         signed = await self._services.store.create_signed_put_url(
             key, content_type=content_type, content_length=content_length, expires_in=ttl
@@ -128,6 +134,7 @@ class UploadFlow:
 
     async def complete(self, caller: Caller, upload_id: str, *, vault: str) -> SaveResult:
         """Validate the uploaded bytes and create the asset (or return it if already done)."""
+        policy.require(self._services.settings)
         async with self._services.database.unit_of_work() as uow:
             resolved = await resolve_vault(uow, caller, vault, "write")
             owner = resolved.record.scope.owner_identity
@@ -154,15 +161,14 @@ class UploadFlow:
         content_type = str(reservation.request["contentType"])
         expected = int(reservation.request["contentLength"])
         assert reservation.object_id is not None
-        key = build_object_key(
+        staging = build_staging_key(
             self._services.settings.asset_storage_env_prefix,
             target.namespace_id,
-            reservation.object_id,
-            "original",
+            reservation.id,
             _EXTENSIONS[content_type],
         )
         try:
-            data = await self._read(key, expected)
+            data = await self._read(staging, expected)
             image = await inspect_image(
                 data,
                 max_pixels=self._services.settings.asset_max_decoded_pixels,
@@ -174,7 +180,7 @@ class UploadFlow:
                 raise InvalidImage(
                     f"the uploaded bytes are {shown}, not the declared {content_type}"
                 )
-            return await self._saver.store(
+            result = await self._saver.store(
                 caller,
                 prepared,
                 target,
@@ -182,14 +188,24 @@ class UploadFlow:
                 data,
                 image,
                 object_id=reservation.object_id,
-                original_present=True,
             )
         except (InvalidImage, QuotaExceeded):
-            # The bytes can never become this asset: drop them and give the quota back.
+            # The bytes can never become this asset: give the quota back, drop the bytes.
             with anyio.CancelScope(shield=True):
-                await self._services.store.delete(key)
                 await self._saver.release(owner, reservation.id)
+                await self._drop_staging(staging)
             raise
+        # Promoted (or deduplicated onto the owner's stored copy): the staged bytes are done.
+        with anyio.CancelScope(shield=True):
+            await self._drop_staging(staging)
+        return result
+
+    async def _drop_staging(self, key: str) -> None:
+        """Delete staged bytes; if the store refuses, reconciliation deletes them later."""
+        try:
+            await self._services.store.delete(key)
+        except MemoryDbError:
+            log.warning("asset_upload_staging_delete_failed", exc_info=True)
 
     async def _read(self, key: str, expected: int) -> bytes:
         head = await self._services.store.head(key)

@@ -1,23 +1,122 @@
-"""Bearer-token authentication for MCP over HTTP: the token is an API key from ``mem_api_keys``."""
+"""Bearer-token authentication for MCP over HTTP: the token is an API key from ``mem_api_keys``.
+
+A refused request to the MCP endpoint gets 401 with ``WWW-Authenticate: Bearer`` (RFC 6750:
+no ``error`` attribute when no bearer credentials were sent, ``error="invalid_token"`` when the
+key is unknown or revoked) and a JSON-RPC error body whose message starts with the stable code
+``unauthenticated`` and says what to do, so MCP clients show the reason instead of a bare 401.
+fastmcp's own answer (an empty body, or advice to "re-register" an OAuth client) does not apply:
+there is no OAuth here.
+"""
 
 from __future__ import annotations
 
+import json
+from typing import Any
+
 from fastmcp.server.auth import AccessToken, TokenVerifier
+from starlette.middleware import Middleware
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_db import Database
+from memory_tools.errors import Unauthenticated
+
+MCP_PATH = "/mcp"
+# JSON-RPC leaves -32000..-32099 to the server; MCP servers commonly answer auth with -32001.
+JSONRPC_UNAUTHENTICATED = -32001
+
+MISSING_KEY = Unauthenticated(
+    "an API key is required: send the header `Authorization: Bearer <key>`; "
+    "create a key with `memory-server admin create-key --owner <you>`"
+)
+UNKNOWN_KEY = Unauthenticated(
+    "the API key is unknown or revoked: check the key you send as "
+    "`Authorization: Bearer <key>`, or create a new one with `memory-server admin create-key`"
+)
 
 
 class ApiKeyVerifier(TokenVerifier):
     """Accepts ``Authorization: Bearer <key>`` for active keys; anything else is a 401."""
 
-    def __init__(self, database: Database, base_url: str | None = None) -> None:
+    def __init__(
+        self, database: Database, base_url: str | None = None, *, mcp_path: str = MCP_PATH
+    ) -> None:
         super().__init__(base_url=base_url)
         self._database = database
+        self._endpoint_path = mcp_path
 
     async def verify_token(self, token: str) -> AccessToken | None:
         """Resolve the key; tools re-resolve it per call, so revocation applies at once."""
+        if not token.strip():
+            return None
         async with self._database.unit_of_work() as uow:
             record = await uow.api_keys.resolve(token)
         if record is None:
             return None
         return AccessToken(token=token, client_id=record.id, scopes=list(record.scopes))
+
+    def get_middleware(self) -> list[Any]:
+        """The bearer middleware of fastmcp, then ours to explain refusals on the MCP endpoint."""
+        return [
+            *super().get_middleware(),
+            Middleware(ExplainUnauthenticated, mcp_path=self._endpoint_path),
+        ]
+
+
+def _bearer_token(scope: Scope) -> str | None:
+    for name, value in scope.get("headers", []):
+        if name.lower() == b"authorization" and value[:7].lower() == b"bearer ":
+            return value[7:].decode("latin-1").strip()
+    return None
+
+
+class ExplainUnauthenticated:
+    """ASGI middleware: a request to the MCP endpoint without a valid key gets a readable 401.
+
+    It runs after fastmcp's ``AuthenticationMiddleware``, which has resolved the key (or not)
+    into ``scope["user"]``; other routes (signed objects, uploads, health) check their own
+    credentials and pass through untouched.
+    """
+
+    def __init__(self, app: ASGIApp, mcp_path: str = MCP_PATH) -> None:
+        self.app = app
+        self.mcp_path = mcp_path.rstrip("/")
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Answer 401 on the MCP endpoint unless ``AuthenticationMiddleware`` found a user."""
+        if (
+            scope["type"] != "http"
+            or scope["path"].rstrip("/") != self.mcp_path
+            or getattr(scope.get("user"), "is_authenticated", False)
+        ):
+            await self.app(scope, receive, send)
+            return
+        if _bearer_token(scope):
+            failure = UNKNOWN_KEY
+            challenge = f'Bearer error="invalid_token", error_description="{failure.message}"'
+        else:
+            failure = MISSING_KEY
+            challenge = "Bearer"  # RFC 6750 §3.1: no error attribute without credentials
+        body = json.dumps(
+            {
+                "jsonrpc": "2.0",
+                "id": None,
+                "error": {
+                    "code": JSONRPC_UNAUTHENTICATED,
+                    "message": str(failure),
+                    "data": {"code": failure.code, "message": failure.message},
+                },
+            }
+        ).encode()
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 401,
+                "headers": [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                    (b"www-authenticate", challenge.encode()),
+                    (b"cache-control", b"no-store"),
+                ],
+            }
+        )
+        await send({"type": "http.response.body", "body": body})

@@ -3,9 +3,26 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
+
+CreatedAfterParam = Annotated[
+    datetime | None,
+    Field(
+        description="Created at or after this instant (inclusive). ISO 8601 with a date, a time "
+        "and a zone, e.g. 2026-11-30T12:00:00Z or 2026-11-30T13:00:00+01:00; a value without "
+        "a zone is refused."
+    ),
+]
+CreatedBeforeParam = Annotated[
+    datetime | None,
+    Field(
+        description="Created before this instant (exclusive). ISO 8601 with a date, a time and "
+        "a zone, e.g. 2026-12-01T00:00:00Z; a value without a zone is refused."
+    ),
+]
 
 
 class WireModel(BaseModel):
@@ -79,8 +96,13 @@ class SaveOut(WireModel):
 class PreviewOut(WireModel):
     """A short-lived link to the sanitised WebP preview (never stored; ask again when expired)."""
 
-    url: str
-    expires_at: datetime
+    url: str | None = Field(description="The signed link; null when unavailable says why.")
+    expires_at: datetime | None
+    unavailable: str | None = Field(
+        default=None,
+        description="Why no link can be given (e.g. a stdio server with nothing serving its "
+        "links); null when url is set.",
+    )
 
 
 class RepresentationOut(WireModel):
@@ -175,10 +197,24 @@ class SearchResultOut(WireModel):
 
 
 class SearchOut(WireModel):
-    """Search results, best first (at most the requested limit)."""
+    """Search results with evidence, best first (at most the requested limit, maybe none)."""
 
     mode: str = Field(description="text, image or fused: how the query was embedded.")
-    results: list[SearchResultOut]
+    results: list[SearchResultOut] = Field(
+        description="Only results with evidence (a word match, or a similarity above the "
+        "embedder's evidence floor); never padded up to limit."
+    )
+    no_good_match: bool = Field(
+        description="True when no result matched by words or reached goodMatchScore: treat the "
+        "results as weak, or as nothing found when there are none."
+    )
+    best_score: float | None = Field(
+        description="The best similarity seen (also when nothing was returned); null when no "
+        "image was compared."
+    )
+    good_match_score: float = Field(
+        description="The embedder's documented good-match line for this kind of query."
+    )
 
 
 class MoveOut(WireModel):
@@ -202,8 +238,27 @@ class DeleteOut(WireModel):
     jobs_cancelled: int
     vectors_removed: int
     object_released: bool = Field(
-        description="No other asset uses these bytes: they are purged shortly."
+        description="No other asset uses these bytes: they are purged once the delete grace "
+        "window (ASSET_DELETE_GRACE_HOURS) has passed; until then image_asset_restore brings "
+        "the image back."
     )
+
+
+class RestoreOut(WireModel):
+    """A restored image; restoring one that is not deleted reports alreadyActive."""
+
+    asset_id: str
+    vault: str
+    status: str
+    embedding_status: str
+    already_active: bool
+    project_id: str | None
+    folder_id: str | None
+    placement: str = Field(
+        description="'original' (where it was), 'project_root' (its folder is gone) or "
+        "'unfiled' (its project is gone or archived)."
+    )
+    job_ids: list[str]
 
 
 class FolderDeletionOut(WireModel):

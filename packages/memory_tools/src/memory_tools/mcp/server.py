@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from importlib.metadata import version
+
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
@@ -17,13 +19,25 @@ INSTRUCTIONS = (
 )
 
 
+def deletion_note(hours: int) -> str:
+    """What the instructions say about deletes, for ``ASSET_DELETE_GRACE_HOURS``."""
+    if hours == 0:
+        return " Deleting an image is final: its bytes are purged at once."
+    return (
+        f" A deleted image stays recoverable for {hours} hours: image_asset_restore brings it "
+        "back (search does not find it meanwhile)."
+    )
+
+
 def build_memory_server(
     services: MemoryServices, *, name: str = "image-memory", auth: AuthProvider | None = None
 ) -> FastMCP:
     """A FastMCP server with every memory tool registered."""
     server = FastMCP(
         name,
-        instructions=INSTRUCTIONS,
+        # serverInfo.version: this project's release, not the framework's.
+        version=version("memory-tools"),
+        instructions=INSTRUCTIONS + deletion_note(services.settings.asset_delete_grace_hours),
         auth=auth,
         mask_error_details=True,
         strict_input_validation=True,

@@ -1,7 +1,8 @@
 """The memory tools (§15.1) as fastmcp ``Tool`` objects, built once and registered on any server.
 
-Every call: feature flag → presented key (HTTP bearer, else the stdio server's
-``MEMORY_API_KEY``) → one unit of work that authenticates, authorises and acts. A failure rolls
+Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → one unit
+of work that authenticates, authorises and acts. The workflows check the feature switches
+themselves (:mod:`memory_tools.policy`), so every adapter gets the same answer. A failure rolls
 the transaction back and reaches the caller as ``ToolError("<code>: <message>")``.
 """
 
@@ -9,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
-from datetime import datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from fastmcp.exceptions import ToolError
@@ -21,12 +21,14 @@ from pydantic import Field
 from memory_db import UnitOfWork, get_logger
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
-from memory_tools.errors import FeatureDisabled, ToolFailure
+from memory_tools.errors import ToolFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp.schemas import (
     AssetListOut,
     AssetOut,
     AssetSummaryOut,
+    CreatedAfterParam,
+    CreatedBeforeParam,
     DeleteOut,
     FolderDeletionOut,
     FolderOut,
@@ -34,6 +36,7 @@ from memory_tools.mcp.schemas import (
     MoveOut,
     ProjectListOut,
     ProjectOut,
+    RestoreOut,
     SaveOut,
     SearchOut,
 )
@@ -52,6 +55,7 @@ AUDITED_OPERATIONS = {
     "image_asset_search": "asset_search",
     "image_asset_move": "asset_move",
     "image_asset_delete": "asset_delete",
+    "image_asset_restore": "asset_restore",
     "image_project_archive": "asset_project_archive",
     "image_folder_delete": "asset_folder_delete",
 }
@@ -141,11 +145,6 @@ async def _refuse(
     return ToolError(str(failure))
 
 
-def _check_enabled(services: MemoryServices) -> None:
-    if not services.settings.asset_feature_enabled:
-        raise FeatureDisabled("image memory is switched off (ASSET_FEATURE_ENABLED=false)")
-
-
 async def run_authorised(
     services: MemoryServices,
     tool: str,
@@ -154,7 +153,6 @@ async def run_authorised(
     """Authenticate the caller and run ``action`` in one transaction; map failures to errors."""
     caller: Caller | None = None
     try:
-        _check_enabled(services)
         async with services.database.unit_of_work() as uow:
             caller = await authenticate(uow, _presented_key(services))
             return await action(uow, caller)
@@ -174,7 +172,6 @@ async def run_as_caller(
     """
     caller: Caller | None = None
     try:
-        _check_enabled(services)
         async with services.database.unit_of_work() as uow:
             caller = await authenticate(uow, _presented_key(services))
         return await action(caller)
@@ -202,7 +199,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
             view = await projects.create_project(
-                uow, caller, vault=vault, name=name, description=description
+                uow, caller, services, vault=vault, name=name, description=description
             )
             return _project_out(view)
 
@@ -221,7 +218,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectListOut:
             views = await projects.list_projects(
-                uow, caller, vault=vault, include_archived=includeArchived
+                uow, caller, services, vault=vault, include_archived=includeArchived
             )
             return ProjectListOut(projects=[_project_out(v) for v in views])
 
@@ -240,7 +237,13 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> FolderOut:
             view, handle = await projects.create_folder(
-                uow, caller, vault=vault, project_id=projectId, parent_id=parentId, name=name
+                uow,
+                caller,
+                services,
+                vault=vault,
+                project_id=projectId,
+                parent_id=parentId,
+                name=name,
             )
             return _folder_out(view, handle)
 
@@ -254,7 +257,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> FolderTreeOut:
             views, handle = await projects.list_folders(
-                uow, caller, vault=vault, project_id=projectId
+                uow, caller, services, vault=vault, project_id=projectId
             )
             return FolderTreeOut(
                 vault=handle, project_id=projectId, folders=[_folder_out(v, handle) for v in views]
@@ -363,8 +366,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
-        createdAfter: datetime | None = None,
-        createdBefore: datetime | None = None,
+        createdAfter: CreatedAfterParam = None,
+        createdBefore: CreatedBeforeParam = None,
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
@@ -391,7 +394,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         )
 
         async def action(uow: UnitOfWork, caller: Caller) -> AssetListOut:
-            page = await assets.list_assets(uow, caller, request)
+            page = await assets.list_assets(uow, caller, services, request)
             fields = set(AssetSummaryOut.model_fields)
             items = [
                 AssetSummaryOut.model_validate(
@@ -429,8 +432,8 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
-        createdAfter: datetime | None = None,
-        createdBefore: datetime | None = None,
+        createdAfter: CreatedAfterParam = None,
+        createdBefore: CreatedBeforeParam = None,
         limit: Annotated[int, Field(ge=1, le=30)] = 10,
         minScore: Annotated[
             float | None,
@@ -444,7 +447,9 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
         image together. Results are the best matches first, each with its cosine score; only
-        images whose embedding is ready are found. A query image is never stored.
+        images whose embedding is ready are found. A query image is never stored. Only results
+        with evidence are returned, so there may be fewer than limit or none; noGoodMatch is
+        true when none is a good match (see bestScore and goodMatchScore).
         """
         request = SearchRequest(
             query=query,
@@ -516,6 +521,21 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         return await run_authorised(services, "image_asset_delete", action)
 
+    async def image_asset_restore(assetId: AssetIdParam) -> RestoreOut:
+        """Bring back an image deleted within the delete grace window (ASSET_DELETE_GRACE_HOURS).
+
+        It returns to its project and folder (the project's root if the folder is gone,
+        Unfiled if the project is gone or archived) and is embedded again from its stored
+        bytes. Needs the 'destructive' scope, like a delete. Restoring an image that is not
+        deleted changes nothing; after the window the answer is not_found.
+        """
+
+        async def action(uow: UnitOfWork, caller: Caller) -> RestoreOut:
+            result = await changes.restore_asset(uow, caller, services, asset_id=assetId)
+            return RestoreOut.model_validate(asdict(result))
+
+        return await run_authorised(services, "image_asset_restore", action)
+
     async def image_project_archive(
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
@@ -526,7 +546,9 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         """
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
-            view = await projects.archive_project(uow, caller, vault=vault, project_id=projectId)
+            view = await projects.archive_project(
+                uow, caller, services, vault=vault, project_id=projectId
+            )
             return _project_out(view)
 
         return await run_authorised(services, "image_project_archive", action)
@@ -577,6 +599,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         _tool(
             image_asset_delete, "Delete image", read_only=False, idempotent=True, destructive=True
         ),
+        _tool(image_asset_restore, "Restore deleted image", read_only=False, idempotent=True),
         _tool(image_project_archive, "Archive image project", read_only=False, idempotent=True),
         _tool(
             image_folder_delete,

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from fastmcp.exceptions import ToolError, ValidationError
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import ValidationError as PydanticValidationError
+from pydantic.alias_generators import to_camel
 
 _MESSAGES = {
     "unexpected_keyword_argument": "is not a known field",
@@ -15,14 +17,34 @@ _MESSAGES = {
 }
 
 
-def describe(error: PydanticValidationError) -> str:
-    """``field: problem; field: problem`` without echoing the submitted values."""
+_UNKNOWN_FIELD = frozenset({"unexpected_keyword_argument", "extra_forbidden"})
+
+
+def describe(error: PydanticValidationError, known_fields: Collection[str] = ()) -> str:
+    """``field: problem; field: problem`` without echoing the submitted values.
+
+    An unknown snake_case field whose camelCase spelling is one of ``known_fields`` gets a
+    suggestion: ``image_base64: is not a known field; did you mean `imageBase64`?``.
+    """
     parts: list[str] = []
     for item in error.errors(include_input=False, include_url=False):
         field = ".".join(str(p) for p in item["loc"]) or "arguments"
         message = _MESSAGES.get(item["type"], str(item["msg"]))
+        camel = to_camel(field)
+        if item["type"] in _UNKNOWN_FIELD and camel != field and camel in known_fields:
+            message = f"is not a known field; did you mean `{camel}`?"
         parts.append(f"{field}: {message}")
     return "; ".join(parts)
+
+
+async def _tool_fields(context: MiddlewareContext[Any]) -> frozenset[str]:
+    """The argument names of the called tool, for suggestions."""
+    if context.fastmcp_context is None:
+        return frozenset()
+    tool = await context.fastmcp_context.fastmcp.get_tool(context.message.name)
+    if tool is None:
+        return frozenset()
+    return frozenset(tool.parameters.get("properties", {}))
 
 
 class InvalidInputMiddleware(Middleware):
@@ -37,10 +59,11 @@ class InvalidInputMiddleware(Middleware):
         except ValidationError as exc:
             cause = exc.__cause__
             detail = (
-                describe(cause)
+                describe(cause, await _tool_fields(context))
                 if isinstance(cause, PydanticValidationError)
                 else "invalid arguments"
             )
             raise ToolError(f"invalid_input: {detail}") from None
         except PydanticValidationError as exc:
-            raise ToolError(f"invalid_input: {describe(exc)}") from None
+            detail = describe(exc, await _tool_fields(context))
+            raise ToolError(f"invalid_input: {detail}") from None

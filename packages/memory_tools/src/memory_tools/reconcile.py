@@ -1,0 +1,137 @@
+"""Reconciliation of the object store with the accounts: no byte outside them (§12.3, §17).
+
+Every byte in the store should be accounted for by the database: an object row (original or
+preview, counted in the owner's ``used_bytes``) or an open upload reservation (its staging bytes,
+counted in ``reserved_bytes``). The pass lists each owner's namespace prefix in the store and
+deletes what neither accounts for:
+
+- staging bytes (``.../uploads/{reservation}/...``) whose reservation is no longer open, at
+  once: no flow reads a closed reservation's staging bytes again (completion reads them only
+  while the reservation is active, and closes it before deleting them), so they can only be
+  what a replayed upload link wrote after the fact;
+- object bytes (``.../objects/{object}/...``) that no object row claims, once they are older
+  than the orphan safety window: a save writes its bytes before it commits the row, and no save
+  takes longer than the window.
+
+Each deletion is recorded as ``asset_reconcile`` provenance (actor ``system:worker``) with the
+key, its size and the reason, and resolves any orphan candidate recorded for the key. A delete
+the store refuses stays for the next pass.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from memory_db import MemoryDbError, get_logger
+from memory_db.storage import ListedObject, namespace_prefix, parse_storage_key
+from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
+
+OPERATION = "asset_reconcile"
+ACTOR = "system:worker"
+
+
+@dataclass(frozen=True)
+class Reconciliation:
+    """What one pass found and did."""
+
+    namespaces: int = 0
+    listed: int = 0
+    removed: int = 0
+    removed_bytes: int = 0
+    waiting: int = 0  # unaccounted object bytes still inside the safety window
+
+
+@dataclass(frozen=True)
+class _Doomed:
+    item: ListedObject
+    target_kind: str  # "object" or "upload"
+    target_id: str
+    reason: str
+
+
+async def reconcile_store(
+    services: MemoryServices, *, safety_window: timedelta, now: datetime | None = None
+) -> Reconciliation:
+    """One pass over every namespace; see the module docstring."""
+    env = services.settings.asset_storage_env_prefix
+    async with services.database.unit_of_work() as uow:
+        namespaces = await uow.quota.namespaces()
+    listed = removed = removed_bytes = waiting = 0
+    for owner, namespace_id in namespaces:
+        items = [
+            item
+            async for item in services.store.list_namespace(namespace_prefix(env, namespace_id))
+        ]
+        if not items:
+            continue
+        listed += len(items)
+        # Read the accounts after listing: a row committed meanwhile is seen, so its bytes stay.
+        async with services.database.unit_of_work() as uow:
+            accounted = await uow.objects.stored_keys(owner)
+            open_uploads = await uow.quota.open_reservation_ids(owner)
+        cutoff = (now or datetime.now(UTC)) - safety_window
+        doomed: list[_Doomed] = []
+        for item in items:
+            parsed = parse_storage_key(item.key)
+            if parsed.kind == "staging":
+                assert parsed.reservation_id is not None
+                if parsed.reservation_id not in open_uploads:
+                    doomed.append(
+                        _Doomed(item, "upload", parsed.reservation_id, "upload is closed")
+                    )
+            elif item.key not in accounted:
+                assert parsed.object_id is not None
+                if item.modified > cutoff:
+                    waiting += 1
+                else:
+                    doomed.append(_Doomed(item, "object", parsed.object_id, "no object row"))
+        gone = await _delete(services, doomed)
+        if gone:
+            await _record(services, owner, gone)
+            removed += len(gone)
+            removed_bytes += sum(entry.item.bytes for entry in gone)
+    report = Reconciliation(len(namespaces), listed, removed, removed_bytes, waiting)
+    if removed:
+        log.info(
+            "store_reconciled",
+            namespaces=report.namespaces,
+            listed=report.listed,
+            removed=report.removed,
+            removed_bytes=report.removed_bytes,
+        )
+    return report
+
+
+async def _delete(services: MemoryServices, doomed: list[_Doomed]) -> list[_Doomed]:
+    gone: list[_Doomed] = []
+    for entry in doomed:
+        try:
+            await services.store.delete(entry.item.key)
+        except MemoryDbError as exc:
+            log.warning(
+                "store_reconcile_delete_failed",
+                target_kind=entry.target_kind,
+                target_id=entry.target_id,
+                error=type(exc).__name__,
+                exc_info=True,
+            )
+            continue
+        gone.append(entry)
+    return gone
+
+
+async def _record(services: MemoryServices, owner: str, gone: list[_Doomed]) -> None:
+    async with services.database.unit_of_work() as uow:
+        for entry in gone:
+            await uow.provenance.record(
+                OPERATION,
+                actor_identity=ACTOR,
+                owner_identity=owner,
+                target_kind=entry.target_kind,
+                target_id=entry.target_id,
+                detail={"key": entry.item.key, "bytes": entry.item.bytes, "reason": entry.reason},
+            )
+        await uow.orphans.resolve([entry.item.key for entry in gone])
