@@ -14,6 +14,7 @@ BENCHMARKS = [
     ("embedding worker vs a naive loop", ["worker.py"]),
     ("vector index: recall and speed", ["vector_search.py", *sys.argv[1:]]),
     ("search: whole call vs bare vector query", ["search.py"]),
+    ("server memory under 24 concurrent maximum-size saves", ["decode_memory.py"]),
 ]
 
 

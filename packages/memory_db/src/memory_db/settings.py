@@ -64,6 +64,8 @@ class MemorySettings(BaseSettings):
     # --- §22 ingest limits --------------------------------------------------------------
     asset_max_bytes: int = Field(default=20_971_520, ge=1, le=1_073_741_824)
     asset_max_decoded_pixels: int = Field(default=40_000_000, ge=1, le=1_000_000_000)
+    # Pixels decoded at once in one process; unset: twice ASSET_MAX_DECODED_PIXELS.
+    asset_decode_budget_pixels: int | None = Field(default=None, ge=1, le=10_000_000_000)
     asset_preview_max_edge: int = Field(default=2048, ge=64, le=8192)
     asset_delete_grace_hours: int = Field(default=168, ge=0, le=24 * 365)
     asset_fetch_allow_http: bool = False
@@ -216,6 +218,13 @@ class MemorySettings(BaseSettings):
     def uses_embedded_database(self) -> bool:
         """True when no ``MEMORY_DATABASE_URL`` is set."""
         return self.memory_database_url is None
+
+    @property
+    def decode_budget_pixels(self) -> int:
+        """Pixels decoded at once: ``ASSET_DECODE_BUDGET_PIXELS``, or twice the pixel limit."""
+        if self.asset_decode_budget_pixels is not None:
+            return self.asset_decode_budget_pixels
+        return 2 * self.asset_max_decoded_pixels
 
 
 def load_settings(**overrides: Any) -> MemorySettings:

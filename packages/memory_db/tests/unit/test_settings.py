@@ -52,6 +52,15 @@ def test_empty_values_mean_default(monkeypatch: pytest.MonkeyPatch) -> None:
     assert load_settings().asset_embed_worker_concurrency is None
 
 
+def test_the_decode_budget_defaults_to_twice_the_pixel_limit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("ASSET_MAX_DECODED_PIXELS", "1000")
+    assert load_settings().decode_budget_pixels == 2000
+    monkeypatch.setenv("ASSET_DECODE_BUDGET_PIXELS", "1500")
+    assert load_settings().decode_budget_pixels == 1500
+
+
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASSET_MAX_BYTES", "1000")
     monkeypatch.setenv("JINA_API_KEYS", "k1, k2,,k3")
@@ -67,6 +76,7 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ("ASSET_MAX_BYTES", "-1", "ASSET_MAX_BYTES"),
         ("ASSET_MAX_BYTES", "lots", "ASSET_MAX_BYTES"),
         ("ASSET_STORAGE_PROVIDER", "ftp", "ASSET_STORAGE_PROVIDER"),
+        ("ASSET_DECODE_BUDGET_PIXELS", "0", "ASSET_DECODE_BUDGET_PIXELS"),
         ("ASSET_SIGNED_GET_TTL_SECONDS", "86400", "ASSET_SIGNED_GET_TTL_SECONDS"),
         ("ASSET_STORAGE_ENV_PREFIX", "Prod/../x", "ASSET_STORAGE_ENV_PREFIX"),
         ("ASSET_EMBED_INDEX", "drop table", "ASSET_EMBED_INDEX"),

@@ -291,6 +291,7 @@ class AssetSearcher:
             data,
             max_pixels=self._settings.asset_max_decoded_pixels,
             preview_edge=self._settings.asset_preview_max_edge,
+            admission=self.services.decode_admission,
         )
         return inspected.preview
 

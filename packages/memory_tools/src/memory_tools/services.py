@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memory_db import Database, MemorySettings
 from memory_db.embedding import Embedder
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
+from memory_tools.ingest.admission import DecodeAdmission
 
 if TYPE_CHECKING:
     from memory_tools.ingest.fetch import SafeFetcher
@@ -34,3 +35,10 @@ class MemoryServices:
     # Why the store's signed links cannot be opened by this server's callers (a stdio server
     # with nothing serving its local links); ``None`` when they can. Previews then say so.
     links_unavailable: str | None = None
+    # Every decode of an untrusted image in this process waits here for its pixels
+    # (ASSET_DECODE_BUDGET_PIXELS); made from the settings, one per set of services.
+    decode_admission: DecodeAdmission = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        admission = DecodeAdmission(self.settings.decode_budget_pixels)
+        object.__setattr__(self, "decode_admission", admission)

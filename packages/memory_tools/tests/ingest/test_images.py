@@ -12,7 +12,16 @@ import pytest
 import pyvips
 
 from memory_tools.errors import InvalidImage
-from memory_tools.ingest.images import inspect_image, inspect_image_sync, lock_down_libvips, sniff
+from memory_tools.ingest.admission import DecodeAdmission
+from memory_tools.ingest.images import (
+    FORMATS,
+    ImageHeader,
+    decode_preview,
+    inspect_image,
+    inspect_image_sync,
+    lock_down_libvips,
+    sniff,
+)
 
 EDGE = 256
 MAX_PIXELS = 40_000_000
@@ -53,6 +62,73 @@ def _jpeg_claiming(width: int, height: int) -> bytes:
     sof = data.find(b"\xff\xc0")
     data[sof + 5 : sof + 9] = struct.pack(">HH", height, width)
     return bytes(data)
+
+
+def _noisy_photo(width: int, height: int) -> pyvips.Image:
+    """Grain over a gradient: entropy data that fills the whole scan, as a photo's does."""
+    # Small enough for the save tests' 64 KiB limit, which reuse this corpus.
+    grain = pyvips.Image.gaussnoise(width, height, sigma=40, mean=0, seed=3)
+    return (_rgb(width, height) * 0.6 + grain + 40).cast("uchar").copy(interpretation="srgb")
+
+
+def _jpeg_scan(data: bytes) -> tuple[int, int]:
+    """Where the first scan's entropy-coded data starts and stops (segments walked in order)."""
+    position = 2
+    while data[position + 1] != 0xDA:
+        position += 2 + int.from_bytes(data[position + 2 : position + 4], "big")
+    start = position + 2 + int.from_bytes(data[position + 2 : position + 4], "big")
+    stop = re.compile(rb"\xff[^\x00\xd0-\xd7]").search(data, start)
+    assert stop is not None
+    return start, stop.start()
+
+
+def _jpeg_scan_cut(data: bytes, fraction: float) -> bytes:
+    """``fraction`` of the first scan cut out of its middle; every marker kept."""
+    start, stop = _jpeg_scan(data)
+    cut_from = start + (stop - start) // 3
+    return data[:cut_from] + data[cut_from + int((stop - start) * fraction) :]
+
+
+def _jpeg_scan_overwritten(data: bytes, count: int) -> bytes:
+    """``count`` bytes in the middle of the first scan replaced by others (never 0xFF)."""
+    start, stop = _jpeg_scan(data)
+    middle = (start + stop) // 2
+    garbage = bytes((byte * 73 + 11) % 0xFF for byte in range(count))
+    return data[:middle] + garbage + data[middle + count :]
+
+
+def _cut_short(data: bytes) -> bytes:
+    """The first 60 % of ``data``."""
+    return data[: len(data) * 6 // 10]
+
+
+def _png_rewritten(data: bytes, change: Callable[[bytes], bytes]) -> bytes:
+    """The same PNG with every IDAT payload passed through ``change``, checksums made good."""
+    out, position = bytearray(data[:8]), 8
+    while position < len(data):
+        length = int.from_bytes(data[position : position + 4], "big")
+        kind = data[position + 4 : position + 8]
+        payload = data[position + 8 : position + 8 + length]
+        out += _png_chunk(kind, change(payload) if kind == b"IDAT" else payload)
+        position += 12 + length
+    return bytes(out)
+
+
+def _png_claiming(width: int, height: int) -> bytes:
+    data = bytearray(_rgb(16, 16).pngsave_buffer())
+    data[16:24] = struct.pack(">II", width, height)
+    data[29:33] = struct.pack(">I", zlib.crc32(bytes(data[12:29])) & 0xFFFFFFFF)
+    return bytes(data)
+
+
+def _webp_bitstream_cut() -> bytes:
+    """A lossy WebP whose VP8 data lost its last 40 %, with the RIFF and chunk sizes fixed."""
+    data = _noisy_photo(300, 200).webpsave_buffer(Q=80, keep=pyvips.enums.ForeignKeep.NONE)
+    kind, length = data[12:16], int.from_bytes(data[16:20], "little")
+    assert kind == b"VP8 "
+    payload = data[20 : 20 + int(length * 0.6) // 2 * 2]
+    body = b"WEBP" + kind + len(payload).to_bytes(4, "little") + payload
+    return b"RIFF" + len(body).to_bytes(4, "little") + body
 
 
 def _bad_png_crc() -> bytes:
@@ -182,6 +258,43 @@ BAD = [
     Bad("truncated gif", lambda: _rgb(64, 64).gifsave_buffer()[:50], "GIF"),
     Bad("50000x50000 png header", lambda: _png_with_header(50_000, 50_000), "pixels"),
     Bad("60000x60000 jpeg header", lambda: _jpeg_claiming(60_000, 60_000), "pixels"),
+    # Within the pixel limit, but the data cannot hold the pixels (decoders fill in grey).
+    Bad("sub-1-KB jpeg claiming 6000x6000", lambda: _jpeg_claiming(6000, 6000), "cannot hold"),
+    Bad("png claiming 6000x6000", lambda: _png_claiming(6000, 6000), "cannot hold"),
+    Bad(
+        "jpeg with 40% of its scan cut out",
+        lambda: _jpeg_scan_cut(_noisy_photo(240, 160).jpegsave_buffer(Q=85), 0.4),
+        "corrupt or truncated",
+    ),
+    Bad(
+        "jpeg cut short with its end marker put back",
+        lambda: _cut_short(_noisy_photo(240, 160).jpegsave_buffer(Q=85)) + b"\xff\xd9",
+        "corrupt or truncated",
+    ),
+    Bad(
+        "progressive jpeg with 40% of its first scan cut out",
+        lambda: _jpeg_scan_cut(_noisy_photo(240, 160).jpegsave_buffer(interlace=True), 0.4),
+        "corrupt or truncated",
+    ),
+    Bad(
+        "progressive jpeg with corrupt entropy data",
+        lambda: _jpeg_scan_overwritten(_noisy_photo(240, 160).jpegsave_buffer(interlace=True), 200),
+        "corrupt or truncated",
+    ),
+    Bad(
+        "png with its pixel data cut (checksums good)",
+        lambda: _png_rewritten(_noisy_photo(128, 96).pngsave_buffer(), lambda p: p[:-2000]),
+        "corrupt or truncated",
+    ),
+    Bad(
+        "png with corrupt pixel data (checksums good)",
+        lambda: _png_rewritten(
+            _noisy_photo(128, 96).pngsave_buffer(),
+            lambda p: p[:5000] + bytes(range(7, 207)) + p[5200:],
+        ),
+        "corrupt or truncated",
+    ),
+    Bad("webp with its bitstream cut (sizes good)", _webp_bitstream_cut, "WebP"),
     Bad("gif with a huge logical screen", _gif_huge_screen, "pixels"),
     Bad("svg", _fixed(b'<svg xmlns="http://www.w3.org/2000/svg"><script/></svg>'), "SVG"),
     Bad(
@@ -413,7 +526,43 @@ def test_other_loaders_are_blocked_after_lock_down() -> None:
 
 
 async def test_inspection_runs_off_the_event_loop() -> None:
+    admission = DecodeAdmission(MAX_PIXELS)
     result = await inspect_image(
-        _rgb(20, 20).pngsave_buffer(), max_pixels=MAX_PIXELS, preview_edge=EDGE
+        _rgb(20, 20).pngsave_buffer(),
+        max_pixels=MAX_PIXELS,
+        preview_edge=EDGE,
+        admission=admission,
     )
     assert result.width == 20
+    assert admission.admitted == 1 and admission.high_water == 20 * 20
+
+
+def test_the_jpeg_decoder_itself_refuses_a_scan_that_ends_early() -> None:
+    """Without the size check, decoding the 6000 x 6000 claim still fails (fail_on=warning)."""
+    data = _jpeg_claiming(6000, 6000)
+    assert len(data) < 1000
+    header = ImageHeader(
+        format=FORMATS["jpeg"],
+        width=6000,
+        height=6000,
+        pages=1,
+        orientation=1,
+        has_profile=False,
+        transparent=False,
+        decode_pixels=36_000_000,
+    )
+    with pytest.raises(InvalidImage, match="corrupt or truncated"):
+        decode_preview(data, header, preview_edge=EDGE)
+
+
+def test_the_size_check_leaves_room_for_flat_pictures() -> None:
+    """The floors (1 bit per JPEG block, deflate's 1032:1) pass the flattest real images."""
+    flat = pyvips.Image.black(4000, 3000).new_from_image([90, 120, 200]).cast("uchar")
+    flat = flat.copy(interpretation="srgb")
+    for data in (
+        flat.jpegsave_buffer(Q=75, optimize_coding=True),
+        flat.jpegsave_buffer(Q=75, optimize_coding=True, interlace=True),
+        flat.pngsave_buffer(compression=9),
+        flat.colourspace("b-w").pngsave_buffer(compression=9, bitdepth=1),
+    ):
+        assert inspect_image_sync(data, max_pixels=MAX_PIXELS, preview_edge=EDGE).width == 4000

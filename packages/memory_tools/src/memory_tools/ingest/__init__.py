@@ -1,11 +1,13 @@
 """Saving images (§12): safe fetching, validation and previews, and the save workflow."""
 
 from memory_tools.ingest.addresses import blocked_reason, is_public_address
+from memory_tools.ingest.admission import DecodeAdmission
 from memory_tools.ingest.fetch import FetchedBody, FetchPolicy, SafeFetcher, check_url
 from memory_tools.ingest.network import AddressPolicy, MappedResolver, Resolver, SystemResolver
 
 __all__ = [
     "AddressPolicy",
+    "DecodeAdmission",
     "FetchPolicy",
     "FetchedBody",
     "MappedResolver",

@@ -285,6 +285,7 @@ class AssetSaver:
                 data,
                 max_pixels=self._settings.asset_max_decoded_pixels,
                 preview_edge=self._settings.asset_preview_max_edge,
+                admission=self.services.decode_admission,
             )
             return await self.store(caller, prepared, target, reservation_id, data, image)
         except BaseException:

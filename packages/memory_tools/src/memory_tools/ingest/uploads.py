@@ -201,6 +201,7 @@ class UploadFlow:
                 data,
                 max_pixels=self._services.settings.asset_max_decoded_pixels,
                 preview_edge=self._services.settings.asset_preview_max_edge,
+                admission=self._services.decode_admission,
             )
             if image.format.mime_type != content_type:
                 shown = image.format.mime_type
