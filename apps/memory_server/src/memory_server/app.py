@@ -7,14 +7,14 @@ import socket
 from fastmcp import FastMCP
 from starlette.middleware import Middleware
 
-from memory_server.http_routes import health_route, object_routes
+from memory_server.http_routes import health_routes, object_routes
 from memory_server.upload_routes import upload_routes
 from memory_tools import ApiKeyVerifier, MemoryServices, build_memory_server
 
 
 def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
-    """Register the signed-object routes, the upload routes and the health check."""
-    for route in [*object_routes(services), *upload_routes(services), health_route()]:
+    """Register the signed-object routes, the upload routes, liveness and readiness."""
+    for route in [*object_routes(services), *upload_routes(services), *health_routes(services)]:
         methods = sorted((route.methods or set()) - {"HEAD"})
         server.custom_route(route.path, methods=methods)(route.endpoint)
 

@@ -109,7 +109,12 @@ async def running(
             public_base_url=base_url,
             links_unavailable=links_unavailable,
         )
-        yield runtime, services
+        async with anyio.create_task_group() as group:
+            group.start_soon(runtime.supervise)  # restarts a dead embedded PostgreSQL
+            try:
+                yield runtime, services
+            finally:
+                group.cancel_scope.cancel()
     finally:
         await fetcher.aclose()
         await runtime.close()

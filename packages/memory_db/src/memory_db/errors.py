@@ -4,6 +4,7 @@ Hierarchy::
 
     MemoryDbError
     ├── ConfigurationError          invalid settings (names the variable)
+    ├── DatabaseUnavailable         the database cannot be reached now (down, restarting)
     ├── NotFound                    a row does not exist *for this caller's scope*
     ├── Conflict                    unique name, duplicate key, concurrent change
     ├── InvalidInput                a value the schema refuses (too long, bad id, ...)
@@ -31,6 +32,14 @@ class MemoryDbError(Exception):
 
 class ConfigurationError(MemoryDbError):
     """The configuration is invalid; the message names the variable."""
+
+
+class DatabaseUnavailable(MemoryDbError):
+    """The database cannot be reached now: it is down, restarting, or refuses connections.
+
+    Raised by ``Database.unit_of_work`` in place of the driver's connection errors; retrying
+    after a short wait is the right answer.
+    """
 
 
 class NotFound(MemoryDbError):

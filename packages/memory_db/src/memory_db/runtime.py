@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import os
 import secrets
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import anyio
 
 from memory_db.database import (
     DEFAULT_DATABASE,
@@ -90,6 +93,15 @@ class Runtime:
     embedded: EmbeddedPostgres | None = None
     closed: bool = field(default=False)
 
+    async def supervise(self) -> None:
+        """Until cancelled, restart the embedded server whenever it dies.
+
+        With ``MEMORY_DATABASE_URL`` there is nothing to restart: the pool pings each connection
+        it hands out and reconnects once the database is back.
+        """
+        if self.embedded is not None:
+            await supervise_embedded(self.embedded, self.database)
+
     async def close(self) -> None:
         """Close the store and the pool, then release the embedded server."""
         if self.closed:
@@ -101,6 +113,49 @@ class Runtime:
         if self.embedded is not None:
             self.embedded.stop()
             log.info("embedded_postgres_released")
+
+
+EMBEDDED_CHECK_SECONDS = 1.0
+EMBEDDED_RETRY_MAX_SECONDS = 5.0
+
+
+async def supervise_embedded(
+    embedded: EmbeddedPostgres, database: Database, *, interval: float = EMBEDDED_CHECK_SECONDS
+) -> None:
+    """Watch the embedded postmaster until cancelled; when it dies, start it again.
+
+    A postmaster killed from outside (OOM killer, ``kill -9``) leaves every pooled connection
+    dead and nothing that would restart it. This loop notices within ``interval`` seconds,
+    restarts the server (PostgreSQL's crash recovery keeps every committed transaction),
+    retrying while the old server's processes linger, then empties the pool so the next
+    checkout connects afresh. Calls in between fail with ``DatabaseUnavailable``.
+    """
+    while True:
+        await anyio.sleep(interval)
+        if not await anyio.to_thread.run_sync(embedded.alive):
+            await _recover_embedded(embedded, database)
+
+
+async def _recover_embedded(embedded: EmbeddedPostgres, database: Database) -> None:
+    log.error("embedded_postgres_died", pgdata=str(embedded.pgdata))
+    began = time.monotonic()
+    delay = 0.25
+    while True:
+        try:
+            started = await anyio.to_thread.run_sync(embedded.restart)
+        except Exception:
+            log.warning("embedded_postgres_restart_failed", exc_info=True)
+            started = False
+        if started or await anyio.to_thread.run_sync(embedded.alive):
+            break
+        await anyio.sleep(delay)
+        delay = min(delay * 2, EMBEDDED_RETRY_MAX_SECONDS)
+    await database.engine.dispose()  # drop connections to the dead server
+    log.info(
+        "embedded_postgres_recovered",
+        restarted_here=started,
+        seconds=round(time.monotonic() - began, 2),
+    )
 
 
 async def open_database(

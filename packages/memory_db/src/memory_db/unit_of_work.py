@@ -7,6 +7,8 @@ from contextlib import asynccontextmanager
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
+from memory_db.database import is_connection_failure
+from memory_db.errors import DatabaseUnavailable
 from memory_db.repositories import (
     ApiKeyRepository,
     AssetRepository,
@@ -51,9 +53,18 @@ class Database:
 
     @asynccontextmanager
     async def unit_of_work(self) -> AsyncGenerator[UnitOfWork, None]:
-        """Open a transaction: committed when the block succeeds, rolled back when it raises."""
-        async with self._sessions() as session, session.begin():
-            yield UnitOfWork(session)
+        """Open a transaction: committed when the block succeeds, rolled back when it raises.
+
+        A lost or refused connection (at the start, inside the block or at commit) leaves as
+        ``DatabaseUnavailable``, the one error callers need to know for an outage.
+        """
+        try:
+            async with self._sessions() as session, session.begin():
+                yield UnitOfWork(session)
+        except Exception as exc:
+            if is_connection_failure(exc):
+                raise DatabaseUnavailable("the database is unavailable") from exc
+            raise
 
     async def close(self) -> None:
         """Dispose the engine's connection pool."""

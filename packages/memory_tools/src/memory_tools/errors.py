@@ -12,14 +12,20 @@ Hierarchy::
     ├── UnsafeUrl            unsafe_url        a URL, redirect or response the fetch policy refuses
     ├── FetchFailed          fetch_failed      a public source answered with an error or not at all
     ├── InvalidImage         invalid_image     bytes that are not an acceptable image
-    └── QuotaExceeded        quota_exceeded    the owner's storage quota would be exceeded
+    ├── QuotaExceeded        quota_exceeded    the owner's storage quota would be exceeded
+    └── Unavailable          unavailable       the database cannot be reached now; retry shortly
 
-``translate`` maps memory-db errors onto these at the workflow boundary.
+``translate`` maps memory-db errors onto these at the workflow boundary; ``map_failures`` is the
+one boundary every entry point (MCP tools, HTTP routes) wraps around a workflow call.
 """
 
 from __future__ import annotations
 
-from memory_db import Conflict, InvalidInput, MemoryDbError, NotFound
+from collections.abc import Generator
+from contextlib import contextmanager
+
+from memory_db import Conflict, DatabaseUnavailable, InvalidInput, MemoryDbError, NotFound
+from memory_db.database import is_connection_failure
 
 CODES = (
     "unauthenticated",
@@ -32,6 +38,7 @@ CODES = (
     "fetch_failed",
     "invalid_image",
     "quota_exceeded",
+    "unavailable",
     "internal",
 )
 
@@ -106,6 +113,12 @@ class QuotaExceeded(ToolFailure):
     code = "quota_exceeded"
 
 
+class Unavailable(ToolFailure):
+    """The database cannot be reached now (down or restarting); the same call can be retried."""
+
+    code = "unavailable"
+
+
 class EmbeddingUnavailable(ToolFailure):
     """The embedding provider could not answer now (rate limit, timeout); retry later."""
 
@@ -126,4 +139,27 @@ def translate(exc: MemoryDbError) -> ToolFailure:
         return ConflictFailure(str(exc))
     if isinstance(exc, InvalidInput):
         return InvalidInputFailure(str(exc))
+    if isinstance(exc, DatabaseUnavailable):
+        return _unavailable()
     return ToolFailure("the request could not be completed")
+
+
+def _unavailable() -> Unavailable:
+    return Unavailable("the database is unavailable; retry in a few seconds")
+
+
+@contextmanager
+def map_failures() -> Generator[None]:
+    """Translate what escapes a workflow into a ``ToolFailure``, the same for every entry point.
+
+    A lost or refused database connection becomes ``Unavailable`` (retryable), whether it
+    surfaced through a unit of work (``DatabaseUnavailable``) or straight from the driver.
+    """
+    try:
+        yield
+    except DatabaseUnavailable as exc:
+        raise _unavailable() from exc
+    except Exception as exc:
+        if is_connection_failure(exc):
+            raise _unavailable() from exc
+        raise

@@ -9,6 +9,10 @@ lease writes nothing, and an asset that entered deletion gets no new vectors. Ve
 deterministic, so a repeated upsert replaces rather than duplicates.
 
 Workers wake on ``NOTIFY memory_embedding_jobs`` (sent by every save) and poll as a fallback.
+
+A database outage does not end a worker: its loops log and back off, the listener reconnects,
+and jobs whose batch the outage cut short are handed back (without counting the attempt) as soon
+as the database answers again, instead of waiting out their lease.
 """
 
 from __future__ import annotations
@@ -25,7 +29,15 @@ from typing import Any
 import anyio
 from sqlalchemy import select
 
-from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, VaultScope, get_logger
+from memory_db import (
+    AssetRecord,
+    DatabaseUnavailable,
+    JobRecord,
+    MemoryDbError,
+    ObjectRecord,
+    VaultScope,
+    get_logger,
+)
 from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
 from memory_db.repositories import asset_record
@@ -72,6 +84,14 @@ class _Work:
     object_mime: str
 
 
+def _caused_by_outage(exc: BaseException) -> bool:
+    """Whether ``exc`` (or a leaf of an exception group) is a lost database."""
+    if isinstance(exc, BaseExceptionGroup):
+        group: BaseExceptionGroup[BaseException] = exc
+        return any(_caused_by_outage(inner) for inner in group.exceptions)
+    return isinstance(exc, DatabaseUnavailable)
+
+
 def retry_delay(attempt: int, config: WorkerConfig) -> float:
     """Capped exponential backoff with equal jitter."""
     ceiling = min(config.retry_max_seconds, config.retry_base_seconds * 2 ** max(0, attempt - 1))
@@ -94,6 +114,7 @@ class EmbeddingWorker:
         self._wake = anyio.Event()
         self._prepared = False
         self._reconcile_due = 0.0  # anyio clock: the first sweep reconciles
+        self._stranded: set[str] = set()  # leased jobs an outage cut short; handed back later
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -123,23 +144,37 @@ class EmbeddingWorker:
             self._wake = anyio.Event() if self._wake.is_set() else self._wake
 
     async def _listen(self) -> None:
-        """Turn NOTIFYs into wake-ups; without them the slots still poll."""
-        try:
-            async with self._services.database.engine.connect() as conn:
-                raw = await conn.get_raw_connection()
-                driver: Any = raw.driver_connection
+        """Turn NOTIFYs into wake-ups, reconnecting after an outage; the slots also poll."""
+        while True:
+            try:
+                await self._listen_once()
+            except Exception:
+                log.warning("worker.listen_unavailable", worker=self.worker_id, exc_info=True)
+            await anyio.sleep(self.config.poll_seconds)
 
-                def wake(*_args: object) -> None:
-                    self._wake.set()
+    async def _listen_once(self) -> None:
+        """Listen on one connection until it is lost."""
+        async with self._services.database.engine.connect() as conn:
+            raw = await conn.get_raw_connection()
+            driver: Any = raw.driver_connection
+            lost = anyio.Event()
 
-                await driver.add_listener(CHANNEL, wake)
-                try:
-                    await anyio.sleep_forever()
-                finally:
+            def wake(*_args: object) -> None:
+                self._wake.set()
+
+            def terminated(*_args: object) -> None:
+                lost.set()
+
+            driver.add_termination_listener(terminated)
+            await driver.add_listener(CHANNEL, wake)
+            self._wake.set()  # catch up on what was saved while nobody listened
+            try:
+                await lost.wait()
+                log.warning("worker.listen_lost", worker=self.worker_id)
+            finally:
+                if not lost.is_set():
                     with anyio.CancelScope(shield=True):
                         await driver.remove_listener(CHANNEL, wake)
-        except Exception:
-            log.warning("worker_listen_unavailable", worker=self.worker_id, exc_info=True)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -227,6 +262,7 @@ class EmbeddingWorker:
     async def run_once(self) -> int:
         """Claim and process one batch; returns how many jobs it finished (any outcome)."""
         await self._prepare()
+        await self._release_stranded()
         async with self._services.database.unit_of_work() as uow:
             jobs = await uow.jobs.claim(
                 self.worker_id,
@@ -235,13 +271,28 @@ class EmbeddingWorker:
             )
         if not jobs:
             return 0
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._heartbeat, [job.id for job in jobs])
-            try:
-                await self._process(jobs)
-            finally:
-                group.cancel_scope.cancel()
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._heartbeat, [job.id for job in jobs])
+                try:
+                    await self._process(jobs)
+                finally:
+                    group.cancel_scope.cancel()
+        except Exception as exc:
+            if _caused_by_outage(exc):
+                self._stranded.update(job.id for job in jobs)
+            raise
         return len(jobs)
+
+    async def _release_stranded(self) -> None:
+        """Hand back the jobs of batches an outage cut short, once the database answers."""
+        if not self._stranded:
+            return
+        stranded = sorted(self._stranded)
+        async with self._services.database.unit_of_work() as uow:
+            released = await uow.jobs.release(self.worker_id, stranded)
+        self._stranded.difference_update(stranded)
+        log.info("worker.jobs_released", worker=self.worker_id, jobs=len(released))
 
     async def _heartbeat(self, job_ids: list[str]) -> None:
         while True:

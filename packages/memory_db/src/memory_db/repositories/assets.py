@@ -973,6 +973,35 @@ class JobRepository:
         )
         return set(rows)
 
+    async def release(self, lease_owner: str, job_ids: Sequence[str]) -> set[str]:
+        """Hand back leased jobs whose work was cut short (the database went away mid-batch).
+
+        The attempt did not fail on the job's account, so it is not counted; the jobs are due
+        at once instead of when their lease would have expired. Returns the released ids (a job
+        already finished, or leased by another worker since, is left alone).
+        """
+        if not job_ids:
+            return set()
+        rows = await self._session.scalars(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.id.in_(list(job_ids)),
+                AssetEmbeddingJob.lease_owner == lease_owner,
+                AssetEmbeddingJob.status == "running",
+            )
+            .values(
+                status="retry",
+                attempts=func.greatest(AssetEmbeddingJob.attempts - 1, 0),
+                run_after=func.now(),
+                lease_owner=None,
+                lease_until=None,
+                updated_at=func.now(),
+            )
+            .returning(AssetEmbeddingJob.id)
+            .execution_options(synchronize_session=False)
+        )
+        return set(rows)
+
     async def _finish(self, job_id: str, lease_owner: str, **values: Any) -> bool:
         row = await self._session.scalar(
             update(AssetEmbeddingJob)

@@ -17,12 +17,16 @@ from fastmcp.server.auth import AccessToken, TokenVerifier
 from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from memory_db import Database
+from memory_db import Database, DatabaseUnavailable, get_logger
 from memory_tools.errors import Unauthenticated
+
+log = get_logger(__name__)
 
 MCP_PATH = "/mcp"
 # JSON-RPC leaves -32000..-32099 to the server; MCP servers commonly answer auth with -32001.
 JSONRPC_UNAUTHENTICATED = -32001
+# client_id of a request whose key could not be checked because the database is down.
+UNVERIFIED_CLIENT = "unverified:database-unavailable"
 
 MISSING_KEY = Unauthenticated(
     "an API key is required: send the header `Authorization: Bearer <key>`; "
@@ -48,8 +52,16 @@ class ApiKeyVerifier(TokenVerifier):
         """Resolve the key; tools re-resolve it per call, so revocation applies at once."""
         if not token.strip():
             return None
-        async with self._database.unit_of_work() as uow:
-            record = await uow.api_keys.resolve(token)
+        try:
+            async with self._database.unit_of_work() as uow:
+                record = await uow.api_keys.resolve(token)
+        except DatabaseUnavailable:
+            # The key cannot be checked now. Let the request in with no scopes instead of
+            # answering a bare HTTP 500: every tool authenticates again in its own transaction,
+            # which fails the same way, so the caller gets the retryable `unavailable` tool
+            # error, and no tool runs for an unchecked key.
+            log.warning("api_key_check_unavailable")
+            return AccessToken(token=token, client_id=UNVERIFIED_CLIENT, scopes=[])
         if record is None:
             return None
         return AccessToken(token=token, client_id=record.id, scopes=list(record.scopes))

@@ -15,7 +15,9 @@ INSTRUCTIONS = (
     "Image memory: organise saved images in vaults, projects and folders, and find them again. "
     "Vault handles: 'Library' (your default vault), your other vaults by name, or "
     "'owner@example.com/Name' for vaults shared with you. Errors start with a stable code "
-    "(not_found, forbidden, conflict, invalid_input, unauthenticated, feature_disabled)."
+    "(not_found, forbidden, conflict, invalid_input, unauthenticated, feature_disabled, "
+    "unavailable); 'unavailable' means the database is briefly unreachable: retry the same call "
+    "after a few seconds."
 )
 
 

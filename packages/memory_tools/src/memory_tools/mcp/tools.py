@@ -21,7 +21,7 @@ from pydantic import Field
 from memory_db import UnitOfWork, get_logger
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
-from memory_tools.errors import ToolFailure
+from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp.schemas import (
     AssetListOut,
@@ -153,9 +153,10 @@ async def run_authorised(
     """Authenticate the caller and run ``action`` in one transaction; map failures to errors."""
     caller: Caller | None = None
     try:
-        async with services.database.unit_of_work() as uow:
-            caller = await authenticate(uow, _presented_key(services))
-            return await action(uow, caller)
+        with map_failures():
+            async with services.database.unit_of_work() as uow:
+                caller = await authenticate(uow, _presented_key(services))
+                return await action(uow, caller)
     except ToolFailure as failure:
         raise await _refuse(services, tool, caller, failure) from None
 
@@ -172,9 +173,10 @@ async def run_as_caller(
     """
     caller: Caller | None = None
     try:
-        async with services.database.unit_of_work() as uow:
-            caller = await authenticate(uow, _presented_key(services))
-        return await action(caller)
+        with map_failures():
+            async with services.database.unit_of_work() as uow:
+                caller = await authenticate(uow, _presented_key(services))
+            return await action(caller)
     except ToolFailure as failure:
         raise await _refuse(services, tool, caller, failure) from None
 
