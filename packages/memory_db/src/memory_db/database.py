@@ -234,6 +234,9 @@ class EmbeddedPostgres:
             if pid is not None and psutil.pid_exists(pid) and not _process_alive(pid):
                 return False  # a zombie: PostgreSQL would take its pid file for a live server
             running = pid is not None and _process_alive(pid)
+            # As at the first start: when run as root, the package runs PostgreSQL as its own
+            # user and re-opens the path for it (a temp-dir cleaner may have closed it since).
+            self._server.ensure_pgdata_inited()
             self._server.ensure_postgres_running()  # attaches to a live server, else starts one
         return not running
 
