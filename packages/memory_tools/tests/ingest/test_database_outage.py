@@ -1,0 +1,148 @@
+"""A database outage as the tools and the worker see it.
+
+Tools answer the retryable `unavailable` code. The worker keeps running, and a batch the outage
+cut short is handed back as soon as the database answers, not when its lease would expire. The
+embedded server here is this test's own: it gets killed.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import anyio
+import pytest
+from fastmcp import Client
+from sqlalchemy import text
+
+from memory_db import Database, DatabaseUnavailable, MemorySettings, open_database
+from memory_db.database import EmbeddedPostgres, create_engine
+from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
+from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
+from memory_tools import CODES, MemoryServices, admin, build_memory_server
+from memory_tools.access import Caller
+from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.mcp import INSTRUCTIONS
+from memory_tools.worker import EmbeddingWorker, WorkerConfig
+
+from .test_save import picture
+
+DOCS = Path(__file__).resolve().parents[4] / "docs" / "tools.md"
+FAST = WorkerConfig(batch_size=8, lease_seconds=60, heartbeat_seconds=20, poll_seconds=0.2)
+
+
+def test_unavailable_is_a_documented_code() -> None:
+    assert "unavailable" in CODES
+    assert "unavailable" in INSTRUCTIONS
+    assert "| `unavailable` |" in DOCS.read_text(encoding="utf-8")
+
+
+async def test_tools_answer_unavailable_while_the_database_is_down(
+    tmp_path: Path, settings: MemorySettings
+) -> None:
+    # No server listens in this socket directory: every connection is refused.
+    database = Database(create_engine(f"postgresql+asyncpg://postgres@/memory?host={tmp_path}"))
+    services = MemoryServices(
+        database=database,
+        store=InMemoryAssetObjectStore(UrlSigner(b"u" * 32)),
+        settings=settings,
+        default_api_key="mk_" + "a" * 43,
+    )
+    try:
+        async with Client(build_memory_server(services)) as client:
+            for tool, arguments in [
+                ("image_project_list", {}),
+                ("image_asset_save", {"imageBase64": base64.b64encode(picture(1)).decode()}),
+                ("image_asset_search", {"query": "anything"}),
+            ]:
+                result = await client.call_tool(tool, arguments, raise_on_error=False)
+                assert result.is_error, tool
+                message = str(getattr(result.content[0], "text", ""))
+                assert message.startswith("unavailable: "), (tool, message)
+    finally:
+        await database.close()
+
+
+@dataclass
+class KillingEmbedder:
+    """Kills the database's postmaster during its first call, then embeds as usual."""
+
+    kill: list[EmbeddedPostgres]
+    inner: ScriptedEmbedder = field(default_factory=ScriptedEmbedder)
+
+    @property
+    def model(self) -> str:
+        return self.inner.model
+
+    @property
+    def dimensions(self) -> int:
+        return self.inner.dimensions
+
+    async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
+        while self.kill:
+            pid = self.kill.pop().postmaster_pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+        return await self.inner.embed(values, task)
+
+    async def close(self) -> None:
+        await self.inner.close()
+
+
+@pytest.fixture
+async def own_database(tmp_path: Path) -> AsyncIterator[tuple[Database, EmbeddedPostgres]]:
+    settings = MemorySettings(memory_data_dir=tmp_path / "data")
+    database, embedded = await open_database(settings, migrate=True)
+    assert embedded is not None
+    try:
+        yield database, embedded
+    finally:
+        await database.close()
+        embedded.stop()
+
+
+@pytest.mark.slow
+async def test_a_batch_cut_short_by_an_outage_is_handed_back(
+    tmp_path: Path, own_database: tuple[Database, EmbeddedPostgres]
+) -> None:
+    database, embedded = own_database
+    embedder = KillingEmbedder(kill=[embedded])
+    services = MemoryServices(
+        database=database,
+        store=LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://x"),
+        settings=MemorySettings(memory_data_dir=tmp_path / "data"),
+        embedder=embedder,
+    )
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    alice = Caller("alice@example.com", "akey_a", frozenset({"read", "write"}))
+    request = SaveRequest(image_base64=base64.b64encode(picture(3)).decode(), title="cut short")
+    asset_id = (await AssetSaver(services).save(alice, request)).asset_id
+    worker = EmbeddingWorker(services, FAST, name="w")
+
+    with pytest.raises(Exception) as caught:  # the batch dies with the database
+        await worker.run_once()
+    assert caught.group_contains(DatabaseUnavailable) or isinstance(
+        caught.value, DatabaseUnavailable
+    )
+
+    deadline = time.monotonic() + 30
+    while not (await anyio.to_thread.run_sync(embedded.restart) or embedded.alive()):
+        assert time.monotonic() < deadline
+        await anyio.sleep(0.2)
+    await database.engine.dispose()
+
+    # The same worker carries on: the jobs are due again at once (the lease has 60 s left),
+    # and the attempt the outage cut short is not counted against them.
+    assert await worker.drain() == 2
+    async with database.unit_of_work() as uow:
+        jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
+        status = await uow.session.scalar(
+            text("SELECT status FROM mem_assets WHERE id = :i"), {"i": asset_id}
+        )
+    assert {(job.status, job.attempts) for job in jobs} == {("done", 1)}
+    assert status == "ready"
