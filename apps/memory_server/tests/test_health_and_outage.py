@@ -1,0 +1,95 @@
+"""Liveness, readiness, and what HTTP callers get while the database is down."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastmcp import Client
+
+from memory_db import Database
+from memory_db.database import create_engine
+from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_server import build_http_server
+from memory_tools import MemoryServices
+
+
+@pytest.fixture
+async def database_down(tmp_path: Path) -> AsyncIterator[Database]:
+    """A database whose server is gone: no server listens in this socket directory."""
+    database = Database(create_engine(f"postgresql+asyncpg://postgres@/memory?host={tmp_path}"))
+    try:
+        yield database
+    finally:
+        await database.close()
+
+
+async def test_liveness_and_readiness_of_a_healthy_server(
+    services: MemoryServices, serve_http: Any
+) -> None:
+    async with serve_http(build_http_server(services)) as url:
+        base = url.removesuffix("/mcp")
+        async with httpx.AsyncClient(base_url=base) as http:
+            live = await http.get("/healthz")
+            assert live.status_code == 200 and live.json() == {"status": "ok"}
+            ready = await http.get("/readyz")
+            assert ready.status_code == 200
+            assert ready.json() == {
+                "status": "ok",
+                "checks": {"database": "ok", "objectStore": "ok"},
+            }
+
+
+async def test_readiness_names_a_broken_object_store(
+    services: MemoryServices, serve_http: Any, tmp_path: Path
+) -> None:
+    (tmp_path / "not-a-dir").write_bytes(b"x")
+    store = LocalAssetObjectStore(tmp_path / "not-a-dir", UrlSigner(b"k" * 32), "http://x")
+    server = build_http_server(replace(services, store=store))
+    async with serve_http(server) as url, httpx.AsyncClient(base_url=url[: -len("/mcp")]) as http:
+        ready = await http.get("/readyz")
+        assert (await http.get("/healthz")).status_code == 200
+    assert ready.status_code == 503
+    assert ready.json()["failing"] == ["objectStore"]
+    assert ready.json()["checks"] == {"database": "ok", "objectStore": "unavailable"}
+
+
+async def test_while_the_database_is_down_callers_get_unavailable(
+    services: MemoryServices,
+    database_down: Database,
+    serve_http: Any,
+    make_key: Callable[..., Any],
+) -> None:
+    key = await make_key("alice@example.com")  # made while the database was up
+    down = replace(services, database=database_down)
+    async with serve_http(build_http_server(down)) as url:
+        base = url.removesuffix("/mcp")
+        async with httpx.AsyncClient(base_url=base, timeout=30) as http:
+            assert (await http.get("/healthz")).status_code == 200  # the process is alive
+            ready = await http.get("/readyz")
+            assert ready.status_code == 503
+            assert ready.json()["failing"] == ["database"]
+            assert ready.json()["checks"]["objectStore"] == "ok"
+
+            auth = {"Authorization": f"Bearer {key}"}
+            started = await http.post(
+                "/uploads", json={"contentType": "image/png", "contentLength": 10}, headers=auth
+            )
+            assert started.status_code == 503
+            assert started.headers["content-type"] == "application/json"
+            assert started.json()["error"]["code"] == "unavailable"
+            completed = await http.post("/uploads/aup_x/complete", json={}, headers=auth)
+            assert completed.status_code == 503
+            assert completed.json()["error"]["code"] == "unavailable"
+
+        # Over MCP the key cannot be checked either; the call still reaches the tool, which
+        # answers the retryable tool error instead of an HTTP failure.
+        async with Client(url, auth=key) as client:
+            result = await client.call_tool("image_project_list", {}, raise_on_error=False)
+            assert result.is_error
+            text = str(getattr(result.content[0], "text", ""))
+            assert text.startswith("unavailable: "), text
