@@ -82,6 +82,26 @@ async def check_api_key(services: MemoryServices, key: str) -> None:
 
 
 @asynccontextmanager
+async def supervised(runtime: Runtime) -> AsyncGenerator[None, None]:
+    """Run ``runtime.supervise`` (it restarts a dead embedded PostgreSQL) beside the block.
+
+    What the block raises leaves as itself, not wrapped in the task group's exception group, so
+    callers still see a ``ConfigurationError`` or ``Terminated`` as such.
+    """
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(runtime.supervise)
+            try:
+                yield
+            finally:
+                group.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+
+
+@asynccontextmanager
 async def running(
     settings: MemorySettings,
     *,
@@ -109,12 +129,8 @@ async def running(
             public_base_url=base_url,
             links_unavailable=links_unavailable,
         )
-        async with anyio.create_task_group() as group:
-            group.start_soon(runtime.supervise)  # restarts a dead embedded PostgreSQL
-            try:
-                yield runtime, services
-            finally:
-                group.cancel_scope.cancel()
+        async with supervised(runtime):
+            yield runtime, services
     finally:
         await fetcher.aclose()
         await runtime.close()
