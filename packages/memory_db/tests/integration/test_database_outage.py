@@ -113,6 +113,9 @@ async def test_a_killed_postmaster_is_noticed_and_restarted(own_server: Embedded
         victim = own_server.postmaster_pid()
         assert victim is not None and own_server.alive()
         os.kill(victim, signal.SIGKILL)
+        deadline = time.monotonic() + 5  # the signal is delivered asynchronously
+        while own_server.alive() and time.monotonic() < deadline:
+            await anyio.sleep(0.01)
         assert not own_server.alive()  # a killed, unreaped postmaster (a zombie) counts as dead
         with pytest.raises(DatabaseUnavailable):
             async with database.unit_of_work() as uow:
