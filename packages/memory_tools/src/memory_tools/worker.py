@@ -53,6 +53,7 @@ from memory_tools.services import MemoryServices
 log = get_logger(__name__)
 
 CHANNEL = "memory_embedding_jobs"
+LISTEN_RETRY_SECONDS = 1.0  # after the listening connection is lost or refused
 # Longer than any save can take between writing bytes and committing (fetch deadline included).
 ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
 
@@ -150,7 +151,7 @@ class EmbeddingWorker:
                 await self._listen_once()
             except Exception:
                 log.warning("worker.listen_unavailable", worker=self.worker_id, exc_info=True)
-            await anyio.sleep(self.config.poll_seconds)
+            await anyio.sleep(LISTEN_RETRY_SECONDS)
 
     async def _listen_once(self) -> None:
         """Listen on one connection until it is lost."""

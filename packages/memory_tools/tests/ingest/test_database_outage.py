@@ -12,7 +12,7 @@ import os
 import signal
 import time
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import anyio
@@ -146,3 +146,50 @@ async def test_a_batch_cut_short_by_an_outage_is_handed_back(
         )
     assert {(job.status, job.attempts) for job in jobs} == {("done", 1)}
     assert status == "ready"
+
+
+@pytest.mark.slow
+async def test_a_running_worker_listens_again_after_an_outage(
+    tmp_path: Path, own_database: tuple[Database, EmbeddedPostgres]
+) -> None:
+    database, embedded = own_database
+    services = MemoryServices(
+        database=database,
+        store=LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://x"),
+        settings=MemorySettings(memory_data_dir=tmp_path / "data"),
+        embedder=ScriptedEmbedder(),
+    )
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    alice = Caller("alice@example.com", "akey_a", frozenset({"read", "write"}))
+    # Polling is too slow to matter here: only a NOTIFY wakes this worker in time.
+    worker = EmbeddingWorker(services, replace(FAST, poll_seconds=120), name="listening")
+
+    async def status(asset_id: str) -> str | None:
+        async with database.unit_of_work() as uow:
+            return await uow.session.scalar(
+                text("SELECT status FROM mem_assets WHERE id = :i"), {"i": asset_id}
+            )
+
+    async def saved_and_ready(seed: int) -> None:
+        request = SaveRequest(image_base64=base64.b64encode(picture(seed)).decode())
+        asset_id = (await AssetSaver(services).save(alice, request)).asset_id
+        with anyio.fail_after(15):
+            while await status(asset_id) != "ready":
+                await anyio.sleep(0.1)
+
+    async with anyio.create_task_group() as group:
+        ready = anyio.Event()
+        group.start_soon(lambda: worker.run(ready=ready))
+        await ready.wait()
+        await saved_and_ready(1)
+        pid = embedded.postmaster_pid()
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        deadline = time.monotonic() + 30
+        while not (await anyio.to_thread.run_sync(embedded.restart) or embedded.alive()):
+            assert time.monotonic() < deadline
+            await anyio.sleep(0.2)
+        await database.engine.dispose()
+        await anyio.sleep(2)  # the worker's listener notices and reconnects (retry 1 s)
+        await saved_and_ready(2)  # woken by the NOTIFY of this save, not by polling
+        group.cancel_scope.cancel()
