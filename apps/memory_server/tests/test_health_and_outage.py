@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 import pytest
@@ -13,7 +14,13 @@ from fastmcp import Client
 
 from memory_db import Database
 from memory_db.database import create_engine
-from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_db.ids import new_id
+from memory_db.storage import (
+    LocalAssetObjectStore,
+    UrlSigner,
+    build_object_key,
+    build_staging_key,
+)
 from memory_server import build_http_server
 from memory_tools import MemoryServices
 
@@ -85,6 +92,25 @@ async def test_while_the_database_is_down_callers_get_unavailable(
             completed = await http.post("/uploads/aup_x/complete", json={}, headers=auth)
             assert completed.status_code == 503
             assert completed.json()["error"]["code"] == "unavailable"
+
+            # Signed object links: the link is checked, then the database says what to serve
+            # (GET) or whether the upload is still open (PUT); both answer a plain 503.
+            store = down.store
+            get_url = await store.create_signed_get_url(
+                build_object_key("production", new_id("ans"), new_id("aob"), "preview"), 60
+            )
+            got = await http.get(urlsplit(get_url).path + "?" + urlsplit(get_url).query)
+            assert got.status_code == 503 and "retry" in got.text
+            staging = build_staging_key("production", new_id("ans"), new_id("aur"), "png")
+            put = await store.create_signed_put_url(
+                staging, content_type="image/png", content_length=4, expires_in=60
+            )
+            sent = await http.put(
+                urlsplit(put.url).path + "?" + urlsplit(put.url).query,
+                content=b"abcd",
+                headers=dict(put.headers),
+            )
+            assert sent.status_code == 503
 
         # Over MCP the key cannot be checked either; the call still reaches the tool, which
         # answers the retryable tool error instead of an HTTP failure.

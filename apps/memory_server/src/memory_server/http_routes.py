@@ -9,6 +9,8 @@ only once. Responses never let a browser sniff or run what they serve.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
@@ -28,6 +30,7 @@ from memory_db.storage import (
     read_verified,
 )
 from memory_tools import MemoryServices, ToolFailure, policy
+from memory_tools.errors import Unavailable, map_failures
 from memory_tools.ingest.save import AssetSaver
 from memory_tools.ingest.uploads import UploadFlow
 
@@ -42,11 +45,35 @@ SAFE_HEADERS = {
 
 
 # What a refused signed PUT answers, by failure code.
-_PUT_STATUS = {"forbidden": 403, "conflict": 409, "feature_disabled": 503}
+_PUT_STATUS = {"forbidden": 403, "conflict": 409, "feature_disabled": 503, "unavailable": 503}
 
 
 def _refuse(status: int, message: str) -> Response:
     return PlainTextResponse(message, status_code=status, headers=SAFE_HEADERS)
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def plain_errors(handler: Handler) -> Handler:
+    """Answer a database outage on an object route with a plain 503, never a bare 500.
+
+    ``map_failures`` is the boundary the MCP tools and the upload routes use too.
+    """
+
+    async def guarded(request: Request) -> Response:
+        try:
+            with map_failures():
+                return await handler(request)
+        except Unavailable:
+            log.warning("object_route_unavailable", exc_info=True)
+            return PlainTextResponse(
+                "the service is briefly unavailable; retry in a few seconds",
+                status_code=503,
+                headers={**SAFE_HEADERS, "Retry-After": "5"},
+            )
+
+    return guarded
 
 
 def object_routes(services: MemoryServices) -> list[Route]:
@@ -56,6 +83,7 @@ def object_routes(services: MemoryServices) -> list[Route]:
         return []  # S3 links go to the bucket's own endpoint
     uploads = UploadFlow(AssetSaver(services))
 
+    @plain_errors
     async def get_object(request: Request) -> Response:
         key = request.path_params["key"]
         try:
@@ -104,6 +132,7 @@ def object_routes(services: MemoryServices) -> list[Route]:
             headers={**SAFE_HEADERS, "Content-Disposition": f'inline; filename="{filename}"'},
         )
 
+    @plain_errors
     async def put_object(request: Request) -> Response:
         key = request.path_params["key"]
         content_type = request.headers.get("content-type", "")

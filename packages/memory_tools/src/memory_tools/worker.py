@@ -135,8 +135,11 @@ class EmbeddingWorker:
         while True:
             try:
                 done = await self.run_once()
-            except Exception:  # the database or store hiccupped: back off, keep the worker
-                log.exception("worker_batch_failed", worker=self.worker_id, slot=slot)
+            except Exception as exc:  # the database or store hiccupped: back off, keep the worker
+                if _caused_by_outage(exc):  # expected while it lasts: one line, no traceback
+                    log.warning("worker_database_unavailable", worker=self.worker_id, slot=slot)
+                else:
+                    log.exception("worker_batch_failed", worker=self.worker_id, slot=slot)
                 done = 0
             if done:
                 continue
@@ -150,7 +153,7 @@ class EmbeddingWorker:
             try:
                 await self._listen_once()
             except Exception:
-                log.warning("worker.listen_unavailable", worker=self.worker_id, exc_info=True)
+                log.warning("worker_listen_unavailable", worker=self.worker_id, exc_info=True)
             await anyio.sleep(LISTEN_RETRY_SECONDS)
 
     async def _listen_once(self) -> None:
@@ -171,7 +174,7 @@ class EmbeddingWorker:
             self._wake.set()  # catch up on what was saved while nobody listened
             try:
                 await lost.wait()
-                log.warning("worker.listen_lost", worker=self.worker_id)
+                log.warning("worker_listen_lost", worker=self.worker_id)
             finally:
                 if not lost.is_set():
                     with anyio.CancelScope(shield=True):
@@ -181,8 +184,11 @@ class EmbeddingWorker:
         while True:
             try:
                 await self.sweep()
-            except Exception:
-                log.exception("worker_sweep_failed", worker=self.worker_id)
+            except Exception as exc:
+                if _caused_by_outage(exc):
+                    log.warning("worker_database_unavailable", worker=self.worker_id)
+                else:
+                    log.exception("worker_sweep_failed", worker=self.worker_id)
             await anyio.sleep(self.config.sweep_seconds)
 
     async def sweep(self) -> None:
@@ -293,7 +299,7 @@ class EmbeddingWorker:
         async with self._services.database.unit_of_work() as uow:
             released = await uow.jobs.release(self.worker_id, stranded)
         self._stranded.difference_update(stranded)
-        log.info("worker.jobs_released", worker=self.worker_id, jobs=len(released))
+        log.info("worker_jobs_released", worker=self.worker_id, jobs=len(released))
 
     async def _heartbeat(self, job_ids: list[str]) -> None:
         while True:
