@@ -2,7 +2,7 @@
 
 The server is a subprocess serving HTTP; saves go through an MCP client as base64. While the
 database is gone every call answers the retryable tool error `unavailable` (never a transport
-error or a bare 500) and `/readyz` answers 503 naming it; afterwards the server serves again by
+error or a bare 500) and `/healthz/ready` answers 503 naming it; afterwards the server serves again by
 itself, with the embedded default (it restarts its PostgreSQL) and with an external database
 (it reconnects when the database is back). A server killed with `kill -9` does not keep the
 embedded PostgreSQL running once the last live server stops.
@@ -68,7 +68,7 @@ async def _save(client: Client, seed: int) -> tuple[str | None, str | None]:
 
 async def _readiness(url: str) -> httpx.Response:
     async with httpx.AsyncClient(base_url=url, timeout=10) as http:
-        return await http.get("/readyz")
+        return await http.get("/healthz/ready")
 
 
 async def _until_saves_succeed(client: Client, seed: int) -> tuple[list[str], list[str]]:

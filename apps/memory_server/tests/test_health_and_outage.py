@@ -43,7 +43,7 @@ async def test_liveness_and_readiness_of_a_healthy_server(
         async with httpx.AsyncClient(base_url=base) as http:
             live = await http.get("/healthz")
             assert live.status_code == 200 and live.json() == {"status": "ok"}
-            ready = await http.get("/readyz")
+            ready = await http.get("/healthz/ready")
             assert ready.status_code == 200
             assert ready.json() == {
                 "status": "ok",
@@ -58,7 +58,7 @@ async def test_readiness_names_a_broken_object_store(
     store = LocalAssetObjectStore(tmp_path / "not-a-dir", UrlSigner(b"k" * 32), "http://x")
     server = build_http_server(replace(services, store=store))
     async with serve_http(server) as url, httpx.AsyncClient(base_url=url[: -len("/mcp")]) as http:
-        ready = await http.get("/readyz")
+        ready = await http.get("/healthz/ready")
         assert (await http.get("/healthz")).status_code == 200
     assert ready.status_code == 503
     assert ready.json()["failing"] == ["objectStore"]
@@ -77,7 +77,7 @@ async def test_while_the_database_is_down_callers_get_unavailable(
         base = url.removesuffix("/mcp")
         async with httpx.AsyncClient(base_url=base, timeout=30) as http:
             assert (await http.get("/healthz")).status_code == 200  # the process is alive
-            ready = await http.get("/readyz")
+            ready = await http.get("/healthz/ready")
             assert ready.status_code == 503
             assert ready.json()["failing"] == ["database"]
             assert ready.json()["checks"]["objectStore"] == "ok"

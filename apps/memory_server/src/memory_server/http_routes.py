@@ -178,7 +178,7 @@ def _variant(key: str) -> str:
 
 
 def health_routes(services: MemoryServices) -> list[Route]:
-    """``GET /healthz`` (liveness) and ``GET /readyz`` (readiness).
+    """``GET /healthz`` (liveness) and ``GET /healthz/ready`` (readiness).
 
     Liveness says only that the process is up and serving HTTP: restart the process when it
     fails. Readiness also asks the database (``SELECT 1``) and the object store, each with a
@@ -207,5 +207,5 @@ def health_routes(services: MemoryServices) -> list[Route]:
 
     return [
         Route("/healthz", health, methods=["GET"]),
-        Route("/readyz", ready, methods=["GET"]),
+        Route("/healthz/ready", ready, methods=["GET"]),
     ]
