@@ -59,7 +59,7 @@ async def probe_database(database: Database) -> str:
     except TimeoutError:
         return "timeout"
     except Exception as exc:
-        log.warning("readiness_database_failed", error=type(exc).__name__)
+        log.warning("readiness_database_failed", error=type(exc).__name__, exc_info=True)
         return "unavailable"
     return "ok"
 
@@ -79,7 +79,7 @@ async def probe_store(store: AssetObjectStore, env_prefix: str) -> str:
     except TimeoutError:
         return "timeout"
     except (MemoryDbError, OSError) as exc:
-        log.warning("readiness_store_failed", error=type(exc).__name__)
+        log.warning("readiness_store_failed", error=type(exc).__name__, exc_info=True)
         return "unavailable"
     return "ok"
 

@@ -136,8 +136,13 @@ class EmbeddingWorker:
             try:
                 done = await self.run_once()
             except Exception as exc:  # the database or store hiccupped: back off, keep the worker
-                if _caused_by_outage(exc):  # expected while it lasts: one line, no traceback
-                    log.warning("worker_database_unavailable", worker=self.worker_id, slot=slot)
+                if _caused_by_outage(exc):  # expected while it lasts: one named event
+                    log.warning(
+                        "worker_database_unavailable",
+                        worker=self.worker_id,
+                        slot=slot,
+                        exc_info=True,
+                    )
                 else:
                     log.exception("worker_batch_failed", worker=self.worker_id, slot=slot)
                 done = 0
@@ -186,7 +191,7 @@ class EmbeddingWorker:
                 await self.sweep()
             except Exception as exc:
                 if _caused_by_outage(exc):
-                    log.warning("worker_database_unavailable", worker=self.worker_id)
+                    log.warning("worker_database_unavailable", worker=self.worker_id, exc_info=True)
                 else:
                     log.exception("worker_sweep_failed", worker=self.worker_id)
             await anyio.sleep(self.config.sweep_seconds)

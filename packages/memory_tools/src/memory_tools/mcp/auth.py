@@ -60,7 +60,7 @@ class ApiKeyVerifier(TokenVerifier):
             # answering a bare HTTP 500: every tool authenticates again in its own transaction,
             # which fails the same way, so the caller gets the retryable `unavailable` tool
             # error, and no tool runs for an unchecked key.
-            log.warning("api_key_check_unavailable")
+            log.warning("api_key_check_unavailable", exc_info=True)
             return AccessToken(token=token, client_id=UNVERIFIED_CLIENT, scopes=[])
         if record is None:
             return None
