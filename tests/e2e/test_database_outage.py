@@ -154,6 +154,9 @@ async def external_postgres(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
 async def _restart(server: EmbeddedPostgres) -> None:
     """Start the killed server again, retrying while its old processes are still going."""
     deadline = time.monotonic() + RECOVERY_SECONDS
+    while server.alive():  # the SIGKILL is delivered asynchronously: wait until it landed
+        assert time.monotonic() < deadline, "the killed server is still alive"
+        await anyio.sleep(0.05)
     while True:
         try:
             if await anyio.to_thread.run_sync(server.restart) or server.alive():

@@ -63,6 +63,9 @@ async def own_server(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
 
 async def _restart(server: EmbeddedPostgres) -> None:
     deadline = time.monotonic() + 30
+    while server.alive():  # the SIGKILL is delivered asynchronously: wait until it landed
+        assert time.monotonic() < deadline, "the killed server is still alive"
+        await anyio.sleep(0.05)
     while time.monotonic() < deadline:
         try:
             if await anyio.to_thread.run_sync(server.restart) or server.alive():

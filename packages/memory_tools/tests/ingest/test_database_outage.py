@@ -97,6 +97,9 @@ class KillingEmbedder:
 async def restart(embedded: EmbeddedPostgres) -> None:
     """Start the killed server again, retrying while that fails (its old processes linger)."""
     deadline = time.monotonic() + 30
+    while embedded.alive():  # the SIGKILL is delivered asynchronously: wait until it landed
+        assert time.monotonic() < deadline, "the killed server is still alive"
+        await anyio.sleep(0.05)
     while True:
         try:
             if await anyio.to_thread.run_sync(embedded.restart) or embedded.alive():
