@@ -54,6 +54,14 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _wait_dead(pid: int) -> None:
+    """Until the SIGKILL (delivered asynchronously) has landed."""
+    deadline = time.monotonic() + 10
+    while _alive(pid):
+        assert time.monotonic() < deadline, f"process {pid} survived SIGKILL"
+        time.sleep(0.01)
+
+
 async def _save(client: Client, seed: int) -> tuple[str | None, str | None]:
     """``(asset id, None)`` for an acknowledged save, ``(None, error text)`` for a tool error."""
     result = await client.call_tool(
@@ -116,6 +124,7 @@ async def test_embedded_postgres_killed_under_a_save_loop(tmp_path: Path) -> Non
             assert victim is not None
             os.kill(victim, signal.SIGKILL)
             killed = time.monotonic()
+            _wait_dead(victim)
 
             # At once: readiness names the database, and a save is a clean tool error.
             ready = await _readiness(url)
@@ -181,6 +190,7 @@ async def test_server_reconnects_when_an_external_database_returns(
             victim = _postmaster_pid(external_postgres.pgdata)
             assert victim is not None
             os.kill(victim, signal.SIGKILL)
+            _wait_dead(victim)
 
             asset, error = await _save(client, 2)
             assert asset is None and error is not None and error.startswith("unavailable:"), error
