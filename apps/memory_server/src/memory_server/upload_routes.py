@@ -1,8 +1,10 @@
 """Direct uploads over plain HTTP: ``POST /uploads`` then ``POST /uploads/{id}/complete``.
 
 Both need ``Authorization: Bearer <API key>`` (the MCP auth provider does not cover custom
-routes). Bodies are strict camelCase JSON; errors are ``{"error": {"code", "message"}}`` with a
-status that matches the code.
+routes); a 401 carries ``WWW-Authenticate: Bearer`` as on ``/mcp``. Bodies are strict camelCase
+JSON: numbers are JSON numbers (no ``true`` or ``"100"``), snake_case names are refused with the
+camelCase spelling to use, and no string may hold NUL. Errors are
+``{"error": {"code", "message"}}`` with a status that matches the code.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
-from pydantic import Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -21,6 +23,7 @@ from memory_db import get_logger
 from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure, Unauthenticated, map_failures
+from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
 from memory_tools.mcp.schemas import SaveOut, WireModel
@@ -45,6 +48,8 @@ MAX_BODY = 64 * 1024
 class UploadStart(WireModel):
     """``POST /uploads``: what will be uploaded and how to file it."""
 
+    model_config = ConfigDict(strict=True)
+
     content_type: str = Field(description="image/jpeg, image/png, image/webp or image/gif.")
     content_length: int = Field(ge=1, description="Exact size of the body you will PUT.")
     vault: str = Field(default="Library", min_length=1, max_length=400)
@@ -61,6 +66,8 @@ class UploadStart(WireModel):
 class UploadComplete(WireModel):
     """``POST /uploads/{id}/complete``."""
 
+    model_config = ConfigDict(strict=True)
+
     vault: str = Field(default="Library", min_length=1, max_length=400)
 
 
@@ -75,11 +82,24 @@ class UploadTicketOut(WireModel):
     complete_url: str
 
 
-def _error(failure: ToolFailure) -> Response:
+def _bearer_token(request: Request) -> str | None:
+    scheme, _, token = request.headers.get("authorization", "").partition(" ")
+    return (token.strip() or None) if scheme.lower() == "bearer" else None
+
+
+def _error(failure: ToolFailure, request: Request) -> Response:
+    headers = {"Cache-Control": "no-store"}
+    if failure.code == "unauthenticated":
+        # RFC 6750 §3.1: no error attribute unless bearer credentials were sent and refused.
+        headers["WWW-Authenticate"] = (
+            f'Bearer error="invalid_token", error_description="{failure.message}"'
+            if _bearer_token(request)
+            else "Bearer"
+        )
     return JSONResponse(
         {"error": {"code": failure.code, "message": failure.message}},
         status_code=STATUS.get(failure.code, 500),
-        headers={"Cache-Control": "no-store"},
+        headers=headers,
     )
 
 
@@ -99,31 +119,34 @@ def json_errors(handler: Handler) -> Handler:
                 return await handler(request)
         except ToolFailure as failure:
             log.warning("upload_route_refused", code=failure.code, exc_info=True)
-            return _error(failure)
+            return _error(failure, request)
         except Exception:
             log.exception("upload_route_failed")
-            return _error(ToolFailure("the request could not be completed"))
+            return _error(ToolFailure("the request could not be completed"), request)
 
     return guarded
 
 
 async def _caller(services: MemoryServices, request: Request) -> Caller:
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
+    token = _bearer_token(request)
+    if token is None:
         raise Unauthenticated("send Authorization: Bearer <API key>")
     async with services.database.unit_of_work() as uow:
-        return await authenticate(uow, token.strip())
+        return await authenticate(uow, token)
 
 
 async def _body(request: Request, model: type[WireModel]) -> Any:
+    """The body as ``model``: camelCase names only, no coercion, no NUL in any string."""
     raw = await request.body()
     if len(raw) > MAX_BODY:
         raise InvalidInputFailure(f"the request body is larger than {MAX_BODY} bytes")
     try:
-        return model.model_validate_json(raw or b"{}")
+        body = model.model_validate_json(raw or b"{}", by_alias=True, by_name=False)
     except ValidationError as exc:
-        raise InvalidInputFailure(describe(exc)) from None
+        known = {field.alias or name for name, field in model.model_fields.items()}
+        raise InvalidInputFailure(describe(exc, known)) from None
+    refuse_nul_anywhere(body.model_dump(by_alias=True))
+    return body
 
 
 def _base(services: MemoryServices, request: Request) -> str:
@@ -159,7 +182,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
                 content_length=body.content_length,
             )
         except ToolFailure as failure:
-            return _error(failure)
+            return _error(failure, request)
         out = UploadTicketOut(
             upload_id=ticket.upload_id,
             url=ticket.url,
@@ -177,9 +200,11 @@ def upload_routes(services: MemoryServices) -> list[Route]:
         try:
             caller = await _caller(services, request)
             body: UploadComplete = await _body(request, UploadComplete)
-            result = await flow.complete(caller, request.path_params["upload_id"], vault=body.vault)
+            upload_id: str = request.path_params["upload_id"]
+            refuse_nul(upload_id, "uploadId")
+            result = await flow.complete(caller, upload_id, vault=body.vault)
         except ToolFailure as failure:
-            return _error(failure)
+            return _error(failure, request)
         return JSONResponse(SaveOut.model_validate(asdict(result)).model_dump(mode="json"))
 
     return [

@@ -131,6 +131,19 @@ def is_connection_failure(exc: BaseException) -> bool:
     return False
 
 
+# SQLSTATEs of text PostgreSQL cannot store: character_not_in_repertoire (a NUL in text) and
+# untranslatable_character (a \u0000 escape in jsonb).
+_UNSTORABLE_TEXT_SQLSTATES = frozenset({"22021", "22P05"})
+
+
+def is_unstorable_text(exc: BaseException) -> bool:
+    """Whether ``exc`` is the database refusing a value's characters (a NUL in text or jsonb).
+
+    The caller sent the value, so it is their error to correct, not a server failure.
+    """
+    return _sqlstate(exc) in _UNSTORABLE_TEXT_SQLSTATES
+
+
 async def ensure_database(admin_url: str, name: str, *, template: str | None = None) -> bool:
     """Create database ``name`` if it does not exist. Return True when it was created."""
     if not _DB_NAME_RE.fullmatch(name) or (template and not _DB_NAME_RE.fullmatch(template)):

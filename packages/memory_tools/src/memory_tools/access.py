@@ -12,6 +12,7 @@ from typing import Literal
 
 from memory_db import NotFound, UnitOfWork, VaultRecord
 from memory_tools.errors import Forbidden, NotFoundFailure, Unauthenticated
+from memory_tools.ingest.inputs import refuse_nul
 
 Need = Literal["read", "write", "destructive"]
 
@@ -71,6 +72,7 @@ def require_scope(caller: Caller, need: Need) -> None:
 async def resolve_vault(uow: UnitOfWork, caller: Caller, handle: str, need: Need) -> ResolvedVault:
     """Resolve ``handle`` for ``caller`` and check scope and vault authority for ``need``."""
     require_scope(caller, need)
+    refuse_nul(handle, "vault")
     try:
         vault = await uow.vaults.resolve(caller.identity, handle)
     except NotFound:

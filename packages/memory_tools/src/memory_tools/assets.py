@@ -28,6 +28,7 @@ from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
+from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -260,6 +261,16 @@ def decode_cursor(cursor: str, order: str) -> tuple[datetime, str]:
 
 def check_filters(request: FilterFields) -> None:
     """Refuse malformed filters before any database work."""
+    for name, value in (
+        ("vault", request.vault),
+        ("projectId", request.project_id),
+        ("folderId", request.folder_id),
+        ("sourceHost", request.source_host),
+    ):
+        if value is not None:
+            refuse_nul(value, name)
+    for tag in request.tags:
+        refuse_nul(tag, "tags")
     for kind in request.source_kinds:
         if kind not in SOURCE_KINDS:
             raise InvalidInputFailure(

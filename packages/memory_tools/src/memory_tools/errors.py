@@ -25,7 +25,7 @@ from collections.abc import Generator
 from contextlib import contextmanager
 
 from memory_db import Conflict, DatabaseUnavailable, InvalidInput, MemoryDbError, NotFound
-from memory_db.database import is_connection_failure
+from memory_db.database import is_connection_failure, is_unstorable_text
 
 CODES = (
     "unauthenticated",
@@ -153,7 +153,9 @@ def map_failures() -> Generator[None]:
     """Translate what escapes a workflow into a ``ToolFailure``, the same for every entry point.
 
     A lost or refused database connection becomes ``Unavailable`` (retryable), whether it
-    surfaced through a unit of work (``DatabaseUnavailable``) or straight from the driver.
+    surfaced through a unit of work (``DatabaseUnavailable``) or straight from the driver. A
+    value whose characters the database cannot store (a NUL that escaped validation) is
+    ``InvalidInputFailure``: the caller's to correct, not an internal error.
     """
     try:
         yield
@@ -162,4 +164,8 @@ def map_failures() -> Generator[None]:
     except Exception as exc:
         if is_connection_failure(exc):
             raise _unavailable() from exc
+        if is_unstorable_text(exc):
+            raise InvalidInputFailure(
+                "a value contains a character the database cannot store (NUL)"
+            ) from exc
         raise

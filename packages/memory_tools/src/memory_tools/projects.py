@@ -15,6 +15,7 @@ from memory_db import (
 from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import translate
+from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
 
 
@@ -96,6 +97,8 @@ async def create_project(
 ) -> ProjectView:
     """Create a project in a vault the caller may write."""
     policy.require(services.settings)
+    if description is not None:
+        refuse_nul(description, "description")
     resolved = await resolve_vault(uow, caller, vault, "write")
     try:
         record = await uow.projects.create(

@@ -11,7 +11,8 @@ import binascii
 import json
 import re
 import unicodedata
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from memory_tools.errors import InvalidInputFailure
@@ -39,6 +40,36 @@ def refuse_nul(value: str, field: str) -> None:
     """Refuse a NUL character: PostgreSQL cannot store it, and dropping it changes the text."""
     if "\x00" in value:
         raise InvalidInputFailure(f"{field}: must not contain a NUL character (\\u0000)")
+
+
+def refuse_nul_anywhere(values: Mapping[str, Any]) -> None:
+    """Refuse a NUL in any string of ``values`` (nested lists and objects too), naming its field.
+
+    The entry points run this over every argument they receive, so no caller-supplied string
+    reaches a query holding a character PostgreSQL text cannot store.
+    """
+    for name, value in values.items():
+        field = _nul_path(value, name)
+        if field is not None:
+            refuse_nul("\x00", field)
+
+
+def _nul_path(value: object, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, Mapping):
+        for key, item in cast(Mapping[object, object], value).items():
+            if isinstance(key, str) and "\x00" in key:
+                return path
+            found = _nul_path(item, f"{path}.{key}")
+            if found is not None:
+                return found
+    elif isinstance(value, list | tuple):
+        for item in cast(Sequence[object], value):
+            found = _nul_path(item, path)
+            if found is not None:
+                return found
+    return None
 
 
 def clean_text(value: str | None, field: str, limit: int) -> str | None:

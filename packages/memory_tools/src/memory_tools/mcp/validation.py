@@ -10,10 +10,14 @@ from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
+from memory_tools.errors import InvalidInputFailure
+from memory_tools.ingest.inputs import refuse_nul_anywhere
+
 _MESSAGES = {
     "unexpected_keyword_argument": "is not a known field",
     "missing_argument": "is required",
     "missing": "is required",
+    "extra_forbidden": "is not a known field",
 }
 
 
@@ -53,7 +57,11 @@ class InvalidInputMiddleware(Middleware):
     async def on_call_tool(
         self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
     ) -> Any:
-        """Re-raise argument validation errors as stable-coded tool errors."""
+        """Refuse NUL anywhere in the arguments; re-raise validation errors as tool errors."""
+        try:
+            refuse_nul_anywhere(context.message.arguments or {})
+        except InvalidInputFailure as failure:
+            raise ToolError(str(failure)) from None
         try:
             return await call_next(context)
         except ValidationError as exc:

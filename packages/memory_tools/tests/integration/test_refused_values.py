@@ -1,0 +1,94 @@
+"""Values PostgreSQL cannot store, loose dates and oversized base64 get coded, readable errors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from sqlalchemy import text
+
+from memory_db import Database
+from memory_tools import MemoryServices
+from memory_tools.assets import FilterFields, check_filters
+from memory_tools.errors import InvalidInputFailure, map_failures
+
+Clients = Callable[[str | None], Any]
+NUL = "\x00"
+
+
+async def _error(client: Any, tool: str, args: dict[str, Any]) -> str:
+    result = await client.call_tool(tool, args, raise_on_error=False)
+    assert result.is_error, (tool, args, result.structured_content)
+    return result.content[0].text
+
+
+async def _count(database: Database, table: str) -> int:
+    async with database.unit_of_work() as uow:
+        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "field"),
+    [
+        ("image_project_list", {"vault": f"Library{NUL}"}, "vault"),
+        ("image_project_create", {"name": "Trips", "vault": f"Library{NUL}"}, "vault"),
+        ("image_project_create", {"name": "Trips", "description": f"a{NUL}b"}, "description"),
+        ("image_folder_list", {"projectId": "apr_x", "vault": f"Library{NUL}"}, "vault"),
+        ("image_asset_save", {"imageBase64": "AAAA", "vault": f"Library{NUL}"}, "vault"),
+        ("image_asset_list", {"vault": f"Library{NUL}"}, "vault"),
+        ("image_asset_list", {"tags": [f"a{NUL}"]}, "tags"),
+        ("image_asset_list", {"sourceHost": f"a{NUL}"}, "sourceHost"),
+        ("image_asset_list", {"cursor": f"a{NUL}"}, "cursor"),
+        ("image_asset_search", {"query": "x", "vault": f"Library{NUL}"}, "vault"),
+        ("image_asset_search", {"query": "x", "tags": [f"a{NUL}"]}, "tags"),
+        ("image_asset_search", {"query": "x", "sourceHost": f"a{NUL}"}, "sourceHost"),
+        ("image_asset_search", {"assetId": f"ast_{NUL}"}, "assetId"),
+        ("image_asset_get", {"assetId": f"ast_{NUL}"}, "assetId"),
+        ("image_asset_move", {"assetId": f"ast_{NUL}", "projectId": f"apr_{NUL}"}, "assetId"),
+        ("image_folder_delete", {"projectId": "apr_x", "folderId": "afl_x", "confirm": NUL}, ""),
+        ("image_asset_save", {"artifactId": f"art_{NUL}"}, "artifactId"),
+        ("image_asset_save", {"imageBase64": "AAAA", "sourceRef": {"k": f"{NUL}"}}, "sourceRef"),
+    ],
+)
+async def test_nul_characters_are_refused_naming_the_field(
+    client_for: Clients, alice: Any, database: Database, tool: str, args: dict[str, Any], field: str
+) -> None:
+    """PostgreSQL text cannot hold NUL: every tool refuses it up front, as invalid_input."""
+    before = await _count(database, "mem_asset_projects")
+    async with client_for(alice.key) as client:
+        message = await _error(client, tool, args)
+    assert message.startswith("invalid_input: "), message
+    assert "NUL" in message and field in message, message
+    assert await _count(database, "mem_asset_projects") == before
+
+
+async def test_a_nul_the_database_refuses_becomes_invalid_input(
+    services: MemoryServices,
+) -> None:
+    """Defence in depth: a NUL that slipped past validation is the caller's error, not a 500."""
+    with pytest.raises(InvalidInputFailure) as refused, map_failures():
+        async with services.database.unit_of_work() as uow:
+            await uow.session.execute(text("SELECT CAST(:v AS text)"), {"v": f"a{NUL}b"})
+    assert refused.value.message == ("a value contains a character the database cannot store (NUL)")
+    with pytest.raises(InvalidInputFailure), map_failures():
+        async with services.database.unit_of_work() as uow:
+            await uow.session.execute(text("SELECT CAST(:v AS jsonb)"), {"v": '{"a": "\\u0000"}'})
+
+
+@pytest.mark.parametrize(
+    ("filters", "field"),
+    [
+        ({"vault": f"Library{NUL}"}, "vault"),
+        ({"tags": ("ok", f"a{NUL}")}, "tags"),
+        ({"source_host": f"example.com{NUL}"}, "sourceHost"),
+        ({"vault": "Library", "project_id": f"apr_{NUL}"}, "projectId"),
+    ],
+)
+def test_the_filter_workflow_refuses_nul_for_every_entry_point(
+    filters: dict[str, Any], field: str
+) -> None:
+    """Below the MCP adapter too: the workflow refuses what the database could not hold."""
+    with pytest.raises(InvalidInputFailure) as refused:
+        check_filters(FilterFields(**filters))
+    assert refused.value.message == f"{field}: must not contain a NUL character (\\u0000)"
