@@ -92,3 +92,41 @@ def test_the_filter_workflow_refuses_nul_for_every_entry_point(
     with pytest.raises(InvalidInputFailure) as refused:
         check_filters(FilterFields(**filters))
     assert refused.value.message == f"{field}: must not contain a NUL character (\\u0000)"
+
+
+@pytest.mark.parametrize("tool", ["image_asset_list", "image_asset_search"])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ("0", "not an ISO 8601 instant: give a date, a time and a zone"),
+        ("1", "not an ISO 8601 instant: give a date, a time and a zone"),
+        ("1700000000", "not an ISO 8601 instant: give a date, a time and a zone"),
+        ("2026-11-30", "not an ISO 8601 instant: give a date, a time and a zone"),
+        ("2026-13-01T00:00:00Z", "not an ISO 8601 instant: give a date, a time and a zone"),
+        ("yesterday", "not an ISO 8601 instant: give a date, a time and a zone"),
+        (0, "give an ISO 8601 string with a date, a time and a zone"),
+        (1700000000, "give an ISO 8601 string with a date, a time and a zone"),
+        (1.5, "give an ISO 8601 string with a date, a time and a zone"),
+        ("2026-11-30T12:00:00", "give a time zone (e.g. 2026-11-30T12:00:00Z"),
+    ],
+)
+async def test_time_filters_take_only_an_iso_instant_with_a_zone(
+    client_for: Clients, alice: Any, tool: str, value: Any, expected: str
+) -> None:
+    """A bare number is not read as a Unix time; a date alone or a zone-less time is refused."""
+    extra = {"query": "x"} if tool == "image_asset_search" else {}
+    async with client_for(alice.key) as client:
+        for field in ("createdAfter", "createdBefore"):
+            message = await _error(client, tool, {**extra, field: value})
+            assert message.startswith(f"invalid_input: {field}: {expected}"), message
+
+
+@pytest.mark.parametrize(
+    "value", ["2026-11-30T12:00:00Z", "2026-11-30T13:00:00+01:00", "2026-11-30 12:00:00.25-05:00"]
+)
+async def test_time_filters_accept_iso_instants(
+    client_for: Clients, alice: Any, value: str
+) -> None:
+    async with client_for(alice.key) as client:
+        result = await client.call_tool("image_asset_list", {"createdAfter": value})
+    assert result.structured_content == {"items": [], "nextCursor": None}
