@@ -279,7 +279,9 @@ class AssetSearcher:
     async def _temporary_image(self, request: SearchRequest) -> bytes | None:
         """The sanitised preview of a query image given inline or by URL (never stored)."""
         if request.image_base64 is not None:
-            data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
+            data = inputs.decode_base64(
+                request.image_base64, self._settings.asset_max_bytes, searching=True
+            )
         elif request.source_url is not None:
             fetcher = self.services.fetcher
             if fetcher is None:

@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_tools import MemoryServices
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.assets import FilterFields, check_filters
 from memory_tools.errors import InvalidInputFailure, map_failures
 
@@ -130,3 +132,32 @@ async def test_time_filters_accept_iso_instants(
     async with client_for(alice.key) as client:
         result = await client.call_tool("image_asset_list", {"createdAfter": value})
     assert result.structured_content == {"items": [], "nextCursor": None}
+
+
+@pytest.mark.parametrize(
+    ("tool", "length", "route_advice"),
+    [
+        # longer than the schema's maxLength: refused while the arguments are validated
+        ("image_asset_save", 5000, "Send large images with the direct-upload route POST /uploads"),
+        ("image_asset_search", 5000, "store large images with the direct-upload route POST"),
+        # within maxLength, but more bytes than ASSET_MAX_BYTES once decoded
+        ("image_asset_save", 4004, "Send large images with the direct-upload route POST /uploads"),
+        ("image_asset_search", 4004, "store large images with the direct-upload route POST"),
+    ],
+)
+async def test_oversized_base64_names_the_byte_limit_and_the_upload_route(
+    services: MemoryServices, alice: Any, tool: str, length: int, route_advice: str
+) -> None:
+    small = replace(
+        services,
+        default_api_key=alice.key,
+        settings=services.settings.model_copy(update={"asset_max_bytes": 3000}),
+    )
+    async with Client(build_memory_server(small)) as client:
+        schema = {t.name: t for t in await client.list_tools()}[tool].input_schema
+        message = await _error(client, tool, {"imageBase64": "A" * length})
+    assert schema["properties"]["imageBase64"]["anyOf"][0]["maxLength"] == 4204
+    assert message.startswith("invalid_input: imageBase64: "), message
+    assert "the ASSET_MAX_BYTES limit of 3000 bytes (0.002861 MiB)" in message, message
+    assert route_advice in message, message
+    assert "String should have" not in message

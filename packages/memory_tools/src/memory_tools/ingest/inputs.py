@@ -153,12 +153,37 @@ def source_ref(value: dict[str, Any] | None) -> dict[str, Any]:
     return clean
 
 
-def decode_base64(value: str, limit: int) -> bytes:
-    """The bytes of standard or URL-safe base64 (a ``data:image/...;base64,`` prefix allowed)."""
+def base64_length_limit(limit: int) -> int:
+    """The most base64 characters an image of ``limit`` bytes may take (with some room)."""
+    return (limit // 3 + 1) * 4 + 200
+
+
+def too_large_for_base64(limit: int, *, searching: bool = False) -> str:
+    """Why an ``imageBase64`` over ``ASSET_MAX_BYTES`` is refused, and where to go instead."""
+    larger = f"the image is larger than the ASSET_MAX_BYTES limit of {limit} bytes"
+    size = f"{limit / 2**20:.4g} MiB"
+    if searching:
+        return (
+            f"{larger} ({size}), which a query image must fit as well; store large images with "
+            "the direct-upload route POST /uploads and search by their assetId"
+        )
+    return (
+        f"{larger} ({size}). Send large images with the direct-upload route POST /uploads "
+        "instead of imageBase64; images over ASSET_MAX_BYTES are refused on every route"
+    )
+
+
+def decode_base64(value: str, limit: int, *, searching: bool = False) -> bytes:
+    """The bytes of standard or URL-safe base64 (a ``data:image/...;base64,`` prefix allowed).
+
+    ``searching``: the image is a query image, which the refusal of an oversized one says.
+    """
     text = _DATA_URL.sub("", value.strip(), count=1)
     text = "".join(text.split())
     if len(text) > (limit // 3 + 1) * 4 + 4:
-        raise InvalidInputFailure(f"imageBase64: the image is larger than the {limit}-byte limit")
+        raise InvalidInputFailure(
+            f"imageBase64: {too_large_for_base64(limit, searching=searching)}"
+        )
     if "-" in text or "_" in text:
         text = text.replace("-", "+").replace("_", "/")
     text += "=" * (-len(text) % 4)
@@ -169,9 +194,8 @@ def decode_base64(value: str, limit: int) -> bytes:
     if not data:
         raise InvalidInputFailure("imageBase64: empty")
     if len(data) > limit:
-        raise InvalidInputFailure(
-            f"imageBase64: the image has {len(data)} bytes; the limit is {limit}"
-        )
+        too_large = too_large_for_base64(limit, searching=searching)
+        raise InvalidInputFailure(f"imageBase64: {len(data)} bytes decoded; {too_large}")
     return data
 
 

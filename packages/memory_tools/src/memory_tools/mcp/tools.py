@@ -16,12 +16,14 @@ from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
 from mcp_types import ToolAnnotations
-from pydantic import Field
+from pydantic import AfterValidator, Field, WithJsonSchema
+from pydantic_core import PydanticCustomError
 
 from memory_db import UnitOfWork, get_logger
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import ToolFailure, map_failures
+from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp.schemas import (
     AssetListOut,
@@ -95,6 +97,28 @@ MimeTypesParam = Annotated[
     list[str] | None,
     Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
 ]
+
+
+def base64_param(max_bytes: int, *, searching: bool) -> Any:
+    """A base64 string of at most ``ASSET_MAX_BYTES`` decoded bytes.
+
+    The schema announces the bound as ``maxLength``; a longer string is refused with a message
+    that names ASSET_MAX_BYTES and the upload route, not pydantic's bare "String should have at
+    most N characters".
+    """
+    max_length = inputs.base64_length_limit(max_bytes)
+
+    def within_limit(value: str) -> str:
+        if len(value) > max_length:
+            reason = inputs.too_large_for_base64(max_bytes, searching=searching)
+            raise PydanticCustomError("base64_too_large", "{reason}", {"reason": reason})
+        return value
+
+    return Annotated[
+        str,
+        AfterValidator(within_limit),
+        WithJsonSchema({"type": "string", "maxLength": max_length}),
+    ]
 
 
 def _tool(
@@ -268,7 +292,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         return await run_authorised(services, "image_folder_list", action)
 
     saver = AssetSaver(services)
-    max_base64 = (services.settings.asset_max_bytes // 3 + 1) * 4 + 200
+    max_bytes = services.settings.asset_max_bytes
 
     async def image_asset_save(
         vault: VaultParam = "Library",
@@ -331,11 +355,11 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
     # The base64 bound depends on ASSET_MAX_BYTES; string annotations cannot see this closure.
     image_asset_save.__annotations__["imageBase64"] = Annotated[
-        str | None,
+        base64_param(max_bytes, searching=False) | None,
         Field(
-            max_length=max_base64,
             description="The image bytes as base64, for clients without an upload route; "
-            "at most ASSET_MAX_BYTES once decoded.",
+            f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
+            "direct-upload route POST /uploads.",
         ),
     ]
 
@@ -479,10 +503,10 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         return await run_as_caller(services, "image_asset_search", action)
 
     image_asset_search.__annotations__["imageBase64"] = Annotated[
-        str | None,
+        base64_param(max_bytes, searching=True) | None,
         Field(
-            max_length=max_base64,
-            description="Find images like this one (base64; not stored).",
+            description="Find images like this one (base64; not stored; at most "
+            f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
         ),
     ]
 
