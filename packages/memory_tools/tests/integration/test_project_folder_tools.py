@@ -14,6 +14,11 @@ from memory_db import Database
 from memory_tools import ToolFailure, admin, build_memory_server
 
 Clients = Callable[[str | None], Any]
+# What a project, folder or vault name may not contain, as the refusal says it.
+RULE = (
+    "must not contain control characters, bidirectional overrides or other invisible "
+    "characters (zero-width, soft hyphen, BOM, tags, line separators)"
+)
 
 
 async def _call(client: Any, tool: str, args: dict[str, Any]) -> Any:
@@ -186,26 +191,22 @@ async def test_missing_unknown_and_revoked_keys(
         (
             "image_project_create",
             {"name": "a\u0007b"},
-            "invalid_input: project name must not contain control characters or bidirectional "
-            "overrides",
+            f"invalid_input: project name {RULE}",
         ),
         (
             "image_project_create",
             {"name": "a\u0085b"},  # C1: NEXT LINE
-            "invalid_input: project name must not contain control characters or bidirectional "
-            "overrides",
+            f"invalid_input: project name {RULE}",
         ),
         (
             "image_project_create",
             {"name": "Trips\u202egpj.exe"},  # RIGHT-TO-LEFT OVERRIDE
-            "invalid_input: project name must not contain control characters or bidirectional "
-            "overrides",
+            f"invalid_input: project name {RULE}",
         ),
         (
             "image_folder_create",
             {"projectId": "apr_" + "a" * 26, "name": "x\u2067y"},  # RIGHT-TO-LEFT ISOLATE
-            "invalid_input: folder name must not contain control characters or bidirectional "
-            "overrides",
+            f"invalid_input: folder name {RULE}",
         ),
         (
             "image_project_list",

@@ -11,7 +11,7 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_tools import MemoryServices, build_memory_server
+from memory_tools import MemoryServices, ToolFailure, admin, build_memory_server
 from memory_tools.assets import FilterFields, check_filters
 from memory_tools.errors import InvalidInputFailure, map_failures
 
@@ -161,3 +161,85 @@ async def test_oversized_base64_names_the_byte_limit_and_the_upload_route(
     assert "the ASSET_MAX_BYTES limit of 3000 bytes (0.002861 MiB)" in message, message
     assert route_advice in message, message
     assert "String should have" not in message
+
+
+INVISIBLE = {
+    "zero-width space": "\u200b",
+    "zero-width joiner": "\u200d",
+    "line separator": "\u2028",
+    "paragraph separator": "\u2029",
+    "byte order mark": "\ufeff",
+    "soft hyphen": "\u00ad",
+    "word joiner": "\u2060",
+    "tag latin small a": "\U000e0061",
+    "cancel tag": "\U000e007f",
+    "unassigned tag U+E0000": "\U000e0000",
+    "arabic letter mark": "\u061c",
+    "left-to-right mark": "\u200e",
+}
+NAME_RULE = (
+    "must not contain control characters, bidirectional overrides or other invisible "
+    "characters (zero-width, soft hyphen, BOM, tags, line separators)"
+)
+
+
+@pytest.mark.parametrize("char", INVISIBLE.values(), ids=INVISIBLE.keys())
+async def test_names_refuse_invisible_characters(
+    client_for: Clients, alice: Any, database: Database, char: str
+) -> None:
+    """Two names that look alike must be the same name: nothing invisible in project, folder
+    or vault names."""
+    async with client_for(alice.key) as client:
+        project = await _error(client, "image_project_create", {"name": f"Tr{char}ips"})
+        pid = (
+            await client.call_tool("image_project_create", {"name": "Trips"})
+        ).structured_content["projectId"]
+        folder = await _error(
+            client, "image_folder_create", {"projectId": pid, "name": f"a{char}b"}
+        )
+    assert project == f"invalid_input: project name {NAME_RULE}"
+    assert folder == f"invalid_input: folder name {NAME_RULE}"
+    with pytest.raises(ToolFailure) as refused:
+        await admin.create_vault(database, alice.email, f"Team{char}")
+    assert refused.value.code == "invalid_input" and "invisible characters" in refused.value.message
+    assert (await _count(database, "mem_asset_projects"), await _count(database, "mem_vaults")) == (
+        1,
+        1,
+    )
+    assert await _count(database, "mem_asset_folders") == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "expected"),
+    [
+        ("2026/Trips", "folder name must not contain '/' (folder paths are shown as /A/B)"),
+        ("/", "folder name must not contain '/' (folder paths are shown as /A/B)"),
+        (".", "folder name must not be '.'"),
+        ("..", "folder name must not be '..'"),
+        (" .. ", "folder name must not be '..'"),
+    ],
+)
+async def test_folder_names_that_would_make_paths_ambiguous_are_refused(
+    client_for: Clients, alice: Any, database: Database, name: str, expected: str
+) -> None:
+    async with client_for(alice.key) as client:
+        pid = (
+            await client.call_tool("image_project_create", {"name": "Trips"})
+        ).structured_content["projectId"]
+        message = await _error(client, "image_folder_create", {"projectId": pid, "name": name})
+    assert message == f"invalid_input: {expected}"
+    assert await _count(database, "mem_asset_folders") == 0
+
+
+async def test_dots_inside_folder_names_and_visible_names_still_work(
+    client_for: Clients, alice: Any
+) -> None:
+    async with client_for(alice.key) as client:
+        pid = (
+            await client.call_tool("image_project_create", {"name": "A/B 2026"})
+        ).structured_content["projectId"]
+        paths = []
+        for name in ("...", "v1.2", ".hidden", "Café ☕", "עברית"):
+            folder = await client.call_tool("image_folder_create", {"projectId": pid, "name": name})
+            paths.append(folder.structured_content["path"])
+    assert paths == ["/...", "/v1.2", "/.hidden", "/Café ☕", "/עברית"]

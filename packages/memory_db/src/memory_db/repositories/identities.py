@@ -62,8 +62,9 @@ def validate_vault_handle(handle: str) -> str:
         or has_forbidden_characters(handle)
     ):
         raise InvalidInput(
-            "vault name must be 1-64 characters without '/', control characters, "
-            "bidirectional overrides or surrounding spaces"
+            "vault name must be 1-64 characters without '/', surrounding spaces, control "
+            "characters, bidirectional overrides or other invisible characters (zero-width, "
+            "soft hyphen, BOM, tags, line separators)"
         )
     return handle
 

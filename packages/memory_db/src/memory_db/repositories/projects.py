@@ -13,23 +13,37 @@ from sqlalchemy.orm import aliased
 from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
-from memory_db.repositories._text import has_forbidden_characters
+from memory_db.repositories._text import FORBIDDEN_CHARACTERS_RULE, has_forbidden_characters
 from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
 from memory_db.schema import MAX_FOLDER_DEPTH, MAX_NAME_LENGTH, AssetFolder, AssetProject
 
 
 def validate_name(value: str, what: str) -> str:
-    """Trim and check a project or folder name: 1-120 characters, no control characters.
+    """Trim and check a project or folder name: 1-120 characters, nothing invisible.
 
-    Control characters include C1 and the bidirectional formatting characters.
+    Refused anywhere: control characters (C0, DEL, C1), format characters (bidirectional
+    overrides, zero-width characters, soft hyphen, BOM, tags) and line/paragraph separators.
     """
     name = value.strip()
     if not 1 <= len(name) <= MAX_NAME_LENGTH:
         raise InvalidInput(f"{what} name must be 1-{MAX_NAME_LENGTH} characters")
     if has_forbidden_characters(name):
-        raise InvalidInput(
-            f"{what} name must not contain control characters or bidirectional overrides"
-        )
+        raise InvalidInput(f"{what} name {FORBIDDEN_CHARACTERS_RULE}")
+    return name
+
+
+def validate_folder_name(value: str) -> str:
+    """A project name's rule, and no ``/``, ``.`` or ``..``.
+
+    A folder is shown by its path (``/Trips/2026``): a ``/`` in a name would make two folders
+    print as the same path, and ``.``/``..`` read as path steps. Input rule only: names stored
+    before it stay readable (nothing looks a folder up by its path).
+    """
+    name = validate_name(value, "folder")
+    if "/" in name:
+        raise InvalidInput("folder name must not contain '/' (folder paths are shown as /A/B)")
+    if name in {".", ".."}:
+        raise InvalidInput(f"folder name must not be {name!r}")
     return name
 
 
@@ -170,7 +184,7 @@ class FolderRepository:
         self, scope: VaultScope, *, project_id: str, parent_id: str | None, name: str
     ) -> FolderRecord:
         """Create a folder under ``parent_id`` (None = project root)."""
-        checked = validate_name(name, "folder")
+        checked = validate_folder_name(name)
         project = await ProjectRepository(self._session).get(scope, project_id)
         if project.status != "active":
             raise Conflict("the project is archived; folders cannot be added to it")
