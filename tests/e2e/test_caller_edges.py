@@ -61,10 +61,15 @@ async def test_json_log_format_gives_json_only_on_stderr(tmp_path: Path) -> None
     assert not_json == []
     assert all({"event", "level", "timestamp"} <= set(record) for record in records)
     # the start-up notice is an event too, and the framework's lines are in the pipeline
-    assert any(
-        r["event"] == "command_notice" and "MCP over streamable HTTP" in r["message"]
+    notices = [
+        r["message"]
         for r in records
-    )
+        if r["event"] == "command_notice" and "MCP over streamable HTTP" in r["message"]
+    ]
+    assert len(notices) == 1
+    # ... and it survives redaction intact: its instructions can still be followed.
+    assert "[redacted]" not in notices[0] and "id:" not in notices[0]
+    assert "make key OWNER=<your e-mail address>" in notices[0]
     assert any(str(r.get("logger", "")).startswith(("uvicorn", "fastmcp")) for r in records)
     # libvips' chatter about the truncated JPEG is debug, so not at the default level
     assert [r for r in records if r.get("logger") == "pyvips"] == []

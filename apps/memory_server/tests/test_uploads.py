@@ -13,6 +13,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 import pyvips
@@ -434,3 +435,65 @@ async def test_a_finished_upload_link_never_changes_a_byte_and_nothing_stays_una
     else:
         # The local route asks the database: no open upload, no write.
         assert replays == dict.fromkeys(tickets, 403)
+
+
+async def test_concurrent_completions_of_one_upload_store_it_once_and_agree(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    key = await make_key("racer@example.com")
+    data = _png(5)
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        ticket = await _start(http, base, key, len(data), title="Raced")
+        assert (await _put(http, base, ticket, data)).status_code == 200
+        async with anyio.create_task_group() as group:
+            answers: list[httpx.Response] = []
+
+            async def complete() -> None:
+                answers.append(await _complete(http, base, key, ticket))
+
+            for _ in range(6):
+                group.start_soon(complete)
+    assert [a.status_code for a in answers] == [200] * 6, [a.text for a in answers]
+    assert len({a.json()["assetId"] for a in answers}) == 1
+    assert sum(not a.json()["replayed"] for a in answers) == 1
+    used, reserved, assets = await _state(uploading, "racer@example.com")
+    assert reserved == 0 and assets == 1 and used > len(data)
+    assert sorted(_files(uploading)) == ["original.png", "preview.webp"]
+
+
+async def test_a_refused_upload_does_not_use_up_its_idempotency_key(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    key = await make_key("retry@example.com")
+    good = _png(6)
+    bad = good[:40] + bytes(len(good) - 40)  # a PNG header, then zeros
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        first = await _start(http, base, key, len(good), idempotencyKey="idem-7")
+        assert (await _put(http, base, first, bad)).status_code == 200
+        refused = await _complete(http, base, key, first)
+        assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_image"
+        # The same key again: a new upload (a new id and link), not "already released".
+        second = await _start(http, base, key, len(good), idempotencyKey="idem-7", title="Fixed")
+        assert second["uploadId"] != first["uploadId"] and second["url"] != first["url"]
+        # The old attempt's link stays dead; the new one takes the corrected bytes.
+        assert (await _put(http, base, first, good)).status_code == 403
+        assert (await _put(http, base, second, good)).status_code == 200
+        done = await _complete(http, base, key, second)
+        assert done.status_code == 200, done.text
+        # Once it succeeded, the key is used: completing again replays, a new start conflicts.
+        replayed = await _complete(http, base, key, second)
+        assert replayed.json()["assetId"] == done.json()["assetId"] and replayed.json()["replayed"]
+        for length in (len(good), 99):
+            other = await http.post(
+                f"{base}/uploads",
+                json={
+                    "contentType": "image/png",
+                    "contentLength": length,
+                    "idempotencyKey": "idem-7",
+                },
+                headers={"Authorization": f"Bearer {key}"},
+            )
+            assert other.status_code == 409 and other.json()["error"]["code"] == "conflict"
+    assert (await _state(uploading, "retry@example.com"))[1:] == (0, 1)

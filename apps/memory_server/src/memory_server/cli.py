@@ -150,13 +150,15 @@ async def _announce_and_serve_http(
         f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
         f"  data directory: {settings.memory_data_dir}\n"
         f"  database: {database}\n"
+        # No example address or "Bearer" here: in JSON mode this notice goes through the log
+        # redaction, which would turn them into a digest and "[redacted]".
         "  get an API key (in another terminal, from the checkout):\n"
-        "    make key OWNER=you@example.com\n"
+        "    make key OWNER=<your e-mail address>\n"
         "  or step by step:\n"
-        "    .venv/bin/memory-server admin create-identity --owner you@example.com\n"
-        "    .venv/bin/memory-server admin create-key --owner you@example.com "
+        "    .venv/bin/memory-server admin create-identity --owner <your e-mail address>\n"
+        "    .venv/bin/memory-server admin create-key --owner <your e-mail address> "
         "--scopes read,write,destructive\n"
-        "  then connect with the header  Authorization: Bearer <key>"
+        "  then connect with that key (mk_...) in the Authorization header, scheme Bearer"
     )
     await serve_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
 

@@ -180,6 +180,10 @@ def _cmyk_jpeg() -> bytes:
     return _rgb(32, 16).colourspace("cmyk").jpegsave_buffer(Q=85)
 
 
+# The smallest shape of a Windows executable: "MZ", e_lfanew at 0x3C, "PE\0\0" there.
+_PE_STUB = b"MZ" + b"\x90" * 58 + (0x40).to_bytes(4, "little") + b"PE\0\0" + b"\0" * 64
+
+
 def _fixed(data: bytes) -> Callable[[], bytes]:
     return lambda: data
 
@@ -232,6 +236,15 @@ GOOD = [
     Good(
         "jpeg with zero padding",
         lambda: _rgb(16, 16).jpegsave_buffer() + b"\x00" * 32,
+        "image/jpeg",
+        16,
+        16,
+    ),
+    Good(
+        # Phones append a video after the JPEG ("motion photos"); "MZ" occurs in such data by
+        # chance, and without a PE header behind it, it is not an executable.
+        "jpeg with trailing data that happens to hold MZ",
+        lambda: _rgb(16, 16).jpegsave_buffer() + b"\x00\x00\x00\x18ftypmp42MZ" + b"\x07" * 200,
         "image/jpeg",
         16,
         16,
@@ -315,6 +328,21 @@ BAD = [
         "jpeg+zip polyglot",
         lambda: _rgb(16, 16).jpegsave_buffer() + b"PK\x03\x04\x14\x00" + b"\0" * 40,
         "ZIP",
+    ),
+    Bad(
+        "png+windows executable polyglot",
+        lambda: _rgb(16, 16).pngsave_buffer() + _PE_STUB,
+        "executable",
+    ),
+    Bad(
+        "jpeg+mach-o polyglot",
+        lambda: _rgb(16, 16).jpegsave_buffer() + b"\xcf\xfa\xed\xfe" + b"\0" * 60,
+        "executable",
+    ),
+    Bad(
+        "gif+shell script polyglot",
+        lambda: _rgb(16, 16).gifsave_buffer() + b"\n#!/bin/sh\nrm -rf ~\n",
+        "executable",
     ),
     Bad(
         "png+html polyglot",

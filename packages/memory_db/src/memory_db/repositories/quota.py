@@ -10,7 +10,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, select, update
+from sqlalchemy import DateTime, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -224,6 +224,84 @@ class QuotaRepository:
             )
         ).scalar_one_or_none()
         return None if row is None else _reservation(row)
+
+    async def claim_completion(
+        self, owner: str, reservation_id: str, *, token: str, seconds: float
+    ) -> bool:
+        """Claim an active upload for one completion attempt; ``False`` if another holds it.
+
+        Completion reads, decodes and stores outside any transaction, so concurrent completions
+        of one upload would each do all of that and collide at the commit. The claim (kept in
+        the reservation's ``request``, with a deadline by the database clock) lets exactly one
+        proceed; a claim whose holder died lapses after ``seconds``.
+        """
+        claim = {"token": token}
+        row = await self._session.scalar(
+            update(AssetUploadReservation)
+            .where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+                AssetUploadReservation.status == "active",
+                or_(
+                    AssetUploadReservation.request["completing"].is_(None),
+                    AssetUploadReservation.request["completing"]["until"].astext.cast(
+                        DateTime(timezone=True)
+                    )
+                    < func.now(),
+                ),
+            )
+            .values(
+                request=AssetUploadReservation.request.op("||")(
+                    func.jsonb_build_object(
+                        "completing",
+                        func.jsonb_build_object(
+                            "token",
+                            claim["token"],
+                            "until",
+                            func.now() + func.make_interval(0, 0, 0, 0, 0, 0, seconds),
+                        ),
+                    )
+                ),
+                updated_at=func.now(),
+            )
+            .returning(AssetUploadReservation.id)
+        )
+        return row is not None
+
+    async def drop_completion_claim(self, owner: str, reservation_id: str, *, token: str) -> None:
+        """Give up this attempt's claim (it failed and left the upload open for a retry)."""
+        await self._session.execute(
+            update(AssetUploadReservation)
+            .where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+                AssetUploadReservation.request["completing"]["token"].astext == token,
+            )
+            .values(
+                request=AssetUploadReservation.request.op("-")("completing"),
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+
+    async def free_idempotency_key(self, owner: str, reservation_id: str) -> bool:
+        """Detach the idempotency key from a released or expired reservation.
+
+        Such a reservation stored nothing, so its key is free for a new attempt, which opens a
+        new reservation (with a new id, so links of the old attempt never come back to life).
+        ``False`` if the reservation is not (or no longer) released or expired.
+        """
+        row = await self._session.scalar(
+            update(AssetUploadReservation)
+            .where(
+                AssetUploadReservation.owner_identity == owner,
+                AssetUploadReservation.id == reservation_id,
+                AssetUploadReservation.status.in_(("released", "expired")),
+            )
+            .values(idempotency_key=None, updated_at=func.now())
+            .returning(AssetUploadReservation.id)
+        )
+        return row is not None
 
     async def _active_locked(
         self, owner: str, reservation_id: str

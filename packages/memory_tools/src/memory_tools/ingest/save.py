@@ -134,7 +134,9 @@ class _Prepared:
 
 
 @dataclass(frozen=True)
-class _Target:
+class SaveTarget:
+    """Where a save goes: the vault scope, its handle as the caller named it, the namespace."""
+
     scope: VaultScope
     display_vault: str
     namespace_id: str
@@ -295,7 +297,7 @@ class AssetSaver:
 
     async def _open(
         self, caller: Caller, prepared: _Prepared
-    ) -> tuple[_Target, str, SaveResult | None]:
+    ) -> tuple[SaveTarget, str, SaveResult | None]:
         """Authorise, resolve the target, and open or join the reservation."""
         request = prepared.request
         deadline = anyio.current_time() + self._settings.asset_fetch_timeout_seconds + 60
@@ -350,7 +352,7 @@ class AssetSaver:
                 raise ConflictFailure("a save with this idempotencyKey is still in progress")
             await anyio.sleep(_POLL_SECONDS)
 
-    async def target(self, uow: UnitOfWork, caller: Caller, request: SaveRequest) -> _Target:
+    async def target(self, uow: UnitOfWork, caller: Caller, request: SaveRequest) -> SaveTarget:
         """The writable vault scope, project and folder ``request`` names, for ``caller``."""
         vault = await resolve_vault(uow, caller, request.vault, "write")
         scope = vault.record.scope
@@ -359,7 +361,7 @@ class AssetSaver:
             usage = await uow.quota.usage(scope.owner_identity)
         except MemoryDbError as exc:
             raise translate(exc) from None
-        return _Target(
+        return SaveTarget(
             scope=scope,
             display_vault=vault.display_handle,
             namespace_id=usage.namespace_id,
@@ -367,7 +369,7 @@ class AssetSaver:
             folder_id=request.folder_id,
         )
 
-    async def replay(self, uow: UnitOfWork, target: _Target, asset_id: str) -> SaveResult:
+    async def replay(self, uow: UnitOfWork, target: SaveTarget, asset_id: str) -> SaveResult:
         """The current state of an asset an earlier request created."""
         asset = await uow.assets.get_for_owner(target.scope.owner_identity, asset_id)
         if asset is None or asset.status in ("deleting", "deleted"):
@@ -403,7 +405,7 @@ class AssetSaver:
         self,
         caller: Caller,
         prepared: _Prepared,
-        target: _Target,
+        target: SaveTarget,
         reservation_id: str,
         data: bytes,
         image: InspectedImage,
@@ -476,7 +478,7 @@ class AssetSaver:
 
     async def _upload(
         self,
-        target: _Target,
+        target: SaveTarget,
         object_id: str,
         data: bytes,
         image: InspectedImage,
@@ -521,7 +523,7 @@ class AssetSaver:
         self,
         caller: Caller,
         prepared: _Prepared,
-        target: _Target,
+        target: SaveTarget,
         reservation_id: str,
         image: InspectedImage,
         object_id: str,

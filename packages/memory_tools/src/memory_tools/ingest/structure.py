@@ -10,6 +10,7 @@ dimensions the compressed data is too small to hold. Formats are named as in
 from __future__ import annotations
 
 import re
+import struct
 import zlib
 from dataclasses import dataclass
 
@@ -24,6 +25,12 @@ _TRAILER_THREATS: tuple[tuple[bytes, str], ...] = (
     (b"\x1f\x8b\x08", "gzip data"),
     (b"%PDF-", "a PDF"),
     (b"\x7fELF", "an executable"),
+    # Mach-O (32/64-bit, either byte order) and universal binaries.
+    (b"\xfe\xed\xfa\xce", "an executable"),
+    (b"\xfe\xed\xfa\xcf", "an executable"),
+    (b"\xce\xfa\xed\xfe", "an executable"),
+    (b"\xcf\xfa\xed\xfe", "an executable"),
+    (b"\xca\xfe\xba\xbe", "an executable"),
 )
 # Markup that turns an image into an HTML/script polyglot wherever it appears. Seven or more
 # ASCII bytes: a chance match inside compressed pixel data is vanishingly unlikely.
@@ -223,12 +230,31 @@ def _outside(pixels: list[tuple[int, int]], size: int) -> list[tuple[int, int]]:
     return ranges
 
 
+def _carries_pe(trailer: bytes) -> bool:
+    """Whether a Windows (PE) executable starts anywhere in ``trailer``.
+
+    ``MZ`` alone is two bytes, common by chance in any trailing data (a phone's appended
+    video, say); a PE file also points, at offset 0x3C, to its signature: ``PE`` and two NUL
+    bytes.
+    """
+    start = trailer.find(b"MZ")
+    while start != -1:
+        if start + 0x40 <= len(trailer):
+            (offset,) = struct.unpack_from("<I", trailer, start + 0x3C)
+            if trailer[start + offset : start + offset + 4] == b"PE\0\0":
+                return True
+        start = trailer.find(b"MZ", start + 1)
+    return False
+
+
 def refuse_polyglots(data: bytes, layout: Layout) -> None:
     """Refuse archives, PDFs or executables after the image, and markup outside its pixels."""
     trailer = data[layout.end :]
     for signature, name in _TRAILER_THREATS:
         if signature in trailer:
             raise InvalidImage(f"{name} is appended to the image (a polyglot file)")
+    if _carries_pe(trailer) or trailer.lstrip(b"\0\t\r\n ").startswith(b"#!"):
+        raise InvalidImage("an executable is appended to the image (a polyglot file)")
     # Markup hides in metadata (comments, text chunks, EXIF) and after the image, not inside
     # compressed pixel data, which is skipped: scanning a 30 MB PNG whole cost 50 ms.
     for start, stop in _outside(layout.pixels, len(data)):

@@ -18,13 +18,21 @@ because no open reservation wants them.
 
 from __future__ import annotations
 
+import secrets
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
 
-from memory_db import MemoryDbError, ObjectExists, QuotaExceededError, get_logger, new_id
+from memory_db import (
+    MemoryDbError,
+    ObjectExists,
+    QuotaExceededError,
+    ReservationRecord,
+    get_logger,
+    new_id,
+)
 from memory_db.storage import build_staging_key, parse_storage_key
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
@@ -37,11 +45,25 @@ from memory_tools.errors import (
     QuotaExceeded,
 )
 from memory_tools.ingest.images import FORMATS, inspect_image
-from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult, vector_bytes
+from memory_tools.ingest.save import (
+    AssetSaver,
+    SaveRequest,
+    SaveResult,
+    SaveTarget,
+    vector_bytes,
+)
 
 log = get_logger(__name__)
 
 OPERATION = "asset_upload"
+# A completion reads, decodes and stores the image; a claim outlives any sane attempt, and a
+# claim whose holder died lapses after this. Waiters poll at the saver's pace.
+_CLAIM_SECONDS = 300.0
+_WAIT_SECONDS = 120.0
+_POLL_SECONDS = 0.1
+
+# An attempt's claim on an upload: owner, reservation, the save request and where it goes.
+_Claimed = tuple[str, ReservationRecord, SaveRequest, SaveTarget]
 _EXTENSIONS = {image_format.mime_type: image_format.extension for image_format in FORMATS.values()}
 
 
@@ -87,23 +109,30 @@ class UploadFlow:
         async with self._services.database.unit_of_work() as uow:
             target = await self._saver.target(uow, caller, request)
             owner = target.scope.owner_identity
-            reservation, created = await uow.quota.open_reservation(
-                owner,
-                operation=OPERATION,
-                idempotency_key=prepared.idempotency_key,
-                expected_bytes=content_length,
-                expires_at=expires,
-                vault=target.scope.physical_vault,
-                object_id=object_id,
-                request={
-                    "fingerprint": prepared.fingerprint(),
-                    "caller": caller.identity,
-                    "vaultHandle": request.vault,
-                    "contentType": content_type,
-                    "contentLength": content_length,
-                    "fields": _fields(request),
-                },
-            )
+            while True:
+                reservation, created = await uow.quota.open_reservation(
+                    owner,
+                    operation=OPERATION,
+                    idempotency_key=prepared.idempotency_key,
+                    expected_bytes=content_length,
+                    expires_at=expires,
+                    vault=target.scope.physical_vault,
+                    object_id=object_id,
+                    request={
+                        "fingerprint": prepared.fingerprint(),
+                        "caller": caller.identity,
+                        "vaultHandle": request.vault,
+                        "contentType": content_type,
+                        "contentLength": content_length,
+                        "fields": _fields(request),
+                    },
+                )
+                # A refused or abandoned upload stored nothing and does not use its key up: the
+                # retry, corrected or not, starts a new upload (a new id, so a new staging key;
+                # links of the old attempt stay dead).
+                if created or reservation.status not in ("released", "expired"):
+                    break
+                await uow.quota.free_idempotency_key(owner, reservation.id)
             if not created:
                 if reservation.request.get("fingerprint") != prepared.fingerprint() or (
                     reservation.request.get("contentType"),
@@ -161,8 +190,37 @@ class UploadFlow:
                 raise InvalidInputFailure(f"the upload was refused: {exc}") from None
 
     async def complete(self, caller: Caller, upload_id: str, *, vault: str) -> SaveResult:
-        """Validate the uploaded bytes and create the asset (or return it if already done)."""
+        """Validate the uploaded bytes and create the asset (or return it if already done).
+
+        Concurrent completions of one upload do the work once: the others wait for it and then
+        answer like a repeated completion (the same asset, or why the upload is closed).
+        """
         policy.require(self._services.settings)
+        token = secrets.token_hex(8)
+        give_up = anyio.current_time() + _WAIT_SECONDS
+        while True:
+            claim = await self._claim(caller, upload_id, vault=vault, token=token)
+            if isinstance(claim, SaveResult):
+                return claim
+            if claim is not None:
+                break
+            if anyio.current_time() > give_up:
+                raise ConflictFailure(
+                    "another request is still completing this upload; retry in a moment"
+                )
+            await anyio.sleep(_POLL_SECONDS)
+        owner, reservation, request, target = claim
+        try:
+            return await self._complete_claimed(caller, owner, reservation, request, target)
+        finally:
+            with anyio.CancelScope(shield=True):
+                async with self._services.database.unit_of_work() as uow:
+                    await uow.quota.drop_completion_claim(owner, reservation.id, token=token)
+
+    async def _claim(
+        self, caller: Caller, upload_id: str, *, vault: str, token: str
+    ) -> SaveResult | _Claimed | None:
+        """The finished upload's result, this attempt's claim on it, or ``None`` (held)."""
         async with self._services.database.unit_of_work() as uow:
             resolved = await resolve_vault(uow, caller, vault, "write")
             owner = resolved.record.scope.owner_identity
@@ -176,15 +234,28 @@ class UploadFlow:
                 or reservation.vault != resolved.record.physical_vault
             ):
                 raise NotFoundFailure("upload not found")
+            request = SaveRequest(**reservation.request.get("fields", {}))
             if reservation.status == "finalized" and reservation.asset_id is not None:
-                fields = reservation.request.get("fields", {})
-                target = await self._saver.target(uow, caller, SaveRequest(**fields))
+                target = await self._saver.target(uow, caller, request)
                 return await self._saver.replay(uow, target, reservation.asset_id)
             if reservation.status != "active":
                 raise ConflictFailure(f"this upload is {reservation.status}; start a new one")
-            fields = reservation.request.get("fields", {})
-            request = SaveRequest(**fields)
             target = await self._saver.target(uow, caller, request)
+            if not await uow.quota.claim_completion(
+                owner, reservation.id, token=token, seconds=_CLAIM_SECONDS
+            ):
+                return None
+        return owner, reservation, request, target
+
+    async def _complete_claimed(
+        self,
+        caller: Caller,
+        owner: str,
+        reservation: ReservationRecord,
+        request: SaveRequest,
+        target: SaveTarget,
+    ) -> SaveResult:
+        """Read, validate and store the staged bytes of an upload this attempt has claimed."""
         prepared = self._saver.prepare(request, upload=True)
         content_type = str(reservation.request["contentType"])
         expected = int(reservation.request["contentLength"])
