@@ -497,3 +497,34 @@ async def test_a_refused_upload_does_not_use_up_its_idempotency_key(
             )
             assert other.status_code == 409 and other.json()["error"]["code"] == "conflict"
     assert (await _state(uploading, "retry@example.com"))[1:] == (0, 1)
+
+
+async def test_completion_finds_the_vault_the_upload_was_started_in(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    key = await make_key("worker@example.com")
+    other = await make_key("other@example.com")
+    await admin.create_vault(uploading.database, "worker@example.com", "Work")
+    data = _png(8)
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        ticket = await _start(http, base, key, len(data), vault="Work")
+        assert (await _put(http, base, ticket, data)).status_code == 200
+        # Someone else's key cannot find it, with or without naming the vault.
+        for body in ({}, {"vault": "worker@example.com/Work"}):
+            foreign = await http.post(
+                _local(base, ticket["completeUrl"]),
+                json=body,
+                headers={"Authorization": f"Bearer {other}"},
+            )
+            assert foreign.status_code == 404, foreign.text
+        # Naming another vault is still "not found"; naming none uses the upload's own.
+        wrong = await http.post(
+            _local(base, ticket["completeUrl"]),
+            json={"vault": "Library"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+        assert wrong.status_code == 404
+        done = await _complete(http, base, key, ticket)  # body {}
+        assert done.status_code == 200, done.text
+        assert done.json()["vault"] == "Work"

@@ -68,7 +68,12 @@ class UploadComplete(WireModel):
 
     model_config = ConfigDict(strict=True)
 
-    vault: str = Field(default="Library", min_length=1, max_length=400)
+    vault: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=400,
+        description="The vault the upload was started in; by default the one named then.",
+    )
 
 
 class UploadTicketOut(WireModel):

@@ -129,6 +129,22 @@ class QuotaRepository:
         assert existing is not None  # the conflict that skipped our insert is this row
         return _reservation(existing), False
 
+    async def caller_upload_vault(
+        self, reservation_id: str, *, caller: str, operation: str
+    ) -> str | None:
+        """The vault handle a caller started an upload in, as they named it.
+
+        ``None`` if the upload is unknown or was started by someone else (not told apart).
+        """
+        handle = await self._session.scalar(
+            select(AssetUploadReservation.request["vaultHandle"].astext).where(
+                AssetUploadReservation.id == reservation_id,
+                AssetUploadReservation.operation == operation,
+                AssetUploadReservation.request["caller"].astext == caller,
+            )
+        )
+        return None if handle is None else str(handle)
+
     async def get_reservation(self, owner: str, reservation_id: str) -> ReservationRecord:
         """One reservation of ``owner``."""
         row = await self._session.scalar(

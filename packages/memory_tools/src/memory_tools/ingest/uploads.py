@@ -189,13 +189,24 @@ class UploadFlow:
             except MemoryDbError as exc:
                 raise InvalidInputFailure(f"the upload was refused: {exc}") from None
 
-    async def complete(self, caller: Caller, upload_id: str, *, vault: str) -> SaveResult:
+    async def complete(
+        self, caller: Caller, upload_id: str, *, vault: str | None = None
+    ) -> SaveResult:
         """Validate the uploaded bytes and create the asset (or return it if already done).
+
+        ``vault``: where the upload was started; by default the vault its caller named then.
 
         Concurrent completions of one upload do the work once: the others wait for it and then
         answer like a repeated completion (the same asset, or why the upload is closed).
         """
         policy.require(self._services.settings)
+        if vault is None:
+            async with self._services.database.unit_of_work() as uow:
+                vault = await uow.quota.caller_upload_vault(
+                    upload_id, caller=caller.identity, operation=OPERATION
+                )
+            if vault is None:
+                raise NotFoundFailure("upload not found")
         token = secrets.token_hex(8)
         give_up = anyio.current_time() + _WAIT_SECONDS
         while True:
