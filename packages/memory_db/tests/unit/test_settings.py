@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
 
-from memory_db import ConfigurationError, load_settings
+from memory_db import ConfigurationError, MemorySettings, load_settings
 from memory_db.datadir import check_data_dir
 
 SPEC_DEFAULTS = {
@@ -169,3 +170,12 @@ def test_network_filesystems_are_refused(path: str, refused: bool) -> None:
             check_data_dir(Path(path), mounts_text=MOUNTS)
     else:
         check_data_dir(Path(path), mounts_text=MOUNTS)
+
+
+def test_every_setting_is_documented_and_every_documented_variable_is_a_setting() -> None:
+    """docs/configuration.md lists exactly the variables MemorySettings reads."""
+    doc = (Path(__file__).resolve().parents[4] / "docs" / "configuration.md").read_text()
+    documented = set(re.findall(r"^\| `([A-Z][A-Z0-9_]+)`", doc, flags=re.MULTILINE))
+    read = {name.upper() for name in MemorySettings.model_fields}
+    assert documented - read == set(), "documented but read by nothing"
+    assert read - documented == set(), "read but not documented"
