@@ -13,6 +13,9 @@ deletes what neither accounts for:
   than the orphan safety window: a save writes its bytes before it commits the row, and no save
   takes longer than the window.
 
+Keys under a namespace that no key builder makes are counted and reported (``foreign``), never
+deleted: the store may be shared, and such bytes are an operator's to judge.
+
 Each deletion is recorded as ``asset_reconcile`` provenance (actor ``system:worker``) with the
 key, its size and the reason, and resolves any orphan candidate recorded for the key. A delete
 the store refuses stays for the next pass.
@@ -23,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from memory_db import MemoryDbError, get_logger
+from memory_db import InvalidStorageKey, MemoryDbError, get_logger
 from memory_db.storage import ListedObject, namespace_prefix, parse_storage_key
 from memory_tools.services import MemoryServices
 
@@ -42,6 +45,7 @@ class Reconciliation:
     removed: int = 0
     removed_bytes: int = 0
     waiting: int = 0  # unaccounted object bytes still inside the safety window
+    foreign: int = 0  # keys under a namespace that no builder makes: left for an operator
 
 
 @dataclass(frozen=True)
@@ -59,7 +63,7 @@ async def reconcile_store(
     env = services.settings.asset_storage_env_prefix
     async with services.database.unit_of_work() as uow:
         namespaces = await uow.quota.namespaces()
-    listed = removed = removed_bytes = waiting = 0
+    listed = removed = removed_bytes = waiting = foreign = 0
     for owner, namespace_id in namespaces:
         items = [
             item
@@ -75,7 +79,13 @@ async def reconcile_store(
         cutoff = (now or datetime.now(UTC)) - safety_window
         doomed: list[_Doomed] = []
         for item in items:
-            parsed = parse_storage_key(item.key)
+            try:
+                parsed = parse_storage_key(item.key)
+            except InvalidStorageKey:
+                # Nothing of ours writes such a key (a bucket shared with another tool, a file
+                # put there by hand): it is reported, never deleted, and the pass goes on.
+                foreign += 1
+                continue
             if parsed.kind == "staging":
                 assert parsed.reservation_id is not None
                 if parsed.reservation_id not in open_uploads:
@@ -93,7 +103,9 @@ async def reconcile_store(
             await _record(services, owner, gone)
             removed += len(gone)
             removed_bytes += sum(entry.item.bytes for entry in gone)
-    report = Reconciliation(len(namespaces), listed, removed, removed_bytes, waiting)
+    report = Reconciliation(len(namespaces), listed, removed, removed_bytes, waiting, foreign)
+    if foreign:
+        log.warning("store_foreign_keys_found", namespaces=report.namespaces, keys=foreign)
     if removed:
         log.info(
             "store_reconciled",

@@ -19,7 +19,13 @@ from memory_db import JobRecord
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.ids import new_id
-from memory_db.storage import build_object_key, build_staging_key, content_type_for_key
+from memory_db.storage import (
+    S3AssetObjectStore,
+    build_object_key,
+    build_staging_key,
+    content_type_for_key,
+)
+from memory_db.testing.s3_peers import S3Peer
 from memory_db.vectors import (
     DEFAULT_ALIAS,
     create_index,
@@ -31,6 +37,7 @@ from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.reconcile import reconcile_store
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from .test_save import picture
@@ -587,3 +594,39 @@ async def test_the_worker_never_embeds_a_preview_that_fails_the_database_hash(
     row = await asset_row(saving, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "integrity_failure")
     assert await vectors_of(saving, asset_id) == 0
+
+
+async def test_reconciliation_reports_keys_it_did_not_make_and_goes_on(
+    saving: MemoryServices, alice_caller: Caller, moto_peer: S3Peer
+) -> None:
+    bucket = "rc" + new_id("aob")[4:18]
+    moto_peer.create_bucket(bucket)
+    store = S3AssetObjectStore(
+        bucket=bucket,
+        region=moto_peer.region,
+        endpoint_url=moto_peer.endpoint_url,
+        access_key_id=moto_peer.access_key_id,
+        secret_access_key=moto_peer.secret_access_key,
+        force_path_style=True,
+    )
+    services = replace(saving, store=store)
+    try:
+        asset_id = await save(services, alice_caller, 70)
+        async with services.database.unit_of_work() as uow:
+            asset = await uow.assets.get_for_owner("alice@example.com", asset_id)
+            assert asset is not None
+            stored = await uow.objects.get("alice@example.com", asset.object_id)
+        env, namespace = services.settings.asset_storage_env_prefix, stored.namespace_id
+        # A key no builder makes (a shared bucket, a file put there by hand), and an orphan.
+        foreign = f"{env}/tenants/{namespace}/notes/readme.txt"
+        moto_peer.client().put_object(Bucket=bucket, Key=foreign, Body=b"not ours")
+        orphan = build_object_key(env, namespace, new_id("aob"), "preview")
+        await store.put(orphan, b"orphaned bytes", content_type="image/webp")
+        report = await reconcile_store(services, safety_window=timedelta(0))
+        assert (report.foreign, report.removed) == (1, 1)
+        assert not (await store.head(orphan)).exists
+        assert (await store.head(stored.storage_key)).exists
+        kept = moto_peer.client().get_object(Bucket=bucket, Key=foreign)["Body"].read()
+        assert kept == b"not ours"
+    finally:
+        await store.close()
