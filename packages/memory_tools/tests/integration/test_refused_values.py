@@ -65,6 +65,26 @@ async def test_nul_characters_are_refused_naming_the_field(
     assert await _count(database, "mem_asset_projects") == before
 
 
+@pytest.mark.parametrize(
+    ("tool", "args", "field"),
+    [
+        ("image_project_create", {"name": "Trips\ud800"}, "name"),
+        ("image_asset_save", {"imageBase64": "AAAA", "title": "x\udfff"}, "title"),
+        ("image_asset_list", {"tags": ["\ud83d"]}, "tags"),
+        ("image_asset_search", {"query": "cat \udc00"}, "query"),
+    ],
+)
+async def test_unpaired_surrogates_are_refused_naming_the_field(
+    client_for: Clients, alice: Any, database: Database, tool: str, args: dict[str, Any], field: str
+) -> None:
+    """JSON can spell a lone surrogate ("\\ud800"); no UTF-8 text can hold one."""
+    before = await _count(database, "mem_asset_projects")
+    async with client_for(alice.key) as client:
+        message = await _error(client, tool, args)
+    assert message.startswith(f"invalid_input: {field}: must be valid Unicode"), message
+    assert await _count(database, "mem_asset_projects") == before
+
+
 async def test_a_nul_the_database_refuses_becomes_invalid_input(
     services: MemoryServices,
 ) -> None:

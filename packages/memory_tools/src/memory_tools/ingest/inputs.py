@@ -36,10 +36,24 @@ _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _DATA_URL = re.compile(r"^data:image/[a-z0-9.+-]+;base64,", re.IGNORECASE)
 
 
+# NUL, and UTF-16 surrogates that JSON can spell ("\ud800") but no UTF-8 text can hold.
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
+
+
 def refuse_nul(value: str, field: str) -> None:
-    """Refuse a NUL character: PostgreSQL cannot store it, and dropping it changes the text."""
-    if "\x00" in value:
+    """Refuse what PostgreSQL text cannot store: NUL, or a lone surrogate (not valid Unicode).
+
+    Dropping either would change the text; passing it on fails deep inside the driver.
+    """
+    found = _UNSTORABLE.search(value)
+    if found is None:
+        return
+    if found.group() == "\x00":
         raise InvalidInputFailure(f"{field}: must not contain a NUL character (\\u0000)")
+    raise InvalidInputFailure(
+        f"{field}: must be valid Unicode; it holds an unpaired surrogate "
+        f"(\\u{ord(found.group()):04x})"
+    )
 
 
 def refuse_nul_anywhere(values: Mapping[str, Any]) -> None:
@@ -49,18 +63,19 @@ def refuse_nul_anywhere(values: Mapping[str, Any]) -> None:
     reaches a query holding a character PostgreSQL text cannot store.
     """
     for name, value in values.items():
-        field = _nul_path(value, name)
-        if field is not None:
-            refuse_nul("\x00", field)
+        found = _nul_path(value, name)
+        if found is not None:
+            refuse_nul(*found)
 
 
-def _nul_path(value: object, path: str) -> str | None:
+def _nul_path(value: object, path: str) -> tuple[str, str] | None:
+    """The first unstorable string under ``value`` and the field path that holds it."""
     if isinstance(value, str):
-        return path if "\x00" in value else None
+        return (value, path) if _UNSTORABLE.search(value) else None
     if isinstance(value, Mapping):
         for key, item in cast(Mapping[object, object], value).items():
-            if isinstance(key, str) and "\x00" in key:
-                return path
+            if isinstance(key, str) and _UNSTORABLE.search(key):
+                return key, path
             found = _nul_path(item, f"{path}.{key}")
             if found is not None:
                 return found
