@@ -78,7 +78,12 @@ async def resolve_vault(uow: UnitOfWork, caller: Caller, handle: str, need: Need
     except NotFound:
         raise NotFoundFailure(f"vault {handle!r} not found") from None
     if vault.permission not in _VAULT_AUTHORITY[need]:
-        raise Forbidden(f"you have {vault.permission} access to this vault; {need} is needed")
+        # Name the grant that would allow it: grants are read, write or admin ("destructive"
+        # is a key scope, and on a vault it takes write).
+        wanted = "write" if need == "destructive" else need
+        raise Forbidden(
+            f"you have {vault.permission} access to this vault; {wanted} access is needed"
+        )
     return ResolvedVault(vault, display_handle(vault, caller.identity))
 
 

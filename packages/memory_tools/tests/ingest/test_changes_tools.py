@@ -161,7 +161,7 @@ async def test_bad_moves_are_refused_and_change_nothing(
     async with client_as(reader.key) as client:
         read_only = await _error(client, "image_asset_move", {"assetId": asset})
     assert theirs == "not_found: asset not found"
-    assert read_only == "forbidden: you have read access to this vault; write is needed"
+    assert read_only == "forbidden: you have read access to this vault; write access is needed"
     async with client_as(alice.key) as client:
         got = await _call(client, "image_asset_get", {"assetId": asset})
     assert (got["projectId"], got["folderId"]) == (None, None)
@@ -301,7 +301,7 @@ async def test_delete_needs_the_destructive_scope_and_write_authority(
     async with client_as(bob.key) as client:
         theirs = await _error(client, "image_asset_delete", arguments)
     assert no_scope == "forbidden: this API key lacks the 'destructive' scope"
-    assert read_only == "forbidden: you have read access to this vault; destructive is needed"
+    assert read_only == "forbidden: you have read access to this vault; write access is needed"
     assert theirs == "not_found: asset not found"
     async with client_as(alice.key) as client:
         assert (await _call(client, "image_asset_get", arguments))["assetId"] == saved["assetId"]

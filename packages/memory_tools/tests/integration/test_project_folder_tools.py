@@ -117,7 +117,7 @@ async def test_shared_vault_reader_and_writer(
             "folders"
         ] == []
         refused = await _call(client, "image_project_create", {"name": "Nope", "vault": handle})
-        assert refused == "forbidden: you have read access to this vault; write is needed"
+        assert refused == "forbidden: you have read access to this vault; write access is needed"
         refused = await _call(
             client, "image_folder_create", {"projectId": pid, "name": "x", "vault": handle}
         )
