@@ -4,6 +4,7 @@ and what other callers may (not) see."""
 from __future__ import annotations
 
 import base64
+import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -229,3 +230,30 @@ async def test_list_filters(client_as: Callable[[str], Client[Any]], alice: Any,
             client, "image_asset_list", {"vault": "Library", "projectId": "apr_" + "b" * 26}
         )
         assert missing == "not_found: project not found"
+
+
+async def test_refused_calls_are_not_logged_as_server_errors(
+    client_as: Callable[[str], Client[Any]], bob: Any
+) -> None:
+    """A refusal the caller can act on is not a server error: nothing at ERROR for it."""
+    records: list[logging.LogRecord] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record)
+
+    framework = logging.getLogger("fastmcp")
+    handler, level = Keep(logging.DEBUG), framework.level
+    framework.addHandler(handler)
+    framework.setLevel(logging.DEBUG)
+    try:
+        async with client_as(bob.key) as client:
+            missing = await _error(client, "image_asset_get", {"assetId": "ast_" + "a" * 26})
+            typo = await _error(client, "image_asset_get", {"asset_id": "x"})
+    finally:
+        framework.removeHandler(handler)
+        framework.setLevel(level)
+    assert missing.startswith("not_found: ") and typo.startswith("invalid_input: ")
+    calls = [r for r in records if "Error calling tool" in r.getMessage()]
+    assert calls, "the framework reports the refused calls (at debug)"
+    assert all(r.levelno < logging.WARNING for r in calls), [r.levelname for r in calls]

@@ -8,6 +8,7 @@ the transaction back and reaches the caller as ``ToolError("<code>: <message>")`
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from typing import Annotated, Any, Literal, TypeVar
@@ -166,7 +167,10 @@ async def _refuse(
                 outcome="denied",
                 detail={"tool": tool, "code": failure.code},
             )
-    return ToolError(str(failure))
+    # The framework logs every tool error at the error's level: a refusal the caller can act
+    # on is not a server error (``tool_refused`` above records it); only ``internal`` is.
+    level = logging.ERROR if failure.code == "internal" else logging.DEBUG
+    return ToolError(str(failure), log_level=level)
 
 
 async def run_authorised(

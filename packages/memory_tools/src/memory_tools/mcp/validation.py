@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection
 from typing import Any
 
@@ -61,7 +62,7 @@ class InvalidInputMiddleware(Middleware):
         try:
             refuse_nul_anywhere(context.message.arguments or {})
         except InvalidInputFailure as failure:
-            raise ToolError(str(failure)) from None
+            raise ToolError(str(failure), log_level=logging.DEBUG) from None
         try:
             return await call_next(context)
         except ValidationError as exc:
@@ -71,7 +72,7 @@ class InvalidInputMiddleware(Middleware):
                 if isinstance(cause, PydanticValidationError)
                 else "invalid arguments"
             )
-            raise ToolError(f"invalid_input: {detail}") from None
+            raise ToolError(f"invalid_input: {detail}", log_level=logging.DEBUG) from None
         except PydanticValidationError as exc:
             detail = describe(exc, await _tool_fields(context))
-            raise ToolError(f"invalid_input: {detail}") from None
+            raise ToolError(f"invalid_input: {detail}", log_level=logging.DEBUG) from None
