@@ -196,24 +196,28 @@ async def test_a_restore_goes_to_the_project_root_or_unfiled_when_its_place_is_g
         )
 
 
-async def test_a_restore_shares_the_bytes_saved_again_meanwhile(
+async def test_the_same_bytes_saved_within_the_window_take_the_deleted_copy_back(
     saving: MemoryServices, client_as: Callable[[str], Client[Any]], alice: Any
 ) -> None:
-    """The same bytes saved again during the window have a new object: the restore uses it,
-    and the old object is purged after the window without taking the restored image along."""
+    """A deleted image's bytes are still stored and counted during the window: saving them
+    again shares that copy (no second copy, no second charge), a restore shares it too, and
+    the purge after the window leaves it alone because it is in use."""
     worker = EmbeddingWorker(saving)
     data = b64(picture(5))
     async with client_as(alice.key) as client:
         first = await _call(client, "image_asset_save", {"imageBase64": data})
+        used_once = await _used(saving)
         await _call(client, "image_asset_delete", {"assetId": first["assetId"]})
         second = await _call(client, "image_asset_save", {"imageBase64": data})
-        assert second["objectId"] != first["objectId"]
+        assert second["objectId"] == first["objectId"] and second["deduplicated"] is True
+        assert await _used(saving) == used_once  # the bytes once, the vectors of one image
         back = await _call(client, "image_asset_restore", {"assetId": first["assetId"]})
         assert back["alreadyActive"] is False
         await _age_deletion(saving, saving.settings.asset_delete_grace_hours + 1)
         await worker.sweep()
         await worker.drain()
-        got = await _call(client, "image_asset_get", {"assetId": first["assetId"]})
-        assert got["status"] == "ready"
-        assert await _object_of(saving, first["assetId"]) == second["objectId"]
-        assert len(stored_files(saving)) == 2  # one original and one preview: the new object's
+        for asset in (first, second):
+            got = await _call(client, "image_asset_get", {"assetId": asset["assetId"]})
+            assert got["status"] == "ready"
+            assert await _object_of(saving, asset["assetId"]) == first["objectId"]
+        assert len(stored_files(saving)) == 2  # one original and one preview, shared

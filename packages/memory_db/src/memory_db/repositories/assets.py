@@ -151,6 +151,31 @@ class ObjectRepository:
         )
         return None if row is None else _object(row)
 
+    async def find_recently_deleted(
+        self, owner: str, sha256: str, *, within: timedelta
+    ) -> ObjectRecord | None:
+        """The owner's object with these bytes that a delete took out of use lately, locked.
+
+        Lately: at most ``within`` ago, by the database clock. Its bytes are still stored and
+        still counted, so a save of the same bytes takes it back (``take_back``) instead of
+        storing a copy.
+
+        The purge waits longer than the grace window before it removes bytes, so an object
+        found here is never half-purged.
+        """
+        row = await self._session.scalar(
+            select(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.sha256 == sha256,
+                AssetObject.status == "deleting",
+                AssetObject.updated_at > func.now() - within,
+            )
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else _object(row)
+
     async def is_quarantined(self, owner: str, sha256: str) -> bool:
         """Whether the owner's copy of these bytes is quarantined."""
         found = await self._session.scalar(

@@ -197,6 +197,9 @@ class AssetSaver:
     def __init__(self, services: MemoryServices) -> None:
         self.services = services
         self._settings = services.settings
+        # How long a deleted image's bytes stay (``ASSET_DELETE_GRACE_HOURS``): a save of the
+        # same bytes within it takes that copy back instead of storing and charging another.
+        self._delete_grace = timedelta(hours=services.settings.asset_delete_grace_hours)
 
     # --- step 0: input ----------------------------------------------------------------------
 
@@ -430,6 +433,11 @@ class AssetSaver:
         # Step 3: reserve what this save would add, under the namespace lock.
         async with self.services.database.unit_of_work() as uow:
             existing = await uow.objects.find_reusable(owner, image.sha256)
+            if existing is None:
+                # Deleted within the grace window: the bytes are still stored and counted.
+                existing = await uow.objects.find_recently_deleted(
+                    owner, image.sha256, within=self._delete_grace
+                )
             if existing is None and await uow.objects.is_quarantined(owner, image.sha256):
                 raise InvalidImage(
                     "these exact bytes are quarantined: the embedding provider could not read "
@@ -543,7 +551,14 @@ class AssetSaver:
             await uow.quota.usage(owner, lock=True)
             stored = await uow.objects.find_reusable(owner, image.sha256) if existing else None
             if existing is not None and stored is None:
-                raise ConflictFailure("the stored copy of this image changed meanwhile; retry")
+                # A copy a delete left within its grace window is taken back into use (its
+                # deleted assets stay restorable and share it); one purged meanwhile is gone.
+                recent = await uow.objects.find_recently_deleted(
+                    owner, image.sha256, within=self._delete_grace
+                )
+                if recent is None or not await uow.objects.take_back(owner, recent.id):
+                    raise ConflictFailure("the stored copy of this image changed meanwhile; retry")
+                stored = recent
             if stored is None:
                 try:
                     stored = await uow.objects.create(
