@@ -528,3 +528,45 @@ async def test_completion_finds_the_vault_the_upload_was_started_in(
         done = await _complete(http, base, key, ticket)  # body {}
         assert done.status_code == 200, done.text
         assert done.json()["vault"] == "Work"
+
+
+async def test_a_completion_keeps_its_claim_while_it_works_and_a_dead_claim_lapses(
+    uploading: MemoryServices,
+    serve_http: Callable[..., Any],
+    make_key: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memory_tools.ingest import uploads
+
+    monkeypatch.setattr(uploads, "_CLAIM_SECONDS", 1.0)
+    monkeypatch.setattr(uploads, "_RENEW_SECONDS", 0.2)
+    key = await make_key("claims@example.com")
+    data = _png(9)
+    admission = uploading.decode_admission
+    async with (
+        serve_http(build_http_server(uploading)) as mcp_url,
+        httpx.AsyncClient(timeout=60) as http,
+    ):
+        base = mcp_url.removesuffix("/mcp")
+        ticket = await _start(http, base, key, len(data))
+        assert (await _put(http, base, ticket, data)).status_code == 200
+        # A claim whose holder lost the database before it could give it up: it lapses.
+        async with uploading.database.unit_of_work() as uow:
+            assert await uow.quota.claim_completion(
+                "claims@example.com", ticket["uploadId"], token="gone", seconds=1.0
+            )
+        answers: list[httpx.Response] = []
+
+        async def complete() -> None:
+            answers.append(await _complete(http, base, key, ticket))
+
+        # The decode budget is held, so the completion that takes over waits inside its
+        # claim for longer than a claim lasts: it must keep it, so a second one waits.
+        async with anyio.create_task_group() as group, admission.admit(admission.budget):
+            group.start_soon(complete)
+            await anyio.sleep(2.5)
+            group.start_soon(complete)
+            await anyio.sleep(2.5)
+    assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
+    assert answers[0].json()["assetId"] == answers[1].json()["assetId"]
+    assert sorted(a.json()["replayed"] for a in answers) == [False, True]

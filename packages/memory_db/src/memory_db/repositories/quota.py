@@ -249,7 +249,8 @@ class QuotaRepository:
         Completion reads, decodes and stores outside any transaction, so concurrent completions
         of one upload would each do all of that and collide at the commit. The claim (kept in
         the reservation's ``request``, with a deadline by the database clock) lets exactly one
-        proceed; a claim whose holder died lapses after ``seconds``.
+        proceed; a claim whose holder died, or lost the database, lapses after ``seconds``
+        unless its holder renews it (the same call with the same token).
         """
         claim = {"token": token}
         row = await self._session.scalar(
@@ -264,6 +265,8 @@ class QuotaRepository:
                         DateTime(timezone=True)
                     )
                     < func.now(),
+                    # The holder renewing its own claim.
+                    AssetUploadReservation.request["completing"]["token"].astext == token,
                 ),
             )
             .values(

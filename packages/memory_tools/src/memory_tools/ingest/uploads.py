@@ -58,7 +58,8 @@ log = get_logger(__name__)
 OPERATION = "asset_upload"
 # A completion reads, decodes and stores the image; a claim outlives any sane attempt, and a
 # claim whose holder died lapses after this. Waiters poll at the saver's pace.
-_CLAIM_SECONDS = 300.0
+_CLAIM_SECONDS = 30.0
+_RENEW_SECONDS = 10.0  # the holder renews its claim this often while it works
 _WAIT_SECONDS = 120.0
 _POLL_SECONDS = 0.1
 
@@ -221,12 +222,44 @@ class UploadFlow:
                 )
             await anyio.sleep(_POLL_SECONDS)
         owner, reservation, request, target = claim
+        outcome: SaveResult | Exception = RuntimeError("the completion did not run")
         try:
-            return await self._complete_claimed(caller, owner, reservation, request, target)
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._keep_claim, owner, reservation.id, token)
+                try:
+                    outcome = await self._complete_claimed(
+                        caller, owner, reservation, request, target
+                    )
+                except Exception as exc:  # re-raised below, not wrapped in a group
+                    outcome = exc
+                finally:
+                    group.cancel_scope.cancel()
         finally:
             with anyio.CancelScope(shield=True):
+                await self._drop_claim(owner, reservation.id, token)
+        if isinstance(outcome, Exception):
+            raise outcome
+        return outcome
+
+    async def _keep_claim(self, owner: str, reservation_id: str, token: str) -> None:
+        """Renew this attempt's claim while it works (a decode may wait its turn a while)."""
+        while True:
+            await anyio.sleep(_RENEW_SECONDS)
+            try:
                 async with self._services.database.unit_of_work() as uow:
-                    await uow.quota.drop_completion_claim(owner, reservation.id, token=token)
+                    await uow.quota.claim_completion(
+                        owner, reservation_id, token=token, seconds=_CLAIM_SECONDS
+                    )
+            except MemoryDbError:
+                log.warning("upload_claim_renewal_failed", exc_info=True)
+
+    async def _drop_claim(self, owner: str, reservation_id: str, token: str) -> None:
+        """Give the claim up; if the database is unreachable, it lapses by itself."""
+        try:
+            async with self._services.database.unit_of_work() as uow:
+                await uow.quota.drop_completion_claim(owner, reservation_id, token=token)
+        except MemoryDbError:
+            log.warning("upload_claim_release_failed", exc_info=True)
 
     async def _claim(
         self, caller: Caller, upload_id: str, *, vault: str, token: str
