@@ -345,6 +345,26 @@ BAD = [
         "executable",
     ),
     Bad(
+        "png+img onerror polyglot",
+        lambda: _rgb(16, 16).pngsave_buffer() + b"<img src=x onerror=alert(1)>",
+        "markup",
+    ),
+    Bad(
+        "jpeg+svg onload polyglot",
+        lambda: _rgb(16, 16).jpegsave_buffer() + b"<svg onload=alert(1)>",
+        "markup",
+    ),
+    Bad(
+        "gif+body onload polyglot",
+        lambda: _rgb(16, 16).gifsave_buffer() + b"<BODY onload=alert(1)>",
+        "markup",
+    ),
+    Bad(
+        "webp+onerror handler",
+        lambda: _rgb(16, 16).webpsave_buffer() + b"x onerror =alert(1)",
+        "markup",
+    ),
+    Bad(
         "png+html polyglot",
         lambda: _rgb(16, 16).pngsave_buffer() + b"<html><script>alert(1)</script>",
         "markup",

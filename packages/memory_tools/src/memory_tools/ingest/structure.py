@@ -35,6 +35,13 @@ _TRAILER_THREATS: tuple[tuple[bytes, str], ...] = (
 # Markup that turns an image into an HTML/script polyglot wherever it appears. Seven or more
 # ASCII bytes: a chance match inside compressed pixel data is vanishingly unlikely.
 _MARKUP = (b"<script", b"<html", b"<?php", b"<svg xmlns", b"<!doctype", b"javascript:", b"<iframe")
+# Elements that run script through an event attribute, and the attributes themselves: an
+# element name followed by a space, "/" or ">", or an "on...=" handler name (six or more
+# bytes each, for the same reason).
+_ACTIVE_MARKUP = re.compile(
+    rb"<(?:svg|img|body|object|embed|video|audio|math|details|input|style|link|meta|base)[\s/>]"
+    rb"|\bon(?:error|load|focus|begin|toggle|mouseover|pageshow|animationstart)\s*="
+)
 # JPEG frames whose entropy data is Huffman-coded (baseline, extended, progressive, lossless):
 # each 8x8 block costs at least one bit. Arithmetic coding has no such floor.
 _HUFFMAN_FRAMES = frozenset({0xC0, 0xC1, 0xC2, 0xC3})
@@ -259,5 +266,5 @@ def refuse_polyglots(data: bytes, layout: Layout) -> None:
     # compressed pixel data, which is skipped: scanning a 30 MB PNG whole cost 50 ms.
     for start, stop in _outside(layout.pixels, len(data)):
         lowered = data[start:stop].lower()
-        if any(marker in lowered for marker in _MARKUP):
+        if any(marker in lowered for marker in _MARKUP) or _ACTIVE_MARKUP.search(lowered):
             raise InvalidImage("the file carries HTML or script markup (a polyglot file)")
