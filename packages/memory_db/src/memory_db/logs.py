@@ -58,6 +58,8 @@ _EMAIL_RE = re.compile(r"[A-Za-z0-9._%+-]+@[A-Za-z0-9.-]+\.[A-Za-z]{2,}")
 _DATA_URL_RE = re.compile(r"data:[^;,\s]*;base64,[A-Za-z0-9+/=\s]+", re.IGNORECASE)
 _LONG_BASE64_RE = re.compile(r"[A-Za-z0-9+/_-]{120,}={0,2}")
 _BEARER_RE = re.compile(r"(?i)\bbearer\s+\S+")
+# Credentials in a URL's authority (``https://user:password@host``).
+_URL_USERINFO_RE = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@\"']+@")
 # A URL with a query string: signed links carry their authority in the query.
 _URL_WITH_QUERY_RE = re.compile(r"(https?://[^\s?#\"']+)\?[^\s#\"']*", re.IGNORECASE)
 
@@ -69,10 +71,11 @@ def identity_digest(identity: str) -> str:
 
 
 def redact_text(text: str) -> str:
-    """Mask secrets, base64 blobs, signed-URL queries and e-mail addresses inside free text."""
+    """Mask secrets, base64 blobs, URL credentials and queries, and e-mail addresses in text."""
     text = _DATA_URL_RE.sub("data:[redacted]", text)
     text = _BEARER_RE.sub("Bearer " + REDACTED, text)
     text = _API_KEY_RE.sub("mk_" + REDACTED, text)
+    text = _URL_USERINFO_RE.sub(lambda m: m.group(1) + REDACTED + "@", text)
     text = _URL_WITH_QUERY_RE.sub(lambda m: m.group(1) + "?" + REDACTED, text)
     text = _LONG_BASE64_RE.sub("[redacted base64]", text)
     return _EMAIL_RE.sub(lambda m: identity_digest(m.group(0)), text)

@@ -57,6 +57,14 @@ def test_signed_url_queries_are_removed() -> None:
     assert "original.png" in text  # the path (opaque ids) stays useful
 
 
+def test_credentials_in_urls_are_removed() -> None:
+    text = redact_text(
+        "call_tool image_asset_save with {'sourceUrl': 'https://user:pw@127.0.0.1/x.png?a=1'}"
+    )
+    assert "user:pw" not in text and "pw@" not in text
+    assert "https://[redacted]@127.0.0.1/x.png" in text
+
+
 def test_identities_become_digests() -> None:
     out = _redact(owner_identity="Alice@Example.com", event="granted to bob@example.com")
     assert out["owner_identity"] == identity_digest("alice@example.com")
