@@ -7,11 +7,15 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
 
+import anyio
 import httpx
+import pytest
 import pyvips
 from fastmcp import Client
+from starlette.types import Message, Receive, Scope, Send
 
 from memory_db.embedding import LocalEmbedder
+from memory_server import body_limit
 from memory_server.app import build_http_server
 from memory_server.body_limit import HEADROOM_BYTES, mcp_body_limit, mcp_middleware
 from memory_tools import MemoryServices
@@ -82,3 +86,57 @@ async def test_the_sdk_limit_of_4_mib_is_lifted_to_what_the_schema_accepts(
         )
     assert saved.structured_content is not None
     assert saved.structured_content["bytes"] == len(data)
+
+
+async def test_large_bodies_wait_for_the_body_budget(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Six 3 MiB saves at once with room for 7 MiB: two are handled at a time, never three."""
+    monkeypatch.setattr(body_limit, "_lift_sdk_limit", lambda _app, _limit: None)
+    size = 3 * MiB
+    in_flight = peak = 0
+
+    async def app(_scope: Scope, receive: Receive, send: Send) -> None:
+        nonlocal in_flight, peak
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body", False):
+                break
+        in_flight += len(body)
+        peak = max(peak, in_flight)
+        await anyio.sleep(0.05)
+        in_flight -= len(body)
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"{}"})
+
+    limiter = body_limit.McpBodyLimit(app, limit=4 * MiB, max_image_bytes=size, budget=7 * MiB)
+    statuses: list[int] = []
+
+    async def one() -> None:
+        scope: Scope = {
+            "type": "http",
+            "path": "/mcp",
+            "method": "POST",
+            "headers": [(b"content-length", str(size).encode())],
+        }
+        delivered = False
+
+        async def receive() -> Message:
+            nonlocal delivered
+            if not delivered:
+                delivered = True
+                return {"type": "http.request", "body": b"x" * size, "more_body": False}
+            return {"type": "http.disconnect"}
+
+        async def send(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                statuses.append(message["status"])
+
+        await limiter(scope, receive, send)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(6):
+            group.start_soon(one)
+    assert statuses == [200] * 6
+    assert peak == 2 * size
+    assert limiter.admission.queued >= 1 and limiter.admission.in_flight == 0
