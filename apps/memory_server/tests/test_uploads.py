@@ -20,7 +20,6 @@ import pyvips
 from sqlalchemy import text
 
 from memory_db.embedding import LocalEmbedder
-from memory_db.ids import new_id
 from memory_db.storage import S3AssetObjectStore
 from memory_db.testing.s3_peers import S3Peer
 from memory_server.app import build_http_server
@@ -304,16 +303,7 @@ async def replaying(
         yield uploading, on_disk
         return
     peer: S3Peer = request.getfixturevalue(f"{kind}_peer")
-    bucket = "up" + new_id("aob")[4:18]
-    peer.create_bucket(bucket)
-    store = S3AssetObjectStore(
-        bucket=bucket,
-        region=peer.region,
-        endpoint_url=peer.endpoint_url,
-        access_key_id=peer.access_key_id,
-        secret_access_key=peer.secret_access_key,
-        force_path_style=True,
-    )
+    store, bucket = peer.new_store("up")
     client = peer.client()
 
     def in_bucket(namespace: str) -> dict[str, bytes]:

@@ -12,13 +12,12 @@ from memory_server.body_limit import mcp_middleware
 from memory_server.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    check_api_key,
     public_base_url,
     running,
     stdio_api_key,
 )
 from memory_server.cli import run_command
-from memory_server.links import plan_stdio_links, serving_links
+from memory_server.links import stdio_services
 from memory_tools import ApiKeyVerifier
 from scraper_mcp import build_aggregate_server
 
@@ -36,18 +35,7 @@ async def _serve(settings: MemorySettings, transport: str, host: str, port: int)
 
 
 async def _serve_stdio(settings: MemorySettings) -> None:
-    key = stdio_api_key(settings)
-    links = plan_stdio_links(settings)  # previews need someone to serve them
-    async with (
-        running(
-            settings,
-            base_url=links.base_url,
-            default_api_key=key,
-            links_unavailable=links.unavailable,
-        ) as (_runtime, services),
-        serving_links(services, links),
-    ):
-        await check_api_key(services, key)
+    async with stdio_services(settings, stdio_api_key(settings)) as (services, _links):
         await build_aggregate_server(services).run_stdio_async(show_banner=False)
 
 

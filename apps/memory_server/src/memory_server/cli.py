@@ -24,7 +24,6 @@ from memory_server.bootstrap import (
     DEFAULT_PORT,
     background_worker,
     bind_listening_socket,
-    check_api_key,
     public_base_url,
     running,
     stdio_api_key,
@@ -70,20 +69,9 @@ def _err(message: str) -> None:
 
 
 async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
-    key = stdio_api_key(settings)
-    from memory_server.links import plan_stdio_links, serving_links
+    from memory_server.links import stdio_services
 
-    links = plan_stdio_links(settings)
-    async with (
-        running(
-            settings,
-            base_url=links.base_url,
-            default_api_key=key,
-            links_unavailable=links.unavailable,
-        ) as (_runtime, services),
-        serving_links(services, links),
-    ):
-        await check_api_key(services, key)
+    async with stdio_services(settings, stdio_api_key(settings)) as (services, links):
         from memory_tools.mcp import build_memory_server
 
         server = build_memory_server(services)

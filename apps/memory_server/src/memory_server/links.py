@@ -24,7 +24,13 @@ import uvicorn
 from starlette.applications import Starlette
 
 from memory_db import MemorySettings, get_logger
-from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url
+from memory_server.bootstrap import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    check_api_key,
+    public_base_url,
+    running,
+)
 from memory_server.http_routes import object_routes
 from memory_tools import MemoryServices
 
@@ -102,3 +108,26 @@ async def serving_links(services: MemoryServices, links: StdioLinks) -> AsyncGen
         server.should_exit = True
         await task
         listener.close()
+
+
+@asynccontextmanager
+async def stdio_services(
+    settings: MemorySettings, api_key: str
+) -> AsyncGenerator[tuple[MemoryServices, StdioLinks], None]:
+    """The services of a stdio server acting as ``api_key``, with its links served.
+
+    Plans where signed links point, opens the runtime, serves the links if that falls to this
+    process, and fails at start-up (naming ``MEMORY_API_KEY``) when the key is not valid.
+    """
+    links = plan_stdio_links(settings)
+    async with (
+        running(
+            settings,
+            base_url=links.base_url,
+            default_api_key=api_key,
+            links_unavailable=links.unavailable,
+        ) as (_runtime, services),
+        serving_links(services, links),
+    ):
+        await check_api_key(services, api_key)
+        yield services, links

@@ -126,17 +126,7 @@ def make_key(variant: str = "original", ext: str = "png", namespace_id: str | No
 
 
 async def _s3_store(peer: S3Peer) -> tuple[S3AssetObjectStore, str]:
-    bucket = "b" + new_id("aob")[4:20]
-    peer.create_bucket(bucket)
-    store = S3AssetObjectStore(
-        bucket=bucket,
-        region=peer.region,
-        endpoint_url=peer.endpoint_url,
-        access_key_id=peer.access_key_id,
-        secret_access_key=peer.secret_access_key,
-        force_path_style=True,
-    )
-    return store, bucket
+    return peer.new_store("b")
 
 
 @pytest.fixture

@@ -20,7 +20,6 @@ from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.ids import new_id
 from memory_db.storage import (
-    S3AssetObjectStore,
     build_object_key,
     build_staging_key,
     content_type_for_key,
@@ -599,16 +598,7 @@ async def test_the_worker_never_embeds_a_preview_that_fails_the_database_hash(
 async def test_reconciliation_reports_keys_it_did_not_make_and_goes_on(
     saving: MemoryServices, alice_caller: Caller, moto_peer: S3Peer
 ) -> None:
-    bucket = "rc" + new_id("aob")[4:18]
-    moto_peer.create_bucket(bucket)
-    store = S3AssetObjectStore(
-        bucket=bucket,
-        region=moto_peer.region,
-        endpoint_url=moto_peer.endpoint_url,
-        access_key_id=moto_peer.access_key_id,
-        secret_access_key=moto_peer.secret_access_key,
-        force_path_style=True,
-    )
+    store, bucket = moto_peer.new_store("rc")
     services = replace(saving, store=store)
     try:
         asset_id = await save(services, alice_caller, 70)

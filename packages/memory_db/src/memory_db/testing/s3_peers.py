@@ -18,6 +18,9 @@ from typing import Any
 
 import boto3  # type: ignore[import-untyped]
 
+from memory_db.ids import new_id
+from memory_db.storage import S3AssetObjectStore
+
 REPO_ROOT_MARKER = "tools/s3rver/package.json"
 
 
@@ -62,6 +65,20 @@ class S3Peer:
     def create_bucket(self, bucket: str) -> None:
         """Create a private bucket."""
         self.client().create_bucket(Bucket=bucket)
+
+    def new_store(self, prefix: str = "b") -> tuple[S3AssetObjectStore, str]:
+        """An object store on a new private bucket of this peer, and the bucket's name."""
+        bucket = prefix + new_id("aob")[4 : 4 + 18 - len(prefix)]
+        self.create_bucket(bucket)
+        store = S3AssetObjectStore(
+            bucket=bucket,
+            region=self.region,
+            endpoint_url=self.endpoint_url,
+            access_key_id=self.access_key_id,
+            secret_access_key=self.secret_access_key,
+            force_path_style=True,
+        )
+        return store, bucket
 
 
 class MotoPeer:
