@@ -91,8 +91,9 @@ def _ping_once(dbapi_connection: Any) -> bool:
 
     SQLAlchemy's asyncpg ping wraps a prepared ``;`` in BEGIN and ROLLBACK (three round trips
     per checkout, for PgBouncer's transaction mode). A simple query prepares nothing, so it
-    is safe there too (asyncpg fails on the empty query's answer, hence not ``;``). A search checked out about six connections: 12 of its 40 round trips
-    were pings (docs/performance.md).
+    is safe there too (asyncpg fails on the empty query's answer, hence not ``;``). A search
+    checked out about six connections: 12 of its 40 round trips were pings
+    (docs/performance.md).
     """
     try:
         await_(dbapi_connection.driver_connection.execute("SELECT 1"))
