@@ -66,6 +66,25 @@ class Database:
                 raise DatabaseUnavailable("the database is unavailable") from exc
             raise
 
+    @asynccontextmanager
+    async def lone_reads(self) -> AsyncGenerator[UnitOfWork, None]:
+        """Repositories outside any transaction (autocommit), for reads that stand alone.
+
+        Each statement sees the data as of itself, with no BEGIN and COMMIT round trips: for
+        one-statement lookups on hot paths (the API key check of every HTTP request), never for
+        writes or for reads that must agree with each other. Outages as in
+        :meth:`unit_of_work`.
+        """
+        try:
+            async with self.engine.connect() as connection:
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                async with AsyncSession(connection, expire_on_commit=False) as session:
+                    yield UnitOfWork(session)
+        except Exception as exc:
+            if is_connection_failure(exc):
+                raise DatabaseUnavailable("the database is unavailable") from exc
+            raise
+
     async def close(self) -> None:
         """Dispose the engine's connection pool."""
         await self.engine.dispose()
