@@ -67,12 +67,12 @@ class Database:
             raise
 
     @asynccontextmanager
-    async def lone_reads(self) -> AsyncGenerator[UnitOfWork, None]:
-        """Repositories outside any transaction (autocommit), for reads that stand alone.
+    async def single_statements(self) -> AsyncGenerator[UnitOfWork, None]:
+        """Repositories outside any transaction: each statement commits on its own.
 
-        Each statement sees the data as of itself, with no BEGIN and COMMIT round trips: for
-        one-statement lookups on hot paths (the API key check of every HTTP request), never for
-        writes or for reads that must agree with each other. Outages as in
+        No BEGIN and COMMIT round trips, for work that is one statement on a hot path (the key
+        check of every HTTP request and tool call). Never for statements that must succeed or
+        fail together, or reads that must agree with each other. Outages as in
         :meth:`unit_of_work`.
         """
         try:

@@ -1,4 +1,4 @@
-"""Round trips to the database: the checkout ping and lone reads send one statement each."""
+"""Round trips to the database: the checkout ping and single statements send nothing else."""
 
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ async def test_a_connection_the_server_ended_is_replaced_at_checkout(database_ur
         await database.close()
 
 
-async def test_a_lone_read_sends_its_statement_and_nothing_else(database_url: str) -> None:
+async def test_a_single_statement_is_sent_without_begin_or_commit(database_url: str) -> None:
     database = Database(create_engine(database_url, pool_size=1))
     try:
         async with database.unit_of_work() as uow:
@@ -70,13 +70,22 @@ async def test_a_lone_read_sends_its_statement_and_nothing_else(database_url: st
             connection = await uow.session.connection()
             driver: Any = (await connection.get_raw_connection()).driver_connection
         sent = _simple_queries(driver)
-        async with database.lone_reads() as uow:
+        async with database.single_statements() as uow:
             found = await uow.api_keys.resolve(secret)
         await anyio.sleep(0.05)  # asyncpg calls query loggers soon, not at once
         assert found is not None
         # the checkout ping and no BEGIN or COMMIT (asyncpg's query loggers see simple
         # queries, not the prepared lookup)
         assert sent == ["SELECT 1"]
+        # a statement that writes commits on its own
+        sent.clear()
+        async with database.single_statements() as uow:
+            assert await uow.api_keys.use(secret) is not None
+        await anyio.sleep(0.05)
+        assert sent == ["SELECT 1"]
+        async with database.unit_of_work() as uow:
+            (listed,) = await uow.api_keys.list_for("a@example.com")
+            assert listed.last_used_at is not None
         # the same pooled connection is transactional again for the next unit of work
         sent.clear()
         async with database.unit_of_work() as uow:
@@ -87,11 +96,11 @@ async def test_a_lone_read_sends_its_statement_and_nothing_else(database_url: st
         await database.close()
 
 
-async def test_a_lone_read_of_an_unreachable_database_is_database_unavailable() -> None:
+async def test_single_statements_on_an_unreachable_database_are_database_unavailable() -> None:
     database = Database(create_engine("postgresql://nobody@127.0.0.1:1/none"))
     try:
         with pytest.raises(DatabaseUnavailable):
-            async with database.lone_reads() as uow:
+            async with database.single_statements() as uow:
                 await uow.api_keys.resolve("mk_" + "x" * 40)
     finally:
         await database.close()

@@ -54,7 +54,7 @@ class ApiKeyVerifier(TokenVerifier):
             return None
         try:
             # One statement: no transaction around it (two round trips fewer per request).
-            async with self._database.lone_reads() as uow:
+            async with self._database.single_statements() as uow:
                 record = await uow.api_keys.resolve(token)
         except DatabaseUnavailable:
             # The key cannot be checked now. Let the request in with no scopes instead of

@@ -197,12 +197,12 @@ async def run_as_caller(
     """Authenticate in a short transaction, then run ``action`` outside it.
 
     For work that must not hold a transaction open across network calls; ``action`` opens its
-    own.
+    own. The key check is one statement, so it needs no transaction around it.
     """
     caller: Caller | None = None
     try:
         with map_failures():
-            async with services.database.unit_of_work() as uow:
+            async with services.database.single_statements() as uow:
                 caller = await authenticate(uow, _presented_key(services))
             return await action(caller)
     except ToolFailure as failure:
