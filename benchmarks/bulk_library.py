@@ -79,13 +79,25 @@ WORDS = [
 CLUSTERS = 100
 
 
+_BASE32 = "abcdefghijklmnopqrstuvwxyz234567"  # the alphabet of memory_db.ids
+
+
+def _id_body(i: int) -> str:
+    """``i`` in the ids' base32 alphabet, 26 characters (a valid id, unlike decimal digits)."""
+    digits = []
+    for _ in range(26):
+        i, digit = divmod(i, 32)
+        digits.append(_BASE32[digit])
+    return "".join(reversed(digits))
+
+
 def library_asset_id(i: int) -> str:
     """The id of the ``i``-th loaded asset."""
-    return f"ast_{i:026d}"
+    return f"ast_{_id_body(i)}"
 
 
 def _object_id(i: int) -> str:
-    return f"aob_{i:026d}"
+    return f"aob_{_id_body(i)}"
 
 
 def _halfvec(value: Any) -> bytes:
