@@ -17,12 +17,14 @@ What runs:
   (``imageBase64`` of a 64x48 PNG) 15 %, ``image_asset_get`` 20 %, ``image_asset_list`` 17 %,
   ``image_asset_save`` of a unique 64x48 PNG with a title and description 8 %.
 
-What it prints, per N: calls per second (calls answered inside the window / its length),
-p50/p95/p99 per operation and over all calls (of calls sent inside the window, failed ones
+What it prints, per N: throughput (calls answered without error inside the window / its
+length), p50/p95/p99 per operation and over all calls (of calls sent inside the window, failed ones
 included: their caller waited too), errors by code over the whole phase (warm-up included;
 a tool error's code from its ``code: message`` text, ``timeout``, or the transport failure),
 save -> searchable p50/p95, and the CPU the clients, the server and PostgreSQL used
-(in cores: CPU seconds / window seconds; the machine's core count bounds their sum).
+(in cores: CPU seconds / window seconds; the machine's core count bounds their sum). A client
+process near one core would make the clients the bottleneck: the benchmark says so when the
+busiest one passes 0.8 cores (then lower ``--sessions-per-process``).
 
 Save -> searchable: from the moment the save's answer reached the client until the commit of
 the transaction that made the asset ``ready`` (the worker writes its vectors and its status
@@ -54,7 +56,8 @@ removed on exit, Ctrl-C and failures included.
 
 Usage: python benchmarks/load.py [--quick] [--clients 1,4,16,64] [--warmup 5] [--duration 30]
        [--library 10000] [--call-timeout 20] [--settle 30] [--sessions-per-process 32]
-       [--server-args "..."] [--server-env KEY=VALUE ...] [--json] [--strict]
+       [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--json]
+       [--strict]
 """
 
 from __future__ import annotations
@@ -66,13 +69,14 @@ import math
 import os
 import selectors
 import shlex
+import shutil
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, Generator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,7 +111,7 @@ class Phase:
     clients: int
     processes: int
     window: float
-    throughput: float = 0.0
+    throughput: float = 0.0  # calls answered without error per second of the window
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> p50/p95/p99 ms
     calls: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
@@ -172,7 +176,7 @@ async def _enable_commit_timestamps(settings: MemorySettings) -> None:
 @contextlib.asynccontextmanager
 async def library_database(
     settings: MemorySettings, size: int
-) -> AsyncIterator[tuple[Database, str, str]]:
+) -> AsyncGenerator[tuple[Database, str, str]]:
     """The embedded database with the library loaded; yields it, its URL and an API key."""
     await _enable_commit_timestamps(settings)
     database, embedded = await open_database(settings, migrate=True)
@@ -203,7 +207,7 @@ async def library_database(
 @contextlib.contextmanager
 def running_server(
     data_dir: Path, log_path: Path, server_args: list[str], server_env: dict[str, str]
-) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+) -> Generator[tuple[str, subprocess.Popen[bytes]]]:
     """``memory-server serve --transport http`` on a free loopback port; stopped afterwards."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_ENV)}
     env.update(MEMORY_DATA_DIR=str(data_dir), MEMORY_LOG_FORMAT="json", MEMORY_LOG_LEVEL="warning")
@@ -337,15 +341,16 @@ async def run_phase(
         await anyio.sleep(max(0.0, end - time.time()))
         server_cpu, pg_cpu = _tree_cpu(server.pid) - server_cpu, _tree_cpu(postmaster) - pg_cpu
         records: list[list[Any]] = []
-        client_cpu = 0.0
+        client_cpu: list[float] = []
         for process in processes:
             line = await anyio.to_thread.run_sync(_read_line, process, config.call_timeout + 60.0)
             result = json.loads(line)
             records.extend(result["records"])
-            client_cpu += result["cpu_seconds"]
+            client_cpu.append(result["cpu_seconds"])
     phase = Phase(clients=clients, processes=len(processes), window=config.duration)
     phase.cpu = {
-        "clients": client_cpu / config.duration,
+        "clients": sum(client_cpu) / config.duration,
+        "busiest_client_process": max(client_cpu) / config.duration,
         "server": server_cpu / config.duration,
         "postgres": pg_cpu / config.duration,
     }
@@ -357,7 +362,7 @@ async def run_phase(
 
 def _summarise(phase: Phase, records: list[list[Any]], start: float, end: float) -> None:
     phase.errors = dict(Counter(r[3] for r in records if r[3] is not None))
-    answered = [r for r in records if start <= r[2] <= end]
+    answered = [r for r in records if start <= r[2] <= end and r[3] is None]
     phase.throughput = len(answered) / (end - start)
     window = [r for r in records if start <= r[1] < end and r[0] != "session"]
     for operation in [*OPERATIONS, "all"]:
@@ -503,6 +508,11 @@ def report(phases: dict[int, Phase], args: argparse.Namespace, revision: str) ->
                 f"{_ms(figures['p95']):>7}{_ms(figures['p99']):>7}{figures['p95'] / mean:>11.2f}"
             )
     for n, p in phases.items():
+        if p.cpu["busiest_client_process"] > 0.8:
+            print(
+                f"N={n}: a client process used {p.cpu['busiest_client_process']:.2f} cores: the "
+                "clients may limit this N; try fewer --sessions-per-process"
+            )
         if p.errors:
             listed = ", ".join(f"{key} x{count}" for key, count in sorted(p.errors.items()))
             print(f"errors at N={n}: {listed}")
@@ -590,6 +600,9 @@ def main() -> int:
         metavar="KEY=VALUE",
         help="environment for the server (repeatable), e.g. MEMORY_DB_POOL_SIZE=20",
     )
+    parser.add_argument(
+        "--server-log", type=Path, default=None, help="keep the server's log at this path"
+    )
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
@@ -602,7 +615,11 @@ def main() -> int:
         del os.environ[name]  # the loader and the server see the same, default, settings
     configure_logging(level="warning")
     with tempfile.TemporaryDirectory(prefix="load-") as tmp:
-        phases = anyio.run(run, args, Path(tmp))
+        try:
+            phases = anyio.run(run, args, Path(tmp))
+        finally:
+            if args.server_log is not None and (Path(tmp) / "server.log").exists():
+                shutil.copyfile(Path(tmp) / "server.log", args.server_log)
     met = report(phases, args, _revision())
     if args.json:
         print(json.dumps({n: asdict(p) for n, p in phases.items()}, indent=2))

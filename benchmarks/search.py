@@ -131,7 +131,7 @@ async def run(sizes: list[int], query_count: int) -> dict[int, dict[str, float]]
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--sizes", default="10000,100000")
     parser.add_argument("--queries", type=int, default=60)
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
