@@ -531,13 +531,16 @@ def report(phases: dict[int, Phase], args: argparse.Namespace, revision: str) ->
 
 
 def _revision() -> str:
-    done = subprocess.run(
-        ["git", "-C", str(HERE), "log", "-1", "--format=%h %cs"],
-        capture_output=True,
-        text=True,
-        check=False,
+    """The commit the server runs from, and whether tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        command = ["git", "-C", str(HERE), *args]
+        return subprocess.run(command, capture_output=True, text=True, check=False).stdout
+
+    commit = git("log", "-1", "--format=%h %cs").strip() or "unknown"
+    return commit + (
+        " + local changes" if git("status", "--porcelain", "--untracked-files=no") else ""
     )
-    return done.stdout.strip() or "unknown"
 
 
 # --- main -----------------------------------------------------------------------------------
