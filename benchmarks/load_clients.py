@@ -50,6 +50,16 @@ _CODE = re.compile(r"^([a-z_]+): ")
 _SESSION_LOST = (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream)
 
 
+class SessionLost(Exception):
+    """A call failed in a way that leaves its session unusable (the call is already recorded)."""
+
+
+def _already_recorded(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return all(_already_recorded(inner) for inner in exc.exceptions)
+    return isinstance(exc, SessionLost)
+
+
 @dataclass(frozen=True)
 class ClientSpec:
     """What one client process does (given by load.py as JSON)."""
@@ -76,6 +86,8 @@ def unique_png(seed: int) -> bytes:
 
 def error_key(exc: BaseException) -> str:
     """The error column for a call that raised instead of answering."""
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]  # a task group's failure: name what failed first
     if isinstance(exc, TimeoutError):
         return "timeout"
     if isinstance(exc, MCPError):
@@ -144,7 +156,7 @@ class Caller:
             )
             self.records.append([operation, sent, time.time(), error, None])
             if lost:
-                raise
+                raise SessionLost from exc
             return
         self.records.append([operation, sent, time.time(), error, saved])
 
@@ -173,7 +185,8 @@ class Caller:
             except Exception as exc:
                 if first:
                     raise
-                self.records.append(["session", time.time(), time.time(), error_key(exc), None])
+                if not _already_recorded(exc):  # opening or closing the session failed
+                    self.records.append(["session", time.time(), time.time(), error_key(exc), None])
                 await anyio.sleep(0.5)
 
 
