@@ -147,7 +147,7 @@ def worker_config(
     default = WorkerConfig()
     lease = lease_seconds or default.lease_seconds
     return WorkerConfig(
-        concurrency=concurrency or settings.asset_embed_worker_concurrency or default.concurrency,
+        concurrency=concurrency or settings.worker_concurrency,
         batch_size=batch_size or default.batch_size,
         lease_seconds=lease,
         heartbeat_seconds=lease / 4,

@@ -91,6 +91,8 @@ async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> Non
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     from memory_tools.worker import EmbeddingWorker
 
+    if args.concurrency:  # the pool is sized from the worker's slots
+        settings = settings.model_copy(update={"asset_embed_worker_concurrency": args.concurrency})
     async with running(settings, base_url=base) as (_runtime, services):
         config = worker_config(
             settings,

@@ -40,7 +40,7 @@ from memory_db.repositories import (
 )
 from memory_db.runtime import Runtime, open_database, open_runtime
 from memory_db.settings import MemorySettings, load_settings
-from memory_db.unit_of_work import Database, UnitOfWork
+from memory_db.unit_of_work import Database, NestedUnitOfWork, UnitOfWork
 
 __all__ = [
     "DEFAULT_VAULT",
@@ -61,6 +61,7 @@ __all__ = [
     "MemoryDbError",
     "MemorySettings",
     "NamespaceUsage",
+    "NestedUnitOfWork",
     "NotFound",
     "ObjectExists",
     "ObjectNotFound",

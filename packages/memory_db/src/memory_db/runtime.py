@@ -171,7 +171,9 @@ async def open_database(
         migrate = True
     else:
         url = settings.memory_database_url.get_secret_value()
-    engine = create_engine(url)
+    engine = create_engine(
+        url, pool_size=settings.db_pool_size, max_overflow=settings.memory_db_pool_overflow
+    )
     try:
         if migrate:
             await upgrade(engine)

@@ -39,6 +39,10 @@ def _is_loopback_host(host: str | None) -> bool:
         return False
 
 
+# Batches one embedding worker runs at once unless ASSET_EMBED_WORKER_CONCURRENCY says otherwise.
+DEFAULT_WORKER_CONCURRENCY = 2
+
+
 class MemorySettings(BaseSettings):
     """All configuration of the image memory, read from environment variables."""
 
@@ -101,6 +105,12 @@ class MemorySettings(BaseSettings):
     memory_stdio_links: Literal["loopback", "off"] = "loopback"
     memory_signing_secret: SecretStr | None = None
     memory_default_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
+    # Calls (tool calls, HTTP routes) one process runs at once; the rest wait their turn.
+    memory_max_concurrent_calls: int = Field(default=16, ge=1, le=1024)
+    memory_admission_wait_seconds: float = Field(default=10.0, gt=0, le=300)
+    # Connections per process; unset: sized from the calls and worker slots (db_pool_size).
+    memory_db_pool_size: int | None = Field(default=None, ge=1, le=1000)
+    memory_db_pool_overflow: int = Field(default=8, ge=0, le=1000)
     memory_log_format: Literal["auto", "console", "json"] = "auto"
     memory_log_level: Literal["debug", "info", "warning", "error"] = "info"
     asset_embed_provider: Literal["local", "jina"] = "local"
@@ -218,6 +228,24 @@ class MemorySettings(BaseSettings):
     def uses_embedded_database(self) -> bool:
         """True when no ``MEMORY_DATABASE_URL`` is set."""
         return self.memory_database_url is None
+
+    @property
+    def worker_concurrency(self) -> int:
+        """Batches an embedding worker runs at once: ``ASSET_EMBED_WORKER_CONCURRENCY`` or 2."""
+        return self.asset_embed_worker_concurrency or DEFAULT_WORKER_CONCURRENCY
+
+    @property
+    def db_pool_size(self) -> int:
+        """Pooled connections per process: ``MEMORY_DB_POOL_SIZE``, or enough for full load.
+
+        A task holds at most one connection at a time, so one per admitted call, two per
+        worker slot (its batch and the batch's lease heartbeat) and two for the worker's LISTEN
+        connection and its sweep mean an admitted call never waits for a connection. Unused
+        connections are never opened, so the size costs nothing until the load is there.
+        """
+        if self.memory_db_pool_size is not None:
+            return self.memory_db_pool_size
+        return self.memory_max_concurrent_calls + 2 * self.worker_concurrency + 2
 
     @property
     def decode_budget_pixels(self) -> int:

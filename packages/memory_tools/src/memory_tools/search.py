@@ -25,8 +25,6 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
-import anyio
-
 from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
 from memory_db.embedding.types import EmbedResult, EmbedValue
@@ -377,23 +375,19 @@ class AssetSearcher:
             )
 
         async def text_list() -> None:
-            # Its own short read-only transaction on a second connection, so the full-text
-            # list and the exact scores of its hits are found while the ANN query runs.
+            # On the same connection, after the ANN query: a second connection for it would
+            # make every search hold one pooled connection while waiting for another, which
+            # deadlocks a saturated pool (16 concurrent searches on a pool of 10 did).
             nonlocal words, word_hits
             assert text is not None
-            async with self.services.database.unit_of_work() as side:
-                words = await side.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
-                side_index = VectorIndex(side.session, index.name, index.dimensions, index.element)
-                word_hits = await side_index.distances(
-                    vector, vault_scopes, [asset_id for asset_id, _ in words], model=embedder.model
-                )
+            words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
+            word_hits = await index.distances(
+                vector, vault_scopes, [asset_id for asset_id, _ in words], model=embedder.model
+            )
 
-        if text is None:
-            await vector_list()
-        else:
-            async with anyio.create_task_group() as group:
-                group.start_soon(text_list)
-                group.start_soon(vector_list)
+        await vector_list()
+        if text is not None:
+            await text_list()
         for representation in ("visual", "fused"):
             ranked = [h for h in hits if h.representation == representation]
             for position, hit in enumerate(ranked):

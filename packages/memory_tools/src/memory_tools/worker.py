@@ -43,6 +43,7 @@ from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, Provide
 from memory_db.repositories import asset_record
 from memory_db.runtime import prepare_vector_index
 from memory_db.schema import Asset
+from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
 from memory_db.vectors import VectorIndex, VectorRecord
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
@@ -62,7 +63,7 @@ ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
 class WorkerConfig:
     """How a worker claims and paces work."""
 
-    concurrency: int = 2  # batches in flight at once
+    concurrency: int = DEFAULT_WORKER_CONCURRENCY  # batches in flight at once
     batch_size: int = 16
     lease_seconds: float = 120.0
     heartbeat_seconds: float = 30.0

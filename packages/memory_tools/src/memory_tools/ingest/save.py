@@ -285,7 +285,9 @@ class AssetSaver:
             data = prepared.data
             if data is None:
                 assert prepared.fetch_url is not None and self.services.fetcher is not None
-                data = (await self.services.fetcher.fetch(prepared.fetch_url)).data
+                # A download can take ASSET_FETCH_TIMEOUT_SECONDS: other calls go meanwhile.
+                async with self.services.call_admission.stepped_aside():
+                    data = (await self.services.fetcher.fetch(prepared.fetch_url)).data
             image = await inspect_image(
                 data,
                 max_pixels=self._settings.asset_max_decoded_pixels,

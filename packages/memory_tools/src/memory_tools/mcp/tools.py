@@ -178,11 +178,15 @@ async def run_authorised(
     tool: str,
     action: Callable[[UnitOfWork, Caller], Awaitable[T]],
 ) -> T:
-    """Authenticate the caller and run ``action`` in one transaction; map failures to errors."""
+    """Authenticate the caller and run ``action`` in one transaction; map failures to errors.
+
+    The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
+    turn, and past the admission wait it fails as ``busy`` without having done anything.
+    """
     caller: Caller | None = None
     try:
         with map_failures():
-            async with services.database.unit_of_work() as uow:
+            async with services.call_admission.admit(), services.database.unit_of_work() as uow:
                 caller = await authenticate(uow, _presented_key(services))
                 return await action(uow, caller)
     except ToolFailure as failure:
@@ -197,14 +201,15 @@ async def run_as_caller(
     """Authenticate in a short transaction, then run ``action`` outside it.
 
     For work that must not hold a transaction open across network calls; ``action`` opens its
-    own.
+    own. Admitted like ``run_authorised``, for the whole call.
     """
     caller: Caller | None = None
     try:
         with map_failures():
-            async with services.database.unit_of_work() as uow:
-                caller = await authenticate(uow, _presented_key(services))
-            return await action(caller)
+            async with services.call_admission.admit():
+                async with services.database.unit_of_work() as uow:
+                    caller = await authenticate(uow, _presented_key(services))
+                return await action(caller)
     except ToolFailure as failure:
         raise await _refuse(services, tool, caller, failure) from None
 
