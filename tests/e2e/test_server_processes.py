@@ -9,6 +9,7 @@ TCP connection itself: the child's pid owns the established socket of the client
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import signal
@@ -29,6 +30,7 @@ from .test_processes import SERVER, _cli, _env, _free_port, _new_key, _png
 
 pytestmark = pytest.mark.slow
 
+SERVE = [*SERVER, "serve", "--transport", "http"]
 START_SECONDS = 90.0
 
 
@@ -94,28 +96,29 @@ def serve_processes(env: dict[str, str], *args: str) -> Iterator[Processes]:
     log = Path(env["MEMORY_DATA_DIR"]).parent / f"processes-{port}.log"
     with log.open("wb") as sink:
         process = subprocess.Popen(
-            [*SERVER, "serve", "--transport", "http", "--port", str(port), "--processes", "2"]
-            + list(args),
+            [*SERVE, "--port", str(port), "--processes", "2", *args],
             env=env,
             stdout=sink,
             stderr=sink,
         )
     running = Processes(process, port, log)
+    seen: set[int] = set()
     try:
         _wait_healthy(running.url, process, log)
         deadline = time.monotonic() + START_SECONDS
         while log.read_text().count('"server_process_ready"') < 2:
             assert time.monotonic() < deadline, "both server processes did not start"
             time.sleep(0.2)
+        seen.update(running.children())
         yield running
     finally:
-        everyone = [process.pid, *running.children()] if process.poll() is None else []
         if process.poll() is None:
+            seen.update(running.children())
             process.terminate()
             process.wait(timeout=60)
-        for pid in everyone:  # a failed test leaves nothing behind either
-            if psutil.pid_exists(pid):
-                os.kill(pid, signal.SIGKILL)
+        for pid in seen:  # a failed test leaves nothing behind either
+            with contextlib.suppress(psutil.Error):
+                psutil.Process(pid).kill()
 
 
 @contextmanager
@@ -216,12 +219,16 @@ async def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path
                 assert refused.json()["error"]["data"]["code"] == "unauthenticated"
 
 
-def _legacy_post(url: str, key: str, body: dict[str, Any]) -> httpx.Response:
+def _legacy_post(
+    url: str, key: str, body: dict[str, Any], session: str | None = None
+) -> httpx.Response:
     headers = {
         "Authorization": f"Bearer {key}",
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2025-06-18",
     }
+    if session is not None:  # as a handshake client sends back what initialize gave it
+        headers["Mcp-Session-Id"] = session
     # A new client each time: a new connection, accepted by whichever child may accept.
     with httpx.Client(timeout=30) as http:
         return http.post(url + "/mcp", json=body, headers=headers)
@@ -258,7 +265,7 @@ async def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_
                 },
             )
             assert opened.status_code == 200, opened.text
-            assert "mcp-session-id" not in opened.headers  # nothing to be sticky about
+            session = opened.headers.get("mcp-session-id")
         with only(processes, second):
             called = _legacy_post(
                 processes.url,
@@ -269,10 +276,12 @@ async def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_
                     "method": "tools/call",
                     "params": {"name": "image_project_list", "arguments": {}},
                 },
+                session,
             )
             assert called.status_code == 200, called.text
             result = _jsonrpc_result(called)["result"]
             assert result["structuredContent"] == {"projects": []}
+        assert session is None  # no session: nothing for a proxy to be sticky about
 
 
 def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path) -> None:
