@@ -241,7 +241,7 @@ def _jsonrpc_result(response: httpx.Response) -> dict[str, Any]:
     return dict(response.json())
 
 
-async def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
+def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
     tmp_path: Path,
 ) -> None:
     env = _env(tmp_path)
@@ -282,6 +282,13 @@ async def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_
             result = _jsonrpc_result(called)["result"]
             assert result["structuredContent"] == {"projects": []}
         assert session is None  # no session: nothing for a proxy to be sticky about
+        # No server-to-client stream either: there is no session for one to belong to.
+        with httpx.Client(timeout=10) as http:
+            stream = http.get(
+                processes.url + "/mcp",
+                headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"},
+            )
+        assert stream.status_code == 405
 
 
 def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path) -> None:
@@ -342,6 +349,7 @@ def test_more_processes_than_the_database_accepts_are_refused_at_start(tmp_path:
     assert refused.returncode == 2, refused.stderr
     assert "--processes 40: 40 server processes and 1 worker process" in refused.stderr
     assert "max_connections 100" in refused.stderr and "Traceback" not in refused.stderr
+    assert "MCP over streamable HTTP" not in refused.stderr  # no banner for a server never up
     assert not (Path(env["MEMORY_DATA_DIR"]) / "postgres" / "postmaster.pid").exists()
     for argv, message in [
         (["--processes", "0"], "--processes: must be between 1 and 64"),

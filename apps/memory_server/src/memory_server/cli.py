@@ -144,9 +144,14 @@ def _serve_http_processes(
     from memory_server.processes import serve_processes
 
     sock = bind_listening_socket(host, port)
-    _err(_banner(settings, host, port))
     return serve_processes(
-        settings, sock, host, port, processes, with_worker=with_worker, announce=_err
+        settings,
+        sock,
+        host,
+        port,
+        processes,
+        with_worker=with_worker,
+        announce=lambda details: _err(f"{_banner(settings, host, port)}\n{details}"),
     )
 
 

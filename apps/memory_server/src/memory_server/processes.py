@@ -271,28 +271,33 @@ def serve_processes(
     with_worker: bool,
     announce: Callable[[str], None],
 ) -> int:
-    """Prepare once, then run and supervise the children; return the exit status."""
-    load_signing_secret(settings)  # created once here, not raced by N children
-    workers = WORKER_PROCESSES if with_worker else 0
-    budget, embedded = anyio.run(_prepare_database, settings, processes, workers)
+    """Prepare once, then run and supervise the children; return the exit status.
+
+    ``announce`` gets the start-up notice's details once everything is checked, just before
+    the children start.
+    """
     try:
-        children = child_commands(sock, host, port, processes, with_worker=with_worker)
-        supervisor = Supervisor(children)
-        announce(
-            f"  {processes} server processes share this port; "
-            + (
-                "1 embedding worker process"
-                if with_worker
-                else "no embedding worker (run `memory-server worker` processes)"
+        load_signing_secret(settings)  # created once here, not raced by N children
+        workers = WORKER_PROCESSES if with_worker else 0
+        budget, embedded = anyio.run(_prepare_database, settings, processes, workers)
+        try:
+            announce(
+                f"  {processes} server processes share this port; "
+                + (
+                    "1 embedding worker process"
+                    if with_worker
+                    else "no embedding worker (run `memory-server worker` processes)"
+                )
+                + f"; up to {budget.needed} of the database's {budget.available} connections"
             )
-            + f"; up to {budget.needed} of the database's {budget.available} connections"
-        )
-        return supervisor.run()
+            children = child_commands(sock, host, port, processes, with_worker=with_worker)
+            return Supervisor(children).run()
+        finally:
+            if embedded is not None:
+                embedded.stop()
+                log.info("embedded_postgres_released")
     finally:
         sock.close()
-        if embedded is not None:
-            embedded.stop()
-            log.info("embedded_postgres_released")
 
 
 def exit_when_orphaned(parent: int, *, interval: float = PARENT_CHECK_SECONDS) -> None:
