@@ -322,8 +322,9 @@ def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path)
 def test_a_killed_parent_takes_its_children_and_postgres_with_it(tmp_path: Path) -> None:
     env = _env(tmp_path)
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
-    with serve_processes(env, "--no-worker") as processes:
+    with serve_processes(env) as processes:
         children = list(processes.children())
+        assert sorted(processes.children().values()) == ["server", "server", "worker"]
         os.kill(processes.process.pid, signal.SIGKILL)
         processes.process.wait(timeout=10)
         deadline = time.monotonic() + 30

@@ -90,6 +90,10 @@ async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
 
 
 async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> None:
+    if args.supervised:
+        from memory_server.processes import exit_when_orphaned
+
+        exit_when_orphaned(os.getppid())
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     from memory_tools.worker import EmbeddingWorker
 
@@ -311,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="how long a claimed job stays leased without a heartbeat (120)",
     )
+    # Internal: a worker started by `serve --processes` stops when its parent is gone.
+    worker.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
 
     commands.add_parser("migrate", help="apply database migrations")
 

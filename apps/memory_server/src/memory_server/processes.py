@@ -257,7 +257,7 @@ def child_commands(
     ]
     children = [Child("server", serve, (fd,)) for _ in range(processes)]
     if with_worker:
-        children.append(Child("worker", [*SERVER_COMMAND, "worker"], ()))
+        children.append(Child("worker", [*SERVER_COMMAND, "worker", "--supervised"], ()))
     return children
 
 
