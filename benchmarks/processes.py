@@ -5,7 +5,8 @@ server) on the embedded default in a temporary data directory, saves a small lib
 the tools, waits until the worker has embedded it, then runs C MCP clients, each sending its
 next `image_asset_search` when the last one answered, for a few seconds; repeated ROUNDS times.
 Prints per configuration the median throughput and p50/p95 latency with their spread over the
-rounds, how the clients' connections spread over the server processes, and the CPU seconds the
+rounds, how the clients' connections spread over the server processes in each round (sampled
+halfway through it), and the CPU seconds per second of wall time that the
 servers, PostgreSQL and the clients used. Loopback only; it stops by itself. No assertion: the
 numbers depend on the machine and on what else runs on it.
 
@@ -209,15 +210,16 @@ def _measure(processes: int, clients: int, seconds: float, rounds: int) -> None:
             parent = psutil.Process(server.pid)
             server_pids = [server.pid, *(c.pid for c in parent.children(recursive=True))]
             results: list[Round] = []
-            spread: list[int] = []
+            spreads: list[list[int]] = []
             cpu_before = (_cpu(server_pids), _postgres_cpu(data), _own_cpu())
             for _ in range(rounds):
                 result, spread = anyio.run(
                     _observed_round, url, key, clients, seconds, parent, port
                 )
                 results.append(result)
+                spreads.append(spread)
             cpu_after = (_cpu(server_pids), _postgres_cpu(data), _own_cpu())
-    _report(processes, clients, results, spread, cpu_before, cpu_after, seconds * rounds)
+    _report(processes, clients, results, spreads, cpu_before, cpu_after, seconds * rounds)
 
 
 async def _observed_round(
@@ -245,7 +247,7 @@ def _report(
     processes: int,
     clients: int,
     results: list[Round],
-    spread: list[int],
+    spreads: list[list[int]],
     before: tuple[float, float, float],
     after: tuple[float, float, float],
     wall: float,
@@ -260,7 +262,7 @@ def _report(
         f"searches/s {statistics.median(rates):6.1f} ({min(rates):.1f}-{max(rates):.1f})  "
         f"p50 {statistics.median(p50):5.0f} ms ({min(p50):.0f}-{max(p50):.0f})  "
         f"p95 {statistics.median(p95):5.0f} ms ({min(p95):.0f}-{max(p95):.0f})  "
-        f"errors {errors}  connections per server process {spread}  "
+        f"errors {errors}  connections per server process by round {spreads}  "
         f"CPU s/s: servers {servers / wall:.2f}, PostgreSQL {postgres / wall:.2f}, "
         f"clients {own / wall:.2f}",
         flush=True,
