@@ -1,9 +1,10 @@
 """`memory-server serve --transport http --processes 2`, for real: one port, two servers.
 
-Which child accepts a connection on the shared socket is the kernel's choice. To make a request
-land on a chosen child, the test stops the other one (SIGSTOP): a stopped process accepts
-nothing, so its sibling takes the connection. The honest observable that a child served is the
-TCP connection itself: the child's pid owns the established socket of the client's request.
+Which child accepts a connection is the kernel's choice (on Linux each child has its own
+``SO_REUSEPORT`` socket and the kernel spreads connections by their address). To send requests
+to a chosen child, the test opens connections until the child's pid owns one: the established
+socket of the connection, seen from the child's side, is the honest observable of who serves
+it. Requests go over that connection as plain HTTP/1.1 (h11); MCP calls are JSON-RPC POSTs.
 """
 
 from __future__ import annotations
@@ -13,18 +14,19 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-import anyio
+import h11
 import httpx
 import psutil
 import pytest
-from fastmcp import Client
 
 from .test_processes import SERVER, _cli, _env, _free_port, _new_key, _png
 
@@ -59,20 +61,26 @@ class Processes:
         """The pids of the server children."""
         return sorted(pid for pid, role in self.children().items() if role == "server")
 
-    def owners_of_connections(self) -> set[int]:
-        """Server children holding an established connection on the shared port."""
-        owners: set[int] = set()
-        for pid in self.servers():
-            try:
-                connections = psutil.Process(pid).net_connections(kind="tcp")
-            except psutil.NoSuchProcess:
-                continue
-            if any(
-                c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == self.port
-                for c in connections
-            ):
-                owners.add(pid)
-        return owners
+    def owner_of(self, client_port: int) -> int | None:
+        """The server child that accepted the connection from ``client_port`` (within 5 s)."""
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            for pid in self.servers():
+                try:
+                    connections = psutil.Process(pid).net_connections(kind="tcp")
+                except psutil.NoSuchProcess:
+                    continue
+                if any(
+                    c.status == psutil.CONN_ESTABLISHED
+                    and c.laddr
+                    and c.laddr.port == self.port
+                    and c.raddr
+                    and c.raddr.port == client_port
+                    for c in connections
+                ):
+                    return pid
+            time.sleep(0.02)
+        return None
 
 
 def _wait_healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -121,124 +129,177 @@ def serve_processes(env: dict[str, str], *args: str) -> Iterator[Processes]:
                 psutil.Process(pid).kill()
 
 
+class Pinned:
+    """An HTTP/1.1 connection that the server child ``pid`` accepted, re-opened when idle.
+
+    uvicorn closes a connection idle for 5 s; before a request after 3 s idle, a new connection
+    to the same child is found.
+    """
+
+    def __init__(self, processes: Processes, pid: int) -> None:
+        self.processes = processes
+        self.pid = pid
+        self.sock: socket.socket | None = None
+        self.used = 0.0
+
+    def _connect(self) -> None:
+        self.close()
+        for _attempt in range(64):
+            sock = socket.create_connection(("127.0.0.1", self.processes.port), timeout=30)
+            owner = self.processes.owner_of(sock.getsockname()[1])
+            if owner == self.pid:
+                self.sock, self.used = sock, time.monotonic()
+                return
+            sock.close()
+        pytest.fail(f"no connection of 64 was accepted by child {self.pid}")
+
+    def close(self) -> None:
+        """Close the connection."""
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
+
+    def request(
+        self, method: str, target: str, *, body: bytes = b"", headers: dict[str, str] | None = None
+    ) -> tuple[int, dict[str, str], bytes]:
+        """Send one request on this child's connection; ``(status, headers, body)``."""
+        if self.sock is None or time.monotonic() - self.used > 3:
+            self._connect()
+        assert self.sock is not None
+        assert self.processes.owner_of(self.sock.getsockname()[1]) == self.pid
+        conn = h11.Connection(h11.CLIENT)
+        fields = [("host", f"127.0.0.1:{self.processes.port}"), ("content-length", str(len(body)))]
+        fields += [(k.lower(), v) for k, v in (headers or {}).items()]
+        wire = conn.send(h11.Request(method=method, target=target, headers=fields))
+        wire += conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        self.sock.sendall(wire)
+        status, got, content = 0, {}, b""
+        while True:
+            event = conn.next_event()
+            if event is h11.NEED_DATA:
+                conn.receive_data(self.sock.recv(65536))
+            elif isinstance(event, h11.Response):
+                status = event.status_code
+                got = {k.decode(): v.decode() for k, v in event.headers}
+            elif isinstance(event, h11.Data):
+                content += bytes(event.data)
+            elif isinstance(event, h11.EndOfMessage):
+                break
+        self.used = time.monotonic()
+        return status, got, content
+
+    def mcp(
+        self, key: str, method: str, params: dict[str, Any], session: str | None = None
+    ) -> tuple[int, dict[str, str], dict[str, Any]]:
+        """A JSON-RPC request to ``/mcp`` as a handshake-era (2025-06-18) client sends it."""
+        headers = {
+            "authorization": f"Bearer {key}",
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-protocol-version": "2025-06-18",
+        }
+        if session is not None:  # as a handshake client sends back what initialize gave it
+            headers["mcp-session-id"] = session
+        body = json.dumps({"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+        status, got, content = self.request("POST", "/mcp", body=body.encode(), headers=headers)
+        text = content.decode()
+        if got.get("content-type", "").startswith("text/event-stream"):
+            text = [line[5:] for line in text.splitlines() if line.startswith("data:")][-1]
+        return status, got, dict(json.loads(text))
+
+    def tool(self, key: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Call a tool; its structured result (a tool error fails the test)."""
+        status, _headers, reply = self.mcp(
+            key, "tools/call", {"name": name, "arguments": arguments}
+        )
+        assert status == 200 and not reply["result"].get("isError"), reply
+        return dict(reply["result"]["structuredContent"])
+
+    def get_link(self, url: str) -> tuple[int, bytes]:
+        """GET a signed link (an absolute URL of this port) on this child."""
+        parts = urlsplit(url)
+        assert parts.port == self.processes.port
+        status, _headers, content = self.request("GET", f"{parts.path}?{parts.query}")
+        return status, content
+
+
 @contextmanager
-def only(processes: Processes, pid: int) -> Iterator[None]:
-    """Stop every other server child, so new connections can only be accepted by ``pid``."""
-    others = [other for other in processes.servers() if other != pid]
-    for other in others:
-        os.kill(other, signal.SIGSTOP)
+def pinned(processes: Processes, pid: int) -> Iterator[Pinned]:
+    """A connection served by the child ``pid``."""
+    connection = Pinned(processes, pid)
     try:
-        yield
+        yield connection
     finally:
-        for other in others:
-            os.kill(other, signal.SIGCONT)
+        connection.close()
 
 
-@asynccontextmanager
-async def mcp(processes: Processes, key: str) -> AsyncIterator[Client[Any]]:
-    """An MCP client on a fresh connection, so it is accepted by whoever may accept now."""
-    async with Client(processes.url + "/mcp", auth=key) as client:
-        yield client
-
-
-async def _ready_asset(client: Client[Any], asset: str) -> dict[str, Any]:
+def _ready_asset(connection: Pinned, key: str, asset: str) -> dict[str, Any]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        got = await client.call_tool("image_asset_get", {"assetId": asset, "includePreview": True})
-        if got.structured_content["embeddingStatus"] == "ready":
-            return dict(got.structured_content)
-        await anyio.sleep(0.3)
+        got = connection.tool(key, "image_asset_get", {"assetId": asset, "includePreview": True})
+        if got["embeddingStatus"] == "ready":
+            return got
+        time.sleep(0.3)
     pytest.fail("the worker process did not embed the saved image within 60 s")
 
 
-async def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path) -> None:
+def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path) -> None:
     env = _env(tmp_path)
     with serve_processes(env) as processes:
         first, second = processes.servers()
         assert list(processes.children().values()).count("worker") == 1
         key = _new_key(env, "procs@example.com")
+        with pinned(processes, first) as one, pinned(processes, second) as other:
+            # Each child serves MCP calls (the connection is the child's own).
+            assert one.tool(key, "image_project_list", {}) == {"projects": []}
+            assert other.tool(key, "image_project_list", {}) == {"projects": []}
 
-        # Each child serves: with its sibling stopped, the connection is its own.
-        for pid in (first, second):
-            with only(processes, pid):
-                async with mcp(processes, key) as client:
-                    await client.call_tool("image_project_list", {})
-                    assert processes.owners_of_connections() == {pid}
+            # A save answered by one child is found by a search on the other and embedded by
+            # the worker process; the preview link the first signed is served by the second.
+            saved = one.tool(
+                key,
+                "image_asset_save",
+                {
+                    "imageBase64": base64.b64encode(_png(11)).decode(),
+                    "title": "Lighthouse across processes",
+                    "idempotencyKey": "procs-1",
+                },
+            )
+            asset = saved["assetId"]
+            found = other.tool(key, "image_asset_search", {"query": "lighthouse"})
+            assert [r["assetId"] for r in found["results"]] == [asset]
+            state = _ready_asset(one, key, asset)
+            status, preview = other.get_link(state["preview"]["url"])
+            assert status == 200 and preview[8:12] == b"WEBP"
 
-        # A save answered by the first is found by a search on the second, and embedded by
-        # the worker process; the preview link the first signed is served by the second.
-        with only(processes, first):
-            async with mcp(processes, key) as client:
-                saved = await client.call_tool(
-                    "image_asset_save",
-                    {
-                        "imageBase64": base64.b64encode(_png(11)).decode(),
-                        "title": "Lighthouse across processes",
-                    },
-                )
-                asset = saved.structured_content["assetId"]
-                state = await _ready_asset(client, asset)
-        with only(processes, second):
-            async with mcp(processes, key) as client:
-                found = await client.call_tool("image_asset_search", {"query": "lighthouse"})
-                assert [r["assetId"] for r in found.structured_content["results"]] == [asset]
-                assert processes.owners_of_connections() == {second}
-            preview = httpx.get(state["preview"]["url"], timeout=10)
-            assert preview.status_code == 200 and preview.content[8:12] == b"WEBP"
-
-        # An upload link issued by one child is used (PUT) on the other, completed on the first.
-        data = _png(12)
-        auth = {"Authorization": f"Bearer {key}"}
-        with only(processes, first):
-            ticket = httpx.post(
-                processes.url + "/uploads",
-                json={"contentType": "image/png", "contentLength": len(data)},
+            # An upload started on one child is sent (PUT) to the other, completed on the first.
+            data = _png(12)
+            auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+            status, _h, body = one.request(
+                "POST",
+                "/uploads",
+                body=json.dumps({"contentType": "image/png", "contentLength": len(data)}).encode(),
                 headers=auth,
-                timeout=30,
-            ).json()
-        with only(processes, second):
-            put = httpx.put(ticket["url"], content=data, headers=ticket["headers"], timeout=30)
-            assert put.status_code == 200, put.text
-        with only(processes, first):
-            done = httpx.post(ticket["completeUrl"], json={}, headers=auth, timeout=30)
-            assert done.status_code == 200, done.text
+            )
+            assert status == 201, body
+            ticket = json.loads(body)
+            put = urlsplit(ticket["url"])
+            status, _h, body = other.request(
+                "PUT", f"{put.path}?{put.query}", body=data, headers=ticket["headers"]
+            )
+            assert status == 200, body
+            status, _h, body = one.request(
+                "POST", urlsplit(ticket["completeUrl"]).path, body=b"{}", headers=auth
+            )
+            assert status == 200, body
 
-        # A key revoked (by an admin command, a third process) is refused by both children.
-        listed = _cli(env, "admin", "list-keys", "--owner", "procs@example.com")
-        revoked = _cli(env, "admin", "revoke-key", listed.stdout.split("\t", 1)[0])
-        assert revoked.returncode == 0, revoked.stderr
-        for pid in (first, second):
-            with only(processes, pid):
-                refused = httpx.post(
-                    processes.url + "/mcp",
-                    json={"jsonrpc": "2.0", "id": 1, "method": "tools/list"},
-                    headers={**auth, "Accept": "application/json, text/event-stream"},
-                    timeout=10,
-                )
-                assert refused.status_code == 401
-                assert refused.json()["error"]["data"]["code"] == "unauthenticated"
-
-
-def _legacy_post(
-    url: str, key: str, body: dict[str, Any], session: str | None = None
-) -> httpx.Response:
-    headers = {
-        "Authorization": f"Bearer {key}",
-        "Accept": "application/json, text/event-stream",
-        "MCP-Protocol-Version": "2025-06-18",
-    }
-    if session is not None:  # as a handshake client sends back what initialize gave it
-        headers["Mcp-Session-Id"] = session
-    # A new client each time: a new connection, accepted by whichever child may accept.
-    with httpx.Client(timeout=30) as http:
-        return http.post(url + "/mcp", json=body, headers=headers)
-
-
-def _jsonrpc_result(response: httpx.Response) -> dict[str, Any]:
-    if response.headers["content-type"].startswith("text/event-stream"):
-        data = [line[5:] for line in response.text.splitlines() if line.startswith("data:")]
-        return dict(json.loads(data[-1]))
-    return dict(response.json())
+            # A key revoked by an admin command (a third process) is refused by both children.
+            listed = _cli(env, "admin", "list-keys", "--owner", "procs@example.com")
+            revoked = _cli(env, "admin", "revoke-key", listed.stdout.split("\t", 1)[0])
+            assert revoked.returncode == 0, revoked.stderr
+            for connection in (one, other):
+                status, _h, reply = connection.mcp(key, "tools/list", {})
+                assert status == 401 and reply["error"]["data"]["code"] == "unauthenticated"
 
 
 def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
@@ -249,46 +310,29 @@ def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
         assert "worker" not in processes.children().values()
         first, second = processes.servers()
         key = _new_key(env, "legacy@example.com")
-        with only(processes, first):
-            opened = _legacy_post(
-                processes.url,
+        with pinned(processes, first) as one, pinned(processes, second) as other:
+            status, headers, opened = one.mcp(
                 key,
+                "initialize",
                 {
-                    "jsonrpc": "2.0",
-                    "id": 1,
-                    "method": "initialize",
-                    "params": {
-                        "protocolVersion": "2025-06-18",
-                        "capabilities": {},
-                        "clientInfo": {"name": "legacy", "version": "1"},
-                    },
+                    "protocolVersion": "2025-06-18",
+                    "capabilities": {},
+                    "clientInfo": {"name": "legacy", "version": "1"},
                 },
             )
-            assert opened.status_code == 200, opened.text
-            session = opened.headers.get("mcp-session-id")
-        with only(processes, second):
-            called = _legacy_post(
-                processes.url,
-                key,
-                {
-                    "jsonrpc": "2.0",
-                    "id": 2,
-                    "method": "tools/call",
-                    "params": {"name": "image_project_list", "arguments": {}},
-                },
-                session,
+            assert status == 200, opened
+            session = headers.get("mcp-session-id")
+            status, _headers, called = other.mcp(
+                key, "tools/call", {"name": "image_project_list", "arguments": {}}, session
             )
-            assert called.status_code == 200, called.text
-            result = _jsonrpc_result(called)["result"]
-            assert result["structuredContent"] == {"projects": []}
-        assert session is None  # no session: nothing for a proxy to be sticky about
-        # No server-to-client stream either: there is no session for one to belong to.
-        with httpx.Client(timeout=10) as http:
-            stream = http.get(
-                processes.url + "/mcp",
-                headers={"Authorization": f"Bearer {key}", "Accept": "text/event-stream"},
+            assert status == 200, called
+            assert called["result"]["structuredContent"] == {"projects": []}
+            assert session is None  # no session: nothing for a proxy to be sticky about
+            # No server-to-client stream either: there is no session for one to belong to.
+            status, _headers, _body = other.request(
+                "GET", "/mcp", headers={"authorization": f"Bearer {key}"}
             )
-        assert stream.status_code == 405
+            assert status == 405
 
 
 def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path) -> None:
@@ -307,8 +351,8 @@ def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path)
         while processes.log.read_text().count('"server_process_ready"') < 3:
             assert time.monotonic() < deadline, "the replacement did not start serving"
             time.sleep(0.2)
-        with only(processes, replacement):
-            assert httpx.get(processes.url + "/healthz/ready", timeout=10).status_code == 200
+        with pinned(processes, replacement) as connection:
+            assert connection.request("GET", "/healthz/ready")[0] == 200
         log = processes.log.read_text()
         assert '"child_process_died"' in log and f'"pid": {victim}' in log
 

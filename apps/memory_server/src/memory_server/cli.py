@@ -147,10 +147,8 @@ def _serve_http_processes(
 ) -> int:
     from memory_server.processes import serve_processes
 
-    sock = bind_listening_socket(host, port)
     return serve_processes(
         settings,
-        sock,
         host,
         port,
         processes,

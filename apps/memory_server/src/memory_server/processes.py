@@ -1,10 +1,14 @@
 """``memory-server serve --transport http --processes N``: several server processes on one port.
 
-The parent binds the listening socket once and starts N ``serve`` children that inherit it (as
-gunicorn and ``uvicorn --workers`` do), plus one ``memory-server worker`` process for embedding.
-A shared socket rather than ``SO_REUSEPORT``: a taken port is reported once, before anything
-starts; connections waiting in the queue of a child that dies are accepted by its siblings
-instead of being reset; and no other program of the same user can join the port.
+The parent binds the port and starts N ``serve`` children that inherit a listening socket each,
+plus one ``memory-server worker`` process for embedding. On Linux each child slot has its own
+``SO_REUSEPORT`` socket, and the kernel spreads new connections evenly over them. A single
+socket shared by all children (what gunicorn and ``uvicorn --workers`` do) was measured to hand
+8 clients connecting at once all to one child, round after round: the first child to wake
+accepts every waiting connection. The parent holds every slot's socket for its whole life, so
+connections waiting in the queue of a child that died are not reset: the child started in its
+place accepts them. Elsewhere (macOS does not spread ``SO_REUSEPORT`` connections) the children
+share one socket. Either way the port is checked once, before anything starts.
 
 The parent runs no HTTP and holds no pool. Before starting children it does what must happen
 once: the signing key is created, the database is started (embedded default) or checked
@@ -43,6 +47,7 @@ from sqlalchemy.pool import QueuePool
 from memory_db import ConfigurationError, MemorySettings, get_logger, open_database
 from memory_db.database import EmbeddedPostgres
 from memory_db.runtime import load_signing_secret
+from memory_server.bootstrap import bind_listening_socket
 
 log = get_logger(__name__)
 
@@ -237,25 +242,45 @@ class Supervisor:
                 process.wait()
 
 
+def bind_slots(host: str, port: int, processes: int) -> list[socket.socket]:
+    """A listening socket for each server slot (see the module docstring); the caller closes."""
+    first = bind_listening_socket(host, port)  # a taken port fails here, with one clear line
+    if not sys.platform.startswith("linux"):
+        return [first] * processes
+    port = int(first.getsockname()[1])  # the port the system chose for --port 0
+    first.close()
+    slots: list[socket.socket] = []
+    try:
+        for _ in range(processes):
+            slots.append(bind_listening_socket(host, port, reuse_port=True))
+    except BaseException:
+        for sock in slots:
+            sock.close()
+        raise
+    return slots
+
+
 def child_commands(
-    sock: socket.socket, host: str, port: int, processes: int, *, with_worker: bool
+    slots: list[socket.socket], host: str, port: int, *, with_worker: bool
 ) -> list[Child]:
-    """N servers on the inherited socket (none embeds) and, unless told not to, one worker."""
-    fd = sock.fileno()
-    serve = [
-        *SERVER_COMMAND,
-        "serve",
-        "--transport",
-        "http",
-        "--host",
-        host,
-        "--port",
-        str(port),
-        "--no-worker",
-        "--listen-fd",
-        str(fd),
-    ]
-    children = [Child("server", serve, (fd,)) for _ in range(processes)]
+    """A server on each slot's socket (none embeds) and, unless told not to, one worker."""
+    children: list[Child] = []
+    for sock in slots:
+        fd = sock.fileno()
+        serve = [
+            *SERVER_COMMAND,
+            "serve",
+            "--transport",
+            "http",
+            "--host",
+            host,
+            "--port",
+            str(port),
+            "--no-worker",
+            "--listen-fd",
+            str(fd),
+        ]
+        children.append(Child("server", serve, (fd,)))
     if with_worker:
         children.append(Child("worker", [*SERVER_COMMAND, "worker", "--supervised"], ()))
     return children
@@ -263,7 +288,6 @@ def child_commands(
 
 def serve_processes(
     settings: MemorySettings,
-    sock: socket.socket,
     host: str,
     port: int,
     processes: int,
@@ -271,18 +295,20 @@ def serve_processes(
     with_worker: bool,
     announce: Callable[[str], None],
 ) -> int:
-    """Prepare once, then run and supervise the children; return the exit status.
+    """Bind and prepare once, then run and supervise the children; return the exit status.
 
     ``announce`` gets the start-up notice's details once everything is checked, just before
     the children start.
     """
+    slots = bind_slots(host, port, processes)
     try:
         load_signing_secret(settings)  # created once here, not raced by N children
         workers = WORKER_PROCESSES if with_worker else 0
         budget, embedded = anyio.run(_prepare_database, settings, processes, workers)
         try:
+            spread = "a socket each" if len(set(slots)) > 1 else "one socket"
             announce(
-                f"  {processes} server processes share this port; "
+                f"  {processes} server processes on this port ({spread}); "
                 + (
                     "1 embedding worker process"
                     if with_worker
@@ -290,14 +316,16 @@ def serve_processes(
                 )
                 + f"; up to {budget.needed} of the database's {budget.available} connections"
             )
-            children = child_commands(sock, host, port, processes, with_worker=with_worker)
+            port = int(slots[0].getsockname()[1])
+            children = child_commands(slots, host, port, with_worker=with_worker)
             return Supervisor(children).run()
         finally:
             if embedded is not None:
                 embedded.stop()
                 log.info("embedded_postgres_released")
     finally:
-        sock.close()
+        for sock in set(slots):
+            sock.close()
 
 
 def exit_when_orphaned(parent: int, *, interval: float = PARENT_CHECK_SECONDS) -> None:
