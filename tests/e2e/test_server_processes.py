@@ -249,6 +249,15 @@ def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path
         first, second = processes.servers()
         assert list(processes.children().values()).count("worker") == 1
         key = _new_key(env, "procs@example.com")
+        # Connections opened at once are spread over both children (one shared socket gave
+        # them all to the child that woke first).
+        burst = [socket.create_connection(("127.0.0.1", processes.port)) for _ in range(16)]
+        try:
+            owners = [processes.owner_of(sock.getsockname()[1]) for sock in burst]
+        finally:
+            for sock in burst:
+                sock.close()
+        assert set(owners) == {first, second}, owners
         with pinned(processes, first) as one, pinned(processes, second) as other:
             # Each child serves MCP calls (the connection is the child's own).
             assert one.tool(key, "image_project_list", {}) == {"projects": []}
@@ -266,9 +275,9 @@ def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path
                 },
             )
             asset = saved["assetId"]
+            state = _ready_asset(one, key, asset)
             found = other.tool(key, "image_asset_search", {"query": "lighthouse"})
             assert [r["assetId"] for r in found["results"]] == [asset]
-            state = _ready_asset(one, key, asset)
             status, preview = other.get_link(state["preview"]["url"])
             assert status == 200 and preview[8:12] == b"WEBP"
 
