@@ -351,6 +351,13 @@ def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path)
         before = processes.children()
         victim = processes.servers()[0]
         os.kill(victim, signal.SIGKILL)
+        # Connections made while it is down are answered (those in its socket's queue once the
+        # replacement is up), never refused or reset.
+        for _ in range(8):
+            answered = httpx.get(
+                processes.url + "/healthz", headers={"Connection": "close"}, timeout=START_SECONDS
+            )
+            assert answered.status_code == 200
         deadline = time.monotonic() + START_SECONDS
         while len(processes.servers()) < 2 or victim in processes.servers():
             assert time.monotonic() < deadline, "the killed child was not replaced"
