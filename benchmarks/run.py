@@ -15,6 +15,7 @@ BENCHMARKS = [
     ("vector index: recall and speed", ["vector_search.py", *sys.argv[1:]]),
     ("search: whole call vs bare vector query", ["search.py"]),
     ("server memory under 24 concurrent maximum-size saves", ["decode_memory.py"]),
+    ("1 to 64 concurrent MCP clients against the HTTP server", ["load.py"]),
 ]
 
 

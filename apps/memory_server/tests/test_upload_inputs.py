@@ -118,7 +118,7 @@ async def test_completing_with_a_nul_is_refused_as_invalid_input(
 async def test_refused_keys_get_a_bearer_challenge(
     services: MemoryServices, serve_http: Callable[..., Any]
 ) -> None:
-    """RFC 6750 §3.1, as on /mcp: ``Bearer`` without credentials, ``invalid_token`` for bad ones."""
+    """RFC 6750, section 3.1, as on /mcp: ``Bearer`` with no key, ``invalid_token`` if bad."""
     body = {"contentType": "image/png", "contentLength": 10}
     async with serve_http(build_http_server(services)) as mcp_url, httpx.AsyncClient() as http:
         base = mcp_url.removesuffix("/mcp")
@@ -138,3 +138,29 @@ async def test_refused_keys_get_a_bearer_challenge(
                 'error_description="the API key is unknown or revoked"'
             )
             assert wrong.json()["error"]["code"] == "unauthenticated"
+
+
+async def test_a_body_over_64_kib_is_refused_declared_or_streamed(
+    services: MemoryServices,
+    serve_http: Callable[..., Any],
+    make_key: Callable[..., Any],
+    database: Database,
+) -> None:
+    """Declared (Content-Length) or streamed (chunked), a body past 64 KiB is invalid_input."""
+    key = await make_key("alice@example.com")
+    auth = {"Authorization": f"Bearer {key}"}
+
+    async def chunked() -> Any:
+        for _ in range(32):  # 2 MiB without a Content-Length
+            yield b" " * 65536
+
+    async with serve_http(build_http_server(services)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        for content in (b" " * 70_000, chunked()):
+            refused = await http.post(base + "/uploads", content=content, headers=auth)
+            assert refused.status_code == 422
+            assert refused.json()["error"] == {
+                "code": "invalid_input",
+                "message": "the request body is larger than 65536 bytes",
+            }
+    assert await _reserved(database, "alice@example.com") == (0, 0)

@@ -30,7 +30,7 @@ from memory_db.storage import (
     read_verified,
 )
 from memory_tools import MemoryServices, ToolFailure, policy
-from memory_tools.errors import Unavailable, map_failures
+from memory_tools.errors import Busy, Unavailable, map_failures
 from memory_tools.ingest.save import AssetSaver
 from memory_tools.ingest.uploads import UploadFlow
 
@@ -55,25 +55,35 @@ def _refuse(status: int, message: str) -> Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def plain_errors(handler: Handler) -> Handler:
-    """Answer a database outage on an object route with a plain 503, never a bare 500.
+def plain_errors(services: MemoryServices) -> Callable[[Handler], Handler]:
+    """Answer a database outage or a saturated server on an object route with a plain 503.
 
-    ``map_failures`` is the boundary the MCP tools and the upload routes use too.
+    ``map_failures`` is the boundary the MCP tools and the upload routes use too; the handlers
+    admit their database and store work through ``services.call_admission`` (after reading a
+    request body, so a slow sender holds no turn). Never a bare 500, never a wait longer than
+    the admission wait.
     """
 
-    async def guarded(request: Request) -> Response:
-        try:
-            with map_failures():
-                return await handler(request)
-        except Unavailable:
-            log.warning("object_route_unavailable", exc_info=True)
-            return PlainTextResponse(
-                "the service is briefly unavailable; retry in a few seconds",
-                status_code=503,
-                headers={**SAFE_HEADERS, "Retry-After": "5"},
-            )
+    def wrap(handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            try:
+                with map_failures():
+                    return await handler(request)
+            except Unavailable:
+                log.warning("object_route_unavailable", exc_info=True)
+                return PlainTextResponse(
+                    "the service is briefly unavailable; retry in a few seconds",
+                    status_code=503,
+                    headers={**SAFE_HEADERS, "Retry-After": "5"},
+                )
+            except Busy as failure:
+                return PlainTextResponse(
+                    failure.message, status_code=503, headers={**SAFE_HEADERS, "Retry-After": "1"}
+                )
 
-    return guarded
+        return guarded
+
+    return wrap
 
 
 def object_routes(services: MemoryServices) -> list[Route]:
@@ -82,8 +92,9 @@ def object_routes(services: MemoryServices) -> list[Route]:
     if not isinstance(store, HmacLinks):
         return []  # S3 links go to the bucket's own endpoint
     uploads = UploadFlow(AssetSaver(services))
+    plain_errors_of = plain_errors(services)
 
-    @plain_errors
+    @plain_errors_of
     async def get_object(request: Request) -> Response:
         key = request.path_params["key"]
         try:
@@ -99,6 +110,10 @@ def object_routes(services: MemoryServices) -> list[Route]:
         except (SignatureError, InvalidStorageKey):
             log.info("signed_read_denied")
             return _refuse(403, "the link is invalid or has expired")
+        async with services.call_admission.admit():
+            return await _serve_verified(key)
+
+    async def _serve_verified(key: str) -> Response:
         # Integrity is the database's: the SHA-256 recorded when the bytes were validated, not
         # whatever the store (or its sidecar) says about itself.
         async with services.database.unit_of_work() as uow:
@@ -132,7 +147,7 @@ def object_routes(services: MemoryServices) -> list[Route]:
             headers={**SAFE_HEADERS, "Content-Disposition": f'inline; filename="{filename}"'},
         )
 
-    @plain_errors
+    @plain_errors_of
     async def put_object(request: Request) -> Response:
         key = request.path_params["key"]
         content_type = request.headers.get("content-type", "")
@@ -161,7 +176,10 @@ def object_routes(services: MemoryServices) -> list[Route]:
         if len(body) != length:
             return _refuse(400, "body is shorter than the signed Content-Length")
         try:
-            await uploads.stage(key, bytes(body), content_type=content_type)
+            async with services.call_admission.admit():
+                await uploads.stage(key, bytes(body), content_type=content_type)
+        except Busy:
+            raise  # a plain 503 with Retry-After, from plain_errors
         except ToolFailure as failure:
             return _refuse(_PUT_STATUS.get(failure.code, 400), failure.message)
         return Response(status_code=200, headers=SAFE_HEADERS)

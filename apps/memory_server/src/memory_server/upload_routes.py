@@ -41,7 +41,10 @@ STATUS = {
     "quota_exceeded": 507,
     "feature_disabled": 503,
     "unavailable": 503,
+    "busy": 503,
 }
+# Seconds a client should wait before retrying a retryable refusal.
+RETRY_AFTER = {"unavailable": "5", "busy": "1"}
 MAX_BODY = 64 * 1024
 
 
@@ -94,8 +97,10 @@ def _bearer_token(request: Request) -> str | None:
 
 def _error(failure: ToolFailure, request: Request) -> Response:
     headers = {"Cache-Control": "no-store"}
+    if failure.code in RETRY_AFTER:
+        headers["Retry-After"] = RETRY_AFTER[failure.code]
     if failure.code == "unauthenticated":
-        # RFC 6750 §3.1: no error attribute unless bearer credentials were sent and refused.
+        # RFC 6750, section 3.1: no error attribute unless bearer credentials were sent and refused.
         headers["WWW-Authenticate"] = (
             f'Bearer error="invalid_token", error_description="{failure.message}"'
             if _bearer_token(request)
@@ -111,40 +116,63 @@ def _error(failure: ToolFailure, request: Request) -> Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def json_errors(handler: Handler) -> Handler:
+def json_errors(services: MemoryServices) -> Callable[[Handler], Handler]:
     """Answer whatever escapes ``handler`` with the documented JSON error, never a bare 500.
 
     ``map_failures`` is the boundary the MCP tools use too: a lost database is ``unavailable``
-    (503, retryable); anything else unexpected is logged and answered as ``internal``.
+    and a saturated server ``busy`` (503 with ``Retry-After``, both retryable); anything else
+    unexpected is logged and answered as ``internal``. The handlers admit their database work
+    through ``call_admission`` once the request body is read, so a slow sender holds no turn.
     """
 
-    async def guarded(request: Request) -> Response:
-        try:
-            with map_failures():
-                return await handler(request)
-        except ToolFailure as failure:
-            log.warning("upload_route_refused", code=failure.code, exc_info=True)
-            return _error(failure, request)
-        except Exception:
-            log.exception("upload_route_failed")
-            return _error(ToolFailure("the request could not be completed"), request)
+    def wrap(handler: Handler) -> Handler:
+        async def guarded(request: Request) -> Response:
+            try:
+                with map_failures():
+                    return await handler(request)
+            except ToolFailure as failure:
+                log.warning("upload_route_refused", code=failure.code, exc_info=True)
+                return _error(failure, request)
+            except Exception:
+                log.exception("upload_route_failed")
+                return _error(ToolFailure("the request could not be completed"), request)
 
-    return guarded
+        return guarded
+
+    return wrap
 
 
-async def _caller(services: MemoryServices, request: Request) -> Caller:
+def _presented_token(request: Request) -> str:
     token = _bearer_token(request)
     if token is None:
         raise Unauthenticated("send Authorization: Bearer <API key>")
+    return token
+
+
+async def _caller(services: MemoryServices, token: str) -> Caller:
     async with services.database.unit_of_work() as uow:
         return await authenticate(uow, token)
 
 
-async def _body(request: Request, model: type[WireModel]) -> Any:
+async def _raw_body(request: Request) -> bytes:
+    """The request body, read before the call takes its turn (a slow sender holds none).
+
+    Read in chunks and refused as soon as it passes ``MAX_BODY``: a huge body is never held.
+    """
+    too_large = InvalidInputFailure(f"the request body is larger than {MAX_BODY} bytes")
+    declared = request.headers.get("content-length", "")
+    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
+        raise too_large
+    raw = bytearray()
+    async for chunk in request.stream():
+        raw.extend(chunk)
+        if len(raw) > MAX_BODY:
+            raise too_large
+    return bytes(raw)
+
+
+def _body(raw: bytes, model: type[WireModel]) -> Any:
     """The body as ``model``: camelCase names only, no coercion, no NUL in any string."""
-    raw = await request.body()
-    if len(raw) > MAX_BODY:
-        raise InvalidInputFailure(f"the request body is larger than {MAX_BODY} bytes")
     try:
         body = model.model_validate_json(raw or b"{}", by_alias=True, by_name=False)
     except ValidationError as exc:
@@ -164,28 +192,32 @@ def _base(services: MemoryServices, request: Request) -> str:
 def upload_routes(services: MemoryServices) -> list[Route]:
     """The two upload routes bound to ``services``."""
     flow = UploadFlow(AssetSaver(services))
+    json_errors_of = json_errors(services)
 
-    @json_errors
+    @json_errors_of
     async def start(request: Request) -> Response:
         try:
-            caller = await _caller(services, request)
-            body: UploadStart = await _body(request, UploadStart)
-            ticket = await flow.initiate(
-                caller,
-                SaveRequest(
-                    vault=body.vault,
-                    title=body.title,
-                    description=body.description,
-                    alt_text=body.alt_text,
-                    tags=list(body.tags),
-                    source_ref=dict(body.source_ref),
-                    project_id=body.project_id,
-                    folder_id=body.folder_id,
-                    idempotency_key=body.idempotency_key,
-                ),
-                content_type=body.content_type,
-                content_length=body.content_length,
-            )
+            token = _presented_token(request)
+            raw = await _raw_body(request)
+            async with services.call_admission.admit():
+                caller = await _caller(services, token)
+                body: UploadStart = _body(raw, UploadStart)
+                ticket = await flow.initiate(
+                    caller,
+                    SaveRequest(
+                        vault=body.vault,
+                        title=body.title,
+                        description=body.description,
+                        alt_text=body.alt_text,
+                        tags=list(body.tags),
+                        source_ref=dict(body.source_ref),
+                        project_id=body.project_id,
+                        folder_id=body.folder_id,
+                        idempotency_key=body.idempotency_key,
+                    ),
+                    content_type=body.content_type,
+                    content_length=body.content_length,
+                )
         except ToolFailure as failure:
             return _error(failure, request)
         out = UploadTicketOut(
@@ -200,14 +232,17 @@ def upload_routes(services: MemoryServices) -> list[Route]:
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
         )
 
-    @json_errors
+    @json_errors_of
     async def complete(request: Request) -> Response:
         try:
-            caller = await _caller(services, request)
-            body: UploadComplete = await _body(request, UploadComplete)
-            upload_id: str = request.path_params["upload_id"]
-            refuse_nul(upload_id, "uploadId")
-            result = await flow.complete(caller, upload_id, vault=body.vault)
+            token = _presented_token(request)
+            raw = await _raw_body(request)
+            async with services.call_admission.admit():
+                caller = await _caller(services, token)
+                body: UploadComplete = _body(raw, UploadComplete)
+                upload_id: str = request.path_params["upload_id"]
+                refuse_nul(upload_id, "uploadId")
+                result = await flow.complete(caller, upload_id, vault=body.vault)
         except ToolFailure as failure:
             return _error(failure, request)
         return JSONResponse(SaveOut.model_validate(asdict(result)).model_dump(mode="json"))

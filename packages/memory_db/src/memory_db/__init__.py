@@ -1,8 +1,8 @@
 """memory-db: the data layer of the image memory.
 
-Schema and migrations (§9), owner/vault-scoped repositories with a unit of work, private object
-stores (§8), configuration (§22), structured logging with redaction, and the embedded PostgreSQL
-runtime. Nothing here imports fastmcp.
+Schema and migrations (the model of docs/design.md), owner/vault-scoped repositories with a
+unit of work, private object stores, configuration, structured logging with redaction, and the
+embedded PostgreSQL runtime. Nothing here imports fastmcp.
 """
 
 from memory_db.errors import (
@@ -40,7 +40,7 @@ from memory_db.repositories import (
 )
 from memory_db.runtime import Runtime, open_database, open_runtime
 from memory_db.settings import MemorySettings, load_settings
-from memory_db.unit_of_work import Database, UnitOfWork
+from memory_db.unit_of_work import Database, NestedUnitOfWork, UnitOfWork
 
 __all__ = [
     "DEFAULT_VAULT",
@@ -61,6 +61,7 @@ __all__ = [
     "MemoryDbError",
     "MemorySettings",
     "NamespaceUsage",
+    "NestedUnitOfWork",
     "NotFound",
     "ObjectExists",
     "ObjectNotFound",

@@ -66,17 +66,20 @@ CONNECT_TIMEOUT_SECONDS = 10.0
 POOL_TIMEOUT_SECONDS = 10.0
 
 
-def create_engine(url: str, *, pool_size: int = 5, echo: bool = False) -> AsyncEngine:
+def create_engine(
+    url: str, *, pool_size: int = 5, max_overflow: int | None = None, echo: bool = False
+) -> AsyncEngine:
     """Create the async engine (asyncpg) for ``url``; the caller disposes it.
 
-    Every checkout pings its connection (a dead one is replaced), and neither connecting nor
-    waiting for a pooled connection blocks longer than a few seconds, so an outage surfaces as
-    a prompt, retryable failure instead of a hang.
+    ``pool_size`` connections are kept, ``max_overflow`` more (default: as many again) are
+    opened under load and closed afterwards. Every checkout pings its connection (a dead one is
+    replaced), and neither connecting nor waiting for a pooled connection blocks longer than a
+    few seconds, so an outage surfaces as a prompt, retryable failure instead of a hang.
     """
     engine = create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
-        max_overflow=pool_size,
+        max_overflow=pool_size if max_overflow is None else max_overflow,
         pool_pre_ping=True,
         pool_timeout=POOL_TIMEOUT_SECONDS,
         connect_args={"timeout": CONNECT_TIMEOUT_SECONDS},

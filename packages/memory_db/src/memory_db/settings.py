@@ -1,6 +1,6 @@
 """Configuration from the environment (pydantic-settings).
 
-Every variable of spec §22 with its default, plus the variables of the standalone product
+Every variable of the image memory with its default, plus those of the standalone product
 (``MEMORY_*``, ``ASSET_EMBED_PROVIDER``, ``JINA_*``). Field names are the lower-cased variable
 names, so ``ASSET_MAX_BYTES`` is ``settings.asset_max_bytes``. ``docs/configuration.md`` lists them.
 """
@@ -39,6 +39,10 @@ def _is_loopback_host(host: str | None) -> bool:
         return False
 
 
+# Batches one embedding worker runs at once unless ASSET_EMBED_WORKER_CONCURRENCY says otherwise.
+DEFAULT_WORKER_CONCURRENCY = 2
+
+
 class MemorySettings(BaseSettings):
     """All configuration of the image memory, read from environment variables."""
 
@@ -49,7 +53,7 @@ class MemorySettings(BaseSettings):
         validate_default=True,
     )
 
-    # --- §22 object storage -------------------------------------------------------------
+    # --- object storage -----------------------------------------------------------------
     asset_storage_provider: Literal["s3", "local"] = "local"
     asset_s3_bucket: str | None = None
     asset_s3_region: str | None = None
@@ -61,7 +65,7 @@ class MemorySettings(BaseSettings):
     asset_signed_get_ttl_seconds: int = Field(default=300, ge=1, le=3600)
     asset_signed_put_ttl_seconds: int = Field(default=900, ge=1, le=3600)
 
-    # --- §22 ingest limits --------------------------------------------------------------
+    # --- ingest limits ------------------------------------------------------------------
     asset_max_bytes: int = Field(default=20_971_520, ge=1, le=1_073_741_824)
     asset_max_decoded_pixels: int = Field(default=40_000_000, ge=1, le=1_000_000_000)
     # Pixels decoded at once in one process; unset: twice ASSET_MAX_DECODED_PIXELS.
@@ -76,7 +80,7 @@ class MemorySettings(BaseSettings):
     asset_fetch_max_redirects: int = Field(default=5, ge=0, le=10)
     asset_upload_reservation_seconds: int = Field(default=3600, ge=60, le=86_400)
 
-    # --- §22 embeddings -----------------------------------------------------------------
+    # --- embeddings ---------------------------------------------------------------------
     asset_embed_index: str = "memory_assets_v1"
     asset_embed_model: str = "jina-embeddings-v5-omni-small"
     asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
@@ -86,7 +90,7 @@ class MemorySettings(BaseSettings):
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
 
-    # --- §22 feature flags (on by default in the standalone product; see docs) ----------
+    # --- feature flags (on by default: docs/design.md#decision-feature-switches) --------
     asset_feature_enabled: bool = True
     asset_search_enabled: bool = True
 
@@ -101,6 +105,12 @@ class MemorySettings(BaseSettings):
     memory_stdio_links: Literal["loopback", "off"] = "loopback"
     memory_signing_secret: SecretStr | None = None
     memory_default_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
+    # Calls (tool calls, HTTP routes) one process runs at once; the rest wait their turn.
+    memory_max_concurrent_calls: int = Field(default=16, ge=1, le=1024)
+    memory_admission_wait_seconds: float = Field(default=10.0, gt=0, le=300)
+    # Connections per process; unset: sized from the calls and worker slots (db_pool_size).
+    memory_db_pool_size: int | None = Field(default=None, ge=1, le=1000)
+    memory_db_pool_overflow: int = Field(default=8, ge=0, le=1000)
     memory_log_format: Literal["auto", "console", "json"] = "auto"
     memory_log_level: Literal["debug", "info", "warning", "error"] = "info"
     asset_embed_provider: Literal["local", "jina"] = "local"
@@ -218,6 +228,24 @@ class MemorySettings(BaseSettings):
     def uses_embedded_database(self) -> bool:
         """True when no ``MEMORY_DATABASE_URL`` is set."""
         return self.memory_database_url is None
+
+    @property
+    def worker_concurrency(self) -> int:
+        """Batches an embedding worker runs at once: ``ASSET_EMBED_WORKER_CONCURRENCY`` or 2."""
+        return self.asset_embed_worker_concurrency or DEFAULT_WORKER_CONCURRENCY
+
+    @property
+    def db_pool_size(self) -> int:
+        """Pooled connections per process: ``MEMORY_DB_POOL_SIZE``, or enough for full load.
+
+        A task holds at most one connection at a time, so one per admitted call, two per
+        worker slot (its batch and the batch's lease heartbeat) and two for the worker's LISTEN
+        connection and its sweep mean an admitted call never waits for a connection. Unused
+        connections are never opened, so the size costs nothing until the load is there.
+        """
+        if self.memory_db_pool_size is not None:
+            return self.memory_db_pool_size
+        return self.memory_max_concurrent_calls + 2 * self.worker_concurrency + 2
 
     @property
     def decode_budget_pixels(self) -> int:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
+from contextvars import ContextVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -23,6 +24,19 @@ from memory_db.repositories import (
     UsageRepository,
     VaultRepository,
 )
+
+# Whether the running task (or the task that started it) has a unit of work open. Context
+# variables are copied into child tasks, so a task started inside a unit of work sees it too.
+_open_unit: ContextVar[bool] = ContextVar("memory_db_open_unit_of_work", default=False)
+
+
+class NestedUnitOfWork(RuntimeError):
+    """A unit of work was opened while the same task, or the task that started it, held one.
+
+    Waiting for a second pooled connection while holding a first is how a full pool deadlocks:
+    with enough such callers, every connection is held by one that waits for another. So it is
+    refused at once, as the programming error it is, instead of stalling under load.
+    """
 
 
 class UnitOfWork:
@@ -57,7 +71,17 @@ class Database:
 
         A lost or refused connection (at the start, inside the block or at commit) leaves as
         ``DatabaseUnavailable``, the one error callers need to know for an outage.
+
+        One task holds at most one unit of work at a time; opening a second inside the first
+        (or in a task started inside it) raises ``NestedUnitOfWork``. Together with a pool at
+        least as large as the number of tasks admitted at once, no checkout can then wait for
+        a connection that only a waiting task could give back.
         """
+        if _open_unit.get():
+            raise NestedUnitOfWork(
+                "a unit of work is already open in this task: finish it before opening another"
+            )
+        marker = _open_unit.set(True)
         try:
             async with self._sessions() as session, session.begin():
                 yield UnitOfWork(session)
@@ -65,6 +89,8 @@ class Database:
             if is_connection_failure(exc):
                 raise DatabaseUnavailable("the database is unavailable") from exc
             raise
+        finally:
+            _open_unit.reset(marker)
 
     @asynccontextmanager
     async def single_statements(self) -> AsyncGenerator[UnitOfWork, None]:
@@ -72,9 +98,14 @@ class Database:
 
         No BEGIN and COMMIT round trips, for work that is one statement on a hot path (the key
         check of every HTTP request and tool call). Never for statements that must succeed or
-        fail together, or reads that must agree with each other. Outages as in
-        :meth:`unit_of_work`.
+        fail together, or reads that must agree with each other. Outages, and the one
+        checkout per task, as in :meth:`unit_of_work`.
         """
+        if _open_unit.get():
+            raise NestedUnitOfWork(
+                "a unit of work is already open in this task: finish it before opening another"
+            )
+        marker = _open_unit.set(True)
         try:
             async with self.engine.connect() as connection:
                 await connection.execution_options(isolation_level="AUTOCOMMIT")
@@ -84,6 +115,8 @@ class Database:
             if is_connection_failure(exc):
                 raise DatabaseUnavailable("the database is unavailable") from exc
             raise
+        finally:
+            _open_unit.reset(marker)
 
     async def close(self) -> None:
         """Dispose the engine's connection pool."""

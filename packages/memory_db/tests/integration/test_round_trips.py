@@ -9,7 +9,7 @@ import asyncpg  # type: ignore[import-untyped]
 import pytest
 from sqlalchemy import text
 
-from memory_db import Database, DatabaseUnavailable
+from memory_db import Database, DatabaseUnavailable, NestedUnitOfWork
 from memory_db.database import create_engine, to_plain_url
 
 
@@ -102,5 +102,25 @@ async def test_single_statements_on_an_unreachable_database_are_database_unavail
         with pytest.raises(DatabaseUnavailable):
             async with database.single_statements() as uow:
                 await uow.api_keys.resolve("mk_" + "x" * 40)
+    finally:
+        await database.close()
+
+
+async def test_single_statements_are_one_checkout_per_task_like_a_unit_of_work(
+    database_url: str,
+) -> None:
+    database = Database(create_engine(database_url, pool_size=1, max_overflow=0))
+    try:
+        with anyio.fail_after(5):  # without the guard this would wait for the one connection
+            async with database.unit_of_work():
+                with pytest.raises(NestedUnitOfWork):
+                    async with database.single_statements():
+                        pass
+            async with database.single_statements():
+                with pytest.raises(NestedUnitOfWork):
+                    async with database.unit_of_work():
+                        pass
+            async with database.single_statements() as uow:  # the marker was cleared
+                assert (await uow.session.execute(text("SELECT 1"))).scalar_one() == 1
     finally:
         await database.close()

@@ -13,7 +13,8 @@ Hierarchy::
     ├── FetchFailed          fetch_failed      a public source answered with an error or not at all
     ├── InvalidImage         invalid_image     bytes that are not an acceptable image
     ├── QuotaExceeded        quota_exceeded    the owner's storage quota would be exceeded
-    └── Unavailable          unavailable       the database cannot be reached now; retry shortly
+    ├── Unavailable          unavailable       the database cannot be reached now; retry shortly
+    └── Busy                 busy              the server is saturated now; retry shortly
 
 ``translate`` maps memory-db errors onto these at the workflow boundary; ``map_failures`` is the
 one boundary every entry point (MCP tools, HTTP routes) wraps around a workflow call.
@@ -39,6 +40,7 @@ CODES = (
     "invalid_image",
     "quota_exceeded",
     "unavailable",
+    "busy",
     "internal",
 )
 
@@ -117,6 +119,12 @@ class Unavailable(ToolFailure):
     """The database cannot be reached now (down or restarting); the same call can be retried."""
 
     code = "unavailable"
+
+
+class Busy(ToolFailure):
+    """The server is saturated: the call waited its turn too long and did nothing; retry it."""
+
+    code = "busy"
 
 
 class EmbeddingUnavailable(ToolFailure):

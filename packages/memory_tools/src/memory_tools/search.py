@@ -1,6 +1,6 @@
-"""``image_asset_search`` (§14): text, image and fused queries over the caller's vaults.
+"""``image_asset_search`` (docs/design.md#searching): text, image and fused queries.
 
-The flow, in the order of §14.2:
+The flow, over the caller's vaults:
 
 1. authenticate (the tool layer) and resolve the readable vaults; check the filters;
 2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
@@ -24,8 +24,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
-
-import anyio
 
 from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
@@ -61,7 +59,7 @@ log = get_logger(__name__)
 
 MAX_SEARCH_LIMIT = 30
 MAX_QUERY_CHARS = 2000
-# §14.2 step 5: representation hits fetched from the index before fusion.
+# Representation hits fetched from the index before fusion.
 OVERFETCH = 50
 # Metadata (full-text) hits that join the fusion of a text query.
 TEXT_HITS = 50
@@ -92,7 +90,7 @@ class SearchRequest(FilterFields):
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One result (§15.3), with the vault it lives in."""
+    """One result, with the vault it lives in."""
 
     asset_id: str
     vault: str
@@ -377,23 +375,19 @@ class AssetSearcher:
             )
 
         async def text_list() -> None:
-            # Its own short read-only transaction on a second connection, so the full-text
-            # list and the exact scores of its hits are found while the ANN query runs.
+            # On the same connection, after the ANN query: a second connection for it would
+            # make every search hold one pooled connection while waiting for another, which
+            # deadlocks a saturated pool (16 concurrent searches on a pool of 10 did).
             nonlocal words, word_hits
             assert text is not None
-            async with self.services.database.unit_of_work() as side:
-                words = await side.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
-                side_index = VectorIndex(side.session, index.name, index.dimensions, index.element)
-                word_hits = await side_index.distances(
-                    vector, vault_scopes, [asset_id for asset_id, _ in words], model=embedder.model
-                )
+            words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
+            word_hits = await index.distances(
+                vector, vault_scopes, [asset_id for asset_id, _ in words], model=embedder.model
+            )
 
-        if text is None:
-            await vector_list()
-        else:
-            async with anyio.create_task_group() as group:
-                group.start_soon(text_list)
-                group.start_soon(vector_list)
+        await vector_list()
+        if text is not None:
+            await text_list()
         for representation in ("visual", "fused"):
             ranked = [h for h in hits if h.representation == representation]
             for position, hit in enumerate(ranked):

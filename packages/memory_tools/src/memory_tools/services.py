@@ -9,6 +9,7 @@ from memory_db import Database, MemorySettings
 from memory_db.embedding import Embedder
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
+from memory_tools.capacity import CallAdmission
 from memory_tools.ingest.admission import DecodeAdmission
 
 if TYPE_CHECKING:
@@ -38,7 +39,14 @@ class MemoryServices:
     # Every decode of an untrusted image in this process waits here for its pixels
     # (ASSET_DECODE_BUDGET_PIXELS); made from the settings, one per set of services.
     decode_admission: DecodeAdmission = field(init=False, repr=False, compare=False)
+    # Every tool call and HTTP route of this process is admitted here first
+    # (MEMORY_MAX_CONCURRENT_CALLS, MEMORY_ADMISSION_WAIT_SECONDS).
+    call_admission: CallAdmission = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         admission = DecodeAdmission(self.settings.decode_budget_pixels)
         object.__setattr__(self, "decode_admission", admission)
+        calls = CallAdmission(
+            self.settings.memory_max_concurrent_calls, self.settings.memory_admission_wait_seconds
+        )
+        object.__setattr__(self, "call_admission", calls)

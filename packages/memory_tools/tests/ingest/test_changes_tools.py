@@ -454,7 +454,10 @@ async def test_a_save_racing_a_folder_deletion_never_lands_in_the_deleted_folder
         files_before = stored_files(saving)
         outcome: list[str] = []
 
+        started = anyio.Event()
+
         async def save() -> None:
+            await started.wait()
             outcome.append(
                 await _error(
                     client,
@@ -467,13 +470,16 @@ async def test_a_save_racing_a_folder_deletion_never_lands_in_the_deleted_folder
                 )
             )
 
-        # A folder deletion in flight: its folder rows locked and marked, not yet committed.
-        async with saving.database.unit_of_work() as deleting:
-            scope = (await deleting.vaults.accessible("alice@example.com"))[0].scope
-            await deleting.folders.lock(scope, [folder["folderId"]])
-            await deleting.folders.mark_deleted(scope, [folder["folderId"]])
-            async with anyio.create_task_group() as group:
-                group.start_soon(save)
+        # The saving client's task starts outside the deletion's unit of work, as another
+        # caller's would: a task started inside one may not open a second (NestedUnitOfWork).
+        async with anyio.create_task_group() as group:
+            group.start_soon(save)
+            # A folder deletion in flight: its folder rows locked and marked, not yet committed.
+            async with saving.database.unit_of_work() as deleting:
+                scope = (await deleting.vaults.accessible("alice@example.com"))[0].scope
+                await deleting.folders.lock(scope, [folder["folderId"]])
+                await deleting.folders.mark_deleted(scope, [folder["folderId"]])
+                started.set()
                 await anyio.sleep(1.0)
                 assert outcome == []  # the save waits for the deletion's locks
                 await deleting.session.commit()

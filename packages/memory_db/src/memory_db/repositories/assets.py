@@ -1,4 +1,4 @@
-"""Objects, assets, embedding jobs and orphan candidates (§9.4-§9.6, §12.3, §13).
+"""Objects, assets, embedding jobs and orphan candidates (docs/design.md#model).
 
 Objects and assets are always addressed with their owner (and assets with their vault); a job
 is leased by one worker at a time through ``FOR UPDATE SKIP LOCKED`` and every state change of a
@@ -670,7 +670,7 @@ class AssetRepository:
         return record
 
     async def set_status(self, scope: VaultScope, asset_id: str, status: str, actor: str) -> None:
-        """Move an asset to ``deleting`` or ``deleted`` (the delete flow, §18.1)."""
+        """Move an asset to ``deleting`` or ``deleted`` (docs/design.md#deleting)."""
         values: dict[str, Any] = {"status": status, "updated_by": actor, "updated_at": func.now()}
         if status == "deleted":
             values["deleted_at"] = func.now()
@@ -788,7 +788,7 @@ class AssetRepository:
         return await self.get_for_owner(owner, asset_id)
 
     async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> None:
-        """Derive the assets' embedding status from their latest jobs (§10.3, §13.3).
+        """Derive the assets' embedding status from their jobs (docs/design.md#worker-failures).
 
         ``visual`` is required: its failure fails the asset (with the job's error). A failed
         ``fused`` beside a done ``visual`` is ``partial``; all done is ``ready``; otherwise
@@ -1145,7 +1145,7 @@ class JobRepository:
 
 
 class OrphanRepository:
-    """Keys written to the store whose database commit failed (§12.3)."""
+    """Keys written to the store whose database commit failed (docs/design.md#orphans)."""
 
     def __init__(self, session: AsyncSession) -> None:
         self._session = session

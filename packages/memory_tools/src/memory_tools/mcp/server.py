@@ -16,8 +16,8 @@ INSTRUCTIONS = (
     "Vault handles: 'Library' (your default vault), your other vaults by name, or "
     "'owner@example.com/Name' for vaults shared with you. Errors start with a stable code "
     "(not_found, forbidden, conflict, invalid_input, unauthenticated, feature_disabled, "
-    "unavailable); 'unavailable' means the database is briefly unreachable: retry the same call "
-    "after a few seconds."
+    "unavailable, busy); 'unavailable' means the database is briefly unreachable: retry the same "
+    "call after a few seconds; 'busy' means the server is saturated: retry in a moment."
 )
 
 

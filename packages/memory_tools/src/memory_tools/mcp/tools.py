@@ -1,4 +1,4 @@
-"""The memory tools (§15.1) as fastmcp ``Tool`` objects, built once and registered on any server.
+"""The memory tools as fastmcp ``Tool`` objects, built once and registered on any server.
 
 Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → one unit
 of work that authenticates, authorises and acts. The workflows check the feature switches
@@ -50,7 +50,7 @@ from memory_tools.services import MemoryServices
 T = TypeVar("T")
 log = get_logger(__name__)
 
-# Tools whose successes and denials are written to the provenance ledger (§21).
+# Tools whose successes and denials are written to the provenance ledger (docs/design.md#ledgers).
 AUDITED_OPERATIONS = {
     "image_project_create": "asset_project_create",
     "image_folder_create": "asset_folder_create",
@@ -178,11 +178,15 @@ async def run_authorised(
     tool: str,
     action: Callable[[UnitOfWork, Caller], Awaitable[T]],
 ) -> T:
-    """Authenticate the caller and run ``action`` in one transaction; map failures to errors."""
+    """Authenticate the caller and run ``action`` in one transaction; map failures to errors.
+
+    The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
+    turn, and past the admission wait it fails as ``busy`` without having done anything.
+    """
     caller: Caller | None = None
     try:
         with map_failures():
-            async with services.database.unit_of_work() as uow:
+            async with services.call_admission.admit(), services.database.unit_of_work() as uow:
                 caller = await authenticate(uow, _presented_key(services))
                 return await action(uow, caller)
     except ToolFailure as failure:
@@ -194,17 +198,19 @@ async def run_as_caller(
     tool: str,
     action: Callable[[Caller], Awaitable[T]],
 ) -> T:
-    """Authenticate in a short transaction, then run ``action`` outside it.
+    """Authenticate in one statement, then run ``action`` outside any transaction.
 
     For work that must not hold a transaction open across network calls; ``action`` opens its
-    own. The key check is one statement, so it needs no transaction around it.
+    own. Admitted like ``run_authorised``, for the whole call. The key check is one statement,
+    so it needs no transaction around it.
     """
     caller: Caller | None = None
     try:
         with map_failures():
-            async with services.database.single_statements() as uow:
-                caller = await authenticate(uow, _presented_key(services))
-            return await action(caller)
+            async with services.call_admission.admit():
+                async with services.database.single_statements() as uow:
+                    caller = await authenticate(uow, _presented_key(services))
+                return await action(caller)
     except ToolFailure as failure:
         raise await _refuse(services, tool, caller, failure) from None
 

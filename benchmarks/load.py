@@ -1,0 +1,633 @@
+"""Many MCP clients at once against the real server: throughput, latency, errors, freshness.
+
+What runs:
+- a real ``memory-server serve --transport http`` on 127.0.0.1 (a free port) with its own
+  ``MEMORY_DATA_DIR`` in a temporary directory: embedded PostgreSQL, local objects, the local
+  embedder, its in-process embedding worker. ``--server-args`` and ``--server-env`` pass
+  options through (e.g. ``--server-args="--no-worker"`` or a pool size), to compare set-ups.
+- a library of 10,000 ready assets written straight into its database before it starts
+  (``bulk_library.load_library``: COPY rows and two vectors per asset, one HNSW build). The
+  benchmark process starts the embedded PostgreSQL of that data directory itself; the server
+  attaches to the same running PostgreSQL, as every process on one data directory does.
+- for each N in 1, 4, 16, 64: N MCP sessions (the official ``mcp`` SDK over streamable HTTP,
+  each its own session and HTTP client) in client processes (``load_clients.py``; at most
+  ``--sessions-per-process`` sessions each), closed loop: each sends its next call when the
+  last one answered, with a bounded per-call timeout (``--call-timeout``). A warm-up, then a
+  fixed measured window. The mix: ``image_asset_search`` by text 40 %, by image
+  (``imageBase64`` of a 64x48 PNG) 15 %, ``image_asset_get`` 20 %, ``image_asset_list`` 17 %,
+  ``image_asset_save`` of a unique 64x48 PNG with a title and description 8 %.
+
+What it prints, per N: throughput (calls answered without error inside the window / its
+length), p50/p95/p99 per operation and over all calls (of calls sent inside the window, failed ones
+included: their caller waited too), errors by code over the whole phase (warm-up included;
+a tool error's code from its ``code: message`` text, ``timeout``, or the transport failure),
+save -> searchable p50/p95, and the CPU the clients, the server and PostgreSQL used
+(in cores: CPU seconds / window seconds; the machine's core count bounds their sum). A client
+process near one core would make the clients the bottleneck: the benchmark says so when the
+busiest one passes 0.8 cores (then lower ``--sessions-per-process``).
+
+Save -> searchable: from the moment the save's answer reached the client until the commit of
+the transaction that made the asset ``ready`` (the worker writes its vectors and its status
+in one transaction, and search returns only ``ready`` assets: from that commit on, the asset
+is found). The commit time comes from PostgreSQL (``track_commit_timestamp``, switched on for
+this throw-away database; ``pg_xact_commit_timestamp`` of the asset row), read after the
+phase: polling with ``image_asset_get`` would add load of its own and measure no finer than
+its polling interval. After each phase the benchmark waits (at most ``--settle`` seconds)
+for the worker to finish that phase's saves, so phases do not bleed into each other; a save
+still not ready then counts as never searchable.
+
+Targets (issue 21), judged in the same run and printed PASS/FAIL:
+- zero errors at every N;
+- throughput at 16 and at 64 clients at least 1.5x the single client's;
+- p95 at most 2 x N / throughput at every N. With N callers in a closed loop, N / throughput
+  is the mean time a call spends in the server (Little's law) over the mix; fair queueing
+  keeps the p95 within about twice that. It is applied over all calls, the mix the
+  throughput is measured on: per operation it would fail a save (intrinsically several times
+  a get) under perfectly fair queueing and pass a get that starves. The per-operation
+  p95 / (N / throughput) is printed to show which operation waits longest.
+- save -> searchable p95 under 2 s at 16 clients.
+
+Exit status, as the other benchmarks: 0 when the benchmark ran (missed targets are printed),
+non-zero when it could not run; ``--strict`` also exits 1 when a target is missed.
+
+Loopback only, bounded (each phase lasts at most warm-up + window + call timeout + settle),
+stops by itself; client processes, the server, PostgreSQL and the temporary directory are
+removed on exit, Ctrl-C and failures included.
+
+Usage: python benchmarks/load.py [--quick] [--clients 1,4,16,64] [--warmup 5] [--duration 30]
+       [--library 10000] [--call-timeout 20] [--settle 30] [--sessions-per-process 32]
+       [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--json]
+       [--strict]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import selectors
+import shlex
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import AsyncGenerator, Generator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import anyio
+import asyncpg
+import httpx
+import psutil
+from bulk_library import library_target, load_library
+from load_clients import MIX, OPERATIONS, ClientSpec
+from sqlalchemy import text
+
+from memory_db import MemorySettings
+from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
+from memory_db.embedding import LocalEmbedder
+from memory_db.logs import configure_logging
+from memory_db.runtime import open_database, prepare_vector_index
+from memory_db.unit_of_work import Database
+from memory_db.vectors import DEFAULT_ALIAS
+from memory_tools import admin
+
+HERE = Path(__file__).parent
+SERVER = [sys.executable, "-m", "memory_server"]
+OWNER = "bench@example.com"
+_OUR_ENV = ("ASSET_", "MEMORY_", "JINA_")
+
+
+@dataclass
+class Phase:
+    """The figures of one N."""
+
+    clients: int
+    processes: int
+    window: float
+    throughput: float = 0.0  # calls answered without error per second of the window
+    latency: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> p50/p95/p99 ms
+    calls: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=dict)
+    saves: int = 0
+    searchable: dict[str, float | None] = field(default_factory=dict)  # p50/p95 s, None = never
+    never_searchable: int = 0
+    cpu: dict[str, float] = field(default_factory=dict)  # cores
+
+    @property
+    def bound_ms(self) -> float:
+        """2 x N / throughput, in ms (the p95 target)."""
+        return 2 * self.clients / self.throughput * 1000 if self.throughput else 0.0
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _tree_cpu(pid: int | None) -> float:
+    """CPU seconds of a process and all its descendants, exited ones included (0 when gone).
+
+    A PostgreSQL backend that exits between two samples moves its time into its parent's
+    ``children_*`` counters: counting those too keeps the difference of two samples right.
+    """
+    if pid is None:
+        return 0.0
+    try:
+        root = psutil.Process(pid)
+        total = 0.0
+        for process in [root, *root.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                times = process.cpu_times()
+                total += times.user + times.system + times.children_user + times.children_system
+        return total
+    except psutil.Error:
+        return 0.0
+
+
+# --- the database and the server -------------------------------------------------------------
+
+
+async def _enable_commit_timestamps(settings: MemorySettings) -> None:
+    """Start the embedded server once to switch ``track_commit_timestamp`` on (needs a restart)."""
+    database, embedded = await open_database(settings, migrate=True)
+    assert embedded is not None
+    conn: Any = await asyncpg.connect(to_plain_url(embedded.url(DEFAULT_DATABASE)))
+    try:
+        await conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
+    finally:
+        await conn.close()
+    await database.close()
+    embedded.stop()  # the only user: the server stops, the setting applies at the next start
+
+
+@contextlib.asynccontextmanager
+async def library_database(
+    settings: MemorySettings, size: int
+) -> AsyncGenerator[tuple[Database, str, str]]:
+    """The embedded database with the library loaded; yields it, its URL and an API key."""
+    await _enable_commit_timestamps(settings)
+    database, embedded = await open_database(settings, migrate=True)
+    assert embedded is not None
+    try:
+        async with database.unit_of_work() as uow:
+            tracked = (await uow.session.execute(text("SHOW track_commit_timestamp"))).scalar()
+        if tracked != "on":
+            raise RuntimeError("track_commit_timestamp did not switch on")
+        embedder = LocalEmbedder()
+        await prepare_vector_index(database, settings, embedder)
+        await admin.create_identity(database, OWNER, 10**12)
+        key = (await admin.create_key(database, OWNER, ("read", "write"))).secret
+        index, namespace = await library_target(database, DEFAULT_ALIAS, OWNER)
+        started = time.perf_counter()
+        url = embedded.url(DEFAULT_DATABASE)
+        await load_library(url, index, namespace, size, embedder, owner=OWNER)
+        print(
+            f"library: {size:,} assets loaded in {time.perf_counter() - started:.0f} s", flush=True
+        )
+        yield database, url, key
+    finally:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(30):
+            await database.close()
+        embedded.stop()  # PostgreSQL stops once the server has released it too
+
+
+@contextlib.contextmanager
+def running_server(
+    data_dir: Path, log_path: Path, server_args: list[str], server_env: dict[str, str]
+) -> Generator[tuple[str, subprocess.Popen[bytes]]]:
+    """``memory-server serve --transport http`` on a free loopback port; stopped afterwards."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_ENV)}
+    env.update(MEMORY_DATA_DIR=str(data_dir), MEMORY_LOG_FORMAT="json", MEMORY_LOG_LEVEL="warning")
+    env.update(server_env)
+    port = _free_port()
+    serve = ["serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)]
+    with log_path.open("wb") as log:
+        process = subprocess.Popen(
+            [*SERVER, *serve, *server_args], env=env, stdout=log, stderr=subprocess.STDOUT
+        )
+        url = f"http://127.0.0.1:{port}"
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the server did not start:\n{_tail(log_path)}")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(url + "/healthz/ready", timeout=2).status_code == 200:
+                        break
+                time.sleep(0.2)
+            yield url, process
+        finally:
+            _stop(process, grace=60)
+
+
+def _stop(process: subprocess.Popen[bytes], *, grace: float) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def _tail(path: Path, lines: int = 30) -> str:
+    return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+
+
+# --- one phase ------------------------------------------------------------------------------
+
+
+@dataclass
+class PhaseConfig:
+    """How each phase runs."""
+
+    url: str
+    key: str
+    library: int
+    warmup: float
+    duration: float
+    call_timeout: float
+    settle: float
+    sessions_per_process: int
+    pgdata: Path
+
+
+def _start_clients(
+    config: PhaseConfig, clients: int, stack: contextlib.ExitStack
+) -> list[subprocess.Popen[str]]:
+    processes = math.ceil(clients / config.sessions_per_process)
+    started: list[subprocess.Popen[str]] = []
+    first = 0
+    for index in range(processes):
+        sessions = clients // processes + (index < clients % processes)
+        spec = ClientSpec(
+            url=config.url + "/mcp",
+            key=config.key,
+            sessions=sessions,
+            first_session=first,
+            phase=clients,
+            library_size=config.library,
+            call_timeout=config.call_timeout,
+        )
+        first += sessions
+        process = subprocess.Popen(
+            [sys.executable, str(HERE / "load_clients.py"), json.dumps(asdict(spec))],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        stack.callback(_stop_client, process)
+        started.append(process)
+    return started
+
+
+def _stop_client(process: subprocess.Popen[str]) -> None:
+    if process.poll() is None:
+        process.kill()
+    process.wait(timeout=10)
+
+
+def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The next line a client process prints; raises when it exits or stays silent too long."""
+    assert process.stdout is not None
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise RuntimeError(
+                    f"client process {process.pid} stayed silent for {timeout:.0f} s"
+                )
+            if selector.select(remaining):
+                line = process.stdout.readline()
+                if not line:
+                    raise RuntimeError(f"client process {process.pid} exited ({process.wait()})")
+                return line
+
+
+async def run_phase(
+    config: PhaseConfig, database: Database, server: subprocess.Popen[bytes], clients: int
+) -> Phase:
+    """N clients for warm-up + window; the figures of the window."""
+    with contextlib.ExitStack() as stack:
+        processes = _start_clients(config, clients, stack)
+        for process in processes:
+            line = await anyio.to_thread.run_sync(_read_line, process, 180.0)
+            if line.strip() != "ready":
+                raise RuntimeError(f"client process said {line!r}")
+        postmaster = EmbeddedPostgres(config.pgdata).postmaster_pid()
+        start = time.time() + config.warmup
+        end = start + config.duration
+        for process in processes:
+            assert process.stdin is not None
+            process.stdin.write(json.dumps({"start": start, "end": end}) + "\n")
+            process.stdin.flush()
+        await anyio.sleep(max(0.0, start - time.time()))
+        server_cpu, pg_cpu = _tree_cpu(server.pid), _tree_cpu(postmaster)
+        await anyio.sleep(max(0.0, end - time.time()))
+        server_cpu, pg_cpu = _tree_cpu(server.pid) - server_cpu, _tree_cpu(postmaster) - pg_cpu
+        records: list[list[Any]] = []
+        client_cpu: list[float] = []
+        for process in processes:
+            line = await anyio.to_thread.run_sync(_read_line, process, config.call_timeout + 60.0)
+            result = json.loads(line)
+            records.extend(result["records"])
+            client_cpu.append(result["cpu_seconds"])
+    phase = Phase(clients=clients, processes=len(processes), window=config.duration)
+    phase.cpu = {
+        "clients": sum(client_cpu) / config.duration,
+        "busiest_client_process": max(client_cpu) / config.duration,
+        "server": server_cpu / config.duration,
+        "postgres": pg_cpu / config.duration,
+    }
+    _summarise(phase, records, start, end)
+    saves = {r[4]: r[2] for r in records if r[0] == "save" and r[4] and start <= r[1] < end}
+    await _searchable(phase, database, saves, config.settle)
+    return phase
+
+
+def _summarise(phase: Phase, records: list[list[Any]], start: float, end: float) -> None:
+    phase.errors = dict(Counter(r[3] for r in records if r[3] is not None))
+    answered = [r for r in records if start <= r[2] <= end and r[3] is None]
+    phase.throughput = len(answered) / (end - start)
+    window = [r for r in records if start <= r[1] < end and r[0] != "session"]
+    for operation in [*OPERATIONS, "all"]:
+        times = [(r[2] - r[1]) * 1000 for r in window if operation in ("all", r[0])]
+        phase.calls[operation] = len(times)
+        if times:
+            phase.latency[operation] = {
+                "p50": _pct(times, 0.5),
+                "p95": _pct(times, 0.95),
+                "p99": _pct(times, 0.99),
+            }
+
+
+async def _searchable(
+    phase: Phase, database: Database, saves: dict[str, float], settle: float
+) -> None:
+    """Wait for the worker to drain, then time each save's answer to its ready commit."""
+    waiting = text(
+        "SELECT count(*) FROM mem_assets WHERE owner_identity = :o"
+        " AND embedding_status IN ('pending', 'running') AND status = 'processing'"
+    )
+    deadline = time.monotonic() + settle
+    while time.monotonic() < deadline:
+        async with database.unit_of_work() as uow:
+            if not (await uow.session.execute(waiting, {"o": OWNER})).scalar():
+                break
+        await anyio.sleep(0.5)
+    ready = text(
+        "SELECT id, extract(epoch FROM pg_xact_commit_timestamp(xmin)) FROM mem_assets"
+        " WHERE id = ANY(:ids) AND status = 'ready'"
+    )
+    async with database.unit_of_work() as uow:
+        rows = (await uow.session.execute(ready, {"ids": list(saves)})).all()
+    delays = [float(committed) - saves[asset] for asset, committed in rows]
+    phase.saves = len(saves)
+    phase.never_searchable = len(saves) - len(delays)
+    everything = delays + [math.inf] * phase.never_searchable
+    if everything:
+        phase.searchable = {
+            q: (None if math.isinf(v) else v)
+            for q, v in (("p50", _pct(everything, 0.5)), ("p95", _pct(everything, 0.95)))
+        }
+
+
+# --- report ---------------------------------------------------------------------------------
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def _seconds(value: float | None, settle: float) -> str:
+    return f">{settle:.0f}" if value is None else f"{value:.2f}"
+
+
+def targets(phases: dict[int, Phase]) -> list[tuple[str, bool | None, str]]:
+    """Each target: (what, PASS/FAIL or None when this run cannot judge it, the figures)."""
+    judged: list[tuple[str, bool | None, str]] = []
+    errors = {n: sum(p.errors.values()) for n, p in phases.items()}
+    judged.append(
+        (
+            "zero errors at every N",
+            all(count == 0 for count in errors.values()),
+            ", ".join(f"N={n}: {count}" for n, count in errors.items()),
+        )
+    )
+    single = phases.get(1)
+    for n in (16, 64):
+        if single is None or n not in phases or not single.throughput:
+            judged.append((f"throughput at {n} >= 1.5x one client's", None, "not measured"))
+            continue
+        ratio = phases[n].throughput / single.throughput
+        judged.append((f"throughput at {n} >= 1.5x one client's", ratio >= 1.5, f"{ratio:.2f}x"))
+    fair = []
+    for n, phase in phases.items():
+        p95 = phase.latency.get("all", {}).get("p95")
+        ok = p95 is not None and phase.throughput > 0 and p95 <= phase.bound_ms
+        fair.append((n, ok, f"N={n}: {_ms(p95)} <= {_ms(phase.bound_ms)} ms"))
+    judged.append(
+        (
+            "p95 <= 2 x N / throughput, all calls, every N",
+            all(ok for _, ok, _ in fair),
+            "; ".join(text_ for _, _, text_ in fair),
+        )
+    )
+    sixteen = phases.get(16)
+    if sixteen is None or not sixteen.saves:
+        judged.append(("save -> searchable p95 < 2 s at 16", None, "no saves measured at 16"))
+    else:
+        p95 = sixteen.searchable.get("p95")
+        judged.append(
+            (
+                "save -> searchable p95 < 2 s at 16",
+                p95 is not None and p95 < 2.0,
+                f"{'never' if p95 is None else f'{p95:.2f} s'} over {sixteen.saves} saves",
+            )
+        )
+    return judged
+
+
+def report(phases: dict[int, Phase], args: argparse.Namespace, revision: str) -> bool:
+    """Print the tables and the targets; True when every target this run judges is met."""
+    mix = ", ".join(f"{name} {weight} %" for name, weight in MIX)
+    print(
+        f"\nlibrary {args.library:,} assets; mix: {mix}; warm-up {args.warmup:g} s, window "
+        f"{args.duration:g} s per N; call timeout {args.call_timeout:g} s; code {revision}"
+    )
+    if args.server_args or args.server_env:
+        print(f"server options: {args.server_args} {' '.join(args.server_env)}".rstrip())
+    print(
+        f"\n{'N':>3}{'procs':>6}{'calls/s':>9}{'p50':>7}{'p95':>7}{'p99':>7}{'2N/X':>7}"
+        f"{'errors':>8}{'saves':>7}{'searchable p50/p95 s':>22}{'CPU clients/server/pg':>24}"
+    )
+    for n, p in phases.items():
+        all_ = p.latency.get("all", {})
+        searchable = (
+            f"{_seconds(p.searchable.get('p50'), args.settle)}/"
+            f"{_seconds(p.searchable.get('p95'), args.settle)}"
+            if p.saves
+            else "-"
+        )
+        cpu = f"{p.cpu['clients']:.2f}/{p.cpu['server']:.2f}/{p.cpu['postgres']:.2f}"
+        print(
+            f"{n:>3}{p.processes:>6}{p.throughput:>9.1f}{_ms(all_.get('p50')):>7}"
+            f"{_ms(all_.get('p95')):>7}{_ms(all_.get('p99')):>7}{_ms(p.bound_ms):>7}"
+            f"{sum(p.errors.values()):>8}{p.saves:>7}{searchable:>22}{cpu:>24}"
+        )
+    print(
+        "latencies in ms over the calls sent in the window (failed ones included); 2N/X = the "
+        "p95 target; CPU in cores (CPU seconds / window)"
+    )
+    print(
+        f"\n{'N':>3}  {'operation':<14}{'calls':>7}{'p50':>7}{'p95':>7}{'p99':>7}{'p95/(N/X)':>11}"
+    )
+    for n, p in phases.items():
+        for operation in OPERATIONS:
+            figures = p.latency.get(operation)
+            if figures is None:
+                continue
+            mean = n / p.throughput * 1000 if p.throughput else math.inf
+            print(
+                f"{n:>3}  {operation:<14}{p.calls[operation]:>7}{_ms(figures['p50']):>7}"
+                f"{_ms(figures['p95']):>7}{_ms(figures['p99']):>7}{figures['p95'] / mean:>11.2f}"
+            )
+    for n, p in phases.items():
+        if p.cpu["busiest_client_process"] > 0.8:
+            print(
+                f"N={n}: a client process used {p.cpu['busiest_client_process']:.2f} cores: the "
+                "clients may limit this N; try fewer --sessions-per-process"
+            )
+        if p.errors:
+            listed = ", ".join(f"{key} x{count}" for key, count in sorted(p.errors.items()))
+            print(f"errors at N={n}: {listed}")
+        if p.never_searchable:
+            print(
+                f"N={n}: {p.never_searchable} of {p.saves} saves not searchable "
+                f"{args.settle:g} s after the window"
+            )
+    print("\ntargets:")
+    met = True
+    for what, ok, figures in targets(phases):
+        verdict = "n/a" if ok is None else ("PASS" if ok else "FAIL")
+        met = met and ok is not False
+        print(f"  {verdict:<5}{what}: {figures}")
+    return met
+
+
+def _revision() -> str:
+    """The commit the server runs from, and whether tracked files differ from it."""
+
+    def git(*args: str) -> str:
+        command = ["git", "-C", str(HERE), *args]
+        return subprocess.run(command, capture_output=True, text=True, check=False).stdout
+
+    commit = git("log", "-1", "--format=%h %cs").strip() or "unknown"
+    return commit + (
+        " + local changes" if git("status", "--porcelain", "--untracked-files=no") else ""
+    )
+
+
+# --- main -----------------------------------------------------------------------------------
+
+
+async def run(args: argparse.Namespace, tmp: Path) -> dict[int, Phase]:
+    settings = MemorySettings(memory_data_dir=tmp / "data")
+    phases: dict[int, Phase] = {}
+    async with library_database(settings, args.library) as (database, _url, key):
+        server_env = dict(item.split("=", 1) for item in args.server_env)
+        with running_server(
+            tmp / "data", tmp / "server.log", shlex.split(args.server_args), server_env
+        ) as (url, server):
+            config = PhaseConfig(
+                url=url,
+                key=key,
+                library=args.library,
+                warmup=args.warmup,
+                duration=args.duration,
+                call_timeout=args.call_timeout,
+                settle=args.settle,
+                sessions_per_process=args.sessions_per_process,
+                pgdata=Path(settings.postgres_dir),
+            )
+            for clients in args.clients:
+                print(f"N={clients}: running", flush=True)
+                phases[clients] = await run_phase(config, database, server, clients)
+                if server.poll() is not None:
+                    print(
+                        f"the server exited ({server.returncode}) during N={clients}:\n"
+                        f"{_tail(tmp / 'server.log')}"
+                    )
+                    break
+    return phases
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--clients", default="1,4,16,64", help="the Ns, comma-separated")
+    parser.add_argument("--library", type=int, default=10_000, help="assets loaded directly")
+    parser.add_argument("--warmup", type=float, default=5.0, help="seconds before each window")
+    parser.add_argument("--duration", type=float, default=30.0, help="measured seconds per N")
+    parser.add_argument("--call-timeout", type=float, default=20.0, help="seconds per call")
+    parser.add_argument(
+        "--settle", type=float, default=30.0, help="seconds to wait for a phase's saves to embed"
+    )
+    parser.add_argument(
+        "--sessions-per-process", type=int, default=32, help="MCP sessions per client process"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="for development: 2,000 assets, 2 s + 8 s per N"
+    )
+    parser.add_argument(
+        "--server-args", default="", help='extra `serve` options, e.g. "--no-worker"'
+    )
+    parser.add_argument(
+        "--server-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="environment for the server (repeatable), e.g. MEMORY_DB_POOL_SIZE=20",
+    )
+    parser.add_argument(
+        "--server-log", type=Path, default=None, help="keep the server's log at this path"
+    )
+    parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
+    args = parser.parse_args()
+    args.clients = [int(n) for n in args.clients.split(",")]
+    if args.quick:
+        args.library, args.warmup, args.duration = 2000, 2.0, 8.0
+    if any("=" not in item for item in args.server_env):
+        parser.error("--server-env takes KEY=VALUE")
+    for name in [k for k in os.environ if k.startswith(_OUR_ENV)]:
+        del os.environ[name]  # the loader and the server see the same, default, settings
+    configure_logging(level="warning")
+    with tempfile.TemporaryDirectory(prefix="load-") as tmp:
+        try:
+            phases = anyio.run(run, args, Path(tmp))
+        finally:
+            if args.server_log is not None and (Path(tmp) / "server.log").exists():
+                shutil.copyfile(Path(tmp) / "server.log", args.server_log)
+    met = report(phases, args, _revision())
+    if args.json:
+        print(json.dumps({n: asdict(p) for n, p in phases.items()}, indent=2))
+    return 1 if args.strict and not met else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
