@@ -27,6 +27,8 @@ child exits by itself when its parent disappears (``kill -9`` of the parent).
 
 from __future__ import annotations
 
+import contextlib
+
 import os
 import signal
 import socket
@@ -234,9 +236,9 @@ class Supervisor:
             process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for process in running:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
+            if process.poll() is None:  # it did not stop in time
                 log.warning("child_process_killed", pid=process.pid)
                 process.kill()
                 process.wait()
