@@ -35,7 +35,7 @@ def _tree(root: Path, source: str, where: str = "packages/memory_tools/src/memor
 
 
 def test_the_repository_keeps_its_import_rules() -> None:
-    result = subprocess.run(  # noqa: S603 (our own script, with this interpreter)
+    result = subprocess.run(
         [sys.executable, str(SCRIPT)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 0, result.stdout + result.stderr
@@ -97,7 +97,7 @@ def test_memory_db_itself_may_speak_sql(tmp_path: Path) -> None:
 
 def test_the_script_exits_non_zero_and_names_the_import(tmp_path: Path) -> None:
     root = _tree(tmp_path, "x = 1\nfrom sqlalchemy import select\n")
-    result = subprocess.run(  # noqa: S603 (our own script, with this interpreter)
+    result = subprocess.run(
         [sys.executable, str(SCRIPT), str(root)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1
