@@ -55,12 +55,6 @@ def to_plain_url(url: str) -> str:
     return urlunsplit(parts._replace(scheme="postgresql"))
 
 
-def with_database(url: str, database: str) -> str:
-    """Return ``url`` pointing at ``database`` instead."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + quote(database)))
-
-
 CONNECT_TIMEOUT_SECONDS = 10.0
 POOL_TIMEOUT_SECONDS = 10.0
 
