@@ -1,4 +1,4 @@
-"""§24.5's acceptance walk against a real `memory-server serve --transport http` subprocess.
+"""The acceptance walk (docs/design.md#acceptance) against a real `memory-server` HTTP process.
 
 Save a photo into a project folder, poll until it is ready, find it by words and by a second
 similar image, open its signed preview and see the link expire, move it without changing its

@@ -211,7 +211,7 @@ async def test_refused_mcp_requests_say_what_is_wrong(
         async with httpx.AsyncClient() as http:
             missing = await http.post(url, json={})
             assert missing.status_code == 401
-            assert missing.headers["www-authenticate"] == "Bearer"  # RFC 6750 §3.1
+            assert missing.headers["www-authenticate"] == "Bearer"  # RFC 6750, section 3.1
             assert missing.headers["content-type"] == "application/json"
             error = missing.json()["error"]
             assert error["data"]["code"] == "unauthenticated"

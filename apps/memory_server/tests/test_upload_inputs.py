@@ -118,7 +118,7 @@ async def test_completing_with_a_nul_is_refused_as_invalid_input(
 async def test_refused_keys_get_a_bearer_challenge(
     services: MemoryServices, serve_http: Callable[..., Any]
 ) -> None:
-    """RFC 6750 §3.1, as on /mcp: ``Bearer`` without credentials, ``invalid_token`` for bad ones."""
+    """RFC 6750, section 3.1, as on /mcp: ``Bearer`` with no key, ``invalid_token`` if bad."""
     body = {"contentType": "image/png", "contentLength": 10}
     async with serve_http(build_http_server(services)) as mcp_url, httpx.AsyncClient() as http:
         base = mcp_url.removesuffix("/mcp")

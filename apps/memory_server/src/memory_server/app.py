@@ -40,6 +40,11 @@ async def serve_http(
         port=port,
         path="/mcp",
         middleware=middleware,
+        # No MCP session lives in this process: every request stands alone (the key is checked
+        # per request, the state is in the database), so any process behind one port or a
+        # proxy answers any request, with no session affinity. Clients of the 2026-07-28
+        # protocol are stateless anyway; this makes older, handshake clients so too.
+        stateless_http=True,
         # Our logging config (with redaction) handles uvicorn's loggers; access lines would
         # carry signed-link query strings, so they are off.
         uvicorn_config={"access_log": False, "log_config": None},

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import signal
 import socket
 import sys
@@ -29,6 +30,7 @@ from memory_server.bootstrap import (
     stdio_api_key,
     worker_config,
 )
+from memory_server.processes import MAX_PROCESSES
 from memory_tools import ConflictFailure, MemoryServices, ToolFailure, admin
 
 
@@ -88,6 +90,10 @@ async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
 
 
 async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> None:
+    if args.supervised:
+        from memory_server.processes import exit_when_orphaned
+
+        exit_when_orphaned(os.getppid())
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     from memory_tools.worker import EmbeddingWorker
 
@@ -107,10 +113,24 @@ async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> Non
         await worker.run()
 
 
-async def _serve_http(settings: MemorySettings, host: str, port: int, *, with_worker: bool) -> None:
-    # Bind first: a taken port is reported at once, before PostgreSQL is started for nothing,
-    # and the banner below is printed only once the address is ours.
-    sock = bind_listening_socket(host, port)
+async def _serve_http(
+    settings: MemorySettings,
+    host: str,
+    port: int,
+    *,
+    with_worker: bool,
+    listen_fd: int | None = None,
+) -> None:
+    if listen_fd is None:
+        # Bind first: a taken port is reported at once, before PostgreSQL is started for
+        # nothing, and the banner below is printed only once the address is ours.
+        sock = bind_listening_socket(host, port)
+    else:
+        # A child of `--processes`: the parent bound the socket and is watched for.
+        from memory_server.processes import exit_when_orphaned
+
+        sock = socket.socket(fileno=listen_fd)
+        exit_when_orphaned(os.getppid())
     try:
         base = public_base_url(settings, host, port)
         async with running(settings, base_url=base) as (_runtime, services):
@@ -118,25 +138,31 @@ async def _serve_http(settings: MemorySettings, host: str, port: int, *, with_wo
                 async with background_worker(services, worker_config(settings)):
                     await _announce_and_serve_http(settings, services, host, port, sock)
             else:
-                await _announce_and_serve_http(settings, services, host, port, sock)
+                quiet = listen_fd is not None
+                await _announce_and_serve_http(settings, services, host, port, sock, quiet=quiet)
     finally:
         sock.close()
 
 
-async def _announce_and_serve_http(
-    settings: MemorySettings,
-    services: MemoryServices,
-    host: str,
-    port: int,
-    sock: socket.socket,
-) -> None:
-    from memory_server.app import build_http_server, serve_http
-    from memory_server.body_limit import mcp_middleware
+def _serve_http_processes(
+    settings: MemorySettings, host: str, port: int, processes: int, *, with_worker: bool
+) -> int:
+    from memory_server.processes import serve_processes
 
-    server = build_http_server(services)
+    return serve_processes(
+        settings,
+        host,
+        port,
+        processes,
+        with_worker=with_worker,
+        announce=lambda details: _err(f"{_banner(settings, host, port)}\n{details}"),
+    )
+
+
+def _banner(settings: MemorySettings, host: str, port: int) -> str:
     shown = f"[{host}]" if ":" in host else host
     database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
-    _err(
+    return (
         f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
         f"  data directory: {settings.memory_data_dir}\n"
         f"  database: {database}\n"
@@ -150,6 +176,25 @@ async def _announce_and_serve_http(
         "--scopes read,write,destructive\n"
         "  then connect with that key (mk_...) in the Authorization header, scheme Bearer"
     )
+
+
+async def _announce_and_serve_http(
+    settings: MemorySettings,
+    services: MemoryServices,
+    host: str,
+    port: int,
+    sock: socket.socket,
+    *,
+    quiet: bool = False,
+) -> None:
+    from memory_server.app import build_http_server, serve_http
+    from memory_server.body_limit import mcp_middleware
+
+    server = build_http_server(services)
+    if quiet:
+        log.info("server_process_ready", pid=os.getpid())
+    else:
+        _err(_banner(settings, host, port))
     await serve_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
 
 
@@ -247,6 +292,15 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not embed in this process (run `memory-server worker` processes instead)",
     )
+    serve.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="HTTP only: N server processes sharing the port, plus one embedding worker "
+        "process unless --no-worker (default 1: one process that also embeds)",
+    )
+    # Internal: a child of --processes serves on the socket its parent bound.
+    serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)
     worker = commands.add_parser("worker", help="run an embedding worker (any number at once)")
     worker.add_argument(
         "--concurrency",
@@ -261,6 +315,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="how long a claimed job stays leased without a heartbeat (120)",
     )
+    # Internal: a worker started by `serve --processes` stops when its parent is gone.
+    worker.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
 
     commands.add_parser("migrate", help="apply database migrations")
 
@@ -291,17 +347,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None]]) -> int:
+def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None] | int]) -> int:
     """Load settings, configure logging, run ``command``; map failures to exit codes.
 
     0 success (and SIGTERM), 1 a refused operation, 2 invalid configuration, 130 Ctrl+C.
+    A ``command`` that runs no event loop (the ``--processes`` parent) returns its status.
     """
     install_sigterm_handler()
     try:
         settings = load_settings()
         global _notices_as_json
         _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
-        asyncio.run(command(settings))
+        outcome = command(settings)
+        if isinstance(outcome, int):
+            return outcome
+        asyncio.run(outcome)
     except ConfigurationError as exc:
         _err(f"error: {exc}")
         return 2
@@ -329,15 +389,37 @@ def _unexpected(exc: BaseException) -> bool:
     return not isinstance(exc, Terminated | KeyboardInterrupt | asyncio.CancelledError)
 
 
+def _usage_error(message: str) -> int:
+    print(f"memory-server: error: {message}", file=sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``memory-server``."""
     args = build_parser().parse_args(argv)
+
+    if args.command == "serve" and args.processes != 1:
+        if args.transport != "http":
+            return _usage_error("--processes: only with --transport http")
+        if not 1 <= args.processes <= MAX_PROCESSES:
+            return _usage_error(f"--processes: must be between 1 and {MAX_PROCESSES}")
+        return run_command(
+            lambda settings: _serve_http_processes(
+                settings, args.host, args.port, args.processes, with_worker=not args.no_worker
+            )
+        )
 
     async def command(settings: MemorySettings) -> None:
         if args.command == "serve" and args.transport == "stdio":
             await _serve_stdio(settings, with_worker=not args.no_worker)
         elif args.command == "serve":
-            await _serve_http(settings, args.host, args.port, with_worker=not args.no_worker)
+            await _serve_http(
+                settings,
+                args.host,
+                args.port,
+                with_worker=not args.no_worker,
+                listen_fd=args.listen_fd,
+            )
         elif args.command == "worker":
             if args.concurrency is not None and not 1 <= args.concurrency <= 64:
                 raise ConfigurationError("--concurrency: must be between 1 and 64")

@@ -100,7 +100,7 @@ def _error(failure: ToolFailure, request: Request) -> Response:
     if failure.code in RETRY_AFTER:
         headers["Retry-After"] = RETRY_AFTER[failure.code]
     if failure.code == "unauthenticated":
-        # RFC 6750 §3.1: no error attribute unless bearer credentials were sent and refused.
+        # RFC 6750, section 3.1: no error attribute unless bearer credentials were sent and refused.
         headers["WWW-Authenticate"] = (
             f'Bearer error="invalid_token", error_description="{failure.message}"'
             if _bearer_token(request)

@@ -1,8 +1,8 @@
 """memory-db: the data layer of the image memory.
 
-Schema and migrations (§9), owner/vault-scoped repositories with a unit of work, private object
-stores (§8), configuration (§22), structured logging with redaction, and the embedded PostgreSQL
-runtime. Nothing here imports fastmcp.
+Schema and migrations (the model of docs/design.md), owner/vault-scoped repositories with a
+unit of work, private object stores, configuration, structured logging with redaction, and the
+embedded PostgreSQL runtime. Nothing here imports fastmcp.
 """
 
 from memory_db.errors import (

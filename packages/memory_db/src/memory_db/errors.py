@@ -64,7 +64,7 @@ class FolderTreeError(InvalidInput):
 
 
 class QuotaExceededError(MemoryDbError):
-    """``used + reserved + requested > quota`` for an owner's namespace (§17.2)."""
+    """``used + reserved + requested > quota`` for one owner (docs/design.md#namespace)."""
 
     def __init__(self, *, used: int, reserved: int, requested: int, quota: int) -> None:
         self.used = used

@@ -9,6 +9,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -47,6 +48,11 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         command.upgrade(alembic_config(connection), revision)
 
     async with engine.begin() as conn:
+        # Several processes starting at once on one database (`serve --processes N`, servers
+        # behind a proxy) would otherwise run the same migration side by side, and all but one
+        # fail on the tables the first created. The lock lasts until this transaction ends;
+        # who waited then finds the schema at head and has nothing to do.
+        await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('memory_migrations'))"))
         await conn.run_sync(run)
 
 

@@ -1,6 +1,6 @@
-"""SQLAlchemy 2 models of the §9 schema and of the identity/entitlement tables we own.
+"""SQLAlchemy 2 models of every table (docs/design.md#model).
 
-Ownership (§7.3) is enforced by the database: every child row repeats its owner (and vault)
+Ownership is enforced by the database: every child row repeats its owner (and vault)
 and references its parent through a *composite* foreign key that includes them, so a folder
 cannot point at another owner's project, an asset at another owner's folder or object, or a job
 at another owner's asset. Status values are CHECK constraints. Folder depth and cycles are
@@ -195,11 +195,11 @@ class VaultGrant(Base):
     created_at: Mapped[datetime] = _now()
 
 
-# --- §9 asset plane -------------------------------------------------------------------------
+# --- asset plane ----------------------------------------------------------------------------
 
 
 class AssetNamespace(Base):
-    """§9.1: the opaque object namespace of one owner, with its byte counters."""
+    """One owner's opaque object namespace and byte counters (docs/design.md#namespace)."""
 
     __tablename__ = "mem_asset_namespaces"
     __table_args__ = (
@@ -219,7 +219,7 @@ class AssetNamespace(Base):
 
 
 class AssetProject(Base):
-    """§9.2: a project inside one owner's vault."""
+    """A project inside one owner's vault (docs/design.md#projects)."""
 
     __tablename__ = "mem_asset_projects"
     __table_args__ = (
@@ -256,7 +256,7 @@ class AssetProject(Base):
 
 
 class AssetFolder(Base):
-    """§9.3: a folder in a project; the parent must be in the same project, owner and vault."""
+    """A folder (docs/design.md#folders); its parent is in the same project, owner and vault."""
 
     __tablename__ = "mem_asset_folders"
     __table_args__ = (
@@ -304,7 +304,7 @@ class AssetFolder(Base):
 
 
 class AssetObject(Base):
-    """§9.4: immutable bytes of one owner (never deduplicated across owners)."""
+    """Immutable bytes of one owner, never deduplicated across owners (docs/design.md#objects)."""
 
     __tablename__ = "mem_asset_objects"
     __table_args__ = (
@@ -362,7 +362,7 @@ class AssetObject(Base):
 
 
 class Asset(Base):
-    """§9.5: the user's governed record of an image."""
+    """The user's governed record of an image (docs/design.md#assets)."""
 
     __tablename__ = "mem_assets"
     __table_args__ = (
@@ -483,7 +483,7 @@ class Asset(Base):
 
 
 class AssetEmbeddingJob(Base):
-    """§9.6: a durable embedding job for one representation of one asset."""
+    """A durable embedding job for one representation of one asset (docs/design.md#jobs)."""
 
     __tablename__ = "mem_asset_embedding_jobs"
     __table_args__ = (
@@ -544,7 +544,7 @@ class AssetEmbeddingJob(Base):
 
 
 class AssetUploadReservation(Base):
-    """§9.7: a bounded, expiring reservation of quota bytes for one upload."""
+    """A bounded, expiring reservation of quota bytes (docs/design.md#reservations)."""
 
     __tablename__ = "mem_asset_upload_reservations"
     __table_args__ = (
@@ -600,7 +600,7 @@ class AssetUploadReservation(Base):
 
 
 class OrphanCandidate(Base):
-    """§12.3: bytes written to the store whose database commit failed.
+    """Bytes written to the store whose database commit failed (docs/design.md#orphans).
 
     Reconciliation removes them after a safety window unless an object row claims the key.
     """
@@ -627,7 +627,7 @@ class OrphanCandidate(Base):
 
 
 class UsageLedgerEntry(Base):
-    """§17.3: provider usage, one row per metered call."""
+    """Provider usage, one row per metered call (docs/design.md#ledgers)."""
 
     __tablename__ = "mem_usage_ledger"
     __table_args__ = (
@@ -655,7 +655,7 @@ class UsageLedgerEntry(Base):
 
 
 class ProvenanceEvent(Base):
-    """§21: who did what to which target, and how it ended. Never holds secrets."""
+    """Who did what to which target, and how it ended; no secrets (docs/design.md#ledgers)."""
 
     __tablename__ = "mem_provenance"
     __table_args__ = (
@@ -683,7 +683,7 @@ class ProvenanceEvent(Base):
     created_at: Mapped[datetime] = _now()
 
 
-# --- vector index registry (§10.1, §20.3) -----------------------------------------------------
+# --- vector index registry (docs/design.md#index-rebuild) ------------------------------------
 
 
 class VectorIndexEntry(Base):

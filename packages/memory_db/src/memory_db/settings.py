@@ -1,6 +1,6 @@
 """Configuration from the environment (pydantic-settings).
 
-Every variable of spec §22 with its default, plus the variables of the standalone product
+Every variable of the image memory with its default, plus those of the standalone product
 (``MEMORY_*``, ``ASSET_EMBED_PROVIDER``, ``JINA_*``). Field names are the lower-cased variable
 names, so ``ASSET_MAX_BYTES`` is ``settings.asset_max_bytes``. ``docs/configuration.md`` lists them.
 """
@@ -53,7 +53,7 @@ class MemorySettings(BaseSettings):
         validate_default=True,
     )
 
-    # --- §22 object storage -------------------------------------------------------------
+    # --- object storage -----------------------------------------------------------------
     asset_storage_provider: Literal["s3", "local"] = "local"
     asset_s3_bucket: str | None = None
     asset_s3_region: str | None = None
@@ -65,7 +65,7 @@ class MemorySettings(BaseSettings):
     asset_signed_get_ttl_seconds: int = Field(default=300, ge=1, le=3600)
     asset_signed_put_ttl_seconds: int = Field(default=900, ge=1, le=3600)
 
-    # --- §22 ingest limits --------------------------------------------------------------
+    # --- ingest limits ------------------------------------------------------------------
     asset_max_bytes: int = Field(default=20_971_520, ge=1, le=1_073_741_824)
     asset_max_decoded_pixels: int = Field(default=40_000_000, ge=1, le=1_000_000_000)
     # Pixels decoded at once in one process; unset: twice ASSET_MAX_DECODED_PIXELS.
@@ -80,7 +80,7 @@ class MemorySettings(BaseSettings):
     asset_fetch_max_redirects: int = Field(default=5, ge=0, le=10)
     asset_upload_reservation_seconds: int = Field(default=3600, ge=60, le=86_400)
 
-    # --- §22 embeddings -----------------------------------------------------------------
+    # --- embeddings ---------------------------------------------------------------------
     asset_embed_index: str = "memory_assets_v1"
     asset_embed_model: str = "jina-embeddings-v5-omni-small"
     asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
@@ -90,7 +90,7 @@ class MemorySettings(BaseSettings):
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
 
-    # --- §22 feature flags (on by default in the standalone product; see docs) ----------
+    # --- feature flags (on by default: docs/design.md#decision-feature-switches) --------
     asset_feature_enabled: bool = True
     asset_search_enabled: bool = True
 

@@ -1,4 +1,4 @@
-"""§7.3 and §9 rules enforced by the database itself: each forbidden write is tried directly."""
+"""Rules the database enforces itself (docs/design.md#tenancy): each forbidden write is tried."""
 
 from __future__ import annotations
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import anyio
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import text
@@ -119,3 +120,23 @@ async def test_the_migrated_lists_of_known_values_match_the_models(database_url:
     finally:
         await engine.dispose()
     assert found == expected
+
+
+async def test_processes_migrating_one_database_at_once_do_not_collide(
+    postgres: PostgresForTests,
+) -> None:
+    # `serve --processes N` or servers behind a proxy, started together on a new database.
+    name = await postgres.create_empty()
+    engines = [create_engine(postgres.url(name), pool_size=1) for _ in range(3)]
+    try:
+        async with anyio.create_task_group() as group:
+            for engine in engines:
+                group.start_soon(upgrade, engine)
+        for engine in engines:
+            assert await current_revision(engine) == head_revision()
+        async with engines[0].connect() as conn:
+            assert await conn.run_sync(_diff) == []
+    finally:
+        for engine in engines:
+            await engine.dispose()
+        await postgres.drop(name)

@@ -1,4 +1,4 @@
-"""Object keys (§7.2) and opaque ids."""
+"""Object keys (docs/design.md#object-keys) and opaque ids."""
 
 from __future__ import annotations
 

@@ -1,10 +1,14 @@
-"""HMAC link signing."""
+"""HMAC link signing, and the signing key every process of one data directory shares."""
 
 from __future__ import annotations
 
+import threading
+from pathlib import Path
+
 import pytest
 
-from memory_db import SignatureError
+from memory_db import ConfigurationError, MemorySettings, SignatureError
+from memory_db.runtime import load_signing_secret
 from memory_db.storage import UrlSigner
 
 SECRET = b"s" * 32
@@ -71,3 +75,34 @@ def test_short_secret_and_nonpositive_ttl_are_refused() -> None:
         UrlSigner(b"short")
     with pytest.raises(ValueError, match="positive"):
         UrlSigner(SECRET).sign_get("k", 0)
+
+
+def _load_together(settings: MemorySettings, n: int) -> tuple[list[bytes], list[Exception]]:
+    start = threading.Barrier(n)
+    keys: list[bytes] = []
+    errors: list[Exception] = []
+
+    def load() -> None:
+        start.wait()
+        try:
+            keys.append(load_signing_secret(settings))
+        except ConfigurationError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=load) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return keys, errors
+
+
+def test_processes_starting_together_share_one_signing_key(tmp_path: Path) -> None:
+    # Servers started at once on a new data directory (`serve --processes N`, or several behind
+    # a proxy) race to create the key; none may read it half-written or make another one.
+    for attempt in range(30):
+        settings = MemorySettings(memory_data_dir=tmp_path / str(attempt))
+        keys, errors = _load_together(settings, 8)
+        assert errors == [] and len(keys) == 8 and len(set(keys)) == 1
+        assert len(keys[0]) >= 32
+        assert [p.name for p in settings.memory_data_dir.iterdir()] == ["signing.key"]

@@ -1,4 +1,4 @@
-"""Authorisation (§7.1): API key → identity → vault handle → scope, with the permission checked.
+"""Authorisation (docs/design.md#authorisation): key → identity → vault → scope and permission.
 
 Callers never supply an owner, a physical vault, a namespace or a key: those come from here.
 Another owner's vault that is not shared with the caller is *not found*, exactly like a vault

@@ -213,7 +213,7 @@ async def get_asset(
 
 @dataclass(frozen=True, kw_only=True)
 class FilterFields:
-    """The exact filters shared by listing and search (§14.1); empty fields do not filter."""
+    """The exact filters shared by listing and search (docs/design.md#filters); empty: no filter."""
 
     vault: str | None = None
     project_id: str | None = None

@@ -1,6 +1,6 @@
-"""Changing and removing assets (§18): move, delete, restore, purge, folder deletion.
+"""Changing and removing assets: move, delete, restore, purge, folder deletion.
 
-A move changes metadata only (the object key and bytes stay). A delete runs §18.1 in one
+A move changes metadata only (the object key and bytes stay). A delete runs in one
 transaction — ``deleting``, jobs cancelled, vectors deleted, ``deleted`` with provenance, the
 object marked ``deleting`` when no active asset still uses it. Search never finds it again.
 
@@ -9,7 +9,7 @@ For ``ASSET_DELETE_GRACE_HOURS`` the bytes stay, still counted against the owner
 preview). Once the window has passed, the worker's sweep deletes the bytes
 (:func:`purge_deleted_objects`) and gives them back to the quota; a restore then answers
 ``not_found``. A failed byte deletion leaves the object ``deleting`` for the next sweep; access
-never returns.
+never returns. See docs/design.md#deleting.
 """
 
 from __future__ import annotations
@@ -194,7 +194,7 @@ async def _remove(
     scope: VaultScope,
     asset_id: str,
 ) -> tuple[int, int, bool] | None:
-    """§18.1 steps 2-5 for one asset; ``None`` if it is already deleted."""
+    """The delete transaction for one asset; ``None`` if it is already deleted."""
     asset = await uow.assets.lock(scope, asset_id, include_deleted=True)
     if asset is None or asset.status == "deleted":
         return None
@@ -396,7 +396,7 @@ async def _restored_placement(
 
 
 async def purge_deleted_objects(services: MemoryServices, *, limit: int = PURGE_BATCH) -> int:
-    """Delete the bytes of objects marked ``deleting``, then mark them ``deleted`` (§18.1 6-7).
+    """Delete the bytes of objects marked ``deleting``, then mark them ``deleted``.
 
     Only objects whose delete grace window has passed (``ASSET_DELETE_GRACE_HOURS``, plus
     :data:`PURGE_MARGIN` when there is a window): until then a restore may take them back.
@@ -464,12 +464,12 @@ async def delete_folder(
     recursive: bool,
     confirm: str | None,
 ) -> FolderDeletion:
-    """Delete an empty folder, or a folder with its contents after a dry run (§18.2).
+    """Delete an empty folder, or a folder with its contents after a dry run.
 
     Without ``recursive`` the folder must hold no images and no subfolders. With it, a call
     without ``confirm`` is a dry run that changes nothing and returns the counts and a
     ``confirm`` token; calling again with that token deletes the folder, its subfolders and
-    their images, provided nothing changed in between.
+    their images, provided nothing changed in between (docs/design.md#folder-deletion).
     """
     policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "destructive")

@@ -1,4 +1,4 @@
-"""Project and folder workflows (§15.1): authorised, validated, audited."""
+"""Project and folder workflows: authorised, validated, audited."""
 
 from __future__ import annotations
 
@@ -198,7 +198,7 @@ async def archive_project(
 ) -> ProjectView:
     """Archive a project: it stays readable and searchable, but takes no new images or folders.
 
-    Non-destructive and idempotent (§18.2).
+    Non-destructive and idempotent (docs/design.md#folder-deletion).
     """
     policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "write")

@@ -1,4 +1,4 @@
-"""Reconciliation of the object store with the accounts: no byte outside them (§12.3, §17).
+"""Reconciling the store with the accounts (docs/design.md#reconciliation): no byte outside.
 
 Every byte in the store should be accounted for by the database: an object row (original or
 preview, counted in the owner's ``used_bytes``) or an open upload reservation (its staging bytes,

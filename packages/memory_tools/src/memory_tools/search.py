@@ -1,6 +1,6 @@
-"""``image_asset_search`` (§14): text, image and fused queries over the caller's vaults.
+"""``image_asset_search`` (docs/design.md#searching): text, image and fused queries.
 
-The flow, in the order of §14.2:
+The flow, over the caller's vaults:
 
 1. authenticate (the tool layer) and resolve the readable vaults; check the filters;
 2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
@@ -59,7 +59,7 @@ log = get_logger(__name__)
 
 MAX_SEARCH_LIMIT = 30
 MAX_QUERY_CHARS = 2000
-# §14.2 step 5: representation hits fetched from the index before fusion.
+# Representation hits fetched from the index before fusion.
 OVERFETCH = 50
 # Metadata (full-text) hits that join the fusion of a text query.
 TEXT_HITS = 50
@@ -90,7 +90,7 @@ class SearchRequest(FilterFields):
 
 @dataclass(frozen=True)
 class SearchHit:
-    """One result (§15.3), with the vault it lives in."""
+    """One result, with the vault it lives in."""
 
     asset_id: str
     vault: str

@@ -1,4 +1,4 @@
-"""The durable embedding worker (§13).
+"""The durable embedding worker (docs/design.md#worker).
 
 Jobs live in PostgreSQL. A worker claims a batch of due jobs in one statement (``FOR UPDATE
 SKIP LOCKED``, so two workers never take the same job), holding each under a lease it renews
@@ -184,7 +184,7 @@ class EmbeddingWorker:
         """Housekeeping: expired reservations, abandoned jobs, orphans, deleted bytes.
 
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
-        deletes orphaned uploads, purges the bytes of deleted images (§18.1) and, every
+        deletes orphaned uploads, purges the bytes of deleted images and, every
         ``reconcile_seconds``, deletes store bytes that nothing accounts for (``reconcile``).
         """
         async with self._services.database.unit_of_work() as uow:
@@ -214,7 +214,7 @@ class EmbeddingWorker:
         return report.removed
 
     async def _remove_orphans(self) -> int:
-        """Delete bytes whose save never committed, once no save can still claim them (§12.3)."""
+        """Delete bytes whose save never committed, once no save can still claim them."""
         async with self._services.database.unit_of_work() as uow:
             keys = await uow.orphans.open_older_than(ORPHAN_SAFETY_WINDOW)
             claimed = await uow.orphans.claimed(keys)
@@ -510,7 +510,7 @@ class EmbeddingWorker:
             log.info("worker_jobs_done", worker=self.worker_id, jobs=len(ledger))
 
     async def _failed(self, item: _Work, exc: EmbeddingError) -> None:
-        """Apply §13.3's failure policy to one job."""
+        """Apply the failure policy (docs/design.md#worker-failures) to one job."""
         job = item.job
         if exc.retryable:
             await self._retry(job, exc.code, str(exc))
@@ -523,7 +523,7 @@ class EmbeddingWorker:
         await self._fail(job, exc.code, str(exc))
         if exc.code == "unsupported_media":
             # Our validation accepted what the provider cannot read: keep the object out of
-            # dedupe and embedding until someone looks (§13.3 "quarantine").
+            # dedupe and embedding until someone looks (docs/design.md#worker-failures).
             async with self._services.database.unit_of_work() as uow:
                 await uow.objects.quarantine(job.owner_identity, item.asset.object_id)
             log.warning("worker_object_quarantined", object_id=item.asset.object_id)

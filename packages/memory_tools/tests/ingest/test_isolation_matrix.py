@@ -1,4 +1,4 @@
-"""The isolation matrix (issue 5 §4): every tool x caller x target, allow or deny.
+"""The isolation matrix (docs/design.md#tenancy): every tool x caller x target, allow or deny.
 
 Callers: the owner, another owner, a shared reader, writer and admin, the owner's key without
 the ``destructive`` scope, and a revoked key. Targets: the owner's asset (shared with the

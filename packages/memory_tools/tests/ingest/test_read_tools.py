@@ -62,7 +62,7 @@ async def test_get_shows_embedding_state_and_a_working_preview(
     key = url.path.removeprefix("/objects/")
     assert key.endswith("/preview.webp")
     store.verify_signed_get(key, url.params["expires"], url.params["signature"])
-    # Nothing persistent holds a signed link (§20.2).
+    # Nothing persistent holds a signed link (docs/design.md#signed-links).
     async with saving.database.engine.connect() as conn:
         for table in (
             "mem_assets",

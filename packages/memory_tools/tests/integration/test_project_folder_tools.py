@@ -324,7 +324,7 @@ ANNOTATIONS = {
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == set(ANNOTATIONS)  # the ten of §15.1, archive, folder delete, restore
+    assert set(tools) == set(ANNOTATIONS)  # the ten first tools, archive, folder delete, restore
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None

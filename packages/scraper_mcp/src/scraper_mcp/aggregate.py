@@ -2,7 +2,7 @@
 
 Parity is by construction: both servers register the ``Tool`` objects that
 ``memory_tools.build_memory_tools`` returns, with the same middleware and strictness, so their
-manifests cannot drift. Scraper tools and their opt-in save handoffs (§16) register here too.
+manifests cannot drift. Scraper tools and their opt-in save handoffs register here too.
 """
 
 from __future__ import annotations

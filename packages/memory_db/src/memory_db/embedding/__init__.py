@@ -1,4 +1,4 @@
-"""Embedders (§11): the contract, the Jina client, the offline local embedder and a fake."""
+"""Embedders: the contract, the Jina client, the offline local embedder and a fake."""
 
 from memory_db.embedding.factory import build_embedder
 from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector

@@ -1,4 +1,4 @@
-"""``JinaEmbedder``: the typed multimodal Jina client (§11), httpx and async.
+"""``JinaEmbedder``: the typed multimodal Jina client, httpx and async.
 
 Retries 429, 524, other 5xx, timeouts and connection failures with capped exponential backoff
 and jitter (honouring ``Retry-After``), rotating to the next key of the pool on rate limits and

@@ -1,7 +1,7 @@
 """The Jina embeddings wire format, in one small place.
 
 Jina documents text as ``{"text": ...}`` and images as ``{"image": "<url or base64>"}``. The
-fused shape ``{"content": [...]}`` (spec §4.4) is not confirmed by a public API schema, so it is
+fused shape ``{"content": [...]}`` is not confirmed by a public API schema, so it is
 built only here and only when ``fused_mode="native"``; the default ``"combine"`` embeds the image
 and the text separately and combines them (see ``validation.combine``).
 """

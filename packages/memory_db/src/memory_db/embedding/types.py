@@ -1,4 +1,4 @@
-"""What an embedder takes and returns (§11): typed values, an explicit task, batches."""
+"""What an embedder takes and returns (docs/design.md#embedders): typed values, a task, batches."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ EmbedValue = TextInput | ImageInput | FusedInput
 
 @dataclass(frozen=True, slots=True)
 class Usage:
-    """Provider token usage of one call (§17.3)."""
+    """Provider token usage of one call (docs/design.md#ledgers)."""
 
     total_tokens: int = 0
     prompt_tokens: int = 0

@@ -1,4 +1,4 @@
-"""One validation for every embedder's output (§11)."""
+"""One validation for every embedder's output (docs/design.md#embedders)."""
 
 from __future__ import annotations
 

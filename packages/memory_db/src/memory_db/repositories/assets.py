@@ -1,6 +1,7 @@
-"""Objects and assets (§9.4, §9.5), always addressed with their owner (assets with their vault).
+"""Objects and assets (docs/design.md#model).
 
-The embedding job queue is in :mod:`memory_db.repositories.jobs`, orphan candidates in
+Objects are always addressed with their owner, assets with their owner and vault. The embedding
+job queue is in :mod:`memory_db.repositories.jobs`, orphan candidates in
 :mod:`memory_db.repositories.orphans`.
 """
 
@@ -637,7 +638,7 @@ class AssetRepository:
         return record
 
     async def set_status(self, scope: VaultScope, asset_id: str, status: str, actor: str) -> None:
-        """Move an asset to ``deleting`` or ``deleted`` (the delete flow, §18.1)."""
+        """Move an asset to ``deleting`` or ``deleted`` (docs/design.md#deleting)."""
         values: dict[str, Any] = {"status": status, "updated_by": actor, "updated_at": func.now()}
         if status == "deleted":
             values["deleted_at"] = func.now()
@@ -776,7 +777,7 @@ class AssetRepository:
         return await self.get_for_owner(owner, asset_id)
 
     async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> None:
-        """Derive the assets' embedding status from their latest jobs (§10.3, §13.3).
+        """Derive the assets' embedding status from their jobs (docs/design.md#worker-failures).
 
         ``visual`` is required: its failure fails the asset (with the job's error). A failed
         ``fused`` beside a done ``visual`` is ``partial``; all done is ``ready``; otherwise

@@ -1,4 +1,4 @@
-"""Provenance (§21) and provider usage (§17.3) ledgers: append-only."""
+"""Provenance and provider usage ledgers, append-only (docs/design.md#ledgers)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The embedding job queue (§9.6, §13): jobs, their leases, and the wake-up channel.
+"""The embedding job queue (docs/design.md#jobs): jobs, their leases, the wake-up channel.
 
 A worker leases due jobs through ``FOR UPDATE SKIP LOCKED``, so two workers never take the same
 job. Every later change of a running job (heartbeat, hand-back, outcome) applies only while that

@@ -1,4 +1,4 @@
-"""Orphan candidates: keys written to the store whose database commit failed (§12.3).
+"""Orphan candidates (docs/design.md#orphans): stored keys whose database commit failed.
 
 A save writes bytes before it commits. When the commit fails, the keys are recorded here; the
 worker's sweep deletes them once no save can still claim them, and never deletes a key that an
@@ -19,7 +19,7 @@ from memory_db.schema import AssetObject, OrphanCandidate
 
 
 class OrphanRepository:
-    """Keys written to the store whose database commit failed (§12.3)."""
+    """Keys written to the store whose database commit failed."""
 
     def __init__(self, session: AsyncSession) -> None:
         self._session = session

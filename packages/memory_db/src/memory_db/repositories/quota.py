@@ -1,4 +1,4 @@
-"""Namespace byte counters and upload reservations (§9.7, §17).
+"""Namespace byte counters and upload reservations (docs/design.md#namespace).
 
 Every change to an owner's counters locks that owner's namespace row first (``FOR UPDATE``), so
 concurrent saves of one owner serialise on the quota check and never overshoot, while different

@@ -103,7 +103,7 @@ class FolderRecord:
 
 @dataclass(frozen=True, slots=True)
 class NamespaceUsage:
-    """An owner's byte counters and plan quota (§17.1)."""
+    """An owner's byte counters and plan quota (docs/design.md#namespace)."""
 
     owner_identity: str
     namespace_id: str
@@ -114,7 +114,7 @@ class NamespaceUsage:
 
 @dataclass(frozen=True, slots=True)
 class ReservationRecord:
-    """An upload reservation (§9.7)."""
+    """An upload reservation (docs/design.md#reservations)."""
 
     id: str
     owner_identity: str
@@ -132,7 +132,7 @@ class ReservationRecord:
 
 @dataclass(frozen=True, slots=True)
 class ObjectRecord:
-    """Immutable stored bytes of one owner (§9.4)."""
+    """Immutable stored bytes of one owner (docs/design.md#objects)."""
 
     id: str
     owner_identity: str
@@ -153,7 +153,7 @@ class ObjectRecord:
 
 @dataclass(frozen=True, slots=True)
 class AssetRecord:
-    """The governed record of one image (§9.5)."""
+    """The governed record of one image (docs/design.md#assets)."""
 
     id: str
     owner_identity: str
@@ -180,7 +180,7 @@ class AssetRecord:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """A durable embedding job (§9.6)."""
+    """A durable embedding job (docs/design.md#jobs)."""
 
     id: str
     asset_id: str
@@ -203,7 +203,7 @@ class JobRecord:
 
 @dataclass(frozen=True, slots=True)
 class AssetFilter:
-    """Exact filters of listing and search (§14.1); empty fields do not filter."""
+    """Exact filters of listing and search (docs/design.md#filters); empty fields do not filter."""
 
     project_id: str | None = None
     folder_ids: tuple[str, ...] | None = None  # the folder, or it and its descendants

@@ -1,4 +1,4 @@
-"""Private object stores (§8): the contract, local/S3/in-memory implementations, keys, signing."""
+"""Private object stores: the contract, local/S3/in-memory implementations, keys, signing."""
 
 from memory_db.storage.integrity import read_verified
 from memory_db.storage.keys import (

@@ -1,4 +1,4 @@
-"""The key builders of §7.2 and the validators that accept only what they build.
+"""Key builders (docs/design.md#object-keys) and validators that accept only what they build.
 
 Two kinds of key live under an owner's namespace prefix ``{env}/tenants/{namespace_id}/``:
 

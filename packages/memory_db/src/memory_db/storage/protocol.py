@@ -1,4 +1,4 @@
-"""The private object-store contract of §8.2."""
+"""The private object-store contract (docs/design.md#object-stores)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
 """``S3AssetObjectStore``: private objects in an S3-compatible bucket (aioboto3).
 
 No ACLs are ever sent and no public URL is ever built: reads by others go through presigned
-GETs (§22 TTL) that also pin the response content type and disposition. Every put sends the
+GETs (short-lived) that also pin the response content type and disposition. Every put sends the
 SHA-256 (``ChecksumSHA256``) for the provider to verify, and records it as object metadata,
 because some providers do not verify it; the database's SHA-256 stays the final guarantee.
 

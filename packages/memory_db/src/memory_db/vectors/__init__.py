@@ -1,4 +1,4 @@
-"""The versioned asset vector index (§10): tables, aliases, scoped upsert and filtered ANN."""
+"""The versioned vector index (docs/design.md#vectors): tables, aliases, scoped upsert, ANN."""
 
 from memory_db.vectors.codes import CODE_SCHEME, vector_codes
 from memory_db.vectors.ddl import (

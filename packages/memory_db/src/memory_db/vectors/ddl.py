@@ -1,6 +1,6 @@
-"""Physical versioned vector tables: creation, registry, aliases (§10.1, §20.3).
+"""Physical versioned vector tables: creation, registry, aliases (docs/design.md#vectors).
 
-One table per index name (default ``memory_assets_v1``), holding §10.2's metadata as real
+One table per index name (default ``memory_assets_v1``), holding the vector's metadata as real
 columns. Element type ``halfvec`` by default: half the bytes of ``vector`` with the same recall
 in our measurement (``benchmarks/vector_search.py``, ``docs/vector-index.md``).
 """

@@ -21,14 +21,14 @@ REPRESENTATIONS = ("visual", "fused")
 
 
 def vector_id(asset_id: str, representation: str, model: str, dimensions: int) -> str:
-    """§10.2: ``sha256("asset-v1::{asset_id}::{representation}::{model}::{dimensions}")``."""
+    """Vector id: ``sha256("asset-v1::{asset_id}::{representation}::{model}::{dimensions}")``."""
     key = f"asset-v1::{asset_id}::{representation}::{model}::{dimensions}"
     return hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)
 class VectorRecord:
-    """One representation of one asset, with §10.2's metadata."""
+    """One representation of one asset, with its metadata (docs/design.md#vectors)."""
 
     asset_id: str
     object_id: str
@@ -86,7 +86,7 @@ Strategy = Literal["auto", "ann", "scan", "exact"]
 
 @dataclass(frozen=True, slots=True)
 class VectorMatch:
-    """Exact filters on the metadata columns of the index (§10.2), beside the scope."""
+    """Exact filters on the metadata columns of the index, beside the scope."""
 
     mime_types: Sequence[str] = ()
     source_kinds: Sequence[str] = ()

@@ -1,4 +1,4 @@
-"""Saving images (§12): safe fetching, validation and previews, and the save workflow."""
+"""Saving images (docs/design.md#saving): safe fetching, validation, previews, the workflow."""
 
 from memory_tools.ingest.addresses import blocked_reason, is_public_address
 from memory_tools.ingest.admission import DecodeAdmission

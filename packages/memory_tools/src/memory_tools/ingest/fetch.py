@@ -1,4 +1,4 @@
-"""SSRF-safe download of a public image URL (§12.2).
+"""SSRF-safe download of a public image URL (docs/design.md#untrusted-bytes).
 
 Every URL — the first and each redirect target — passes :func:`check_url` (scheme, port, no
 userinfo, no numeric-host tricks, no local names), and every connection goes through

@@ -1,4 +1,4 @@
-"""Sniffing, bounded decoding and sanitised previews of untrusted image bytes (§12.2).
+"""Sniffing, bounded decoding and sanitised previews of untrusted image bytes.
 
 Only four formats exist for this module: JPEG, PNG, WebP and GIF. At first use every other
 libvips loader (and every operation libvips marks untrusted) is blocked, so no code path can

@@ -1,4 +1,4 @@
-"""The save flow of §12.3: from a URL or base64 to an asset with queued embedding jobs.
+"""The save flow (docs/design.md#saving): from a URL or base64 to an asset with queued jobs.
 
 Transactions are short and never span the network:
 
@@ -155,7 +155,7 @@ def fused_text(
     """The whitelisted text of a fused representation, or ``None`` when there is none.
 
     Only a caller-given title, alt text, description and a page title count; never a file
-    name, a path or a URL (seed 001 §8).
+    name, a path or a URL (docs/design.md#representations).
     """
     parts: list[str] = []
     if title and title_source == "caller":
@@ -186,7 +186,7 @@ async def check_placement(
 
 
 def vector_bytes(services: MemoryServices, representations: int) -> int:
-    """Bytes the vectors of one asset take (counted against the quota, §17.1)."""
+    """Bytes the vectors of one asset take (counted against the quota, docs/design.md#namespace)."""
     element = 2 if services.settings.asset_embed_vector_type == "halfvec" else 4
     return representations * (services.settings.asset_embed_dim * element + VECTOR_HEADER_BYTES)
 

@@ -1,4 +1,4 @@
-"""Each accepted format's own structure, walked without decoding a pixel (§12.2).
+"""Each accepted format's own structure, walked without decoding a pixel.
 
 The walk finds where the image logically ends and which byte ranges hold compressed pixel
 data. From that, :func:`refuse_polyglots` refuses archives, PDFs or executables after the end

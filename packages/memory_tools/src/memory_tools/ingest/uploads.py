@@ -1,4 +1,4 @@
-"""Direct uploads for HTTP clients (§12.1): initiate with a signed PUT, then finalise.
+"""Direct uploads (docs/design.md#uploads): initiate with a signed PUT, then finalise.
 
 Initiation authorises the caller, validates the metadata exactly as a save does, reserves the
 declared bytes against the quota and answers with a short-lived upload authorisation bound to

@@ -107,7 +107,7 @@ class ExplainUnauthenticated:
             challenge = f'Bearer error="invalid_token", error_description="{failure.message}"'
         else:
             failure = MISSING_KEY
-            challenge = "Bearer"  # RFC 6750 §3.1: no error attribute without credentials
+            challenge = "Bearer"  # RFC 6750, section 3.1: no error attribute without credentials
         body = json.dumps(
             {
                 "jsonrpc": "2.0",

@@ -215,7 +215,7 @@ class AssetListOut(WireModel):
 
 
 class SearchResultOut(WireModel):
-    """One search result (§15.3), best first."""
+    """One search result, best first."""
 
     asset_id: str
     vault: str

@@ -1,4 +1,4 @@
-"""The memory tools (§15.1) as fastmcp ``Tool`` objects, built once and registered on any server.
+"""The memory tools as fastmcp ``Tool`` objects, built once and registered on any server.
 
 Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → one unit
 of work that authenticates, authorises and acts. The workflows check the feature switches
@@ -50,7 +50,7 @@ from memory_tools.services import MemoryServices
 T = TypeVar("T")
 log = get_logger(__name__)
 
-# Tools whose successes and denials are written to the provenance ledger (§21).
+# Tools whose successes and denials are written to the provenance ledger (docs/design.md#ledgers).
 AUDITED_OPERATIONS = {
     "image_project_create": "asset_project_create",
     "image_folder_create": "asset_folder_create",

@@ -1,4 +1,4 @@
-"""Initial schema: §9 asset plane, identities, keys, vaults, grants, usage and provenance.
+"""Initial schema: the asset plane, identities, keys, vaults, grants, usage and provenance.
 
 Revision ID: 0001
 Revises:

@@ -1,5 +1,5 @@
 """Save flow: reservation bookkeeping (reserved bytes, vault, object, request) and orphan
-candidates of §12.3.
+candidates (docs/design.md#orphans).
 
 Revision ID: 0003
 Revises: 0002

@@ -1,8 +1,8 @@
 """Full-text search document of assets: a generated ``tsvector`` over title, tags, alt text
 and description, with a GIN index.
 
-The column is derived from the row (a rebuildable cache, seed 003): dropping and re-adding it
-rebuilds it, and nothing else reads or writes it.
+The column is derived from the row (a rebuildable cache, docs/design.md#decision-full-text):
+dropping and re-adding it rebuilds it, and nothing else reads or writes it.
 
 Revision ID: 0004
 Revises: 0003
