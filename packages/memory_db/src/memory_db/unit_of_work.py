@@ -92,6 +92,32 @@ class Database:
         finally:
             _open_unit.reset(marker)
 
+    @asynccontextmanager
+    async def single_statements(self) -> AsyncGenerator[UnitOfWork, None]:
+        """Repositories outside any transaction: each statement commits on its own.
+
+        No BEGIN and COMMIT round trips, for work that is one statement on a hot path (the key
+        check of every HTTP request and tool call). Never for statements that must succeed or
+        fail together, or reads that must agree with each other. Outages, and the one
+        checkout per task, as in :meth:`unit_of_work`.
+        """
+        if _open_unit.get():
+            raise NestedUnitOfWork(
+                "a unit of work is already open in this task: finish it before opening another"
+            )
+        marker = _open_unit.set(True)
+        try:
+            async with self.engine.connect() as connection:
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                async with AsyncSession(connection, expire_on_commit=False) as session:
+                    yield UnitOfWork(session)
+        except Exception as exc:
+            if is_connection_failure(exc):
+                raise DatabaseUnavailable("the database is unavailable") from exc
+            raise
+        finally:
+            _open_unit.reset(marker)
+
     async def close(self) -> None:
         """Dispose the engine's connection pool."""
         await self.engine.dispose()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from sqlalchemy import event, text
 
 from memory_db import Conflict, Database, FolderTreeError, InvalidInput, NotFound, VaultScope
 from memory_db.ids import is_valid_id
@@ -68,6 +69,49 @@ async def test_api_key_lifecycle(database: Database) -> None:
         await uow.api_keys.revoke(record.id)  # idempotent
     async with database.unit_of_work() as uow:
         assert await uow.api_keys.resolve(secret) is None
+
+
+async def test_using_a_key_resolves_and_marks_it_used_in_one_statement(
+    database: Database,
+) -> None:
+    await _identities(database, A)
+    async with database.unit_of_work() as uow:
+        record, secret = await uow.api_keys.create(A, ["read"])
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with database.unit_of_work() as uow:
+            used = await uow.api_keys.use(secret)
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
+    assert len(statements) == 1
+    assert used is not None and used.id == record.id and used.scopes == ("read",)
+    assert used.last_used_at is None  # as it was before this use
+    async with database.unit_of_work() as uow:
+        (listed,) = await uow.api_keys.list_for(A)
+        first_use = listed.last_used_at
+        assert first_use is not None
+        assert await uow.api_keys.use(secret) is not None
+        assert await uow.api_keys.use(secret + "x") is None
+        assert await uow.api_keys.use("not-a-key") is None
+    async with database.unit_of_work() as uow:
+        (listed,) = await uow.api_keys.list_for(A)
+        assert listed.last_used_at == first_use  # at most one write a minute
+        await uow.session.execute(
+            text("UPDATE mem_api_keys SET last_used_at = now() - interval '2 minutes'")
+        )
+    async with database.unit_of_work() as uow:
+        assert await uow.api_keys.use(secret) is not None
+    async with database.unit_of_work() as uow:
+        (listed,) = await uow.api_keys.list_for(A)
+        assert listed.last_used_at is not None and listed.last_used_at > first_use
+        await uow.api_keys.revoke(record.id)
+    async with database.unit_of_work() as uow:
+        assert await uow.api_keys.use(secret) is None
 
 
 @pytest.mark.parametrize("scopes", [[], ["root"], ["read", "sudo"]])

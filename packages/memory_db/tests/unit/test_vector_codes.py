@@ -75,3 +75,17 @@ def test_sparse_non_negative_vectors_are_told_apart() -> None:
             math.acos(cosine) / math.pi, abs=0.05
         )
     assert _hamming(code_base, code_near) < _hamming(code_base, code_far) - 200
+
+
+def test_small_batches_and_bulk_loads_give_the_same_codes() -> None:
+    # Queries and worker batches take numpy's own loop, bulk loads BLAS: the two paths must
+    # write codes that match, for dense vectors and for the local embedder's sparse ones.
+    rng = np.random.default_rng(11)
+    dense = rng.standard_normal((40, 1024))
+    sparse = np.zeros((40, 1024))
+    for row in sparse:
+        row[rng.choice(1024, 60, replace=False)] = rng.random(60)
+    vectors = np.vstack([dense, sparse])
+    bulk = vector_codes(vectors, 1024)  # 80 rows: one BLAS product
+    assert [vector_codes([v], 1024)[0] for v in vectors] == bulk
+    assert vector_codes(vectors[:16], 1024) == bulk[:16]

@@ -56,10 +56,9 @@ async def authenticate(uow: UnitOfWork, api_key: str | None) -> Caller:
     """Resolve a presented API key; raise ``Unauthenticated`` for none, unknown or revoked."""
     if not api_key:
         raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
-    record = await uow.api_keys.resolve(api_key)
+    record = await uow.api_keys.use(api_key)
     if record is None:
         raise Unauthenticated("the API key is unknown or revoked")
-    await uow.api_keys.touch(record.id)
     return Caller(record.owner_identity, record.id, frozenset(record.scopes))
 
 

@@ -163,11 +163,19 @@ async def test_missing_unknown_and_revoked_keys(
         assert await _call(client, "image_project_list", {}) == (
             "unauthenticated: the API key is unknown or revoked"
         )
-    await admin.revoke_key(database, alice.key_id)
     async with client_for(alice.key) as client:
-        assert await _call(client, "image_project_create", {"name": "x"}) == (
-            "unauthenticated: the API key is unknown or revoked"
-        )
+        assert isinstance(await _call(client, "image_project_list", {}), dict)
+        await admin.revoke_key(database, alice.key_id)
+        # the very next call of the same session is refused, whichever way the tool
+        # authenticates (in its transaction, or in a statement of its own before it)
+        for tool, args in (
+            ("image_project_create", {"name": "x"}),
+            ("image_asset_search", {"query": "x"}),
+            ("image_asset_save", {"imageBase64": "AAAA"}),
+        ):
+            assert await _call(client, tool, args) == (
+                "unauthenticated: the API key is unknown or revoked"
+            )
 
 
 @pytest.mark.parametrize(

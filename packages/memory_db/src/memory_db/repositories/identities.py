@@ -12,7 +12,7 @@ import secrets
 from collections.abc import Iterable
 from datetime import UTC, datetime
 
-from sqlalchemy import func, select, update
+from sqlalchemy import ColumnElement, Update, func, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -200,15 +200,22 @@ class ApiKeyRepository:
 
     async def touch(self, key_id: str) -> None:
         """Record that the key was used (at most once a minute, to spare writes)."""
-        await self._session.execute(
-            update(ApiKey)
-            .where(
-                ApiKey.id == key_id,
-                (ApiKey.last_used_at.is_(None))
-                | (ApiKey.last_used_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 1)),
-            )
-            .values(last_used_at=func.now())
-        )
+        await self._session.execute(_touch(ApiKey.id == key_id))
+
+    async def use(self, secret: str) -> ApiKeyRecord | None:
+        """:meth:`resolve` and :meth:`touch` in one statement (one round trip, not two).
+
+        Every tool call authenticates this way. The answer shows the key as it was before this
+        use (``last_used_at`` unchanged).
+        """
+        if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
+            return None
+        active = (ApiKey.key_hash == hash_api_key(secret)) & ApiKey.revoked_at.is_(None)
+        touched = _touch(active).returning(ApiKey.id).cte("touched")
+        row = (
+            await self._session.execute(select(ApiKey).where(active).add_cte(touched))
+        ).scalar_one_or_none()
+        return None if row is None else _key_record(row)
 
     async def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke a key (idempotent). Operator action."""
@@ -228,6 +235,19 @@ class ApiKeyRepository:
             .order_by(ApiKey.created_at.desc())
         )
         return [_key_record(row) for row in rows]
+
+
+def _touch(which: ColumnElement[bool]) -> Update:
+    """Set ``last_used_at`` of the keys ``which`` selects, unless it is under a minute old."""
+    return (
+        update(ApiKey)
+        .where(
+            which,
+            (ApiKey.last_used_at.is_(None))
+            | (ApiKey.last_used_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 1)),
+        )
+        .values(last_used_at=func.now())
+    )
 
 
 class VaultRepository:

@@ -41,6 +41,12 @@ def _projection(dimensions: int) -> np.ndarray:
 
 
 _CHUNK = 10_000  # rows per matrix product: bounded memory for bulk loads of any size
+# Up to this many rows the product is numpy's own loop (einsum), not BLAS. OpenBLAS splits a
+# product over its threads, and a server computes one query's code now and then: each time the
+# sleeping threads are woken, and on two busy cores one 1 x 1024 code took a median of 7 ms
+# (p90 19 ms, worst 28 ms) instead of 0.4 ms, the largest piece of our own time in a search
+# call (docs/performance.md). Bulk loads keep BLAS, which is faster there.
+_SMALL_BATCH = 64
 
 
 def vector_codes(vectors: Sequence[Sequence[float]] | np.ndarray, dimensions: int) -> list[str]:
@@ -49,7 +55,12 @@ def vector_codes(vectors: Sequence[Sequence[float]] | np.ndarray, dimensions: in
     codes: list[str] = []
     for start in range(0, matrix.shape[0], _CHUNK):
         chunk = matrix[start : start + _CHUNK]
-        packed = ((chunk @ _projection(dimensions).T > 0).astype(np.uint8) + ord("0")).tobytes()
+        projection = _projection(dimensions)
+        if chunk.shape[0] <= _SMALL_BATCH:
+            products = np.einsum("ij,kj->ik", chunk, projection)
+        else:
+            products = chunk @ projection.T
+        packed = ((products > 0).astype(np.uint8) + ord("0")).tobytes()
         codes.extend(
             packed[row * dimensions : (row + 1) * dimensions].decode("ascii")
             for row in range(chunk.shape[0])

@@ -53,7 +53,8 @@ class ApiKeyVerifier(TokenVerifier):
         if not token.strip():
             return None
         try:
-            async with self._database.unit_of_work() as uow:
+            # One statement: no transaction around it (two round trips fewer per request).
+            async with self._database.single_statements() as uow:
                 record = await uow.api_keys.resolve(token)
         except DatabaseUnavailable:
             # The key cannot be checked now. Let the request in with no scopes instead of

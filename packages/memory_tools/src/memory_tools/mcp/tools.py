@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
-from typing import Annotated, Any, Literal, TypeVar
+from dataclasses import fields, is_dataclass
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
@@ -198,28 +198,54 @@ async def run_as_caller(
     tool: str,
     action: Callable[[Caller], Awaitable[T]],
 ) -> T:
-    """Authenticate in a short transaction, then run ``action`` outside it.
+    """Authenticate in one statement, then run ``action`` outside any transaction.
 
     For work that must not hold a transaction open across network calls; ``action`` opens its
-    own. Admitted like ``run_authorised``, for the whole call.
+    own. Admitted like ``run_authorised``, for the whole call. The key check is one statement,
+    so it needs no transaction around it.
     """
     caller: Caller | None = None
     try:
         with map_failures():
             async with services.call_admission.admit():
-                async with services.database.unit_of_work() as uow:
+                async with services.database.single_statements() as uow:
                     caller = await authenticate(uow, _presented_key(services))
                 return await action(caller)
     except ToolFailure as failure:
         raise await _refuse(services, tool, caller, failure) from None
 
 
+def plain_fields(view: Any) -> dict[str, Any]:
+    """A workflow's answer (a dataclass) as the dict its output model validates.
+
+    Like ``dataclasses.asdict`` (nested dataclasses, lists, tuples and dicts become plain
+    ones), without deep-copying every value: asdict took 16 ms of a 600-folder tree's answer,
+    this 1.7 ms (docs/performance.md).
+    """
+    return {field.name: _plain(getattr(view, field.name)) for field in fields(view)}
+
+
+def _plain(value: Any) -> Any:
+    if is_dataclass(value) and not isinstance(value, type):
+        return plain_fields(value)
+    items: list[Any]
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple, as asdict does
+        items = [_plain(item) for item in cast("tuple[Any, ...]", value)]
+        return type(value)(*items)
+    if isinstance(value, list | tuple):
+        items = [_plain(item) for item in cast("list[Any] | tuple[Any, ...]", value)]
+        return items if isinstance(value, list) else tuple(items)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in cast("dict[Any, Any]", value).items()}
+    return value
+
+
 def _project_out(view: ProjectView) -> ProjectOut:
-    return ProjectOut.model_validate(asdict(view))
+    return ProjectOut.model_validate(plain_fields(view))
 
 
 def _folder_out(view: FolderView, vault: str) -> FolderOut:
-    return FolderOut.model_validate({**asdict(view), "vault": vault})
+    return FolderOut.model_validate({**plain_fields(view), "vault": vault})
 
 
 def build_memory_tools(services: MemoryServices) -> list[Tool]:
@@ -358,7 +384,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         )
 
         async def action(caller: Caller) -> SaveOut:
-            return SaveOut.model_validate(asdict(await saver.save(caller, request)))
+            return SaveOut.model_validate(plain_fields(await saver.save(caller, request)))
 
         return await run_as_caller(services, "image_asset_save", action)
 
@@ -388,7 +414,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             view = await assets.get_asset(
                 uow, caller, services, asset_id=assetId, include_preview=includePreview
             )
-            return AssetOut.model_validate(asdict(view))
+            return AssetOut.model_validate(plain_fields(view))
 
         return await run_authorised(services, "image_asset_get", action)
 
@@ -433,7 +459,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             fields = set(AssetSummaryOut.model_fields)
             items = [
                 AssetSummaryOut.model_validate(
-                    {key: value for key, value in asdict(item).items() if key in fields}
+                    {key: value for key, value in plain_fields(item).items() if key in fields}
                 )
                 for item in page.items
             ]
@@ -507,7 +533,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         )
 
         async def action(caller: Caller) -> SearchOut:
-            return SearchOut.model_validate(asdict(await searcher.search(caller, request)))
+            return SearchOut.model_validate(plain_fields(await searcher.search(caller, request)))
 
         return await run_as_caller(services, "image_asset_search", action)
 
@@ -539,7 +565,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             result = await changes.move_asset(
                 uow, caller, services, asset_id=assetId, project_id=projectId, folder_id=folderId
             )
-            return MoveOut.model_validate(asdict(result))
+            return MoveOut.model_validate(plain_fields(result))
 
         return await run_authorised(services, "image_asset_move", action)
 
@@ -552,7 +578,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> DeleteOut:
             result = await changes.delete_asset(uow, caller, services, asset_id=assetId)
-            return DeleteOut.model_validate(asdict(result))
+            return DeleteOut.model_validate(plain_fields(result))
 
         return await run_authorised(services, "image_asset_delete", action)
 
@@ -567,7 +593,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> RestoreOut:
             result = await changes.restore_asset(uow, caller, services, asset_id=assetId)
-            return RestoreOut.model_validate(asdict(result))
+            return RestoreOut.model_validate(plain_fields(result))
 
         return await run_authorised(services, "image_asset_restore", action)
 
@@ -622,7 +648,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
                 recursive=recursive,
                 confirm=confirm,
             )
-            return FolderDeletionOut.model_validate(asdict(result))
+            return FolderDeletionOut.model_validate(plain_fields(result))
 
         return await run_authorised(services, "image_folder_delete", action)
 
