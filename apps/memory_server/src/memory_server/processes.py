@@ -28,7 +28,6 @@ child exits by itself when its parent disappears (``kill -9`` of the parent).
 from __future__ import annotations
 
 import contextlib
-
 import os
 import signal
 import socket
