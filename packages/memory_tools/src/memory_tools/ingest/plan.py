@@ -3,7 +3,7 @@
 Every source of bytes (an inline base64 image, a downloaded URL, a staged direct upload) ends
 in the same plan, and the saver's steps (reserve, store, commit, release) each take it. This
 module decides and never does I/O: no database, object store or network, so every decision
-here is unit-tested on its own (``tests/unit/test_save_plan.py``).
+here is unit-tested on its own (``tests/unit/test_save_plan.py`` of this package).
 
 - :class:`SaveIntent`: what the caller asked for, validated (everything but the bytes);
 - :class:`SaveOrder`: an intent with its target and its open reservation;
