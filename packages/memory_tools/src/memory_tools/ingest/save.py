@@ -27,7 +27,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
 import anyio
 import httpx
@@ -44,7 +44,6 @@ from memory_db import (
 from memory_db.repositories import AssetRecord, DuplicateObject, ObjectRecord
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
-from memory_tools.capacity import CallAdmission
 from memory_tools.errors import (
     ConflictFailure,
     FeatureDisabled,
@@ -56,8 +55,8 @@ from memory_tools.errors import (
     translate,
 )
 from memory_tools.ingest import inputs, reservations
-from memory_tools.ingest.fetch import SafeFetcher, check_url
-from memory_tools.ingest.images import InspectedImage, inspect_image
+from memory_tools.ingest.fetch import check_url
+from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import (
     Dedupe,
     SaveIntent,
@@ -69,6 +68,7 @@ from memory_tools.ingest.plan import (
     plan_save,
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
+from memory_tools.ingest.sources import Download, ImageSource, InlineBytes
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -112,84 +112,6 @@ class SaveResult:
     height: int
     mime_type: str
     bytes: int
-
-
-class ImageSource(Protocol):
-    """Where a save's bytes come from: a new source is a new implementation of this.
-
-    ``durable``: the bytes stay where they are after a failed attempt (a staged upload), so a
-    failure that is not about the bytes leaves the reservation open for a retry; bytes that
-    come with the request (inline, downloaded) are gone with it, so every failure releases it.
-    ``size``: the length of the bytes when known before reading them.
-    """
-
-    @property
-    def durable(self) -> bool:
-        """Whether the bytes outlive a failed attempt (see the class docstring)."""
-        ...
-
-    @property
-    def size(self) -> int | None:
-        """The length of the bytes when known before reading them."""
-        ...
-
-    async def read(self) -> bytes:
-        """The bytes (``fetch_failed``, ``invalid_input``, ``invalid_image``...)."""
-        ...
-
-    def accept(self, image: InspectedImage) -> None:
-        """Refuse an image this source's caller did not announce (``invalid_image``)."""
-        ...
-
-    async def done(self) -> None:
-        """The reservation is closed (saved or released): drop what the source kept."""
-        ...
-
-
-@dataclass(frozen=True)
-class InlineBytes:
-    """Bytes that came with the request (``imageBase64``, decoded)."""
-
-    data: bytes
-    durable: bool = False
-
-    @property
-    def size(self) -> int:
-        """The length of the bytes."""
-        return len(self.data)
-
-    async def read(self) -> bytes:
-        """The bytes."""
-        return self.data
-
-    def accept(self, image: InspectedImage) -> None:
-        """Any accepted image will do."""
-
-    async def done(self) -> None:
-        """Nothing was kept."""
-
-
-@dataclass(frozen=True)
-class Download:
-    """Bytes fetched from a checked URL (``sourceUrl``)."""
-
-    fetcher: SafeFetcher
-    admission: CallAdmission
-    url: str  # as given: a signed CDN URL needs its query to be fetched
-    durable: bool = False
-    size: None = None
-
-    async def read(self) -> bytes:
-        """Fetch the bytes, giving the call's admission turn away meanwhile."""
-        # A download can take ASSET_FETCH_TIMEOUT_SECONDS: other calls go meanwhile.
-        async with self.admission.stepped_aside():
-            return (await self.fetcher.fetch(self.url)).data
-
-    def accept(self, image: InspectedImage) -> None:
-        """Any accepted image will do."""
-
-    async def done(self) -> None:
-        """Nothing was kept."""
 
 
 @dataclass(frozen=True)
@@ -545,37 +467,9 @@ class AssetSaver:
         owner, target = plan.owner, order.target
         embedder = self.services.embedder
         assert embedder is not None
-        losers: list[str] = []
         async with self.services.database.unit_of_work() as uow:
             await uow.quota.usage(owner, lock=True)
-            stored = await self._reuse(uow, plan) if how != "store" else None
-            if stored is None:
-                try:
-                    stored = await uow.objects.create(
-                        object_id=order.object_id,
-                        owner=owner,
-                        namespace_id=target.namespace_id,
-                        sha256=image.sha256,
-                        storage_key=plan.original_key,
-                        preview_storage_key=plan.preview_key,
-                        preview_sha256=plan.preview_sha256,
-                        mime_type=image.format.mime_type,
-                        extension=image.format.extension,
-                        nbytes=image.bytes,
-                        preview_bytes=len(image.preview),
-                        width=image.width,
-                        height=image.height,
-                        etag=written.etag,
-                        version_id=written.version_id,
-                    )
-                except DuplicateObject:
-                    # A concurrent save of the same bytes committed first: share its object.
-                    stored = await uow.objects.find_reusable(owner, image.sha256)
-                    if stored is None:
-                        raise ConflictFailure(
-                            "a concurrent save is storing this image; retry"
-                        ) from None
-                    losers = list(plan.new_keys)
+            stored, losers = await self._object(uow, plan, how, written)
             deduplicated = stored.id != order.object_id
             try:
                 # Again, locked: the project may have been archived or the folder deleted since
@@ -644,6 +538,39 @@ class AssetSaver:
     async def release(self, order: SaveOrder) -> None:
         """Give the order's reserved bytes back (it runs also when no bytes came, so no plan)."""
         await reservations.release(self.services.database, order.owner, order.reservation_id)
+
+    async def _object(
+        self, uow: UnitOfWork, plan: SavePlan, how: Dedupe, written: _Written
+    ) -> tuple[ObjectRecord, list[str]]:
+        """The object the asset uses, and keys to discard (a concurrent save won the object)."""
+        if how != "store":
+            return await self._reuse(uow, plan), []
+        image = plan.image
+        try:
+            stored = await uow.objects.create(
+                object_id=plan.order.object_id,
+                owner=plan.owner,
+                namespace_id=plan.order.target.namespace_id,
+                sha256=image.sha256,
+                storage_key=plan.original_key,
+                preview_storage_key=plan.preview_key,
+                preview_sha256=plan.preview_sha256,
+                mime_type=image.format.mime_type,
+                extension=image.format.extension,
+                nbytes=image.bytes,
+                preview_bytes=len(image.preview),
+                width=image.width,
+                height=image.height,
+                etag=written.etag,
+                version_id=written.version_id,
+            )
+        except DuplicateObject:
+            # A concurrent save of the same bytes committed first: share its object.
+            stored = await uow.objects.find_reusable(plan.owner, image.sha256)
+            if stored is None:
+                raise ConflictFailure("a concurrent save is storing this image; retry") from None
+            return stored, list(plan.new_keys)
+        return stored, []
 
     async def _reuse(self, uow: UnitOfWork, plan: SavePlan) -> ObjectRecord:
         """The owner's stored copy the reserve step found, under the namespace lock."""

@@ -32,18 +32,17 @@ from memory_db import (
     get_logger,
     new_id,
 )
-from memory_db.storage import AssetObjectStore, build_staging_key, parse_storage_key
+from memory_db.storage import build_staging_key, parse_storage_key
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
     Forbidden,
-    InvalidImage,
     InvalidInputFailure,
     NotFoundFailure,
 )
 from memory_tools.ingest import reservations
-from memory_tools.ingest.images import FORMATS, InspectedImage
+from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.plan import SaveIntent, SaveOrder, SaveTarget
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.save import (
@@ -54,6 +53,7 @@ from memory_tools.ingest.save import (
     require_folder_project,
     vector_bytes,
 )
+from memory_tools.ingest.sources import StagedUpload
 
 log = get_logger(__name__)
 
@@ -308,53 +308,6 @@ class UploadFlow:
             object_id=reservation.object_id,
         )
         return await self._saver.save_from(order, staged)
-
-
-@dataclass(frozen=True)
-class StagedUpload:
-    """The bytes a signed upload link wrote to an upload's staging key.
-
-    Durable: after a failure that is not about the bytes (an outage, a lost race), they and the
-    reservation stay for a retried completion. They are read once; what the save stores are the
-    bytes read and validated, never whatever the staging key holds later.
-    """
-
-    store: AssetObjectStore
-    key: str
-    size: int  # the declared length
-    content_type: str  # the declared type
-    durable: bool = True
-
-    async def read(self) -> bytes:
-        """The staged bytes, exactly the declared length (``invalid_image`` otherwise)."""
-        head = await self.store.head(self.key)
-        if not head.exists:
-            raise InvalidInputFailure("nothing was uploaded for this upload id yet")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in self.store.get_stream(self.key):
-            size += len(chunk)
-            if size > self.size:
-                raise InvalidImage("the upload is longer than its declared length")
-            chunks.append(chunk)
-        if size != self.size:
-            raise InvalidImage("the upload is shorter than its declared length")
-        return b"".join(chunks)
-
-    def accept(self, image: InspectedImage) -> None:
-        """The bytes are the declared type (``invalid_image``)."""
-        if image.format.mime_type != self.content_type:
-            shown = image.format.mime_type
-            raise InvalidImage(
-                f"the uploaded bytes are {shown}, not the declared {self.content_type}"
-            )
-
-    async def done(self) -> None:
-        """Delete the staged bytes; if the store refuses, reconciliation deletes them later."""
-        try:
-            await self.store.delete(self.key)
-        except MemoryDbError:
-            log.warning("asset_upload_staging_delete_failed", exc_info=True)
 
 
 def _describe(request: SaveRequest) -> SaveIntent:
