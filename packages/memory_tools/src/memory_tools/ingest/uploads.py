@@ -128,9 +128,7 @@ class UploadFlow:
                     "vaultHandle": request.vault,
                     "fields": _fields(request),
                 },
-                # A retry after a refusal gets a new reservation, so a new staging key: links
-                # of the old attempt stay dead.
-                object_id=new_id("aob"),
+                object_id=new_id("aob"),  # where the validated bytes will be stored
             )
             reservation, created = await open_reservation(uow, owner, ask)
             if not created and reservation.status != "active":
