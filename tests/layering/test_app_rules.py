@@ -7,29 +7,14 @@ found on disk, so the rule holds for an app added later without editing the scri
 
 from __future__ import annotations
 
-import importlib.util
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "scripts" / "check_layering.py"
-
-
-def _load_check() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_layering_apps", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while defining
-    spec.loader.exec_module(module)
-    return module
-
-
-check = _load_check()
+from .test_import_rules import ROOT, SCRIPT, check
 
 APPS = {
     "memory_server": "memory-server",
