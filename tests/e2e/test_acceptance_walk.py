@@ -5,7 +5,7 @@ similar image, open its signed preview and see the link expire, move it without 
 object key, check that another user discovers nothing, then delete it and see the vectors go at
 once and the bytes go with the worker's next sweep (the server runs without a delete grace
 window, ``ASSET_DELETE_GRACE_HOURS=0``; restores within the window are tested in
-``packages/memory_tools/tests/ingest/test_restore.py``).
+``packages/memory_tools/tests/changes/test_restore.py``).
 
 The photo is sent inline (base64): the server's fetch policy rightly refuses loopback
 addresses, and tests reach no public web server.

@@ -1,9 +1,10 @@
-"""Fixtures: services on a fresh database, identities with keys, in-process MCP clients."""
+"""Fixtures: services on a fresh database, identities with keys, in-process MCP clients, and a
+scripted web server on 127.0.0.1 reachable as ``img.test`` for saves by URL."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager, suppress
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -14,8 +15,12 @@ from fastmcp import Client
 
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
-from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
+from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.testing.web import Reply, WebServer, serve_web
+
+from .web_routes import ALLOWED_NAMES, HOSTS, MAX_BYTES, SAVE_LIMIT, routes_for
 
 
 @dataclass
@@ -71,3 +76,56 @@ async def alice(make_person: Callable[..., Any]) -> AsyncIterator[Person]:
 @pytest.fixture
 async def bob(make_person: Callable[..., Any]) -> AsyncIterator[Person]:
     yield await make_person("bob@example.com")
+
+
+@pytest.fixture
+def web() -> Iterator[WebServer]:
+    with serve_web() as server:
+        yield server
+
+
+@pytest.fixture
+def fetch_policy(web: WebServer) -> FetchPolicy:
+    return FetchPolicy(
+        max_bytes=MAX_BYTES,
+        allow_http=True,
+        allowed_ports=frozenset({80, 443, web.port}),
+        total_timeout=2.0,
+        connect_timeout=1.0,
+        read_timeout=1.0,
+        addresses=AddressPolicy(loopback_names=ALLOWED_NAMES),
+    )
+
+
+@pytest.fixture
+def resolver() -> MappedResolver:
+    return MappedResolver(HOSTS)
+
+
+@pytest.fixture
+def client_as(saving: MemoryServices) -> Callable[[str], Client[Any]]:
+    """An in-process MCP client of the saving services, acting with ``key``."""
+    return lambda key: Client(build_memory_server(replace(saving, default_api_key=key)))
+
+
+@pytest.fixture
+async def saving(
+    services: MemoryServices, tmp_path: Path, web: WebServer
+) -> AsyncIterator[MemoryServices]:
+    web.routes.update(routes_for(web.port))
+    web.routes["/big-length"] = Reply(body=b"x" * (SAVE_LIMIT + 1))
+    web.routes["/big-stream"] = Reply(body=b"x" * (SAVE_LIMIT + 1), send_length=False)
+    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    policy = FetchPolicy(
+        max_bytes=SAVE_LIMIT,
+        allow_http=True,
+        allowed_ports=frozenset({80, 443, web.port}),
+        total_timeout=2.0,
+        connect_timeout=1.0,
+        read_timeout=1.0,
+        addresses=AddressPolicy(loopback_names=ALLOWED_NAMES),
+    )
+    fetcher = SafeFetcher(policy, resolver=MappedResolver(HOSTS))
+    settings = services.settings.model_copy(update={"asset_max_bytes": SAVE_LIMIT})
+    yield replace(services, store=store, fetcher=fetcher, settings=settings)
+    await fetcher.aclose()

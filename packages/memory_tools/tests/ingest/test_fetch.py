@@ -13,37 +13,7 @@ from memory_tools.ingest import FetchPolicy, MappedResolver, SafeFetcher, check_
 from memory_tools.ingest.addresses import IpAddress
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
-from .conftest import HOSTS, MAX_BYTES
-
-BODY = b"\x89PNG\r\n\x1a\n" + b"pixels" * 20
-
-
-def _routes(port: int) -> dict[str, Reply]:
-    def to(location: str) -> Reply:
-        return Reply(status=302, headers={"Location": location.format(port=port)})
-
-    routes = {
-        "/ok": Reply(body=BODY, headers={"Content-Type": "image/png"}),
-        "/secret": Reply(body=b"internal secret"),
-        "/to-literal-loopback": to("http://127.0.0.1:{port}/secret"),
-        "/to-intranet": to("http://intranet.test:{port}/secret"),
-        "/to-metadata": to("http://169.254.169.254/latest/meta-data/"),
-        "/to-file": to("file:///etc/passwd"),
-        "/to-localhost": to("http://localhost:{port}/secret"),
-        "/to-userinfo": to("http://user@img.test:{port}/ok"),
-        "/to-bad-port": to("http://img.test:22/ok"),
-        "/loop-a": to("/loop-b"),
-        "/loop-b": to("/loop-a"),
-        "/big-length": Reply(body=b"x" * (MAX_BYTES + 1)),
-        "/big-stream": Reply(body=b"x" * (MAX_BYTES + 1), send_length=False),
-        "/drip": Reply(body=b"y" * 200, drip_seconds=0.05),
-        "/drip-no-length": Reply(body=b"y" * 200, drip_seconds=0.05, send_length=False),
-        "/gzip": Reply(body=BODY, headers={"Content-Encoding": "gzip"}),
-    }
-    for hop in range(6):
-        routes[f"/r{hop}"] = to(f"/r{hop + 1}")
-    routes["/r6"] = Reply(body=BODY)
-    return routes
+from ..web_routes import BODY, HOSTS, MAX_BYTES, routes_for
 
 
 @dataclass(frozen=True)
@@ -124,7 +94,7 @@ HOSTILE = [
 
 @pytest.fixture
 async def fetcher(fetch_policy: FetchPolicy, resolver: MappedResolver, web: WebServer):  # type: ignore[no-untyped-def]
-    web.routes.update(_routes(web.port))
+    web.routes.update(routes_for(web.port))
     fetcher = SafeFetcher(fetch_policy, resolver=resolver)
     yield fetcher
     await fetcher.aclose()
@@ -203,7 +173,7 @@ async def test_the_checked_address_is_the_connected_one(
             answer = HOSTS["img.test"] if self.calls == 1 else HOSTS["intranet.test"]
             return await MappedResolver({host: answer}).resolve(host, port)
 
-    web.routes.update(_routes(web.port))
+    web.routes.update(routes_for(web.port))
     counting = CountingResolver()
     fetcher = SafeFetcher(fetch_policy, resolver=counting)
     try:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import base64
 from dataclasses import replace
 from typing import Any
 
 import anyio
 import pytest
-import pyvips
 from sqlalchemy import text
 
 from memory_db import MemorySettings
@@ -28,33 +26,9 @@ from memory_tools.errors import (
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.testing.web import Reply, WebServer
 
+from ..pictures import b64, picture, stored_files
 from .test_fetch import HOSTILE
 from .test_images import BAD
-
-
-def picture(seed: int, size: int = 48) -> bytes:
-    """A distinct small PNG per seed."""
-    xyz = pyvips.Image.xyz(size, size)
-    red = ((xyz[0] * (seed + 3) + xyz[1]) % 256).cast("uchar")
-    green = ((xyz[1] * (seed + 5)) % 256).cast("uchar")
-    blue = ((xyz[0] + seed * 17) % 256).cast("uchar")
-    return red.bandjoin([green, blue]).copy(interpretation="srgb").pngsave_buffer()
-
-
-def b64(data: bytes) -> str:
-    return base64.b64encode(data).decode()
-
-
-def stored_files(services: MemoryServices) -> list[str]:
-    store = services.store
-    assert isinstance(store, LocalAssetObjectStore)
-    if not store.root.exists():
-        return []
-    return sorted(
-        str(p.relative_to(store.root))
-        for p in store.root.rglob("*")
-        if p.is_file() and not p.name.endswith(".json") and not p.name.startswith(".")
-    )
 
 
 async def db_state(services: MemoryServices, owner: str) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from fastmcp import Client
 
 from memory_tools import MemoryServices
 
-from .test_save import picture
+from ..pictures import picture
 
 
 async def test_save_answers_in_camel_case(

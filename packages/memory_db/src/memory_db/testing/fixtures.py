@@ -76,3 +76,15 @@ def s3rver_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Peer]:
         yield described
     finally:
         peer.stop()
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark every test that runs against s3rver ``s3rver``: by parameter or by its fixture.
+
+    So ``pytest -m "not s3rver"`` runs the rest of the suite on a machine without Node.js.
+    """
+    for item in items:
+        callspec = getattr(item, "callspec", None)
+        params = list(callspec.params.values()) if callspec is not None else []
+        if "s3rver_peer" in getattr(item, "fixturenames", ()) or "s3rver" in params:
+            item.add_marker(pytest.mark.s3rver)

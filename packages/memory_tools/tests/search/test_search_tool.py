@@ -18,9 +18,9 @@ from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.testing.web import Reply, WebServer
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import b64, picture, stored_files
-from .tool_calls import call as _call
-from .tool_calls import error as _error
+from ..pictures import b64, picture, stored_files
+from ..tool_calls import call as _call
+from ..tool_calls import error as _error
 
 
 async def _ledger(services: MemoryServices) -> tuple[int, int]:

@@ -23,9 +23,9 @@ from memory_tools.errors import Busy
 from memory_tools.testing.web import Reply, WebServer
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import b64, picture
-from .tool_calls import call as _call
-from .tool_calls import error as _error
+from ..pictures import b64, picture
+from ..tool_calls import call as _call
+from ..tool_calls import error as _error
 
 POOL = 2
 

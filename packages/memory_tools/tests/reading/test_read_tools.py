@@ -17,8 +17,8 @@ from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices, admin
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import picture
-from .tool_calls import error as _error
+from ..pictures import picture
+from ..tool_calls import error as _error
 
 
 async def _save(client: Client[Any], seed: int, **fields: Any) -> dict[str, Any]:

@@ -17,9 +17,9 @@ from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
 from memory_tools.search import AssetSearcher, SearchRequest
 
-from .test_save import b64, picture
-from .tool_calls import call as _call
-from .tool_calls import error as _error
+from ..pictures import b64, picture
+from ..tool_calls import call as _call
+from ..tool_calls import error as _error
 
 
 def switched(services: MemoryServices, **flags: bool) -> MemoryServices:

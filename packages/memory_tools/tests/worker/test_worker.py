@@ -39,7 +39,7 @@ from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.reconcile import reconcile_store
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
-from .test_save import picture
+from ..pictures import picture
 
 FAST = WorkerConfig(
     batch_size=8,

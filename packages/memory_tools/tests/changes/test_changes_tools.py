@@ -16,9 +16,9 @@ from memory_tools import MemoryServices, admin
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import b64, picture, stored_files
-from .tool_calls import call as _call
-from .tool_calls import error as _error
+from ..pictures import b64, picture, stored_files
+from ..tool_calls import call as _call
+from ..tool_calls import error as _error
 
 
 @pytest.fixture

@@ -19,7 +19,7 @@ from fastmcp import Client
 from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import picture
+from ..pictures import picture
 
 MISSING = "ast_" + "z" * 26
 

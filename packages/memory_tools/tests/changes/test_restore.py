@@ -13,9 +13,9 @@ from sqlalchemy import text
 from memory_tools import MemoryServices
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import b64, picture, stored_files
-from .tool_calls import call as _call
-from .tool_calls import error as _error
+from ..pictures import b64, picture, stored_files
+from ..tool_calls import call as _call
+from ..tool_calls import error as _error
 
 OWNER = "alice@example.com"
 

@@ -30,7 +30,7 @@ from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp import INSTRUCTIONS
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
-from .test_save import picture
+from ..pictures import picture
 
 DOCS = Path(__file__).resolve().parents[4] / "docs" / "tools.md"
 FAST = WorkerConfig(batch_size=8, lease_seconds=60, heartbeat_seconds=20, poll_seconds=0.2)

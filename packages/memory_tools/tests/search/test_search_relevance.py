@@ -20,8 +20,8 @@ from fastmcp import Client
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.worker import EmbeddingWorker
 
-from .test_save import b64
-from .tool_calls import call as _call
+from ..pictures import b64
+from ..tool_calls import call as _call
 
 PHOTOS = {
     "astronaut": ("Astronaut portrait", "a woman in an orange spacesuit in front of a flag"),
