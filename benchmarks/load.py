@@ -3,8 +3,11 @@
 What runs:
 - a real ``memory-server serve --transport http`` on 127.0.0.1 (a free port) with its own
   ``MEMORY_DATA_DIR`` in a temporary directory: embedded PostgreSQL, local objects, the local
-  embedder, its in-process embedding worker. ``--server-args`` and ``--server-env`` pass
-  options through (e.g. ``--server-args="--no-worker"`` or a pool size), to compare set-ups.
+  embedder. By default as ``--processes 2`` (two server processes on one port and one
+  embedding worker process) with ``MEMORY_MAX_CONCURRENT_CALLS=4``: the set-up this 2-core
+  machine serves best. ``--server-args`` and ``--server-env`` replace them (e.g.
+  ``--server-args "" --server-env MEMORY_MAX_CONCURRENT_CALLS=8`` for the plain default
+  server, one process with its in-process worker), to compare set-ups.
 - a library of 10,000 ready assets written straight into its database before it starts
   (``bulk_library.load_library``: COPY rows and two vectors per asset, one HNSW build). The
   benchmark process starts the embedded PostgreSQL of that data directory itself; the server
@@ -102,6 +105,15 @@ HERE = Path(__file__).parent
 SERVER = [sys.executable, "-m", "memory_server"]
 OWNER = "bench@example.com"
 _OUR_ENV = ("ASSET_", "MEMORY_", "JINA_")
+
+# The set-up measured by default: the one this 2-core machine serves best (docs/architecture.md,
+# "Many clients at once, measured"): two server processes on one port and a separate embedding
+# worker (`serve --processes 2`), each admitting 4 calls at once. One process tops out at one
+# core; two fill the machine, and 4 admitted calls per process keep the waits of saves and
+# searches alike. `--server-args "" --server-env MEMORY_MAX_CONCURRENT_CALLS=8` measures the
+# plain default server.
+DEFAULT_SERVER_ARGS = "--processes 2"
+DEFAULT_SERVER_ENV = ("MEMORY_MAX_CONCURRENT_CALLS=4",)
 
 
 @dataclass
@@ -594,14 +606,17 @@ def main() -> int:
         "--quick", action="store_true", help="for development: 2,000 assets, 2 s + 8 s per N"
     )
     parser.add_argument(
-        "--server-args", default="", help='extra `serve` options, e.g. "--no-worker"'
+        "--server-args",
+        default=DEFAULT_SERVER_ARGS,
+        help=f'extra `serve` options (default "{DEFAULT_SERVER_ARGS}"; "" for one process)',
     )
     parser.add_argument(
         "--server-env",
         action="append",
         default=[],
         metavar="KEY=VALUE",
-        help="environment for the server (repeatable), e.g. MEMORY_DB_POOL_SIZE=20",
+        help="environment for the server (repeatable), e.g. MEMORY_DB_POOL_SIZE=20; "
+        f"default {' '.join(DEFAULT_SERVER_ENV)}",
     )
     parser.add_argument(
         "--server-log", type=Path, default=None, help="keep the server's log at this path"
@@ -614,6 +629,7 @@ def main() -> int:
         args.library, args.warmup, args.duration = 2000, 2.0, 8.0
     if any("=" not in item for item in args.server_env):
         parser.error("--server-env takes KEY=VALUE")
+    args.server_env = args.server_env or list(DEFAULT_SERVER_ENV)
     for name in [k for k in os.environ if k.startswith(_OUR_ENV)]:
         del os.environ[name]  # the loader and the server see the same, default, settings
     configure_logging(level="warning")
