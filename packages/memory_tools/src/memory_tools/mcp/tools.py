@@ -1,31 +1,33 @@
-"""The memory tools as fastmcp ``Tool`` objects, built once and registered on any server.
+"""The memory tools: each is one method of ``MemoryTools`` declared with ``@tools.tool``.
 
 Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → one unit
 of work that authenticates, authorises and acts. The workflows check the feature switches
 themselves (:mod:`memory_tools.policy`), so every adapter gets the same answer. A failure rolls
 the transaction back and reaches the caller as ``ToolError("<code>: <message>")``.
+
+Adding a tool: write one method here with ``@tools.tool(...)`` (title, hints, audited
+operation) that returns a wire model of :mod:`memory_tools.results`; ``build_memory_tools``
+registers it on every server. docs/tools.md documents it for users.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import fields, is_dataclass
 from typing import Annotated, Any, Literal, TypeVar, cast
 
-from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
-from mcp_types import ToolAnnotations
 from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from memory_db import UnitOfWork, get_logger
+from memory_db import MemorySettings, UnitOfWork
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.mcp.registry import Refused, SettingsBound, ToolRegistry
 from memory_tools.mcp.schemas import (
     AssetListOut,
     AssetOut,
@@ -48,20 +50,6 @@ from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.services import MemoryServices
 
 T = TypeVar("T")
-log = get_logger(__name__)
-
-# Tools whose successes and denials are written to the provenance ledger (docs/design.md#ledgers).
-AUDITED_OPERATIONS = {
-    "image_project_create": "asset_project_create",
-    "image_folder_create": "asset_folder_create",
-    "image_asset_save": "asset_save",
-    "image_asset_search": "asset_search",
-    "image_asset_move": "asset_move",
-    "image_asset_delete": "asset_delete",
-    "image_asset_restore": "asset_restore",
-    "image_project_archive": "asset_project_archive",
-    "image_folder_delete": "asset_folder_delete",
-}
 
 VaultParam = Annotated[
     str,
@@ -75,7 +63,6 @@ VaultParam = Annotated[
 ProjectIdParam = Annotated[
     str, Field(min_length=1, max_length=64, description="Project id (apr_...).")
 ]
-Base64Param = Annotated[str | None, Field(description="The image bytes as base64.")]
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
 AssetIdParam = Annotated[str, Field(min_length=1, max_length=64, description="ast_...")]
 OptionalVault = Annotated[
@@ -122,30 +109,6 @@ def base64_param(max_bytes: int, *, searching: bool) -> Any:
     ]
 
 
-def _tool(
-    fn: Callable[..., Awaitable[Any]],
-    title: str,
-    *,
-    read_only: bool,
-    idempotent: bool,
-    destructive: bool = False,
-    open_world: bool = False,
-) -> Tool:
-    """A Tool with all four MCP hints stated explicitly (the spec's defaults are unsafe)."""
-    return Tool.from_function(
-        fn,
-        title=title,
-        annotations=ToolAnnotations(
-            title=title,
-            read_only_hint=read_only,
-            destructive_hint=destructive,
-            idempotent_hint=idempotent,
-            # Only tools that may reach the open web (saving by URL) say so.
-            open_world_hint=open_world,
-        ),
-    )
-
-
 def _presented_key(services: MemoryServices) -> str | None:
     token = get_access_token()
     if token is not None:
@@ -153,35 +116,16 @@ def _presented_key(services: MemoryServices) -> str | None:
     return services.default_api_key
 
 
-async def _refuse(
-    services: MemoryServices, tool: str, caller: Caller | None, failure: ToolFailure
-) -> ToolError:
-    log.info("tool_refused", tool=tool, code=failure.code)
-    operation = AUDITED_OPERATIONS.get(tool)
-    if failure.code == "forbidden" and caller is not None and operation is not None:
-        # The refused transaction rolled back; the denial is recorded on its own.
-        async with services.database.unit_of_work() as uow:
-            await uow.provenance.record(
-                operation,
-                actor_identity=caller.identity,
-                outcome="denied",
-                detail={"tool": tool, "code": failure.code},
-            )
-    # The framework logs every tool error at the error's level: a refusal the caller can act
-    # on is not a server error (``tool_refused`` above records it); only ``internal`` is.
-    level = logging.ERROR if failure.code == "internal" else logging.DEBUG
-    return ToolError(str(failure), log_level=level)
-
-
 async def run_authorised(
     services: MemoryServices,
-    tool: str,
     action: Callable[[UnitOfWork, Caller], Awaitable[T]],
 ) -> T:
     """Authenticate the caller and run ``action`` in one transaction; map failures to errors.
 
     The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
-    turn, and past the admission wait it fails as ``busy`` without having done anything.
+    turn, and past the admission wait it fails as ``busy`` without having done anything. A
+    failure is raised as ``Refused``; the tool's entry (:mod:`memory_tools.mcp.registry`)
+    answers it and audits a denial under the tool's operation.
     """
     caller: Caller | None = None
     try:
@@ -190,12 +134,11 @@ async def run_authorised(
                 caller = await authenticate(uow, _presented_key(services))
                 return await action(uow, caller)
     except ToolFailure as failure:
-        raise await _refuse(services, tool, caller, failure) from None
+        raise Refused(failure, caller) from None
 
 
 async def run_as_caller(
     services: MemoryServices,
-    tool: str,
     action: Callable[[Caller], Awaitable[T]],
 ) -> T:
     """Authenticate in one statement, then run ``action`` outside any transaction.
@@ -212,7 +155,7 @@ async def run_as_caller(
                     caller = await authenticate(uow, _presented_key(services))
                 return await action(caller)
     except ToolFailure as failure:
-        raise await _refuse(services, tool, caller, failure) from None
+        raise Refused(failure, caller) from None
 
 
 def plain_fields(view: Any) -> dict[str, Any]:
@@ -248,10 +191,66 @@ def _folder_out(view: FolderView, vault: str) -> FolderOut:
     return FolderOut.model_validate({**plain_fields(view), "vault": vault})
 
 
+tools = ToolRegistry()
+
+
+def _save_base64(settings: MemorySettings) -> Any:
+    max_bytes = settings.asset_max_bytes
+    return Annotated[
+        base64_param(max_bytes, searching=False) | None,
+        Field(
+            description="The image bytes as base64, for clients without an upload route; "
+            f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
+            "direct-upload route POST /uploads.",
+        ),
+    ]
+
+
+def _search_base64(settings: MemorySettings) -> Any:
+    max_bytes = settings.asset_max_bytes
+    return Annotated[
+        base64_param(max_bytes, searching=True) | None,
+        Field(
+            description="Find images like this one (base64; not stored; at most "
+            f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
+        ),
+    ]
+
+
+# The base64 bound is ASSET_MAX_BYTES of the server the tools are bound to.
+SaveBase64Param = Annotated[str | None, SettingsBound(_save_base64)]
+SearchBase64Param = Annotated[str | None, SettingsBound(_search_base64)]
+
+
 def build_memory_tools(services: MemoryServices) -> list[Tool]:
     """The memory tools bound to ``services``; register the same objects on every server."""
+    return tools.bind(MemoryTools(services))
 
+
+class MemoryTools:
+    """The memory tools of one server: each ``@tools.tool`` method is a tool."""
+
+    def __init__(self, services: MemoryServices) -> None:
+        self.services = services
+        self.saver = AssetSaver(services)
+        self.searcher = AssetSearcher(services)
+
+    async def authorised(self, action: Callable[[UnitOfWork, Caller], Awaitable[T]]) -> T:
+        """``run_authorised`` with this server's services."""
+        return await run_authorised(self.services, action)
+
+    async def as_caller(self, action: Callable[[Caller], Awaitable[T]]) -> T:
+        """``run_as_caller`` with this server's services."""
+        return await run_as_caller(self.services, action)
+
+    @tools.tool(
+        "Create image project",
+        read_only=False,
+        idempotent=False,
+        audited="asset_project_create",
+    )
     async def image_project_create(
+        self,
         name: NameParam,
         vault: VaultParam = "Library",
         description: Annotated[str | None, Field(max_length=2000)] = None,
@@ -260,13 +259,15 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
             view = await projects.create_project(
-                uow, caller, services, vault=vault, name=name, description=description
+                uow, caller, self.services, vault=vault, name=name, description=description
             )
             return _project_out(view)
 
-        return await run_authorised(services, "image_project_create", action)
+        return await self.authorised(action)
 
+    @tools.tool("List image projects", read_only=True, idempotent=True)
     async def image_project_list(
+        self,
         vault: Annotated[
             str | None,
             Field(
@@ -279,13 +280,20 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectListOut:
             views = await projects.list_projects(
-                uow, caller, services, vault=vault, include_archived=includeArchived
+                uow, caller, self.services, vault=vault, include_archived=includeArchived
             )
             return ProjectListOut(projects=[_project_out(v) for v in views])
 
-        return await run_authorised(services, "image_project_list", action)
+        return await self.authorised(action)
 
+    @tools.tool(
+        "Create image folder",
+        read_only=False,
+        idempotent=False,
+        audited="asset_folder_create",
+    )
     async def image_folder_create(
+        self,
         projectId: ProjectIdParam,
         name: NameParam,
         vault: VaultParam = "Library",
@@ -300,7 +308,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             view, handle = await projects.create_folder(
                 uow,
                 caller,
-                services,
+                self.services,
                 vault=vault,
                 project_id=projectId,
                 parent_id=parentId,
@@ -308,9 +316,11 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             )
             return _folder_out(view, handle)
 
-        return await run_authorised(services, "image_folder_create", action)
+        return await self.authorised(action)
 
+    @tools.tool("List image folders", read_only=True, idempotent=True)
     async def image_folder_list(
+        self,
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
     ) -> FolderTreeOut:
@@ -318,18 +328,23 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> FolderTreeOut:
             views, handle = await projects.list_folders(
-                uow, caller, services, vault=vault, project_id=projectId
+                uow, caller, self.services, vault=vault, project_id=projectId
             )
             return FolderTreeOut(
                 vault=handle, project_id=projectId, folders=[_folder_out(v, handle) for v in views]
             )
 
-        return await run_authorised(services, "image_folder_list", action)
+        return await self.authorised(action)
 
-    saver = AssetSaver(services)
-    max_bytes = services.settings.asset_max_bytes
-
+    @tools.tool(
+        "Save image",
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="asset_save",
+    )
     async def image_asset_save(
+        self,
         vault: VaultParam = "Library",
         sourceUrl: Annotated[
             str | None,
@@ -338,7 +353,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         artifactId: Annotated[
             str | None, Field(max_length=64, description="An MCP Scraper artifact id.")
         ] = None,
-        imageBase64: Base64Param = None,
+        imageBase64: SaveBase64Param = None,
         projectId: Annotated[
             str | None, Field(max_length=64, description="Project id (apr_...); omit for Unfiled.")
         ] = None,
@@ -384,21 +399,13 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         )
 
         async def action(caller: Caller) -> SaveOut:
-            return SaveOut.model_validate(plain_fields(await saver.save(caller, request)))
+            return SaveOut.model_validate(plain_fields(await self.saver.save(caller, request)))
 
-        return await run_as_caller(services, "image_asset_save", action)
+        return await self.as_caller(action)
 
-    # The base64 bound depends on ASSET_MAX_BYTES; string annotations cannot see this closure.
-    image_asset_save.__annotations__["imageBase64"] = Annotated[
-        base64_param(max_bytes, searching=False) | None,
-        Field(
-            description="The image bytes as base64, for clients without an upload route; "
-            f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
-            "direct-upload route POST /uploads.",
-        ),
-    ]
-
+    @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
+        self,
         assetId: Annotated[str, Field(min_length=1, max_length=64, description="ast_...")],
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived link to the WebP preview.")
@@ -412,13 +419,15 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> AssetOut:
             view = await assets.get_asset(
-                uow, caller, services, asset_id=assetId, include_preview=includePreview
+                uow, caller, self.services, asset_id=assetId, include_preview=includePreview
             )
             return AssetOut.model_validate(plain_fields(view))
 
-        return await run_authorised(services, "image_asset_get", action)
+        return await self.authorised(action)
 
+    @tools.tool("List images", read_only=True, idempotent=True)
     async def image_asset_list(
+        self,
         vault: OptionalVault = None,
         projectId: OptionalId = None,
         folderId: OptionalId = None,
@@ -455,7 +464,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         )
 
         async def action(uow: UnitOfWork, caller: Caller) -> AssetListOut:
-            page = await assets.list_assets(uow, caller, services, request)
+            page = await assets.list_assets(uow, caller, self.services, request)
             fields = set(AssetSummaryOut.model_fields)
             items = [
                 AssetSummaryOut.model_validate(
@@ -465,11 +474,17 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             ]
             return AssetListOut(items=items, next_cursor=page.next_cursor)
 
-        return await run_authorised(services, "image_asset_list", action)
+        return await self.authorised(action)
 
-    searcher = AssetSearcher(services)
-
+    @tools.tool(
+        "Search images",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+        audited="asset_search",
+    )
     async def image_asset_search(
+        self,
         query: Annotated[
             str | None,
             Field(max_length=2000, description="What to find, in words (e.g. 'red bicycle')."),
@@ -477,7 +492,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         assetId: Annotated[
             str | None, Field(max_length=64, description="Find images like this stored one.")
         ] = None,
-        imageBase64: Base64Param = None,
+        imageBase64: SearchBase64Param = None,
         sourceUrl: Annotated[
             str | None,
             Field(
@@ -533,19 +548,15 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         )
 
         async def action(caller: Caller) -> SearchOut:
-            return SearchOut.model_validate(plain_fields(await searcher.search(caller, request)))
+            return SearchOut.model_validate(
+                plain_fields(await self.searcher.search(caller, request))
+            )
 
-        return await run_as_caller(services, "image_asset_search", action)
+        return await self.as_caller(action)
 
-    image_asset_search.__annotations__["imageBase64"] = Annotated[
-        base64_param(max_bytes, searching=True) | None,
-        Field(
-            description="Find images like this one (base64; not stored; at most "
-            f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
-        ),
-    ]
-
+    @tools.tool("Move image", read_only=False, idempotent=True, audited="asset_move")
     async def image_asset_move(
+        self,
         assetId: AssetIdParam,
         projectId: Annotated[
             str | None, Field(max_length=64, description="Target project; null for Unfiled.")
@@ -563,13 +574,25 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> MoveOut:
             result = await changes.move_asset(
-                uow, caller, services, asset_id=assetId, project_id=projectId, folder_id=folderId
+                uow,
+                caller,
+                self.services,
+                asset_id=assetId,
+                project_id=projectId,
+                folder_id=folderId,
             )
             return MoveOut.model_validate(plain_fields(result))
 
-        return await run_authorised(services, "image_asset_move", action)
+        return await self.authorised(action)
 
-    async def image_asset_delete(assetId: AssetIdParam) -> DeleteOut:
+    @tools.tool(
+        "Delete image",
+        read_only=False,
+        idempotent=True,
+        destructive=True,
+        audited="asset_delete",
+    )
+    async def image_asset_delete(self, assetId: AssetIdParam) -> DeleteOut:
         """Delete an image: its vectors at once, its bytes shortly after if nothing else uses them.
 
         Needs an API key with the 'destructive' scope and write access to the vault. Deleting
@@ -577,12 +600,13 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         """
 
         async def action(uow: UnitOfWork, caller: Caller) -> DeleteOut:
-            result = await changes.delete_asset(uow, caller, services, asset_id=assetId)
+            result = await changes.delete_asset(uow, caller, self.services, asset_id=assetId)
             return DeleteOut.model_validate(plain_fields(result))
 
-        return await run_authorised(services, "image_asset_delete", action)
+        return await self.authorised(action)
 
-    async def image_asset_restore(assetId: AssetIdParam) -> RestoreOut:
+    @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
+    async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreOut:
         """Bring back an image deleted within the delete grace window (ASSET_DELETE_GRACE_HOURS).
 
         It returns to its project and folder (the project's root if the folder is gone,
@@ -592,12 +616,19 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         """
 
         async def action(uow: UnitOfWork, caller: Caller) -> RestoreOut:
-            result = await changes.restore_asset(uow, caller, services, asset_id=assetId)
+            result = await changes.restore_asset(uow, caller, self.services, asset_id=assetId)
             return RestoreOut.model_validate(plain_fields(result))
 
-        return await run_authorised(services, "image_asset_restore", action)
+        return await self.authorised(action)
 
+    @tools.tool(
+        "Archive image project",
+        read_only=False,
+        idempotent=True,
+        audited="asset_project_archive",
+    )
     async def image_project_archive(
+        self,
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
     ) -> ProjectOut:
@@ -608,13 +639,21 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
             view = await projects.archive_project(
-                uow, caller, services, vault=vault, project_id=projectId
+                uow, caller, self.services, vault=vault, project_id=projectId
             )
             return _project_out(view)
 
-        return await run_authorised(services, "image_project_archive", action)
+        return await self.authorised(action)
 
+    @tools.tool(
+        "Delete image folder",
+        read_only=False,
+        idempotent=True,
+        destructive=True,
+        audited="asset_folder_delete",
+    )
     async def image_folder_delete(
+        self,
         projectId: ProjectIdParam,
         folderId: Annotated[str, Field(min_length=1, max_length=64, description="afl_...")],
         vault: VaultParam = "Library",
@@ -641,7 +680,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             result = await changes.delete_folder(
                 uow,
                 caller,
-                services,
+                self.services,
                 vault=vault,
                 project_id=projectId,
                 folder_id=folderId,
@@ -650,30 +689,4 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             )
             return FolderDeletionOut.model_validate(plain_fields(result))
 
-        return await run_authorised(services, "image_folder_delete", action)
-
-    return [
-        _tool(
-            image_asset_search, "Search images", read_only=True, idempotent=True, open_world=True
-        ),
-        _tool(image_asset_move, "Move image", read_only=False, idempotent=True),
-        _tool(
-            image_asset_delete, "Delete image", read_only=False, idempotent=True, destructive=True
-        ),
-        _tool(image_asset_restore, "Restore deleted image", read_only=False, idempotent=True),
-        _tool(image_project_archive, "Archive image project", read_only=False, idempotent=True),
-        _tool(
-            image_folder_delete,
-            "Delete image folder",
-            read_only=False,
-            idempotent=True,
-            destructive=True,
-        ),
-        _tool(image_asset_get, "Get image", read_only=True, idempotent=True),
-        _tool(image_asset_list, "List images", read_only=True, idempotent=True),
-        _tool(image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True),
-        _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
-        _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
-        _tool(image_folder_create, "Create image folder", read_only=False, idempotent=False),
-        _tool(image_folder_list, "List image folders", read_only=True, idempotent=True),
-    ]
+        return await self.authorised(action)
