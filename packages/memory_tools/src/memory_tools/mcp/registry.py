@@ -16,7 +16,6 @@ binding (pydantic-ai's ``prepare`` changes only the advertised schema, not the v
 from __future__ import annotations
 
 import functools
-import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -140,8 +139,8 @@ class ToolRegistry:
 def _entry(spec: ToolSpec, toolset: Toolset) -> Callable[..., Awaitable[Any]]:
     """The bound method, its refusals turned into ``ToolError`` (and audited when denied).
 
-    The entry carries the method's signature with every ``SettingsBound`` parameter resolved
-    for this toolset's settings; the declared method itself is never changed.
+    The entry has the method's signature, with every ``SettingsBound`` parameter resolved for
+    this toolset's settings; the declared method itself is never changed.
     """
     method = getattr(toolset, spec.name)
     services = toolset.services
@@ -155,16 +154,9 @@ def _entry(spec: ToolSpec, toolset: Toolset) -> Callable[..., Awaitable[Any]]:
         except ToolFailure as failure:
             raise await _refuse(services, spec, None, failure) from None
 
-    # A fresh dict: functools.wraps shares the method's own annotations otherwise.
+    # The signature is the method's (functools.wraps); the types are the method's with every
+    # SettingsBound resolved, in a fresh dict (wraps would share the method's own).
     entry.__annotations__ = _resolved_hints(method, services.settings)
-    del entry.__wrapped__  # the signature comes from the resolved annotations, below
-    entry.__signature__ = inspect.signature(method).replace(  # type: ignore[attr-defined]
-        parameters=[
-            parameter.replace(annotation=entry.__annotations__[parameter.name])
-            for parameter in inspect.signature(method).parameters.values()
-        ],
-        return_annotation=entry.__annotations__["return"],
-    )
     return entry
 
 
