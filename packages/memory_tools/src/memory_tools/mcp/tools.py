@@ -13,8 +13,7 @@ registers it on every server. docs/tools.md documents it for users.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import fields, is_dataclass
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar
 
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
@@ -24,29 +23,15 @@ from pydantic_core import PydanticCustomError
 from memory_db import MemorySettings, UnitOfWork
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
+from memory_tools.assets import AssetListView, AssetView
+from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
-from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
 from memory_tools.mcp.registry import Refused, SettingsBound, ToolRegistry
-from memory_tools.mcp.schemas import (
-    AssetListOut,
-    AssetOut,
-    AssetSummaryOut,
-    CreatedAfterParam,
-    CreatedBeforeParam,
-    DeleteOut,
-    FolderDeletionOut,
-    FolderOut,
-    FolderTreeOut,
-    MoveOut,
-    ProjectListOut,
-    ProjectOut,
-    RestoreOut,
-    SaveOut,
-    SearchOut,
-)
-from memory_tools.projects import FolderView, ProjectView
-from memory_tools.search import AssetSearcher, SearchRequest
+from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam, ProjectListOut
+from memory_tools.projects import FolderTree, FolderView, ProjectView
+from memory_tools.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.services import MemoryServices
 
 T = TypeVar("T")
@@ -158,39 +143,6 @@ async def run_as_caller(
         raise Refused(failure, caller) from None
 
 
-def plain_fields(view: Any) -> dict[str, Any]:
-    """A workflow's answer (a dataclass) as the dict its output model validates.
-
-    Like ``dataclasses.asdict`` (nested dataclasses, lists, tuples and dicts become plain
-    ones), without deep-copying every value: asdict took 16 ms of a 600-folder tree's answer,
-    this 1.7 ms (docs/performance.md).
-    """
-    return {field.name: _plain(getattr(view, field.name)) for field in fields(view)}
-
-
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return plain_fields(value)
-    items: list[Any]
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple, as asdict does
-        items = [_plain(item) for item in cast("tuple[Any, ...]", value)]
-        return type(value)(*items)
-    if isinstance(value, list | tuple):
-        items = [_plain(item) for item in cast("list[Any] | tuple[Any, ...]", value)]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in cast("dict[Any, Any]", value).items()}
-    return value
-
-
-def _project_out(view: ProjectView) -> ProjectOut:
-    return ProjectOut.model_validate(plain_fields(view))
-
-
-def _folder_out(view: FolderView, vault: str) -> FolderOut:
-    return FolderOut.model_validate({**plain_fields(view), "vault": vault})
-
-
 tools = ToolRegistry()
 
 
@@ -254,14 +206,13 @@ class MemoryTools:
         name: NameParam,
         vault: VaultParam = "Library",
         description: Annotated[str | None, Field(max_length=2000)] = None,
-    ) -> ProjectOut:
+    ) -> ProjectView:
         """Create a project in a vault you may write. Project names are unique per vault."""
 
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
-            view = await projects.create_project(
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectView:
+            return await projects.create_project(
                 uow, caller, self.services, vault=vault, name=name, description=description
             )
-            return _project_out(view)
 
         return await self.authorised(action)
 
@@ -282,7 +233,7 @@ class MemoryTools:
             views = await projects.list_projects(
                 uow, caller, self.services, vault=vault, include_archived=includeArchived
             )
-            return ProjectListOut(projects=[_project_out(v) for v in views])
+            return ProjectListOut(projects=views)
 
         return await self.authorised(action)
 
@@ -301,11 +252,11 @@ class MemoryTools:
             str | None,
             Field(max_length=64, description="Parent folder id; omit for the project root."),
         ] = None,
-    ) -> FolderOut:
+    ) -> FolderView:
         """Create a folder in a project (at most 8 levels deep; names unique among siblings)."""
 
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderOut:
-            view, handle = await projects.create_folder(
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderView:
+            return await projects.create_folder(
                 uow,
                 caller,
                 self.services,
@@ -314,7 +265,6 @@ class MemoryTools:
                 parent_id=parentId,
                 name=name,
             )
-            return _folder_out(view, handle)
 
         return await self.authorised(action)
 
@@ -323,15 +273,12 @@ class MemoryTools:
         self,
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
-    ) -> FolderTreeOut:
+    ) -> FolderTree:
         """List a project's folder tree, depth-first, with each folder's path and depth."""
 
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderTreeOut:
-            views, handle = await projects.list_folders(
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderTree:
+            return await projects.list_folders(
                 uow, caller, self.services, vault=vault, project_id=projectId
-            )
-            return FolderTreeOut(
-                vault=handle, project_id=projectId, folders=[_folder_out(v, handle) for v in views]
             )
 
         return await self.authorised(action)
@@ -377,7 +324,7 @@ class MemoryTools:
                 description="Repeating a save with the same key returns the same asset.",
             ),
         ] = None,
-    ) -> SaveOut:
+    ) -> SaveResult:
         """Save an image from exactly one source (sourceUrl, artifactId or imageBase64).
 
         The original is kept unchanged and privately; a sanitised preview is made; the answer
@@ -398,8 +345,8 @@ class MemoryTools:
             idempotency_key=idempotencyKey,
         )
 
-        async def action(caller: Caller) -> SaveOut:
-            return SaveOut.model_validate(plain_fields(await self.saver.save(caller, request)))
+        async def action(caller: Caller) -> SaveResult:
+            return await self.saver.save(caller, request)
 
         return await self.as_caller(action)
 
@@ -410,18 +357,17 @@ class MemoryTools:
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived link to the WebP preview.")
         ] = False,
-    ) -> AssetOut:
+    ) -> AssetView:
         """One asset you may read, with its embedding state.
 
         Metadata, the state of each representation, the failure reason if any, and optionally
         a fresh preview link (call again once it has expired).
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> AssetOut:
-            view = await assets.get_asset(
+        async def action(uow: UnitOfWork, caller: Caller) -> AssetView:
+            return await assets.get_asset(
                 uow, caller, self.services, asset_id=assetId, include_preview=includePreview
             )
-            return AssetOut.model_validate(plain_fields(view))
 
         return await self.authorised(action)
 
@@ -441,7 +387,7 @@ class MemoryTools:
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
-    ) -> AssetListOut:
+    ) -> AssetListView:
         """List assets by created time with exact filters.
 
         Newest first unless order is 'oldest'; page with nextCursor. Metadata only, never
@@ -463,16 +409,8 @@ class MemoryTools:
             cursor=cursor,
         )
 
-        async def action(uow: UnitOfWork, caller: Caller) -> AssetListOut:
-            page = await assets.list_assets(uow, caller, self.services, request)
-            fields = set(AssetSummaryOut.model_fields)
-            items = [
-                AssetSummaryOut.model_validate(
-                    {key: value for key, value in plain_fields(item).items() if key in fields}
-                )
-                for item in page.items
-            ]
-            return AssetListOut(items=items, next_cursor=page.next_cursor)
+        async def action(uow: UnitOfWork, caller: Caller) -> AssetListView:
+            return await assets.list_assets(uow, caller, self.services, request)
 
         return await self.authorised(action)
 
@@ -518,7 +456,7 @@ class MemoryTools:
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived preview link to each result.")
         ] = False,
-    ) -> SearchOut:
+    ) -> SearchView:
         """Find stored images by text, by a similar image, or both, with exact filters.
 
         Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
@@ -547,10 +485,8 @@ class MemoryTools:
             include_preview=includePreview,
         )
 
-        async def action(caller: Caller) -> SearchOut:
-            return SearchOut.model_validate(
-                plain_fields(await self.searcher.search(caller, request))
-            )
+        async def action(caller: Caller) -> SearchView:
+            return await self.searcher.search(caller, request)
 
         return await self.as_caller(action)
 
@@ -565,15 +501,15 @@ class MemoryTools:
             str | None,
             Field(max_length=64, description="Target folder in projectId; null for its root."),
         ] = None,
-    ) -> MoveOut:
+    ) -> MoveResult:
         """Move an image to another project or folder of its vault.
 
         Metadata only: the stored bytes and their key stay as they are. Moving to where the
         image already is changes nothing.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> MoveOut:
-            result = await changes.move_asset(
+        async def action(uow: UnitOfWork, caller: Caller) -> MoveResult:
+            return await changes.move_asset(
                 uow,
                 caller,
                 self.services,
@@ -581,7 +517,6 @@ class MemoryTools:
                 project_id=projectId,
                 folder_id=folderId,
             )
-            return MoveOut.model_validate(plain_fields(result))
 
         return await self.authorised(action)
 
@@ -592,21 +527,20 @@ class MemoryTools:
         destructive=True,
         audited="asset_delete",
     )
-    async def image_asset_delete(self, assetId: AssetIdParam) -> DeleteOut:
+    async def image_asset_delete(self, assetId: AssetIdParam) -> DeleteResult:
         """Delete an image: its vectors at once, its bytes shortly after if nothing else uses them.
 
         Needs an API key with the 'destructive' scope and write access to the vault. Deleting
         an image that is already deleted succeeds and changes nothing.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> DeleteOut:
-            result = await changes.delete_asset(uow, caller, self.services, asset_id=assetId)
-            return DeleteOut.model_validate(plain_fields(result))
+        async def action(uow: UnitOfWork, caller: Caller) -> DeleteResult:
+            return await changes.delete_asset(uow, caller, self.services, asset_id=assetId)
 
         return await self.authorised(action)
 
     @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
-    async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreOut:
+    async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreResult:
         """Bring back an image deleted within the delete grace window (ASSET_DELETE_GRACE_HOURS).
 
         It returns to its project and folder (the project's root if the folder is gone,
@@ -615,9 +549,8 @@ class MemoryTools:
         deleted changes nothing; after the window the answer is not_found.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> RestoreOut:
-            result = await changes.restore_asset(uow, caller, self.services, asset_id=assetId)
-            return RestoreOut.model_validate(plain_fields(result))
+        async def action(uow: UnitOfWork, caller: Caller) -> RestoreResult:
+            return await changes.restore_asset(uow, caller, self.services, asset_id=assetId)
 
         return await self.authorised(action)
 
@@ -631,17 +564,16 @@ class MemoryTools:
         self,
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
-    ) -> ProjectOut:
+    ) -> ProjectView:
         """Archive a project: its images stay findable, but it takes no new images or folders.
 
         Nothing is deleted; archiving an archived project changes nothing.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
-            view = await projects.archive_project(
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectView:
+            return await projects.archive_project(
                 uow, caller, self.services, vault=vault, project_id=projectId
             )
-            return _project_out(view)
 
         return await self.authorised(action)
 
@@ -668,7 +600,7 @@ class MemoryTools:
                 description="The confirm token of a dry run; without it, recursive is a dry run.",
             ),
         ] = None,
-    ) -> FolderDeletionOut:
+    ) -> FolderDeletion:
         """Delete a folder.
 
         An empty folder is deleted at once. A folder with images or subfolders needs
@@ -676,8 +608,8 @@ class MemoryTools:
         returns a confirm token; calling again with that token deletes exactly that.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderDeletionOut:
-            result = await changes.delete_folder(
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderDeletion:
+            return await changes.delete_folder(
                 uow,
                 caller,
                 self.services,
@@ -687,6 +619,5 @@ class MemoryTools:
                 recursive=recursive,
                 confirm=confirm,
             )
-            return FolderDeletionOut.model_validate(plain_fields(result))
 
         return await self.authorised(action)
