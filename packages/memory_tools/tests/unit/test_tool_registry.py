@@ -3,18 +3,20 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from fastmcp import Client
 from fastmcp.tools import Tool
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, build_memory_tools
+from memory_tools import MemoryServices, build_memory_server, build_memory_tools
 from memory_tools.mcp.registry import ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
 from memory_tools.projects import ProjectView
@@ -119,3 +121,17 @@ def test_the_base64_bound_follows_the_bound_servers_settings(tmp_path: Path) -> 
     small, large = base64_schema(3000), base64_schema(6000)
     assert small["anyOf"][0]["maxLength"] < large["anyOf"][0]["maxLength"]
     assert "3000 bytes" in small["description"]
+
+
+# The output schemas as tools/list showed them before the results became the workflows' own
+# models. A change here changes what clients read: update the file only on purpose, e.g. with
+#   json.dumps({t.name: t.output_schema for t in tools}, indent=1, sort_keys=True)
+# over the tools of `Client(build_memory_server(services)).list_tools()`.
+OUTPUT_SCHEMAS = Path(__file__).with_name("tool_output_schemas.json")
+
+
+async def test_output_schemas_are_unchanged(services: MemoryServices) -> None:
+    async with Client(build_memory_server(services)) as client:
+        listed = await client.list_tools()
+    current = {tool.name: tool.output_schema for tool in listed}
+    assert current == json.loads(OUTPUT_SCHEMAS.read_text())
