@@ -7,10 +7,11 @@ under which refusals are audited; nothing else lists tools by name.
 
 Services are bound the way fastmcp binds state to tools, as bound methods of one toolset per
 server (fastmcp drops ``self`` from the schema), rather than closures (docs/architecture.md,
-"Declaring a tool"). A parameter whose bound depends on the server's settings (the base64 image, bounded by
-ASSET_MAX_BYTES) is declared with :class:`SettingsBound` in its annotation; ``bind`` resolves
-it for the toolset's settings. Neither fastmcp nor pydantic-ai has a parameter type per
-binding (pydantic-ai's ``prepare`` changes only the advertised schema, not the validation).
+"Declaring a tool"). A parameter whose bound depends on the server's settings (the base64
+image, bounded by ASSET_MAX_BYTES) is declared with :class:`SettingsBound` in its annotation;
+``bind`` resolves it for the toolset's settings. Neither fastmcp nor pydantic-ai has a
+parameter type per binding (pydantic-ai's ``prepare`` changes only the advertised schema, not
+the validation).
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ themselves (:mod:`memory_tools.policy`), so every adapter gets the same answer. 
 the transaction back and reaches the caller as ``ToolError("<code>: <message>")``.
 
 Adding a tool: write one method here with ``@tools.tool(...)`` (title, hints, audited
-operation) that returns a wire model of :mod:`memory_tools.results`; ``build_memory_tools``
-registers it on every server. docs/tools.md documents it for users.
+operation) that returns its workflow's result model (a :class:`memory_tools.wire.WireModel`);
+``build_memory_tools`` registers it on every server. docs/tools.md documents it for users.
 """
 
 from __future__ import annotations
@@ -105,7 +105,7 @@ async def run_authorised(
     services: MemoryServices,
     action: Callable[[UnitOfWork, Caller], Awaitable[T]],
 ) -> T:
-    """Authenticate the caller and run ``action`` in one transaction; map failures to errors.
+    """Authenticate the caller and run ``action`` in one transaction; map failures.
 
     The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
     turn, and past the admission wait it fails as ``busy`` without having done anything. A
