@@ -1,13 +1,6 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
-from memory_db.repositories.assets import (
-    AssetRepository,
-    DuplicateObject,
-    JobRepository,
-    ObjectRepository,
-    OrphanRepository,
-    asset_record,
-)
+from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.identities import (
     API_KEY_PREFIX,
@@ -19,6 +12,8 @@ from memory_db.repositories.identities import (
     normalise_identity,
     validate_vault_handle,
 )
+from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, listen_for_jobs
+from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
 from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
@@ -41,6 +36,7 @@ from memory_db.repositories.records import (
 __all__ = [
     "API_KEY_PREFIX",
     "DEFAULT_VAULT",
+    "JOB_CHANNEL",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "AssetFilter",
@@ -68,8 +64,8 @@ __all__ = [
     "VaultRecord",
     "VaultRepository",
     "VaultScope",
-    "asset_record",
     "hash_api_key",
+    "listen_for_jobs",
     "normalise_identity",
     "validate_name",
     "validate_vault_handle",
