@@ -25,6 +25,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
+from pydantic import Field
+
 from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
 from memory_db.embedding.types import EmbedResult, EmbedValue
@@ -54,6 +56,7 @@ from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
@@ -88,9 +91,8 @@ class SearchRequest(FilterFields):
     include_preview: bool = False
 
 
-@dataclass(frozen=True)
-class SearchHit:
-    """One result, with the vault it lives in."""
+class SearchHit(WireModel):
+    """One search result, best first."""
 
     asset_id: str
     vault: str
@@ -103,21 +105,33 @@ class SearchHit:
     source_url: str | None
     tags: list[str]
     created_at: datetime
-    score: float
-    match_representations: list[str]
+    score: float = Field(description="Best cosine similarity of the asset's vectors to the query.")
+    match_representations: list[str] = Field(
+        description="Which lists found it: visual, fused (vectors) and metadata (words)."
+    )
     embedding_model: str
     preview: PreviewLink | None
 
 
-@dataclass(frozen=True)
-class SearchView:
-    """The results with evidence, best first, and whether any of them is a good match."""
+class SearchView(WireModel):
+    """Search results with evidence, best first (at most the requested limit, maybe none)."""
 
-    mode: Mode
-    results: list[SearchHit]
-    no_good_match: bool
-    best_score: float | None
-    good_match_score: float
+    mode: str = Field(description="text, image or fused: how the query was embedded.")
+    results: list[SearchHit] = Field(
+        description="Only results with evidence (a word match, or a similarity above the "
+        "embedder's evidence floor); never padded up to limit."
+    )
+    no_good_match: bool = Field(
+        description="True when no result matched by words or reached goodMatchScore: treat the "
+        "results as weak, or as nothing found when there are none."
+    )
+    best_score: float | None = Field(
+        description="The best similarity seen (also when nothing was returned); null when no "
+        "image was compared."
+    )
+    good_match_score: float = Field(
+        description="The embedder's documented good-match line for this kind of query."
+    )
 
 
 @dataclass
@@ -336,7 +350,9 @@ class AssetSearcher:
         if request.include_preview:
             by_id = {stored.asset.id: stored for stored in rows}
             results = [
-                replace(hit, preview=await signed_preview(self.services, by_id[hit.asset_id]))
+                hit.model_copy(
+                    update={"preview": await signed_preview(self.services, by_id[hit.asset_id])}
+                )
                 for hit in results
             ]
         good, best = verdict(results, fusion, good_line=thresholds.good)
