@@ -14,9 +14,9 @@ TARGETS = [
 
 
 def _collected(marker: str) -> list[str]:
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-        + ["-m", marker, *TARGETS],
+        [*command, "-m", marker, *TARGETS],
         cwd=ROOT,
         capture_output=True,
         text=True,
