@@ -9,6 +9,7 @@ from memory_db.repositories.assets import (
     asset_record,
 )
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
+from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
 from memory_db.repositories.identities import (
     API_KEY_PREFIX,
     DEFAULT_VAULT,
@@ -23,7 +24,6 @@ from memory_db.repositories.projects import FolderRepository, ProjectRepository,
 from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
     ApiKeyRecord,
-    AssetFilter,
     AssetRecord,
     FolderRecord,
     GrantRecord,
@@ -41,11 +41,13 @@ from memory_db.repositories.records import (
 __all__ = [
     "API_KEY_PREFIX",
     "DEFAULT_VAULT",
+    "FILTER_FIELDS",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "AssetFilter",
     "AssetRecord",
     "AssetRepository",
+    "Condition",
     "DuplicateObject",
     "FolderRecord",
     "FolderRepository",

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from memory_db import UnitOfWork, get_logger
+from memory_db.repositories import AssetFilter
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import ToolFailure, map_failures
@@ -98,6 +99,7 @@ MimeTypesParam = Annotated[
     list[str] | None,
     Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
 ]
+UntaggedParam = Annotated[bool, Field(description="Only assets without tags.")]
 
 
 def base64_param(max_bytes: int, *, searching: bool) -> Any:
@@ -424,6 +426,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         folderId: OptionalId = None,
         includeSubfolders: bool = False,
         tags: TagsParam = None,
+        untagged: UntaggedParam = False,
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
@@ -443,12 +446,15 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            tags=tuple(tags or ()),
-            source_kinds=tuple(sourceKinds or ()),
-            source_host=sourceHost,
-            mime_types=tuple(mimeTypes or ()),
-            created_after=createdAfter,
-            created_before=createdBefore,
+            filters=AssetFilter(
+                tags=tuple(tags or ()),
+                untagged=untagged,
+                source_kinds=tuple(sourceKinds or ()),
+                source_host=sourceHost,
+                mime_types=tuple(mimeTypes or ()),
+                created_after=createdAfter,
+                created_before=createdBefore,
+            ),
             order=order,
             limit=limit,
             cursor=cursor,
@@ -490,6 +496,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         folderId: OptionalId = None,
         includeSubfolders: bool = False,
         tags: TagsParam = None,
+        untagged: UntaggedParam = False,
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
@@ -521,12 +528,15 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            tags=tuple(tags or ()),
-            source_kinds=tuple(sourceKinds or ()),
-            source_host=sourceHost,
-            mime_types=tuple(mimeTypes or ()),
-            created_after=createdAfter,
-            created_before=createdBefore,
+            filters=AssetFilter(
+                tags=tuple(tags or ()),
+                untagged=untagged,
+                source_kinds=tuple(sourceKinds or ()),
+                source_host=sourceHost,
+                mime_types=tuple(mimeTypes or ()),
+                created_after=createdAfter,
+                created_before=createdBefore,
+            ),
             limit=limit,
             min_score=minScore,
             include_preview=includePreview,
