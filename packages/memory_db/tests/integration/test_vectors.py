@@ -13,6 +13,7 @@ from sqlalchemy import text
 from memory_db import Conflict, Database, InvalidInput, NotFound, VaultScope
 from memory_db.database import create_engine
 from memory_db.migrate import downgrade, upgrade
+from memory_db.repositories import AssetFilter
 from memory_db.testing import PostgresForTests
 from memory_db.vectors import (
     SearchTuning,
@@ -191,7 +192,12 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
         index = await VectorIndex.open(uow.session, "memory_assets_v1")
         approximate = await index.search(query, [B], model=MODEL, limit=10, strategy="ann")
         exact = await index.search(
-            query, [B], model=MODEL, limit=10, strategy="exact", project_id="apr_small"
+            query,
+            [B],
+            model=MODEL,
+            limit=10,
+            strategy="exact",
+            filters=AssetFilter(project_id="apr_small"),
         )
         auto = await index.search(query, [B], model=MODEL, limit=10)  # 15 rows: exact
         seqscan = await uow.session.scalar(text("SELECT current_setting('enable_seqscan')"))
