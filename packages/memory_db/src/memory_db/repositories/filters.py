@@ -171,7 +171,8 @@ class AssetFilter:
         for name, value, declared in self.active():
             if declared.vector is None:
                 raise InvalidInput(f"the vector index cannot filter on {name}")
-            found.append(declared.vector.replace(":value", f":filter_{name}"))
+            # Parenthesised: a predicate with an OR must not loosen the scope it is ANDed to.
+            found.append("(" + declared.vector.replace(":value", f":filter_{name}") + ")")
             params[f"filter_{name}"] = list(value) if isinstance(value, tuple) else value
         return found
 
