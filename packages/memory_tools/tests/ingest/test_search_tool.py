@@ -209,6 +209,7 @@ async def test_exact_filters_narrow_the_results(
         )
         tagged = await ids(tags=["S21"])
         all_tags = await ids(tags=["trip", "s22"])
+        untagged = await ids(untagged=True)
         png = await ids(mimeTypes=["image/png"])
         gif = await ids(mimeTypes=["image/gif"])
         uploads = await ids(sourceKinds=["upload"])
@@ -224,6 +225,7 @@ async def test_exact_filters_narrow_the_results(
     assert in_folder == {placed["20"]}
     assert subtree == {placed["20"], placed["21"]}
     assert tagged == {placed["21"]} and all_tags == {placed["22"]}
+    assert untagged == {unfiled["assetId"]}
     assert png == everything and gif == set() and uploads == everything and scraped == set()
     assert future == set() and past == everything and host == set()
     assert [r["assetId"] for r in strict["results"]] == [placed["20"]]
@@ -360,6 +362,10 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
         (
             {"query": "x", "mimeTypes": ["image/tiff"]},
             "invalid_input: mimeTypes: 'image/tiff' is not one of",
+        ),
+        (
+            {"query": "x", "untagged": True, "tags": ["trip"]},
+            "invalid_input: untagged: cannot be combined with tags",
         ),
         (
             {"query": "x", "vault": "Library", "folderId": "afl_" + "a" * 26},
