@@ -523,7 +523,7 @@ async def test_every_vector_predicate_passes_the_assets_its_sql_condition_passes
         index = await VectorIndex.open(uow.session, "memory_assets_v1")
         for name, (unset, declared) in FILTER_FIELDS.items():
             if declared.vector is None:
-                some = True if unset is False else ("x",) if unset == () else "x"
+                some: Any = True if unset is False else ("x",) if unset == () else "x"
                 narrowed = AssetFilter(**{name: some})
                 assert narrowed.outside_vectors() and narrowed.for_vectors() == AssetFilter()
                 with pytest.raises(InvalidInput, match=f"cannot filter on {name}"):
