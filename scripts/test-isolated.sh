@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Run each library's own tests in a virtual environment that holds only that library, its
 # dependencies and its dev group: proof that the layering (memory_db ← memory_tools ←
-# scraper_mcp) holds and nothing leans on a package it does not declare.
+# scraper_mcp) holds and nothing leans on a package it does not declare. First, the import rules
+# an environment cannot prove (scripts/check_layering.py: no SQL above memory_db).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 UV=${UV:-uv}
 status=0
+echo "== import rules =="
+"${PYTHON:-python3}" scripts/check_layering.py || status=1
 for spec in memory-db:packages/memory_db memory-tools:packages/memory_tools scraper-mcp:packages/scraper_mcp; do
   package=${spec%%:*}
   path=${spec#*:}

@@ -27,6 +27,7 @@ child exits by itself when its parent disappears (``kill -9`` of the parent).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -40,12 +41,9 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 import anyio
-from sqlalchemy import text
-from sqlalchemy.ext.asyncio import AsyncEngine
-from sqlalchemy.pool import QueuePool
 
 from memory_db import ConfigurationError, MemorySettings, get_logger, open_database
-from memory_db.database import EmbeddedPostgres
+from memory_db.database import EmbeddedPostgres, connection_limits, pool_capacity
 from memory_db.runtime import load_signing_secret
 from memory_server.bootstrap import bind_listening_socket
 
@@ -62,15 +60,6 @@ CONFIGURATION_EXIT = 2
 WORKER_PROCESSES = 1
 
 SERVER_COMMAND = [sys.executable, "-m", "memory_server"]
-
-
-def pool_capacity(engine: AsyncEngine) -> int:
-    """How many connections one process's pool may open: its size plus its overflow."""
-    pool = engine.pool
-    if not isinstance(pool, QueuePool):  # e.g. NullPool: one connection per checkout
-        raise ConfigurationError(f"cannot size the connection budget of a {type(pool).__name__}")
-    overflow: int = getattr(pool, "_max_overflow", 0)  # QueuePool keeps it only privately
-    return pool.size() + max(overflow, 0)
 
 
 @dataclass(frozen=True)
@@ -114,22 +103,13 @@ async def _prepare_database(
     # an external database must already be at this build's revision.
     database, embedded = await open_database(settings, migrate=False)
     try:
-        async with database.engine.connect() as conn:
-            rows = await conn.execute(
-                text(
-                    "SELECT name, setting FROM pg_settings WHERE name IN "
-                    "('max_connections', 'superuser_reserved_connections', "
-                    "'reserved_connections')"
-                )
-            )
-            values = {str(name): int(setting) for name, setting in rows.all()}
+        max_connections, reserved = await connection_limits(database.engine)
         budget = ConnectionBudget(
             server_processes=server_processes,
             worker_processes=worker_processes,
             per_process=pool_capacity(database.engine),
-            max_connections=values["max_connections"],
-            reserved=values.get("superuser_reserved_connections", 0)
-            + values.get("reserved_connections", 0),
+            max_connections=max_connections,
+            reserved=reserved,
         )
         budget.check()
     except BaseException:
@@ -234,9 +214,9 @@ class Supervisor:
             process.send_signal(signal.SIGTERM)
         deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
         for process in running:
-            try:
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 process.wait(timeout=max(deadline - time.monotonic(), 0.1))
-            except subprocess.TimeoutExpired:
+            if process.poll() is None:  # it did not stop in time
                 log.warning("child_process_killed", pid=process.pid)
                 process.kill()
                 process.wait()

@@ -23,7 +23,9 @@ import anyio
 import asyncpg  # type: ignore[import-untyped]
 import psutil
 from sqlalchemy import exc as sa_exc
+from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import QueuePool
 from sqlalchemy.util import await_
 
 from memory_db.errors import ConfigurationError
@@ -54,12 +56,6 @@ def to_plain_url(url: str) -> str:
     """The libpq/asyncpg form (``postgresql://``) of a SQLAlchemy URL."""
     parts = urlsplit(url)
     return urlunsplit(parts._replace(scheme="postgresql"))
-
-
-def with_database(url: str, database: str) -> str:
-    """Return ``url`` pointing at ``database`` instead."""
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + quote(database)))
 
 
 CONNECT_TIMEOUT_SECONDS = 10.0
@@ -105,6 +101,36 @@ def _ping_once(dbapi_connection: Any) -> bool:
         # disconnect and replaced.
         dbapi_connection._handle_exception(error)
     return True
+
+
+def pool_capacity(engine: AsyncEngine) -> int:
+    """How many connections one process's pool may open: its size plus its overflow."""
+    pool = engine.pool
+    if not isinstance(pool, QueuePool):  # e.g. NullPool: one connection per checkout
+        raise ConfigurationError(f"cannot size the connection budget of a {type(pool).__name__}")
+    overflow: int = getattr(pool, "_max_overflow", 0)  # QueuePool keeps it only privately
+    return pool.size() + max(overflow, 0)
+
+
+async def connection_limits(engine: AsyncEngine) -> tuple[int, int]:
+    """``(max_connections, reserved)`` of the server behind ``engine``.
+
+    ``reserved`` counts the connections kept for superusers and for roles granted
+    ``pg_use_reserved_connections``; ordinary users get the rest.
+    """
+    async with engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT name, setting FROM pg_settings WHERE name IN "
+                "('max_connections', 'superuser_reserved_connections', "
+                "'reserved_connections')"
+            )
+        )
+        values = {str(name): int(setting) for name, setting in rows.all()}
+    reserved = values.get("superuser_reserved_connections", 0) + values.get(
+        "reserved_connections", 0
+    )
+    return values["max_connections"], reserved
 
 
 # SQLSTATEs that mean "the server cannot serve this connection now": class 08 (connection

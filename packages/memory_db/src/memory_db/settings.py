@@ -106,7 +106,7 @@ class MemorySettings(BaseSettings):
     memory_signing_secret: SecretStr | None = None
     memory_default_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
     # Calls (tool calls, HTTP routes) one process runs at once; the rest wait their turn.
-    memory_max_concurrent_calls: int = Field(default=16, ge=1, le=1024)
+    memory_max_concurrent_calls: int = Field(default=8, ge=1, le=1024)
     memory_admission_wait_seconds: float = Field(default=10.0, gt=0, le=300)
     # Connections per process; unset: sized from the calls and worker slots (db_pool_size).
     memory_db_pool_size: int | None = Field(default=None, ge=1, le=1000)

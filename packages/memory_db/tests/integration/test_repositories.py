@@ -174,6 +174,27 @@ async def test_grant_rules(database: Database) -> None:
             await uow.vaults.grant(A, "Library", C, "read")
 
 
+async def test_revoking_a_grant_ends_the_access_and_only_the_owner_can(
+    database: Database,
+) -> None:
+    await _identities(database, A, B, C)
+    async with database.unit_of_work() as uow:
+        await uow.vaults.create(A, "Work")
+        await uow.vaults.grant(A, "Work", B, "write")
+        await uow.vaults.grant(A, "Work", C, "read")
+    async with database.unit_of_work() as uow:
+        with pytest.raises(NotFound):  # bob holds a grant, he does not own the vault
+            await uow.vaults.revoke_grant(B, "Work", C)
+        assert not await uow.vaults.revoke_grant(A, "Library", B)  # nothing granted there
+        assert await uow.vaults.revoke_grant(A, "work", " Bob@Example.com ")
+        assert not await uow.vaults.revoke_grant(A, "Work", B)  # already gone
+    async with database.unit_of_work() as uow:
+        with pytest.raises(NotFound):
+            await uow.vaults.resolve(B, f"{A}/Work")
+        assert [v.handle for v in await uow.vaults.accessible(B)] == ["Library"]
+        assert (await uow.vaults.resolve(C, f"{A}/Work")).permission == "read"  # untouched
+
+
 async def test_projects_are_invisible_outside_their_scope(database: Database) -> None:
     await _identities(database, A, B)
     async with database.unit_of_work() as uow:

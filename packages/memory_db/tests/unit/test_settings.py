@@ -62,6 +62,19 @@ def test_the_decode_budget_defaults_to_twice_the_pixel_limit(
     assert load_settings().decode_budget_pixels == 1500
 
 
+def test_the_pool_is_sized_above_the_admitted_calls_and_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = load_settings()
+    assert settings.memory_max_concurrent_calls == 8
+    assert settings.db_pool_size == 8 + 2 * 2 + 2  # calls, worker slots and heartbeats, LISTEN
+    monkeypatch.setenv("MEMORY_MAX_CONCURRENT_CALLS", "20")
+    monkeypatch.setenv("ASSET_EMBED_WORKER_CONCURRENCY", "4")
+    assert load_settings().db_pool_size == 20 + 2 * 4 + 2
+    monkeypatch.setenv("MEMORY_DB_POOL_SIZE", "5")
+    assert load_settings().db_pool_size == 5
+
+
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ASSET_MAX_BYTES", "1000")
     monkeypatch.setenv("JINA_API_KEYS", "k1, k2,,k3")
@@ -89,6 +102,10 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ("ASSET_EMBED_PROVIDER", "jina", "JINA_API_KEYS"),
         ("ASSET_STORAGE_PROVIDER", "s3", "ASSET_S3_BUCKET"),
         ("MEMORY_LOG_FORMAT", "xml", "MEMORY_LOG_FORMAT"),
+        ("MEMORY_MAX_CONCURRENT_CALLS", "0", "MEMORY_MAX_CONCURRENT_CALLS"),
+        ("MEMORY_ADMISSION_WAIT_SECONDS", "0", "MEMORY_ADMISSION_WAIT_SECONDS"),
+        ("MEMORY_DB_POOL_SIZE", "0", "MEMORY_DB_POOL_SIZE"),
+        ("MEMORY_DB_POOL_OVERFLOW", "-1", "MEMORY_DB_POOL_OVERFLOW"),
         ("ASSET_FEATURE_ENABLED", "perhaps", "ASSET_FEATURE_ENABLED"),
     ],
 )

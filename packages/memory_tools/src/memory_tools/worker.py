@@ -8,7 +8,8 @@ the asset row and checks the lease, so a job finishes exactly once, a worker tha
 lease writes nothing, and an asset that entered deletion gets no new vectors. Vector ids are
 deterministic, so a repeated upsert replaces rather than duplicates.
 
-Workers wake on ``NOTIFY memory_embedding_jobs`` (sent by every save) and poll as a fallback.
+Workers wake on the job queue's notification (``memory_db.repositories.JOB_CHANNEL``, sent by
+every save) and poll as a fallback.
 
 A database outage does not end a worker: its loops log and back off, the listener reconnects,
 and jobs whose batch the outage cut short are handed back (without counting the attempt) as soon
@@ -27,7 +28,6 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
-from sqlalchemy import select
 
 from memory_db import (
     AssetRecord,
@@ -40,9 +40,8 @@ from memory_db import (
 )
 from memory_db.embedding import FusedInput, ImageInput, TextInput
 from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
-from memory_db.repositories import asset_record
+from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
-from memory_db.schema import Asset
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
 from memory_db.vectors import VectorIndex, VectorRecord
 from memory_tools.assets import read_preview
@@ -53,7 +52,6 @@ from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
 
-CHANNEL = "memory_embedding_jobs"
 LISTEN_RETRY_SECONDS = 1.0  # after the listening connection is lost or refused
 # Longer than any save can take between writing bytes and committing (fetch deadline included).
 ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
@@ -164,27 +162,12 @@ class EmbeddingWorker:
 
     async def _listen_once(self) -> None:
         """Listen on one connection until it is lost."""
-        async with self._services.database.engine.connect() as conn:
-            raw = await conn.get_raw_connection()
-            driver: Any = raw.driver_connection
-            lost = anyio.Event()
 
-            def wake(*_args: object) -> None:
-                self._wake.set()
+        def wake() -> None:
+            self._wake.set()  # the slots replace a set event, so look it up on every call
 
-            def terminated(*_args: object) -> None:
-                lost.set()
-
-            driver.add_termination_listener(terminated)
-            await driver.add_listener(CHANNEL, wake)
-            self._wake.set()  # catch up on what was saved while nobody listened
-            try:
-                await lost.wait()
-                log.warning("worker_listen_lost", worker=self.worker_id)
-            finally:
-                if not lost.is_set():
-                    with anyio.CancelScope(shield=True):
-                        await driver.remove_listener(CHANNEL, wake)
+        await listen_for_jobs(self._services.database, wake)
+        log.warning("worker_listen_lost", worker=self.worker_id)
 
     async def _sweep_forever(self) -> None:
         while True:
@@ -451,15 +434,9 @@ class EmbeddingWorker:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
             # nothing for that asset.
-            asset_ids = sorted({item.job.asset_id for item in items})
-            rows = await uow.session.scalars(
-                select(Asset)
-                .where(Asset.id.in_(asset_ids))
-                .order_by(Asset.id)
-                .with_for_update()
-                .execution_options(populate_existing=True)
+            current = await uow.assets.lock_many_for_owners(
+                [(item.job.owner_identity, item.job.asset_id) for item in items]
             )
-            current = {row.id: asset_record(row) for row in rows}
             # The alias is resolved per batch, never cached: after a rebuild switches it, the
             # next batch writes to the new index (the switch waits for this one to commit).
             index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
@@ -477,7 +454,7 @@ class EmbeddingWorker:
             finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
             for item, embedding, usage in zip(items, embeddings, usages, strict=True):
                 job = item.job
-                asset = current.get(job.asset_id)
+                asset = current.get((job.owner_identity, job.asset_id))
                 if asset is None or asset.status in ("deleting", "deleted"):
                     if await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
                         scope = VaultScope(item.asset.owner_identity, item.asset.vault)

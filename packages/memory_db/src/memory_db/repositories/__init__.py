@@ -1,13 +1,6 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
-from memory_db.repositories.assets import (
-    AssetRepository,
-    DuplicateObject,
-    JobRepository,
-    ObjectRepository,
-    OrphanRepository,
-    asset_record,
-)
+from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
 from memory_db.repositories.identities import (
@@ -20,6 +13,8 @@ from memory_db.repositories.identities import (
     normalise_identity,
     validate_vault_handle,
 )
+from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, listen_for_jobs
+from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
 from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
@@ -42,6 +37,7 @@ __all__ = [
     "API_KEY_PREFIX",
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
+    "JOB_CHANNEL",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "AssetFilter",
@@ -70,8 +66,8 @@ __all__ = [
     "VaultRecord",
     "VaultRepository",
     "VaultScope",
-    "asset_record",
     "hash_api_key",
+    "listen_for_jobs",
     "normalise_identity",
     "validate_name",
     "validate_vault_handle",

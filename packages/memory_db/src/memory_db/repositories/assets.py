@@ -1,14 +1,13 @@
-"""Objects, assets, embedding jobs and orphan candidates (docs/design.md#model).
+"""Objects and assets (docs/design.md#model).
 
-Objects and assets are always addressed with their owner (and assets with their vault); a job
-is leased by one worker at a time through ``FOR UPDATE SKIP LOCKED`` and every state change of a
-running job is conditional on still holding its lease, so a worker whose lease expired cannot
-overwrite the work of the one that reclaimed the job.
+Objects are always addressed with their owner, assets with their owner and vault. The embedding
+job queue is in :mod:`memory_db.repositories.jobs`, orphan candidates in
+:mod:`memory_db.repositories.orphans`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,17 +16,15 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
-    case,
     cast,
     func,
     literal,
-    or_,
     select,
     text,
     tuple_,
     update,
 )
-from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY, insert
+from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -37,18 +34,11 @@ from memory_db.repositories._errors import constraint_name
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
     AssetRecord,
-    JobRecord,
     ObjectRecord,
     StoredAsset,
     VaultScope,
 )
-from memory_db.schema import (
-    ACTIVE_JOB_STATUSES,
-    Asset,
-    AssetEmbeddingJob,
-    AssetObject,
-    OrphanCandidate,
-)
+from memory_db.schema import Asset, AssetObject
 from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
@@ -106,28 +96,6 @@ def asset_record(row: Asset) -> AssetRecord:
         created_by=row.created_by,
         created_at=row.created_at,
         updated_at=row.updated_at,
-    )
-
-
-def _job(row: AssetEmbeddingJob) -> JobRecord:
-    return JobRecord(
-        id=row.id,
-        asset_id=row.asset_id,
-        owner_identity=row.owner_identity,
-        representation=row.representation,
-        model=row.model,
-        dimensions=row.dimensions,
-        status=row.status,
-        attempts=row.attempts,
-        max_attempts=row.max_attempts,
-        run_after=row.run_after,
-        lease_owner=row.lease_owner,
-        lease_until=row.lease_until,
-        last_error_code=row.last_error_code,
-        last_error=row.last_error,
-        usage=dict(row.usage),
-        created_at=row.created_at,
-        completed_at=row.completed_at,
     )
 
 
@@ -781,6 +749,27 @@ class AssetRepository:
         )
         return {(row.owner_identity, row.id): asset_record(row) for row in rows}
 
+    async def lock_many_for_owners(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], AssetRecord]:
+        """Assets by ``(owner, asset_id)``, locked for update in id order (one query).
+
+        The worker's completion holds these locks while it writes vectors: deletion updates the
+        same rows, so it waits for the completion to commit, or the completion sees the asset
+        ``deleting`` and writes nothing for it. Locking in id order keeps two batches that share
+        assets from deadlocking. Rows are read fresh, not from the session's identity map.
+        """
+        if not keys:
+            return {}
+        rows = await self._session.scalars(
+            select(Asset)
+            .where(tuple_(Asset.owner_identity, Asset.id).in_(sorted(set(keys))))
+            .order_by(Asset.id)
+            .with_for_update()
+            .execution_options(populate_existing=True)
+        )
+        return {(row.owner_identity, row.id): asset_record(row) for row in rows}
+
     async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
         """Derive one asset's embedding status from its jobs; see :meth:`reconcile_many`."""
         await self.reconcile_many(owner, [asset_id])
@@ -841,354 +830,8 @@ class AssetRepository:
         )
 
 
-class JobRepository:
-    """Durable embedding jobs: creation, leasing, heartbeats and outcomes."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
-
-    async def create(
-        self,
-        owner: str,
-        asset_id: str,
-        *,
-        representation: str,
-        model: str,
-        dimensions: int,
-        max_attempts: int = 5,
-    ) -> JobRecord:
-        """A queued job (one active job per asset, representation, model and dimension)."""
-        row = AssetEmbeddingJob(
-            id=new_id("aej"),
-            asset_id=asset_id,
-            owner_identity=owner,
-            representation=representation,
-            model=model,
-            dimensions=dimensions,
-            max_attempts=max_attempts,
-            status="queued",
-        )
-        self._session.add(row)
-        await self._session.flush()
-        await self._session.refresh(row)
-        return _job(row)
-
-    async def for_asset(self, owner: str, asset_id: str) -> list[JobRecord]:
-        """Every job of one asset, oldest first."""
-        rows = await self._session.scalars(
-            select(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.owner_identity == owner, AssetEmbeddingJob.asset_id == asset_id
-            )
-            .order_by(AssetEmbeddingJob.created_at, AssetEmbeddingJob.representation)
-            .execution_options(populate_existing=True)
-        )
-        return [_job(row) for row in rows]
-
-    async def notify(self) -> None:
-        """Wake listening workers when this transaction commits."""
-        await self._session.execute(text("SELECT pg_notify('memory_embedding_jobs', '')"))
-
-    async def claim(self, lease_owner: str, *, limit: int, lease_seconds: float) -> list[JobRecord]:
-        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically."""
-        due = (
-            select(AssetEmbeddingJob.id)
-            .where(
-                or_(
-                    and_(
-                        AssetEmbeddingJob.status.in_(("queued", "retry")),
-                        AssetEmbeddingJob.run_after <= func.now(),
-                    ),
-                    and_(
-                        AssetEmbeddingJob.status == "running",
-                        AssetEmbeddingJob.lease_until < func.now(),
-                        AssetEmbeddingJob.attempts < AssetEmbeddingJob.max_attempts,
-                    ),
-                )
-            )
-            .order_by(AssetEmbeddingJob.run_after)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        rows = await self._session.scalars(
-            update(AssetEmbeddingJob)
-            .where(AssetEmbeddingJob.id.in_(due))
-            .values(
-                status="running",
-                lease_owner=lease_owner,
-                lease_until=func.now() + timedelta(seconds=lease_seconds),
-                attempts=AssetEmbeddingJob.attempts + 1,
-                updated_at=func.now(),
-            )
-            .returning(AssetEmbeddingJob)
-            .execution_options(synchronize_session=False, populate_existing=True)
-        )
-        return [_job(row) for row in rows]
-
-    async def fail_abandoned(self) -> list[tuple[str, str]]:
-        """Fail running jobs whose lease expired after their last allowed attempt.
-
-        Returns ``(owner, asset_id)`` pairs whose status needs reconciling.
-        """
-        rows = (
-            await self._session.execute(
-                update(AssetEmbeddingJob)
-                .where(
-                    AssetEmbeddingJob.status == "running",
-                    AssetEmbeddingJob.lease_until < func.now(),
-                    AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts,
-                )
-                .values(
-                    status="failed",
-                    lease_owner=None,
-                    lease_until=None,
-                    last_error_code="lease_expired",
-                    last_error="the worker running this job stopped responding on its last attempt",
-                    completed_at=func.now(),
-                    updated_at=func.now(),
-                )
-                .returning(AssetEmbeddingJob.owner_identity, AssetEmbeddingJob.asset_id)
-                .execution_options(synchronize_session=False)
-            )
-        ).all()
-        return [(owner, asset_id) for owner, asset_id in rows]
-
-    async def heartbeat(
-        self, lease_owner: str, job_ids: Sequence[str], *, lease_seconds: float
-    ) -> set[str]:
-        """Extend the lease of jobs this worker still holds; returns those ids."""
-        if not job_ids:
-            return set()
-        rows = await self._session.scalars(
-            update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.id.in_(list(job_ids)),
-                AssetEmbeddingJob.lease_owner == lease_owner,
-                AssetEmbeddingJob.status == "running",
-            )
-            .values(lease_until=func.now() + timedelta(seconds=lease_seconds))
-            .returning(AssetEmbeddingJob.id)
-            .execution_options(synchronize_session=False)
-        )
-        return set(rows)
-
-    async def release(self, lease_owner: str, job_ids: Sequence[str]) -> set[str]:
-        """Hand back leased jobs whose work was cut short (the database went away mid-batch).
-
-        The attempt did not fail on the job's account, so it is not counted; the jobs are due
-        at once instead of when their lease would have expired. Returns the released ids (a job
-        already finished, or leased by another worker since, is left alone).
-        """
-        if not job_ids:
-            return set()
-        rows = await self._session.scalars(
-            update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.id.in_(list(job_ids)),
-                AssetEmbeddingJob.lease_owner == lease_owner,
-                AssetEmbeddingJob.status == "running",
-            )
-            .values(
-                status="retry",
-                attempts=func.greatest(AssetEmbeddingJob.attempts - 1, 0),
-                run_after=func.now(),
-                lease_owner=None,
-                lease_until=None,
-                updated_at=func.now(),
-            )
-            .returning(AssetEmbeddingJob.id)
-            .execution_options(synchronize_session=False)
-        )
-        return set(rows)
-
-    async def _finish(self, job_id: str, lease_owner: str, **values: Any) -> bool:
-        row = await self._session.scalar(
-            update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.id == job_id,
-                AssetEmbeddingJob.lease_owner == lease_owner,
-                AssetEmbeddingJob.status == "running",
-            )
-            .values(**values, lease_owner=None, lease_until=None, updated_at=func.now())
-            .returning(AssetEmbeddingJob.id)
-            .execution_options(synchronize_session=False)
-        )
-        return row is not None
-
-    async def complete_many(
-        self, lease_owner: str, usages: Mapping[str, dict[str, int]]
-    ) -> set[str]:
-        """Mark these jobs done in one statement, each with its usage.
-
-        Returns the ids that were still leased to ``lease_owner``; a job whose lease was lost
-        (another worker owns it now) is left as it is.
-        """
-        if not usages:
-            return set()
-        usage = case(
-            {
-                job_id: literal(value, AssetEmbeddingJob.usage.type)
-                for job_id, value in usages.items()
-            },
-            value=AssetEmbeddingJob.id,
-        )
-        rows = await self._session.scalars(
-            update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.id.in_(sorted(usages)),
-                AssetEmbeddingJob.lease_owner == lease_owner,
-                AssetEmbeddingJob.status == "running",
-            )
-            .values(
-                status="done",
-                usage=usage,
-                last_error_code=None,
-                last_error=None,
-                completed_at=func.now(),
-                lease_owner=None,
-                lease_until=None,
-                updated_at=func.now(),
-            )
-            .returning(AssetEmbeddingJob.id)
-            .execution_options(synchronize_session=False)
-        )
-        return set(rows)
-
-    async def retry_later(
-        self, job: JobRecord, lease_owner: str, *, code: str, message: str, delay: float
-    ) -> bool:
-        """Schedule another attempt after ``delay`` seconds, or fail after the last one."""
-        if job.attempts >= job.max_attempts:
-            return await self.fail(job.id, lease_owner, code=code, message=message)
-        return await self._finish(
-            job.id,
-            lease_owner,
-            status="retry",
-            last_error_code=code[:64],
-            last_error=message[:1000],
-            run_after=func.now() + timedelta(seconds=delay),
-        )
-
-    async def fail(self, job_id: str, lease_owner: str, *, code: str, message: str) -> bool:
-        """Fail permanently."""
-        return await self._finish(
-            job_id,
-            lease_owner,
-            status="failed",
-            last_error_code=code[:64],
-            last_error=message[:1000],
-            completed_at=func.now(),
-        )
-
-    async def cancel(self, job_id: str, lease_owner: str, *, reason: str) -> bool:
-        """Cancel a leased job (its asset is being deleted)."""
-        return await self._finish(
-            job_id,
-            lease_owner,
-            status="cancelled",
-            last_error=reason[:1000],
-            completed_at=func.now(),
-        )
-
-    async def cancel_for_asset(self, owner: str, asset_id: str) -> int:
-        """Cancel every active job of an asset (deletion); running ones lose their lease."""
-        result = await self._session.execute(
-            update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.owner_identity == owner,
-                AssetEmbeddingJob.asset_id == asset_id,
-                AssetEmbeddingJob.status.in_(ACTIVE_JOB_STATUSES),
-            )
-            .values(
-                status="cancelled",
-                lease_owner=None,
-                lease_until=None,
-                completed_at=func.now(),
-                updated_at=func.now(),
-            )
-            .execution_options(synchronize_session=False)
-        )
-        return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
-
-    async def counts(self) -> dict[str, int]:
-        """Jobs per status (operators, benchmarks)."""
-        rows = await self._session.execute(
-            select(AssetEmbeddingJob.status, func.count()).group_by(AssetEmbeddingJob.status)
-        )
-        return {status: int(count) for status, count in rows.all()}
-
-
-class OrphanRepository:
-    """Keys written to the store whose database commit failed (docs/design.md#orphans)."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
-
-    async def record(self, owner: str, keys: Sequence[str], *, reason: str) -> None:
-        """Remember ``keys`` for reconciliation (idempotent per key)."""
-        for key in keys:
-            await self._session.execute(
-                insert(OrphanCandidate)
-                .values(
-                    id=new_id("aoc"), owner_identity=owner, storage_key=key, reason=reason[:200]
-                )
-                .on_conflict_do_nothing(index_elements=["storage_key"])
-            )
-
-    async def resolve(self, keys: Sequence[str]) -> None:
-        """Mark keys as handled (deleted, or claimed by an object)."""
-        if keys:
-            await self._session.execute(
-                update(OrphanCandidate)
-                .where(OrphanCandidate.storage_key.in_(list(keys)))
-                .values(resolved_at=func.now())
-            )
-
-    async def open_older_than(self, age: timedelta, *, limit: int = 500) -> list[str]:
-        """Unresolved candidate keys older than ``age``."""
-        rows = await self._session.scalars(
-            select(OrphanCandidate.storage_key)
-            .where(
-                OrphanCandidate.resolved_at.is_(None),
-                OrphanCandidate.created_at < func.now() - age,
-            )
-            .order_by(OrphanCandidate.created_at)
-            .limit(limit)
-        )
-        return list(rows)
-
-    async def claimed(self, keys: Sequence[str]) -> set[str]:
-        """Those of ``keys`` that an object row references (never delete these)."""
-        if not keys:
-            return set()
-        originals = await self._session.scalars(
-            select(AssetObject.storage_key).where(AssetObject.storage_key.in_(list(keys)))
-        )
-        previews = await self._session.scalars(
-            select(AssetObject.preview_storage_key).where(
-                AssetObject.preview_storage_key.in_(list(keys))
-            )
-        )
-        return {key for key in [*originals, *previews] if key is not None}
-
-    async def open_count(self) -> int:
-        """How many candidates are unresolved."""
-        return int(
-            await self._session.scalar(
-                select(func.count())
-                .select_from(OrphanCandidate)
-                .where(OrphanCandidate.resolved_at.is_(None))
-            )
-            or 0
-        )
-
-
 __all__ = [
     "AssetRepository",
     "DuplicateObject",
-    "JobRepository",
     "ObjectRepository",
-    "OrphanRepository",
-    "asset_record",
 ]

@@ -1,0 +1,348 @@
+"""The embedding job queue (docs/design.md#jobs): jobs, their leases, the wake-up channel.
+
+A worker leases due jobs through ``FOR UPDATE SKIP LOCKED``, so two workers never take the same
+job. Every later change of a running job (heartbeat, hand-back, outcome) applies only while that
+worker still holds it (:func:`_held_by`), so a worker whose lease was taken over cannot
+overwrite the work of the one that reclaimed the job.
+
+Saves wake listening workers with a notification on :data:`JOB_CHANNEL`
+(:meth:`JobRepository.notify`); workers listen with :func:`listen_for_jobs`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import anyio
+from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.ids import new_id
+from memory_db.repositories.records import JobRecord
+from memory_db.schema import ACTIVE_JOB_STATUSES, AssetEmbeddingJob
+
+if TYPE_CHECKING:
+    from memory_db.unit_of_work import Database
+
+# The one name of the channel saves notify and workers listen on (the docs spell it for operators).
+JOB_CHANNEL = "memory_embedding_jobs"
+
+
+def _job(row: AssetEmbeddingJob) -> JobRecord:
+    return JobRecord(
+        id=row.id,
+        asset_id=row.asset_id,
+        owner_identity=row.owner_identity,
+        representation=row.representation,
+        model=row.model,
+        dimensions=row.dimensions,
+        status=row.status,
+        attempts=row.attempts,
+        max_attempts=row.max_attempts,
+        run_after=row.run_after,
+        lease_owner=row.lease_owner,
+        lease_until=row.lease_until,
+        last_error_code=row.last_error_code,
+        last_error=row.last_error,
+        usage=dict(row.usage),
+        created_at=row.created_at,
+        completed_at=row.completed_at,
+    )
+
+
+def _held_by(lease_owner: str, job_ids: Sequence[str]) -> ColumnElement[bool]:
+    """Those of ``job_ids`` that ``lease_owner`` still holds: running under its name.
+
+    A lease that ran out still counts until another worker claims the job, because claiming
+    writes the new worker's name; from then on the old worker changes nothing.
+    """
+    return and_(
+        AssetEmbeddingJob.id.in_(list(job_ids)),
+        AssetEmbeddingJob.lease_owner == lease_owner,
+        AssetEmbeddingJob.status == "running",
+    )
+
+
+def _lapsed() -> ColumnElement[bool]:
+    """Running jobs whose lease ran out: their worker stopped renewing it."""
+    return and_(
+        AssetEmbeddingJob.status == "running",
+        AssetEmbeddingJob.lease_until < func.now(),
+    )
+
+
+class JobRepository:
+    """Durable embedding jobs: creation, leasing, heartbeats and outcomes."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(
+        self,
+        owner: str,
+        asset_id: str,
+        *,
+        representation: str,
+        model: str,
+        dimensions: int,
+        max_attempts: int = 5,
+    ) -> JobRecord:
+        """A queued job (one active job per asset, representation, model and dimension)."""
+        row = AssetEmbeddingJob(
+            id=new_id("aej"),
+            asset_id=asset_id,
+            owner_identity=owner,
+            representation=representation,
+            model=model,
+            dimensions=dimensions,
+            max_attempts=max_attempts,
+            status="queued",
+        )
+        self._session.add(row)
+        await self._session.flush()
+        await self._session.refresh(row)
+        return _job(row)
+
+    async def for_asset(self, owner: str, asset_id: str) -> list[JobRecord]:
+        """Every job of one asset, oldest first."""
+        rows = await self._session.scalars(
+            select(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.owner_identity == owner, AssetEmbeddingJob.asset_id == asset_id
+            )
+            .order_by(AssetEmbeddingJob.created_at, AssetEmbeddingJob.representation)
+            .execution_options(populate_existing=True)
+        )
+        return [_job(row) for row in rows]
+
+    async def notify(self) -> None:
+        """Wake listening workers when this transaction commits."""
+        await self._session.execute(
+            text("SELECT pg_notify(:channel, '')"), {"channel": JOB_CHANNEL}
+        )
+
+    async def claim(self, lease_owner: str, *, limit: int, lease_seconds: float) -> list[JobRecord]:
+        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically."""
+        due = (
+            select(AssetEmbeddingJob.id)
+            .where(
+                or_(
+                    and_(
+                        AssetEmbeddingJob.status.in_(("queued", "retry")),
+                        AssetEmbeddingJob.run_after <= func.now(),
+                    ),
+                    and_(_lapsed(), AssetEmbeddingJob.attempts < AssetEmbeddingJob.max_attempts),
+                )
+            )
+            .order_by(AssetEmbeddingJob.run_after)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        rows = await self._session.scalars(
+            update(AssetEmbeddingJob)
+            .where(AssetEmbeddingJob.id.in_(due))
+            .values(
+                status="running",
+                lease_owner=lease_owner,
+                lease_until=func.now() + timedelta(seconds=lease_seconds),
+                attempts=AssetEmbeddingJob.attempts + 1,
+                updated_at=func.now(),
+            )
+            .returning(AssetEmbeddingJob)
+            .execution_options(synchronize_session=False, populate_existing=True)
+        )
+        return [_job(row) for row in rows]
+
+    async def fail_abandoned(self) -> list[tuple[str, str]]:
+        """Fail running jobs whose lease expired after their last allowed attempt.
+
+        Returns ``(owner, asset_id)`` pairs whose status needs reconciling.
+        """
+        rows = (
+            await self._session.execute(
+                update(AssetEmbeddingJob)
+                .where(_lapsed(), AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts)
+                .values(
+                    status="failed",
+                    lease_owner=None,
+                    lease_until=None,
+                    last_error_code="lease_expired",
+                    last_error="the worker running this job stopped responding on its last attempt",
+                    completed_at=func.now(),
+                    updated_at=func.now(),
+                )
+                .returning(AssetEmbeddingJob.owner_identity, AssetEmbeddingJob.asset_id)
+                .execution_options(synchronize_session=False)
+            )
+        ).all()
+        return [(owner, asset_id) for owner, asset_id in rows]
+
+    async def _update_held(
+        self, holder: str, job_ids: Sequence[str], values: Mapping[str, Any]
+    ) -> set[str]:
+        """Set ``values`` on those of ``job_ids`` that ``holder`` still holds; returns their ids."""
+        if not job_ids:
+            return set()
+        rows = await self._session.scalars(
+            update(AssetEmbeddingJob)
+            .where(_held_by(holder, job_ids))
+            .values(**values)
+            .returning(AssetEmbeddingJob.id)
+            .execution_options(synchronize_session=False)
+        )
+        return set(rows)
+
+    async def _finish(self, holder: str, job_ids: Sequence[str], **values: Any) -> set[str]:
+        """End ``holder``'s lease on those of ``job_ids`` it still holds, setting ``values``."""
+        ended = {"lease_owner": None, "lease_until": None, "updated_at": func.now()}
+        return await self._update_held(holder, job_ids, {**values, **ended})
+
+    async def heartbeat(
+        self, lease_owner: str, job_ids: Sequence[str], *, lease_seconds: float
+    ) -> set[str]:
+        """Extend the lease of jobs this worker still holds; returns those ids."""
+        renewed = {"lease_until": func.now() + timedelta(seconds=lease_seconds)}
+        return await self._update_held(lease_owner, job_ids, renewed)
+
+    async def release(self, lease_owner: str, job_ids: Sequence[str]) -> set[str]:
+        """Hand back leased jobs whose work was cut short (the database went away mid-batch).
+
+        The attempt did not fail on the job's account, so it is not counted; the jobs are due
+        at once instead of when their lease would have expired. Returns the released ids (a job
+        already finished, or leased by another worker since, is left alone).
+        """
+        return await self._finish(
+            lease_owner,
+            job_ids,
+            status="retry",
+            attempts=func.greatest(AssetEmbeddingJob.attempts - 1, 0),
+            run_after=func.now(),
+        )
+
+    async def complete_many(
+        self, lease_owner: str, usages: Mapping[str, dict[str, int]]
+    ) -> set[str]:
+        """Mark these jobs done in one statement, each with its usage.
+
+        Returns the ids that were still leased to ``lease_owner``; a job whose lease was lost
+        (another worker owns it now) is left as it is.
+        """
+        if not usages:
+            return set()
+        usage = case(
+            {
+                job_id: literal(value, AssetEmbeddingJob.usage.type)
+                for job_id, value in usages.items()
+            },
+            value=AssetEmbeddingJob.id,
+        )
+        return await self._finish(
+            lease_owner,
+            sorted(usages),
+            status="done",
+            usage=usage,
+            last_error_code=None,
+            last_error=None,
+            completed_at=func.now(),
+        )
+
+    async def retry_later(
+        self, job: JobRecord, lease_owner: str, *, code: str, message: str, delay: float
+    ) -> bool:
+        """Schedule another attempt after ``delay`` seconds, or fail after the last one."""
+        if job.attempts >= job.max_attempts:
+            return await self.fail(job.id, lease_owner, code=code, message=message)
+        finished = await self._finish(
+            lease_owner,
+            [job.id],
+            status="retry",
+            last_error_code=code[:64],
+            last_error=message[:1000],
+            run_after=func.now() + timedelta(seconds=delay),
+        )
+        return bool(finished)
+
+    async def fail(self, job_id: str, lease_owner: str, *, code: str, message: str) -> bool:
+        """Fail permanently."""
+        finished = await self._finish(
+            lease_owner,
+            [job_id],
+            status="failed",
+            last_error_code=code[:64],
+            last_error=message[:1000],
+            completed_at=func.now(),
+        )
+        return bool(finished)
+
+    async def cancel(self, job_id: str, lease_owner: str, *, reason: str) -> bool:
+        """Cancel a leased job (its asset is being deleted)."""
+        finished = await self._finish(
+            lease_owner,
+            [job_id],
+            status="cancelled",
+            last_error=reason[:1000],
+            completed_at=func.now(),
+        )
+        return bool(finished)
+
+    async def cancel_for_asset(self, owner: str, asset_id: str) -> int:
+        """Cancel every active job of an asset (deletion); running ones lose their lease."""
+        result = await self._session.execute(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.owner_identity == owner,
+                AssetEmbeddingJob.asset_id == asset_id,
+                AssetEmbeddingJob.status.in_(ACTIVE_JOB_STATUSES),
+            )
+            .values(
+                status="cancelled",
+                lease_owner=None,
+                lease_until=None,
+                completed_at=func.now(),
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
+
+    async def counts(self) -> dict[str, int]:
+        """Jobs per status (operators, benchmarks)."""
+        rows = await self._session.execute(
+            select(AssetEmbeddingJob.status, func.count()).group_by(AssetEmbeddingJob.status)
+        )
+        return {status: int(count) for status, count in rows.all()}
+
+
+async def listen_for_jobs(database: Database, wake: Callable[[], None]) -> None:
+    """Call ``wake`` on every notification of new jobs, until the listening connection is lost.
+
+    Listens on a connection of its own, outside any unit of work, and calls ``wake`` once as
+    soon as it listens: jobs queued while nobody listened are due too. Returns when the server
+    drops the connection; raises when it cannot connect. Cancelling it stops listening.
+    """
+    async with database.engine.connect() as conn:
+        raw = await conn.get_raw_connection()
+        driver: Any = raw.driver_connection
+        lost = anyio.Event()
+
+        def notified(*_args: object) -> None:
+            wake()
+
+        def terminated(*_args: object) -> None:
+            lost.set()
+
+        driver.add_termination_listener(terminated)
+        await driver.add_listener(JOB_CHANNEL, notified)
+        wake()
+        try:
+            await lost.wait()
+        finally:
+            if not lost.is_set():
+                with anyio.CancelScope(shield=True):
+                    await driver.remove_listener(JOB_CHANNEL, notified)
+
+
+__all__ = ["JOB_CHANNEL", "JobRepository", "listen_for_jobs"]

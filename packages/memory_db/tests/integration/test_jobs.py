@@ -1,0 +1,218 @@
+"""The job queue's repository on a real PostgreSQL: the wake-up channel, leases, asset locks."""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+import anyio
+import pytest
+from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+
+from memory_db import Database, JobRecord, VaultScope, new_id
+from memory_db.repositories import JOB_CHANNEL, listen_for_jobs
+
+A = "alice@example.com"
+B = "bob@example.com"
+
+
+async def _asset(database: Database, owner: str) -> str:
+    """A new identity ``owner`` with an object and an asset; returns the asset id."""
+    async with database.unit_of_work() as uow:
+        namespace = (await uow.identities.create(owner, 10**9)).namespace_id
+        object_id = new_id("aob")
+        await uow.objects.create(
+            object_id=object_id,
+            owner=owner,
+            namespace_id=namespace,
+            sha256=hashlib.sha256(object_id.encode()).hexdigest(),
+            storage_key=f"k/{object_id}",
+            preview_storage_key=f"k/{object_id}.preview",
+            preview_sha256="0" * 64,
+            mime_type="image/png",
+            extension="png",
+            nbytes=10,
+            preview_bytes=10,
+            width=1,
+            height=1,
+            etag=None,
+            version_id=None,
+        )
+        asset = await uow.assets.create(
+            VaultScope(owner, f"{owner}/Library"),
+            object_id=object_id,
+            project_id=None,
+            folder_id=None,
+            title="t",
+            description=None,
+            alt_text=None,
+            source_url=None,
+            source_url_hash=None,
+            source_kind="upload",
+            source_ref={},
+            tags=[],
+            metadata={},
+            created_by=owner,
+        )
+    return asset.id
+
+
+async def _queue(database: Database, owner: str, asset_id: str) -> list[JobRecord]:
+    async with database.unit_of_work() as uow:
+        return [
+            await uow.jobs.create(
+                owner, asset_id, representation=representation, model="m", dimensions=4
+            )
+            for representation in ("visual", "fused")
+        ]
+
+
+async def _jobs(database: Database, owner: str, asset_id: str) -> dict[str, JobRecord]:
+    async with database.unit_of_work() as uow:
+        return {job.id: job for job in await uow.jobs.for_asset(owner, asset_id)}
+
+
+async def test_a_notify_reaches_whoever_listens_on_the_job_channel(database: Database) -> None:
+    received: list[str] = []
+    arrived = anyio.Event()
+
+    def heard(_conn: Any, _pid: int, channel: str, _payload: str) -> None:
+        received.append(channel)
+        arrived.set()
+
+    # A plain LISTEN, not the worker's helper: this checks the name, whoever listens.
+    async with database.engine.connect() as conn:
+        driver: Any = (await conn.get_raw_connection()).driver_connection
+        await driver.add_listener(JOB_CHANNEL, heard)
+        try:
+            async with database.unit_of_work() as uow:
+                await uow.jobs.notify()
+                await anyio.sleep(0.2)
+                assert received == []  # delivered on commit, not before
+            with anyio.fail_after(5):
+                await arrived.wait()
+        finally:
+            await driver.remove_listener(JOB_CHANNEL, heard)
+    assert received == [JOB_CHANNEL]
+
+
+async def test_listening_wakes_at_once_on_each_notify_and_ends_with_its_connection(
+    database: Database,
+) -> None:
+    wakes = 0
+    woken = anyio.Event()
+    ended = anyio.Event()
+
+    def wake() -> None:
+        nonlocal wakes, woken
+        wakes += 1
+        woken.set()
+
+    async def listen() -> None:
+        await listen_for_jobs(database, wake)
+        ended.set()
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(listen)
+        with anyio.fail_after(5):
+            await woken.wait()  # at once, for what was queued while nobody listened
+        assert wakes == 1
+        woken = anyio.Event()
+        async with database.unit_of_work() as uow:
+            await uow.jobs.notify()
+        with anyio.fail_after(5):
+            await woken.wait()
+        assert wakes == 2
+        async with database.unit_of_work() as uow:  # the server drops the listening session
+            killed = await uow.session.scalar(
+                text(
+                    "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                    "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+                )
+            )
+        assert killed == 1
+        with anyio.fail_after(5):
+            await ended.wait()
+
+
+async def test_only_the_worker_holding_a_job_changes_it(database: Database) -> None:
+    asset_id = await _asset(database, A)
+    first, second = (job.id for job in await _queue(database, A, asset_id))
+    async with database.unit_of_work() as uow:
+        claimed = await uow.jobs.claim("w1", limit=10, lease_seconds=30)
+    assert {job.id for job in claimed} == {first, second}
+    job = next(job for job in claimed if job.id == first)
+    async with database.unit_of_work() as uow:  # another worker: nothing it asks happens
+        assert await uow.jobs.heartbeat("w2", [first, second], lease_seconds=30) == set()
+        assert await uow.jobs.release("w2", [first, second]) == set()
+        assert await uow.jobs.complete_many("w2", {first: {"total_tokens": 1}}) == set()
+        assert not await uow.jobs.retry_later(job, "w2", code="c", message="m", delay=1)
+        assert not await uow.jobs.fail(first, "w2", code="c", message="m")
+        assert not await uow.jobs.cancel(first, "w2", reason="r")
+    before = await _jobs(database, A, asset_id)
+    assert {(j.status, j.lease_owner, j.attempts) for j in before.values()} == {
+        ("running", "w1", 1)
+    }
+    async with database.unit_of_work() as uow:
+        assert await uow.jobs.heartbeat("w1", [first, second], lease_seconds=60) == {
+            first,
+            second,
+        }
+        assert await uow.jobs.release("w1", [first]) == {first}
+        assert await uow.jobs.fail(second, "w1", code="bad", message="broken")
+        # Neither is held any more: a second outcome changes nothing.
+        assert await uow.jobs.heartbeat("w1", [first, second], lease_seconds=60) == set()
+        assert not await uow.jobs.cancel(second, "w1", reason="r")
+    after = await _jobs(database, A, asset_id)
+    released, failed = after[first], after[second]
+    assert (released.status, released.attempts, released.lease_owner) == ("retry", 0, None)
+    assert (failed.status, failed.last_error_code, failed.lease_owner) == ("failed", "bad", None)
+    assert failed.completed_at is not None and released.completed_at is None
+
+
+async def test_a_lapsed_lease_is_claimed_again_or_failed_after_the_last_attempt(
+    database: Database,
+) -> None:
+    asset_id = await _asset(database, A)
+    first, second = (job.id for job in await _queue(database, A, asset_id))
+    async with database.unit_of_work() as uow:
+        await uow.jobs.claim("w1", limit=10, lease_seconds=30)
+        assert await uow.jobs.claim("w2", limit=10, lease_seconds=30) == []  # still leased
+        await uow.session.execute(
+            text(
+                "UPDATE mem_asset_embedding_jobs SET lease_until = now() - interval '1 second', "
+                "attempts = CASE WHEN id = :last THEN max_attempts ELSE attempts END"
+            ),
+            {"last": second},
+        )
+    async with database.unit_of_work() as uow:
+        assert await uow.jobs.fail_abandoned() == [(A, asset_id)]
+        reclaimed = await uow.jobs.claim("w2", limit=10, lease_seconds=30)
+        assert [(job.id, job.lease_owner, job.attempts) for job in reclaimed] == [(first, "w2", 2)]
+        assert await uow.jobs.heartbeat("w1", [first], lease_seconds=30) == set()
+    jobs = await _jobs(database, A, asset_id)
+    assert (jobs[second].status, jobs[second].last_error_code) == ("failed", "lease_expired")
+
+
+async def test_locking_assets_for_completion_takes_the_owner_into_account(
+    database: Database,
+) -> None:
+    alices = await _asset(database, A)
+    bobs = await _asset(database, B)
+    async with database.unit_of_work() as uow:
+        assert set(await uow.assets.lock_many_for_owners([(A, alices), (A, bobs)])) == {
+            (A, alices)  # bob's asset is not alice's, whatever its id
+        }
+        locked = await uow.assets.lock_many_for_owners([(B, bobs), (A, alices)])
+        assert set(locked) == {(A, alices), (B, bobs)}
+        assert locked[(A, alices)].owner_identity == A
+        assert await uow.assets.lock_many_for_owners([]) == {}
+        # While this transaction holds the rows, nobody else can change them.
+        async with database.engine.connect() as other:
+            await other.execute(text("SET lock_timeout = '200ms'"))
+            with pytest.raises(DBAPIError, match="lock"):
+                await other.execute(
+                    text("UPDATE mem_assets SET status = 'deleting' WHERE id = :id"),
+                    {"id": alices},
+                )
