@@ -6,7 +6,9 @@ it does not filter, its SQL condition over an asset row (``mem_assets`` joined w
 over a vector table. Listing, the candidate reload of search, search's full-text list and the
 vector query all read these declarations, so a filter cannot mean one thing in a listing and
 another in a search. Adding a filter: a field here with its condition, and the tool parameter
-that sets it.
+that sets it (named as the field, in camelCase: ``source_host`` is ``sourceHost``) in both
+``image_asset_list`` and ``image_asset_search``. A test runs every field a caller sets through
+both tools, and compares every vector predicate with its SQL condition.
 
 The vault scope (whose data, which vault) is not a filter: repositories and the vector index
 apply it to every query before any of these conditions.
