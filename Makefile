@@ -71,7 +71,7 @@ test: install deps-node ## Install everything and run the whole suite, then each
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
-test-packages: uv deps-node ## Run each library's tests in an environment holding only it
+test-packages: uv deps-node ## Run each library's tests in an environment holding only it; install each app alone
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: lint

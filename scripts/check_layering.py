@@ -6,6 +6,12 @@ dependency of a lower layer: SQL is memory_db's business, yet SQLAlchemy is impo
 memory_db is. Those rules are listed here and checked on the source (``ast``), so a violation
 fails the day it is written.
 
+Apps only wire libraries: no app imports another app, and no library imports an app. What two
+apps share (serving MCP over HTTP, the object and upload routes, the worker) lives in a library,
+``memory_tools.serving``. The apps are found on disk (``apps/<name>/src/<package>``), so an app
+added later is held to this without editing the script; an app's ``pyproject.toml`` may not
+declare another app as a dependency either.
+
 An import inside ``if TYPE_CHECKING:`` is allowed: it exists only for the type checker.
 
 Usage: ``python scripts/check_layering.py [ROOT]`` (ROOT defaults to the repository); exits 1
@@ -15,7 +21,9 @@ and names each offending import when a rule is broken.
 from __future__ import annotations
 
 import ast
+import re
 import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,13 +75,71 @@ def runtime_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
         yield from runtime_imports(node)
 
 
+APP_REASON = "apps only wire libraries: what two apps share belongs in a library"
+LIBRARY_REASON = "a library may not depend on an app"
+
+
+def apps(root: Path) -> dict[str, Path]:
+    """Every app's import package and its source directory: ``apps/<name>/src/<package>``."""
+    return {
+        package.name: package.relative_to(root)
+        for package in sorted(root.glob("apps/*/src/*"))
+        if (package / "__init__.py").is_file()
+    }
+
+
+def app_rules(root: Path) -> tuple[Rule, ...]:
+    """No library imports an app; no app imports another app."""
+    found = apps(root)
+    if not found:
+        return ()
+    rules = [Rule(("packages/*/src",), tuple(sorted(found)), LIBRARY_REASON)]
+    for package, source in found.items():
+        others = tuple(sorted(set(found) - {package}))
+        if others:
+            rules.append(Rule((source.as_posix(),), others, APP_REASON))
+    return tuple(rules)
+
+
+def _requirement_name(requirement: str) -> str:
+    """The normalised project name of a PEP 508 requirement (``memory-server>=1; ...``)."""
+    name = re.split(r"[\s\[<>=!~;@(]", requirement.strip(), maxsplit=1)[0]
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def _project(path: Path) -> tuple[str, list[str]]:
+    """The normalised name and the dependencies a ``pyproject.toml`` declares."""
+    project = tomllib.loads(path.read_text(encoding="utf-8")).get("project", {})
+    name = _requirement_name(str(project.get("name", path.parent.name)))
+    return name, [_requirement_name(str(d)) for d in project.get("dependencies", [])]
+
+
+def dependency_violations(root: Path) -> list[str]:
+    """One line per library or app whose ``pyproject.toml`` declares an app as a dependency."""
+    app_projects = {_project(path)[0] for path in root.glob("apps/*/pyproject.toml")}
+    found: list[str] = []
+    for layer, reason in (("packages", LIBRARY_REASON), ("apps", APP_REASON)):
+        for path in sorted(root.glob(f"{layer}/*/pyproject.toml")):
+            name, dependencies = _project(path)
+            for dependency in dependencies:
+                if dependency != name and dependency in app_projects:
+                    found.append(f"{path.relative_to(root)}: depends on {dependency} ({reason})")
+    return found
+
+
 def _matches(module: str, forbidden: str) -> bool:
     return module == forbidden or module.startswith(forbidden + ".")
 
 
-def violations(root: Path, rules: tuple[Rule, ...] = RULES) -> list[str]:
-    """One line per import that breaks a rule: ``path:line: imports module (reason)``."""
+def violations(root: Path, rules: tuple[Rule, ...] | None = None) -> list[str]:
+    """One line per import or dependency that breaks a rule: ``path:line: imports module (reason)``.
+
+    ``rules`` defaults to :data:`RULES` plus the app rules found under ``root``.
+    """
     found: list[str] = []
+    if rules is None:
+        rules = RULES + app_rules(root)
+        found.extend(dependency_violations(root))
     for rule in rules:
         files = sorted(
             {path for pattern in rule.sources for path in root.glob(f"{pattern}/**/*.py")}
@@ -94,7 +160,7 @@ def main(argv: list[str]) -> int:
     for line in found:
         print(line)
     if found:
-        print(f"layering: {len(found)} forbidden import(s)")
+        print(f"layering: {len(found)} forbidden import(s) or dependency(ies)")
         return 1
     print("layering: every layer imports only what it may")
     return 0

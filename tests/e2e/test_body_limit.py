@@ -19,7 +19,7 @@ from fastmcp import Client
 from mcp.shared.exceptions import MCPError
 
 from memory_db import MemorySettings
-from memory_server.body_limit import mcp_body_limit
+from memory_tools.serving.body_limit import mcp_body_limit
 
 from .test_processes import _env, _new_key, serve_http
 

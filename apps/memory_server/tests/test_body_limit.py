@@ -15,10 +15,10 @@ from fastmcp import Client
 from starlette.types import Message, Receive, Scope, Send
 
 from memory_db.embedding import LocalEmbedder
-from memory_server import body_limit
-from memory_server.app import build_http_server
-from memory_server.body_limit import HEADROOM_BYTES, mcp_body_limit, mcp_middleware
 from memory_tools import MemoryServices
+from memory_tools.serving import body_limit
+from memory_tools.serving.app import build_http_server
+from memory_tools.serving.body_limit import HEADROOM_BYTES, mcp_body_limit, mcp_middleware
 
 MiB = 1024 * 1024
 HEADERS = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}

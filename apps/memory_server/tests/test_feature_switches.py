@@ -12,8 +12,8 @@ from sqlalchemy import text
 from memory_db import new_id
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import build_object_key
-from memory_server.app import build_http_server
 from memory_tools import MemoryServices
+from memory_tools.serving.app import build_http_server
 
 from .test_uploads import _png
 

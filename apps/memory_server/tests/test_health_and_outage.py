@@ -21,8 +21,8 @@ from memory_db.storage import (
     build_object_key,
     build_staging_key,
 )
-from memory_server import build_http_server
 from memory_tools import MemoryServices
+from memory_tools.serving import build_http_server
 
 
 @pytest.fixture

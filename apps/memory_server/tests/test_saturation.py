@@ -18,8 +18,8 @@ from fastmcp import Client
 
 from memory_db.ids import new_id
 from memory_db.storage import build_object_key, build_staging_key
-from memory_server import build_http_server
 from memory_tools import MemoryServices
+from memory_tools.serving import build_http_server
 
 
 def _saturated(services: MemoryServices) -> MemoryServices:

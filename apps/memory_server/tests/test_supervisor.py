@@ -17,8 +17,8 @@ import psutil
 import pytest
 
 from memory_db import ConfigurationError
-from memory_server import processes
-from memory_server.processes import Child, ConnectionBudget, Supervisor
+from memory_tools.serving import processes
+from memory_tools.serving.processes import Child, ConnectionBudget, Supervisor
 
 
 def _child(code: str) -> Child:

@@ -10,8 +10,8 @@ import httpx
 import pyvips
 
 from memory_db.embedding import LocalEmbedder
-from memory_server.app import build_http_server
 from memory_tools import MemoryServices
+from memory_tools.serving.app import build_http_server
 
 
 async def test_completing_an_upload_is_admitted_against_the_decode_budget(

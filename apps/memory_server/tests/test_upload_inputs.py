@@ -10,8 +10,8 @@ import pytest
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_server.app import build_http_server
 from memory_tools import MemoryServices
+from memory_tools.serving.app import build_http_server
 
 
 async def _reserved(database: Database, owner: str) -> tuple[int, int]:

@@ -7,36 +7,18 @@ import sys
 from collections.abc import Sequence
 
 from memory_db import MemorySettings
-from memory_server.app import add_http_routes, serve_http
-from memory_server.body_limit import mcp_middleware
-from memory_server.bootstrap import (
+from memory_tools.serving import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    public_base_url,
-    running,
-    stdio_api_key,
+    ServerApp,
+    run_command,
+    serve_http,
+    serve_stdio,
 )
-from memory_server.cli import run_command
-from memory_server.links import stdio_services
-from memory_tools import ApiKeyVerifier
 from scraper_mcp import build_aggregate_server
 
-
-async def _serve(settings: MemorySettings, transport: str, host: str, port: int) -> None:
-    if transport == "stdio":
-        await _serve_stdio(settings)
-        return
-    base = public_base_url(settings, host, port)
-    async with running(settings, base_url=base) as (_runtime, services):
-        server = build_aggregate_server(services, auth=ApiKeyVerifier(services.database))
-        add_http_routes(server, services)
-        print(f"mcp-scraper: MCP over streamable HTTP at http://{host}:{port}/mcp", file=sys.stderr)
-        await serve_http(server, host, port, middleware=mcp_middleware(settings))
-
-
-async def _serve_stdio(settings: MemorySettings) -> None:
-    async with stdio_services(settings, stdio_api_key(settings)) as (services, _links):
-        await build_aggregate_server(services).run_stdio_async(show_banner=False)
+# The scraper tools next to the same memory tools, served as memory-server serves them.
+APP = ServerApp(name="mcp-scraper", build_server=build_aggregate_server)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -50,7 +32,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     async def command(settings: MemorySettings) -> None:
-        await _serve(settings, args.transport, args.host, args.port)
+        # As before the shared serving: the aggregate embeds nothing itself; saves it takes are
+        # embedded by `memory-server serve` or `memory-server worker` on the same database.
+        if args.transport == "stdio":
+            await serve_stdio(settings, APP, with_worker=False)
+        else:
+            await serve_http(settings, APP, args.host, args.port, with_worker=False)
 
     return run_command(command)
 

@@ -1,32 +1,9 @@
-"""memory-server: the standalone image-memory MCP server, its CLI and HTTP routes."""
+"""memory-server: the standalone image-memory MCP server and its operator CLI.
 
-from typing import TYPE_CHECKING, Any
+It only wires: the CLI (``memory_server.cli``) parses the command line and composes
+``memory_tools.serving`` with the memory tools; what it serves lives in that library.
+"""
 
-from memory_server.bootstrap import DEFAULT_HOST, DEFAULT_PORT, public_base_url, running
-from memory_server.cli import Terminated, build_parser, install_sigterm_handler, main
+from memory_server.cli import APP, build_parser, main
 
-if TYPE_CHECKING:
-    from memory_server.app import add_http_routes, build_http_server
-
-
-def __getattr__(name: str) -> Any:
-    # The HTTP app (fastmcp, starlette) loads on first use, so `admin` commands start quickly.
-    if name in ("add_http_routes", "build_http_server"):
-        from memory_server import app
-
-        return getattr(app, name)
-    raise AttributeError(f"module 'memory_server' has no attribute {name!r}")
-
-
-__all__ = [
-    "DEFAULT_HOST",
-    "DEFAULT_PORT",
-    "Terminated",
-    "add_http_routes",
-    "build_http_server",
-    "build_parser",
-    "install_sigterm_handler",
-    "main",
-    "public_base_url",
-    "running",
-]
+__all__ = ["APP", "build_parser", "main"]

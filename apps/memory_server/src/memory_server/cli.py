@@ -3,199 +3,43 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
-import os
-import signal
-import socket
 import sys
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
-from memory_db import (
-    ConfigurationError,
-    MemorySettings,
-    configure_logging,
-    get_logger,
-    load_settings,
-    open_database,
-)
+from memory_db import ConfigurationError, MemorySettings, open_database
 from memory_db.migrate import current_revision
-from memory_server.bootstrap import (
+from memory_tools import ConflictFailure, MemoryServices, admin
+from memory_tools.serving import (
     DEFAULT_HOST,
     DEFAULT_PORT,
-    background_worker,
-    bind_listening_socket,
-    public_base_url,
-    running,
-    stdio_api_key,
-    worker_config,
+    ServerApp,
+    run_command,
+    run_worker,
+    serve_http,
+    serve_http_processes,
+    serve_stdio,
 )
-from memory_server.processes import MAX_PROCESSES
-from memory_tools import ConflictFailure, MemoryServices, ToolFailure, admin
+from memory_tools.serving.processes import MAX_PROCESSES
+
+if TYPE_CHECKING:
+    from fastmcp import FastMCP
+    from fastmcp.server.auth import AuthProvider
 
 
-class Terminated(BaseException):
-    """SIGTERM arrived: unwind so the database pool and embedded server close cleanly.
+def _memory_server(services: MemoryServices, *, name: str, auth: AuthProvider | None) -> FastMCP:
+    # fastmcp loads only when a server starts, so `admin` commands start quickly.
+    from memory_tools.mcp import build_memory_server
 
-    A ``BaseException`` like ``KeyboardInterrupt``: the worker's loops survive ordinary errors
-    with ``except Exception``, and must not survive this.
-    """
-
-
-def _raise_terminated(_signum: int, _frame: object) -> None:
-    raise Terminated
+    return build_memory_server(services, name=name, auth=auth)
 
 
-def install_sigterm_handler() -> None:
-    """Turn SIGTERM into ``Terminated`` so shutdown unwinds through every ``finally``.
-
-    uvicorn restores this handler after its graceful shutdown and re-raises the signal into it;
-    raising (instead of dying) lets the runtime close and the embedded server stop.
-    """
-    signal.signal(signal.SIGTERM, _raise_terminated)
-
-
-log = get_logger(__name__)
-# Set once logging is configured: with the JSON renderer, notices are log events too, so stderr
-# carries JSON only.
-_notices_as_json = False
-
-
-def _err(message: str) -> None:
-    if not _notices_as_json:
-        print(message, file=sys.stderr, flush=True)
-    elif message.startswith("error: "):
-        log.error("command_failed", message=message.removeprefix("error: "))
-    else:
-        log.info("command_notice", message=message)
-
-
-async def _serve_stdio(settings: MemorySettings, *, with_worker: bool) -> None:
-    from memory_server.links import stdio_services
-
-    async with stdio_services(settings, stdio_api_key(settings)) as (services, links):
-        from memory_tools.mcp import build_memory_server
-
-        server = build_memory_server(services)
-        _err("image-memory: serving MCP over stdio")
-        if links.listener is not None:
-            _err(f"image-memory: preview links served at {links.base_url}")
-        elif links.unavailable is not None:
-            _err(f"image-memory: {links.unavailable}")
-        if with_worker:
-            async with background_worker(services, worker_config(settings)):
-                await server.run_stdio_async(show_banner=False)
-        else:
-            await server.run_stdio_async(show_banner=False)
-
-
-async def _run_worker(settings: MemorySettings, args: argparse.Namespace) -> None:
-    if args.supervised:
-        from memory_server.processes import exit_when_orphaned
-
-        exit_when_orphaned(os.getppid())
-    base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
-    from memory_tools.worker import EmbeddingWorker
-
-    if args.concurrency:  # the pool is sized from the worker's slots
-        settings = settings.model_copy(update={"asset_embed_worker_concurrency": args.concurrency})
-    async with running(settings, base_url=base) as (_runtime, services):
-        config = worker_config(
-            settings,
-            args.concurrency,
-            batch_size=args.batch_size,
-            lease_seconds=args.lease_seconds,
-        )
-        worker = EmbeddingWorker(services, config)
-        _err(
-            f"image-memory: embedding worker {worker.worker_id} (concurrency {config.concurrency})"
-        )
-        await worker.run()
-
-
-async def _serve_http(
-    settings: MemorySettings,
-    host: str,
-    port: int,
-    *,
-    with_worker: bool,
-    listen_fd: int | None = None,
-) -> None:
-    if listen_fd is None:
-        # Bind first: a taken port is reported at once, before PostgreSQL is started for
-        # nothing, and the banner below is printed only once the address is ours.
-        sock = bind_listening_socket(host, port)
-    else:
-        # A child of `--processes`: the parent bound the socket and is watched for.
-        from memory_server.processes import exit_when_orphaned
-
-        sock = socket.socket(fileno=listen_fd)
-        exit_when_orphaned(os.getppid())
-    try:
-        base = public_base_url(settings, host, port)
-        async with running(settings, base_url=base) as (_runtime, services):
-            if with_worker:
-                async with background_worker(services, worker_config(settings)):
-                    await _announce_and_serve_http(settings, services, host, port, sock)
-            else:
-                quiet = listen_fd is not None
-                await _announce_and_serve_http(settings, services, host, port, sock, quiet=quiet)
-    finally:
-        sock.close()
-
-
-def _serve_http_processes(
-    settings: MemorySettings, host: str, port: int, processes: int, *, with_worker: bool
-) -> int:
-    from memory_server.processes import serve_processes
-
-    return serve_processes(
-        settings,
-        host,
-        port,
-        processes,
-        with_worker=with_worker,
-        announce=lambda details: _err(f"{_banner(settings, host, port)}\n{details}"),
-    )
-
-
-def _banner(settings: MemorySettings, host: str, port: int) -> str:
-    shown = f"[{host}]" if ":" in host else host
-    database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
-    return (
-        f"image-memory: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
-        f"  data directory: {settings.memory_data_dir}\n"
-        f"  database: {database}\n"
-        # No example address or "Bearer" here: in JSON mode this notice goes through the log
-        # redaction, which would turn them into a digest and "[redacted]".
-        "  get an API key (in another terminal, from the checkout):\n"
-        "    make key OWNER=<your e-mail address>\n"
-        "  or step by step:\n"
-        "    .venv/bin/memory-server admin create-identity --owner <your e-mail address>\n"
-        "    .venv/bin/memory-server admin create-key --owner <your e-mail address> "
-        "--scopes read,write,destructive\n"
-        "  then connect with that key (mk_...) in the Authorization header, scheme Bearer"
-    )
-
-
-async def _announce_and_serve_http(
-    settings: MemorySettings,
-    services: MemoryServices,
-    host: str,
-    port: int,
-    sock: socket.socket,
-    *,
-    quiet: bool = False,
-) -> None:
-    from memory_server.app import build_http_server, serve_http
-    from memory_server.body_limit import mcp_middleware
-
-    server = build_http_server(services)
-    if quiet:
-        log.info("server_process_ready", pid=os.getpid())
-    else:
-        _err(_banner(settings, host, port))
-    await serve_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
+# What `serve` and `worker` run: the memory tools alone; `--processes` starts this CLI again.
+APP = ServerApp(
+    name="image-memory",
+    build_server=_memory_server,
+    command=(sys.executable, "-m", "memory_server"),
+)
 
 
 async def _migrate(settings: MemorySettings) -> None:
@@ -347,48 +191,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None] | int]) -> int:
-    """Load settings, configure logging, run ``command``; map failures to exit codes.
-
-    0 success (and SIGTERM), 1 a refused operation, 2 invalid configuration, 130 Ctrl+C.
-    A ``command`` that runs no event loop (the ``--processes`` parent) returns its status.
-    """
-    install_sigterm_handler()
-    try:
-        settings = load_settings()
-        global _notices_as_json
-        _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
-        outcome = command(settings)
-        if isinstance(outcome, int):
-            return outcome
-        asyncio.run(outcome)
-    except ConfigurationError as exc:
-        _err(f"error: {exc}")
-        return 2
-    except ToolFailure as failure:
-        _err(f"error: {failure}")
-        return 1
-    except Terminated:
-        return 0
-    except KeyboardInterrupt:
-        return 130
-    except BaseExceptionGroup as group:
-        # The in-process worker runs in a task group, which wraps what ends the server.
-        if group.subgroup(Terminated) is not None and group.subgroup(_unexpected) is None:
-            return 0
-        if group.subgroup(KeyboardInterrupt) is not None and group.subgroup(_unexpected) is None:
-            return 130
-        raise
-    return 0
-
-
-def _unexpected(exc: BaseException) -> bool:
-    # subgroup() also asks about the groups themselves: judge only the leaves.
-    if isinstance(exc, BaseExceptionGroup):
-        return False
-    return not isinstance(exc, Terminated | KeyboardInterrupt | asyncio.CancelledError)
-
-
 def _usage_error(message: str) -> int:
     print(f"memory-server: error: {message}", file=sys.stderr)
     return 2
@@ -404,17 +206,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not 1 <= args.processes <= MAX_PROCESSES:
             return _usage_error(f"--processes: must be between 1 and {MAX_PROCESSES}")
         return run_command(
-            lambda settings: _serve_http_processes(
-                settings, args.host, args.port, args.processes, with_worker=not args.no_worker
+            lambda settings: serve_http_processes(
+                settings, APP, args.host, args.port, args.processes, with_worker=not args.no_worker
             )
         )
 
     async def command(settings: MemorySettings) -> None:
         if args.command == "serve" and args.transport == "stdio":
-            await _serve_stdio(settings, with_worker=not args.no_worker)
+            await serve_stdio(settings, APP, with_worker=not args.no_worker)
         elif args.command == "serve":
-            await _serve_http(
+            await serve_http(
                 settings,
+                APP,
                 args.host,
                 args.port,
                 with_worker=not args.no_worker,
@@ -427,7 +230,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 raise ConfigurationError("--batch-size: must be between 1 and 256")
             if args.lease_seconds is not None and not 1 <= args.lease_seconds <= 3600:
                 raise ConfigurationError("--lease-seconds: must be between 1 and 3600")
-            await _run_worker(settings, args)
+            await run_worker(
+                settings,
+                APP,
+                concurrency=args.concurrency,
+                batch_size=args.batch_size,
+                lease_seconds=args.lease_seconds,
+                supervised=args.supervised,
+            )
         elif args.command == "migrate":
             await _migrate(settings)
         else:

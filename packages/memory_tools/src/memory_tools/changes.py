@@ -32,7 +32,8 @@ from memory_tools.errors import (
     QuotaExceeded,
     translate,
 )
-from memory_tools.ingest.save import check_placement, fused_text, vector_bytes
+from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)

@@ -20,7 +20,7 @@ The flow, over the caller's vaults:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
@@ -121,18 +121,102 @@ class SearchView:
 
 
 @dataclass
-class _Fusion:
-    """Per-asset evidence gathered from the ranked lists."""
+class Evidence:
+    """One asset's evidence gathered from the ranked lists."""
 
-    relevance: float = 0.0
+    relevance: float = 0.0  # reciprocal-rank fusion, plus the best similarity once fused
     score: float | None = None  # best cosine similarity of any of its vectors
     matched: set[str] = field(default_factory=lambda: set[str]())
 
     def rank(self, position: int) -> None:
+        """Count a place (0 is first) in one ranked list."""
         self.relevance += 1.0 / (RRF_K + position + 1)
 
     def similarity(self, value: float) -> None:
+        """Count one cosine similarity of the query to one of the asset's vectors."""
         self.score = value if self.score is None else max(self.score, value)
+
+
+def fuse(
+    hits: Sequence[VectorHit],
+    words: Sequence[tuple[str, float]],
+    word_hits: Sequence[VectorHit],
+) -> dict[str, Evidence]:
+    """Reciprocal-rank fusion of the ranked lists, plus each asset's best similarity.
+
+    ``hits``: the ANN list, best first, whose ``visual`` and ``fused`` hits rank as two lists;
+    ``words``: the full-text list (asset id, text rank), best first; ``word_hits``: the
+    similarities of the word matches' vectors, which count but do not rank.
+    """
+    fusion: dict[str, Evidence] = {}
+    for representation in ("visual", "fused"):
+        ranked = [h for h in hits if h.representation == representation]
+        for position, hit in enumerate(ranked):
+            evidence = fusion.setdefault(hit.asset_id, Evidence())
+            evidence.rank(position)
+            evidence.similarity(hit.score)
+            evidence.matched.add(representation)
+    for position, (asset_id, _text_rank) in enumerate(words):
+        evidence = fusion.setdefault(asset_id, Evidence())
+        evidence.rank(position)
+        evidence.matched.add("metadata")
+    for hit in word_hits:
+        fusion[hit.asset_id].similarity(hit.score)
+    for evidence in fusion.values():
+        if evidence.score is not None:
+            evidence.relevance += evidence.score
+    return fusion
+
+
+def best_first(
+    fusion: Mapping[str, Evidence], *, evidence_floor: float, min_score: float | None
+) -> list[str]:
+    """The candidates with evidence, most relevant first (ties by id), before any row is read.
+
+    Evidence is a word match or a similarity above the embedder's ``evidence_floor``; an asset
+    without any similarity has none (its vectors are not in the index yet). ``minScore`` is
+    applied to the similarity.
+    """
+    return sorted(
+        (
+            asset_id
+            for asset_id, e in fusion.items()
+            if e.score is not None
+            and (e.score > evidence_floor or "metadata" in e.matched)
+            and (min_score is None or e.score >= min_score)
+        ),
+        key=lambda asset_id: (-fusion[asset_id].relevance, asset_id),
+    )
+
+
+def verdict(
+    results: Sequence[SearchHit], fusion: Mapping[str, Evidence], *, good_line: float
+) -> tuple[bool, float | None]:
+    """Whether any result is a good match, and the best score to show.
+
+    A result is good with a similarity at the embedder's ``good_line`` or a word match. The
+    best score is the best result's, or, with no result, the best similarity seen at all (so
+    an empty answer still says how close anything came).
+    """
+    good = any(hit.score >= good_line or "metadata" in hit.match_representations for hit in results)
+    best = max((hit.score for hit in results), default=None)
+    scores = [e.score for e in fusion.values() if e.score is not None]
+    if best is None and scores:
+        best = round(max(scores), 6)
+    return good, best
+
+
+def reload_batches(ordered: Sequence[str], limit: int) -> Iterator[Sequence[str]]:
+    """The candidates in the batches they are reloaded in, best first.
+
+    ``2 x limit`` (at least 10) first, then each batch twice the last: most searches read one
+    batch, not every candidate.
+    """
+    position, chunk = 0, max(2 * limit, 10)
+    while position < len(ordered):
+        yield ordered[position : position + chunk]
+        position += chunk
+        chunk *= 2
 
 
 def _check(request: SearchRequest) -> tuple[Mode, str | None]:
@@ -255,14 +339,7 @@ class AssetSearcher:
                 replace(hit, preview=await signed_preview(self.services, by_id[hit.asset_id]))
                 for hit in results
             ]
-        scores = [e.score for e in fusion.values() if e.score is not None]
-        best = max((hit.score for hit in results), default=None)
-        if best is None and scores:
-            best = round(max(scores), 6)
-        good = any(
-            hit.score >= thresholds.good or "metadata" in hit.match_representations
-            for hit in results
-        )
+        good, best = verdict(results, fusion, good_line=thresholds.good)
         log.info(
             "asset_searched", mode=mode, results=len(results), vaults=len(vaults), good_match=good
         )
@@ -327,11 +404,14 @@ class AssetSearcher:
         text: str | None,
         request: SearchRequest,
         thresholds: MatchThresholds,
-    ) -> tuple[dict[str, _Fusion], list[StoredAsset]]:
+    ) -> tuple[dict[str, Evidence], list[StoredAsset]]:
         """Fused evidence per asset and at most ``limit`` authorised, ready results, best first.
 
-        Only assets with evidence are candidates: a word match, or a similarity above the
-        embedder's evidence floor. Nothing is added to fill ``limit``.
+        Four steps: restrict the candidates (tag and source-host filters), the two ranked lists
+        (ANN; full text for a text query), their fusion (:func:`fuse`, :func:`best_first`: pure),
+        and the reload (:func:`reload_batches`). Only assets with evidence are candidates: a
+        word match, or a similarity above the embedder's evidence floor. Nothing is added to
+        fill ``limit``.
         """
         limit, min_score = request.limit, request.min_score
         embedder = self.services.embedder
@@ -349,7 +429,6 @@ class AssetSearcher:
                 restricted = tuple(ids)
             else:
                 overfetch = WIDE_OVERFETCH
-        fusion: dict[str, _Fusion] = {}
         hits: list[VectorHit] = []
         words: list[tuple[str, float]] = []
         word_hits: list[VectorHit] = []
@@ -380,41 +459,14 @@ class AssetSearcher:
         await vector_list()
         if text is not None:
             await text_list()
-        for representation in ("visual", "fused"):
-            ranked = [h for h in hits if h.representation == representation]
-            for position, hit in enumerate(ranked):
-                evidence = fusion.setdefault(hit.asset_id, _Fusion())
-                evidence.rank(position)
-                evidence.similarity(hit.score)
-                evidence.matched.add(representation)
-        for position, (asset_id, _rank) in enumerate(words):
-            evidence = fusion.setdefault(asset_id, _Fusion())
-            evidence.rank(position)
-            evidence.matched.add("metadata")
-        for hit in word_hits:
-            fusion[hit.asset_id].similarity(hit.score)
-        for evidence in fusion.values():
-            if evidence.score is not None:
-                evidence.relevance += evidence.score
-        # Best first, before any row is read; minScore and evidence need no row either.
-        ordered = sorted(
-            (
-                asset_id
-                for asset_id, e in fusion.items()
-                if e.score is not None
-                and (e.score > thresholds.evidence or "metadata" in e.matched)
-                and (min_score is None or e.score >= min_score)
-            ),
-            key=lambda asset_id: (-fusion[asset_id].relevance, asset_id),
-        )
+        fusion = fuse(hits, words, word_hits)
+        ordered = best_first(fusion, evidence_floor=thresholds.evidence, min_score=min_score)
         # Reload under the authorisation predicates and every exact filter, best candidates
         # first and only as many as needed: most searches read 2 x limit rows, not all 100.
         rows: list[StoredAsset] = []
-        position, chunk = 0, max(2 * limit, 10)
-        while position < len(ordered) and len(rows) < limit:
-            batch = ordered[position : position + chunk]
-            position += chunk
-            chunk *= 2
+        for batch in reload_batches(ordered, limit):
+            if len(rows) >= limit:
+                break
             loaded = await uow.assets.find_visible(
                 vault_scopes,
                 replace(filters, asset_ids=tuple(batch)),

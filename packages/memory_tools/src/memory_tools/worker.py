@@ -46,7 +46,7 @@ from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
 from memory_db.vectors import VectorIndex, VectorRecord
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
-from memory_tools.ingest.save import fused_text
+from memory_tools.ingest.plan import fused_text
 from memory_tools.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
 

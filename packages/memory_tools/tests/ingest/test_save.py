@@ -224,6 +224,35 @@ async def test_a_refused_save_does_not_use_up_its_idempotency_key(
     assert (state["assets"], state["reserved"], state["active_reservations"]) == (3, 0, 0)
 
 
+async def test_a_refused_saves_reservation_lets_go_of_its_key_like_an_uploads(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    """Saves and uploads follow one reservation rule (``ingest/reservations.py``): a refused
+    attempt's reservation is released and lets go of its key; the retry opens its own."""
+    saver = AssetSaver(saving)
+    broken = SaveRequest(image_base64=b64(b"\x89PNG\r\n\x1a\n" + b"\0" * 64), idempotency_key="k")
+    with pytest.raises(InvalidImage):
+        await saver.save(alice_caller, broken)
+    saved = await saver.save(
+        alice_caller, SaveRequest(image_base64=b64(picture(60)), idempotency_key="k")
+    )
+    async with saving.database.engine.connect() as conn:
+        rows = (
+            await conn.execute(
+                text(
+                    "SELECT status, idempotency_key, asset_id, reserved_bytes"
+                    " FROM mem_asset_upload_reservations WHERE owner_identity = :o"
+                    " ORDER BY created_at"
+                ),
+                {"o": alice_caller.identity},
+            )
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        ("released", None, None, 0),
+        ("finalized", "k", saved.asset_id, 0),
+    ]
+
+
 async def test_quota_is_refused_with_the_numbers_and_nothing_is_stored(
     saving: MemoryServices, database: Any
 ) -> None:

@@ -204,43 +204,6 @@ class QuotaRepository:
         )
         return set(rows)
 
-    async def retake(
-        self,
-        owner: str,
-        reservation_id: str,
-        *,
-        expires_at: datetime,
-        expected_bytes: int | None = None,
-        vault: str | None = None,
-        request: dict[str, Any] | None = None,
-    ) -> ReservationRecord | None:
-        """Reopen a released or expired reservation for a retried request.
-
-        A released reservation stored nothing, so the retry may differ from the attempt it
-        replaces (a corrected URL or image): ``expected_bytes``, ``vault`` and ``request``
-        replace the old values when given. ``None`` when another request reopened it first.
-        """
-        values: dict[str, Any] = {"status": "active", "expires_at": expires_at}
-        if expected_bytes is not None:
-            values["expected_bytes"] = expected_bytes
-        if vault is not None:
-            values["vault"] = vault
-        if request is not None:
-            values["request"] = request
-        row = (
-            await self._session.execute(
-                update(AssetUploadReservation)
-                .where(
-                    AssetUploadReservation.owner_identity == owner,
-                    AssetUploadReservation.id == reservation_id,
-                    AssetUploadReservation.status.in_(("released", "expired")),
-                )
-                .values(**values, updated_at=func.now())
-                .returning(AssetUploadReservation)
-            )
-        ).scalar_one_or_none()
-        return None if row is None else _reservation(row)
-
     async def claim_completion(
         self, owner: str, reservation_id: str, *, token: str, seconds: float
     ) -> bool:

@@ -1,19 +1,24 @@
 """The save flow (docs/design.md#saving): from a URL or base64 to an asset with queued jobs.
 
+A save is a plan and its steps. The request becomes an intent (validated, no I/O) and an
+:class:`ImageSource`; the intent opens its reservation (an order); the source's bytes, once
+inspected, make the plan (``memory_tools.ingest.plan``); the steps run on the plan.
 Transactions are short and never span the network:
 
 1. authorise, validate project/folder, open the (idempotent) reservation;
-2. fetch or decode the bytes, inspect them, make the preview (no transaction);
-3. lock the owner's namespace and reserve the bytes (``quota_exceeded`` when they do not fit);
-4. upload new immutable objects unless the owner already stores the same SHA-256;
-5. lock the namespace again, create (or reuse) the object, the asset and its jobs, turn the
-   reservation into used bytes, record provenance and notify workers — all in one commit.
+2. read the source (decode, fetch), inspect the bytes, make the preview (no transaction);
+3. ``reserve``: lock the owner's namespace, decide dedupe, hold the bytes (``quota_exceeded``);
+4. ``store``: upload new immutable objects unless the owner already stores the same SHA-256;
+5. ``commit``: lock the namespace again, create (or reuse) the object, the asset and its jobs,
+   turn the reservation into used bytes, record provenance and notify workers, in one commit.
 
-A failure after step 3 releases the reserved bytes; objects uploaded before a failed commit
-are recorded as orphan candidates for reconciliation. Repeating a request with the same
-idempotency key returns the asset of the first; concurrent repeats wait for it. A refused save
-(``fetch_failed``, ``invalid_image``, ``unsafe_url``, ``quota_exceeded``...) stores nothing and
-does not use its key up: the corrected retry under the same key is a new attempt.
+A failure after step 1 runs ``release``: the reserved bytes come back (a durable source, a
+staged upload, keeps its reservation after a failure that is not about its bytes, for a retry).
+Objects uploaded before a failed commit are recorded as orphan candidates for reconciliation.
+Repeating a request with the same idempotency key returns the asset of the first; concurrent
+repeats wait for it. A refused save (``fetch_failed``, ``invalid_image``, ``unsafe_url``,
+``quota_exceeded``...) stores nothing and does not use its key up: the corrected retry under
+the same key is a new attempt. A new source of bytes is a new :class:`ImageSource`.
 """
 
 from __future__ import annotations
@@ -31,14 +36,12 @@ from memory_db import (
     Conflict,
     MemoryDbError,
     NotFound,
-    QuotaExceededError,
     UnitOfWork,
     VaultScope,
     get_logger,
     new_id,
 )
-from memory_db.repositories import DuplicateObject, ObjectRecord
-from memory_db.storage import build_object_key
+from memory_db.repositories import AssetRecord, DuplicateObject, ObjectRecord
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
@@ -51,9 +54,21 @@ from memory_tools.errors import (
     ToolFailure,
     translate,
 )
-from memory_tools.ingest import inputs
+from memory_tools.ingest import inputs, reservations
 from memory_tools.ingest.fetch import check_url
-from memory_tools.ingest.images import InspectedImage, inspect_image
+from memory_tools.ingest.images import inspect_image
+from memory_tools.ingest.plan import (
+    Dedupe,
+    SaveIntent,
+    SaveOrder,
+    SavePlan,
+    SaveTarget,
+    SourceKind,
+    dedupe,
+    plan_save,
+)
+from memory_tools.ingest.reservations import ReservationAsk, open_reservation
+from memory_tools.ingest.sources import Download, ImageSource, InlineBytes
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -100,70 +115,70 @@ class SaveResult:
 
 
 @dataclass(frozen=True)
-class _Prepared:
-    """The validated, normalised request (no I/O has happened yet)."""
+class _Written:
+    """What the store step wrote: the keys, and the original's receipt."""
 
-    request: SaveRequest
-    source_kind: Literal["external_url", "upload"]
-    fetch_url: str | None  # as given (a signed CDN URL needs its query to be fetched)
-    source_url: str | None  # as stored: scrubbed of credentials
-    data: bytes | None  # base64 input, decoded
-    title: str | None
-    title_source: Literal["caller", "derived"]
-    description: str | None
-    alt_text: str | None
-    tags: list[str]
-    source_ref: dict[str, Any]
-    idempotency_key: str | None
-
-    def fingerprint(self) -> str:
-        """What makes two requests with one idempotency key the same request."""
-        material = {
-            "vault": self.request.vault,
-            "url": self.request.source_url,
-            "data": hashlib.sha256(self.data).hexdigest() if self.data is not None else None,
-            "title": self.title,
-            "description": self.description,
-            "alt": self.alt_text,
-            "tags": self.tags,
-            "ref": self.source_ref,
-            "project": self.request.project_id,
-            "folder": self.request.folder_id,
-        }
-        return hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest()
+    keys: tuple[str, ...] = ()
+    etag: str | None = None
+    version_id: str | None = None
 
 
-@dataclass(frozen=True)
-class SaveTarget:
-    """Where a save goes: the vault scope, its handle as the caller named it, the namespace."""
-
-    scope: VaultScope
-    display_vault: str
-    namespace_id: str
-    project_id: str | None
-    folder_id: str | None
+def require_folder_project(request: SaveRequest) -> None:
+    """A folder is named with its project (``invalid_input``)."""
+    if request.folder_id is not None and request.project_id is None:
+        raise InvalidInputFailure("folderId: give the folder's projectId as well")
 
 
-def fused_text(
+def describe(
+    request: SaveRequest,
     *,
-    title: str | None,
-    title_source: str,
-    alt_text: str | None,
-    description: str | None,
-    source_ref: dict[str, Any],
-) -> str | None:
-    """The whitelisted text of a fused representation, or ``None`` when there is none.
+    source_kind: SourceKind,
+    source_url: str | None = None,
+    data: bytes | None = None,
+) -> SaveIntent:
+    """The validated, normalised intent of ``request`` (``invalid_input``).
 
-    Only a caller-given title, alt text, description and a page title count; never a file
-    name, a path or a URL (docs/design.md#representations).
+    ``source_url``: the URL as stored (scrubbed); ``data``: inline bytes. Both only take part
+    in the fingerprint and the derived title; the bytes themselves travel in the source.
     """
-    parts: list[str] = []
-    if title and title_source == "caller":
-        parts.append(title)
-    for value in (alt_text, description, source_ref.get("pageTitle")):
-        if isinstance(value, str) and value.strip() and value not in parts:
-            parts.append(value.strip())
-    return "\n".join(parts) if parts else None
+    title = inputs.clean_text(request.title, "title", inputs.MAX_TITLE)
+    title_source: Literal["caller", "derived"] = "caller"
+    if title is None:
+        title_source = "derived"
+        host = httpx.URL(source_url).host if source_url else None
+        title = f"Image from {host}" if host else None  # otherwise the plan's default
+    description = inputs.clean_text(request.description, "description", inputs.MAX_DESCRIPTION)
+    alt_text = inputs.clean_text(request.alt_text, "altText", inputs.MAX_ALT_TEXT)
+    tags = inputs.canonical_tags(request.tags)
+    source_ref = inputs.source_ref(request.source_ref)
+    idempotency_key = inputs.idempotency_key(request.idempotency_key)
+    material = {
+        "vault": request.vault,
+        "url": request.source_url,
+        "data": hashlib.sha256(data).hexdigest() if data is not None else None,
+        "title": title,
+        "description": description,
+        "alt": alt_text,
+        "tags": tags,
+        "ref": source_ref,
+        "project": request.project_id,
+        "folder": request.folder_id,
+    }
+    return SaveIntent(
+        vault=request.vault,
+        project_id=request.project_id,
+        folder_id=request.folder_id,
+        source_kind=source_kind,
+        source_url=source_url,
+        title=title,
+        title_source=title_source,
+        description=description,
+        alt_text=alt_text,
+        tags=tags,
+        source_ref=source_ref,
+        idempotency_key=idempotency_key,
+        fingerprint=hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest(),
+    )
 
 
 async def check_placement(
@@ -191,8 +206,38 @@ def vector_bytes(services: MemoryServices, representations: int) -> int:
     return representations * (services.settings.asset_embed_dim * element + VECTOR_HEADER_BYTES)
 
 
+def _result(
+    target: SaveTarget,
+    asset: AssetRecord,
+    stored: ObjectRecord,
+    job_ids: list[str],
+    *,
+    deduplicated: bool,
+    replayed: bool,
+) -> SaveResult:
+    return SaveResult(
+        asset_id=asset.id,
+        object_id=stored.id,
+        vault=target.display_vault,
+        status=asset.status,
+        embedding_status=asset.embedding_status,
+        deduplicated=deduplicated,
+        replayed=replayed,
+        job_ids=job_ids,
+        width=stored.width,
+        height=stored.height,
+        mime_type=stored.mime_type,
+        bytes=stored.bytes,
+    )
+
+
+# Failures that are about the bytes themselves: even bytes that stay (a staged upload) can never
+# become this asset, so the reservation is released.
+_FINAL = (InvalidImage, QuotaExceeded)
+
+
 class AssetSaver:
-    """Runs the save flow for one server's services."""
+    """Runs the save flow for one server's services: a plan, then its steps."""
 
     def __init__(self, services: MemoryServices) -> None:
         self.services = services
@@ -203,11 +248,8 @@ class AssetSaver:
 
     # --- step 0: input ----------------------------------------------------------------------
 
-    def prepare(self, request: SaveRequest, *, upload: bool = False) -> _Prepared:
-        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``.
-
-        ``upload`` is the direct-upload flow: the bytes arrive later, so no source is given.
-        """
+    def prepare(self, request: SaveRequest) -> tuple[SaveIntent, ImageSource]:
+        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``."""
         sources = [
             name
             for name, value in (
@@ -217,9 +259,7 @@ class AssetSaver:
             )
             if value is not None
         ]
-        if upload and sources:
-            raise InvalidInputFailure("an upload carries its bytes itself; give no other source")
-        if not upload and len(sources) != 1:
+        if len(sources) != 1:
             given = ", ".join(sources) if sources else "none"
             raise InvalidInputFailure(
                 f"give exactly one of sourceUrl, artifactId, imageBase64 (given: {given})"
@@ -227,48 +267,19 @@ class AssetSaver:
         if request.artifact_id is not None:
             # Scraper artifacts arrive with the scraper integration; until then none exist.
             raise NotFoundFailure("artifact not found")
-        if request.folder_id is not None and request.project_id is None:
-            raise InvalidInputFailure("folderId: give the folder's projectId as well")
-        data: bytes | None = None
-        source_url: str | None = None
-        fetch_url: str | None = None
-        kind: Literal["external_url", "upload"] = "upload"
-        if upload:
-            pass
-        elif request.image_base64 is not None:
+        require_folder_project(request)
+        if request.image_base64 is not None:
             data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
-        else:
-            assert request.source_url is not None
-            fetcher = self.services.fetcher
-            policy = fetcher.policy if fetcher is not None else None
-            if policy is None:
-                raise FeatureDisabled("saving by URL is not configured on this server")
-            url = check_url(request.source_url, policy)
-            fetch_url = str(url)
-            source_url = inputs.scrub_url(fetch_url)
-            kind = "external_url"
-        title = inputs.clean_text(request.title, "title", inputs.MAX_TITLE)
-        title_source: Literal["caller", "derived"] = "caller"
-        if title is None:
-            title_source = "derived"
-            host = httpx.URL(source_url).host if source_url else None
-            title = f"Image from {host}" if host else None  # the upload default comes later
-        return _Prepared(
-            request=request,
-            source_kind=kind,
-            fetch_url=fetch_url,
-            source_url=source_url,
-            data=data,
-            title=title,
-            title_source=title_source,
-            description=inputs.clean_text(
-                request.description, "description", inputs.MAX_DESCRIPTION
-            ),
-            alt_text=inputs.clean_text(request.alt_text, "altText", inputs.MAX_ALT_TEXT),
-            tags=inputs.canonical_tags(request.tags),
-            source_ref=inputs.source_ref(request.source_ref),
-            idempotency_key=inputs.idempotency_key(request.idempotency_key),
+            return describe(request, source_kind="upload", data=data), InlineBytes(data)
+        assert request.source_url is not None
+        fetcher = self.services.fetcher
+        if fetcher is None:
+            raise FeatureDisabled("saving by URL is not configured on this server")
+        fetch_url = str(check_url(request.source_url, fetcher.policy))
+        intent = describe(
+            request, source_kind="external_url", source_url=inputs.scrub_url(fetch_url)
         )
+        return intent, Download(fetcher, self.services.call_admission, fetch_url)
 
     # --- the flow ---------------------------------------------------------------------------
 
@@ -277,92 +288,49 @@ class AssetSaver:
         policy.require(self._settings)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
-        prepared = self.prepare(request)
-        target, reservation_id, replay = await self._open(caller, prepared)
-        if replay is not None:
-            return replay
-        try:
-            data = prepared.data
-            if data is None:
-                assert prepared.fetch_url is not None and self.services.fetcher is not None
-                # A download can take ASSET_FETCH_TIMEOUT_SECONDS: other calls go meanwhile.
-                async with self.services.call_admission.stepped_aside():
-                    data = (await self.services.fetcher.fetch(prepared.fetch_url)).data
-            image = await inspect_image(
-                data,
-                max_pixels=self._settings.asset_max_decoded_pixels,
-                preview_edge=self._settings.asset_preview_max_edge,
-                admission=self.services.decode_admission,
-            )
-            return await self.store(caller, prepared, target, reservation_id, data, image)
-        except BaseException:
-            with anyio.CancelScope(shield=True):
-                await self.release(target.scope.owner_identity, reservation_id)
-            raise
+        intent, source = self.prepare(request)
+        opened = await self._open(caller, intent, source)
+        if isinstance(opened, SaveResult):
+            return opened
+        return await self.save_from(opened, source)
 
     async def _open(
-        self, caller: Caller, prepared: _Prepared
-    ) -> tuple[SaveTarget, str, SaveResult | None]:
-        """Authorise, resolve the target, and open or join the reservation."""
-        request = prepared.request
-        deadline = anyio.current_time() + self._settings.asset_fetch_timeout_seconds + 60
+        self, caller: Caller, intent: SaveIntent, source: ImageSource
+    ) -> SaveOrder | SaveResult:
+        """Authorise, resolve the target, and open the reservation, or replay the first save."""
+        timeout = self._settings.asset_fetch_timeout_seconds
+        deadline = anyio.current_time() + timeout + 60
         while True:
             async with self.services.database.unit_of_work() as uow:
-                target = await self.target(uow, caller, request)
-                owner = target.scope.owner_identity
-                expected = (
-                    len(prepared.data)
-                    if prepared.data is not None
-                    else self._settings.asset_max_bytes
-                )
-                expires = datetime.now(UTC) + timedelta(
-                    seconds=self._settings.asset_fetch_timeout_seconds + 600
-                )
-                reservation, created = await uow.quota.open_reservation(
-                    owner,
+                target = await self.target(uow, caller, intent)
+                ask = ReservationAsk(
                     operation=OPERATION,
-                    idempotency_key=prepared.idempotency_key,
-                    expected_bytes=expected,
-                    expires_at=expires,
+                    noun="save request",
+                    idempotency_key=intent.idempotency_key,
+                    expected_bytes=(
+                        self._settings.asset_max_bytes if source.size is None else source.size
+                    ),
+                    expires_at=datetime.now(UTC) + timedelta(seconds=timeout + 600),
                     vault=target.scope.physical_vault,
-                    request={"fingerprint": prepared.fingerprint()},
+                    identity={"fingerprint": intent.fingerprint},
                 )
+                owner = target.scope.owner_identity
+                reservation, created = await open_reservation(uow, owner, ask)
                 if created:
-                    return target, reservation.id, None
-                if reservation.status in ("released", "expired"):
-                    # The earlier attempt was refused or abandoned and stored nothing: the key
-                    # is free for a retry, corrected or not, which takes the reservation over.
-                    retaken = await uow.quota.retake(
-                        owner,
-                        reservation.id,
-                        expires_at=expires,
-                        expected_bytes=expected,
-                        vault=target.scope.physical_vault,
-                        request={"fingerprint": prepared.fingerprint()},
-                    )
-                    if retaken is not None:
-                        return target, retaken.id, None
-                elif reservation.request.get("fingerprint") != prepared.fingerprint():
-                    raise ConflictFailure(
-                        "idempotencyKey was already used for a different save request"
-                    )
-                elif reservation.status == "finalized" and reservation.asset_id is not None:
-                    return (
-                        target,
-                        reservation.id,
-                        await self.replay(uow, target, reservation.asset_id),
-                    )
+                    return SaveOrder(caller.identity, intent, target, reservation.id, new_id("aob"))
+                if reservation.status == "finalized" and reservation.asset_id is not None:
+                    return await self.replay(uow, target, reservation.asset_id)
             # Another request with this key is in flight: wait for its outcome.
             if anyio.current_time() > deadline:
                 raise ConflictFailure("a save with this idempotencyKey is still in progress")
             await anyio.sleep(_POLL_SECONDS)
 
-    async def target(self, uow: UnitOfWork, caller: Caller, request: SaveRequest) -> SaveTarget:
-        """The writable vault scope, project and folder ``request`` names, for ``caller``."""
-        vault = await resolve_vault(uow, caller, request.vault, "write")
+    async def target(self, uow: UnitOfWork, caller: Caller, intent: SaveIntent) -> SaveTarget:
+        """The writable vault scope, project and folder ``intent`` names, for ``caller``."""
+        vault = await resolve_vault(uow, caller, intent.vault, "write")
         scope = vault.record.scope
         try:
-            await check_placement(uow, scope, request.project_id, request.folder_id)
+            await check_placement(uow, scope, intent.project_id, intent.folder_id)
             usage = await uow.quota.usage(scope.owner_identity)
         except MemoryDbError as exc:
             raise translate(exc) from None
@@ -370,8 +338,8 @@ class AssetSaver:
             scope=scope,
             display_vault=vault.display_handle,
             namespace_id=usage.namespace_id,
-            project_id=request.project_id,
-            folder_id=request.folder_id,
+            project_id=intent.project_id,
+            folder_id=intent.folder_id,
         )
 
     async def replay(self, uow: UnitOfWork, target: SaveTarget, asset_id: str) -> SaveResult:
@@ -381,244 +349,128 @@ class AssetSaver:
             raise ConflictFailure("idempotencyKey belongs to an asset that has been deleted")
         stored = await uow.objects.get(asset.owner_identity, asset.object_id)
         jobs = await uow.jobs.for_asset(asset.owner_identity, asset.id)
-        return SaveResult(
-            asset_id=asset.id,
-            object_id=asset.object_id,
-            vault=target.display_vault,
-            status=asset.status,
-            embedding_status=asset.embedding_status,
-            deduplicated=bool(asset.metadata.get("deduplicated", False)),
-            replayed=True,
-            job_ids=[job.id for job in jobs],
-            width=stored.width,
-            height=stored.height,
-            mime_type=stored.mime_type,
-            bytes=stored.bytes,
-        )
+        job_ids = [job.id for job in jobs]
+        deduplicated = bool(asset.metadata.get("deduplicated", False))
+        return _result(target, asset, stored, job_ids, deduplicated=deduplicated, replayed=True)
 
-    async def release(self, owner: str, reservation_id: str) -> None:
-        """Give a reservation's bytes back (best effort; the expiry sweep is the fallback)."""
-        try:
-            async with self.services.database.unit_of_work() as uow:
-                await uow.quota.release(owner, reservation_id)
-        except Exception:  # the expiry sweep releases it later
-            log.warning(
-                "asset_reservation_release_failed", reservation_id=reservation_id, exc_info=True
-            )
+    async def save_from(self, order: SaveOrder, source: ImageSource) -> SaveResult:
+        """Read ``source``, inspect the bytes, plan the save and run its steps.
 
-    async def store(
-        self,
-        caller: Caller,
-        prepared: _Prepared,
-        target: SaveTarget,
-        reservation_id: str,
-        data: bytes,
-        image: InspectedImage,
-        *,
-        object_id: str | None = None,
-    ) -> SaveResult:
-        """Steps 3-5: reserve, write the objects (create-only), commit.
-
-        ``object_id``: the id to store new bytes under (a direct upload decided it at
-        initiation); a fresh one otherwise.
+        Whatever closes the reservation (the commit, or a release) ends with ``source.done()``.
+        A failure releases the reservation, except one that is not about the bytes of a
+        durable source: those stay, and so does the reservation, for a retry.
         """
-        owner = target.scope.owner_identity
-        text = fused_text(
-            title=prepared.title,
-            title_source=prepared.title_source,
-            alt_text=prepared.alt_text,
-            description=prepared.description,
-            source_ref=prepared.source_ref,
-        )
-        representations = ["visual", "fused"] if text else ["visual"]
-        vectors = vector_bytes(self.services, len(representations))
-        # Step 3: reserve what this save would add, under the namespace lock.
-        async with self.services.database.unit_of_work() as uow:
-            existing = await uow.objects.find_reusable(owner, image.sha256)
-            if existing is None:
-                # Deleted within the grace window: the bytes are still stored and counted.
-                existing = await uow.objects.find_recently_deleted(
-                    owner, image.sha256, within=self._delete_grace
-                )
-            if existing is None and await uow.objects.is_quarantined(owner, image.sha256):
-                raise InvalidImage(
-                    "these exact bytes are quarantined: the embedding provider could not read "
-                    "them before"
-                )
-            need = vectors + (0 if existing else image.bytes + len(image.preview))
-            try:
-                await uow.quota.reserve(owner, reservation_id, need)
-            except QuotaExceededError as exc:
-                raise QuotaExceeded(str(exc)) from None
-        object_id = object_id or new_id("aob")
-        uploaded: list[str] = []
-        receipts: tuple[str | None, str | None] = (None, None)
-        if existing is None:
-            uploaded, receipts = await self._upload(target, object_id, data, image)
         try:
-            result, losers = await self._commit(
-                caller,
-                prepared,
-                target,
-                reservation_id,
-                image,
-                object_id,
-                receipts,
-                existing,
-                representations,
-                text,
-                vectors,
+            data = await source.read()
+            image = await inspect_image(
+                data,
+                max_pixels=self._settings.asset_max_decoded_pixels,
+                preview_edge=self._settings.asset_preview_max_edge,
+                admission=self.services.decode_admission,
             )
+            source.accept(image)
+            plan = plan_save(
+                order,
+                data,
+                image,
+                env_prefix=self._settings.asset_storage_env_prefix,
+                vector_size=vector_bytes(self.services, 1),
+            )
+            result = await self.run(plan)
+        except BaseException as exc:
+            if source.durable and not isinstance(exc, _FINAL):
+                raise
+            with anyio.CancelScope(shield=True):
+                await self.release(order)
+                await source.done()
+            raise
+        with anyio.CancelScope(shield=True):
+            await source.done()
+        return result
+
+    async def run(self, plan: SavePlan) -> SaveResult:
+        """Steps 3-5: reserve, store (create-only writes), commit; clean up after a failure."""
+        how = await self.reserve(plan)
+        written = await self.store(plan) if how == "store" else _Written()
+        try:
+            result, losers = await self.commit(plan, how, written)
         except ToolFailure:
             # Refused inside the transaction (e.g. the folder was deleted meanwhile): it rolled
             # back for certain, so nothing references these bytes. Delete them now.
             with anyio.CancelScope(shield=True):
-                await self._discard(owner, uploaded)
+                await self._discard(plan.owner, list(written.keys))
             raise
         except BaseException as exc:
             # The commit itself may or may not have happened: keep the bytes for the orphan
             # sweep, which deletes them only if no object row claims them after the window.
             with anyio.CancelScope(shield=True):
-                await self._orphan(owner, uploaded, f"save commit failed: {type(exc).__name__}")
+                reason = f"save commit failed: {type(exc).__name__}"
+                await self._orphan(plan.owner, list(written.keys), reason)
             raise
         if losers:
             with anyio.CancelScope(shield=True):
-                await self._discard(owner, losers)
+                await self._discard(plan.owner, losers)
         return result
 
-    async def _upload(
-        self,
-        target: SaveTarget,
-        object_id: str,
-        data: bytes,
-        image: InspectedImage,
-    ) -> tuple[list[str], tuple[str | None, str | None]]:
-        env = self._settings.asset_storage_env_prefix
-        original_key = build_object_key(
-            env, target.namespace_id, object_id, "original", image.format.extension
-        )
-        preview_key = build_object_key(env, target.namespace_id, object_id, "preview")
+    # --- the steps --------------------------------------------------------------------------
+
+    async def reserve(self, plan: SavePlan) -> Dedupe:
+        """Step 3: decide how the object is got, and hold what the save adds to the quota."""
+        owner, sha256 = plan.owner, plan.image.sha256
+        async with self.services.database.unit_of_work() as uow:
+            live = await uow.objects.find_reusable(owner, sha256) is not None
+            recent = not live and (
+                await uow.objects.find_recently_deleted(owner, sha256, within=self._delete_grace)
+                is not None
+            )
+            quarantined = (
+                not live and not recent and await uow.objects.is_quarantined(owner, sha256)
+            )
+            how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
+            need = plan.charge(deduplicated=how != "store")
+            await reservations.hold(uow, owner, plan.order.reservation_id, need)
+        return how
+
+    async def store(self, plan: SavePlan) -> _Written:
+        """Step 4: write the original and the preview with create-only puts."""
         store = self.services.store
-        uploaded: list[str] = []
-        receipts: tuple[str | None, str | None] = (None, None)
+        written: list[str] = []
         try:
             put = await store.put(
-                original_key,
-                data,
-                content_type=image.format.mime_type,
-                checksum_sha256=image.sha256,
+                plan.original_key,
+                plan.data,
+                content_type=plan.image.format.mime_type,
+                checksum_sha256=plan.image.sha256,
             )
-            uploaded.append(original_key)
-            receipts = (put.etag, put.version_id)
+            written.append(plan.original_key)
             await store.put(
-                preview_key,
-                image.preview,
+                plan.preview_key,
+                plan.image.preview,
                 content_type="image/webp",
-                checksum_sha256=hashlib.sha256(image.preview).hexdigest(),
+                checksum_sha256=plan.preview_sha256,
             )
-            uploaded.append(preview_key)
+            written.append(plan.preview_key)
         except BaseException as exc:
             with anyio.CancelScope(shield=True):
-                await self._orphan(
-                    target.scope.owner_identity,
-                    [original_key, preview_key],
-                    f"upload failed: {type(exc).__name__}",
-                )
+                reason = f"upload failed: {type(exc).__name__}"
+                await self._orphan(plan.owner, list(plan.new_keys), reason)
             if isinstance(exc, MemoryDbError):
                 raise ToolFailure("the object store could not take the image; try again") from None
             raise
-        return uploaded, receipts
+        return _Written(tuple(written), put.etag, put.version_id)
 
-    async def _commit(
-        self,
-        caller: Caller,
-        prepared: _Prepared,
-        target: SaveTarget,
-        reservation_id: str,
-        image: InspectedImage,
-        object_id: str,
-        receipts: tuple[str | None, str | None],
-        existing: ObjectRecord | None,
-        representations: list[str],
-        text: str | None,
-        vectors: int,
+    async def commit(
+        self, plan: SavePlan, how: Dedupe, written: _Written
     ) -> tuple[SaveResult, list[str]]:
         """Step 5. Returns the result and keys to discard (a concurrent save won the object)."""
-        owner = target.scope.owner_identity
-        env = self._settings.asset_storage_env_prefix
+        order, image = plan.order, plan.image
+        owner, target = plan.owner, order.target
         embedder = self.services.embedder
         assert embedder is not None
-        losers: list[str] = []
         async with self.services.database.unit_of_work() as uow:
             await uow.quota.usage(owner, lock=True)
-            stored = await uow.objects.find_reusable(owner, image.sha256) if existing else None
-            if existing is not None and stored is None:
-                # A copy a delete left within its grace window is taken back into use (its
-                # deleted assets stay restorable and share it); one purged meanwhile is gone.
-                recent = await uow.objects.find_recently_deleted(
-                    owner, image.sha256, within=self._delete_grace
-                )
-                if recent is None or not await uow.objects.take_back(owner, recent.id):
-                    raise ConflictFailure("the stored copy of this image changed meanwhile; retry")
-                stored = recent
-            if stored is None:
-                try:
-                    stored = await uow.objects.create(
-                        object_id=object_id,
-                        owner=owner,
-                        namespace_id=target.namespace_id,
-                        sha256=image.sha256,
-                        storage_key=build_object_key(
-                            env, target.namespace_id, object_id, "original", image.format.extension
-                        ),
-                        preview_storage_key=build_object_key(
-                            env, target.namespace_id, object_id, "preview"
-                        ),
-                        preview_sha256=hashlib.sha256(image.preview).hexdigest(),
-                        mime_type=image.format.mime_type,
-                        extension=image.format.extension,
-                        nbytes=image.bytes,
-                        preview_bytes=len(image.preview),
-                        width=image.width,
-                        height=image.height,
-                        etag=receipts[0],
-                        version_id=receipts[1],
-                    )
-                except DuplicateObject:
-                    # A concurrent save of the same bytes committed first: share its object.
-                    stored = await uow.objects.find_reusable(owner, image.sha256)
-                    if stored is None:
-                        raise ConflictFailure(
-                            "a concurrent save is storing this image; retry"
-                        ) from None
-                    losers = [
-                        build_object_key(
-                            env, target.namespace_id, object_id, "original", image.format.extension
-                        ),
-                        build_object_key(env, target.namespace_id, object_id, "preview"),
-                    ]
-            deduplicated = stored.id != object_id
-            used = vectors + (0 if deduplicated else image.bytes + len(image.preview))
-            metadata: dict[str, Any] = {
-                "image": {
-                    "format": image.format.name,
-                    "pages": image.pages,
-                    "orientation": image.orientation,
-                    "previewWidth": image.preview_width,
-                    "previewHeight": image.preview_height,
-                },
-                "titleSource": prepared.title_source,
-                "deduplicated": deduplicated,
-                "vectorBytes": vectors,
-                "embedding": {
-                    "fused": "queued"
-                    if text
-                    else "skipped: no caller title, alt text, description or page title"
-                },
-            }
-            title = (
-                prepared.title or f"Image {image.format.name.upper()} {image.width}x{image.height}"
-            )
+            stored, losers = await self._object(uow, plan, how, written)
+            deduplicated = stored.id != order.object_id
             try:
                 # Again, locked: the project may have been archived or the folder deleted since
                 # the first check; a concurrent archive or folder deletion waits for us or we
@@ -628,25 +480,26 @@ class AssetSaver:
                 )
             except MemoryDbError as exc:
                 raise translate(exc) from None
+            intent = order.intent
             asset = await uow.assets.create(
                 target.scope,
                 object_id=stored.id,
                 project_id=target.project_id,
                 folder_id=target.folder_id,
-                title=title,
-                description=prepared.description,
-                alt_text=prepared.alt_text,
-                source_url=prepared.source_url,
+                title=plan.title,
+                description=intent.description,
+                alt_text=intent.alt_text,
+                source_url=intent.source_url,
                 source_url_hash=(
-                    hashlib.sha256(prepared.source_url.encode()).hexdigest()
-                    if prepared.source_url
+                    hashlib.sha256(intent.source_url.encode()).hexdigest()
+                    if intent.source_url
                     else None
                 ),
-                source_kind=prepared.source_kind,
-                source_ref=prepared.source_ref,
-                tags=prepared.tags,
-                metadata=metadata,
-                created_by=caller.identity,
+                source_kind=intent.source_kind,
+                source_ref=intent.source_ref,
+                tags=intent.tags,
+                metadata=plan.metadata(deduplicated=deduplicated),
+                created_by=order.actor,
             )
             jobs = [
                 await uow.jobs.create(
@@ -656,22 +509,19 @@ class AssetSaver:
                     model=embedder.model,
                     dimensions=embedder.dimensions,
                 )
-                for representation in representations
+                for representation in plan.representations
             ]
+            used = plan.charge(deduplicated=deduplicated)
+            reservation_id = order.reservation_id
             await uow.quota.finalize(owner, reservation_id, asset_id=asset.id, used_bytes=used)
             await uow.provenance.record(
                 OPERATION,
-                actor_identity=caller.identity,
+                actor_identity=order.actor,
                 owner_identity=owner,
                 vault=target.scope.physical_vault,
                 target_kind="asset",
                 target_id=asset.id,
-                detail={
-                    "sourceKind": prepared.source_kind,
-                    "bytes": image.bytes,
-                    "deduplicated": deduplicated,
-                    "representations": representations,
-                },
+                detail=plan.provenance(deduplicated=deduplicated),
             )
             await uow.jobs.notify()
         log.info(
@@ -681,23 +531,59 @@ class AssetSaver:
             bytes=image.bytes,
             deduplicated=deduplicated,
         )
-        return (
-            SaveResult(
-                asset_id=asset.id,
-                object_id=stored.id,
-                vault=target.display_vault,
-                status=asset.status,
-                embedding_status=asset.embedding_status,
-                deduplicated=deduplicated,
-                replayed=False,
-                job_ids=[job.id for job in jobs],
-                width=stored.width,
-                height=stored.height,
-                mime_type=stored.mime_type,
-                bytes=stored.bytes,
-            ),
-            losers,
-        )
+        job_ids = [job.id for job in jobs]
+        result = _result(target, asset, stored, job_ids, deduplicated=deduplicated, replayed=False)
+        return result, losers
+
+    async def release(self, order: SaveOrder) -> None:
+        """Give the order's reserved bytes back (it runs also when no bytes came, so no plan)."""
+        await reservations.release(self.services.database, order.owner, order.reservation_id)
+
+    async def _object(
+        self, uow: UnitOfWork, plan: SavePlan, how: Dedupe, written: _Written
+    ) -> tuple[ObjectRecord, list[str]]:
+        """The object the asset uses, and keys to discard (a concurrent save won the object)."""
+        if how != "store":
+            return await self._reuse(uow, plan), []
+        image = plan.image
+        try:
+            stored = await uow.objects.create(
+                object_id=plan.order.object_id,
+                owner=plan.owner,
+                namespace_id=plan.order.target.namespace_id,
+                sha256=image.sha256,
+                storage_key=plan.original_key,
+                preview_storage_key=plan.preview_key,
+                preview_sha256=plan.preview_sha256,
+                mime_type=image.format.mime_type,
+                extension=image.format.extension,
+                nbytes=image.bytes,
+                preview_bytes=len(image.preview),
+                width=image.width,
+                height=image.height,
+                etag=written.etag,
+                version_id=written.version_id,
+            )
+        except DuplicateObject:
+            # A concurrent save of the same bytes committed first: share its object.
+            stored = await uow.objects.find_reusable(plan.owner, image.sha256)
+            if stored is None:
+                raise ConflictFailure("a concurrent save is storing this image; retry") from None
+            return stored, list(plan.new_keys)
+        return stored, []
+
+    async def _reuse(self, uow: UnitOfWork, plan: SavePlan) -> ObjectRecord:
+        """The owner's stored copy the reserve step found, under the namespace lock."""
+        owner, sha256 = plan.owner, plan.image.sha256
+        stored = await uow.objects.find_reusable(owner, sha256)
+        if stored is not None:
+            return stored
+        # A copy a delete left within its grace window is taken back into use (its deleted
+        # assets stay restorable and share it); one purged meanwhile is gone.
+        recent = await uow.objects.find_recently_deleted(owner, sha256, within=self._delete_grace)
+        if recent is None or not await uow.objects.take_back(owner, recent.id):
+            raise ConflictFailure("the stored copy of this image changed meanwhile; retry")
+        return recent
 
     async def _orphan(self, owner: str, keys: list[str], reason: str) -> None:
         if not keys:

@@ -28,7 +28,6 @@ import anyio
 from memory_db import (
     MemoryDbError,
     ObjectExists,
-    QuotaExceededError,
     ReservationRecord,
     get_logger,
     new_id,
@@ -39,19 +38,22 @@ from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
     Forbidden,
-    InvalidImage,
     InvalidInputFailure,
     NotFoundFailure,
-    QuotaExceeded,
 )
-from memory_tools.ingest.images import FORMATS, inspect_image
+from memory_tools.ingest import reservations
+from memory_tools.ingest.images import FORMATS
+from memory_tools.ingest.plan import SaveIntent, SaveOrder, SaveTarget
+from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.save import (
     AssetSaver,
     SaveRequest,
     SaveResult,
-    SaveTarget,
+    describe,
+    require_folder_project,
     vector_bytes,
 )
+from memory_tools.ingest.sources import StagedUpload
 
 log = get_logger(__name__)
 
@@ -63,8 +65,8 @@ _RENEW_SECONDS = 10.0  # the holder renews its claim this often while it works
 _WAIT_SECONDS = 120.0
 _POLL_SECONDS = 0.1
 
-# An attempt's claim on an upload: owner, reservation, the save request and where it goes.
-_Claimed = tuple[str, ReservationRecord, SaveRequest, SaveTarget]
+# An attempt's claim on an upload: owner, reservation, the save's intent and where it goes.
+_Claimed = tuple[str, ReservationRecord, SaveIntent, SaveTarget]
 _EXTENSIONS = {image_format.mime_type: image_format.extension for image_format in FORMATS.values()}
 
 
@@ -101,54 +103,40 @@ class UploadFlow:
             raise InvalidInputFailure(
                 f"contentLength: must be between 1 and {settings.asset_max_bytes} bytes"
             )
-        prepared = self._saver.prepare(request, upload=True)
+        intent = _describe(request)
         ttl = settings.asset_signed_put_ttl_seconds
         expires = datetime.now(UTC) + timedelta(
             seconds=ttl + settings.asset_upload_reservation_seconds
         )
-        object_id = new_id("aob")
         async with self._services.database.unit_of_work() as uow:
-            target = await self._saver.target(uow, caller, request)
+            target = await self._saver.target(uow, caller, intent)
             owner = target.scope.owner_identity
-            while True:
-                reservation, created = await uow.quota.open_reservation(
-                    owner,
-                    operation=OPERATION,
-                    idempotency_key=prepared.idempotency_key,
-                    expected_bytes=content_length,
-                    expires_at=expires,
-                    vault=target.scope.physical_vault,
-                    object_id=object_id,
-                    request={
-                        "fingerprint": prepared.fingerprint(),
-                        "caller": caller.identity,
-                        "vaultHandle": request.vault,
-                        "contentType": content_type,
-                        "contentLength": content_length,
-                        "fields": _fields(request),
-                    },
-                )
-                # A refused or abandoned upload stored nothing and does not use its key up: the
-                # retry, corrected or not, starts a new upload (a new id, so a new staging key;
-                # links of the old attempt stay dead).
-                if created or reservation.status not in ("released", "expired"):
-                    break
-                await uow.quota.free_idempotency_key(owner, reservation.id)
-            if not created:
-                if reservation.request.get("fingerprint") != prepared.fingerprint() or (
-                    reservation.request.get("contentType"),
-                    reservation.request.get("contentLength"),
-                ) != (content_type, content_length):
-                    raise ConflictFailure("idempotencyKey was already used for a different upload")
-                if reservation.status != "active":
-                    raise ConflictFailure(f"this upload is already {reservation.status}")
-            else:
-                try:
-                    await uow.quota.reserve(
-                        owner, reservation.id, content_length + vector_bytes(self._services, 2)
-                    )
-                except QuotaExceededError as exc:
-                    raise QuotaExceeded(str(exc)) from None
+            ask = ReservationAsk(
+                operation=OPERATION,
+                noun="upload",
+                idempotency_key=intent.idempotency_key,
+                expected_bytes=content_length,
+                expires_at=expires,
+                vault=target.scope.physical_vault,
+                identity={
+                    "fingerprint": intent.fingerprint,
+                    "contentType": content_type,
+                    "contentLength": content_length,
+                },
+                details={
+                    "caller": caller.identity,
+                    "vaultHandle": request.vault,
+                    "fields": _fields(request),
+                },
+                object_id=new_id("aob"),  # where the validated bytes will be stored
+            )
+            reservation, created = await open_reservation(uow, owner, ask)
+            if not created and reservation.status != "active":
+                raise ConflictFailure(f"this upload is already {reservation.status}")
+            if created:
+                # The declared bytes and both vectors, held until completion knows the image.
+                need = content_length + vector_bytes(self._services, 2)
+                await reservations.hold(uow, owner, reservation.id, need)
         key = build_staging_key(
             settings.asset_storage_env_prefix, target.namespace_id, reservation.id, extension
         )
@@ -221,15 +209,13 @@ class UploadFlow:
                     "another request is still completing this upload; retry in a moment"
                 )
             await anyio.sleep(_POLL_SECONDS)
-        owner, reservation, request, target = claim
+        owner, reservation, intent, target = claim
         outcome: SaveResult | Exception = RuntimeError("the completion did not run")
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._keep_claim, owner, reservation.id, token)
                 try:
-                    outcome = await self._complete_claimed(
-                        caller, owner, reservation, request, target
-                    )
+                    outcome = await self._complete_claimed(caller, reservation, intent, target)
                 except Exception as exc:  # re-raised below, not wrapped in a group
                     outcome = exc
                 finally:
@@ -278,92 +264,59 @@ class UploadFlow:
                 or reservation.vault != resolved.record.physical_vault
             ):
                 raise NotFoundFailure("upload not found")
-            request = SaveRequest(**reservation.request.get("fields", {}))
+            intent = _describe(SaveRequest(**reservation.request.get("fields", {})))
             if reservation.status == "finalized" and reservation.asset_id is not None:
-                target = await self._saver.target(uow, caller, request)
+                target = await self._saver.target(uow, caller, intent)
                 return await self._saver.replay(uow, target, reservation.asset_id)
             if reservation.status != "active":
                 raise ConflictFailure(f"this upload is {reservation.status}; start a new one")
-            target = await self._saver.target(uow, caller, request)
+            target = await self._saver.target(uow, caller, intent)
             if not await uow.quota.claim_completion(
                 owner, reservation.id, token=token, seconds=_CLAIM_SECONDS
             ):
                 return None
-        return owner, reservation, request, target
+        return owner, reservation, intent, target
 
     async def _complete_claimed(
         self,
         caller: Caller,
-        owner: str,
         reservation: ReservationRecord,
-        request: SaveRequest,
+        intent: SaveIntent,
         target: SaveTarget,
     ) -> SaveResult:
         """Read, validate and store the staged bytes of an upload this attempt has claimed."""
-        prepared = self._saver.prepare(request, upload=True)
-        content_type = str(reservation.request["contentType"])
-        expected = int(reservation.request["contentLength"])
         assert reservation.object_id is not None
-        staging = build_staging_key(
-            self._services.settings.asset_storage_env_prefix,
-            target.namespace_id,
-            reservation.id,
-            _EXTENSIONS[content_type],
-        )
-        try:
-            data = await self._read(staging, expected)
-            image = await inspect_image(
-                data,
-                max_pixels=self._services.settings.asset_max_decoded_pixels,
-                preview_edge=self._services.settings.asset_preview_max_edge,
-                admission=self._services.decode_admission,
-            )
-            if image.format.mime_type != content_type:
-                shown = image.format.mime_type
-                raise InvalidImage(
-                    f"the uploaded bytes are {shown}, not the declared {content_type}"
-                )
-            result = await self._saver.store(
-                caller,
-                prepared,
-                target,
+        content_type = str(reservation.request["contentType"])
+        staged = StagedUpload(
+            store=self._services.store,
+            key=build_staging_key(
+                self._services.settings.asset_storage_env_prefix,
+                target.namespace_id,
                 reservation.id,
-                data,
-                image,
-                object_id=reservation.object_id,
-            )
-        except (InvalidImage, QuotaExceeded):
-            # The bytes can never become this asset: give the quota back, drop the bytes.
-            with anyio.CancelScope(shield=True):
-                await self._saver.release(owner, reservation.id)
-                await self._drop_staging(staging)
-            raise
-        # Promoted (or deduplicated onto the owner's stored copy): the staged bytes are done.
-        with anyio.CancelScope(shield=True):
-            await self._drop_staging(staging)
-        return result
+                _EXTENSIONS[content_type],
+            ),
+            size=int(reservation.request["contentLength"]),
+            content_type=content_type,
+        )
+        order = SaveOrder(
+            actor=caller.identity,
+            intent=intent,
+            target=target,
+            reservation_id=reservation.id,
+            object_id=reservation.object_id,
+        )
+        return await self._saver.save_from(order, staged)
 
-    async def _drop_staging(self, key: str) -> None:
-        """Delete staged bytes; if the store refuses, reconciliation deletes them later."""
-        try:
-            await self._services.store.delete(key)
-        except MemoryDbError:
-            log.warning("asset_upload_staging_delete_failed", exc_info=True)
 
-    async def _read(self, key: str, expected: int) -> bytes:
-        head = await self._services.store.head(key)
-        if not head.exists:
-            raise InvalidInputFailure("nothing was uploaded for this upload id yet")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in self._services.store.get_stream(key):
-            size += len(chunk)
-            if size > expected:
-                raise InvalidImage("the upload is longer than its declared length")
-            chunks.append(chunk)
-        if size != expected:
-            raise InvalidImage("the upload is shorter than its declared length")
-        return b"".join(chunks)
+def _describe(request: SaveRequest) -> SaveIntent:
+    """The intent of an upload's metadata: validated as a save's, with no source of its own."""
+    if any(
+        value is not None
+        for value in (request.source_url, request.artifact_id, request.image_base64)
+    ):
+        raise InvalidInputFailure("an upload carries its bytes itself; give no other source")
+    require_folder_project(request)
+    return describe(request, source_kind="upload")
 
 
 def _fields(request: SaveRequest) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""The MCP server of a running process: tools, HTTP auth and plain routes."""
+"""The MCP server of a running process: tools, HTTP auth and plain routes, served by uvicorn."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import socket
 from fastmcp import FastMCP
 from starlette.middleware import Middleware
 
-from memory_server.http_routes import health_routes, object_routes
-from memory_server.upload_routes import upload_routes
-from memory_tools import ApiKeyVerifier, MemoryServices, build_memory_server
+from memory_tools.mcp import ApiKeyVerifier, build_memory_server
+from memory_tools.services import MemoryServices
+from memory_tools.serving.http_routes import health_routes, object_routes
+from memory_tools.serving.serve import BuildServer
+from memory_tools.serving.upload_routes import upload_routes
 
 
 def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
@@ -19,7 +21,7 @@ def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
         server.custom_route(route.path, methods=methods)(route.endpoint)
 
 
-async def serve_http(
+async def run_http(
     server: FastMCP,
     host: str,
     port: int,
@@ -51,8 +53,17 @@ async def serve_http(
     )
 
 
-def build_http_server(services: MemoryServices, *, name: str = "image-memory") -> FastMCP:
-    """The memory server for HTTP: bearer API keys on ``/mcp`` plus the plain routes."""
-    server = build_memory_server(services, name=name, auth=ApiKeyVerifier(services.database))
+def build_http_server(
+    services: MemoryServices,
+    *,
+    name: str = "image-memory",
+    build_server: BuildServer = build_memory_server,
+) -> FastMCP:
+    """An MCP server for HTTP: bearer API keys on ``/mcp`` plus the plain routes.
+
+    ``build_server`` makes the MCP server (the memory tools alone by default, or an app's
+    superset such as the aggregate server).
+    """
+    server = build_server(services, name=name, auth=ApiKeyVerifier(services.database))
     add_http_routes(server, services)
     return server

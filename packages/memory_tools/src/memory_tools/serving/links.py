@@ -24,15 +24,15 @@ import uvicorn
 from starlette.applications import Starlette
 
 from memory_db import MemorySettings, get_logger
-from memory_server.bootstrap import (
+from memory_tools import MemoryServices
+from memory_tools.serving.bootstrap import (
     DEFAULT_HOST,
     DEFAULT_PORT,
     check_api_key,
     public_base_url,
     running,
 )
-from memory_server.http_routes import object_routes
-from memory_tools import MemoryServices
+from memory_tools.serving.http_routes import object_routes
 
 log = get_logger(__name__)
 

@@ -1,7 +1,7 @@
-"""``memory-server serve --transport http --processes N``: several server processes on one port.
+"""``serve --transport http --processes N``: several server processes on one port.
 
 The parent binds the port and starts N ``serve`` children that inherit a listening socket each,
-plus one ``memory-server worker`` process for embedding. On Linux each child slot has its own
+plus one ``worker`` process for embedding. On Linux each child slot has its own
 ``SO_REUSEPORT`` socket, and the kernel spreads new connections evenly over them. A single
 socket shared by all children (what gunicorn and ``uvicorn --workers`` do) was measured to hand
 8 clients connecting at once all to one child, round after round: the first child to wake
@@ -23,6 +23,11 @@ to every child once, waits ``STOP_TIMEOUT_SECONDS`` for them to finish their req
 is left, then releases the database. Children run in their own process group, so Ctrl+C in a
 terminal reaches only the parent (uvicorn would take a second signal as "exit now"), and each
 child exits by itself when its parent disappears (``kill -9`` of the parent).
+
+The children are the app's own CLI (``command``, e.g. ``python -m memory_server``), which must
+accept ``serve --transport http --host H --port P --no-worker --listen-fd FD`` (serve on the
+inherited socket: ``serve.serve_http(listen_fd=...)``) and ``worker --supervised``
+(``serve.run_worker(supervised=True)``).
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 
@@ -45,7 +50,7 @@ import anyio
 from memory_db import ConfigurationError, MemorySettings, get_logger, open_database
 from memory_db.database import EmbeddedPostgres, connection_limits, pool_capacity
 from memory_db.runtime import load_signing_secret
-from memory_server.bootstrap import bind_listening_socket
+from memory_tools.serving.bootstrap import bind_listening_socket
 
 log = get_logger(__name__)
 
@@ -58,8 +63,6 @@ PARENT_CHECK_SECONDS = 1.0
 CONFIGURATION_EXIT = 2
 # One embedding worker process beside the servers (unless --no-worker).
 WORKER_PROCESSES = 1
-
-SERVER_COMMAND = [sys.executable, "-m", "memory_server"]
 
 
 @dataclass(frozen=True)
@@ -241,14 +244,22 @@ def bind_slots(host: str, port: int, processes: int) -> list[socket.socket]:
 
 
 def child_commands(
-    slots: list[socket.socket], host: str, port: int, *, with_worker: bool
+    slots: list[socket.socket],
+    host: str,
+    port: int,
+    *,
+    command: Sequence[str],
+    with_worker: bool,
 ) -> list[Child]:
-    """A server on each slot's socket (none embeds) and, unless told not to, one worker."""
+    """A server on each slot's socket (none embeds) and, unless told not to, one worker.
+
+    ``command`` runs the app's CLI (see the module docstring for what it must accept).
+    """
     children: list[Child] = []
     for sock in slots:
         fd = sock.fileno()
         serve = [
-            *SERVER_COMMAND,
+            *command,
             "serve",
             "--transport",
             "http",
@@ -262,7 +273,7 @@ def child_commands(
         ]
         children.append(Child("server", serve, (fd,)))
     if with_worker:
-        children.append(Child("worker", [*SERVER_COMMAND, "worker", "--supervised"], ()))
+        children.append(Child("worker", [*command, "worker", "--supervised"], ()))
     return children
 
 
@@ -272,11 +283,13 @@ def serve_processes(
     port: int,
     processes: int,
     *,
+    command: Sequence[str],
     with_worker: bool,
     announce: Callable[[str], None],
 ) -> int:
     """Bind and prepare once, then run and supervise the children; return the exit status.
 
+    ``command`` runs the app's CLI, as :func:`child_commands` says.
     ``announce`` gets the start-up notice's details once everything is checked, just before
     the children start.
     """
@@ -297,7 +310,7 @@ def serve_processes(
                 + f"; up to {budget.needed} of the database's {budget.available} connections"
             )
             port = int(slots[0].getsockname()[1])
-            children = child_commands(slots, host, port, with_worker=with_worker)
+            children = child_commands(slots, host, port, command=command, with_worker=with_worker)
             return Supervisor(children).run()
         finally:
             if embedded is not None:

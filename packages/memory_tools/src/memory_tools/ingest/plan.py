@@ -1,0 +1,208 @@
+"""The save plan (docs/design.md#saving): what one save stores, where, and what it charges.
+
+Every source of bytes (an inline base64 image, a downloaded URL, a staged direct upload) ends
+in the same plan, and the saver's steps (reserve, store, commit, release) each take it. This
+module decides and never does I/O: no database, object store or network, so every decision
+here is unit-tested on its own (``tests/unit/test_save_plan.py`` of this package).
+
+- :class:`SaveIntent`: what the caller asked for, validated (everything but the bytes);
+- :class:`SaveOrder`: an intent with its target and its open reservation;
+- :class:`SavePlan`: an order with its inspected bytes, object keys, text and representations;
+- :func:`dedupe`: whether the owner's stored copy is shared, taken back, or new bytes stored.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from memory_db import VaultScope
+from memory_db.storage import build_object_key
+from memory_tools.errors import InvalidImage
+from memory_tools.ingest.images import InspectedImage
+
+SourceKind = Literal["external_url", "upload"]
+# How a save gets its object: store new bytes, share the owner's live copy of the same
+# SHA-256, or take back a copy a delete left inside its grace window.
+Dedupe = Literal["store", "share", "take_back"]
+
+NO_FUSED_TEXT = "skipped: no caller title, alt text, description or page title"
+
+
+@dataclass(frozen=True)
+class SaveTarget:
+    """Where a save goes: the vault scope, its handle as the caller named it, the namespace."""
+
+    scope: VaultScope
+    display_vault: str
+    namespace_id: str
+    project_id: str | None
+    folder_id: str | None
+
+
+@dataclass(frozen=True)
+class SaveIntent:
+    """What a caller asked to save, validated and normalised: everything but the bytes."""
+
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    source_kind: SourceKind
+    source_url: str | None  # as stored: scrubbed of credentials
+    title: str | None
+    title_source: Literal["caller", "derived"]
+    description: str | None
+    alt_text: str | None
+    tags: list[str]
+    source_ref: dict[str, Any]
+    idempotency_key: str | None
+    fingerprint: str  # what makes two requests under one idempotency key the same request
+
+
+@dataclass(frozen=True)
+class SaveOrder:
+    """A save that holds its reservation: who saves what, where; only the bytes are missing."""
+
+    actor: str  # the caller's identity (a shared writer saves into the owner's vault)
+    intent: SaveIntent
+    target: SaveTarget
+    reservation_id: str
+    object_id: str  # the id new bytes are stored under
+
+    @property
+    def owner(self) -> str:
+        """Whose namespace, quota and objects the save uses."""
+        return self.target.scope.owner_identity
+
+
+@dataclass(frozen=True)
+class SavePlan:
+    """One save, decided: the bytes, the object keys, the text and the vectors it adds."""
+
+    order: SaveOrder
+    data: bytes
+    image: InspectedImage
+    original_key: str
+    preview_key: str
+    preview_sha256: str
+    title: str
+    text: str | None  # the fused representation's text; ``None``: no fused vector
+    representations: tuple[str, ...]
+    vector_bytes: int
+
+    @property
+    def owner(self) -> str:
+        """Whose namespace, quota and objects the save uses."""
+        return self.order.owner
+
+    @property
+    def new_keys(self) -> tuple[str, str]:
+        """The object keys new bytes are written to (the original, then the preview)."""
+        return (self.original_key, self.preview_key)
+
+    def charge(self, *, deduplicated: bool) -> int:
+        """Bytes counted against the quota: the vectors, plus the bytes unless shared."""
+        stored = 0 if deduplicated else self.image.bytes + len(self.image.preview)
+        return self.vector_bytes + stored
+
+    def metadata(self, *, deduplicated: bool) -> dict[str, Any]:
+        """The asset's metadata: the image's facts and how the save went."""
+        image = self.image
+        return {
+            "image": {
+                "format": image.format.name,
+                "pages": image.pages,
+                "orientation": image.orientation,
+                "previewWidth": image.preview_width,
+                "previewHeight": image.preview_height,
+            },
+            "titleSource": self.order.intent.title_source,
+            "deduplicated": deduplicated,
+            "vectorBytes": self.vector_bytes,
+            "embedding": {"fused": "queued" if self.text else NO_FUSED_TEXT},
+        }
+
+    def provenance(self, *, deduplicated: bool) -> dict[str, Any]:
+        """The detail of the save's provenance record (no text, no keys)."""
+        return {
+            "sourceKind": self.order.intent.source_kind,
+            "bytes": self.image.bytes,
+            "deduplicated": deduplicated,
+            "representations": list(self.representations),
+        }
+
+
+def fused_text(
+    *,
+    title: str | None,
+    title_source: str,
+    alt_text: str | None,
+    description: str | None,
+    source_ref: dict[str, Any],
+) -> str | None:
+    """The whitelisted text of a fused representation, or ``None`` when there is none.
+
+    Only a caller-given title, alt text, description and a page title count; never a file
+    name, a path or a URL (docs/design.md#representations).
+    """
+    parts: list[str] = []
+    if title and title_source == "caller":
+        parts.append(title)
+    for value in (alt_text, description, source_ref.get("pageTitle")):
+        if isinstance(value, str) and value.strip() and value not in parts:
+            parts.append(value.strip())
+    return "\n".join(parts) if parts else None
+
+
+def plan_save(
+    order: SaveOrder, data: bytes, image: InspectedImage, *, env_prefix: str, vector_size: int
+) -> SavePlan:
+    """The plan for saving ``data`` (inspected as ``image``) as ``order`` asks.
+
+    ``env_prefix``: the storage environment prefix of object keys; ``vector_size``: the bytes
+    one stored vector takes (counted against the quota).
+    """
+    intent = order.intent
+    text = fused_text(
+        title=intent.title,
+        title_source=intent.title_source,
+        alt_text=intent.alt_text,
+        description=intent.description,
+        source_ref=intent.source_ref,
+    )
+    representations = ("visual", "fused") if text else ("visual",)
+    namespace = order.target.namespace_id
+    return SavePlan(
+        order=order,
+        data=data,
+        image=image,
+        original_key=build_object_key(
+            env_prefix, namespace, order.object_id, "original", image.format.extension
+        ),
+        preview_key=build_object_key(env_prefix, namespace, order.object_id, "preview"),
+        preview_sha256=hashlib.sha256(image.preview).hexdigest(),
+        title=intent.title or f"Image {image.format.name.upper()} {image.width}x{image.height}",
+        text=text,
+        representations=representations,
+        vector_bytes=len(representations) * vector_size,
+    )
+
+
+def dedupe(*, live: bool, recently_deleted: bool, quarantined: bool) -> Dedupe:
+    """How a save gets its object, from what the owner already stores under its SHA-256.
+
+    ``live``: a stored copy in use; ``recently_deleted``: a copy a delete left inside its
+    grace window (its bytes are still stored and counted, so it is taken back rather than
+    stored and charged again); ``quarantined``: the embedding provider could not read these
+    exact bytes before, which refuses them (``invalid_image``) unless a usable copy exists.
+    """
+    if live:
+        return "share"
+    if recently_deleted:
+        return "take_back"
+    if quarantined:
+        raise InvalidImage(
+            "these exact bytes are quarantined: the embedding provider could not read them before"
+        )
+    return "store"

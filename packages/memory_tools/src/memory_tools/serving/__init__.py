@@ -1,0 +1,80 @@
+"""Serving the memory: what every server app (``memory-server``, ``scraper-mcp-server``) composes.
+
+An app parses its command line, describes itself once as a :class:`ServerApp` (its name, the
+MCP server it builds, the argv that runs it again) and calls the commands here:
+
+- :func:`serve_http`: MCP over streamable HTTP at ``/mcp`` behind bearer API keys, the signed
+  object routes, the direct-upload routes, ``/healthz`` and ``/healthz/ready``, the ``/mcp``
+  body limit, the start-up banner and, unless told not to, the embedding worker in-process;
+- :func:`serve_stdio`: MCP over stdio as ``MEMORY_API_KEY``'s identity, with its preview links;
+- :func:`serve_http_processes`: ``--processes N``, supervised children on one port;
+- :func:`run_worker`: an embedding worker process;
+- :func:`run_command`: settings, logging, signals and exit statuses around any of them.
+
+Modules: ``bootstrap`` (settings → runtime → services), ``app`` (the HTTP server),
+``http_routes`` and ``upload_routes`` (the plain routes), ``body_limit``, ``links`` (stdio),
+``processes`` (the supervisor), ``commands`` and ``serve`` (the above). The HTTP stack
+(fastmcp, starlette, uvicorn) loads on first use, so an app's other commands start quickly.
+"""
+
+from typing import TYPE_CHECKING, Any
+
+from memory_tools.serving.bootstrap import (
+    DEFAULT_HOST,
+    DEFAULT_PORT,
+    public_base_url,
+    running,
+    stdio_api_key,
+)
+from memory_tools.serving.commands import (
+    Terminated,
+    install_sigterm_handler,
+    notice,
+    run_command,
+)
+from memory_tools.serving.serve import (
+    BuildServer,
+    ServerApp,
+    banner,
+    run_worker,
+    serve_http,
+    serve_http_processes,
+    serve_stdio,
+)
+
+if TYPE_CHECKING:
+    from memory_tools.serving.app import add_http_routes, build_http_server, run_http
+
+_APP_NAMES = frozenset({"add_http_routes", "build_http_server", "run_http"})
+
+
+def __getattr__(name: str) -> Any:
+    # The HTTP app (fastmcp, starlette) loads on first use, so `admin` commands start quickly.
+    if name in _APP_NAMES:
+        from memory_tools.serving import app
+
+        return getattr(app, name)
+    raise AttributeError(f"module 'memory_tools.serving' has no attribute {name!r}")
+
+
+__all__ = [
+    "DEFAULT_HOST",
+    "DEFAULT_PORT",
+    "BuildServer",
+    "ServerApp",
+    "Terminated",
+    "add_http_routes",
+    "banner",
+    "build_http_server",
+    "install_sigterm_handler",
+    "notice",
+    "public_base_url",
+    "run_command",
+    "run_http",
+    "run_worker",
+    "running",
+    "serve_http",
+    "serve_http_processes",
+    "serve_stdio",
+    "stdio_api_key",
+]

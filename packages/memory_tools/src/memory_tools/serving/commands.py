@@ -1,0 +1,102 @@
+"""Running one command of a server app: settings, logging, notices, signals and exit statuses.
+
+Every app's ``main`` parses its arguments and hands the command to :func:`run_command`, so
+``memory-server`` and ``scraper-mcp-server`` end the same way: 0 success (and SIGTERM), 1 a
+refused operation, 2 invalid configuration, 130 Ctrl+C.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
+
+from memory_db import (
+    ConfigurationError,
+    MemorySettings,
+    configure_logging,
+    get_logger,
+    load_settings,
+)
+from memory_tools.errors import ToolFailure
+
+
+class Terminated(BaseException):
+    """SIGTERM arrived: unwind so the database pool and embedded server close cleanly.
+
+    A ``BaseException`` like ``KeyboardInterrupt``: the worker's loops survive ordinary errors
+    with ``except Exception``, and must not survive this.
+    """
+
+
+def _raise_terminated(_signum: int, _frame: object) -> None:
+    raise Terminated
+
+
+def install_sigterm_handler() -> None:
+    """Turn SIGTERM into ``Terminated`` so shutdown unwinds through every ``finally``.
+
+    uvicorn restores this handler after its graceful shutdown and re-raises the signal into it;
+    raising (instead of dying) lets the runtime close and the embedded server stop.
+    """
+    signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+log = get_logger(__name__)
+# Set once logging is configured: with the JSON renderer, notices are log events too, so stderr
+# carries JSON only.
+_notices_as_json = False
+
+
+def notice(message: str) -> None:
+    """Tell the operator on stderr: plain text, or a log event once logging renders JSON."""
+    if not _notices_as_json:
+        print(message, file=sys.stderr, flush=True)
+    elif message.startswith("error: "):
+        log.error("command_failed", message=message.removeprefix("error: "))
+    else:
+        log.info("command_notice", message=message)
+
+
+def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None] | int]) -> int:
+    """Load settings, configure logging, run ``command``; map failures to exit codes.
+
+    0 success (and SIGTERM), 1 a refused operation, 2 invalid configuration, 130 Ctrl+C.
+    A ``command`` that runs no event loop (the ``--processes`` parent) returns its status.
+    """
+    install_sigterm_handler()
+    try:
+        settings = load_settings()
+        global _notices_as_json
+        _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
+        outcome = command(settings)
+        if isinstance(outcome, int):
+            return outcome
+        asyncio.run(outcome)
+    except ConfigurationError as exc:
+        notice(f"error: {exc}")
+        return 2
+    except ToolFailure as failure:
+        notice(f"error: {failure}")
+        return 1
+    except Terminated:
+        return 0
+    except KeyboardInterrupt:
+        return 130
+    except BaseExceptionGroup as group:
+        # The in-process worker runs in a task group, which wraps what ends the server.
+        if group.subgroup(Terminated) is not None and group.subgroup(_unexpected) is None:
+            return 0
+        if group.subgroup(KeyboardInterrupt) is not None and group.subgroup(_unexpected) is None:
+            return 130
+        raise
+    return 0
+
+
+def _unexpected(exc: BaseException) -> bool:
+    # subgroup() also asks about the groups themselves: judge only the leaves.
+    if isinstance(exc, BaseExceptionGroup):
+        return False
+    return not isinstance(exc, Terminated | KeyboardInterrupt | asyncio.CancelledError)

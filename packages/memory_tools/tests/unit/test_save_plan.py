@@ -1,0 +1,179 @@
+"""The save plan's decisions, without a database: fused text, keys, charge, dedupe, intent."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from memory_db import VaultScope, new_id
+from memory_tools.errors import InvalidImage, InvalidInputFailure
+from memory_tools.ingest.images import FORMATS, InspectedImage
+from memory_tools.ingest.plan import (
+    NO_FUSED_TEXT,
+    SaveIntent,
+    SaveOrder,
+    SaveTarget,
+    dedupe,
+    fused_text,
+    plan_save,
+)
+from memory_tools.ingest.save import SaveRequest, describe, require_folder_project
+
+VECTOR = 1024 * 2 + 8  # one halfvec of 1024 dimensions and its header
+IMAGE = InspectedImage(
+    format=FORMATS["png"],
+    sha256="ab" * 32,
+    bytes=5000,
+    width=48,
+    height=32,
+    pages=1,
+    orientation=1,
+    preview=b"webp-preview-bytes",
+    preview_width=48,
+    preview_height=32,
+)
+
+
+def _fused(**given: Any) -> str | None:
+    values: dict[str, Any] = {
+        "title": None,
+        "title_source": "caller",
+        "alt_text": None,
+        "description": None,
+        "source_ref": {},
+    }
+    return fused_text(**(values | given))
+
+
+def test_fused_text_takes_only_what_a_caller_or_a_page_said() -> None:
+    assert _fused() is None
+    assert _fused(title="Red kite") == "Red kite"
+    # A derived title ("Image from host") says nothing about the picture.
+    assert _fused(title="Image from example.com", title_source="derived") is None
+    assert (
+        _fused(
+            title="Red kite",
+            alt_text="a bird of prey",
+            description="over the ridge",
+            source_ref={"pageTitle": "Birds of Wales", "url": "https://x.test/kite.png"},
+        )
+        == "Red kite\na bird of prey\nover the ridge\nBirds of Wales"
+    )
+
+
+def test_fused_text_skips_blanks_repeats_and_non_text() -> None:
+    assert _fused(alt_text="   ", description="", source_ref={"pageTitle": 7}) is None
+    assert _fused(title="Kite", alt_text="Kite", description=" wings ") == "Kite\nwings"
+
+
+def _order(intent: SaveIntent | None = None) -> SaveOrder:
+    target = SaveTarget(
+        scope=VaultScope("alice@example.com", "Library"),
+        display_vault="Library",
+        namespace_id=new_id("ans"),
+        project_id=None,
+        folder_id=None,
+    )
+    return SaveOrder(
+        actor="bob@example.com",
+        intent=intent or describe(SaveRequest(), source_kind="upload", data=b"x"),
+        target=target,
+        reservation_id=new_id("aur"),
+        object_id=new_id("aob"),
+    )
+
+
+def test_without_text_the_plan_has_one_visual_vector_and_a_default_title() -> None:
+    order = _order()
+    plan = plan_save(order, b"png bytes", IMAGE, env_prefix="dev", vector_size=VECTOR)
+    assert plan.text is None and plan.representations == ("visual",)
+    assert plan.vector_bytes == VECTOR
+    assert plan.title == "Image PNG 48x32"
+    assert plan.metadata(deduplicated=False)["embedding"] == {"fused": NO_FUSED_TEXT}
+    namespace, object_id = order.target.namespace_id, order.object_id
+    assert plan.new_keys == (
+        f"dev/tenants/{namespace}/objects/{object_id}/original.png",
+        f"dev/tenants/{namespace}/objects/{object_id}/preview.webp",
+    )
+    assert plan.owner == "alice@example.com" and plan.order.actor == "bob@example.com"
+
+
+def test_caller_text_adds_a_fused_vector_and_is_charged_for_it() -> None:
+    intent = describe(SaveRequest(title="Kite", tags=["Birds"]), source_kind="upload")
+    plan = plan_save(_order(intent), b"png", IMAGE, env_prefix="dev", vector_size=VECTOR)
+    assert plan.text == "Kite" and plan.representations == ("visual", "fused")
+    assert plan.title == "Kite"
+    assert plan.charge(deduplicated=True) == 2 * VECTOR
+    assert plan.charge(deduplicated=False) == 2 * VECTOR + 5000 + len(IMAGE.preview)
+    metadata = plan.metadata(deduplicated=True)
+    assert metadata["deduplicated"] is True and metadata["embedding"] == {"fused": "queued"}
+    assert metadata["vectorBytes"] == 2 * VECTOR and metadata["titleSource"] == "caller"
+    assert plan.provenance(deduplicated=False) == {
+        "sourceKind": "upload",
+        "bytes": 5000,
+        "deduplicated": False,
+        "representations": ["visual", "fused"],
+    }
+
+
+def test_a_url_without_a_title_is_named_after_its_host_and_not_fused() -> None:
+    request = SaveRequest(source_url="https://user:pw@img.example.com/a.png?sig=1")
+    intent = describe(
+        request, source_kind="external_url", source_url="https://img.example.com/a.png"
+    )
+    assert (intent.title, intent.title_source) == ("Image from img.example.com", "derived")
+    plan = plan_save(_order(intent), b"png", IMAGE, env_prefix="dev", vector_size=VECTOR)
+    assert plan.title == "Image from img.example.com" and plan.text is None
+
+
+@pytest.mark.parametrize(
+    ("live", "recent", "quarantined", "expected"),
+    [
+        (True, False, False, "share"),
+        (True, False, True, "share"),  # a usable copy wins over an old quarantine
+        (False, True, False, "take_back"),
+        (False, True, True, "take_back"),
+        (False, False, False, "store"),
+    ],
+)
+def test_dedupe_shares_takes_back_or_stores(
+    live: bool, recent: bool, quarantined: bool, expected: str
+) -> None:
+    assert dedupe(live=live, recently_deleted=recent, quarantined=quarantined) == expected
+
+
+def test_quarantined_bytes_without_a_usable_copy_are_refused() -> None:
+    with pytest.raises(InvalidImage, match="quarantined"):
+        dedupe(live=False, recently_deleted=False, quarantined=True)
+
+
+def test_the_fingerprint_is_what_makes_a_repeat_the_same_request() -> None:
+    base = SaveRequest(title="Kite", tags=["a", "b"], idempotency_key="k1")
+
+    def fingerprint(request: SaveRequest, data: bytes | None = b"img") -> str:
+        return describe(request, source_kind="upload", data=data).fingerprint
+
+    # Normalised fields: the same tags in another case or repeated, the title spaced out.
+    assert fingerprint(base) == fingerprint(replace(base, tags=["A", "b", "a"], title=" Kite "))
+    # The key itself is not part of it: a repeat carries the same key by definition.
+    assert fingerprint(base) == fingerprint(replace(base, idempotency_key="k2"))
+    different = [
+        replace(base, title="Hawk"),
+        replace(base, tags=["a"]),
+        replace(base, vault="Work"),
+        replace(base, description="over the ridge"),
+        replace(base, project_id="prj_x"),
+    ]
+    assert len({fingerprint(r) for r in different} | {fingerprint(base)}) == 6
+    assert fingerprint(base, b"other image") != fingerprint(base)
+
+
+def test_an_intent_refuses_bad_metadata() -> None:
+    with pytest.raises(InvalidInputFailure, match="projectId"):
+        require_folder_project(SaveRequest(folder_id="fld_x"))
+    with pytest.raises(InvalidInputFailure, match="title"):
+        describe(SaveRequest(title="x" * 10_000), source_kind="upload")
+    with pytest.raises(InvalidInputFailure):
+        describe(SaveRequest(tags=["ok", "bad\x00tag"]), source_kind="upload")
