@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
@@ -259,18 +259,18 @@ async def get_asset(
 
 @dataclass(frozen=True, kw_only=True)
 class FilterFields:
-    """The exact filters shared by listing and search (docs/design.md#filters); empty: no filter."""
+    """Where listing and search look, and their exact filters (docs/design.md#filters).
+
+    ``vault``, ``project_id``, ``folder_id`` and ``include_subfolders`` are checked against the
+    caller's vaults (:func:`resolve_filters`); ``filters`` holds every other exact filter, in
+    the one definition both listing and search apply (``memory_db.repositories.AssetFilter``).
+    """
 
     vault: str | None = None
     project_id: str | None = None
     folder_id: str | None = None
     include_subfolders: bool = False
-    tags: tuple[str, ...] = ()
-    source_kinds: tuple[str, ...] = ()
-    source_host: str | None = None
-    mime_types: tuple[str, ...] = ()
-    created_after: datetime | None = None
-    created_before: datetime | None = None
+    filters: AssetFilter = field(default_factory=AssetFilter)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -307,22 +307,25 @@ def decode_cursor(cursor: str, order: str) -> tuple[datetime, str]:
 
 def check_filters(request: FilterFields) -> None:
     """Refuse malformed filters before any database work."""
+    filters = request.filters
     for name, value in (
         ("vault", request.vault),
         ("projectId", request.project_id),
         ("folderId", request.folder_id),
-        ("sourceHost", request.source_host),
+        ("sourceHost", filters.source_host),
     ):
         if value is not None:
             refuse_nul(value, name)
-    for tag in request.tags:
+    for tag in filters.tags:
         refuse_nul(tag, "tags")
-    for kind in request.source_kinds:
+    if filters.untagged and filters.tags:
+        raise InvalidInputFailure("untagged: cannot be combined with tags")
+    for kind in filters.source_kinds:
         if kind not in SOURCE_KINDS:
             raise InvalidInputFailure(
                 f"sourceKinds: {kind!r} is not one of {', '.join(SOURCE_KINDS)}"
             )
-    for mime in request.mime_types:
+    for mime in filters.mime_types:
         if mime not in MIME_TYPES:
             raise InvalidInputFailure(f"mimeTypes: {mime!r} is not one of {', '.join(MIME_TYPES)}")
     if request.folder_id is not None and request.project_id is None:
@@ -332,15 +335,15 @@ def check_filters(request: FilterFields) -> None:
     if (request.project_id or request.folder_id) and request.vault is None:
         raise InvalidInputFailure("projectId: name the vault it belongs to")
     for name, value in (
-        ("createdAfter", request.created_after),
-        ("createdBefore", request.created_before),
+        ("createdAfter", filters.created_after),
+        ("createdBefore", filters.created_before),
     ):
         if value is not None and value.tzinfo is None:
             raise InvalidInputFailure(f"{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
     if (
-        request.created_after is not None
-        and request.created_before is not None
-        and request.created_after >= request.created_before
+        filters.created_after is not None
+        and filters.created_before is not None
+        and filters.created_after >= filters.created_before
     ):
         raise InvalidInputFailure("createdAfter: must be earlier than createdBefore")
 
@@ -371,17 +374,13 @@ async def resolve_filters(
             await uow.projects.get(vaults[0].record.scope, request.project_id)
         except MemoryDbError as exc:
             raise translate(exc) from None
-    filters = AssetFilter(
+    given = request.filters
+    filters = replace(
+        given,
         project_id=request.project_id,
         folder_ids=folder_ids,
-        tags=tuple(t.strip().lower() for t in request.tags),
-        source_kinds=request.source_kinds,
-        source_host=request.source_host.strip().lower().rstrip(".")
-        if request.source_host
-        else None,
-        mime_types=request.mime_types,
-        created_after=request.created_after,
-        created_before=request.created_before,
+        tags=tuple(t.strip().lower() for t in given.tags),
+        source_host=given.source_host.strip().lower().rstrip(".") if given.source_host else None,
     )
     return vaults, filters
 

@@ -33,7 +33,7 @@ from memory_db.embedding.types import EmbedResult, EmbedValue
 from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
-from memory_db.vectors import VectorHit, VectorIndex, VectorMatch, resolve_alias
+from memory_db.vectors import VectorHit, VectorIndex, resolve_alias
 from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
@@ -69,9 +69,9 @@ TEXT_HITS = 50
 # Reciprocal-rank fusion constant: a first place adds 1/21 ≈ 0.048 to an asset's relevance,
 # a tenth place 1/30 ≈ 0.033; the best cosine similarity carries the rest.
 RRF_K = 20
-# Tag and source-host filters are not columns of the vector index: when they match at most
-# this many assets the ANN query is restricted to exactly those; beyond it, the index is
-# overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
+# Filters without a column in the vector index (tags, untagged, source host): when they match
+# at most this many assets the ANN query is restricted to exactly those; beyond it, the index
+# is overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
 CANDIDATE_CAP = 10_000
 WIDE_OVERFETCH = 1000
 
@@ -437,7 +437,7 @@ class AssetSearcher:
         )
         restricted: tuple[str, ...] | None = None
         overfetch = OVERFETCH
-        if filters.tags or filters.source_host is not None:
+        if filters.outside_vectors():
             ids = await uow.assets.matching_ids(
                 vault_scopes, filters, statuses=("ready",), limit=CANDIDATE_CAP + 1
             )
@@ -458,15 +458,7 @@ class AssetSearcher:
                 vault_scopes,
                 model=embedder.model,
                 limit=overfetch,
-                project_id=filters.project_id,
-                folder_ids=filters.folder_ids,
-                match=VectorMatch(
-                    mime_types=filters.mime_types,
-                    source_kinds=filters.source_kinds,
-                    created_after=filters.created_after,
-                    created_before=filters.created_before,
-                    asset_ids=restricted,
-                ),
+                filters=replace(filters.for_vectors(), asset_ids=restricted),
             )
 
         async def text_list() -> None:

@@ -21,6 +21,7 @@ from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
 from memory_db import MemorySettings, UnitOfWork
+from memory_db.repositories import AssetFilter
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
 from memory_tools.assets import AssetListView, AssetView
@@ -70,6 +71,7 @@ MimeTypesParam = Annotated[
     list[str] | None,
     Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
 ]
+UntaggedParam = Annotated[bool, Field(description="Only assets without tags.")]
 
 
 def base64_param(max_bytes: int, *, searching: bool) -> Any:
@@ -379,6 +381,7 @@ class MemoryTools:
         folderId: OptionalId = None,
         includeSubfolders: bool = False,
         tags: TagsParam = None,
+        untagged: UntaggedParam = False,
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
@@ -398,12 +401,15 @@ class MemoryTools:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            tags=tuple(tags or ()),
-            source_kinds=tuple(sourceKinds or ()),
-            source_host=sourceHost,
-            mime_types=tuple(mimeTypes or ()),
-            created_after=createdAfter,
-            created_before=createdBefore,
+            filters=AssetFilter(
+                tags=tuple(tags or ()),
+                untagged=untagged,
+                source_kinds=tuple(sourceKinds or ()),
+                source_host=sourceHost,
+                mime_types=tuple(mimeTypes or ()),
+                created_after=createdAfter,
+                created_before=createdBefore,
+            ),
             order=order,
             limit=limit,
             cursor=cursor,
@@ -443,6 +449,7 @@ class MemoryTools:
         folderId: OptionalId = None,
         includeSubfolders: bool = False,
         tags: TagsParam = None,
+        untagged: UntaggedParam = False,
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
@@ -474,12 +481,15 @@ class MemoryTools:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            tags=tuple(tags or ()),
-            source_kinds=tuple(sourceKinds or ()),
-            source_host=sourceHost,
-            mime_types=tuple(mimeTypes or ()),
-            created_after=createdAfter,
-            created_before=createdBefore,
+            filters=AssetFilter(
+                tags=tuple(tags or ()),
+                untagged=untagged,
+                source_kinds=tuple(sourceKinds or ()),
+                source_host=sourceHost,
+                mime_types=tuple(mimeTypes or ()),
+                created_after=createdAfter,
+                created_before=createdBefore,
+            ),
             limit=limit,
             min_score=minScore,
             include_preview=includePreview,
