@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -12,7 +12,10 @@ from sqlalchemy import text
 
 from memory_db import Conflict, Database, InvalidInput, NotFound, VaultScope
 from memory_db.database import create_engine
+from memory_db.ids import new_id
 from memory_db.migrate import downgrade, upgrade
+from memory_db.repositories import FILTER_FIELDS, AssetFilter
+from memory_db.storage import build_object_key
 from memory_db.testing import PostgresForTests
 from memory_db.vectors import (
     SearchTuning,
@@ -191,7 +194,12 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
         index = await VectorIndex.open(uow.session, "memory_assets_v1")
         approximate = await index.search(query, [B], model=MODEL, limit=10, strategy="ann")
         exact = await index.search(
-            query, [B], model=MODEL, limit=10, strategy="exact", project_id="apr_small"
+            query,
+            [B],
+            model=MODEL,
+            limit=10,
+            strategy="exact",
+            filters=AssetFilter(project_id="apr_small"),
         )
         auto = await index.search(query, [B], model=MODEL, limit=10)  # 15 rows: exact
         seqscan = await uow.session.scalar(text("SELECT current_setting('enable_seqscan')"))
@@ -418,3 +426,116 @@ async def test_migration_rewrites_element_sign_codes_as_projection_codes(
     finally:
         await database.close()
         await postgres.drop(name)
+
+
+async def test_every_vector_predicate_passes_the_assets_its_sql_condition_passes(
+    database: Database,
+) -> None:
+    """A filter means the same in the vector index as in the asset tables (every one declared).
+
+    The candidate reload would hide a vector predicate that passes too much; this compares the
+    two directly, over every filter field with a vector column, with both exact strategies.
+    """
+    owner = "filters@example.com"
+    scope = VaultScope(owner, f"{owner}/Library")
+    await _index(database)
+    rng = np.random.default_rng(11)
+    async with database.unit_of_work() as uow:
+        namespace = (await uow.identities.create(owner, 10**9)).namespace_id
+        project = await uow.projects.create(scope, name="P", description=None, created_by=owner)
+        folder = await uow.folders.create(scope, project_id=project.id, parent_id=None, name="f")
+        placed = [(None, None), (project.id, None), (project.id, folder.id)]
+        ids: list[str] = []
+        records: list[VectorRecord] = []
+        for i, vector in enumerate(_unit(rng, 6)):
+            project_id, folder_id = placed[i % 3]
+            kind, mime, extension = (
+                ("scrape", "image/jpeg", "jpg") if i % 2 else ("upload", "image/png", "png")
+            )
+            object_id = new_id("aob")
+            await uow.objects.create(
+                object_id=object_id,
+                owner=owner,
+                namespace_id=namespace,
+                sha256=f"{i:064x}",
+                storage_key=build_object_key("test", namespace, object_id, "original", extension),
+                preview_storage_key=build_object_key("test", namespace, object_id, "preview"),
+                preview_sha256=f"{i:064x}",
+                mime_type=mime,
+                extension=extension,
+                nbytes=1,
+                preview_bytes=1,
+                width=1,
+                height=1,
+                etag=None,
+                version_id=None,
+            )
+            asset = await uow.assets.create(
+                scope,
+                object_id=object_id,
+                project_id=project_id,
+                folder_id=folder_id,
+                title=f"asset {i}",
+                description=None,
+                alt_text=None,
+                source_url=None,
+                source_url_hash=None,
+                source_kind=kind,
+                source_ref={},
+                tags=[],
+                metadata={},
+                created_by=owner,
+            )
+            created = NOW - timedelta(hours=i)
+            await uow.session.execute(
+                text("UPDATE mem_assets SET created_at = :t WHERE id = :id"),
+                {"t": created, "id": asset.id},
+            )
+            ids.append(asset.id)
+            records.append(
+                VectorRecord(
+                    asset_id=asset.id,
+                    object_id=object_id,
+                    project_id=project_id,
+                    folder_id=folder_id,
+                    representation="visual",
+                    model=MODEL,
+                    mime_type=mime,
+                    source_kind=kind,
+                    created_at=created,
+                    embedding=[float(x) for x in vector],
+                )
+            )
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        await index.upsert(scope, records)
+    split = NOW - timedelta(hours=2, minutes=30)
+    samples: dict[str, Any] = {
+        "project_id": project.id,
+        "folder_ids": (folder.id,),
+        "source_kinds": ("scrape",),
+        "mime_types": ("image/jpeg",),
+        "created_after": split,
+        "created_before": split,
+        "asset_ids": (ids[0], ids[3]),
+    }
+    query = [float(x) for x in _unit(rng, 1)[0]]
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        for name, (unset, declared) in FILTER_FIELDS.items():
+            if declared.vector is None:
+                some: Any = True if unset is False else ("x",) if unset == () else "x"
+                narrowed = AssetFilter(**{name: some})
+                assert narrowed.outside_vectors() and narrowed.for_vectors() == AssetFilter()
+                with pytest.raises(InvalidInput, match=f"cannot filter on {name}"):
+                    await index.search(query, [scope], model=MODEL, filters=narrowed)
+                continue
+            if name not in samples:
+                pytest.fail(f"give the vector filter {name!r} a sample value in this test")
+            narrowed = AssetFilter(**{name: samples[name]})
+            rows = set(await uow.assets.matching_ids([scope], narrowed, limit=100))
+            assert rows and rows != set(ids), (name, "the sample must filter")
+            for strategy in ("exact", "scan"):
+                hits = await index.search(
+                    query, [scope], model=MODEL, limit=100, filters=narrowed, strategy=strategy
+                )
+                assert {hit.asset_id for hit in hits} == rows, (name, strategy)

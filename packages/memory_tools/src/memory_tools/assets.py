@@ -9,9 +9,11 @@ from __future__ import annotations
 import base64
 import binascii
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
+
+from pydantic import Field
 
 from memory_db import (
     ChecksumMismatch,
@@ -30,6 +32,7 @@ from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
@@ -39,30 +42,31 @@ MAX_PREVIEW_BYTES = 32 * 1024 * 1024
 MAX_LIST_LIMIT = 100
 
 
-@dataclass(frozen=True)
-class PreviewLink:
-    """A short-lived read link of the sanitised preview, or why there is none to open."""
+class PreviewLink(WireModel):
+    """A short-lived link to the sanitised WebP preview (never stored; ask again when expired)."""
 
-    url: str | None
+    url: str | None = Field(description="The signed link; null when unavailable says why.")
     expires_at: datetime | None
-    unavailable: str | None = None
+    unavailable: str | None = Field(
+        default=None,
+        description="Why no link can be given (e.g. a stdio server with nothing serving its "
+        "links); null when url is set.",
+    )
 
 
-@dataclass(frozen=True)
-class RepresentationState:
-    """Where one representation's embedding stands."""
+class RepresentationState(WireModel):
+    """The embedding state of one representation."""
 
-    representation: str
-    status: str
+    representation: str = Field(description="visual or fused.")
+    status: str = Field(description="queued, running, retry, done, failed or cancelled.")
     attempts: int
     model: str
     last_error_code: str | None
     completed_at: datetime | None
 
 
-@dataclass(frozen=True)
-class AssetView:
-    """An asset as its reader sees it."""
+class AssetView(WireModel):
+    """An asset with its embedding state."""
 
     asset_id: str
     vault: str
@@ -74,9 +78,9 @@ class AssetView:
     tags: list[str]
     source_url: str | None
     source_kind: str
-    source_ref: dict[str, Any]
-    status: str
-    embedding_status: str
+    source_ref: dict[str, str | int | float | bool | None]
+    status: str = Field(description="processing, ready or failed.")
+    embedding_status: str = Field(description="pending, running, ready, partial or failed.")
     failure_code: str | None
     failure_message: str | None
     mime_type: str
@@ -86,16 +90,37 @@ class AssetView:
     created_at: datetime
     updated_at: datetime
     representations: list[RepresentationState]
-    fused_note: str | None
+    fused_note: str | None = Field(description="Why no fused vector was made, if none was.")
     preview: PreviewLink | None
 
 
-@dataclass(frozen=True)
-class AssetListView:
-    """One page of a listing."""
+class AssetSummary(WireModel):
+    """One listed asset: compact metadata, never image bytes."""
 
-    items: list[AssetView]
-    next_cursor: str | None
+    asset_id: str
+    vault: str
+    project_id: str | None
+    folder_id: str | None
+    title: str
+    tags: list[str]
+    source_kind: str
+    source_url: str | None
+    status: str
+    embedding_status: str
+    mime_type: str
+    width: int
+    height: int
+    bytes: int
+    created_at: datetime
+
+
+class AssetListView(WireModel):
+    """One page of assets."""
+
+    items: list[AssetSummary]
+    next_cursor: str | None = Field(
+        description="Pass as cursor for the next page; null at the end."
+    )
 
 
 def _handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:
@@ -137,6 +162,27 @@ async def signed_preview(services: MemoryServices, stored: StoredAsset) -> Previ
     ttl = services.settings.asset_signed_get_ttl_seconds
     url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
     return PreviewLink(url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
+
+
+def _summary(stored: StoredAsset, vault: str) -> AssetSummary:
+    asset = stored.asset
+    return AssetSummary(
+        asset_id=asset.id,
+        vault=vault,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
+        title=asset.title,
+        tags=list(asset.tags),
+        source_kind=asset.source_kind,
+        source_url=asset.source_url,
+        status=asset.status,
+        embedding_status=asset.embedding_status,
+        mime_type=stored.mime_type,
+        width=stored.width,
+        height=stored.height,
+        bytes=stored.bytes,
+        created_at=asset.created_at,
+    )
 
 
 def _view(
@@ -213,18 +259,18 @@ async def get_asset(
 
 @dataclass(frozen=True, kw_only=True)
 class FilterFields:
-    """The exact filters shared by listing and search (docs/design.md#filters); empty: no filter."""
+    """Where listing and search look, and their exact filters (docs/design.md#filters).
+
+    ``vault``, ``project_id``, ``folder_id`` and ``include_subfolders`` are checked against the
+    caller's vaults (:func:`resolve_filters`); ``filters`` holds every other exact filter, in
+    the one definition both listing and search apply (``memory_db.repositories.AssetFilter``).
+    """
 
     vault: str | None = None
     project_id: str | None = None
     folder_id: str | None = None
     include_subfolders: bool = False
-    tags: tuple[str, ...] = ()
-    source_kinds: tuple[str, ...] = ()
-    source_host: str | None = None
-    mime_types: tuple[str, ...] = ()
-    created_after: datetime | None = None
-    created_before: datetime | None = None
+    filters: AssetFilter = field(default_factory=AssetFilter)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -261,22 +307,25 @@ def decode_cursor(cursor: str, order: str) -> tuple[datetime, str]:
 
 def check_filters(request: FilterFields) -> None:
     """Refuse malformed filters before any database work."""
+    filters = request.filters
     for name, value in (
         ("vault", request.vault),
         ("projectId", request.project_id),
         ("folderId", request.folder_id),
-        ("sourceHost", request.source_host),
+        ("sourceHost", filters.source_host),
     ):
         if value is not None:
             refuse_nul(value, name)
-    for tag in request.tags:
+    for tag in filters.tags:
         refuse_nul(tag, "tags")
-    for kind in request.source_kinds:
+    if filters.untagged and filters.tags:
+        raise InvalidInputFailure("untagged: cannot be combined with tags")
+    for kind in filters.source_kinds:
         if kind not in SOURCE_KINDS:
             raise InvalidInputFailure(
                 f"sourceKinds: {kind!r} is not one of {', '.join(SOURCE_KINDS)}"
             )
-    for mime in request.mime_types:
+    for mime in filters.mime_types:
         if mime not in MIME_TYPES:
             raise InvalidInputFailure(f"mimeTypes: {mime!r} is not one of {', '.join(MIME_TYPES)}")
     if request.folder_id is not None and request.project_id is None:
@@ -286,15 +335,15 @@ def check_filters(request: FilterFields) -> None:
     if (request.project_id or request.folder_id) and request.vault is None:
         raise InvalidInputFailure("projectId: name the vault it belongs to")
     for name, value in (
-        ("createdAfter", request.created_after),
-        ("createdBefore", request.created_before),
+        ("createdAfter", filters.created_after),
+        ("createdBefore", filters.created_before),
     ):
         if value is not None and value.tzinfo is None:
             raise InvalidInputFailure(f"{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
     if (
-        request.created_after is not None
-        and request.created_before is not None
-        and request.created_after >= request.created_before
+        filters.created_after is not None
+        and filters.created_before is not None
+        and filters.created_after >= filters.created_before
     ):
         raise InvalidInputFailure("createdAfter: must be earlier than createdBefore")
 
@@ -325,17 +374,13 @@ async def resolve_filters(
             await uow.projects.get(vaults[0].record.scope, request.project_id)
         except MemoryDbError as exc:
             raise translate(exc) from None
-    filters = AssetFilter(
+    given = request.filters
+    filters = replace(
+        given,
         project_id=request.project_id,
         folder_ids=folder_ids,
-        tags=tuple(t.strip().lower() for t in request.tags),
-        source_kinds=request.source_kinds,
-        source_host=request.source_host.strip().lower().rstrip(".")
-        if request.source_host
-        else None,
-        mime_types=request.mime_types,
-        created_after=request.created_after,
-        created_before=request.created_before,
+        tags=tuple(t.strip().lower() for t in given.tags),
+        source_host=given.source_host.strip().lower().rstrip(".") if given.source_host else None,
     )
     return vaults, filters
 
@@ -364,9 +409,7 @@ async def list_assets(
     )
     handles = _handles(vaults)
     page = rows[: request.limit]
-    items = [
-        _view(row, handles[(row.asset.owner_identity, row.asset.vault)], [], None) for row in page
-    ]
+    items = [_summary(row, handles[(row.asset.owner_identity, row.asset.vault)]) for row in page]
     next_cursor = None
     if len(rows) > request.limit and page:
         last = page[-1].asset

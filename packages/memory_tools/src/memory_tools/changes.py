@@ -15,8 +15,9 @@ never returns. See docs/design.md#deleting.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
 from datetime import timedelta
+
+from pydantic import Field
 
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, VaultScope
@@ -35,6 +36,7 @@ from memory_tools.errors import (
 from memory_tools.ingest.plan import fused_text
 from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
@@ -46,21 +48,19 @@ PURGE_BATCH = 100
 PURGE_MARGIN = timedelta(minutes=5)
 
 
-@dataclass(frozen=True)
-class MoveResult:
-    """Where an asset is now; ``moved`` is false when it was already there."""
+class MoveResult(WireModel):
+    """Where the asset is now; its object (the stored bytes) never changes on a move."""
 
     asset_id: str
     vault: str
     project_id: str | None
     folder_id: str | None
     object_id: str
-    moved: bool
+    moved: bool = Field(description="False when the asset was already there.")
 
 
-@dataclass(frozen=True)
-class DeleteResult:
-    """What a delete did; a repeat reports ``already_deleted`` and changes nothing."""
+class DeleteResult(WireModel):
+    """The outcome of a delete; repeating it reports alreadyDeleted and changes nothing."""
 
     asset_id: str
     vault: str
@@ -68,12 +68,15 @@ class DeleteResult:
     already_deleted: bool
     jobs_cancelled: int
     vectors_removed: int
-    object_released: bool  # no other asset uses the bytes: they are deleted shortly
+    object_released: bool = Field(
+        description="No other asset uses these bytes: they are purged once the delete grace "
+        "window (ASSET_DELETE_GRACE_HOURS) has passed; until then image_asset_restore brings "
+        "the image back."
+    )
 
 
-@dataclass(frozen=True)
-class RestoreResult:
-    """Where a restored asset is now; a repeat reports ``already_active`` and changes nothing."""
+class RestoreResult(WireModel):
+    """A restored image; restoring one that is not deleted reports alreadyActive."""
 
     asset_id: str
     vault: str
@@ -82,22 +85,26 @@ class RestoreResult:
     already_active: bool
     project_id: str | None
     folder_id: str | None
-    placement: str  # "original", "project_root" (its folder is gone) or "unfiled"
+    placement: str = Field(
+        description="'original' (where it was), 'project_root' (its folder is gone) or "
+        "'unfiled' (its project is gone or archived)."
+    )
     job_ids: list[str]
 
 
-@dataclass(frozen=True)
-class FolderDeletion:
-    """A folder deletion or its dry run (counts cover the folder and all its subfolders)."""
+class FolderDeletion(WireModel):
+    """A folder deletion, or its dry run (deleted false, with a confirm token)."""
 
     folder_id: str
     project_id: str
     vault: str
     deleted: bool
-    folders: int
-    assets: int
-    bytes: int  # original bytes of the distinct images the assets use
-    confirm: str | None  # pass back to delete recursively; null once deleted
+    folders: int = Field(description="The folder and its subfolders.")
+    assets: int = Field(description="Images in them.")
+    bytes: int = Field(description="Original bytes of the distinct images they use.")
+    confirm: str | None = Field(
+        description="Pass back as confirm (with recursive=true) to delete exactly this."
+    )
 
 
 async def _locate(
@@ -236,11 +243,25 @@ async def delete_asset(
     scope = resolved.record.scope
     outcome = await _remove(uow, caller, services, await _index(uow, services), scope, asset_id)
     if outcome is None:
-        return DeleteResult(asset_id, resolved.display_handle, "deleted", True, 0, 0, False)
+        return DeleteResult(
+            asset_id=asset_id,
+            vault=resolved.display_handle,
+            status="deleted",
+            already_deleted=True,
+            jobs_cancelled=0,
+            vectors_removed=0,
+            object_released=False,
+        )
     cancelled, removed, released = outcome
     log.info("asset_deleted", jobs_cancelled=cancelled, vectors=removed, released=released)
     return DeleteResult(
-        asset_id, resolved.display_handle, "deleted", False, cancelled, removed, released
+        asset_id=asset_id,
+        vault=resolved.display_handle,
+        status="deleted",
+        already_deleted=False,
+        jobs_cancelled=cancelled,
+        vectors_removed=removed,
+        object_released=released,
     )
 
 

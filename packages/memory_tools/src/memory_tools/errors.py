@@ -14,7 +14,12 @@ Hierarchy::
     ├── InvalidImage         invalid_image     bytes that are not an acceptable image
     ├── QuotaExceeded        quota_exceeded    the owner's storage quota would be exceeded
     ├── Unavailable          unavailable       the database cannot be reached now; retry shortly
-    └── Busy                 busy              the server is saturated now; retry shortly
+    ├── Busy                 busy              the server is saturated now; retry shortly
+    ├── EmbeddingUnavailable embedding_unavailable  the embedding provider cannot answer now
+    └── EmbeddingFailed      embedding_failed  the embedding provider refused the query
+
+``CODES`` lists every code, ``internal`` (the root's) last; the server instructions name them
+all (tests/unit/test_error_codes.py checks both against every subclass).
 
 ``translate`` maps memory-db errors onto these at the workflow boundary; ``map_failures`` is the
 one boundary every entry point (MCP tools, HTTP routes) wraps around a workflow call.
@@ -41,6 +46,8 @@ CODES = (
     "quota_exceeded",
     "unavailable",
     "busy",
+    "embedding_unavailable",
+    "embedding_failed",
     "internal",
 )
 

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import datetime
+
+from pydantic import Field
 
 from memory_db import (
     FolderRecord,
@@ -17,32 +18,40 @@ from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_
 from memory_tools.errors import translate
 from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
 
 
-@dataclass(frozen=True, slots=True)
-class ProjectView:
-    """A project as a caller sees it, with the handle they use for its vault."""
+class ProjectView(WireModel):
+    """A project."""
 
-    project_id: str
-    vault: str
+    project_id: str = Field(description="Opaque project id (apr_...).")
+    vault: str = Field(description="The vault handle as the caller names it.")
     name: str
     description: str | None
-    status: str
+    status: str = Field(description="active or archived.")
     created_at: datetime
     updated_at: datetime
 
 
-@dataclass(frozen=True, slots=True)
-class FolderView:
-    """A folder with its presentation path (never used as a storage key)."""
+class FolderView(WireModel):
+    """A folder with its presentation path."""
 
-    folder_id: str
+    folder_id: str = Field(description="Opaque folder id (afl_...).")
     project_id: str
-    parent_id: str | None
+    parent_id: str | None = Field(description="Parent folder id; null at the project root.")
+    vault: str
     name: str
-    path: str
-    depth: int
+    path: str = Field(description="Presentation path such as /Trips/2026 (never a storage key).")
+    depth: int = Field(description="1 for a folder at the project root, at most 8.")
     created_at: datetime
+
+
+class FolderTree(WireModel):
+    """A project's folder tree, depth-first with siblings by name."""
+
+    vault: str
+    project_id: str
+    folders: list[FolderView]
 
 
 def _project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
@@ -57,7 +66,7 @@ def _project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
     )
 
 
-def folder_tree(folders: Sequence[FolderRecord]) -> list[FolderView]:
+def folder_tree(folders: Sequence[FolderRecord], vault: str) -> list[FolderView]:
     """Folders in depth-first order (siblings by name), each with its path and depth."""
     children: dict[str | None, list[FolderRecord]] = {}
     for folder in folders:
@@ -71,13 +80,14 @@ def folder_tree(folders: Sequence[FolderRecord]) -> list[FolderView]:
             path = f"{prefix}/{folder.name}"
             ordered.append(
                 FolderView(
-                    folder.id,
-                    folder.project_id,
-                    folder.parent_id,
-                    folder.name,
-                    path,
-                    depth,
-                    folder.created_at,
+                    folder_id=folder.id,
+                    project_id=folder.project_id,
+                    parent_id=folder.parent_id,
+                    vault=vault,
+                    name=folder.name,
+                    path=path,
+                    depth=depth,
+                    created_at=folder.created_at,
                 )
             )
             walk(folder.id, path, depth + 1)
@@ -147,8 +157,8 @@ async def create_folder(
     project_id: str,
     parent_id: str | None,
     name: str,
-) -> tuple[FolderView, str]:
-    """Create a folder; return it (with its path) and the vault handle."""
+) -> FolderView:
+    """Create a folder; return it with its path."""
     policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
@@ -168,21 +178,21 @@ async def create_folder(
         target_id=record.id,
         detail={"projectId": project_id},
     )
-    view = FolderView(
+    return FolderView(
         folder_id=record.id,
         project_id=record.project_id,
         parent_id=record.parent_id,
+        vault=resolved.display_handle,
         name=record.name,
         path="".join(f"/{folder.name}" for folder in lineage),
         depth=len(lineage),
         created_at=record.created_at,
     )
-    return view, resolved.display_handle
 
 
 async def list_folders(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, vault: str, project_id: str
-) -> tuple[list[FolderView], str]:
+) -> FolderTree:
     """The folder tree of a project, depth-first."""
     policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "read")
@@ -190,7 +200,8 @@ async def list_folders(
         folders = await uow.folders.list(resolved.record.scope, project_id)
     except MemoryDbError as exc:
         raise translate(exc) from exc
-    return folder_tree(folders), resolved.display_handle
+    handle = resolved.display_handle
+    return FolderTree(vault=handle, project_id=project_id, folders=folder_tree(folders, handle))
 
 
 async def archive_project(

@@ -25,13 +25,15 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
+from pydantic import Field
+
 from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
 from memory_db.embedding.types import EmbedResult, EmbedValue
 from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
-from memory_db.vectors import VectorHit, VectorIndex, VectorMatch, resolve_alias
+from memory_db.vectors import VectorHit, VectorIndex, resolve_alias
 from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
@@ -54,6 +56,7 @@ from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
@@ -66,9 +69,9 @@ TEXT_HITS = 50
 # Reciprocal-rank fusion constant: a first place adds 1/21 ≈ 0.048 to an asset's relevance,
 # a tenth place 1/30 ≈ 0.033; the best cosine similarity carries the rest.
 RRF_K = 20
-# Tag and source-host filters are not columns of the vector index: when they match at most
-# this many assets the ANN query is restricted to exactly those; beyond it, the index is
-# overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
+# Filters without a column in the vector index (tags, untagged, source host): when they match
+# at most this many assets the ANN query is restricted to exactly those; beyond it, the index
+# is overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
 CANDIDATE_CAP = 10_000
 WIDE_OVERFETCH = 1000
 
@@ -88,9 +91,8 @@ class SearchRequest(FilterFields):
     include_preview: bool = False
 
 
-@dataclass(frozen=True)
-class SearchHit:
-    """One result, with the vault it lives in."""
+class SearchHit(WireModel):
+    """One search result, best first."""
 
     asset_id: str
     vault: str
@@ -103,21 +105,33 @@ class SearchHit:
     source_url: str | None
     tags: list[str]
     created_at: datetime
-    score: float
-    match_representations: list[str]
+    score: float = Field(description="Best cosine similarity of the asset's vectors to the query.")
+    match_representations: list[str] = Field(
+        description="Which lists found it: visual, fused (vectors) and metadata (words)."
+    )
     embedding_model: str
     preview: PreviewLink | None
 
 
-@dataclass(frozen=True)
-class SearchView:
-    """The results with evidence, best first, and whether any of them is a good match."""
+class SearchView(WireModel):
+    """Search results with evidence, best first (at most the requested limit, maybe none)."""
 
-    mode: Mode
-    results: list[SearchHit]
-    no_good_match: bool
-    best_score: float | None
-    good_match_score: float
+    mode: str = Field(description="text, image or fused: how the query was embedded.")
+    results: list[SearchHit] = Field(
+        description="Only results with evidence (a word match, or a similarity above the "
+        "embedder's evidence floor); never padded up to limit."
+    )
+    no_good_match: bool = Field(
+        description="True when no result matched by words or reached goodMatchScore: treat the "
+        "results as weak, or as nothing found when there are none."
+    )
+    best_score: float | None = Field(
+        description="The best similarity seen (also when nothing was returned); null when no "
+        "image was compared."
+    )
+    good_match_score: float = Field(
+        description="The embedder's documented good-match line for this kind of query."
+    )
 
 
 @dataclass
@@ -336,7 +350,9 @@ class AssetSearcher:
         if request.include_preview:
             by_id = {stored.asset.id: stored for stored in rows}
             results = [
-                replace(hit, preview=await signed_preview(self.services, by_id[hit.asset_id]))
+                hit.model_copy(
+                    update={"preview": await signed_preview(self.services, by_id[hit.asset_id])}
+                )
                 for hit in results
             ]
         good, best = verdict(results, fusion, good_line=thresholds.good)
@@ -421,7 +437,7 @@ class AssetSearcher:
         )
         restricted: tuple[str, ...] | None = None
         overfetch = OVERFETCH
-        if filters.tags or filters.source_host is not None:
+        if filters.outside_vectors():
             ids = await uow.assets.matching_ids(
                 vault_scopes, filters, statuses=("ready",), limit=CANDIDATE_CAP + 1
             )
@@ -442,15 +458,7 @@ class AssetSearcher:
                 vault_scopes,
                 model=embedder.model,
                 limit=overfetch,
-                project_id=filters.project_id,
-                folder_ids=filters.folder_ids,
-                match=VectorMatch(
-                    mime_types=filters.mime_types,
-                    source_kinds=filters.source_kinds,
-                    created_after=filters.created_after,
-                    created_before=filters.created_before,
-                    asset_ids=restricted,
-                ),
+                filters=replace(filters.for_vectors(), asset_ids=restricted),
             )
 
         async def text_list() -> None:

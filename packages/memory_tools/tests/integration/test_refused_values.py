@@ -11,6 +11,7 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db import Database
+from memory_db.repositories import AssetFilter
 from memory_tools import MemoryServices, ToolFailure, admin, build_memory_server
 from memory_tools.assets import FilterFields, check_filters
 from memory_tools.errors import InvalidInputFailure, map_failures
@@ -102,8 +103,8 @@ async def test_a_nul_the_database_refuses_becomes_invalid_input(
     ("filters", "field"),
     [
         ({"vault": f"Library{NUL}"}, "vault"),
-        ({"tags": ("ok", f"a{NUL}")}, "tags"),
-        ({"source_host": f"example.com{NUL}"}, "sourceHost"),
+        ({"filters": AssetFilter(tags=("ok", f"a{NUL}"))}, "tags"),
+        ({"filters": AssetFilter(source_host=f"example.com{NUL}")}, "sourceHost"),
         ({"vault": "Library", "project_id": f"apr_{NUL}"}, "projectId"),
     ],
 )

@@ -203,6 +203,7 @@ async def test_list_filters(client_as: Callable[[str], Client[Any]], alice: Any,
             includeSubfolders=True,
         ) == {in_top["assetId"], in_sub["assetId"]}
         assert await ids(tags=["beach", "SUN"]) == {in_top["assetId"]}
+        assert await ids(untagged=True) == {unfiled["assetId"], fetched["assetId"]}
         assert await ids(sourceKinds=["external_url"]) == {fetched["assetId"]}
         assert await ids(sourceHost="IMG.test") == {fetched["assetId"]}
         assert await ids(mimeTypes=["image/jpeg"]) == set()
@@ -218,6 +219,7 @@ async def test_list_filters(client_as: Callable[[str], Client[Any]], alice: Any,
             ({"projectId": project["projectId"]}, "vault"),
             ({"vault": "Library", "folderId": top["folderId"]}, "projectId"),
             ({"includeSubfolders": True}, "folderId"),
+            ({"untagged": True, "tags": ["beach"]}, "untagged: cannot be combined with tags"),
             ({"cursor": "not-a-cursor"}, "cursor"),
             ({"createdAfter": "2026-01-01T00:00:00"}, "createdAfter"),
         ]:

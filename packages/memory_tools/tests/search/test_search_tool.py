@@ -8,11 +8,15 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
+import pyvips
 from fastmcp import Client
+from pydantic.alias_generators import to_camel
 from sqlalchemy import text
 
 from memory_db.embedding import JinaEmbedder
+from memory_db.repositories import FILTER_FIELDS
 from memory_db.testing.jina_server import Fault, JinaTestServer
 from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.testing.web import Reply, WebServer
@@ -205,6 +209,7 @@ async def test_exact_filters_narrow_the_results(
         )
         tagged = await ids(tags=["S21"])
         all_tags = await ids(tags=["trip", "s22"])
+        untagged = await ids(untagged=True)
         png = await ids(mimeTypes=["image/png"])
         gif = await ids(mimeTypes=["image/gif"])
         uploads = await ids(sourceKinds=["upload"])
@@ -220,9 +225,125 @@ async def test_exact_filters_narrow_the_results(
     assert in_folder == {placed["20"]}
     assert subtree == {placed["20"], placed["21"]}
     assert tagged == {placed["21"]} and all_tags == {placed["22"]}
+    assert untagged == {unfiled["assetId"]}
     assert png == everything and gif == set() and uploads == everything and scraped == set()
     assert future == set() and past == everything and host == set()
     assert [r["assetId"] for r in strict["results"]] == [placed["20"]]
+
+
+# Where a filter is placed rather than matched: the vault and the checked project and folder.
+PLACEMENT_CASES = ("vault", "projectId", "folderId", "includeSubfolders")
+
+
+def _filter_parameters() -> list[str]:
+    """The tool parameter of every filter a caller sets, from the one filter definition."""
+    return [
+        to_camel(name) for name, (_, declared) in FILTER_FIELDS.items() if declared.set_by_caller
+    ]
+
+
+async def test_every_filter_passes_the_same_assets_in_list_and_search(
+    client_as: Callable[[str], Client[Any]],
+    alice: Any,
+    saving: MemoryServices,
+    database: Any,
+    web: WebServer,
+) -> None:
+    """List and search cannot disagree on a filter: each one, enumerated from the definition.
+
+    Every asset has evidence for both queries (its title matches the words; the local
+    embedder finds each of these pictures like the query image), so each filtered search must
+    return exactly the listed assets: by words (full-text list and vectors) and by image
+    (vectors only: the filters with a vector column inside the vector query, the others by
+    narrowing the candidates to matching ids).
+    """
+    await admin.create_vault(database, alice.email, "Work")
+    web.routes["/agree.png"] = Reply(body=picture(64), headers={"Content-Type": "image/png"})
+    jpeg = pyvips.Image.new_from_buffer(picture(65), "").jpegsave_buffer()
+    async with client_as(alice.key) as client:
+        pid = (await _call(client, "image_project_create", {"name": "Agree"}))["projectId"]
+        top = await _call(client, "image_folder_create", {"projectId": pid, "name": "top"})
+        sub = await _call(
+            client,
+            "image_folder_create",
+            {"projectId": pid, "name": "sub", "parentId": top["folderId"]},
+        )
+        saves: list[dict[str, Any]] = [
+            {"projectId": pid, "folderId": top["folderId"], "tags": ["beach", "sun"]},
+            {"projectId": pid, "folderId": sub["folderId"], "tags": ["beach"]},
+            {"projectId": pid},
+            {"sourceUrl": web.url("/agree.png", host="img.test"), "tags": ["web"]},
+            {"vault": "Work", "tags": ["beach"]},
+            {"imageBase64": b64(jpeg), "tags": ["sun"]},
+        ]
+        ids: list[str] = []
+        middle = ""
+        for seed, extra in enumerate(saves):
+            if seed == 3:  # createdAfter/createdBefore split the library here
+                await anyio.sleep(0.05)
+                middle = datetime.now(UTC).isoformat()
+                await anyio.sleep(0.05)
+            arguments = {"imageBase64": b64(picture(60 + seed)), **extra}
+            if "sourceUrl" in extra:
+                del arguments["imageBase64"]
+            saved = await _call(
+                client, "image_asset_save", {"title": f"Agreeable {seed}", **arguments}
+            )
+            ids.append(saved["assetId"])
+        await EmbeddingWorker(saving).drain()
+        samples: dict[str, dict[str, Any]] = {
+            "vault": {"vault": "Work"},
+            "projectId": {"vault": "Library", "projectId": pid},
+            "folderId": {"vault": "Library", "projectId": pid, "folderId": top["folderId"]},
+            "includeSubfolders": {
+                "vault": "Library",
+                "projectId": pid,
+                "folderId": top["folderId"],
+                "includeSubfolders": True,
+            },
+            "tags": {"tags": ["Beach"]},
+            "sourceKinds": {"sourceKinds": ["external_url"]},
+            "sourceHost": {"sourceHost": "IMG.test"},
+            "mimeTypes": {"mimeTypes": ["image/jpeg"]},
+            "createdAfter": {"createdAfter": middle},
+            "createdBefore": {"createdBefore": middle},
+        }
+        parameters = _filter_parameters()
+        assert "untagged" in parameters and "tags" in parameters
+        tools = {tool.name: tool for tool in await client.list_tools()}
+        cases: dict[str, dict[str, Any]] = {}
+        for parameter in [*PLACEMENT_CASES, *parameters]:
+            for tool in ("image_asset_list", "image_asset_search"):
+                assert parameter in tools[tool].input_schema["properties"], (tool, parameter)
+            if parameter in samples:
+                cases[parameter] = samples[parameter]
+            elif tools["image_asset_list"].input_schema["properties"][parameter]["type"] == (
+                "boolean"
+            ):
+                cases[parameter] = {parameter: True}  # a yes/no filter's only filtering value
+            else:
+                pytest.fail(f"give the filter {parameter!r} a sample value in this test")
+
+        async def listed(arguments: dict[str, Any]) -> set[str]:
+            page = await _call(client, "image_asset_list", {"limit": 100, **arguments})
+            assert page["nextCursor"] is None
+            return {item["assetId"] for item in page["items"]}
+
+        async def found(query: dict[str, Any], arguments: dict[str, Any]) -> set[str]:
+            answer = await _call(client, "image_asset_search", {**query, **arguments, "limit": 30})
+            return {result["assetId"] for result in answer["results"]}
+
+        everything = await listed({})
+        assert everything == set(ids)
+        by_words = {"query": "agreeable"}
+        by_image = {"imageBase64": b64(picture(62))}
+        assert await found(by_words, {}) == everything
+        assert await found(by_image, {}) == everything
+        for parameter, arguments in cases.items():
+            passed = await listed(arguments)
+            assert passed and passed != everything, (parameter, "the sample must filter")
+            assert await found(by_words, arguments) == passed, parameter
+            assert await found(by_image, arguments) == passed, parameter
 
 
 @pytest.mark.parametrize(
@@ -241,6 +362,10 @@ async def test_exact_filters_narrow_the_results(
         (
             {"query": "x", "mimeTypes": ["image/tiff"]},
             "invalid_input: mimeTypes: 'image/tiff' is not one of",
+        ),
+        (
+            {"query": "x", "untagged": True, "tags": ["trip"]},
+            "invalid_input: untagged: cannot be combined with tags",
         ),
         (
             {"query": "x", "vault": "Library", "folderId": "afl_" + "a" * 26},

@@ -25,7 +25,7 @@ def test_tree_is_depth_first_with_paths() -> None:
         _folder("afl_4", "afl_1", "eta"),
         _folder("afl_5", "afl_4", "deep"),
     ]
-    tree = folder_tree(folders)
+    tree = folder_tree(folders, "Library")
     assert [(f.path, f.depth) for f in tree] == [
         ("/Alpha", 1),
         ("/Alpha/eta", 2),
@@ -36,7 +36,7 @@ def test_tree_is_depth_first_with_paths() -> None:
 
 
 def test_empty_tree() -> None:
-    assert folder_tree([]) == []
+    assert folder_tree([], "Library") == []
 
 
 class _Model(BaseModel):

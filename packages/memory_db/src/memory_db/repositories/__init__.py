@@ -2,6 +2,7 @@
 
 from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
+from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
 from memory_db.repositories.identities import (
     API_KEY_PREFIX,
     DEFAULT_VAULT,
@@ -18,7 +19,6 @@ from memory_db.repositories.projects import FolderRepository, ProjectRepository,
 from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
     ApiKeyRecord,
-    AssetFilter,
     AssetRecord,
     FolderRecord,
     GrantRecord,
@@ -36,12 +36,14 @@ from memory_db.repositories.records import (
 __all__ = [
     "API_KEY_PREFIX",
     "DEFAULT_VAULT",
+    "FILTER_FIELDS",
     "JOB_CHANNEL",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "AssetFilter",
     "AssetRecord",
     "AssetRepository",
+    "Condition",
     "DuplicateObject",
     "FolderRecord",
     "FolderRepository",

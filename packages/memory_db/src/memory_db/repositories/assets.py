@@ -12,7 +12,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     DateTime,
     Select,
     Text,
@@ -32,8 +31,8 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
+from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
-    AssetFilter,
     AssetRecord,
     ObjectRecord,
     StoredAsset,
@@ -483,7 +482,7 @@ class AssetRepository:
         """One page of assets by created time then id (a stable keyset order)."""
         if not scopes:
             return []
-        query = self._visible(scopes).where(*_conditions(filters))
+        query = self._visible(scopes).where(*filters.conditions())
         if after is not None:
             position = tuple_(Asset.created_at, Asset.id)
             marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
@@ -506,7 +505,7 @@ class AssetRepository:
         """Assets matching ``filters`` in any order (search reloads its candidates here)."""
         if not scopes or filters.asset_ids == ():
             return []
-        query = self._visible(scopes, statuses).where(*_conditions(filters)).limit(limit)
+        query = self._visible(scopes, statuses).where(*filters.conditions()).limit(limit)
         rows = await self._session.execute(query)
         return [self._stored(asset, stored) for asset, stored in rows.all()]
 
@@ -523,7 +522,7 @@ class AssetRepository:
             return []
         query = (
             self._visible(scopes, statuses)
-            .where(*_conditions(filters))
+            .where(*filters.conditions())
             .with_only_columns(Asset.id)
             .limit(limit)
         )
@@ -561,9 +560,9 @@ class AssetRepository:
                 tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
                 Asset.status == "ready",
                 Asset.search_document.op("@@")(query),
-                *_conditions(filters),
+                *filters.conditions(),
             )
-            if filters.mime_types:
+            if filters.reads_objects():
                 matches = matches.join(
                     AssetObject,
                     and_(
@@ -829,30 +828,6 @@ class AssetRepository:
             ),
             {"owner": owner, "ids": list(asset_ids)},
         )
-
-
-def _conditions(filters: AssetFilter) -> list[ColumnElement[bool]]:
-    conditions: list[ColumnElement[bool]] = []
-    if filters.project_id is not None:
-        conditions.append(Asset.project_id == filters.project_id)
-    if filters.folder_ids is not None:
-        conditions.append(Asset.folder_id.in_(list(filters.folder_ids)))
-    if filters.tags:
-        conditions.append(Asset.tags.contains(list(filters.tags)))
-    if filters.source_kinds:
-        conditions.append(Asset.source_kind.in_(list(filters.source_kinds)))
-    if filters.mime_types:
-        conditions.append(AssetObject.mime_type.in_(list(filters.mime_types)))
-    if filters.source_host is not None:
-        host = func.lower(func.substring(Asset.source_url, r"^[a-z]+://\[?([^/\]:]+)"))
-        conditions.append(host == filters.source_host.lower())
-    if filters.created_after is not None:
-        conditions.append(Asset.created_at >= filters.created_after)
-    if filters.created_before is not None:
-        conditions.append(Asset.created_at < filters.created_before)
-    if filters.asset_ids is not None:
-        conditions.append(Asset.id.in_(list(filters.asset_ids)))
-    return conditions
 
 
 __all__ = [

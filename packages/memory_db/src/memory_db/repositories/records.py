@@ -202,21 +202,6 @@ class JobRecord:
 
 
 @dataclass(frozen=True, slots=True)
-class AssetFilter:
-    """Exact filters of listing and search (docs/design.md#filters); empty fields do not filter."""
-
-    project_id: str | None = None
-    folder_ids: tuple[str, ...] | None = None  # the folder, or it and its descendants
-    tags: tuple[str, ...] = ()  # every tag must be present
-    source_kinds: tuple[str, ...] = ()
-    source_host: str | None = None
-    mime_types: tuple[str, ...] = ()
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    asset_ids: tuple[str, ...] | None = None  # only these assets (search candidates)
-
-
-@dataclass(frozen=True, slots=True)
 class StoredAsset:
     """An asset with what its object says about the bytes."""
 

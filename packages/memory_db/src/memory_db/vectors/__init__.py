@@ -16,7 +16,6 @@ from memory_db.vectors.index import (
     SearchTuning,
     VectorHit,
     VectorIndex,
-    VectorMatch,
     VectorRecord,
     vector_id,
 )
@@ -29,7 +28,6 @@ __all__ = [
     "SearchTuning",
     "VectorHit",
     "VectorIndex",
-    "VectorMatch",
     "VectorRecord",
     "create_index",
     "describe_index",

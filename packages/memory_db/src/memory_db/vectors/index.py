@@ -13,6 +13,7 @@ from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import InvalidInput, NotFound
+from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import VaultScope
 from memory_db.vectors.codes import vector_codes
 from memory_db.vectors.ddl import ElementType, check_identifier, describe_index
@@ -82,37 +83,6 @@ class SearchTuning:
 
 # "exact": every matching row's full vector (full recall; the reference for the others).
 Strategy = Literal["auto", "ann", "scan", "exact"]
-
-
-@dataclass(frozen=True, slots=True)
-class VectorMatch:
-    """Exact filters on the metadata columns of the index, beside the scope."""
-
-    mime_types: Sequence[str] = ()
-    source_kinds: Sequence[str] = ()
-    created_after: datetime | None = None
-    created_before: datetime | None = None
-    asset_ids: Sequence[str] | None = None  # only these assets
-
-    def conditions(self, params: dict[str, object]) -> list[str]:
-        """SQL conditions (and their parameters, added to ``params``)."""
-        found: list[str] = []
-        if self.mime_types:
-            found.append("mime_type = ANY(:mime_types)")
-            params["mime_types"] = list(self.mime_types)
-        if self.source_kinds:
-            found.append("source_kind = ANY(:source_kinds)")
-            params["source_kinds"] = list(self.source_kinds)
-        if self.created_after is not None:
-            found.append("created_at >= :created_after")
-            params["created_after"] = self.created_after
-        if self.created_before is not None:
-            found.append("created_at < :created_before")
-            params["created_before"] = self.created_before
-        if self.asset_ids is not None:
-            found.append("asset_id = ANY(:asset_ids)")
-            params["asset_ids"] = list(self.asset_ids)
-        return found
 
 
 # Half precision holds magnitudes up to 65,504; anything larger would be stored as infinity.
@@ -276,9 +246,7 @@ class VectorIndex:
         *,
         model: str,
         limit: int = 50,
-        project_id: str | None = None,
-        folder_ids: Sequence[str] | None = None,
-        match: VectorMatch | None = None,
+        filters: AssetFilter | None = None,
         strategy: Strategy = "auto",
         tuning: SearchTuning | None = None,
     ) -> list[VectorHit]:
@@ -293,6 +261,8 @@ class VectorIndex:
         ``"auto"`` picks ``"scan"`` when the filter matches at most ``tuning.scan_max_rows``
         rows, else ``"ann"``. Thresholds belong to the caller, applied to the result: a
         distance bound inside an iterative scan makes it visit up to ``max_scan_tuples`` rows.
+        ``filters`` apply beside the scope; only fields with a vector column may filter
+        (``AssetFilter.for_vectors``), any other is ``InvalidInput``.
         """
         if not scopes:
             return []
@@ -307,16 +277,10 @@ class VectorIndex:
             "model": model,
             "k": limit,
         }
-        filters = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)"]
-        if project_id is not None:
-            filters.append("project_id = :project")
-            params["project"] = project_id
-        if folder_ids is not None:
-            filters.append("folder_id = ANY(:folders)")
-            params["folders"] = list(folder_ids)
-        if match is not None:
-            filters.extend(match.conditions(params))
-        scope_where = " AND ".join(filters)
+        where_scope = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)"]
+        if filters is not None:
+            where_scope.extend(filters.vector_conditions(params))
+        scope_where = " AND ".join(where_scope)
         where = scope_where + " AND model = :model"
         query_vector = self._vector(":q")
         distance = f"embedding <=> {query_vector}"

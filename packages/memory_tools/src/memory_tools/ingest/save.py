@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import anyio
 import httpx
+from pydantic import Field
 
 from memory_db import (
     Conflict,
@@ -70,6 +71,7 @@ from memory_tools.ingest.plan import (
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes
 from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
@@ -96,18 +98,17 @@ class SaveRequest:
     idempotency_key: str | None = None
 
 
-@dataclass(frozen=True)
-class SaveResult:
-    """The asset a save produced (or, for a repeated idempotency key, produced before)."""
+class SaveResult(WireModel):
+    """The asset a save created, or the one an earlier save with the same key created."""
 
-    asset_id: str
-    object_id: str
+    asset_id: str = Field(description="Opaque asset id (ast_...).")
+    object_id: str = Field(description="The stored bytes (aob_...); shared by identical images.")
     vault: str
-    status: str
-    embedding_status: str
-    deduplicated: bool
-    replayed: bool
-    job_ids: list[str]
+    status: str = Field(description="processing until embedded, then ready or failed.")
+    embedding_status: str = Field(description="pending, running, ready, partial or failed.")
+    deduplicated: bool = Field(description="True when you already stored these exact bytes.")
+    replayed: bool = Field(description="True when an earlier save with this idempotencyKey won.")
+    job_ids: list[str] = Field(description="Embedding jobs (aej_...), one per representation.")
     width: int
     height: int
     mime_type: str

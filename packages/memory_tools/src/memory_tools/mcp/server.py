@@ -7,6 +7,7 @@ from importlib.metadata import version
 from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
+from memory_tools.errors import CODES
 from memory_tools.mcp.tools import build_memory_tools
 from memory_tools.mcp.validation import InvalidInputMiddleware
 from memory_tools.services import MemoryServices
@@ -15,9 +16,9 @@ INSTRUCTIONS = (
     "Image memory: organise saved images in vaults, projects and folders, and find them again. "
     "Vault handles: 'Library' (your default vault), your other vaults by name, or "
     "'owner@example.com/Name' for vaults shared with you. Errors start with a stable code "
-    "(not_found, forbidden, conflict, invalid_input, unauthenticated, feature_disabled, "
-    "unavailable, busy); 'unavailable' means the database is briefly unreachable: retry the same "
-    "call after a few seconds; 'busy' means the server is saturated: retry in a moment."
+    f"({', '.join(CODES)}); 'unavailable' means the database is briefly unreachable: retry the "
+    "same call after a few seconds; 'busy' means the server is saturated: retry in a moment; "
+    "'embedding_unavailable' means the embedding provider is briefly unavailable: retry shortly."
 )
 
 

@@ -1,67 +1,41 @@
-"""The memory tools as fastmcp ``Tool`` objects, built once and registered on any server.
+"""The memory tools: each is one method of ``MemoryTools`` declared with ``@tools.tool``.
 
 Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → one unit
 of work that authenticates, authorises and acts. The workflows check the feature switches
 themselves (:mod:`memory_tools.policy`), so every adapter gets the same answer. A failure rolls
 the transaction back and reaches the caller as ``ToolError("<code>: <message>")``.
+
+Adding a tool: write one method here with ``@tools.tool(...)`` (title, hints, audited
+operation) that returns its workflow's result model (a :class:`memory_tools.wire.WireModel`);
+``build_memory_tools`` registers it on every server. docs/tools.md documents it for users.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import fields, is_dataclass
-from typing import Annotated, Any, Literal, TypeVar, cast
+from typing import Annotated, Any, Literal, TypeVar
 
-from fastmcp.exceptions import ToolError
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
-from mcp_types import ToolAnnotations
 from pydantic import AfterValidator, Field, WithJsonSchema
 from pydantic_core import PydanticCustomError
 
-from memory_db import UnitOfWork, get_logger
+from memory_db import MemorySettings, UnitOfWork
+from memory_db.repositories import AssetFilter
 from memory_tools import assets, changes, projects
 from memory_tools.access import Caller, authenticate
+from memory_tools.assets import AssetListView, AssetView
+from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
-from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.mcp.schemas import (
-    AssetListOut,
-    AssetOut,
-    AssetSummaryOut,
-    CreatedAfterParam,
-    CreatedBeforeParam,
-    DeleteOut,
-    FolderDeletionOut,
-    FolderOut,
-    FolderTreeOut,
-    MoveOut,
-    ProjectListOut,
-    ProjectOut,
-    RestoreOut,
-    SaveOut,
-    SearchOut,
-)
-from memory_tools.projects import FolderView, ProjectView
-from memory_tools.search import AssetSearcher, SearchRequest
+from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
+from memory_tools.mcp.registry import Refused, SettingsBound, ToolRegistry
+from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam, ProjectListOut
+from memory_tools.projects import FolderTree, FolderView, ProjectView
+from memory_tools.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.services import MemoryServices
 
 T = TypeVar("T")
-log = get_logger(__name__)
-
-# Tools whose successes and denials are written to the provenance ledger (docs/design.md#ledgers).
-AUDITED_OPERATIONS = {
-    "image_project_create": "asset_project_create",
-    "image_folder_create": "asset_folder_create",
-    "image_asset_save": "asset_save",
-    "image_asset_search": "asset_search",
-    "image_asset_move": "asset_move",
-    "image_asset_delete": "asset_delete",
-    "image_asset_restore": "asset_restore",
-    "image_project_archive": "asset_project_archive",
-    "image_folder_delete": "asset_folder_delete",
-}
 
 VaultParam = Annotated[
     str,
@@ -75,7 +49,6 @@ VaultParam = Annotated[
 ProjectIdParam = Annotated[
     str, Field(min_length=1, max_length=64, description="Project id (apr_...).")
 ]
-Base64Param = Annotated[str | None, Field(description="The image bytes as base64.")]
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
 AssetIdParam = Annotated[str, Field(min_length=1, max_length=64, description="ast_...")]
 OptionalVault = Annotated[
@@ -98,6 +71,7 @@ MimeTypesParam = Annotated[
     list[str] | None,
     Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
 ]
+UntaggedParam = Annotated[bool, Field(description="Only assets without tags.")]
 
 
 def base64_param(max_bytes: int, *, searching: bool) -> Any:
@@ -122,30 +96,6 @@ def base64_param(max_bytes: int, *, searching: bool) -> Any:
     ]
 
 
-def _tool(
-    fn: Callable[..., Awaitable[Any]],
-    title: str,
-    *,
-    read_only: bool,
-    idempotent: bool,
-    destructive: bool = False,
-    open_world: bool = False,
-) -> Tool:
-    """A Tool with all four MCP hints stated explicitly (the spec's defaults are unsafe)."""
-    return Tool.from_function(
-        fn,
-        title=title,
-        annotations=ToolAnnotations(
-            title=title,
-            read_only_hint=read_only,
-            destructive_hint=destructive,
-            idempotent_hint=idempotent,
-            # Only tools that may reach the open web (saving by URL) say so.
-            open_world_hint=open_world,
-        ),
-    )
-
-
 def _presented_key(services: MemoryServices) -> str | None:
     token = get_access_token()
     if token is not None:
@@ -153,35 +103,16 @@ def _presented_key(services: MemoryServices) -> str | None:
     return services.default_api_key
 
 
-async def _refuse(
-    services: MemoryServices, tool: str, caller: Caller | None, failure: ToolFailure
-) -> ToolError:
-    log.info("tool_refused", tool=tool, code=failure.code)
-    operation = AUDITED_OPERATIONS.get(tool)
-    if failure.code == "forbidden" and caller is not None and operation is not None:
-        # The refused transaction rolled back; the denial is recorded on its own.
-        async with services.database.unit_of_work() as uow:
-            await uow.provenance.record(
-                operation,
-                actor_identity=caller.identity,
-                outcome="denied",
-                detail={"tool": tool, "code": failure.code},
-            )
-    # The framework logs every tool error at the error's level: a refusal the caller can act
-    # on is not a server error (``tool_refused`` above records it); only ``internal`` is.
-    level = logging.ERROR if failure.code == "internal" else logging.DEBUG
-    return ToolError(str(failure), log_level=level)
-
-
 async def run_authorised(
     services: MemoryServices,
-    tool: str,
     action: Callable[[UnitOfWork, Caller], Awaitable[T]],
 ) -> T:
-    """Authenticate the caller and run ``action`` in one transaction; map failures to errors.
+    """Authenticate the caller and run ``action`` in one transaction; map failures.
 
     The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
-    turn, and past the admission wait it fails as ``busy`` without having done anything.
+    turn, and past the admission wait it fails as ``busy`` without having done anything. A
+    failure is raised as ``Refused``; the tool's entry (:mod:`memory_tools.mcp.registry`)
+    answers it and audits a denial under the tool's operation.
     """
     caller: Caller | None = None
     try:
@@ -190,12 +121,11 @@ async def run_authorised(
                 caller = await authenticate(uow, _presented_key(services))
                 return await action(uow, caller)
     except ToolFailure as failure:
-        raise await _refuse(services, tool, caller, failure) from None
+        raise Refused(failure, caller) from None
 
 
 async def run_as_caller(
     services: MemoryServices,
-    tool: str,
     action: Callable[[Caller], Awaitable[T]],
 ) -> T:
     """Authenticate in one statement, then run ``action`` outside any transaction.
@@ -212,61 +142,85 @@ async def run_as_caller(
                     caller = await authenticate(uow, _presented_key(services))
                 return await action(caller)
     except ToolFailure as failure:
-        raise await _refuse(services, tool, caller, failure) from None
+        raise Refused(failure, caller) from None
 
 
-def plain_fields(view: Any) -> dict[str, Any]:
-    """A workflow's answer (a dataclass) as the dict its output model validates.
-
-    Like ``dataclasses.asdict`` (nested dataclasses, lists, tuples and dicts become plain
-    ones), without deep-copying every value: asdict took 16 ms of a 600-folder tree's answer,
-    this 1.7 ms (docs/performance.md).
-    """
-    return {field.name: _plain(getattr(view, field.name)) for field in fields(view)}
+tools = ToolRegistry()
 
 
-def _plain(value: Any) -> Any:
-    if is_dataclass(value) and not isinstance(value, type):
-        return plain_fields(value)
-    items: list[Any]
-    if isinstance(value, tuple) and hasattr(value, "_fields"):  # a named tuple, as asdict does
-        items = [_plain(item) for item in cast("tuple[Any, ...]", value)]
-        return type(value)(*items)
-    if isinstance(value, list | tuple):
-        items = [_plain(item) for item in cast("list[Any] | tuple[Any, ...]", value)]
-        return items if isinstance(value, list) else tuple(items)
-    if isinstance(value, dict):
-        return {key: _plain(item) for key, item in cast("dict[Any, Any]", value).items()}
-    return value
+def _save_base64(settings: MemorySettings) -> Any:
+    max_bytes = settings.asset_max_bytes
+    return Annotated[
+        base64_param(max_bytes, searching=False) | None,
+        Field(
+            description="The image bytes as base64, for clients without an upload route; "
+            f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
+            "direct-upload route POST /uploads.",
+        ),
+    ]
 
 
-def _project_out(view: ProjectView) -> ProjectOut:
-    return ProjectOut.model_validate(plain_fields(view))
+def _search_base64(settings: MemorySettings) -> Any:
+    max_bytes = settings.asset_max_bytes
+    return Annotated[
+        base64_param(max_bytes, searching=True) | None,
+        Field(
+            description="Find images like this one (base64; not stored; at most "
+            f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
+        ),
+    ]
 
 
-def _folder_out(view: FolderView, vault: str) -> FolderOut:
-    return FolderOut.model_validate({**plain_fields(view), "vault": vault})
+# The base64 bound is ASSET_MAX_BYTES of the server the tools are bound to.
+SaveBase64Param = Annotated[str | None, SettingsBound(_save_base64)]
+SearchBase64Param = Annotated[str | None, SettingsBound(_search_base64)]
 
 
 def build_memory_tools(services: MemoryServices) -> list[Tool]:
     """The memory tools bound to ``services``; register the same objects on every server."""
+    return tools.bind(MemoryTools(services))
 
+
+class MemoryTools:
+    """The memory tools of one server: each ``@tools.tool`` method is a tool."""
+
+    def __init__(self, services: MemoryServices) -> None:
+        self.services = services
+        self.saver = AssetSaver(services)
+        self.searcher = AssetSearcher(services)
+
+    async def authorised(self, action: Callable[[UnitOfWork, Caller], Awaitable[T]]) -> T:
+        """``run_authorised`` with this server's services."""
+        return await run_authorised(self.services, action)
+
+    async def as_caller(self, action: Callable[[Caller], Awaitable[T]]) -> T:
+        """``run_as_caller`` with this server's services."""
+        return await run_as_caller(self.services, action)
+
+    @tools.tool(
+        "Create image project",
+        read_only=False,
+        idempotent=False,
+        audited="asset_project_create",
+    )
     async def image_project_create(
+        self,
         name: NameParam,
         vault: VaultParam = "Library",
         description: Annotated[str | None, Field(max_length=2000)] = None,
-    ) -> ProjectOut:
+    ) -> ProjectView:
         """Create a project in a vault you may write. Project names are unique per vault."""
 
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
-            view = await projects.create_project(
-                uow, caller, services, vault=vault, name=name, description=description
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectView:
+            return await projects.create_project(
+                uow, caller, self.services, vault=vault, name=name, description=description
             )
-            return _project_out(view)
 
-        return await run_authorised(services, "image_project_create", action)
+        return await self.authorised(action)
 
+    @tools.tool("List image projects", read_only=True, idempotent=True)
     async def image_project_list(
+        self,
         vault: Annotated[
             str | None,
             Field(
@@ -279,13 +233,20 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
 
         async def action(uow: UnitOfWork, caller: Caller) -> ProjectListOut:
             views = await projects.list_projects(
-                uow, caller, services, vault=vault, include_archived=includeArchived
+                uow, caller, self.services, vault=vault, include_archived=includeArchived
             )
-            return ProjectListOut(projects=[_project_out(v) for v in views])
+            return ProjectListOut(projects=views)
 
-        return await run_authorised(services, "image_project_list", action)
+        return await self.authorised(action)
 
+    @tools.tool(
+        "Create image folder",
+        read_only=False,
+        idempotent=False,
+        audited="asset_folder_create",
+    )
     async def image_folder_create(
+        self,
         projectId: ProjectIdParam,
         name: NameParam,
         vault: VaultParam = "Library",
@@ -293,43 +254,46 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             str | None,
             Field(max_length=64, description="Parent folder id; omit for the project root."),
         ] = None,
-    ) -> FolderOut:
+    ) -> FolderView:
         """Create a folder in a project (at most 8 levels deep; names unique among siblings)."""
 
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderOut:
-            view, handle = await projects.create_folder(
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderView:
+            return await projects.create_folder(
                 uow,
                 caller,
-                services,
+                self.services,
                 vault=vault,
                 project_id=projectId,
                 parent_id=parentId,
                 name=name,
             )
-            return _folder_out(view, handle)
 
-        return await run_authorised(services, "image_folder_create", action)
+        return await self.authorised(action)
 
+    @tools.tool("List image folders", read_only=True, idempotent=True)
     async def image_folder_list(
+        self,
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
-    ) -> FolderTreeOut:
+    ) -> FolderTree:
         """List a project's folder tree, depth-first, with each folder's path and depth."""
 
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderTreeOut:
-            views, handle = await projects.list_folders(
-                uow, caller, services, vault=vault, project_id=projectId
-            )
-            return FolderTreeOut(
-                vault=handle, project_id=projectId, folders=[_folder_out(v, handle) for v in views]
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderTree:
+            return await projects.list_folders(
+                uow, caller, self.services, vault=vault, project_id=projectId
             )
 
-        return await run_authorised(services, "image_folder_list", action)
+        return await self.authorised(action)
 
-    saver = AssetSaver(services)
-    max_bytes = services.settings.asset_max_bytes
-
+    @tools.tool(
+        "Save image",
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="asset_save",
+    )
     async def image_asset_save(
+        self,
         vault: VaultParam = "Library",
         sourceUrl: Annotated[
             str | None,
@@ -338,7 +302,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         artifactId: Annotated[
             str | None, Field(max_length=64, description="An MCP Scraper artifact id.")
         ] = None,
-        imageBase64: Base64Param = None,
+        imageBase64: SaveBase64Param = None,
         projectId: Annotated[
             str | None, Field(max_length=64, description="Project id (apr_...); omit for Unfiled.")
         ] = None,
@@ -362,7 +326,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
                 description="Repeating a save with the same key returns the same asset.",
             ),
         ] = None,
-    ) -> SaveOut:
+    ) -> SaveResult:
         """Save an image from exactly one source (sourceUrl, artifactId or imageBase64).
 
         The original is kept unchanged and privately; a sanitised preview is made; the answer
@@ -383,47 +347,41 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             idempotency_key=idempotencyKey,
         )
 
-        async def action(caller: Caller) -> SaveOut:
-            return SaveOut.model_validate(plain_fields(await saver.save(caller, request)))
+        async def action(caller: Caller) -> SaveResult:
+            return await self.saver.save(caller, request)
 
-        return await run_as_caller(services, "image_asset_save", action)
+        return await self.as_caller(action)
 
-    # The base64 bound depends on ASSET_MAX_BYTES; string annotations cannot see this closure.
-    image_asset_save.__annotations__["imageBase64"] = Annotated[
-        base64_param(max_bytes, searching=False) | None,
-        Field(
-            description="The image bytes as base64, for clients without an upload route; "
-            f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
-            "direct-upload route POST /uploads.",
-        ),
-    ]
-
+    @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
+        self,
         assetId: Annotated[str, Field(min_length=1, max_length=64, description="ast_...")],
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived link to the WebP preview.")
         ] = False,
-    ) -> AssetOut:
+    ) -> AssetView:
         """One asset you may read, with its embedding state.
 
         Metadata, the state of each representation, the failure reason if any, and optionally
         a fresh preview link (call again once it has expired).
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> AssetOut:
-            view = await assets.get_asset(
-                uow, caller, services, asset_id=assetId, include_preview=includePreview
+        async def action(uow: UnitOfWork, caller: Caller) -> AssetView:
+            return await assets.get_asset(
+                uow, caller, self.services, asset_id=assetId, include_preview=includePreview
             )
-            return AssetOut.model_validate(plain_fields(view))
 
-        return await run_authorised(services, "image_asset_get", action)
+        return await self.authorised(action)
 
+    @tools.tool("List images", read_only=True, idempotent=True)
     async def image_asset_list(
+        self,
         vault: OptionalVault = None,
         projectId: OptionalId = None,
         folderId: OptionalId = None,
         includeSubfolders: bool = False,
         tags: TagsParam = None,
+        untagged: UntaggedParam = False,
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
@@ -432,7 +390,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
-    ) -> AssetListOut:
+    ) -> AssetListView:
         """List assets by created time with exact filters.
 
         Newest first unless order is 'oldest'; page with nextCursor. Metadata only, never
@@ -443,33 +401,34 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            tags=tuple(tags or ()),
-            source_kinds=tuple(sourceKinds or ()),
-            source_host=sourceHost,
-            mime_types=tuple(mimeTypes or ()),
-            created_after=createdAfter,
-            created_before=createdBefore,
+            filters=AssetFilter(
+                tags=tuple(tags or ()),
+                untagged=untagged,
+                source_kinds=tuple(sourceKinds or ()),
+                source_host=sourceHost,
+                mime_types=tuple(mimeTypes or ()),
+                created_after=createdAfter,
+                created_before=createdBefore,
+            ),
             order=order,
             limit=limit,
             cursor=cursor,
         )
 
-        async def action(uow: UnitOfWork, caller: Caller) -> AssetListOut:
-            page = await assets.list_assets(uow, caller, services, request)
-            fields = set(AssetSummaryOut.model_fields)
-            items = [
-                AssetSummaryOut.model_validate(
-                    {key: value for key, value in plain_fields(item).items() if key in fields}
-                )
-                for item in page.items
-            ]
-            return AssetListOut(items=items, next_cursor=page.next_cursor)
+        async def action(uow: UnitOfWork, caller: Caller) -> AssetListView:
+            return await assets.list_assets(uow, caller, self.services, request)
 
-        return await run_authorised(services, "image_asset_list", action)
+        return await self.authorised(action)
 
-    searcher = AssetSearcher(services)
-
+    @tools.tool(
+        "Search images",
+        read_only=True,
+        idempotent=True,
+        open_world=True,
+        audited="asset_search",
+    )
     async def image_asset_search(
+        self,
         query: Annotated[
             str | None,
             Field(max_length=2000, description="What to find, in words (e.g. 'red bicycle')."),
@@ -477,7 +436,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         assetId: Annotated[
             str | None, Field(max_length=64, description="Find images like this stored one.")
         ] = None,
-        imageBase64: Base64Param = None,
+        imageBase64: SearchBase64Param = None,
         sourceUrl: Annotated[
             str | None,
             Field(
@@ -490,6 +449,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         folderId: OptionalId = None,
         includeSubfolders: bool = False,
         tags: TagsParam = None,
+        untagged: UntaggedParam = False,
         sourceKinds: SourceKindsParam = None,
         sourceHost: SourceHostParam = None,
         mimeTypes: MimeTypesParam = None,
@@ -503,7 +463,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived preview link to each result.")
         ] = False,
-    ) -> SearchOut:
+    ) -> SearchView:
         """Find stored images by text, by a similar image, or both, with exact filters.
 
         Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
@@ -521,31 +481,28 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            tags=tuple(tags or ()),
-            source_kinds=tuple(sourceKinds or ()),
-            source_host=sourceHost,
-            mime_types=tuple(mimeTypes or ()),
-            created_after=createdAfter,
-            created_before=createdBefore,
+            filters=AssetFilter(
+                tags=tuple(tags or ()),
+                untagged=untagged,
+                source_kinds=tuple(sourceKinds or ()),
+                source_host=sourceHost,
+                mime_types=tuple(mimeTypes or ()),
+                created_after=createdAfter,
+                created_before=createdBefore,
+            ),
             limit=limit,
             min_score=minScore,
             include_preview=includePreview,
         )
 
-        async def action(caller: Caller) -> SearchOut:
-            return SearchOut.model_validate(plain_fields(await searcher.search(caller, request)))
+        async def action(caller: Caller) -> SearchView:
+            return await self.searcher.search(caller, request)
 
-        return await run_as_caller(services, "image_asset_search", action)
+        return await self.as_caller(action)
 
-    image_asset_search.__annotations__["imageBase64"] = Annotated[
-        base64_param(max_bytes, searching=True) | None,
-        Field(
-            description="Find images like this one (base64; not stored; at most "
-            f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
-        ),
-    ]
-
+    @tools.tool("Move image", read_only=False, idempotent=True, audited="asset_move")
     async def image_asset_move(
+        self,
         assetId: AssetIdParam,
         projectId: Annotated[
             str | None, Field(max_length=64, description="Target project; null for Unfiled.")
@@ -554,35 +511,46 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
             str | None,
             Field(max_length=64, description="Target folder in projectId; null for its root."),
         ] = None,
-    ) -> MoveOut:
+    ) -> MoveResult:
         """Move an image to another project or folder of its vault.
 
         Metadata only: the stored bytes and their key stay as they are. Moving to where the
         image already is changes nothing.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> MoveOut:
-            result = await changes.move_asset(
-                uow, caller, services, asset_id=assetId, project_id=projectId, folder_id=folderId
+        async def action(uow: UnitOfWork, caller: Caller) -> MoveResult:
+            return await changes.move_asset(
+                uow,
+                caller,
+                self.services,
+                asset_id=assetId,
+                project_id=projectId,
+                folder_id=folderId,
             )
-            return MoveOut.model_validate(plain_fields(result))
 
-        return await run_authorised(services, "image_asset_move", action)
+        return await self.authorised(action)
 
-    async def image_asset_delete(assetId: AssetIdParam) -> DeleteOut:
+    @tools.tool(
+        "Delete image",
+        read_only=False,
+        idempotent=True,
+        destructive=True,
+        audited="asset_delete",
+    )
+    async def image_asset_delete(self, assetId: AssetIdParam) -> DeleteResult:
         """Delete an image: its vectors at once, its bytes shortly after if nothing else uses them.
 
         Needs an API key with the 'destructive' scope and write access to the vault. Deleting
         an image that is already deleted succeeds and changes nothing.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> DeleteOut:
-            result = await changes.delete_asset(uow, caller, services, asset_id=assetId)
-            return DeleteOut.model_validate(plain_fields(result))
+        async def action(uow: UnitOfWork, caller: Caller) -> DeleteResult:
+            return await changes.delete_asset(uow, caller, self.services, asset_id=assetId)
 
-        return await run_authorised(services, "image_asset_delete", action)
+        return await self.authorised(action)
 
-    async def image_asset_restore(assetId: AssetIdParam) -> RestoreOut:
+    @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
+    async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreResult:
         """Bring back an image deleted within the delete grace window (ASSET_DELETE_GRACE_HOURS).
 
         It returns to its project and folder (the project's root if the folder is gone,
@@ -591,30 +559,43 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         deleted changes nothing; after the window the answer is not_found.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> RestoreOut:
-            result = await changes.restore_asset(uow, caller, services, asset_id=assetId)
-            return RestoreOut.model_validate(plain_fields(result))
+        async def action(uow: UnitOfWork, caller: Caller) -> RestoreResult:
+            return await changes.restore_asset(uow, caller, self.services, asset_id=assetId)
 
-        return await run_authorised(services, "image_asset_restore", action)
+        return await self.authorised(action)
 
+    @tools.tool(
+        "Archive image project",
+        read_only=False,
+        idempotent=True,
+        audited="asset_project_archive",
+    )
     async def image_project_archive(
+        self,
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
-    ) -> ProjectOut:
+    ) -> ProjectView:
         """Archive a project: its images stay findable, but it takes no new images or folders.
 
         Nothing is deleted; archiving an archived project changes nothing.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectOut:
-            view = await projects.archive_project(
-                uow, caller, services, vault=vault, project_id=projectId
+        async def action(uow: UnitOfWork, caller: Caller) -> ProjectView:
+            return await projects.archive_project(
+                uow, caller, self.services, vault=vault, project_id=projectId
             )
-            return _project_out(view)
 
-        return await run_authorised(services, "image_project_archive", action)
+        return await self.authorised(action)
 
+    @tools.tool(
+        "Delete image folder",
+        read_only=False,
+        idempotent=True,
+        destructive=True,
+        audited="asset_folder_delete",
+    )
     async def image_folder_delete(
+        self,
         projectId: ProjectIdParam,
         folderId: Annotated[str, Field(min_length=1, max_length=64, description="afl_...")],
         vault: VaultParam = "Library",
@@ -629,7 +610,7 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
                 description="The confirm token of a dry run; without it, recursive is a dry run.",
             ),
         ] = None,
-    ) -> FolderDeletionOut:
+    ) -> FolderDeletion:
         """Delete a folder.
 
         An empty folder is deleted at once. A folder with images or subfolders needs
@@ -637,43 +618,16 @@ def build_memory_tools(services: MemoryServices) -> list[Tool]:
         returns a confirm token; calling again with that token deletes exactly that.
         """
 
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderDeletionOut:
-            result = await changes.delete_folder(
+        async def action(uow: UnitOfWork, caller: Caller) -> FolderDeletion:
+            return await changes.delete_folder(
                 uow,
                 caller,
-                services,
+                self.services,
                 vault=vault,
                 project_id=projectId,
                 folder_id=folderId,
                 recursive=recursive,
                 confirm=confirm,
             )
-            return FolderDeletionOut.model_validate(plain_fields(result))
 
-        return await run_authorised(services, "image_folder_delete", action)
-
-    return [
-        _tool(
-            image_asset_search, "Search images", read_only=True, idempotent=True, open_world=True
-        ),
-        _tool(image_asset_move, "Move image", read_only=False, idempotent=True),
-        _tool(
-            image_asset_delete, "Delete image", read_only=False, idempotent=True, destructive=True
-        ),
-        _tool(image_asset_restore, "Restore deleted image", read_only=False, idempotent=True),
-        _tool(image_project_archive, "Archive image project", read_only=False, idempotent=True),
-        _tool(
-            image_folder_delete,
-            "Delete image folder",
-            read_only=False,
-            idempotent=True,
-            destructive=True,
-        ),
-        _tool(image_asset_get, "Get image", read_only=True, idempotent=True),
-        _tool(image_asset_list, "List images", read_only=True, idempotent=True),
-        _tool(image_asset_save, "Save image", read_only=False, idempotent=False, open_world=True),
-        _tool(image_project_create, "Create image project", read_only=False, idempotent=False),
-        _tool(image_project_list, "List image projects", read_only=True, idempotent=True),
-        _tool(image_folder_create, "Create image folder", read_only=False, idempotent=False),
-        _tool(image_folder_list, "List image folders", read_only=True, idempotent=True),
-    ]
+        return await self.authorised(action)

@@ -10,7 +10,6 @@ camelCase spelling to use, and no string may hold NUL. Errors are
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -26,8 +25,8 @@ from memory_tools.errors import InvalidInputFailure, Unauthenticated, map_failur
 from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
-from memory_tools.mcp.schemas import SaveOut, WireModel
 from memory_tools.mcp.validation import describe
+from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
@@ -245,7 +244,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
                 result = await flow.complete(caller, upload_id, vault=body.vault)
         except ToolFailure as failure:
             return _error(failure, request)
-        return JSONResponse(SaveOut.model_validate(asdict(result)).model_dump(mode="json"))
+        return JSONResponse(result.model_dump(mode="json"))
 
     return [
         Route("/uploads", start, methods=["POST"]),

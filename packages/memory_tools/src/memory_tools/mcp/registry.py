@@ -1,0 +1,193 @@
+"""Tools declared once: a decorator records each tool, ``bind`` turns them into fastmcp Tools.
+
+A tool is one decorated method of a toolset class (``MemoryTools``): its name is the method's
+name, its description the docstring, its input schema the parameters, its output schema the
+return model. The decorator states the title, all four MCP hints and the provenance operation
+under which refusals are audited; nothing else lists tools by name.
+
+Services are bound the way fastmcp binds state to tools, as bound methods of one toolset per
+server (fastmcp drops ``self`` from the schema), rather than closures (docs/architecture.md,
+"Declaring a tool"). A parameter whose bound depends on the server's settings (the base64
+image, bounded by ASSET_MAX_BYTES) is declared with :class:`SettingsBound` in its annotation;
+``bind`` resolves it for the toolset's settings. Neither fastmcp nor pydantic-ai has a
+parameter type per binding (pydantic-ai's ``prepare`` changes only the advertised schema, not
+the validation).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_type_hints
+
+from fastmcp.exceptions import ToolError
+from fastmcp.tools import Tool
+from mcp_types import ToolAnnotations
+
+from memory_db import MemorySettings, get_logger
+from memory_db.schema import PROVENANCE_OPERATIONS
+from memory_tools.access import Caller
+from memory_tools.errors import ToolFailure
+from memory_tools.services import MemoryServices
+
+log = get_logger(__name__)
+
+F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+
+
+@dataclass(frozen=True)
+class SettingsBound:
+    """Annotation metadata: this parameter's type is ``resolve(settings)`` of the bound server."""
+
+    resolve: Callable[[MemorySettings], Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """What the decorator states about one tool."""
+
+    name: str
+    title: str
+    read_only: bool
+    destructive: bool
+    idempotent: bool
+    open_world: bool
+    audited: str | None  # the provenance operation refusals are recorded under, if any
+
+    def annotations(self) -> ToolAnnotations:
+        """All four MCP hints stated explicitly (the spec's defaults are unsafe)."""
+        return ToolAnnotations(
+            title=self.title,
+            read_only_hint=self.read_only,
+            destructive_hint=self.destructive,
+            idempotent_hint=self.idempotent,
+            open_world_hint=self.open_world,
+        )
+
+
+class Refused(Exception):
+    """A workflow's ``ToolFailure`` with the caller it was refused to (``None`` before auth)."""
+
+    def __init__(self, failure: ToolFailure, caller: Caller | None) -> None:
+        self.failure = failure
+        self.caller = caller
+        super().__init__(str(failure))
+
+
+class Toolset(Protocol):
+    """What ``bind`` needs of the object whose methods are the tools."""
+
+    services: MemoryServices
+
+
+class ToolRegistry:
+    """The tools of one toolset class, in declaration order."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, ToolSpec] = {}
+
+    @property
+    def specs(self) -> tuple[ToolSpec, ...]:
+        """Every declared tool."""
+        return tuple(self._specs.values())
+
+    def tool(
+        self,
+        title: str,
+        *,
+        read_only: bool,
+        idempotent: bool,
+        destructive: bool = False,
+        open_world: bool = False,
+        audited: str | None = None,
+    ) -> Callable[[F], F]:
+        """Declare the decorated method a tool; ``audited`` must be a provenance operation.
+
+        ``open_world`` only for tools that may reach the open web (saving or searching by URL).
+        """
+
+        def register(fn: F) -> F:
+            name = fn.__name__
+            if audited is not None and audited not in PROVENANCE_OPERATIONS:
+                raise ValueError(f"{name}: {audited!r} is not a provenance operation")
+            if name in self._specs:
+                raise ValueError(f"tool {name} is declared twice")
+            self._specs[name] = ToolSpec(
+                name=name,
+                title=title,
+                read_only=read_only,
+                destructive=destructive,
+                idempotent=idempotent,
+                open_world=open_world,
+                audited=audited,
+            )
+            return fn
+
+        return register
+
+    def bind(self, toolset: Toolset) -> list[Tool]:
+        """A fastmcp Tool for each declared method of ``toolset``; register them on any server."""
+        return [
+            Tool.from_function(
+                _entry(spec, toolset), title=spec.title, annotations=spec.annotations()
+            )
+            for spec in self._specs.values()
+        ]
+
+
+def _entry(spec: ToolSpec, toolset: Toolset) -> Callable[..., Awaitable[Any]]:
+    """The bound method, its refusals turned into ``ToolError`` (and audited when denied).
+
+    The entry has the method's signature, with every ``SettingsBound`` parameter resolved for
+    this toolset's settings; the declared method itself is never changed.
+    """
+    method = getattr(toolset, spec.name)
+    services = toolset.services
+
+    @functools.wraps(method)
+    async def entry(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await method(*args, **kwargs)
+        except Refused as refused:
+            raise await _refuse(services, spec, refused.caller, refused.failure) from None
+        except ToolFailure as failure:
+            raise await _refuse(services, spec, None, failure) from None
+
+    # The signature is the method's (functools.wraps); the types are the method's with every
+    # SettingsBound resolved, in a fresh dict (wraps would share the method's own).
+    entry.__annotations__ = _resolved_hints(method, services.settings)
+    return entry
+
+
+def _resolved_hints(method: Callable[..., Any], settings: MemorySettings) -> dict[str, Any]:
+    hints = get_type_hints(method, include_extras=True)
+    return {name: _resolve(hint, settings) for name, hint in hints.items()}
+
+
+def _resolve(hint: Any, settings: MemorySettings) -> Any:
+    if get_origin(hint) is Annotated:
+        for metadata in get_args(hint)[1:]:
+            if isinstance(metadata, SettingsBound):
+                return metadata.resolve(settings)
+    return hint
+
+
+async def _refuse(
+    services: MemoryServices, spec: ToolSpec, caller: Caller | None, failure: ToolFailure
+) -> ToolError:
+    log.info("tool_refused", tool=spec.name, code=failure.code)
+    if failure.code == "forbidden" and caller is not None and spec.audited is not None:
+        # The refused transaction rolled back; the denial is recorded on its own.
+        async with services.database.unit_of_work() as uow:
+            await uow.provenance.record(
+                spec.audited,
+                actor_identity=caller.identity,
+                outcome="denied",
+                detail={"tool": spec.name, "code": failure.code},
+            )
+    # The framework logs every tool error at the error's level: a refusal the caller can act
+    # on is not a server error (``tool_refused`` above records it); only ``internal`` is.
+    level = logging.ERROR if failure.code == "internal" else logging.DEBUG
+    return ToolError(str(failure), log_level=level)

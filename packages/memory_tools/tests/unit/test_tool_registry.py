@@ -1,0 +1,137 @@
+"""Tools are declared once: each is complete, and its audited operation is a real one."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+from fastmcp.tools import Tool
+
+from memory_db import Database, MemorySettings
+from memory_db.database import create_engine
+from memory_db.schema import PROVENANCE_OPERATIONS
+from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
+from memory_tools import MemoryServices, build_memory_server, build_memory_tools
+from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.mcp.tools import tools as memory_registry
+from memory_tools.projects import ProjectView
+
+
+@pytest.fixture
+async def services(tmp_path: Path) -> AsyncIterator[MemoryServices]:
+    # Building and listing tools never touches the database: an unconnected engine is enough.
+    database = Database(create_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none"))
+    yield MemoryServices(
+        database=database,
+        store=InMemoryAssetObjectStore(UrlSigner(hashlib.sha256(b"x").digest())),
+        settings=MemorySettings(memory_data_dir=tmp_path / "data"),
+    )
+    await database.close()
+
+
+def _defects(tool: Tool) -> list[str]:
+    """What a tool lacks of: a description, a title, all four hints, an output schema."""
+    defects: list[str] = []
+    if not (tool.description or "").strip():
+        defects.append("description")
+    if not tool.title:
+        defects.append("title")
+    hints = tool.annotations
+    if hints is None:
+        defects.append("annotations")
+    else:
+        for hint in ("read_only_hint", "destructive_hint", "idempotent_hint", "open_world_hint"):
+            if getattr(hints, hint) is None:
+                defects.append(hint)
+    if not tool.output_schema:
+        defects.append("output schema")
+    return defects
+
+
+def test_every_tool_is_complete(services: MemoryServices) -> None:
+    built = build_memory_tools(services)
+    assert {tool.name: _defects(tool) for tool in built} == {tool.name: [] for tool in built}
+    assert [tool.name for tool in built] == [spec.name for spec in memory_registry.specs]
+    assert len(built) == 13
+
+
+def test_an_incomplete_tool_is_reported(services: MemoryServices) -> None:
+    registry = ToolRegistry()
+
+    class Broken:
+        def __init__(self, services: MemoryServices) -> None:
+            self.services = services
+
+        @registry.tool("Bare", read_only=True, idempotent=True)
+        async def bare(self, name: str):  # no return type: no output schema
+            return {"name": name}
+
+    (tool,) = registry.bind(Broken(services))
+    assert _defects(tool) == ["description", "output schema"]
+    no_hints = tool.model_copy(update={"annotations": None, "title": None})
+    assert _defects(no_hints) == ["description", "title", "annotations", "output schema"]
+
+
+def test_audited_operations_are_provenance_operations() -> None:
+    audited = {spec.name: spec.audited for spec in memory_registry.specs if spec.audited}
+    assert set(audited.values()) <= set(PROVENANCE_OPERATIONS)
+    # Every tool that changes something, and search, audits its denials.
+    writing = {spec.name for spec in memory_registry.specs if not spec.read_only}
+    assert writing | {"image_asset_search"} == set(audited)
+
+
+def test_an_unknown_audited_operation_is_refused_at_declaration() -> None:
+    registry = ToolRegistry()
+    with pytest.raises(ValueError, match="'asset_saved' is not a provenance operation"):
+
+        @registry.tool("Save", read_only=False, idempotent=False, audited="asset_saved")
+        async def image_asset_save(self: object) -> ProjectView:  # pragma: no cover
+            raise AssertionError
+
+    assert registry.specs == ()
+
+
+def test_a_tool_is_declared_once() -> None:
+    registry = ToolRegistry()
+
+    @registry.tool("One", read_only=True, idempotent=True)
+    async def image_thing(self: object) -> ProjectView:  # pragma: no cover
+        raise AssertionError
+
+    with pytest.raises(ValueError, match="image_thing is declared twice"):
+        registry.tool("Two", read_only=True, idempotent=True)(image_thing)
+
+
+def test_the_base64_bound_follows_the_bound_servers_settings(tmp_path: Path) -> None:
+    database = Database(create_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none"))
+    store = InMemoryAssetObjectStore(UrlSigner(hashlib.sha256(b"x").digest()))
+
+    def base64_schema(max_bytes: int) -> dict[str, Any]:
+        # One engine for both bindings; never connected, so nothing to close.
+        settings = MemorySettings(memory_data_dir=tmp_path / "data", asset_max_bytes=max_bytes)
+        built = build_memory_tools(MemoryServices(database, store, settings))
+        save = next(tool for tool in built if tool.name == "image_asset_save")
+        return save.parameters["properties"]["imageBase64"]
+
+    small, large = base64_schema(3000), base64_schema(6000)
+    assert small["anyOf"][0]["maxLength"] < large["anyOf"][0]["maxLength"]
+    assert "3000 bytes" in small["description"]
+
+
+# The output schemas as tools/list showed them before the results became the workflows' own
+# models. A change here changes what clients read: update the file only on purpose, e.g. with
+#   json.dumps({t.name: t.output_schema for t in tools}, indent=1, sort_keys=True)
+# over the tools of `Client(build_memory_server(services)).list_tools()`.
+OUTPUT_SCHEMAS = Path(__file__).with_name("tool_output_schemas.json")
+
+
+async def test_output_schemas_are_unchanged(services: MemoryServices) -> None:
+    async with Client(build_memory_server(services)) as client:
+        listed = await client.list_tools()
+    current = {tool.name: tool.output_schema for tool in listed}
+    assert current == json.loads(OUTPUT_SCHEMAS.read_text())
