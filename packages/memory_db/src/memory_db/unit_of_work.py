@@ -58,6 +58,28 @@ class UnitOfWork:
         self.orphans = OrphanRepository(session)
 
 
+@asynccontextmanager
+async def _one_per_task() -> AsyncGenerator[None, None]:
+    """The rules of every way to the database: one per task, outages as DatabaseUnavailable.
+
+    A second one opened while the task (or the task that started it) holds one raises
+    ``NestedUnitOfWork``; a lost or refused connection leaves as ``DatabaseUnavailable``.
+    """
+    if _open_unit.get():
+        raise NestedUnitOfWork(
+            "a unit of work is already open in this task: finish it before opening another"
+        )
+    marker = _open_unit.set(True)
+    try:
+        yield
+    except Exception as exc:
+        if is_connection_failure(exc):
+            raise DatabaseUnavailable("the database is unavailable") from exc
+        raise
+    finally:
+        _open_unit.reset(marker)
+
+
 class Database:
     """An engine and its session factory; made in an app's bootstrap, closed there."""
 
@@ -77,20 +99,8 @@ class Database:
         least as large as the number of tasks admitted at once, no checkout can then wait for
         a connection that only a waiting task could give back.
         """
-        if _open_unit.get():
-            raise NestedUnitOfWork(
-                "a unit of work is already open in this task: finish it before opening another"
-            )
-        marker = _open_unit.set(True)
-        try:
-            async with self._sessions() as session, session.begin():
-                yield UnitOfWork(session)
-        except Exception as exc:
-            if is_connection_failure(exc):
-                raise DatabaseUnavailable("the database is unavailable") from exc
-            raise
-        finally:
-            _open_unit.reset(marker)
+        async with _one_per_task(), self._sessions() as session, session.begin():
+            yield UnitOfWork(session)
 
     @asynccontextmanager
     async def single_statements(self) -> AsyncGenerator[UnitOfWork, None]:
@@ -101,22 +111,10 @@ class Database:
         fail together, or reads that must agree with each other. Outages, and the one
         checkout per task, as in :meth:`unit_of_work`.
         """
-        if _open_unit.get():
-            raise NestedUnitOfWork(
-                "a unit of work is already open in this task: finish it before opening another"
-            )
-        marker = _open_unit.set(True)
-        try:
-            async with self.engine.connect() as connection:
-                await connection.execution_options(isolation_level="AUTOCOMMIT")
-                async with AsyncSession(connection, expire_on_commit=False) as session:
-                    yield UnitOfWork(session)
-        except Exception as exc:
-            if is_connection_failure(exc):
-                raise DatabaseUnavailable("the database is unavailable") from exc
-            raise
-        finally:
-            _open_unit.reset(marker)
+        async with _one_per_task(), self.engine.connect() as connection:
+            await connection.execution_options(isolation_level="AUTOCOMMIT")
+            async with AsyncSession(connection, expire_on_commit=False) as session:
+                yield UnitOfWork(session)
 
     async def close(self) -> None:
         """Dispose the engine's connection pool."""

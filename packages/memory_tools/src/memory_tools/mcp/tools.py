@@ -396,20 +396,14 @@ class MemoryTools:
         Newest first unless order is 'oldest'; page with nextCursor. Metadata only, never
         image bytes.
         """
+        parameters = dict(locals())  # the call's parameters, before any other name
         request = assets.ListRequest(
             vault=vault,
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            filters=AssetFilter(
-                tags=tuple(tags or ()),
-                untagged=untagged,
-                source_kinds=tuple(sourceKinds or ()),
-                source_host=sourceHost,
-                mime_types=tuple(mimeTypes or ()),
-                created_after=createdAfter,
-                created_before=createdBefore,
-            ),
+            # Every filter parameter, by its field's camelCase name (repositories/filters.py).
+            filters=AssetFilter.from_parameters(parameters),
             order=order,
             limit=limit,
             cursor=cursor,
@@ -472,6 +466,7 @@ class MemoryTools:
         with evidence are returned, so there may be fewer than limit or none; noGoodMatch is
         true when none is a good match (see bestScore and goodMatchScore).
         """
+        parameters = dict(locals())  # the call's parameters, before any other name
         request = SearchRequest(
             query=query,
             asset_id=assetId,
@@ -481,15 +476,8 @@ class MemoryTools:
             project_id=projectId,
             folder_id=folderId,
             include_subfolders=includeSubfolders,
-            filters=AssetFilter(
-                tags=tuple(tags or ()),
-                untagged=untagged,
-                source_kinds=tuple(sourceKinds or ()),
-                source_host=sourceHost,
-                mime_types=tuple(mimeTypes or ()),
-                created_after=createdAfter,
-                created_before=createdBefore,
-            ),
+            # Every filter parameter, by its field's camelCase name (repositories/filters.py).
+            filters=AssetFilter.from_parameters(parameters),
             limit=limit,
             min_score=minScore,
             include_preview=includePreview,
