@@ -193,27 +193,14 @@ def _view(
 ) -> AssetView:
     asset = stored.asset
     note = asset.metadata.get("embedding", {}).get("fused")
+    # Every field of the summary, plus what only a full view carries.
     return AssetView(
-        asset_id=asset.id,
-        vault=vault,
-        project_id=asset.project_id,
-        folder_id=asset.folder_id,
-        title=asset.title,
+        **dict(_summary(stored, vault)),
         description=asset.description,
         alt_text=asset.alt_text,
-        tags=list(asset.tags),
-        source_url=asset.source_url,
-        source_kind=asset.source_kind,
         source_ref=dict(asset.source_ref),
-        status=asset.status,
-        embedding_status=asset.embedding_status,
         failure_code=asset.failure_code,
         failure_message=asset.failure_message,
-        mime_type=stored.mime_type,
-        width=stored.width,
-        height=stored.height,
-        bytes=stored.bytes,
-        created_at=asset.created_at,
         updated_at=asset.updated_at,
         representations=representations,
         fused_note=note if isinstance(note, str) and note.startswith("skipped") else None,

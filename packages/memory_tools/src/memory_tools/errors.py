@@ -52,6 +52,10 @@ CODES = (
 )
 
 
+# Seconds an HTTP client should wait before retrying a retryable refusal (``Retry-After``).
+RETRY_AFTER_SECONDS = {"unavailable": 5, "busy": 1}
+
+
 class ToolFailure(Exception):
     """A failure the caller can act on; ``code`` is stable, ``message`` is human-readable."""
 

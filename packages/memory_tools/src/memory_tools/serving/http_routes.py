@@ -30,7 +30,7 @@ from memory_db.storage import (
     read_verified,
 )
 from memory_tools import MemoryServices, ToolFailure, policy
-from memory_tools.errors import Busy, Unavailable, map_failures
+from memory_tools.errors import RETRY_AFTER_SECONDS, Busy, Unavailable, map_failures
 from memory_tools.ingest.save import AssetSaver
 from memory_tools.ingest.uploads import UploadFlow
 
@@ -55,7 +55,7 @@ def _refuse(status: int, message: str) -> Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def plain_errors(services: MemoryServices) -> Callable[[Handler], Handler]:
+def plain_errors(handler: Handler) -> Handler:
     """Answer a database outage or a saturated server on an object route with a plain 503.
 
     ``map_failures`` is the boundary the MCP tools and the upload routes use too; the handlers
@@ -64,26 +64,22 @@ def plain_errors(services: MemoryServices) -> Callable[[Handler], Handler]:
     the admission wait.
     """
 
-    def wrap(handler: Handler) -> Handler:
-        async def guarded(request: Request) -> Response:
-            try:
-                with map_failures():
-                    return await handler(request)
-            except Unavailable:
+    async def guarded(request: Request) -> Response:
+        try:
+            with map_failures():
+                return await handler(request)
+        except (Unavailable, Busy) as failure:
+            if isinstance(failure, Unavailable):
                 log.warning("object_route_unavailable", exc_info=True)
-                return PlainTextResponse(
-                    "the service is briefly unavailable; retry in a few seconds",
-                    status_code=503,
-                    headers={**SAFE_HEADERS, "Retry-After": "5"},
-                )
-            except Busy as failure:
-                return PlainTextResponse(
-                    failure.message, status_code=503, headers={**SAFE_HEADERS, "Retry-After": "1"}
-                )
+                message = "the service is briefly unavailable; retry in a few seconds"
+            else:
+                message = failure.message
+            retry = str(RETRY_AFTER_SECONDS[failure.code])
+            return PlainTextResponse(
+                message, status_code=503, headers={**SAFE_HEADERS, "Retry-After": retry}
+            )
 
-        return guarded
-
-    return wrap
+    return guarded
 
 
 def object_routes(services: MemoryServices) -> list[Route]:
@@ -92,9 +88,8 @@ def object_routes(services: MemoryServices) -> list[Route]:
     if not isinstance(store, HmacLinks):
         return []  # S3 links go to the bucket's own endpoint
     uploads = UploadFlow(AssetSaver(services))
-    plain_errors_of = plain_errors(services)
 
-    @plain_errors_of
+    @plain_errors
     async def get_object(request: Request) -> Response:
         key = request.path_params["key"]
         try:
@@ -147,7 +142,7 @@ def object_routes(services: MemoryServices) -> list[Route]:
             headers={**SAFE_HEADERS, "Content-Disposition": f'inline; filename="{filename}"'},
         )
 
-    @plain_errors_of
+    @plain_errors
     async def put_object(request: Request) -> Response:
         key = request.path_params["key"]
         content_type = request.headers.get("content-type", "")

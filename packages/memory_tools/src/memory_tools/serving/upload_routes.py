@@ -21,7 +21,12 @@ from starlette.routing import Route
 from memory_db import get_logger
 from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.access import Caller
-from memory_tools.errors import InvalidInputFailure, Unauthenticated, map_failures
+from memory_tools.errors import (
+    RETRY_AFTER_SECONDS,
+    InvalidInputFailure,
+    Unauthenticated,
+    map_failures,
+)
 from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
@@ -42,8 +47,6 @@ STATUS = {
     "unavailable": 503,
     "busy": 503,
 }
-# Seconds a client should wait before retrying a retryable refusal.
-RETRY_AFTER = {"unavailable": "5", "busy": "1"}
 MAX_BODY = 64 * 1024
 
 
@@ -96,8 +99,8 @@ def _bearer_token(request: Request) -> str | None:
 
 def _error(failure: ToolFailure, request: Request) -> Response:
     headers = {"Cache-Control": "no-store"}
-    if failure.code in RETRY_AFTER:
-        headers["Retry-After"] = RETRY_AFTER[failure.code]
+    if failure.code in RETRY_AFTER_SECONDS:
+        headers["Retry-After"] = str(RETRY_AFTER_SECONDS[failure.code])
     if failure.code == "unauthenticated":
         # RFC 6750, section 3.1: no error attribute unless bearer credentials were sent and refused.
         headers["WWW-Authenticate"] = (
@@ -115,7 +118,7 @@ def _error(failure: ToolFailure, request: Request) -> Response:
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def json_errors(services: MemoryServices) -> Callable[[Handler], Handler]:
+def json_errors(handler: Handler) -> Handler:
     """Answer whatever escapes ``handler`` with the documented JSON error, never a bare 500.
 
     ``map_failures`` is the boundary the MCP tools use too: a lost database is ``unavailable``
@@ -124,21 +127,18 @@ def json_errors(services: MemoryServices) -> Callable[[Handler], Handler]:
     through ``call_admission`` once the request body is read, so a slow sender holds no turn.
     """
 
-    def wrap(handler: Handler) -> Handler:
-        async def guarded(request: Request) -> Response:
-            try:
-                with map_failures():
-                    return await handler(request)
-            except ToolFailure as failure:
-                log.warning("upload_route_refused", code=failure.code, exc_info=True)
-                return _error(failure, request)
-            except Exception:
-                log.exception("upload_route_failed")
-                return _error(ToolFailure("the request could not be completed"), request)
+    async def guarded(request: Request) -> Response:
+        try:
+            with map_failures():
+                return await handler(request)
+        except ToolFailure as failure:
+            log.warning("upload_route_refused", code=failure.code, exc_info=True)
+            return _error(failure, request)
+        except Exception:
+            log.exception("upload_route_failed")
+            return _error(ToolFailure("the request could not be completed"), request)
 
-        return guarded
-
-    return wrap
+    return guarded
 
 
 def _presented_token(request: Request) -> str:
@@ -149,7 +149,7 @@ def _presented_token(request: Request) -> str:
 
 
 async def _caller(services: MemoryServices, token: str) -> Caller:
-    async with services.database.unit_of_work() as uow:
+    async with services.database.single_statements() as uow:  # one statement, as the tools
         return await authenticate(uow, token)
 
 
@@ -191,9 +191,8 @@ def _base(services: MemoryServices, request: Request) -> str:
 def upload_routes(services: MemoryServices) -> list[Route]:
     """The two upload routes bound to ``services``."""
     flow = UploadFlow(AssetSaver(services))
-    json_errors_of = json_errors(services)
 
-    @json_errors_of
+    @json_errors
     async def start(request: Request) -> Response:
         try:
             token = _presented_token(request)
@@ -231,7 +230,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
         )
 
-    @json_errors_of
+    @json_errors
     async def complete(request: Request) -> Response:
         try:
             token = _presented_token(request)
