@@ -53,9 +53,12 @@ USAGE_SOURCES = ("embed_image_document", "embed_image_query", "rerank_image")
 PROVENANCE_OPERATIONS = (
     "asset_project_create",
     "asset_project_archive",
+    "asset_project_update",
     "asset_folder_create",
     "asset_folder_delete",
+    "asset_folder_update",
     "asset_save",
+    "asset_update",
     "asset_embed",
     "asset_search",
     "asset_move",
@@ -68,6 +71,7 @@ PROVENANCE_OPERATIONS = (
     "api_key_revoke",
     "vault_create",
     "vault_grant",
+    "vault_grant_revoke",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 

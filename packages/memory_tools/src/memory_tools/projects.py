@@ -46,6 +46,12 @@ class FolderView(WireModel):
     created_at: datetime
 
 
+class ProjectList(WireModel):
+    """Projects visible to the caller."""
+
+    projects: list[ProjectView]
+
+
 class FolderTree(WireModel):
     """A project's folder tree, depth-first with siblings by name."""
 
@@ -134,8 +140,8 @@ async def list_projects(
     *,
     vault: str | None,
     include_archived: bool,
-) -> list[ProjectView]:
-    """Projects of one vault, or of every vault the caller may read."""
+) -> ProjectList:
+    """Projects of one vault, or of every vault the caller may read (each names its vault)."""
     policy.require(services.settings)
     if vault is None:
         vaults = await readable_vaults(uow, caller)
@@ -145,7 +151,9 @@ async def list_projects(
     records = await uow.projects.list(
         [v.record.scope for v in vaults], include_archived=include_archived
     )
-    return [_project_view(r, by_vault[(r.owner_identity, r.vault)]) for r in records]
+    return ProjectList(
+        projects=[_project_view(r, by_vault[(r.owner_identity, r.vault)]) for r in records]
+    )
 
 
 async def create_folder(

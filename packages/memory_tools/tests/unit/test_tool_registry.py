@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+from pydantic.alias_generators import to_camel
 from fastmcp.tools import Tool
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
+from memory_db.repositories import FILTER_FIELDS
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server, build_memory_tools
@@ -121,6 +123,25 @@ def test_the_base64_bound_follows_the_bound_servers_settings(tmp_path: Path) -> 
     small, large = base64_schema(3000), base64_schema(6000)
     assert small["anyOf"][0]["maxLength"] < large["anyOf"][0]["maxLength"]
     assert "3000 bytes" in small["description"]
+
+
+# The scope parameters list and search share besides the filters.
+PLACEMENT = ("vault", "projectId", "folderId", "includeSubfolders")
+
+
+def test_list_and_search_declare_every_filter_alike(services: MemoryServices) -> None:
+    """The two tools spell each filter parameter out; this keeps the two declarations one.
+
+    Every filter the one definition (``FILTER_FIELDS``) lets a caller set, and the placement
+    parameters, must be a parameter of both tools with the same schema.
+    """
+    built = {tool.name: tool.parameters for tool in build_memory_tools(services)}
+    listing, search = built["image_asset_list"], built["image_asset_search"]
+    names = [to_camel(name) for name, (_, field) in FILTER_FIELDS.items() if field.set_by_caller]
+    assert "untagged" in names and "createdBefore" in names
+    for name in (*PLACEMENT, *names):
+        assert listing["properties"][name] == search["properties"][name], name
+    assert listing.get("$defs") == search.get("$defs")
 
 
 # The output schemas as tools/list showed them before the results became the workflows' own

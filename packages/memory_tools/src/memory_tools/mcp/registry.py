@@ -7,11 +7,11 @@ under which refusals are audited; nothing else lists tools by name.
 
 Services are bound the way fastmcp binds state to tools, as bound methods of one toolset per
 server (fastmcp drops ``self`` from the schema), rather than closures (docs/architecture.md,
-"Declaring a tool"). A parameter whose bound depends on the server's settings (the base64
-image, bounded by ASSET_MAX_BYTES) is declared with :class:`SettingsBound` in its annotation;
-``bind`` resolves it for the toolset's settings. Neither fastmcp nor pydantic-ai has a
-parameter type per binding (pydantic-ai's ``prepare`` changes only the advertised schema, not
-the validation).
+"Declaring a tool"). What a client is told of a parameter whose bound depends on the server's
+settings (the base64 image, at most ASSET_MAX_BYTES) is declared with :class:`Advertised` in
+its annotation; ``bind`` applies it with fastmcp's own argument transform for the toolset's
+settings, as pydantic-ai's ``prepare`` adapts a tool's advertised schema per run. The bound
+itself is enforced by the workflow, so every entry point refuses the same input.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_
 
 from fastmcp.exceptions import ToolError
 from fastmcp.tools import Tool
+from fastmcp.tools.tool_transform import ArgTransform
 from mcp_types import ToolAnnotations
 
 from memory_db import MemorySettings, get_logger
@@ -38,10 +39,14 @@ F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
 
 
 @dataclass(frozen=True)
-class SettingsBound:
-    """Annotation metadata: this parameter's type is ``resolve(settings)`` of the bound server."""
+class Advertised:
+    """Annotation metadata: clients are told of this parameter ``describe(settings)``.
 
-    resolve: Callable[[MemorySettings], Any]
+    ``describe`` returns the ``ArgTransform`` (type and description) a server with those
+    settings advertises; the declared type is what the call is validated against.
+    """
+
+    describe: Callable[[MemorySettings], ArgTransform]
 
 
 @dataclass(frozen=True)
@@ -129,22 +134,23 @@ class ToolRegistry:
 
     def bind(self, toolset: Toolset) -> list[Tool]:
         """A fastmcp Tool for each declared method of ``toolset``; register them on any server."""
-        return [
-            Tool.from_function(
-                _entry(spec, toolset), title=spec.title, annotations=spec.annotations()
+        bound: list[Tool] = []
+        for spec in self._specs.values():
+            method = getattr(toolset, spec.name)
+            tool = Tool.from_function(
+                _entry(spec, method, toolset.services),
+                title=spec.title,
+                annotations=spec.annotations(),
             )
-            for spec in self._specs.values()
-        ]
+            advertised = _advertised(method, toolset.services.settings)
+            bound.append(Tool.from_tool(tool, transform_args=advertised) if advertised else tool)
+        return bound
 
 
-def _entry(spec: ToolSpec, toolset: Toolset) -> Callable[..., Awaitable[Any]]:
-    """The bound method, its refusals turned into ``ToolError`` (and audited when denied).
-
-    The entry has the method's signature, with every ``SettingsBound`` parameter resolved for
-    this toolset's settings; the declared method itself is never changed.
-    """
-    method = getattr(toolset, spec.name)
-    services = toolset.services
+def _entry(
+    spec: ToolSpec, method: Callable[..., Awaitable[Any]], services: MemoryServices
+) -> Callable[..., Awaitable[Any]]:
+    """The bound method, its refusals turned into ``ToolError`` (and audited when denied)."""
 
     @functools.wraps(method)
     async def entry(*args: Any, **kwargs: Any) -> Any:
@@ -155,23 +161,19 @@ def _entry(spec: ToolSpec, toolset: Toolset) -> Callable[..., Awaitable[Any]]:
         except ToolFailure as failure:
             raise await _refuse(services, spec, None, failure) from None
 
-    # The signature is the method's (functools.wraps); the types are the method's with every
-    # SettingsBound resolved, in a fresh dict (wraps would share the method's own).
-    entry.__annotations__ = _resolved_hints(method, services.settings)
     return entry
 
 
-def _resolved_hints(method: Callable[..., Any], settings: MemorySettings) -> dict[str, Any]:
-    hints = get_type_hints(method, include_extras=True)
-    return {name: _resolve(hint, settings) for name, hint in hints.items()}
-
-
-def _resolve(hint: Any, settings: MemorySettings) -> Any:
-    if get_origin(hint) is Annotated:
+def _advertised(method: Callable[..., Any], settings: MemorySettings) -> dict[str, ArgTransform]:
+    """How each ``Advertised`` parameter of ``method`` is shown by a server with ``settings``."""
+    transforms: dict[str, ArgTransform] = {}
+    for name, hint in get_type_hints(method, include_extras=True).items():
+        if get_origin(hint) is not Annotated:
+            continue
         for metadata in get_args(hint)[1:]:
-            if isinstance(metadata, SettingsBound):
-                return metadata.resolve(settings)
-    return hint
+            if isinstance(metadata, Advertised):
+                transforms[name] = metadata.describe(settings)
+    return transforms
 
 
 async def _refuse(

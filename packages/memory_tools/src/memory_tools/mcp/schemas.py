@@ -1,6 +1,6 @@
-"""Tool parameter types shared by several tools, and the wire-only project list.
+"""Tool parameter types shared by several tools.
 
-Every other output shape is the workflow's own result model (:mod:`memory_tools.wire`).
+Every output shape is the workflow's own result model (:mod:`memory_tools.wire`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,6 @@ from typing import Annotated
 
 from pydantic import BeforeValidator, Field
 from pydantic_core import PydanticCustomError
-
-from memory_tools.projects import ProjectView
-from memory_tools.wire import WireModel
 
 # Extended ISO 8601 as RFC 3339 writes it: a date, a time (seconds and fraction optional) and a
 # zone. Nothing looser: a bare "0" or 1700000000 would otherwise be read as a Unix time.
@@ -68,9 +65,3 @@ CreatedBeforeParam = Annotated[
         "a zone, e.g. 2026-12-01T00:00:00Z; a value without a zone is refused."
     ),
 ]
-
-
-class ProjectListOut(WireModel):
-    """Projects visible to the caller."""
-
-    projects: list[ProjectView]

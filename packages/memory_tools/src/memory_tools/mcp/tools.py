@@ -13,12 +13,12 @@ operation) that returns its workflow's result model (a :class:`memory_tools.wire
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Literal, TypeVar
+from typing import Annotated, Any, Concatenate, Literal, ParamSpec, TypeVar
 
 from fastmcp.server.dependencies import get_access_token
 from fastmcp.tools import Tool
-from pydantic import AfterValidator, Field, WithJsonSchema
-from pydantic_core import PydanticCustomError
+from fastmcp.tools.tool_transform import ArgTransform
+from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, UnitOfWork
 from memory_db.repositories import AssetFilter
@@ -29,13 +29,14 @@ from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, Resto
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
-from memory_tools.mcp.registry import Refused, SettingsBound, ToolRegistry
-from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam, ProjectListOut
-from memory_tools.projects import FolderTree, FolderView, ProjectView
+from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry
+from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
+from memory_tools.projects import FolderTree, FolderView, ProjectList, ProjectView
 from memory_tools.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.services import MemoryServices
 
 T = TypeVar("T")
+P = ParamSpec("P")
 
 VaultParam = Annotated[
     str,
@@ -74,26 +75,14 @@ MimeTypesParam = Annotated[
 UntaggedParam = Annotated[bool, Field(description="Only assets without tags.")]
 
 
-def base64_param(max_bytes: int, *, searching: bool) -> Any:
-    """A base64 string of at most ``ASSET_MAX_BYTES`` decoded bytes.
+def advertised_base64(max_bytes: int) -> Any:
+    """The type a client is shown for a base64 image of at most ``max_bytes`` decoded bytes.
 
-    The schema announces the bound as ``maxLength``; a longer string is refused with a message
-    that names ASSET_MAX_BYTES and the upload route, not pydantic's bare "String should have at
-    most N characters".
+    Only what is advertised: the workflow decodes and refuses a longer image on every route
+    (``inputs.decode_base64``), with a message that names ASSET_MAX_BYTES and the upload route.
     """
-    max_length = inputs.base64_length_limit(max_bytes)
-
-    def within_limit(value: str) -> str:
-        if len(value) > max_length:
-            reason = inputs.too_large_for_base64(max_bytes, searching=searching)
-            raise PydanticCustomError("base64_too_large", "{reason}", {"reason": reason})
-        return value
-
-    return Annotated[
-        str,
-        AfterValidator(within_limit),
-        WithJsonSchema({"type": "string", "maxLength": max_length}),
-    ]
+    within = {"type": "string", "maxLength": inputs.base64_length_limit(max_bytes)}
+    return Annotated[str | None, WithJsonSchema({"anyOf": [within, {"type": "null"}]})]
 
 
 def _presented_key(services: MemoryServices) -> str | None:
@@ -105,9 +94,11 @@ def _presented_key(services: MemoryServices) -> str | None:
 
 async def run_authorised(
     services: MemoryServices,
-    action: Callable[[UnitOfWork, Caller], Awaitable[T]],
+    action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],
+    *args: P.args,
+    **kwargs: P.kwargs,
 ) -> T:
-    """Authenticate the caller and run ``action`` in one transaction; map failures.
+    """Authenticate the caller and run ``action(uow, caller, services, ...)`` in one transaction.
 
     The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
     turn, and past the admission wait it fails as ``busy`` without having done anything. A
@@ -119,16 +110,18 @@ async def run_authorised(
         with map_failures():
             async with services.call_admission.admit(), services.database.unit_of_work() as uow:
                 caller = await authenticate(uow, _presented_key(services))
-                return await action(uow, caller)
+                return await action(uow, caller, services, *args, **kwargs)
     except ToolFailure as failure:
         raise Refused(failure, caller) from None
 
 
 async def run_as_caller(
     services: MemoryServices,
-    action: Callable[[Caller], Awaitable[T]],
+    action: Callable[Concatenate[Caller, P], Awaitable[T]],
+    *args: P.args,
+    **kwargs: P.kwargs,
 ) -> T:
-    """Authenticate in one statement, then run ``action`` outside any transaction.
+    """Authenticate in one statement, then run ``action(caller, ...)`` outside any transaction.
 
     For work that must not hold a transaction open across network calls; ``action`` opens its
     own. Admitted like ``run_authorised``, for the whole call. The key check is one statement,
@@ -140,7 +133,7 @@ async def run_as_caller(
             async with services.call_admission.admit():
                 async with services.database.single_statements() as uow:
                     caller = await authenticate(uow, _presented_key(services))
-                return await action(caller)
+                return await action(caller, *args, **kwargs)
     except ToolFailure as failure:
         raise Refused(failure, caller) from None
 
@@ -148,32 +141,28 @@ async def run_as_caller(
 tools = ToolRegistry()
 
 
-def _save_base64(settings: MemorySettings) -> Any:
+def _save_base64(settings: MemorySettings) -> ArgTransform:
     max_bytes = settings.asset_max_bytes
-    return Annotated[
-        base64_param(max_bytes, searching=False) | None,
-        Field(
-            description="The image bytes as base64, for clients without an upload route; "
-            f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
-            "direct-upload route POST /uploads.",
-        ),
-    ]
+    return ArgTransform(
+        type=advertised_base64(max_bytes),
+        description="The image bytes as base64, for clients without an upload route; "
+        f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
+        "direct-upload route POST /uploads.",
+    )
 
 
-def _search_base64(settings: MemorySettings) -> Any:
+def _search_base64(settings: MemorySettings) -> ArgTransform:
     max_bytes = settings.asset_max_bytes
-    return Annotated[
-        base64_param(max_bytes, searching=True) | None,
-        Field(
-            description="Find images like this one (base64; not stored; at most "
-            f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
-        ),
-    ]
+    return ArgTransform(
+        type=advertised_base64(max_bytes),
+        description="Find images like this one (base64; not stored; at most "
+        f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
+    )
 
 
-# The base64 bound is ASSET_MAX_BYTES of the server the tools are bound to.
-SaveBase64Param = Annotated[str | None, SettingsBound(_save_base64)]
-SearchBase64Param = Annotated[str | None, SettingsBound(_search_base64)]
+# The base64 bound shown is ASSET_MAX_BYTES of the server the tools are bound to.
+SaveBase64Param = Annotated[str | None, Advertised(_save_base64)]
+SearchBase64Param = Annotated[str | None, Advertised(_search_base64)]
 
 
 def build_memory_tools(services: MemoryServices) -> list[Tool]:
@@ -189,13 +178,23 @@ class MemoryTools:
         self.saver = AssetSaver(services)
         self.searcher = AssetSearcher(services)
 
-    async def authorised(self, action: Callable[[UnitOfWork, Caller], Awaitable[T]]) -> T:
-        """``run_authorised`` with this server's services."""
-        return await run_authorised(self.services, action)
+    async def authorised(
+        self,
+        action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``run_authorised`` with this server's services: ``action(uow, caller, services, …)``."""
+        return await run_authorised(self.services, action, *args, **kwargs)
 
-    async def as_caller(self, action: Callable[[Caller], Awaitable[T]]) -> T:
-        """``run_as_caller`` with this server's services."""
-        return await run_as_caller(self.services, action)
+    async def as_caller(
+        self,
+        action: Callable[Concatenate[Caller, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """``run_as_caller`` with this server's services: ``action(caller, ...)``."""
+        return await run_as_caller(self.services, action, *args, **kwargs)
 
     @tools.tool(
         "Create image project",
@@ -210,13 +209,9 @@ class MemoryTools:
         description: Annotated[str | None, Field(max_length=2000)] = None,
     ) -> ProjectView:
         """Create a project in a vault you may write. Project names are unique per vault."""
-
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectView:
-            return await projects.create_project(
-                uow, caller, self.services, vault=vault, name=name, description=description
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(
+            projects.create_project, vault=vault, name=name, description=description
+        )
 
     @tools.tool("List image projects", read_only=True, idempotent=True)
     async def image_project_list(
@@ -228,16 +223,11 @@ class MemoryTools:
             ),
         ] = None,
         includeArchived: bool = False,
-    ) -> ProjectListOut:
+    ) -> ProjectList:
         """List projects in one vault, or in every vault you may read (each names its vault)."""
-
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectListOut:
-            views = await projects.list_projects(
-                uow, caller, self.services, vault=vault, include_archived=includeArchived
-            )
-            return ProjectListOut(projects=views)
-
-        return await self.authorised(action)
+        return await self.authorised(
+            projects.list_projects, vault=vault, include_archived=includeArchived
+        )
 
     @tools.tool(
         "Create image folder",
@@ -256,19 +246,9 @@ class MemoryTools:
         ] = None,
     ) -> FolderView:
         """Create a folder in a project (at most 8 levels deep; names unique among siblings)."""
-
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderView:
-            return await projects.create_folder(
-                uow,
-                caller,
-                self.services,
-                vault=vault,
-                project_id=projectId,
-                parent_id=parentId,
-                name=name,
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(
+            projects.create_folder, vault=vault, project_id=projectId, parent_id=parentId, name=name
+        )
 
     @tools.tool("List image folders", read_only=True, idempotent=True)
     async def image_folder_list(
@@ -277,13 +257,7 @@ class MemoryTools:
         vault: VaultParam = "Library",
     ) -> FolderTree:
         """List a project's folder tree, depth-first, with each folder's path and depth."""
-
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderTree:
-            return await projects.list_folders(
-                uow, caller, self.services, vault=vault, project_id=projectId
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(projects.list_folders, vault=vault, project_id=projectId)
 
     @tools.tool(
         "Save image",
@@ -347,10 +321,7 @@ class MemoryTools:
             idempotency_key=idempotencyKey,
         )
 
-        async def action(caller: Caller) -> SaveResult:
-            return await self.saver.save(caller, request)
-
-        return await self.as_caller(action)
+        return await self.as_caller(self.saver.save, request)
 
     @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
@@ -365,13 +336,9 @@ class MemoryTools:
         Metadata, the state of each representation, the failure reason if any, and optionally
         a fresh preview link (call again once it has expired).
         """
-
-        async def action(uow: UnitOfWork, caller: Caller) -> AssetView:
-            return await assets.get_asset(
-                uow, caller, self.services, asset_id=assetId, include_preview=includePreview
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(
+            assets.get_asset, asset_id=assetId, include_preview=includePreview
+        )
 
     @tools.tool("List images", read_only=True, idempotent=True)
     async def image_asset_list(
@@ -409,10 +376,7 @@ class MemoryTools:
             cursor=cursor,
         )
 
-        async def action(uow: UnitOfWork, caller: Caller) -> AssetListView:
-            return await assets.list_assets(uow, caller, self.services, request)
-
-        return await self.authorised(action)
+        return await self.authorised(assets.list_assets, request)
 
     @tools.tool(
         "Search images",
@@ -483,10 +447,7 @@ class MemoryTools:
             include_preview=includePreview,
         )
 
-        async def action(caller: Caller) -> SearchView:
-            return await self.searcher.search(caller, request)
-
-        return await self.as_caller(action)
+        return await self.as_caller(self.searcher.search, request)
 
     @tools.tool("Move image", read_only=False, idempotent=True, audited="asset_move")
     async def image_asset_move(
@@ -505,18 +466,9 @@ class MemoryTools:
         Metadata only: the stored bytes and their key stay as they are. Moving to where the
         image already is changes nothing.
         """
-
-        async def action(uow: UnitOfWork, caller: Caller) -> MoveResult:
-            return await changes.move_asset(
-                uow,
-                caller,
-                self.services,
-                asset_id=assetId,
-                project_id=projectId,
-                folder_id=folderId,
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(
+            changes.move_asset, asset_id=assetId, project_id=projectId, folder_id=folderId
+        )
 
     @tools.tool(
         "Delete image",
@@ -531,11 +483,7 @@ class MemoryTools:
         Needs an API key with the 'destructive' scope and write access to the vault. Deleting
         an image that is already deleted succeeds and changes nothing.
         """
-
-        async def action(uow: UnitOfWork, caller: Caller) -> DeleteResult:
-            return await changes.delete_asset(uow, caller, self.services, asset_id=assetId)
-
-        return await self.authorised(action)
+        return await self.authorised(changes.delete_asset, asset_id=assetId)
 
     @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
     async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreResult:
@@ -546,11 +494,7 @@ class MemoryTools:
         bytes. Needs the 'destructive' scope, like a delete. Restoring an image that is not
         deleted changes nothing; after the window the answer is not_found.
         """
-
-        async def action(uow: UnitOfWork, caller: Caller) -> RestoreResult:
-            return await changes.restore_asset(uow, caller, self.services, asset_id=assetId)
-
-        return await self.authorised(action)
+        return await self.authorised(changes.restore_asset, asset_id=assetId)
 
     @tools.tool(
         "Archive image project",
@@ -567,13 +511,7 @@ class MemoryTools:
 
         Nothing is deleted; archiving an archived project changes nothing.
         """
-
-        async def action(uow: UnitOfWork, caller: Caller) -> ProjectView:
-            return await projects.archive_project(
-                uow, caller, self.services, vault=vault, project_id=projectId
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(projects.archive_project, vault=vault, project_id=projectId)
 
     @tools.tool(
         "Delete image folder",
@@ -605,17 +543,11 @@ class MemoryTools:
         recursive=true: the first call is a dry run that counts folders, images and bytes and
         returns a confirm token; calling again with that token deletes exactly that.
         """
-
-        async def action(uow: UnitOfWork, caller: Caller) -> FolderDeletion:
-            return await changes.delete_folder(
-                uow,
-                caller,
-                self.services,
-                vault=vault,
-                project_id=projectId,
-                folder_id=folderId,
-                recursive=recursive,
-                confirm=confirm,
-            )
-
-        return await self.authorised(action)
+        return await self.authorised(
+            changes.delete_folder,
+            vault=vault,
+            project_id=projectId,
+            folder_id=folderId,
+            recursive=recursive,
+            confirm=confirm,
+        )

@@ -35,11 +35,17 @@ def describe(error: PydanticValidationError, known_fields: Collection[str] = ())
     for item in error.errors(include_input=False, include_url=False):
         field = ".".join(str(p) for p in item["loc"]) or "arguments"
         message = _MESSAGES.get(item["type"], str(item["msg"]))
-        camel = to_camel(field)
-        if item["type"] in _UNKNOWN_FIELD and camel != field and camel in known_fields:
-            message = f"is not a known field; did you mean `{camel}`?"
+        if item["type"] in _UNKNOWN_FIELD:
+            message = _unknown(field, known_fields)
         parts.append(f"{field}: {message}")
     return "; ".join(parts)
+
+
+def _unknown(field: str, known_fields: Collection[str]) -> str:
+    camel = to_camel(field)
+    if camel != field and camel in known_fields:
+        return f"is not a known field; did you mean `{camel}`?"
+    return "is not a known field"
 
 
 async def _tool_fields(context: MiddlewareContext[Any]) -> frozenset[str]:
@@ -58,21 +64,32 @@ class InvalidInputMiddleware(Middleware):
     async def on_call_tool(
         self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
     ) -> Any:
-        """Refuse NUL anywhere in the arguments; re-raise validation errors as tool errors."""
+        """Refuse NUL anywhere and unknown fields; re-raise validation errors as tool errors.
+
+        Unknown fields are refused here, before the tool runs, so every tool answers them
+        alike: a tool with an advertised-per-server parameter (``registry.Advertised``) is a
+        fastmcp transform whose forwarding refuses them with a bare ``TypeError``.
+        """
+        arguments = context.message.arguments or {}
         try:
-            refuse_nul_anywhere(context.message.arguments or {})
+            refuse_nul_anywhere(arguments)
         except InvalidInputFailure as failure:
             raise ToolError(str(failure), log_level=logging.DEBUG) from None
+        known = await _tool_fields(context)
+        unknown = [name for name in arguments if known and name not in known]
+        if unknown:
+            detail = "; ".join(f"{name}: {_unknown(name, known)}" for name in unknown)
+            raise ToolError(f"invalid_input: {detail}", log_level=logging.DEBUG)
         try:
             return await call_next(context)
         except ValidationError as exc:
             cause = exc.__cause__
             detail = (
-                describe(cause, await _tool_fields(context))
+                describe(cause, known)
                 if isinstance(cause, PydanticValidationError)
                 else "invalid arguments"
             )
             raise ToolError(f"invalid_input: {detail}", log_level=logging.DEBUG) from None
         except PydanticValidationError as exc:
-            detail = describe(exc, await _tool_fields(context))
+            detail = describe(exc, known)
             raise ToolError(f"invalid_input: {detail}", log_level=logging.DEBUG) from None
