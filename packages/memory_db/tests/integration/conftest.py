@@ -14,7 +14,7 @@ from urllib.parse import parse_qs, urlsplit
 import httpx
 import pytest
 
-from memory_db import ObjectExists, SignatureError
+from memory_db import InvalidStorageKey, ObjectExists, SignatureError
 from memory_db.ids import new_id
 from memory_db.storage import (
     AssetObjectStore,
@@ -84,11 +84,15 @@ class StoreUnderTest:
             return response.status_code, dict(response.headers), response.content
         key, query = _split_link(url)
         try:
-            self.store.verify_signed_get(key, query.get("expires", ""), query.get("signature", ""))  # type: ignore[attr-defined]
-        except SignatureError:
+            served = self.store.verify_signed_get(  # type: ignore[attr-defined]
+                key, query.get("expires", ""), query.get("signature", ""), query.get("filename")
+            )
+        except (SignatureError, InvalidStorageKey):
             return 403, {}, b""
         body = b"".join([chunk async for chunk in self.store.get_stream(key)])
-        return 200, {}, body
+        # What the memory server's object route answers with (serving/http_routes.py).
+        headers = {"content-type": served.content_type, "content-disposition": served.disposition}
+        return 200, headers, body
 
     async def follow_put(self, url: str, headers: dict[str, str], body: bytes) -> int:
         if self.peer is not None:

@@ -132,9 +132,45 @@ async def test_signed_get_reads_the_object(
     assert url.count("?") == 1
     status, headers, content = await sut.follow_get(url)
     assert status == 200 and content == body
-    if sut.peer is not None:
-        assert headers["content-type"] == "image/png"
-        assert headers["content-disposition"].startswith("inline")
+    assert headers["content-type"] == "image/png"
+    # An original is only ever a download, even without a name of its own.
+    assert headers["content-disposition"] == 'attachment; filename="original.png"'
+
+
+@pytest.mark.parametrize("kind", ALL)
+async def test_signed_get_serves_previews_inline_and_originals_as_named_downloads(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    namespace = new_id("ans")
+    original, preview = new_key(namespace_id=namespace), new_key("preview", namespace_id=namespace)
+    await sut.store.put(original, png(20), content_type="image/png")
+    await sut.store.put(preview, png(21), content_type="image/webp")
+    name = f"{new_id('ast')}.png"
+    status, headers, content = await sut.follow_get(
+        await sut.store.create_signed_get_url(original, 60, filename=name)
+    )
+    assert (status, content) == (200, png(20))
+    assert headers["content-type"] == "image/png"
+    assert headers["content-disposition"] == f'attachment; filename="{name}"'
+    status, headers, content = await sut.follow_get(
+        await sut.store.create_signed_get_url(preview, 60)
+    )
+    assert (status, content) == (200, png(21))
+    assert headers["content-type"] == "image/webp"
+    assert headers["content-disposition"] == 'inline; filename="preview.webp"'
+
+
+@pytest.mark.parametrize("kind", ALL)
+@pytest.mark.parametrize(
+    "name", ["../x.png", "x.jpg", "x y.png", 'x".png', "x.png\r\nSet-Cookie: a", ".png", "é.png"]
+)
+async def test_download_names_are_plain_with_the_objects_extension(
+    kind: str, name: str, make_store: MakeStore, new_key: Any
+) -> None:
+    sut = await make_store(kind)
+    with pytest.raises(InvalidStorageKey):
+        await sut.store.create_signed_get_url(new_key(), 60, filename=name)
 
 
 @pytest.mark.parametrize("kind", EXPIRING)
@@ -296,6 +332,30 @@ async def test_tampered_signed_get_fails(
 
 
 @pytest.mark.parametrize("kind", HMAC_SIGNED)
+async def test_a_link_serves_one_way_only(
+    kind: str, make_store: MakeStore, png: Any, new_key: Any
+) -> None:
+    """A download's name and a preview's inline answer are signed: neither can be changed."""
+    sut = await make_store(kind)
+    namespace = new_id("ans")
+    original, preview = new_key(namespace_id=namespace), new_key("preview", namespace_id=namespace)
+    await sut.store.put(original, png(22), content_type="image/png")
+    await sut.store.put(preview, png(23), content_type="image/webp")
+    download = await sut.store.create_signed_get_url(original, 60, filename="ast_a.png")
+    assert (await sut.follow_get(download))[0] == 200
+    renamed = _tamper(download, "filename", lambda _name: "ast_b.png")
+    assert (await sut.follow_get(renamed))[0] == 403
+    unnamed = download.replace("filename=ast_a.png&", "")
+    assert "filename" not in unnamed and (await sut.follow_get(unnamed))[0] == 403
+    # A preview link's signature does not open the original, named or not, nor the reverse.
+    shown = await sut.store.create_signed_get_url(preview, 60)
+    assert (await sut.follow_get(shown.replace(preview, original)))[0] == 403
+    named = shown.replace("?", "?filename=preview.webp&").replace(preview, original)
+    assert (await sut.follow_get(named))[0] == 403
+    assert (await sut.follow_get(download.replace(original, preview)))[0] == 403
+
+
+@pytest.mark.parametrize("kind", HMAC_SIGNED)
 async def test_signed_put_is_bound_to_type_and_length(
     kind: str, make_store: MakeStore, png: Any, new_key: Any
 ) -> None:
@@ -335,7 +395,7 @@ async def test_s3_presigned_urls_sign_what_they_bind(
     assert query["x-amz-algorithm"] == "AWS4-HMAC-SHA256"
     assert query["x-amz-expires"] == "300"
     assert query["response-content-type"] == "image/png"
-    assert query["response-content-disposition"].startswith("inline")
+    assert query["response-content-disposition"] == 'attachment; filename="original.png"'
     assert "x-amz-acl" not in query
     put = await sut.store.create_signed_put_url(
         new_key("staging"), content_type="image/png", content_length=123, expires_in=60

@@ -1,7 +1,9 @@
 """Reading assets: ``get`` and ``list``.
 
-``get`` adds the embedding state and a fresh preview link; ``list`` takes exact filters and a
-stable cursor. Nothing here returns image bytes, and no signed link is ever stored.
+``get`` adds the embedding state, a fresh preview link and, when asked, a fresh download link
+to the original; ``list`` takes exact filters and a stable cursor. Nothing here returns image
+bytes, and no signed link is ever stored. Every link handed out is counted
+(:mod:`memory_tools.metrics`).
 """
 
 from __future__ import annotations
@@ -26,13 +28,13 @@ from memory_db import (
 from memory_db.repositories import AssetFilter, StoredAsset
 from memory_db.schema import SOURCE_KINDS
 from memory_db.storage import read_verified
-from memory_tools import policy
+from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
-from memory_tools.wire import WireModel
+from memory_tools.wire import Thumbnail, WireModel
 
 log = get_logger(__name__)
 
@@ -47,6 +49,22 @@ class PreviewLink(WireModel):
 
     url: str | None = Field(description="The signed link; null when unavailable says why.")
     expires_at: datetime | None
+    unavailable: str | None = Field(
+        default=None,
+        description="Why no link can be given (e.g. a stdio server with nothing serving its "
+        "links); null when url is set.",
+    )
+
+
+class DownloadLink(WireModel):
+    """A short-lived link that downloads the original bytes (never stored; ask again)."""
+
+    url: str | None = Field(
+        description="The signed link, answered with the original's MIME type as a download "
+        "(Content-Disposition: attachment); null when unavailable says why."
+    )
+    expires_at: datetime | None
+    filename: str = Field(description="The download's file name: the asset id and extension.")
     unavailable: str | None = Field(
         default=None,
         description="Why no link can be given (e.g. a stdio server with nothing serving its "
@@ -92,6 +110,9 @@ class AssetView(WireModel):
     representations: list[RepresentationState]
     fused_note: str | None = Field(description="Why no fused vector was made, if none was.")
     preview: PreviewLink | None
+    original: DownloadLink | None = Field(
+        default=None, description="A download link to the original bytes, when asked for."
+    )
 
 
 class AssetSummary(WireModel):
@@ -161,7 +182,30 @@ async def signed_preview(services: MemoryServices, stored: StoredAsset) -> Previ
         return PreviewLink(url=None, expires_at=None, unavailable=services.links_unavailable)
     ttl = services.settings.asset_signed_get_ttl_seconds
     url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
+    metrics.SIGNED_READS_ISSUED.labels(purpose="preview").inc()
     return PreviewLink(url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
+
+
+async def signed_original(services: MemoryServices, stored: StoredAsset) -> DownloadLink | None:
+    """A fresh short-lived download link to the asset's original bytes.
+
+    Served with the original's MIME type as ``attachment`` named ``<assetId>.<ext>``, never
+    inline (``memory_db.storage.served_as``). ``None`` when the bytes are not available.
+    """
+    key = stored.storage_key
+    if key is None or stored.object_status != "available":
+        return None
+    filename = f"{stored.asset.id}.{key.rsplit('.', 1)[1]}"
+    if services.links_unavailable is not None:
+        return DownloadLink(
+            url=None, expires_at=None, filename=filename, unavailable=services.links_unavailable
+        )
+    ttl = services.settings.asset_signed_get_ttl_seconds
+    url = await services.store.create_signed_get_url(key, ttl, filename=filename)
+    metrics.SIGNED_READS_ISSUED.labels(purpose="original").inc()
+    return DownloadLink(
+        url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl), filename=filename
+    )
 
 
 def _summary(stored: StoredAsset, vault: str) -> AssetSummary:
@@ -190,6 +234,7 @@ def _view(
     vault: str,
     representations: list[RepresentationState],
     preview: PreviewLink | None,
+    original: DownloadLink | None,
 ) -> AssetView:
     asset = stored.asset
     note = asset.metadata.get("embedding", {}).get("fused")
@@ -205,6 +250,7 @@ def _view(
         representations=representations,
         fused_note=note if isinstance(note, str) and note.startswith("skipped") else None,
         preview=preview,
+        original=original,
     )
 
 
@@ -215,10 +261,14 @@ async def get_asset(
     *,
     asset_id: str,
     include_preview: bool,
+    include_original: bool = False,
+    include_thumbnails: bool = False,
 ) -> AssetView:
     """An asset in any vault the caller may read; ``not_found`` otherwise.
 
-    Never ``forbidden``: another owner's ids answer exactly like ids that do not exist.
+    Never ``forbidden``: another owner's ids answer exactly like ids that do not exist. A
+    reader may download the original (``include_original``): whoever may read an asset may
+    read its bytes.
     """
     policy.require(services.settings)
     vaults = await readable_vaults(uow, caller)
@@ -241,7 +291,10 @@ async def get_asset(
         )
     handle = _handles(vaults)[(asset.owner_identity, asset.vault)]
     preview = await signed_preview(services, stored) if include_preview else None
-    return _view(stored, handle, [latest[k] for k in sorted(latest)], preview)
+    original = await signed_original(services, stored) if include_original else None
+    view = _view(stored, handle, [latest[k] for k in sorted(latest)], preview, original)
+    # Made after the transaction (memory_tools.thumbnails.render), sent beside the answer.
+    return view.with_thumbnails((Thumbnail.wanted(stored),)) if include_thumbnails else view
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -267,6 +320,7 @@ class ListRequest(FilterFields):
     order: Literal["newest", "oldest"] = "newest"
     limit: int = 25
     cursor: str | None = None
+    include_thumbnails: bool = False
 
 
 def encode_cursor(created_at: datetime, asset_id: str, order: str) -> str:
@@ -401,7 +455,10 @@ async def list_assets(
     if len(rows) > request.limit and page:
         last = page[-1].asset
         next_cursor = encode_cursor(last.created_at, last.id, request.order)
-    return AssetListView(items=items, next_cursor=next_cursor)
+    view = AssetListView(items=items, next_cursor=next_cursor)
+    if request.include_thumbnails:
+        return view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in page))
+    return view
 
 
 def descendants(root: str, edges: list[tuple[str, str | None]]) -> tuple[str, ...]:

@@ -12,10 +12,11 @@ The flow, over the caller's vaults:
    fusion plus the best cosine similarity; candidates reloaded under the authorisation
    predicates with every exact filter and only ``ready`` assets; usage metered, provenance
    written;
-5. at most 30 compact results, each with an optional fresh preview link. Only results with
-   evidence are returned (a word match, or a similarity above the embedder's evidence floor),
-   never padding up to ``limit``; when none reaches the embedder's good-match line the view
-   says ``no_good_match`` with the best score seen (``memory_db.embedding.thresholds``).
+5. at most 30 compact results, each with an optional fresh preview link and thumbnail. Only
+   results with evidence are returned (a word match, or a similarity above the embedder's
+   evidence floor), never padding up to ``limit``; when none reaches the embedder's good-match
+   line the view says ``no_good_match`` with the best score seen
+   (``memory_db.embedding.thresholds``).
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.services import MemoryServices
-from memory_tools.wire import WireModel
+from memory_tools.wire import Thumbnail, WireModel
 
 log = get_logger(__name__)
 
@@ -89,6 +90,7 @@ class SearchRequest(FilterFields):
     limit: int = 10
     min_score: float | None = None
     include_preview: bool = False
+    include_thumbnails: bool = False
 
 
 class SearchHit(WireModel):
@@ -359,13 +361,17 @@ class AssetSearcher:
         log.info(
             "asset_searched", mode=mode, results=len(results), vaults=len(vaults), good_match=good
         )
-        return SearchView(
+        view = SearchView(
             mode=mode,
             results=results,
             no_good_match=not good,
             best_score=best,
             good_match_score=thresholds.good,
         )
+        if request.include_thumbnails:
+            # Made by the tool runner (memory_tools.thumbnails.render), sent beside the answer.
+            return view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in rows))
+        return view
 
     async def _temporary_image(self, request: SearchRequest) -> bytes | None:
         """The sanitised preview of a query image given inline or by URL (never stored)."""

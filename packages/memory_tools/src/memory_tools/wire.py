@@ -3,12 +3,45 @@
 A workflow answers with these models (``ProjectView``, ``SaveResult``, ``SearchView`` ...);
 the MCP tools return them as they are, so their output schemas come from these classes: the
 class docstring and the field descriptions are what a client reads.
+
+An answer may also carry thumbnails of its results (``with_thumbnails``): pictures an agent
+can see, sent as MCP image content beside the structured answer and never part of it or of
+its schema (:mod:`memory_tools.thumbnails` makes them, the tool registry sends them).
 """
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from dataclasses import dataclass
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr
 from pydantic.alias_generators import to_camel
+
+from memory_db.repositories import StoredAsset
+
+
+@dataclass(frozen=True)
+class Thumbnail:
+    """The thumbnail of one result: asked for with its preview, then made (or why not)."""
+
+    asset_id: str
+    preview_key: str | None = None  # the sanitised preview it is made from; never sent
+    preview_sha256: str | None = None
+    jpeg: bytes | None = None  # once made
+    width: int = 0
+    height: int = 0
+    missing: str | None = None  # why there is none
+
+    @classmethod
+    def wanted(cls, stored: StoredAsset) -> Thumbnail:
+        """The thumbnail to make of one result: from its preview, or none and why."""
+        if stored.preview_storage_key is None or stored.object_status != "available":
+            return cls(stored.asset.id, missing="its preview is not available")
+        return cls(
+            stored.asset.id,
+            preview_key=stored.preview_storage_key,
+            preview_sha256=stored.preview_sha256,
+        )
 
 
 class WireModel(BaseModel):
@@ -21,3 +54,17 @@ class WireModel(BaseModel):
         extra="forbid",
         frozen=True,
     )
+
+    # Not a field: never serialised, never in the schema.
+    _thumbnails: tuple[Thumbnail, ...] | None = PrivateAttr(default=None)
+
+    @property
+    def thumbnails(self) -> tuple[Thumbnail, ...] | None:
+        """The thumbnails that go with this answer, in result order; ``None``: not asked."""
+        return self._thumbnails
+
+    def with_thumbnails(self, thumbnails: tuple[Thumbnail, ...]) -> Self:
+        """A copy of the answer with ``thumbnails`` (one per result, in result order)."""
+        answer = self.model_copy()
+        answer._thumbnails = thumbnails
+        return answer

@@ -459,6 +459,7 @@ class AssetRepository:
             preview_storage_key=stored.preview_storage_key,
             object_status=stored.status,
             preview_sha256=stored.preview_sha256,
+            storage_key=stored.storage_key,
         )
 
     async def get_visible(self, scopes: Sequence[VaultScope], asset_id: str) -> StoredAsset | None:

@@ -213,3 +213,4 @@ class StoredAsset:
     preview_storage_key: str | None
     object_status: str
     preview_sha256: str | None = None  # None: stored before previews were hashed (rev. 0007)
+    storage_key: str | None = None  # the original's key

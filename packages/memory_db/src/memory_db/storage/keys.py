@@ -126,6 +126,40 @@ def validate_storage_key(key: str) -> str:
     return key
 
 
+_DOWNLOAD_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,99}\.(?:jpg|png|webp|gif)$")
+
+
+@dataclass(frozen=True, slots=True)
+class ServedAs:
+    """How a signed read of one key is answered: its content type and disposition headers."""
+
+    content_type: str
+    disposition: str
+
+    def bound(self) -> str:
+        """The text a signature binds, so neither header can be changed in a link."""
+        return f"{self.content_type}\n{self.disposition}"
+
+
+def served_as(key: str, filename: str | None = None) -> ServedAs:
+    """A preview is shown inline; an original is only ever a download (``attachment``).
+
+    ``filename`` names the download (default: the key's own file name); it must be a plain
+    name with the key's extension, so the header needs no quoting and cannot smuggle a path.
+    Raises ``InvalidStorageKey`` for any other key or name.
+    """
+    validate_object_key(key)
+    own_name = key.rsplit("/", 1)[1]
+    name = own_name if filename is None else filename
+    if (
+        _DOWNLOAD_NAME_RE.fullmatch(name) is None
+        or name.rsplit(".", 1)[1] != own_name.rsplit(".", 1)[1]
+    ):
+        raise InvalidStorageKey("a download name is a plain file name with the object's extension")
+    kind = "inline" if own_name == "preview.webp" else "attachment"
+    return ServedAs(content_type_for_key(key), f'{kind}; filename="{name}"')
+
+
 def content_type_for_key(key: str) -> str:
     """The only content type a key may be stored or served with."""
     validate_storage_key(key)

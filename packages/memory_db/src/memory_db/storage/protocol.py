@@ -86,8 +86,15 @@ class AssetObjectStore(Protocol):
         """Every object and staging key under one namespace prefix (``namespace_prefix``)."""
         ...
 
-    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
-        """A URL that reads ``key`` until ``expires_in`` seconds from now, and not after."""
+    async def create_signed_get_url(
+        self, key: str, expires_in: int, *, filename: str | None = None
+    ) -> str:
+        """A URL that reads ``key`` until ``expires_in`` seconds from now, and not after.
+
+        Served as ``keys.served_as(key, filename)`` says, and nothing else: a preview inline,
+        an original only as a download (``Content-Disposition: attachment``) named
+        ``filename`` (default: the key's file name), both with the key's content type.
+        """
         ...
 
     async def create_signed_put_url(

@@ -1,7 +1,8 @@
 """``S3AssetObjectStore``: private objects in an S3-compatible bucket (aioboto3).
 
 No ACLs are ever sent and no public URL is ever built: reads by others go through presigned
-GETs (short-lived) that also pin the response content type and disposition. Every put sends the
+GETs (short-lived) that also pin the response content type and disposition (previews inline,
+originals only as downloads). Every put sends the
 SHA-256 (``ChecksumSHA256``) for the provider to verify, and records it as object metadata,
 because some providers do not verify it; the database's SHA-256 stays the final guarantee.
 
@@ -28,8 +29,8 @@ from memory_db.errors import ObjectNotFound, StorageError
 from memory_db.storage._common import check_put, refuse_overwrite
 from memory_db.storage.keys import (
     content_type_for_key,
+    served_as,
     validate_namespace_prefix,
-    validate_object_key,
     validate_staging_key,
     validate_storage_key,
 )
@@ -204,20 +205,25 @@ class S3AssetObjectStore:
                 return
             token = page.get("NextContinuationToken")
 
-    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
-        """A presigned GET that also pins a safe content type and inline disposition."""
-        validate_object_key(key)
+    async def create_signed_get_url(
+        self, key: str, expires_in: int, *, filename: str | None = None
+    ) -> str:
+        """A presigned GET that also pins the content type and disposition (``served_as``).
+
+        A preview is inline, an original a download named ``filename``. Both are query
+        parameters inside the SigV4 signature, so a changed one fails on AWS S3.
+        """
+        served = served_as(key, filename)
         if expires_in <= 0:
             raise ValueError("expires_in must be positive")
         client = await self._s3()
-        filename = key.rsplit("/", 1)[1]
         return await client.generate_presigned_url(
             "get_object",
             Params={
                 "Bucket": self.bucket,
                 "Key": key,
-                "ResponseContentType": content_type_for_key(key),
-                "ResponseContentDisposition": f'inline; filename="{filename}"',
+                "ResponseContentType": served.content_type,
+                "ResponseContentDisposition": served.disposition,
             },
             ExpiresIn=expires_in,
         )

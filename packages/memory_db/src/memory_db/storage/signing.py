@@ -1,8 +1,9 @@
 """HMAC-signed, expiring links for stores that have no signing of their own (local, in-memory).
 
-A GET link authorises one key until one instant; a PUT link additionally binds the content
-type and the exact length. The signature covers every bound value, so changing the key, the
-expiry or a bound header invalidates it.
+A GET link authorises one key until one instant, answered with one content type and one
+disposition (a preview inline, an original as a download: ``keys.served_as``); a PUT link
+additionally binds the content type and the exact length. The signature covers every bound
+value, so changing the key, the expiry, the download name or a bound header invalidates it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,12 @@ from dataclasses import dataclass
 from urllib.parse import urlencode
 
 from memory_db.errors import SignatureError
-from memory_db.storage.keys import content_type_for_key, validate_object_key, validate_staging_key
+from memory_db.storage.keys import (
+    ServedAs,
+    content_type_for_key,
+    served_as,
+    validate_staging_key,
+)
 from memory_db.storage.protocol import SignedPut
 
 Clock = Callable[[], float]
@@ -46,12 +52,16 @@ class UrlSigner:
         message = "\n".join(parts).encode("utf-8")
         return _b64(hmac.new(self.secret, message, hashlib.sha256).digest())
 
-    def sign_get(self, key: str, expires_in: int) -> dict[str, str]:
-        """Query parameters authorising a GET of ``key`` for ``expires_in`` seconds."""
+    def sign_get(self, key: str, expires_in: int, *, served: str = "") -> dict[str, str]:
+        """Query parameters authorising a GET of ``key`` for ``expires_in`` seconds.
+
+        ``served`` (``ServedAs.bound()``: the answer's content type and disposition) is bound
+        too: the same key served another way needs another signature.
+        """
         if expires_in <= 0:
             raise ValueError("expires_in must be positive")
         expires = int(self.clock()) + expires_in
-        return {"expires": str(expires), "signature": self._mac("GET", key, str(expires))}
+        return {"expires": str(expires), "signature": self._mac("GET", key, served, str(expires))}
 
     def sign_put(
         self, key: str, content_type: str, content_length: int, expires_in: int
@@ -71,11 +81,11 @@ class UrlSigner:
         if int(expires) < self.clock():
             raise SignatureError("the link has expired")
 
-    def verify_get(self, key: str, expires: str, signature: str) -> None:
-        """Raise ``SignatureError`` unless the GET link is authentic and unexpired."""
+    def verify_get(self, key: str, expires: str, signature: str, *, served: str = "") -> None:
+        """Raise ``SignatureError`` unless the GET link is authentic, unexpired and ``served``."""
         if not _is_expiry(expires):
             raise SignatureError("the link is malformed")
-        self._check(self._mac("GET", key, expires), signature, expires)
+        self._check(self._mac("GET", key, served, expires), signature, expires)
 
     def verify_put(
         self, key: str, content_type: str, content_length: int, expires: str, signature: str
@@ -102,10 +112,19 @@ class HmacLinks:
     signer: UrlSigner
     links_base: str
 
-    async def create_signed_get_url(self, key: str, expires_in: int) -> str:
-        """An HMAC-signed link reading ``key`` until ``expires_in`` seconds from now."""
-        validate_object_key(key)
-        return signed_url(self.links_base, key, self.signer.sign_get(key, expires_in))
+    async def create_signed_get_url(
+        self, key: str, expires_in: int, *, filename: str | None = None
+    ) -> str:
+        """An HMAC-signed link reading ``key`` until ``expires_in`` seconds from now.
+
+        A preview is served inline, an original as a download named ``filename``
+        (``keys.served_as``); the signature binds both headers and the name.
+        """
+        served = served_as(key, filename)
+        params = self.signer.sign_get(key, expires_in, served=served.bound())
+        if filename is not None:
+            params = {"expires": params["expires"], "filename": filename, **params}
+        return signed_url(self.links_base, key, params)
 
     async def create_signed_put_url(
         self, key: str, *, content_type: str, content_length: int, expires_in: int
@@ -122,10 +141,16 @@ class HmacLinks:
             expires_in=expires_in,
         )
 
-    def verify_signed_get(self, key: str, expires: str, signature: str) -> None:
-        """Check a presented GET link; raise ``SignatureError`` or ``InvalidStorageKey``."""
-        validate_object_key(key)
-        self.signer.verify_get(key, expires, signature)
+    def verify_signed_get(
+        self, key: str, expires: str, signature: str, filename: str | None = None
+    ) -> ServedAs:
+        """Check a presented GET link; how to serve it, or ``SignatureError``/``InvalidStorageKey``.
+
+        ``filename`` is the link's download name (its ``filename`` parameter), if it has one.
+        """
+        served = served_as(key, filename)
+        self.signer.verify_get(key, expires, signature, served=served.bound())
+        return served
 
     def verify_signed_put(
         self, key: str, content_type: str, content_length: int, expires: str, signature: str

@@ -12,10 +12,16 @@ settings (the base64 image, at most ASSET_MAX_BYTES) is declared with :class:`Ad
 its annotation; ``bind`` applies it with fastmcp's own argument transform for the toolset's
 settings, as pydantic-ai's ``prepare`` adapts a tool's advertised schema per run. The bound
 itself is enforced by the workflow, so every entry point refuses the same input.
+
+An answer that carries thumbnails (``WireModel.with_thumbnails``, asked for with
+``includeThumbnails``) is sent as a ``ToolResult``: the declared model's structured content
+unchanged, then the thumbnails as MCP image content (:func:`with_thumbnails`). The output
+schema still comes from the method's return model.
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import logging
 from collections.abc import Awaitable, Callable
@@ -23,15 +29,16 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from fastmcp.exceptions import ToolError
-from fastmcp.tools import Tool
+from fastmcp.tools import Tool, ToolResult
 from fastmcp.tools.tool_transform import ArgTransform
-from mcp_types import ToolAnnotations
+from mcp_types import ContentBlock, ImageContent, TextContent, ToolAnnotations
 
 from memory_db import MemorySettings, get_logger
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_tools.access import Caller
 from memory_tools.errors import ToolFailure
 from memory_tools.services import MemoryServices
+from memory_tools.wire import Thumbnail, WireModel
 
 log = get_logger(__name__)
 
@@ -155,13 +162,45 @@ def _entry(
     @functools.wraps(method)
     async def entry(*args: Any, **kwargs: Any) -> Any:
         try:
-            return await method(*args, **kwargs)
+            answer = await method(*args, **kwargs)
         except Refused as refused:
             raise await _refuse(services, spec, refused.caller, refused.failure) from None
         except ToolFailure as failure:
             raise await _refuse(services, spec, None, failure) from None
+        if isinstance(answer, WireModel) and answer.thumbnails is not None:
+            return with_thumbnails(answer, answer.thumbnails)
+        return answer
 
     return entry
+
+
+def with_thumbnails(answer: WireModel, thumbnails: tuple[Thumbnail, ...]) -> ToolResult:
+    """The answer as fastmcp would send it, followed by its results' thumbnails.
+
+    The structured content, and the text block that repeats it, are exactly those of the
+    declared return model (so the output schema holds); then, per result, a text line naming
+    its ``assetId`` and its JPEG as MCP image content, or a line saying why it has none.
+    """
+    structured = answer.model_dump(mode="json")
+    content: list[ContentBlock] = list(ToolResult(structured_content=structured).content)
+    shown = sum(thumb.jpeg is not None for thumb in thumbnails)
+    content.append(
+        TextContent(
+            type="text",
+            text=f"Thumbnails: {shown} of {len(thumbnails)} result(s), each after the line "
+            "naming its assetId.",
+        )
+    )
+    for position, thumb in enumerate(thumbnails, start=1):
+        if thumb.jpeg is None:
+            line = f"Result {position}: assetId {thumb.asset_id}: no thumbnail ({thumb.missing})."
+            content.append(TextContent(type="text", text=line))
+            continue
+        line = f"Result {position}: assetId {thumb.asset_id} ({thumb.width}x{thumb.height} JPEG):"
+        content.append(TextContent(type="text", text=line))
+        data = base64.b64encode(thumb.jpeg).decode("ascii")
+        content.append(ImageContent(type="image", data=data, mime_type="image/jpeg"))
+    return ToolResult(content=content, structured_content=structured)
 
 
 def _advertised(method: Callable[..., Any], settings: MemorySettings) -> dict[str, ArgTransform]:

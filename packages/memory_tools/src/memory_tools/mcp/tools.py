@@ -22,7 +22,7 @@ from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, UnitOfWork
 from memory_db.repositories import AssetFilter
-from memory_tools import assets, changes, projects
+from memory_tools import assets, changes, projects, thumbnails
 from memory_tools.access import Caller, authenticate
 from memory_tools.assets import AssetListView, AssetView
 from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
@@ -103,14 +103,18 @@ async def run_authorised(
     The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
     turn, and past the admission wait it fails as ``busy`` without having done anything. A
     failure is raised as ``Refused``; the tool's entry (:mod:`memory_tools.mcp.registry`)
-    answers it and audits a denial under the tool's operation.
+    answers it and audits a denial under the tool's operation. Thumbnails an answer asks for
+    (``includeThumbnails``) are made after the commit, still within the admitted call.
     """
     caller: Caller | None = None
     try:
         with map_failures():
-            async with services.call_admission.admit(), services.database.unit_of_work() as uow:
-                caller = await authenticate(uow, _presented_key(services))
-                return await action(uow, caller, services, *args, **kwargs)
+            async with services.call_admission.admit():
+                async with services.database.unit_of_work() as uow:
+                    caller = await authenticate(uow, _presented_key(services))
+                    answer = await action(uow, caller, services, *args, **kwargs)
+                # Thumbnails the answer asked for, after the transaction, within the call.
+                return await thumbnails.render(services, answer)
     except ToolFailure as failure:
         raise Refused(failure, caller) from None
 
@@ -133,7 +137,8 @@ async def run_as_caller(
             async with services.call_admission.admit():
                 async with services.database.single_statements() as uow:
                     caller = await authenticate(uow, _presented_key(services))
-                return await action(caller, *args, **kwargs)
+                answer = await action(caller, *args, **kwargs)
+                return await thumbnails.render(services, answer)
     except ToolFailure as failure:
         raise Refused(failure, caller) from None
 
@@ -330,14 +335,34 @@ class MemoryTools:
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived link to the WebP preview.")
         ] = False,
+        includeOriginal: Annotated[
+            bool,
+            Field(
+                description="Add a fresh short-lived link that downloads the original bytes "
+                "(as an attachment, with the original MIME type)."
+            ),
+        ] = False,
+        includeThumbnails: Annotated[
+            bool,
+            Field(
+                description="Also send a small JPEG thumbnail (256 px) of the image as MCP "
+                "image content, after a text line naming its assetId; the structured answer "
+                "is unchanged."
+            ),
+        ] = False,
     ) -> AssetView:
         """One asset you may read, with its embedding state.
 
         Metadata, the state of each representation, the failure reason if any, and optionally
-        a fresh preview link (call again once it has expired).
+        a fresh preview link and a download link to the original (call again once they have
+        expired).
         """
         return await self.authorised(
-            assets.get_asset, asset_id=assetId, include_preview=includePreview
+            assets.get_asset,
+            asset_id=assetId,
+            include_preview=includePreview,
+            include_original=includeOriginal,
+            include_thumbnails=includeThumbnails,
         )
 
     @tools.tool("List images", read_only=True, idempotent=True)
@@ -357,6 +382,14 @@ class MemoryTools:
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
+        includeThumbnails: Annotated[
+            bool,
+            Field(
+                description="Also send a small JPEG thumbnail (256 px) of each result as MCP "
+                "image content, each after a text line naming its assetId (at most 30 "
+                "thumbnails and 512 KiB per answer); the structured answer is unchanged."
+            ),
+        ] = False,
     ) -> AssetListView:
         """List assets by created time with exact filters.
 
@@ -374,6 +407,7 @@ class MemoryTools:
             order=order,
             limit=limit,
             cursor=cursor,
+            include_thumbnails=includeThumbnails,
         )
 
         return await self.authorised(assets.list_assets, request)
@@ -421,6 +455,14 @@ class MemoryTools:
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived preview link to each result.")
         ] = False,
+        includeThumbnails: Annotated[
+            bool,
+            Field(
+                description="Also send a small JPEG thumbnail (256 px) of each result as MCP "
+                "image content, each after a text line naming its assetId (at most 30 "
+                "thumbnails and 512 KiB per answer); the structured answer is unchanged."
+            ),
+        ] = False,
     ) -> SearchView:
         """Find stored images by text, by a similar image, or both, with exact filters.
 
@@ -445,6 +487,7 @@ class MemoryTools:
             limit=limit,
             min_score=minScore,
             include_preview=includePreview,
+            include_thumbnails=includeThumbnails,
         )
 
         return await self.as_caller(self.searcher.search, request)

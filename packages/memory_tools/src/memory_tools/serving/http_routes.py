@@ -1,7 +1,8 @@
 """Plain HTTP routes next to ``/mcp``: signed object reads/writes, liveness and readiness.
 
 The MCP auth provider does not protect custom routes, so each one checks its own credential:
-object routes accept only an unexpired HMAC signature for exactly that key (and, for PUT, that
+object routes accept only an unexpired HMAC signature for exactly that key and the way it is
+served (a preview inline, an original as a download under the signed name; for PUT, that
 content type and length). A GET serves only bytes that hash to the SHA-256 the database
 recorded; a PUT writes only to an upload's staging key, only while its reservation is open, and
 only once. Responses never let a browser sniff or run what they serve.
@@ -23,13 +24,8 @@ from memory_db import (
     get_logger,
 )
 from memory_db.health import check_readiness
-from memory_db.storage import (
-    OBJECTS_ROUTE,
-    HmacLinks,
-    content_type_for_key,
-    read_verified,
-)
-from memory_tools import MemoryServices, ToolFailure, policy
+from memory_db.storage import OBJECTS_ROUTE, HmacLinks, ServedAs, read_verified
+from memory_tools import MemoryServices, ToolFailure, metrics, policy
 from memory_tools.errors import RETRY_AFTER_SECONDS, Busy, Unavailable, map_failures
 from memory_tools.ingest.save import AssetSaver
 from memory_tools.ingest.uploads import UploadFlow
@@ -97,18 +93,20 @@ def object_routes(services: MemoryServices) -> list[Route]:
         except ToolFailure as failure:
             return _refuse(503, failure.message)
         try:
-            store.verify_signed_get(
+            served = store.verify_signed_get(
                 key,
                 request.query_params.get("expires", ""),
                 request.query_params.get("signature", ""),
+                request.query_params.get("filename"),
             )
         except (SignatureError, InvalidStorageKey):
             log.info("signed_read_denied")
+            metrics.SIGNED_READS_DENIED.inc()
             return _refuse(403, "the link is invalid or has expired")
         async with services.call_admission.admit():
-            return await _serve_verified(key)
+            return await _serve_verified(key, served)
 
-    async def _serve_verified(key: str) -> Response:
+    async def _serve_verified(key: str, served: ServedAs) -> Response:
         # Integrity is the database's: the SHA-256 recorded when the bytes were validated, not
         # whatever the store (or its sidecar) says about itself.
         async with services.database.unit_of_work() as uow:
@@ -135,11 +133,11 @@ def object_routes(services: MemoryServices) -> list[Route]:
                 exc_info=True,
             )
             return _refuse(500, "the object failed its integrity check")
-        filename = key.rsplit("/", 1)[1]
+        # What the signature bound: a preview inline, an original only as a download.
         return Response(
             body,
-            media_type=content_type_for_key(key),
-            headers={**SAFE_HEADERS, "Content-Disposition": f'inline; filename="{filename}"'},
+            media_type=served.content_type,
+            headers={**SAFE_HEADERS, "Content-Disposition": served.disposition},
         )
 
     @plain_errors
