@@ -113,7 +113,8 @@ async def test_signed_object_links(services: MemoryServices, serve_http: Any) ->
             assert ok.status_code == 200 and ok.content == body
             assert ok.headers["content-type"] == "image/png"
             assert ok.headers["x-content-type-options"] == "nosniff"
-            assert ok.headers["content-disposition"] == 'inline; filename="original.png"'
+            # an original is only ever a download (previews are shown inline)
+            assert ok.headers["content-disposition"] == 'attachment; filename="original.png"'
             assert "default-src 'none'" in ok.headers["content-security-policy"]
             # no signature, a signature for another key, a tampered expiry, a path escape
             assert (await http.get(path_and_query.split("?")[0])).status_code == 403
