@@ -114,9 +114,11 @@ async def test_every_tool_caller_and_target(
             return "unauthenticated"
         if not readable(caller, target):
             return (
-                "not_found" if tool in ("get", "similar", "move", "delete", "restore") else "absent"
+                "not_found"
+                if tool in ("get", "original", "similar", "move", "delete", "restore")
+                else "absent"
             )
-        if tool in ("get", "similar", "list", "search"):
+        if tool in ("get", "original", "similar", "list", "search"):
             return "ok"
         if not writable(caller, target):
             return "forbidden"
@@ -136,7 +138,7 @@ async def test_every_tool_caller_and_target(
     # Deletes last: they change what the other cells see. Restores after them (within the
     # delete grace window): the deleted images come back, for exactly the callers a delete
     # allows.
-    for tool in ("get", "similar", "list", "search", "move", "delete", "restore"):
+    for tool in ("get", "original", "similar", "list", "search", "move", "delete", "restore"):
         for caller in callers:
             async with client(caller.key) as c:
                 for target in ("alice", "bob", "own"):
@@ -154,8 +156,8 @@ async def test_every_tool_caller_and_target(
                         if missing != "not_found":
                             mismatches.append(f"{tool} / {caller.name} / missing: {missing}")
     assert mismatches == []
-    # 7 tools x (7 callers x 2 targets + 3 grantees x their own asset)
-    assert checked == 7 * (7 * 2 + 3), checked
+    # 8 tools x (7 callers x 2 targets + 3 grantees x their own asset)
+    assert checked == 8 * (7 * 2 + 3), checked
     async with client(alice.key) as c:
         kind, restored = await _outcome(c, "image_asset_get", {"assetId": alice_asset})
     assert kind == "ok" and restored["status"] == "processing", restored
@@ -165,6 +167,17 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
     """Run one cell; ``ok``/``absent`` for list and search, else the outcome code."""
     if tool == "get":
         kind, result = await _outcome(client, "image_asset_get", {"assetId": asset})
+    elif tool == "original":
+        # A download link and a thumbnail: only for an image the caller may read.
+        arguments = {"assetId": asset, "includeOriginal": True, "includeThumbnails": True}
+        answer = await client.call_tool("image_asset_get", arguments, raise_on_error=False)
+        if answer.is_error:
+            return answer.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
+        original = (answer.structured_content or {})["original"]
+        images = [block for block in answer.content if block.type == "image"]
+        if original["url"] is None or len(images) != 1:
+            return "no download or thumbnail"
+        return "ok"
     elif tool == "similar":
         kind, result = await _outcome(client, "image_asset_search", {"assetId": asset})
         if kind == "ok" and result["results"][0]["assetId"] != asset:
