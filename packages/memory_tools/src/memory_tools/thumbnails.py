@@ -9,9 +9,9 @@ its ``assetId``, beside the unchanged structured answer.
 Made on the fly from the preview (a WebP of at most ``ASSET_PREVIEW_MAX_EDGE`` px that we made
 and whose SHA-256 we recorded), never from the original: reading it back is verified, and
 libvips shrinks a WebP while loading it. Measured on the 2-core development machine: about
-20 ms per thumbnail of a 2,048-px preview, so about 0.6 s of CPU for a 30-result search,
-spread over both cores. Storing thumbnails would need a third object variant (and a
-migration); not worth it at this cost.
+20 ms per thumbnail of a 2,048-px preview; a 30-result search over a real server took
+630-665 ms with thumbnails against 36-77 ms without (docs/design.md#thumbnails). Storing
+thumbnails would need a third object variant (and a migration); not worth it at this cost.
 
 Bounds per answer, so one answer stays well below the MCP SDK client's 1 MiB limit for one
 SSE event (the structured answer travels twice: as structured content and as its JSON text):
