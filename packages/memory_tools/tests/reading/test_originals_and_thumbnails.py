@@ -133,6 +133,7 @@ async def test_thumbnails_on_get_search_and_list_leave_the_structured_answer_alo
             "image_asset_search": {"query": "harbour"},
             "image_asset_list": {},
         }
+        shown: dict[str, tuple[int, int]] = {}
         for tool, arguments in calls.items():
             plain = await client.call_tool(tool, arguments)
             seen = await client.call_tool(tool, {**arguments, "includeThumbnails": True})

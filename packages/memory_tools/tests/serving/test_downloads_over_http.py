@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from typing import Any
@@ -30,7 +30,7 @@ def _photo(seed: int) -> bytes:
 
 
 @asynccontextmanager
-async def _session(url: str, key: str) -> AsyncIterator[Any]:
+async def _session(url: str, key: str) -> AsyncGenerator[Any, None]:
     """An official MCP SDK client session over streamable HTTP with a bearer key."""
     import httpx2
     from mcp import ClientSession
