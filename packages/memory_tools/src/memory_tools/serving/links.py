@@ -1,7 +1,7 @@
 """Signed links of a stdio server: where they point, and who serves them.
 
-A stdio server has no HTTP port, yet the local object store's previews are signed links to
-``/objects/...``. So, in this order:
+A stdio server has no HTTP port, yet the local object store's previews and original downloads
+are signed links to ``/objects/...``. So, in this order:
 
 1. ``MEMORY_PUBLIC_BASE_URL`` is set: links point there (a running HTTP server on the same
    data directory, or sharing ``MEMORY_SIGNING_SECRET``, serves them);
