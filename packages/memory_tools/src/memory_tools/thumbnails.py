@@ -71,11 +71,12 @@ def shrink(preview: bytes) -> tuple[bytes, int, int]:
 async def _make(services: MemoryServices, thumb: Thumbnail) -> Thumbnail:
     if thumb.preview_key is None:
         return thumb
+    # A preview's pixels are bounded by ASSET_PREVIEW_MAX_EDGE (WebP shrinks on load, so this
+    # is generous); its bytes are read only once the decode is admitted.
+    edge = services.settings.asset_preview_max_edge
     try:
-        preview = await read_preview(services, thumb.preview_key, thumb.preview_sha256)
-        # A preview's pixels are bounded by ASSET_PREVIEW_MAX_EDGE; WebP shrinks on load.
-        edge = services.settings.asset_preview_max_edge
         async with services.decode_admission.admit(edge * edge):
+            preview = await read_preview(services, thumb.preview_key, thumb.preview_sha256)
             jpeg, width, height = await anyio.to_thread.run_sync(shrink, preview)
     except (MemoryDbError, pyvips.Error):
         log.warning("thumbnail_failed", asset_id=thumb.asset_id, exc_info=True)

@@ -15,7 +15,7 @@ itself is enforced by the workflow, so every entry point refuses the same input.
 
 An answer that carries thumbnails (``WireModel.with_thumbnails``, asked for with
 ``includeThumbnails``) is sent as a ``ToolResult``: the declared model's structured content
-unchanged, then the thumbnails as MCP image content (:func:`with_thumbnails`). The output
+unchanged, then the thumbnails as MCP image content (``_shown_with_thumbnails``). The output
 schema still comes from the method's return model.
 """
 
@@ -168,13 +168,13 @@ def _entry(
         except ToolFailure as failure:
             raise await _refuse(services, spec, None, failure) from None
         if isinstance(answer, WireModel) and answer.thumbnails is not None:
-            return with_thumbnails(answer, answer.thumbnails)
+            return _shown_with_thumbnails(answer, answer.thumbnails)
         return answer
 
     return entry
 
 
-def with_thumbnails(answer: WireModel, thumbnails: tuple[Thumbnail, ...]) -> ToolResult:
+def _shown_with_thumbnails(answer: WireModel, thumbnails: tuple[Thumbnail, ...]) -> ToolResult:
     """The answer as fastmcp would send it, followed by its results' thumbnails.
 
     The structured content, and the text block that repeats it, are exactly those of the
