@@ -251,7 +251,6 @@ class GatedEmbedder:
     inner: Embedder
     entered: anyio.Event = field(default_factory=anyio.Event)
     release: anyio.Event = field(default_factory=anyio.Event)
-    texts: list[str] = field(default_factory=list)
 
     @property
     def model(self) -> str:
@@ -262,7 +261,6 @@ class GatedEmbedder:
         return self.inner.dimensions
 
     async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
-        self.texts.extend(repr(v)[:200] for v in values)
         self.entered.set()
         await self.release.wait()
         return await self.inner.embed(values, task)
@@ -283,6 +281,7 @@ async def test_an_edit_racing_the_worker_never_leaves_the_old_vector_as_the_new_
         asset = saved["assetId"]
         gated = GatedEmbedder(saving.embedder)
         worker = EmbeddingWorker(replace(saving, embedder=gated))
+        edited: dict[str, Any] = {}
         async with anyio.create_task_group() as group:
             group.start_soon(worker.run_once)
             with anyio.fail_after(10):

@@ -335,7 +335,9 @@ ANNOTATIONS = {
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == set(ANNOTATIONS)  # the ten first tools, archive, folder delete, restore, edits
+    assert set(tools) == set(
+        ANNOTATIONS
+    )  # the ten first tools, archive, folder delete, restore, edits
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None

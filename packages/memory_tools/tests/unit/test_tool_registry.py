@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
-from pydantic.alias_generators import to_camel
 from fastmcp.tools import Tool
+from pydantic.alias_generators import to_camel
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
