@@ -25,6 +25,7 @@ from memory_tools.access import Caller, resolve_vault
 from memory_tools.assets import AssetView, get_asset
 from memory_tools.changes import _index, _locate  # pyright: ignore[reportPrivateUsage]
 from memory_tools.errors import (
+    ConflictFailure,
     FeatureDisabled,
     InvalidInputFailure,
     NotFoundFailure,
@@ -301,6 +302,11 @@ async def update_folder(
         current = await uow.folders.get(scope, folder_id)
         if current.project_id != project_id:
             raise NotFoundFailure("folder not found")
+        if (await uow.projects.get(scope, project_id)).status != "active":
+            raise ConflictFailure(
+                "the project is archived; its folders cannot change "
+                "(unarchive it with image_project_update archived=false)"
+            )
         new_parent = None if to_root else (current.parent_id if parent_id is None else parent_id)
         new_name = current.name if name is None else name.strip()
         changed = []

@@ -497,6 +497,7 @@ async def test_bad_folder_edits_are_refused_and_change_nothing(
         foreign = (await _call(client, "image_folder_create", {"projectId": other, "name": "F"}))[
             "folderId"
         ]
+        await _call(client, "image_project_archive", {"projectId": other})
         chain: list[str] = []
         for depth in range(6):  # /L0/L1/.../L5: depth 6
             created = await _call(
@@ -560,6 +561,10 @@ async def test_bad_folder_edits_are_refused_and_change_nothing(
             "folder of another project": (
                 {"folderId": foreign, "name": "G"},
                 "not_found: folder not found",
+            ),
+            "archived project": (
+                {"projectId": other, "folderId": foreign, "name": "G"},
+                "conflict: the project is archived; its folders cannot change",
             ),
             "missing folder": ({"folderId": "afl_" + "b" * 26, "name": "G"}, "not_found: folder"),
         }
