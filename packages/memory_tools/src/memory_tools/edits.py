@@ -19,11 +19,12 @@ from typing import Any
 
 from pydantic import Field
 
-from memory_db import MemoryDbError, UnitOfWork, VaultScope
+from memory_db import MemoryDbError, NotFound, UnitOfWork, VaultScope
+from memory_db.vectors import VectorIndex
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.assets import AssetView, get_asset
-from memory_tools.changes import _index, _locate  # pyright: ignore[reportPrivateUsage]
+from memory_tools.changes import locate_asset
 from memory_tools.errors import (
     ConflictFailure,
     FeatureDisabled,
@@ -101,7 +102,7 @@ async def update_asset(
     given_description = _clearable(description, "description", inputs.MAX_DESCRIPTION, None)
     given_alt = _clearable(alt_text, "altText", inputs.MAX_ALT_TEXT, None)
     new_tags = None if tags is None else inputs.canonical_tags(tags)
-    resolved, record = await _locate(uow, caller, asset_id, "write")
+    resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise NotFoundFailure("asset not found")
     scope = resolved.record.scope
@@ -196,8 +197,12 @@ async def _reembed_fused(
         raise FeatureDisabled("no embedder is configured on this server to embed the new text")
     history = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}
     await uow.jobs.supersede(owner, asset_id, FUSED)
-    index = await _index(uow, services)
-    if index is not None:
+    try:
+        # Held FOR SHARE like the worker's: an index rebuild's switch waits for this edit.
+        index = await VectorIndex.open_alias(uow.session, services.vector_alias)
+    except NotFound:
+        pass  # no vector was ever written
+    else:
         await index.delete_representation(scope, asset_id, FUSED)
     if text is None or embedder is None:
         return
