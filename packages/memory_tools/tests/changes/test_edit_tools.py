@@ -366,6 +366,7 @@ async def test_bad_project_edits_are_refused_and_change_nothing(
         project = await _call(client, "image_project_create", {"name": "Trips"})
         await _call(client, "image_project_create", {"name": "Work"})
         pid = project["projectId"]
+        before = await _call(client, "image_project_list", {"includeArchived": True})
         cases: dict[str, tuple[dict[str, Any], str]] = {
             "taken name": (
                 {"name": "work"},
@@ -402,7 +403,7 @@ async def test_bad_project_edits_are_refused_and_change_nothing(
         listed = await _call(client, "image_project_list", {"includeArchived": True})
     assert theirs == "not_found: vault 'alice@example.com/Library' not found"
     assert read_only == "forbidden: you have read access to this vault; write access is needed"
-    assert sorted(p["name"] for p in listed["projects"]) == ["Trips", "Work"]
+    assert listed == before
     assert await _provenance(saving, "asset_project_update") == []
 
 
@@ -571,6 +572,7 @@ async def test_bad_folder_edits_are_refused_and_change_nothing(
         for name, (arguments, expected) in cases.items():
             refused = await _error(client, "image_folder_update", {"projectId": pid, **arguments})
             assert refused.startswith(expected), (name, refused)
+        assert await _call(client, "image_folder_list", {"projectId": pid}) == before
         fits = await _call(
             client,
             "image_folder_update",
@@ -667,3 +669,52 @@ async def _waiting_on_a_lock(database: Database) -> bool:
             )
         )
     return bool(waiting)
+
+
+async def test_a_first_fused_vector_that_does_not_fit_the_quota_is_refused(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as client:
+        saved = await _call(client, "image_asset_save", {"imageBase64": b64(picture(9))})
+        asset = saved["assetId"]
+        await EmbeddingWorker(saving).drain()
+        async with saving.database.engine.begin() as conn:
+            await conn.execute(
+                text(
+                    "UPDATE mem_identities SET quota_bytes = ("
+                    "SELECT used_bytes FROM mem_asset_namespaces WHERE owner_identity = :o) "
+                    "WHERE owner_identity = :o"
+                ),
+                {"o": "alice@example.com"},
+            )
+        before = await _call(client, "image_asset_get", {"assetId": asset})
+        refused = await _error(client, "image_asset_update", {"assetId": asset, "altText": "Fox"})
+        # Words that need no new vector still fit.
+        tagged = await _call(client, "image_asset_update", {"assetId": asset, "tags": ["fox"]})
+        after = await _call(client, "image_asset_get", {"assetId": asset})
+    assert refused.startswith("quota_exceeded: a fused vector for the new text needs ")
+    assert tagged["changed"] == ["tags"]
+    assert {**after, "tags": [], "updatedAt": None} == {**before, "updatedAt": None}
+    assert await _jobs(saving, asset) == [("visual", "done")]
+
+
+async def test_giving_the_derived_title_as_ones_own_makes_it_fused_text(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """A derived title never feeds the fused vector; the same words given by the caller do."""
+    async with client_as(alice.key) as client:
+        saved = await _call(client, "image_asset_save", {"imageBase64": b64(picture(11))})
+        asset = saved["assetId"]
+        await EmbeddingWorker(saving).drain()
+        derived = await _call(client, "image_asset_get", {"assetId": asset})
+        owned = await _call(
+            client, "image_asset_update", {"assetId": asset, "title": derived["title"]}
+        )
+        repeated = await _call(
+            client, "image_asset_update", {"assetId": asset, "title": derived["title"]}
+        )
+    assert derived["fusedNote"] is not None
+    assert owned["title"] == derived["title"] and owned["changed"] == ["title"]
+    assert owned["fusedNote"] is None and owned["embeddingStatus"] == "pending"
+    assert repeated["changed"] == []
+    assert await _jobs(saving, asset) == [("visual", "done"), ("fused", "queued")]
