@@ -27,13 +27,18 @@ async def _rows(services: MemoryServices, sql: str, **params: Any) -> list[Any]:
 
 
 async def _fused_vectors(services: MemoryServices, asset_id: str) -> int:
+    return (await _vectors(services, asset_id)).get("fused", 0)
+
+
+async def _vectors(services: MemoryServices, asset_id: str) -> dict[str, int]:
+    """The asset's vectors per representation."""
     index = (await _rows(services, "SELECT index_name FROM mem_vector_index_aliases LIMIT 1"))[0][0]
     rows = await _rows(
         services,
-        f"SELECT count(*) FROM {index} WHERE asset_id = :a AND representation = 'fused'",
+        f"SELECT representation, count(*) FROM {index} WHERE asset_id = :a GROUP BY 1",
         a=asset_id,
     )
-    return int(rows[0][0])
+    return {r[0]: int(r[1]) for r in rows}
 
 
 async def _jobs(services: MemoryServices, asset_id: str) -> list[tuple[str, str]]:
@@ -86,7 +91,7 @@ async def test_edit_sets_words_requeues_only_fused_and_full_text_follows(
             },
         )
         jobs_after_edit = await _jobs(saving, asset)
-        fused_after_edit = await _fused_vectors(saving, asset)
+        vectors_after_edit = await _vectors(saving, asset)
         by_new = await _call(client, "image_asset_search", {"query": "zeppelin"})
         by_old = await _call(client, "image_asset_search", {"query": "harbour"})
         await EmbeddingWorker(saving).drain()
@@ -105,7 +110,8 @@ async def test_edit_sets_words_requeues_only_fused_and_full_text_follows(
         ("visual", "done"),
         ("fused", "queued"),
     ]
-    assert fused_after_edit == 0  # the vector of the old words is gone with them
+    # The vector of the old words is gone with them; the visual one stays.
+    assert vectors_after_edit == {"visual": 1}
     assert _found(by_new) == [asset]
     assert asset not in _found(by_old)
     assert got["embeddingStatus"] == "ready"
