@@ -40,6 +40,7 @@ from memory_tools.projects import FolderView, ProjectView, folder_view, project_
 from memory_tools.services import MemoryServices
 
 FUSED = "fused"
+MAX_PROJECT_DESCRIPTION = 2000
 
 
 class AssetEdit(AssetView):
@@ -69,13 +70,6 @@ class FolderEdit(FolderView):
     )
 
 
-def _clearable(value: str | None, field: str, limit: int, current: str | None) -> str | None:
-    """``current`` when not given; ``None`` for an empty string; else the cleaned text."""
-    if value is None:
-        return current
-    return inputs.clean_text(value, field, limit)
-
-
 async def update_asset(
     uow: UnitOfWork,
     caller: Caller,
@@ -99,8 +93,9 @@ async def update_asset(
         if new_title is None:
             raise InvalidInputFailure("title: cannot be empty; every image has a title")
     # Validate everything before reading anything: bad input changes nothing.
-    given_description = _clearable(description, "description", inputs.MAX_DESCRIPTION, None)
-    given_alt = _clearable(alt_text, "altText", inputs.MAX_ALT_TEXT, None)
+    # clean_text: None for a blank value, which clears the field when it was given.
+    given_description = inputs.clean_text(description, "description", inputs.MAX_DESCRIPTION)
+    given_alt = inputs.clean_text(alt_text, "altText", inputs.MAX_ALT_TEXT)
     new_tags = None if tags is None else inputs.canonical_tags(tags)
     resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
@@ -240,7 +235,7 @@ async def update_project(
     policy.require(services.settings)
     if name is not None:
         inputs.refuse_nul(name, "name")
-    new_description = _clearable(description, "description", 2000, None)
+    new_description = inputs.clean_text(description, "description", MAX_PROJECT_DESCRIPTION)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
     try:
