@@ -23,6 +23,7 @@ the store refuses stays for the next pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -57,18 +58,28 @@ class _Doomed:
 
 
 async def reconcile_store(
-    services: MemoryServices, *, safety_window: timedelta, now: datetime | None = None
+    services: MemoryServices,
+    *,
+    safety_window: timedelta,
+    now: datetime | None = None,
+    progress: Callable[[int, int], None] | None = None,
 ) -> Reconciliation:
-    """One pass over every namespace; see the module docstring."""
+    """One pass over every namespace; see the module docstring.
+
+    ``progress(done, total)`` is told as each namespace is listed (``memory-server admin reconcile``
+    shows it: a pass lists the whole store, which takes long on a large bucket).
+    """
     env = services.settings.asset_storage_env_prefix
     async with services.database.unit_of_work() as uow:
         namespaces = await uow.quota.namespaces()
     listed = removed = removed_bytes = waiting = foreign = 0
-    for owner, namespace_id in namespaces:
+    for done, (owner, namespace_id) in enumerate(namespaces, start=1):
         items = [
             item
             async for item in services.store.list_namespace(namespace_prefix(env, namespace_id))
         ]
+        if progress is not None:
+            progress(done, len(namespaces))
         if not items:
             continue
         listed += len(items)
