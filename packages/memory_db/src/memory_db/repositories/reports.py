@@ -123,7 +123,7 @@ class ReportRepository:
             .outerjoin(AssetNamespace, AssetNamespace.owner_identity == owner)
             .order_by(owner)
         )
-        return [IdentitySummary(*row) for row in rows.tuples()]
+        return [IdentitySummary(*row) for row in rows.all()]
 
     async def vaults(self, owner_identity: str) -> list[VaultSummary]:
         """The vaults ``owner_identity`` owns, by handle (case-insensitively)."""
@@ -148,7 +148,7 @@ class ReportRepository:
             .where(Vault.owner_identity == owner_identity)
             .order_by(func.lower(Vault.handle))
         )
-        return [VaultSummary(*row) for row in rows.tuples()]
+        return [VaultSummary(*row) for row in rows.all()]
 
     async def bytes_by_project(self, owner_identity: str) -> list[ProjectBytes]:
         """Live image bytes per vault and project; images in no project form ``Unfiled``.
@@ -202,7 +202,7 @@ class ReportRepository:
         )
         return [
             ProjectBytes(vault, project, name, status, count, int(original), int(preview))
-            for vault, project, name, status, count, original, preview in rows.tuples()
+            for vault, project, name, status, count, original, preview in rows.all()
         ]
 
     async def tokens_by_month(self, owner_identity: str) -> list[MonthlyTokens]:
@@ -228,5 +228,5 @@ class ReportRepository:
         )
         return [
             MonthlyTokens(m, source, model, calls, int(total), int(prompt), int(image))
-            for m, source, model, calls, total, prompt, image in rows.tuples()
+            for m, source, model, calls, total, prompt, image in rows.all()
         ]

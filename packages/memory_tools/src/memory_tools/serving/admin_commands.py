@@ -93,7 +93,7 @@ class Progress:
             from rich.console import Console
             from rich.progress import Progress as Bar
 
-            self._bar = Bar(console=Console(stderr=True), transient=False)
+            self._bar = Bar(console=Console(stderr=True, force_terminal=True), transient=False)
             self._bar.__enter__()
             self._task = self._bar.add_task(self._description, total=None)
         return self
