@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 
 from memory_db import Database, MemorySettings
@@ -33,7 +34,7 @@ CREATE_HINT = "`memory-server admin create-identity --owner carol@example.com`"
 
 @pytest.fixture
 def cli_settings(tmp_path: Path, database_url: str) -> MemorySettings:
-    return MemorySettings(memory_data_dir=tmp_path / "data", memory_database_url=database_url)
+    return MemorySettings(memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url))
 
 
 def parse(*argv: str) -> argparse.Namespace:
