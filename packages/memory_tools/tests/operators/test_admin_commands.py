@@ -22,6 +22,7 @@ from memory_tools import MemoryServices, NotFoundFailure, admin
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.serving import admin_commands
 from memory_tools.serving.admin_commands import Progress, add_admin_parser, admin_command
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -34,7 +35,9 @@ CREATE_HINT = "`memory-server admin create-identity --owner carol@example.com`"
 
 @pytest.fixture
 def cli_settings(tmp_path: Path, database_url: str) -> MemorySettings:
-    return MemorySettings(memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url))
+    return MemorySettings(
+        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url)
+    )
 
 
 def parse(*argv: str) -> argparse.Namespace:
@@ -102,6 +105,21 @@ async def test_list_identities_shows_quota_counters_keys_and_vaults(
     assert listed["identities"][0]["vaults"] == 2
     table = await run(cli_settings, capsys, "list-identities")
     assert ALICE in table and BOB in table and "1/1" in table
+
+
+async def test_a_long_listing_is_printed_as_plain_columns(
+    shared: Database,
+    cli_settings: MemorySettings,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # rich lays out every cell first (6 s for 10,000 rows): past the bound, plain columns.
+    monkeypatch.setattr(admin_commands, "RICH_TABLE_ROWS", 1)
+    lines = (await run(cli_settings, capsys, "list-identities")).splitlines()
+    assert lines[0] == "identities (2 rows)"
+    assert lines[1].split()[:3] == ["owner", "quota", "used"]
+    assert [line.split()[0] for line in lines[2:]] == [ALICE, BOB]
+    assert not any(line.endswith(" ") for line in lines)
 
 
 async def test_create_key_stores_its_label_and_list_keys_filters_by_it(

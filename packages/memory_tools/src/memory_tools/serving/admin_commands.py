@@ -44,22 +44,37 @@ def _print_json(document: dict[str, Any]) -> None:
     print(json.dumps(document, indent=2, ensure_ascii=False))
 
 
+# Above this many rows a table is printed as plain aligned columns: rich lays out every cell
+# of a table before printing it, which took 6 s of CPU for 10,000 identities (the query 0.1 s).
+RICH_TABLE_ROWS = 1000
+
+
 def _print_table(
     title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str
 ) -> None:
+    if not rows:
+        print(empty)
+        return
+    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    if len(cells) > RICH_TABLE_ROWS:
+        widths = [
+            max(len(line[i]) for line in [list(columns), *cells]) for i in range(len(columns))
+        ]
+        print(f"{title} ({len(cells)} rows)")
+        for line in [list(columns), *cells]:
+            padded = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
+            print("  ".join(padded).rstrip())
+        return
     from rich.console import Console
     from rich.table import Table
 
     # Not a terminal (a pipe, a file): wide enough that e-mail addresses never wrap.
     console = Console(width=None if sys.stdout.isatty() else 200)
-    if not rows:
-        console.print(empty, highlight=False)
-        return
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
-    for row in rows:
-        table.add_row(*("" if cell is None else str(cell) for cell in row))
+    for line in cells:
+        table.add_row(*line)
     console.print(table)
 
 
