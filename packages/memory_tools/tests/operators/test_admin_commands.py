@@ -148,6 +148,32 @@ async def test_create_key_stores_its_label_and_list_keys_filters_by_it(
     assert "has no keys labelled 'nope'" in none
 
 
+async def test_labels_are_printed_as_text_and_checked_when_keys_are_made(
+    shared: Database, cli_settings: MemorySettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # "[/]" is rich markup that fails to parse: a label is text, never markup.
+    await run(cli_settings, capsys, "create-key", "--owner", ALICE, "--label", "[/]ops [bold]")
+    assert "[/]ops [bold]" in await run(cli_settings, capsys, "list-keys", "--owner", ALICE)
+    before = await counts(shared)
+    for label in ("evil\x1b[2J", "   ", "x" * 121, "rtl\u202egpj"):
+        with pytest.raises(InvalidInputFailure, match="key label must be"):
+            await run(cli_settings, capsys, "create-key", "--owner", ALICE, "--label", label)
+    assert await counts(shared) == before
+    # A label stored before labels were checked is shown escaped, never sent to the terminal.
+    async with shared.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE mem_api_keys SET label = :l WHERE owner_identity = :o"),
+            {"l": "old\x1b[2Jlabel", "o": ALICE},
+        )
+    for table_rows in (1000, 0):
+        admin_commands.RICH_TABLE_ROWS = table_rows
+        try:
+            shown = await run(cli_settings, capsys, "list-keys", "--owner", ALICE)
+        finally:
+            admin_commands.RICH_TABLE_ROWS = 1000
+        assert "\x1b" not in shown and "old\\x1b[2Jlabel" in shown
+
+
 async def test_list_vaults_and_list_grants(
     shared: Database, cli_settings: MemorySettings, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -179,8 +179,13 @@ class ApiKeyRepository:
         """Create a key; return its record and the secret (which is not stored)."""
         owner = owner_identity.strip().lower()
         checked = _validate_scopes(scopes)
-        if label is not None and len(label) > 120:
-            raise InvalidInput("key label must be at most 120 characters")
+        if label is not None and (
+            not label.strip() or len(label) > 120 or has_forbidden_characters(label)
+        ):
+            raise InvalidInput(
+                "key label must be 1-120 characters, not only spaces, without control "
+                "characters, bidirectional overrides or other invisible characters"
+            )
         if await self._session.get(Identity, owner) is None:
             raise NotFound("identity")
         secret = API_KEY_PREFIX + secrets.token_urlsafe(32)

@@ -53,9 +53,9 @@ def _print_table(
     title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str
 ) -> None:
     if not rows:
-        print(empty)
+        print(_shown(empty))
         return
-    cells = [["" if cell is None else str(cell) for cell in row] for row in rows]
+    cells = [["" if cell is None else _shown(str(cell)) for cell in row] for row in rows]
     if len(cells) > RICH_TABLE_ROWS:
         widths = [
             max(len(line[i]) for line in [list(columns), *cells]) for i in range(len(columns))
@@ -67,15 +67,27 @@ def _print_table(
         return
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     # Not a terminal (a pipe, a file): wide enough that e-mail addresses never wrap.
     console = Console(width=None if sys.stdout.isatty() else 200)
-    table = Table(title=title, title_justify="left")
+    # Text, not str: rich would read "[...]" in a key's label as markup (and fail on "[/]").
+    table = Table(title=Text(_shown(title)), title_justify="left")
     for column in columns:
         table.add_column(column, overflow="fold")
     for line in cells:
-        table.add_row(*line)
+        table.add_row(*(Text(cell) for cell in line))
     console.print(table)
+
+
+def _shown(value: str) -> str:
+    """``value`` with control and invisible characters escaped, so it cannot drive a terminal.
+
+    A key label stored before labels were checked may hold an escape sequence.
+    """
+    return "".join(
+        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value
+    )
 
 
 def _bytes(value: int) -> str:
