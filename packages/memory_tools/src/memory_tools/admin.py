@@ -56,8 +56,9 @@ def unknown_identity(owner: str) -> NotFoundFailure:
 
 def unknown_vault(owner: str, vault: str) -> NotFoundFailure:
     """The refusal for a vault ``owner`` does not have, with the command that lists theirs."""
+    shown = vault if len(vault) <= 64 else vault[:64] + "..."  # no handle is longer
     return NotFoundFailure(
-        f"{owner} has no vault {vault!r}; list them with "
+        f"{owner} has no vault {shown!r}; list them with "
         f"`memory-server admin list-vaults --owner {shlex.quote(owner)}`"
     )
 
