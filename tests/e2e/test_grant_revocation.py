@@ -20,7 +20,7 @@ from fastmcp import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .test_processes import _cli, _env, _new_key, _png, serve_http
+from .test_processes import SERVER, _cli, _env, _new_key, _png, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -110,3 +110,35 @@ async def test_a_revoked_grant_refuses_the_grantees_next_call_in_the_same_sessio
         "--permission", "owner",
     )  # fmt: skip
     assert bad.returncode == 2 and "invalid choice: 'owner'" in bad.stderr
+
+
+async def test_a_revoked_grant_refuses_the_grantees_next_call_over_stdio(tmp_path: Path) -> None:
+    """The same over stdio: the grantee's server process keeps running across the revocation."""
+    from mcp.client.stdio import StdioServerParameters, stdio_client
+
+    env = _env(tmp_path)
+    created = _cli(env, "admin", "create-identity", "--owner", ALICE)
+    assert created.returncode == 0, created.stderr
+    bob = _new_key(env, BOB, "read")
+    granted = _cli(
+        env, "admin", "grant", "--vault-owner", ALICE, "--vault", "Library", "--to", BOB,
+        "--permission", "read",
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    shared = {"vault": f"{ALICE}/Library"}
+    server = StdioServerParameters(
+        command=SERVER[0],
+        args=[*SERVER[1:], "serve", "--transport", "stdio"],
+        env={**env, "MEMORY_API_KEY": bob},
+    )
+    async with stdio_client(server) as (read, write), ClientSession(read, write) as session:
+        await session.initialize()
+        listed = await session.call_tool("image_asset_list", shared)
+        assert not listed.is_error, _text(listed)
+        revoked = _cli(
+            env, "admin", "revoke-grant", "--vault-owner", ALICE, "--vault", "Library",
+            "--grantee", BOB,
+        )  # fmt: skip
+        assert revoked.returncode == 0, revoked.stderr
+        refused = await session.call_tool("image_asset_list", shared)
+        assert refused.is_error and _text(refused).startswith("not_found:")

@@ -78,6 +78,60 @@ async def shared(database: Database) -> Database:
     return database
 
 
+async def test_the_changing_commands_answer_in_json(
+    database: Database, cli_settings: MemorySettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = await run_json(
+        cli_settings,
+        capsys,
+        "create-identity",
+        "--owner",
+        " Dana@Example.com",
+        "--quota-bytes",
+        "5",
+    )
+    assert made == {"owner": "dana@example.com", "created": True, "quotaBytes": 5}
+    again = await run_json(
+        cli_settings, capsys, "create-identity", "--owner", "dana@example.com", "--exist-ok"
+    )
+    assert again == {"owner": "dana@example.com", "created": False}
+    await run(cli_settings, capsys, "create-identity", "--owner", BOB)
+    vault = await run_json(
+        cli_settings, capsys, "create-vault", "--owner", "dana@example.com", "--name", "Team"
+    )
+    assert set(vault) == {"vaultId", "owner", "vault"} and vault["vault"] == "Team"
+    granted = await run_json(
+        cli_settings, capsys, "grant", "--vault-owner", "dana@example.com", "--vault", "team",
+        "--to", BOB, "--permission", "write",
+    )  # fmt: skip
+    assert {k: granted[k] for k in ("owner", "vault", "grantee", "permission")} == {
+        "owner": "dana@example.com",
+        "vault": "Team",
+        "grantee": BOB,
+        "permission": "write",
+    }
+    key = await run_json(cli_settings, capsys, "create-key", "--owner", BOB, "--scopes", "read")
+    assert set(key) == {"keyId", "owner", "scopes", "label", "key"}
+    assert key["scopes"] == ["read"] and key["label"] is None
+    revoked = await run_json(cli_settings, capsys, "revoke-key", key["keyId"])
+    assert revoked["keyId"] == key["keyId"] and revoked["revokedAt"] is not None
+    assert key["key"] not in json.dumps(revoked)
+    async with database.engine.connect() as conn:
+        operations = (
+            (
+                await conn.execute(
+                    text("SELECT operation FROM mem_provenance WHERE actor_identity = 'operator'")
+                )
+            )
+            .scalars()
+            .all()
+        )
+    assert sorted(operations) == sorted(
+        ["identity_create", "identity_create", "vault_create", "vault_grant", "api_key_create",
+         "api_key_revoke"]
+    )  # fmt: skip
+
+
 async def test_list_identities_shows_quota_counters_keys_and_vaults(
     shared: Database, cli_settings: MemorySettings, capsys: pytest.CaptureFixture[str]
 ) -> None:
