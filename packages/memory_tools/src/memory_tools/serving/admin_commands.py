@@ -525,7 +525,10 @@ async def _reconcile(settings: MemorySettings, args: argparse.Namespace) -> None
         services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
         with Progress("reconciling namespaces") as progress:
             report = await reconcile_store(
-                services, safety_window=ORPHAN_SAFETY_WINDOW, progress=progress.advance
+                services,
+                safety_window=ORPHAN_SAFETY_WINDOW,
+                progress=progress.advance,
+                actor=admin.OPERATOR,
             )
     finally:
         await runtime.close()
