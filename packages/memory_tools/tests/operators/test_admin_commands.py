@@ -24,8 +24,9 @@ from memory_tools import MemoryServices, NotFoundFailure, admin
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.serving import admin_commands
-from memory_tools.serving.admin_commands import Progress, add_admin_parser, admin_command
+from memory_tools.serving import admin_output
+from memory_tools.serving.admin_commands import add_admin_parser, admin_command
+from memory_tools.serving.admin_output import Progress
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..pictures import picture
@@ -170,7 +171,7 @@ async def test_a_long_listing_is_printed_as_plain_columns(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # rich lays out every cell first (6 s for 10,000 rows): past the bound, plain columns.
-    monkeypatch.setattr(admin_commands, "RICH_TABLE_ROWS", 1)
+    monkeypatch.setattr(admin_output, "RICH_TABLE_ROWS", 1)
     lines = (await run(cli_settings, capsys, "list-identities")).splitlines()
     assert lines[0] == "identities (2 rows)"
     assert lines[1].split()[:3] == ["owner", "quota", "used"]
@@ -222,11 +223,11 @@ async def test_labels_are_printed_as_text_and_checked_when_keys_are_made(
             {"l": "old\x1b[2Jlabel", "o": ALICE},
         )
     for table_rows in (1000, 0):
-        admin_commands.RICH_TABLE_ROWS = table_rows
+        admin_output.RICH_TABLE_ROWS = table_rows
         try:
             shown = await run(cli_settings, capsys, "list-keys", "--owner", ALICE)
         finally:
-            admin_commands.RICH_TABLE_ROWS = 1000
+            admin_output.RICH_TABLE_ROWS = 1000
         assert "\x1b" not in shown and "old\\x1b[2Jlabel" in shown
 
 

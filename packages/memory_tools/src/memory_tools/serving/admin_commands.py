@@ -7,20 +7,16 @@ and exit status 1, a bad setting with 2). The work is in :mod:`memory_tools.admi
 Every command prints a table (or a sentence) for people; ``--json`` prints one JSON object for
 scripts instead, with the camelCase keys listed in docs/runbooks/operating.md. A key's secret
 is printed only by ``create-key``, once. ``reconcile`` shows its progress on stderr: a progress
-bar on a terminal, one plain line per namespace otherwise.
+bar on a terminal, one plain line per namespace otherwise. Printing is in ``admin_output``.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import sys
-from collections.abc import Awaitable, Callable, Sequence
-from datetime import datetime
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from memory_db import (
-    ConfigurationError,
     Database,
     MemorySettings,
     open_database,
@@ -28,494 +24,364 @@ from memory_db import (
 )
 from memory_tools import ConflictFailure, MemoryServices, admin
 from memory_tools.reconcile import reconcile_store
+from memory_tools.serving.admin_output import (
+    Progress,
+    human_bytes,
+    print_json,
+    print_table,
+    when,
+)
 from memory_tools.worker import ORPHAN_SAFETY_WINDOW
 
-Handler = Callable[[MemorySettings, argparse.Namespace], Awaitable[None]]
-
-
-# --- output ------------------------------------------------------------------------------------
-
-
-def _when(value: datetime | None) -> str | None:
-    return None if value is None else value.isoformat()
-
-
-def _print_json(document: dict[str, Any]) -> None:
-    print(json.dumps(document, indent=2, ensure_ascii=False))
-
-
-# Above this many rows a table is printed as plain aligned columns: rich lays out every cell
-# of a table before printing it, which took 6 s of CPU for 10,000 identities (the query 0.1 s).
-RICH_TABLE_ROWS = 1000
-
-
-def _print_table(
-    title: str, columns: Sequence[str], rows: Sequence[Sequence[object]], *, empty: str
-) -> None:
-    if not rows:
-        print(_shown(empty))
-        return
-    cells = [["" if cell is None else _shown(str(cell)) for cell in row] for row in rows]
-    if len(cells) > RICH_TABLE_ROWS:
-        widths = [
-            max(len(line[i]) for line in [list(columns), *cells]) for i in range(len(columns))
-        ]
-        print(f"{title} ({len(cells)} rows)")
-        for line in [list(columns), *cells]:
-            padded = (cell.ljust(width) for cell, width in zip(line, widths, strict=True))
-            print("  ".join(padded).rstrip())
-        return
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    # Not a terminal (a pipe, a file): wide enough that e-mail addresses never wrap.
-    console = Console(width=None if sys.stdout.isatty() else 200)
-    # Text, not str: rich would read "[...]" in a key's label as markup (and fail on "[/]").
-    table = Table(title=Text(_shown(title)), title_justify="left")
-    for column in columns:
-        table.add_column(column, overflow="fold")
-    for line in cells:
-        table.add_row(*(Text(cell) for cell in line))
-    console.print(table)
-
-
-def _shown(value: str) -> str:
-    """``value`` with control and invisible characters escaped, so it cannot drive a terminal.
-
-    A key label stored before labels were checked may hold an escape sequence.
-    """
-    return "".join(
-        ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in value
-    )
-
-
-def _bytes(value: int) -> str:
-    """Exact bytes and a readable size: ``1048576 (1.0 MiB)``."""
-    size = float(value)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{value}" if unit == "B" else f"{value} ({size:.1f} {unit})"
-        size /= 1024
-    raise AssertionError("unreachable")
-
-
-# --- progress ----------------------------------------------------------------------------------
-
-
-class Progress:
-    """Progress of a long command on stderr: a rich bar on a terminal, plain lines otherwise.
-
-    Plain lines are what a log or a CI job keeps; a bar would fill them with redraws.
-    """
-
-    def __init__(self, description: str, *, terminal: bool | None = None) -> None:
-        self._description = description
-        self._terminal = sys.stderr.isatty() if terminal is None else terminal
-        self._bar: Any = None
-        self._task: Any = None
-
-    def __enter__(self) -> Progress:
-        if self._terminal:
-            from rich.console import Console
-            from rich.progress import Progress as Bar
-
-            self._bar = Bar(console=Console(stderr=True, force_terminal=True), transient=False)
-            self._bar.__enter__()
-            self._task = self._bar.add_task(self._description, total=None)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._bar is not None:
-            self._bar.__exit__(None, None, None)
-
-    def advance(self, done: int, total: int, detail: str = "") -> None:
-        """``done`` of ``total`` steps are finished."""
-        if self._bar is not None:
-            self._bar.update(self._task, completed=done, total=total)
-        else:
-            suffix = f" {detail}" if detail else ""
-            print(f"{self._description}: {done}/{total}{suffix}", file=sys.stderr, flush=True)
+# Most commands need the database only; `reconcile` opens the whole runtime (the store too).
+DatabaseCommand = Callable[[Database, MemorySettings, argparse.Namespace], Awaitable[None]]
+RuntimeCommand = Callable[[MemorySettings, argparse.Namespace], Awaitable[None]]
 
 
 # --- commands ----------------------------------------------------------------------------------
 
 
-async def _with_database(
-    settings: MemorySettings, action: Callable[[Database], Awaitable[None]]
+async def _create_identity(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
 ) -> None:
-    database, embedded = await open_database(settings, migrate=False)
-    try:
-        await action(database)
-    finally:
-        await database.close()
-        if embedded is not None:
-            embedded.stop()
-
-
-async def _create_identity(settings: MemorySettings, args: argparse.Namespace) -> None:
     quota = args.quota_bytes
     if quota is None:
         quota = settings.memory_default_quota_bytes
-    if quota < 0:
-        raise ConfigurationError("--quota-bytes: must be zero or more")
-
-    async def action(database: Database) -> None:
-        owner = args.owner.strip().lower()
-        try:
-            record = await admin.create_identity(database, args.owner, quota)
-        except ConflictFailure:
-            if not args.exist_ok:
-                raise
-            if args.json:
-                _print_json({"owner": owner, "created": False})
-            else:
-                print(f"identity {owner} already exists")
-            return
+    owner = args.owner.strip().lower()
+    try:
+        record = await admin.create_identity(database, args.owner, quota)
+    except ConflictFailure:
+        if not args.exist_ok:
+            raise
         if args.json:
-            _print_json(
-                {"owner": record.owner_identity, "created": True, "quotaBytes": record.quota_bytes}
-            )
+            print_json({"owner": owner, "created": False})
         else:
-            print(
-                f"identity {record.owner_identity} created with vault Library "
-                f"(quota {record.quota_bytes} bytes)"
-            )
-
-    await _with_database(settings, action)
-
-
-async def _create_key(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        scopes = [s for s in args.scopes.split(",") if s.strip()]
-        new = await admin.create_key(database, args.owner, scopes, args.label)
-        if args.json:
-            _print_json(
-                {
-                    "keyId": new.record.id,
-                    "owner": new.record.owner_identity,
-                    "scopes": list(new.record.scopes),
-                    "label": new.record.label,
-                    "key": new.secret,
-                }
-            )
-            return
-        print(f"key id: {new.record.id}")
-        print(f"scopes: {','.join(new.record.scopes)}")
-        if new.record.label is not None:
-            print(f"label: {new.record.label}")
-        print("the key is shown once, on the next line; store it safely:")
-        print(new.secret)
-
-    await _with_database(settings, action)
-
-
-async def _create_vault(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        record = await admin.create_vault(database, args.owner, args.name)
-        if args.json:
-            _print_json(
-                {"vaultId": record.id, "owner": record.owner_identity, "vault": record.handle}
-            )
-        else:
-            print(f"vault {record.handle} created for {record.owner_identity}")
-
-    await _with_database(settings, action)
-
-
-async def _grant(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
-        if args.json:
-            _print_json(
-                {
-                    "grantId": record.id,
-                    "owner": record.owner_identity,
-                    "vault": record.physical_vault.removeprefix(f"{record.owner_identity}/"),
-                    "grantee": record.grantee_identity,
-                    "permission": record.permission,
-                }
-            )
-        else:
-            grantee, vault = record.grantee_identity, record.physical_vault
-            print(f"{grantee} now has {record.permission} access to {vault}")
-
-    await _with_database(settings, action)
-
-
-async def _revoke_grant(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        removed = await admin.revoke_grant(database, args.vault_owner, args.vault, args.grantee)
-        owner = args.vault_owner.strip().lower()
-        grantee = args.grantee.strip().lower()
-        if args.json:
-            _print_json(
-                {
-                    "owner": owner,
-                    "vault": args.vault,
-                    "grantee": grantee,
-                    "revoked": removed is not None,
-                    "permission": None if removed is None else removed.permission,
-                }
-            )
-        elif removed is None:
-            print(f"nothing was granted: {grantee} has no grant on {owner}/{args.vault}")
-        else:
-            print(
-                f"{grantee} no longer has {removed.permission} access to {removed.physical_vault}"
-            )
-
-    await _with_database(settings, action)
-
-
-async def _revoke_key(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        record = await admin.revoke_key(database, args.key_id)
-        if args.json:
-            _print_json(
-                {
-                    "keyId": record.id,
-                    "owner": record.owner_identity,
-                    "revokedAt": _when(record.revoked_at),
-                }
-            )
-        else:
-            print(f"key {record.id} revoked")
-
-    await _with_database(settings, action)
-
-
-async def _list_identities(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        found = await admin.list_identities(database)
-        if args.json:
-            _print_json(
-                {
-                    "identities": [
-                        {
-                            "owner": i.owner_identity,
-                            "quotaBytes": i.quota_bytes,
-                            "usedBytes": i.used_bytes,
-                            "reservedBytes": i.reserved_bytes,
-                            "createdAt": _when(i.created_at),
-                            "activeKeys": i.active_keys,
-                            "revokedKeys": i.revoked_keys,
-                            "vaults": i.vaults,
-                        }
-                        for i in found
-                    ]
-                }
-            )
-            return
-        _print_table(
-            "identities",
-            ("owner", "quota", "used", "reserved", "keys (active/revoked)", "vaults", "created"),
-            [
-                (
-                    i.owner_identity,
-                    _bytes(i.quota_bytes),
-                    _bytes(i.used_bytes),
-                    _bytes(i.reserved_bytes),
-                    f"{i.active_keys}/{i.revoked_keys}",
-                    i.vaults,
-                    _when(i.created_at),
-                )
-                for i in found
-            ],
-            empty="no identities yet: create one with `memory-server admin create-identity`",
+            print(f"identity {owner} already exists")
+        return
+    if args.json:
+        print_json(
+            {"owner": record.owner_identity, "created": True, "quotaBytes": record.quota_bytes}
+        )
+    else:
+        print(
+            f"identity {record.owner_identity} created with vault Library "
+            f"(quota {record.quota_bytes} bytes)"
         )
 
-    await _with_database(settings, action)
 
-
-async def _list_keys(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        keys = await admin.list_keys(database, args.owner, args.label)
-        owner = args.owner.strip().lower()
-        if args.json:
-            _print_json(
-                {
-                    "owner": owner,
-                    "keys": [
-                        {
-                            "keyId": k.id,
-                            "label": k.label,
-                            "scopes": list(k.scopes),
-                            "state": "revoked" if k.revoked_at else "active",
-                            "createdAt": _when(k.created_at),
-                            "lastUsedAt": _when(k.last_used_at),
-                            "revokedAt": _when(k.revoked_at),
-                        }
-                        for k in keys
-                    ],
-                }
-            )
-            return
-        _print_table(
-            f"keys of {owner}",
-            ("key id", "state", "scopes", "label", "created", "last used"),
-            [
-                (
-                    k.id,
-                    "revoked" if k.revoked_at else "active",
-                    ",".join(k.scopes),
-                    k.label,
-                    _when(k.created_at),
-                    _when(k.last_used_at) or "never",
-                )
-                for k in keys
-            ],
-            empty=f"{owner} has no keys" + (f" labelled {args.label!r}" if args.label else ""),
-        )
-
-    await _with_database(settings, action)
-
-
-async def _list_vaults(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        vaults = await admin.list_vaults(database, args.owner)
-        owner = args.owner.strip().lower()
-        if args.json:
-            _print_json(
-                {
-                    "owner": owner,
-                    "vaults": [
-                        {
-                            "vaultId": v.id,
-                            "vault": v.handle,
-                            "createdAt": _when(v.created_at),
-                            "grants": v.grants,
-                            "assets": v.assets,
-                        }
-                        for v in vaults
-                    ],
-                }
-            )
-            return
-        _print_table(
-            f"vaults of {owner}",
-            ("vault", "images", "grants", "created", "vault id"),
-            [(v.handle, v.assets, v.grants, _when(v.created_at), v.id) for v in vaults],
-            empty=f"{owner} has no vaults",
-        )
-
-    await _with_database(settings, action)
-
-
-async def _list_grants(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        grants = await admin.list_grants(database, args.vault_owner, args.vault)
-        owner = args.vault_owner.strip().lower()
-        if args.json:
-            _print_json(
-                {
-                    "owner": owner,
-                    "vault": args.vault,
-                    "grants": [
-                        {
-                            "grantId": g.id,
-                            "grantee": g.grantee_identity,
-                            "permission": g.permission,
-                            "createdAt": _when(g.created_at),
-                        }
-                        for g in grants
-                    ],
-                }
-            )
-            return
-        _print_table(
-            f"grants of {owner}/{args.vault}",
-            ("grantee", "permission", "created"),
-            [(g.grantee_identity, g.permission, _when(g.created_at)) for g in grants],
-            empty=f"{owner}/{args.vault} is not shared with anyone",
-        )
-
-    await _with_database(settings, action)
-
-
-async def _usage(settings: MemorySettings, args: argparse.Namespace) -> None:
-    async def action(database: Database) -> None:
-        report = await admin.usage(database, args.owner)
-        c = report.counters
-        available = max(0, c.quota_bytes - c.used_bytes - c.reserved_bytes)
-        projects = [
+async def _create_key(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    scopes = [s for s in args.scopes.split(",") if s.strip()]
+    new = await admin.create_key(database, args.owner, scopes, args.label)
+    if args.json:
+        print_json(
             {
-                "vault": p.vault_handle,
-                "projectId": p.project_id,
-                "project": p.project_name if p.project_id is not None else "Unfiled",
-                "status": p.project_status,
-                "assets": p.assets,
-                "originalBytes": p.original_bytes,
-                "previewBytes": p.preview_bytes,
-                "bytes": p.original_bytes + p.preview_bytes,
+                "keyId": new.record.id,
+                "owner": new.record.owner_identity,
+                "scopes": list(new.record.scopes),
+                "label": new.record.label,
+                "key": new.secret,
             }
+        )
+        return
+    print(f"key id: {new.record.id}")
+    print(f"scopes: {','.join(new.record.scopes)}")
+    if new.record.label is not None:
+        print(f"label: {new.record.label}")
+    print("the key is shown once, on the next line; store it safely:")
+    print(new.secret)
+
+
+async def _create_vault(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    record = await admin.create_vault(database, args.owner, args.name)
+    if args.json:
+        print_json({"vaultId": record.id, "owner": record.owner_identity, "vault": record.handle})
+    else:
+        print(f"vault {record.handle} created for {record.owner_identity}")
+
+
+async def _grant(database: Database, settings: MemorySettings, args: argparse.Namespace) -> None:
+    record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
+    if args.json:
+        print_json(
+            {
+                "grantId": record.id,
+                "owner": record.owner_identity,
+                "vault": record.physical_vault.removeprefix(f"{record.owner_identity}/"),
+                "grantee": record.grantee_identity,
+                "permission": record.permission,
+            }
+        )
+    else:
+        grantee, vault = record.grantee_identity, record.physical_vault
+        print(f"{grantee} now has {record.permission} access to {vault}")
+
+
+async def _revoke_grant(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    removed = await admin.revoke_grant(database, args.vault_owner, args.vault, args.grantee)
+    owner = args.vault_owner.strip().lower()
+    grantee = args.grantee.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "vault": args.vault,
+                "grantee": grantee,
+                "revoked": removed is not None,
+                "permission": None if removed is None else removed.permission,
+            }
+        )
+    elif removed is None:
+        print(f"nothing was granted: {grantee} has no grant on {owner}/{args.vault}")
+    else:
+        print(f"{grantee} no longer has {removed.permission} access to {removed.physical_vault}")
+
+
+async def _revoke_key(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    record = await admin.revoke_key(database, args.key_id)
+    if args.json:
+        print_json(
+            {
+                "keyId": record.id,
+                "owner": record.owner_identity,
+                "revokedAt": when(record.revoked_at),
+            }
+        )
+    else:
+        print(f"key {record.id} revoked")
+
+
+async def _list_identities(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    found = await admin.list_identities(database)
+    if args.json:
+        print_json(
+            {
+                "identities": [
+                    {
+                        "owner": i.owner_identity,
+                        "quotaBytes": i.quota_bytes,
+                        "usedBytes": i.used_bytes,
+                        "reservedBytes": i.reserved_bytes,
+                        "createdAt": when(i.created_at),
+                        "activeKeys": i.active_keys,
+                        "revokedKeys": i.revoked_keys,
+                        "vaults": i.vaults,
+                    }
+                    for i in found
+                ]
+            }
+        )
+        return
+    print_table(
+        "identities",
+        ("owner", "quota", "used", "reserved", "keys (active/revoked)", "vaults", "created"),
+        [
+            (
+                i.owner_identity,
+                human_bytes(i.quota_bytes),
+                human_bytes(i.used_bytes),
+                human_bytes(i.reserved_bytes),
+                f"{i.active_keys}/{i.revoked_keys}",
+                i.vaults,
+                when(i.created_at),
+            )
+            for i in found
+        ],
+        empty="no identities yet: create one with `memory-server admin create-identity`",
+    )
+
+
+async def _list_keys(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    keys = await admin.list_keys(database, args.owner, args.label)
+    owner = args.owner.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "keys": [
+                    {
+                        "keyId": k.id,
+                        "label": k.label,
+                        "scopes": list(k.scopes),
+                        "state": "revoked" if k.revoked_at else "active",
+                        "createdAt": when(k.created_at),
+                        "lastUsedAt": when(k.last_used_at),
+                        "revokedAt": when(k.revoked_at),
+                    }
+                    for k in keys
+                ],
+            }
+        )
+        return
+    print_table(
+        f"keys of {owner}",
+        ("key id", "state", "scopes", "label", "created", "last used"),
+        [
+            (
+                k.id,
+                "revoked" if k.revoked_at else "active",
+                ",".join(k.scopes),
+                k.label,
+                when(k.created_at),
+                when(k.last_used_at) or "never",
+            )
+            for k in keys
+        ],
+        empty=f"{owner} has no keys" + (f" labelled {args.label!r}" if args.label else ""),
+    )
+
+
+async def _list_vaults(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    vaults = await admin.list_vaults(database, args.owner)
+    owner = args.owner.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "vaults": [
+                    {
+                        "vaultId": v.id,
+                        "vault": v.handle,
+                        "createdAt": when(v.created_at),
+                        "grants": v.grants,
+                        "assets": v.assets,
+                    }
+                    for v in vaults
+                ],
+            }
+        )
+        return
+    print_table(
+        f"vaults of {owner}",
+        ("vault", "images", "grants", "created", "vault id"),
+        [(v.handle, v.assets, v.grants, when(v.created_at), v.id) for v in vaults],
+        empty=f"{owner} has no vaults",
+    )
+
+
+async def _list_grants(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    grants = await admin.list_grants(database, args.vault_owner, args.vault)
+    owner = args.vault_owner.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "vault": args.vault,
+                "grants": [
+                    {
+                        "grantId": g.id,
+                        "grantee": g.grantee_identity,
+                        "permission": g.permission,
+                        "createdAt": when(g.created_at),
+                    }
+                    for g in grants
+                ],
+            }
+        )
+        return
+    print_table(
+        f"grants of {owner}/{args.vault}",
+        ("grantee", "permission", "created"),
+        [(g.grantee_identity, g.permission, when(g.created_at)) for g in grants],
+        empty=f"{owner}/{args.vault} is not shared with anyone",
+    )
+
+
+async def _usage(database: Database, settings: MemorySettings, args: argparse.Namespace) -> None:
+    report = await admin.usage(database, args.owner)
+    c = report.counters
+    available = max(0, c.quota_bytes - c.used_bytes - c.reserved_bytes)
+    projects = [
+        {
+            "vault": p.vault_handle,
+            "projectId": p.project_id,
+            "project": p.project_name if p.project_id is not None else "Unfiled",
+            "status": p.project_status,
+            "assets": p.assets,
+            "originalBytes": p.original_bytes,
+            "previewBytes": p.preview_bytes,
+            "bytes": p.original_bytes + p.preview_bytes,
+        }
+        for p in report.projects
+    ]
+    tokens = [
+        {
+            "month": t.month,
+            "source": t.source,
+            "model": t.model,
+            "calls": t.calls,
+            "totalTokens": t.total_tokens,
+            "promptTokens": t.prompt_tokens,
+            "imageTokens": t.image_tokens,
+        }
+        for t in report.tokens
+    ]
+    if args.json:
+        print_json(
+            {
+                "owner": c.owner_identity,
+                "quotaBytes": c.quota_bytes,
+                "usedBytes": c.used_bytes,
+                "reservedBytes": c.reserved_bytes,
+                "availableBytes": available,
+                "projects": projects,
+                "tokensByMonth": tokens,
+            }
+        )
+        return
+    print_table(
+        f"storage of {c.owner_identity}",
+        ("quota", "used", "reserved", "available"),
+        [tuple(human_bytes(n) for n in (c.quota_bytes, c.used_bytes, c.reserved_bytes, available))],
+        empty="",
+    )
+    print_table(
+        "bytes by project (live images; originals and previews)",
+        ("vault", "project", "status", "images", "bytes"),
+        [
+            (
+                p.vault_handle,
+                p.project_name if p.project_id is not None else "Unfiled",
+                p.project_status,
+                p.assets,
+                human_bytes(p.original_bytes + p.preview_bytes),
+            )
             for p in report.projects
-        ]
-        tokens = [
-            {
-                "month": t.month,
-                "source": t.source,
-                "model": t.model,
-                "calls": t.calls,
-                "totalTokens": t.total_tokens,
-                "promptTokens": t.prompt_tokens,
-                "imageTokens": t.image_tokens,
-            }
-            for t in report.tokens
-        ]
-        if args.json:
-            _print_json(
-                {
-                    "owner": c.owner_identity,
-                    "quotaBytes": c.quota_bytes,
-                    "usedBytes": c.used_bytes,
-                    "reservedBytes": c.reserved_bytes,
-                    "availableBytes": available,
-                    "projects": projects,
-                    "tokensByMonth": tokens,
-                }
+        ],
+        empty="no images stored",
+    )
+    print_table(
+        "provider tokens by month (UTC)",
+        ("month", "source", "model", "calls", "total", "prompt", "image"),
+        [
+            (
+                t["month"],
+                t["source"],
+                t["model"],
+                t["calls"],
+                t["totalTokens"],
+                t["promptTokens"],
+                t["imageTokens"],
             )
-            return
-        _print_table(
-            f"storage of {c.owner_identity}",
-            ("quota", "used", "reserved", "available"),
-            [tuple(_bytes(n) for n in (c.quota_bytes, c.used_bytes, c.reserved_bytes, available))],
-            empty="",
-        )
-        _print_table(
-            "bytes by project (live images; originals and previews)",
-            ("vault", "project", "status", "images", "bytes"),
-            [
-                (
-                    p.vault_handle,
-                    p.project_name if p.project_id is not None else "Unfiled",
-                    p.project_status,
-                    p.assets,
-                    _bytes(p.original_bytes + p.preview_bytes),
-                )
-                for p in report.projects
-            ],
-            empty="no images stored",
-        )
-        _print_table(
-            "provider tokens by month (UTC)",
-            ("month", "source", "model", "calls", "total", "prompt", "image"),
-            [
-                (
-                    t["month"],
-                    t["source"],
-                    t["model"],
-                    t["calls"],
-                    t["totalTokens"],
-                    t["promptTokens"],
-                    t["imageTokens"],
-                )
-                for t in tokens
-            ],
-            empty="no provider usage recorded",
-        )
-
-    await _with_database(settings, action)
+            for t in tokens
+        ],
+        empty="no provider usage recorded",
+    )
 
 
 async def _reconcile(settings: MemorySettings, args: argparse.Namespace) -> None:
@@ -541,9 +407,9 @@ async def _reconcile(settings: MemorySettings, args: argparse.Namespace) -> None
         "foreign": report.foreign,
     }
     if args.json:
-        _print_json(document)
+        print_json(document)
     else:
-        _print_table(
+        print_table(
             "reconciliation",
             ("namespaces", "keys listed", "removed", "removed bytes", "waiting", "foreign"),
             [tuple(document.values())],
@@ -565,14 +431,25 @@ def add_admin_parser(commands: Any) -> argparse.ArgumentParser:
         "--json", action="store_true", help="print one JSON object for scripts instead of a table"
     )
 
-    def command(name: str, handler: Handler, help_text: str) -> argparse.ArgumentParser:
+    def command(
+        name: str,
+        handler: DatabaseCommand | RuntimeCommand,
+        help_text: str,
+        *,
+        runtime: bool = False,
+    ) -> argparse.ArgumentParser:
         parser = sub.add_parser(name, help=help_text, parents=[output])
-        parser.set_defaults(admin=handler)
+        parser.set_defaults(admin=handler, admin_opens_runtime=runtime)
         return parser
 
     ci = command("create-identity", _create_identity, "create an owner identity")
     ci.add_argument("--owner", required=True, help="owner e-mail address")
-    ci.add_argument("--quota-bytes", type=int, default=None, help="storage quota in bytes")
+    ci.add_argument(
+        "--quota-bytes",
+        type=_bytes_argument,
+        default=None,
+        help="storage quota in bytes (default MEMORY_DEFAULT_QUOTA_BYTES)",
+    )
     ci.add_argument("--exist-ok", action="store_true", help="succeed if the identity exists")
     ck = command("create-key", _create_key, "create an API key (its secret is printed once)")
     ck.add_argument("--owner", required=True)
@@ -605,11 +482,31 @@ def add_admin_parser(commands: Any) -> argparse.ArgumentParser:
     lg.add_argument("--vault", required=True)
     us = command("usage", _usage, "quota, bytes by project and provider tokens by month")
     us.add_argument("--owner", required=True)
-    command("reconcile", _reconcile, "reconcile the object store with the accounts now")
+    command(
+        "reconcile", _reconcile, "reconcile the object store with the accounts now", runtime=True
+    )
     return admin_parser
 
 
-def admin_command(settings: MemorySettings, args: argparse.Namespace) -> Awaitable[None]:
-    """The parsed ``admin`` command, to run inside ``run_command``."""
-    handler: Handler = args.admin
-    return handler(settings, args)
+def _bytes_argument(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be zero or more bytes")
+    return number
+
+
+async def admin_command(settings: MemorySettings, args: argparse.Namespace) -> None:
+    """Run the parsed ``admin`` command (inside ``run_command``, which maps its failures)."""
+    if args.admin_opens_runtime:
+        await args.admin(settings, args)
+        return
+    database, embedded = await open_database(settings, migrate=False)
+    try:
+        await args.admin(database, settings, args)
+    finally:
+        await database.close()
+        if embedded is not None:
+            embedded.stop()
