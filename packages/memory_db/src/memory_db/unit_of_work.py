@@ -21,6 +21,7 @@ from memory_db.repositories import (
     ProjectRepository,
     ProvenanceRepository,
     QuotaRepository,
+    ReportRepository,
     UsageRepository,
     VaultRepository,
 )
@@ -56,6 +57,7 @@ class UnitOfWork:
         self.assets = AssetRepository(session)
         self.jobs = JobRepository(session)
         self.orphans = OrphanRepository(session)
+        self.reports = ReportRepository(session)
 
 
 @asynccontextmanager
