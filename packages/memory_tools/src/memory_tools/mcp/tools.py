@@ -394,8 +394,8 @@ class MemoryTools:
     ) -> AssetListView:
         """List assets by created time with exact filters.
 
-        Newest first unless order is 'oldest'; page with nextCursor. Metadata only, never
-        image bytes.
+        Newest first unless order is 'oldest'; page with nextCursor. Metadata only, plus
+        small thumbnails with includeThumbnails; never the stored bytes.
         """
         parameters = dict(locals())  # the call's parameters, before any other name
         request = assets.ListRequest(
