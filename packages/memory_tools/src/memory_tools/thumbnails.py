@@ -17,7 +17,9 @@ Bounds per answer, so one answer stays well below the MCP SDK client's 1 MiB lim
 SSE event (the structured answer travels twice: as structured content and as its JSON text):
 
 - at most :data:`MAX_THUMBNAILS` thumbnails (the first results; a list page may hold more);
-- at most :data:`MAX_THUMBNAIL_BYTES` of JPEG in total (base64 makes that a third larger).
+- at most :data:`MAX_THUMBNAIL_BYTES` of JPEG in total (base64 makes that a third larger);
+- and no more than fits in :data:`MAX_ANSWER_BYTES` beside the answer's JSON, twice, and a
+  text line per result (a long list page leaves less room).
 
 A result past either bound, or whose preview is not available, gets no thumbnail and the
 answer says why (``Thumbnail.missing``).
@@ -44,10 +46,14 @@ THUMBNAIL_EDGE = 256  # px, the long side
 THUMBNAIL_QUALITY = 75
 MAX_THUMBNAILS = 30
 MAX_THUMBNAIL_BYTES = 512 * 1024  # JPEG bytes per answer; about 683 KiB once base64
+# What one answer with thumbnails may take: its JSON twice, the base64 thumbnails and their
+# lines; a quarter below the MCP SDK client's 1 MiB for one event, for the JSON-RPC framing.
+MAX_ANSWER_BYTES = 768 * 1024
+LINE_BYTES = 160  # a generous bound on the text line before each result's thumbnail
 
 UNREADABLE = "its preview could not be read"
 PAST_COUNT = f"only the first {MAX_THUMBNAILS} results of an answer get a thumbnail"
-PAST_BYTES = f"the answer's thumbnails reached {MAX_THUMBNAIL_BYTES // 1024} KiB"
+PAST_BYTES = "the answer's thumbnails reached its size bound"
 
 A = TypeVar("A")
 
@@ -88,7 +94,7 @@ async def render(services: MemoryServices, answer: A) -> A:
     """``answer`` with the thumbnails it asked for made; any other answer as it is.
 
     The first ``MAX_THUMBNAILS`` are made, concurrently (the decode admission bounds the
-    pixels in flight), then kept in result order until the byte bound is reached.
+    pixels in flight), then kept in result order while they fit the size bounds.
     """
     if not isinstance(answer, WireModel) or not answer.thumbnails:
         return answer
@@ -104,11 +110,14 @@ async def render(services: MemoryServices, answer: A) -> A:
     async with anyio.create_task_group() as group:
         for position in range(len(asked)):
             group.start_soon(make, position)
+    # What base64 leaves of the answer's room once its JSON (sent twice) and lines are in.
+    room = MAX_ANSWER_BYTES - 2 * len(answer.model_dump_json()) - LINE_BYTES * (len(made) + 1)
+    budget = min(MAX_THUMBNAIL_BYTES, max(0, room) * 3 // 4)
     total = 0
     for position, thumb in enumerate(made):
         if thumb.jpeg is None:
             continue
         total += len(thumb.jpeg)
-        if total > MAX_THUMBNAIL_BYTES:
+        if total > budget:
             made[position] = Thumbnail(thumb.asset_id, missing=PAST_BYTES)
     return answer.with_thumbnails(tuple(made))

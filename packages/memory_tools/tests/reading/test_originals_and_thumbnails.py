@@ -177,6 +177,22 @@ async def test_thumbnails_are_bounded_in_count_and_bytes_and_the_answer_says_so(
         assert (
             f"Result 3: assetId {newest_first[2]}: no thumbnail ({thumbnails.PAST_BYTES})." in said
         )
+        # The whole answer is bounded too: a long answer's JSON leaves less room for pictures.
+        monkeypatch.setattr(thumbnails, "MAX_THUMBNAIL_BYTES", 10**9)
+        listed = await client.call_tool("image_asset_list", {"includeThumbnails": True})
+        images = [block for block in listed.content if isinstance(block, ImageContent)]
+        sizes = [len(base64.b64decode(image.data)) for image in images]
+        first = listed.content[0]
+        assert isinstance(first, TextContent)
+        lines = thumbnails.LINE_BYTES * (len(saved) + 1)
+        # Room in base64 for the first thumbnail and half the second.
+        room = (sizes[0] + sizes[1] // 2) * 4 // 3 + 4
+        bound = 2 * len(first.text.encode()) + lines + room
+        monkeypatch.setattr(thumbnails, "MAX_ANSWER_BYTES", bound)
+        listed = await client.call_tool("image_asset_list", {"includeThumbnails": True})
+        assert list(_shown(listed.content)) == newest_first[:1]
+        images = [block for block in listed.content if isinstance(block, ImageContent)]
+        assert 2 * len(first.text.encode()) + sum(len(image.data) for image in images) <= bound
 
 
 async def test_a_preview_that_fails_its_check_gets_no_thumbnail(
