@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+import anyio
 from pydantic import Field
 
 from memory_db import (
@@ -242,6 +243,55 @@ async def get_asset(
     handle = _handles(vaults)[(asset.owner_identity, asset.vault)]
     preview = await signed_preview(services, stored) if include_preview else None
     return _view(stored, handle, [latest[k] for k in sorted(latest)], preview)
+
+
+# Embedding states a wait waits through; any other state is an answer (ready, partial, failed).
+WAITING_STATES = ("pending", "running")
+MAX_WAIT_SECONDS = 30.0
+
+
+async def get_asset_waiting(
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    asset_id: str,
+    include_preview: bool,
+    wait_seconds: float,
+) -> AssetView:
+    """``get_asset``, after waiting up to ``wait_seconds`` for the embedding state to settle.
+
+    Returns as soon as the embedding state is not ``pending`` or ``running`` (at once when it
+    is not to begin with), or at the deadline with the state then: a state still ``pending``
+    or ``running`` in the answer means the wait timed out. No polling: the subscription is
+    taken before the first read (:mod:`memory_db.repositories.asset_states`), and the state
+    is read again only when this asset was notified (or listening was re-established), and
+    once at the deadline. While waiting the call holds no pooled connection and gives its
+    admission turn to other callers. Each read is a fresh ``get_asset``, so a caller who may
+    not read the asset gets ``not_found`` at once, exactly as without waiting.
+    """
+    if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+        raise InvalidInputFailure(f"waitSeconds: between 0 and {MAX_WAIT_SECONDS:g}")
+
+    async def read() -> AssetView:
+        async with services.database.unit_of_work() as uow:
+            return await get_asset(
+                uow, caller, services, asset_id=asset_id, include_preview=include_preview
+            )
+
+    if wait_seconds == 0:
+        return await read()
+    deadline = anyio.current_time() + wait_seconds
+    async with services.database.asset_states.watching(asset_id) as subscription:
+        view = await read()
+        while view.embedding_status in WAITING_STATES:
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                break
+            async with services.call_admission.stepped_aside():
+                with anyio.move_on_after(remaining):
+                    await subscription.changed()
+            view = await read()
+    return view
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -1,5 +1,10 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
+from memory_db.repositories.asset_states import (
+    ASSET_STATE_CHANNEL,
+    AssetStateWatch,
+    StateSubscription,
+)
 from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
@@ -35,6 +40,7 @@ from memory_db.repositories.records import (
 
 __all__ = [
     "API_KEY_PREFIX",
+    "ASSET_STATE_CHANNEL",
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
@@ -43,6 +49,7 @@ __all__ = [
     "AssetFilter",
     "AssetRecord",
     "AssetRepository",
+    "AssetStateWatch",
     "Condition",
     "DuplicateObject",
     "FolderRecord",
@@ -61,6 +68,7 @@ __all__ = [
     "ProvenanceRepository",
     "QuotaRepository",
     "ReservationRecord",
+    "StateSubscription",
     "StoredAsset",
     "UsageRepository",
     "VaultRecord",

@@ -330,14 +330,28 @@ class MemoryTools:
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived link to the WebP preview.")
         ] = False,
+        waitSeconds: Annotated[
+            float,
+            Field(
+                ge=0,
+                le=30,
+                description="Wait up to this many seconds (0-30) for embeddingStatus to leave "
+                "pending/running; still pending or running in the answer means the time ran out.",
+            ),
+        ] = 0,
     ) -> AssetView:
         """One asset you may read, with its embedding state.
 
         Metadata, the state of each representation, the failure reason if any, and optionally
-        a fresh preview link (call again once it has expired).
+        a fresh preview link (call again once it has expired). With waitSeconds, the answer
+        comes as soon as the image is embedded (ready, partial) or failed, instead of polling.
         """
-        return await self.authorised(
-            assets.get_asset, asset_id=assetId, include_preview=includePreview
+        return await self.as_caller(
+            assets.get_asset_waiting,
+            self.services,
+            asset_id=assetId,
+            include_preview=includePreview,
+            wait_seconds=waitSeconds,
         )
 
     @tools.tool("List images", read_only=True, idempotent=True)
