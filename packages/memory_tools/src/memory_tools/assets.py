@@ -269,6 +269,7 @@ async def get_asset_waiting(
     admission turn to other callers. Each read is a fresh ``get_asset``, so a caller who may
     not read the asset gets ``not_found`` at once, exactly as without waiting.
     """
+    policy.require(services.settings)
     if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
         raise InvalidInputFailure(f"waitSeconds: between 0 and {MAX_WAIT_SECONDS:g}")
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
-from pydantic.alias_generators import to_camel
 from fastmcp.tools import Tool
+from pydantic.alias_generators import to_camel
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
@@ -59,7 +59,7 @@ def test_every_tool_is_complete(services: MemoryServices) -> None:
     built = build_memory_tools(services)
     assert {tool.name: _defects(tool) for tool in built} == {tool.name: [] for tool in built}
     assert [tool.name for tool in built] == [spec.name for spec in memory_registry.specs]
-    assert len(built) == 13
+    assert len(built) == 14
 
 
 def test_an_incomplete_tool_is_reported(services: MemoryServices) -> None:

@@ -22,7 +22,7 @@ from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, UnitOfWork
 from memory_db.repositories import AssetFilter
-from memory_tools import assets, changes, projects
+from memory_tools import assets, changes, projects, vaults
 from memory_tools.access import Caller, authenticate
 from memory_tools.assets import AssetListView, AssetView
 from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
@@ -34,6 +34,7 @@ from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
 from memory_tools.projects import FolderTree, FolderView, ProjectList, ProjectView
 from memory_tools.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.services import MemoryServices
+from memory_tools.vaults import VaultList
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -228,6 +229,16 @@ class MemoryTools:
         return await self.authorised(
             projects.list_projects, vault=vault, include_archived=includeArchived
         )
+
+    @tools.tool("List vaults", read_only=True, idempotent=True)
+    async def image_vault_list(self) -> VaultList:
+        """List the vaults you can read: each with its handle and your permission on it.
+
+        Use the handle as the vault parameter of the other tools. Your own vaults also show
+        your quota and the used and reserved bytes counted against it (one quota for all your
+        vaults); vaults shared with you show no quota.
+        """
+        return await self.authorised(vaults.list_vaults)
 
     @tools.tool(
         "Create image folder",
