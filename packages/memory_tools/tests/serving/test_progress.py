@@ -5,7 +5,7 @@ exactly the same when it does not."""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -27,7 +27,7 @@ def progress_services(saving: MemoryServices) -> MemoryServices:
 
 
 async def _session_calls(
-    url: str, key: str, calls: list[tuple[str, dict[str, Any], Reports | None]]
+    url: str, key: str, calls: Sequence[tuple[str, dict[str, Any], Reports | None]]
 ) -> list[dict[str, Any]]:
     """Run ``calls`` in one official SDK session; a list collects that call's progress."""
     import httpx2
