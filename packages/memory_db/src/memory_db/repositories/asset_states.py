@@ -73,6 +73,7 @@ class AssetStateWatch:
         self._connection: AsyncConnection | None = None
         self._driver: Any = None
         self._lost = False
+        self._reachable = True  # whether the last attempt to listen reached the database
         self.generation = 0  # how many listening connections were opened so far
 
     @property
@@ -140,18 +141,19 @@ class AssetStateWatch:
                 await driver.add_listener(ASSET_STATE_CHANNEL, self._notified)
             except Exception as exc:
                 with anyio.CancelScope(shield=True):
-                    await connection.invalidate()
-                    await connection.close()
+                    await _drop(connection)
                 if is_connection_failure(exc):
-                    log.warning("asset_state_listen_unavailable", exc_info=True)
+                    if self._reachable:  # once per outage, not once per retry and waiter
+                        log.warning("asset_state_listen_unavailable", exc_info=True)
+                    self._reachable = False
                     return None
                 raise
             except BaseException:
                 with anyio.CancelScope(shield=True):
-                    await connection.invalidate()
-                    await connection.close()
+                    await _drop(connection)
                 raise
             self._connection, self._driver, self._lost = connection, driver, False
+            self._reachable = True
             self.generation += 1
             return self.generation
 
@@ -187,13 +189,20 @@ class AssetStateWatch:
         """Drop a lost (or unusable) listening connection: invalidated, never pooled again."""
         connection, self._connection, self._driver = self._connection, None, None
         self._lost = False
-        if connection is None:
-            return
-        try:
-            await connection.invalidate()
-            await connection.close()
-        except Exception:
-            log.debug("asset_state_discard_failed", exc_info=True)
+        if connection is not None:
+            await _drop(connection)
+
+
+async def _drop(connection: AsyncConnection) -> None:
+    """Close a listening connection for good, whatever state it is in (even never opened)."""
+    if connection.sync_connection is None:
+        return  # the connect failed: nothing was opened
+    try:
+        await connection.invalidate()
+        await connection.close()
+    except Exception as exc:
+        # Already gone (the server went away): nothing is held either way.
+        log.debug("asset_state_connection_dropped", error=type(exc).__name__)
 
 
 __all__ = ["ASSET_STATE_CHANNEL", "RELISTEN_SECONDS", "AssetStateWatch", "StateSubscription"]
