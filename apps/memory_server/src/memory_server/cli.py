@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Awaitable, Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from memory_db import ConfigurationError, MemorySettings, open_database
 from memory_db.migrate import current_revision
-from memory_tools import ConflictFailure, MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.serving import (
     DEFAULT_HOST,
     DEFAULT_PORT,
@@ -20,6 +20,7 @@ from memory_tools.serving import (
     serve_http_processes,
     serve_stdio,
 )
+from memory_tools.serving.admin_commands import add_admin_parser, admin_command
 from memory_tools.serving.processes import MAX_PROCESSES
 
 if TYPE_CHECKING:
@@ -50,76 +51,6 @@ async def _migrate(settings: MemorySettings) -> None:
         await database.close()
         if embedded is not None:
             embedded.stop()
-
-
-async def _with_database(
-    settings: MemorySettings, action: Callable[[Any], Awaitable[None]]
-) -> None:
-    database, embedded = await open_database(settings, migrate=False)
-    try:
-        await action(database)
-    finally:
-        await database.close()
-        if embedded is not None:
-            embedded.stop()
-
-
-def _admin(settings: MemorySettings, args: argparse.Namespace) -> Callable[[Any], Awaitable[None]]:
-    async def create_identity(database: Any) -> None:
-        quota = (
-            args.quota_bytes
-            if args.quota_bytes is not None
-            else settings.memory_default_quota_bytes
-        )
-        try:
-            record = await admin.create_identity(database, args.owner, quota)
-        except ConflictFailure:
-            if not args.exist_ok:
-                raise
-            print(f"identity {args.owner.strip().lower()} already exists")
-            return
-        print(
-            f"identity {record.owner_identity} created with vault Library "
-            f"(quota {record.quota_bytes} bytes)"
-        )
-
-    async def create_key(database: Any) -> None:
-        scopes = [s for s in args.scopes.split(",") if s.strip()]
-        new = await admin.create_key(database, args.owner, scopes, args.label)
-        print(f"key id: {new.record.id}")
-        print(f"scopes: {','.join(new.record.scopes)}")
-        print("the key is shown once, on the next line; store it safely:")
-        print(new.secret)
-
-    async def create_vault(database: Any) -> None:
-        record = await admin.create_vault(database, args.owner, args.name)
-        print(f"vault {record.handle} created for {record.owner_identity}")
-
-    async def grant(database: Any) -> None:
-        record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
-        grantee, vault = record.grantee_identity, record.physical_vault
-        print(f"{grantee} now has {record.permission} access to {vault}")
-
-    async def revoke_key(database: Any) -> None:
-        record = await admin.revoke_key(database, args.key_id)
-        print(f"key {record.id} revoked")
-
-    async def list_keys(database: Any) -> None:
-        async with database.unit_of_work() as uow:
-            for key in await uow.api_keys.list_for(args.owner):
-                state = "revoked" if key.revoked_at else "active"
-                used = key.last_used_at.isoformat() if key.last_used_at else "never"
-                scopes = ",".join(key.scopes)
-                print(f"{key.id}\t{state}\t{scopes}\tlast used {used}\t{key.label or ''}")
-
-    return {
-        "create-identity": create_identity,
-        "create-key": create_key,
-        "create-vault": create_vault,
-        "grant": grant,
-        "revoke-key": revoke_key,
-        "list-keys": list_keys,
-    }[args.admin_command]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -164,30 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("migrate", help="apply database migrations")
 
-    admin_parser = commands.add_parser("admin", help="identities, API keys, vaults and grants")
-    admin_commands = admin_parser.add_subparsers(dest="admin_command", required=True)
-    ci = admin_commands.add_parser("create-identity", help="create an owner identity")
-    ci.add_argument("--owner", required=True, help="owner e-mail address")
-    ci.add_argument("--quota-bytes", type=int, default=None, help="storage quota in bytes")
-    ci.add_argument("--exist-ok", action="store_true", help="succeed if the identity exists")
-    ck = admin_commands.add_parser("create-key", help="create an API key (printed once)")
-    ck.add_argument("--owner", required=True)
-    ck.add_argument(
-        "--scopes", default="read,write", help="comma-separated: read,write,destructive,admin"
-    )
-    ck.add_argument("--label", default=None)
-    cv = admin_commands.add_parser("create-vault", help="create another vault for an owner")
-    cv.add_argument("--owner", required=True)
-    cv.add_argument("--name", required=True)
-    gr = admin_commands.add_parser("grant", help="share a vault with another identity")
-    gr.add_argument("--vault-owner", required=True)
-    gr.add_argument("--vault", required=True)
-    gr.add_argument("--to", required=True)
-    gr.add_argument("--permission", required=True, choices=["read", "write", "admin"])
-    rk = admin_commands.add_parser("revoke-key", help="revoke an API key by id")
-    rk.add_argument("key_id")
-    lk = admin_commands.add_parser("list-keys", help="list an owner's keys (never the secrets)")
-    lk.add_argument("--owner", required=True)
+    add_admin_parser(commands)
     return parser
 
 
@@ -241,7 +149,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.command == "migrate":
             await _migrate(settings)
         else:
-            await _with_database(settings, _admin(settings, args))
+            await admin_command(settings, args)
 
     return run_command(command)
 

@@ -22,6 +22,7 @@ from memory_db.repositories import (
     ProjectRepository,
     ProvenanceRepository,
     QuotaRepository,
+    ReportRepository,
     UsageRepository,
     VaultRepository,
 )
@@ -57,6 +58,7 @@ class UnitOfWork:
         self.assets = AssetRepository(session)
         self.jobs = JobRepository(session)
         self.orphans = OrphanRepository(session)
+        self.reports = ReportRepository(session)
 
 
 @asynccontextmanager

@@ -216,3 +216,30 @@ async def test_locking_assets_for_completion_takes_the_owner_into_account(
                     text("UPDATE mem_assets SET status = 'deleting' WHERE id = :id"),
                     {"id": alices},
                 )
+
+
+async def test_superseding_a_representation_takes_its_running_job_from_the_worker(
+    database: Database,
+) -> None:
+    """An edit of an image's words: the fused jobs of the old text end, whatever their state."""
+    asset = await _asset(database, A)
+    visual, fused = await _queue(database, A, asset)
+    async with database.unit_of_work() as uow:
+        claimed = await uow.jobs.claim("w1", limit=10, lease_seconds=60)
+    assert {job.id for job in claimed} == {visual.id, fused.id}
+    async with database.unit_of_work() as uow:
+        superseded = await uow.jobs.supersede(A, asset, "fused")
+        other_owner = await uow.jobs.supersede(B, asset, "visual")
+        fresh = await uow.jobs.create(A, asset, representation="fused", model="m", dimensions=4)
+    async with database.unit_of_work() as uow:
+        # The worker finishes its batch: only the job it still holds completes.
+        done = await uow.jobs.complete_many("w1", {visual.id: {}, fused.id: {}})
+        again = await uow.jobs.supersede(A, asset, "fused")
+    jobs = await _jobs(database, A, asset)
+    assert superseded == 1 and other_owner == 0
+    assert done == {visual.id}
+    assert jobs[fused.id].status == "cancelled" and jobs[fused.id].lease_owner is None
+    assert jobs[fused.id].last_error == "superseded: the asset's text changed"
+    assert jobs[visual.id].status == "done"
+    # Superseding again ends the new job too, and never touches cancelled ones twice.
+    assert again == 1 and jobs[fresh.id].status == "cancelled"

@@ -272,6 +272,70 @@ async def test_folder_tree_rules_through_repository(database: Database) -> None:
     assert names == [f"d{i}" for i in range(1, 9)]
 
 
+async def test_project_update_renames_unarchives_and_keeps_names_unique(
+    database: Database,
+) -> None:
+    await _identities(database, A, B)
+    async with database.unit_of_work() as uow:
+        trips = await uow.projects.create(SA, name="Trips", description="d", created_by=A)
+        await uow.projects.create(SA, name="Work", description=None, created_by=A)
+        theirs = await uow.projects.create(SB, name="Journeys", description=None, created_by=B)
+        await uow.projects.archive(SA, trips.id)
+        renamed = await uow.projects.update(
+            SA, trips.id, name=" Journeys ", description=None, status="active"
+        )
+        with pytest.raises(Conflict, match="'WORK' already exists"):
+            await uow.projects.update(SA, trips.id, name="WORK", description=None, status="active")
+        for bad in ("", "tab\there", "x" * 121):
+            with pytest.raises(InvalidInput):
+                await uow.projects.update(SA, trips.id, name=bad, description=None, status="active")
+        with pytest.raises(InvalidInput):
+            await uow.projects.update(SA, trips.id, name="Ok", description=None, status="deleted")
+        with pytest.raises(NotFound):  # another owner's project is not in this scope
+            await uow.projects.update(SA, theirs.id, name="X", description=None, status="active")
+        with pytest.raises(NotFound):
+            await uow.projects.lock(SA, theirs.id)
+        after = await uow.projects.get(SA, trips.id)
+    assert (renamed.name, renamed.description, renamed.status) == ("Journeys", None, "active")
+    assert after == renamed
+
+
+async def test_folder_update_checks_cycles_and_the_moved_subtree_height(database: Database) -> None:
+    await _identities(database, A)
+    async with database.unit_of_work() as uow:
+        project = await uow.projects.create(SA, name="P", description=None, created_by=A)
+        other = await uow.projects.create(SA, name="Q", description=None, created_by=A)
+        foreign = await uow.folders.create(SA, project_id=other.id, parent_id=None, name="F")
+        chain = []
+        parent = None
+        for depth in range(1, 7):  # /d1/.../d6
+            folder = await uow.folders.create(
+                SA, project_id=project.id, parent_id=parent, name=f"d{depth}"
+            )
+            chain.append(folder)
+            parent = folder.id
+        tall = await uow.folders.create(SA, project_id=project.id, parent_id=None, name="t1")
+        below = await uow.folders.create(SA, project_id=project.id, parent_id=tall.id, name="t2")
+        await uow.folders.create(SA, project_id=project.id, parent_id=below.id, name="t3")
+        with pytest.raises(FolderTreeError, match="under itself"):
+            await uow.folders.update(SA, chain[0].id, name="d1", parent_id=chain[3].id)
+        with pytest.raises(FolderTreeError, match="under itself"):
+            await uow.folders.update(SA, chain[0].id, name="d1", parent_id=chain[0].id)
+        # t1/t2/t3 is three levels: under d6 (depth 6) its leaf would be at depth 9.
+        with pytest.raises(FolderTreeError, match=r"8 deep: .* 2 level\(s\) of subfolders"):
+            await uow.folders.update(SA, tall.id, name="t1", parent_id=chain[5].id)
+        with pytest.raises(NotFound, match="parent folder"):
+            await uow.folders.update(SA, tall.id, name="t1", parent_id=foreign.id)
+        with pytest.raises(Conflict):
+            await uow.folders.update(SA, below.id, name="D1", parent_id=None)
+        with pytest.raises(InvalidInput):
+            await uow.folders.update(SA, below.id, name="a/b", parent_id=tall.id)
+        fits = await uow.folders.update(SA, tall.id, name="T", parent_id=chain[3].id)
+        lineage = await uow.folders.lineage(SA, below.id)
+    assert (fits.name, fits.parent_id) == ("T", chain[3].id)
+    assert [f.name for f in lineage] == ["d1", "d2", "d3", "d4", "T", "t2"]
+
+
 async def test_lineage_is_root_first_and_scoped(database: Database) -> None:
     await _identities(database, A, B)
     async with database.unit_of_work() as uow:

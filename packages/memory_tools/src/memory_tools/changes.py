@@ -108,7 +108,7 @@ class FolderDeletion(WireModel):
     )
 
 
-async def _locate(
+async def locate_asset(
     uow: UnitOfWork, caller: Caller, asset_id: str, need: str
 ) -> tuple[ResolvedVault, AssetRecord]:
     """The asset (deleted ones too) in a vault the caller can read, checked for ``need``.
@@ -154,7 +154,7 @@ async def move_asset(
     policy.require(services.settings)
     if folder_id is not None and project_id is None:
         raise InvalidInputFailure("folderId: give the folder's projectId as well")
-    resolved, record = await _locate(uow, caller, asset_id, "write")
+    resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise NotFoundFailure("asset not found")
     scope = resolved.record.scope
@@ -240,7 +240,7 @@ async def delete_asset(
 ) -> DeleteResult:
     """Delete an asset (needs the ``destructive`` scope and write authority on its vault)."""
     policy.require(services.settings)
-    resolved, _ = await _locate(uow, caller, asset_id, "destructive")
+    resolved, _ = await locate_asset(uow, caller, asset_id, "destructive")
     scope = resolved.record.scope
     outcome = await _remove(uow, caller, services, await _index(uow, services), scope, asset_id)
     if outcome is None:
@@ -286,7 +286,7 @@ async def restore_asset(
     embedder = services.embedder
     if embedder is None:
         raise FeatureDisabled("no embedder is configured on this server")
-    resolved, _ = await _locate(uow, caller, asset_id, "destructive")
+    resolved, _ = await locate_asset(uow, caller, asset_id, "destructive")
     scope = resolved.record.scope
     owner = scope.owner_identity
     asset = await uow.assets.lock(scope, asset_id, include_deleted=True)

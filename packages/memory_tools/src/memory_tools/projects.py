@@ -60,7 +60,8 @@ class FolderTree(WireModel):
     folders: list[FolderView]
 
 
-def _project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
+def project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
+    """How the caller sees a project of ``vault``."""
     return ProjectView(
         project_id=record.id,
         vault=vault.display_handle,
@@ -69,6 +70,20 @@ def _project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
         status=record.status,
         created_at=record.created_at,
         updated_at=record.updated_at,
+    )
+
+
+def folder_view(record: FolderRecord, vault: str, lineage: Sequence[FolderRecord]) -> FolderView:
+    """A folder with the path its ``lineage`` (root first, the folder last) spells."""
+    return FolderView(
+        folder_id=record.id,
+        project_id=record.project_id,
+        parent_id=record.parent_id,
+        vault=vault,
+        name=record.name,
+        path="".join(f"/{folder.name}" for folder in lineage),
+        depth=len(lineage),
+        created_at=record.created_at,
     )
 
 
@@ -130,7 +145,7 @@ async def create_project(
         target_kind="project",
         target_id=record.id,
     )
-    return _project_view(record, resolved)
+    return project_view(record, resolved)
 
 
 async def list_projects(
@@ -152,7 +167,7 @@ async def list_projects(
         [v.record.scope for v in vaults], include_archived=include_archived
     )
     return ProjectList(
-        projects=[_project_view(r, by_vault[(r.owner_identity, r.vault)]) for r in records]
+        projects=[project_view(r, by_vault[(r.owner_identity, r.vault)]) for r in records]
     )
 
 
@@ -186,16 +201,7 @@ async def create_folder(
         target_id=record.id,
         detail={"projectId": project_id},
     )
-    return FolderView(
-        folder_id=record.id,
-        project_id=record.project_id,
-        parent_id=record.parent_id,
-        vault=resolved.display_handle,
-        name=record.name,
-        path="".join(f"/{folder.name}" for folder in lineage),
-        depth=len(lineage),
-        created_at=record.created_at,
-    )
+    return folder_view(record, resolved.display_handle, lineage)
 
 
 async def list_folders(
@@ -236,4 +242,4 @@ async def archive_project(
             target_kind="project",
             target_id=project_id,
         )
-    return _project_view(record, resolved)
+    return project_view(record, resolved)

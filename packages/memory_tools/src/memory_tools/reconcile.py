@@ -23,6 +23,7 @@ the store refuses stays for the next pass.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -57,18 +58,30 @@ class _Doomed:
 
 
 async def reconcile_store(
-    services: MemoryServices, *, safety_window: timedelta, now: datetime | None = None
+    services: MemoryServices,
+    *,
+    safety_window: timedelta,
+    now: datetime | None = None,
+    progress: Callable[[int, int], None] | None = None,
+    actor: str = ACTOR,
 ) -> Reconciliation:
-    """One pass over every namespace; see the module docstring."""
+    """One pass over every namespace; see the module docstring.
+
+    ``progress(done, total)`` is told as each namespace is listed (``memory-server admin reconcile``
+    shows it: a pass lists the whole store, which takes long on a large bucket). ``actor`` is
+    who the deletions are recorded for (``operator`` when that command runs the pass).
+    """
     env = services.settings.asset_storage_env_prefix
     async with services.database.unit_of_work() as uow:
         namespaces = await uow.quota.namespaces()
     listed = removed = removed_bytes = waiting = foreign = 0
-    for owner, namespace_id in namespaces:
+    for done, (owner, namespace_id) in enumerate(namespaces, start=1):
         items = [
             item
             async for item in services.store.list_namespace(namespace_prefix(env, namespace_id))
         ]
+        if progress is not None:
+            progress(done, len(namespaces))
         if not items:
             continue
         listed += len(items)
@@ -100,7 +113,7 @@ async def reconcile_store(
                     doomed.append(_Doomed(item, "object", parsed.object_id, "no object row"))
         gone = await _delete(services, doomed)
         if gone:
-            await _record(services, owner, gone)
+            await _record(services, owner, gone, actor)
             removed += len(gone)
             removed_bytes += sum(entry.item.bytes for entry in gone)
     report = Reconciliation(len(namespaces), listed, removed, removed_bytes, waiting, foreign)
@@ -135,12 +148,12 @@ async def _delete(services: MemoryServices, doomed: list[_Doomed]) -> list[_Doom
     return gone
 
 
-async def _record(services: MemoryServices, owner: str, gone: list[_Doomed]) -> None:
+async def _record(services: MemoryServices, owner: str, gone: list[_Doomed], actor: str) -> None:
     async with services.database.unit_of_work() as uow:
         for entry in gone:
             await uow.provenance.record(
                 OPERATION,
-                actor_identity=ACTOR,
+                actor_identity=actor,
                 owner_identity=owner,
                 target_kind=entry.target_kind,
                 target_id=entry.target_id,

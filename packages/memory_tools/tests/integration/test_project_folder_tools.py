@@ -326,13 +326,18 @@ ANNOTATIONS = {
     "image_asset_move": (False, False, True, False),
     "image_asset_delete": (False, True, True, False),
     "image_asset_restore": (False, False, True, False),
+    "image_asset_update": (False, False, True, False),
+    "image_project_update": (False, False, True, False),
+    "image_folder_update": (False, False, True, False),
 }
 
 
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == set(ANNOTATIONS)  # the ten first tools, archive, folder delete, restore
+    assert set(tools) == set(
+        ANNOTATIONS
+    )  # the ten first tools, archive, folder delete, restore, edits
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None

@@ -51,6 +51,10 @@ async def _count(database: Database, table: str) -> int:
         ("image_asset_move", {"assetId": f"ast_{NUL}", "projectId": f"apr_{NUL}"}, "assetId"),
         ("image_folder_delete", {"projectId": "apr_x", "folderId": "afl_x", "confirm": NUL}, ""),
         ("image_asset_save", {"artifactId": f"art_{NUL}"}, "artifactId"),
+        ("image_asset_update", {"assetId": f"ast_{NUL}"}, "assetId"),
+        ("image_asset_update", {"assetId": "ast_x", "tags": [f"a{NUL}"]}, "tags"),
+        ("image_project_update", {"projectId": "apr_x", "name": f"P{NUL}"}, "name"),
+        ("image_folder_update", {"projectId": "apr_x", "folderId": "afl_x", "parentId": NUL}, ""),
         ("image_asset_save", {"imageBase64": "AAAA", "sourceRef": {"k": f"{NUL}"}}, "sourceRef"),
     ],
 )

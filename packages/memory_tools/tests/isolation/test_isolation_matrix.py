@@ -114,7 +114,9 @@ async def test_every_tool_caller_and_target(
             return "unauthenticated"
         if not readable(caller, target):
             return (
-                "not_found" if tool in ("get", "similar", "move", "delete", "restore") else "absent"
+                "not_found"
+                if tool in ("get", "similar", "move", "update", "delete", "restore")
+                else "absent"
             )
         if tool in ("get", "similar", "list", "search"):
             return "ok"
@@ -136,7 +138,7 @@ async def test_every_tool_caller_and_target(
     # Deletes last: they change what the other cells see. Restores after them (within the
     # delete grace window): the deleted images come back, for exactly the callers a delete
     # allows.
-    for tool in ("get", "similar", "list", "search", "move", "delete", "restore"):
+    for tool in ("get", "similar", "list", "search", "move", "update", "delete", "restore"):
         for caller in callers:
             async with client(caller.key) as c:
                 for target in ("alice", "bob", "own"):
@@ -154,8 +156,8 @@ async def test_every_tool_caller_and_target(
                         if missing != "not_found":
                             mismatches.append(f"{tool} / {caller.name} / missing: {missing}")
     assert mismatches == []
-    # 7 tools x (7 callers x 2 targets + 3 grantees x their own asset)
-    assert checked == 7 * (7 * 2 + 3), checked
+    # 8 tools x (7 callers x 2 targets + 3 grantees x their own asset)
+    assert checked == 8 * (7 * 2 + 3), checked
     async with client(alice.key) as c:
         kind, restored = await _outcome(c, "image_asset_get", {"assetId": alice_asset})
     assert kind == "ok" and restored["status"] == "processing", restored
@@ -171,6 +173,10 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
             return "wrong first result"
     elif tool == "move":
         kind, result = await _outcome(client, "image_asset_move", {"assetId": asset})
+    elif tool == "update":
+        # Tags only: the titles the search cells look for stay.
+        arguments = {"assetId": asset, "tags": ["edited"]}
+        kind, result = await _outcome(client, "image_asset_update", arguments)
     elif tool == "delete":
         kind, result = await _outcome(client, "image_asset_delete", {"assetId": asset})
     elif tool == "restore":
@@ -239,6 +245,8 @@ async def test_every_vault_tool_caller_and_target(
         "image_asset_save": "write",
         "image_project_archive": "write",
         "image_folder_delete": "destructive",
+        "image_project_update": "write",
+        "image_folder_update": "write",
     }
 
     def handle(caller: Caller, owner: str) -> str:
@@ -299,6 +307,24 @@ async def test_every_vault_tool_caller_and_target(
                             )
                             assert kind == "ok", made
                         arguments.update(projectId=project, folderId=made["folderId"])
+                    elif tool == "image_project_update":
+                        async with client(alice.key if owner == "alice" else bob.key) as o:
+                            kind, made = await _outcome(
+                                o, "image_project_create", {"name": f"U{serial}"}
+                            )
+                            assert kind == "ok", made
+                        arguments.update(projectId=made["projectId"], name=f"Renamed {serial}")
+                    elif tool == "image_folder_update":
+                        async with client(alice.key if owner == "alice" else bob.key) as o:
+                            kind, made = await _outcome(
+                                o,
+                                "image_folder_create",
+                                {"projectId": project, "name": f"E{serial}"},
+                            )
+                            assert kind == "ok", made
+                        arguments.update(
+                            projectId=project, folderId=made["folderId"], name=f"Renamed {serial}"
+                        )
                     kind, result = await _outcome(c, tool, arguments)
                     cells += 1
                     wanted = expect(tool, caller, owner)

@@ -37,6 +37,13 @@ from memory_db.repositories.records import (
     VaultRecord,
     VaultScope,
 )
+from memory_db.repositories.reports import (
+    IdentitySummary,
+    MonthlyTokens,
+    ProjectBytes,
+    ReportRepository,
+    VaultSummary,
+)
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -57,16 +64,20 @@ __all__ = [
     "GrantRecord",
     "IdentityRecord",
     "IdentityRepository",
+    "IdentitySummary",
     "JobRecord",
     "JobRepository",
+    "MonthlyTokens",
     "NamespaceUsage",
     "ObjectRecord",
     "ObjectRepository",
     "OrphanRepository",
+    "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",
     "ProvenanceRepository",
     "QuotaRepository",
+    "ReportRepository",
     "ReservationRecord",
     "StateSubscription",
     "StoredAsset",
@@ -74,6 +85,7 @@ __all__ = [
     "VaultRecord",
     "VaultRepository",
     "VaultScope",
+    "VaultSummary",
     "hash_api_key",
     "listen_for_jobs",
     "normalise_identity",

@@ -637,6 +637,39 @@ class AssetRepository:
         record = await self.get(scope, asset_id)
         return record
 
+    async def edit(
+        self,
+        scope: VaultScope,
+        asset_id: str,
+        *,
+        title: str,
+        description: str | None,
+        alt_text: str | None,
+        tags: list[str],
+        metadata: dict[str, Any],
+        actor: str,
+    ) -> AssetRecord:
+        """Set an asset's words (its full-text document, a generated column, follows)."""
+        await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+            )
+            .values(
+                title=title,
+                description=description,
+                alt_text=alt_text,
+                tags=tags,
+                metadata_=metadata,
+                updated_by=actor,
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return await self.get(scope, asset_id)
+
     async def set_status(self, scope: VaultScope, asset_id: str, status: str, actor: str) -> None:
         """Move an asset to ``deleting`` or ``deleted`` (docs/design.md#deleting)."""
         values: dict[str, Any] = {"status": status, "updated_by": actor, "updated_at": func.now()}

@@ -108,6 +108,17 @@ def _vault_record(row: Vault, permission: str) -> VaultRecord:
     )
 
 
+def _grant_record(row: VaultGrant) -> GrantRecord:
+    return GrantRecord(
+        row.id,
+        row.owner_identity,
+        row.physical_vault,
+        row.grantee_identity,
+        row.permission,
+        row.created_at,
+    )
+
+
 class IdentityRepository:
     """Owner identities, their namespaces and their default vault."""
 
@@ -168,8 +179,13 @@ class ApiKeyRepository:
         """Create a key; return its record and the secret (which is not stored)."""
         owner = owner_identity.strip().lower()
         checked = _validate_scopes(scopes)
-        if label is not None and len(label) > 120:
-            raise InvalidInput("key label must be at most 120 characters")
+        if label is not None and (
+            not label.strip() or len(label) > 120 or has_forbidden_characters(label)
+        ):
+            raise InvalidInput(
+                "key label must be 1-120 characters, not only spaces, without control "
+                "characters, bidirectional overrides or other invisible characters"
+            )
         if await self._session.get(Identity, owner) is None:
             raise NotFound("identity")
         secret = API_KEY_PREFIX + secrets.token_urlsafe(32)
@@ -227,13 +243,14 @@ class ApiKeyRepository:
             await self._session.flush()
         return _key_record(row)
 
-    async def list_for(self, owner_identity: str) -> list[ApiKeyRecord]:
-        """All keys of one identity, newest first."""
-        rows = await self._session.scalars(
-            select(ApiKey)
-            .where(ApiKey.owner_identity == owner_identity.strip().lower())
-            .order_by(ApiKey.created_at.desc())
-        )
+    async def list_for(
+        self, owner_identity: str, *, label: str | None = None
+    ) -> list[ApiKeyRecord]:
+        """All keys of one identity, newest first; ``label`` keeps those with exactly that label."""
+        query = select(ApiKey).where(ApiKey.owner_identity == owner_identity.strip().lower())
+        if label is not None:
+            query = query.where(ApiKey.label == label)
+        rows = await self._session.scalars(query.order_by(ApiKey.created_at.desc(), ApiKey.id))
         return [_key_record(row) for row in rows]
 
 
@@ -316,17 +333,12 @@ class VaultRepository:
             existing.permission = permission
         await self._session.flush()
         await self._session.refresh(existing)
-        return GrantRecord(
-            existing.id,
-            existing.owner_identity,
-            existing.physical_vault,
-            existing.grantee_identity,
-            existing.permission,
-            existing.created_at,
-        )
+        return _grant_record(existing)
 
-    async def revoke_grant(self, owner_identity: str, handle: str, grantee_identity: str) -> bool:
-        """Remove a grant; return whether one existed."""
+    async def revoke_grant(
+        self, owner_identity: str, handle: str, grantee_identity: str
+    ) -> GrantRecord | None:
+        """Remove a grant; return what was removed, or None when there was none."""
         vault = await self._owned(owner_identity.strip().lower(), handle)
         row = (
             await self._session.execute(
@@ -337,10 +349,21 @@ class VaultRepository:
             )
         ).scalar_one_or_none()
         if row is None:
-            return False
+            return None
+        removed = _grant_record(row)
         await self._session.delete(row)
         await self._session.flush()
-        return True
+        return removed
+
+    async def grants(self, owner_identity: str, handle: str) -> list[GrantRecord]:
+        """The grants of one of ``owner_identity``'s vaults, by grantee."""
+        vault = await self._owned(owner_identity.strip().lower(), handle)
+        rows = await self._session.scalars(
+            select(VaultGrant)
+            .where(VaultGrant.physical_vault == vault.physical_vault)
+            .order_by(VaultGrant.grantee_identity)
+        )
+        return [_grant_record(row) for row in rows]
 
     async def accessible(self, identity: str) -> list[VaultRecord]:
         """Every vault ``identity`` may use: its own, then those shared with it."""

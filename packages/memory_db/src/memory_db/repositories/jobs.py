@@ -308,6 +308,34 @@ class JobRepository:
         )
         return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
 
+    async def supersede(self, owner: str, asset_id: str, representation: str) -> int:
+        """Cancel every job of one representation of an asset that is not cancelled yet.
+
+        The asset's words changed: queued and retrying jobs would embed the old text, a running
+        one loses its lease (its worker then writes nothing, :meth:`complete_many`), and done or
+        failed ones describe a vector of the old text that the caller deletes with them.
+        Returns how many jobs changed.
+        """
+        result = await self._session.execute(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.owner_identity == owner,
+                AssetEmbeddingJob.asset_id == asset_id,
+                AssetEmbeddingJob.representation == representation,
+                AssetEmbeddingJob.status != "cancelled",
+            )
+            .values(
+                status="cancelled",
+                lease_owner=None,
+                lease_until=None,
+                last_error="superseded: the asset's text changed",
+                completed_at=func.coalesce(AssetEmbeddingJob.completed_at, func.now()),
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
+
     async def counts(self) -> dict[str, int]:
         """Jobs per status (operators, benchmarks)."""
         rows = await self._session.execute(

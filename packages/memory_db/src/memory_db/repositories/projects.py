@@ -166,6 +166,65 @@ class ProjectRepository:
             await self._session.flush()
         return _project(row)
 
+    async def lock(self, scope: VaultScope, project_id: str) -> ProjectRecord:
+        """A non-deleted project of this vault locked ``FOR UPDATE``, or ``NotFound``.
+
+        The folder tree trigger takes the same lock: holding it serialises this transaction's
+        changes with every other change of the project's folder tree.
+        """
+        if not is_valid_id(project_id, "apr"):
+            raise NotFound("project")
+        row = (
+            await self._session.execute(
+                _in_scope_projects(scope)
+                .where(AssetProject.id == project_id)
+                .with_for_update()
+                .execution_options(populate_existing=True)
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("project")
+        return _project(row)
+
+    async def update(
+        self,
+        scope: VaultScope,
+        project_id: str,
+        *,
+        name: str,
+        description: str | None,
+        status: str,
+    ) -> ProjectRecord:
+        """Set a project's name, description and status (``active`` or ``archived``).
+
+        Names are unique per vault, case-insensitively: another project's name is ``Conflict``.
+        """
+        checked = validate_name(name, "project")
+        if description is not None and len(description) > 2000:
+            raise InvalidInput("project description must be at most 2000 characters")
+        if status not in ("active", "archived"):
+            raise InvalidInput("project status must be active or archived")
+        row = (
+            await self._session.execute(
+                _in_scope_projects(scope).where(AssetProject.id == project_id).with_for_update()
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("project")
+        try:
+            async with self._session.begin_nested():
+                row.name = checked
+                row.description = description
+                row.status = status
+                row.updated_at = datetime.now(UTC)
+                await self._session.flush()
+        except IntegrityError as exc:
+            if constraint_name(exc) == "uq_mem_asset_projects_active_name":
+                raise Conflict(f"a project named {checked!r} already exists in this vault") from exc
+            raise
+        await self._session.refresh(row)
+        return _project(row)
+
 
 class FolderRepository:
     """Folders of one project; depth and cycles are also enforced by a database trigger."""
@@ -222,6 +281,56 @@ class FolderRepository:
             row.updated_at = datetime.now(UTC)
 
         await self._write(apply, row.name)
+        return _folder(row)
+
+    async def update(
+        self, scope: VaultScope, folder_id: str, *, name: str, parent_id: str | None
+    ) -> FolderRecord:
+        """Rename a folder and place it under ``parent_id`` (None = the project root).
+
+        The parent must be a folder of the same project, neither the folder itself nor one of
+        its subfolders, and the moved subtree must stay within 8 levels. The project row is
+        locked first, as the folder tree trigger does, so concurrent moves in one project run
+        one after the other and each checks the tree the previous one left: together they
+        cannot form a cycle. The trigger checks again.
+        """
+        checked = validate_folder_name(name)
+        folder = await self.get(scope, folder_id)
+        await ProjectRepository(self._session).lock(scope, folder.project_id)
+        rows = await self._session.scalars(
+            self._scoped(scope)
+            .where(AssetFolder.project_id == folder.project_id)
+            .execution_options(populate_existing=True)
+        )
+        parents = {row.id: row.parent_id for row in rows}
+        if folder_id not in parents:
+            raise NotFound("folder")  # deleted while this transaction waited for the lock
+        if parent_id is not None:
+            if parent_id not in parents:
+                raise NotFound("parent folder")
+            above = folder_depth(parent_id, parents)
+            if above is None or folder_id in above:
+                raise FolderTreeError(
+                    "a folder cannot be moved under itself or one of its subfolders"
+                )
+            if len(above) + subtree_height(folder_id, parents) > MAX_FOLDER_DEPTH:
+                raise FolderTreeError(
+                    f"folders can be nested at most {MAX_FOLDER_DEPTH} deep: the folder and "
+                    f"its {subtree_height(folder_id, parents) - 1} level(s) of subfolders do "
+                    f"not fit under a folder at depth {len(above)}"
+                )
+        row = (
+            await self._session.execute(
+                self._scoped(scope).where(AssetFolder.id == folder_id).with_for_update()
+            )
+        ).scalar_one()
+
+        def apply() -> None:
+            row.name = checked
+            row.parent_id = parent_id
+            row.updated_at = datetime.now(UTC)
+
+        await self._write(apply, checked)
         return _folder(row)
 
     async def get(
@@ -324,3 +433,28 @@ class FolderRepository:
                     "a folder cannot be moved under itself or one of its subfolders"
                 ) from exc
             raise
+
+
+def folder_depth(folder_id: str, parents: dict[str, str | None]) -> list[str] | None:
+    """``folder_id`` and its ancestors, itself first; ``None`` if the chain loops or breaks."""
+    chain: list[str] = []
+    current: str | None = folder_id
+    while current is not None:
+        if current in chain or current not in parents:
+            return None
+        chain.append(current)
+        current = parents[current]
+    return chain
+
+
+def subtree_height(folder_id: str, parents: dict[str, str | None]) -> int:
+    """Levels in the subtree rooted at ``folder_id``: 1 for a folder without subfolders."""
+    children: dict[str, list[str]] = {}
+    for child, parent in parents.items():
+        if parent is not None:
+            children.setdefault(parent, []).append(child)
+    height, level = 0, [folder_id]
+    while level and height <= MAX_FOLDER_DEPTH * 8:
+        height += 1
+        level = [child for current in level for child in children.get(current, [])]
+    return height

@@ -209,6 +209,24 @@ class VectorIndex:
         )
         return int(getattr(result, "rowcount", 0) or 0)
 
+    async def delete_representation(
+        self, scope: VaultScope, asset_id: str, representation: str
+    ) -> int:
+        """Delete one representation's vectors of an asset in this scope; return how many."""
+        result = await self._session.execute(
+            text(
+                f"DELETE FROM {self.name} WHERE asset_id = :a AND owner_identity = :o "
+                "AND vault = :v AND representation = :r"
+            ),
+            {
+                "a": asset_id,
+                "o": scope.owner_identity,
+                "v": scope.physical_vault,
+                "r": representation,
+            },
+        )
+        return int(getattr(result, "rowcount", 0) or 0)
+
     async def count_asset(self, scope: VaultScope, asset_id: str) -> int:
         """How many vectors an asset has in this scope."""
         value = await self._session.scalar(

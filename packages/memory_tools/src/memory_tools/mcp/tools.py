@@ -22,10 +22,11 @@ from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, UnitOfWork, get_logger
 from memory_db.repositories import AssetFilter
-from memory_tools import assets, changes, projects, vaults
+from memory_tools import assets, changes, edits, projects, vaults
 from memory_tools.access import Caller, authenticate
 from memory_tools.assets import AssetListView, AssetView
 from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
+from memory_tools.edits import AssetEdit, FolderEdit, ProjectEdit
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
@@ -602,4 +603,123 @@ class MemoryTools:
             recursive=recursive,
             confirm=confirm,
             progress=client_progress(),
+        )
+
+    @tools.tool("Edit image", read_only=False, idempotent=True, audited="asset_update")
+    async def image_asset_update(
+        self,
+        assetId: AssetIdParam,
+        title: Annotated[
+            str | None,
+            Field(max_length=240, description="A new title; omit or null to keep it."),
+        ] = None,
+        description: Annotated[
+            str | None,
+            Field(max_length=4000, description="Omit or null to keep; '' clears it."),
+        ] = None,
+        altText: Annotated[
+            str | None,
+            Field(max_length=2000, description="Omit or null to keep; '' clears it."),
+        ] = None,
+        tags: Annotated[
+            list[Annotated[str, Field(max_length=64)]] | None,
+            Field(
+                max_length=32, description="Replaces every tag; omit or null to keep; [] clears."
+            ),
+        ] = None,
+    ) -> AssetEdit:
+        """Edit an image's title, description, alt text or tags (validated like a save).
+
+        Fields left out stay as they are. Full-text search finds the new words at once. When
+        the words of the fused representation change, only it is embedded again
+        (embeddingStatus 'pending' until then); the visual one stays. Editing to what the image
+        already says changes nothing. Needs write access to the image's vault.
+        """
+        return await self.authorised(
+            edits.update_asset,
+            asset_id=assetId,
+            title=title,
+            description=description,
+            alt_text=altText,
+            tags=tags,
+        )
+
+    @tools.tool(
+        "Edit image project", read_only=False, idempotent=True, audited="asset_project_update"
+    )
+    async def image_project_update(
+        self,
+        projectId: ProjectIdParam,
+        vault: VaultParam = "Library",
+        name: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=120,
+                description="A new name, unique in the vault; omit to keep.",
+            ),
+        ] = None,
+        description: Annotated[
+            str | None,
+            Field(max_length=2000, description="Omit or null to keep; '' clears it."),
+        ] = None,
+        archived: Annotated[
+            bool | None,
+            Field(description="false unarchives, true archives; omit to keep."),
+        ] = None,
+    ) -> ProjectEdit:
+        """Rename a project, change its description, or archive or unarchive it.
+
+        Fields left out stay as they are; an edit to what the project already is changes
+        nothing. Needs write access to the vault.
+        """
+        return await self.authorised(
+            edits.update_project,
+            vault=vault,
+            project_id=projectId,
+            name=name,
+            description=description,
+            archived=archived,
+        )
+
+    @tools.tool(
+        "Edit image folder", read_only=False, idempotent=True, audited="asset_folder_update"
+    )
+    async def image_folder_update(
+        self,
+        projectId: ProjectIdParam,
+        folderId: Annotated[str, Field(min_length=1, max_length=64, description="afl_...")],
+        vault: VaultParam = "Library",
+        name: Annotated[
+            str | None,
+            Field(
+                min_length=1,
+                max_length=120,
+                description="A new name, unique among its siblings; omit to keep.",
+            ),
+        ] = None,
+        parentId: Annotated[
+            str | None,
+            Field(
+                max_length=64,
+                description="Move under this folder of the same project; omit to stay.",
+            ),
+        ] = None,
+        toRoot: Annotated[
+            bool, Field(description="Move to the project's root (not with parentId).")
+        ] = False,
+    ) -> FolderEdit:
+        """Rename a folder, or move it (with its subfolders and images) in its project.
+
+        At most 8 levels deep, counting the moved folder's subfolders; a folder cannot go
+        under itself or one of its subfolders. Paths follow at once. Needs write access.
+        """
+        return await self.authorised(
+            edits.update_folder,
+            vault=vault,
+            project_id=projectId,
+            folder_id=folderId,
+            name=name,
+            parent_id=parentId,
+            to_root=toRoot,
         )

@@ -1,0 +1,512 @@
+"""``memory-server admin ...``: the operator commands, their arguments, tables and ``--json``.
+
+An app adds them with :func:`add_admin_parser` and runs the parsed command with
+:func:`admin_command` inside ``run_command`` (so an unknown owner ends with one line on stderr
+and exit status 1, a bad setting with 2). The work is in :mod:`memory_tools.admin`.
+
+Every command prints a table (or a sentence) for people; ``--json`` prints one JSON object for
+scripts instead, with the camelCase keys listed in docs/runbooks/operating.md. A key's secret
+is printed only by ``create-key``, once. ``reconcile`` shows its progress on stderr: a progress
+bar on a terminal, one plain line per namespace otherwise. Printing is in ``admin_output``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from memory_db import (
+    Database,
+    MemorySettings,
+    open_database,
+    open_runtime,
+)
+from memory_tools import ConflictFailure, MemoryServices, admin
+from memory_tools.reconcile import reconcile_store
+from memory_tools.serving.admin_output import (
+    Progress,
+    human_bytes,
+    print_json,
+    print_table,
+    when,
+)
+from memory_tools.worker import ORPHAN_SAFETY_WINDOW
+
+# Most commands need the database only; `reconcile` opens the whole runtime (the store too).
+DatabaseCommand = Callable[[Database, MemorySettings, argparse.Namespace], Awaitable[None]]
+RuntimeCommand = Callable[[MemorySettings, argparse.Namespace], Awaitable[None]]
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+async def _create_identity(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    quota = args.quota_bytes
+    if quota is None:
+        quota = settings.memory_default_quota_bytes
+    owner = args.owner.strip().lower()
+    try:
+        record = await admin.create_identity(database, args.owner, quota)
+    except ConflictFailure:
+        if not args.exist_ok:
+            raise
+        if args.json:
+            print_json({"owner": owner, "created": False})
+        else:
+            print(f"identity {owner} already exists")
+        return
+    if args.json:
+        print_json(
+            {"owner": record.owner_identity, "created": True, "quotaBytes": record.quota_bytes}
+        )
+    else:
+        print(
+            f"identity {record.owner_identity} created with vault Library "
+            f"(quota {record.quota_bytes} bytes)"
+        )
+
+
+async def _create_key(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    scopes = [s for s in args.scopes.split(",") if s.strip()]
+    new = await admin.create_key(database, args.owner, scopes, args.label)
+    if args.json:
+        print_json(
+            {
+                "keyId": new.record.id,
+                "owner": new.record.owner_identity,
+                "scopes": list(new.record.scopes),
+                "label": new.record.label,
+                "key": new.secret,
+            }
+        )
+        return
+    print(f"key id: {new.record.id}")
+    print(f"scopes: {','.join(new.record.scopes)}")
+    if new.record.label is not None:
+        print(f"label: {new.record.label}")
+    print("the key is shown once, on the next line; store it safely:")
+    print(new.secret)
+
+
+async def _create_vault(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    record = await admin.create_vault(database, args.owner, args.name)
+    if args.json:
+        print_json({"vaultId": record.id, "owner": record.owner_identity, "vault": record.handle})
+    else:
+        print(f"vault {record.handle} created for {record.owner_identity}")
+
+
+async def _grant(database: Database, settings: MemorySettings, args: argparse.Namespace) -> None:
+    record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
+    if args.json:
+        print_json(
+            {
+                "grantId": record.id,
+                "owner": record.owner_identity,
+                "vault": record.physical_vault.removeprefix(f"{record.owner_identity}/"),
+                "grantee": record.grantee_identity,
+                "permission": record.permission,
+            }
+        )
+    else:
+        grantee, vault = record.grantee_identity, record.physical_vault
+        print(f"{grantee} now has {record.permission} access to {vault}")
+
+
+async def _revoke_grant(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    removed = await admin.revoke_grant(database, args.vault_owner, args.vault, args.grantee)
+    owner = args.vault_owner.strip().lower()
+    grantee = args.grantee.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "vault": args.vault,
+                "grantee": grantee,
+                "revoked": removed is not None,
+                "permission": None if removed is None else removed.permission,
+            }
+        )
+    elif removed is None:
+        print(f"nothing was granted: {grantee} has no grant on {owner}/{args.vault}")
+    else:
+        print(f"{grantee} no longer has {removed.permission} access to {removed.physical_vault}")
+
+
+async def _revoke_key(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    record = await admin.revoke_key(database, args.key_id)
+    if args.json:
+        print_json(
+            {
+                "keyId": record.id,
+                "owner": record.owner_identity,
+                "revokedAt": when(record.revoked_at),
+            }
+        )
+    else:
+        print(f"key {record.id} revoked")
+
+
+async def _list_identities(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    found = await admin.list_identities(database)
+    if args.json:
+        print_json(
+            {
+                "identities": [
+                    {
+                        "owner": i.owner_identity,
+                        "quotaBytes": i.quota_bytes,
+                        "usedBytes": i.used_bytes,
+                        "reservedBytes": i.reserved_bytes,
+                        "createdAt": when(i.created_at),
+                        "activeKeys": i.active_keys,
+                        "revokedKeys": i.revoked_keys,
+                        "vaults": i.vaults,
+                    }
+                    for i in found
+                ]
+            }
+        )
+        return
+    print_table(
+        "identities",
+        ("owner", "quota", "used", "reserved", "keys (active/revoked)", "vaults", "created"),
+        [
+            (
+                i.owner_identity,
+                human_bytes(i.quota_bytes),
+                human_bytes(i.used_bytes),
+                human_bytes(i.reserved_bytes),
+                f"{i.active_keys}/{i.revoked_keys}",
+                i.vaults,
+                when(i.created_at),
+            )
+            for i in found
+        ],
+        empty="no identities yet: create one with `memory-server admin create-identity`",
+    )
+
+
+async def _list_keys(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    keys = await admin.list_keys(database, args.owner, args.label)
+    owner = args.owner.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "keys": [
+                    {
+                        "keyId": k.id,
+                        "label": k.label,
+                        "scopes": list(k.scopes),
+                        "state": "revoked" if k.revoked_at else "active",
+                        "createdAt": when(k.created_at),
+                        "lastUsedAt": when(k.last_used_at),
+                        "revokedAt": when(k.revoked_at),
+                    }
+                    for k in keys
+                ],
+            }
+        )
+        return
+    print_table(
+        f"keys of {owner}",
+        ("key id", "state", "scopes", "label", "created", "last used"),
+        [
+            (
+                k.id,
+                "revoked" if k.revoked_at else "active",
+                ",".join(k.scopes),
+                k.label,
+                when(k.created_at),
+                when(k.last_used_at) or "never",
+            )
+            for k in keys
+        ],
+        empty=f"{owner} has no keys" + (f" labelled {args.label!r}" if args.label else ""),
+    )
+
+
+async def _list_vaults(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    vaults = await admin.list_vaults(database, args.owner)
+    owner = args.owner.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "vaults": [
+                    {
+                        "vaultId": v.id,
+                        "vault": v.handle,
+                        "createdAt": when(v.created_at),
+                        "grants": v.grants,
+                        "assets": v.assets,
+                    }
+                    for v in vaults
+                ],
+            }
+        )
+        return
+    print_table(
+        f"vaults of {owner}",
+        ("vault", "images", "grants", "created", "vault id"),
+        [(v.handle, v.assets, v.grants, when(v.created_at), v.id) for v in vaults],
+        empty=f"{owner} has no vaults",
+    )
+
+
+async def _list_grants(
+    database: Database, settings: MemorySettings, args: argparse.Namespace
+) -> None:
+    grants = await admin.list_grants(database, args.vault_owner, args.vault)
+    owner = args.vault_owner.strip().lower()
+    if args.json:
+        print_json(
+            {
+                "owner": owner,
+                "vault": args.vault,
+                "grants": [
+                    {
+                        "grantId": g.id,
+                        "grantee": g.grantee_identity,
+                        "permission": g.permission,
+                        "createdAt": when(g.created_at),
+                    }
+                    for g in grants
+                ],
+            }
+        )
+        return
+    print_table(
+        f"grants of {owner}/{args.vault}",
+        ("grantee", "permission", "created"),
+        [(g.grantee_identity, g.permission, when(g.created_at)) for g in grants],
+        empty=f"{owner}/{args.vault} is not shared with anyone",
+    )
+
+
+async def _usage(database: Database, settings: MemorySettings, args: argparse.Namespace) -> None:
+    report = await admin.usage(database, args.owner)
+    c = report.counters
+    available = max(0, c.quota_bytes - c.used_bytes - c.reserved_bytes)
+    projects = [
+        {
+            "vault": p.vault_handle,
+            "projectId": p.project_id,
+            "project": p.project_name if p.project_id is not None else "Unfiled",
+            "status": p.project_status,
+            "assets": p.assets,
+            "originalBytes": p.original_bytes,
+            "previewBytes": p.preview_bytes,
+            "bytes": p.original_bytes + p.preview_bytes,
+        }
+        for p in report.projects
+    ]
+    tokens = [
+        {
+            "month": t.month,
+            "source": t.source,
+            "model": t.model,
+            "calls": t.calls,
+            "totalTokens": t.total_tokens,
+            "promptTokens": t.prompt_tokens,
+            "imageTokens": t.image_tokens,
+        }
+        for t in report.tokens
+    ]
+    if args.json:
+        print_json(
+            {
+                "owner": c.owner_identity,
+                "quotaBytes": c.quota_bytes,
+                "usedBytes": c.used_bytes,
+                "reservedBytes": c.reserved_bytes,
+                "availableBytes": available,
+                "projects": projects,
+                "tokensByMonth": tokens,
+            }
+        )
+        return
+    print_table(
+        f"storage of {c.owner_identity}",
+        ("quota", "used", "reserved", "available"),
+        [tuple(human_bytes(n) for n in (c.quota_bytes, c.used_bytes, c.reserved_bytes, available))],
+        empty="",
+    )
+    print_table(
+        "bytes by project (live images; originals and previews)",
+        ("vault", "project", "status", "images", "bytes"),
+        [
+            (
+                p.vault_handle,
+                p.project_name if p.project_id is not None else "Unfiled",
+                p.project_status,
+                p.assets,
+                human_bytes(p.original_bytes + p.preview_bytes),
+            )
+            for p in report.projects
+        ],
+        empty="no images stored",
+    )
+    print_table(
+        "provider tokens by month (UTC)",
+        ("month", "source", "model", "calls", "total", "prompt", "image"),
+        [
+            (
+                t["month"],
+                t["source"],
+                t["model"],
+                t["calls"],
+                t["totalTokens"],
+                t["promptTokens"],
+                t["imageTokens"],
+            )
+            for t in tokens
+        ],
+        empty="no provider usage recorded",
+    )
+
+
+async def _reconcile(settings: MemorySettings, args: argparse.Namespace) -> None:
+    # The long command: a pass lists every namespace of the store, as a worker's sweep does.
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
+        with Progress("reconciling namespaces") as progress:
+            report = await reconcile_store(
+                services,
+                safety_window=ORPHAN_SAFETY_WINDOW,
+                progress=progress.advance,
+                actor=admin.OPERATOR,
+            )
+    finally:
+        await runtime.close()
+    document = {
+        "namespaces": report.namespaces,
+        "listed": report.listed,
+        "removed": report.removed,
+        "removedBytes": report.removed_bytes,
+        "waiting": report.waiting,
+        "foreign": report.foreign,
+    }
+    if args.json:
+        print_json(document)
+    else:
+        print_table(
+            "reconciliation",
+            ("namespaces", "keys listed", "removed", "removed bytes", "waiting", "foreign"),
+            [tuple(document.values())],
+            empty="",
+        )
+
+
+# --- arguments ---------------------------------------------------------------------------------
+
+
+def add_admin_parser(commands: Any) -> argparse.ArgumentParser:
+    """Add ``admin`` and its commands to an app's subcommands; each binds its handler."""
+    admin_parser: argparse.ArgumentParser = commands.add_parser(
+        "admin", help="identities, API keys, vaults, grants and usage"
+    )
+    sub = admin_parser.add_subparsers(dest="admin_command", required=True)
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "--json", action="store_true", help="print one JSON object for scripts instead of a table"
+    )
+
+    def command(
+        name: str,
+        handler: DatabaseCommand | RuntimeCommand,
+        help_text: str,
+        *,
+        runtime: bool = False,
+    ) -> argparse.ArgumentParser:
+        parser = sub.add_parser(name, help=help_text, parents=[output])
+        parser.set_defaults(admin=handler, admin_opens_runtime=runtime)
+        return parser
+
+    ci = command("create-identity", _create_identity, "create an owner identity")
+    ci.add_argument("--owner", required=True, help="owner e-mail address")
+    ci.add_argument(
+        "--quota-bytes",
+        type=_bytes_argument,
+        default=None,
+        help="storage quota in bytes (default MEMORY_DEFAULT_QUOTA_BYTES)",
+    )
+    ci.add_argument("--exist-ok", action="store_true", help="succeed if the identity exists")
+    ck = command("create-key", _create_key, "create an API key (its secret is printed once)")
+    ck.add_argument("--owner", required=True)
+    ck.add_argument(
+        "--scopes", default="read,write", help="comma-separated: read,write,destructive,admin"
+    )
+    ck.add_argument("--label", default=None, help="a name for the key (at most 120 characters)")
+    cv = command("create-vault", _create_vault, "create another vault for an owner")
+    cv.add_argument("--owner", required=True)
+    cv.add_argument("--name", required=True)
+    gr = command("grant", _grant, "share a vault with another identity")
+    gr.add_argument("--vault-owner", required=True)
+    gr.add_argument("--vault", required=True)
+    gr.add_argument("--to", required=True)
+    gr.add_argument("--permission", required=True, choices=["read", "write", "admin"])
+    rg = command("revoke-grant", _revoke_grant, "stop sharing a vault with an identity")
+    rg.add_argument("--vault-owner", required=True)
+    rg.add_argument("--vault", required=True)
+    rg.add_argument("--grantee", required=True)
+    rk = command("revoke-key", _revoke_key, "revoke an API key by id")
+    rk.add_argument("key_id")
+    command("list-identities", _list_identities, "list identities with quota, usage and keys")
+    lk = command("list-keys", _list_keys, "list an owner's keys (never the secrets)")
+    lk.add_argument("--owner", required=True)
+    lk.add_argument("--label", default=None, help="only the keys with exactly this label")
+    lv = command("list-vaults", _list_vaults, "list an owner's vaults")
+    lv.add_argument("--owner", required=True)
+    lg = command("list-grants", _list_grants, "list who a vault is shared with")
+    lg.add_argument("--vault-owner", required=True)
+    lg.add_argument("--vault", required=True)
+    us = command("usage", _usage, "quota, bytes by project and provider tokens by month")
+    us.add_argument("--owner", required=True)
+    command(
+        "reconcile", _reconcile, "reconcile the object store with the accounts now", runtime=True
+    )
+    return admin_parser
+
+
+def _bytes_argument(value: str) -> int:
+    try:
+        number = int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number of bytes: {value!r}") from None
+    if number < 0:
+        raise argparse.ArgumentTypeError("must be zero or more bytes")
+    return number
+
+
+async def admin_command(settings: MemorySettings, args: argparse.Namespace) -> None:
+    """Run the parsed ``admin`` command (inside ``run_command``, which maps its failures)."""
+    if args.admin_opens_runtime:
+        await args.admin(settings, args)
+        return
+    database, embedded = await open_database(settings, migrate=False)
+    try:
+        await args.admin(database, settings, args)
+    finally:
+        await database.close()
+        if embedded is not None:
+            embedded.stop()
