@@ -262,12 +262,13 @@ async def get_asset_waiting(
 
     Returns as soon as the embedding state is not ``pending`` or ``running`` (at once when it
     is not to begin with), or at the deadline with the state then: a state still ``pending``
-    or ``running`` in the answer means the wait timed out. No polling: the subscription is
-    taken before the first read (:mod:`memory_db.repositories.asset_states`), and the state
-    is read again only when this asset was notified (or listening was re-established), and
-    once at the deadline. While waiting the call holds no pooled connection and gives its
-    admission turn to other callers. Each read is a fresh ``get_asset``, so a caller who may
-    not read the asset gets ``not_found`` at once, exactly as without waiting.
+    or ``running`` in the answer means the wait timed out. No polling: a state that is not
+    settled at the first read is read again once subscribed
+    (:mod:`memory_db.repositories.asset_states`), then only when this asset was notified (or
+    listening was re-established), and once at the deadline. While waiting the call holds no
+    pooled connection and gives its admission turn to other callers. Each read is a fresh
+    ``get_asset``, so a caller who may not read the asset gets ``not_found`` at once, exactly
+    as without waiting.
     """
     policy.require(services.settings)
     if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
@@ -279,11 +280,12 @@ async def get_asset_waiting(
                 uow, caller, services, asset_id=asset_id, include_preview=include_preview
             )
 
-    if wait_seconds == 0:
-        return await read()
     deadline = anyio.current_time() + wait_seconds
+    view = await read()  # settled, or not the caller's to read: answered without listening
+    if wait_seconds == 0 or view.embedding_status not in WAITING_STATES:
+        return view
     async with services.database.asset_states.watching(asset_id) as subscription:
-        view = await read()
+        view = await read()  # again, now subscribed: a change after this read is heard
         while view.embedding_status in WAITING_STATES:
             remaining = deadline - anyio.current_time()
             if remaining <= 0:

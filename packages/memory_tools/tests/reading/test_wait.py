@@ -119,12 +119,14 @@ async def test_a_wait_times_out_with_the_state_then(
         waited = anyio.current_time() - started
         # A settled asset answers at once, whatever the wait.
         await EmbeddingWorker(saving).drain()
+        listened = saving.database.asset_states.generation
         started = anyio.current_time()
         settled = await call(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 30})
         at_once = anyio.current_time() - started
     assert answer["embeddingStatus"] == "pending"  # still pending: the time ran out
     assert 1.0 <= waited < 5, waited
     assert settled["embeddingStatus"] == "ready" and at_once < 2, at_once
+    assert saving.database.asset_states.generation == listened  # answered without listening
     assert saving.database.asset_states.waiters == 0
     assert not saving.database.asset_states.listening
 
