@@ -92,7 +92,7 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
         assert deep.is_error and deep.content[0].text.startswith("invalid_input:")
         # Every asset tool is there over stdio too; a save, a search, a move and a delete.
         names = {tool.name for tool in await client.list_tools()}
-        assert len(names) == 16 and {"image_asset_search", "image_asset_restore"} <= names
+        assert len(names) == 17 and {"image_asset_search", "image_asset_restore"} <= names
         saved = await client.call_tool(
             "image_asset_save",
             {"imageBase64": base64.b64encode(_png(7)).decode(), "title": "Over stdio"},

@@ -20,7 +20,7 @@ from typing import Any
 import anyio
 import pytest
 import pyvips
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from memory_db import Database, MemorySettings
 from memory_db.embedding import JinaEmbedder
@@ -28,6 +28,7 @@ from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
+from memory_tools.assets import AssetView, get_asset_waiting
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 
 pytestmark = pytest.mark.slow
@@ -181,3 +182,52 @@ async def test_two_worker_processes_share_the_queue_without_overlap(
     assert owners == [(0,)]  # leases released on completion
     assert (await _query(database, "SELECT count(*) FROM mem_usage_ledger"))[0][0] == 30
     assert sum(seen.inputs for seen in jina.state.seen) >= 30
+
+
+async def test_a_get_waits_for_a_worker_process_without_polling(
+    database: Database, env: dict[str, str], jina: JinaTestServer
+) -> None:
+    """The worker in another process settles the state; its NOTIFY ends this process's wait."""
+    jina.state.latency = 0.2
+    await _save_assets(database, env, jina, 1)
+    asset_id = (await _query(database, "SELECT id FROM mem_assets"))[0][0]
+    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]))
+    store = LocalAssetObjectStore(settings.objects_dir, UrlSigner(b"k" * 32), "http://127.0.0.1:9")
+    services = MemoryServices(database=database, store=store, settings=settings)
+    caller = Caller(OWNER, "akey_x", frozenset({"read"}))
+    answers: list[AssetView] = []
+    statements: list[str] = []
+
+    def record(*args: Any) -> None:
+        statements.append(str(args[2]))
+
+    async def wait() -> None:
+        answers.append(
+            await get_asset_waiting(
+                caller, services, asset_id=asset_id, include_preview=False, wait_seconds=30
+            )
+        )
+
+    worker: subprocess.Popen[str] | None = None
+    started = time.monotonic()
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            with anyio.fail_after(10):
+                while database.asset_states.waiters == 0:
+                    await anyio.sleep(0.02)
+            await anyio.sleep(0.3)  # its first read is done: from here it only listens
+            event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+            worker = _start(env, "--concurrency", "1")
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
+        if worker is not None:
+            worker.send_signal(signal.SIGTERM)
+            worker.wait(timeout=30)
+    assert answers[0].embedding_status == "ready"
+    assert time.monotonic() - started < 25
+    # A worker process takes seconds to start and embed; this process read the asset only
+    # when notified (a few reads: one per state change), never on a timer.
+    reads = [s for s in statements if "FROM mem_assets" in s]
+    assert 1 <= len(reads) <= 4, statements
+    assert not database.asset_states.listening and database.asset_states.waiters == 0

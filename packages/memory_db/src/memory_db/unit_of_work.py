@@ -13,6 +13,7 @@ from memory_db.errors import DatabaseUnavailable
 from memory_db.repositories import (
     ApiKeyRepository,
     AssetRepository,
+    AssetStateWatch,
     FolderRepository,
     IdentityRepository,
     JobRepository,
@@ -87,6 +88,8 @@ class Database:
 
     def __init__(self, engine: AsyncEngine) -> None:
         self.engine = engine
+        # This process's one LISTEN connection for callers waiting on an asset's state.
+        self.asset_states = AssetStateWatch(engine)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     @asynccontextmanager

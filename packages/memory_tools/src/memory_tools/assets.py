@@ -15,6 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal
 
+import anyio
 from pydantic import Field
 
 from memory_db import (
@@ -295,6 +296,69 @@ async def get_asset(
     view = _view(stored, handle, [latest[k] for k in sorted(latest)], preview, original)
     # Made after the transaction (memory_tools.thumbnails.render), sent beside the answer.
     return view.with_thumbnails((Thumbnail.wanted(stored),)) if include_thumbnails else view
+
+
+# Embedding states a wait waits through; any other state is an answer (ready, partial, failed).
+WAITING_STATES = ("pending", "running")
+MAX_WAIT_SECONDS = 30.0
+
+
+async def get_asset_waiting(
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    asset_id: str,
+    include_preview: bool,
+    include_original: bool = False,
+    include_thumbnails: bool = False,
+    wait_seconds: float,
+) -> AssetView:
+    """``get_asset``, after waiting up to ``wait_seconds`` for the embedding state to settle.
+
+    Returns as soon as the embedding state is not ``pending`` or ``running`` (at once when it
+    is not to begin with), or at the deadline with the state then: a state still ``pending``
+    or ``running`` in the answer means the wait timed out. No polling: a state that is not
+    settled at the first read is read again once subscribed
+    (:mod:`memory_db.repositories.asset_states`), then only when this asset was notified (or
+    listening was re-established), and once at the deadline. While waiting the call holds no
+    pooled connection and gives its admission turn to other callers. Each read is a fresh
+    ``get_asset``, so a caller who may not read the asset gets ``not_found`` at once, exactly
+    as without waiting. Links and thumbnails are made once, for the answer: reads while waiting
+    issue none (each issued link is counted).
+    """
+    policy.require(services.settings)
+    if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
+        raise InvalidInputFailure(f"waitSeconds: between 0 and {MAX_WAIT_SECONDS:g}")
+    extras = include_preview or include_original or include_thumbnails
+
+    async def read(*, answer: bool) -> AssetView:
+        async with services.database.unit_of_work() as uow:
+            return await get_asset(
+                uow,
+                caller,
+                services,
+                asset_id=asset_id,
+                include_preview=include_preview and answer,
+                include_original=include_original and answer,
+                include_thumbnails=include_thumbnails and answer,
+            )
+
+    if wait_seconds == 0:
+        return await read(answer=True)
+    deadline = anyio.current_time() + wait_seconds
+    view = await read(answer=False)  # settled, or not the caller's to read: no listening
+    if view.embedding_status in WAITING_STATES:
+        async with services.database.asset_states.watching(asset_id) as subscription:
+            view = await read(answer=False)  # again, now subscribed: a later change is heard
+            while view.embedding_status in WAITING_STATES:
+                remaining = deadline - anyio.current_time()
+                if remaining <= 0:
+                    break
+                async with services.call_admission.stepped_aside():
+                    with anyio.move_on_after(remaining):
+                        await subscription.changed()
+                view = await read(answer=False)
+    return await read(answer=True) if extras else view
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -35,6 +35,7 @@ from memory_tools.errors import (
 )
 from memory_tools.ingest.plan import fused_text
 from memory_tools.ingest.save import check_placement, vector_bytes
+from memory_tools.progress import Progress, every, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
 
@@ -485,6 +486,7 @@ async def delete_folder(
     folder_id: str,
     recursive: bool,
     confirm: str | None,
+    progress: Progress = no_progress,
 ) -> FolderDeletion:
     """Delete an empty folder, or a folder with its contents after a dry run.
 
@@ -492,6 +494,7 @@ async def delete_folder(
     without ``confirm`` is a dry run that changes nothing and returns the counts and a
     ``confirm`` token; calling again with that token deletes the folder, its subfolders and
     their images, provided nothing changed in between (docs/design.md#folder-deletion).
+    ``progress`` hears how many of the images are deleted, as they are.
     """
     policy.require(services.settings)
     resolved = await resolve_vault(uow, caller, vault, "destructive")
@@ -537,8 +540,12 @@ async def delete_folder(
             "or the token is wrong): run the dry run again"
         )
     index = await _index(uow, services)
-    for row in contents:
+    total, step = len(contents), every(len(contents))
+    await progress(0, total, f"deleting {total} image(s) in {len(subtree)} folder(s)")
+    for done, row in enumerate(contents, start=1):
         await _remove(uow, caller, services, index, scope, row.asset.id)
+        if done % step == 0 or done == total:
+            await progress(done, total, f"deleting images: {done} of {total} done")
     await uow.folders.mark_deleted(scope, subtree)
     await uow.provenance.record(
         "asset_folder_delete",

@@ -83,6 +83,7 @@ async def test_memory_switched_off_stops_every_workflow_whoever_calls_it(
 MINIMAL_ARGUMENTS: dict[str, dict[str, Any]] = {
     "image_project_create": {"name": "p"},
     "image_project_list": {},
+    "image_vault_list": {},
     "image_project_archive": {"projectId": "apr_x"},
     "image_folder_create": {"projectId": "apr_x", "name": "f"},
     "image_folder_list": {"projectId": "apr_x"},

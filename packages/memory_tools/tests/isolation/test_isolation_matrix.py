@@ -344,3 +344,101 @@ async def test_every_vault_tool_caller_and_target(
                         mismatches.append(f"{tool} / {caller.name} / {owner}: {result} != {wanted}")
     assert mismatches == []
     assert cells == len(needs) * len(callers) * 2
+
+
+async def test_vault_list_and_waiting_for_every_caller(
+    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+) -> None:
+    """``image_vault_list`` shows each caller exactly the vaults it may read, with its
+    permission, and a quota only on its own vaults; ``image_asset_get`` with ``waitSeconds``
+    waits only on assets the caller may read (anything else is ``not_found`` at once)."""
+    database = saving.database
+    full = ("read", "write", "destructive")
+    alice = await make_person("alice@example.com", full)
+    alice_safe = await make_person("alice@example.com", ("read", "write"))
+    alice_old = await make_person("alice@example.com", full)
+    bob = await make_person("bob@example.com", full)
+    names = {"read": "reader", "write": "writer", "admin": "admin"}
+    grantees = {p: await make_person(f"{names[p]}@example.com", full) for p in names}
+    for permission in grantees:
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{names[permission]}@example.com", permission
+        )
+    await admin.create_vault(database, "bob@example.com", "Secret")
+    await admin.revoke_key(database, alice_old.key_id)
+
+    def client(key: str) -> Client[Any]:
+        return Client(build_memory_server(replace(saving, default_api_key=key)))
+
+    assets: dict[str, str] = {}
+    for owner, person, seed in (("alice", alice, 40), ("bob", bob, 41)):
+        async with client(person.key) as c:
+            kind, saved = await _outcome(c, "image_asset_save", {"imageBase64": b64(picture(seed))})
+            assert kind == "ok", saved
+            assets[owner] = saved["assetId"]
+    await EmbeddingWorker(saving).drain()
+
+    callers = [
+        Caller("owner", alice.key, "alice", frozenset(full)),
+        Caller("other owner", bob.key, "bob", frozenset(full)),
+        *[
+            Caller(f"shared {names[p]}", person.key, names[p], frozenset(full), grant=p)
+            for p, person in grantees.items()
+        ],
+        Caller("no destructive", alice_safe.key, "alice", frozenset(("read", "write"))),
+        Caller("revoked", alice_old.key, "alice", frozenset(full), revoked=True),
+    ]
+
+    def expected_vaults(caller: Caller) -> list[tuple[str, str, bool]]:
+        """(handle, permission, has quota) of every vault the caller should see."""
+        if caller.identity == "alice":
+            return [("Library", "owner", True)]
+        if caller.identity == "bob":
+            return [("Library", "owner", True), ("Secret", "owner", True)]
+        assert caller.grant is not None
+        own = [("Library", "owner", True)]
+        return [*own, ("alice@example.com/Library", caller.grant, False)]
+
+    mismatches: list[str] = []
+    cells = 0
+    for caller in callers:
+        async with client(caller.key) as c:
+            kind, listed = await _outcome(c, "image_vault_list", {})
+            cells += 1
+            if caller.revoked:
+                if kind != "unauthenticated":
+                    mismatches.append(f"vault_list / {caller.name}: {kind}")
+            else:
+                got = [
+                    (v["vault"], v["permission"], v["quota"] is not None) for v in listed["vaults"]
+                ]
+                if got != expected_vaults(caller):
+                    mismatches.append(f"vault_list / {caller.name}: {got}")
+                for vault in listed["vaults"]:
+                    quota = vault["quota"]
+                    # Each owner's own counters: their one saved image, their quota.
+                    if (
+                        caller.identity in ("alice", "bob")
+                        and quota is not None
+                        and (quota["quotaBytes"] != 10**9 or quota["usedBytes"] <= 0)
+                    ):
+                        mismatches.append(f"vault_list / {caller.name}: {quota}")
+                    # Only the caller's own numbers, never another owner's.
+                    if quota is not None and vault["permission"] != "owner":
+                        mismatches.append(f"vault_list / {caller.name}: quota of {vault}")
+            for target in ("alice", "bob"):
+                kind, got = await _outcome(
+                    c, "image_asset_get", {"assetId": assets[target], "waitSeconds": 20}
+                )
+                cells += 1
+                readable = (caller.identity == target) or (
+                    target == "alice" and caller.grant is not None
+                )
+                wanted = "unauthenticated" if caller.revoked else "ok" if readable else "not_found"
+                if kind != wanted:
+                    mismatches.append(f"wait / {caller.name} / {target}: {kind} != {wanted}")
+                elif kind == "ok" and got["embeddingStatus"] != "ready":
+                    mismatches.append(f"wait / {caller.name} / {target}: {got}")
+    assert mismatches == []
+    assert cells == 7 * 3
+    assert database.asset_states.waiters == 0 and not database.asset_states.listening

@@ -1,5 +1,10 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
+from memory_db.repositories.asset_states import (
+    ASSET_STATE_CHANNEL,
+    AssetStateWatch,
+    StateSubscription,
+)
 from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
@@ -42,6 +47,7 @@ from memory_db.repositories.reports import (
 
 __all__ = [
     "API_KEY_PREFIX",
+    "ASSET_STATE_CHANNEL",
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
@@ -50,6 +56,7 @@ __all__ = [
     "AssetFilter",
     "AssetRecord",
     "AssetRepository",
+    "AssetStateWatch",
     "Condition",
     "DuplicateObject",
     "FolderRecord",
@@ -72,6 +79,7 @@ __all__ = [
     "QuotaRepository",
     "ReportRepository",
     "ReservationRecord",
+    "StateSubscription",
     "StoredAsset",
     "UsageRepository",
     "VaultRecord",

@@ -31,6 +31,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._errors import constraint_name
+from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
     AssetRecord,
@@ -815,6 +816,10 @@ class AssetRepository:
         ``visual`` is required: its failure fails the asset (with the job's error). A failed
         ``fused`` beside a done ``visual`` is ``partial``; all done is ``ready``; otherwise
         ``running`` while a job runs, else ``pending``. One statement for the whole batch.
+
+        The same statement notifies ``ASSET_STATE_CHANNEL`` with the id of every asset it
+        updated, so waiters (:class:`memory_db.repositories.asset_states.AssetStateWatch`)
+        learn of the change when, and only if, this transaction commits.
         """
         if not asset_ids:
             return
@@ -836,7 +841,7 @@ class AssetRepository:
                            max(last_error_code) FILTER (WHERE representation = 'visual') AS code,
                            max(last_error) FILTER (WHERE representation = 'visual') AS message
                     FROM latest GROUP BY asset_id
-                )
+                ), changed AS (
                 UPDATE mem_assets AS a SET
                     embedding_status = CASE
                         WHEN agg.visual = 'failed' THEN 'failed'
@@ -858,9 +863,12 @@ class AssetRepository:
                 FROM agg
                 WHERE a.id = agg.asset_id AND a.owner_identity = :owner
                   AND a.status IN ('processing', 'ready', 'failed')
+                RETURNING a.id
+                )
+                SELECT pg_notify(:channel, changed.id) FROM changed
                 """
             ),
-            {"owner": owner, "ids": list(asset_ids)},
+            {"owner": owner, "ids": list(asset_ids), "channel": ASSET_STATE_CHANNEL},
         )
 
 

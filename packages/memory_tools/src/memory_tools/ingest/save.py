@@ -70,6 +70,7 @@ from memory_tools.ingest.plan import (
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes
+from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
 
@@ -78,6 +79,8 @@ log = get_logger(__name__)
 OPERATION = "asset_save"
 VECTOR_HEADER_BYTES = 8
 _POLL_SECONDS = 0.1
+# Steps a save reports (memory_tools.progress): read or fetch, check, store, saved.
+SAVE_STEPS = 3
 
 
 @dataclass(frozen=True)
@@ -284,8 +287,13 @@ class AssetSaver:
 
     # --- the flow ---------------------------------------------------------------------------
 
-    async def save(self, caller: Caller, request: SaveRequest) -> SaveResult:
-        """Save one image for ``caller``; see the module docstring for the steps."""
+    async def save(
+        self, caller: Caller, request: SaveRequest, progress: Progress = no_progress
+    ) -> SaveResult:
+        """Save one image for ``caller``; see the module docstring for the steps.
+
+        ``progress`` hears of each step (fetching or reading, checking, storing, saved).
+        """
         policy.require(self._settings)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
@@ -293,7 +301,7 @@ class AssetSaver:
         opened = await self._open(caller, intent, source)
         if isinstance(opened, SaveResult):
             return opened
-        return await self.save_from(opened, source)
+        return await self.save_from(opened, source, progress)
 
     async def _open(
         self, caller: Caller, intent: SaveIntent, source: ImageSource
@@ -354,7 +362,9 @@ class AssetSaver:
         deduplicated = bool(asset.metadata.get("deduplicated", False))
         return _result(target, asset, stored, job_ids, deduplicated=deduplicated, replayed=True)
 
-    async def save_from(self, order: SaveOrder, source: ImageSource) -> SaveResult:
+    async def save_from(
+        self, order: SaveOrder, source: ImageSource, progress: Progress = no_progress
+    ) -> SaveResult:
         """Read ``source``, inspect the bytes, plan the save and run its steps.
 
         Whatever closes the reservation (the commit, or a release) ends with ``source.done()``.
@@ -362,7 +372,9 @@ class AssetSaver:
         durable source: those stay, and so does the reservation, for a retry.
         """
         try:
+            await progress(0, SAVE_STEPS, source.reading)
             data = await source.read()
+            await progress(1, SAVE_STEPS, f"checking the image ({len(data)} bytes)")
             image = await inspect_image(
                 data,
                 max_pixels=self._settings.asset_max_decoded_pixels,
@@ -377,6 +389,7 @@ class AssetSaver:
                 env_prefix=self._settings.asset_storage_env_prefix,
                 vector_size=vector_bytes(self.services, 1),
             )
+            await progress(2, SAVE_STEPS, "storing the image")
             result = await self.run(plan)
         except BaseException as exc:
             if source.durable and not isinstance(exc, _FINAL):
@@ -387,6 +400,7 @@ class AssetSaver:
             raise
         with anyio.CancelScope(shield=True):
             await source.done()
+        await progress(SAVE_STEPS, SAVE_STEPS, "saved")
         return result
 
     async def run(self, plan: SavePlan) -> SaveResult:

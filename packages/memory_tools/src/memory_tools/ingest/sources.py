@@ -40,6 +40,11 @@ class ImageSource(Protocol):
         """The length of the bytes when known before reading them."""
         ...
 
+    @property
+    def reading(self) -> str:
+        """What reading the bytes is, for progress reports ("fetching the image")."""
+        ...
+
     async def read(self) -> bytes:
         """The bytes (``fetch_failed``, ``invalid_input``, ``invalid_image``...)."""
         ...
@@ -59,6 +64,7 @@ class InlineBytes:
 
     data: bytes
     durable: bool = False
+    reading: str = "reading the image"
 
     @property
     def size(self) -> int:
@@ -85,6 +91,7 @@ class Download:
     url: str  # as given: a signed CDN URL needs its query to be fetched
     durable: bool = False
     size: None = None
+    reading: str = "fetching the image"
 
     async def read(self) -> bytes:
         """Fetch the bytes, giving the call's admission turn away meanwhile."""
@@ -113,6 +120,7 @@ class StagedUpload:
     size: int  # the declared length
     content_type: str  # the declared type
     durable: bool = True
+    reading: str = "reading the upload"
 
     async def read(self) -> bytes:
         """The staged bytes, exactly the declared length (``invalid_image`` otherwise)."""

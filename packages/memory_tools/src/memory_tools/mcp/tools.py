@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, Concatenate, Literal, ParamSpec, TypeVar
 
-from fastmcp.server.dependencies import get_access_token
+from fastmcp.server.dependencies import get_access_token, get_context
 from fastmcp.tools import Tool
 from fastmcp.tools.tool_transform import ArgTransform
 from pydantic import Field, WithJsonSchema
 
-from memory_db import MemorySettings, UnitOfWork
+from memory_db import MemorySettings, UnitOfWork, get_logger
 from memory_db.repositories import AssetFilter
-from memory_tools import assets, changes, edits, projects, thumbnails
+from memory_tools import assets, changes, edits, projects, thumbnails, vaults
 from memory_tools.access import Caller, authenticate
 from memory_tools.assets import AssetListView, AssetView
 from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
@@ -32,9 +32,13 @@ from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
 from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry
 from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
+from memory_tools.progress import Progress, no_progress
 from memory_tools.projects import FolderTree, FolderView, ProjectList, ProjectView
 from memory_tools.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.services import MemoryServices
+from memory_tools.vaults import VaultList
+
+log = get_logger(__name__)
 
 T = TypeVar("T")
 P = ParamSpec("P")
@@ -84,6 +88,27 @@ def advertised_base64(max_bytes: int) -> Any:
     """
     within = {"type": "string", "maxLength": inputs.base64_length_limit(max_bytes)}
     return Annotated[str | None, WithJsonSchema({"anyOf": [within, {"type": "null"}]})]
+
+
+def client_progress() -> Progress:
+    """Progress notifications to the client of the running call (MCP ``notifications/progress``).
+
+    fastmcp sends them only when the client's request carried a progress token; otherwise, and
+    outside a call, reports go nowhere. A report that cannot be sent (the client went away) is
+    dropped: progress never fails the work.
+    """
+    try:
+        context = get_context()
+    except RuntimeError:
+        return no_progress
+
+    async def report(done: float, total: float | None, message: str) -> None:
+        try:
+            await context.report_progress(progress=done, total=total, message=message)
+        except Exception:
+            log.debug("progress_not_sent", exc_info=True)
+
+    return report
 
 
 def _presented_key(services: MemoryServices) -> str | None:
@@ -235,6 +260,16 @@ class MemoryTools:
             projects.list_projects, vault=vault, include_archived=includeArchived
         )
 
+    @tools.tool("List vaults", read_only=True, idempotent=True)
+    async def image_vault_list(self) -> VaultList:
+        """List the vaults you can read: each with its handle and your permission on it.
+
+        Use the handle as the vault parameter of the other tools. Your own vaults also show
+        your quota and the used and reserved bytes counted against it (one quota for all your
+        vaults); vaults shared with you show no quota.
+        """
+        return await self.authorised(vaults.list_vaults)
+
     @tools.tool(
         "Create image folder",
         read_only=False,
@@ -310,7 +345,8 @@ class MemoryTools:
         """Save an image from exactly one source (sourceUrl, artifactId or imageBase64).
 
         The original is kept unchanged and privately; a sanitised preview is made; the answer
-        comes at once with embeddingStatus 'pending' while a worker embeds the image.
+        comes at once with embeddingStatus 'pending' while a worker embeds the image. Sends
+        progress notifications (fetching, checking, storing) when the request asks for them.
         """
         request = SaveRequest(
             vault=vault,
@@ -327,7 +363,7 @@ class MemoryTools:
             idempotency_key=idempotencyKey,
         )
 
-        return await self.as_caller(self.saver.save, request)
+        return await self.as_caller(self.saver.save, request, client_progress())
 
     @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
@@ -351,19 +387,31 @@ class MemoryTools:
                 "is unchanged."
             ),
         ] = False,
+        waitSeconds: Annotated[
+            float,
+            Field(
+                ge=0,
+                le=30,
+                description="Wait up to this many seconds (0-30) for embeddingStatus to leave "
+                "pending/running; still pending or running in the answer means the time ran out.",
+            ),
+        ] = 0,
     ) -> AssetView:
         """One asset you may read, with its embedding state.
 
         Metadata, the state of each representation, the failure reason if any, and optionally
         a fresh preview link and a download link to the original (call again once they have
-        expired).
+        expired). With waitSeconds, the answer comes as soon as the image is embedded (ready,
+        partial) or failed, instead of polling.
         """
-        return await self.authorised(
-            assets.get_asset,
+        return await self.as_caller(
+            assets.get_asset_waiting,
+            self.services,
             asset_id=assetId,
             include_preview=includePreview,
             include_original=includeOriginal,
             include_thumbnails=includeThumbnails,
+            wait_seconds=waitSeconds,
         )
 
     @tools.tool("List images", read_only=True, idempotent=True)
@@ -585,7 +633,8 @@ class MemoryTools:
 
         An empty folder is deleted at once. A folder with images or subfolders needs
         recursive=true: the first call is a dry run that counts folders, images and bytes and
-        returns a confirm token; calling again with that token deletes exactly that.
+        returns a confirm token; calling again with that token deletes exactly that, sending
+        progress notifications as the images go when the request asks for them.
         """
         return await self.authorised(
             changes.delete_folder,
@@ -594,6 +643,7 @@ class MemoryTools:
             folder_id=folderId,
             recursive=recursive,
             confirm=confirm,
+            progress=client_progress(),
         )
 
     @tools.tool("Edit image", read_only=False, idempotent=True, audited="asset_update")
