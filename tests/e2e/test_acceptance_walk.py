@@ -7,6 +7,11 @@ once and the bytes go with the worker's next sweep (the server runs without a de
 window, ``ASSET_DELETE_GRACE_HOURS=0``; restores within the window are tested in
 ``packages/memory_tools/tests/changes/test_restore.py``).
 
+The everyday walk (``test_the_everyday_walk``) goes on with what a user does next: wait for
+readiness without polling, edit a title and find the image by its new words, download the
+original and compare its SHA-256, see thumbnails in a search answer, rename a folder, and
+revoke a grant with the operator command, after which the grantee sees nothing.
+
 The photo is sent inline (base64): the server's fetch policy rightly refuses loopback
 addresses, and tests reach no public web server.
 """
@@ -14,6 +19,7 @@ addresses, and tests reach no public web server.
 from __future__ import annotations
 
 import base64
+import hashlib
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,8 +31,9 @@ import numpy as np
 import pytest
 import pyvips
 from fastmcp import Client
+from mcp_types import ImageContent
 
-from .test_processes import _env, _new_key, serve_http
+from .test_processes import _cli, _env, _new_key, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -179,3 +186,100 @@ async def test_the_acceptance_walk(server: tuple[str, dict[str, str]]) -> None:
         await _eventually(purged, "object purge", within=15)
         again = await _call(client, "image_asset_delete", {"assetId": asset})
         assert again["alreadyDeleted"]
+
+
+def _found(answer: dict[str, Any]) -> list[str]:
+    return [r["assetId"] for r in answer["results"]]
+
+
+async def test_the_everyday_walk(server: tuple[str, dict[str, str]]) -> None:
+    url, env = server
+    alice = _new_key(env, "alice@example.com")
+    bob = _new_key(env, "bob@example.com", "read")
+    photo = _photo()
+    async with Client(url + "/mcp", auth=alice) as client:
+        pid = (await _call(client, "image_project_create", {"name": "Trips"}))["projectId"]
+        inbox = await _call(client, "image_folder_create", {"projectId": pid, "name": "Inbox"})
+        saved = await _call(
+            client,
+            "image_asset_save",
+            {
+                "imageBase64": _b64(photo),
+                "title": "Harbour at noon",
+                "projectId": pid,
+                "folderId": inbox["folderId"],
+            },
+        )
+        asset = saved["assetId"]
+
+        # 1. Wait for readiness without polling: one call that answers when the worker is done.
+        waited = await _call(client, "image_asset_get", {"assetId": asset, "waitSeconds": 30})
+        assert waited["embeddingStatus"] == "ready"
+
+        # 2. Edit the title; once re-embedded, the new words find it and the old ones do not.
+        edited = await _call(
+            client, "image_asset_update", {"assetId": asset, "title": "Zeppelin over meadow"}
+        )
+        assert edited["changed"] == ["title"] and edited["title"] == "Zeppelin over meadow"
+        again = await _call(client, "image_asset_get", {"assetId": asset, "waitSeconds": 30})
+        assert again["embeddingStatus"] == "ready"
+        assert _found(await _call(client, "image_asset_search", {"query": "zeppelin"})) == [asset]
+        by_old = await _call(client, "image_asset_search", {"query": "harbour"})
+        assert asset not in _found(by_old)
+
+        # 3. Download the original: the very bytes saved, as an attachment.
+        got = await _call(client, "image_asset_get", {"assetId": asset, "includeOriginal": True})
+        async with httpx.AsyncClient(timeout=10) as http:
+            download = await http.get(got["original"]["url"])
+        assert download.status_code == 200
+        assert download.headers["content-type"] == "image/jpeg"
+        assert download.headers["content-disposition"].startswith("attachment")
+        assert hashlib.sha256(download.content).hexdigest() == hashlib.sha256(photo).hexdigest()
+
+        # 4. Thumbnails in a search answer are images an agent can see.
+        seen = await client.call_tool(
+            "image_asset_search", {"query": "zeppelin", "includeThumbnails": True}
+        )
+        assert _found(seen.structured_content or {}) == [asset]
+        images = [block for block in seen.content if isinstance(block, ImageContent)]
+        assert len(images) == 1 and images[0].mime_type == "image/jpeg"
+        thumbnail = pyvips.Image.new_from_buffer(base64.b64decode(images[0].data), "")
+        assert max(thumbnail.width, thumbnail.height) == 256
+
+        # 5. Rename a folder: its path follows.
+        renamed = await _call(
+            client,
+            "image_folder_update",
+            {"projectId": pid, "folderId": inbox["folderId"], "name": "Best of"},
+        )
+        assert renamed["path"] == "/Best of"
+        tree = await _call(client, "image_folder_list", {"projectId": pid})
+        assert [f["path"] for f in tree["folders"]] == ["/Best of"]
+
+    # 6. Share, then revoke with the operator command: the grantee sees nothing after.
+    shared = {"vault": "alice@example.com/Library"}
+    granted = _cli(
+        env, "admin", "grant", "--vault-owner", "alice@example.com", "--vault", "Library",
+        "--to", "bob@example.com", "--permission", "read",
+    )  # fmt: skip
+    assert granted.returncode == 0, granted.stderr
+    async with Client(url + "/mcp", auth=bob) as other:
+        listed = await _call(other, "image_asset_list", shared)
+        assert [a["assetId"] for a in listed["items"]] == [asset]
+        vaults = (await _call(other, "image_vault_list", {}))["vaults"]
+        assert {v["vault"]: v["permission"] for v in vaults} == {
+            "Library": "owner",
+            "alice@example.com/Library": "read",
+        }
+        revoked = _cli(
+            env, "admin", "revoke-grant", "--vault-owner", "alice@example.com", "--vault",
+            "Library", "--grantee", "bob@example.com",
+        )  # fmt: skip
+        assert revoked.returncode == 0, revoked.stderr
+        refused = await other.call_tool("image_asset_list", shared, raise_on_error=False)
+        assert refused.is_error
+        gone = await other.call_tool("image_asset_get", {"assetId": asset}, raise_on_error=False)
+        assert gone.content[0].text == "not_found: asset not found"  # type: ignore[union-attr]
+        assert (await _call(other, "image_asset_search", {"query": "zeppelin"}))["results"] == []
+        vaults = (await _call(other, "image_vault_list", {}))["vaults"]
+        assert [v["vault"] for v in vaults] == ["Library"]  # only Bob's own

@@ -303,8 +303,9 @@ def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path
             assert status == 200, body
 
             # A key revoked by an admin command (a third process) is refused by both children.
-            listed = _cli(env, "admin", "list-keys", "--owner", "procs@example.com")
-            revoked = _cli(env, "admin", "revoke-key", listed.stdout.split("\t", 1)[0])
+            listed = _cli(env, "admin", "list-keys", "--owner", "procs@example.com", "--json")
+            (listed_key,) = json.loads(listed.stdout)["keys"]
+            revoked = _cli(env, "admin", "revoke-key", listed_key["keyId"])
             assert revoked.returncode == 0, revoked.stderr
             for connection in (one, other):
                 status, _h, reply = connection.mcp(key, "tools/list", {})

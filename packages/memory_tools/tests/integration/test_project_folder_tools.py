@@ -316,6 +316,7 @@ ANNOTATIONS = {
     "image_project_create": (False, False, False, False),
     "image_project_list": (True, False, True, False),
     "image_project_archive": (False, False, True, False),
+    "image_vault_list": (True, False, True, False),
     "image_folder_create": (False, False, False, False),
     "image_folder_list": (True, False, True, False),
     "image_folder_delete": (False, True, True, False),
@@ -335,9 +336,7 @@ ANNOTATIONS = {
 async def test_tool_annotations_are_truthful(client_for: Clients, alice: Any) -> None:
     async with client_for(alice.key) as client:
         tools = {tool.name: tool for tool in await client.list_tools()}
-    assert set(tools) == set(
-        ANNOTATIONS
-    )  # the ten first tools, archive, folder delete, restore, edits
+    assert set(tools) == set(ANNOTATIONS)  # every tool has its row
     for name, tool in tools.items():
         hints = tool.annotations
         assert hints is not None
