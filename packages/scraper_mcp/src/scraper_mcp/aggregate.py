@@ -11,6 +11,7 @@ from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
 from memory_tools import MemoryServices, build_memory_server
+from scraper_mcp.tools import build_scraper_tools
 
 AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "
 
@@ -18,7 +19,9 @@ AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image m
 def build_aggregate_server(
     services: MemoryServices, *, name: str = "mcp-scraper", auth: AuthProvider | None = None
 ) -> FastMCP:
-    """A server carrying every memory tool (and, as they land, the scraper tools)."""
+    """A server carrying every memory tool and every scraper tool."""
     server = build_memory_server(services, name=name, auth=auth)
     server.instructions = AGGREGATE_INSTRUCTIONS_PREFIX + (server.instructions or "")
+    for tool in build_scraper_tools(services):
+        server.add_tool(tool)
     return server
