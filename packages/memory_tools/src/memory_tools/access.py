@@ -62,6 +62,15 @@ async def authenticate(uow: UnitOfWork, api_key: str | None) -> Caller:
     return Caller(record.owner_identity, record.id, frozenset(record.scopes))
 
 
+async def still_authenticated(uow: UnitOfWork, caller: Caller) -> None:
+    """Raise ``Unauthenticated`` if the caller's key was revoked since the call began.
+
+    For calls that wait (``waitSeconds``): a key revoked meanwhile gets no answer and no links.
+    """
+    if not await uow.api_keys.is_active(caller.key_id):
+        raise Unauthenticated("the API key is unknown or revoked")
+
+
 def require_scope(caller: Caller, need: Need) -> None:
     """Raise ``Forbidden`` unless the key carries the scope ``need`` requires."""
     if not caller.has_scope(need):

@@ -30,7 +30,13 @@ from memory_db.repositories import AssetFilter, StoredAsset
 from memory_db.schema import SOURCE_KINDS
 from memory_db.storage import read_verified
 from memory_tools import metrics, policy
-from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
+from memory_tools.access import (
+    Caller,
+    ResolvedVault,
+    readable_vaults,
+    resolve_vault,
+    still_authenticated,
+)
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
@@ -331,8 +337,10 @@ async def get_asset_waiting(
         raise InvalidInputFailure(f"waitSeconds: between 0 and {MAX_WAIT_SECONDS:g}")
     extras = include_preview or include_original or include_thumbnails
 
-    async def read(*, answer: bool) -> AssetView:
+    async def read(*, answer: bool, waited: bool = True) -> AssetView:
         async with services.database.unit_of_work() as uow:
+            if waited:  # the key was checked when the call began; it may be revoked since
+                await still_authenticated(uow, caller)
             return await get_asset(
                 uow,
                 caller,
@@ -344,20 +352,21 @@ async def get_asset_waiting(
             )
 
     if wait_seconds == 0:
-        return await read(answer=True)
+        return await read(answer=True, waited=False)
     deadline = anyio.current_time() + wait_seconds
-    view = await read(answer=False)  # settled, or not the caller's to read: no listening
-    if view.embedding_status in WAITING_STATES:
-        async with services.database.asset_states.watching(asset_id) as subscription:
-            view = await read(answer=False)  # again, now subscribed: a later change is heard
-            while view.embedding_status in WAITING_STATES:
-                remaining = deadline - anyio.current_time()
-                if remaining <= 0:
-                    break
-                async with services.call_admission.stepped_aside():
-                    with anyio.move_on_after(remaining):
-                        await subscription.changed()
-                view = await read(answer=False)
+    view = await read(answer=False, waited=False)  # settled, or not readable: no listening
+    if view.embedding_status not in WAITING_STATES:
+        return await read(answer=True, waited=False) if extras else view
+    async with services.database.asset_states.watching(asset_id) as subscription:
+        view = await read(answer=False)  # again, now subscribed: a later change is heard
+        while view.embedding_status in WAITING_STATES:
+            remaining = deadline - anyio.current_time()
+            if remaining <= 0:
+                break
+            async with services.call_admission.stepped_aside():
+                with anyio.move_on_after(remaining):
+                    await subscription.changed()
+            view = await read(answer=False)
     return await read(answer=True) if extras else view
 
 

@@ -500,7 +500,10 @@ async def delete_folder(
     resolved = await resolve_vault(uow, caller, vault, "destructive")
     scope = resolved.record.scope
     try:
-        folder = await uow.folders.get(scope, folder_id)
+        # The project row first, as folder creation and moves take it: none of them can put a
+        # live folder under one this deletion removes (they run before it, or find it gone).
+        await uow.projects.lock(scope, project_id)
+        folder = await uow.folders.get(scope, folder_id, fresh=True)
         if folder.project_id != project_id:
             raise NotFoundFailure("folder not found")
         folders = await uow.folders.list(scope, project_id)

@@ -30,8 +30,17 @@ from __future__ import annotations
 from collections.abc import Generator
 from contextlib import contextmanager
 
-from memory_db import Conflict, DatabaseUnavailable, InvalidInput, MemoryDbError, NotFound
+from memory_db import (
+    Conflict,
+    DatabaseUnavailable,
+    InvalidInput,
+    MemoryDbError,
+    NotFound,
+    get_logger,
+)
 from memory_db.database import is_connection_failure, is_unstorable_text
+
+log = get_logger(__name__)
 
 CODES = (
     "unauthenticated",
@@ -174,7 +183,9 @@ def map_failures() -> Generator[None]:
     A lost or refused database connection becomes ``Unavailable`` (retryable), whether it
     surfaced through a unit of work (``DatabaseUnavailable``) or straight from the driver. A
     value whose characters the database cannot store (a NUL that escaped validation) is
-    ``InvalidInputFailure``: the caller's to correct, not an internal error.
+    ``InvalidInputFailure``: the caller's to correct, not an internal error. Anything else is
+    logged with its traceback and answered as ``internal``, the documented code, with no
+    detail (the framework would otherwise answer a bare "Error calling tool").
     """
     try:
         yield
@@ -187,4 +198,9 @@ def map_failures() -> Generator[None]:
             raise InvalidInputFailure(
                 "a value contains a character the database cannot store (NUL)"
             ) from exc
-        raise
+        if isinstance(exc, ToolFailure):
+            raise
+        if isinstance(exc, (NotFound, Conflict, InvalidInput)):
+            raise translate(exc) from exc  # a repository's answer no workflow translated
+        log.error("unexpected_failure", error=type(exc).__name__, exc_info=True)
+        raise ToolFailure("the request could not be completed; the server's log has why") from exc

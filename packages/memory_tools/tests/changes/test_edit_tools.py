@@ -7,13 +7,15 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 import anyio
+import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
-from memory_db import Database, FolderTreeError
+from memory_db import Database, FolderTreeError, NotFound
 from memory_db.embedding import EmbedResult, EmbedValue, Task
 from memory_db.embedding.types import Embedder
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices, admin, changes
+from memory_tools.access import authenticate
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import b64, picture
@@ -724,3 +726,84 @@ async def test_giving_the_derived_title_as_ones_own_makes_it_fused_text(
     assert owned["fusedNote"] is None and owned["embeddingStatus"] == "pending"
     assert repeated["changed"] == []
     assert await _jobs(saving, asset) == [("visual", "done"), ("fused", "queued")]
+
+
+@pytest.mark.parametrize("change", ["move", "create"])
+async def test_a_folder_being_deleted_gets_no_live_child(
+    database: Database,
+    alice: Any,
+    saving: MemoryServices,
+    client_as: Callable[[str], Client[Any]],
+    change: str,
+) -> None:
+    """Deleting empty Y while X is moved (or a folder created) under it: never a hidden child.
+
+    The deletion holds the project's lock, so the other change waits, then finds Y gone
+    (``NotFound``) instead of placing a live folder under a deleted one, where no listing
+    would show it.
+    """
+    async with client_as(alice.key) as client:
+        pid = (await _call(client, "image_project_create", {"name": "P"}))["projectId"]
+        x = await _call(client, "image_folder_create", {"projectId": pid, "name": "X"})
+        y = await _call(client, "image_folder_create", {"projectId": pid, "name": "Y"})
+    async with database.unit_of_work() as probe:
+        vault = await probe.vaults.resolve("alice@example.com", "Library")
+    scope = vault.scope
+    refused: list[BaseException] = []
+
+    async def second() -> None:
+        try:
+            async with database.unit_of_work() as uow:
+                if change == "move":
+                    await uow.folders.update(
+                        scope, x["folderId"], name="X", parent_id=y["folderId"]
+                    )
+                else:
+                    await uow.folders.create(
+                        scope, project_id=pid, parent_id=y["folderId"], name="child"
+                    )
+        except NotFound as exc:
+            refused.append(exc)
+
+    deleted = anyio.Event()
+    commit = anyio.Event()
+
+    async def first() -> None:
+        async with database.unit_of_work() as uow:
+            caller = await authenticate(uow, alice.key)
+            answer = await changes.delete_folder(
+                uow,
+                caller,
+                saving,
+                vault="Library",
+                project_id=pid,
+                folder_id=y["folderId"],
+                recursive=False,
+                confirm=None,
+            )
+            assert answer.deleted
+            deleted.set()
+            await commit.wait()  # commits when the block ends
+
+    async with anyio.create_task_group() as group:
+        group.start_soon(first)
+        with anyio.fail_after(10):
+            await deleted.wait()
+            group.start_soon(second)
+            while not await _waiting_on_a_lock(database):
+                await anyio.sleep(0.05)
+        commit.set()
+    assert len(refused) == 1 and "not found" in str(refused[0])
+    async with database.engine.connect() as conn:
+        hidden = (
+            await conn.execute(
+                text(
+                    "SELECT count(*) FROM mem_asset_folders child JOIN mem_asset_folders parent"
+                    " ON parent.id = child.parent_id"
+                    " WHERE child.deleted_at IS NULL AND parent.deleted_at IS NOT NULL"
+                )
+            )
+        ).scalar_one()
+    assert hidden == 0
+    async with client_as(alice.key) as client:
+        assert await _tree(client, pid) == {"X": "/X"}

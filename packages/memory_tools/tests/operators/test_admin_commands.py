@@ -380,6 +380,8 @@ async def test_a_bad_permission_or_owner_is_refused_below_the_parser(shared: Dat
         await admin.grant(shared, ALICE, "Work", BOB, "owner")
     with pytest.raises(InvalidInputFailure, match="e-mail address"):
         await admin.list_vaults(shared, "not an address")
+    with pytest.raises(InvalidInputFailure, match="quota must be between 0 and"):
+        await admin.create_identity(shared, "huge@example.com", 10**23)  # over a bigint
     assert await counts(shared) == before
 
 

@@ -215,3 +215,48 @@ async def test_a_lost_listener_is_replaced_and_the_wait_still_ends(
     assert answers[0]["embeddingStatus"] == "ready"
     assert watch.waiters == 0 and not watch.listening
     assert _checked_out(saving.database) == 0
+
+
+async def test_a_delete_ends_a_wait_at_once(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """A deleted image is an answer (not_found), not something to wait for until the deadline."""
+    watch = saving.database.asset_states
+    async with client_as(alice.key) as client:
+        asset_id = await _save(client, 14)
+        answers: list[str] = []
+
+        async def wait() -> None:
+            answers.append(
+                await error(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 25})
+            )
+
+        started = anyio.current_time()
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await _until(lambda: watch.waiters == 1)
+            await call(client, "image_asset_delete", {"assetId": asset_id})
+        waited = anyio.current_time() - started
+    assert answers == ["not_found: asset not found"]
+    assert waited < 10, waited
+
+
+async def test_a_key_revoked_during_a_wait_gets_no_answer(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """The key was good when the call began; revoked meanwhile, it gets no state and no link."""
+    watch = saving.database.asset_states
+    async with client_as(alice.key) as client:
+        asset_id = await _save(client, 15)
+        answers: list[str] = []
+
+        async def wait() -> None:
+            arguments = {"assetId": asset_id, "waitSeconds": 2, "includeOriginal": True}
+            answers.append(await error(client, "image_asset_get", arguments))
+
+        async with anyio.create_task_group() as group:
+            group.start_soon(wait)
+            await _until(lambda: watch.waiters == 1)
+            async with saving.database.unit_of_work() as uow:
+                await uow.api_keys.revoke(alice.key_id)
+    assert answers == ["unauthenticated: the API key is unknown or revoked"]

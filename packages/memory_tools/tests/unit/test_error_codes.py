@@ -7,8 +7,12 @@ import importlib
 import pkgutil
 import re
 
+import pytest
+
 import memory_tools
+from memory_db import NotFound
 from memory_tools import CODES, ToolFailure
+from memory_tools.errors import NotFoundFailure, map_failures
 from memory_tools.mcp import INSTRUCTIONS
 
 
@@ -77,3 +81,13 @@ def test_the_old_lists_are_reported() -> None:
     missing = _missing(old_codes, old_instructions)
     assert "EmbeddingFailed.code 'embedding_failed' is not in CODES" in missing
     assert "QuotaExceeded.code 'quota_exceeded' is not in the instructions" in missing
+
+
+def test_what_no_workflow_expected_is_answered_internal_and_repository_answers_translated() -> None:
+    """Nothing escapes the boundary without a code: the docs promise ``internal``."""
+    with pytest.raises(ToolFailure) as internal, map_failures():
+        raise RuntimeError("a bug, with details the caller must not see")
+    assert internal.value.code == "internal"
+    assert "details" not in str(internal.value)
+    with pytest.raises(NotFoundFailure, match="folder not found"), map_failures():
+        raise NotFound("folder")

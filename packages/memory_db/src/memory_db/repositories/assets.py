@@ -672,7 +672,11 @@ class AssetRepository:
         return await self.get(scope, asset_id)
 
     async def set_status(self, scope: VaultScope, asset_id: str, status: str, actor: str) -> None:
-        """Move an asset to ``deleting`` or ``deleted`` (docs/design.md#deleting)."""
+        """Move an asset to ``deleting`` or ``deleted`` (docs/design.md#deleting).
+
+        Calls waiting on the asset's state (``ASSET_STATE_CHANNEL``) are woken when this
+        commits: a deleted asset is an answer (``not_found``), not something to wait for.
+        """
         values: dict[str, Any] = {"status": status, "updated_by": actor, "updated_at": func.now()}
         if status == "deleted":
             values["deleted_at"] = func.now()
@@ -685,6 +689,10 @@ class AssetRepository:
             )
             .values(**values)
             .execution_options(synchronize_session=False)
+        )
+        await self._session.execute(
+            text("SELECT pg_notify(:channel, :asset_id)"),
+            {"channel": ASSET_STATE_CHANNEL, "asset_id": asset_id},
         )
 
     async def deleted_within(self, scope: VaultScope, asset_id: str, window: timedelta) -> bool:

@@ -119,6 +119,10 @@ def _grant_record(row: VaultGrant) -> GrantRecord:
     )
 
 
+# The largest quota the bigint column holds.
+MAX_QUOTA_BYTES = 2**63 - 1
+
+
 class IdentityRepository:
     """Owner identities, their namespaces and their default vault."""
 
@@ -128,8 +132,8 @@ class IdentityRepository:
     async def create(self, owner_identity: str, quota_bytes: int) -> IdentityRecord:
         """Create an identity with its opaque namespace and a default vault ``Library``."""
         owner = normalise_identity(owner_identity)
-        if quota_bytes < 0:
-            raise InvalidInput("quota must be zero or more bytes")
+        if not 0 <= quota_bytes <= MAX_QUOTA_BYTES:
+            raise InvalidInput(f"quota must be between 0 and {MAX_QUOTA_BYTES} bytes")
         if await self._session.get(Identity, owner) is not None:
             raise Conflict("an identity with this e-mail address already exists")
         identity = Identity(owner_identity=owner, quota_bytes=quota_bytes)
@@ -213,6 +217,13 @@ class ApiKeyRepository:
             )
         ).scalar_one_or_none()
         return None if row is None else _key_record(row)
+
+    async def is_active(self, key_id: str) -> bool:
+        """Whether the key ``key_id`` exists and is not revoked (for calls that outlive a check)."""
+        found = await self._session.scalar(
+            select(ApiKey.id).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+        )
+        return found is not None
 
     async def touch(self, key_id: str) -> None:
         """Record that the key was used (at most once a minute, to spare writes)."""

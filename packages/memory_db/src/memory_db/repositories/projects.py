@@ -242,13 +242,17 @@ class FolderRepository:
     async def create(
         self, scope: VaultScope, *, project_id: str, parent_id: str | None, name: str
     ) -> FolderRecord:
-        """Create a folder under ``parent_id`` (None = project root)."""
+        """Create a folder under ``parent_id`` (None = project root).
+
+        The project row is locked first, as moves and deletions of its folders do: a parent
+        deleted meanwhile is seen as gone (``NotFound``), never given a live child.
+        """
         checked = validate_folder_name(name)
-        project = await ProjectRepository(self._session).get(scope, project_id)
+        project = await ProjectRepository(self._session).lock(scope, project_id)
         if project.status != "active":
             raise Conflict("the project is archived; folders cannot be added to it")
         if parent_id is not None:
-            parent = await self.get(scope, parent_id)
+            parent = await self.get(scope, parent_id, fresh=True)
             if parent.project_id != project_id:
                 raise NotFound("parent folder")
         row = AssetFolder(
@@ -323,7 +327,9 @@ class FolderRepository:
             await self._session.execute(
                 self._scoped(scope).where(AssetFolder.id == folder_id).with_for_update()
             )
-        ).scalar_one()
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("folder")
 
         def apply() -> None:
             row.name = checked
@@ -334,19 +340,22 @@ class FolderRepository:
         return _folder(row)
 
     async def get(
-        self, scope: VaultScope, folder_id: str, *, key_share: bool = False
+        self, scope: VaultScope, folder_id: str, *, key_share: bool = False, fresh: bool = False
     ) -> FolderRecord:
         """An active folder of this vault, or ``NotFound``.
 
         ``key_share`` holds the row against a concurrent deletion until the transaction ends:
         a deletion locks its folders ``FOR UPDATE`` first, so one of the two waits, and the
-        waiting one sees the other's outcome.
+        waiting one sees the other's outcome. ``fresh`` reads the row as committed now, not
+        as this session last saw it (after waiting for a lock).
         """
         if not is_valid_id(folder_id, "afl"):
             raise NotFound("folder")
         query = self._scoped(scope).where(AssetFolder.id == folder_id)
         if key_share:
             query = query.with_for_update(key_share=True).execution_options(populate_existing=True)
+        elif fresh:
+            query = query.execution_options(populate_existing=True)
         row = (await self._session.execute(query)).scalar_one_or_none()
         if row is None:
             raise NotFound("folder")
