@@ -41,7 +41,7 @@ from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
-from memory_tools.wire import Thumbnail, WireModel
+from memory_tools.wire import Thumbnail, WireModel, fitting
 
 log = get_logger(__name__)
 
@@ -524,8 +524,12 @@ async def list_assets(
     handles = _handles(vaults)
     page = rows[: request.limit]
     items = [_summary(row, handles[(row.asset.owner_identity, row.asset.vault)]) for row in page]
+    # A page whose items would not fit one answer ends early; nextCursor goes on from there.
+    kept = fitting(items)
+    more = len(rows) > request.limit or kept < len(items)
+    page, items = page[:kept], items[:kept]
     next_cursor = None
-    if len(rows) > request.limit and page:
+    if more and page:
         last = page[-1].asset
         next_cursor = encode_cursor(last.created_at, last.id, request.order)
     view = AssetListView(items=items, next_cursor=next_cursor)

@@ -57,7 +57,7 @@ from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.services import MemoryServices
-from memory_tools.wire import Thumbnail, WireModel
+from memory_tools.wire import Thumbnail, WireModel, fitting
 
 log = get_logger(__name__)
 
@@ -339,6 +339,9 @@ class AssetSearcher:
                         preview=None,
                     )
                 )
+            # Results that would not fit one answer are left out, the weakest first.
+            kept = fitting(results)
+            results, rows = results[:kept], rows[:kept]
             await uow.provenance.record(
                 "asset_search",
                 actor_identity=caller.identity,

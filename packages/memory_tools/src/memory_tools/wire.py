@@ -11,6 +11,7 @@ its schema (:mod:`memory_tools.thumbnails` makes them, the tool registry sends t
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Self
 
@@ -68,3 +69,20 @@ class WireModel(BaseModel):
         answer = self.model_copy()
         answer._thumbnails = thumbnails
         return answer
+
+
+# The official MCP SDK client refuses a server-sent event over 1 MiB, and an answer's structured
+# content travels twice (as structuredContent and as its JSON text). So the items of one answer
+# (a list page, search results) are kept within this many bytes of JSON: a page of 100 images
+# with every field at its bound would otherwise be about 1.9 MB.
+ANSWER_ITEMS_BUDGET = 384 * 1024
+
+
+def fitting(items: Sequence[WireModel], budget: int = ANSWER_ITEMS_BUDGET) -> int:
+    """How many of ``items``, from the first, fit in ``budget`` bytes of JSON (at least one)."""
+    used = 0
+    for count, item in enumerate(items):
+        used += len(item.model_dump_json().encode())
+        if used > budget and count > 0:
+            return count
+    return len(items)

@@ -4,6 +4,7 @@ and what other callers may (not) see."""
 from __future__ import annotations
 
 import base64
+import json
 import logging
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -15,6 +16,7 @@ from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices, admin
+from memory_tools.wire import ANSWER_ITEMS_BUDGET, WireModel, fitting
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
@@ -259,3 +261,55 @@ async def test_refused_calls_are_not_logged_as_server_errors(
     calls = [r for r in records if "Error calling tool" in r.getMessage()]
     assert calls, "the framework reports the refused calls (at debug)"
     assert all(r.levelno < logging.WARNING for r in calls), [r.levelname for r in calls]
+
+
+async def test_a_page_of_images_at_every_bound_fits_one_answer(
+    client_as: Callable[[str], Client[Any]], alice: Any
+) -> None:
+    """Items of one answer stay within ANSWER_ITEMS_BUDGET; the page ends early, none is lost.
+
+    Every field at its bound (4-byte characters) makes a page of 100 far larger than the 1 MiB
+    one server-sent event may carry to the official SDK client.
+    """
+    fox = "\U0001f98a"
+    async with client_as(alice.key) as client:
+        saved = {
+            (
+                await _save(
+                    client,
+                    seed,
+                    title=fox * 240,
+                    description=fox * 4000,
+                    altText=fox * 2000,
+                    tags=[fox * 60 + f"{seed:02d}{n:02d}" for n in range(32)],
+                )
+            )["assetId"]
+            for seed in range(50)
+        }
+        seen: list[str] = []
+        pages = 0
+        cursor: str | None = None
+        while True:
+            arguments: dict[str, Any] = {"limit": 100}
+            if cursor:
+                arguments["cursor"] = cursor
+            page = (await client.call_tool("image_asset_list", arguments)).structured_content
+            assert page is not None
+            assert len(json.dumps(page, ensure_ascii=False).encode()) < ANSWER_ITEMS_BUDGET + 4096
+            seen += [item["assetId"] for item in page["items"]]
+            pages += 1
+            cursor = page["nextCursor"]
+            if cursor is None:
+                break
+    assert pages > 1  # the budget cut the page
+    assert len(seen) == len(set(seen)) and set(seen) == saved
+
+
+def test_fitting_keeps_at_least_one_item() -> None:
+    class Item(WireModel):
+        text: str
+
+    items = [Item(text="x" * 100), Item(text="y" * 100), Item(text="z" * 100)]
+    assert fitting(items, budget=250) == 2
+    assert fitting(items, budget=10) == 1  # one item always goes, whatever its size
+    assert fitting(items) == 3
