@@ -380,3 +380,25 @@ async def test_over_http_with_the_official_sdk_through_the_aggregate_server(
         )
         assert refused.is_error
         assert refused.content[0].text.startswith("unsafe_url:")  # type: ignore[union-attr]
+
+
+async def test_the_tool_is_declared_first_with_its_hints(scraper_services: MemoryServices) -> None:
+    from scraper_mcp.tools import build_scraper_tools
+
+    tools = build_scraper_tools(scraper_services)
+    tool = tools[0]
+    assert tool.name == "scrape_page_images"
+    assert tool.title == "Find images on a page"
+    hints = tool.annotations
+    assert hints is not None
+    # Static hints cover the opt-in save: it may store, so neither read-only nor idempotent.
+    assert (
+        hints.read_only_hint,
+        hints.destructive_hint,
+        hints.idempotent_hint,
+        hints.open_world_hint,
+    ) == (False, False, False, True)
+    assert tool.output_schema is not None
+    save = tool.parameters["properties"]["save"]["anyOf"][0]
+    assert save["additionalProperties"] is False
+    assert set(save["properties"]) == {"vault", "projectId", "folderId", "tags", "max"}
