@@ -400,5 +400,7 @@ async def test_the_tool_is_declared_first_with_its_hints(scraper_services: Memor
     ) == (False, False, False, True)
     assert tool.output_schema is not None
     save = tool.parameters["properties"]["save"]["anyOf"][0]
+    if "$ref" in save:
+        save = tool.parameters["$defs"][save["$ref"].rsplit("/", 1)[-1]]
     assert save["additionalProperties"] is False
     assert set(save["properties"]) == {"vault", "projectId", "folderId", "tags", "max"}
