@@ -48,6 +48,9 @@ _BACKGROUND = re.compile(
     r"background(?:-image)?\s*:[^;]*?url\(\s*(['\"]?)(.*?)\1\s*\)", re.IGNORECASE | re.DOTALL
 )
 _SPACE = re.compile(r"\s+")
+# Control and format characters a text keeps out (whitespace is collapsed separately).
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+_URL_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")
 _DIMENSION = re.compile(r"^\s*(\d{1,6})(?:\.\d*)?\s*(?:px)?\s*$", re.IGNORECASE)
 
 
@@ -96,8 +99,7 @@ def clean(text: str | None, limit: int = MAX_TEXT) -> str | None:
     """Whitespace collapsed, control characters dropped, at most ``limit`` characters."""
     if text is None:
         return None
-    text = "".join(ch for ch in text if ch.isprintable() or ch.isspace())
-    text = _SPACE.sub(" ", text).strip()
+    text = _SPACE.sub(" ", _CONTROL.sub("", text)).strip()
     return text[:limit] or None
 
 
@@ -270,7 +272,7 @@ def absolute(raw: str | None, base: str) -> str | None:
         return None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         return None
-    if any(ch.isspace() or ord(ch) < 0x20 for ch in joined):
+    if _URL_UNSAFE.search(joined):
         return None
     url = urlunsplit(parts._replace(fragment=""))
     return url if len(url) <= MAX_URL_LENGTH else None
