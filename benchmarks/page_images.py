@@ -74,7 +74,7 @@ def generate(count: int, seed: int = 16) -> list[str]:
         parts.append("</main><footer>Footer</footer></body></html>")
         page = "".join(parts)
         if number % 5 == 4:
-            page = page.replace("</p>", "", 7).replace('alt="', 'alt="\'', 3)[: len(page) * 4 // 5]
+            page = page.replace("</p>", "", 7).replace('alt="', "alt=\"'", 3)[: len(page) * 4 // 5]
         pages.append(page)
     return pages
 
@@ -180,7 +180,7 @@ def _rates(
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--pages", type=int, default=300)
     parser.add_argument("--rounds", type=int, default=5)
     options = parser.parse_args()

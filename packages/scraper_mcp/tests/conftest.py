@@ -5,7 +5,7 @@ on a fresh database with a local object store and the local embedder."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -89,7 +89,7 @@ def serve_http() -> Callable[..., Any]:
     import uvicorn
 
     @contextlib.asynccontextmanager
-    async def serve(server: Any) -> AsyncIterator[str]:
+    async def serve(server: Any) -> AsyncGenerator[str]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]

@@ -8,6 +8,7 @@ from memory_tools.errors import NotHtml
 from memory_tools.ingest.fetch import FetchedBody
 from scraper_mcp.page_images import (
     MAX_ELEMENTS,
+    Candidate,
     absolute,
     candidates,
     largest_in_srcset,
@@ -41,8 +42,8 @@ FULL = """<!doctype html><html lang="en-GB"><head>
 </body></html>"""
 
 
-def _urls(found: list[object]) -> list[str]:
-    return [c.url for c in found]  # type: ignore[attr-defined]
+def _urls(found: list[Candidate]) -> list[str]:
+    return [c.url for c in found]
 
 
 def test_every_source_is_found_with_its_context() -> None:
