@@ -229,10 +229,11 @@ class SafeFetcher:
                     raise FetchFailed(f"the server answered HTTP {response.status_code}")
                 data, truncated = await self._read_body(response, read)
                 log.info(
-                    "asset_fetched" if read.noun == "image" else "page_fetched",
+                    "asset_fetched",
                     host=url.host,
                     bytes=len(data),
                     redirects=redirects,
+                    kind=read.noun,
                     truncated=truncated,
                 )
                 return FetchedBody(
