@@ -7,10 +7,12 @@ import pytest
 from memory_tools.errors import NotHtml
 from memory_tools.ingest.fetch import FetchedBody
 from scraper_mcp.page_images import (
+    MAX_DEPTH,
     MAX_ELEMENTS,
     Candidate,
     absolute,
     candidates,
+    deep_nesting_at,
     largest_in_srcset,
     walk,
 )
@@ -203,3 +205,34 @@ def test_non_html_answers_are_refused(data: bytes, content_type: str | None) -> 
     with pytest.raises(NotHtml) as refused:
         decode_page(_body(data, content_type))
     assert refused.value.code == "not_html"
+
+
+def test_deep_nesting_is_cut_where_it_gets_too_deep() -> None:
+    # Lexbor's cost grows with depth x tags: a page nests at most MAX_DEPTH elements deep.
+    page = '<body><img src="/before.png">' + "<div>" * 20_000 + '<img src="/after.png">'
+    facts = walk(page)
+    assert facts.bounded
+    assert [f.src for f in facts.found] == ["/before.png"]
+    assert deep_nesting_at(page) == page.index("<div>") + MAX_DEPTH * len("<div>")
+    # Closed elements, flat ones (void, implicitly closed), comments and raw text never count.
+    deep_but_fine = (
+        "<div></div>" * 5_000
+        + "<p>unclosed" * 5_000
+        + "<li>item" * 5_000
+        + "<br><img src=x.png><hr>" * 1_000
+        + "<!--"
+        + "<div>" * 5_000
+        + "-->"
+        + "<script>"
+        + "var s = '<div>';" * 5_000
+        + "</script>"
+        + "<div>" * MAX_DEPTH
+        + '<img src="/deepest.png">'
+    )
+    assert deep_nesting_at(deep_but_fine) is None
+    facts = walk(deep_but_fine)
+    assert not facts.bounded
+    assert "/deepest.png" in [f.src for f in facts.found]
+    # An unterminated comment or script hides the rest, which the parser would hide too.
+    assert deep_nesting_at("<!--" + "<div>" * 5_000) is None
+    assert deep_nesting_at("<script>" + "<div>" * 5_000) is None

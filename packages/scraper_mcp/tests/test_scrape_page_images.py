@@ -310,6 +310,7 @@ async def test_hostile_pages_fail_safely_and_store_nothing(
                 status=302, headers={"Location": f"http://intranet.test:{port}/admin"}
             ),
             "/to-metadata": Reply(status=302, headers={"Location": "http://169.254.169.254/"}),
+            "/deep": html("<title>Deep</title>" + "<div>" * 1_000_000 + '<img src="/x.png">'),
             "/image": png(9),
             "/json": Reply(body=b'{"a": 1}', headers={"Content-Type": "application/json"}),
             "/gone": Reply(status=404, body=b"no"),
@@ -323,6 +324,10 @@ async def test_hostile_pages_fail_safely_and_store_nothing(
             assert page["truncated"] is True
             assert page["title"] == "Huge"
             assert page["candidates"] == [] and page["saved"] == 0
+        # Nested a million deep: read only to MAX_DEPTH (the parser's cost grows with depth).
+        page = await _call(client, {"url": site.url("/deep", host="site.test"), "save": {}})
+        assert (page["elementsBounded"], page["truncated"], page["title"]) == (True, False, "Deep")
+        assert page["candidates"] == []
         refused = {
             "/to-private": "unsafe_url:",
             "/to-metadata": "unsafe_url:",

@@ -18,10 +18,17 @@ filters on the declared width; an image whose width is not declared is kept (onl
 would tell), with ``width: null``.
 
 Why Lexbor (measured with ``make bench``, ``benchmarks/page_images.py``: 300 generated pages,
-13 MB, on a shared 2-core machine): parsing alone is about 2.5x faster than lxml, parse + walk
-1.6x, and the whole extraction (with the shared resolution step, which then dominates) about
-1.1x. It is also an HTML5 parser that builds the tree a browser builds: libxml2's HTML parser
-(lxml) does not know ``<source>`` is void and nests the ``<img>`` inside it.
+13 MB, on a shared 2-core machine): parsing alone is about 2.5x faster than lxml; with the
+depth guard below (which lxml does not need: libxml2 stops at depth 255 and drops the rest)
+parse + walk is about 1.1-1.6x faster and the whole extraction about 1.05-1.1x (the shared
+resolution step dominates). The deciding point beyond speed: Lexbor is an HTML5 parser that
+builds the tree a browser builds, where libxml2's HTML parser nests an ``<img>`` inside the
+``<source>`` before it (it does not know ``<source>`` is void).
+
+Lexbor's one weakness, measured: its cost grows with depth x tags (4,000 nested ``<div>`` and
+300,000 more tags: 3.3 s). :func:`deep_nesting_at` cuts a page where it nests more than
+:data:`MAX_DEPTH` elements deep, before parsing; the worst 5 MB page within that bound parses
+in under a second.
 """
 
 from __future__ import annotations
@@ -39,6 +46,7 @@ SourceKind = Literal[
 PAGE_DECLARED: frozenset[str] = frozenset({"og_image", "twitter_image", "image_src"})
 
 MAX_ELEMENTS = 5000  # elements examined per page (images, sources, metas, styled elements)
+MAX_DEPTH = 512  # open elements; the page is cut where it would nest deeper (as browsers cap it)
 MAX_CANDIDATES = 100  # the most a caller may ask for
 MAX_URL_LENGTH = 4096  # the fetcher's own bound; longer URLs could never be fetched
 MAX_TEXT = 2000  # alt text and captions (the save's altText bound)
@@ -50,6 +58,16 @@ _SELECTOR = (
 _BACKGROUND = re.compile(
     r"background(?:-image)?\s*:[^;]*?url\(\s*(['\"]?)(.*?)\1\s*\)", re.IGNORECASE | re.DOTALL
 )
+_TOKEN = re.compile(r"<(?:(!--)|(/?)([a-z][a-z0-9-]*))")
+# Elements that never hold others open: void elements and those a sibling closes implicitly.
+_FLAT_NAMES = (
+    "area base br col embed hr img image input link meta source track wbr param keygen frame "
+    "basefont bgsound p li dt dd option optgroup tr td th thead tbody tfoot colgroup caption "
+    "rb rt rp rtc html head body"
+)
+_FLAT = frozenset(_FLAT_NAMES.split())
+_RAW_TEXT_NAMES = "script style textarea title xmp noscript iframe noembed noframes plaintext"
+_RAW_TEXT = frozenset(_RAW_TEXT_NAMES.split())
 _SPACE = re.compile(r"\s+")
 # Control and format characters a text keeps out (whitespace is collapsed separately).
 _CONTROL = re.compile(
@@ -83,7 +101,7 @@ class PageFacts:
     base_href: str | None = None
     found: list[Found] = field(default_factory=list[Found])
     examined: int = 0
-    bounded: bool = False  # True when MAX_ELEMENTS stopped the walk
+    bounded: bool = False  # True when MAX_ELEMENTS stopped the walk or MAX_DEPTH cut the page
 
 
 @dataclass(frozen=True)
@@ -133,8 +151,54 @@ def _picture_alt(source: LexborNode) -> str | None:
     return clean(img.attributes.get("alt")) if img is not None else None
 
 
+def deep_nesting_at(html: str, max_depth: int = MAX_DEPTH) -> int | None:
+    """Where ``html`` first opens more than ``max_depth`` elements at once; ``None`` if never.
+
+    Lexbor's tree builder checks element scopes by scanning the stack of open elements, so a
+    page of nested ``<div>`` followed by many tags costs depth x tags: measured, 4,000 nested
+    ``<div>`` and 300,000 more tags took 3.3 s, and 5 MiB can hold far worse. This linear scan
+    (a regular expression; comments and raw text skipped) over-estimates the depth (it closes
+    nothing implicitly but the elements in ``_FLAT``), so a cut page is cut no later than the
+    parser would have gone deep.
+    """
+    lower = html.lower()
+    depth = 0
+    skip = 0
+    for match in _TOKEN.finditer(lower):
+        start = match.start()
+        if start < skip:
+            continue
+        if match.group(1):  # a comment: nothing in it counts
+            end = lower.find("-->", start + 4)
+            if end < 0:
+                return None
+            skip = end + 3
+            continue
+        name = match.group(3)
+        if name in _FLAT:
+            continue
+        if match.group(2):
+            depth = max(0, depth - 1)
+        elif name in _RAW_TEXT:
+            end = lower.find("</" + name, match.end())
+            if end < 0:
+                return None
+            skip = end
+        else:
+            depth += 1
+            if depth > max_depth:
+                return start
+    return None
+
+
 def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
-    """Every element of ``html`` that may name an image, in document order (Lexbor)."""
+    """Every element of ``html`` that may name an image, in document order (Lexbor).
+
+    A page nested deeper than :data:`MAX_DEPTH` is read up to where it gets that deep.
+    """
+    cut = deep_nesting_at(html)
+    if cut is not None:
+        html = html[:cut]
     tree = LexborHTMLParser(html)
     title: str | None = None
     language: str | None = None
@@ -208,6 +272,7 @@ def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
         if style:
             for match in _BACKGROUND.finditer(style):
                 found.append(Found("background", position, src=match.group(2)))
+    bounded = bounded or cut is not None
     return PageFacts(title, language, canonical, base_href, found, examined, bounded)
 
 

@@ -97,8 +97,9 @@ class PageImages(WireModel):
     language: str | None
     truncated: bool = Field(description=f"The page was longer than {PAGE_MAX_BYTES} bytes.")
     elements_bounded: bool = Field(
-        description=f"The page had more than {page_images.MAX_ELEMENTS} image-bearing elements; "
-        "only the first were examined."
+        description=f"The page had more than {page_images.MAX_ELEMENTS} image-bearing elements, "
+        f"or nested more than {page_images.MAX_DEPTH} elements deep; only what came before was "
+        "examined."
     )
     candidates: list[ImageCandidate]
     saved: int = Field(description="How many candidates were saved (0 without save).")
