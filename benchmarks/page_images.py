@@ -143,8 +143,9 @@ def walk_lxml(html: str, *, max_elements: int = page_images.MAX_ELEMENTS) -> Pag
             title = clean(node.text_content())
         style = attrs.get("style")
         if style:
-            for match in page_images._BACKGROUND.finditer(style):  # pyright: ignore[reportPrivateUsage]
-                found.append(Found("background", position, src=match.group(2)))
+            found.extend(
+                Found("background", position, src=url) for url in page_images.background_urls(style)
+            )
     return PageFacts(title, language, canonical, base_href, found, examined, bounded)
 
 

@@ -11,6 +11,7 @@ from scraper_mcp.page_images import (
     MAX_ELEMENTS,
     Candidate,
     absolute,
+    background_urls,
     candidates,
     deep_nesting_at,
     largest_in_srcset,
@@ -236,3 +237,31 @@ def test_deep_nesting_is_cut_where_it_gets_too_deep() -> None:
     # An unterminated comment or script hides the rest, which the parser would hide too.
     assert deep_nesting_at("<!--" + "<div>" * 5_000) is None
     assert deep_nesting_at("<script>" + "<div>" * 5_000) is None
+
+
+def test_hostile_shapes_cost_one_pass() -> None:
+    # A figure of many images and a huge caption: the caption is read once, bounded.
+    page = (
+        "<figure><figcaption>"
+        + "word " * 200_000
+        + "</figcaption>"
+        + '<img src="a.png">' * 2_000
+        + "</figure>"
+    )
+    facts = walk(page)
+    assert len(facts.found) == 2_000
+    assert all(f.caption is not None and len(f.caption) <= 2000 for f in facts.found)
+    # A style of unterminated url( and quotes: bounded, and at most four layers per element.
+    assert len(background_urls("background: " + "url('x" * 100_000)) == 4
+    assert background_urls("background: url(a.png), url('b.png'), url(\"c.png\")") == [
+        "a.png",
+        "b.png",
+        "c.png",
+    ]
+    assert len(background_urls("background:" + "url(a.png)," * 50)) == 4
+    assert background_urls("mask-image: url(a.png)") == []
+    # A srcset padded with megabytes of spaces is read only so far.
+    assert largest_in_srcset(" " * 3_000_000 + "a.png 2x") is None
+    # A huge alt text is cut to the save's bound.
+    (img,) = walk('<img alt="' + "a " * 2_000_000 + '" src="a.png">').found
+    assert img.alt is not None and len(img.alt) == 2000

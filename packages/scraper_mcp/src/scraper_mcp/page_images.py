@@ -55,9 +55,12 @@ UNDECLARED_AREA = 300 * 200  # the area an image without declared size is ranked
 _SELECTOR = (
     "img, picture source, meta, link, figure, [style*='url(' i], base[href], html[lang], title"
 )
-_BACKGROUND = re.compile(
-    r"background(?:-image)?\s*:[^;]*?url\(\s*(['\"]?)(.*?)\1\s*\)", re.IGNORECASE | re.DOTALL
-)
+# ``url(...)`` in an inline style: no backtracking (every quantifier stops at a delimiter), so
+# a hostile style costs one pass. Only the first MAX_STYLE characters of a style are read.
+_STYLE_URL = re.compile(r"url\(\s*[\"']?([^\"')\s]{1,4096})")
+MAX_STYLE = 4096
+MAX_STYLE_URLS = 4  # background layers read per element
+MAX_SRCSET = 16384  # characters of a srcset read (a real one is a few hundred)
 _TOKEN = re.compile(r"<(?:(!--)|(/?)([a-z][a-z0-9-]*))")
 # Elements that never hold others open: void elements and those a sibling closes implicitly.
 _FLAT_NAMES = (
@@ -122,7 +125,8 @@ def clean(text: str | None, limit: int = MAX_TEXT) -> str | None:
     """Whitespace collapsed, control characters dropped, at most ``limit`` characters."""
     if text is None:
         return None
-    text = _SPACE.sub(" ", _CONTROL.sub("", text)).strip()
+    # Whitespace collapses, so a prefix of a few times the limit is enough to fill it.
+    text = _SPACE.sub(" ", _CONTROL.sub("", text[: limit * 4])).strip()
     return text[:limit] or None
 
 
@@ -130,16 +134,37 @@ def _meta_key(attrs: dict[str, str | None]) -> str:
     return (attrs.get("property") or attrs.get("name") or "").strip().lower()
 
 
-def _figure_caption(node: LexborNode) -> str | None:
-    figure = node.parent
-    depth = 0
-    while figure is not None and figure.tag != "figure" and depth < 8:
-        figure = figure.parent
-        depth += 1
-    if figure is None or figure.tag != "figure":
-        return None
-    caption = figure.css_first("figcaption")
-    return clean(caption.text(separator=" ")) if caption is not None else None
+def background_urls(style: str) -> list[str]:
+    """The ``url(...)`` values of an inline style's ``background``/``background-image``."""
+    style = style[:MAX_STYLE]
+    if "background" not in style.lower():
+        return []
+    return [match.group(1) for match in _STYLE_URL.finditer(style)][:MAX_STYLE_URLS]
+
+
+class _Captions:
+    """The ``<figcaption>`` of an element's ``<figure>``, read once per figure.
+
+    A figure of thousands of images and a megabyte of caption must not cost images x caption.
+    """
+
+    def __init__(self) -> None:
+        self._by_figure: dict[int, str | None] = {}
+
+    def of(self, node: LexborNode) -> str | None:
+        figure = node.parent
+        depth = 0
+        while figure is not None and figure.tag != "figure" and depth < 8:
+            figure = figure.parent
+            depth += 1
+        if figure is None or figure.tag != "figure":
+            return None
+        key = figure.mem_id
+        if key not in self._by_figure:
+            caption = figure.css_first("figcaption")
+            text = caption.text(separator=" ") if caption is not None else None
+            self._by_figure[key] = clean(text[: MAX_TEXT * 4] if text else None)
+        return self._by_figure[key]
 
 
 def _picture_alt(source: LexborNode) -> str | None:
@@ -208,6 +233,7 @@ def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
     examined = 0
     bounded = False
     last_og: int | None = None
+    captions = _Captions()
     for node in tree.css(_SELECTOR):
         if examined >= max_elements:
             bounded = True
@@ -224,7 +250,7 @@ def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
                     src=attrs.get("src"),
                     srcset=attrs.get("srcset"),
                     alt=clean(attrs.get("alt")),
-                    caption=_figure_caption(node),
+                    caption=captions.of(node),
                     width=attrs.get("width"),
                     height=attrs.get("height"),
                 )
@@ -237,7 +263,7 @@ def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
                     srcset=attrs.get("srcset"),
                     src=attrs.get("src"),
                     alt=_picture_alt(node),
-                    caption=_figure_caption(node),
+                    caption=captions.of(node),
                     width=attrs.get("width"),
                     height=attrs.get("height"),
                 )
@@ -270,8 +296,7 @@ def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
             title = clean(node.text(), MAX_TITLE)
         style = attrs.get("style") if tag not in ("meta", "link", "base", "title") else None
         if style:
-            for match in _BACKGROUND.finditer(style):
-                found.append(Found("background", position, src=match.group(2)))
+            found.extend(Found("background", position, src=url) for url in background_urls(style))
     bounded = bounded or cut is not None
     return PageFacts(title, language, canonical, base_href, found, examined, bounded)
 
@@ -294,6 +319,7 @@ def largest_in_srcset(srcset: str) -> tuple[str, int | None] | None:
     and a trailing comma ends it.
     """
     best: tuple[float, float, str, int | None] | None = None
+    srcset = srcset[:MAX_SRCSET]
     position, length = 0, len(srcset)
     while position < length:
         while position < length and (srcset[position].isspace() or srcset[position] == ","):
