@@ -20,8 +20,9 @@ would tell), with ``width: null``.
 Why Lexbor (measured with ``make bench``, ``benchmarks/page_images.py``: 300 generated pages,
 13 MB, on a shared 2-core machine): parsing alone is about 2.5x faster than lxml; with the
 depth guard below (which lxml does not need: libxml2 stops at depth 255 and drops the rest)
-parse + walk is about 1.1-1.6x faster and the whole extraction about 1.05-1.1x (the shared
-resolution step dominates). The deciding point beyond speed: Lexbor is an HTML5 parser that
+parse + walk measured 1.1-1.6x faster over several runs, and the whole extraction is about
+even (0.75-1.2x from run to run: the shared resolution step dominates and the machine's
+neighbours add noise). The deciding point beyond speed: Lexbor is an HTML5 parser that
 builds the tree a browser builds, where libxml2's HTML parser nests an ``<img>`` inside the
 ``<source>`` before it (it does not know ``<source>`` is void).
 
