@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from memory_tools.errors import NotHtml
+from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import FetchedBody
+from memory_tools.ingest.inputs import MAX_SOURCE_REF_BYTES
 from scraper_mcp.page_images import (
     MAX_DEPTH,
     MAX_ELEMENTS,
@@ -17,7 +21,7 @@ from scraper_mcp.page_images import (
     largest_in_srcset,
     walk,
 )
-from scraper_mcp.pages import decode_page
+from scraper_mcp.pages import decode_page, page_source_ref
 
 PAGE = "https://example.com/articles/cats?id=1"
 
@@ -265,3 +269,45 @@ def test_hostile_shapes_cost_one_pass() -> None:
     # A huge alt text is cut to the save's bound.
     (img,) = walk('<img alt="' + "a " * 2_000_000 + '" src="a.png">').found
     assert img.alt is not None and len(img.alt) == 2000
+
+
+def test_the_page_context_fits_a_saves_source_ref() -> None:
+    long_url = "https://example.com/" + "a" * 1900
+    candidate = Candidate(
+        url="https://example.com/a.png",
+        kind="img",
+        position=0,
+        alt="é" * 2000,
+        caption="\u2028caption " * 250,
+        width=None,
+        height=None,
+        page_declared=False,
+    )
+    ref = page_source_ref(long_url, "Title", candidate)
+    assert ref["pageUrl"] == long_url and ref["pageTitle"] == "Title"
+    assert ref["altText"].startswith("éé")
+    assert len(json.dumps(ref).encode()) <= MAX_SOURCE_REF_BYTES
+    assert inputs.source_ref(ref)  # the save accepts it
+    # The bound counts bytes as the save does (JSON with escapes: an é takes six).
+    assert set(page_source_ref("https://example.com/p", None, candidate)) == {
+        "pageUrl",
+        "altText",
+    }
+    fits = Candidate(
+        url="https://example.com/a.png",
+        kind="img",
+        position=0,
+        alt="a" * 1000,
+        caption="c" * 1000,
+        width=None,
+        height=None,
+        page_declared=False,
+    )
+    assert page_source_ref("https://example.com/p", "T", fits) == {
+        "pageUrl": "https://example.com/p",
+        "pageTitle": "T",
+        "altText": "a" * 1000,
+        "caption": "c" * 1000,
+    }
+    # A page URL longer than a sourceRef value may be is left out rather than cut.
+    assert "pageUrl" not in page_source_ref("https://e.com/" + "a" * 2100, "T", candidate)

@@ -13,6 +13,7 @@ refused target fails the whole call before anything is fetched.
 from __future__ import annotations
 
 import codecs
+import json
 import re
 from typing import Annotated, Any
 
@@ -31,6 +32,7 @@ from memory_tools.errors import (
     translate,
 )
 from memory_tools.ingest.fetch import FetchedBody
+from memory_tools.ingest.inputs import MAX_SOURCE_REF_BYTES
 from memory_tools.ingest.save import AssetSaver, SaveRequest, check_placement
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
@@ -39,6 +41,7 @@ from scraper_mcp.page_images import Candidate, SourceKind
 
 PAGE_MAX_BYTES = 5 * 1024 * 1024  # a longer page is cut here (and says so: ``truncated``)
 MAX_SAVES = 10  # candidates one call may save
+MAX_SOURCE_REF_TEXT = 2000  # characters of one sourceRef value (``inputs.source_ref``)
 HTML_TYPES = frozenset({"text/html", "application/xhtml+xml"})
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([a-zA-Z0-9._:-]{1,40})""", re.I)
 _SNIFF = 1024
@@ -216,6 +219,35 @@ async def _check_target(caller: Caller, services: MemoryServices, save: PageSave
             raise translate(exc) from None
 
 
+def page_source_ref(page_url: str, title: str | None, candidate: Candidate) -> dict[str, Any]:
+    """A candidate's page context as a save's ``sourceRef``, within its byte bound.
+
+    In order of use: the page URL (left out if longer than a value may be), its title, the
+    alt text, the caption; a text that does not fit is shortened to what does.
+    """
+    ref: dict[str, Any] = {}
+    fields = (
+        ("pageUrl", page_url),
+        ("pageTitle", title),
+        ("altText", candidate.alt),
+        ("caption", candidate.caption),
+    )
+    for key, value in fields:
+        if not value or len(value) > MAX_SOURCE_REF_TEXT:
+            continue  # a longer URL would be refused, and a text is never longer
+        room = MAX_SOURCE_REF_BYTES - len(json.dumps({**ref, key: ""}).encode())
+        if len(json.dumps(value).encode()) - 2 <= room:
+            ref[key] = value
+        elif key != "pageUrl" and room > 0:
+            # Worst case 6 bytes of JSON per character (\uXXXX); cut, then trim to fit.
+            cut = value[: room // 6 + 1]
+            while cut and len(json.dumps(cut).encode()) - 2 > room:
+                cut = cut[: len(cut) * 9 // 10]
+            if cut.strip():
+                ref[key] = cut.strip()
+    return ref
+
+
 async def _save_one(
     saver: AssetSaver,
     caller: Caller,
@@ -225,14 +257,7 @@ async def _save_one(
     candidate: Candidate,
 ) -> ImageCandidate:
     """Save one candidate; a refusal is reported on it, never raised."""
-    source_ref: dict[str, Any] = {"pageUrl": page_url}
-    for key, value in (
-        ("pageTitle", facts.title),
-        ("altText", candidate.alt),
-        ("caption", candidate.caption),
-    ):
-        if value:
-            source_ref[key] = value
+    source_ref = page_source_ref(page_url, facts.title, candidate)
     request = SaveRequest(
         vault=save.vault,
         source_url=candidate.url,
