@@ -179,7 +179,6 @@ async def scrape_page_images(
     fetcher = services.fetcher
     if fetcher is None:
         raise FeatureDisabled("fetching pages is not configured on this server")
-    saver = AssetSaver(services)
     if save is not None:
         await _check_target(caller, services, save)
     async with services.call_admission.stepped_aside():
@@ -190,6 +189,7 @@ async def scrape_page_images(
     views = [_view(candidate) for candidate in found]
     saved = 0
     if save is not None:
+        saver = AssetSaver(services)
         for index, candidate in enumerate(found[: save.max_count]):
             views[index] = await _save_one(saver, caller, save, facts, body.final_url, candidate)
             saved += views[index].asset_id is not None
