@@ -16,6 +16,7 @@ BENCHMARKS = [
     ("search: whole call vs bare vector query", ["search.py"]),
     ("server memory under 24 concurrent maximum-size saves", ["decode_memory.py"]),
     ("1 to 64 concurrent MCP clients against the HTTP server", ["load.py"]),
+    ("page image extraction: selectolax (Lexbor) vs lxml", ["page_images.py"]),
 ]
 
 

@@ -11,6 +11,7 @@ Hierarchy::
     ├── FeatureDisabled      feature_disabled  switched off by configuration
     ├── UnsafeUrl            unsafe_url        a URL, redirect or response the fetch policy refuses
     ├── FetchFailed          fetch_failed      a public source answered with an error or not at all
+    ├── NotHtml              not_html          a page fetched for its images is not an HTML page
     ├── InvalidImage         invalid_image     bytes that are not an acceptable image
     ├── QuotaExceeded        quota_exceeded    the owner's storage quota would be exceeded
     ├── Unavailable          unavailable       the database cannot be reached now; retry shortly
@@ -51,6 +52,7 @@ CODES = (
     "feature_disabled",
     "unsafe_url",
     "fetch_failed",
+    "not_html",
     "invalid_image",
     "quota_exceeded",
     "unavailable",
@@ -121,6 +123,12 @@ class FetchFailed(ToolFailure):
     """A permitted source could not deliver the image (HTTP error, refused connection)."""
 
     code = "fetch_failed"
+
+
+class NotHtml(ToolFailure):
+    """A page fetched for its images answered with something else (an image, JSON, a PDF)."""
+
+    code = "not_html"
 
 
 class InvalidImage(ToolFailure):

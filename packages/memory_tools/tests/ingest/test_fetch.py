@@ -116,6 +116,36 @@ async def test_hostile_url_is_refused_as_unsafe(
     assert "/secret" not in web.requested
 
 
+# Oversized bodies are not refused by a page read (it cuts them); every other case is.
+_PAGE_HOSTILE = [case for case in HOSTILE if not case.name.startswith("oversized")]
+
+
+@pytest.mark.parametrize("case", _PAGE_HOSTILE, ids=[case.name for case in _PAGE_HOSTILE])
+async def test_a_page_read_refuses_what_an_image_read_refuses(
+    case: Hostile, fetcher: SafeFetcher, web: WebServer
+) -> None:
+    with pytest.raises(UnsafeUrl) as caught:
+        await fetcher.fetch_page(case.url.format(port=web.port), max_bytes=MAX_BYTES)
+    assert caught.value.code == "unsafe_url"
+    assert "/secret" not in web.requested
+
+
+@pytest.mark.parametrize("path", ["/big-length", "/big-stream"])
+async def test_a_page_read_cuts_a_long_page_at_its_bound(
+    fetcher: SafeFetcher, web: WebServer, path: str
+) -> None:
+    fetched = await fetcher.fetch_page(web.url(path, host="img.test"), max_bytes=100)
+    assert fetched.data == b"x" * 100
+    assert fetched.truncated is True
+    assert web.request_headers[-1]["accept"].startswith("text/html")
+    whole = await fetcher.fetch_page(web.url(path, host="img.test"), max_bytes=MAX_BYTES + 1)
+    assert len(whole.data) == MAX_BYTES + 1
+    assert whole.truncated is False
+    # An image read of the same body is still refused, not cut.
+    with pytest.raises(UnsafeUrl, match="the image is larger than"):
+        await fetcher.fetch(web.url(path, host="img.test"))
+
+
 async def test_a_public_image_is_fetched(fetcher: SafeFetcher, web: WebServer) -> None:
     fetched = await fetcher.fetch(web.url("/ok", host="img.test"))
     assert fetched.data == BODY
@@ -123,6 +153,7 @@ async def test_a_public_image_is_fetched(fetcher: SafeFetcher, web: WebServer) -
     assert fetched.redirects == 0
     headers = web.request_headers[-1]
     assert headers["accept-encoding"] == "identity"
+    assert headers["accept"].startswith("image/")
 
 
 async def test_five_redirects_are_followed(fetcher: SafeFetcher, web: WebServer) -> None:

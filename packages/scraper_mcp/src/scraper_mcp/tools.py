@@ -13,10 +13,16 @@ Adding a scraper tool: one method here, its workflow in a ``scraper_mcp`` module
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastmcp.tools import Tool
+from pydantic import Field
 
 from memory_tools import MemoryServices
 from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.mcp.tools import run_as_caller
+from scraper_mcp import page_images, pages
+from scraper_mcp.pages import PageImages, PageSave
 
 scraper_tools = ToolRegistry()
 
@@ -33,3 +39,53 @@ class ScraperTools:
         self.services = services
 
     # Tools, in this order: scrape_page_images, scrape_image_download, scrape_page_screenshot.
+
+    @scraper_tools.tool(
+        "Find images on a page",
+        # Static hints cover the opt-in: with ``save`` the call stores images.
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="asset_save",
+    )
+    async def scrape_page_images(
+        self,
+        url: Annotated[
+            str, Field(min_length=1, max_length=4096, description="A public https page URL.")
+        ],
+        limit: Annotated[
+            int,
+            Field(ge=1, le=page_images.MAX_CANDIDATES, description="At most this many candidates."),
+        ] = 20,
+        minWidth: Annotated[
+            int | None,
+            Field(
+                ge=1,
+                le=100_000,
+                description="Drop images declared narrower than this; images without a "
+                "declared width are kept (width null).",
+            ),
+        ] = None,
+        save: Annotated[
+            PageSave | None,
+            Field(description="Also save the top candidates (omit: nothing is stored)."),
+        ] = None,
+    ) -> PageImages:
+        """Fetch a web page and list the images on it, most likely important first.
+
+        Sources: og:image, twitter:image, link rel=image_src, <img> (src and the largest
+        srcset entry), <picture><source>, <figure> captions and inline CSS background-image.
+        Each candidate has its absolute URL, alt text, caption, declared size and where it was
+        found; the page its title, canonical URL and language. Nothing is stored unless
+        ``save`` is given: then the top ``save.max`` candidates are saved with the page as
+        their source, and each candidate reports its assetId or its saveError.
+        """
+        return await run_as_caller(
+            self.services,
+            pages.scrape_page_images,
+            self.services,
+            url=url,
+            limit=limit,
+            min_width=minWidth,
+            save=save,
+        )

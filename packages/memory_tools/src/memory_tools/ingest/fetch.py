@@ -14,6 +14,7 @@ from __future__ import annotations
 import re
 import ssl
 from dataclasses import dataclass, field
+from typing import Literal
 
 import anyio
 import httpcore
@@ -67,6 +68,21 @@ class FetchedBody:
     final_url: str
     declared_type: str | None
     redirects: int
+    truncated: bool = False  # only a page may be cut at its bound (``fetch_page``)
+
+
+_IMAGE_ACCEPT = "image/avif;q=0,image/webp,image/png,image/jpeg,image/gif,image/*;q=0.5"
+_PAGE_ACCEPT = "text/html,application/xhtml+xml;q=0.9"
+
+
+@dataclass(frozen=True)
+class _Read:
+    """How one fetch reads its body: the bound, what it asks for, what a refusal calls it."""
+
+    max_bytes: int
+    accept: str
+    noun: Literal["image", "page"]
+    truncate: bool = False
 
 
 def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
@@ -149,7 +165,7 @@ class SafeFetcher:
                 pool=policy.connect_timeout,
             ),
             headers={
-                "Accept": "image/avif;q=0,image/webp,image/png,image/jpeg,image/gif,image/*;q=0.5",
+                "Accept": _IMAGE_ACCEPT,
                 "Accept-Encoding": "identity",
                 "User-Agent": policy.user_agent,
             },
@@ -166,19 +182,30 @@ class SafeFetcher:
 
     async def fetch(self, raw_url: str) -> FetchedBody:
         """The body of ``raw_url`` after at most ``max_redirects`` checked redirects."""
+        return await self._fetch(raw_url, _Read(self._policy.max_bytes, _IMAGE_ACCEPT, "image"))
+
+    async def fetch_page(self, raw_url: str, *, max_bytes: int) -> FetchedBody:
+        """An HTML page under the same policy (checks, redirects, time), cut at ``max_bytes``.
+
+        A page longer than ``max_bytes`` is not refused: its first ``max_bytes`` are returned
+        with ``truncated=True`` and the connection is closed (an HTML parser reads a cut page).
+        """
+        return await self._fetch(raw_url, _Read(max_bytes, _PAGE_ACCEPT, "page", truncate=True))
+
+    async def _fetch(self, raw_url: str, read: _Read) -> FetchedBody:
         url = check_url(raw_url, self._policy)
         try:
             with anyio.fail_after(self._policy.total_timeout):
-                return await self._follow(url)
+                return await self._follow(url, read)
         except TimeoutError:
             raise UnsafeUrl(
                 f"the download did not finish within {self._policy.total_timeout:g} s"
             ) from None
 
-    async def _follow(self, url: httpx.URL) -> FetchedBody:
+    async def _follow(self, url: httpx.URL, read: _Read) -> FetchedBody:
         seen = {str(url)}
         for redirects in range(self._policy.max_redirects + 1):
-            location = await self._request(url, redirects)
+            location = await self._request(url, redirects, read)
             if isinstance(location, FetchedBody):
                 return location
             target = url.join(location)
@@ -188,10 +215,11 @@ class SafeFetcher:
             url = check_url(str(target), self._policy)
         raise UnsafeUrl(f"more than {self._policy.max_redirects} redirects")
 
-    async def _request(self, url: httpx.URL, redirects: int) -> FetchedBody | str:
+    async def _request(self, url: httpx.URL, redirects: int, read: _Read) -> FetchedBody | str:
         """The body, or the ``Location`` of a redirect."""
         try:
-            async with self._client.stream("GET", url) as response:
+            headers = {"Accept": read.accept}
+            async with self._client.stream("GET", url, headers=headers) as response:
                 if response.status_code in _REDIRECTS:
                     location = response.headers.get("location")
                     if not location:
@@ -199,18 +227,21 @@ class SafeFetcher:
                     return location
                 if response.status_code != 200:
                     raise FetchFailed(f"the server answered HTTP {response.status_code}")
-                data = await self._read_body(response)
+                data, truncated = await self._read_body(response, read)
                 log.info(
                     "asset_fetched",
                     host=url.host,
                     bytes=len(data),
                     redirects=redirects,
+                    kind=read.noun,
+                    truncated=truncated,
                 )
                 return FetchedBody(
                     data=data,
                     final_url=str(url),
                     declared_type=response.headers.get("content-type"),
                     redirects=redirects,
+                    truncated=truncated,
                 )
         except UnsafeDestination as exc:
             raise UnsafeUrl(f"the host resolves to {exc.reason}") from None
@@ -221,8 +252,10 @@ class SafeFetcher:
         except httpx.HTTPError as exc:
             raise FetchFailed(f"the download failed ({type(exc).__name__})") from None
 
-    async def _read_body(self, response: httpx.Response) -> bytes:
-        limit = self._policy.max_bytes
+    async def _read_body(self, response: httpx.Response, read: _Read) -> tuple[bytes, bool]:
+        """The body and whether it was cut at ``read.max_bytes`` (only when it may be)."""
+        limit = read.max_bytes
+        too_large = f"the {read.noun} is larger than the {limit}-byte limit"
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise UnsafeUrl(f"the server sent an encoded body ({encoding}); identity was asked")
@@ -230,18 +263,21 @@ class SafeFetcher:
         if declared is not None:
             if not declared.strip().isdigit():
                 raise UnsafeUrl("the server sent an invalid Content-Length")
-            if int(declared) > limit:
-                raise UnsafeUrl(f"the image is larger than the {limit}-byte limit")
+            if int(declared) > limit and not read.truncate:
+                raise UnsafeUrl(too_large)
         chunks: list[bytes] = []
         received = 0
         async for chunk in response.aiter_raw():
+            if received + len(chunk) > limit:
+                if not read.truncate:
+                    raise UnsafeUrl(too_large)
+                chunks.append(chunk[: limit - received])
+                return b"".join(chunks), True
             received += len(chunk)
-            if received > limit:
-                raise UnsafeUrl(f"the image is larger than the {limit}-byte limit")
             chunks.append(chunk)
         if received == 0:
             raise FetchFailed("the server sent an empty body")
-        return b"".join(chunks)
+        return b"".join(chunks), False
 
 
 def fetch_policy(

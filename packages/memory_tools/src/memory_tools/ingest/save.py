@@ -99,6 +99,9 @@ class SaveRequest:
     project_id: str | None = None
     folder_id: str | None = None
     idempotency_key: str | None = None
+    # What a URL save records as its source: a URL the caller named, or an image a scraper
+    # found on a page (``scrape_page_images`` with ``save``; its page goes in ``source_ref``).
+    url_source_kind: Literal["external_url", "scrape"] = "external_url"
 
 
 class SaveResult(WireModel):
@@ -281,7 +284,7 @@ class AssetSaver:
             raise FeatureDisabled("saving by URL is not configured on this server")
         fetch_url = str(check_url(request.source_url, fetcher.policy))
         intent = describe(
-            request, source_kind="external_url", source_url=inputs.scrub_url(fetch_url)
+            request, source_kind=request.url_source_kind, source_url=inputs.scrub_url(fetch_url)
         )
         return intent, Download(fetcher, self.services.call_admission, fetch_url)
 

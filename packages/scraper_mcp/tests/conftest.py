@@ -1,0 +1,112 @@
+"""Fixtures: a local site on 127.0.0.1 reached as ``site.test`` through the fetcher's test
+resolver allowance (the default policy never allows loopback), and aggregate-server services
+on a fresh database with a local object store and the local embedder."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+
+from memory_db import Database, MemorySettings
+from memory_db.embedding import LocalEmbedder
+from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_tools import MemoryServices, admin
+from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.testing.web import WebServer, serve_web
+from scraper_mcp import build_aggregate_server
+
+# Only site.test may reach loopback; the others stand for private and metadata addresses.
+HOSTS = {
+    "site.test": ["127.0.0.1"],
+    "intranet.test": ["10.0.0.5"],
+    "metadata.test": ["169.254.169.254"],
+}
+SAVE_LIMIT = 1024 * 1024
+
+
+@pytest.fixture
+def site() -> Iterator[WebServer]:
+    with serve_web() as server:
+        yield server
+
+
+@pytest.fixture
+async def scraper_services(
+    database: Database, tmp_path: Path, site: WebServer
+) -> AsyncIterator[MemoryServices]:
+    settings = MemorySettings(memory_data_dir=tmp_path / "data", asset_max_bytes=SAVE_LIMIT)
+    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    policy = FetchPolicy(
+        max_bytes=SAVE_LIMIT,
+        allow_http=True,
+        allowed_ports=frozenset({80, 443, site.port}),
+        total_timeout=5.0,
+        connect_timeout=1.0,
+        read_timeout=2.0,
+        addresses=AddressPolicy(loopback_names=frozenset({"site.test"})),
+    )
+    fetcher = SafeFetcher(policy, resolver=MappedResolver(HOSTS))
+    yield MemoryServices(
+        database=database,
+        store=store,
+        settings=settings,
+        embedder=LocalEmbedder(),
+        fetcher=fetcher,
+    )
+    await fetcher.aclose()
+
+
+@pytest.fixture
+def make_key(database: Database) -> Callable[..., Any]:
+    async def make(email: str, scopes: tuple[str, ...] = ("read", "write")) -> str:
+        with contextlib.suppress(Exception):
+            await admin.create_identity(database, email, 10**9)
+        return (await admin.create_key(database, email, scopes)).secret
+
+    return make
+
+
+@pytest.fixture
+def aggregate_client(scraper_services: MemoryServices) -> Callable[[str], Client[Any]]:
+    """An in-process MCP client of the aggregate server acting with ``key`` (as over stdio)."""
+    return lambda key: Client(
+        build_aggregate_server(replace(scraper_services, default_api_key=key))
+    )
+
+
+@pytest.fixture
+def serve_http() -> Callable[..., Any]:
+    """Serve a FastMCP server with a real uvicorn on 127.0.0.1 (a free port), then stop it."""
+    import asyncio
+    import socket
+
+    import uvicorn
+
+    @contextlib.asynccontextmanager
+    async def serve(server: Any) -> AsyncGenerator[str]:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        app = server.http_app(path="/mcp")
+        config = uvicorn.Config(
+            app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
+        )
+        uv_server = uvicorn.Server(config)
+        task = asyncio.create_task(uv_server.serve())
+        while not uv_server.started:
+            if task.done():
+                task.result()
+            await asyncio.sleep(0.02)
+        try:
+            yield f"http://127.0.0.1:{port}/mcp"
+        finally:
+            uv_server.should_exit = True
+            await task
+
+    return serve
