@@ -19,7 +19,6 @@ settings, whatever the environment says, so the files do not depend on the machi
 
 from __future__ import annotations
 
-import difflib
 import hashlib
 import json
 from importlib.metadata import version
@@ -81,17 +80,26 @@ def memory_tool_differences(
     for name in sorted(extra):
         found.append(f"{name}: an image_ tool the memory server does not list")
     for name in sorted(ours.keys() & theirs.keys()):
-        if ours[name] == theirs[name]:
-            continue
-        left = json.dumps(ours[name], indent=1, sort_keys=True).splitlines()
-        right = json.dumps(theirs[name], indent=1, sort_keys=True).splitlines()
-        changed = [
-            line
-            for line in difflib.unified_diff(left, right, "memory", "aggregate", n=0, lineterm="")
-            if line.startswith(("-", "+")) and not line.startswith(("---", "+++"))
-        ]
-        found.append(f"{name}: differs: {' '.join(changed)}")
+        found.extend(f"{name}: {change}" for change in _changes(ours[name], theirs[name], ""))
     return found
+
+
+def _changes(ours: Any, theirs: Any, at: str) -> list[str]:
+    """Where two JSON values differ: ``path: memory server's value != aggregate's``."""
+    if isinstance(ours, dict) and isinstance(theirs, dict):
+        changes: list[str] = []
+        for key in sorted(ours.keys() | theirs.keys()):
+            inner = f"{at}.{key}" if at else str(key)
+            if key not in theirs:
+                changes.append(f"{inner}: missing from the aggregate")
+            elif key not in ours:
+                changes.append(f"{inner}: only on the aggregate")
+            else:
+                changes.extend(_changes(ours[key], theirs[key], inner))
+        return changes
+    if ours == theirs:
+        return []
+    return [f"{at}: {json.dumps(ours)[:200]} != {json.dumps(theirs)[:200]}"]
 
 
 def documented_settings() -> MemorySettings:
