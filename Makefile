@@ -91,6 +91,14 @@ typecheck: install ## Pyright (strict) over packages and apps
 manifest: install ## Regenerate docs/mcp-tool-manifest.generated.json and bundle/manifest.json
 	$(UV) run --frozen python scripts/write_manifest.py
 
+# The bundle is the committed tree (git archive HEAD) with bundle/manifest.json at its root.
+.PHONY: bundle
+bundle: $(MCPB) ## Pack the committed tree as an MCPB bundle for desktop clients: dist/image-memory.mcpb
+	rm -rf .cache/bundle && mkdir -p .cache/bundle dist
+	git archive HEAD | tar -x -C .cache/bundle
+	cp bundle/manifest.json bundle/.mcpbignore .cache/bundle/
+	$(MCPB) pack .cache/bundle dist/image-memory.mcpb
+
 .PHONY: bench
 bench: install ## Run the benchmarks under benchmarks/ (ratios against a same-run baseline)
 	$(UV) run --frozen python benchmarks/run.py
