@@ -68,6 +68,7 @@ def _validate(manifest: dict[str, Any], directory: Path) -> subprocess.Completed
     )
 
 
+@pytest.mark.mcpb
 async def test_the_bundle_is_valid_for_the_official_validator(tmp_path: Path) -> None:
     committed = json.loads((ROOT / BUNDLE_MANIFEST_PATH).read_text(encoding="utf-8"))
     done = _validate(committed, tmp_path)
@@ -75,6 +76,7 @@ async def test_the_bundle_is_valid_for_the_official_validator(tmp_path: Path) ->
     assert "Manifest schema validation passes!" in done.stdout
 
 
+@pytest.mark.mcpb
 @pytest.mark.parametrize(
     ("field", "value"),
     [("server.type", "uvx"), ("user_config.api_key.sensitive", "yes"), ("author", None)],

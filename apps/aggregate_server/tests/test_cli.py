@@ -22,6 +22,7 @@ import pytest
 import pyvips
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
+from fastmcp.exceptions import ToolError
 
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests
@@ -258,6 +259,10 @@ async def test_read_only_processes_offer_read_only_tools_and_refuse_uploads(
                 async with Client(url + "/mcp", auth=key) as client:
                     names = {tool.name for tool in await client.list_tools()}
                     assert names == expected and "image_asset_search" in names
+            # A tool that is not offered cannot be called on any child.
+            async with Client(url + "/mcp", auth=key) as client:
+                with pytest.raises(ToolError, match="Unknown tool"):
+                    await client.call_tool("image_project_create", {"name": "Refused"})
             async with httpx.AsyncClient(base_url=url, timeout=10) as http:
                 refused = await http.post(
                     "/uploads",

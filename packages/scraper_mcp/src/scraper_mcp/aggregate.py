@@ -16,7 +16,7 @@ from scraper_mcp.tools import build_scraper_tools, scraper_tools
 
 AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "
 
-SCRAPER = Toolset("scraper", "the scraper tools (they fetch the open web)", lambda: scraper_tools)
+SCRAPER = Toolset("scraper", "the scraper tools, which fetch the open web", lambda: scraper_tools)
 # What `scraper-mcp-server serve --toolsets` accepts, and what it offers without it.
 AGGREGATE_TOOLSETS = (*MEMORY_TOOLSETS, SCRAPER)
 AGGREGATE_SELECTION = ToolSelection((MEMORY, SCRAPER))
