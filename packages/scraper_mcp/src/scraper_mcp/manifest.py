@@ -23,10 +23,9 @@ import hashlib
 import json
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from fastmcp import Client, FastMCP
-from mcp_types import Tool as ListedTool
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
@@ -34,6 +33,9 @@ from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 from scraper_mcp.aggregate import AGGREGATE_SELECTION, build_aggregate_server
+
+if TYPE_CHECKING:
+    from mcp_types import Tool as ListedTool
 
 TOOL_MANIFEST_PATH = Path("docs/mcp-tool-manifest.generated.json")
 BUNDLE_MANIFEST_PATH = Path("bundle/manifest.json")
