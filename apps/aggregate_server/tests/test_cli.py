@@ -181,6 +181,7 @@ async def test_http_aggregate_server_serves_what_memory_server_serves(
     assert server.returncode == 0, stderr
     # The same start-up banner as memory-server's, under the aggregate's name.
     assert f"mcp-scraper: MCP over streamable HTTP at {url}/mcp" in stderr
+    assert "tools: toolsets memory,scraper" in stderr and "read-only" not in stderr
     assert "data directory:" in stderr and "create-key" in stderr
 
 
@@ -272,4 +273,6 @@ async def test_read_only_processes_offer_read_only_tools_and_refuse_uploads(
             assert refused.status_code == 403 and refused.json()["error"]["code"] == "forbidden"
     finally:
         await postgres.drop(name)
-    assert server.returncode == 0, "".join(output)
+    stderr = "".join(output)
+    assert server.returncode == 0, stderr
+    assert "tools: toolsets memory,scraper (read-only: only read-only tools)" in stderr

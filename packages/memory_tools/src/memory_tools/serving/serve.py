@@ -73,12 +73,25 @@ class ServerApp:
     tools: ToolSelection = MEMORY_SELECTION
 
 
-def banner(settings: MemorySettings, name: str, host: str, port: int) -> str:
+def offering(tools: ToolSelection) -> str:
+    """What a start-up notice says of the tools: ``toolsets memory,scraper (read-only)``."""
+    chosen = ",".join(toolset.name for toolset in tools.toolsets)
+    return f"toolsets {chosen}" + (" (read-only: only read-only tools)" if tools.read_only else "")
+
+
+def banner(
+    settings: MemorySettings,
+    name: str,
+    host: str,
+    port: int,
+    tools: ToolSelection = MEMORY_SELECTION,
+) -> str:
     """The start-up notice of an HTTP server: where it listens, its data and how to get a key."""
     shown = f"[{host}]" if ":" in host else host
     database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
     return (
         f"{name}: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
+        f"  tools: {offering(tools)}\n"
         f"  data directory: {settings.memory_data_dir}\n"
         f"  database: {database}\n"
         # No example address or "Bearer" here: in JSON mode this notice goes through the log
@@ -103,7 +116,7 @@ async def serve_stdio(settings: MemorySettings, app: ServerApp, *, with_worker: 
         links,
     ):
         server = app.build_server(services, name=app.name, auth=None, tools=app.tools)
-        notice(f"{app.name}: serving MCP over stdio")
+        notice(f"{app.name}: serving MCP over stdio ({offering(app.tools)})")
         if links.listener is not None:
             notice(f"{app.name}: preview links served at {links.base_url}")
         elif links.unavailable is not None:
@@ -173,7 +186,7 @@ async def _announce_and_serve_http(
     if quiet:
         log.info("server_process_ready", pid=os.getpid())
     else:
-        notice(banner(settings, app.name, host, port))
+        notice(banner(settings, app.name, host, port, app.tools))
     await run_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
 
 
@@ -199,7 +212,9 @@ def serve_http_processes(
         command=app.command,
         serve_options=app.tools.arguments(),
         with_worker=with_worker,
-        announce=lambda details: notice(f"{banner(settings, app.name, host, port)}\n{details}"),
+        announce=lambda details: notice(
+            f"{banner(settings, app.name, host, port, app.tools)}\n{details}"
+        ),
     )
 
 
