@@ -10,6 +10,7 @@ UV := $(shell command -v uv 2>/dev/null || echo $(CURDIR)/.cache/tools/bin/uv)
 HOST ?= 127.0.0.1
 PORT ?= 8765
 S3RVER := tools/s3rver/node_modules/.bin/s3rver
+MCPB := tools/mcpb/node_modules/.bin/mcpb
 
 .DEFAULT_GOAL := help
 
@@ -44,8 +45,11 @@ install-runtime: uv ## Install only the runtime dependencies (what `make run` ne
 $(S3RVER): tools/s3rver/package.json tools/s3rver/package-lock.json
 	cd tools/s3rver && npm ci --no-audit --no-fund --silent
 
+$(MCPB): tools/mcpb/package.json tools/mcpb/package-lock.json
+	cd tools/mcpb && npm ci --no-audit --no-fund --silent
+
 .PHONY: deps-node
-deps-node: $(S3RVER) ## Install the s3rver S3 peer used by the contract tests (npm)
+deps-node: $(S3RVER) $(MCPB) ## Install the test peers from npm: s3rver (S3) and mcpb (bundle validator)
 
 .PHONY: run
 run: install-runtime ## Serve MCP over HTTP on the embedded default (HOST=127.0.0.1 PORT=8765)
@@ -82,6 +86,18 @@ lint: install ## Ruff lint and format check
 .PHONY: typecheck
 typecheck: install ## Pyright (strict) over packages and apps
 	$(UV) run --frozen pyright
+
+.PHONY: manifest
+manifest: install ## Regenerate docs/mcp-tool-manifest.generated.json and bundle/manifest.json
+	$(UV) run --frozen python scripts/write_manifest.py
+
+# The bundle is the committed tree (git archive HEAD) with bundle/manifest.json at its root.
+.PHONY: bundle
+bundle: $(MCPB) ## Pack the committed tree as an MCPB bundle for desktop clients: dist/image-memory.mcpb
+	rm -rf .cache/bundle && mkdir -p .cache/bundle dist
+	git archive HEAD | tar -x -C .cache/bundle
+	cp bundle/manifest.json bundle/.mcpbignore .cache/bundle/
+	$(MCPB) pack .cache/bundle dist/image-memory.mcpb
 
 .PHONY: bench
 bench: install ## Run the benchmarks under benchmarks/ (ratios against a same-run baseline)

@@ -1,18 +1,26 @@
-"""The aggregate server carries exactly the memory tools of the standalone server."""
+"""The aggregate server lists exactly the memory tools of the standalone server, over MCP.
+
+Both servers are asked ``tools/list`` through a fastmcp client; their memory tools are compared
+in the wire view (``scraper_mcp.manifest.memory_tool_differences``: names, titles, descriptions,
+input and output schemas, annotations; ``_meta.fastmcp`` dropped; sorted by name), for each
+choice of toolsets. The comparison is shown to fail on an aggregate with a drifted memory tool.
+"""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from pathlib import Path
-from typing import Any
 
+import pytest
 from fastmcp import Client
 
 from memory_db import Database, MemorySettings
-from memory_db.database import create_engine
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin, build_memory_server
-from scraper_mcp import build_aggregate_server
+from memory_tools.toolsets import MEMORY, MEMORY_READ, ToolSelection
+from scraper_mcp import SCRAPER, build_aggregate_server
+from scraper_mcp.manifest import listed_tools, listing_services, memory_tool_differences
 
 
 def _services(database: Database, tmp_path: Path, key: str | None = None) -> MemoryServices:
@@ -24,31 +32,75 @@ def _services(database: Database, tmp_path: Path, key: str | None = None) -> Mem
     )
 
 
-def _manifest(tools: list[Any]) -> list[dict[str, Any]]:
-    manifest = []
-    for tool in sorted(tools, key=lambda t: t.name):
-        wire = tool.model_dump(mode="json", by_alias=True, exclude_none=True)
-        meta = wire.get("_meta") or {}
-        meta.pop("fastmcp", None)
-        if not meta:
-            wire.pop("_meta", None)
-        manifest.append(wire)
-    return manifest
+# The same choice of memory tools on both servers (the aggregate adds its scraper tools).
+SELECTIONS = {
+    "default": (ToolSelection((MEMORY,)), ToolSelection((MEMORY, SCRAPER))),
+    "memory-read": (ToolSelection((MEMORY_READ,)), ToolSelection((MEMORY_READ, SCRAPER))),
+    "read-only": (
+        ToolSelection((MEMORY,), read_only=True),
+        ToolSelection((MEMORY, SCRAPER), read_only=True),
+    ),
+}
 
 
-async def test_manifests_match(tmp_path: Path) -> None:
-    # Listing tools never touches the database, so an unconnected engine is enough here.
-    database = Database(create_engine("postgresql+asyncpg://nobody@127.0.0.1:9/none"))
-    services = _services(database, tmp_path)
-    async with Client(build_memory_server(services)) as standalone:
-        memory_tools = await standalone.list_tools()
-    async with Client(build_aggregate_server(services)) as aggregate:
-        aggregate_tools = await aggregate.list_tools()
-    await database.close()
-    memory_manifest = _manifest(memory_tools)
-    aggregate_memory = [t for t in _manifest(aggregate_tools) if t["name"].startswith("image_")]
-    assert memory_manifest == aggregate_memory
-    assert {t["name"] for t in memory_manifest} >= {"image_project_create", "image_folder_list"}
+@pytest.mark.parametrize("selection", SELECTIONS)
+async def test_the_aggregate_lists_the_memory_tools_as_the_memory_server_does(
+    selection: str,
+) -> None:
+    memory_tools, aggregate_tools = SELECTIONS[selection]
+    services = listing_services()
+    try:
+        memory = await listed_tools(build_memory_server(services, tools=memory_tools))
+        aggregate = await listed_tools(build_aggregate_server(services, tools=aggregate_tools))
+    finally:
+        await services.database.close()
+    assert memory_tool_differences(memory, aggregate) == []
+    assert {tool["name"] for tool in memory} == {spec.name for spec in memory_tools.offered()}
+    assert {"image_asset_search", "image_vault_list"} <= {tool["name"] for tool in memory}
+
+
+async def _drifted(drift: str) -> list[str]:
+    """The differences reported for an aggregate server built with one memory tool drifted."""
+    services = listing_services()
+    try:
+        memory = await listed_tools(build_memory_server(services))
+        aggregate = build_aggregate_server(services)
+        tool = await aggregate.get_tool("image_asset_get")
+        assert tool is not None and tool.annotations is not None
+        if drift == "annotation":
+            hints = tool.annotations.model_copy(update={"idempotent_hint": False})
+            aggregate.add_tool(tool.model_copy(update={"annotations": hints}))
+        elif drift == "description":
+            aggregate.add_tool(tool.model_copy(update={"description": "Get an image."}))
+        elif drift == "input schema":
+            schema = copy.deepcopy(tool.parameters)
+            schema["properties"]["assetId"]["maxLength"] = 65
+            aggregate.add_tool(tool.model_copy(update={"parameters": schema}))
+        elif drift == "missing":
+            aggregate = build_aggregate_server(
+                services, tools=ToolSelection((MEMORY, SCRAPER), read_only=True)
+            )
+        else:
+            aggregate.add_tool(tool.model_copy(update={"name": "image_asset_get_v2"}))
+        return memory_tool_differences(memory, await listed_tools(aggregate))
+    finally:
+        await services.database.close()
+
+
+@pytest.mark.parametrize(
+    ("drift", "reported"),
+    [
+        ("annotation", "image_asset_get: annotations.idempotentHint: true != false"),
+        ("description", 'image_asset_get: description: "One asset you may read'),
+        ("input schema", "image_asset_get: inputSchema.properties.assetId.maxLength: 64 != 65"),
+        ("missing", "image_asset_save: listed by the memory server only"),
+        ("extra", "image_asset_get_v2: an image_ tool the memory server does not list"),
+    ],
+)
+async def test_the_comparison_reports_a_drifted_memory_tool(drift: str, reported: str) -> None:
+    # The parity test above can fail: an aggregate whose memory tool drifts is reported.
+    found = await _drifted(drift)
+    assert any(line.startswith(reported) for line in found), found
 
 
 async def test_aggregate_server_runs_the_same_workflows(database: Database, tmp_path: Path) -> None:

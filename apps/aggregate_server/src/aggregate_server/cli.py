@@ -1,4 +1,10 @@
-"""``scraper-mcp-server``: the aggregate MCP server over stdio or HTTP."""
+"""``scraper-mcp-server``: the aggregate MCP server over stdio or HTTP, and its embedding worker.
+
+The same ``serve`` and ``worker`` commands as ``memory-server`` (``memory_tools.serving``):
+the server embeds what it saves in-process unless ``--no-worker``, takes ``--processes``,
+``--toolsets`` (``memory``, ``memory-read``, ``scraper``; default ``memory,scraper``) and
+``--read-only``.
+"""
 
 from __future__ import annotations
 
@@ -6,40 +12,46 @@ import argparse
 import sys
 from collections.abc import Sequence
 
-from memory_db import MemorySettings
-from memory_tools.serving import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    ServerApp,
-    run_command,
-    serve_http,
-    serve_stdio,
+from memory_tools.serving import ServerApp
+from memory_tools.serving.arguments import (
+    add_serve_parser,
+    add_worker_parser,
+    serve_command,
+    worker_command,
 )
-from scraper_mcp import build_aggregate_server
+from scraper_mcp import AGGREGATE_TOOLSETS, build_aggregate_server
 
-# The scraper tools next to the same memory tools, served as memory-server serves them.
-APP = ServerApp(name="mcp-scraper", build_server=build_aggregate_server)
+PROG = "scraper-mcp-server"
+
+# The scraper tools next to the same memory tools; `--processes` starts this CLI again.
+APP = ServerApp(
+    name="mcp-scraper",
+    build_server=build_aggregate_server,
+    command=(sys.executable, "-m", "aggregate_server"),
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line interface."""
+    parser = argparse.ArgumentParser(prog=PROG, description="Aggregate MCP server.")
+    commands = parser.add_subparsers(dest="command", required=True)
+    add_serve_parser(
+        commands,
+        prog=PROG,
+        help="serve scraper and memory tools over MCP",
+        toolsets=AGGREGATE_TOOLSETS,
+        default_toolsets=["memory", "scraper"],
+    )
+    add_worker_parser(commands)
+    return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``scraper-mcp-server``."""
-    parser = argparse.ArgumentParser(prog="scraper-mcp-server", description="Aggregate MCP server.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    serve = commands.add_parser("serve", help="serve scraper and memory tools over MCP")
-    serve.add_argument("--transport", choices=["stdio", "http"], default="stdio")
-    serve.add_argument("--host", default=DEFAULT_HOST)
-    serve.add_argument("--port", type=int, default=DEFAULT_PORT)
-    args = parser.parse_args(argv)
-
-    async def command(settings: MemorySettings) -> None:
-        # As before the shared serving: the aggregate embeds nothing itself; saves it takes are
-        # embedded by `memory-server serve` or `memory-server worker` on the same database.
-        if args.transport == "stdio":
-            await serve_stdio(settings, APP, with_worker=False)
-        else:
-            await serve_http(settings, APP, args.host, args.port, with_worker=False)
-
-    return run_command(command)
+    args = build_parser().parse_args(argv)
+    if args.command == "serve":
+        return serve_command(args, APP, prog=PROG)
+    return worker_command(args, APP)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ class MemoryServices:
     # Why the store's signed links cannot be opened by this server's callers (a stdio server
     # with nothing serving its local links); ``None`` when they can. Previews then say so.
     links_unavailable: str | None = None
+    # The server was started with --read-only: it offers only read-only tools, and the
+    # workflows behind its plain HTTP routes refuse to change anything (policy.require_writable).
+    read_only: bool = False
     # Every decode of an untrusted image in this process waits here for its pixels
     # (ASSET_DECODE_BUDGET_PIXELS); made from the settings, one per set of services.
     decode_admission: DecodeAdmission = field(init=False, repr=False, compare=False)

@@ -11,17 +11,31 @@ from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
 from memory_tools import MemoryServices, build_memory_server
-from scraper_mcp.tools import build_scraper_tools
+from memory_tools.toolsets import MEMORY, MEMORY_TOOLSETS, ToolSelection, Toolset
+from scraper_mcp.tools import build_scraper_tools, scraper_tools
 
 AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "
 
+SCRAPER = Toolset("scraper", "the scraper tools, which fetch the open web", lambda: scraper_tools)
+# What `scraper-mcp-server serve --toolsets` accepts, and what it offers without it.
+AGGREGATE_TOOLSETS = (*MEMORY_TOOLSETS, SCRAPER)
+AGGREGATE_SELECTION = ToolSelection((MEMORY, SCRAPER))
+
 
 def build_aggregate_server(
-    services: MemoryServices, *, name: str = "mcp-scraper", auth: AuthProvider | None = None
+    services: MemoryServices,
+    *,
+    name: str = "mcp-scraper",
+    auth: AuthProvider | None = None,
+    tools: ToolSelection = AGGREGATE_SELECTION,
 ) -> FastMCP:
-    """A server carrying every memory tool and every scraper tool."""
-    server = build_memory_server(services, name=name, auth=auth)
+    """A server carrying the memory tools and scraper tools ``tools`` selects (all by default).
+
+    The memory tools are registered by ``build_memory_server`` itself, so the two servers
+    offer the same tools under the same selection.
+    """
+    server = build_memory_server(services, name=name, auth=auth, tools=tools)
     server.instructions = AGGREGATE_INSTRUCTIONS_PREFIX + (server.instructions or "")
-    for tool in build_scraper_tools(services):
+    for tool in build_scraper_tools(services, tools.offers):
         server.add_tool(tool)
     return server

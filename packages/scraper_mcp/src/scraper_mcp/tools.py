@@ -13,13 +13,14 @@ Adding a scraper tool: one method here, its workflow in a ``scraper_mcp`` module
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 from fastmcp.tools import Tool
 from pydantic import Field
 
 from memory_tools import MemoryServices
-from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.mcp.registry import ToolRegistry, ToolSpec
 from memory_tools.mcp.tools import run_as_caller
 from scraper_mcp import page_images, pages
 from scraper_mcp.pages import PageImages, PageSave
@@ -27,9 +28,11 @@ from scraper_mcp.pages import PageImages, PageSave
 scraper_tools = ToolRegistry()
 
 
-def build_scraper_tools(services: MemoryServices) -> list[Tool]:
-    """The scraper tools bound to ``services``."""
-    return scraper_tools.bind(ScraperTools(services))
+def build_scraper_tools(
+    services: MemoryServices, offers: Callable[[ToolSpec], bool] | None = None
+) -> list[Tool]:
+    """The scraper tools bound to ``services`` (``offers``: only those a selection admits)."""
+    return scraper_tools.bind(ScraperTools(services), offers)
 
 
 class ScraperTools:

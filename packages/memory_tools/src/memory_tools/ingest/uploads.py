@@ -93,6 +93,7 @@ class UploadFlow:
     ) -> UploadTicket:
         """Reserve quota and authorise one PUT of ``content_length`` bytes of ``content_type``."""
         policy.require(self._services.settings)
+        policy.require_writable(self._services.read_only)
         settings = self._services.settings
         extension = _EXTENSIONS.get(content_type)
         if extension is None:
@@ -161,6 +162,7 @@ class UploadFlow:
         written, so completion (which closes it under ``FOR UPDATE``) cannot begin half-way.
         """
         policy.require(self._services.settings)
+        policy.require_writable(self._services.read_only)
         staged = parse_storage_key(key)
         if staged.kind != "staging" or staged.reservation_id is None:
             raise Forbidden("upload links write only to an upload's staging key")
@@ -189,6 +191,7 @@ class UploadFlow:
         answer like a repeated completion (the same asset, or why the upload is closed).
         """
         policy.require(self._services.settings)
+        policy.require_writable(self._services.read_only)
         if vault is None:
             async with self._services.database.unit_of_work() as uow:
                 vault = await uow.quota.caller_upload_vault(

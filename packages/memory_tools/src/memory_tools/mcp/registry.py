@@ -139,10 +139,17 @@ class ToolRegistry:
 
         return register
 
-    def bind(self, toolset: Toolset) -> list[Tool]:
-        """A fastmcp Tool for each declared method of ``toolset``; register them on any server."""
+    def bind(
+        self, toolset: Toolset, offers: Callable[[ToolSpec], bool] | None = None
+    ) -> list[Tool]:
+        """A fastmcp Tool for each declared method of ``toolset``; register them on any server.
+
+        ``offers``: only the tools it admits (a server's ``ToolSelection.offers``); all by default.
+        """
         bound: list[Tool] = []
         for spec in self._specs.values():
+            if offers is not None and not offers(spec):
+                continue
             method = getattr(toolset, spec.name)
             tool = Tool.from_function(
                 _entry(spec, method, toolset.services),

@@ -11,6 +11,7 @@ from memory_tools.errors import CODES
 from memory_tools.mcp.tools import build_memory_tools
 from memory_tools.mcp.validation import InvalidInputMiddleware
 from memory_tools.services import MemoryServices
+from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 
 INSTRUCTIONS = (
     "Image memory: organise saved images in vaults, projects and folders, and find them again. "
@@ -33,9 +34,13 @@ def deletion_note(hours: int) -> str:
 
 
 def build_memory_server(
-    services: MemoryServices, *, name: str = "image-memory", auth: AuthProvider | None = None
+    services: MemoryServices,
+    *,
+    name: str = "image-memory",
+    auth: AuthProvider | None = None,
+    tools: ToolSelection = MEMORY_SELECTION,
 ) -> FastMCP:
-    """A FastMCP server with every memory tool registered."""
+    """A FastMCP server with the memory tools ``tools`` selects (by default every one)."""
     server = FastMCP(
         name,
         # serverInfo.version: this project's release, not the framework's.
@@ -46,6 +51,6 @@ def build_memory_server(
         strict_input_validation=True,
         middleware=[InvalidInputMiddleware()],
     )
-    for tool in build_memory_tools(services):
+    for tool in build_memory_tools(services, tools.offers):
         server.add_tool(tool)
     return server

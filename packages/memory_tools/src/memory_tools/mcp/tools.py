@@ -30,7 +30,7 @@ from memory_tools.edits import AssetEdit, FolderEdit, ProjectEdit
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
-from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry
+from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry, ToolSpec
 from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
 from memory_tools.progress import Progress, no_progress
 from memory_tools.projects import FolderTree, FolderView, ProjectList, ProjectView
@@ -196,9 +196,14 @@ SaveBase64Param = Annotated[str | None, Advertised(_save_base64)]
 SearchBase64Param = Annotated[str | None, Advertised(_search_base64)]
 
 
-def build_memory_tools(services: MemoryServices) -> list[Tool]:
-    """The memory tools bound to ``services``; register the same objects on every server."""
-    return tools.bind(MemoryTools(services))
+def build_memory_tools(
+    services: MemoryServices, offers: Callable[[ToolSpec], bool] | None = None
+) -> list[Tool]:
+    """The memory tools bound to ``services``; register the same objects on every server.
+
+    ``offers``: only those a server's tool selection admits (``--toolsets``, ``--read-only``).
+    """
+    return tools.bind(MemoryTools(services), offers)
 
 
 class MemoryTools:

@@ -12,6 +12,7 @@ from memory_tools.services import MemoryServices
 from memory_tools.serving.http_routes import health_routes, object_routes
 from memory_tools.serving.serve import BuildServer
 from memory_tools.serving.upload_routes import upload_routes
+from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 
 
 def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
@@ -58,12 +59,14 @@ def build_http_server(
     *,
     name: str = "image-memory",
     build_server: BuildServer = build_memory_server,
+    tools: ToolSelection = MEMORY_SELECTION,
 ) -> FastMCP:
     """An MCP server for HTTP: bearer API keys on ``/mcp`` plus the plain routes.
 
     ``build_server`` makes the MCP server (the memory tools alone by default, or an app's
-    superset such as the aggregate server).
+    superset such as the aggregate server); ``tools`` the tools it offers.
     """
-    server = build_server(services, name=name, auth=ApiKeyVerifier(services.database))
+    auth = ApiKeyVerifier(services.database)
+    server = build_server(services, name=name, auth=auth, tools=tools)
     add_http_routes(server, services)
     return server

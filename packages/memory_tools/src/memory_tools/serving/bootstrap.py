@@ -113,8 +113,12 @@ async def running(
     default_api_key: str | None = None,
     migrate: bool = False,
     links_unavailable: str | None = None,
+    read_only: bool = False,
 ) -> AsyncGenerator[tuple[Runtime, MemoryServices], None]:
-    """Open the runtime and services for the lifetime of the block, then close them."""
+    """Open the runtime and services for the lifetime of the block, then close them.
+
+    ``read_only``: a ``--read-only`` server's services (``MemoryServices.read_only``).
+    """
     # Before anything can decode an image: only the four accepted loaders stay reachable.
     try:
         lock_down_libvips()
@@ -132,6 +136,7 @@ async def running(
             fetcher=fetcher,
             public_base_url=base_url,
             links_unavailable=links_unavailable,
+            read_only=read_only,
         )
         async with supervised(runtime):
             yield runtime, services

@@ -112,7 +112,7 @@ async def serving_links(services: MemoryServices, links: StdioLinks) -> AsyncGen
 
 @asynccontextmanager
 async def stdio_services(
-    settings: MemorySettings, api_key: str
+    settings: MemorySettings, api_key: str, *, read_only: bool = False
 ) -> AsyncGenerator[tuple[MemoryServices, StdioLinks], None]:
     """The services of a stdio server acting as ``api_key``, with its links served.
 
@@ -126,6 +126,7 @@ async def stdio_services(
             base_url=links.base_url,
             default_api_key=api_key,
             links_unavailable=links.unavailable,
+            read_only=read_only,
         ) as (_runtime, services),
         serving_links(services, links),
     ):

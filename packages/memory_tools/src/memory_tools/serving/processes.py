@@ -250,10 +250,12 @@ def child_commands(
     *,
     command: Sequence[str],
     with_worker: bool,
+    serve_options: Sequence[str] = (),
 ) -> list[Child]:
     """A server on each slot's socket (none embeds) and, unless told not to, one worker.
 
-    ``command`` runs the app's CLI (see the module docstring for what it must accept).
+    ``command`` runs the app's CLI (see the module docstring for what it must accept);
+    ``serve_options`` are added to each server's arguments (its ``--toolsets``, ``--read-only``).
     """
     children: list[Child] = []
     for sock in slots:
@@ -270,6 +272,7 @@ def child_commands(
             "--no-worker",
             "--listen-fd",
             str(fd),
+            *serve_options,
         ]
         children.append(Child("server", serve, (fd,)))
     if with_worker:
@@ -286,10 +289,11 @@ def serve_processes(
     command: Sequence[str],
     with_worker: bool,
     announce: Callable[[str], None],
+    serve_options: Sequence[str] = (),
 ) -> int:
     """Bind and prepare once, then run and supervise the children; return the exit status.
 
-    ``command`` runs the app's CLI, as :func:`child_commands` says.
+    ``command`` runs the app's CLI with ``serve_options``, as :func:`child_commands` says.
     ``announce`` gets the start-up notice's details once everything is checked, just before
     the children start.
     """
@@ -310,7 +314,14 @@ def serve_processes(
                 + f"; up to {budget.needed} of the database's {budget.available} connections"
             )
             port = int(slots[0].getsockname()[1])
-            children = child_commands(slots, host, port, command=command, with_worker=with_worker)
+            children = child_commands(
+                slots,
+                host,
+                port,
+                command=command,
+                with_worker=with_worker,
+                serve_options=serve_options,
+            )
             return Supervisor(children).run()
         finally:
             if embedded is not None:

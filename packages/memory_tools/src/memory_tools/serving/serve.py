@@ -28,6 +28,7 @@ from memory_tools.serving.bootstrap import (
     worker_config,
 )
 from memory_tools.serving.commands import notice
+from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.worker import EmbeddingWorker
 
 if TYPE_CHECKING:
@@ -41,9 +42,17 @@ class BuildServer(Protocol):
     """Makes an app's MCP server from the services: ``build_memory_server`` or a superset."""
 
     def __call__(
-        self, services: MemoryServices, *, name: str, auth: AuthProvider | None
+        self,
+        services: MemoryServices,
+        *,
+        name: str,
+        auth: AuthProvider | None,
+        tools: ToolSelection,
     ) -> FastMCP:
-        """A server named ``name`` on ``services``; ``auth`` checks HTTP callers (stdio: None)."""
+        """A server named ``name`` on ``services`` offering ``tools``.
+
+        ``auth`` checks HTTP callers (stdio: None).
+        """
         ...
 
 
@@ -54,20 +63,35 @@ class ServerApp:
     ``name`` is the MCP server's name and the prefix of its notices (``image-memory: ...``).
     ``command`` is the argv that runs the app's own CLI, for the children of ``--processes``
     (see :mod:`memory_tools.serving.processes` for the arguments that CLI must accept); an app
-    without ``--processes`` leaves it empty.
+    without ``--processes`` leaves it empty. ``tools``: the tools it offers (``--toolsets``,
+    ``--read-only``); a read-only selection also makes its services read-only.
     """
 
     name: str
     build_server: BuildServer
     command: Sequence[str] = ()
+    tools: ToolSelection = MEMORY_SELECTION
 
 
-def banner(settings: MemorySettings, name: str, host: str, port: int) -> str:
+def offering(tools: ToolSelection) -> str:
+    """What a start-up notice says of the tools: ``toolsets memory,scraper (read-only)``."""
+    chosen = ",".join(toolset.name for toolset in tools.toolsets)
+    return f"toolsets {chosen}" + (" (read-only: only read-only tools)" if tools.read_only else "")
+
+
+def banner(
+    settings: MemorySettings,
+    name: str,
+    host: str,
+    port: int,
+    tools: ToolSelection = MEMORY_SELECTION,
+) -> str:
     """The start-up notice of an HTTP server: where it listens, its data and how to get a key."""
     shown = f"[{host}]" if ":" in host else host
     database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
     return (
         f"{name}: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
+        f"  tools: {offering(tools)}\n"
         f"  data directory: {settings.memory_data_dir}\n"
         f"  database: {database}\n"
         # No example address or "Bearer" here: in JSON mode this notice goes through the log
@@ -86,9 +110,13 @@ async def serve_stdio(settings: MemorySettings, app: ServerApp, *, with_worker: 
     """Serve ``app`` over stdio as ``MEMORY_API_KEY``'s identity, its preview links beside it."""
     from memory_tools.serving.links import stdio_services
 
-    async with stdio_services(settings, stdio_api_key(settings)) as (services, links):
-        server = app.build_server(services, name=app.name, auth=None)
-        notice(f"{app.name}: serving MCP over stdio")
+    read_only = app.tools.read_only
+    async with stdio_services(settings, stdio_api_key(settings), read_only=read_only) as (
+        services,
+        links,
+    ):
+        server = app.build_server(services, name=app.name, auth=None, tools=app.tools)
+        notice(f"{app.name}: serving MCP over stdio ({offering(app.tools)})")
         if links.listener is not None:
             notice(f"{app.name}: preview links served at {links.base_url}")
         elif links.unavailable is not None:
@@ -125,7 +153,8 @@ async def serve_http(
         exit_when_orphaned(os.getppid())
     try:
         base = public_base_url(settings, host, port)
-        async with running(settings, base_url=base) as (_runtime, services):
+        read_only = app.tools.read_only
+        async with running(settings, base_url=base, read_only=read_only) as (_runtime, services):
             if with_worker:
                 async with background_worker(services, worker_config(settings)):
                     await _announce_and_serve_http(settings, app, services, host, port, sock)
@@ -151,11 +180,13 @@ async def _announce_and_serve_http(
     from memory_tools.serving.app import build_http_server, run_http
     from memory_tools.serving.body_limit import mcp_middleware
 
-    server = build_http_server(services, name=app.name, build_server=app.build_server)
+    server = build_http_server(
+        services, name=app.name, build_server=app.build_server, tools=app.tools
+    )
     if quiet:
         log.info("server_process_ready", pid=os.getpid())
     else:
-        notice(banner(settings, app.name, host, port))
+        notice(banner(settings, app.name, host, port, app.tools))
     await run_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
 
 
@@ -179,8 +210,11 @@ def serve_http_processes(
         port,
         processes,
         command=app.command,
+        serve_options=app.tools.arguments(),
         with_worker=with_worker,
-        announce=lambda details: notice(f"{banner(settings, app.name, host, port)}\n{details}"),
+        announce=lambda details: notice(
+            f"{banner(settings, app.name, host, port, app.tools)}\n{details}"
+        ),
     )
 
 
