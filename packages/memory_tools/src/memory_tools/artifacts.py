@@ -20,7 +20,6 @@ could not be removed either (the sweep removes it at expiry; reconciliation its 
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -34,7 +33,6 @@ from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import (
     InvalidImage,
-    InvalidInputFailure,
     QuotaExceeded,
     ToolFailure,
     translate,
@@ -47,7 +45,6 @@ from memory_tools.wire import WireModel
 log = get_logger(__name__)
 
 ArtifactSourceKind = Literal["scrape", "screenshot"]
-_UNREADABLE = "the artifact's bytes are unavailable; download the image again"
 ARTIFACT_SOURCE_KINDS: tuple[ArtifactSourceKind, ...] = ("scrape", "screenshot")
 
 
@@ -178,28 +175,6 @@ async def _forget(services: MemoryServices, owner: str, artifact_id: str) -> Non
             await uow.artifacts.delete_owned(owner, artifact_id)
     except Exception:
         log.warning("artifact_forget_failed", artifact_id=artifact_id, exc_info=True)
-
-
-async def read_artifact_bytes(services: MemoryServices, record: ArtifactRecord) -> bytes:
-    """The stored bytes of ``record``, exactly its recorded length and SHA-256.
-
-    A missing or changed object is ``invalid_input`` ("the artifact's bytes are unavailable").
-    """
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in services.store.get_stream(record.storage_key):
-            size += len(chunk)
-            if size > record.bytes:
-                break
-            chunks.append(chunk)
-    except MemoryDbError:
-        log.warning("artifact_read_failed", artifact_id=record.id, exc_info=True)
-        raise InvalidInputFailure(_UNREADABLE) from None
-    data = b"".join(chunks)
-    if size != record.bytes or hashlib.sha256(data).hexdigest() != record.sha256:
-        raise InvalidInputFailure(_UNREADABLE)
-    return data
 
 
 async def sweep_expired_artifacts(services: MemoryServices, *, limit: int = 500) -> int:
