@@ -44,6 +44,7 @@ from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
+OPERATION = "artifact_store"
 ArtifactSourceKind = Literal["scrape", "screenshot"]
 ARTIFACT_SOURCE_KINDS: tuple[ArtifactSourceKind, ...] = ("scrape", "screenshot")
 
@@ -152,6 +153,14 @@ async def store_artifact(
                 source_ref=ref,
                 ttl=timedelta(seconds=settings.scraper_artifact_ttl_seconds),
             )
+            await uow.provenance.record(
+                OPERATION,
+                actor_identity=owner,
+                owner_identity=owner,
+                target_kind="artifact",
+                target_id=artifact_id,
+                detail={"sourceKind": kind, "bytes": image.bytes},
+            )
     except NotFound as exc:
         raise translate(exc) from None
     try:
@@ -173,6 +182,15 @@ async def _forget(services: MemoryServices, owner: str, artifact_id: str) -> Non
     try:
         async with services.database.unit_of_work() as uow:
             await uow.artifacts.delete_owned(owner, artifact_id)
+            await uow.provenance.record(
+                OPERATION,
+                actor_identity=owner,
+                owner_identity=owner,
+                outcome="failed",
+                target_kind="artifact",
+                target_id=artifact_id,
+                detail={"reason": "the object store did not take the bytes"},
+            )
     except Exception:
         log.warning("artifact_forget_failed", artifact_id=artifact_id, exc_info=True)
 

@@ -45,7 +45,7 @@ async def rows(services: MemoryServices, owner: str | None = None) -> list[dict[
     query = "SELECT * FROM mem_scrape_artifacts" + (" WHERE owner_identity = :o" if owner else "")
     async with services.database.engine.connect() as conn:
         result = await conn.execute(text(query + " ORDER BY created_at"), {"o": owner})
-        return [dict(row._mapping) for row in result]
+        return [dict(row) for row in result.mappings()]
 
 
 async def stored(
