@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -96,11 +96,15 @@ async def services(
 @pytest.fixture
 def key_for(database: Database) -> Callable[..., Any]:
     async def make(email: str, scopes: tuple[str, ...] = ("read", "write")) -> str:
-        with contextlib.suppress(Exception):
-            await admin.create_identity(database, email, 10**9)
-        return (await admin.create_key(database, email, scopes)).secret
+        return (await new_key(database, email, scopes)).secret
 
     return make
+
+
+async def new_key(database: Database, email: str, scopes: tuple[str, ...]) -> Any:
+    with contextlib.suppress(Exception):
+        await admin.create_identity(database, email, 10**9)
+    return await admin.create_key(database, email, scopes)
 
 
 def aggregate(services: MemoryServices, key: str) -> Client[Any]:
@@ -268,7 +272,7 @@ def serve_http() -> Callable[..., Any]:
     import uvicorn
 
     @contextlib.asynccontextmanager
-    async def serve(server: Any) -> AsyncIterator[str]:
+    async def serve(server: Any) -> AsyncGenerator[str]:
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -305,7 +309,7 @@ async def test_download_then_save_over_http_with_the_official_sdk(
     server = build_http_server(services, name="mcp-scraper", build_server=build_aggregate_server)
 
     @contextlib.asynccontextmanager
-    async def session(url: str, key: str) -> AsyncIterator[ClientSession]:
+    async def session(url: str, key: str) -> AsyncGenerator[ClientSession]:
         async with (
             httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,
             streamable_http_client(url, http_client=http) as (read, write),
@@ -338,3 +342,120 @@ async def test_download_then_save_over_http_with_the_official_sdk(
             saved = await mcp_session.call_tool("image_asset_save", {"artifactId": artifact_id})
             assert not saved.is_error and saved.structured_content is not None
             assert saved.structured_content["assetId"].startswith("ast_")
+
+
+async def test_isolation_rows_of_scrape_image_download(
+    services: MemoryServices, web: WebServer, key_for: Callable[..., Any], database: Database
+) -> None:
+    """The seven callers of the isolation matrix (memory_tools' tests/isolation): every
+    authenticated key with the write scope downloads into its own identity's artifacts (a grant
+    on another owner's vault changes nothing), which that identity alone can save; a revoked
+    key is ``unauthenticated``, a read-only key ``forbidden``, and neither fetches anything."""
+    full = ("read", "write", "destructive")
+    alice = await key_for(A, full)
+    revoked = await new_key(database, A, full)
+    await admin.revoke_key(database, revoked.record.id)
+    keys = {
+        "owner": (alice, A),
+        "other owner": (await key_for(B, full), B),
+        "no destructive": (await key_for(A, ("read", "write")), A),
+        "revoked": (revoked.secret, A),
+        "read only": (await key_for(A, ("read",)), A),
+    }
+    for permission, name in (("read", "reader"), ("write", "writer"), ("admin", "admin")):
+        email = f"{name}@example.com"
+        keys[f"shared {name}"] = (await key_for(email, full), email)
+        await admin.grant(database, A, "Library", email, permission)
+
+    url = web.url("/cat.png", host="img.test")
+    outcomes: dict[str, str] = {}
+    artifacts: dict[str, tuple[str, str]] = {}
+    for name, (key, identity) in keys.items():
+        async with aggregate(services, key) as client:
+            result = await client.call_tool(
+                "scrape_image_download", {"imageUrl": url}, raise_on_error=False
+            )
+        if result.is_error:
+            outcomes[name] = result.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
+        else:
+            outcomes[name] = "ok"
+            assert result.structured_content is not None
+            artifacts[name] = (result.structured_content["artifactId"], identity)
+    assert outcomes == {
+        "owner": "ok",
+        "other owner": "ok",
+        "no destructive": "ok",
+        "revoked": "unauthenticated",
+        "read only": "forbidden",
+        "shared reader": "ok",
+        "shared writer": "ok",
+        "shared admin": "ok",
+    }
+    assert len(web.requested) == 6  # the refused keys fetched nothing
+    # Each artifact belongs to the downloading identity: Alice's key saves only Alice's.
+    async with aggregate(services, alice) as client:
+        for name, (artifact_id, identity) in artifacts.items():
+            result = await client.call_tool(
+                "image_asset_save", {"artifactId": artifact_id}, raise_on_error=False
+            )
+            got = "ok" if not result.is_error else result.content[0].text  # type: ignore[union-attr]
+            wanted = "ok" if identity == A else "not_found: artifact not found"
+            assert got == wanted, name
+
+
+async def test_the_tool_is_declared_completely_and_strictly(services: MemoryServices) -> None:
+    async with Client(build_aggregate_server(services)) as client:
+        listed = {tool.name: tool for tool in await client.list_tools()}
+    tool = listed["scrape_image_download"]
+    assert tool.title == "Download image as artifact"
+    assert tool.description and "artifact" in tool.description
+    hints = tool.annotations
+    assert hints is not None
+    assert (
+        hints.read_only_hint,
+        hints.destructive_hint,
+        hints.idempotent_hint,
+        hints.open_world_hint,
+    ) == (False, False, False, True)
+    schema = tool.input_schema
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["imageUrl"]
+    assert schema["properties"]["imageUrl"]["maxLength"] == 4096
+    assert set(schema["properties"]) == {"imageUrl", "pageUrl"}
+    output = tool.output_schema
+    assert output is not None
+    assert set(output["properties"]) == {
+        "artifactId",
+        "mimeType",
+        "bytes",
+        "width",
+        "height",
+        "expiresAt",
+    }
+    # The save tool names the artifacts it takes.
+    save = listed["image_asset_save"].input_schema["properties"]["artifactId"]
+    assert "scrape_image_download" in str(save)
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        {},
+        {"imageUrl": ""},
+        {"imageUrl": "https://e.com/" + "a" * 4096},
+        {"imageUrl": "https://e.com/a.png", "extra": 1},
+        {"imageUrl": 7},
+    ],
+)
+async def test_malformed_arguments_change_nothing(
+    services: MemoryServices,
+    web: WebServer,
+    key_for: Callable[..., Any],
+    arguments: dict[str, Any],
+) -> None:
+    alice = await key_for(A)
+    async with aggregate(services, alice) as client:
+        result = await client.call_tool("scrape_image_download", arguments, raise_on_error=False)
+    assert result.is_error
+    assert result.content[0].text.startswith("invalid_input")  # type: ignore[union-attr]
+    assert web.requested == [] and await artifact_rows(services) == 0
