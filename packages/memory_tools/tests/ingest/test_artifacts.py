@@ -72,7 +72,8 @@ async def test_an_artifact_is_validated_stored_privately_and_expires(
         len(picture(3)),
     )
     ttl = timedelta(seconds=saving.settings.scraper_artifact_ttl_seconds)
-    assert before + ttl - timedelta(seconds=5) < view.expires_at < before + ttl + timedelta(5)
+    slack = timedelta(seconds=5)
+    assert before + ttl - slack < view.expires_at < before + ttl + slack
     wire = view.model_dump(mode="json")
     assert set(wire) == {"artifactId", "mimeType", "bytes", "width", "height", "expiresAt"}
     [row] = await rows(saving, A)
@@ -85,6 +86,24 @@ async def test_an_artifact_is_validated_stored_privately_and_expires(
     assert f"/tenants/{row['namespace_id']}/artifacts/{view.artifact_id}/" in files[0]
     async with saving.database.unit_of_work() as uow:
         assert (await uow.quota.usage(A)).used_bytes == 0  # counted against no quota
+    async with saving.database.engine.connect() as conn:
+        events = (
+            await conn.execute(
+                text(
+                    "SELECT actor_identity, target_kind, target_id, outcome, detail "
+                    "FROM mem_provenance WHERE operation = 'artifact_store'"
+                )
+            )
+        ).all()
+    assert [tuple(event) for event in events] == [
+        (
+            A,
+            "artifact",
+            view.artifact_id,
+            "succeeded",
+            {"sourceKind": "scrape", "bytes": view.bytes},
+        )
+    ]
 
 
 @pytest.mark.parametrize(
