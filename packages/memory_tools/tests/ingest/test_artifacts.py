@@ -7,6 +7,7 @@ import os
 from collections.abc import Callable
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,11 +16,17 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.ids import new_id
-from memory_db.storage import build_artifact_key
+from memory_db.storage import LocalAssetObjectStore, UrlSigner, build_artifact_key
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.artifacts import ArtifactView, store_artifact
-from memory_tools.errors import Forbidden, InvalidImage, InvalidInputFailure, QuotaExceeded
+from memory_tools.errors import (
+    Forbidden,
+    InvalidImage,
+    InvalidInputFailure,
+    QuotaExceeded,
+    ToolFailure,
+)
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..conftest import Person
@@ -187,6 +194,30 @@ async def test_concurrent_stores_cannot_pass_the_bound_together(
             group.start_soon(one, seed)
     assert sorted(outcomes) == ["refused"] * 5 + ["stored"] * 3
     assert len(await rows(saving, A)) == 3
+
+
+async def test_a_store_that_refuses_the_bytes_leaves_no_artifact(
+    saving: MemoryServices, alice: Person, tmp_path: Path
+) -> None:
+    blocked = tmp_path / "not-a-directory"
+    blocked.write_bytes(b"")  # the store's root is a file: every write fails
+    one = replace(
+        saving, settings=saving.settings.model_copy(update={"scraper_artifact_max_live": 1})
+    )
+    refusing = replace(
+        one, store=LocalAssetObjectStore(blocked, UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    )
+    with pytest.raises(ToolFailure, match="object store could not take the image"):
+        await stored(refusing, alice, 16)
+    assert await rows(saving) == []
+    async with saving.database.engine.connect() as conn:
+        outcomes = (
+            await conn.execute(
+                text("SELECT outcome FROM mem_provenance WHERE operation = 'artifact_store'")
+            )
+        ).scalars()
+        assert list(outcomes) == ["succeeded", "failed"]  # the row's commit, then its removal
+    await stored(one, alice, 16)  # the failed one holds no place under the bound of one
 
 
 # --- the handoff: image_asset_save with artifactId ------------------------------------------
