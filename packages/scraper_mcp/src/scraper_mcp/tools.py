@@ -23,6 +23,8 @@ from memory_tools import MemoryServices
 from memory_tools.mcp.registry import ToolRegistry, ToolSpec
 from memory_tools.mcp.tools import run_as_caller
 from scraper_mcp import page_images, pages
+from scraper_mcp.artifacts import ArtifactView
+from scraper_mcp.download import download_image
 from scraper_mcp.pages import PageImages, PageSave
 
 scraper_tools = ToolRegistry()
@@ -91,4 +93,39 @@ class ScraperTools:
             limit=limit,
             min_width=minWidth,
             save=save,
+        )
+
+    @scraper_tools.tool(
+        "Download image as artifact",
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="artifact_store",
+    )
+    async def scrape_image_download(
+        self,
+        imageUrl: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=4096,
+                description="A public https URL of a JPEG, PNG, WebP or GIF.",
+            ),
+        ],
+        pageUrl: Annotated[
+            str | None,
+            Field(
+                max_length=4096,
+                description="The page the image is on; recorded as context, never fetched.",
+            ),
+        ] = None,
+    ) -> ArtifactView:
+        """Download one image and keep it as a private artifact that only you can save.
+
+        The image is fetched and validated exactly as image_asset_save would fetch it; nothing
+        is saved to a vault and nothing counts against your quota. Pass the artifactId to
+        image_asset_save before expiresAt to save it with its context (imageUrl, pageUrl).
+        """
+        return await run_as_caller(
+            self.services, download_image, self.services, image_url=imageUrl, page_url=pageUrl
         )
