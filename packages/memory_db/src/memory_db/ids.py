@@ -25,6 +25,7 @@ PREFIXES: Final = {
     "vault_grant": "agr",
     "usage": "aul",
     "provenance": "apv",
+    "artifact": "art",
 }
 
 _BODY_LEN: Final = 26

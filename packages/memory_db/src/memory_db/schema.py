@@ -43,6 +43,7 @@ OBJECT_STATUSES = ("pending", "available", "quarantined", "deleting", "deleted")
 ASSET_STATUSES = ("processing", "ready", "failed", "deleting", "deleted")
 EMBEDDING_STATUSES = ("pending", "running", "ready", "partial", "failed")
 SOURCE_KINDS = ("upload", "scrape", "screenshot", "instagram", "external_url", "import")
+ARTIFACT_SOURCE_KINDS = ("scrape", "screenshot")
 JOB_STATUSES = ("queued", "running", "retry", "done", "failed", "cancelled")
 ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
 REPRESENTATIONS = ("visual", "fused")
@@ -625,6 +626,62 @@ class OrphanCandidate(Base):
     reason: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = _now()
     resolved_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class ScrapeArtifact(Base):
+    """Validated image bytes a scraper tool stored for one owner until they expire.
+
+    An artifact is private to its owner and belongs to no vault; ``image_asset_save`` with its
+    ``artifactId`` turns it into an asset (docs/design.md#artifacts). Its bytes live under the
+    owner's namespace prefix; the composite foreign key ties the row to that namespace, and the
+    key CHECK ties the stored key to the row's own namespace and id, so no row can point at
+    another owner's bytes.
+    """
+
+    __tablename__ = "mem_scrape_artifacts"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["owner_identity", "namespace_id"],
+            ["mem_asset_namespaces.owner_identity", "mem_asset_namespaces.namespace_id"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint(
+            "position('/tenants/' || namespace_id || '/artifacts/' || id || '/' "
+            "in storage_key) > 0",
+            name="key_in_namespace",
+        ),
+        CheckConstraint(_in("source_kind", ARTIFACT_SOURCE_KINDS), name="source_kind_known"),
+        CheckConstraint("sha256 ~ '^[0-9a-f]{64}$'", name="sha256_hex"),
+        CheckConstraint(
+            _in("mime_type", ("image/jpeg", "image/png", "image/webp", "image/gif")),
+            name="mime_known",
+        ),
+        CheckConstraint("bytes > 0", name="bytes_positive"),
+        CheckConstraint("width > 0 AND height > 0", name="dimensions_positive"),
+        CheckConstraint(
+            "jsonb_typeof(source_ref) = 'object' AND pg_column_size(source_ref) <= 8192",
+            name="source_ref_bounded",
+        ),
+        CheckConstraint("expires_at > created_at", name="expires_after_created"),
+        Index("ix_mem_scrape_artifacts_owner_expires", "owner_identity", "expires_at"),
+        Index("ix_mem_scrape_artifacts_expires", "expires_at"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    namespace_id: Mapped[str] = mapped_column(Text, nullable=False)
+    storage_key: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    mime_type: Mapped[str] = mapped_column(Text, nullable=False)
+    bytes: Mapped[int] = mapped_column(BigInteger, nullable=False)
+    width: Mapped[int] = mapped_column(Integer, nullable=False)
+    height: Mapped[int] = mapped_column(Integer, nullable=False)
+    source_kind: Mapped[str] = mapped_column(Text, nullable=False)
+    source_ref: Mapped[dict[str, Any]] = mapped_column(
+        JSONB, nullable=False, server_default=text("'{}'::jsonb")
+    )
+    created_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 # --- metering and audit ---------------------------------------------------------------------

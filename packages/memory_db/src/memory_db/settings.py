@@ -90,6 +90,14 @@ class MemorySettings(BaseSettings):
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
 
+    # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
+    # How long a stored artifact can be saved; the worker's sweep then deletes it.
+    scraper_artifact_ttl_seconds: int = Field(default=3600, ge=1, le=7 * 86_400)
+    # Artifacts count against no quota until saved; instead each owner holds at most this many
+    # live artifacts, and at most this many bytes of them (one more is ``quota_exceeded``).
+    scraper_artifact_max_live: int = Field(default=100, ge=1, le=10_000)
+    scraper_artifact_max_live_bytes: int = Field(default=536_870_912, ge=1, le=1_099_511_627_776)
+
     # --- feature flags (on by default: docs/design.md#decision-feature-switches) --------
     asset_feature_enabled: bool = True
     asset_search_enabled: bool = True

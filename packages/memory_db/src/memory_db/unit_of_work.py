@@ -12,6 +12,7 @@ from memory_db.database import is_connection_failure
 from memory_db.errors import DatabaseUnavailable
 from memory_db.repositories import (
     ApiKeyRepository,
+    ArtifactRepository,
     AssetRepository,
     AssetStateWatch,
     FolderRepository,
@@ -59,6 +60,7 @@ class UnitOfWork:
         self.jobs = JobRepository(session)
         self.orphans = OrphanRepository(session)
         self.reports = ReportRepository(session)
+        self.artifacts = ArtifactRepository(session)
 
 
 @asynccontextmanager

@@ -9,7 +9,17 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from memory_db import InvalidStorageKey, is_valid_id, new_id
-from memory_db.storage import build_object_key, content_type_for_key, validate_object_key
+from memory_db.storage import (
+    ParsedKey,
+    build_artifact_key,
+    build_object_key,
+    content_type_for_key,
+    namespace_prefix,
+    parse_storage_key,
+    served_as,
+    validate_object_key,
+    validate_storage_key,
+)
 
 KEY_RE = re.compile(
     r"^[a-z0-9][a-z0-9-]{0,31}/tenants/ans_[a-z2-7]{26}/objects/aob_[a-z2-7]{26}/"
@@ -107,3 +117,43 @@ def test_content_type_follows_the_key() -> None:
     ns, obj = new_id("ans"), new_id("aob")
     assert content_type_for_key(build_object_key("p", ns, obj, "original", "jpg")) == "image/jpeg"
     assert content_type_for_key(build_object_key("p", ns, obj, "preview")) == "image/webp"
+
+
+def test_an_artifact_key_lives_under_its_owners_namespace_and_is_never_served() -> None:
+    ns, art = new_id("ans"), new_id("art")
+    key = build_artifact_key("p", ns, art, "gif")
+    assert key == f"p/tenants/{ns}/artifacts/{art}/artifact.gif"
+    assert key.startswith(namespace_prefix("p", ns))
+    assert parse_storage_key(key) == ParsedKey("artifact", "p", ns, artifact_id=art)
+    assert validate_storage_key(key) == key
+    assert content_type_for_key(key) == "image/gif"
+    with pytest.raises(InvalidStorageKey):
+        validate_object_key(key)  # not an object: no signed link serves it
+    with pytest.raises(InvalidStorageKey):
+        served_as(key)
+
+
+@pytest.mark.parametrize(
+    ("namespace", "artifact", "ext"),
+    [
+        ("ans_x", None, "png"),
+        (None, "aob_" + "a" * 26, "png"),
+        (None, "../x", "png"),
+        (None, None, "svg"),
+    ],
+)
+def test_the_artifact_key_builder_takes_server_ids_only(
+    namespace: str | None, artifact: str | None, ext: str
+) -> None:
+    with pytest.raises(InvalidStorageKey):
+        build_artifact_key("p", namespace or new_id("ans"), artifact or new_id("art"), ext)
+
+
+@pytest.mark.parametrize(
+    "suffix",
+    ["artifacts/art_x/artifact.png", "artifacts/{art}/artifact.svg", "artifacts/{art}/a.png"],
+)
+def test_only_built_artifact_keys_parse(suffix: str) -> None:
+    key = f"p/tenants/{new_id('ans')}/" + suffix.format(art=new_id("art"))
+    with pytest.raises(InvalidStorageKey):
+        parse_storage_key(key)

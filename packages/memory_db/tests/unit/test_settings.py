@@ -34,7 +34,7 @@ def _clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import os
 
     for name in list(os.environ):
-        if name.startswith(("ASSET_", "MEMORY_", "JINA_")):
+        if name.startswith(("ASSET_", "MEMORY_", "JINA_", "SCRAPER_")):
             monkeypatch.delenv(name)
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
 
@@ -74,6 +74,31 @@ def test_the_pool_is_sized_above_the_admitted_calls_and_the_worker(
     assert load_settings().db_pool_size == 20 + 2 * 4 + 3
     monkeypatch.setenv("MEMORY_DB_POOL_SIZE", "5")
     assert load_settings().db_pool_size == 5
+
+
+def test_scraper_artifacts_expire_and_are_bounded_per_owner(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    settings = load_settings()
+    assert settings.scraper_artifact_ttl_seconds == 3600
+    assert settings.scraper_artifact_max_live == 100
+    assert settings.scraper_artifact_max_live_bytes == 512 * 1024**2
+    monkeypatch.setenv("SCRAPER_ARTIFACT_TTL_SECONDS", "5")
+    monkeypatch.setenv("SCRAPER_ARTIFACT_MAX_LIVE", "3")
+    monkeypatch.setenv("SCRAPER_ARTIFACT_MAX_LIVE_BYTES", "1000")
+    settings = load_settings()
+    assert settings.scraper_artifact_ttl_seconds == 5
+    assert settings.scraper_artifact_max_live == 3
+    assert settings.scraper_artifact_max_live_bytes == 1000
+    for variable, value in (
+        ("SCRAPER_ARTIFACT_TTL_SECONDS", "0"),
+        ("SCRAPER_ARTIFACT_TTL_SECONDS", str(8 * 86_400)),
+        ("SCRAPER_ARTIFACT_MAX_LIVE", "0"),
+    ):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ConfigurationError, match=variable):
+            load_settings()
+        monkeypatch.delenv(variable)
 
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:

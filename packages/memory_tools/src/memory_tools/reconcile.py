@@ -1,9 +1,10 @@
 """Reconciling the store with the accounts (docs/design.md#reconciliation): no byte outside.
 
 Every byte in the store should be accounted for by the database: an object row (original or
-preview, counted in the owner's ``used_bytes``) or an open upload reservation (its staging bytes,
-counted in ``reserved_bytes``). The pass lists each owner's namespace prefix in the store and
-deletes what neither accounts for:
+preview, counted in the owner's ``used_bytes``), an open upload reservation (its staging bytes,
+counted in ``reserved_bytes``) or an artifact row (``.../artifacts/{artifact}/...``, bounded per
+owner instead of counted; an expired one is the sweep's to delete, with its row). The pass lists
+each owner's namespace prefix in the store and deletes what none accounts for:
 
 - staging bytes (``.../uploads/{reservation}/...``) whose reservation is no longer open, at
   once: no flow reads a closed reservation's staging bytes again (completion reads them only
@@ -11,7 +12,9 @@ deletes what neither accounts for:
   what a replayed upload link wrote after the fact;
 - object bytes (``.../objects/{object}/...``) that no object row claims, once they are older
   than the orphan safety window: a save writes its bytes before it commits the row, and no save
-  takes longer than the window.
+  takes longer than the window;
+- artifact bytes that no artifact row claims (the row was swept but deleting the bytes failed,
+  or a failed write left them), once older than the same window.
 
 Keys under a namespace that no key builder makes are counted and reported (``foreign``), never
 deleted: the store may be shared, and such bytes are an operator's to judge.
@@ -52,7 +55,7 @@ class Reconciliation:
 @dataclass(frozen=True)
 class _Doomed:
     item: ListedObject
-    target_kind: str  # "object" or "upload"
+    target_kind: str  # "object", "upload" or "artifact"
     target_id: str
     reason: str
 
@@ -88,6 +91,7 @@ async def reconcile_store(
         # Read the accounts after listing: a row committed meanwhile is seen, so its bytes stay.
         async with services.database.unit_of_work() as uow:
             accounted = await uow.objects.stored_keys(owner)
+            artifacts = await uow.artifacts.stored_keys(owner)
             open_uploads = await uow.quota.open_reservation_ids(owner)
         cutoff = (now or datetime.now(UTC)) - safety_window
         doomed: list[_Doomed] = []
@@ -105,6 +109,14 @@ async def reconcile_store(
                     doomed.append(
                         _Doomed(item, "upload", parsed.reservation_id, "upload is closed")
                     )
+            elif parsed.kind == "artifact":
+                assert parsed.artifact_id is not None
+                if item.key in artifacts:
+                    continue
+                if item.modified > cutoff:
+                    waiting += 1
+                else:
+                    doomed.append(_Doomed(item, "artifact", parsed.artifact_id, "no artifact row"))
             elif item.key not in accounted:
                 assert parsed.object_id is not None
                 if item.modified > cutoff:

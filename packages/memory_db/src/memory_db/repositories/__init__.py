@@ -1,5 +1,6 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
+from memory_db.repositories.artifacts import ArtifactRepository
 from memory_db.repositories.asset_states import (
     ASSET_STATE_CHANNEL,
     AssetStateWatch,
@@ -24,6 +25,8 @@ from memory_db.repositories.projects import FolderRepository, ProjectRepository,
 from memory_db.repositories.quota import QuotaRepository
 from memory_db.repositories.records import (
     ApiKeyRecord,
+    ArtifactRecord,
+    ArtifactUsage,
     AssetRecord,
     FolderRecord,
     GrantRecord,
@@ -53,6 +56,9 @@ __all__ = [
     "JOB_CHANNEL",
     "ApiKeyRecord",
     "ApiKeyRepository",
+    "ArtifactRecord",
+    "ArtifactRepository",
+    "ArtifactUsage",
     "AssetFilter",
     "AssetRecord",
     "AssetRepository",

@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
-from memory_db.schema import AssetObject, OrphanCandidate
+from memory_db.schema import AssetObject, OrphanCandidate, ScrapeArtifact
 
 
 class OrphanRepository:
@@ -58,7 +58,7 @@ class OrphanRepository:
         return list(rows)
 
     async def claimed(self, keys: Sequence[str]) -> set[str]:
-        """Those of ``keys`` that an object row references (never delete these)."""
+        """Those of ``keys`` that an object or artifact row references (never delete these)."""
         if not keys:
             return set()
         originals = await self._session.scalars(
@@ -69,7 +69,10 @@ class OrphanRepository:
                 AssetObject.preview_storage_key.in_(list(keys))
             )
         )
-        return {key for key in [*originals, *previews] if key is not None}
+        artifacts = await self._session.scalars(
+            select(ScrapeArtifact.storage_key).where(ScrapeArtifact.storage_key.in_(list(keys)))
+        )
+        return {key for key in [*originals, *previews, *artifacts] if key is not None}
 
 
 __all__ = ["OrphanRepository"]

@@ -214,3 +214,30 @@ class StoredAsset:
     object_status: str
     preview_sha256: str | None = None  # None: stored before previews were hashed (rev. 0007)
     storage_key: str | None = None  # the original's key
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRecord:
+    """A scraper artifact: validated image bytes one owner holds until ``expires_at``."""
+
+    id: str
+    owner_identity: str
+    namespace_id: str
+    storage_key: str
+    sha256: str
+    mime_type: str
+    bytes: int
+    width: int
+    height: int
+    source_kind: str  # "scrape" or "screenshot"
+    source_ref: dict[str, Any]
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactUsage:
+    """An owner's live (unexpired) artifacts: how many, and their bytes."""
+
+    count: int
+    bytes: int

@@ -4,6 +4,7 @@ from memory_db.storage.integrity import read_verified
 from memory_db.storage.keys import (
     ParsedKey,
     ServedAs,
+    build_artifact_key,
     build_object_key,
     build_staging_key,
     content_type_for_key,
@@ -40,6 +41,7 @@ __all__ = [
     "ServedAs",
     "SignedPut",
     "UrlSigner",
+    "build_artifact_key",
     "build_object_key",
     "build_staging_key",
     "content_type_for_key",

@@ -1,6 +1,6 @@
 """Key builders (docs/design.md#object-keys) and validators that accept only what they build.
 
-Two kinds of key live under an owner's namespace prefix ``{env}/tenants/{namespace_id}/``:
+Three kinds of key live under an owner's namespace prefix ``{env}/tenants/{namespace_id}/``:
 
 - objects: ``objects/{object_id}/original.{ext}`` and ``objects/{object_id}/preview.webp``.
   Only the server writes them, once (create-only), after validating the bytes.
@@ -8,6 +8,9 @@ Two kinds of key live under an owner's namespace prefix ``{env}/tenants/{namespa
   never where a validated original lives; completion reads, validates and promotes the bytes
   into an object key and deletes the staging key. The reservation id ties the bytes to their
   upload reservation, so reconciliation can tell live staging bytes from dead ones.
+- artifacts: ``artifacts/{artifact_id}/artifact.{ext}``: validated bytes a scraper tool stored
+  for its caller until they expire (docs/design.md#artifacts). Written once by the server; never
+  served by a signed link (``served_as`` refuses them); the artifact id ties them to their row.
 
 Keys contain only the environment prefix, the owner's opaque namespace id and server-generated
 ids: never an identity, a filename, a project or a folder name.
@@ -32,6 +35,9 @@ _KEY_RE: Final = re.compile(
 _STAGING_RE: Final = re.compile(
     rf"^{_PREFIX_RE}uploads/(?P<res>aur_[a-z2-7]{{26}})/upload\.(?:jpg|png|webp|gif)$"
 )
+_ARTIFACT_RE: Final = re.compile(
+    rf"^{_PREFIX_RE}artifacts/(?P<art>art_[a-z2-7]{{26}})/artifact\.(?:jpg|png|webp|gif)$"
+)
 _NAMESPACE_PREFIX_RE: Final = re.compile(rf"^{_PREFIX_RE}$")
 
 Variant = Literal["original", "preview"]
@@ -39,13 +45,14 @@ Variant = Literal["original", "preview"]
 
 @dataclass(frozen=True, slots=True)
 class ParsedKey:
-    """What a storage key names: an object variant or the staging bytes of one upload."""
+    """What a storage key names: an object variant, an upload's staging bytes, an artifact."""
 
-    kind: Literal["object", "staging"]
+    kind: Literal["object", "staging", "artifact"]
     env: str
     namespace_id: str
     object_id: str | None = None  # objects
     reservation_id: str | None = None  # staging
+    artifact_id: str | None = None  # artifacts
 
 
 def _check_common(env: str, namespace_id: str) -> None:
@@ -96,6 +103,16 @@ def build_staging_key(env: str, namespace_id: str, reservation_id: str, extensio
     return f"{env}/tenants/{namespace_id}/uploads/{reservation_id}/upload.{extension}"
 
 
+def build_artifact_key(env: str, namespace_id: str, artifact_id: str, extension: str) -> str:
+    """Build the key of one artifact's bytes."""
+    _check_common(env, namespace_id)
+    if not is_valid_id(artifact_id, "art"):
+        raise InvalidStorageKey("artifact id is not a server-generated artifact id")
+    if extension not in ORIGINAL_EXTENSIONS:
+        raise InvalidStorageKey(f"artifact extension must be one of {ORIGINAL_EXTENSIONS}")
+    return f"{env}/tenants/{namespace_id}/artifacts/{artifact_id}/artifact.{extension}"
+
+
 def validate_object_key(key: str) -> str:
     """Return ``key`` if the object key builder could have produced it; raise otherwise."""
     if not isinstance(key, str) or _KEY_RE.fullmatch(key) is None:  # pyright: ignore[reportUnnecessaryIsInstance]
@@ -117,11 +134,13 @@ def parse_storage_key(key: str) -> ParsedKey:
             return ParsedKey("object", match["env"], match["ns"], object_id=match["obj"])
         if (match := _STAGING_RE.fullmatch(key)) is not None:
             return ParsedKey("staging", match["env"], match["ns"], reservation_id=match["res"])
+        if (match := _ARTIFACT_RE.fullmatch(key)) is not None:
+            return ParsedKey("artifact", match["env"], match["ns"], artifact_id=match["art"])
     raise InvalidStorageKey("not a server-generated storage key")
 
 
 def validate_storage_key(key: str) -> str:
-    """Return ``key`` if it is an object key or a staging key; raise otherwise."""
+    """Return ``key`` if it is an object, staging or artifact key; raise otherwise."""
     parse_storage_key(key)
     return key
 
