@@ -11,6 +11,7 @@ from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
 from memory_tools import MemoryServices, build_memory_server
+from scraper_mcp.chromium import system_chromium
 from scraper_mcp.tools import build_scraper_tools
 
 AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "
@@ -22,6 +23,11 @@ def build_aggregate_server(
     """A server carrying every memory tool and every scraper tool."""
     server = build_memory_server(services, name=name, auth=auth)
     server.instructions = AGGREGATE_INSTRUCTIONS_PREFIX + (server.instructions or "")
-    for tool in build_scraper_tools(services):
+    chromium = system_chromium(services.settings)
+    for tool in build_scraper_tools(services, chromium=chromium):
         server.add_tool(tool)
+    if chromium is not None:
+        # A mounted server's lifespan runs with its parent's: the browser (launched on the first
+        # screenshot) is closed when this server stops. It adds no tools.
+        server.mount(FastMCP("chromium", lifespan=chromium.lifespan))
     return server

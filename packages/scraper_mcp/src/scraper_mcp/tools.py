@@ -13,23 +13,86 @@ Adding a scraper tool: one method here, its workflow in a ``scraper_mcp`` module
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastmcp.tools import Tool
+from pydantic import Field
 
 from memory_tools import MemoryServices
+from memory_tools.ingest.fetch import MAX_URL_LENGTH
 from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.mcp.tools import run_as_caller
+from scraper_mcp import screenshots
+from scraper_mcp.chromium import Chromium
+from scraper_mcp.screenshots import ScreenshotView
 
 scraper_tools = ToolRegistry()
 
+# Offered only when the server has a Chromium (scraper_mcp.chromium.system_chromium).
+NEEDS_CHROMIUM = frozenset({"scrape_page_screenshot"})
 
-def build_scraper_tools(services: MemoryServices) -> list[Tool]:
-    """The scraper tools bound to ``services``."""
-    return scraper_tools.bind(ScraperTools(services))
+
+def build_scraper_tools(
+    services: MemoryServices, *, chromium: Chromium | None = None
+) -> list[Tool]:
+    """The scraper tools bound to ``services``; without ``chromium``, none that needs one."""
+    tools = scraper_tools.bind(ScraperTools(services, chromium=chromium))
+    if chromium is None:
+        tools = [tool for tool in tools if tool.name not in NEEDS_CHROMIUM]
+    return tools
 
 
 class ScraperTools:
     """The scraper tools of one server: each ``@scraper_tools.tool`` method is a tool."""
 
-    def __init__(self, services: MemoryServices) -> None:
+    def __init__(self, services: MemoryServices, *, chromium: Chromium | None = None) -> None:
         self.services = services
+        self.chromium = chromium
 
     # Tools, in this order: scrape_page_images, scrape_image_download, scrape_page_screenshot.
+
+    @scraper_tools.tool("Screenshot a page", read_only=False, idempotent=False, open_world=True)
+    async def scrape_page_screenshot(
+        self,
+        url: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_URL_LENGTH,
+                description="The public page (https; http only where the server allows it).",
+            ),
+        ],
+        fullPage: Annotated[
+            bool,
+            Field(
+                description="The whole page, down to the server's height bound; else one screen."
+            ),
+        ] = False,
+        width: Annotated[
+            int,
+            Field(
+                ge=screenshots.MIN_WIDTH,
+                le=screenshots.MAX_WIDTH,
+                description="The browser window's width in pixels (the PNG's width).",
+            ),
+        ] = screenshots.DEFAULT_WIDTH,
+    ) -> ScreenshotView:
+        """Take a PNG screenshot of a public web page in a headless browser; store it privately.
+
+        The PNG is kept as your artifact until it expires: pass its artifactId to
+        image_asset_save to keep it (its page URL and title go with it). The answer shows a
+        small thumbnail of the top of the page, never the full PNG. Every request the page
+        makes passes the server's URL policy (no private addresses, no file: or data: pages);
+        refused requests simply fail inside the page. Needs the write scope.
+        """
+        chromium = self.chromium
+        assert chromium is not None  # the tool is only registered with a browser
+        return await run_as_caller(
+            self.services,
+            screenshots.screenshot_page,
+            self.services,
+            chromium,
+            url,
+            fullPage,
+            width,
+        )

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import anyio
@@ -123,8 +124,22 @@ class SafeFetcher:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._policy = policy
-        context = ssl_context or httpx.create_ssl_context(trust_env=True)
-        backend = SafeNetworkBackend(resolver or SystemResolver(), policy.addresses)
+        self._resolver = resolver or SystemResolver()
+        self._ssl_context = ssl_context or httpx.create_ssl_context(trust_env=True)
+        self._client = self.client(
+            {"Accept": "image/avif;q=0,image/webp,image/png,image/jpeg,image/gif,image/*;q=0.5"}
+        )
+
+    def client(self, headers: Mapping[str, str]) -> httpx.AsyncClient:
+        """A new client that connects only where this fetcher may (same addresses, resolver, TLS).
+
+        It follows no redirects and decodes nothing (``Accept-Encoding: identity``): a caller
+        that needs the response itself (status, headers) checks each URL with :func:`check_url`
+        and bounds the body as :meth:`fetch` does. The caller closes it.
+        """
+        policy = self._policy
+        context = self._ssl_context
+        backend = SafeNetworkBackend(self._resolver, policy.addresses)
         transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False, retries=0)
         # httpx has no public hook for httpcore's network backend; the pool is rebuilt with the
         # same TLS context and our backend (pinned: httpx 0.28, httpcore 1.0).
@@ -138,7 +153,7 @@ class SafeFetcher:
             retries=0,
             network_backend=backend,
         )
-        self._client = httpx.AsyncClient(
+        return httpx.AsyncClient(
             transport=transport,
             trust_env=False,
             follow_redirects=False,
@@ -148,11 +163,7 @@ class SafeFetcher:
                 write=policy.read_timeout,
                 pool=policy.connect_timeout,
             ),
-            headers={
-                "Accept": "image/avif;q=0,image/webp,image/png,image/jpeg,image/gif,image/*;q=0.5",
-                "Accept-Encoding": "identity",
-                "User-Agent": policy.user_agent,
-            },
+            headers={"Accept-Encoding": "identity", "User-Agent": policy.user_agent, **headers},
         )
 
     @property
