@@ -29,5 +29,5 @@ def build_aggregate_server(
     if chromium is not None:
         # A mounted server's lifespan runs with its parent's: the browser (launched on the first
         # screenshot) is closed when this server stops. It adds no tools.
-        server.mount(FastMCP("chromium", lifespan=chromium.lifespan))
+        server.mount(FastMCP("chromium", lifespan=chromium.lifespan, mask_error_details=True))
     return server

@@ -1,0 +1,334 @@
+"""scrape_page_screenshot against the real Chromium, with local pages on 127.0.0.1.
+
+The pages are served by ``site.test`` (a name the test resolver maps to 127.0.0.1 and the
+address policy admits, as ingest tests admit loopback). A second server, the *canary*, stands
+for a private service: it records every request that reaches it, so "the request never
+arrives" is proved by its empty log. It is reachable under a name that resolves to loopback
+but is not admitted (``private.test``), as the literal ``127.0.0.1`` and on an allowed port.
+
+Chromium must be installed (``make test`` installs Debian's ``chromium``): these tests do not
+skip without it.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import pyvips
+from fastmcp import Client
+from fastmcp.exceptions import ToolError
+from mcp_types import ImageContent
+from structlog.testing import capture_logs
+
+from memory_db import Database, MemorySettings
+from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_tools import MemoryServices, admin
+from memory_tools.ingest.fetch import FetchPolicy, SafeFetcher
+from memory_tools.ingest.network import AddressPolicy, MappedResolver
+from memory_tools.testing.web import Reply, WebServer, serve_web
+from scraper_mcp import build_aggregate_server
+from scraper_mcp.chromium import system_chromium
+from scraper_mcp.tools import build_scraper_tools
+
+SITE = "site.test"
+PRIVATE = "private.test"
+
+
+def html(body: str, title: str = "A test page") -> Reply:
+    page = f"<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>"
+    return Reply(body=page.encode(), headers={"Content-Type": "text/html; charset=utf-8"})
+
+
+@pytest.fixture
+def canary() -> Iterator[WebServer]:
+    with serve_web() as server:
+        yield server
+
+
+@pytest.fixture
+def site() -> Iterator[WebServer]:
+    with serve_web() as server:
+        yield server
+
+
+@pytest.fixture
+async def services(
+    database: Database, tmp_path: Path, site: WebServer, canary: WebServer
+) -> AsyncIterator[MemoryServices]:
+    policy = FetchPolicy(
+        max_bytes=5_000_000,
+        allow_http=True,
+        # The canary's port is allowed: only the address policy keeps the page away from it.
+        allowed_ports=frozenset({80, 443, site.port, canary.port}),
+        total_timeout=5.0,
+        connect_timeout=2.0,
+        read_timeout=2.0,
+        addresses=AddressPolicy(loopback_names=frozenset({SITE})),
+    )
+    fetcher = SafeFetcher(
+        policy, resolver=MappedResolver({SITE: ["127.0.0.1"], PRIVATE: ["127.0.0.1"]})
+    )
+    settings = MemorySettings(
+        memory_data_dir=tmp_path / "data",
+        scraper_screenshot_timeout_seconds=20,
+        scraper_screenshot_max_height=3000,
+        scraper_screenshot_max_page_bytes=2_000_000,
+    )
+    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    yield MemoryServices(database=database, store=store, settings=settings, fetcher=fetcher)
+    await fetcher.aclose()
+
+
+@pytest.fixture
+async def key(database: Database) -> str:
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    return (await admin.create_key(database, "alice@example.com", ["read", "write"])).secret
+
+
+@pytest.fixture
+async def client(services: MemoryServices, key: str) -> AsyncIterator[Client[Any]]:
+    async with Client(build_aggregate_server(replace(services, default_api_key=key))) as client:
+        yield client
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    image = pyvips.Image.new_from_buffer(data, "", fail_on="error")
+    assert image.get("vips-loader") == "pngload_buffer"
+    return image.width, image.height
+
+
+async def artifact_bytes(services: MemoryServices, database: Database, artifact_id: str) -> bytes:
+    async with database.unit_of_work() as uow:
+        record = await uow.artifacts.get_owned("alice@example.com", artifact_id)
+    assert record is not None
+    chunks = [chunk async for chunk in services.store.get_stream(record.storage_key)]
+    return b"".join(chunks)
+
+
+async def artifact_count(database: Database) -> int:
+    async with database.unit_of_work() as uow:
+        return (await uow.artifacts.live_usage("alice@example.com")).count
+
+
+async def test_a_page_is_captured_as_a_png_artifact_with_a_thumbnail(
+    client: Client[Any], services: MemoryServices, database: Database, site: WebServer
+) -> None:
+    site.routes["/"] = html('<h1 style="color:#c00">Hello</h1><img src="/logo.svg">', "Front")
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40"><rect width="40" height="40"/></svg>'
+    site.routes["/logo.svg"] = Reply(body=svg, headers={"Content-Type": "image/svg+xml"})
+    result = await client.call_tool(
+        "scrape_page_screenshot", {"url": site.url("/", host=SITE), "width": 800}
+    )
+    answer = result.structured_content
+    assert answer is not None
+    assert answer["artifactId"].startswith("art_")
+    assert answer["mimeType"] == "image/png"
+    assert (answer["width"], answer["height"]) == (800, 800)
+    assert answer["pageTitle"] == "Front"
+    assert answer["pageUrl"] == site.url("/", host=SITE)
+    assert answer["cut"] is False
+    assert "/logo.svg" in site.requested  # subresources are fetched (by us) for the page
+    stored = await artifact_bytes(services, database, answer["artifactId"])
+    assert png_size(stored) == (800, 800)
+    assert answer["bytes"] == len(stored)
+    # One small image inline: the top of the page, never the PNG itself.
+    images = [block for block in result.content if isinstance(block, ImageContent)]
+    assert len(images) == 1 and images[0].mime_type == "image/jpeg"
+    assert len(images[0].data) < 100_000
+
+
+async def test_a_full_page_is_cut_at_the_height_bound(
+    client: Client[Any], services: MemoryServices, database: Database, site: WebServer
+) -> None:
+    site.routes["/tall"] = html('<div style="height:20000px;background:#08f">tall</div>')
+    result = await client.call_tool(
+        "scrape_page_screenshot",
+        {"url": site.url("/tall", host=SITE), "fullPage": True, "width": 400},
+    )
+    answer = result.structured_content
+    assert answer is not None
+    assert answer["cut"] is True
+    stored = await artifact_bytes(services, database, answer["artifactId"])
+    assert png_size(stored) == (400, 3000)  # SCRAPER_SCREENSHOT_MAX_HEIGHT in this test
+    images = [block for block in result.content if isinstance(block, ImageContent)]
+    assert len(images) == 1
+
+
+async def test_requests_of_the_page_to_private_addresses_never_arrive(
+    client: Client[Any], site: WebServer, canary: WebServer
+) -> None:
+    canary.routes["/secret"] = Reply(body=b"secret", headers={"Content-Type": "text/plain"})
+    site.routes["/redirect"] = Reply(
+        status=302, headers={"Location": canary.url("/secret?via=redirect")}
+    )
+    body = f"""
+      <img src="{canary.url("/secret?via=img-literal")}">
+      <img src="{canary.url("/secret?via=img-name", host=PRIVATE)}">
+      <img src="http://169.254.169.254/latest/meta-data/">
+      <img src="/redirect">
+      <iframe src="{canary.url("/secret?via=iframe", host=PRIVATE)}"></iframe>
+      <iframe src="file:///etc/passwd"></iframe>
+      <link rel="preconnect" href="{canary.url("/", host=PRIVATE)}">
+      <script>
+        const seen = [];
+        fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
+          () => seen.push("fetch-ok"), () => seen.push("fetch-refused"));
+        fetch("{canary.url("/secret?via=post")}", {{method: "POST", body: "x"}}).catch(() => 0);
+        navigator.sendBeacon("{canary.url("/secret?via=beacon", host=PRIVATE)}", "x");
+        try {{ new WebSocket("ws://{PRIVATE}:{canary.port}/secret?via=ws"); }} catch (e) {{}}
+        try {{
+          const pc = new RTCPeerConnection({{iceServers: [{{urls: "stun:127.0.0.1:{canary.port}"}}]}});
+          pc.createDataChannel("x");
+          pc.createOffer().then(o => pc.setLocalDescription(o));
+        }} catch (e) {{}}
+        const sw = navigator.serviceWorker
+          ? navigator.serviceWorker.register("/sw.js").then(() => "sw-registered", () => "sw-refused")
+          : Promise.resolve("sw-absent");
+        alert("a dialog does not block the page");
+        window.open("{canary.url("/secret?via=popup", host=PRIVATE)}");
+        setTimeout(async () => {{ document.title = seen.join(",") + " " + await sw; }}, 300);
+      </script>
+      <p>hostile</p>
+      <img src="/slow">"""
+    site.routes["/hostile"] = html(body, "hostile")
+    site.routes["/sw.js"] = Reply(body=b"", headers={"Content-Type": "text/javascript"})
+    # Holds the page's load event for about a second, by when its script has set the title.
+    site.routes["/slow"] = Reply(body=b"x" * 10, drip_seconds=0.1)
+    result = await client.call_tool(
+        "scrape_page_screenshot", {"url": site.url("/hostile", host=SITE), "width": 640}
+    )
+    answer = result.structured_content
+    assert answer is not None and answer["mimeType"] == "image/png"
+    # The screenshot completed, the page saw its requests fail, and none reached the canary.
+    assert answer["pageTitle"] in {"fetch-refused sw-absent", "fetch-refused sw-refused"}
+    assert canary.requested == []
+    assert "/sw.js" not in site.requested
+
+
+async def test_a_page_that_redirects_to_a_private_address_is_refused(
+    client: Client[Any], database: Database, site: WebServer, canary: WebServer
+) -> None:
+    site.routes["/away"] = Reply(
+        status=302, headers={"Location": canary.url("/secret", host=PRIVATE)}
+    )
+    with pytest.raises(ToolError, match="unsafe_url"):
+        await client.call_tool("scrape_page_screenshot", {"url": site.url("/away", host=SITE)})
+    assert canary.requested == []
+    assert await artifact_count(database) == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "data:text/html,<h1>hi</h1>",
+        "chrome://version",
+        "about:blank",
+        "javascript:alert(1)",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1/",
+        "ws://site.test/",
+    ],
+)
+async def test_urls_the_fetch_policy_refuses_are_refused(
+    client: Client[Any], database: Database, url: str
+) -> None:
+    with pytest.raises(ToolError, match="unsafe_url"):
+        await client.call_tool("scrape_page_screenshot", {"url": url})
+    assert await artifact_count(database) == 0
+
+
+async def test_a_page_larger_than_the_page_budget_is_refused(
+    client: Client[Any], database: Database, site: WebServer
+) -> None:
+    site.routes["/huge"] = Reply(
+        body=b"<p>" + b"x" * 3_000_000, headers={"Content-Type": "text/html"}, send_length=False
+    )
+    with pytest.raises(ToolError, match="unsafe_url: .*2000000-byte limit"):
+        await client.call_tool("scrape_page_screenshot", {"url": site.url("/huge", host=SITE)})
+    assert await artifact_count(database) == 0
+
+
+async def test_width_is_bounded_by_the_schema(client: Client[Any]) -> None:
+    for width in (100, 10_000):
+        with pytest.raises(ToolError):
+            await client.call_tool(
+                "scrape_page_screenshot", {"url": "https://example.com/", "width": width}
+            )
+
+
+async def test_a_crashed_browser_is_relaunched(
+    services: MemoryServices, key: str, site: WebServer
+) -> None:
+    site.routes["/"] = html("<p>again</p>")
+    chromium = system_chromium(services.settings)
+    assert chromium is not None
+    tools = {
+        tool.name: tool
+        for tool in build_scraper_tools(replace(services, default_api_key=key), chromium=chromium)
+    }
+    screenshot = tools["scrape_page_screenshot"]
+    try:
+        await screenshot.run({"url": site.url("/", host=SITE)})
+        assert chromium.launches == 1
+        await screenshot.run({"url": site.url("/", host=SITE)})
+        assert chromium.launches == 1  # reused
+        browser = chromium.browser
+        assert browser is not None
+        session = await browser.new_browser_cdp_session()
+        try:
+            await session.send("Browser.crash")
+        except Exception:  # the crash takes the session with it
+            pass
+        await screenshot.run({"url": site.url("/", host=SITE)})
+        assert chromium.launches == 2
+    finally:
+        await chromium.close()
+    assert chromium.browser is None
+
+
+async def test_without_a_browser_the_tool_is_not_offered(
+    services: MemoryServices, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium on PATH
+    with capture_logs() as logs:
+        server = build_aggregate_server(services)
+    async with Client(server) as client:
+        names = {tool.name for tool in await client.list_tools()}
+    assert "scrape_page_screenshot" not in names
+    assert "image_asset_save" in names
+    lines = [line for line in logs if line["event"] == "screenshot_tool_unavailable"]
+    assert len(lines) == 1
+    assert "chromium" in lines[0]["reason"] and "apt-get install chromium" in lines[0]["fix"]
+    # A configured path that is not an executable: not offered either, and the line says so.
+    missing = replace(
+        services,
+        settings=services.settings.model_copy(
+            update={"scraper_chromium_path": tmp_path / "chrome"}
+        ),
+    )
+    with capture_logs() as logs:
+        server = build_aggregate_server(missing)
+    async with Client(server) as client:
+        assert "scrape_page_screenshot" not in {t.name for t in await client.list_tools()}
+    assert [
+        "SCRAPER_CHROMIUM_PATH" in line["reason"]
+        for line in logs
+        if line["event"] == "screenshot_tool_unavailable"
+    ] == [True]
+
+
+def test_the_dead_proxy_port_refuses_connections() -> None:
+    # What the launch relies on: a bound socket that never listens refuses every connection.
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(dead.getsockname(), timeout=2).close()
+    finally:
+        dead.close()
