@@ -205,8 +205,8 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
     answer = result.structured_content
     assert answer is not None and answer["mimeType"] == "image/png"
     # The screenshot completed, the page saw its requests fail, and none reached the canary.
-    assert answer["pageTitle"] in {"fetch-refused sw-absent", "fetch-refused sw-refused"}
     assert canary.requested == []
+    assert answer["pageTitle"] in {"fetch-refused sw-absent", "fetch-refused sw-refused"}
     assert "/sw.js" not in site.requested
 
 
