@@ -332,3 +332,81 @@ def test_the_dead_proxy_port_refuses_connections() -> None:
             socket.create_connection(dead.getsockname(), timeout=2).close()
     finally:
         dead.close()
+
+
+async def test_every_caller_gets_its_own_artifact_or_a_refusal(
+    services: MemoryServices, database: Database, site: WebServer
+) -> None:
+    """The isolation rows of scrape_page_screenshot: it has no target; the artifact is the
+    caller's own (never the owner of a vault it may write to), a key without ``write`` is
+    refused with ``forbidden`` and a revoked key with ``unauthenticated``, storing nothing."""
+    site.routes["/"] = html("<p>whose</p>")
+    full = ["read", "write", "destructive"]
+    people = {
+        "owner": ("alice@example.com", full),
+        "owner without destructive": ("alice@example.com", ["read", "write"]),
+        "owner, revoked key": ("alice@example.com", full),
+        "other owner": ("bob@example.com", full),
+        "shared reader": ("reader@example.com", full),
+        "shared writer": ("writer@example.com", full),
+        "shared admin": ("admin@example.com", full),
+        "read-only key": ("alice@example.com", ["read"]),
+    }
+    for email in {email for email, _ in people.values()}:
+        await admin.create_identity(database, email, 10**9)
+    for permission, grantee in (("read", "reader"), ("write", "writer"), ("admin", "admin")):
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{grantee}@example.com", permission
+        )
+    expected = {name: "ok" for name in people}
+    expected["owner, revoked key"] = "unauthenticated"
+    expected["read-only key"] = "forbidden"
+    outcomes: dict[str, str] = {}
+    for name, (email, scopes) in people.items():
+        created = await admin.create_key(database, email, scopes)
+        if name == "owner, revoked key":
+            await admin.revoke_key(database, created.record.id)
+        server = build_aggregate_server(replace(services, default_api_key=created.secret))
+        async with Client(server) as client:
+            result = await client.call_tool(
+                "scrape_page_screenshot", {"url": site.url("/", host=SITE)}, raise_on_error=False
+            )
+        if result.is_error:
+            outcomes[name] = result.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
+            continue
+        assert result.structured_content is not None
+        artifact_id = result.structured_content["artifactId"]
+        async with database.unit_of_work() as uow:
+            owners = [
+                who
+                for who in sorted({e for e, _ in people.values()})
+                if await uow.artifacts.get_owned(who, artifact_id) is not None
+            ]
+        outcomes[name] = "ok" if owners == [email] else f"owned by {owners}"
+    assert outcomes == expected
+    async with database.unit_of_work() as uow:
+        assert (await uow.artifacts.live_usage("alice@example.com")).count == 2
+
+
+async def test_the_tool_is_declared_completely(client: Client[Any]) -> None:
+    (tool,) = [t for t in await client.list_tools() if t.name == "scrape_page_screenshot"]
+    assert tool.title == "Screenshot a page"
+    hints = tool.annotations
+    assert hints is not None
+    assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (
+        False,
+        False,
+        False,
+    )
+    assert hints.open_world_hint is True
+    schema = tool.input_schema
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["url"]
+    assert set(schema["properties"]) == {"url", "fullPage", "width"}
+    assert schema["properties"]["width"]["minimum"] == 320
+    assert schema["properties"]["width"]["maximum"] == 2560
+    assert schema["properties"]["url"]["maxLength"] == 4096
+    assert tool.output_schema is not None
+    assert {"artifactId", "expiresAt", "pageUrl", "pageTitle", "cut"} <= set(
+        tool.output_schema["properties"]
+    )
