@@ -12,15 +12,19 @@ skip without it.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import socket
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 import pyvips
 from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
 from mcp_types import ImageContent
 from structlog.testing import capture_logs
@@ -30,6 +34,8 @@ from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin
 from memory_tools.ingest.fetch import FetchPolicy, SafeFetcher
 from memory_tools.ingest.network import AddressPolicy, MappedResolver
+from memory_tools.serving.app import build_http_server, run_http
+from memory_tools.serving.bootstrap import bind_listening_socket
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from scraper_mcp import build_aggregate_server
 from scraper_mcp.chromium import system_chromium
@@ -249,7 +255,7 @@ async def test_a_page_larger_than_the_page_budget_is_refused(
     site.routes["/huge"] = Reply(
         body=b"<p>" + b"x" * 3_000_000, headers={"Content-Type": "text/html"}, send_length=False
     )
-    with pytest.raises(ToolError, match="unsafe_url: .*2000000-byte limit"):
+    with pytest.raises(ToolError, match=r"unsafe_url: .*2000000-byte limit"):
         await client.call_tool("scrape_page_screenshot", {"url": site.url("/huge", host=SITE)})
     assert await artifact_count(database) == 0
 
@@ -281,10 +287,8 @@ async def test_a_crashed_browser_is_relaunched(
         browser = chromium.browser
         assert browser is not None
         session = await browser.new_browser_cdp_session()
-        try:
+        with contextlib.suppress(Exception):  # the crash takes the session with it
             await session.send("Browser.crash")
-        except Exception:  # the crash takes the session with it
-            pass
         await screenshot.run({"url": site.url("/", host=SITE)})
         assert chromium.launches == 2
     finally:
@@ -410,3 +414,30 @@ async def test_the_tool_is_declared_completely(client: Client[Any]) -> None:
     assert {"artifactId", "expiresAt", "pageUrl", "pageTitle", "cut"} <= set(
         tool.output_schema["properties"]
     )
+
+
+async def test_over_http_one_browser_serves_every_call_and_closes_with_the_server(
+    services: MemoryServices, key: str, site: WebServer
+) -> None:
+    """The real HTTP stack (stateless, bearer keys): the browser is launched by the first
+    screenshot, reused by the next (each request stands alone), and closed at shutdown."""
+    site.routes["/"] = html("<p>over http</p>", "Over HTTP")
+    server = build_http_server(services, name="mcp-scraper", build_server=build_aggregate_server)
+    sock = bind_listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    transport = StreamableHttpTransport(f"http://127.0.0.1:{port}/mcp", auth=key)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(run_http, server, "127.0.0.1", port, sockets=[sock]))
+            for _ in range(2):
+                async with Client(transport) as client:
+                    result = await client.call_tool(
+                        "scrape_page_screenshot", {"url": site.url("/", host=SITE)}
+                    )
+                assert result.structured_content is not None
+                assert result.structured_content["pageTitle"] == "Over HTTP"
+            group.cancel_scope.cancel()
+    sock.close()
+    events = [line["event"] for line in logs if line["event"].startswith("screenshot_browser_")]
+    assert events.count("screenshot_browser_launched") == 1
+    assert events[-1] == "screenshot_browser_closed"

@@ -134,6 +134,8 @@ class Chromium:
     async def close(self) -> None:
         """Close the browser and Playwright's driver; a later screenshot launches them again."""
         async with self._lock:
+            if self._browser is not None:
+                log.info("screenshot_browser_closed")
             await self._stop()
 
     @property
@@ -204,6 +206,7 @@ class Chromium:
                 log.warning("screenshot_browser_launch_failed", exc_info=True)
                 raise ToolFailure(f"Chromium could not be started ({_first_line(exc)})") from None
             self.launches += 1
+            log.info("screenshot_browser_launched", launches=self.launches)
             return self._browser
 
     async def _launch(self) -> Browser:
