@@ -441,3 +441,30 @@ async def test_over_http_one_browser_serves_every_call_and_closes_with_the_serve
     events = [line["event"] for line in logs if line["event"].startswith("screenshot_browser_")]
     assert events.count("screenshot_browser_launched") == 1
     assert events[-1] == "screenshot_browser_closed"
+
+
+async def test_time_is_bounded_for_a_slow_document_and_a_hanging_subresource(
+    services: MemoryServices, key: str, database: Database, site: WebServer
+) -> None:
+    quick = replace(
+        services,
+        default_api_key=key,
+        settings=services.settings.model_copy(update={"scraper_screenshot_timeout_seconds": 3}),
+    )
+    site.routes["/drip"] = Reply(body=b"<p>" + b"x" * 200, drip_seconds=0.05)
+    site.routes["/hangs"] = html('<p>visible</p><img src="/forever">', "Hangs")
+    site.routes["/forever"] = Reply(body=b"x" * 200, drip_seconds=0.05)
+    async with Client(build_aggregate_server(quick)) as client:
+        started = anyio.current_time()
+        with pytest.raises(ToolError, match="fetch_failed: the page was not captured within 3 s"):
+            await client.call_tool("scrape_page_screenshot", {"url": site.url("/drip", host=SITE)})
+        assert anyio.current_time() - started < 5
+        assert await artifact_count(database) == 0
+        # A page whose image never finishes: captured as it is, within the time bound.
+        started = anyio.current_time()
+        result = await client.call_tool(
+            "scrape_page_screenshot", {"url": site.url("/hangs", host=SITE)}
+        )
+        assert anyio.current_time() - started < 3
+    assert result.structured_content is not None
+    assert result.structured_content["pageTitle"] == "Hangs"

@@ -61,7 +61,8 @@ INSTALL_HINT = (
 )
 VIEWPORT_HEIGHT = 800  # CSS px of the visible screen; a fullPage screenshot goes further down
 # After the document is in, how long the page may take to finish loading before the capture
-# (a page whose subresources hang is captured as it is then).
+# (a page whose subresources hang is captured as it is then); less when the call's deadline
+# is nearer.
 SETTLE_SECONDS = 5.0
 _CLOSE_SECONDS = 5.0
 _HEIGHT_SCRIPT = (
@@ -162,8 +163,10 @@ class Chromium:
                 await page.goto(url, wait_until="domcontentloaded", timeout=0)
             except PlaywrightError as exc:
                 raise FetchFailed(f"the page could not be displayed ({_first_line(exc)})") from None
+            # Settle at most SETTLE_SECONDS, and leave half of the time that is left to capture.
+            settle = min(SETTLE_SECONDS, (requests.deadline - anyio.current_time()) / 2)
             try:
-                await page.wait_for_load_state("load", timeout=SETTLE_SECONDS * 1000)
+                await page.wait_for_load_state("load", timeout=max(0.1, settle) * 1000)
             except PlaywrightTimeout:
                 log.info("screenshot_page_still_loading")
             return await _shoot(page, width=width, full_page=full_page, max_height=max_height)
