@@ -15,8 +15,10 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -50,9 +52,60 @@ def html(body: str, title: str = "A test page") -> Reply:
     return Reply(body=page.encode(), headers={"Content-Type": "text/html; charset=utf-8"})
 
 
+class Recorder:
+    """A server that answers every request ``200 ok`` and records its method and path."""
+
+    def __init__(self) -> None:
+        self.requested: list[str] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _record(self) -> None:
+                recorder.requested.append(f"{self.command} {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(b"ok")
+
+            do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _record
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+
+    def url(self, path: str, *, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+
+@contextlib.contextmanager
+def recording() -> Iterator[Recorder]:
+    recorder = Recorder()
+    thread = threading.Thread(target=recorder.httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield recorder
+    finally:
+        recorder.httpd.shutdown()
+        recorder.httpd.server_close()
+        thread.join(timeout=5)
+
+
 @pytest.fixture
-def canary() -> Iterator[WebServer]:
-    with serve_web() as server:
+def canary() -> Iterator[Recorder]:
+    """Stands for a private service; its port is allowed, its address is not (except as SITE)."""
+    with recording() as server:
+        yield server
+
+
+@pytest.fixture
+def unlisted() -> Iterator[Recorder]:
+    """A server on a port the fetch policy does not allow."""
+    with recording() as server:
         yield server
 
 
@@ -64,7 +117,7 @@ def site() -> Iterator[WebServer]:
 
 @pytest.fixture
 async def services(
-    database: Database, tmp_path: Path, site: WebServer, canary: WebServer
+    database: Database, tmp_path: Path, site: WebServer, canary: Recorder
 ) -> AsyncIterator[MemoryServices]:
     policy = FetchPolicy(
         max_bytes=5_000_000,
@@ -166,17 +219,20 @@ async def test_a_full_page_is_cut_at_the_height_bound(
 
 
 async def test_requests_of_the_page_to_private_addresses_never_arrive(
-    client: Client[Any], site: WebServer, canary: WebServer
+    client: Client[Any], site: WebServer, canary: Recorder, unlisted: Recorder
 ) -> None:
-    canary.routes["/secret"] = Reply(body=b"secret", headers={"Content-Type": "text/plain"})
     site.routes["/redirect"] = Reply(
         status=302, headers={"Location": canary.url("/secret?via=redirect")}
+    )
+    site.routes["/redirect-port"] = Reply(
+        status=302, headers={"Location": unlisted.url("/secret?via=redirect", host=SITE)}
     )
     body = f"""
       <img src="{canary.url("/secret?via=img-literal")}">
       <img src="{canary.url("/secret?via=img-name", host=PRIVATE)}">
       <img src="http://169.254.169.254/latest/meta-data/">
       <img src="/redirect">
+      <img src="/redirect-port">
       <iframe src="{canary.url("/secret?via=iframe", host=PRIVATE)}"></iframe>
       <iframe src="file:///etc/passwd"></iframe>
       <link rel="preconnect" href="{canary.url("/", host=PRIVATE)}">
@@ -184,7 +240,10 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
         const seen = [];
         fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
           () => seen.push("fetch-ok"), () => seen.push("fetch-refused"));
-        fetch("{canary.url("/secret?via=post")}", {{method: "POST", body: "x"}}).catch(() => 0);
+        fetch("{canary.url("/secret?via=post", host=SITE)}", {{method: "POST", body: "x"}})
+          .catch(() => 0);
+        fetch("{canary.url("/secret?via=put", host=SITE)}", {{method: "PUT", body: "x"}})
+          .catch(() => 0);
         navigator.sendBeacon("{canary.url("/secret?via=beacon", host=PRIVATE)}", "x");
         try {{ new WebSocket("ws://{PRIVATE}:{canary.port}/secret?via=ws"); }} catch (e) {{}}
         try {{
@@ -212,19 +271,31 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
     assert answer is not None and answer["mimeType"] == "image/png"
     # The screenshot completed, the page saw its requests fail, and none reached the canary.
     assert canary.requested == []
+    assert unlisted.requested == []
     assert answer["pageTitle"] in {"fetch-refused sw-absent", "fetch-refused sw-refused"}
     assert "/sw.js" not in site.requested
 
 
 async def test_a_page_that_redirects_to_a_private_address_is_refused(
-    client: Client[Any], database: Database, site: WebServer, canary: WebServer
+    client: Client[Any],
+    database: Database,
+    site: WebServer,
+    canary: Recorder,
+    unlisted: Recorder,
 ) -> None:
     site.routes["/away"] = Reply(
         status=302, headers={"Location": canary.url("/secret", host=PRIVATE)}
     )
-    with pytest.raises(ToolError, match="unsafe_url"):
-        await client.call_tool("scrape_page_screenshot", {"url": site.url("/away", host=SITE)})
+    # An admitted name, but a port the policy does not allow: only the URL check stops it.
+    site.routes["/away-port"] = Reply(
+        status=307, headers={"Location": unlisted.url("/secret", host=SITE)}
+    )
+    site.routes["/away-file"] = Reply(status=302, headers={"Location": "file:///etc/passwd"})
+    for path in ("/away", "/away-port", "/away-file"):
+        with pytest.raises(ToolError, match="unsafe_url"):
+            await client.call_tool("scrape_page_screenshot", {"url": site.url(path, host=SITE)})
     assert canary.requested == []
+    assert unlisted.requested == []
     assert await artifact_count(database) == 0
 
 
