@@ -73,6 +73,7 @@ PROVENANCE_OPERATIONS = (
     "vault_create",
     "vault_grant",
     "vault_grant_revoke",
+    "artifact_store",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 

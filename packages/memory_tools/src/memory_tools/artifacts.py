@@ -20,7 +20,6 @@ could not be removed either (the sweep removes it at expiry; reconciliation its 
 
 from __future__ import annotations
 
-import hashlib
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
@@ -34,7 +33,6 @@ from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import (
     InvalidImage,
-    InvalidInputFailure,
     QuotaExceeded,
     ToolFailure,
     translate,
@@ -46,8 +44,8 @@ from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
+OPERATION = "artifact_store"
 ArtifactSourceKind = Literal["scrape", "screenshot"]
-_UNREADABLE = "the artifact's bytes are unavailable; download the image again"
 ARTIFACT_SOURCE_KINDS: tuple[ArtifactSourceKind, ...] = ("scrape", "screenshot")
 
 
@@ -155,6 +153,14 @@ async def store_artifact(
                 source_ref=ref,
                 ttl=timedelta(seconds=settings.scraper_artifact_ttl_seconds),
             )
+            await uow.provenance.record(
+                OPERATION,
+                actor_identity=owner,
+                owner_identity=owner,
+                target_kind="artifact",
+                target_id=artifact_id,
+                detail={"sourceKind": kind, "bytes": image.bytes},
+            )
     except NotFound as exc:
         raise translate(exc) from None
     try:
@@ -176,30 +182,17 @@ async def _forget(services: MemoryServices, owner: str, artifact_id: str) -> Non
     try:
         async with services.database.unit_of_work() as uow:
             await uow.artifacts.delete_owned(owner, artifact_id)
+            await uow.provenance.record(
+                OPERATION,
+                actor_identity=owner,
+                owner_identity=owner,
+                outcome="failed",
+                target_kind="artifact",
+                target_id=artifact_id,
+                detail={"reason": "the object store did not take the bytes"},
+            )
     except Exception:
         log.warning("artifact_forget_failed", artifact_id=artifact_id, exc_info=True)
-
-
-async def read_artifact_bytes(services: MemoryServices, record: ArtifactRecord) -> bytes:
-    """The stored bytes of ``record``, exactly its recorded length and SHA-256.
-
-    A missing or changed object is ``invalid_input`` ("the artifact's bytes are unavailable").
-    """
-    chunks: list[bytes] = []
-    size = 0
-    try:
-        async for chunk in services.store.get_stream(record.storage_key):
-            size += len(chunk)
-            if size > record.bytes:
-                break
-            chunks.append(chunk)
-    except MemoryDbError:
-        log.warning("artifact_read_failed", artifact_id=record.id, exc_info=True)
-        raise InvalidInputFailure(_UNREADABLE) from None
-    data = b"".join(chunks)
-    if size != record.bytes or hashlib.sha256(data).hexdigest() != record.sha256:
-        raise InvalidInputFailure(_UNREADABLE)
-    return data
 
 
 async def sweep_expired_artifacts(services: MemoryServices, *, limit: int = 500) -> int:

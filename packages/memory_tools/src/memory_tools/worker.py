@@ -44,6 +44,7 @@ from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
 from memory_db.vectors import VectorIndex, VectorRecord
+from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.ingest.plan import fused_text
@@ -181,10 +182,11 @@ class EmbeddingWorker:
             await anyio.sleep(self.config.sweep_seconds)
 
     async def sweep(self) -> None:
-        """Housekeeping: expired reservations, abandoned jobs, orphans, deleted bytes.
+        """Housekeeping: expired reservations, abandoned jobs, orphans, deleted bytes, artifacts.
 
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
-        deletes orphaned uploads, purges the bytes of deleted images and, every
+        deletes orphaned uploads, purges the bytes of deleted images, deletes expired scraper
+        artifacts (bytes, then rows) and, every
         ``reconcile_seconds``, deletes store bytes that nothing accounts for (``reconcile``).
         """
         async with self._services.database.unit_of_work() as uow:
@@ -194,14 +196,16 @@ class EmbeddingWorker:
                 await uow.assets.reconcile_embedding(owner, asset_id)
         removed = await self._remove_orphans()
         purged = await purge_deleted_objects(self._services)
+        artifacts = await sweep_expired_artifacts(self._services)
         reconciled = await self._reconcile()
-        if expired or abandoned or removed or purged or reconciled:
+        if expired or abandoned or removed or purged or artifacts or reconciled:
             log.info(
                 "worker_swept",
                 reservations=expired,
                 abandoned_jobs=len(abandoned),
                 orphans_removed=removed,
                 objects_purged=purged,
+                artifacts_expired=artifacts,
                 unaccounted_removed=reconciled,
             )
 

@@ -442,3 +442,93 @@ async def test_vault_list_and_waiting_for_every_caller(
     assert mismatches == []
     assert cells == 7 * 3
     assert database.asset_states.waiters == 0 and not database.asset_states.listening
+
+
+async def test_every_caller_saving_a_scraper_artifact(
+    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+) -> None:
+    """``image_asset_save`` with ``artifactId``: an artifact is its owner's alone, whatever
+    vault the save goes to. Another identity's artifact (a grantee of the owner's vault
+    included) is ``not_found`` exactly like an id that never existed; the owner's artifact
+    saved into a shared vault follows that vault's grant."""
+    from memory_tools.access import Caller as Identity
+    from memory_tools.artifacts import store_artifact
+
+    database = saving.database
+    full = ("read", "write", "destructive")
+    alice = await make_person("alice@example.com", full)
+    alice_safe = await make_person("alice@example.com", ("read", "write"))
+    alice_old = await make_person("alice@example.com", full)
+    bob = await make_person("bob@example.com", full)
+    names = {"read": "reader", "write": "writer", "admin": "admin"}
+    grantees = {p: await make_person(f"{names[p]}@example.com", full) for p in names}
+    for permission in grantees:
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{names[permission]}@example.com", permission
+        )
+    await admin.revoke_key(database, alice_old.key_id)
+    callers = [
+        Caller("owner", alice.key, "alice", frozenset(full)),
+        Caller("other owner", bob.key, "bob", frozenset(full)),
+        *[
+            Caller(f"shared {names[p]}", person.key, names[p], frozenset(full), grant=p)
+            for p, person in grantees.items()
+        ],
+        Caller("no destructive", alice_safe.key, "alice", frozenset(("read", "write"))),
+        Caller("revoked", alice_old.key, "alice", frozenset(full), revoked=True),
+    ]
+    seed = 200
+
+    async def artifact_of(identity: str) -> str:
+        nonlocal seed
+        seed += 1
+        owner = Identity(f"{identity}@example.com", "akey_test", frozenset(full))
+        stored = await store_artifact(
+            saving, owner, picture(seed), source_kind="scrape", source_ref={}
+        )
+        return stored.artifact_id
+
+    def client(key: str) -> Client[Any]:
+        return Client(build_memory_server(replace(saving, default_api_key=key)))
+
+    def expect(caller: Caller, artifact_owner: str, vault_owner: str) -> str:
+        if caller.revoked:
+            return "unauthenticated"
+        if artifact_owner != caller.identity:
+            return "not_found"  # checked first, before any byte or vault
+        if vault_owner == caller.identity:
+            return "ok"
+        if vault_owner == "alice" and caller.grant in ("write", "admin"):
+            return "ok"
+        return "forbidden" if vault_owner == "alice" and caller.grant == "read" else "not_found"
+
+    mismatches: list[str] = []
+    cells = 0
+    for caller in callers:
+        async with client(caller.key) as c:
+            for artifact_owner in ("alice", caller.identity):
+                for vault_owner in ("alice", "bob", caller.identity):
+                    artifact_id = await artifact_of(artifact_owner)
+                    vault = (
+                        "Library"
+                        if vault_owner == caller.identity
+                        else f"{vault_owner}@example.com/Library"
+                    )
+                    kind, result = await _outcome(
+                        c, "image_asset_save", {"artifactId": artifact_id, "vault": vault}
+                    )
+                    cells += 1
+                    wanted = expect(caller, artifact_owner, vault_owner)
+                    if kind != wanted:
+                        mismatches.append(
+                            f"save artifact of {artifact_owner} into {vault_owner} / "
+                            f"{caller.name}: {result} != {wanted}"
+                        )
+            if not caller.revoked:
+                kind, result = await _outcome(
+                    c, "image_asset_save", {"artifactId": "art_" + "z" * 26}
+                )
+                if kind != "not_found":
+                    mismatches.append(f"save missing artifact / {caller.name}: {result}")
+    assert mismatches == []
+    assert cells == 7 * 2 * 3

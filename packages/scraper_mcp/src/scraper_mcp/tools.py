@@ -23,7 +23,9 @@ from memory_tools.ingest.fetch import MAX_URL_LENGTH
 from memory_tools.mcp.registry import ToolRegistry
 from memory_tools.mcp.tools import run_as_caller
 from scraper_mcp import screenshots
+from scraper_mcp.artifacts import ArtifactView
 from scraper_mcp.chromium import Chromium
+from scraper_mcp.download import download_image
 from scraper_mcp.screenshots import ScreenshotView
 
 scraper_tools = ToolRegistry()
@@ -51,7 +53,48 @@ class ScraperTools:
 
     # Tools, in this order: scrape_page_images, scrape_image_download, scrape_page_screenshot.
 
-    @scraper_tools.tool("Screenshot a page", read_only=False, idempotent=False, open_world=True)
+    @scraper_tools.tool(
+        "Download image as artifact",
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="artifact_store",
+    )
+    async def scrape_image_download(
+        self,
+        imageUrl: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=4096,
+                description="A public https URL of a JPEG, PNG, WebP or GIF.",
+            ),
+        ],
+        pageUrl: Annotated[
+            str | None,
+            Field(
+                max_length=4096,
+                description="The page the image is on; recorded as context, never fetched.",
+            ),
+        ] = None,
+    ) -> ArtifactView:
+        """Download one image and keep it as a private artifact that only you can save.
+
+        The image is fetched and validated exactly as image_asset_save would fetch it; nothing
+        is saved to a vault and nothing counts against your quota. Pass the artifactId to
+        image_asset_save before expiresAt to save it with its context (imageUrl, pageUrl).
+        """
+        return await run_as_caller(
+            self.services, download_image, self.services, image_url=imageUrl, page_url=pageUrl
+        )
+
+    @scraper_tools.tool(
+        "Screenshot a page",
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="artifact_store",
+    )
     async def scrape_page_screenshot(
         self,
         url: Annotated[

@@ -22,7 +22,7 @@ from memory_db.storage import build_object_key
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.images import InspectedImage
 
-SourceKind = Literal["external_url", "upload"]
+SourceKind = Literal["external_url", "upload", "scrape", "screenshot"]
 # How a save gets its object: store new bytes, share the owner's live copy of the same
 # SHA-256, or take back a copy a delete left inside its grace window.
 Dedupe = Literal["store", "share", "take_back"]

@@ -19,6 +19,12 @@ Repeating a request with the same idempotency key returns the asset of the first
 repeats wait for it. A refused save (``fetch_failed``, ``invalid_image``, ``unsafe_url``,
 ``quota_exceeded``...) stores nothing and does not use its key up: the corrected retry under
 the same key is a new attempt. A new source of bytes is a new :class:`ImageSource`.
+
+A scraper artifact (``artifactId``) is such a source: before anything else the saver reads the
+artifact's row as the caller's (``owned_artifact``: unknown, another owner's and expired all
+answer ``not_found``), and only then reads its bytes, from the key the row records
+(:class:`~memory_tools.ingest.sources.StoredArtifact`). The asset records the artifact's
+``sourceKind`` (``scrape`` or ``screenshot``) and its ``sourceRef`` (:func:`artifact_source_ref`).
 """
 
 from __future__ import annotations
@@ -40,9 +46,10 @@ from memory_db import (
     UnitOfWork,
     VaultScope,
     get_logger,
+    is_valid_id,
     new_id,
 )
-from memory_db.repositories import AssetRecord, DuplicateObject, ObjectRecord
+from memory_db.repositories import ArtifactRecord, AssetRecord, DuplicateObject, ObjectRecord
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
@@ -69,7 +76,7 @@ from memory_tools.ingest.plan import (
     plan_save,
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
-from memory_tools.ingest.sources import Download, ImageSource, InlineBytes
+from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
@@ -133,17 +140,40 @@ def require_folder_project(request: SaveRequest) -> None:
         raise InvalidInputFailure("folderId: give the folder's projectId as well")
 
 
+# What an artifact's source ref may hand on to the asset's (docs/design.md#artifacts).
+ARTIFACT_REF_KEYS = ("imageUrl", "pageUrl", "pageTitle", "altText", "caption")
+
+
+def artifact_source_ref(artifact: ArtifactRecord, given: dict[str, Any]) -> dict[str, Any]:
+    """The asset's sourceRef: the artifact's recorded context, then the caller's other keys.
+
+    What the server recorded when it fetched the bytes (the image and page URLs, the page title,
+    alt text and caption it saw) wins over the caller's ``sourceRef``: a save cannot rewrite
+    where its bytes came from. The caller's keys that the artifact does not record are kept.
+    """
+    recorded = {
+        key: artifact.source_ref[key]
+        for key in ARTIFACT_REF_KEYS
+        if artifact.source_ref.get(key) not in (None, "")
+    }
+    return {**given, **recorded}
+
+
 def describe(
     request: SaveRequest,
     *,
     source_kind: SourceKind,
     source_url: str | None = None,
     data: bytes | None = None,
+    artifact: ArtifactRecord | None = None,
 ) -> SaveIntent:
     """The validated, normalised intent of ``request`` (``invalid_input``).
 
     ``source_url``: the URL as stored (scrubbed); ``data``: inline bytes. Both only take part
     in the fingerprint and the derived title; the bytes themselves travel in the source.
+    ``artifact``: the caller's artifact the bytes come from; its recorded context joins the
+    source ref (:func:`artifact_source_ref`) and its alt text stands in for a missing
+    ``altText``.
     """
     title = inputs.clean_text(request.title, "title", inputs.MAX_TITLE)
     title_source: Literal["caller", "derived"] = "caller"
@@ -155,6 +185,14 @@ def describe(
     alt_text = inputs.clean_text(request.alt_text, "altText", inputs.MAX_ALT_TEXT)
     tags = inputs.canonical_tags(request.tags)
     source_ref = inputs.source_ref(request.source_ref)
+    if artifact is not None:
+        source_ref = inputs.source_ref(artifact_source_ref(artifact, source_ref))
+        if alt_text is None:
+            recorded_alt = artifact.source_ref.get("altText")
+            if isinstance(recorded_alt, str):
+                alt_text = inputs.clean_text(
+                    recorded_alt[: inputs.MAX_ALT_TEXT], "altText", inputs.MAX_ALT_TEXT
+                )
     idempotency_key = inputs.idempotency_key(request.idempotency_key)
     material = {
         "vault": request.vault,
@@ -168,6 +206,8 @@ def describe(
         "project": request.project_id,
         "folder": request.folder_id,
     }
+    if request.artifact_id is not None:
+        material["artifact"] = request.artifact_id
     return SaveIntent(
         vault=request.vault,
         project_id=request.project_id,
@@ -235,6 +275,8 @@ def _result(
     )
 
 
+_ARTIFACT_KINDS: dict[str, SourceKind] = {"scrape": "scrape", "screenshot": "screenshot"}
+
 # Failures that are about the bytes themselves: even bytes that stay (a staged upload) can never
 # become this asset, so the reservation is released.
 _FINAL = (InvalidImage, QuotaExceeded)
@@ -252,25 +294,27 @@ class AssetSaver:
 
     # --- step 0: input ----------------------------------------------------------------------
 
-    def prepare(self, request: SaveRequest) -> tuple[SaveIntent, ImageSource]:
-        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``."""
-        sources = [
-            name
-            for name, value in (
-                ("sourceUrl", request.source_url),
-                ("artifactId", request.artifact_id),
-                ("imageBase64", request.image_base64),
-            )
-            if value is not None
-        ]
-        if len(sources) != 1:
-            given = ", ".join(sources) if sources else "none"
-            raise InvalidInputFailure(
-                f"give exactly one of sourceUrl, artifactId, imageBase64 (given: {given})"
-            )
+    def prepare(
+        self, request: SaveRequest, artifact: ArtifactRecord | None = None
+    ) -> tuple[SaveIntent, ImageSource]:
+        """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``.
+
+        ``artifact``: the caller's artifact ``request.artifact_id`` names, as
+        :meth:`owned_artifact` found it (``None``: none of the caller's, ``not_found``).
+        """
+        self.require_one_source(request)
         if request.artifact_id is not None:
-            # Scraper artifacts arrive with the scraper integration; until then none exist.
-            raise NotFoundFailure("artifact not found")
+            if artifact is None or artifact.id != request.artifact_id:
+                raise NotFoundFailure("artifact not found")
+            require_folder_project(request)
+            source_url = artifact.source_ref.get("imageUrl") or artifact.source_ref.get("pageUrl")
+            intent = describe(
+                request,
+                source_kind=_ARTIFACT_KINDS[artifact.source_kind],
+                source_url=source_url if isinstance(source_url, str) else None,
+                artifact=artifact,
+            )
+            return intent, StoredArtifact(self.services.store, artifact)
         require_folder_project(request)
         if request.image_base64 is not None:
             data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
@@ -285,6 +329,35 @@ class AssetSaver:
         )
         return intent, Download(fetcher, self.services.call_admission, fetch_url)
 
+    @staticmethod
+    def require_one_source(request: SaveRequest) -> None:
+        """Exactly one of sourceUrl, artifactId, imageBase64 (``invalid_input``)."""
+        sources = [
+            name
+            for name, value in (
+                ("sourceUrl", request.source_url),
+                ("artifactId", request.artifact_id),
+                ("imageBase64", request.image_base64),
+            )
+            if value is not None
+        ]
+        if len(sources) != 1:
+            given = ", ".join(sources) if sources else "none"
+            raise InvalidInputFailure(
+                f"give exactly one of sourceUrl, artifactId, imageBase64 (given: {given})"
+            )
+
+    async def owned_artifact(self, caller: Caller, artifact_id: str) -> ArtifactRecord | None:
+        """The caller's own unexpired artifact ``artifact_id``, or ``None``.
+
+        Read before any byte: another owner's artifact, an expired one and an unknown id are
+        the same ``None`` (and the same ``not_found`` to the caller).
+        """
+        if not is_valid_id(artifact_id, "art"):
+            return None
+        async with self.services.database.unit_of_work() as uow:
+            return await uow.artifacts.get_owned(caller.identity, artifact_id)
+
     # --- the flow ---------------------------------------------------------------------------
 
     async def save(
@@ -297,7 +370,11 @@ class AssetSaver:
         policy.require(self._settings)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
-        intent, source = self.prepare(request)
+        self.require_one_source(request)
+        artifact = None
+        if request.artifact_id is not None:
+            artifact = await self.owned_artifact(caller, request.artifact_id)
+        intent, source = self.prepare(request, artifact)
         opened = await self._open(caller, intent, source)
         if isinstance(opened, SaveResult):
             return opened

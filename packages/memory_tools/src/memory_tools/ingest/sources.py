@@ -4,6 +4,10 @@ A source reads the bytes, may refuse an image its caller did not announce, and s
 bytes outlive a failed attempt. The saver drives every source the same way
 (``AssetSaver.save_from``), so a new source of bytes (a scraper artifact, say) is a new class
 here, not a new way to drive the saver.
+
+None of them reads a location the caller names but a public URL through the safe fetcher: a
+scraper artifact is read from the key its row records, after the saver has checked that the row
+is the caller's (:class:`StoredArtifact`).
 """
 
 from __future__ import annotations
@@ -12,7 +16,8 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from memory_db import MemoryDbError, get_logger
-from memory_db.storage import AssetObjectStore
+from memory_db.repositories import ArtifactRecord
+from memory_db.storage import AssetObjectStore, read_verified
 from memory_tools.capacity import CallAdmission
 from memory_tools.errors import InvalidImage, InvalidInputFailure
 from memory_tools.ingest.fetch import SafeFetcher
@@ -152,3 +157,48 @@ class StagedUpload:
             await self.store.delete(self.key)
         except MemoryDbError:
             log.warning("asset_upload_staging_delete_failed", exc_info=True)
+
+
+@dataclass(frozen=True)
+class StoredArtifact:
+    """The bytes of a scraper artifact the caller owns (``artifactId``).
+
+    The saver checks that the artifact is the caller's and unexpired before it makes this
+    source (``AssetSaver.owned_artifact``); the bytes are read from the key the artifact's row
+    records, never from anything the caller supplies, and must be exactly the recorded length
+    and SHA-256. Not durable: the artifact stays until it expires whatever happens to one
+    attempt, so a failed save releases its reservation and a retry opens a new one.
+    """
+
+    store: AssetObjectStore
+    artifact: ArtifactRecord
+    durable: bool = False
+    reading: str = "reading the artifact"
+
+    @property
+    def size(self) -> int:
+        """The artifact's recorded length."""
+        return self.artifact.bytes
+
+    async def read(self) -> bytes:
+        """The stored bytes, verified (``invalid_input`` when they are gone or changed)."""
+        try:
+            return await read_verified(
+                self.store,
+                self.artifact.storage_key,
+                self.artifact.sha256,
+                max_bytes=self.artifact.bytes,
+            )
+        except MemoryDbError:
+            log.warning("artifact_read_failed", artifact_id=self.artifact.id, exc_info=True)
+            raise InvalidInputFailure(
+                "the artifact's bytes are unavailable; download the image again"
+            ) from None
+
+    def accept(self, image: InspectedImage) -> None:
+        """The bytes are what was validated when the artifact was stored (``invalid_image``)."""
+        if image.sha256 != self.artifact.sha256:
+            raise InvalidImage("the artifact's bytes changed since they were stored")
+
+    async def done(self) -> None:
+        """Nothing to drop: the artifact stays until it expires (docs/design.md#artifacts)."""

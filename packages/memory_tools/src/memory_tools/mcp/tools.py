@@ -315,7 +315,12 @@ class MemoryTools:
             Field(max_length=4096, description="A public https URL of a JPEG, PNG, WebP or GIF."),
         ] = None,
         artifactId: Annotated[
-            str | None, Field(max_length=64, description="An MCP Scraper artifact id.")
+            str | None,
+            Field(
+                max_length=64,
+                description="An artifact id (art_...) from scrape_image_download or "
+                "scrape_page_screenshot: yours, before it expires.",
+            ),
         ] = None,
         imageBase64: SaveBase64Param = None,
         projectId: Annotated[

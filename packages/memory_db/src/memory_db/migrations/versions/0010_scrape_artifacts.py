@@ -4,7 +4,9 @@ A scraper tool (``scrape_image_download``, ``scrape_page_screenshot``) stores wh
 as an artifact; ``image_asset_save`` with its ``artifactId`` turns it into an asset, and the
 worker's sweep deletes expired ones, rows and bytes (docs/design.md#artifacts). The row is tied
 to its owner's namespace by a composite foreign key, and its storage key to that namespace and
-its own id by a CHECK.
+its own id by a CHECK. Storing an artifact is recorded as ``artifact_store`` provenance, so the
+provenance operation list (a CHECK constraint) is replaced, as revision 0009 did; downgrade fails
+(and changes nothing) while the ledger holds ``artifact_store`` events.
 
 Revision ID: 0010
 Revises: 0009
@@ -25,6 +27,35 @@ branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
 _TABLE = "mem_scrape_artifacts"
+_PROVENANCE = "mem_provenance"
+_OPERATIONS_BEFORE = (
+    "asset_project_create",
+    "asset_project_archive",
+    "asset_project_update",
+    "asset_folder_create",
+    "asset_folder_delete",
+    "asset_folder_update",
+    "asset_save",
+    "asset_update",
+    "asset_embed",
+    "asset_search",
+    "asset_move",
+    "asset_delete",
+    "asset_restore",
+    "asset_object_purge",
+    "asset_reconcile",
+    "identity_create",
+    "api_key_create",
+    "api_key_revoke",
+    "vault_create",
+    "vault_grant",
+    "vault_grant_revoke",
+)
+_OPERATIONS_AFTER = (*_OPERATIONS_BEFORE, "artifact_store")
+
+
+def _known(operations: tuple[str, ...]) -> str:
+    return "operation IN ({})".format(", ".join(f"'{name}'" for name in operations))
 
 
 def upgrade() -> None:
@@ -96,9 +127,13 @@ def upgrade() -> None:
         unique=False,
     )
     op.create_index("ix_mem_scrape_artifacts_expires", _TABLE, ["expires_at"], unique=False)
+    op.drop_constraint("operation_known", _PROVENANCE, type_="check")
+    op.create_check_constraint("operation_known", _PROVENANCE, _known(_OPERATIONS_AFTER))
 
 
 def downgrade() -> None:
+    op.drop_constraint("operation_known", _PROVENANCE, type_="check")
+    op.create_check_constraint("operation_known", _PROVENANCE, _known(_OPERATIONS_BEFORE))
     op.drop_index("ix_mem_scrape_artifacts_expires", table_name=_TABLE)
     op.drop_index("ix_mem_scrape_artifacts_owner_expires", table_name=_TABLE)
     op.drop_table(_TABLE)
