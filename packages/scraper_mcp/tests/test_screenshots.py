@@ -29,6 +29,7 @@ from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
 from mcp_types import ImageContent
+from sqlalchemy import text
 from structlog.testing import capture_logs
 
 from memory_db import Database, MemorySettings
@@ -461,6 +462,17 @@ async def test_every_caller_gets_its_own_artifact_or_a_refusal(
     assert outcomes == expected
     async with database.unit_of_work() as uow:
         assert (await uow.artifacts.live_usage("alice@example.com")).count == 2
+        recorded = await uow.session.execute(
+            text(
+                "SELECT outcome, count(*) FROM mem_provenance "
+                "WHERE operation = 'artifact_store' GROUP BY outcome"
+            )
+        )
+        # Six screenshots stored; the read-only key's refusal audited as a denial.
+        assert {outcome: count for outcome, count in recorded.all()} == {
+            "succeeded": 6,
+            "denied": 1,
+        }
 
 
 async def test_the_tool_is_declared_completely(client: Client[Any]) -> None:
