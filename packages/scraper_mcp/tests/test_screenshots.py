@@ -16,7 +16,7 @@ import contextlib
 import functools
 import socket
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Generator, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -84,7 +84,7 @@ class Recorder:
 
 
 @contextlib.contextmanager
-def recording() -> Iterator[Recorder]:
+def recording() -> Generator[Recorder]:
     recorder = Recorder()
     thread = threading.Thread(target=recorder.httpd.serve_forever, kwargs={"poll_interval": 0.05})
     thread.start()
