@@ -28,7 +28,7 @@ import pyvips
 from fastmcp import Client
 from fastmcp.client.transports import StreamableHttpTransport
 from fastmcp.exceptions import ToolError
-from mcp_types import ImageContent
+from mcp_types import ImageContent, TextContent
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
@@ -200,6 +200,8 @@ async def test_a_page_is_captured_as_a_png_artifact_with_a_thumbnail(
     images = [block for block in result.content if isinstance(block, ImageContent)]
     assert len(images) == 1 and images[0].mime_type == "image/jpeg"
     assert len(images[0].data) < 100_000
+    lines = [block.text for block in result.content if isinstance(block, TextContent)]
+    assert f"Result 1: artifactId {answer['artifactId']} (256x256 JPEG):" in lines
 
 
 async def test_a_full_page_is_cut_at_the_height_bound(

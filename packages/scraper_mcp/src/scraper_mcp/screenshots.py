@@ -135,8 +135,12 @@ async def top_thumbnail(services: MemoryServices, artifact: ArtifactView, png: b
             jpeg, shown_width, shown_height = await anyio.to_thread.run_sync(_top, png)
     except pyvips.Error:
         log.warning("screenshot_thumbnail_failed", artifact_id=artifact_id, exc_info=True)
-        return Thumbnail(artifact_id, missing="the screenshot could not be shrunk")
-    return Thumbnail(artifact_id, jpeg=jpeg, width=shown_width, height=shown_height)
+        return Thumbnail(
+            artifact_id, missing="the screenshot could not be shrunk", id_name="artifactId"
+        )
+    return Thumbnail(
+        artifact_id, jpeg=jpeg, width=shown_width, height=shown_height, id_name="artifactId"
+    )
 
 
 def _top(png: bytes) -> tuple[bytes, int, int]:
