@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import shutil
 import socket
 import threading
 from collections.abc import AsyncIterator, Generator, Iterator
@@ -373,6 +374,8 @@ async def test_a_crashed_browser_is_relaunched(
 async def test_without_a_browser_the_tool_is_not_offered(
     services: MemoryServices, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
+    installed = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert installed is not None, "make test installs Debian's chromium"
     monkeypatch.setenv("PATH", str(tmp_path))  # no chromium on PATH
     with capture_logs() as logs:
         server = build_aggregate_server(services)
@@ -399,6 +402,17 @@ async def test_without_a_browser_the_tool_is_not_offered(
         for line in logs
         if line["event"] == "screenshot_tool_unavailable"
     ] == [True]
+    # SCRAPER_CHROMIUM_PATH names the browser when PATH has none: the tool is offered again.
+    configured = replace(
+        services,
+        settings=services.settings.model_copy(update={"scraper_chromium_path": Path(installed)}),
+    )
+    with capture_logs() as logs:
+        server = build_aggregate_server(configured)
+    async with Client(server) as client:
+        assert "scrape_page_screenshot" in {t.name for t in await client.list_tools()}
+    found = [line for line in logs if line["event"] == "screenshot_browser_found"]
+    assert [line["found_by"] for line in found] == [f"SCRAPER_CHROMIUM_PATH={installed}"]
 
 
 def test_the_dead_proxy_port_refuses_connections() -> None:
