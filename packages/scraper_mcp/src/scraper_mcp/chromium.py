@@ -219,11 +219,22 @@ class Chromium:
         dead.bind(("127.0.0.1", 0))  # bound, never listening: every connection is refused
         self._dead_proxy = dead
         port = dead.getsockname()[1]
+        # Chromium's sandbox cannot run as root; elsewhere it stays on where the system lets
+        # it (some containers and Ubuntu's AppArmor forbid the user namespaces it needs: then
+        # it runs without, and says so; the network rules below do not depend on it).
+        if os.geteuid() != 0:
+            try:
+                return await self._launch_with(port, sandbox=True)
+            except PlaywrightError:
+                log.warning("screenshot_browser_unsandboxed", exc_info=True)
+        return await self._launch_with(port, sandbox=False)
+
+    async def _launch_with(self, port: int, *, sandbox: bool) -> Browser:
+        assert self._playwright is not None
         return await self._playwright.chromium.launch(
             executable_path=self.executable,
             headless=True,
-            # Chromium's sandbox cannot run as root; elsewhere it stays on.
-            chromium_sandbox=os.geteuid() != 0,
+            chromium_sandbox=sandbox,
             args=[
                 f"--proxy-server=http://127.0.0.1:{port}",
                 "--proxy-bypass-list=<-loopback>",
