@@ -33,8 +33,15 @@ $(CURDIR)/.cache/tools/bin/uv:
 uv: $(UV) ## Make sure uv is available (installs it with pip when missing)
 
 .PHONY: install
-install: uv ## Install the workspace and dev tools from uv.lock
+install: uv ## Install the workspace and dev tools from uv.lock, and Chromium when missing
 	$(UV) sync --frozen --all-packages
+	@./scripts/install-chromium.sh
+
+# Debian's chromium for scrape_page_screenshot, when no Chromium is found (apt-get, quiet).
+# `make install` carries on without it (the tool is then not offered); `make test` needs it.
+.PHONY: chromium
+chromium: ## Install Debian's chromium when no Chromium is found (fails if it cannot)
+	@./scripts/install-chromium.sh --required
 
 # Only what the server needs to run: no test, lint or type-check tools. `--inexact` keeps
 # anything `make install` already put there, so the two targets can be used in any order.
@@ -70,7 +77,7 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 	$(UV) run --frozen --no-sync memory-server migrate
 
 .PHONY: test
-test: install deps-node ## Install everything and run the whole suite, then each library alone
+test: install deps-node chromium ## Install everything and run the whole suite, then each library alone
 	$(UV) run --frozen pytest
 	UV=$(UV) ./scripts/test-isolated.sh
 

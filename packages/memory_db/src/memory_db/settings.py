@@ -98,6 +98,19 @@ class MemorySettings(BaseSettings):
     scraper_artifact_max_live: int = Field(default=100, ge=1, le=10_000)
     scraper_artifact_max_live_bytes: int = Field(default=536_870_912, ge=1, le=1_099_511_627_776)
 
+    # --- page screenshots (docs/design.md#screenshots) ----------------------------------
+    # The Chromium executable; unset: ``chromium`` or ``chromium-browser`` on PATH. None found:
+    # scrape_page_screenshot is not offered.
+    scraper_chromium_path: Path | None = None
+    # One screenshot, from the first request to the PNG: navigation, settling and capture.
+    scraper_screenshot_timeout_seconds: float = Field(default=30.0, ge=1.0, le=300.0)
+    # Bytes the page may fetch in all (document, scripts, images ...); past it, requests fail.
+    scraper_screenshot_max_page_bytes: int = Field(default=26_214_400, ge=65_536, le=268_435_456)
+    # The tallest full-page screenshot, in CSS pixels (lower still if the decode limit says so).
+    scraper_screenshot_max_height: int = Field(default=8000, ge=200, le=32_000)
+    # Pages rendered at once in one process (each is a Chromium renderer: ~100-300 MB).
+    scraper_screenshot_concurrency: int = Field(default=2, ge=1, le=16)
+
     # --- feature flags (on by default: docs/design.md#decision-feature-switches) --------
     asset_feature_enabled: bool = True
     asset_search_enabled: bool = True

@@ -222,3 +222,33 @@ def test_every_setting_is_documented_and_every_documented_variable_is_a_setting(
     read = {name.upper() for name in MemorySettings.model_fields}
     assert documented - read == set(), "documented but read by nothing"
     assert read - documented == set(), "read but not documented"
+
+
+def test_screenshot_settings_are_read_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert settings.scraper_chromium_path is None
+    assert settings.scraper_screenshot_timeout_seconds == 30.0
+    assert settings.scraper_screenshot_max_page_bytes == 25 * 1024**2
+    assert settings.scraper_screenshot_max_height == 8000
+    assert settings.scraper_screenshot_concurrency == 2
+    monkeypatch.setenv("SCRAPER_CHROMIUM_PATH", "/opt/chromium/chrome")
+    monkeypatch.setenv("SCRAPER_SCREENSHOT_TIMEOUT_SECONDS", "12.5")
+    monkeypatch.setenv("SCRAPER_SCREENSHOT_MAX_PAGE_BYTES", "1048576")
+    monkeypatch.setenv("SCRAPER_SCREENSHOT_MAX_HEIGHT", "3000")
+    monkeypatch.setenv("SCRAPER_SCREENSHOT_CONCURRENCY", "1")
+    settings = load_settings()
+    assert str(settings.scraper_chromium_path) == "/opt/chromium/chrome"
+    assert settings.scraper_screenshot_timeout_seconds == 12.5
+    assert settings.scraper_screenshot_max_page_bytes == 1024**2
+    assert settings.scraper_screenshot_max_height == 3000
+    assert settings.scraper_screenshot_concurrency == 1
+    for variable, value in (
+        ("SCRAPER_SCREENSHOT_TIMEOUT_SECONDS", "0"),
+        ("SCRAPER_SCREENSHOT_MAX_PAGE_BYTES", "10"),
+        ("SCRAPER_SCREENSHOT_MAX_HEIGHT", "100000"),
+        ("SCRAPER_SCREENSHOT_CONCURRENCY", "0"),
+    ):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ConfigurationError, match=variable):
+            load_settings()
+        monkeypatch.delenv(variable)

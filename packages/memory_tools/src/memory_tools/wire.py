@@ -32,6 +32,7 @@ class Thumbnail:
     width: int = 0
     height: int = 0
     missing: str | None = None  # why there is none
+    id_name: str = "assetId"  # what the id is called in the answer (a screenshot: artifactId)
 
     @classmethod
     def wanted(cls, stored: StoredAsset) -> Thumbnail:

@@ -12,6 +12,7 @@ from fastmcp.server.auth import AuthProvider
 
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.toolsets import MEMORY, MEMORY_TOOLSETS, ToolSelection, Toolset
+from scraper_mcp.chromium import system_chromium
 from scraper_mcp.tools import build_scraper_tools, scraper_tools
 
 AGGREGATE_INSTRUCTIONS_PREFIX = "Aggregate server: scraper tools and the image memory. "
@@ -36,6 +37,11 @@ def build_aggregate_server(
     """
     server = build_memory_server(services, name=name, auth=auth, tools=tools)
     server.instructions = AGGREGATE_INSTRUCTIONS_PREFIX + (server.instructions or "")
-    for tool in build_scraper_tools(services, tools.offers):
+    chromium = system_chromium(services.settings)
+    for tool in build_scraper_tools(services, tools.offers, chromium=chromium):
         server.add_tool(tool)
+    if chromium is not None:
+        # A mounted server's lifespan runs with its parent's: the browser (launched on the first
+        # screenshot) is closed when this server stops. It adds no tools.
+        server.mount(FastMCP("chromium", lifespan=chromium.lifespan, mask_error_details=True))
     return server

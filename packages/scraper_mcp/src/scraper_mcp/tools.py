@@ -20,28 +20,47 @@ from fastmcp.tools import Tool
 from pydantic import Field
 
 from memory_tools import MemoryServices
+from memory_tools.ingest.fetch import MAX_URL_LENGTH
 from memory_tools.mcp.registry import ToolRegistry, ToolSpec
 from memory_tools.mcp.tools import run_as_caller
-from scraper_mcp import page_images, pages
+from scraper_mcp import page_images, pages, screenshots
 from scraper_mcp.artifacts import ArtifactView
+from scraper_mcp.chromium import Chromium
 from scraper_mcp.download import download_image
 from scraper_mcp.pages import PageImages, PageSave
+from scraper_mcp.screenshots import ScreenshotView
 
 scraper_tools = ToolRegistry()
 
+# Offered only when the server has a Chromium (scraper_mcp.chromium.system_chromium).
+NEEDS_CHROMIUM = frozenset({"scrape_page_screenshot"})
+
 
 def build_scraper_tools(
-    services: MemoryServices, offers: Callable[[ToolSpec], bool] | None = None
+    services: MemoryServices,
+    offers: Callable[[ToolSpec], bool] | None = None,
+    *,
+    chromium: Chromium | None = None,
 ) -> list[Tool]:
-    """The scraper tools bound to ``services`` (``offers``: only those a selection admits)."""
-    return scraper_tools.bind(ScraperTools(services), offers)
+    """The scraper tools bound to ``services`` that ``offers`` admits (all when ``None``).
+
+    Without ``chromium``, none that needs one.
+    """
+
+    def offered(spec: ToolSpec) -> bool:
+        if chromium is None and spec.name in NEEDS_CHROMIUM:
+            return False
+        return offers is None or offers(spec)
+
+    return scraper_tools.bind(ScraperTools(services, chromium=chromium), offered)
 
 
 class ScraperTools:
     """The scraper tools of one server: each ``@scraper_tools.tool`` method is a tool."""
 
-    def __init__(self, services: MemoryServices) -> None:
+    def __init__(self, services: MemoryServices, *, chromium: Chromium | None = None) -> None:
         self.services = services
+        self.chromium = chromium
 
     # Tools, in this order: scrape_page_images, scrape_image_download, scrape_page_screenshot.
 
@@ -128,4 +147,56 @@ class ScraperTools:
         """
         return await run_as_caller(
             self.services, download_image, self.services, image_url=imageUrl, page_url=pageUrl
+        )
+
+    @scraper_tools.tool(
+        "Screenshot a page",
+        read_only=False,
+        idempotent=False,
+        open_world=True,
+        audited="artifact_store",
+    )
+    async def scrape_page_screenshot(
+        self,
+        url: Annotated[
+            str,
+            Field(
+                min_length=1,
+                max_length=MAX_URL_LENGTH,
+                description="The public page (https; http only where the server allows it).",
+            ),
+        ],
+        fullPage: Annotated[
+            bool,
+            Field(
+                description="The whole page, down to the server's height bound; else one screen."
+            ),
+        ] = False,
+        width: Annotated[
+            int,
+            Field(
+                ge=screenshots.MIN_WIDTH,
+                le=screenshots.MAX_WIDTH,
+                description="The browser window's width in pixels (the PNG's width).",
+            ),
+        ] = screenshots.DEFAULT_WIDTH,
+    ) -> ScreenshotView:
+        """Take a PNG screenshot of a public web page in a headless browser; store it privately.
+
+        The PNG is kept as your artifact until it expires: pass its artifactId to
+        image_asset_save to keep it (its page URL and title go with it). The answer shows a
+        small thumbnail of the top of the page, never the full PNG. Every request the page
+        makes passes the server's URL policy (no private addresses, no file: or data: pages);
+        refused requests simply fail inside the page. Needs the write scope.
+        """
+        chromium = self.chromium
+        assert chromium is not None  # the tool is only registered with a browser
+        return await run_as_caller(
+            self.services,
+            screenshots.screenshot_page,
+            self.services,
+            chromium,
+            url,
+            fullPage,
+            width,
         )

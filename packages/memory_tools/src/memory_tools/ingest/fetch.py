@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 import ssl
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -139,8 +140,20 @@ class SafeFetcher:
         ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self._policy = policy
-        context = ssl_context or httpx.create_ssl_context(trust_env=True)
-        backend = SafeNetworkBackend(resolver or SystemResolver(), policy.addresses)
+        self._resolver = resolver or SystemResolver()
+        self._ssl_context = ssl_context or httpx.create_ssl_context(trust_env=True)
+        self._client = self.client({"Accept": _IMAGE_ACCEPT})
+
+    def client(self, headers: Mapping[str, str]) -> httpx.AsyncClient:
+        """A new client that connects only where this fetcher may (same addresses, resolver, TLS).
+
+        It follows no redirects and decodes nothing (``Accept-Encoding: identity``): a caller
+        that needs the response itself (status, headers) checks each URL with :func:`check_url`
+        and bounds the body as :meth:`fetch` does. The caller closes it.
+        """
+        policy = self._policy
+        context = self._ssl_context
+        backend = SafeNetworkBackend(self._resolver, policy.addresses)
         transport = httpx.AsyncHTTPTransport(verify=context, trust_env=False, retries=0)
         # httpx has no public hook for httpcore's network backend; the pool is rebuilt with the
         # same TLS context and our backend (pinned: httpx 0.28, httpcore 1.0).
@@ -154,7 +167,7 @@ class SafeFetcher:
             retries=0,
             network_backend=backend,
         )
-        self._client = httpx.AsyncClient(
+        return httpx.AsyncClient(
             transport=transport,
             trust_env=False,
             follow_redirects=False,
@@ -164,11 +177,7 @@ class SafeFetcher:
                 write=policy.read_timeout,
                 pool=policy.connect_timeout,
             ),
-            headers={
-                "Accept": _IMAGE_ACCEPT,
-                "Accept-Encoding": "identity",
-                "User-Agent": policy.user_agent,
-            },
+            headers={"Accept-Encoding": "identity", "User-Agent": policy.user_agent, **headers},
         )
 
     @property

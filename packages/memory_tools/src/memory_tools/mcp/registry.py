@@ -195,15 +195,16 @@ def _shown_with_thumbnails(answer: WireModel, thumbnails: tuple[Thumbnail, ...])
         TextContent(
             type="text",
             text=f"Thumbnails: {shown} of {len(thumbnails)} result(s), each after the line "
-            "naming its assetId.",
+            f"naming its {thumbnails[0].id_name if thumbnails else 'assetId'}.",
         )
     )
     for position, thumb in enumerate(thumbnails, start=1):
+        named = f"{thumb.id_name} {thumb.asset_id}"
         if thumb.jpeg is None:
-            line = f"Result {position}: assetId {thumb.asset_id}: no thumbnail ({thumb.missing})."
+            line = f"Result {position}: {named}: no thumbnail ({thumb.missing})."
             content.append(TextContent(type="text", text=line))
             continue
-        line = f"Result {position}: assetId {thumb.asset_id} ({thumb.width}x{thumb.height} JPEG):"
+        line = f"Result {position}: {named} ({thumb.width}x{thumb.height} JPEG):"
         content.append(TextContent(type="text", text=line))
         data = base64.b64encode(thumb.jpeg).decode("ascii")
         content.append(ImageContent(type="image", data=data, mime_type="image/jpeg"))

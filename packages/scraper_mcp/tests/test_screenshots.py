@@ -1,0 +1,569 @@
+"""scrape_page_screenshot against the real Chromium, with local pages on 127.0.0.1.
+
+The pages are served by ``site.test`` (a name the test resolver maps to 127.0.0.1 and the
+address policy admits, as ingest tests admit loopback). A second server, the *canary*, stands
+for a private service: it records every request that reaches it, so "the request never
+arrives" is proved by its empty log. It is reachable under a name that resolves to loopback
+but is not admitted (``private.test``), as the literal ``127.0.0.1`` and on an allowed port.
+
+Chromium must be installed (``make test`` installs Debian's ``chromium``): these tests do not
+skip without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import shutil
+import socket
+import threading
+from collections.abc import AsyncIterator, Generator, Iterator
+from dataclasses import replace
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+import pyvips
+from fastmcp import Client
+from fastmcp.client.transports import StreamableHttpTransport
+from fastmcp.exceptions import ToolError
+from mcp_types import ImageContent, TextContent
+from sqlalchemy import text
+from structlog.testing import capture_logs
+
+from memory_db import Database, MemorySettings
+from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_tools import MemoryServices, admin
+from memory_tools.ingest.fetch import FetchPolicy, SafeFetcher
+from memory_tools.ingest.network import AddressPolicy, MappedResolver
+from memory_tools.serving.app import build_http_server, run_http
+from memory_tools.serving.bootstrap import bind_listening_socket
+from memory_tools.testing.web import Reply, WebServer, serve_web
+from scraper_mcp import build_aggregate_server
+from scraper_mcp.chromium import system_chromium
+from scraper_mcp.tools import build_scraper_tools
+
+SITE = "site.test"
+PRIVATE = "private.test"
+
+
+def html(body: str, title: str = "A test page") -> Reply:
+    page = f"<!doctype html><html><head><title>{title}</title></head><body>{body}</body></html>"
+    return Reply(body=page.encode(), headers={"Content-Type": "text/html; charset=utf-8"})
+
+
+class Recorder:
+    """A server that answers every request ``200 ok`` and records its method and path."""
+
+    def __init__(self) -> None:
+        self.requested: list[str] = []
+        recorder = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _record(self) -> None:
+                recorder.requested.append(f"{self.command} {self.path}")
+                self.send_response(200)
+                self.send_header("Content-Length", "2")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                if self.command != "HEAD":
+                    self.wfile.write(b"ok")
+
+            do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = _record
+
+            def log_message(self, format: str, *args: object) -> None:
+                return
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.port = self.httpd.server_address[1]
+
+    def url(self, path: str, *, host: str = "127.0.0.1") -> str:
+        return f"http://{host}:{self.port}{path}"
+
+
+@contextlib.contextmanager
+def recording() -> Generator[Recorder]:
+    recorder = Recorder()
+    thread = threading.Thread(target=recorder.httpd.serve_forever, kwargs={"poll_interval": 0.05})
+    thread.start()
+    try:
+        yield recorder
+    finally:
+        recorder.httpd.shutdown()
+        recorder.httpd.server_close()
+        thread.join(timeout=5)
+
+
+@pytest.fixture
+def canary() -> Iterator[Recorder]:
+    """Stands for a private service; its port is allowed, its address is not (except as SITE)."""
+    with recording() as server:
+        yield server
+
+
+@pytest.fixture
+def unlisted() -> Iterator[Recorder]:
+    """A server on a port the fetch policy does not allow."""
+    with recording() as server:
+        yield server
+
+
+@pytest.fixture
+def site() -> Iterator[WebServer]:
+    with serve_web() as server:
+        yield server
+
+
+@pytest.fixture
+async def services(
+    database: Database, tmp_path: Path, site: WebServer, canary: Recorder
+) -> AsyncIterator[MemoryServices]:
+    policy = FetchPolicy(
+        max_bytes=5_000_000,
+        allow_http=True,
+        # The canary's port is allowed: only the address policy keeps the page away from it.
+        allowed_ports=frozenset({80, 443, site.port, canary.port}),
+        total_timeout=5.0,
+        connect_timeout=2.0,
+        read_timeout=2.0,
+        addresses=AddressPolicy(loopback_names=frozenset({SITE})),
+    )
+    fetcher = SafeFetcher(
+        policy, resolver=MappedResolver({SITE: ["127.0.0.1"], PRIVATE: ["127.0.0.1"]})
+    )
+    settings = MemorySettings(
+        memory_data_dir=tmp_path / "data",
+        scraper_screenshot_timeout_seconds=20,
+        scraper_screenshot_max_height=3000,
+        scraper_screenshot_max_page_bytes=2_000_000,
+    )
+    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    yield MemoryServices(database=database, store=store, settings=settings, fetcher=fetcher)
+    await fetcher.aclose()
+
+
+@pytest.fixture
+async def key(database: Database) -> str:
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    return (await admin.create_key(database, "alice@example.com", ["read", "write"])).secret
+
+
+@pytest.fixture
+async def client(services: MemoryServices, key: str) -> AsyncIterator[Client[Any]]:
+    async with Client(build_aggregate_server(replace(services, default_api_key=key))) as client:
+        yield client
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    image = pyvips.Image.new_from_buffer(data, "", fail_on="error")
+    assert image.get("vips-loader") == "pngload_buffer"
+    return image.width, image.height
+
+
+async def artifact_bytes(services: MemoryServices, database: Database, artifact_id: str) -> bytes:
+    async with database.unit_of_work() as uow:
+        record = await uow.artifacts.get_owned("alice@example.com", artifact_id)
+    assert record is not None
+    chunks = [chunk async for chunk in services.store.get_stream(record.storage_key)]
+    return b"".join(chunks)
+
+
+async def artifact_count(database: Database) -> int:
+    async with database.unit_of_work() as uow:
+        return (await uow.artifacts.live_usage("alice@example.com")).count
+
+
+async def test_a_page_is_captured_as_a_png_artifact_with_a_thumbnail(
+    client: Client[Any], services: MemoryServices, database: Database, site: WebServer
+) -> None:
+    site.routes["/"] = html('<h1 style="color:#c00">Hello</h1><img src="/logo.svg">', "Front")
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" width="40" height="40"><rect width="40" height="40"/></svg>'
+    site.routes["/logo.svg"] = Reply(body=svg, headers={"Content-Type": "image/svg+xml"})
+    result = await client.call_tool(
+        "scrape_page_screenshot", {"url": site.url("/", host=SITE), "width": 800}
+    )
+    answer = result.structured_content
+    assert answer is not None
+    assert answer["artifactId"].startswith("art_")
+    assert answer["mimeType"] == "image/png"
+    assert (answer["width"], answer["height"]) == (800, 800)
+    assert answer["pageTitle"] == "Front"
+    assert answer["pageUrl"] == site.url("/", host=SITE)
+    assert answer["cut"] is False
+    assert "/logo.svg" in site.requested  # subresources are fetched (by us) for the page
+    stored = await artifact_bytes(services, database, answer["artifactId"])
+    assert png_size(stored) == (800, 800)
+    assert answer["bytes"] == len(stored)
+    # One small image inline: the top of the page, never the PNG itself.
+    images = [block for block in result.content if isinstance(block, ImageContent)]
+    assert len(images) == 1 and images[0].mime_type == "image/jpeg"
+    assert len(images[0].data) < 100_000
+    lines = [block.text for block in result.content if isinstance(block, TextContent)]
+    assert f"Result 1: artifactId {answer['artifactId']} (256x256 JPEG):" in lines
+
+
+async def test_a_full_page_is_cut_at_the_height_bound(
+    client: Client[Any], services: MemoryServices, database: Database, site: WebServer
+) -> None:
+    site.routes["/tall"] = html('<div style="height:20000px;background:#08f">tall</div>')
+    result = await client.call_tool(
+        "scrape_page_screenshot",
+        {"url": site.url("/tall", host=SITE), "fullPage": True, "width": 400},
+    )
+    answer = result.structured_content
+    assert answer is not None
+    assert answer["cut"] is True
+    stored = await artifact_bytes(services, database, answer["artifactId"])
+    assert png_size(stored) == (400, 3000)  # SCRAPER_SCREENSHOT_MAX_HEIGHT in this test
+    images = [block for block in result.content if isinstance(block, ImageContent)]
+    assert len(images) == 1
+
+
+async def test_requests_of_the_page_to_private_addresses_never_arrive(
+    client: Client[Any], site: WebServer, canary: Recorder, unlisted: Recorder
+) -> None:
+    site.routes["/redirect"] = Reply(
+        status=302, headers={"Location": canary.url("/secret?via=redirect")}
+    )
+    site.routes["/redirect-port"] = Reply(
+        status=302, headers={"Location": unlisted.url("/secret?via=redirect", host=SITE)}
+    )
+    body = f"""
+      <img src="{canary.url("/secret?via=img-literal")}">
+      <img src="{canary.url("/secret?via=img-name", host=PRIVATE)}">
+      <img src="http://169.254.169.254/latest/meta-data/">
+      <img src="/redirect">
+      <img src="/redirect-port">
+      <iframe src="{canary.url("/secret?via=iframe", host=PRIVATE)}"></iframe>
+      <iframe src="file:///etc/passwd"></iframe>
+      <link rel="preconnect" href="{canary.url("/", host=PRIVATE)}">
+      <script>
+        const seen = [];
+        fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
+          () => seen.push("fetch-ok"), () => seen.push("fetch-refused"));
+        fetch("{canary.url("/secret?via=post", host=SITE)}", {{method: "POST", body: "x"}})
+          .catch(() => 0);
+        fetch("{canary.url("/secret?via=put", host=SITE)}", {{method: "PUT", body: "x"}})
+          .catch(() => 0);
+        navigator.sendBeacon("{canary.url("/secret?via=beacon", host=PRIVATE)}", "x");
+        try {{ new WebSocket("ws://{PRIVATE}:{canary.port}/secret?via=ws"); }} catch (e) {{}}
+        try {{
+          const pc = new RTCPeerConnection({{iceServers: [{{urls: "stun:127.0.0.1:{canary.port}"}}]}});
+          pc.createDataChannel("x");
+          pc.createOffer().then(o => pc.setLocalDescription(o));
+        }} catch (e) {{}}
+        const sw = navigator.serviceWorker
+          ? navigator.serviceWorker.register("/sw.js").then(() => "sw-registered", () => "sw-refused")
+          : Promise.resolve("sw-absent");
+        alert("a dialog does not block the page");
+        window.open("{canary.url("/secret?via=popup", host=PRIVATE)}");
+        setTimeout(async () => {{ document.title = seen.join(",") + " " + await sw; }}, 300);
+      </script>
+      <p>hostile</p>
+      <img src="/slow">"""
+    site.routes["/hostile"] = html(body, "hostile")
+    site.routes["/sw.js"] = Reply(body=b"", headers={"Content-Type": "text/javascript"})
+    # Holds the page's load event for about a second, by when its script has set the title.
+    site.routes["/slow"] = Reply(body=b"x" * 10, drip_seconds=0.1)
+    result = await client.call_tool(
+        "scrape_page_screenshot", {"url": site.url("/hostile", host=SITE), "width": 640}
+    )
+    answer = result.structured_content
+    assert answer is not None and answer["mimeType"] == "image/png"
+    # The screenshot completed, the page saw its requests fail, and none reached the canary.
+    assert canary.requested == []
+    assert unlisted.requested == []
+    assert answer["pageTitle"] in {"fetch-refused sw-absent", "fetch-refused sw-refused"}
+    assert "/sw.js" not in site.requested
+
+
+async def test_a_page_that_redirects_to_a_private_address_is_refused(
+    client: Client[Any],
+    database: Database,
+    site: WebServer,
+    canary: Recorder,
+    unlisted: Recorder,
+) -> None:
+    site.routes["/away"] = Reply(
+        status=302, headers={"Location": canary.url("/secret", host=PRIVATE)}
+    )
+    # An admitted name, but a port the policy does not allow: only the URL check stops it.
+    site.routes["/away-port"] = Reply(
+        status=307, headers={"Location": unlisted.url("/secret", host=SITE)}
+    )
+    site.routes["/away-file"] = Reply(status=302, headers={"Location": "file:///etc/passwd"})
+    for path in ("/away", "/away-port", "/away-file"):
+        with pytest.raises(ToolError, match="unsafe_url"):
+            await client.call_tool("scrape_page_screenshot", {"url": site.url(path, host=SITE)})
+    assert canary.requested == []
+    assert unlisted.requested == []
+    assert await artifact_count(database) == 0
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "file:///etc/passwd",
+        "data:text/html,<h1>hi</h1>",
+        "chrome://version",
+        "about:blank",
+        "javascript:alert(1)",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://127.0.0.1/",
+        "ws://site.test/",
+    ],
+)
+async def test_urls_the_fetch_policy_refuses_are_refused(
+    client: Client[Any], database: Database, url: str
+) -> None:
+    with pytest.raises(ToolError, match="unsafe_url"):
+        await client.call_tool("scrape_page_screenshot", {"url": url})
+    assert await artifact_count(database) == 0
+
+
+async def test_a_page_larger_than_the_page_budget_is_refused(
+    client: Client[Any], database: Database, site: WebServer
+) -> None:
+    site.routes["/huge"] = Reply(
+        body=b"<p>" + b"x" * 3_000_000, headers={"Content-Type": "text/html"}, send_length=False
+    )
+    with pytest.raises(ToolError, match=r"unsafe_url: .*2000000-byte limit"):
+        await client.call_tool("scrape_page_screenshot", {"url": site.url("/huge", host=SITE)})
+    assert await artifact_count(database) == 0
+
+
+async def test_width_is_bounded_by_the_schema(client: Client[Any]) -> None:
+    for width in (100, 10_000):
+        with pytest.raises(ToolError):
+            await client.call_tool(
+                "scrape_page_screenshot", {"url": "https://example.com/", "width": width}
+            )
+
+
+async def test_a_crashed_browser_is_relaunched(
+    services: MemoryServices, key: str, site: WebServer
+) -> None:
+    site.routes["/"] = html("<p>again</p>")
+    chromium = system_chromium(services.settings)
+    assert chromium is not None
+    tools = {
+        tool.name: tool
+        for tool in build_scraper_tools(replace(services, default_api_key=key), chromium=chromium)
+    }
+    screenshot = tools["scrape_page_screenshot"]
+    try:
+        await screenshot.run({"url": site.url("/", host=SITE)})
+        assert chromium.launches == 1
+        await screenshot.run({"url": site.url("/", host=SITE)})
+        assert chromium.launches == 1  # reused
+        browser = chromium.browser
+        assert browser is not None
+        session = await browser.new_browser_cdp_session()
+        with contextlib.suppress(Exception):  # the crash takes the session with it
+            await session.send("Browser.crash")
+        await screenshot.run({"url": site.url("/", host=SITE)})
+        assert chromium.launches == 2
+    finally:
+        await chromium.close()
+    assert chromium.browser is None
+
+
+async def test_without_a_browser_the_tool_is_not_offered(
+    services: MemoryServices, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    installed = shutil.which("chromium") or shutil.which("chromium-browser")
+    assert installed is not None, "make test installs Debian's chromium"
+    monkeypatch.setenv("PATH", str(tmp_path))  # no chromium on PATH
+    with capture_logs() as logs:
+        server = build_aggregate_server(services)
+    async with Client(server) as client:
+        names = {tool.name for tool in await client.list_tools()}
+    assert "scrape_page_screenshot" not in names
+    assert "image_asset_save" in names
+    lines = [line for line in logs if line["event"] == "screenshot_tool_unavailable"]
+    assert len(lines) == 1
+    assert "chromium" in lines[0]["reason"] and "apt-get install chromium" in lines[0]["fix"]
+    # A configured path that is not an executable: not offered either, and the line says so.
+    missing = replace(
+        services,
+        settings=services.settings.model_copy(
+            update={"scraper_chromium_path": tmp_path / "chrome"}
+        ),
+    )
+    with capture_logs() as logs:
+        server = build_aggregate_server(missing)
+    async with Client(server) as client:
+        assert "scrape_page_screenshot" not in {t.name for t in await client.list_tools()}
+    assert [
+        "SCRAPER_CHROMIUM_PATH" in line["reason"]
+        for line in logs
+        if line["event"] == "screenshot_tool_unavailable"
+    ] == [True]
+    # SCRAPER_CHROMIUM_PATH names the browser when PATH has none: the tool is offered again.
+    configured = replace(
+        services,
+        settings=services.settings.model_copy(update={"scraper_chromium_path": Path(installed)}),
+    )
+    with capture_logs() as logs:
+        server = build_aggregate_server(configured)
+    async with Client(server) as client:
+        assert "scrape_page_screenshot" in {t.name for t in await client.list_tools()}
+    found = [line for line in logs if line["event"] == "screenshot_browser_found"]
+    assert [line["found_by"] for line in found] == [f"SCRAPER_CHROMIUM_PATH={installed}"]
+
+
+def test_the_dead_proxy_port_refuses_connections() -> None:
+    # What the launch relies on: a bound socket that never listens refuses every connection.
+    dead = socket.socket()
+    dead.bind(("127.0.0.1", 0))
+    try:
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(dead.getsockname(), timeout=2).close()
+    finally:
+        dead.close()
+
+
+async def test_every_caller_gets_its_own_artifact_or_a_refusal(
+    services: MemoryServices, database: Database, site: WebServer
+) -> None:
+    """The isolation rows of scrape_page_screenshot: it has no target; the artifact is the
+    caller's own (never the owner of a vault it may write to), a key without ``write`` is
+    refused with ``forbidden`` and a revoked key with ``unauthenticated``, storing nothing."""
+    site.routes["/"] = html("<p>whose</p>")
+    full = ["read", "write", "destructive"]
+    people = {
+        "owner": ("alice@example.com", full),
+        "owner without destructive": ("alice@example.com", ["read", "write"]),
+        "owner, revoked key": ("alice@example.com", full),
+        "other owner": ("bob@example.com", full),
+        "shared reader": ("reader@example.com", full),
+        "shared writer": ("writer@example.com", full),
+        "shared admin": ("admin@example.com", full),
+        "read-only key": ("alice@example.com", ["read"]),
+    }
+    for email in {email for email, _ in people.values()}:
+        await admin.create_identity(database, email, 10**9)
+    for permission, grantee in (("read", "reader"), ("write", "writer"), ("admin", "admin")):
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{grantee}@example.com", permission
+        )
+    expected = {name: "ok" for name in people}
+    expected["owner, revoked key"] = "unauthenticated"
+    expected["read-only key"] = "forbidden"
+    outcomes: dict[str, str] = {}
+    for name, (email, scopes) in people.items():
+        created = await admin.create_key(database, email, scopes)
+        if name == "owner, revoked key":
+            await admin.revoke_key(database, created.record.id)
+        server = build_aggregate_server(replace(services, default_api_key=created.secret))
+        async with Client(server) as client:
+            result = await client.call_tool(
+                "scrape_page_screenshot", {"url": site.url("/", host=SITE)}, raise_on_error=False
+            )
+        if result.is_error:
+            outcomes[name] = result.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
+            continue
+        assert result.structured_content is not None
+        artifact_id = result.structured_content["artifactId"]
+        async with database.unit_of_work() as uow:
+            owners = [
+                who
+                for who in sorted({e for e, _ in people.values()})
+                if await uow.artifacts.get_owned(who, artifact_id) is not None
+            ]
+        outcomes[name] = "ok" if owners == [email] else f"owned by {owners}"
+    assert outcomes == expected
+    async with database.unit_of_work() as uow:
+        assert (await uow.artifacts.live_usage("alice@example.com")).count == 2
+        recorded = await uow.session.execute(
+            text(
+                "SELECT outcome, count(*) FROM mem_provenance "
+                "WHERE operation = 'artifact_store' GROUP BY outcome"
+            )
+        )
+        # Six screenshots stored; the read-only key's refusal audited as a denial.
+        assert {outcome: count for outcome, count in recorded.all()} == {
+            "succeeded": 6,
+            "denied": 1,
+        }
+
+
+async def test_the_tool_is_declared_completely(client: Client[Any]) -> None:
+    (tool,) = [t for t in await client.list_tools() if t.name == "scrape_page_screenshot"]
+    assert tool.title == "Screenshot a page"
+    hints = tool.annotations
+    assert hints is not None
+    assert (hints.read_only_hint, hints.destructive_hint, hints.idempotent_hint) == (
+        False,
+        False,
+        False,
+    )
+    assert hints.open_world_hint is True
+    schema = tool.input_schema
+    assert schema["additionalProperties"] is False
+    assert schema["required"] == ["url"]
+    assert set(schema["properties"]) == {"url", "fullPage", "width"}
+    assert schema["properties"]["width"]["minimum"] == 320
+    assert schema["properties"]["width"]["maximum"] == 2560
+    assert schema["properties"]["url"]["maxLength"] == 4096
+    assert tool.output_schema is not None
+    assert {"artifactId", "expiresAt", "pageUrl", "pageTitle", "cut"} <= set(
+        tool.output_schema["properties"]
+    )
+
+
+async def test_over_http_one_browser_serves_every_call_and_closes_with_the_server(
+    services: MemoryServices, key: str, site: WebServer
+) -> None:
+    """The real HTTP stack (stateless, bearer keys): the browser is launched by the first
+    screenshot, reused by the next (each request stands alone), and closed at shutdown."""
+    site.routes["/"] = html("<p>over http</p>", "Over HTTP")
+    server = build_http_server(services, name="mcp-scraper", build_server=build_aggregate_server)
+    sock = bind_listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    transport = StreamableHttpTransport(f"http://127.0.0.1:{port}/mcp", auth=key)
+    with capture_logs() as logs:
+        async with anyio.create_task_group() as group:
+            group.start_soon(functools.partial(run_http, server, "127.0.0.1", port, sockets=[sock]))
+            for _ in range(2):
+                async with Client(transport) as client:
+                    result = await client.call_tool(
+                        "scrape_page_screenshot", {"url": site.url("/", host=SITE)}
+                    )
+                assert result.structured_content is not None
+                assert result.structured_content["pageTitle"] == "Over HTTP"
+            group.cancel_scope.cancel()
+    sock.close()
+    events = [line["event"] for line in logs if line["event"].startswith("screenshot_browser_")]
+    assert events.count("screenshot_browser_launched") == 1
+    assert events[-1] == "screenshot_browser_closed"
+
+
+async def test_time_is_bounded_for_a_slow_document_and_a_hanging_subresource(
+    services: MemoryServices, key: str, database: Database, site: WebServer
+) -> None:
+    quick = replace(
+        services,
+        default_api_key=key,
+        settings=services.settings.model_copy(update={"scraper_screenshot_timeout_seconds": 3}),
+    )
+    site.routes["/drip"] = Reply(body=b"<p>" + b"x" * 200, drip_seconds=0.05)
+    site.routes["/hangs"] = html('<p>visible</p><img src="/forever">', "Hangs")
+    site.routes["/forever"] = Reply(body=b"x" * 200, drip_seconds=0.05)
+    async with Client(build_aggregate_server(quick)) as client:
+        started = anyio.current_time()
+        with pytest.raises(ToolError, match="fetch_failed: the page was not captured within 3 s"):
+            await client.call_tool("scrape_page_screenshot", {"url": site.url("/drip", host=SITE)})
+        assert anyio.current_time() - started < 5
+        assert await artifact_count(database) == 0
+        # A page whose image never finishes: captured as it is, within the time bound.
+        started = anyio.current_time()
+        result = await client.call_tool(
+            "scrape_page_screenshot", {"url": site.url("/hangs", host=SITE)}
+        )
+        assert anyio.current_time() - started < 3
+    assert result.structured_content is not None
+    assert result.structured_content["pageTitle"] == "Hangs"
