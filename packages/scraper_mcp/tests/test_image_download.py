@@ -26,6 +26,7 @@ from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, Safe
 from memory_tools.serving import build_http_server
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from scraper_mcp import build_aggregate_server
+from scraper_mcp.aggregate import AGGREGATE_SELECTION
 
 A, B = "alice@example.com", "bob@example.com"
 HOSTS = {
@@ -306,7 +307,9 @@ async def test_download_then_save_over_http_with_the_official_sdk(
     from mcp.client.streamable_http import streamable_http_client
 
     alice, bob = await key_for(A), await key_for(B)
-    server = build_http_server(services, name="mcp-scraper", build_server=build_aggregate_server)
+    server = build_http_server(
+        services, name="mcp-scraper", build_server=build_aggregate_server, tools=AGGREGATE_SELECTION
+    )
 
     @contextlib.asynccontextmanager
     async def session(url: str, key: str) -> AsyncGenerator[ClientSession]:

@@ -17,6 +17,7 @@ from memory_tools import MemoryServices
 from memory_tools.serving import build_http_server
 from memory_tools.testing.web import Reply, WebServer
 from scraper_mcp import build_aggregate_server
+from scraper_mcp.aggregate import AGGREGATE_SELECTION
 
 TABLES = (
     "mem_assets",
@@ -363,7 +364,9 @@ async def test_over_http_with_the_official_sdk_through_the_aggregate_server(
 
     key = await make_key("alice@example.com")
     url = _gallery(site)
-    server = build_http_server(scraper_services, build_server=build_aggregate_server)
+    server = build_http_server(
+        scraper_services, build_server=build_aggregate_server, tools=AGGREGATE_SELECTION
+    )
     async with (
         serve_http(server) as endpoint,
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,

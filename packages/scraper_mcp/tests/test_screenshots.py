@@ -42,6 +42,7 @@ from memory_tools.serving.app import build_http_server, run_http
 from memory_tools.serving.bootstrap import bind_listening_socket
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from scraper_mcp import build_aggregate_server
+from scraper_mcp.aggregate import AGGREGATE_SELECTION
 from scraper_mcp.chromium import system_chromium
 from scraper_mcp.tools import build_scraper_tools
 
@@ -521,7 +522,9 @@ async def test_over_http_one_browser_serves_every_call_and_closes_with_the_serve
     """The real HTTP stack (stateless, bearer keys): the browser is launched by the first
     screenshot, reused by the next (each request stands alone), and closed at shutdown."""
     site.routes["/"] = html("<p>over http</p>", "Over HTTP")
-    server = build_http_server(services, name="mcp-scraper", build_server=build_aggregate_server)
+    server = build_http_server(
+        services, name="mcp-scraper", build_server=build_aggregate_server, tools=AGGREGATE_SELECTION
+    )
     sock = bind_listening_socket("127.0.0.1", 0)
     port = sock.getsockname()[1]
     transport = StreamableHttpTransport(f"http://127.0.0.1:{port}/mcp", auth=key)
