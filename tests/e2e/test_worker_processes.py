@@ -194,7 +194,9 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
     settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]))
     store = LocalAssetObjectStore(settings.objects_dir, UrlSigner(b"k" * 32), "http://127.0.0.1:9")
     services = MemoryServices(database=database, store=store, settings=settings)
-    caller = Caller(OWNER, "akey_x", frozenset({"read"}))
+    # A real key: a waiting read checks again that the caller's key is not revoked.
+    key = (await admin.create_key(database, OWNER, ["read"])).record
+    caller = Caller(OWNER, key.id, frozenset(key.scopes))
     answers: list[AssetView] = []
     statements: list[str] = []
 
@@ -220,7 +222,8 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
             event.listen(database.engine.sync_engine, "before_cursor_execute", record)
             worker = _start(env, "--concurrency", "1")
     finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
+        if event.contains(database.engine.sync_engine, "before_cursor_execute", record):
+            event.remove(database.engine.sync_engine, "before_cursor_execute", record)
         if worker is not None:
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
