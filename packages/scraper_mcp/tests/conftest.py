@@ -5,7 +5,7 @@ on a fresh database with a local object store and the local embedder."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.testing.mcp_http import serve_mcp_http
 from memory_tools.testing.web import WebServer, serve_web
 from scraper_mcp import build_aggregate_server
 
@@ -83,30 +84,4 @@ def aggregate_client(scraper_services: MemoryServices) -> Callable[[str], Client
 @pytest.fixture
 def serve_http() -> Callable[..., Any]:
     """Serve a FastMCP server with a real uvicorn on 127.0.0.1 (a free port), then stop it."""
-    import asyncio
-    import socket
-
-    import uvicorn
-
-    @contextlib.asynccontextmanager
-    async def serve(server: Any) -> AsyncGenerator[str]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        app = server.http_app(path="/mcp")
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
-        )
-        uv_server = uvicorn.Server(config)
-        task = asyncio.create_task(uv_server.serve())
-        while not uv_server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            uv_server.should_exit = True
-            await task
-
-    return serve
+    return serve_mcp_http

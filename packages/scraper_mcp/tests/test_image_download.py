@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -265,35 +264,6 @@ async def test_a_read_only_key_downloads_nothing(
         )
     assert refused == "forbidden: this API key lacks the 'write' scope"
     assert web.requested == []
-
-
-@pytest.fixture
-def serve_http() -> Callable[..., Any]:
-    """Serve a FastMCP server with a real uvicorn on 127.0.0.1, shut down gracefully."""
-    import uvicorn
-
-    @contextlib.asynccontextmanager
-    async def serve(server: Any) -> AsyncGenerator[str]:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        app = server.http_app(path="/mcp")
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
-        )
-        uv_server = uvicorn.Server(config)
-        task = asyncio.create_task(uv_server.serve())
-        while not uv_server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            uv_server.should_exit = True
-            await task
-
-    return serve
 
 
 async def test_download_then_save_over_http_with_the_official_sdk(

@@ -12,6 +12,7 @@ import pytest
 from memory_db import Database, MemorySettings
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin
+from memory_tools.testing.mcp_http import serve_mcp_http
 
 
 @pytest.fixture
@@ -34,31 +35,4 @@ def make_key(database: Database) -> Callable[..., Any]:
 @pytest.fixture
 def serve_http() -> Callable[..., Any]:
     """Serve a FastMCP server with a real uvicorn on 127.0.0.1, shut down gracefully."""
-    import asyncio
-    import contextlib
-    import socket
-
-    import uvicorn
-
-    @contextlib.asynccontextmanager
-    async def serve(server: Any, middleware: list[Any] | None = None) -> Any:
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        app = server.http_app(path="/mcp", middleware=middleware)
-        config = uvicorn.Config(
-            app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
-        )
-        uv_server = uvicorn.Server(config)
-        task = asyncio.create_task(uv_server.serve())
-        while not uv_server.started:
-            if task.done():
-                task.result()
-            await asyncio.sleep(0.02)
-        try:
-            yield f"http://127.0.0.1:{port}/mcp"
-        finally:
-            uv_server.should_exit = True
-            await task
-
-    return serve
+    return serve_mcp_http
