@@ -139,6 +139,10 @@ def test_srcset_largest_candidate() -> None:
     assert largest_in_srcset("a.jpg 320w, b.jpg 1280w, c.jpg 640w") == ("b.jpg", 1280)
     assert largest_in_srcset("a.jpg, b.jpg 2x, c.jpg 1.5x") == ("b.jpg", None)
     assert largest_in_srcset("a.jpg 2x, b.jpg 100w") == ("b.jpg", 100)
+    # Widths as declared widths are read: at most 6 digits; a huge one is no width at all.
+    assert largest_in_srcset("a.jpg 320w, b.jpg 1" + "0" * 400 + "w") == ("a.jpg", 320)
+    assert largest_in_srcset("a.jpg 320w, b.jpg 99999999999w") == ("a.jpg", 320)
+    assert largest_in_srcset("a.jpg 1x, b.jpg 1e999x") == ("a.jpg", None)
     # Commas inside a URL (a CDN's resize parameters) do not split it.
     assert largest_in_srcset("https://cdn.x/i/w_200,h_100/a.jpg 200w, /b.jpg 100w") == (
         "https://cdn.x/i/w_200,h_100/a.jpg",
@@ -198,6 +202,19 @@ def test_charsets() -> None:
 
 
 @pytest.mark.parametrize(
+    "label", ["zlib", "base64", "hex", "rot13", "bz2", "uu", "quopri", "undefined", "idna"]
+)
+def test_a_codec_that_is_not_a_web_encoding_reads_as_utf8(label: str) -> None:
+    """Python's codec registry holds transforms and escapes; a page only gets web encodings."""
+    page = "<title>Café \\u0041</title>".encode()
+    for declared in (f"text/html; charset={label}", "text/html"):
+        data = page if "charset" in declared else f'<meta charset="{label}">'.encode() + page
+        assert "Café \\u0041" in decode_page(_body(data, declared))
+    escaped = decode_page(_body(page, "text/html; charset=unicode_escape"))
+    assert "\\u0041" in escaped  # not read as an escape
+
+
+@pytest.mark.parametrize(
     ("data", "content_type"),
     [
         (b"\x89PNG\r\n\x1a\n....", "image/png"),
@@ -210,6 +227,16 @@ def test_non_html_answers_are_refused(data: bytes, content_type: str | None) -> 
     with pytest.raises(NotHtml) as refused:
         decode_page(_body(data, content_type))
     assert refused.value.code == "not_html"
+
+
+def test_a_select_bomb_is_cut_before_it_is_parsed() -> None:
+    """<select> and tens of thousands of <option>: Lexbor keeps each open (seconds of CPU)."""
+    for filler in ("<option>", "<option><optgroup>"):
+        page = '<img src="/before.png"><select>' + filler * 60_000 + '<img src="/after.png">'
+        assert deep_nesting_at(page) is not None
+        facts = walk(page)
+        assert facts.bounded
+        assert [f.src for f in facts.found] == ["/before.png"]
 
 
 def test_deep_nesting_is_cut_where_it_gets_too_deep() -> None:

@@ -38,6 +38,8 @@ HOSTILE = [
     Hostile("unspecified", "http://0.0.0.0:{port}/secret"),
     Hostile("unspecified v6", "http://[::]:{port}/secret"),
     Hostile("metadata ip", "http://169.254.169.254/latest/meta-data/"),
+    Hostile("invalid punycode host", "http://xn--localhost-:{port}/secret"),
+    Hostile("port zero", "http://example.com:0/secret"),
     Hostile("aws v6 metadata", "http://[fd00:ec2::254]/latest/meta-data/"),
     Hostile("alibaba metadata", "http://100.100.100.200/latest/meta-data/"),
     Hostile("gcp metadata name", "http://metadata.google.internal/computeMetadata/v1/"),

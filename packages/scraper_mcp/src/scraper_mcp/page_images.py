@@ -64,9 +64,12 @@ MAX_STYLE_URLS = 4  # background layers read per element
 MAX_SRCSET = 16384  # characters of a srcset read (a real one is a few hundred)
 _TOKEN = re.compile(r"<(?:(!--)|(/?)([a-z][a-z0-9-]*))")
 # Elements that never hold others open: void elements and those a sibling closes implicitly.
+# Not <option>/<optgroup>: inside a <select> Lexbor keeps them open (measured: <select> and
+# 40,000 <option> took 5 s to parse, 5 MiB of them far longer), so they count as nesting and a
+# select of more than MAX_DEPTH options cuts the page there.
 _FLAT_NAMES = (
     "area base br col embed hr img image input link meta source track wbr param keygen frame "
-    "basefont bgsound p li dt dd option optgroup tr td th thead tbody tfoot colgroup caption "
+    "basefont bgsound p li dt dd tr td th thead tbody tfoot colgroup caption "
     "rb rt rp rtc html head body"
 )
 _FLAT = frozenset(_FLAT_NAMES.split())
@@ -79,6 +82,7 @@ _CONTROL = re.compile(
 )
 _URL_UNSAFE = re.compile(r"[\s\x00-\x1f\x7f]")
 _DIMENSION = re.compile(r"^\s*(\d{1,6})(?:\.\d*)?\s*(?:px)?\s*$", re.IGNORECASE)
+_DENSITY = re.compile(r"\d{1,3}(?:\.\d{1,6})?")
 
 
 @dataclass(frozen=True)
@@ -342,13 +346,11 @@ def largest_in_srcset(srcset: str) -> tuple[str, int | None] | None:
         width: int | None = None
         density = 1.0
         for descriptor in descriptors.split():
-            try:
-                if descriptor.endswith("w"):
-                    width = int(descriptor[:-1])
-                elif descriptor.endswith("x"):
-                    density = float(descriptor[:-1])
-            except ValueError:
-                continue
+            if descriptor.endswith("w"):
+                # As declared widths: at most 6 digits (a longer one is no width at all).
+                width = _dimension(descriptor[:-1]) or width
+            elif descriptor.endswith("x") and _DENSITY.fullmatch(descriptor[:-1]):
+                density = float(descriptor[:-1])
         rank = (1.0 if width is not None else 0.0, float(width) if width is not None else density)
         if best is None or rank > best[:2]:
             best = (*rank, url, width)

@@ -162,20 +162,23 @@ class PageRequests:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()
         if encoding not in ("", "identity"):
             raise UnsafeUrl(f"the server sent an encoded body ({encoding}); identity was asked")
-        limit = min(self.policy.max_bytes, self.max_bytes - self.bytes_fetched)
         declared = response.headers.get("content-length", "").strip()
-        if declared.isdigit() and int(declared) > limit:
+        if declared.isdigit() and int(declared) > min(
+            self.policy.max_bytes, self.max_bytes - self.bytes_fetched
+        ):
             raise UnsafeUrl(f"the response is larger than the page's {self.max_bytes}-byte limit")
         chunks: list[bytes] = []
         received = 0
         async for chunk in response.aiter_raw():
+            # Counted as it arrives, across all of the page's requests at once: requests in
+            # flight together share one budget, and a refused body's bytes count too.
             received += len(chunk)
-            if received > limit:
+            self.bytes_fetched += len(chunk)
+            if received > self.policy.max_bytes or self.bytes_fetched > self.max_bytes:
                 raise UnsafeUrl(
                     f"the response is larger than the page's {self.max_bytes}-byte limit"
                 )
             chunks.append(chunk)
-        self.bytes_fetched += received
         return b"".join(chunks)
 
 

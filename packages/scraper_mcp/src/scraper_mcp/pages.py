@@ -121,6 +121,51 @@ def declared_media_type(declared: str | None) -> tuple[str | None, str | None]:
     return media.strip().lower(), charset
 
 
+# The encodings of the WHATWG Encoding Standard Python has, by their codec names. A page that
+# declares UTF-16 without a BOM is almost always UTF-8, as browsers assume: not listed.
+_WEB_CODECS = frozenset(
+    [
+        "utf-8",
+        "ascii",
+        "iso8859-1",
+        "iso8859-2",
+        "iso8859-3",
+        "iso8859-4",
+        "iso8859-5",
+        "iso8859-6",
+        "iso8859-7",
+        "iso8859-8",
+        "iso8859-10",
+        "iso8859-13",
+        "iso8859-14",
+        "iso8859-15",
+        "iso8859-16",
+        "cp1250",
+        "cp1251",
+        "cp1252",
+        "cp1253",
+        "cp1254",
+        "cp1255",
+        "cp1256",
+        "cp1257",
+        "cp1258",
+        "cp866",
+        "cp874",
+        "koi8-r",
+        "koi8-u",
+        "mac-roman",
+        "mac-cyrillic",
+        "gbk",
+        "gb18030",
+        "big5",
+        "euc_jp",
+        "iso2022_jp",
+        "shift_jis",
+        "euc_kr",
+    ]
+)
+
+
 def decode_page(body: FetchedBody) -> str:
     """The page as text (``not_html`` if it is not an HTML page).
 
@@ -147,8 +192,10 @@ def decode_page(body: FetchedBody) -> str:
         codec = codecs.lookup(charset or "utf-8").name
     except LookupError:
         codec = "utf-8"
-    if codec.startswith("utf-16") or codec.startswith("utf-32"):
-        codec = "utf-8"  # a page that declares UTF-16 without a BOM is almost always UTF-8
+    if codec not in _WEB_CODECS:
+        # Only the web's text encodings: Python's codec registry also holds transforms (zlib,
+        # base64, rot13), escapes that rewrite the text (unicode_escape) and idna.
+        codec = "utf-8"
     return body.data.decode(codec, errors="replace")
 
 

@@ -33,6 +33,7 @@ from memory_tools.thumbnails import shrink
 from memory_tools.wire import Thumbnail
 from scraper_mcp.artifacts import ArtifactView, store_artifact
 from scraper_mcp.chromium import Chromium
+from scraper_mcp.page_images import clean
 from scraper_mcp.page_requests import PageRequests
 
 log = get_logger(__name__)
@@ -80,21 +81,29 @@ async def screenshot_page(
     by_pixels = settings.asset_max_decoded_pixels // width
     max_height = max(1, min(settings.scraper_screenshot_max_height, by_pixels))
     try:
-        with anyio.fail_after(timeout):
-            async with fetcher.client(DOCUMENT_HEADERS) as client:
-                requests = PageRequests(
-                    client=client,
-                    policy=fetch_policy,
-                    max_bytes=settings.scraper_screenshot_max_page_bytes,
-                    deadline=anyio.current_time() + timeout,
-                )
-                document = await requests.fetch("GET", url, DOCUMENT_HEADERS)
-                if not 200 <= document.status < 300:
-                    raise FetchFailed(f"the page answered HTTP {document.status}")
-                requests.prime(document)
-                capture = await chromium.capture(
-                    requests, document.url, width=width, full_page=full_page, max_height=max_height
-                )
+        # The page is fetched and rendered elsewhere (the network, Chromium's processes, at most
+        # SCRAPER_SCREENSHOT_CONCURRENCY at once): the call gives its admission turn to others
+        # meanwhile, as downloads do, and takes it again to store the artifact.
+        async with services.call_admission.stepped_aside():
+            with anyio.fail_after(timeout):
+                async with fetcher.client(DOCUMENT_HEADERS) as client:
+                    requests = PageRequests(
+                        client=client,
+                        policy=fetch_policy,
+                        max_bytes=settings.scraper_screenshot_max_page_bytes,
+                        deadline=anyio.current_time() + timeout,
+                    )
+                    document = await requests.fetch("GET", url, DOCUMENT_HEADERS)
+                    if not 200 <= document.status < 300:
+                        raise FetchFailed(f"the page answered HTTP {document.status}")
+                    requests.prime(document)
+                    capture = await chromium.capture(
+                        requests,
+                        document.url,
+                        width=width,
+                        full_page=full_page,
+                        max_height=max_height,
+                    )
     except TimeoutError:
         raise FetchFailed(f"the page was not captured within {timeout:g} s") from None
     log.info(
@@ -105,7 +114,8 @@ async def screenshot_page(
         page_bytes=requests.bytes_fetched,
         cut=capture.cut,
     )
-    title = capture.title[:MAX_TITLE]
+    # The page wrote its title: no lone surrogate, control or bidi character is kept.
+    title = clean(capture.title.encode("utf-8", "replace").decode("utf-8"), MAX_TITLE) or ""
     artifact = await store_artifact(
         services,
         caller,

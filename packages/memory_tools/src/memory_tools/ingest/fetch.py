@@ -102,9 +102,14 @@ def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
         raise UnsafeUrl(f"scheme {shown!r} is not allowed; use {' or '.join(allowed)}")
     if url.userinfo:
         raise UnsafeUrl("URLs with a user name or password are not allowed")
-    host = url.host.lower().rstrip(".")
+    try:
+        host = url.host.lower().rstrip(".")
+    except UnicodeError:  # an invalid IDNA label (e.g. "xn--a-"), decoded lazily by httpx
+        raise UnsafeUrl("the URL's host is not a valid internationalised name") from None
     if not host:
         raise UnsafeUrl("the URL has no host")
+    if url.port == 0:
+        raise UnsafeUrl("port 0 is not allowed")
     port = url.port or (443 if url.scheme == "https" else 80)
     if port not in policy.allowed_ports:
         raise UnsafeUrl(f"port {port} is not allowed")
