@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import shutil
 import socket
 import threading
@@ -370,6 +371,56 @@ async def test_a_crashed_browser_is_relaunched(
     finally:
         await chromium.close()
     assert chromium.browser is None
+
+
+def _chromium_processes_of(parent: int) -> list[int]:
+    """The Chromium processes below ``parent`` (its Playwright driver's children and theirs)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(ppid, []).append(int(entry.name))
+    found: list[int] = []
+    todo = [parent]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            todo.append(child)
+            with contextlib.suppress(OSError):
+                if b"chromium" in (Path("/proc") / str(child) / "cmdline").read_bytes():
+                    found.append(child)
+    return found
+
+
+def _data_limit(pid: int) -> int | None:
+    for line in (Path("/proc") / str(pid) / "limits").read_text().splitlines():
+        if line.startswith("Max data size"):
+            soft = line.split()[3]
+            return None if soft == "unlimited" else int(soft)
+    return None
+
+
+async def test_every_chromium_process_has_its_memory_bounded(
+    services: MemoryServices, key: str, site: WebServer
+) -> None:
+    """RLIMIT_DATA on the browser and every process it starts (a canvas page took 11 GB)."""
+    site.routes["/"] = html("<p>bounded</p>")
+    limit = 768 * 2**20
+    settings = services.settings.model_copy(update={"scraper_screenshot_max_process_bytes": limit})
+    chromium = system_chromium(settings)
+    assert chromium is not None and chromium.max_process_bytes == limit
+    tools = {
+        tool.name: tool
+        for tool in build_scraper_tools(replace(services, default_api_key=key), chromium=chromium)
+    }
+    try:
+        await tools["scrape_page_screenshot"].run({"url": site.url("/", host=SITE)})
+        processes = _chromium_processes_of(os.getpid())
+        assert len(processes) >= 2  # the browser and at least one renderer
+        assert {pid: _data_limit(pid) for pid in processes} == dict.fromkeys(processes, limit)
+    finally:
+        await chromium.close()
 
 
 async def test_without_a_browser_the_tool_is_not_offered(

@@ -110,6 +110,10 @@ class MemorySettings(BaseSettings):
     scraper_screenshot_max_height: int = Field(default=8000, ge=200, le=32_000)
     # Pages rendered at once in one process (each is a Chromium renderer: ~100-300 MB).
     scraper_screenshot_concurrency: int = Field(default=2, ge=1, le=16)
+    # The data-segment limit (RLIMIT_DATA) of every Chromium process: a page that asks for more
+    # (e.g. 40 canvases of 8000x8000) fails its allocations instead of growing the browser to
+    # many GB (measured: 11 GB unbounded, 1.9 GB for the whole browser at 1 GiB).
+    scraper_screenshot_max_process_bytes: int = Field(default=2**30, ge=2**28, le=2**36)
 
     # --- feature flags (on by default: docs/design.md#decision-feature-switches) --------
     asset_feature_enabled: bool = True

@@ -28,8 +28,10 @@ under the fetch policy. Should anything escape the routing, these stop it:
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
 import socket
+import tempfile
 from collections.abc import AsyncGenerator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -98,7 +100,11 @@ def system_chromium(settings: MemorySettings) -> Chromium | None:
         )
         return None
     log.info("screenshot_browser_found", executable=executable, found_by=why)
-    return Chromium(executable, concurrency=settings.scraper_screenshot_concurrency)
+    return Chromium(
+        executable,
+        concurrency=settings.scraper_screenshot_concurrency,
+        max_process_bytes=settings.scraper_screenshot_max_process_bytes,
+    )
 
 
 @dataclass(frozen=True)
@@ -114,14 +120,18 @@ class Capture:
 class Chromium:
     """One Chromium for the process: launched lazily, reused, relaunched, closed at shutdown."""
 
-    def __init__(self, executable: str, *, concurrency: int) -> None:
+    def __init__(
+        self, executable: str, *, concurrency: int, max_process_bytes: int = 2**30
+    ) -> None:
         self.executable = executable
+        self.max_process_bytes = max_process_bytes
         self.launches = 0  # how many times a browser was started (relaunches included)
         self._slots = anyio.Semaphore(concurrency)
         self._lock = anyio.Lock()
         self._playwright: Playwright | None = None
         self._browser: Browser | None = None
         self._dead_proxy: socket.socket | None = None
+        self._wrapper_dir: Path | None = None
 
     @asynccontextmanager
     async def lifespan(self, _server: Any = None) -> AsyncGenerator[dict[str, Any]]:
@@ -229,10 +239,27 @@ class Chromium:
                 log.warning("screenshot_browser_unsandboxed", exc_info=True)
         return await self._launch_with(port, sandbox=False)
 
+    def _limited_executable(self) -> str:
+        """A private launcher that starts Chromium with its memory bounded (``RLIMIT_DATA``).
+
+        Playwright starts the browser itself, so the limit is set by a two-line shell script
+        in a directory only this process may read; every Chromium process (renderers, GPU,
+        utilities) inherits it.
+        """
+        if self._wrapper_dir is None:
+            self._wrapper_dir = Path(tempfile.mkdtemp(prefix="chromium-launch-"))
+        launcher = self._wrapper_dir / "chromium"
+        kib = self.max_process_bytes // 1024
+        launcher.write_text(
+            f'#!/bin/sh\nulimit -d {kib} || exit 1\nexec {shlex.quote(self.executable)} "$@"\n'
+        )
+        launcher.chmod(0o700)
+        return str(launcher)
+
     async def _launch_with(self, port: int, *, sandbox: bool) -> Browser:
         assert self._playwright is not None
         return await self._playwright.chromium.launch(
-            executable_path=self.executable,
+            executable_path=self._limited_executable(),
             headless=True,
             chromium_sandbox=sandbox,
             args=[
@@ -264,6 +291,9 @@ class Chromium:
                     log.debug("screenshot_driver_stop_failed", exc_info=True)
         if dead is not None:
             dead.close()
+        wrapper, self._wrapper_dir = self._wrapper_dir, None
+        if wrapper is not None:
+            shutil.rmtree(wrapper, ignore_errors=True)
 
 
 async def _shoot(page: Page, *, width: int, full_page: bool, max_height: int) -> Capture:
