@@ -87,6 +87,9 @@ class SearchRequest(FilterFields):
     asset_id: str | None = None
     image_base64: str | None = None
     source_url: str | None = None
+    # A query image's bytes as they came (the web app's file field); checked and never stored
+    # like imageBase64, under the same ASSET_MAX_BYTES limit.
+    image_bytes: bytes | None = None
     limit: int = 10
     min_score: float | None = None
     include_preview: bool = False
@@ -244,6 +247,7 @@ def _check(request: SearchRequest) -> tuple[Mode, str | None]:
             ("assetId", request.asset_id),
             ("imageBase64", request.image_base64),
             ("sourceUrl", request.source_url),
+            ("image", request.image_bytes),
         )
         if value is not None
     ]
@@ -378,10 +382,11 @@ class AssetSearcher:
 
     async def _temporary_image(self, request: SearchRequest) -> bytes | None:
         """The sanitised preview of a query image given inline or by URL (never stored)."""
+        limit = self._settings.asset_max_bytes
         if request.image_base64 is not None:
-            data = inputs.decode_base64(
-                request.image_base64, self._settings.asset_max_bytes, searching=True
-            )
+            data = inputs.decode_base64(request.image_base64, limit, searching=True)
+        elif request.image_bytes is not None:
+            data = inputs.query_image_bytes(request.image_bytes, limit)
         elif request.source_url is not None:
             fetcher = self.services.fetcher
             if fetcher is None:

@@ -19,6 +19,9 @@ from memory_db.embedding import JinaEmbedder
 from memory_db.repositories import FILTER_FIELDS
 from memory_db.testing.jina_server import Fault, JinaTestServer
 from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools.access import authenticate
+from memory_tools.errors import InvalidInputFailure
+from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.testing.web import Reply, WebServer
 from memory_tools.worker import EmbeddingWorker
 
@@ -534,3 +537,27 @@ async def test_the_full_text_list_ranks_a_bounded_pool_every_word_first(
     assert len(wide) == 4 and wide[0][0] == both["assetId"]
     assert len(small) == 2 and small[0][0] == both["assetId"]
     assert [asset_id for asset_id, _ in only_all] == [both["assetId"]]
+
+
+async def test_a_query_image_given_as_bytes_searches_like_base64_within_the_same_limit(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """The web app's file field hands the searcher bytes: same results, same size limit."""
+    async with client_as(alice.key) as client:
+        ids = await _library(client, saving)
+        by_base64 = await _call(client, "image_asset_search", {"imageBase64": b64(picture(2))})
+    searcher = AssetSearcher(saving)
+    async with saving.database.single_statements() as uow:
+        caller = await authenticate(uow, alice.key)
+    by_bytes = await searcher.search(caller, SearchRequest(image_bytes=picture(2)))
+    assert by_bytes.mode == "image" and by_bytes.results[0].asset_id == ids[2]
+    assert [hit.asset_id for hit in by_bytes.results] == [
+        hit["assetId"] for hit in by_base64["results"]
+    ]
+    limit = saving.settings.asset_max_bytes
+    with pytest.raises(InvalidInputFailure, match=f"ASSET_MAX_BYTES limit of {limit} bytes"):
+        await searcher.search(caller, SearchRequest(image_bytes=b"x" * (limit + 1)))
+    with pytest.raises(InvalidInputFailure, match="image: the file is empty"):
+        await searcher.search(caller, SearchRequest(image_bytes=b""))
+    with pytest.raises(InvalidInputFailure, match="not assetId and image"):
+        await searcher.search(caller, SearchRequest(asset_id=ids[1], image_bytes=picture(2)))

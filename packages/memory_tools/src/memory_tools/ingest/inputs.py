@@ -214,6 +214,16 @@ def decode_base64(value: str, limit: int, *, searching: bool = False) -> bytes:
     return data
 
 
+def query_image_bytes(data: bytes, limit: int) -> bytes:
+    """A query image given as bytes (a file field): not empty, at most ``limit`` bytes."""
+    if not data:
+        raise InvalidInputFailure("image: the file is empty")
+    if len(data) > limit:
+        too_large = too_large_for_base64(limit, searching=True)
+        raise InvalidInputFailure(f"image: {len(data)} bytes; {too_large}")
+    return data
+
+
 def idempotency_key(value: str | None) -> str | None:
     """A bounded, printable idempotency key."""
     if value is None:

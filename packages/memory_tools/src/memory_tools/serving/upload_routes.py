@@ -28,8 +28,8 @@ from memory_tools.errors import (
     map_failures,
 )
 from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
-from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.ingest.uploads import UploadFlow
+from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
+from memory_tools.ingest.uploads import UploadFlow, UploadTicket
 from memory_tools.mcp.validation import describe
 from memory_tools.wire import WireModel
 
@@ -66,6 +66,20 @@ class UploadStart(WireModel):
     tags: Annotated[list[str], Field(max_length=32)] = Field(default_factory=list[str])
     source_ref: dict[str, str | int | float | bool | None] = Field(default_factory=dict[str, Any])
     idempotency_key: str | None = Field(default=None, max_length=200)
+
+    def save_request(self) -> SaveRequest:
+        """The save this upload will be, as ``UploadFlow.initiate`` takes it."""
+        return SaveRequest(
+            vault=self.vault,
+            title=self.title,
+            description=self.description,
+            alt_text=self.alt_text,
+            tags=list(self.tags),
+            source_ref=dict(self.source_ref),
+            project_id=self.project_id,
+            folder_id=self.folder_id,
+            idempotency_key=self.idempotency_key,
+        )
 
 
 class UploadComplete(WireModel):
@@ -153,7 +167,7 @@ async def _caller(services: MemoryServices, token: str) -> Caller:
         return await authenticate(uow, token)
 
 
-async def _raw_body(request: Request) -> bytes:
+async def read_body(request: Request) -> bytes:
     """The request body, read before the call takes its turn (a slow sender holds none).
 
     Read in chunks and refused as soon as it passes ``MAX_BODY``: a huge body is never held.
@@ -170,7 +184,7 @@ async def _raw_body(request: Request) -> bytes:
     return bytes(raw)
 
 
-def _body(raw: bytes, model: type[WireModel]) -> Any:
+def parse_body(raw: bytes, model: type[WireModel]) -> Any:
     """The body as ``model``: camelCase names only, no coercion, no NUL in any string."""
     try:
         body = model.model_validate_json(raw or b"{}", by_alias=True, by_name=False)
@@ -188,6 +202,36 @@ def _base(services: MemoryServices, request: Request) -> str:
     return str(request.base_url).rstrip("/")  # built without a bootstrap (tests, embedding)
 
 
+async def start_upload(flow: UploadFlow, caller: Caller, body: UploadStart) -> UploadTicket:
+    """Start one upload for ``caller``: every route that starts uploads (bearer, web) calls this."""
+    return await flow.initiate(
+        caller,
+        body.save_request(),
+        content_type=body.content_type,
+        content_length=body.content_length,
+    )
+
+
+async def complete_upload(
+    flow: UploadFlow, caller: Caller, upload_id: str, body: UploadComplete
+) -> SaveResult:
+    """Finish ``caller``'s upload ``upload_id``: validate the bytes and save the asset."""
+    refuse_nul(upload_id, "uploadId")
+    return await flow.complete(caller, upload_id, vault=body.vault)
+
+
+def ticket_out(ticket: UploadTicket, complete_url: str) -> UploadTicketOut:
+    """The answer to a started upload: where to PUT the bytes, and ``complete_url`` after."""
+    return UploadTicketOut(
+        upload_id=ticket.upload_id,
+        url=ticket.url,
+        method=ticket.method,
+        headers=ticket.headers,
+        expires_at=ticket.expires_at,
+        complete_url=complete_url,
+    )
+
+
 def upload_routes(services: MemoryServices) -> list[Route]:
     """The two upload routes bound to ``services``."""
     flow = UploadFlow(AssetSaver(services))
@@ -196,36 +240,14 @@ def upload_routes(services: MemoryServices) -> list[Route]:
     async def start(request: Request) -> Response:
         try:
             token = _presented_token(request)
-            raw = await _raw_body(request)
+            raw = await read_body(request)
             async with services.call_admission.admit():
                 caller = await _caller(services, token)
-                body: UploadStart = _body(raw, UploadStart)
-                ticket = await flow.initiate(
-                    caller,
-                    SaveRequest(
-                        vault=body.vault,
-                        title=body.title,
-                        description=body.description,
-                        alt_text=body.alt_text,
-                        tags=list(body.tags),
-                        source_ref=dict(body.source_ref),
-                        project_id=body.project_id,
-                        folder_id=body.folder_id,
-                        idempotency_key=body.idempotency_key,
-                    ),
-                    content_type=body.content_type,
-                    content_length=body.content_length,
-                )
+                body: UploadStart = parse_body(raw, UploadStart)
+                ticket = await start_upload(flow, caller, body)
         except ToolFailure as failure:
             return _error(failure, request)
-        out = UploadTicketOut(
-            upload_id=ticket.upload_id,
-            url=ticket.url,
-            method=ticket.method,
-            headers=ticket.headers,
-            expires_at=ticket.expires_at,
-            complete_url=f"{_base(services, request)}/uploads/{ticket.upload_id}/complete",
-        )
+        out = ticket_out(ticket, f"{_base(services, request)}/uploads/{ticket.upload_id}/complete")
         return JSONResponse(
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
         )
@@ -234,13 +256,11 @@ def upload_routes(services: MemoryServices) -> list[Route]:
     async def complete(request: Request) -> Response:
         try:
             token = _presented_token(request)
-            raw = await _raw_body(request)
+            raw = await read_body(request)
             async with services.call_admission.admit():
                 caller = await _caller(services, token)
-                body: UploadComplete = _body(raw, UploadComplete)
-                upload_id: str = request.path_params["upload_id"]
-                refuse_nul(upload_id, "uploadId")
-                result = await flow.complete(caller, upload_id, vault=body.vault)
+                body: UploadComplete = parse_body(raw, UploadComplete)
+                result = await complete_upload(flow, caller, request.path_params["upload_id"], body)
         except ToolFailure as failure:
             return _error(failure, request)
         return JSONResponse(result.model_dump(mode="json"))
