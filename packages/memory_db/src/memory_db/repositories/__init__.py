@@ -35,10 +35,13 @@ from memory_db.repositories.records import (
     NamespaceUsage,
     ObjectRecord,
     ProjectRecord,
+    ProvenanceRecord,
+    ReconcileRunRecord,
     ReservationRecord,
     StoredAsset,
     VaultRecord,
     VaultScope,
+    WorkItem,
 )
 from memory_db.repositories.reports import (
     IdentitySummary,
@@ -47,6 +50,7 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
+from memory_db.repositories.work import WORK_KINDS, WorkRepository
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -54,6 +58,7 @@ __all__ = [
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
+    "WORK_KINDS",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -81,8 +86,10 @@ __all__ = [
     "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",
+    "ProvenanceRecord",
     "ProvenanceRepository",
     "QuotaRepository",
+    "ReconcileRunRecord",
     "ReportRepository",
     "ReservationRecord",
     "StateSubscription",
@@ -92,6 +99,8 @@ __all__ = [
     "VaultRepository",
     "VaultScope",
     "VaultSummary",
+    "WorkItem",
+    "WorkRepository",
     "hash_api_key",
     "listen_for_jobs",
     "normalise_identity",
