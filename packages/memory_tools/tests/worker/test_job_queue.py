@@ -6,8 +6,10 @@ Real database, real worker and repositories: the races are run against a worker'
 from __future__ import annotations
 
 import base64
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -15,7 +17,8 @@ import pytest
 from sqlalchemy import text
 
 from memory_db.embedding import ScriptedEmbedder
-from memory_db.errors import ProviderRejected
+from memory_db.errors import ProviderRejected, StorageError
+from memory_db.storage import ListedObject, LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
 from memory_tools.changes import delete_asset, purge_deleted_objects
@@ -115,6 +118,7 @@ async def test_an_owner_retries_a_failed_representation_and_the_worker_is_woken(
     asset_id = await failed_asset(saving, alice, 1)
     # A worker that polls only every 30 s: only the retry's notification can wake it in time.
     worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=30, sweep_seconds=30))
+    retried: Any = None
     async with anyio.create_task_group() as group:
         ready = anyio.Event()
         group.start_soon(lambda: worker.run(ready=ready))
@@ -259,6 +263,28 @@ async def test_purges_and_reconciliation_passes_are_listed_as_they_happened(
     assert [e.event for e in run.timeline] == ["started", "finished"]
     with pytest.raises(NotFoundFailure):
         await call(saving, job_details, operator, type="reconcile", job_id="arr_missing")
+
+
+class _UnlistableStore(LocalAssetObjectStore):
+    """A store whose listing fails (a bucket that went away mid-pass)."""
+
+    async def list_namespace(self, prefix: str) -> AsyncIterator[ListedObject]:
+        raise StorageError("the bucket is gone")
+        yield  # pragma: no cover (an async generator that fails on its first step)
+
+
+async def test_a_pass_that_stops_is_recorded_as_failed(
+    saving: MemoryServices, alice: Caller, operator: Caller, tmp_path: Path
+) -> None:
+    await save(saving, alice, 17)
+    broken = replace(
+        saving, store=_UnlistableStore(tmp_path / "gone", UrlSigner(b"s" * 32), "http://x")
+    )
+    with pytest.raises(StorageError):
+        await reconcile_store(broken, safety_window=timedelta(hours=1))
+    (row,) = (await call(saving, list_jobs, operator, type="reconcile")).jobs
+    assert (row.status, row.error_code) == ("failed", "store_unavailable")
+    assert "bucket" not in (row.error or "")  # the store's own words may name keys
 
 
 # --- the operator's retry and cancel ----------------------------------------------------------------
