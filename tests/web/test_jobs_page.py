@@ -35,8 +35,17 @@ def idle_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
     env = _env(tmp_path, ASSET_WORKER_SWEEP_SECONDS="1")
     port = _free_port()
     process = subprocess.Popen(
-        [*SERVER, "serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)]
-        + ["--no-worker"],
+        [
+            *SERVER,
+            "serve",
+            "--transport",
+            "http",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--no-worker",
+        ],
         env=env,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
