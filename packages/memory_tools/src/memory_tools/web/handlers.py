@@ -245,7 +245,8 @@ def page(path: str, handler: WebHandler, services: MemoryServices) -> Route:
             return error_page(request, services, nonce, None, failure)
         web = WebRequest(request, services, who, nonce)
         try:
-            response = await handler(web)
+            with map_failures():  # an unexpected error is logged and shown as `internal`
+                response = await handler(web)
         except Unauthenticated:
             return security.secure_headers(_sign_in_redirect(request), nonce)
         except ToolFailure as failure:
@@ -290,7 +291,8 @@ def action(
             )
         web = WebRequest(request, services, who, nonce, form_data=form)
         try:
-            response = await handler(web)
+            with map_failures():
+                response = await handler(web)
         except Unauthenticated:
             return security.secure_headers(_sign_in_redirect(request), nonce)
         except ToolFailure as failure:
@@ -327,7 +329,8 @@ def endpoint(
                 request.headers.get(security.CSRF_HEADER), who.csrf_token
             ):
                 raise Forbidden("the CSRF token is missing or wrong; reload the page")
-            response = await handler(WebRequest(request, services, who, nonce))
+            with map_failures():
+                response = await handler(WebRequest(request, services, who, nonce))
         except ToolFailure as failure:
             response = json_failure(failure)
         return security.secure_headers(response, nonce, security.store_origins(services))
