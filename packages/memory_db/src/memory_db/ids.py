@@ -27,6 +27,7 @@ PREFIXES: Final = {
     "provenance": "apv",
     "artifact": "art",
     "reconcile_run": "arr",
+    "web_session": "wses",
 }
 
 _BODY_LEN: Final = 26

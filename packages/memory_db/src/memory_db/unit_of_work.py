@@ -26,6 +26,7 @@ from memory_db.repositories import (
     ReportRepository,
     UsageRepository,
     VaultRepository,
+    WebSessionRepository,
     WorkRepository,
 )
 
@@ -63,6 +64,7 @@ class UnitOfWork:
         self.reports = ReportRepository(session)
         self.artifacts = ArtifactRepository(session)
         self.work = WorkRepository(session)
+        self.web_sessions = WebSessionRepository(session)
 
 
 @asynccontextmanager

@@ -50,6 +50,12 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
+from memory_db.repositories.web_sessions import (
+    WEB_SESSION_PREFIX,
+    WebSessionRecord,
+    WebSessionRepository,
+    hash_session_secret,
+)
 from memory_db.repositories.work import WORK_KINDS, WorkRepository
 
 __all__ = [
@@ -58,6 +64,7 @@ __all__ = [
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
+    "WEB_SESSION_PREFIX",
     "WORK_KINDS",
     "ApiKeyRecord",
     "ApiKeyRepository",
@@ -99,9 +106,12 @@ __all__ = [
     "VaultRepository",
     "VaultScope",
     "VaultSummary",
+    "WebSessionRecord",
+    "WebSessionRepository",
     "WorkItem",
     "WorkRepository",
     "hash_api_key",
+    "hash_session_secret",
     "listen_for_jobs",
     "normalise_identity",
     "validate_name",

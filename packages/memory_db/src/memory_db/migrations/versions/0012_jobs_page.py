@@ -10,7 +10,7 @@ provenance, so the provenance operation list (a CHECK constraint) is replaced, a
 did; downgrade fails (and changes nothing) while the ledger holds events of the new operations.
 
 Revision ID: 0012
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-01 20:10:00
 """
 
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0012"
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
