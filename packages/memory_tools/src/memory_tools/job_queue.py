@@ -51,6 +51,10 @@ REPRESENTATIONS = ("visual", "fused")
 RETRY_ATTEMPTS = 5
 MAX_PAGE = 200
 MAX_REASON = 500
+# The error code an operator's cancel leaves on a job (memory_db JobRepository.cancel_waiting).
+# Only such a cancel is undone by a retry: a job cancelled because its image was deleted or its
+# text changed (superseded) stays cancelled; the image's own state says what to do then.
+OPERATOR_CANCEL = "cancelled"
 
 
 class JobRow(WireModel):
@@ -185,9 +189,13 @@ def _row(item: WorkItem) -> JobRow:
         error=item.error,
         finished_at=item.finished_at,
         bytes=item.bytes,
-        can_retry=embedding and item.status in ("failed", "cancelled"),
+        can_retry=embedding and _retryable(item.status, item.error_code),
         can_cancel=embedding and item.status in ("queued", "retry"),
     )
+
+
+def _retryable(status: str, error_code: str | None) -> bool:
+    return status == "failed" or (status == "cancelled" and error_code == OPERATOR_CANCEL)
 
 
 def _job_item(job: JobRecord) -> WorkItem:
@@ -407,6 +415,10 @@ async def _requeue(uow: UnitOfWork, job: JobRecord, actor: str) -> JobRecord:
         raise ConflictFailure("a newer job embeds this representation: retry that one instead")
     if job.status not in ("failed", "cancelled"):
         raise ConflictFailure(f"the job is {job.status}: only a failed or cancelled job is retried")
+    if not _retryable(job.status, job.last_error_code):
+        raise ConflictFailure(
+            f"the job was cancelled by the server ({job.last_error}): not retried"
+        )
     requeued = await uow.jobs.requeue(job.id, attempts=RETRY_ATTEMPTS)
     if requeued is None:
         raise ConflictFailure("the job changed meanwhile: look again")
