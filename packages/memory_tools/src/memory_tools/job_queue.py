@@ -2,7 +2,7 @@
 
 Two kinds of caller use it (docs/design.md#authorisation):
 
-- an asset's owner, or a write grantee of its vault, retries a failed (or cancelled)
+- an asset's owner, or a write grantee of its vault, retries a failed (or operator-cancelled)
   representation of an image they may change (:func:`retry_asset_embedding`): the asset page's
   Retry button;
 - an operator, whose key carries the ``admin`` scope, lists every owner's work and retries or
@@ -452,7 +452,7 @@ async def retry_asset_embedding(
     asset_id: str,
     representation: str,
 ) -> EmbeddingRetry:
-    """Queue a failed (or cancelled) representation of an image again (write access).
+    """Queue a failed (or operator-cancelled) representation of an image again (write access).
 
     Another owner's image that is not shared with the caller is ``not_found``; one the caller
     may read but not change is ``forbidden``; ``conflict`` when nothing failed (the
@@ -484,7 +484,7 @@ async def retry_asset_embedding(
 async def retry_job(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, job_id: str
 ) -> JobChange:
-    """Queue a failed or cancelled embedding job again, due now (``admin`` scope)."""
+    """Queue a failed or operator-cancelled embedding job again, due now (``admin`` scope)."""
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     require_admin(caller)
