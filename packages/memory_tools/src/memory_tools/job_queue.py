@@ -267,6 +267,8 @@ async def job_details(
     policy.require(services.settings)
     require_admin(caller)
     kind = _one_of(type, JOB_TYPES, "type")
+    if kind is None:
+        raise InvalidInputFailure(f"type: one of {', '.join(JOB_TYPES)}")
     if kind == "embedding":
         job = await uow.jobs.get(job_id)
         if job is None:

@@ -263,6 +263,9 @@ async def test_purges_and_reconciliation_passes_are_listed_as_they_happened(
     assert [e.event for e in run.timeline] == ["started", "finished"]
     with pytest.raises(NotFoundFailure):
         await call(saving, job_details, operator, type="reconcile", job_id="arr_missing")
+    for kind in ["", "mail"]:
+        with pytest.raises(InvalidInputFailure, match="type"):
+            await call(saving, job_details, operator, type=kind, job_id=runs[0].id)
 
 
 class _UnlistableStore(LocalAssetObjectStore):
