@@ -26,6 +26,8 @@ PREFIXES: Final = {
     "usage": "aul",
     "provenance": "apv",
     "artifact": "art",
+    "reconcile_run": "arr",
+    "web_session": "wses",
 }
 
 _BODY_LEN: Final = 26

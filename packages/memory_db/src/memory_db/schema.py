@@ -46,6 +46,7 @@ SOURCE_KINDS = ("upload", "scrape", "screenshot", "instagram", "external_url", "
 ARTIFACT_SOURCE_KINDS = ("scrape", "screenshot")
 JOB_STATUSES = ("queued", "running", "retry", "done", "failed", "cancelled")
 ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
+RECONCILE_RUN_STATUSES = ("done", "failed")
 REPRESENTATIONS = ("visual", "fused")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
@@ -74,6 +75,8 @@ PROVENANCE_OPERATIONS = (
     "vault_grant",
     "vault_grant_revoke",
     "artifact_store",
+    "job_retry",
+    "job_cancel",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -150,6 +153,33 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = _now()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+class WebSession(Base):
+    """A signed-in browser: the web app's cookie names this row by the SHA-256 of its secret.
+
+    The session acts as its API key (``key_id``): revoking the key ends the session at its next
+    request, and deleting the key deletes it. ``csrf_token`` is what every change must echo.
+    """
+
+    __tablename__ = "mem_web_sessions"
+    __table_args__ = (
+        CheckConstraint("token_hash ~ '^[0-9a-f]{64}$'", name="token_hash_hex"),
+        CheckConstraint("length(csrf_token) BETWEEN 32 AND 128", name="csrf_token_length"),
+        CheckConstraint("expires_at > created_at", name="expires_after_created"),
+        Index("ix_mem_web_sessions_expires", "expires_at"),
+        Index("ix_mem_web_sessions_key", "key_id"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    key_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_api_keys.id", ondelete="CASCADE"), nullable=False
+    )
+    csrf_token: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
 
 
 class Vault(Base):
@@ -525,6 +555,8 @@ class AssetEmbeddingJob(Base):
             postgresql_where=text("status IN ('queued', 'retry')"),
         ),
         Index("ix_mem_asset_embedding_jobs_asset", "asset_id"),
+        # The operator's Jobs page lists newest first (docs/design.md#jobs).
+        Index("ix_mem_asset_embedding_jobs_created", text("created_at DESC"), text("id DESC")),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -743,6 +775,44 @@ class ProvenanceEvent(Base):
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
     created_at: Mapped[datetime] = _now()
+
+
+class ReconcileRun(Base):
+    """One pass of the store reconciliation and what it found (docs/design.md#reconciliation).
+
+    Written when a pass ends (the worker's sweep or ``memory-server admin reconcile``), so the
+    operator's Jobs page shows reconciliation work that happened, never a guessed one.
+    """
+
+    __tablename__ = "mem_reconcile_runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", RECONCILE_RUN_STATUSES), name="status_known"),
+        CheckConstraint(
+            "namespaces >= 0 AND listed >= 0 AND removed >= 0 AND removed_bytes >= 0 "
+            "AND waiting >= 0 AND foreign_keys >= 0",
+            name="counts_nonnegative",
+        ),
+        CheckConstraint("finished_at >= started_at", name="finished_after_started"),
+        CheckConstraint(
+            "error_code IS NULL OR char_length(error_code) <= 64", name="error_code_length"
+        ),
+        CheckConstraint("error IS NULL OR char_length(error) <= 1000", name="error_length"),
+        Index("ix_mem_reconcile_runs_started", text("started_at DESC"), text("id DESC")),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    actor_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False)
+    namespaces: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    listed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    removed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    removed_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    waiting: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    foreign_keys: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    error_code: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    finished_at: Mapped[datetime] = _now()
 
 
 # --- vector index registry (docs/design.md#index-rebuild) ------------------------------------

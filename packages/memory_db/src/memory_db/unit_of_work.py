@@ -26,6 +26,8 @@ from memory_db.repositories import (
     ReportRepository,
     UsageRepository,
     VaultRepository,
+    WebSessionRepository,
+    WorkRepository,
 )
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
@@ -61,6 +63,8 @@ class UnitOfWork:
         self.orphans = OrphanRepository(session)
         self.reports = ReportRepository(session)
         self.artifacts = ArtifactRepository(session)
+        self.work = WorkRepository(session)
+        self.web_sessions = WebSessionRepository(session)
 
 
 @asynccontextmanager

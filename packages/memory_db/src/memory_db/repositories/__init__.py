@@ -35,10 +35,13 @@ from memory_db.repositories.records import (
     NamespaceUsage,
     ObjectRecord,
     ProjectRecord,
+    ProvenanceRecord,
+    ReconcileRunRecord,
     ReservationRecord,
     StoredAsset,
     VaultRecord,
     VaultScope,
+    WorkItem,
 )
 from memory_db.repositories.reports import (
     IdentitySummary,
@@ -47,6 +50,13 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
+from memory_db.repositories.web_sessions import (
+    WEB_SESSION_PREFIX,
+    WebSessionRecord,
+    WebSessionRepository,
+    hash_session_secret,
+)
+from memory_db.repositories.work import WORK_KINDS, WorkRepository
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -54,6 +64,8 @@ __all__ = [
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
+    "WEB_SESSION_PREFIX",
+    "WORK_KINDS",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -81,8 +93,10 @@ __all__ = [
     "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",
+    "ProvenanceRecord",
     "ProvenanceRepository",
     "QuotaRepository",
+    "ReconcileRunRecord",
     "ReportRepository",
     "ReservationRecord",
     "StateSubscription",
@@ -92,7 +106,12 @@ __all__ = [
     "VaultRepository",
     "VaultScope",
     "VaultSummary",
+    "WebSessionRecord",
+    "WebSessionRepository",
+    "WorkItem",
+    "WorkRepository",
     "hash_api_key",
+    "hash_session_secret",
     "listen_for_jobs",
     "normalise_identity",
     "validate_name",
