@@ -202,7 +202,7 @@ def _base(services: MemoryServices, request: Request) -> str:
     return str(request.base_url).rstrip("/")  # built without a bootstrap (tests, embedding)
 
 
-async def start_upload(flow: UploadFlow, caller: Caller, body: UploadStart) -> UploadTicket:
+async def start_upload(caller: Caller, flow: UploadFlow, body: UploadStart) -> UploadTicket:
     """Start one upload for ``caller``: every route that starts uploads (bearer, web) calls this."""
     return await flow.initiate(
         caller,
@@ -213,7 +213,7 @@ async def start_upload(flow: UploadFlow, caller: Caller, body: UploadStart) -> U
 
 
 async def complete_upload(
-    flow: UploadFlow, caller: Caller, upload_id: str, body: UploadComplete
+    caller: Caller, flow: UploadFlow, upload_id: str, body: UploadComplete
 ) -> SaveResult:
     """Finish ``caller``'s upload ``upload_id``: validate the bytes and save the asset."""
     refuse_nul(upload_id, "uploadId")
@@ -244,7 +244,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
             async with services.call_admission.admit():
                 caller = await _caller(services, token)
                 body: UploadStart = parse_body(raw, UploadStart)
-                ticket = await start_upload(flow, caller, body)
+                ticket = await start_upload(caller, flow, body)
         except ToolFailure as failure:
             return _error(failure, request)
         out = ticket_out(ticket, f"{_base(services, request)}/uploads/{ticket.upload_id}/complete")
@@ -260,7 +260,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
             async with services.call_admission.admit():
                 caller = await _caller(services, token)
                 body: UploadComplete = parse_body(raw, UploadComplete)
-                result = await complete_upload(flow, caller, request.path_params["upload_id"], body)
+                result = await complete_upload(caller, flow, request.path_params["upload_id"], body)
         except ToolFailure as failure:
             return _error(failure, request)
         return JSONResponse(result.model_dump(mode="json"))

@@ -1,12 +1,299 @@
-"""The web app's search page pages (docs/web.md)."""
+"""The Search page (docs/web.md#search): by words, by an image, or both, with the tool's filters.
+
+- ``GET /search?query=&...``: a search by words (or by a stored image, ``assetId``) is a plain,
+  linkable GET; without a query it shows the empty form.
+- ``POST /search``: the same form as ``multipart/form-data`` with a query image (chosen, or
+  pasted: ``search.js`` puts it in the file field) and the CSRF token; its size is bounded by
+  ``ASSET_MAX_BYTES``, as the tool bounds a query image.
+
+Both run ``AssetSearcher.search``, the workflow of ``image_asset_search``, as the signed-in
+caller and outside a transaction (a query image is decoded, words are embedded). Results show
+each image's preview (a signed link), its score and the representations that matched, and the
+workflow's verdict (``noGoodMatch``, ``bestScore``, ``goodMatchScore``) in plain words. A
+refused search shows the workflow's message and code and keeps what was typed.
+"""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
+
+from starlette.datastructures import ImmutableMultiDict, UploadFile
+from starlette.responses import Response
 from starlette.routing import Route
 
+from memory_db.repositories import AssetFilter
+from memory_db.schema import SOURCE_KINDS
+from memory_tools.assets import MIME_TYPES
+from memory_tools.errors import InvalidInputFailure, ToolFailure
+from memory_tools.ingest.inputs import MAX_TAG_LENGTH, MAX_TAGS
+from memory_tools.projects import FolderView, ProjectView, list_folders, list_projects
+from memory_tools.search import (
+    MAX_SEARCH_LIMIT,
+    AssetSearcher,
+    SearchHit,
+    SearchRequest,
+    SearchView,
+)
 from memory_tools.services import MemoryServices
+from memory_tools.vaults import list_vaults
+from memory_tools.web import security
+from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
+from memory_tools.web.rendering import FAILURE_STATUS, human_bytes
+from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH, same_origin_link
+
+SEARCH_PATH = "/search"
+DEFAULT_LIMIT = 10
+LIMITS = (10, 20, MAX_SEARCH_LIMIT)
+_TRUE = frozenset({"on", "true", "1", "yes"})
+# The representations a result can be found by, as the results name them, and what they mean.
+MATCHED = {
+    "visual": "the picture alone",
+    "fused": "the picture with its words",
+    "metadata": "the words of its title, tags, alt text or description",
+}
+
+
+@dataclass(frozen=True)
+class SearchForm:
+    """The search form as filled in.
+
+    Read from a query string or a POST body, drawn again with the results, and turned into the
+    search tool's request.
+    """
+
+    query: str = ""
+    asset_id: str = ""
+    vault: str = ""
+    project_id: str = ""
+    folder_id: str = ""
+    include_subfolders: bool = False
+    tags: str = ""
+    untagged: bool = False
+    source_kinds: tuple[str, ...] = ()
+    mime_types: tuple[str, ...] = ()
+    source_host: str = ""
+    created_from: str = ""
+    created_until: str = ""
+    limit: str = str(DEFAULT_LIMIT)
+    min_score: str = ""
+
+    @classmethod
+    def read(cls, values: ImmutableMultiDict[str, Any]) -> SearchForm:
+        """The form's fields from ``values`` (query parameters or form fields); others ignored."""
+
+        def text(name: str) -> str:
+            value = values.get(name)
+            return value.strip() if isinstance(value, str) else ""
+
+        def many(name: str) -> tuple[str, ...]:
+            return tuple(v.strip() for v in values.getlist(name) if isinstance(v, str) and v)
+
+        return cls(
+            query=text("query"),
+            asset_id=text("assetId"),
+            vault=text("vault"),
+            project_id=text("projectId"),
+            folder_id=text("folderId"),
+            include_subfolders=text("includeSubfolders").lower() in _TRUE,
+            tags=text("tags"),
+            untagged=text("untagged").lower() in _TRUE,
+            source_kinds=many("sourceKinds"),
+            mime_types=many("mimeTypes"),
+            source_host=text("sourceHost"),
+            created_from=text("createdFrom"),
+            created_until=text("createdUntil"),
+            limit=text("limit") or str(DEFAULT_LIMIT),
+            min_score=text("minScore"),
+        )
+
+    def asked(self) -> bool:
+        """Whether the form asks something by itself (words, or a stored image)."""
+        return bool(self.query or self.asset_id)
+
+    def filtered(self) -> bool:
+        """Whether anything beyond the words and the image is set (the filters show open)."""
+        return self != replace(SearchForm(), query=self.query, asset_id=self.asset_id)
+
+    def tag_list(self) -> list[str]:
+        """The comma-separated tags as a list, blanks dropped."""
+        return [tag.strip() for tag in self.tags.split(",") if tag.strip()]
+
+    def request(self, image: bytes | None, project_vaults: Mapping[str, str]) -> SearchRequest:
+        """The search tool's request; ``invalid_input`` for what the tool's schema refuses.
+
+        ``project_vaults``: each visible project's vault, so a project chosen under "All
+        vaults" names its vault, as the workflow requires.
+        """
+        for name, value, most in (
+            ("assetId", self.asset_id, 64),
+            ("vault", self.vault, 400),
+            ("projectId", self.project_id, 64),
+            ("folderId", self.folder_id, 64),
+            ("sourceHost", self.source_host, 253),
+        ):
+            if len(value) > most:
+                raise InvalidInputFailure(f"{name}: at most {most} characters")
+        tags = self.tag_list()
+        if len(tags) > MAX_TAGS:
+            raise InvalidInputFailure(f"tags: at most {MAX_TAGS} tags")
+        if any(len(tag) > MAX_TAG_LENGTH for tag in tags):
+            raise InvalidInputFailure(f"tags: a tag is longer than {MAX_TAG_LENGTH} characters")
+        if len(self.source_kinds) > len(SOURCE_KINDS):
+            raise InvalidInputFailure(f"sourceKinds: at most {len(SOURCE_KINDS)}")
+        if len(self.mime_types) > len(MIME_TYPES):
+            raise InvalidInputFailure(f"mimeTypes: at most {len(MIME_TYPES)}")
+        vault = self.vault or project_vaults.get(self.project_id) or None
+        filters = AssetFilter(
+            tags=tuple(tags),
+            untagged=self.untagged,
+            source_kinds=self.source_kinds,
+            source_host=self.source_host or None,
+            mime_types=self.mime_types,
+            created_after=_day(self.created_from, "createdFrom"),
+            created_before=_day(self.created_until, "createdUntil", next_day=True),
+        )
+        return SearchRequest(
+            query=self.query or None,
+            asset_id=self.asset_id or None,
+            image_bytes=image,
+            vault=vault,
+            project_id=self.project_id or None,
+            folder_id=self.folder_id or None,
+            include_subfolders=self.include_subfolders,
+            filters=filters,
+            limit=_whole(self.limit, "limit"),
+            min_score=_score(self.min_score) if self.min_score else None,
+            include_preview=True,
+        )
+
+
+def _day(value: str, name: str, *, next_day: bool = False) -> datetime | None:
+    """The start (UTC) of the day ``value`` names, or of the next day (an inclusive end)."""
+    if not value:
+        return None
+    try:
+        day = date.fromisoformat(value)
+    except ValueError:
+        raise InvalidInputFailure(f"{name}: give a date as YYYY-MM-DD") from None
+    start = datetime.combine(day, time(), tzinfo=UTC)
+    return start + timedelta(days=1) if next_day else start
+
+
+def _whole(value: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidInputFailure(f"{name}: a whole number") from None
+
+
+def _score(value: str) -> float:
+    try:
+        score = float(value)
+    except ValueError:
+        raise InvalidInputFailure("minScore: a number between -1 and 1") from None
+    if not math.isfinite(score):
+        raise InvalidInputFailure("minScore: a number between -1 and 1")
+    return score
+
+
+async def _query_image(form: Mapping[str, Any]) -> tuple[bytes | None, str | None]:
+    """The query image of a POSTed form and a name to show for it; none when the field is empty."""
+    field = form.get("image")
+    if not isinstance(field, UploadFile):
+        return None, None
+    data = await field.read()
+    if not data and not field.filename:
+        return None, None  # the file field was left empty
+    return data, f"{field.filename or 'pasted image'} ({human_bytes(len(data))})"
 
 
 def routes(services: MemoryServices) -> list[Route]:
-    """The routes of this page group."""
-    return []
+    """``GET /search`` and ``POST /search``."""
+    searcher = AssetSearcher(services)
+    # A query image may be as large as ASSET_MAX_BYTES; the other fields are a small form.
+    post_limit = services.settings.asset_max_bytes + FORM_MAX_BYTES
+
+    async def choices(
+        web: WebRequest, form: SearchForm
+    ) -> tuple[list[str], list[ProjectView], list[FolderView]]:
+        vaults = [v.vault for v in (await web.call(list_vaults)).vaults]
+        projects = (await web.call(list_projects, vault=None, include_archived=False)).projects
+        folders: list[FolderView] = []
+        chosen = [p for p in projects if p.project_id == form.project_id]
+        if chosen:
+            tree = await web.call(
+                list_folders, vault=chosen[0].vault, project_id=chosen[0].project_id
+            )
+            folders = tree.folders
+        return vaults, projects, folders
+
+    async def run(
+        web: WebRequest,
+        form: SearchForm,
+        image: bytes | None,
+        image_name: str | None,
+    ) -> Response:
+        vaults, projects, folders = await choices(web, form)
+        view: SearchView | None = None
+        failure: ToolFailure | None = None
+        if form.asked() or image is not None:
+            try:
+                request = form.request(image, {p.project_id: p.vault for p in projects})
+                view = await web.call_as_caller(searcher.search, request)
+            except ToolFailure as refused:
+                failure = refused
+        if view is not None:
+            view = _same_origin_previews(services, view)
+        return web.render(
+            "search.html",
+            status=200 if failure is None else _status(failure),
+            title="Search",
+            form=form,
+            view=view,
+            failure=failure,
+            image_name=image_name,
+            vaults=vaults,
+            projects=projects,
+            folders=folders,
+            source_kinds=SOURCE_KINDS,
+            mime_types=MIME_TYPES,
+            limits=LIMITS,
+            matched=MATCHED,
+            search_path=SEARCH_PATH,
+            upload_path=UPLOAD_PATH,
+            asset_path=ASSET_PATH,
+            csrf_field=security.CSRF_FIELD,
+            max_size=human_bytes(services.settings.asset_max_bytes),
+        )
+
+    async def show(web: WebRequest) -> Response:
+        return await run(web, SearchForm.read(web.request.query_params), None, None)
+
+    async def search_with_image(web: WebRequest) -> Response:
+        form = web.form()
+        image, image_name = await _query_image(form)
+        return await run(web, SearchForm.read(form), image, image_name)
+
+    return [
+        page(SEARCH_PATH, show, services),
+        action(SEARCH_PATH, search_with_image, services, max_bytes=post_limit),
+    ]
+
+
+def _status(failure: ToolFailure) -> int:
+    return FAILURE_STATUS.get(failure.code, 400)
+
+
+def _same_origin_previews(services: MemoryServices, view: SearchView) -> SearchView:
+    """The view with each preview link as :func:`same_origin_link` makes it."""
+    results: list[SearchHit] = []
+    for hit in view.results:
+        preview = hit.preview
+        if preview is not None and preview.url is not None:
+            preview = preview.model_copy(update={"url": same_origin_link(services, preview.url)})
+        results.append(hit.model_copy(update={"preview": preview}))
+    return view.model_copy(update={"results": results})
