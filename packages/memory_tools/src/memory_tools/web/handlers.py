@@ -286,6 +286,7 @@ def action(
         sent = form.get(security.CSRF_FIELD)
         if not security.same_token(sent if isinstance(sent, str) else None, who.csrf_token):
             log.info("web_csrf_refused", path=request.url.path)
+            await form.close()  # a posted file's spooled copy
             return _refusal(
                 request, services, nonce, 403, "the form has expired; reload the page and retry"
             )
@@ -297,6 +298,8 @@ def action(
             return security.secure_headers(_sign_in_redirect(request), nonce)
         except ToolFailure as failure:
             response = web.redirect(web.back(), failure=failure)
+        finally:
+            await form.close()  # a posted file's spooled copy, whatever the handler did
         return security.secure_headers(response, nonce, security.store_origins(services))
 
     return Route(path, endpoint, methods=["POST"])
