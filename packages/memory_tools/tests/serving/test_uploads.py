@@ -560,3 +560,31 @@ async def test_a_completion_keeps_its_claim_while_it_works_and_a_dead_claim_laps
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     assert answers[0].json()["assetId"] == answers[1].json()["assetId"]
     assert sorted(a.json()["replayed"] for a in answers) == [False, True]
+
+
+async def test_concurrent_starts_of_one_owner_all_get_their_link(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    """Each start inserts its reservation, then locks the owner's namespace: with a lock that
+    conflicted with the other inserts' key-share locks, two concurrent starts deadlocked (500)."""
+    key = await make_key("busy@example.com")
+    answers: list[httpx.Response] = []
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+
+        async def start() -> None:
+            answers.append(
+                await http.post(
+                    f"{base}/uploads",
+                    json={"contentType": "image/png", "contentLength": 100},
+                    headers={"Authorization": f"Bearer {key}"},
+                )
+            )
+
+        for _round in range(3):
+            async with anyio.create_task_group() as group:
+                for _ in range(4):
+                    group.start_soon(start)
+    assert [a.status_code for a in answers] == [201] * 12, [a.text for a in answers]
+    _used, reserved, _assets = await _state(uploading, "busy@example.com")
+    assert reserved >= 12 * 100

@@ -339,3 +339,15 @@ async def test_an_image_url_is_saved_like_the_save_tool_and_unsafe_ones_are_refu
         assert inside.status_code == 422 and inside.json()["error"]["code"] == "unsafe_url"
         typo = await client.call("POST", "/app/uploads/url", json={"imageUrl": "https://x.test"})
         assert typo.status_code == 422 and typo.json()["error"]["code"] == "invalid_input"
+
+
+async def test_three_uploads_at_once_as_the_page_sends_them(signed_in: WebClient) -> None:
+    saved: list[dict[str, Any]] = []
+
+    async def one(seed: int) -> None:
+        saved.append(await _upload(signed_in, picture(seed), tags=["harbour", "evening"]))
+
+    async with anyio.create_task_group() as group:
+        for seed in (11, 12, 13):
+            group.start_soon(one, seed)
+    assert len({item["assetId"] for item in saved}) == 3

@@ -51,7 +51,11 @@ class QuotaRepository:
             .where(AssetNamespace.owner_identity == owner)
         )
         if lock:
-            query = query.with_for_update(of=AssetNamespace)
+            # FOR NO KEY UPDATE: it serialises quota changes with each other, but not with the
+            # key-share locks that inserting a reservation or an object (foreign keys to the
+            # namespace) takes. FOR UPDATE conflicted with those, so two upload starts that each
+            # insert a reservation and then lock the namespace deadlocked.
+            query = query.with_for_update(of=AssetNamespace, key_share=True)
         query = query.execution_options(populate_existing=True)
         row = (await self._session.execute(query)).one_or_none()
         if row is None:
