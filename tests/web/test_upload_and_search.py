@@ -9,9 +9,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pyvips
-from playwright.sync_api import JSHandle, Page, expect
+from playwright.sync_api import Browser, JSHandle, Page, expect
 
-from .conftest import MOBILE, check_accessibility, screenshot
+from memory_db import new_id
+from memory_db.testing.s3_peers import S3Peer
+
+from ..e2e.test_processes import _env, _new_key, serve_http
+from .conftest import MOBILE, check_accessibility, screenshot, sign_in
 
 
 def _png(seed: int) -> bytes:
@@ -141,3 +145,69 @@ def test_a_search_that_finds_nothing_says_so_with_an_action(
     expect(page.locator(".search-verdict")).to_contain_text("Nothing found")
     page.get_by_role("link", name="Upload images").click()
     expect(page).to_have_url(re.compile(r"/upload$"))
+
+
+def test_on_s3_the_browser_puts_each_file_to_the_bucket_the_page_policy_allows(
+    browser: Browser, moto_peer: S3Peer, tmp_path: Path
+) -> None:
+    """With an S3 store the signed PUT goes to the bucket's endpoint: the page's CSP allows that
+    origin in connect-src, and the bucket's CORS rule (docs/web.md) lets the browser send it."""
+    bucket = "web" + new_id("aob")[4:16]
+    client = moto_peer.client()
+    client.create_bucket(Bucket=bucket)
+    env = _env(
+        tmp_path,
+        ASSET_STORAGE_PROVIDER="s3",
+        ASSET_S3_BUCKET=bucket,
+        ASSET_S3_REGION=moto_peer.region,
+        ASSET_S3_ENDPOINT=moto_peer.endpoint_url,
+        ASSET_S3_FORCE_PATH_STYLE="true",
+        ASSET_S3_ACCESS_KEY_ID=moto_peer.access_key_id,
+        ASSET_S3_SECRET_ACCESS_KEY=moto_peer.secret_access_key,
+        ASSET_WORKER_SWEEP_SECONDS="1",
+    )
+    with serve_http(env, capture=False) as (url, _process):
+        client.put_bucket_cors(
+            Bucket=bucket,
+            CORSConfiguration={
+                "CORSRules": [
+                    {
+                        "AllowedOrigins": [url],
+                        "AllowedMethods": ["PUT"],
+                        "AllowedHeaders": ["Content-Type"],
+                        "MaxAgeSeconds": 3600,
+                    }
+                ]
+            },
+        )
+        key = _new_key(env, "s3-uploader@example.com")
+        context = browser.new_context(base_url=url)
+        try:
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            puts: list[str] = []
+            page.on("request", lambda r: puts.append(r.url) if r.method == "PUT" else None)
+            sign_in(page, key)
+            answer = page.goto("/upload")
+            assert answer is not None
+            policy = answer.headers["content-security-policy"]
+            assert f"connect-src 'self' {moto_peer.endpoint_url}" in policy
+            picked = tmp_path / "bucket.png"
+            picked.write_bytes(_png(8))
+            page.get_by_label("Choose images").set_input_files(str(picked))
+            row = page.locator(".upload-row")
+            expect(row.locator(".status-text")).to_have_text("Ready", timeout=30_000)
+            assert len(puts) == 1 and puts[0].startswith(f"{moto_peer.endpoint_url}/{bucket}/")
+            # The preview on the search page comes from the bucket too, and loads.
+            href = row.get_by_role("link").get_attribute("href") or ""
+            page.goto(f"/search?assetId={href.rsplit('/', 1)[-1]}")
+            preview = page.locator(".search-hit img").first
+            expect(preview).to_have_attribute(
+                "src", re.compile("^" + re.escape(moto_peer.endpoint_url))
+            )
+            expect(preview).to_have_js_property("complete", True)
+            assert preview.evaluate("(img) => img.naturalWidth") > 0
+            assert not errors, errors
+        finally:
+            context.close()

@@ -103,7 +103,7 @@
     error.querySelector(".error-code").textContent = code;
     error.querySelector(".error-message").textContent = message;
     error.hidden = false;
-    row.querySelector("progress").hidden = true;
+    row.querySelector("progress").classList.add("upload-bar-off");
     setState(row, "refused");
   }
 
@@ -170,6 +170,7 @@
   async function watch(row, saved) {
     const link = row.querySelector(".upload-link");
     link.href = assetUrl + encodeURIComponent(saved.assetId);
+    link.setAttribute("aria-label", "Open " + row.querySelector(".upload-name").textContent);
     link.hidden = false;
     let state = saved.embeddingStatus;
     setState(row, state in STATES ? state : "pending");
