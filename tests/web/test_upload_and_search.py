@@ -84,6 +84,23 @@ def test_three_images_dropped_at_once_each_progress_and_become_ready_then_found(
             "href", re.compile(r"^/assets/ast_")
         )
     expect(page.locator("#upload-summary")).to_have_text("3 of 4 ready, 1 failed")
+    # A file over ASSET_MAX_BYTES is refused before a byte is sent, in the server's words.
+    limit = int(page.locator("#upload-form").get_attribute("data-max-bytes") or "0")
+    big = page.evaluate_handle(
+        """(size) => {
+            const transfer = new DataTransfer();
+            transfer.items.add(new File([new Uint8Array(size)], "huge.png", {type: "image/png"}));
+            return transfer;
+        }""",
+        limit + 1,
+    )
+    zone.dispatch_event("drop", {"dataTransfer": big})
+    huge = rows.filter(has_text="huge.png")
+    expect(huge.locator(".status-text")).to_have_text("Refused")
+    expect(huge.locator(".upload-error")).to_contain_text(
+        f"contentLength: must be between 1 and {limit} bytes"
+    )
+    expect(page.locator("#upload-summary")).to_have_text("3 of 5 ready, 2 failed")
     # Waiting is a long request per image, answered when the worker is done: no tight loop.
     assert 3 <= len(state_requests) <= 9, state_requests
     check_accessibility(page)
