@@ -37,6 +37,7 @@ from memory_db.repositories.records import (
     ProjectRecord,
     ReservationRecord,
     StoredAsset,
+    TrashedAsset,
     VaultRecord,
     VaultScope,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "ReservationRecord",
     "StateSubscription",
     "StoredAsset",
+    "TrashedAsset",
     "UsageRepository",
     "VaultRecord",
     "VaultRepository",
