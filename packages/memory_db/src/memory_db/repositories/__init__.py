@@ -48,6 +48,12 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
+from memory_db.repositories.web_sessions import (
+    WEB_SESSION_PREFIX,
+    WebSessionRecord,
+    WebSessionRepository,
+    hash_session_secret,
+)
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -55,6 +61,7 @@ __all__ = [
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
+    "WEB_SESSION_PREFIX",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -94,7 +101,10 @@ __all__ = [
     "VaultRepository",
     "VaultScope",
     "VaultSummary",
+    "WebSessionRecord",
+    "WebSessionRepository",
     "hash_api_key",
+    "hash_session_secret",
     "listen_for_jobs",
     "normalise_identity",
     "validate_name",
