@@ -8,7 +8,7 @@ replaced, as revision 0009 did; downgrade fails (and changes nothing) while the 
 ``asset_purge`` events.
 
 Revision ID: 0013
-Revises: 0010
+Revises: 0011
 Create Date: 2026-12-01 20:30:00
 """
 
@@ -20,7 +20,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | None = "0010"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
