@@ -64,6 +64,10 @@ class TrashItem(WireModel):
     preview: PreviewLink | None = Field(
         description="A short-lived link to its preview; null when its bytes are unavailable."
     )
+    can_purge: bool = Field(
+        description="The caller may purge it now: the vault's owner or an admin grantee, "
+        "with the destructive scope."
+    )
 
 
 class TrashPage(WireModel):
@@ -126,6 +130,11 @@ async def list_trash(
         [v.record.scope for v in vaults], window=grace, limit=limit + 1, after=after
     )
     handles = vault_handles(vaults)
+    purgeable = {
+        (v.record.owner_identity, v.record.physical_vault)
+        for v in vaults
+        if v.record.permission in _PURGE_PERMISSIONS and caller.has_scope("destructive")
+    }
     page = rows[:limit]
     items = [
         TrashItem(
@@ -139,6 +148,7 @@ async def list_trash(
             deleted_at=row.deleted_at,
             purge_at=row.deleted_at + grace,
             preview=await _preview(services, row),
+            can_purge=(row.stored.asset.owner_identity, row.stored.asset.vault) in purgeable,
         )
         for row in page
     ]

@@ -89,6 +89,9 @@ async def test_the_trash_lists_what_the_caller_could_restore(
     # The trash of a shared vault is shown to those who may restore from it, as owner/Library.
     shared = await run(saving, writer.key, trash.list_trash)
     assert [i.vault for i in shared.items] == [f"{OWNER}/Library"] * 2
+    # A writer restores but does not purge before the window ends; the owner does.
+    assert [i.can_purge for i in shared.items] == [False, False]
+    assert item.can_purge
     assert (await run(saving, reader.key, trash.list_trash)).items == []
     # Another owner's deleted images are never listed.
     assert bobs["assetId"] not in {i.asset_id for i in shared.items}
