@@ -4,7 +4,8 @@
 image from the trash: from then on it is not in the trash and cannot be restored, though its
 bytes may stay while another image still uses them (docs/design.md#deleting). The purge is
 recorded as ``asset_purge`` provenance, so the provenance operation list (a CHECK constraint) is
-replaced, as revision 0009 did; downgrade fails (and changes nothing) while the ledger holds
+replaced: the list in the database plus ``asset_purge`` (read, not written out, so the revisions
+before this one may add their own); downgrade fails (and changes nothing) while the ledger holds
 ``asset_purge`` events.
 
 Revision ID: 0013
@@ -14,6 +15,7 @@ Create Date: 2026-12-01 20:30:00
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -26,35 +28,31 @@ depends_on: str | Sequence[str] | None = None
 
 _ASSETS = "mem_assets"
 _PROVENANCE = "mem_provenance"
-_OPERATIONS_BEFORE = (
-    "asset_project_create",
-    "asset_project_archive",
-    "asset_project_update",
-    "asset_folder_create",
-    "asset_folder_delete",
-    "asset_folder_update",
-    "asset_save",
-    "asset_update",
-    "asset_embed",
-    "asset_search",
-    "asset_move",
-    "asset_delete",
-    "asset_restore",
-    "asset_object_purge",
-    "asset_reconcile",
-    "identity_create",
-    "api_key_create",
-    "api_key_revoke",
-    "vault_create",
-    "vault_grant",
-    "vault_grant_revoke",
-    "artifact_store",
-)
-_OPERATIONS_AFTER = (*_OPERATIONS_BEFORE, "asset_purge")
+_OPERATION = "asset_purge"
 
 
-def _known(operations: tuple[str, ...]) -> str:
-    return "operation IN ({})".format(", ".join(f"'{name}'" for name in operations))
+def _operations() -> list[str]:
+    """The operations the ledger's CHECK constraint allows now, in its order.
+
+    Read from the database rather than written out, so this revision adds exactly its one
+    operation whatever the revisions before it added.
+    """
+    definition = op.get_bind().scalar(
+        sa.text(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint "
+            "WHERE conname = 'ck_mem_provenance_operation_known'"
+        )
+    )
+    return re.findall(r"'([a-z_]+)'", str(definition))
+
+
+def _replace_operations(operations: list[str]) -> None:
+    op.drop_constraint("operation_known", _PROVENANCE, type_="check")
+    op.create_check_constraint(
+        "operation_known",
+        _PROVENANCE,
+        "operation IN ({})".format(", ".join(f"'{name}'" for name in operations)),
+    )
 
 
 def upgrade() -> None:
@@ -62,12 +60,10 @@ def upgrade() -> None:
     op.create_check_constraint(
         "purged_only_when_deleted", _ASSETS, "purged_at IS NULL OR status = 'deleted'"
     )
-    op.drop_constraint("operation_known", _PROVENANCE, type_="check")
-    op.create_check_constraint("operation_known", _PROVENANCE, _known(_OPERATIONS_AFTER))
+    _replace_operations([name for name in _operations() if name != _OPERATION] + [_OPERATION])
 
 
 def downgrade() -> None:
-    op.drop_constraint("operation_known", _PROVENANCE, type_="check")
-    op.create_check_constraint("operation_known", _PROVENANCE, _known(_OPERATIONS_BEFORE))
+    _replace_operations([name for name in _operations() if name != _OPERATION])
     op.drop_constraint("purged_only_when_deleted", _ASSETS, type_="check")
     op.drop_column(_ASSETS, "purged_at")
