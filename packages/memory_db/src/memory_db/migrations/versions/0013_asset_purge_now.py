@@ -1,6 +1,6 @@
 """Purge now: a deleted image can be purged before its delete grace window ends.
 
-``mem_assets.purged_at`` records when its owner (or a writer with the right) purged a deleted
+``mem_assets.purged_at`` records when its owner (or an admin grantee) purged a deleted
 image from the trash: from then on it is not in the trash and cannot be restored, though its
 bytes may stay while another image still uses them (docs/design.md#deleting). The purge is
 recorded as ``asset_purge`` provenance, so the provenance operation list (a CHECK constraint) is
