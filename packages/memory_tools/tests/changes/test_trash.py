@@ -3,6 +3,7 @@ purging one now without deleting bytes another image still needs."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import anyio
 from fastmcp import Client
 from sqlalchemy import text
 
+from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices, ToolFailure, admin, changes, trash
 from memory_tools.access import authenticate
 
@@ -291,3 +293,44 @@ async def test_a_purge_waits_for_a_restore_in_progress_and_then_finds_the_image_
     assert results == {"purge": "not_found"}
     assert stored_files(saving) == files
     assert await _object_status(saving, saved["objectId"]) == "available"
+
+
+async def test_a_purge_the_store_refuses_is_finished_by_the_sweep(
+    saving: MemoryServices, client_as: Callable[[str], Client[Any]], alice: Any
+) -> None:
+    """The image is purged at once; its bytes, due now, are taken by the next sweep, and a save
+    of the same bytes meanwhile stores a fresh copy instead of taking the doomed one back."""
+    store = saving.store
+    assert isinstance(store, LocalAssetObjectStore)
+    async with client_as(alice.key) as client:
+        saved = await _save_and_delete(client, 1, "Lighthouse")
+    async with saving.database.unit_of_work() as uow:
+        stored = await uow.objects.get(OWNER, saved["objectId"])
+    used = await _used(saving)
+    # A directory where the original's file was: the store's delete fails, as a full or
+    # read-only disk would make it.
+    original = store.root / stored.storage_key
+    kept_bytes = original.read_bytes()
+    original.unlink()
+    (original / "blocker").mkdir(parents=True)
+
+    purged = await run_outside(saving, alice.key, trash.purge_asset, asset_id=saved["assetId"])
+    assert not purged.bytes_deleted and purged.freed_bytes == 0
+    assert purged.bytes_kept is not None and "sweep retries" in purged.bytes_kept
+    assert await _object_status(saving, saved["objectId"]) == "deleting"
+    assert await _used(saving) == used
+    restore = run(saving, alice.key, changes.restore_asset, asset_id=saved["assetId"])
+    assert (await refused(restore)).startswith("not_found")
+    async with client_as(alice.key) as client:
+        again = await _call(client, "image_asset_save", {"imageBase64": b64(picture(1))})
+    assert again["objectId"] != saved["objectId"]
+
+    shutil.rmtree(original)
+    original.write_bytes(kept_bytes)
+    before_sweep = await _used(saving)
+    assert await changes.purge_deleted_objects(saving) == 1
+    assert await _object_status(saving, saved["objectId"]) == "deleted"
+    assert not original.exists()
+    assert await _used(saving) == before_sweep - stored.bytes - (stored.preview_bytes or 0)
+    purges = await _operations(saving, "asset_object_purge")
+    assert [(e["actor"], e["target"]) for e in purges] == [("system:worker", saved["objectId"])]
