@@ -35,11 +35,14 @@ from memory_db.repositories.records import (
     NamespaceUsage,
     ObjectRecord,
     ProjectRecord,
+    ProvenanceRecord,
+    ReconcileRunRecord,
     ReservationRecord,
     StoredAsset,
     TrashedAsset,
     VaultRecord,
     VaultScope,
+    WorkItem,
 )
 from memory_db.repositories.reports import (
     IdentitySummary,
@@ -54,6 +57,7 @@ from memory_db.repositories.web_sessions import (
     WebSessionRepository,
     hash_session_secret,
 )
+from memory_db.repositories.work import WORK_KINDS, WorkRepository
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -62,6 +66,7 @@ __all__ = [
     "FILTER_FIELDS",
     "JOB_CHANNEL",
     "WEB_SESSION_PREFIX",
+    "WORK_KINDS",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -89,8 +94,10 @@ __all__ = [
     "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",
+    "ProvenanceRecord",
     "ProvenanceRepository",
     "QuotaRepository",
+    "ReconcileRunRecord",
     "ReportRepository",
     "ReservationRecord",
     "StateSubscription",
@@ -103,6 +110,8 @@ __all__ = [
     "VaultSummary",
     "WebSessionRecord",
     "WebSessionRepository",
+    "WorkItem",
+    "WorkRepository",
     "hash_api_key",
     "hash_session_secret",
     "listen_for_jobs",

@@ -9,7 +9,7 @@ before this one may add their own); downgrade fails (and changes nothing) while 
 ``asset_purge`` events.
 
 Revision ID: 0013
-Revises: 0011
+Revises: 0012
 Create Date: 2026-12-01 20:30:00
 """
 
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0013"
-down_revision: str | None = "0011"
+down_revision: str | None = "0012"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
