@@ -11,11 +11,14 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
+import pytest
 from fastmcp import Client
 from playwright.sync_api import Page, expect
 
 from ..e2e.test_processes import _new_key, _png
 from .conftest import MOBILE, RunningServer, check_accessibility, screenshot
+
+pytestmark = pytest.mark.slow
 
 
 def _tools(server: RunningServer, key: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
