@@ -280,9 +280,11 @@ async def restore_asset(
     returns to its project and folder; to the project's root if its folder is gone, and to
     Unfiled if its project is gone or archived. Its embeddings are queued again. Restoring an
     image that is not deleted changes nothing; once the window has passed (or for ids the
-    caller cannot see) the answer is ``not_found``.
+    caller cannot see) the answer is ``not_found``. A read-only server refuses it (the web
+    app's Trash reaches it there too).
     """
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     embedder = services.embedder
     if embedder is None:
         raise FeatureDisabled("no embedder is configured on this server")

@@ -131,6 +131,7 @@ async def grant_access(
 ) -> GrantResult:
     """Share one of the caller's vaults with ``grantee`` (or change its permission)."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     require_scope(caller, "write")
     if permission not in PERMISSIONS:
         raise InvalidInputFailure(f"permission: one of {', '.join(PERMISSIONS)}")
@@ -166,6 +167,7 @@ async def revoke_access(
 ) -> RevokeResult:
     """Remove ``grantee``'s grant on one of the caller's vaults; their next call is refused."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     require_scope(caller, "write")
     owned = await _owned(uow, caller, vault)
     who = _grantee(grantee)

@@ -172,6 +172,7 @@ async def _take_out_of_trash(
     bytes are deleted after the commit.
     """
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     resolved, _ = await locate_asset(uow, caller, asset_id, "destructive")
     if resolved.record.permission not in _PURGE_PERMISSIONS:
         raise Forbidden(

@@ -4,6 +4,7 @@ revokes; every change is recorded with the caller as actor; a revoked grantee is
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from fastmcp import Client
@@ -135,3 +136,23 @@ async def test_only_the_owner_manages_grants_and_bad_input_is_refused_clearly(
     assert await _ledger(saving) == [
         ("vault_grant", "operator", {"permission": "admin"}),
     ]
+
+
+async def test_a_read_only_server_changes_no_grant(
+    saving: MemoryServices, alice: Any, bob: Any
+) -> None:
+    frozen = replace(saving, read_only=True)
+    assert (await run(frozen, alice.key, sharing.list_sharing)).vaults
+    for call in (
+        run(
+            frozen,
+            alice.key,
+            sharing.grant_access,
+            vault="Library",
+            grantee=bob.email,
+            permission="read",
+        ),
+        run(frozen, alice.key, sharing.revoke_access, vault="Library", grantee=bob.email),
+    ):
+        assert (await refused(call)).startswith("forbidden: this server is read-only")
+    assert await _ledger(saving) == []

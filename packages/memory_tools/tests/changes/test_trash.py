@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -334,3 +335,19 @@ async def test_a_purge_the_store_refuses_is_finished_by_the_sweep(
     assert await _used(saving) == before_sweep - stored.bytes - (stored.preview_bytes or 0)
     purges = await _operations(saving, "asset_object_purge")
     assert [(e["actor"], e["target"]) for e in purges] == [("system:worker", saved["objectId"])]
+
+
+async def test_a_read_only_server_neither_restores_nor_purges(
+    saving: MemoryServices, client_as: Callable[[str], Client[Any]], alice: Any
+) -> None:
+    async with client_as(alice.key) as client:
+        saved = await _save_and_delete(client, 1, "Lighthouse")
+    frozen = replace(saving, read_only=True)
+    listed = await run(frozen, alice.key, trash.list_trash)  # reading is fine
+    assert [item.asset_id for item in listed.items] == [saved["assetId"]]
+    for call in (
+        run(frozen, alice.key, changes.restore_asset, asset_id=saved["assetId"]),
+        run_outside(frozen, alice.key, trash.purge_asset, asset_id=saved["assetId"]),
+    ):
+        assert (await refused(call)).startswith("forbidden: this server is read-only")
+    assert await _object_status(saving, saved["objectId"]) == "deleting"
