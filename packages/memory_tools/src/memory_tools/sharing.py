@@ -54,6 +54,7 @@ class SharingOverview(WireModel):
     """Every vault the caller owns, by name, with its grants."""
 
     vaults: list[VaultSharing]
+    can_change: bool = Field(description="The key carries the write scope (grant, revoke).")
 
 
 class GrantResult(WireModel):
@@ -116,7 +117,8 @@ async def list_sharing(
                 grants=[_view(g) for g in await uow.vaults.grants(caller.identity, vault.handle)],
             )
             for vault in owned
-        ]
+        ],
+        can_change=caller.has_scope("write"),
     )
 
 

@@ -122,7 +122,9 @@ async def test_only_the_owner_manages_grants_and_bad_input_is_refused_clearly(
     assert (await refused(revoke_by_admin)).startswith("forbidden")
     # A read-only key lists but does not change.
     assert (await grant(reader.key, "Library", bob.email)).startswith("forbidden")
-    assert (await run(saving, reader.key, sharing.list_sharing)).vaults
+    listed = await run(saving, reader.key, sharing.list_sharing)
+    assert listed.vaults and not listed.can_change
+    assert (await run(saving, alice.key, sharing.list_sharing)).can_change
     # Yourself, an unknown identity, a malformed address, an unknown permission.
     assert (await grant(alice.key, "Library", "ALICE@example.com")).startswith("invalid_input")
     unknown = await grant(alice.key, "Library", "nobody@example.com")
