@@ -111,6 +111,9 @@ def routes(services: MemoryServices) -> list[Route]:
                     services.database.unit_of_work() as uow,
                 ):
                     started = await sign_in(uow, key, lifetime)
+                    # The session this browser had (another key, or a stale one) ends here:
+                    # its cookie is overwritten, so nothing could sign it out any more.
+                    await sign_out(uow, security.session_secret(request, services))
         except Unauthenticated:
             log.info("web_sign_in_refused")
             return sign_in_form(

@@ -98,8 +98,16 @@ def session_secret(request: Request, services: MemoryServices) -> str | None:
 
 
 def same_token(presented: str | None, expected: str) -> bool:
-    """Constant-time comparison of a CSRF token."""
-    return bool(presented) and hmac.compare_digest(str(presented), expected)
+    """Constant-time comparison of a CSRF token.
+
+    As bytes: ``hmac.compare_digest`` raises ``TypeError`` for a ``str`` with non-ASCII
+    characters, which a forged form field, header or cookie can carry.
+    """
+    if not presented:
+        return False
+    return hmac.compare_digest(
+        str(presented).encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
 def same_origin(request: Request) -> bool:

@@ -1,0 +1,105 @@
+"""Attacks on the sign-in, session, CSRF and flash layer that once got through or crashed it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from http.cookies import SimpleCookie
+from typing import Any
+
+import pytest
+from starlette.requests import Request
+from starlette.responses import Response
+
+from memory_db.repositories import web_sessions
+from memory_tools.testing.web_app import WebApp, WebClient
+from memory_tools.web import security
+from memory_tools.web.rendering import Flash, read_flash, set_flash
+from memory_tools.web.security import FLASH_COOKIE
+
+
+def test_a_token_of_any_characters_compares_without_raising() -> None:
+    # hmac.compare_digest raises TypeError on a str with non-ASCII characters.
+    assert not security.same_token("é" * 43, "a" * 43)
+    assert not security.same_token("a" * 43, "é" * 43)
+    assert not security.same_token("", "a")
+    assert not security.same_token(None, "a")
+    assert security.same_token("é" * 3, "é" * 3)
+
+
+async def test_a_non_ascii_csrf_token_is_refused_not_a_crash(signed_in: WebClient) -> None:
+    answer = await signed_in.submit("/sign-out", {"csrf": "é" * 43})
+    assert answer.status_code == 403
+    assert "content-security-policy" in answer.headers
+    assert (await signed_in.get("/account")).status_code == 200  # still signed in
+
+
+async def test_a_non_ascii_sign_in_token_is_refused_not_a_crash(
+    browser_for: Callable[[], WebClient], make_person: Callable[..., Any], webapp: WebApp
+) -> None:
+    alice = await make_person("alice@example.com")
+    async with browser_for() as client:
+        await client.http.get("/sign-in")
+        answer = await client.http.post(
+            "/sign-in",
+            data={"signInToken": "é" * 43, "apiKey": alice.key},
+            headers={"Origin": webapp.base_url},
+        )
+        assert answer.status_code == 403
+        assert "mem_session" not in answer.headers.get("set-cookie", "")
+
+
+async def test_signing_in_again_ends_the_session_the_browser_had(
+    browser_for: Callable[[], WebClient], make_person: Callable[..., Any]
+) -> None:
+    # A shared browser: Bob signs in over Alice's session. Alice's session must not live on
+    # (with its cookie overwritten nobody could sign it out before it expires).
+    alice = await make_person("alice@example.com")
+    bob = await make_person("bob@example.com")
+    async with browser_for() as client, browser_for() as other:
+        assert (await client.sign_in(alice.key)).status_code == 303
+        first = client.http.cookies.get("mem_session")
+        assert first
+        assert (await client.sign_in(bob.key)).status_code == 303
+        assert client.http.cookies.get("mem_session") != first
+        replay = await other.http.get("/account", headers={"Cookie": f"mem_session={first}"})
+        assert replay.status_code == 303 and replay.headers["location"].startswith("/sign-in")
+        page = await client.get("/account")
+        assert page.status_code == 200 and "bob@example.com" in page.text
+
+
+async def test_one_key_cannot_pile_up_sessions_without_bound(
+    browser_for: Callable[[], WebClient],
+    make_person: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Anyone with any key (even read-only) could sign in in a loop and grow the table forever.
+    monkeypatch.setattr(web_sessions, "MAX_SESSIONS_PER_KEY", 3)
+    alice = await make_person("alice@example.com")
+    secrets: list[str] = []
+    for _ in range(5):
+        async with browser_for() as client:
+            assert (await client.sign_in(alice.key)).status_code == 303
+            secret = client.http.cookies.get("mem_session")
+            assert secret
+            secrets.append(secret)
+    async with browser_for() as probe:
+        alive = []
+        for secret in secrets:
+            answer = await probe.http.get("/account", headers={"Cookie": f"mem_session={secret}"})
+            alive.append(answer.status_code == 200)
+    assert alive == [False, False, True, True, True]  # the newest stay, the oldest end
+
+
+@pytest.mark.parametrize("message", ["é" * 2000, "😀" * 2000, '"\\;,' * 2000, "ok" * 2000])
+def test_a_long_flash_message_still_fits_in_its_cookie(message: str) -> None:
+    # A browser silently drops a cookie over 4096 bytes: the failure would never be shown.
+    response = Response()
+    set_flash(response, Flash("error", message, "invalid_input"), secure=True)
+    header = response.headers["set-cookie"]
+    assert len(header) < 4096
+    jar = SimpleCookie()
+    jar.load(header)
+    sent = f"{FLASH_COOKIE}={jar[FLASH_COOKIE].coded_value}"
+    shown = read_flash(Request({"type": "http", "headers": [(b"cookie", sent.encode())]}))
+    assert shown is not None and shown.kind == "error" and shown.code == "invalid_input"
+    assert shown.message and message.startswith(shown.message.removesuffix("…"))
