@@ -4,13 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from http.cookies import SimpleCookie
-from typing import Any
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any, cast
+from urllib.parse import urlsplit
 
 import pytest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from memory_db import MemorySettings
+from memory_db.ids import new_id
 from memory_db.repositories import web_sessions
+from memory_db.storage.keys import build_object_key, build_staging_key
+from memory_db.storage.s3 import S3AssetObjectStore
 from memory_tools.testing.web_app import WebApp, WebClient
 from memory_tools.web import security
 from memory_tools.web.rendering import Flash, read_flash, set_flash
@@ -103,3 +110,48 @@ def test_a_long_flash_message_still_fits_in_its_cookie(message: str) -> None:
     shown = read_flash(Request({"type": "http", "headers": [(b"cookie", sent.encode())]}))
     assert shown is not None and shown.kind == "error" and shown.code == "invalid_input"
     assert shown.message and message.startswith(shown.message.removesuffix("…"))
+
+
+@pytest.mark.parametrize(
+    ("region", "bucket", "endpoint"),
+    [
+        ("us-east-1", "photos", None),
+        ("eu-west-1", "photos", None),
+        ("eu-west-1", "my.photos", None),
+        ("eu-west-1", "photos", "https://minio.example:9000"),
+    ],
+)
+async def test_the_policy_admits_the_links_an_s3_store_really_signs(
+    region: str, bucket: str, endpoint: str | None, tmp_path: Path
+) -> None:
+    # Otherwise the browser blocks every preview and upload of an S3 deployment (botocore signs
+    # AWS links with the global host, https://<bucket>.s3.amazonaws.com, for every region).
+    store = S3AssetObjectStore(
+        bucket=bucket,
+        region=region,
+        endpoint_url=endpoint,
+        access_key_id="AKIDEXAMPLE",
+        secret_access_key="secret",
+    )
+    settings = MemorySettings(
+        memory_data_dir=tmp_path,
+        asset_storage_provider="s3",
+        asset_s3_bucket=bucket,
+        asset_s3_region=region,
+        asset_s3_endpoint=endpoint,
+    )
+    services = cast(Any, SimpleNamespace(store=store, settings=settings))
+    namespace = new_id("ans")
+    key = build_staging_key("test", namespace, new_id("aur"), "png")
+    try:
+        get = await store.create_signed_get_url(
+            build_object_key("test", namespace, new_id("aob"), "preview", "webp"), expires_in=60
+        )
+        put = await store.create_signed_put_url(
+            key, content_type="image/png", content_length=10, expires_in=60
+        )
+    finally:
+        await store.close()
+    for url in (get, put.url):
+        parts = urlsplit(url)
+        assert f"{parts.scheme}://{parts.netloc}" in security.store_origins(services), url

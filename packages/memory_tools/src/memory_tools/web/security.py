@@ -45,7 +45,13 @@ def store_origins(services: MemoryServices) -> tuple[str, ...]:
         return (origin, f"{parts.scheme}://{settings.asset_s3_bucket}.{parts.netloc}")
     region = settings.asset_s3_region or "us-east-1"
     bucket = settings.asset_s3_bucket or "*"
-    return (f"https://{bucket}.s3.{region}.amazonaws.com", f"https://s3.{region}.amazonaws.com")
+    # botocore signs a DNS-compatible bucket's links with the global host in every region
+    # (https://<bucket>.s3.amazonaws.com), and path-style ones with the regional host.
+    return (
+        f"https://{bucket}.s3.amazonaws.com",
+        f"https://{bucket}.s3.{region}.amazonaws.com",
+        f"https://s3.{region}.amazonaws.com",
+    )
 
 
 def content_security_policy(nonce: str, origins: tuple[str, ...] = ()) -> str:
