@@ -155,3 +155,17 @@ async def test_the_policy_admits_the_links_an_s3_store_really_signs(
     for url in (get, put.url):
         parts = urlsplit(url)
         assert f"{parts.scheme}://{parts.netloc}" in security.store_origins(services), url
+
+
+async def test_behind_a_proxy_that_rewrites_host_the_public_origin_is_ours(
+    signed_in: WebClient, webapp: WebApp
+) -> None:
+    # nginx's default `proxy_set_header Host $proxy_host` (and Apache without
+    # ProxyPreserveHost) hand us the upstream's Host; the browser's Origin is the public URL.
+    proxied = {"Host": "upstream.internal:8000"}
+    foreign = await signed_in.submit(
+        "/sign-out", headers={**proxied, "Origin": "https://evil.example"}
+    )
+    assert foreign.status_code == 403
+    answer = await signed_in.submit("/sign-out", headers={**proxied, "Origin": webapp.base_url})
+    assert answer.status_code == 303 and answer.headers["location"] == "/sign-in"

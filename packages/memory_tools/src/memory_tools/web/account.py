@@ -82,7 +82,7 @@ def routes(services: MemoryServices) -> list[Route]:
 
     async def submit_sign_in(request: Request) -> Response:
         nonce = security.new_nonce()
-        if not security.same_origin(request):
+        if not security.same_origin(request, services):
             return security.secure_headers(
                 PlainTextResponse("cross-site request refused", status_code=403), nonce
             )

@@ -271,7 +271,7 @@ def action(
 
     async def endpoint(request: Request) -> Response:
         nonce = security.new_nonce()
-        if not security.same_origin(request):
+        if not security.same_origin(request, services):
             return _refusal(request, services, nonce, 403, "cross-site request refused")
         try:
             who = await _resolve(request, services)
@@ -322,7 +322,7 @@ def endpoint(
     async def serve(request: Request) -> Response:
         nonce = security.new_nonce()
         try:
-            if request.method in _CHANGES and not security.same_origin(request):
+            if request.method in _CHANGES and not security.same_origin(request, services):
                 raise Forbidden("cross-site request refused")
             who = await _resolve(request, services)
             if request.method in _CHANGES and not security.same_token(

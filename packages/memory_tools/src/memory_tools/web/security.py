@@ -116,9 +116,11 @@ def same_token(presented: str | None, expected: str) -> bool:
     )
 
 
-def same_origin(request: Request) -> bool:
+def same_origin(request: Request, services: MemoryServices | None = None) -> bool:
     """Whether a change request came from a page of ours (Origin, else Referer, else allowed).
 
+    Ours: the request's own ``Host``, or the public base URL's origin (a proxy may hand us its
+    upstream's ``Host``, as nginx's default ``proxy_set_header Host $proxy_host`` does).
     The CSRF token is the real guard; this refuses cross-site posts even before it is read.
     A browser that sends neither header (rare, privacy settings) still needs the token.
     """
@@ -126,8 +128,12 @@ def same_origin(request: Request) -> bool:
     if not origin:
         return True
     sent = urlsplit(origin)
-    host = request.headers.get("host", "")
-    return sent.netloc == host and sent.scheme in ("http", "https")
+    if sent.scheme not in ("http", "https") or not sent.netloc:
+        return False
+    if sent.netloc == request.headers.get("host", ""):
+        return True
+    public = urlsplit(services.public_base_url) if services and services.public_base_url else None
+    return public is not None and (sent.scheme, sent.netloc) == (public.scheme, public.netloc)
 
 
 def safe_next(target: str | None, default: str = "/library") -> str:
