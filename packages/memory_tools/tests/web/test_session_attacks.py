@@ -169,3 +169,16 @@ async def test_behind_a_proxy_that_rewrites_host_the_public_origin_is_ours(
     assert foreign.status_code == 403
     answer = await signed_in.submit("/sign-out", headers={**proxied, "Origin": webapp.base_url})
     assert answer.status_code == 303 and answer.headers["location"] == "/sign-in"
+
+
+async def test_a_static_file_opened_as_a_page_runs_nothing(
+    browser_for: Callable[[], WebClient],
+) -> None:
+    # An SVG navigated to is a document: without a policy any script in it would run here.
+    async with browser_for() as client:
+        for name in ("icon.svg", "app.css", "app.js"):
+            answer = await client.http.get(f"/static/{name}")
+            assert answer.status_code == 200
+            policy = answer.headers.get("content-security-policy", "")
+            assert "default-src 'none'" in policy and "sandbox" in policy, name
+            assert answer.headers.get("x-frame-options") == "DENY"

@@ -170,6 +170,9 @@ def routes(services: MemoryServices) -> list[Route]:
             media_type=_STATIC_TYPES[name.rsplit(".", 1)[1]],
             headers={
                 "X-Content-Type-Options": "nosniff",
+                # Opened as a page (an SVG is a document), a static file runs nothing.
+                "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+                "X-Frame-Options": "DENY",
                 # The URL carries the files' version (?v=), so a year is safe.
                 "Cache-Control": "public, max-age=31536000, immutable",
             },
