@@ -182,3 +182,23 @@ async def test_a_static_file_opened_as_a_page_runs_nothing(
             policy = answer.headers.get("content-security-policy", "")
             assert "default-src 'none'" in policy and "sandbox" in policy, name
             assert answer.headers.get("x-frame-options") == "DENY"
+
+
+async def test_a_malformed_form_is_refused_with_our_page_and_headers(
+    signed_in: WebClient, webapp: WebApp
+) -> None:
+    # Starlette's own 400 for these carried none of the security headers.
+    malformed: list[dict[str, Any]] = [
+        {"files": {f"f{i}": (None, "x") for i in range(300)}},
+        {"files": {f"f{i}": (f"n{i}.txt", b"x") for i in range(6)}},
+        {"content": b"x", "headers": {"content-type": "multipart/form-data"}},
+    ]
+    for path in ("/sign-out", "/sign-in"):
+        for kwargs in malformed:
+            headers = {"Origin": webapp.base_url, **kwargs.get("headers", {})}
+            sent = {k: v for k, v in kwargs.items() if k != "headers"}
+            answer = await signed_in.http.post(path, headers=headers, **sent)
+            assert answer.status_code == 422, (path, answer.text)
+            assert "default-src 'none'" in answer.headers.get("content-security-policy", "")
+            assert answer.headers.get("cache-control") == "no-store"
+    assert (await signed_in.get("/account")).status_code == 200

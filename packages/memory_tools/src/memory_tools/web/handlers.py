@@ -22,6 +22,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -201,8 +203,13 @@ async def read_form(request: Request, max_bytes: int = FORM_MAX_BYTES) -> FormDa
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
 
-    # Starlette parses the form from the body we already read (and bounded).
-    return await Request(request.scope, replay).form(max_files=4, max_fields=200)
+    # Starlette parses the form from the body we already read (and bounded). Its refusal of a
+    # malformed one (too many fields or files, no boundary) would be a bare 400 of its own.
+    try:
+        return await Request(request.scope, replay).form(max_files=4, max_fields=200)
+    except (HTTPException, MultiPartException) as exc:
+        why = exc.detail if isinstance(exc, HTTPException) else exc.message
+        raise InvalidInputFailure(f"the form is malformed: {why}") from exc
 
 
 def _failure_status(failure: ToolFailure) -> int:
