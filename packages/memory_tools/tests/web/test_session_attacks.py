@@ -18,8 +18,10 @@ from memory_db.ids import new_id
 from memory_db.repositories import web_sessions
 from memory_db.storage.keys import build_object_key, build_staging_key
 from memory_db.storage.s3 import S3AssetObjectStore
+from memory_tools.errors import InvalidInputFailure
 from memory_tools.testing.web_app import WebApp, WebClient
 from memory_tools.web import security
+from memory_tools.web.handlers import read_json
 from memory_tools.web.rendering import Flash, read_flash, set_flash
 from memory_tools.web.security import FLASH_COOKIE
 
@@ -202,3 +204,28 @@ async def test_a_malformed_form_is_refused_with_our_page_and_headers(
             assert "default-src 'none'" in answer.headers.get("content-security-policy", "")
             assert answer.headers.get("cache-control") == "no-store"
     assert (await signed_in.get("/account")).status_code == 200
+
+
+def _streamed(chunks: list[bytes], headers: dict[str, str] | None = None) -> Request:
+    pending = list(chunks)
+
+    async def receive() -> dict[str, Any]:
+        body = pending.pop(0) if pending else b""
+        return {"type": "http.request", "body": body, "more_body": bool(pending)}
+
+    raw = [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()]
+    return Request({"type": "http", "method": "POST", "headers": raw}, receive)
+
+
+async def test_a_json_body_is_bounded_and_checked() -> None:
+    # Only /mcp has a body limit: a JSON endpoint reading request.json() would take any size.
+    huge = _streamed([b"[" + b"1," * 40_000] * 10)  # chunked, no Content-Length
+    with pytest.raises(InvalidInputFailure, match="larger than"):
+        await read_json(huge)
+    declared = _streamed([b"{}"], {"content-length": str(10**9)})
+    with pytest.raises(InvalidInputFailure, match="larger than"):
+        await read_json(declared)
+    for bad in (b"{", b"[" * 50_000 + b"]" * 50_000):
+        with pytest.raises(InvalidInputFailure):
+            await read_json(_streamed([bad]), max_bytes=200_000)
+    assert await read_json(_streamed([b'{"a": ', b"[1, 2]}"])) == {"a": [1, 2]}
