@@ -33,6 +33,8 @@ FAILURE_STATUS = {
 }
 
 FlashKind = Literal["ok", "error"]
+_FLASH_MESSAGE_CHARS = 500  # what read_flash shows at most
+_FLASH_COOKIE_CHARS = 1500  # the JSON; cookie quoting may double it, still under 4096 bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,10 +115,18 @@ def read_flash(request: Request) -> Flash | None:
 
 def set_flash(response: Response, flash: Flash, *, secure: bool) -> None:
     """Carry ``flash`` to the next page (one minute at most)."""
-    payload = {"kind": flash.kind, "message": flash.message, "code": flash.code}
+    message = flash.message[:_FLASH_MESSAGE_CHARS]
+    while True:
+        payload = {"kind": flash.kind, "message": message, "code": flash.code}
+        value = json.dumps(payload, separators=(",", ":"))
+        # A browser drops a cookie over 4096 bytes, and the failure would never be shown:
+        # non-ASCII text grows sixfold in JSON and again in the cookie's quoting.
+        if len(value) <= _FLASH_COOKIE_CHARS or len(message) <= 1:
+            break
+        message = message[: len(message) // 2].rstrip() + "…"
     response.set_cookie(
         FLASH_COOKIE,
-        json.dumps(payload, separators=(",", ":")),
+        value,
         max_age=60,
         path="/",
         httponly=True,
