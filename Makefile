@@ -11,6 +11,7 @@ HOST ?= 127.0.0.1
 PORT ?= 8765
 S3RVER := tools/s3rver/node_modules/.bin/s3rver
 MCPB := tools/mcpb/node_modules/.bin/mcpb
+AXE := tools/axe/node_modules/axe-core/axe.min.js
 
 .DEFAULT_GOAL := help
 
@@ -55,8 +56,11 @@ $(S3RVER): tools/s3rver/package.json tools/s3rver/package-lock.json
 $(MCPB): tools/mcpb/package.json tools/mcpb/package-lock.json
 	cd tools/mcpb && npm ci --no-audit --no-fund --silent
 
+$(AXE): tools/axe/package.json tools/axe/package-lock.json
+	cd tools/axe && npm ci --no-audit --no-fund --silent
+
 .PHONY: deps-node
-deps-node: $(S3RVER) $(MCPB) ## Install the test peers from npm: s3rver (S3) and mcpb (bundle validator)
+deps-node: $(S3RVER) $(MCPB) $(AXE) ## Install the test peers from npm: s3rver (S3), mcpb (bundle validator), axe-core (accessibility)
 
 .PHONY: run
 run: install-runtime ## Serve MCP over HTTP on the embedded default (HOST=127.0.0.1 PORT=8765)
@@ -112,4 +116,4 @@ bench: install ## Run the benchmarks under benchmarks/ (ratios against a same-ru
 
 .PHONY: clean
 clean: ## Remove caches and the virtual environment (not your data directory)
-	rm -rf .venv .cache .pytest_cache .ruff_cache tools/s3rver/node_modules
+	rm -rf .venv .cache .pytest_cache .ruff_cache tools/s3rver/node_modules tools/mcpb/node_modules tools/axe/node_modules test-output

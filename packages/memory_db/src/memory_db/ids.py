@@ -26,6 +26,7 @@ PREFIXES: Final = {
     "usage": "aul",
     "provenance": "apv",
     "artifact": "art",
+    "web_session": "wses",
 }
 
 _BODY_LEN: Final = 26

@@ -152,6 +152,33 @@ class ApiKey(Base):
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+class WebSession(Base):
+    """A signed-in browser: the web app's cookie names this row by the SHA-256 of its secret.
+
+    The session acts as its API key (``key_id``): revoking the key ends the session at its next
+    request, and deleting the key deletes it. ``csrf_token`` is what every change must echo.
+    """
+
+    __tablename__ = "mem_web_sessions"
+    __table_args__ = (
+        CheckConstraint("token_hash ~ '^[0-9a-f]{64}$'", name="token_hash_hex"),
+        CheckConstraint("length(csrf_token) BETWEEN 32 AND 128", name="csrf_token_length"),
+        CheckConstraint("expires_at > created_at", name="expires_after_created"),
+        Index("ix_mem_web_sessions_expires", "expires_at"),
+        Index("ix_mem_web_sessions_key", "key_id"),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(Text, nullable=False, unique=True)
+    key_id: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_api_keys.id", ondelete="CASCADE"), nullable=False
+    )
+    csrf_token: Mapped[str] = mapped_column(Text, nullable=False)
+    created_at: Mapped[datetime] = _now()
+    last_seen_at: Mapped[datetime] = _now()
+    expires_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+
+
 class Vault(Base):
     """A vault of one owner: the caller-visible handle and the owner-qualified physical name."""
 

@@ -64,6 +64,9 @@ class MemorySettings(BaseSettings):
     asset_storage_env_prefix: str = "production"
     asset_signed_get_ttl_seconds: int = Field(default=300, ge=1, le=3600)
     asset_signed_put_ttl_seconds: int = Field(default=900, ge=1, le=3600)
+    # How long a web app sign-in lasts before the browser must sign in again (absolute, from
+    # sign-in; revoking the key ends it sooner). docs/web.md#signing-in.
+    web_session_ttl_seconds: int = Field(default=43_200, ge=60, le=30 * 86_400)
 
     # --- ingest limits ------------------------------------------------------------------
     asset_max_bytes: int = Field(default=20_971_520, ge=1, le=1_073_741_824)

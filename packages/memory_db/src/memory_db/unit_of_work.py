@@ -26,6 +26,7 @@ from memory_db.repositories import (
     ReportRepository,
     UsageRepository,
     VaultRepository,
+    WebSessionRepository,
 )
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
@@ -61,6 +62,7 @@ class UnitOfWork:
         self.orphans = OrphanRepository(session)
         self.reports = ReportRepository(session)
         self.artifacts = ArtifactRepository(session)
+        self.web_sessions = WebSessionRepository(session)
 
 
 @asynccontextmanager

@@ -32,8 +32,9 @@ from scraper_mcp.screenshots import ScreenshotView
 
 scraper_tools = ToolRegistry()
 
-# Offered only when the server has a Chromium (scraper_mcp.chromium.system_chromium).
-NEEDS_CHROMIUM = frozenset({"scrape_page_screenshot"})
+# What a tool declares it needs (``requires=``) when it is offered only with a Chromium
+# (scraper_mcp.chromium.system_chromium).
+CHROMIUM = "chromium"
 
 
 def build_scraper_tools(
@@ -48,7 +49,7 @@ def build_scraper_tools(
     """
 
     def offered(spec: ToolSpec) -> bool:
-        if chromium is None and spec.name in NEEDS_CHROMIUM:
+        if chromium is None and CHROMIUM in spec.requires:
             return False
         return offers is None or offers(spec)
 
@@ -155,6 +156,7 @@ class ScraperTools:
         idempotent=False,
         open_world=True,
         audited="artifact_store",
+        requires=frozenset({CHROMIUM}),
     )
     async def scrape_page_screenshot(
         self,

@@ -47,6 +47,12 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
+from memory_db.repositories.web_sessions import (
+    WEB_SESSION_PREFIX,
+    WebSessionRecord,
+    WebSessionRepository,
+    hash_session_secret,
+)
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -54,6 +60,7 @@ __all__ = [
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
     "JOB_CHANNEL",
+    "WEB_SESSION_PREFIX",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -92,7 +99,10 @@ __all__ = [
     "VaultRepository",
     "VaultScope",
     "VaultSummary",
+    "WebSessionRecord",
+    "WebSessionRepository",
     "hash_api_key",
+    "hash_session_secret",
     "listen_for_jobs",
     "normalise_identity",
     "validate_name",

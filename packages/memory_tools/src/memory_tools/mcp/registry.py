@@ -67,6 +67,9 @@ class ToolSpec:
     idempotent: bool
     open_world: bool
     audited: str | None  # the provenance operation refusals are recorded under, if any
+    # What the server must have for the tool to be offered at all (e.g. "chromium"); a server
+    # without it leaves the tool out of tools/list instead of offering one that always fails.
+    requires: frozenset[str] = frozenset()
 
     def annotations(self) -> ToolAnnotations:
         """All four MCP hints stated explicitly (the spec's defaults are unsafe)."""
@@ -114,10 +117,12 @@ class ToolRegistry:
         destructive: bool = False,
         open_world: bool = False,
         audited: str | None = None,
+        requires: frozenset[str] = frozenset(),
     ) -> Callable[[F], F]:
         """Declare the decorated method a tool; ``audited`` must be a provenance operation.
 
-        ``open_world`` only for tools that may reach the open web (saving or searching by URL).
+        ``open_world`` only for tools that may reach the open web (saving or searching by URL);
+        ``requires``: what the server must have to offer it (see ``ToolSpec.requires``).
         """
 
         def register(fn: F) -> F:
@@ -134,6 +139,7 @@ class ToolRegistry:
                 idempotent=idempotent,
                 open_world=open_world,
                 audited=audited,
+                requires=requires,
             )
             return fn
 

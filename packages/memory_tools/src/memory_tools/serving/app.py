@@ -16,8 +16,11 @@ from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 
 
 def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
-    """Register the signed-object routes, the upload routes, liveness and readiness."""
-    for route in [*object_routes(services), *upload_routes(services), *health_routes(services)]:
+    """Register the signed-object routes, the upload routes, health, and the web app."""
+    from memory_tools.web import web_routes
+
+    plain = [*object_routes(services), *upload_routes(services), *health_routes(services)]
+    for route in [*plain, *web_routes(services)]:
         methods = sorted((route.methods or set()) - {"HEAD"})
         server.custom_route(route.path, methods=methods)(route.endpoint)
 

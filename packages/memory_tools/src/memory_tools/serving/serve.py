@@ -91,6 +91,7 @@ def banner(
     database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
     return (
         f"{name}: MCP over streamable HTTP at http://{shown}:{port}/mcp\n"
+        f"  web app: http://{shown}:{port}/ (sign in with an API key)\n"
         f"  tools: {offering(tools)}\n"
         f"  data directory: {settings.memory_data_dir}\n"
         f"  database: {database}\n"
@@ -102,7 +103,8 @@ def banner(
         "    .venv/bin/memory-server admin create-identity --owner <your e-mail address>\n"
         "    .venv/bin/memory-server admin create-key --owner <your e-mail address> "
         "--scopes read,write,destructive\n"
-        "  then connect with that key (mk_...) in the Authorization header, scheme Bearer"
+        "  then connect with that key (mk_...) in the Authorization header, scheme Bearer,\n"
+        "  or sign in to the web app with it"
     )
 
 

@@ -12,17 +12,23 @@ import uvicorn
 from fastmcp import FastMCP
 
 
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 @asynccontextmanager
 async def serve_mcp_http(
-    server: FastMCP, middleware: list[Any] | None = None
+    server: FastMCP, middleware: list[Any] | None = None, *, port: int | None = None
 ) -> AsyncGenerator[str]:
     """Run ``server``'s HTTP app (lifespan on) until the block ends; yield its ``/mcp`` URL.
 
-    Shut down gracefully: open streams are closed and the server's lifespan runs to its end.
+    ``port``: where to listen (a free one when None, see :func:`free_port`). Shut down
+    gracefully: open streams are closed and the server's lifespan runs to its end.
     """
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = port or free_port()
     app = server.http_app(path="/mcp", middleware=middleware)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"

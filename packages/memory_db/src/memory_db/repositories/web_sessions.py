@@ -1,0 +1,131 @@
+"""Web sessions: a browser's cookie secret, resolved to the API key it acts as.
+
+The secret is 256 random bits shown once (in the ``Set-Cookie`` header); the table holds only
+its SHA-256. A session is alive while it is unexpired *and* its key is unrevoked, so revoking
+the key ends every session made from it at their next request.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import delete, func, select, update
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.ids import new_id
+from memory_db.repositories.records import ApiKeyRecord
+from memory_db.schema import ApiKey, WebSession
+
+# What the cookie carries: a prefix to recognise it, then the random secret.
+WEB_SESSION_PREFIX = "wss_"
+_MAX_SECRET = 200
+
+
+@dataclass(frozen=True, slots=True)
+class WebSessionRecord:
+    """A live session and the key it acts as (the secret itself is never stored)."""
+
+    id: str
+    key: ApiKeyRecord
+    csrf_token: str
+    created_at: datetime
+    expires_at: datetime
+
+
+def hash_session_secret(secret: str) -> str:
+    """SHA-256 of a presented session secret (256 random bits: a fast hash is sufficient)."""
+    return hashlib.sha256(secret.encode("utf-8")).hexdigest()
+
+
+def _key_record(row: ApiKey) -> ApiKeyRecord:
+    return ApiKeyRecord(
+        id=row.id,
+        owner_identity=row.owner_identity,
+        label=row.label,
+        scopes=tuple(row.scopes),
+        created_at=row.created_at,
+        revoked_at=row.revoked_at,
+        last_used_at=row.last_used_at,
+    )
+
+
+class WebSessionRepository:
+    """Create, resolve and end web sessions."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def create(self, key_id: str, *, lifetime: timedelta) -> tuple[str, str]:
+        """Start a session acting as ``key_id``; return ``(session id, secret)``.
+
+        Expired sessions are deleted on the way (sign-ins are rare, the index makes it cheap).
+        """
+        await self._session.execute(delete(WebSession).where(WebSession.expires_at <= func.now()))
+        secret = WEB_SESSION_PREFIX + secrets.token_urlsafe(32)
+        now = datetime.now(UTC)
+        row = WebSession(
+            id=new_id("wses"),
+            token_hash=hash_session_secret(secret),
+            key_id=key_id,
+            csrf_token=secrets.token_urlsafe(32),
+            created_at=now,
+            last_seen_at=now,
+            expires_at=now + lifetime,
+        )
+        self._session.add(row)
+        await self._session.flush()
+        return row.id, secret
+
+    async def resolve(self, secret: str) -> WebSessionRecord | None:
+        """The live session whose secret is ``secret``, with its active key; else None.
+
+        None for an unknown, expired or ended session, and for one whose key is revoked.
+        """
+        if not secret.startswith(WEB_SESSION_PREFIX) or len(secret) > _MAX_SECRET:
+            return None
+        found = (
+            await self._session.execute(
+                select(WebSession, ApiKey)
+                .join(ApiKey, ApiKey.id == WebSession.key_id)
+                .where(
+                    WebSession.token_hash == hash_session_secret(secret),
+                    WebSession.expires_at > func.now(),
+                    ApiKey.revoked_at.is_(None),
+                )
+            )
+        ).one_or_none()
+        if found is None:
+            return None
+        session, key = found
+        return WebSessionRecord(
+            id=session.id,
+            key=_key_record(key),
+            csrf_token=session.csrf_token,
+            created_at=session.created_at,
+            expires_at=session.expires_at,
+        )
+
+    async def touch(self, session_id: str) -> None:
+        """Record that the session was used (at most once a minute, to spare writes)."""
+        await self._session.execute(
+            update(WebSession)
+            .where(
+                WebSession.id == session_id,
+                WebSession.last_seen_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 1),
+            )
+            .values(last_seen_at=func.now())
+        )
+
+    async def end(self, secret: str) -> bool:
+        """End the session of ``secret`` (sign-out); whether one was ended."""
+        if not secret.startswith(WEB_SESSION_PREFIX) or len(secret) > _MAX_SECRET:
+            return False
+        ended = await self._session.execute(
+            delete(WebSession)
+            .where(WebSession.token_hash == hash_session_secret(secret))
+            .returning(WebSession.id)
+        )
+        return ended.first() is not None

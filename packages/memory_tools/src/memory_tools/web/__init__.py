@@ -1,0 +1,39 @@
+"""The web app: a person's library in the browser, served next to ``/mcp`` (docs/web.md).
+
+Server-rendered with Starlette routes and Jinja2 templates, plus small hand-written scripts
+under ``static/``. A browser signs in with an API key and gets a session that acts as that key
+(:mod:`memory_tools.sessions`); every page and action then runs the same workflows under the
+same authorisation as the MCP tools (:mod:`memory_tools.web.handlers`). Nothing here reads the
+database around them.
+
+Modules: ``security`` (headers, CSP nonce, cookies, CSRF), ``rendering`` (templates, flash),
+``handlers`` (page, action and JSON endpoint), ``account`` (sign-in, sign-out, account,
+static files), and one module per page group.
+"""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from memory_tools.services import MemoryServices
+from memory_tools.web import (
+    account,
+    asset_page,
+    jobs,
+    library,
+    search_page,
+    sharing,
+    trash,
+    uploads,
+    usage,
+)
+
+_PAGE_GROUPS = (account, library, asset_page, uploads, search_page, trash, usage, sharing, jobs)
+
+
+def web_routes(services: MemoryServices) -> list[Route]:
+    """Every route of the web app, for ``services``."""
+    return [route for group in _PAGE_GROUPS for route in group.routes(services)]
+
+
+__all__ = ["web_routes"]

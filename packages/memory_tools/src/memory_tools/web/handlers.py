@@ -1,0 +1,363 @@
+"""How a web route is written: a page (GET), a form action (POST) or a JSON endpoint.
+
+Each wraps a handler ``async def handler(web: WebRequest) -> Response``:
+
+- the browser's session is resolved to its caller first (no session: a page redirects to the
+  sign-in page, an action or endpoint answers 401);
+- a change (every POST, PUT, PATCH, DELETE) must come from our own origin and echo the
+  session's CSRF token (a form's ``csrf`` field, or the ``X-CSRF-Token`` header from JS);
+- the handler calls workflows through :meth:`WebRequest.call` (``workflow(uow, caller,
+  services, ...)`` in one transaction, admitted like a tool call, the session re-checked inside
+  it, so a key revoked meanwhile is refused) or :meth:`WebRequest.call_as_caller`;
+- a ``ToolFailure`` the handler does not catch becomes an error page (pages), a flash message
+  on the page the form came from (actions) or ``{"error": {"code", "message"}}`` (endpoints);
+- every response carries the security headers and this request's CSP nonce.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Concatenate, ParamSpec, TypeVar
+from urllib.parse import quote
+
+from starlette.datastructures import FormData
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from memory_db import UnitOfWork, get_logger
+from memory_tools import thumbnails
+from memory_tools.access import Caller
+from memory_tools.errors import (
+    Forbidden,
+    InvalidInputFailure,
+    ToolFailure,
+    Unauthenticated,
+    map_failures,
+)
+from memory_tools.services import MemoryServices
+from memory_tools.sessions import SessionCaller, session_caller
+from memory_tools.web import security
+from memory_tools.web.rendering import (
+    FAILURE_STATUS,
+    Flash,
+    clear_flash,
+    read_flash,
+    render_template,
+    set_flash,
+)
+
+log = get_logger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# A form of text fields (edits, moves, grants ...) is small; a form with a file says its own.
+FORM_MAX_BYTES = 64 * 1024
+_CHANGES = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+
+
+@dataclass
+class WebRequest:
+    """One web request of a signed-in caller: call workflows, render, redirect."""
+
+    request: Request
+    services: MemoryServices
+    who: SessionCaller
+    nonce: str
+    form_data: FormData | None = None
+    _flash: Flash | None = field(default=None, repr=False)
+
+    @property
+    def caller(self) -> Caller:
+        """The caller this session acts as (its key's identity and scopes)."""
+        return self.who.caller
+
+    async def call(
+        self,
+        action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run a workflow as the caller, exactly as an MCP tool call does (one transaction)."""
+        services = self.services
+        secret = security.session_secret(self.request, services)
+        with map_failures():
+            async with services.call_admission.admit():
+                async with services.database.unit_of_work() as uow:
+                    who = await session_caller(uow, secret)
+                    answer = await action(uow, who.caller, services, *args, **kwargs)
+                return await thumbnails.render(services, answer)
+
+    async def call_as_caller(
+        self,
+        action: Callable[Concatenate[Caller, P], Awaitable[T]],
+        *args: P.args,
+        **kwargs: P.kwargs,
+    ) -> T:
+        """Run ``action(caller, ...)`` outside a transaction (work that makes network calls)."""
+        services = self.services
+        secret = security.session_secret(self.request, services)
+        with map_failures():
+            async with services.call_admission.admit():
+                async with services.database.unit_of_work() as uow:
+                    who = await session_caller(uow, secret)
+                answer = await action(who.caller, *args, **kwargs)
+                return await thumbnails.render(services, answer)
+
+    def render(self, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
+        """Render a page of the signed-in app (the layout, navigation and flash included)."""
+        return render_page(
+            self.request,
+            self.services,
+            template,
+            nonce=self.nonce,
+            who=self.who,
+            status=status,
+            **context,
+        )
+
+    def redirect(
+        self,
+        url: str,
+        *,
+        notice: str | None = None,
+        failure: ToolFailure | None = None,
+    ) -> Response:
+        """A 303 to a local ``url``, carrying a one-shot notice or a failure to show there."""
+        response = RedirectResponse(security.safe_next(url), status_code=303)
+        secure = security.is_https(self.request, self.services)
+        if failure is not None:
+            set_flash(response, Flash("error", failure.message, failure.code), secure=secure)
+        elif notice is not None:
+            set_flash(response, Flash("ok", notice), secure=secure)
+        return response
+
+    def form(self) -> FormData:
+        """The submitted form of an action (already read, bounded, and CSRF-checked)."""
+        if self.form_data is None:
+            raise InvalidInputFailure("this request carries no form")
+        return self.form_data
+
+    def back(self, default: str = "/library") -> str:
+        """Where an action returns to: the form's ``back`` field when it is a local path."""
+        sent = self.form_data.get("back") if self.form_data is not None else None
+        return security.safe_next(sent if isinstance(sent, str) else None, default)
+
+
+def render_page(
+    request: Request,
+    services: MemoryServices,
+    template: str,
+    *,
+    nonce: str,
+    who: SessionCaller | None,
+    status: int = 200,
+    **context: Any,
+) -> HTMLResponse:
+    """Render ``template`` with the layout's context; shows and clears a pending flash."""
+    flash = read_flash(request)
+    body = render_template(
+        template,
+        {
+            "nonce": nonce,
+            "who": who,
+            "csrf": who.csrf_token if who else "",
+            "is_admin": bool(who and who.caller.has_scope("admin")),
+            "path": request.url.path,
+            "flash": flash,
+            **context,
+        },
+    )
+    response = HTMLResponse(body, status_code=status)
+    if flash is not None:
+        clear_flash(response)
+    security.secure_headers(response, nonce, security.store_origins(services))
+    return response
+
+
+async def _resolve(request: Request, services: MemoryServices) -> SessionCaller:
+    secret = security.session_secret(request, services)
+    with map_failures():
+        async with services.call_admission.admit(), services.database.unit_of_work() as uow:
+            return await session_caller(uow, secret)
+
+
+async def read_form(request: Request, max_bytes: int = FORM_MAX_BYTES) -> FormData:
+    """Read a form body of at most ``max_bytes`` (refused as soon as it is exceeded)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > max_bytes:
+        raise InvalidInputFailure(f"the form is larger than {max_bytes} bytes")
+    received = 0
+    chunks: list[bytes] = []
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received > max_bytes:
+            raise InvalidInputFailure(f"the form is larger than {max_bytes} bytes")
+        chunks.append(chunk)
+    body = b"".join(chunks)
+
+    async def replay() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    # Starlette parses the form from the body we already read (and bounded).
+    return await Request(request.scope, replay).form(max_files=4, max_fields=200)
+
+
+def _failure_status(failure: ToolFailure) -> int:
+    return FAILURE_STATUS.get(failure.code, 500 if failure.code == "internal" else 400)
+
+
+def _sign_in_redirect(request: Request) -> Response:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/sign-in?next={quote(target, safe='/')}", status_code=303)
+
+
+def _refusal(request: Request, services: MemoryServices, nonce: str, status: int, text: str):
+    response = render_page(
+        request,
+        services,
+        "error.html",
+        nonce=nonce,
+        who=None,
+        status=status,
+        title="Refused",
+        failure_code="forbidden",
+        failure_message=text,
+    )
+    return response
+
+
+WebHandler = Callable[[WebRequest], Awaitable[Response]]
+
+
+def page(path: str, handler: WebHandler, services: MemoryServices) -> Route:
+    """A GET page of the signed-in app; no session sends the browser to sign in first."""
+
+    async def endpoint(request: Request) -> Response:
+        nonce = security.new_nonce()
+        try:
+            who = await _resolve(request, services)
+        except Unauthenticated:
+            return security.secure_headers(_sign_in_redirect(request), nonce)
+        except ToolFailure as failure:
+            return error_page(request, services, nonce, None, failure)
+        web = WebRequest(request, services, who, nonce)
+        try:
+            with map_failures():  # an unexpected error is logged and shown as `internal`
+                response = await handler(web)
+        except Unauthenticated:
+            return security.secure_headers(_sign_in_redirect(request), nonce)
+        except ToolFailure as failure:
+            return error_page(request, services, nonce, who, failure)
+        return security.secure_headers(response, nonce, security.store_origins(services))
+
+    return Route(path, endpoint, methods=["GET"])
+
+
+def action(
+    path: str,
+    handler: WebHandler,
+    services: MemoryServices,
+    *,
+    max_bytes: int = FORM_MAX_BYTES,
+) -> Route:
+    """A POST form action: same origin, the session's CSRF token, then ``handler``.
+
+    A failure the handler does not catch is shown on the page the form came from (its ``back``
+    field), and nothing was changed by the workflow that refused.
+    """
+
+    async def endpoint(request: Request) -> Response:
+        nonce = security.new_nonce()
+        if not security.same_origin(request):
+            return _refusal(request, services, nonce, 403, "cross-site request refused")
+        try:
+            who = await _resolve(request, services)
+        except Unauthenticated:
+            return security.secure_headers(_sign_in_redirect(request), nonce)
+        except ToolFailure as failure:
+            return error_page(request, services, nonce, None, failure)
+        try:
+            form = await read_form(request, max_bytes)
+        except ToolFailure as failure:
+            return error_page(request, services, nonce, who, failure)
+        sent = form.get(security.CSRF_FIELD)
+        if not security.same_token(sent if isinstance(sent, str) else None, who.csrf_token):
+            log.info("web_csrf_refused", path=request.url.path)
+            return _refusal(
+                request, services, nonce, 403, "the form has expired; reload the page and retry"
+            )
+        web = WebRequest(request, services, who, nonce, form_data=form)
+        try:
+            with map_failures():
+                response = await handler(web)
+        except Unauthenticated:
+            return security.secure_headers(_sign_in_redirect(request), nonce)
+        except ToolFailure as failure:
+            response = web.redirect(web.back(), failure=failure)
+        return security.secure_headers(response, nonce, security.store_origins(services))
+
+    return Route(path, endpoint, methods=["POST"])
+
+
+def json_failure(failure: ToolFailure) -> JSONResponse:
+    """``{"error": {"code", "message"}}`` with the status of the code."""
+    return JSONResponse(
+        {"error": {"code": failure.code, "message": failure.message}},
+        status_code=_failure_status(failure),
+    )
+
+
+def endpoint(
+    path: str,
+    handler: WebHandler,
+    services: MemoryServices,
+    *,
+    methods: tuple[str, ...] = ("GET",),
+) -> Route:
+    """A JSON endpoint for the app's own scripts; changes need the ``X-CSRF-Token`` header."""
+
+    async def serve(request: Request) -> Response:
+        nonce = security.new_nonce()
+        try:
+            if request.method in _CHANGES and not security.same_origin(request):
+                raise Forbidden("cross-site request refused")
+            who = await _resolve(request, services)
+            if request.method in _CHANGES and not security.same_token(
+                request.headers.get(security.CSRF_HEADER), who.csrf_token
+            ):
+                raise Forbidden("the CSRF token is missing or wrong; reload the page")
+            with map_failures():
+                response = await handler(WebRequest(request, services, who, nonce))
+        except ToolFailure as failure:
+            response = json_failure(failure)
+        return security.secure_headers(response, nonce, security.store_origins(services))
+
+    return Route(path, serve, methods=list(methods))
+
+
+def error_page(
+    request: Request,
+    services: MemoryServices,
+    nonce: str,
+    who: SessionCaller | None,
+    failure: ToolFailure,
+) -> Response:
+    """The page of a refused request: what was wrong, its code, and where to go next."""
+    if failure.code in ("unavailable", "busy"):
+        log.warning("web_page_unavailable", path=request.url.path, code=failure.code)
+    return render_page(
+        request,
+        services,
+        "error.html",
+        nonce=nonce,
+        who=who,
+        status=_failure_status(failure),
+        title={"not_found": "Not found", "forbidden": "Not allowed"}.get(
+            failure.code, "Something went wrong"
+        ),
+        failure_code=failure.code,
+        failure_message=failure.message,
+    )

@@ -1,0 +1,130 @@
+"""Templates (Jinja2, autoescaped) and the one-shot flash message of a redirect."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any, Literal
+
+from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
+from starlette.requests import Request
+from starlette.responses import Response
+
+from memory_tools.web.security import FLASH_COOKIE
+
+# Status of a failure's page or JSON answer, by its stable code.
+FAILURE_STATUS = {
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "invalid_input": 422,
+    "invalid_image": 422,
+    "unsafe_url": 422,
+    "fetch_failed": 502,
+    "quota_exceeded": 507,
+    "feature_disabled": 503,
+    "unavailable": 503,
+    "busy": 503,
+    "embedding_unavailable": 503,
+    "embedding_failed": 502,
+}
+
+FlashKind = Literal["ok", "error"]
+
+
+@dataclass(frozen=True, slots=True)
+class Flash:
+    """A message shown once on the page a change redirects to."""
+
+    kind: FlashKind
+    message: str
+    code: str | None = None
+
+
+def _static_version() -> str:
+    # Changes with the files, so browsers never keep a stale script after an upgrade.
+    import hashlib
+
+    digest = hashlib.sha256()
+    for item in sorted(resources.files("memory_tools.web").joinpath("static").iterdir(), key=str):
+        if item.is_file():
+            digest.update(item.name.encode())
+            digest.update(item.read_bytes())
+    return digest.hexdigest()[:12]
+
+
+@cache
+def environment() -> Environment:
+    """The template environment: package templates, autoescaped, undefined names are errors."""
+    env = Environment(
+        loader=PackageLoader("memory_tools.web", "templates"),
+        autoescape=select_autoescape(default=True, default_for_string=True),
+        undefined=StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+    )
+    version = _static_version()
+
+    def static(name: str) -> str:
+        return f"/static/{name}?v={version}"
+
+    globals_: dict[str, Any] = env.globals  # jinja2's stubs type the values too narrowly
+    globals_["static"] = static
+    env.filters["bytes"] = human_bytes
+    return env
+
+
+def human_bytes(count: int | float | None) -> str:
+    """``1536`` → ``1.5 KiB``; binary units, as the limits are documented."""
+    if count is None:
+        return "—"
+    value = float(count)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} TiB"
+
+
+def render_template(name: str, context: dict[str, Any]) -> str:
+    """Render ``name`` with ``context``."""
+    return environment().get_template(name).render(context)
+
+
+def read_flash(request: Request) -> Flash | None:
+    """The flash message the browser carries, if it is well-formed."""
+    raw = request.cookies.get(FLASH_COOKIE)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+        kind = data["kind"]
+        message = str(data["message"])[:500]
+        code = data.get("code")
+    except (ValueError, KeyError, TypeError):
+        return None
+    if kind not in ("ok", "error"):
+        return None
+    return Flash(kind, message, str(code)[:40] if code else None)
+
+
+def set_flash(response: Response, flash: Flash, *, secure: bool) -> None:
+    """Carry ``flash`` to the next page (one minute at most)."""
+    payload = {"kind": flash.kind, "message": flash.message, "code": flash.code}
+    response.set_cookie(
+        FLASH_COOKIE,
+        json.dumps(payload, separators=(",", ":")),
+        max_age=60,
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=secure,
+    )
+
+
+def clear_flash(response: Response) -> None:
+    """Forget the flash message once shown."""
+    response.delete_cookie(FLASH_COOKIE, path="/", httponly=True, samesite="strict")

@@ -1,0 +1,125 @@
+"""What every web response carries: security headers, a per-request CSP nonce, cookie flags.
+
+The policy is strict: scripts run only from a ``<script nonce>`` of this response (the static
+files under ``/static`` are loaded that way), styles only from ``/static``, no frames around
+the app, no plugins, forms post only here. Signed links of an S3 store point at the bucket's
+endpoint, so its origin is added for images (previews) and connections (upload PUTs).
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+from urllib.parse import urlsplit
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from memory_db.storage import HmacLinks
+from memory_tools.services import MemoryServices
+
+SESSION_COOKIE = "mem_session"
+# Over HTTPS the cookie gets the __Host- prefix: Secure, host-only, Path=/ are then enforced.
+SECURE_SESSION_COOKIE = "__Host-mem_session"
+SIGN_IN_COOKIE = "mem_sign_in"
+FLASH_COOKIE = "mem_flash"
+CSRF_FIELD = "csrf"
+CSRF_HEADER = "x-csrf-token"
+
+
+def new_nonce() -> str:
+    """A fresh CSP nonce (128 random bits)."""
+    return secrets.token_urlsafe(16)
+
+
+def store_origins(services: MemoryServices) -> tuple[str, ...]:
+    """Origins the store's signed links point at, when they are not this server's own."""
+    if isinstance(services.store, HmacLinks):
+        return ()
+    settings = services.settings
+    if settings.asset_s3_endpoint:
+        parts = urlsplit(settings.asset_s3_endpoint)
+        origin = f"{parts.scheme}://{parts.netloc}"
+        if settings.asset_s3_force_path_style or not settings.asset_s3_bucket:
+            return (origin,)
+        return (origin, f"{parts.scheme}://{settings.asset_s3_bucket}.{parts.netloc}")
+    region = settings.asset_s3_region or "us-east-1"
+    bucket = settings.asset_s3_bucket or "*"
+    return (f"https://{bucket}.s3.{region}.amazonaws.com", f"https://s3.{region}.amazonaws.com")
+
+
+def content_security_policy(nonce: str, origins: tuple[str, ...] = ()) -> str:
+    """The CSP of a web page: nonce-only scripts, same-origin styles, no framing."""
+    linked = " ".join(origins)
+    return "; ".join(
+        [
+            "default-src 'none'",
+            f"script-src 'nonce-{nonce}'",
+            "style-src 'self'",
+            f"img-src 'self' blob: {linked}".rstrip(),
+            f"connect-src 'self' {linked}".rstrip(),
+            "font-src 'self'",
+            "form-action 'self'",
+            "frame-ancestors 'none'",
+            "base-uri 'none'",
+            "object-src 'none'",
+        ]
+    )
+
+
+def secure_headers(response: Response, nonce: str, origins: tuple[str, ...] = ()) -> Response:
+    """Set the security headers every web response carries; return ``response``."""
+    response.headers["Content-Security-Policy"] = content_security_policy(nonce, origins)
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["X-Frame-Options"] = "DENY"
+    # same-origin, not no-referrer: browsers then still send a real Origin on our own POSTs.
+    response.headers["Referrer-Policy"] = "same-origin"
+    response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
+    response.headers["Permissions-Policy"] = "camera=(), microphone=(), geolocation=()"
+    response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
+def is_https(request: Request, services: MemoryServices) -> bool:
+    """Whether the browser reached us over HTTPS (directly, or per the public base URL)."""
+    if request.url.scheme == "https":
+        return True
+    return bool(services.public_base_url and services.public_base_url.startswith("https://"))
+
+
+def session_cookie_name(request: Request, services: MemoryServices) -> str:
+    """The session cookie's name for this request's scheme."""
+    return SECURE_SESSION_COOKIE if is_https(request, services) else SESSION_COOKIE
+
+
+def session_secret(request: Request, services: MemoryServices) -> str | None:
+    """The session secret the browser sent, if any."""
+    return request.cookies.get(session_cookie_name(request, services))
+
+
+def same_token(presented: str | None, expected: str) -> bool:
+    """Constant-time comparison of a CSRF token."""
+    return bool(presented) and hmac.compare_digest(str(presented), expected)
+
+
+def same_origin(request: Request) -> bool:
+    """Whether a change request came from a page of ours (Origin, else Referer, else allowed).
+
+    The CSRF token is the real guard; this refuses cross-site posts even before it is read.
+    A browser that sends neither header (rare, privacy settings) still needs the token.
+    """
+    origin = request.headers.get("origin") or request.headers.get("referer")
+    if not origin:
+        return True
+    sent = urlsplit(origin)
+    host = request.headers.get("host", "")
+    return sent.netloc == host and sent.scheme in ("http", "https")
+
+
+def safe_next(target: str | None, default: str = "/library") -> str:
+    """A local path to go to after signing in: never another site (no open redirect)."""
+    if not target or not target.startswith("/") or target.startswith(("//", "/\\")):
+        return default
+    if any(ord(c) < 0x21 or c == "\\" for c in target):
+        return default
+    return target

@@ -1,0 +1,152 @@
+"""Browser tests of the web app: a real `memory-server` process, Debian's Chromium driven by
+Playwright (``executable_path``), axe-core for accessibility, screenshots under test-output/.
+
+One server process serves the whole session (its embedded PostgreSQL starts once); every test
+makes its own people, so tests never see each other's images. `make test` installs Chromium and
+axe-core; without them these tests fail with what to run, never skip.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from playwright.sync_api import Browser, Page, Playwright, ViewportSize, sync_playwright
+
+from memory_db import MemorySettings
+from scraper_mcp.chromium import find_chromium
+
+from ..e2e.test_processes import _env, _new_key, serve_http
+
+ROOT = Path(__file__).resolve().parents[2]
+AXE = ROOT / "tools" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
+SCREENSHOTS = ROOT / "test-output" / "screenshots"
+DESKTOP: ViewportSize = {"width": 1280, "height": 860}
+MOBILE: ViewportSize = {"width": 390, "height": 844}
+
+pytestmark = pytest.mark.slow
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """The memory server under test: its base URL and the environment of its CLI."""
+
+    url: str
+    env: dict[str, str]
+
+
+@pytest.fixture(scope="session")
+def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+    """`memory-server serve --transport http` with its in-process worker, for the session."""
+    env = _env(
+        tmp_path_factory.mktemp("web-server"),
+        ASSET_WORKER_SWEEP_SECONDS="1",
+        ASSET_SIGNED_GET_TTL_SECONDS="120",
+    )
+    with serve_http(env, capture=False) as (url, _process):
+        yield RunningServer(url, env)
+
+
+_people = itertools.count(1)
+
+
+@pytest.fixture
+def new_key(web_server: RunningServer) -> Callable[..., str]:
+    """Make a new person with a key: ``new_key("alice", scopes="read,write")`` → the key."""
+
+    def make(name: str = "person", scopes: str = "read,write,destructive") -> str:
+        return _new_key(web_server.env, f"{name}-{next(_people)}@example.com", scopes)
+
+    return make
+
+
+# Module scope, not session: the sync driver keeps an event loop running in this thread while
+# it lives, and the async tests that run after a browser module need the thread to themselves.
+@pytest.fixture(scope="module")
+def playwright_driver() -> Iterator[Playwright]:
+    with sync_playwright() as driver:
+        yield driver
+
+
+@pytest.fixture(scope="module")
+def browser(playwright_driver: Playwright) -> Iterator[Browser]:
+    """Debian's Chromium (or SCRAPER_CHROMIUM_PATH), headless."""
+    path, why = find_chromium(MemorySettings())
+    if path is None:
+        pytest.fail(f"no Chromium for the browser tests ({why}): run `make chromium`")
+    launched = playwright_driver.chromium.launch(executable_path=path, headless=True)
+    yield launched
+    launched.close()
+
+
+@pytest.fixture
+def open_page(browser: Browser, web_server: RunningServer) -> Iterator[Callable[..., Page]]:
+    """``open_page(key, viewport=DESKTOP)``: a new browser context signed in with ``key``.
+
+    Console errors (a CSP violation, an uncaught exception) fail the test.
+    """
+    contexts: list[Any] = []
+    errors: list[str] = []
+
+    def make(key: str | None, viewport: ViewportSize | None = None) -> Page:
+        context = browser.new_context(viewport=viewport or DESKTOP, base_url=web_server.url)
+        contexts.append(context)
+        page = context.new_page()
+        page.on("console", lambda message: _console(message.type, message.text, errors))
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        if key is not None:
+            sign_in(page, key)
+        return page
+
+    yield make
+    for context in contexts:
+        context.close()
+    assert not errors, f"the browser reported errors: {errors}"
+
+
+def _console(kind: str, text: str, errors: list[str]) -> None:
+    # A refused request (401, 404) is logged by Chromium as a failed resource load: that is the
+    # page working. Policy violations and script errors are what count.
+    if kind == "error" and not text.startswith("Failed to load resource"):
+        errors.append(text)
+
+
+def sign_in(page: Page, key: str) -> None:
+    """Sign in through the form, as a person does, and land on the library."""
+    page.goto("/sign-in")
+    page.get_by_label("API key").fill(key)
+    page.get_by_role("button", name="Sign in").click()
+    page.wait_for_url(lambda url: "/sign-in" not in url)
+
+
+def check_accessibility(page: Page) -> None:
+    """Run axe-core in the page; fail on any serious or critical violation."""
+    if not AXE.is_file():
+        pytest.fail("axe-core is not installed: run `make deps-node`")
+    # evaluate() runs as the debugger does, outside the page's CSP: no policy is loosened.
+    page.evaluate(AXE.read_text(encoding="utf-8"))
+    result = page.evaluate("async () => await axe.run(document, {resultTypes: ['violations']})")
+    bad = [
+        {
+            "id": v["id"],
+            "impact": v["impact"],
+            "help": v["help"],
+            "nodes": [n["target"] for n in v["nodes"]][:5],
+        }
+        for v in result["violations"]
+        if v["impact"] in ("serious", "critical")
+    ]
+    assert not bad, f"{page.url}: accessibility violations:\n{json.dumps(bad, indent=1)}"
+
+
+def screenshot(page: Page, name: str) -> Path:
+    """Save a full-page screenshot under test-output/screenshots/NAME.png."""
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    target = SCREENSHOTS / f"{name}.png"
+    page.screenshot(path=str(target), full_page=True)
+    return target
