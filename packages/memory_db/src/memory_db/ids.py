@@ -26,6 +26,7 @@ PREFIXES: Final = {
     "usage": "aul",
     "provenance": "apv",
     "artifact": "art",
+    "reconcile_run": "arr",
     "web_session": "wses",
 }
 

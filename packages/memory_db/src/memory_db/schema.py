@@ -46,6 +46,7 @@ SOURCE_KINDS = ("upload", "scrape", "screenshot", "instagram", "external_url", "
 ARTIFACT_SOURCE_KINDS = ("scrape", "screenshot")
 JOB_STATUSES = ("queued", "running", "retry", "done", "failed", "cancelled")
 ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
+RECONCILE_RUN_STATUSES = ("done", "failed")
 REPRESENTATIONS = ("visual", "fused")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
@@ -74,6 +75,8 @@ PROVENANCE_OPERATIONS = (
     "vault_grant",
     "vault_grant_revoke",
     "artifact_store",
+    "job_retry",
+    "job_cancel",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -552,6 +555,8 @@ class AssetEmbeddingJob(Base):
             postgresql_where=text("status IN ('queued', 'retry')"),
         ),
         Index("ix_mem_asset_embedding_jobs_asset", "asset_id"),
+        # The operator's Jobs page lists newest first (docs/design.md#jobs).
+        Index("ix_mem_asset_embedding_jobs_created", text("created_at DESC"), text("id DESC")),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -770,6 +775,44 @@ class ProvenanceEvent(Base):
         JSONB, nullable=False, server_default=text("'{}'::jsonb")
     )
     created_at: Mapped[datetime] = _now()
+
+
+class ReconcileRun(Base):
+    """One pass of the store reconciliation and what it found (docs/design.md#reconciliation).
+
+    Written when a pass ends (the worker's sweep or ``memory-server admin reconcile``), so the
+    operator's Jobs page shows reconciliation work that happened, never a guessed one.
+    """
+
+    __tablename__ = "mem_reconcile_runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", RECONCILE_RUN_STATUSES), name="status_known"),
+        CheckConstraint(
+            "namespaces >= 0 AND listed >= 0 AND removed >= 0 AND removed_bytes >= 0 "
+            "AND waiting >= 0 AND foreign_keys >= 0",
+            name="counts_nonnegative",
+        ),
+        CheckConstraint("finished_at >= started_at", name="finished_after_started"),
+        CheckConstraint(
+            "error_code IS NULL OR char_length(error_code) <= 64", name="error_code_length"
+        ),
+        CheckConstraint("error IS NULL OR char_length(error) <= 1000", name="error_length"),
+        Index("ix_mem_reconcile_runs_started", text("started_at DESC"), text("id DESC")),
+    )
+
+    id: Mapped[str] = mapped_column(Text, primary_key=True)
+    actor_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    status: Mapped[str] = mapped_column(Text, nullable=False)
+    namespaces: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    listed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    removed: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    removed_bytes: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    waiting: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    foreign_keys: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    error_code: Mapped[str | None] = mapped_column(Text)
+    error: Mapped[str | None] = mapped_column(Text)
+    started_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    finished_at: Mapped[datetime] = _now()
 
 
 # --- vector index registry (docs/design.md#index-rebuild) ------------------------------------

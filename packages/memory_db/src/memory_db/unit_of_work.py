@@ -27,6 +27,7 @@ from memory_db.repositories import (
     UsageRepository,
     VaultRepository,
     WebSessionRepository,
+    WorkRepository,
 )
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
@@ -62,6 +63,7 @@ class UnitOfWork:
         self.orphans = OrphanRepository(session)
         self.reports = ReportRepository(session)
         self.artifacts = ArtifactRepository(session)
+        self.work = WorkRepository(session)
         self.web_sessions = WebSessionRepository(session)
 
 

@@ -30,7 +30,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from memory_db import InvalidStorageKey, MemoryDbError, get_logger
+from memory_db import (
+    DatabaseUnavailable,
+    InvalidStorageKey,
+    MemoryDbError,
+    StorageError,
+    get_logger,
+)
 from memory_db.storage import ListedObject, namespace_prefix, parse_storage_key
 from memory_tools.services import MemoryServices
 
@@ -73,7 +79,64 @@ async def reconcile_store(
     ``progress(done, total)`` is told as each namespace is listed (``memory-server admin reconcile``
     shows it: a pass lists the whole store, which takes long on a large bucket). ``actor`` is
     who the deletions are recorded for (``operator`` when that command runs the pass).
+
+    Every pass that ends is recorded as a reconciliation run with its findings, or with what
+    stopped it (the operator's Jobs page lists them).
     """
+    started = datetime.now(UTC)
+    try:
+        report = await _reconcile(services, safety_window, now, progress, actor)
+    except Exception as exc:
+        await _record_run(services, actor, started, None, exc)
+        raise
+    await _record_run(services, actor, started, report, None)
+    return report
+
+
+async def _record_run(
+    services: MemoryServices,
+    actor: str,
+    started: datetime,
+    report: Reconciliation | None,
+    failure: Exception | None,
+) -> None:
+    """Record a finished pass; a database that cannot take it is logged, not raised."""
+    found = report or Reconciliation()
+    try:
+        async with services.database.unit_of_work() as uow:
+            await uow.work.record_reconcile_run(
+                actor_identity=actor,
+                status="done" if failure is None else "failed",
+                started_at=started,
+                namespaces=found.namespaces,
+                listed=found.listed,
+                removed=found.removed,
+                removed_bytes=found.removed_bytes,
+                waiting=found.waiting,
+                foreign_keys=found.foreign,
+                error_code=None if failure is None else _failure_code(failure),
+                error=None if failure is None else f"the pass stopped ({type(failure).__name__})",
+            )
+    except MemoryDbError:
+        log.warning("store_reconcile_run_unrecorded", exc_info=True)
+
+
+def _failure_code(exc: Exception) -> str:
+    """A short stable name for what stopped a pass (not the exception's text: it may hold keys)."""
+    if isinstance(exc, StorageError):
+        return "store_unavailable"
+    if isinstance(exc, DatabaseUnavailable):
+        return "database_unavailable"
+    return "internal"
+
+
+async def _reconcile(
+    services: MemoryServices,
+    safety_window: timedelta,
+    now: datetime | None,
+    progress: Callable[[int, int], None] | None,
+    actor: str,
+) -> Reconciliation:
     env = services.settings.asset_storage_env_prefix
     async with services.database.unit_of_work() as uow:
         namespaces = await uow.quota.namespaces()

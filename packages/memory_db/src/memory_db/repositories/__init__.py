@@ -35,10 +35,13 @@ from memory_db.repositories.records import (
     NamespaceUsage,
     ObjectRecord,
     ProjectRecord,
+    ProvenanceRecord,
+    ReconcileRunRecord,
     ReservationRecord,
     StoredAsset,
     VaultRecord,
     VaultScope,
+    WorkItem,
 )
 from memory_db.repositories.reports import (
     IdentitySummary,
@@ -53,6 +56,7 @@ from memory_db.repositories.web_sessions import (
     WebSessionRepository,
     hash_session_secret,
 )
+from memory_db.repositories.work import WORK_KINDS, WorkRepository
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -61,6 +65,7 @@ __all__ = [
     "FILTER_FIELDS",
     "JOB_CHANNEL",
     "WEB_SESSION_PREFIX",
+    "WORK_KINDS",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -88,8 +93,10 @@ __all__ = [
     "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",
+    "ProvenanceRecord",
     "ProvenanceRepository",
     "QuotaRepository",
+    "ReconcileRunRecord",
     "ReportRepository",
     "ReservationRecord",
     "StateSubscription",
@@ -101,6 +108,8 @@ __all__ = [
     "VaultSummary",
     "WebSessionRecord",
     "WebSessionRepository",
+    "WorkItem",
+    "WorkRepository",
     "hash_api_key",
     "hash_session_secret",
     "listen_for_jobs",

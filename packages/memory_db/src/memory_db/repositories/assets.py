@@ -695,6 +695,36 @@ class AssetRepository:
             {"channel": ASSET_STATE_CHANNEL, "asset_id": asset_id},
         )
 
+    async def reopen_failed(self, owner: str, asset_id: str) -> bool:
+        """Return a ``failed`` asset to ``processing``, failure cleared; ``False`` if not failed.
+
+        Its failed representation was queued again (``memory_tools.job_queue``).
+
+        Waiters on the asset's state are woken when this commits, like :meth:`set_status`.
+        """
+        result = await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == owner,
+                Asset.id == asset_id,
+                Asset.status == "failed",
+            )
+            .values(
+                status="processing",
+                failure_code=None,
+                failure_message=None,
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        if not result.rowcount:  # pyright: ignore[reportAttributeAccessIssue]
+            return False
+        await self._session.execute(
+            text("SELECT pg_notify(:channel, :asset_id)"),
+            {"channel": ASSET_STATE_CHANNEL, "asset_id": asset_id},
+        )
+        return True
+
     async def deleted_within(self, scope: VaultScope, asset_id: str, window: timedelta) -> bool:
         """Whether the asset is ``deleted`` and was deleted less than ``window`` ago.
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert
+from sqlalchemy import insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories.records import ProvenanceRecord
 from memory_db.schema import (
     PROVENANCE_OPERATIONS,
     PROVENANCE_OUTCOMES,
@@ -57,6 +58,34 @@ class ProvenanceRepository:
         )
         await self._session.flush()
         return event_id
+
+    async def for_target(
+        self, target_kind: str, target_id: str, *, limit: int = 100
+    ) -> list[ProvenanceRecord]:
+        """The events about one target, oldest first (a job's timeline on the Jobs page)."""
+        rows = await self._session.scalars(
+            select(ProvenanceEvent)
+            .where(
+                ProvenanceEvent.target_id == target_id,
+                ProvenanceEvent.target_kind == target_kind,
+            )
+            .order_by(ProvenanceEvent.created_at, ProvenanceEvent.id)
+            .limit(limit)
+        )
+        return [
+            ProvenanceRecord(
+                id=row.id,
+                operation=row.operation,
+                actor_identity=row.actor_identity,
+                owner_identity=row.owner_identity,
+                target_kind=row.target_kind,
+                target_id=row.target_id,
+                outcome=row.outcome,
+                detail=dict(row.detail),
+                created_at=row.created_at,
+            )
+            for row in rows
+        ]
 
 
 class UsageRepository:

@@ -49,6 +49,7 @@ def _job(row: AssetEmbeddingJob) -> JobRecord:
         usage=dict(row.usage),
         created_at=row.created_at,
         completed_at=row.completed_at,
+        updated_at=row.updated_at,
     )
 
 
@@ -335,6 +336,84 @@ class JobRepository:
             .execution_options(synchronize_session=False)
         )
         return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
+
+    async def get(self, job_id: str) -> JobRecord | None:
+        """One job of any owner (operators; the workflow checks the ``admin`` scope)."""
+        row = await self._session.scalar(
+            select(AssetEmbeddingJob)
+            .where(AssetEmbeddingJob.id == job_id)
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else _job(row)
+
+    async def latest(self, owner: str, asset_id: str, representation: str) -> JobRecord | None:
+        """The newest job of one representation of an asset, whatever its status."""
+        row = await self._session.scalar(
+            select(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.owner_identity == owner,
+                AssetEmbeddingJob.asset_id == asset_id,
+                AssetEmbeddingJob.representation == representation,
+            )
+            .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
+            .limit(1)
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else _job(row)
+
+    async def requeue(self, job_id: str, *, attempts: int) -> JobRecord | None:
+        """Queue a failed or cancelled job again, due now, with ``attempts`` more allowed.
+
+        Its attempt count is kept (the history of how often it ran) and its error cleared.
+        Returns ``None`` when the job is not failed or cancelled (any more): the row is updated
+        only under that condition, so a concurrent change wins cleanly.
+        """
+        row = await self._session.scalar(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.id == job_id,
+                AssetEmbeddingJob.status.in_(("failed", "cancelled")),
+            )
+            .values(
+                status="queued",
+                max_attempts=AssetEmbeddingJob.attempts + attempts,
+                run_after=func.now(),
+                lease_owner=None,
+                lease_until=None,
+                last_error_code=None,
+                last_error=None,
+                completed_at=None,
+                updated_at=func.now(),
+            )
+            .returning(AssetEmbeddingJob)
+            .execution_options(synchronize_session=False, populate_existing=True)
+        )
+        return None if row is None else _job(row)
+
+    async def cancel_waiting(self, job_id: str, *, reason: str) -> JobRecord | None:
+        """Cancel a job that waits (``queued`` or ``retry``); ``None`` if it does not wait.
+
+        A running job is left alone: its worker holds the lease, and the claim (``FOR UPDATE
+        SKIP LOCKED``) and this update exclude each other, so either the job is cancelled before
+        a worker takes it or this finds it running and changes nothing.
+        """
+        row = await self._session.scalar(
+            update(AssetEmbeddingJob)
+            .where(
+                AssetEmbeddingJob.id == job_id,
+                AssetEmbeddingJob.status.in_(("queued", "retry")),
+            )
+            .values(
+                status="cancelled",
+                last_error_code="cancelled",
+                last_error=reason[:1000],
+                completed_at=func.now(),
+                updated_at=func.now(),
+            )
+            .returning(AssetEmbeddingJob)
+            .execution_options(synchronize_session=False, populate_existing=True)
+        )
+        return None if row is None else _job(row)
 
     async def counts(self) -> dict[str, int]:
         """Jobs per status (operators, benchmarks)."""

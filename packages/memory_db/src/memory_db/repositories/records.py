@@ -199,6 +199,9 @@ class JobRecord:
     usage: dict[str, Any]
     created_at: datetime
     completed_at: datetime | None
+    # Set by every change of the job but a heartbeat: when a running job was claimed, when a
+    # retrying one last failed.
+    updated_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,3 +244,65 @@ class ArtifactUsage:
 
     count: int
     bytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class WorkItem:
+    """One row of the server's work queue as the operator sees it (docs/design.md#jobs).
+
+    ``kind`` is ``embedding`` (a job), ``purge`` (an object whose bytes wait for, or had, their
+    purge) or ``reconcile`` (a finished pass of the store reconciliation). ``sort_at`` is what
+    the list orders by: a job's creation, the time an object entered or left ``deleting``, a
+    pass's start.
+    """
+
+    kind: str
+    id: str
+    status: str
+    sort_at: datetime
+    owner_identity: str | None
+    subject_id: str | None  # the asset of a job, the object of a purge
+    representation: str | None
+    attempts: int
+    max_attempts: int
+    due_at: datetime | None  # when a queued item may run next
+    lease_owner: str | None
+    lease_until: datetime | None
+    error_code: str | None
+    error: str | None
+    finished_at: datetime | None
+    bytes: int | None  # purged or to purge; removed by a reconciliation pass
+
+
+@dataclass(frozen=True, slots=True)
+class ReconcileRunRecord:
+    """A finished pass of the store reconciliation and what it found."""
+
+    id: str
+    actor_identity: str
+    status: str
+    namespaces: int
+    listed: int
+    removed: int
+    removed_bytes: int
+    waiting: int
+    foreign_keys: int
+    error_code: str | None
+    error: str | None
+    started_at: datetime
+    finished_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ProvenanceRecord:
+    """One provenance event (who did what to which target, and how it ended)."""
+
+    id: str
+    operation: str
+    actor_identity: str
+    owner_identity: str | None
+    target_kind: str | None
+    target_id: str | None
+    outcome: str
+    detail: dict[str, Any]
+    created_at: datetime
