@@ -29,7 +29,7 @@ from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
 from memory_tools.job_queue import retry_asset_embedding
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
-from memory_tools.web.library import badge
+from memory_tools.web.library import KIND_LABELS, badge
 
 # Embedding state of a representation → (label, badge class, icon).
 REPRESENTATION_BADGES = {
@@ -88,6 +88,7 @@ def _render(
         representations=REPRESENTATIONS,
         retryable=RETRYABLE,
         badge=badge,
+        kind_labels=KIND_LABELS,
         representation_badge=representation_badge,
         web_link=web_link,
         source_ref=source_ref,
