@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import html
+import json
 import re
 from collections.abc import Callable
 from dataclasses import replace
@@ -267,3 +268,13 @@ async def test_a_failed_representation_shows_its_reason_and_retries(
     again = await signed_in.submit(f"/assets/{asset_id}/retry", {"representation": representation})
     shown = await signed_in.get(again.headers["location"])
     assert "conflict" in shown.text and "nothing to retry" in shown.text
+
+
+async def test_a_flash_link_is_only_ever_a_local_path(signed_in: WebClient, webapp: WebApp) -> None:
+    for link, shown in (("/trash", True), ("https://evil.example/", False), ("//evil", False)):
+        flash = json.dumps({"kind": "ok", "message": "Note.", "link": link, "linkText": "Go"})
+        signed_in.http.cookies.set("mem_flash", flash, domain="127.0.0.1", path="/")
+        page = await signed_in.get("/library")
+        assert "Note." in page.text
+        assert (f'<a href="{link}">Go</a>' in page.text) is shown, link
+        assert "evil" not in page.text
