@@ -199,3 +199,4 @@ def test_mobile_width_and_a_key_without_admin(
     expect(mine.get_by_role("heading", name="Not allowed")).to_be_visible()
     expect(mine.locator("main")).to_contain_text("admin")
     check_accessibility(mine)
+    assert not page.errors and not mine.errors  # type: ignore[attr-defined]

@@ -13,22 +13,13 @@ from typing import Any
 import pytest
 from fastmcp import Client
 
-from memory_db import Database, MemorySettings
-from memory_db.embedding import LocalEmbedder
-from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_db import Database
 from memory_tools import MemoryServices, admin
-from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
 from memory_tools.testing.mcp_http import serve_mcp_http
 from memory_tools.testing.web import WebServer, serve_web
 from scraper_mcp import build_aggregate_server
 
-# Only site.test may reach loopback; the others stand for private and metadata addresses.
-HOSTS = {
-    "site.test": ["127.0.0.1"],
-    "intranet.test": ["10.0.0.5"],
-    "metadata.test": ["169.254.169.254"],
-}
-SAVE_LIMIT = 1024 * 1024
+from .site_services import site_services
 
 
 @pytest.fixture
@@ -41,26 +32,10 @@ def site() -> Iterator[WebServer]:
 async def scraper_services(
     database: Database, tmp_path: Path, site: WebServer
 ) -> AsyncIterator[MemoryServices]:
-    settings = MemorySettings(memory_data_dir=tmp_path / "data", asset_max_bytes=SAVE_LIMIT)
-    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
-    policy = FetchPolicy(
-        max_bytes=SAVE_LIMIT,
-        allow_http=True,
-        allowed_ports=frozenset({80, 443, site.port}),
-        total_timeout=5.0,
-        connect_timeout=1.0,
-        read_timeout=2.0,
-        addresses=AddressPolicy(loopback_names=frozenset({"site.test"})),
-    )
-    fetcher = SafeFetcher(policy, resolver=MappedResolver(HOSTS))
-    yield MemoryServices(
-        database=database,
-        store=store,
-        settings=settings,
-        embedder=LocalEmbedder(),
-        fetcher=fetcher,
-    )
-    await fetcher.aclose()
+    services = site_services(database, tmp_path, site.port)
+    yield services
+    assert services.fetcher is not None
+    await services.fetcher.aclose()
 
 
 @pytest.fixture

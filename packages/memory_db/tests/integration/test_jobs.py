@@ -243,3 +243,51 @@ async def test_superseding_a_representation_takes_its_running_job_from_the_worke
     assert jobs[visual.id].status == "done"
     # Superseding again ends the new job too, and never touches cancelled ones twice.
     assert again == 1 and jobs[fresh.id].status == "cancelled"
+
+
+async def test_a_requeue_and_a_cancel_change_only_jobs_in_the_states_they_name(
+    database: Database,
+) -> None:
+    asset_id = await _asset(database, A)
+    visual, fused = await _queue(database, A, asset_id)
+    async with database.unit_of_work() as uow:
+        assert await uow.jobs.requeue(visual.id, attempts=5) is None  # queued: not failed
+        cancelled = await uow.jobs.cancel_waiting(visual.id, reason="provider down")
+        assert cancelled is not None and cancelled.status == "cancelled"
+        assert (cancelled.last_error_code, cancelled.last_error) == ("cancelled", "provider down")
+        assert await uow.jobs.cancel_waiting(visual.id, reason="again") is None
+        (claimed,) = await uow.jobs.claim("w1", limit=8, lease_seconds=30)
+        assert claimed.id == fused.id  # the cancelled job is never claimed
+        assert await uow.jobs.cancel_waiting(fused.id, reason="running") is None
+        assert await uow.jobs.fail(fused.id, "w1", code="http_400", message="no")
+        again = await uow.jobs.requeue(fused.id, attempts=5)
+        assert again is not None and again.status == "queued"
+        assert (again.attempts, again.max_attempts, again.last_error_code) == (1, 6, None)
+        assert again.lease_owner is None and again.completed_at is None
+        latest = await uow.jobs.latest(A, asset_id, "fused")
+        assert latest is not None and latest.id == fused.id
+
+
+async def test_the_work_list_orders_newest_first_and_pages_by_keyset(database: Database) -> None:
+    first = await _asset(database, A)
+    second = await _asset(database, B)
+    await _queue(database, A, first)
+    await _queue(database, B, second)
+    async with database.unit_of_work() as uow:
+        everything = await uow.work.list(limit=10)
+        keys = [(item.sort_at, item.id) for item in everything]
+        assert len(keys) == 4 and keys == sorted(keys, reverse=True)
+        assert keys[0][0] == keys[1][0]  # one transaction, one now(): a tie broken by id
+        paged: list[str] = []
+        before = None
+        while True:
+            page = await uow.work.list(limit=1, before=before)
+            if not page:
+                break
+            paged.append(page[0].id)
+            before = (page[0].sort_at, page[0].id)
+        assert paged == [item.id for item in everything]
+        queued = await uow.work.list(kinds=("embedding",), statuses=("queued",))
+        assert len(queued) == 4
+        assert await uow.work.list(kinds=("purge", "reconcile")) == []
+        assert await uow.work.list(kinds=()) == []

@@ -2,7 +2,7 @@
 
 Two kinds of caller use it (docs/design.md#authorisation):
 
-- an asset's owner, or a write grantee of its vault, retries a failed (or cancelled)
+- an asset's owner, or a write grantee of its vault, retries a failed (or operator-cancelled)
   representation of an image they may change (:func:`retry_asset_embedding`): the asset page's
   Retry button;
 - an operator, whose key carries the ``admin`` scope, lists every owner's work and retries or
@@ -51,6 +51,10 @@ REPRESENTATIONS = ("visual", "fused")
 RETRY_ATTEMPTS = 5
 MAX_PAGE = 200
 MAX_REASON = 500
+# The error code an operator's cancel leaves on a job (memory_db JobRepository.cancel_waiting).
+# Only such a cancel is undone by a retry: a job cancelled because its image was deleted or its
+# text changed (superseded) stays cancelled; the image's own state says what to do then.
+OPERATOR_CANCEL = "cancelled"
 
 
 class JobRow(WireModel):
@@ -185,9 +189,13 @@ def _row(item: WorkItem) -> JobRow:
         error=item.error,
         finished_at=item.finished_at,
         bytes=item.bytes,
-        can_retry=embedding and item.status in ("failed", "cancelled"),
+        can_retry=embedding and _retryable(item.status, item.error_code),
         can_cancel=embedding and item.status in ("queued", "retry"),
     )
+
+
+def _retryable(status: str, error_code: str | None) -> bool:
+    return status == "failed" or (status == "cancelled" and error_code == OPERATOR_CANCEL)
 
 
 def _job_item(job: JobRecord) -> WorkItem:
@@ -259,6 +267,8 @@ async def job_details(
     policy.require(services.settings)
     require_admin(caller)
     kind = _one_of(type, JOB_TYPES, "type")
+    if kind is None:
+        raise InvalidInputFailure(f"type: one of {', '.join(JOB_TYPES)}")
     if kind == "embedding":
         job = await uow.jobs.get(job_id)
         if job is None:
@@ -407,6 +417,10 @@ async def _requeue(uow: UnitOfWork, job: JobRecord, actor: str) -> JobRecord:
         raise ConflictFailure("a newer job embeds this representation: retry that one instead")
     if job.status not in ("failed", "cancelled"):
         raise ConflictFailure(f"the job is {job.status}: only a failed or cancelled job is retried")
+    if not _retryable(job.status, job.last_error_code):
+        raise ConflictFailure(
+            f"the job was cancelled by the server ({job.last_error}): not retried"
+        )
     requeued = await uow.jobs.requeue(job.id, attempts=RETRY_ATTEMPTS)
     if requeued is None:
         raise ConflictFailure("the job changed meanwhile: look again")
@@ -440,7 +454,7 @@ async def retry_asset_embedding(
     asset_id: str,
     representation: str,
 ) -> EmbeddingRetry:
-    """Queue a failed (or cancelled) representation of an image again (write access).
+    """Queue a failed (or operator-cancelled) representation of an image again (write access).
 
     Another owner's image that is not shared with the caller is ``not_found``; one the caller
     may read but not change is ``forbidden``; ``conflict`` when nothing failed (the
@@ -472,7 +486,7 @@ async def retry_asset_embedding(
 async def retry_job(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, job_id: str
 ) -> JobChange:
-    """Queue a failed or cancelled embedding job again, due now (``admin`` scope)."""
+    """Queue a failed or operator-cancelled embedding job again, due now (``admin`` scope)."""
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     require_admin(caller)

@@ -263,6 +263,9 @@ async def test_purges_and_reconciliation_passes_are_listed_as_they_happened(
     assert [e.event for e in run.timeline] == ["started", "finished"]
     with pytest.raises(NotFoundFailure):
         await call(saving, job_details, operator, type="reconcile", job_id="arr_missing")
+    for kind in ["", "mail"]:
+        with pytest.raises(InvalidInputFailure, match="type"):
+            await call(saving, job_details, operator, type=kind, job_id=runs[0].id)
 
 
 class _UnlistableStore(LocalAssetObjectStore):
@@ -394,3 +397,19 @@ async def test_a_retry_of_a_deleted_images_job_is_refused(
     await call(saving, delete_asset, alice, asset_id=asset_id)
     with pytest.raises(ConflictFailure, match="deleted"):
         await call(saving, retry_job, operator, job_id=row.id)
+
+
+async def test_a_job_the_server_cancelled_is_not_retried(
+    saving: MemoryServices, alice: Caller, operator: Caller
+) -> None:
+    # The image's text changed: its fused job was superseded (the edit cancels it, and queues
+    # a new one only when there is text left). Retrying it would embed words that are gone.
+    asset_id = await save(saving, alice, 18, title="Words that will be cleared")
+    async with saving.database.unit_of_work() as uow:
+        await uow.jobs.supersede(alice.identity, asset_id, "fused")
+    (row,) = (await call(saving, list_jobs, operator, status="cancelled")).jobs
+    assert row.representation == "fused" and not row.can_retry
+    with pytest.raises(ConflictFailure, match="cancelled by the server"):
+        await call(saving, retry_job, operator, job_id=row.id)
+    with pytest.raises(ConflictFailure, match="cancelled by the server"):
+        await call(saving, retry_asset_embedding, alice, asset_id=asset_id, representation="fused")

@@ -12,6 +12,7 @@
   const failure = document.getElementById("jobs-error");
   const live = document.getElementById("jobs-live");
   const older = root.querySelector("[data-older]");
+  const newest = root.querySelector("[data-newest]");
   const panel = document.getElementById("job-panel");
   const panelBody = document.getElementById("job-panel-body");
   const panelTitle = document.getElementById("job-panel-title");
@@ -74,6 +75,7 @@
       empty.hidden = data.count > 0;
       older.hidden = !data.older;
       older.href = data.older || "#";
+      newest.hidden = !new URLSearchParams(window.location.search).get("cursor");
       setLive(data.active);
       schedule();
     } catch (error) {
@@ -113,6 +115,10 @@
   });
   root.querySelector("[data-refresh]").addEventListener("click", () => load(true));
   root.querySelector("[data-retry-load]").addEventListener("click", () => load(true));
+  newest.addEventListener("click", (event) => {
+    event.preventDefault();
+    applyFilters(false);
+  });
   older.addEventListener("click", (event) => {
     if (older.hidden || older.getAttribute("href") === "#") return;
     event.preventDefault();
