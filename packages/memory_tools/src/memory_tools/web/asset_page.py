@@ -22,11 +22,12 @@ from typing import Any
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from memory_tools.assets import RepresentationState
 from memory_tools.browsing import AssetDetail, asset_detail, original_link
 from memory_tools.changes import delete_asset, move_asset
 from memory_tools.edits import update_asset
 from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
-from memory_tools.job_queue import retry_asset_embedding
+from memory_tools.job_queue import OPERATOR_CANCEL, retry_asset_embedding
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
 from memory_tools.web.library import KIND_LABELS, badge
@@ -44,13 +45,23 @@ REPRESENTATIONS = (
     ("visual", "Visual", "the image alone"),
     ("fused", "Fused", "the image with its title, description and page text"),
 )
-RETRYABLE = ("failed", "cancelled")
 SHA256_SHOWN = 12
 
 
 def representation_badge(status: str) -> tuple[str, str, str]:
     """``(label, class, icon)`` of a representation's embedding state."""
     return REPRESENTATION_BADGES.get(status, (status, "muted", "•"))
+
+
+def can_retry(state: RepresentationState) -> bool:
+    """Whether Retry is offered: for a failure, or for an operator's cancel.
+
+    ``retry_asset_embedding`` refuses a job the server cancelled (superseded, or for a deleted
+    image), so no button offers it.
+    """
+    return state.status == "failed" or (
+        state.status == "cancelled" and state.last_error_code == OPERATOR_CANCEL
+    )
 
 
 def web_link(url: object) -> str | None:
@@ -86,7 +97,7 @@ def _render(
         asset=asset,
         states=states,
         representations=REPRESENTATIONS,
-        retryable=RETRYABLE,
+        can_retry=can_retry,
         badge=badge,
         kind_labels=KIND_LABELS,
         representation_badge=representation_badge,
