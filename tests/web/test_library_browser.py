@@ -125,3 +125,11 @@ def test_library_and_asset_page_at_phone_width(
     assert box is not None and box["height"] >= MOBILE["height"] - 1  # the full height
     page.get_by_role("link", name="Cancel").click()
     expect(dialog).to_be_hidden()
+    # The confirmation page (for a browser without scripts) and a refused filter.
+    page.goto(page.url + "/delete")
+    expect(page.get_by_role("button", name="Move to trash")).to_be_visible()
+    check_accessibility(page)
+    page.goto("/library?mime=text/html")
+    expect(page.get_by_role("alert")).to_contain_text("mimeTypes")
+    check_accessibility(page)
+    screenshot(page, "library-refused-filter-mobile")
