@@ -77,6 +77,7 @@ PROVENANCE_OPERATIONS = (
     "artifact_store",
     "job_retry",
     "job_cancel",
+    "asset_purge",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -456,6 +457,7 @@ class Asset(Base):
             "jsonb_typeof(metadata) = 'object' AND pg_column_size(metadata) <= 16384",
             name="metadata_bounded",
         ),
+        CheckConstraint("purged_at IS NULL OR status = 'deleted'", name="purged_only_when_deleted"),
         CheckConstraint(
             "failure_code IS NULL OR char_length(failure_code) <= 64", name="failure_code_length"
         ),
@@ -513,6 +515,8 @@ class Asset(Base):
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Purged from the trash before its delete grace window ended (never restorable again).
+    purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     search_document: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
     )

@@ -508,6 +508,18 @@ async def list_assets(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, request: ListRequest
 ) -> AssetListView:
     """One page of the caller's readable assets, newest (or oldest) first."""
+    view, _ = await list_asset_rows(uow, caller, services, request)
+    return view
+
+
+async def list_asset_rows(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, request: ListRequest
+) -> tuple[AssetListView, list[StoredAsset]]:
+    """``list_assets``, with the stored rows of the page's items (in the same order).
+
+    For callers that hand out more than the summary, such as the web library's preview links
+    (:mod:`memory_tools.browsing`).
+    """
     policy.require(services.settings)
     if not 1 <= request.limit <= MAX_LIST_LIMIT:
         raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
@@ -534,8 +546,8 @@ async def list_assets(
         next_cursor = encode_cursor(last.created_at, last.id, request.order)
     view = AssetListView(items=items, next_cursor=next_cursor)
     if request.include_thumbnails:
-        return view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in page))
-    return view
+        view = view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in page))
+    return view, page
 
 
 def descendants(root: str, edges: list[tuple[str, str | None]]) -> tuple[str, ...]:

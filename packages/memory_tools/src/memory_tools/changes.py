@@ -20,7 +20,7 @@ from datetime import timedelta
 from pydantic import Field
 
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
-from memory_db.repositories import AssetRecord, VaultScope
+from memory_db.repositories import AssetRecord, ObjectRecord, VaultScope
 from memory_db.vectors import VectorIndex, resolve_alias
 from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
@@ -280,9 +280,11 @@ async def restore_asset(
     returns to its project and folder; to the project's root if its folder is gone, and to
     Unfiled if its project is gone or archived. Its embeddings are queued again. Restoring an
     image that is not deleted changes nothing; once the window has passed (or for ids the
-    caller cannot see) the answer is ``not_found``.
+    caller cannot see) the answer is ``not_found``. A read-only server refuses it (the web
+    app's Trash reaches it there too).
     """
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     embedder = services.embedder
     if embedder is None:
         raise FeatureDisabled("no embedder is configured on this server")
@@ -426,46 +428,64 @@ async def purge_deleted_objects(services: MemoryServices, *, limit: int = PURGE_
     The store deletes run outside any transaction; an object whose bytes could not be deleted
     stays ``deleting`` and is retried on the next sweep. Returns how many objects were purged.
     """
-    grace = delete_grace(services)
     async with services.database.unit_of_work() as uow:
-        pending = await uow.objects.deleting(
-            limit=limit, older_than=grace + PURGE_MARGIN if grace else grace
-        )
-    gone = []
-    for stored in pending:
-        try:
-            await services.store.delete(stored.storage_key)
-            if stored.preview_storage_key is not None:
-                await services.store.delete(stored.preview_storage_key)
-        except MemoryDbError as exc:
-            log.warning(
-                "asset_object_purge_failed",
-                object_id=stored.id,
-                error=type(exc).__name__,
-                exc_info=True,
-            )
-            continue
-        gone.append(stored)
+        pending = await uow.objects.deleting(limit=limit, older_than=purge_wait(services))
+    gone = [stored for stored in pending if await delete_stored_bytes(services, stored)]
     purged = 0
     if gone:
         async with services.database.unit_of_work() as uow:
             for stored in gone:
-                done = await uow.objects.mark_deleted(stored.owner_identity, stored.id)
-                if done is None:
-                    continue  # another sweep finished it
-                await uow.quota.add_used(
-                    done.owner_identity, -(done.bytes + (done.preview_bytes or 0))
-                )
-                await uow.provenance.record(
-                    "asset_object_purge",
-                    actor_identity="system:worker",
-                    owner_identity=done.owner_identity,
-                    target_kind="object",
-                    target_id=done.id,
-                    detail={"bytes": done.bytes + (done.preview_bytes or 0)},
-                )
-                purged += 1
+                purged += await record_purged(uow, stored, "system:worker")
     return purged
+
+
+async def delete_stored_bytes(services: MemoryServices, stored: ObjectRecord) -> bool:
+    """Delete an object's original and preview from the store; ``False`` if that failed.
+
+    Outside any transaction. A failure is logged; the object stays ``deleting`` and the next
+    sweep tries again.
+    """
+    try:
+        await services.store.delete(stored.storage_key)
+        if stored.preview_storage_key is not None:
+            await services.store.delete(stored.preview_storage_key)
+    except MemoryDbError as exc:
+        log.warning(
+            "asset_object_purge_failed",
+            object_id=stored.id,
+            error=type(exc).__name__,
+            exc_info=True,
+        )
+        return False
+    return True
+
+
+async def record_purged(uow: UnitOfWork, stored: ObjectRecord, actor: str) -> bool:
+    """Record that an object's bytes are gone; ``False`` if another purge got there first.
+
+    The object becomes ``deleted``, its bytes go back to its owner's quota, and
+    ``asset_object_purge`` is recorded with ``actor``.
+    """
+    done = await uow.objects.mark_deleted(stored.owner_identity, stored.id)
+    if done is None:
+        return False
+    freed = done.bytes + (done.preview_bytes or 0)
+    await uow.quota.add_used(done.owner_identity, -freed)
+    await uow.provenance.record(
+        "asset_object_purge",
+        actor_identity=actor,
+        owner_identity=done.owner_identity,
+        target_kind="object",
+        target_id=done.id,
+        detail={"bytes": freed},
+    )
+    return True
+
+
+def purge_wait(services: MemoryServices) -> timedelta:
+    """How long after its last delete the sweep waits before it purges an object's bytes."""
+    grace = delete_grace(services)
+    return grace + PURGE_MARGIN if grace else grace
 
 
 def _confirmation(folder_ids: list[str], asset_ids: list[str]) -> str:

@@ -16,10 +16,19 @@ from typing import Any
 
 from fastmcp import Client
 
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import (
+    MemoryServices,
+    ToolFailure,
+    admin,
+    build_memory_server,
+    sharing,
+    trash,
+    usage,
+)
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
+from ..workflow_calls import run, run_outside
 
 MISSING = "ast_" + "z" * 26
 
@@ -532,3 +541,124 @@ async def test_every_caller_saving_a_scraper_artifact(
                     mismatches.append(f"save missing artifact / {caller.name}: {result}")
     assert mismatches == []
     assert cells == 7 * 2 * 3
+
+
+async def test_trash_sharing_and_usage_for_every_caller(
+    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+) -> None:
+    """The web app's own workflows: the trash (list, purge), sharing (list, grant, revoke) and
+    usage, for every caller against alice's deleted image and Library and bob's. What a caller
+    may not see answers ``not_found`` like what does not exist; a read grantee sees nothing in
+    the trash; only the owner manages grants; usage is always the caller's own."""
+    database = saving.database
+    full = ("read", "write", "destructive")
+    alice = await make_person("alice@example.com", full)
+    alice_safe = await make_person("alice@example.com", ("read", "write"))
+    alice_old = await make_person("alice@example.com", full)
+    bob = await make_person("bob@example.com", full)
+    names = {"read": "reader", "write": "writer", "admin": "admin"}
+    grantees = {p: await make_person(f"{names[p]}@example.com", full) for p in names}
+    for permission in grantees:
+        await admin.grant(
+            database, "alice@example.com", "Library", f"{names[permission]}@example.com", permission
+        )
+    await admin.revoke_key(database, alice_old.key_id)
+    deleted: dict[str, str] = {}
+    for owner, person, seed in (("alice", alice, 50), ("bob", bob, 51)):
+        async with Client(build_memory_server(replace(saving, default_api_key=person.key))) as c:
+            kind, saved = await _outcome(c, "image_asset_save", {"imageBase64": b64(picture(seed))})
+            assert kind == "ok", saved
+            kind, _ = await _outcome(c, "image_asset_delete", {"assetId": saved["assetId"]})
+            assert kind == "ok"
+            deleted[owner] = saved["assetId"]
+    callers = [
+        Caller("owner", alice.key, "alice", frozenset(full)),
+        Caller("other owner", bob.key, "bob", frozenset(full)),
+        *[
+            Caller(f"shared {names[p]}", person.key, names[p], frozenset(full), grant=p)
+            for p, person in grantees.items()
+        ],
+        Caller("no destructive", alice_safe.key, "alice", frozenset(("read", "write"))),
+        Caller("revoked", alice_old.key, "alice", frozenset(full), revoked=True),
+    ]
+
+    async def outcome(call: Awaitable[Any]) -> tuple[str, Any]:
+        try:
+            return "ok", await call
+        except ToolFailure as failure:
+            return failure.code, failure.message
+
+    mismatches: list[str] = []
+    for caller in callers:
+        own = caller.identity == "alice"
+        # Trash: alice's deleted image is listed to whoever could restore it.
+        kind, page = await outcome(run(saving, caller.key, trash.list_trash))
+        listed = {item.asset_id for item in page.items} if kind == "ok" else set()
+        sees = own or caller.grant in ("write", "admin")
+        wanted = "unauthenticated" if caller.revoked else "ok"
+        if kind != wanted or (deleted["alice"] in listed) != (sees and not caller.revoked):
+            mismatches.append(f"trash / {caller.name}: {kind} {listed}")
+        if (caller.identity != "bob") and deleted["bob"] in listed:
+            mismatches.append(f"trash / {caller.name}: lists bob's image")
+        # Sharing alice's Library: only alice; others see forbidden (shared) or not_found.
+        handle = "alice@example.com/Library"
+        grant = sharing.grant_access
+        kind, _ = await outcome(
+            run(
+                saving,
+                caller.key,
+                grant,
+                vault=handle,
+                grantee="bob@example.com",
+                permission="read",
+            )
+        )
+        if caller.revoked:
+            wanted = "unauthenticated"
+        elif own:
+            wanted = "ok"
+        elif caller.grant is not None:
+            wanted = "forbidden"
+        else:
+            wanted = "not_found"
+        if kind != wanted:
+            mismatches.append(f"grant / {caller.name}: {kind} != {wanted}")
+        kind, _ = await outcome(
+            run(saving, caller.key, sharing.revoke_access, vault=handle, grantee="bob@example.com")
+        )
+        if kind != wanted:
+            mismatches.append(f"revoke / {caller.name}: {kind} != {wanted}")
+        # Usage: always the caller's own numbers.
+        kind, mine = await outcome(run(saving, caller.key, usage.my_usage))
+        if caller.revoked:
+            if kind != "unauthenticated":
+                mismatches.append(f"usage / {caller.name}: {kind}")
+        elif kind != "ok" or (mine.used_bytes > 0) != (caller.identity in ("alice", "bob")):
+            mismatches.append(f"usage / {caller.name}: {kind} {mine}")
+    # Purge, last (it changes the trash): bob's image is never anyone else's to purge.
+    for caller in callers:
+        kind, _ = await outcome(
+            run_outside(saving, caller.key, trash.purge_asset, asset_id=deleted["bob"])
+        )
+        if caller.identity != "bob":
+            wanted = "unauthenticated" if caller.revoked else "not_found"
+            if kind != wanted:
+                mismatches.append(f"purge bob's / {caller.name}: {kind} != {wanted}")
+    # Alice's: refused to all but the owner and an admin grantee (who purges it first).
+    purge_wanted = {
+        "other owner": "not_found",
+        "shared reader": "forbidden",
+        "shared writer": "forbidden",
+        "no destructive": "forbidden",
+        "revoked": "unauthenticated",
+        "shared admin": "ok",
+        "owner": "not_found",  # no longer in the trash
+    }
+    by_name = {caller.name: caller for caller in callers}
+    for name, wanted in purge_wanted.items():
+        kind, _ = await outcome(
+            run_outside(saving, by_name[name].key, trash.purge_asset, asset_id=deleted["alice"])
+        )
+        if kind != wanted:
+            mismatches.append(f"purge alice's / {name}: {kind} != {wanted}")
+    assert mismatches == []

@@ -37,6 +37,7 @@ from memory_db.repositories.records import (
     AssetRecord,
     ObjectRecord,
     StoredAsset,
+    TrashedAsset,
     VaultScope,
 )
 from memory_db.schema import Asset, AssetObject
@@ -213,6 +214,26 @@ class ObjectRepository:
         )
         return [_object(row) for row in rows.all()]
 
+    async def purge_due(self, owner: str, object_id: str, *, older_than: timedelta) -> bool:
+        """Make a ``deleting`` object due for the purge now (a purge from the trash).
+
+        Its ``updated_at`` is set ``older_than`` (the sweep's wait) into the past: the sweep
+        takes it as due, and a save of the same bytes no longer takes it back
+        (:meth:`find_recently_deleted` looks only within the grace window). ``False`` if the
+        object was not ``deleting``.
+        """
+        result = await self._session.execute(
+            update(AssetObject)
+            .where(
+                AssetObject.owner_identity == owner,
+                AssetObject.id == object_id,
+                AssetObject.status == "deleting",
+            )
+            .values(updated_at=func.now() - older_than)
+            .execution_options(synchronize_session=False)
+        )
+        return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
+
     async def take_back(self, owner: str, object_id: str) -> bool:
         """Return an object marked ``deleting`` to use (a restore); ``False`` if it was not."""
         result = await self._session.execute(
@@ -266,7 +287,9 @@ class ObjectRepository:
 
         Serves the signed-link route, which is authorised by the link (not by an identity): the
         key's namespace and object id must both match the row, and only a readable object
-        (``available``) counts. ``None`` when no such object stores bytes under ``key``.
+        counts: ``available``, or ``deleting`` for its preview alone (the trash shows previews of
+        deleted images while they can be restored; an original is never served once no live
+        image uses it). ``None`` when no such object stores bytes under ``key``.
         """
         try:
             parsed = parse_storage_key(key)
@@ -278,12 +301,12 @@ class ObjectRepository:
             select(AssetObject).where(
                 AssetObject.id == parsed.object_id,
                 AssetObject.namespace_id == parsed.namespace_id,
-                AssetObject.status == "available",
+                AssetObject.status.in_(("available", "deleting")),
             )
         )
         if row is None:
             return None
-        if row.storage_key == key:
+        if row.storage_key == key and row.status == "available":
             return _object(row), row.sha256
         if row.preview_storage_key == key:
             return _object(row), row.preview_sha256
@@ -736,10 +759,81 @@ class AssetRepository:
                 Asset.vault == scope.physical_vault,
                 Asset.id == asset_id,
                 Asset.status == "deleted",
+                Asset.purged_at.is_(None),
                 Asset.deleted_at > func.now() - window,
             )
         )
         return found is not None
+
+    async def trash(
+        self,
+        scopes: Sequence[VaultScope],
+        *,
+        window: timedelta,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+    ) -> list[TrashedAsset]:
+        """One page of restorable deleted assets, most recently deleted first (keyset order).
+
+        Restorable: ``deleted`` less than ``window`` ago (the delete grace window, by the
+        database clock) and not purged.
+        """
+        if not scopes:
+            return []
+        query = (
+            self._visible(scopes, ("deleted",))
+            .add_columns(Asset.deleted_at)
+            .where(Asset.purged_at.is_(None), Asset.deleted_at > func.now() - window)
+        )
+        if after is not None:
+            position = tuple_(Asset.deleted_at, Asset.id)
+            marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
+            query = query.where(position < marker)
+        rows = await self._session.execute(
+            query.order_by(Asset.deleted_at.desc(), Asset.id.desc()).limit(limit)
+        )
+        return [
+            TrashedAsset(self._stored(asset, stored), deleted_at)
+            for asset, stored, deleted_at in rows.all()
+            if deleted_at is not None
+        ]
+
+    async def mark_purged(self, scope: VaultScope, asset_id: str, actor: str) -> None:
+        """Take a deleted asset out of the trash for good: it can no longer be restored."""
+        await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.id == asset_id,
+                Asset.status == "deleted",
+            )
+            .values(purged_at=func.now(), updated_by=actor, updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
+
+    async def keeping_references(
+        self, owner: str, object_id: str, *, restorable_within: timedelta, excluding: str
+    ) -> int:
+        """How many assets other than ``excluding`` still need an object's bytes.
+
+        Those not being deleted, and deleted ones that may still be restored: deleted less than
+        ``restorable_within`` ago and not purged.
+        """
+        value = await self._session.scalar(
+            select(func.count()).where(
+                Asset.owner_identity == owner,
+                Asset.object_id == object_id,
+                Asset.id != excluding,
+                Asset.status.in_(VISIBLE_STATUSES)
+                | (
+                    (Asset.status == "deleted")
+                    & Asset.purged_at.is_(None)
+                    & (Asset.deleted_at > func.now() - restorable_within)
+                ),
+            )
+        )
+        return int(value or 0)
 
     async def restore(
         self,

@@ -220,6 +220,14 @@ class StoredAsset:
 
 
 @dataclass(frozen=True, slots=True)
+class TrashedAsset:
+    """A deleted asset that may still be restored, with when it was deleted."""
+
+    stored: StoredAsset
+    deleted_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class ArtifactRecord:
     """A scraper artifact: validated image bytes one owner holds until ``expires_at``."""
 

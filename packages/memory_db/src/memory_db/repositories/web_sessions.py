@@ -22,6 +22,9 @@ from memory_db.schema import ApiKey, WebSession
 # What the cookie carries: a prefix to recognise it, then the random secret.
 WEB_SESSION_PREFIX = "wss_"
 _MAX_SECRET = 200
+# Live sessions one key may have; signing in beyond it ends that key's oldest sessions, so a
+# key (any key, even read-only) signing in in a loop cannot grow the table without bound.
+MAX_SESSIONS_PER_KEY = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +64,8 @@ class WebSessionRepository:
     async def create(self, key_id: str, *, lifetime: timedelta) -> tuple[str, str]:
         """Start a session acting as ``key_id``; return ``(session id, secret)``.
 
-        Expired sessions are deleted on the way (sign-ins are rare, the index makes it cheap).
+        Expired sessions are deleted on the way (sign-ins are rare, the index makes it cheap),
+        and so are the key's oldest beyond ``MAX_SESSIONS_PER_KEY``.
         """
         await self._session.execute(delete(WebSession).where(WebSession.expires_at <= func.now()))
         secret = WEB_SESSION_PREFIX + secrets.token_urlsafe(32)
@@ -77,6 +81,17 @@ class WebSessionRepository:
         )
         self._session.add(row)
         await self._session.flush()
+        newest = (
+            select(WebSession.id)
+            .where(WebSession.key_id == key_id)
+            .order_by(WebSession.created_at.desc(), WebSession.id.desc())
+            .limit(MAX_SESSIONS_PER_KEY)
+        )
+        await self._session.execute(
+            delete(WebSession).where(
+                WebSession.key_id == key_id, WebSession.id.not_in(newest.scalar_subquery())
+            )
+        )
         return row.id, secret
 
     async def resolve(self, secret: str) -> WebSessionRecord | None:

@@ -82,7 +82,7 @@ def routes(services: MemoryServices) -> list[Route]:
 
     async def submit_sign_in(request: Request) -> Response:
         nonce = security.new_nonce()
-        if not security.same_origin(request):
+        if not security.same_origin(request, services):
             return security.secure_headers(
                 PlainTextResponse("cross-site request refused", status_code=403), nonce
             )
@@ -111,6 +111,9 @@ def routes(services: MemoryServices) -> list[Route]:
                     services.database.unit_of_work() as uow,
                 ):
                     started = await sign_in(uow, key, lifetime)
+                    # The session this browser had (another key, or a stale one) ends here:
+                    # its cookie is overwritten, so nothing could sign it out any more.
+                    await sign_out(uow, security.session_secret(request, services))
         except Unauthenticated:
             log.info("web_sign_in_refused")
             return sign_in_form(
@@ -167,6 +170,9 @@ def routes(services: MemoryServices) -> list[Route]:
             media_type=_STATIC_TYPES[name.rsplit(".", 1)[1]],
             headers={
                 "X-Content-Type-Options": "nosniff",
+                # Opened as a page (an SVG is a document), a static file runs nothing.
+                "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; sandbox",
+                "X-Frame-Options": "DENY",
                 # The URL carries the files' version (?v=), so a year is safe.
                 "Cache-Control": "public, max-age=31536000, immutable",
             },

@@ -1,12 +1,219 @@
-"""The web app's asset page pages (docs/web.md)."""
+"""One image's page (docs/web.md#asset-page) and its actions.
+
+- ``GET /assets/{assetId}``: a large preview, metadata, tags, source and page context, and the
+  embedding state of each representation (:func:`memory_tools.browsing.asset_detail`).
+- ``POST /assets/{assetId}/edit``: title, description and tags (``edits.update_asset``); a
+  refusal shows the page again with what was typed.
+- ``POST /assets/{assetId}/move``: to a project or folder of its vault (``changes.move_asset``).
+- ``GET /assets/{assetId}/original``: a 303 to a freshly signed download link of the original
+  (:func:`memory_tools.browsing.original_link`); it changes nothing.
+- ``GET /assets/{assetId}/delete``: the confirmation page (the asset page asks in a dialog
+  when scripts run); ``POST`` deletes (``changes.delete_asset``) and goes to the library.
+- ``POST /assets/{assetId}/retry``: queue a failed representation again
+  (``job_queue.retry_asset_embedding``).
+
+Another owner's image answers the not-found page, exactly like an id that does not exist.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from memory_tools.assets import RepresentationState
+from memory_tools.browsing import AssetDetail, asset_detail, original_link
+from memory_tools.changes import delete_asset, move_asset
+from memory_tools.edits import update_asset
+from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
+from memory_tools.job_queue import OPERATOR_CANCEL, retry_asset_embedding
 from memory_tools.services import MemoryServices
+from memory_tools.web.handlers import WebRequest, action, page
+from memory_tools.web.library import KIND_LABELS, badge
+
+# Embedding state of a representation → (label, badge class, icon).
+REPRESENTATION_BADGES = {
+    "queued": ("Queued", "info", "◷"),
+    "running": ("Running", "info", "▶"),
+    "retry": ("Retrying", "warn", "↻"),
+    "done": ("Embedded", "ok", "✓"),
+    "failed": ("Failed", "bad", "✕"),
+    "cancelled": ("Cancelled", "muted", "⊘"),
+}
+REPRESENTATIONS = (
+    ("visual", "Visual", "the image alone"),
+    ("fused", "Fused", "the image with its title, description and page text"),
+)
+SHA256_SHOWN = 12
+
+
+def representation_badge(status: str) -> tuple[str, str, str]:
+    """``(label, class, icon)`` of a representation's embedding state."""
+    return REPRESENTATION_BADGES.get(status, (status, "muted", "•"))
+
+
+def can_retry(state: RepresentationState) -> bool:
+    """Whether Retry is offered: for a failure, or for an operator's cancel.
+
+    ``retry_asset_embedding`` refuses a job the server cancelled (superseded, or for a deleted
+    image), so no button offers it.
+    """
+    return state.status == "failed" or (
+        state.status == "cancelled" and state.last_error_code == OPERATOR_CANCEL
+    )
+
+
+def web_link(url: object) -> str | None:
+    """``url`` when it is an http(s) link a page may point at; ``None`` to show it as text."""
+    if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
+        return url
+    return None
+
+
+def placement_value(project_id: str | None, folder_id: str | None) -> str:
+    """How the move form names a place: ``""``, ``apr_…`` or ``apr_…/afl_…``."""
+    if project_id is None:
+        return ""
+    return project_id if folder_id is None else f"{project_id}/{folder_id}"
+
+
+def _render(
+    web: WebRequest,
+    detail: AssetDetail,
+    *,
+    status: int = 200,
+    edit_failure: ToolFailure | None = None,
+    typed: dict[str, str] | None = None,
+) -> Response:
+    asset = detail.asset
+    states = {state.representation: state for state in asset.representations}
+    source_ref: dict[str, Any] = dict(asset.source_ref)
+    return web.render(
+        "asset.html",
+        status=status,
+        title=asset.title,
+        detail=detail,
+        asset=asset,
+        states=states,
+        representations=REPRESENTATIONS,
+        can_retry=can_retry,
+        badge=badge,
+        kind_labels=KIND_LABELS,
+        representation_badge=representation_badge,
+        web_link=web_link,
+        source_ref=source_ref,
+        sha_short=detail.sha256[:SHA256_SHOWN],
+        current_place=placement_value(asset.project_id, asset.folder_id),
+        placement_value=placement_value,
+        edit_failure=edit_failure,
+        typed=typed
+        or {
+            "title": asset.title,
+            "description": asset.description or "",
+            "tags": ", ".join(asset.tags),
+        },
+        back=f"/assets/{asset.asset_id}",
+    )
+
+
+async def show_asset(web: WebRequest) -> Response:
+    """The asset page."""
+    asset_id = web.request.path_params["asset_id"]
+    return _render(web, await web.call(asset_detail, asset_id=asset_id))
+
+
+def _text(web: WebRequest, name: str) -> str:
+    value = web.form().get(name)
+    return value if isinstance(value, str) else ""
+
+
+async def edit_asset(web: WebRequest) -> Response:
+    """Save title, description and tags; a refusal shows the form again as it was typed."""
+    asset_id = web.request.path_params["asset_id"]
+    typed = {name: _text(web, name) for name in ("title", "description", "tags")}
+    tags = [tag.strip() for tag in typed["tags"].split(",") if tag.strip()]
+    try:
+        edit = await web.call(
+            update_asset,
+            asset_id=asset_id,
+            title=typed["title"],
+            description=typed["description"],
+            alt_text=None,
+            tags=tags,
+        )
+    except ToolFailure as failure:
+        if failure.code in ("unauthenticated", "not_found"):
+            raise
+        detail = await web.call(asset_detail, asset_id=asset_id)
+        status = 403 if failure.code == "forbidden" else 422
+        return _render(web, detail, status=status, edit_failure=failure, typed=typed)
+    notice = "Saved." if edit.changed else "Nothing to save: it already read so."
+    return web.redirect(f"/assets/{asset_id}", notice=notice)
+
+
+async def move(web: WebRequest) -> Response:
+    """Move to the chosen project or folder (or out of any project)."""
+    asset_id = web.request.path_params["asset_id"]
+    place = _text(web, "place")
+    project_id, _, folder_id = place.partition("/")
+    if folder_id and "/" in folder_id:
+        raise InvalidInputFailure("place: a project, or a project and one of its folders")
+    moved = await web.call(
+        move_asset,
+        asset_id=asset_id,
+        project_id=project_id or None,
+        folder_id=folder_id or None,
+    )
+    notice = "Moved." if moved.moved else "It is already there."
+    return web.redirect(f"/assets/{asset_id}", notice=notice)
+
+
+async def download_original(web: WebRequest) -> Response:
+    """A 303 to a freshly signed download link of the original bytes."""
+    link = await web.call(original_link, asset_id=web.request.path_params["asset_id"])
+    if link.url is None:
+        raise Unavailable(link.unavailable or "no download link can be given now")
+    return RedirectResponse(link.url, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+async def confirm_delete(web: WebRequest) -> Response:
+    """The confirmation page of a delete (what the dialog asks, for a browser without scripts)."""
+    detail = await web.call(asset_detail, asset_id=web.request.path_params["asset_id"])
+    return web.render(
+        "asset_delete.html",
+        title=f"Delete {detail.asset.title}?",
+        asset=detail.asset,
+        back=f"/assets/{detail.asset.asset_id}",
+    )
+
+
+async def delete(web: WebRequest) -> Response:
+    """Move the image to the trash, then show the library with a link to the trash."""
+    deleted = await web.call(delete_asset, asset_id=web.request.path_params["asset_id"])
+    notice = "Moved to the trash." if not deleted.already_deleted else "It was already deleted."
+    return web.redirect("/library", notice=notice, link=("/trash", "Open the trash"))
+
+
+async def retry(web: WebRequest) -> Response:
+    """Queue a failed representation's embedding again."""
+    asset_id = web.request.path_params["asset_id"]
+    queued = await web.call(
+        retry_asset_embedding, asset_id=asset_id, representation=_text(web, "representation")
+    )
+    return web.redirect(
+        f"/assets/{asset_id}", notice=f"The {queued.representation} embedding is queued again."
+    )
 
 
 def routes(services: MemoryServices) -> list[Route]:
-    """The routes of this page group."""
-    return []
+    """The asset page and its actions."""
+    return [
+        page("/assets/{asset_id}", show_asset, services),
+        page("/assets/{asset_id}/original", download_original, services),
+        page("/assets/{asset_id}/delete", confirm_delete, services),
+        action("/assets/{asset_id}/edit", edit_asset, services),
+        action("/assets/{asset_id}/move", move, services),
+        action("/assets/{asset_id}/delete", delete, services),
+        action("/assets/{asset_id}/retry", retry, services),
+    ]

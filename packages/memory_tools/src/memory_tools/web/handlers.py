@@ -16,12 +16,15 @@ Each wraps a handler ``async def handler(web: WebRequest) -> Response``:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
+from starlette.exceptions import HTTPException
+from starlette.formparsers import MultiPartException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
@@ -124,14 +127,19 @@ class WebRequest:
         *,
         notice: str | None = None,
         failure: ToolFailure | None = None,
+        link: tuple[str, str] | None = None,
     ) -> Response:
-        """A 303 to a local ``url``, carrying a one-shot notice or a failure to show there."""
+        """A 303 to a local ``url``, carrying a one-shot notice or a failure to show there.
+
+        ``link`` (a local path and its text) is shown after the notice, e.g. "Open the trash".
+        """
         response = RedirectResponse(security.safe_next(url), status_code=303)
         secure = security.is_https(self.request, self.services)
         if failure is not None:
             set_flash(response, Flash("error", failure.message, failure.code), secure=secure)
         elif notice is not None:
-            set_flash(response, Flash("ok", notice), secure=secure)
+            href, text = link if link is not None else (None, None)
+            set_flash(response, Flash("ok", notice, link=href, link_text=text), secure=secure)
         return response
 
     def form(self) -> FormData:
@@ -139,6 +147,10 @@ class WebRequest:
         if self.form_data is None:
             raise InvalidInputFailure("this request carries no form")
         return self.form_data
+
+    async def json(self, max_bytes: int = FORM_MAX_BYTES) -> Any:
+        """The JSON body of an endpoint's call, bounded (see :func:`read_json`)."""
+        return await read_json(self.request, max_bytes)
 
     def back(self, default: str = "/library") -> str:
         """Where an action returns to: the form's ``back`` field when it is a local path."""
@@ -184,25 +196,48 @@ async def _resolve(request: Request, services: MemoryServices) -> SessionCaller:
             return await session_caller(uow, secret)
 
 
-async def read_form(request: Request, max_bytes: int = FORM_MAX_BYTES) -> FormData:
-    """Read a form body of at most ``max_bytes`` (refused as soon as it is exceeded)."""
+async def read_body(request: Request, max_bytes: int, what: str = "the body") -> bytes:
+    """Read a request body of at most ``max_bytes`` (refused as soon as it is exceeded)."""
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > max_bytes:
-        raise InvalidInputFailure(f"the form is larger than {max_bytes} bytes")
+        raise InvalidInputFailure(f"{what} is larger than {max_bytes} bytes")
     received = 0
     chunks: list[bytes] = []
     async for chunk in request.stream():
         received += len(chunk)
         if received > max_bytes:
-            raise InvalidInputFailure(f"the form is larger than {max_bytes} bytes")
+            raise InvalidInputFailure(f"{what} is larger than {max_bytes} bytes")
         chunks.append(chunk)
-    body = b"".join(chunks)
+    return b"".join(chunks)
+
+
+async def read_json(request: Request, max_bytes: int = FORM_MAX_BYTES) -> Any:
+    """Read a JSON body of at most ``max_bytes``; ``InvalidInputFailure`` when it is not JSON.
+
+    A JSON endpoint reads its body with this (or :meth:`WebRequest.json`), never with
+    ``request.json()``: nothing else bounds a web request's body (the limit is on ``/mcp``).
+    """
+    body = await read_body(request, max_bytes, "the JSON body")
+    try:
+        return json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise InvalidInputFailure("the body is not valid JSON") from exc
+
+
+async def read_form(request: Request, max_bytes: int = FORM_MAX_BYTES) -> FormData:
+    """Read a form body of at most ``max_bytes`` (refused as soon as it is exceeded)."""
+    body = await read_body(request, max_bytes, "the form")
 
     async def replay() -> dict[str, Any]:
         return {"type": "http.request", "body": body, "more_body": False}
 
-    # Starlette parses the form from the body we already read (and bounded).
-    return await Request(request.scope, replay).form(max_files=4, max_fields=200)
+    # Starlette parses the form from the body we already read (and bounded). Its refusal of a
+    # malformed one (too many fields or files, no boundary) would be a bare 400 of its own.
+    try:
+        return await Request(request.scope, replay).form(max_files=4, max_fields=200)
+    except (HTTPException, MultiPartException) as exc:
+        why = exc.detail if isinstance(exc, HTTPException) else exc.message
+        raise InvalidInputFailure(f"the form is malformed: {why}") from exc
 
 
 def _failure_status(failure: ToolFailure) -> int:
@@ -271,7 +306,7 @@ def action(
 
     async def endpoint(request: Request) -> Response:
         nonce = security.new_nonce()
-        if not security.same_origin(request):
+        if not security.same_origin(request, services):
             return _refusal(request, services, nonce, 403, "cross-site request refused")
         try:
             who = await _resolve(request, services)
@@ -325,7 +360,7 @@ def endpoint(
     async def serve(request: Request) -> Response:
         nonce = security.new_nonce()
         try:
-            if request.method in _CHANGES and not security.same_origin(request):
+            if request.method in _CHANGES and not security.same_origin(request, services):
                 raise Forbidden("cross-site request refused")
             who = await _resolve(request, services)
             if request.method in _CHANGES and not security.same_token(

@@ -1,12 +1,229 @@
-"""The web app's library pages (docs/web.md)."""
+"""The library (docs/web.md#library): vaults → projects → folders, and a grid of images.
+
+- ``GET /library``: the tree (:func:`memory_tools.browsing.library_tree`) beside a grid of one
+  page of ``image_asset_list`` with a preview link per image
+  (:func:`memory_tools.browsing.asset_grid`). The query carries where to look (``vault``,
+  ``project``, ``folder``), the tool's filters (``tags``, ``kind``, ``mime``), ``order`` and
+  the page (``limit``, ``cursor``, and ``back=1`` for a previous page), so every view is a
+  link. A filter the workflow refuses shows its error in place of the grid, beside the tree.
+- ``POST /library/projects`` and ``POST /library/folders``: create a project
+  (``projects.create_project``) or a folder (``projects.create_folder``), then show it.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
+from typing import Any, Literal, cast
+from urllib.parse import urlencode
+
+from starlette.datastructures import QueryParams
+from starlette.responses import Response
 from starlette.routing import Route
 
+from memory_db.repositories import AssetFilter
+from memory_db.schema import SOURCE_KINDS
+from memory_tools.assets import MIME_TYPES, ListRequest
+from memory_tools.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
+from memory_tools.errors import ToolFailure
+from memory_tools.projects import create_folder, create_project
 from memory_tools.services import MemoryServices
+from memory_tools.web.handlers import WebRequest, action, page
+from memory_tools.web.rendering import FAILURE_STATUS
+
+PAGE_SIZE = 24
+
+# status → (label, badge class, icon); the word and the icon say it without the colour.
+STATUS_BADGES = {
+    "ready": ("Ready", "ok", "✓"),
+    "processing": ("Processing", "info", "◔"),
+    "failed": ("Failed", "bad", "✕"),
+}
+KIND_LABELS = {
+    "upload": "Upload",
+    "scrape": "Scraped from a page",
+    "screenshot": "Screenshot",
+    "instagram": "Instagram",
+    "external_url": "From a URL",
+    "import": "Import",
+}
+WRITABLE = ("owner", "admin", "write")
+
+
+def badge(status: str) -> tuple[str, str, str]:
+    """``(label, class, icon)`` of an asset status; an unknown one is shown as it is."""
+    return STATUS_BADGES.get(status, (status, "muted", "•"))
+
+
+def _values(params: QueryParams, name: str) -> tuple[str, ...]:
+    return tuple(v for v in params.getlist(name) if v != "")
+
+
+def _one(params: QueryParams, name: str) -> str | None:
+    return params.get(name) or None
+
+
+@dataclass(frozen=True)
+class LibraryQuery:
+    """What a library URL asks for; :meth:`url` writes one back (a view is always a link)."""
+
+    vault: str | None = None
+    project: str | None = None
+    folder: str | None = None
+    tags: tuple[str, ...] = ()
+    kinds: tuple[str, ...] = ()
+    mimes: tuple[str, ...] = ()
+    order: str = "newest"
+    limit: int = PAGE_SIZE
+    cursor: str | None = None
+    back: bool = False
+
+    @classmethod
+    def parse(cls, params: QueryParams) -> LibraryQuery:
+        """The query of ``GET /library``; values are checked by the workflow, not here."""
+        tags = tuple(tag.strip() for value in params.getlist("tags") for tag in value.split(","))
+        return cls(
+            vault=_one(params, "vault"),
+            project=_one(params, "project"),
+            folder=_one(params, "folder"),
+            tags=tuple(tag for tag in tags if tag),
+            kinds=_values(params, "kind"),
+            mimes=_values(params, "mime"),
+            order=params.get("order") or "newest",
+            # Not a number: 0, which the workflow refuses with its own words.
+            limit=int(limit) if (limit := params.get("limit", str(PAGE_SIZE))).isdigit() else 0,
+            cursor=_one(params, "cursor"),
+            back=params.get("back") == "1",
+        )
+
+    @property
+    def filtered(self) -> bool:
+        """Whether any filter narrows the grid (where to look is not a filter)."""
+        return bool(self.tags or self.kinds or self.mimes)
+
+    def request(self) -> ListRequest:
+        """The ``image_asset_list`` request this view makes."""
+        return ListRequest(
+            vault=self.vault,
+            project_id=self.project,
+            folder_id=self.folder,
+            filters=AssetFilter(tags=self.tags, source_kinds=self.kinds, mime_types=self.mimes),
+            order=cast(Literal["newest", "oldest"], self.order),  # the workflow checks it
+            limit=self.limit,
+            cursor=self.cursor,
+        )
+
+    def url(self, **changes: Any) -> str:
+        """``/library?...`` for this view with ``changes``; a new view starts at page one."""
+        changes.setdefault("cursor", None)
+        changes.setdefault("back", False)
+        view = replace(self, **changes)
+        pairs: list[tuple[str, str]] = []
+        for name, value in (
+            ("vault", view.vault),
+            ("project", view.project),
+            ("folder", view.folder),
+        ):
+            if value:
+                pairs.append((name, value))
+        if view.tags:
+            pairs.append(("tags", ", ".join(view.tags)))
+        pairs.extend(("kind", kind) for kind in view.kinds)
+        pairs.extend(("mime", mime) for mime in view.mimes)
+        if view.order != "newest":
+            pairs.append(("order", view.order))
+        if view.limit != PAGE_SIZE:
+            pairs.append(("limit", str(view.limit)))
+        if view.cursor:
+            pairs.append(("cursor", view.cursor))
+        if view.back:
+            pairs.append(("back", "1"))
+        return "/library" + (f"?{urlencode(pairs)}" if pairs else "")
+
+
+def _heading(query: LibraryQuery, tree: LibraryTree) -> str:
+    if query.vault is None:
+        return "All images"
+    project = next(
+        (p for p in tree.projects.get(query.vault, []) if p.project_id == query.project), None
+    )
+    if project is None:
+        return query.vault
+    folder = next((f for f in tree.folders if f.folder_id == query.folder), None)
+    return f"{project.name}{folder.path}" if folder is not None else project.name
+
+
+async def show_library(web: WebRequest) -> Response:
+    """The tree and one page of the grid; a refused filter shows its error in the grid."""
+    query = LibraryQuery.parse(web.request.query_params)
+    tree = await web.call(library_tree, vault=query.vault, project_id=query.project)
+    grid: AssetGrid | None = None
+    failure: ToolFailure | None = None
+    try:
+        grid = await web.call(asset_grid, query.request(), backward=query.back)
+    except ToolFailure as refused:
+        if refused.code == "unauthenticated":
+            raise
+        failure = refused
+    writable_vaults = [v.vault for v in tree.vaults if v.permission in WRITABLE]
+    return web.render(
+        "library.html",
+        status=200 if failure is None else FAILURE_STATUS.get(failure.code, 500),
+        title="Library",
+        heading=_heading(query, tree),
+        query=query,
+        tree=tree,
+        grid=grid,
+        failure=failure,
+        badge=badge,
+        kinds=[(kind, KIND_LABELS.get(kind, kind)) for kind in SOURCE_KINDS],
+        mime_types=MIME_TYPES,
+        page_size=PAGE_SIZE,
+        writable_vaults=writable_vaults,
+        reset_url=query.url(tags=(), kinds=(), mimes=(), order="newest"),
+        here=str(web.request.url.path)
+        + (f"?{web.request.url.query}" if web.request.url.query else ""),
+    )
+
+
+def _field(web: WebRequest, name: str) -> str | None:
+    value = web.form().get(name)
+    return value if isinstance(value, str) and value != "" else None
+
+
+async def create_project_action(web: WebRequest) -> Response:
+    """Create a project in the chosen vault; show it."""
+    vault = _field(web, "vault") or "Library"
+    made = await web.call(
+        create_project,
+        vault=vault,
+        name=_field(web, "name") or "",
+        description=_field(web, "description"),
+    )
+    return web.redirect(
+        LibraryQuery(vault=made.vault, project=made.project_id).url(),
+        notice=f"Project “{made.name}” created.",
+    )
+
+
+async def create_folder_action(web: WebRequest) -> Response:
+    """Create a folder in a project (inside a folder when ``parent`` is given); show it."""
+    made = await web.call(
+        create_folder,
+        vault=_field(web, "vault") or "",
+        project_id=_field(web, "project") or "",
+        parent_id=_field(web, "parent"),
+        name=_field(web, "name") or "",
+    )
+    return web.redirect(
+        LibraryQuery(vault=made.vault, project=made.project_id, folder=made.folder_id).url(),
+        notice=f"Folder “{made.path}” created.",
+    )
 
 
 def routes(services: MemoryServices) -> list[Route]:
-    """The routes of this page group."""
-    return []
+    """``/library`` and its two forms."""
+    return [
+        page("/library", show_library, services),
+        action("/library/projects", create_project_action, services),
+        action("/library/folders", create_folder_action, services),
+    ]

@@ -12,7 +12,7 @@ from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescap
 from starlette.requests import Request
 from starlette.responses import Response
 
-from memory_tools.web.security import FLASH_COOKIE
+from memory_tools.web.security import FLASH_COOKIE, safe_next
 
 # Status of a failure's page or JSON answer, by its stable code.
 FAILURE_STATUS = {
@@ -33,6 +33,8 @@ FAILURE_STATUS = {
 }
 
 FlashKind = Literal["ok", "error"]
+_FLASH_MESSAGE_CHARS = 500  # what read_flash shows at most
+_FLASH_COOKIE_CHARS = 1500  # the JSON; cookie quoting may double it, still under 4096 bytes
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +44,8 @@ class Flash:
     kind: FlashKind
     message: str
     code: str | None = None
+    link: str | None = None  # a local path to go on to (e.g. the trash), shown after it
+    link_text: str | None = None
 
 
 def _static_version() -> str:
@@ -108,15 +112,38 @@ def read_flash(request: Request) -> Flash | None:
         return None
     if kind not in ("ok", "error"):
         return None
-    return Flash(kind, message, str(code)[:40] if code else None)
+    link, link_text = data.get("link"), data.get("linkText")
+    if not isinstance(link, str) or safe_next(link, "") == "" or not isinstance(link_text, str):
+        link, link_text = None, None  # only a local path, never another site
+    return Flash(
+        kind,
+        message,
+        str(code)[:40] if code else None,
+        link[:500] if link else None,
+        link_text[:100] if link_text else None,
+    )
 
 
 def set_flash(response: Response, flash: Flash, *, secure: bool) -> None:
     """Carry ``flash`` to the next page (one minute at most)."""
-    payload = {"kind": flash.kind, "message": flash.message, "code": flash.code}
+    message = flash.message[:_FLASH_MESSAGE_CHARS]
+    while True:
+        payload: dict[str, str | None] = {
+            "kind": flash.kind,
+            "message": message,
+            "code": flash.code,
+        }
+        if flash.link is not None:
+            payload |= {"link": flash.link, "linkText": flash.link_text or flash.link}
+        value = json.dumps(payload, separators=(",", ":"))
+        # A browser drops a cookie over 4096 bytes, and the failure would never be shown:
+        # non-ASCII text grows sixfold in JSON and again in the cookie's quoting.
+        if len(value) <= _FLASH_COOKIE_CHARS or len(message) <= 1:
+            break
+        message = message[: len(message) // 2].rstrip() + "…"
     response.set_cookie(
         FLASH_COOKIE,
-        json.dumps(payload, separators=(",", ":")),
+        value,
         max_age=60,
         path="/",
         httponly=True,

@@ -45,7 +45,13 @@ def store_origins(services: MemoryServices) -> tuple[str, ...]:
         return (origin, f"{parts.scheme}://{settings.asset_s3_bucket}.{parts.netloc}")
     region = settings.asset_s3_region or "us-east-1"
     bucket = settings.asset_s3_bucket or "*"
-    return (f"https://{bucket}.s3.{region}.amazonaws.com", f"https://s3.{region}.amazonaws.com")
+    # botocore signs a DNS-compatible bucket's links with the global host in every region
+    # (https://<bucket>.s3.amazonaws.com), and path-style ones with the regional host.
+    return (
+        f"https://{bucket}.s3.amazonaws.com",
+        f"https://{bucket}.s3.{region}.amazonaws.com",
+        f"https://s3.{region}.amazonaws.com",
+    )
 
 
 def content_security_policy(nonce: str, origins: tuple[str, ...] = ()) -> str:
@@ -98,13 +104,23 @@ def session_secret(request: Request, services: MemoryServices) -> str | None:
 
 
 def same_token(presented: str | None, expected: str) -> bool:
-    """Constant-time comparison of a CSRF token."""
-    return bool(presented) and hmac.compare_digest(str(presented), expected)
+    """Constant-time comparison of a CSRF token.
+
+    As bytes: ``hmac.compare_digest`` raises ``TypeError`` for a ``str`` with non-ASCII
+    characters, which a forged form field, header or cookie can carry.
+    """
+    if not presented:
+        return False
+    return hmac.compare_digest(
+        str(presented).encode("utf-8", "surrogatepass"), expected.encode("utf-8", "surrogatepass")
+    )
 
 
-def same_origin(request: Request) -> bool:
+def same_origin(request: Request, services: MemoryServices | None = None) -> bool:
     """Whether a change request came from a page of ours (Origin, else Referer, else allowed).
 
+    Ours: the request's own ``Host``, or the public base URL's origin (a proxy may hand us its
+    upstream's ``Host``, as nginx's default ``proxy_set_header Host $proxy_host`` does).
     The CSRF token is the real guard; this refuses cross-site posts even before it is read.
     A browser that sends neither header (rare, privacy settings) still needs the token.
     """
@@ -112,8 +128,12 @@ def same_origin(request: Request) -> bool:
     if not origin:
         return True
     sent = urlsplit(origin)
-    host = request.headers.get("host", "")
-    return sent.netloc == host and sent.scheme in ("http", "https")
+    if sent.scheme not in ("http", "https") or not sent.netloc:
+        return False
+    if sent.netloc == request.headers.get("host", ""):
+        return True
+    public = urlsplit(services.public_base_url) if services and services.public_base_url else None
+    return public is not None and (sent.scheme, sent.netloc) == (public.scheme, public.netloc)
 
 
 def safe_next(target: str | None, default: str = "/library") -> str:

@@ -1,0 +1,227 @@
+"""What the web app's library and asset pages show, read as the caller in one transaction.
+
+Web-only views (small dataclasses, never tool answers) built on the workflows the tools call:
+``vaults.list_vaults``, ``projects.list_projects`` / ``list_folders``, ``assets.list_assets``
+and ``assets.get_asset``. They add what a page needs beside a tool's answer: a fresh preview
+link per listed asset, a way back to the previous page of a forward-only cursor, the stored
+checksum, the caller's permission and the places an asset can be moved to. Authorisation is
+the workflows' own: another owner's asset is ``not_found`` here exactly as in the tools.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from memory_db import MemoryDbError, UnitOfWork
+from memory_tools import policy
+from memory_tools.access import Caller, readable_vaults
+from memory_tools.assets import (
+    AssetSummary,
+    AssetView,
+    DownloadLink,
+    ListRequest,
+    PreviewLink,
+    decode_cursor,
+    encode_cursor,
+    get_asset,
+    list_asset_rows,
+    signed_preview,
+)
+from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
+from memory_tools.projects import FolderView, ProjectView, list_folders, list_projects
+from memory_tools.services import MemoryServices
+from memory_tools.vaults import VaultView, list_vaults
+
+ORDERS = ("newest", "oldest")
+
+
+def _opposite(order: str) -> Literal["newest", "oldest"]:
+    return "oldest" if order == "newest" else "newest"
+
+
+@dataclass(frozen=True)
+class AssetCard:
+    """One asset of a grid: its summary and a fresh preview link (``None``: no preview yet)."""
+
+    summary: AssetSummary
+    preview: PreviewLink | None
+
+
+@dataclass(frozen=True)
+class AssetGrid:
+    """A page of assets for the library grid.
+
+    ``next_cursor`` goes on in the request's order (``list_assets``' own cursor);
+    ``previous_cursor`` is a cursor of the opposite order that :func:`asset_grid` reads
+    backwards (``backward=True``) to show the page before this one.
+    """
+
+    cards: list[AssetCard]
+    next_cursor: str | None
+    previous_cursor: str | None
+
+
+async def asset_grid(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    request: ListRequest,
+    *,
+    backward: bool = False,
+) -> AssetGrid:
+    """A page of ``list_assets`` with a preview link per asset and a previous-page cursor.
+
+    ``list_assets`` pages forward only. Going back reads the listing in the opposite order
+    from the first item of the page shown (``backward`` with the ``previous_cursor`` given),
+    then shows those items in the request's order: the same items the earlier page held,
+    unless images were added or removed meanwhile. When that reaches the beginning, the first
+    page is shown as it is (always a full page).
+    """
+    policy.require(services.settings)
+    if request.order not in ORDERS:
+        raise InvalidInputFailure("order: newest or oldest")
+    if backward:
+        if request.cursor is None:
+            raise InvalidInputFailure("cursor: going back needs the cursor of a page")
+        reverse = replace(request, order=_opposite(request.order))
+        view, rows = await list_asset_rows(uow, caller, services, reverse)
+        if view.next_cursor is None:  # nothing before these: show the first page itself
+            return await asset_grid(uow, caller, services, replace(request, cursor=None))
+        items, rows = list(reversed(view.items)), list(reversed(rows))
+        last = items[-1]
+        return AssetGrid(
+            cards=[
+                AssetCard(item, await signed_preview(services, row))
+                for item, row in zip(items, rows, strict=True)
+            ],
+            next_cursor=encode_cursor(last.created_at, last.asset_id, request.order),
+            previous_cursor=view.next_cursor,
+        )
+    view, rows = await list_asset_rows(uow, caller, services, request)
+    previous = None
+    if request.cursor is not None and view.items:
+        first = view.items[0]
+        previous = encode_cursor(first.created_at, first.asset_id, _opposite(request.order))
+    elif request.cursor is not None:
+        # Past the end (images removed meanwhile): back from the cursor's own position.
+        created, asset_id = decode_cursor(request.cursor, request.order)
+        previous = encode_cursor(created, asset_id, _opposite(request.order))
+    return AssetGrid(
+        cards=[
+            AssetCard(item, await signed_preview(services, row))
+            for item, row in zip(view.items, rows, strict=True)
+        ],
+        next_cursor=view.next_cursor,
+        previous_cursor=previous,
+    )
+
+
+@dataclass(frozen=True)
+class LibraryTree:
+    """The vaults the caller may read, the projects of each, and one project's folders."""
+
+    vaults: list[VaultView]
+    projects: dict[str, list[ProjectView]]  # by vault handle, every readable vault present
+    folders: list[FolderView]  # of the selected project, depth-first; empty without one
+
+
+async def library_tree(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None,
+    project_id: str | None,
+) -> LibraryTree:
+    """The tree beside the grid: the readable vaults, their projects, one project's folders.
+
+    Every vault with its active projects, and the folders of ``project_id`` (in ``vault``)
+    when one is selected.
+    """
+    vaults = await list_vaults(uow, caller, services)
+    projects = await list_projects(uow, caller, services, vault=None, include_archived=False)
+    by_vault: dict[str, list[ProjectView]] = {v.vault: [] for v in vaults.vaults}
+    for project in projects.projects:
+        by_vault.setdefault(project.vault, []).append(project)
+    folders: list[FolderView] = []
+    if vault is not None and project_id is not None:
+        tree = await list_folders(uow, caller, services, vault=vault, project_id=project_id)
+        folders = tree.folders
+    return LibraryTree(vaults=vaults.vaults, projects=by_vault, folders=folders)
+
+
+@dataclass(frozen=True)
+class Placement:
+    """A place an asset can be moved to: a project's root or one of its folders."""
+
+    project_id: str
+    folder_id: str | None
+    label: str  # "Project" or "Project/Trips/2026"
+
+
+@dataclass(frozen=True)
+class AssetDetail:
+    """Everything the asset page shows.
+
+    The asset as ``image_asset_get`` shows it (with a fresh preview link), its stored SHA-256,
+    the caller's permission on its vault and the places in that vault it can be moved to.
+    """
+
+    asset: AssetView
+    sha256: str
+    permission: str  # owner, admin, write or read
+    placements: list[Placement]
+
+    @property
+    def writable(self) -> bool:
+        """Whether the caller's vault permission lets it edit, move or delete the asset."""
+        return self.permission in ("owner", "admin", "write")
+
+
+async def asset_detail(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> AssetDetail:
+    """An asset the caller may read, for its page; ``not_found`` otherwise (as ``get_asset``)."""
+    asset = await get_asset(uow, caller, services, asset_id=asset_id, include_preview=True)
+    vaults = await readable_vaults(uow, caller)
+    vault = next(v for v in vaults if v.display_handle == asset.vault)
+    stored = await uow.assets.get_visible([vault.record.scope], asset_id)
+    if stored is None:  # get_asset just read it in this transaction
+        raise NotFoundFailure("asset not found")
+    try:
+        stored_object = await uow.objects.get(vault.record.owner_identity, stored.asset.object_id)
+    except MemoryDbError as exc:
+        raise translate(exc) from exc
+    placements: list[Placement] = []
+    projects = await list_projects(uow, caller, services, vault=asset.vault, include_archived=False)
+    for project in projects.projects:
+        placements.append(Placement(project.project_id, None, project.name))
+        tree = await list_folders(
+            uow, caller, services, vault=asset.vault, project_id=project.project_id
+        )
+        placements.extend(
+            Placement(project.project_id, f.folder_id, f"{project.name}{f.path}")
+            for f in tree.folders
+        )
+    return AssetDetail(
+        asset=asset,
+        sha256=stored_object.sha256,
+        permission=vault.record.permission,
+        placements=placements,
+    )
+
+
+async def original_link(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> DownloadLink:
+    """A fresh download link to an asset's original bytes.
+
+    As ``image_asset_get`` with ``includeOriginal``; ``not_found`` when there are no bytes.
+    """
+    asset = await get_asset(
+        uow, caller, services, asset_id=asset_id, include_preview=False, include_original=True
+    )
+    if asset.original is None:
+        raise NotFoundFailure("the original bytes of this image are not available")
+    return asset.original
