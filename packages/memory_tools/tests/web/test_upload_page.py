@@ -4,6 +4,7 @@ API key in the page, waiting for the embedding, saving by URL, and every refusal
 from __future__ import annotations
 
 import hashlib
+import re
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -351,3 +352,20 @@ async def test_three_uploads_at_once_as_the_page_sends_them(signed_in: WebClient
         for seed in (11, 12, 13):
             group.start_soon(one, seed)
     assert len({item["assetId"] for item in saved}) == 3
+
+
+async def test_an_empty_folder_of_the_library_links_to_uploading_there(
+    signed_in: WebClient, webapp: WebApp, make_person: Callable[..., Any]
+) -> None:
+    alice = await make_person("alice@example.com")
+    project_id, folder_id = await _project_and_folder(webapp, alice.key)
+    library = await signed_in.get(f"/library?vault=Library&project={project_id}&folder={folder_id}")
+    assert library.status_code == 200, library.text
+    found = re.search(
+        r'<a class="button primary" href="(/upload\?[^"]+)">Upload images here', library.text
+    )
+    assert found is not None, library.text
+    link = found.group(1).replace("&amp;", "&")
+    assert link == f"/upload?vault=Library&projectId={project_id}&folderId={folder_id}"
+    page = await signed_in.get(link)
+    assert f'<option value="{folder_id}" selected>/2026</option>' in page.text
