@@ -123,6 +123,8 @@ def test_three_images_dropped_at_once_each_progress_and_become_ready_then_found(
     for image in hits.locator("img").all():
         expect(image).to_have_js_property("complete", True)
         assert image.evaluate("(img) => img.naturalWidth") > 0
+    page.get_by_text("Filters", exact=True).click()
+    expect(page.get_by_label("Only untagged")).to_be_visible()
     check_accessibility(page)
     screenshot(page, "search-mobile")
     page.set_viewport_size({"width": 1280, "height": 860})
