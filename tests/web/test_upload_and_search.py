@@ -14,8 +14,8 @@ from playwright.sync_api import Browser, JSHandle, Page, expect
 from memory_db import new_id
 from memory_db.testing.s3_peers import S3Peer
 
-from ..e2e.test_processes import _env, _new_key, serve_http
-from .conftest import MOBILE, check_accessibility, screenshot, sign_in
+from ..e2e.test_processes import _cli, _env, _new_key, serve_http
+from .conftest import MOBILE, RunningServer, check_accessibility, screenshot, sign_in
 
 
 def _png(seed: int) -> bytes:
@@ -230,3 +230,30 @@ def test_on_s3_the_browser_puts_each_file_to_the_bucket_the_page_policy_allows(
             assert not errors, errors
         finally:
             context.close()
+
+
+def test_a_file_over_the_quota_is_refused_in_its_row_with_the_code(
+    open_page: Callable[..., Page], web_server: RunningServer
+) -> None:
+    owner = f"small-quota-{new_id('aob')[4:12]}@example.com"
+    env = web_server.env
+    made = _cli(env, "admin", "create-identity", "--owner", owner, "--quota-bytes", "1000000")
+    assert made.returncode == 0, made.stderr
+    key = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
+    assert key.returncode == 0, key.stderr
+    page = open_page(key.stdout.strip().splitlines()[-1])
+    page.goto("/upload")
+    big = page.evaluate_handle(
+        """() => {
+            const transfer = new DataTransfer();
+            const bytes = new Uint8Array(1500000);
+            transfer.items.add(new File([bytes], "poster.png", {type: "image/png"}));
+            return transfer;
+        }"""
+    )
+    page.locator("#drop-zone").dispatch_event("drop", {"dataTransfer": big})
+    row = page.locator(".upload-row")
+    expect(row.locator(".status-text")).to_have_text("Refused")
+    expect(row.locator(".error-code")).to_have_text("quota_exceeded")
+    expect(row.locator(".error-message")).to_contain_text("quota")
+    expect(row.locator(".status-icon")).to_have_text("✕")
