@@ -162,6 +162,10 @@ def test_the_web_walk(
     expect(page.get_by_role("status")).to_be_visible()
     page.goto("/library")
     expect(cards).to_have_count(3)
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.library-grid img')].every(i => i.naturalWidth > 0)"
+    )
+    _both_widths(page, "library")
     page.goto(doomed_url)
     expect(page.get_by_role("link", name="Delete…")).to_be_visible()
 
