@@ -177,13 +177,18 @@ async def read_preview(services: MemoryServices, key: str, expected_sha256: str 
         raise
 
 
-async def signed_preview(services: MemoryServices, stored: StoredAsset) -> PreviewLink | None:
+async def signed_preview(
+    services: MemoryServices, stored: StoredAsset, *, trashed: bool = False
+) -> PreviewLink | None:
     """A fresh short-lived link to the asset's preview; ``None`` when there is no preview.
 
-    When this server's links cannot be opened (``MemoryServices.links_unavailable``) the link
-    is replaced by the reason, never handed out dead.
+    ``trashed``: the asset is deleted but restorable, so its object may be ``deleting`` (the
+    signed-object route serves such a preview, never the original). When this server's links
+    cannot be opened (``MemoryServices.links_unavailable``) the link is replaced by the reason,
+    never handed out dead.
     """
-    if stored.preview_storage_key is None or stored.object_status != "available":
+    servable = ("available", "deleting") if trashed else ("available",)
+    if stored.preview_storage_key is None or stored.object_status not in servable:
         return None
     if services.links_unavailable is not None:
         return PreviewLink(url=None, expires_at=None, unavailable=services.links_unavailable)

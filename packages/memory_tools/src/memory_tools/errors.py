@@ -167,6 +167,31 @@ class EmbeddingFailed(ToolFailure):
     code = "embedding_failed"
 
 
+# The HTTP status of a failure answered by a plain route (uploads, the web app), by its code;
+# a code not listed is 400, and ``internal`` 500.
+HTTP_STATUS = {
+    "unauthenticated": 401,
+    "forbidden": 403,
+    "not_found": 404,
+    "conflict": 409,
+    "invalid_input": 422,
+    "invalid_image": 422,
+    "unsafe_url": 422,
+    "fetch_failed": 502,
+    "quota_exceeded": 507,
+    "feature_disabled": 503,
+    "unavailable": 503,
+    "busy": 503,
+    "embedding_unavailable": 503,
+    "embedding_failed": 502,
+}
+
+
+def http_status(failure: ToolFailure) -> int:
+    """The HTTP status a plain route answers ``failure`` with."""
+    return HTTP_STATUS.get(failure.code, 500 if failure.code == "internal" else 400)
+
+
 def translate(exc: MemoryDbError) -> ToolFailure:
     """The caller-facing failure for a memory-db error."""
     if isinstance(exc, NotFound):

@@ -16,15 +16,21 @@ against the quota) until the last image that uses them goes. See docs/design.md#
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
 from pydantic import Field
 
 from memory_db import UnitOfWork, get_logger
 from memory_db.repositories import ObjectRecord, TrashedAsset
-from memory_tools import metrics, policy
+from memory_tools import policy
 from memory_tools.access import Caller, readable_vaults
-from memory_tools.assets import PreviewLink, decode_cursor, encode_cursor, vault_handles
+from memory_tools.assets import (
+    PreviewLink,
+    decode_cursor,
+    encode_cursor,
+    signed_preview,
+    vault_handles,
+)
 from memory_tools.changes import (
     delete_grace,
     delete_stored_bytes,
@@ -95,18 +101,7 @@ class PurgeResult(WireModel):
 
 async def _preview(services: MemoryServices, trashed: TrashedAsset) -> PreviewLink | None:
     """A signed link to a trashed image's preview (its object is ``deleting`` or still used)."""
-    stored = trashed.stored
-    if stored.preview_storage_key is None or stored.object_status not in (
-        "available",
-        "deleting",
-    ):
-        return None
-    if services.links_unavailable is not None:
-        return PreviewLink(url=None, expires_at=None, unavailable=services.links_unavailable)
-    ttl = services.settings.asset_signed_get_ttl_seconds
-    url = await services.store.create_signed_get_url(stored.preview_storage_key, ttl)
-    metrics.SIGNED_READS_ISSUED.labels(purpose="preview").inc()
-    return PreviewLink(url=url, expires_at=datetime.now(UTC) + timedelta(seconds=ttl))
+    return await signed_preview(services, trashed.stored, trashed=True)
 
 
 async def list_trash(

@@ -85,7 +85,8 @@ def _validate_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     return ordered
 
 
-def _key_record(row: ApiKey) -> ApiKeyRecord:
+def key_record(row: ApiKey) -> ApiKeyRecord:
+    """The record of a key row (without its secret, which is never stored)."""
     return ApiKeyRecord(
         id=row.id,
         owner_identity=row.owner_identity,
@@ -203,7 +204,7 @@ class ApiKeyRepository:
         self._session.add(row)
         await self._session.flush()
         await self._session.refresh(row)
-        return _key_record(row), secret
+        return key_record(row), secret
 
     async def resolve(self, secret: str) -> ApiKeyRecord | None:
         """The active key whose secret is ``secret``, or None (unknown or revoked)."""
@@ -216,7 +217,7 @@ class ApiKeyRepository:
                 )
             )
         ).scalar_one_or_none()
-        return None if row is None else _key_record(row)
+        return None if row is None else key_record(row)
 
     async def is_active(self, key_id: str) -> bool:
         """Whether the key ``key_id`` exists and is not revoked (for calls that outlive a check)."""
@@ -242,7 +243,7 @@ class ApiKeyRepository:
         row = (
             await self._session.execute(select(ApiKey).where(active).add_cte(touched))
         ).scalar_one_or_none()
-        return None if row is None else _key_record(row)
+        return None if row is None else key_record(row)
 
     async def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke a key (idempotent). Operator action."""
@@ -252,7 +253,7 @@ class ApiKeyRepository:
         if row.revoked_at is None:
             row.revoked_at = datetime.now(UTC)
             await self._session.flush()
-        return _key_record(row)
+        return key_record(row)
 
     async def list_for(
         self, owner_identity: str, *, label: str | None = None
@@ -262,7 +263,7 @@ class ApiKeyRepository:
         if label is not None:
             query = query.where(ApiKey.label == label)
         rows = await self._session.scalars(query.order_by(ApiKey.created_at.desc(), ApiKey.id))
-        return [_key_record(row) for row in rows]
+        return [key_record(row) for row in rows]
 
 
 def _touch(which: ColumnElement[bool]) -> Update:

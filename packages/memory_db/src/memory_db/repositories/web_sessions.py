@@ -16,6 +16,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories.identities import key_record
 from memory_db.repositories.records import ApiKeyRecord
 from memory_db.schema import ApiKey, WebSession
 
@@ -41,18 +42,6 @@ class WebSessionRecord:
 def hash_session_secret(secret: str) -> str:
     """SHA-256 of a presented session secret (256 random bits: a fast hash is sufficient)."""
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
-
-
-def _key_record(row: ApiKey) -> ApiKeyRecord:
-    return ApiKeyRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        label=row.label,
-        scopes=tuple(row.scopes),
-        created_at=row.created_at,
-        revoked_at=row.revoked_at,
-        last_used_at=row.last_used_at,
-    )
 
 
 class WebSessionRepository:
@@ -117,7 +106,7 @@ class WebSessionRepository:
         session, key = found
         return WebSessionRecord(
             id=session.id,
-            key=_key_record(key),
+            key=key_record(key),
             csrf_token=session.csrf_token,
             created_at=session.created_at,
             expires_at=session.expires_at,

@@ -25,6 +25,7 @@ from memory_tools.errors import (
     RETRY_AFTER_SECONDS,
     InvalidInputFailure,
     Unauthenticated,
+    http_status,
     map_failures,
 )
 from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
@@ -35,18 +36,6 @@ from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 
-STATUS = {
-    "unauthenticated": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "conflict": 409,
-    "invalid_input": 422,
-    "invalid_image": 422,
-    "quota_exceeded": 507,
-    "feature_disabled": 503,
-    "unavailable": 503,
-    "busy": 503,
-}
 MAX_BODY = 64 * 1024
 
 
@@ -124,7 +113,7 @@ def _error(failure: ToolFailure, request: Request) -> Response:
         )
     return JSONResponse(
         {"error": {"code": failure.code, "message": failure.message}},
-        status_code=STATUS.get(failure.code, 500),
+        status_code=http_status(failure),
         headers=headers,
     )
 

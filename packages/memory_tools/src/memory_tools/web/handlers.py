@@ -37,13 +37,13 @@ from memory_tools.errors import (
     InvalidInputFailure,
     ToolFailure,
     Unauthenticated,
+    http_status,
     map_failures,
 )
 from memory_tools.services import MemoryServices
 from memory_tools.sessions import SessionCaller, session_caller
 from memory_tools.web import security
 from memory_tools.web.rendering import (
-    FAILURE_STATUS,
     Flash,
     clear_flash,
     read_flash,
@@ -241,7 +241,7 @@ async def read_form(request: Request, max_bytes: int = FORM_MAX_BYTES) -> FormDa
 
 
 def _failure_status(failure: ToolFailure) -> int:
-    return FAILURE_STATUS.get(failure.code, 500 if failure.code == "internal" else 400)
+    return http_status(failure)
 
 
 def _sign_in_redirect(request: Request) -> Response:

@@ -24,11 +24,10 @@ from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
 from memory_tools.assets import MIME_TYPES, ListRequest
 from memory_tools.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
-from memory_tools.errors import ToolFailure
+from memory_tools.errors import ToolFailure, http_status
 from memory_tools.projects import create_folder, create_project
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
-from memory_tools.web.rendering import FAILURE_STATUS
 
 PAGE_SIZE = 24
 
@@ -167,7 +166,7 @@ async def show_library(web: WebRequest) -> Response:
     writable_vaults = [v.vault for v in tree.vaults if v.permission in WRITABLE]
     return web.render(
         "library.html",
-        status=200 if failure is None else FAILURE_STATUS.get(failure.code, 500),
+        status=200 if failure is None else http_status(failure),
         title="Library",
         heading=_heading(query, tree),
         query=query,

@@ -14,24 +14,6 @@ from starlette.responses import Response
 
 from memory_tools.web.security import FLASH_COOKIE, safe_next
 
-# Status of a failure's page or JSON answer, by its stable code.
-FAILURE_STATUS = {
-    "unauthenticated": 401,
-    "forbidden": 403,
-    "not_found": 404,
-    "conflict": 409,
-    "invalid_input": 422,
-    "invalid_image": 422,
-    "unsafe_url": 422,
-    "fetch_failed": 502,
-    "quota_exceeded": 507,
-    "feature_disabled": 503,
-    "unavailable": 503,
-    "busy": 503,
-    "embedding_unavailable": 503,
-    "embedding_failed": 502,
-}
-
 FlashKind = Literal["ok", "error"]
 _FLASH_MESSAGE_CHARS = 500  # what read_flash shows at most
 _FLASH_COOKIE_CHARS = 1500  # the JSON; cookie quoting may double it, still under 4096 bytes

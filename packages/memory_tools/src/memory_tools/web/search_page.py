@@ -28,7 +28,7 @@ from starlette.routing import Route
 from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
 from memory_tools.assets import MIME_TYPES
-from memory_tools.errors import InvalidInputFailure, ToolFailure
+from memory_tools.errors import InvalidInputFailure, ToolFailure, http_status
 from memory_tools.ingest.inputs import MAX_TAG_LENGTH, MAX_TAGS
 from memory_tools.projects import FolderView, ProjectView, list_folders, list_projects
 from memory_tools.search import (
@@ -42,7 +42,7 @@ from memory_tools.services import MemoryServices
 from memory_tools.vaults import list_vaults
 from memory_tools.web import security
 from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
-from memory_tools.web.rendering import FAILURE_STATUS, human_bytes
+from memory_tools.web.rendering import human_bytes
 from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH, same_origin_link
 
 SEARCH_PATH = "/search"
@@ -285,7 +285,7 @@ def routes(services: MemoryServices) -> list[Route]:
 
 
 def _status(failure: ToolFailure) -> int:
-    return FAILURE_STATUS.get(failure.code, 400)
+    return http_status(failure)
 
 
 def _same_origin_previews(services: MemoryServices, view: SearchView) -> SearchView:

@@ -14,10 +14,9 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memory_tools import sharing as sharing_workflows
-from memory_tools.errors import ToolFailure
+from memory_tools.errors import ToolFailure, http_status
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
-from memory_tools.web.rendering import FAILURE_STATUS
 
 
 def _field(web: WebRequest, name: str) -> str:
@@ -56,7 +55,7 @@ def routes(services: MemoryServices) -> list[Route]:
             overview = await web.call(sharing_workflows.list_sharing)
             return web.render(
                 "sharing.html",
-                status=FAILURE_STATUS.get(failure.code, 400),
+                status=http_status(failure),
                 title="Sharing",
                 overview=overview,
                 permissions=sharing_workflows.PERMISSIONS,
