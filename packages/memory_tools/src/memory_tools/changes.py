@@ -152,6 +152,7 @@ async def move_asset(
 ) -> MoveResult:
     """Place an asset in another project or folder of its vault (no bytes are copied)."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     if folder_id is not None and project_id is None:
         raise InvalidInputFailure("folderId: give the folder's projectId as well")
     resolved, record = await locate_asset(uow, caller, asset_id, "write")
@@ -240,6 +241,7 @@ async def delete_asset(
 ) -> DeleteResult:
     """Delete an asset (needs the ``destructive`` scope and write authority on its vault)."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     resolved, _ = await locate_asset(uow, caller, asset_id, "destructive")
     scope = resolved.record.scope
     outcome = await _remove(uow, caller, services, await _index(uow, services), scope, asset_id)
@@ -517,6 +519,7 @@ async def delete_folder(
     ``progress`` hears how many of the images are deleted, as they are.
     """
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     resolved = await resolve_vault(uow, caller, vault, "destructive")
     scope = resolved.record.scope
     try:

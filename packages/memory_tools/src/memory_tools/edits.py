@@ -87,6 +87,7 @@ async def update_asset(
     embedded again when its text changed (see the module's docstring).
     """
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     new_title = None
     if title is not None:
         new_title = inputs.clean_text(title, "title", inputs.MAX_TITLE)
@@ -233,6 +234,7 @@ async def update_project(
 ) -> ProjectEdit:
     """Rename a project, change its description, archive or unarchive it (write access)."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     if name is not None:
         inputs.refuse_nul(name, "name")
     new_description = inputs.clean_text(description, "description", MAX_PROJECT_DESCRIPTION)
@@ -289,6 +291,7 @@ async def update_folder(
 ) -> FolderEdit:
     """Rename a folder, or move it under another folder of its project or to the root."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     if to_root and parent_id is not None:
         raise InvalidInputFailure("toRoot: give either parentId or toRoot=true, not both")
     for value, field in ((name, "name"), (parent_id, "parentId")):

@@ -6,9 +6,9 @@ added later). ``ASSET_SEARCH_ENABLED=false`` switches search alone off. Each wor
 calls :func:`require` once, before it reads or changes anything; adapters only render the
 ``FeatureDisabled`` failure in their own format (a tool error, a JSON error with status 503).
 
-A server started with ``--read-only`` offers only read-only tools; a workflow that changes
-something and is reachable by another route (the direct uploads) also calls
-:func:`require_writable`, so a read-only server refuses it with ``forbidden`` (HTTP 403).
+A server started with ``--read-only`` offers only read-only tools; every workflow that changes
+something also calls :func:`require_writable`, because other routes reach it (the direct
+uploads, the web app), so a read-only server refuses it with ``forbidden`` (HTTP 403).
 """
 
 from __future__ import annotations

@@ -128,6 +128,7 @@ async def create_project(
 ) -> ProjectView:
     """Create a project in a vault the caller may write."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     if description is not None:
         refuse_nul(description, "description")
     resolved = await resolve_vault(uow, caller, vault, "write")
@@ -183,6 +184,7 @@ async def create_folder(
 ) -> FolderView:
     """Create a folder; return it with its path."""
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
     try:
@@ -226,6 +228,7 @@ async def archive_project(
     Non-destructive and idempotent (docs/design.md#folder-deletion).
     """
     policy.require(services.settings)
+    policy.require_writable(services.read_only)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
     try:

@@ -371,6 +371,7 @@ class AssetSaver:
         ``progress`` hears of each step (fetching or reading, checking, storing, saved).
         """
         policy.require(self._settings)
+        policy.require_writable(self.services.read_only)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         self.require_one_source(request)
