@@ -1,0 +1,51 @@
+"""Attacks on the pages and their JSON endpoints from another tenant or a grantee, over real HTTP:
+what each must refuse, and what it must not tell."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from memory_tools import admin
+from memory_tools.testing.web_app import WebApp, WebClient
+
+from ..pictures import picture
+from .pictures import save_picture
+
+
+async def _upload(client: WebClient, data: bytes, **extra: Any) -> dict[str, Any]:
+    started = await client.call(
+        "POST",
+        "/app/uploads",
+        json={"contentType": "image/png", "contentLength": len(data), **extra},
+    )
+    assert started.status_code == 201, started.text
+    ticket = started.json()
+    headers = {k: v for k, v in ticket["headers"].items() if k.lower() != "content-length"}
+    put = await client.http.put(ticket["url"], content=data, headers=headers)
+    assert put.status_code == 200, put.text
+    done = await client.call("POST", ticket["completeUrl"], json={})
+    assert done.status_code == 200, done.text
+    return done.json()
+
+
+async def test_a_grantee_cannot_learn_what_the_owner_stores_in_a_private_vault(
+    webapp: WebApp, browser_for: Callable[[], WebClient], make_person: Callable[..., Any]
+) -> None:
+    """Bytes are shared across the owner's vaults; a save into a shared vault must not say so.
+
+    Otherwise a grantee of one vault learns, image by image, whether the owner stores exactly
+    these bytes anywhere (their private Library included): the oracle design.md rules out.
+    """
+    alice = await make_person("alice@example.com")
+    bob = await make_person("bob@example.com")
+    database = webapp.services.database
+    await admin.create_vault(database, alice.email, "Team")
+    await admin.grant(database, alice.email, "Team", bob.email, "write")
+    await save_picture(webapp.services, alice, 41)  # in alice's private Library
+    async with browser_for() as theirs:
+        await theirs.sign_in(bob.key)
+        probe = await _upload(theirs, picture(41), vault="alice@example.com/Team")
+        fresh = await _upload(theirs, picture(42), vault="alice@example.com/Team")
+        assert probe["deduplicated"] is False
+        assert probe.keys() == fresh.keys()
