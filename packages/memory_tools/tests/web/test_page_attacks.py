@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import unquote
 
 from memory_tools import admin
 from memory_tools.testing.web_app import WebApp, WebClient
@@ -49,3 +50,46 @@ async def test_a_grantee_cannot_learn_what_the_owner_stores_in_a_private_vault(
         fresh = await _upload(theirs, picture(42), vault="alice@example.com/Team")
         assert probe["deduplicated"] is False
         assert probe.keys() == fresh.keys()
+
+
+def _flash(answer: Any) -> str:
+    for value in answer.headers.get_list("set-cookie"):
+        if value.startswith("mem_flash="):
+            return unquote(value.split(";", 1)[0].removeprefix("mem_flash="))
+    return ""
+
+
+async def test_a_grantees_purge_does_not_tell_whether_the_owner_keeps_the_bytes_elsewhere(
+    webapp: WebApp, browser_for: Callable[[], WebClient], make_person: Callable[..., Any]
+) -> None:
+    """An admin grantee may purge; whether the bytes went must not say what else the owner has.
+
+    "Its bytes stay (1 other image(s) use the same bytes)" after purging an image saved into the
+    shared vault would say that the owner stores exactly these bytes in a vault the grantee
+    cannot see. The owner is still told (their own images).
+    """
+    alice = await make_person("alice@example.com")
+    bob = await make_person("bob@example.com")
+    database = webapp.services.database
+    await admin.create_vault(database, alice.email, "Team")
+    await admin.grant(database, alice.email, "Team", bob.email, "admin")
+    await save_picture(webapp.services, alice, 43)  # in alice's private Library
+    async with browser_for() as theirs, browser_for() as mine:
+        await theirs.sign_in(bob.key)
+        await mine.sign_in(alice.key)
+        notices: list[str] = []
+        for seed in (43, 44):  # alice stores 43 elsewhere, 44 nowhere
+            saved = await _upload(theirs, picture(seed), vault="alice@example.com/Team")
+            deleted = await theirs.submit(f"/assets/{saved['assetId']}/delete")
+            assert deleted.status_code == 303 and "trash" in _flash(deleted)
+            purged = await theirs.submit(f"/trash/{saved['assetId']}/purge")
+            assert purged.status_code == 303
+            notices.append(_flash(purged))
+        assert "Purged" in notices[0]
+        assert notices[0] == notices[1]
+        assert "other image" not in notices[0]
+        # Alice's own purge still says why the bytes stay.
+        again = await _upload(mine, picture(43))
+        await mine.submit(f"/assets/{again['assetId']}/delete")
+        hers = await mine.submit(f"/trash/{again['assetId']}/purge")
+        assert "other image(s) use the same bytes" in _flash(hers)
