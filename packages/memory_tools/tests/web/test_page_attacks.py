@@ -7,7 +7,10 @@ from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
 
-from memory_tools import admin
+from sqlalchemy import event
+
+from memory_tools import admin, projects
+from memory_tools.access import authenticate
 from memory_tools.testing.web_app import WebApp, WebClient
 
 from ..pictures import picture
@@ -93,3 +96,63 @@ async def test_a_grantees_purge_does_not_tell_whether_the_owner_keeps_the_bytes_
         await mine.submit(f"/assets/{again['assetId']}/delete")
         hers = await mine.submit(f"/trash/{again['assetId']}/purge")
         assert "other image(s) use the same bytes" in _flash(hers)
+
+
+async def test_the_asset_page_reads_the_vaults_folders_at_once_however_many_projects(
+    webapp: WebApp, signed_in: WebClient, make_person: Callable[..., Any]
+) -> None:
+    """Its move menu lists every project and folder of the vault: not one query per project.
+
+    Otherwise anyone who may create projects in a vault (a write grantee too) makes every
+    asset page of that vault cost a round of queries per project, in one transaction.
+    """
+    alice = await make_person("alice@example.com")
+    services = webapp.services
+    asset_id = await save_picture(services, alice, 45)
+
+    async def statements() -> int:
+        seen: list[str] = []
+
+        def count(*args: Any) -> None:
+            seen.append(str(args[2]))
+
+        engine = services.database.engine.sync_engine
+        event.listen(engine, "before_cursor_execute", count)
+        try:
+            page = await signed_in.http.get(f"/assets/{asset_id}")
+        finally:
+            event.remove(engine, "before_cursor_execute", count)
+        assert page.status_code == 200
+        return len(seen)
+
+    async def add_projects(count: int) -> None:
+        async with services.database.unit_of_work() as uow:
+            caller = await authenticate(uow, alice.key)
+            for _ in range(count):
+                project = await projects.create_project(
+                    uow,
+                    caller,
+                    services,
+                    vault="Library",
+                    name=f"Project {len(made)}",
+                    description=None,
+                )
+                made.append(project.project_id)
+                await projects.create_folder(
+                    uow,
+                    caller,
+                    services,
+                    vault="Library",
+                    project_id=project.project_id,
+                    parent_id=None,
+                    name="f",
+                )
+
+    made: list[str] = []
+    await add_projects(2)
+    few = await statements()
+    await add_projects(20)
+    many = await statements()
+    page = await signed_in.http.get(f"/assets/{asset_id}")
+    assert page.text.count('value="apr_') == 22 * 2  # each project, and its folder
+    assert many == few
