@@ -3,6 +3,7 @@ what each must refuse, and what it must not tell."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 from urllib.parse import unquote
@@ -156,3 +157,26 @@ async def test_the_asset_page_reads_the_vaults_folders_at_once_however_many_proj
     page = await signed_in.http.get(f"/assets/{asset_id}")
     assert page.text.count('value="apr_') == 22 * 2  # each project, and its folder
     assert many == few
+
+
+async def test_previews_load_at_whatever_address_the_app_was_opened(
+    webapp: WebApp, signed_in: WebClient, make_person: Callable[..., Any]
+) -> None:
+    """A local store's signed link as a path: only the page's own origin passes its CSP.
+
+    Opened at ``localhost`` when the server names itself ``127.0.0.1`` (or the other way
+    round, or through a proxy), an absolute link is another origin: img-src 'self' blocks
+    every preview of the library, the asset page, its delete page and the trash.
+    """
+    alice = await make_person("alice@example.com")
+    services = webapp.services
+    kept = await save_picture(services, alice, 46)
+    gone = await save_picture(services, alice, 47)
+    deleted = await signed_in.submit(f"/assets/{gone}/delete")
+    assert deleted.status_code == 303
+    for path in ("/library", f"/assets/{kept}", f"/assets/{kept}/delete", "/trash"):
+        page = await signed_in.http.get(path)
+        assert page.status_code == 200, path
+        sources = re.findall(r'<img[^>]* src="([^"]+)"', page.text)
+        assert sources, path
+        assert all(src.startswith("/objects/") for src in sources), (path, sources)
