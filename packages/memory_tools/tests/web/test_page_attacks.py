@@ -180,3 +180,35 @@ async def test_previews_load_at_whatever_address_the_app_was_opened(
         sources = re.findall(r'<img[^>]* src="([^"]+)"', page.text)
         assert sources, path
         assert all(src.startswith("/objects/") for src in sources), (path, sources)
+
+
+async def test_a_grantee_over_the_owners_quota_is_not_told_the_owners_numbers(
+    webapp: WebApp, browser_for: Callable[[], WebClient], make_person: Callable[..., Any]
+) -> None:
+    """``quota_exceeded`` says "N used + M reserved > Q" to the owner: their whole account.
+
+    A grantee who pushes a shared vault over its owner's quota (a large upload start is
+    enough) must not learn how much the owner stores across their vaults, nor their quota.
+    """
+    database = webapp.services.database
+    await admin.create_identity(database, "alice@example.com", 200_000)
+    alice = await make_person("alice@example.com")
+    bob = await make_person("bob@example.com")
+    await admin.create_vault(database, alice.email, "Team")
+    await admin.grant(database, alice.email, "Team", bob.email, "write")
+    await save_picture(webapp.services, alice, 48)
+    async with browser_for() as theirs, browser_for() as mine:
+        await theirs.sign_in(bob.key)
+        await mine.sign_in(alice.key)
+        ask = {"contentType": "image/png", "contentLength": 190_000}
+        refused = await theirs.call(
+            "POST", "/app/uploads", json={**ask, "vault": "alice@example.com/Team"}
+        )
+        assert refused.status_code >= 400, refused.text
+        error = refused.json()["error"]
+        assert error["code"] == "quota_exceeded"
+        assert not re.search(r"\d", error["message"]), error["message"]
+        # The owner is told the numbers of her own account.
+        hers = await mine.call("POST", "/app/uploads", json={**ask, "vault": "Team"})
+        assert hers.json()["error"]["code"] == "quota_exceeded"
+        assert re.search(r"\d+ used", hers.json()["error"]["message"])

@@ -524,7 +524,9 @@ class AssetSaver:
             )
             how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
             need = plan.charge(deduplicated=how != "store")
-            await reservations.hold(uow, owner, plan.order.reservation_id, need)
+            await reservations.hold(
+                uow, owner, plan.order.reservation_id, need, caller=plan.order.actor
+            )
         return how
 
     async def store(self, plan: SavePlan) -> _Written:
