@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Literal
 
 from memory_db import MemoryDbError, UnitOfWork
+from memory_db.repositories import FolderRecord
 from memory_tools import policy
 from memory_tools.access import Caller, readable_vaults
 from memory_tools.assets import (
@@ -29,7 +30,13 @@ from memory_tools.assets import (
     signed_preview,
 )
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
-from memory_tools.projects import FolderView, ProjectView, list_folders, list_projects
+from memory_tools.projects import (
+    FolderView,
+    ProjectView,
+    folder_tree,
+    list_folders,
+    list_projects,
+)
 from memory_tools.services import MemoryServices
 from memory_tools.vaults import VaultView, list_vaults
 
@@ -195,14 +202,16 @@ async def asset_detail(
         raise translate(exc) from exc
     placements: list[Placement] = []
     projects = await list_projects(uow, caller, services, vault=asset.vault, include_archived=False)
+    # Every folder of the vault at once: a vault may have many projects (anyone who may write
+    # to it can add them), and this page must not cost a round of queries for each.
+    by_project: dict[str, list[FolderRecord]] = {}
+    for folder in await uow.folders.list_vault(vault.record.scope):
+        by_project.setdefault(folder.project_id, []).append(folder)
     for project in projects.projects:
         placements.append(Placement(project.project_id, None, project.name))
-        tree = await list_folders(
-            uow, caller, services, vault=asset.vault, project_id=project.project_id
-        )
+        tree = folder_tree(by_project.get(project.project_id, []), asset.vault)
         placements.extend(
-            Placement(project.project_id, f.folder_id, f"{project.name}{f.path}")
-            for f in tree.folders
+            Placement(project.project_id, f.folder_id, f"{project.name}{f.path}") for f in tree
         )
     return AssetDetail(
         asset=asset,

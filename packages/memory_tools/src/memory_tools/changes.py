@@ -30,10 +30,10 @@ from memory_tools.errors import (
     FeatureDisabled,
     InvalidInputFailure,
     NotFoundFailure,
-    QuotaExceeded,
     translate,
 )
 from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.progress import Progress, every, no_progress
 from memory_tools.services import MemoryServices
@@ -327,9 +327,11 @@ async def restore_asset(
     # bytes were never given back (they count until the purge).
     vectors = vector_bytes(services, len(representations))
     if usage.used_bytes + usage.reserved_bytes + vectors > usage.quota_bytes:
-        raise QuotaExceeded(
+        raise over_quota(
             f"restoring needs {vectors} bytes for its vectors: {usage.used_bytes} used + "
-            f"{usage.reserved_bytes} reserved + {vectors} > {usage.quota_bytes} quota"
+            f"{usage.reserved_bytes} reserved + {vectors} > {usage.quota_bytes} quota",
+            owner=owner,
+            caller=caller.identity,
         )
     await uow.quota.add_used(owner, vectors)
     restored = await uow.assets.restore(

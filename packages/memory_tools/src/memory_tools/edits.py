@@ -30,11 +30,11 @@ from memory_tools.errors import (
     FeatureDisabled,
     InvalidInputFailure,
     NotFoundFailure,
-    QuotaExceeded,
     translate,
 )
 from memory_tools.ingest import inputs
 from memory_tools.ingest.plan import NO_FUSED_TEXT, fused_text
+from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import vector_bytes
 from memory_tools.projects import FolderView, ProjectView, folder_view, project_view
 from memory_tools.services import MemoryServices
@@ -137,7 +137,7 @@ async def update_asset(
                 **dict(metadata.get("embedding") or {}),
                 FUSED: "queued" if new_text else NO_FUSED_TEXT,
             }
-            await _reembed_fused(uow, services, scope, asset_id, new_text)
+            await _reembed_fused(uow, services, scope, asset_id, new_text, caller.identity)
         await uow.assets.edit(
             scope,
             asset_id,
@@ -180,6 +180,7 @@ async def _reembed_fused(
     scope: VaultScope,
     asset_id: str,
     text: str | None,
+    actor: str,
 ) -> None:
     """Supersede the fused jobs and vector of the old text; queue a job for ``text``, if any.
 
@@ -206,9 +207,11 @@ async def _reembed_fused(
         charge = vector_bytes(services, 1)
         usage = await uow.quota.usage(owner, lock=True)
         if usage.used_bytes + usage.reserved_bytes + charge > usage.quota_bytes:
-            raise QuotaExceeded(
+            raise over_quota(
                 f"a fused vector for the new text needs {charge} bytes: {usage.used_bytes} "
-                f"used + {usage.reserved_bytes} reserved + {charge} > {usage.quota_bytes} quota"
+                f"used + {usage.reserved_bytes} reserved + {charge} > {usage.quota_bytes} quota",
+                owner=owner,
+                caller=actor,
             )
         await uow.quota.add_used(owner, charge)
     await uow.jobs.create(

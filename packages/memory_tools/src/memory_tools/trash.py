@@ -91,10 +91,13 @@ class PurgeResult(WireModel):
     asset_id: str
     vault: str
     object_id: str
-    bytes_deleted: bool = Field(description="The bytes were deleted now.")
+    bytes_deleted: bool = Field(
+        description="The bytes were deleted now (always false in a vault shared with you)."
+    )
     bytes_kept: str | None = Field(
         description="Why the bytes stay: another image uses them, or the store refused the "
-        "deletion now (the worker's sweep retries); null when they were deleted."
+        "deletion now (the worker's sweep retries); null when they were deleted, and in a "
+        "vault shared with you (the owner's other vaults are not yours to learn about)."
     )
     freed_bytes: int = Field(description="Bytes given back to the quota now.")
 
@@ -160,11 +163,11 @@ async def list_trash(
 
 async def _take_out_of_trash(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, asset_id: str
-) -> tuple[PurgeResult, ObjectRecord | None]:
+) -> tuple[PurgeResult, ObjectRecord | None, bool]:
     """The purge's transaction: the image leaves the trash for good.
 
     Its object, if no other image needs it, is made due for deletion and returned, so its
-    bytes are deleted after the commit.
+    bytes are deleted after the commit; and whether the caller owns the vault.
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
@@ -219,7 +222,16 @@ async def _take_out_of_trash(
         bytes_kept=kept,
         freed_bytes=0,
     )
-    return result, due
+    return result, due, resolved.record.permission == "owner"
+
+
+def _as_seen_by_grantee(result: PurgeResult) -> PurgeResult:
+    """What a grantee is told: the image is gone, nothing of where else its bytes are used.
+
+    Bytes are shared across all of the owner's vaults, so "they stay, another image uses them"
+    (or "they are gone") would tell a grantee what the owner stores where they cannot look.
+    """
+    return result.model_copy(update={"bytes_deleted": False, "bytes_kept": None, "freed_bytes": 0})
 
 
 async def purge_asset(caller: Caller, services: MemoryServices, *, asset_id: str) -> PurgeResult:
@@ -234,19 +246,25 @@ async def purge_asset(caller: Caller, services: MemoryServices, *, asset_id: str
     Another owner's images, and images not in the trash, answer ``not_found``.
     """
     async with services.database.unit_of_work() as uow:
-        result, due = await _take_out_of_trash(uow, caller, services, asset_id)
+        result, due, owns = await _take_out_of_trash(uow, caller, services, asset_id)
+
+    def shown(answer: PurgeResult) -> PurgeResult:
+        return answer if owns else _as_seen_by_grantee(answer)
+
     if due is None:
         log.info("asset_purged", bytes_deleted=False)
-        return result
+        return shown(result)
     if not await delete_stored_bytes(services, due):
-        return result.model_copy(
-            update={"bytes_kept": "the store refused the deletion; the worker's sweep retries"}
+        return shown(
+            result.model_copy(
+                update={"bytes_kept": "the store refused the deletion; the worker's sweep retries"}
+            )
         )
     async with services.database.unit_of_work() as uow:
         recorded = await record_purged(uow, due, caller.identity)
     log.info("asset_purged", bytes_deleted=True)
     # A sweep that ran between the two transactions recorded the purge (and the refund).
     freed = due.bytes + (due.preview_bytes or 0) if recorded else 0
-    return result.model_copy(
-        update={"bytes_deleted": True, "bytes_kept": None, "freed_bytes": freed}
+    return shown(
+        result.model_copy(update={"bytes_deleted": True, "bytes_kept": None, "freed_bytes": freed})
     )

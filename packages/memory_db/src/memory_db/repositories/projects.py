@@ -402,6 +402,15 @@ class FolderRepository:
         )
         return [_folder(row) for row in rows]
 
+    async def list_vault(self, scope: VaultScope) -> list[FolderRecord]:
+        """Every active folder of every project of a vault, in one query."""
+        rows = await self._session.scalars(
+            self._scoped(scope).order_by(
+                AssetFolder.project_id, func.lower(AssetFolder.name), AssetFolder.id
+            )
+        )
+        return [_folder(row) for row in rows]
+
     async def lock(self, scope: VaultScope, folder_ids: Sequence[str]) -> None:
         """Lock active folders ``FOR UPDATE`` (a deletion: saves and moves into them wait)."""
         if folder_ids:

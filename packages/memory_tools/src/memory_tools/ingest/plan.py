@@ -39,6 +39,9 @@ class SaveTarget:
     namespace_id: str
     project_id: str | None
     folder_id: str | None
+    # The caller owns the vault. Bytes are shared across all of an owner's vaults, so a save
+    # tells a grantee nothing of them: "deduplicated" would say what the owner stores elsewhere.
+    caller_is_owner: bool = True
 
 
 @dataclass(frozen=True)

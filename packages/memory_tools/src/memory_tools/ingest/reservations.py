@@ -76,12 +76,25 @@ async def open_reservation(
         return reservation, False
 
 
-async def hold(uow: UnitOfWork, owner: str, reservation_id: str, nbytes: int) -> None:
+def over_quota(detail: str, *, owner: str, caller: str) -> QuotaExceeded:
+    """``quota_exceeded`` with its numbers for the owner; without them for anyone else.
+
+    The numbers (used, reserved, quota) are the owner's whole account, every vault of theirs
+    included: a grantee of one shared vault is told only that the owner's quota is reached.
+    """
+    if caller == owner:
+        return QuotaExceeded(detail)
+    return QuotaExceeded("this would exceed the storage quota of the vault's owner")
+
+
+async def hold(
+    uow: UnitOfWork, owner: str, reservation_id: str, nbytes: int, *, caller: str
+) -> None:
     """Hold ``nbytes`` on the reservation (replacing what it held): ``quota_exceeded``."""
     try:
         await uow.quota.reserve(owner, reservation_id, nbytes)
     except QuotaExceededError as exc:
-        raise QuotaExceeded(str(exc)) from None
+        raise over_quota(str(exc), owner=owner, caller=caller) from None
 
 
 async def release(database: Database, owner: str, reservation_id: str) -> None:

@@ -268,7 +268,7 @@ def _result(
         vault=target.display_vault,
         status=asset.status,
         embedding_status=asset.embedding_status,
-        deduplicated=deduplicated,
+        deduplicated=deduplicated and target.caller_is_owner,
         replayed=replayed,
         job_ids=job_ids,
         width=stored.width,
@@ -430,6 +430,7 @@ class AssetSaver:
             namespace_id=usage.namespace_id,
             project_id=intent.project_id,
             folder_id=intent.folder_id,
+            caller_is_owner=vault.record.permission == "owner",
         )
 
     async def replay(self, uow: UnitOfWork, target: SaveTarget, asset_id: str) -> SaveResult:
@@ -524,7 +525,9 @@ class AssetSaver:
             )
             how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
             need = plan.charge(deduplicated=how != "store")
-            await reservations.hold(uow, owner, plan.order.reservation_id, need)
+            await reservations.hold(
+                uow, owner, plan.order.reservation_id, need, caller=plan.order.actor
+            )
         return how
 
     async def store(self, plan: SavePlan) -> _Written:

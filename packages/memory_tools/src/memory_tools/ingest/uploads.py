@@ -137,7 +137,7 @@ class UploadFlow:
             if created:
                 # The declared bytes and both vectors, held until completion knows the image.
                 need = content_length + vector_bytes(self._services, 2)
-                await reservations.hold(uow, owner, reservation.id, need)
+                await reservations.hold(uow, owner, reservation.id, need, caller=caller.identity)
         key = build_staging_key(
             settings.asset_storage_env_prefix, target.namespace_id, reservation.id, extension
         )

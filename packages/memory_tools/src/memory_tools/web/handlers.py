@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, Concatenate, ParamSpec, TypeVar
 from urllib.parse import quote
 
@@ -179,6 +180,8 @@ def render_page(
             "is_admin": bool(who and who.caller.has_scope("admin")),
             "path": request.url.path,
             "flash": flash,
+            # A store link as the page shows it (a path for the local store: see the function).
+            "store_link": partial(security.same_origin_link, services),
             **context,
         },
     )

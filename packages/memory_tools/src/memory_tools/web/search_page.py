@@ -43,7 +43,8 @@ from memory_tools.vaults import list_vaults
 from memory_tools.web import security
 from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
 from memory_tools.web.rendering import human_bytes
-from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH, same_origin_link
+from memory_tools.web.security import same_origin_link
+from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH
 
 SEARCH_PATH = "/search"
 DEFAULT_LIMIT = 10

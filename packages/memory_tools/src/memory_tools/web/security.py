@@ -32,6 +32,19 @@ def new_nonce() -> str:
     return secrets.token_urlsafe(16)
 
 
+def same_origin_link(services: MemoryServices, url: str) -> str:
+    """A link of our own store as a path, so it works at whatever address the page was opened.
+
+    The local store signs the key and expiry, not the host: ``http://localhost:8765/...`` and
+    ``http://127.0.0.1:8765/...`` are the same link, but only the page's own origin passes
+    its CSP and needs no CORS. An S3 link (the bucket's endpoint) is kept as it is.
+    """
+    if not isinstance(services.store, HmacLinks):
+        return url
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}" if parts.query else parts.path
+
+
 def store_origins(services: MemoryServices) -> tuple[str, ...]:
     """Origins the store's signed links point at, when they are not this server's own."""
     if isinstance(services.store, HmacLinks):

@@ -79,8 +79,10 @@ def routes(services: MemoryServices) -> list[Route]:
         purged = await web.call_as_caller(trash_workflows.purge_asset, services, asset_id=asset_id)
         if purged.bytes_deleted:
             notice = "Purged: the image and its bytes are gone."
-        else:
+        elif purged.bytes_kept is not None:
             notice = f"Purged: the image is gone; its bytes stay ({purged.bytes_kept})."
+        else:  # in a vault shared with the caller: nothing said of the owner's bytes
+            notice = "Purged: the image is gone."
         return web.redirect(web.back("/trash"), notice=notice)
 
     return [

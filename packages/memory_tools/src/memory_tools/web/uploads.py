@@ -19,13 +19,11 @@ start and complete, ``upload.js`` PUTs each file to its signed link with its own
 from __future__ import annotations
 
 from typing import Annotated, Any
-from urllib.parse import urlsplit
 
 from pydantic import ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from memory_db.storage import HmacLinks
 from memory_tools.assets import MIME_TYPES, get_asset_waiting
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure
 from memory_tools.ingest.images import FORMATS
@@ -47,6 +45,7 @@ from memory_tools.vaults import list_vaults
 from memory_tools.web import security
 from memory_tools.web.handlers import WebRequest, endpoint, page
 from memory_tools.web.rendering import human_bytes
+from memory_tools.web.security import same_origin_link
 from memory_tools.wire import WireModel
 
 UPLOAD_PATH = "/upload"
@@ -80,19 +79,6 @@ class EmbeddingState(WireModel):
     embedding_status: str
     failure_code: str | None
     failure_message: str | None
-
-
-def same_origin_link(services: MemoryServices, url: str) -> str:
-    """A link of our own store as a path, so it works at whatever address the page was opened.
-
-    The local store signs the key and expiry, not the host: ``http://localhost:8765/...`` and
-    ``http://127.0.0.1:8765/...`` are the same link, but only the page's own origin passes
-    its CSP and needs no CORS. An S3 link (the bucket's endpoint) is kept as it is.
-    """
-    if not isinstance(services.store, HmacLinks):
-        return url
-    parts = urlsplit(url)
-    return f"{parts.path}?{parts.query}" if parts.query else parts.path
 
 
 def _target(web: WebRequest) -> tuple[str, str | None, str | None]:
