@@ -51,6 +51,15 @@
       dialog.querySelectorAll("[data-confirm-yes]").forEach((button) => {
         button.addEventListener("click", () => {
           form.dataset.confirmed = "yes";
+          // Tells the server this was confirmed (without it, it asks on a page of its own).
+          let flag = form.querySelector('input[name="confirmed"]');
+          if (!flag) {
+            flag = document.createElement("input");
+            flag.type = "hidden";
+            flag.name = "confirmed";
+            form.appendChild(flag);
+          }
+          flag.value = "yes";
           dialog.close();
           form.requestSubmit();
         });
