@@ -45,8 +45,9 @@
         if (form.dataset.confirmed === "yes") return;
         event.preventDefault();
         dialog.showModal();
-        const yes = dialog.querySelector("[data-confirm-yes]");
-        if (yes) yes.focus();
+        // What is confirmed here cannot be undone: the safe choice takes the focus.
+        const first = dialog.querySelector("[data-confirm-no]") || dialog.querySelector("[data-confirm-yes]");
+        if (first) first.focus();
       });
       dialog.querySelectorAll("[data-confirm-yes]").forEach((button) => {
         button.addEventListener("click", () => {
