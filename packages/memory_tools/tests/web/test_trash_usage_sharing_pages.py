@@ -72,6 +72,7 @@ async def test_the_trash_page_shows_restores_and_purges(
     assert page.status_code == 200
     assert "Harbour at dusk" in page.text and "Pier in fog" in page.text
     assert "Purged in" in page.text
+    assert "can be restored for 7 days" in page.text  # the default window, in days
     # The preview is a signed link to the deleted image's preview, and it is served.
     # Most recently deleted first: the pier's preview, then the harbour's.
     links = [link.replace("&amp;", "&") for link in re.findall(r'<img src="([^"]+)"', page.text)]
