@@ -133,3 +133,46 @@ def test_library_and_asset_page_at_phone_width(
     expect(page.get_by_role("alert")).to_contain_text("mimeTypes")
     check_accessibility(page)
     screenshot(page, "library-refused-filter-mobile")
+
+
+def _save_in_a_long_folder(url: str, key: str) -> tuple[str, str, str]:
+    """A project, a folder with a long name, and one image in it: their ids."""
+
+    async def save() -> tuple[str, str, str]:
+        async with Client(url + "/mcp", auth=key) as client:
+            project = (await client.call_tool("image_project_create", {"name": "Trips"})).data
+            name = "Norway in winter, the long way round by every ferry on the coast"
+            arguments = {"projectId": project.projectId, "name": name}
+            folder = (await client.call_tool("image_folder_create", arguments)).data
+            arguments = {
+                "imageBase64": base64.b64encode(_png(7)).decode(),
+                "title": "Fjord",
+                "projectId": project.projectId,
+                "folderId": folder.folderId,
+            }
+            saved = (await client.call_tool("image_asset_save", arguments)).data
+            return project.projectId, folder.folderId, saved.assetId
+
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, save).result(timeout=60)
+
+
+def test_nothing_scrolls_sideways_at_phone_width_with_a_long_folder_name(
+    open_page: Callable[..., Page], new_key: Callable[..., str], web_server: RunningServer
+) -> None:
+    key = new_key("narrow")
+    project_id, folder_id, asset_id = _save_in_a_long_folder(web_server.url, key)
+    page = open_page(key, MOBILE)
+    for path in (
+        f"/assets/{asset_id}",  # the Move select lists the folder's path
+        f"/upload?vault=Library&projectId={project_id}&folderId={folder_id}",
+        "/usage",  # labelled lists in place of tables
+        "/sharing",
+    ):
+        page.goto(path)
+        widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+        assert widths[0] <= widths[1], f"{path} scrolls sideways at phone width: {widths}"
+    page.goto(f"/assets/{asset_id}")
+    page.get_by_role("link", name="Delete…").click()
+    box = page.locator("#asset-delete-dialog").bounding_box()
+    assert box is not None and box["width"] >= MOBILE["width"] - 1  # the full width, no more

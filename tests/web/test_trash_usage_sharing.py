@@ -72,10 +72,13 @@ def test_restore_and_purge_from_the_trash(
     page.get_by_role("button", name="Purge now Pier in fog").click()
     dialog = page.get_by_role("dialog", name="Purge “Pier in fog” now?")
     expect(dialog).to_be_visible()
+    # It cannot be undone: the safe choice has the focus, so Enter keeps the image.
+    expect(dialog.get_by_role("button", name="Keep it")).to_be_focused()
     check_accessibility(page)
     dialog.get_by_role("button", name="Keep it").click()
     expect(dialog).to_be_hidden()
     expect(items).to_have_count(1)
+    expect(page.get_by_role("button", name="Purge now Pier in fog")).to_be_focused()
     page.get_by_role("button", name="Purge now Pier in fog").click()
     dialog.get_by_role("button", name="Purge now").click()
     expect(page.get_by_role("status")).to_contain_text("the image and its bytes are gone")

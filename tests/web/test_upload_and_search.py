@@ -51,6 +51,9 @@ def test_three_images_dropped_at_once_each_progress_and_become_ready_then_found(
     )
     page.goto("/upload")
     expect(page.get_by_role("heading", name="Upload images")).to_be_visible()
+    # The page's own styles apply at desktop width too: a drop zone, rows in columns.
+    expect(page.locator("#drop-zone")).to_have_css("border-top-style", "dashed")
+    expect(page.locator("#upload-list")).to_have_css("list-style-type", "none")
     check_accessibility(page)
     page.get_by_label("Tags for these images").fill("harbour, evening")
 

@@ -191,8 +191,11 @@ async def test_delete_asks_first_then_moves_to_the_trash(
     # The page's link opens the confirmation page without scripts, a dialog with them.
     assert f'href="/assets/{asset_id}/delete" data-delete-dialog="asset-delete-dialog"' in page.text
     assert '<dialog id="asset-delete-dialog"' in page.text
+    assert '<h2 id="asset-delete-dialog-title">Delete “Goodbye”?</h2>' in page.text
     confirm = await signed_in.get(f"/assets/{asset_id}/delete")
     assert confirm.status_code == 200 and "Delete “Goodbye”?" in confirm.text
+    # The confirmation page is a page of its own: its question is its level-one heading.
+    assert '<h1 id="asset-delete-dialog-title">Delete “Goodbye”?</h1>' in confirm.text
     assert f'action="/assets/{asset_id}/delete"' in confirm.text
     assert (await _detail(webapp, alice, asset_id)).asset.title == "Goodbye"  # GET changed nothing
     forged = await signed_in.submit(f"/assets/{asset_id}/delete", {}, csrf=False)

@@ -46,6 +46,7 @@ async def test_over_https_the_cookie_is_secure_and_host_only(
         assert "secure" in _cookie_header(form, "mem_sign_in").lower()
         token = re.search(r'name="signInToken" value="([^"]*)"', form.text)
         assert token is not None
+        assert 'placeholder="mk_…"' in form.text  # what a key looks like, in view
         # httpx keeps Secure cookies off plain http, as browsers do: send it as the proxy would.
         answer = await client.http.post(
             "/sign-in",

@@ -72,6 +72,7 @@ async def test_the_trash_page_shows_restores_and_purges(
     assert page.status_code == 200
     assert "Harbour at dusk" in page.text and "Pier in fog" in page.text
     assert "Purged in" in page.text
+    assert "can be restored for 7 days" in page.text  # the default window, in days
     # The preview is a signed link to the deleted image's preview, and it is served.
     # Most recently deleted first: the pier's preview, then the harbour's.
     links = [link.replace("&amp;", "&") for link in re.findall(r'<img src="([^"]+)"', page.text)]
@@ -91,7 +92,12 @@ async def test_the_trash_page_shows_restores_and_purges(
 
     refused = await alice_web.submit(f"/trash/{gone['assetId']}/purge", csrf=False)
     assert refused.status_code == 403 and await _status(webapp, gone["assetId"]) == "deleted"
-    purged = await alice_web.submit(f"/trash/{gone['assetId']}/purge")
+    # Unconfirmed (no scripts, so no dialog): a page asks first, and nothing is purged.
+    asked = await alice_web.submit(f"/trash/{gone['assetId']}/purge", {"back": "/trash"})
+    assert asked.status_code == 200 and "Purge this image now?" in asked.text
+    assert 'name="confirmed" value="yes"' in asked.text and 'href="/trash">Keep it' in asked.text
+    assert await _status(webapp, gone["assetId"]) == "deleted"
+    purged = await alice_web.submit(f"/trash/{gone['assetId']}/purge", {"confirmed": "yes"})
     assert purged.status_code == 303
     assert "the image and its bytes are gone" in _flash(purged)
     assert await _status(webapp, gone["assetId"]) == "purged"
@@ -112,8 +118,9 @@ async def test_another_owners_trash_is_refused_like_a_missing_image(
         page = await client.get("/trash")
         assert "Alice's secret" not in page.text and "The trash is empty" in page.text
         for action in ("restore", "purge"):
-            theirs = await client.submit(f"/trash/{hers['assetId']}/{action}")
-            missing = await client.submit(f"/trash/{MISSING}/{action}")
+            confirmed = {"confirmed": "yes"}
+            theirs = await client.submit(f"/trash/{hers['assetId']}/{action}", confirmed)
+            missing = await client.submit(f"/trash/{MISSING}/{action}", confirmed)
             assert theirs.status_code == missing.status_code == 303
             assert _flash(theirs) == _flash(missing) and "not_found" in _flash(theirs)
     assert await _status(webapp, hers["assetId"]) == "deleted"

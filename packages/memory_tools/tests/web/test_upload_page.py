@@ -88,6 +88,8 @@ async def test_the_page_offers_the_target_from_the_query_and_loads_its_script(
     plain = await signed_in.get("/upload")
     assert '<option value="" selected>' not in plain.text  # no project chosen: "No project"
     assert "Library" in plain.text and "Choose a project first" in plain.text
+    # Without scripts nothing can be sent, and the page says so instead of doing nothing.
+    assert "<noscript>" in plain.text and "Uploading needs JavaScript" in plain.text
     script = await signed_in.get("/static/upload.js")
     assert script.status_code == 200 and "XMLHttpRequest" in script.text
 

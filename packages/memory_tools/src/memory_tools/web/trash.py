@@ -7,7 +7,7 @@ each a POST with the CSRF token that redirects back with what happened:
 - ``POST /trash/{asset_id}/restore``: :func:`memory_tools.changes.restore_asset`, the workflow
   of ``image_asset_restore``;
 - ``POST /trash/{asset_id}/purge``: :func:`memory_tools.trash.purge_asset`, after a
-  confirmation dialog.
+  confirmation dialog (``confirmed=yes``); without it, a page that asks first.
 
 Another owner's image, or one no longer in the trash, is refused like an id that never existed.
 """
@@ -76,6 +76,12 @@ def routes(services: MemoryServices) -> list[Route]:
 
     async def purge(web: WebRequest) -> Response:
         asset_id = web.request.path_params["asset_id"]
+        if web.form().get("confirmed") != "yes":
+            # The page's dialog confirms with scripts; without them, this page asks first.
+            # It looks nothing up, so it says the same for any id.
+            return web.render(
+                "trash_purge.html", title="Purge now?", asset_id=asset_id, back=web.back("/trash")
+            )
         purged = await web.call_as_caller(trash_workflows.purge_asset, services, asset_id=asset_id)
         if purged.bytes_deleted:
             notice = "Purged: the image and its bytes are gone."

@@ -45,12 +45,22 @@
         if (form.dataset.confirmed === "yes") return;
         event.preventDefault();
         dialog.showModal();
-        const yes = dialog.querySelector("[data-confirm-yes]");
-        if (yes) yes.focus();
+        // What is confirmed here cannot be undone: the safe choice takes the focus.
+        const first = dialog.querySelector("[data-confirm-no]") || dialog.querySelector("[data-confirm-yes]");
+        if (first) first.focus();
       });
       dialog.querySelectorAll("[data-confirm-yes]").forEach((button) => {
         button.addEventListener("click", () => {
           form.dataset.confirmed = "yes";
+          // Tells the server this was confirmed (without it, it asks on a page of its own).
+          let flag = form.querySelector('input[name="confirmed"]');
+          if (!flag) {
+            flag = document.createElement("input");
+            flag.type = "hidden";
+            flag.name = "confirmed";
+            form.appendChild(flag);
+          }
+          flag.value = "yes";
           dialog.close();
           form.requestSubmit();
         });
