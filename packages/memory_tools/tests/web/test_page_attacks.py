@@ -86,7 +86,7 @@ async def test_a_grantees_purge_does_not_tell_whether_the_owner_keeps_the_bytes_
             saved = await _upload(theirs, picture(seed), vault="alice@example.com/Team")
             deleted = await theirs.submit(f"/assets/{saved['assetId']}/delete")
             assert deleted.status_code == 303 and "trash" in _flash(deleted)
-            purged = await theirs.submit(f"/trash/{saved['assetId']}/purge")
+            purged = await theirs.submit(f"/trash/{saved['assetId']}/purge", {"confirmed": "yes"})
             assert purged.status_code == 303
             notices.append(_flash(purged))
         assert "Purged" in notices[0]
@@ -95,7 +95,7 @@ async def test_a_grantees_purge_does_not_tell_whether_the_owner_keeps_the_bytes_
         # Alice's own purge still says why the bytes stay.
         again = await _upload(mine, picture(43))
         await mine.submit(f"/assets/{again['assetId']}/delete")
-        hers = await mine.submit(f"/trash/{again['assetId']}/purge")
+        hers = await mine.submit(f"/trash/{again['assetId']}/purge", {"confirmed": "yes"})
         assert "other image(s) use the same bytes" in _flash(hers)
 
 

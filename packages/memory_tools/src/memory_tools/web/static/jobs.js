@@ -68,7 +68,13 @@
     try {
       const data = await window.memory.call("/jobs/rows" + (query ? "?" + query : ""));
       if (mine !== generation) return;
+      // A refresh replaces the rows: a keyboard user on a row's link stays on that row's link.
+      const focused = rows.contains(document.activeElement) ? document.activeElement.dataset.job : null;
       rows.innerHTML = data.html;
+      if (focused) {
+        const same = rows.querySelector('[data-job="' + CSS.escape(focused) + '"]');
+        if (same) same.focus();
+      }
       table.setAttribute("aria-busy", "false");
       failure.hidden = true;
       table.hidden = false;
