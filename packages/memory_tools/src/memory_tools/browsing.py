@@ -179,11 +179,13 @@ class AssetDetail:
     sha256: str
     permission: str  # owner, admin, write or read
     placements: list[Placement]
+    # The key may write and the server is not read-only (a vault permission alone is not enough).
+    changeable: bool = True
 
     @property
     def writable(self) -> bool:
-        """Whether the caller's vault permission lets it edit, move or delete the asset."""
-        return self.permission in ("owner", "admin", "write")
+        """Whether the caller may edit, move or delete the asset: vault permission and key."""
+        return self.changeable and self.permission in ("owner", "admin", "write")
 
 
 async def asset_detail(
@@ -218,6 +220,7 @@ async def asset_detail(
         sha256=stored_object.sha256,
         permission=vault.record.permission,
         placements=placements,
+        changeable=caller.has_scope("write") and not services.read_only,
     )
 
 

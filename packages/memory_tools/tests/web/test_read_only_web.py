@@ -84,3 +84,24 @@ async def test_every_change_is_refused_on_a_read_only_server(
         vaults = (await mcp.call_tool("image_vault_list", {})).structured_content
         assert vaults is not None
         assert all(not v.get("sharedWith") for v in vaults["vaults"]), vaults
+
+
+async def test_a_key_that_cannot_change_anything_is_shown_no_forms_that_would_be_refused(
+    webapp: WebApp, make_person: Callable[..., Any]
+) -> None:
+    writer = await make_person("alice@example.com")
+    reader = await make_person("alice@example.com", ("read",))  # the same person, a read key
+    _project_id, asset_id = await _seed(webapp, writer.key)
+    async with WebClient(webapp.base_url) as mine, WebClient(webapp.base_url) as theirs:
+        await mine.sign_in(writer.key)
+        await theirs.sign_in(reader.key)
+        for client, forms in ((mine, True), (theirs, False)):
+            library = (await client.get("/library")).text
+            assert ('action="/library/projects"' in library) is forms
+            page = (await client.get(f"/assets/{asset_id}")).text
+            assert (f'action="/assets/{asset_id}/edit"' in page) is forms
+            assert (f'action="/assets/{asset_id}/move"' in page) is forms
+            upload = (await client.get("/upload")).text
+            assert ('id="upload-form"' in upload) is forms
+            assert ("This key cannot upload" in upload) is not forms
+        assert "needs a key with the <code>write</code> scope" in (await theirs.get("/upload")).text

@@ -78,6 +78,15 @@ class WebRequest:
         """The caller this session acts as (its key's identity and scopes)."""
         return self.who.caller
 
+    @property
+    def may_change(self) -> bool:
+        """Whether changes can succeed at all: the key has ``write`` and the server is writable.
+
+        Pages use it to leave out forms that could only be refused; the workflows refuse such
+        changes themselves whatever a page shows.
+        """
+        return self.caller.has_scope("write") and not self.services.read_only
+
     async def call(
         self,
         action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],

@@ -163,7 +163,7 @@ async def show_library(web: WebRequest) -> Response:
         if refused.code == "unauthenticated":
             raise
         failure = refused
-    writable_vaults = [v.vault for v in tree.vaults if v.permission in WRITABLE]
+    writable_vaults = [v.vault for v in tree.vaults if v.permission in WRITABLE and web.may_change]
     return web.render(
         "library.html",
         status=200 if failure is None else http_status(failure),

@@ -125,6 +125,7 @@ def routes(services: MemoryServices) -> list[Route]:
         return web.render(
             "upload.html",
             title="Upload",
+            may_upload=web.may_change,
             vaults=writable,
             projects=projects,
             folders=folders,
