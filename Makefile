@@ -86,7 +86,7 @@ test: install deps-node chromium ## Install everything and run the whole suite, 
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
-test-packages: uv deps-node ## Run each library's tests in an environment holding only it; install each app alone
+test-packages: uv deps-node ## Check each library in an environment holding only it (imports, collection, its end-to-end tests); install each app alone
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: lint

@@ -1,9 +1,15 @@
 #!/usr/bin/env bash
-# Run each library's own tests in a virtual environment that holds only that library, its
-# dependencies and its dev group: proof that the layering (memory_db ← memory_tools ←
-# scraper_mcp) holds and nothing leans on a package it does not declare. Then install each app
-# alone: no other app may be importable there (apps only wire libraries; what two apps share
-# lives in memory_tools.serving). First, the import rules an environment cannot prove
+# Check each library in a virtual environment that holds only that library, its dependencies
+# and its dev group: proof that the layering (memory_db ← memory_tools ← scraper_mcp) holds and
+# nothing leans on a package it does not declare. Per library: every module its source and
+# tests import resolves there and every module of the package imports (scripts/check_imports.py,
+# which also sees the imports made lazily inside functions); every test module collects; and
+# the tests that exercise the real components end to end pass there (the drivers loaded by
+# name, not by an import statement: the asyncpg dialect, the embedded PostgreSQL, the S3
+# client, fastmcp's transports, Chromium). The whole suite has already run in the full
+# environment; running it again here would prove nothing more about dependencies. Then install
+# each app alone: no other app may be importable there (apps only wire libraries; what two apps
+# share lives in memory_tools.serving). First, the import rules an environment cannot prove
 # (scripts/check_layering.py: no SQL above memory_db, no app importing another app).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -13,9 +19,12 @@ status=0
 apps=$(for init in apps/*/src/*/__init__.py; do basename "$(dirname "$init")"; done)
 echo "== import rules =="
 "${PYTHON:-python3}" scripts/check_layering.py || status=1
-for spec in memory-db:packages/memory_db memory-tools:packages/memory_tools scraper-mcp:packages/scraper_mcp; do
-  package=${spec%%:*}
-  path=${spec#*:}
+# package:directory:the tests that run there (paths under the directory's tests/)
+for spec in \
+  "memory-db:packages/memory_db:integration/test_embedded_postgres.py integration/test_object_store_contract.py integration/test_migrations.py" \
+  "memory-tools:packages/memory_tools:integration" \
+  "scraper-mcp:packages/scraper_mcp:test_parity.py test_scrape_isolation.py"; do
+  IFS=: read -r package path selected <<< "$spec"
   env_dir=.cache/isolated/$package
   echo "== $package (only its own dependencies) =="
   UV_PROJECT_ENVIRONMENT=$env_dir "$UV" sync --frozen --exact --package "$package" --quiet
@@ -28,7 +37,12 @@ for spec in memory-db:packages/memory_db memory-tools:packages/memory_tools scra
       esac
     fi
   done
-  "$env_dir/bin/python" -m pytest -q -p no:cacheprovider "$path/tests" || status=1
+  "$env_dir/bin/python" scripts/check_imports.py "$path" || status=1
+  "$env_dir/bin/python" -m pytest -q -p no:cacheprovider --collect-only "$path/tests" > /dev/null \
+    || { echo "the $package tests do not collect in its own environment"; status=1; }
+  # shellcheck disable=SC2086 # the selection is a list of paths
+  "$env_dir/bin/python" -m pytest -q -p no:cacheprovider $(printf "$path/tests/%s " $selected) \
+    || status=1
 done
 for app in $apps; do
   package=${app//_/-}
