@@ -222,20 +222,20 @@ class ObjectRepository:
         (:meth:`find_recently_deleted` looks only within the grace window). ``False`` if the
         object was not ``deleting``.
         """
-        result = await self._session.execute(
-            update(AssetObject)
-            .where(
-                AssetObject.owner_identity == owner,
-                AssetObject.id == object_id,
-                AssetObject.status == "deleting",
-            )
-            .values(updated_at=func.now() - older_than)
-            .execution_options(synchronize_session=False)
-        )
-        return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
+        return await self._update_deleting(owner, object_id, updated_at=func.now() - older_than)
 
     async def take_back(self, owner: str, object_id: str) -> bool:
         """Return an object marked ``deleting`` to use (a restore); ``False`` if it was not."""
+        return await self._update_deleting(
+            owner, object_id, status="available", updated_at=func.now()
+        )
+
+    async def _update_deleting(self, owner: str, object_id: str, **values: Any) -> bool:
+        """Set ``values`` on one of ``owner``'s objects only while it is ``deleting``.
+
+        The status guard is what makes a purge-now and a restore racing each other safe: the
+        one that commits second finds the object no longer ``deleting`` and changes nothing.
+        """
         result = await self._session.execute(
             update(AssetObject)
             .where(
@@ -243,7 +243,7 @@ class ObjectRepository:
                 AssetObject.id == object_id,
                 AssetObject.status == "deleting",
             )
-            .values(status="available", updated_at=func.now())
+            .values(**values)
             .execution_options(synchronize_session=False)
         )
         return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
