@@ -150,16 +150,34 @@ async def test_a_move_on_s3_writes_no_object_and_keeps_its_keys(
                     client, "image_asset_move", {"assetId": saved["assetId"], **target}
                 )
                 assert moved["moved"] and moved["objectId"] == saved["objectId"]
+            # Back into the folder, then rename the folder and move it under another one.
+            await _call(
+                client,
+                "image_asset_move",
+                {"assetId": saved["assetId"], "projectId": one, "folderId": folder["folderId"]},
+            )
+            other = await _call(client, "image_folder_create", {"projectId": one, "name": "G"})
+            await _call(
+                client,
+                "image_folder_update",
+                {
+                    "projectId": one,
+                    "folderId": folder["folderId"],
+                    "name": "Renamed",
+                    "parentId": other["folderId"],
+                },
+            )
             after = await _call(
                 client, "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
             )
     finally:
         await store.close()
-    # Two keys (original and preview), one version each, before and after three moves.
+    assert after["folderId"] == folder["folderId"]
+    # Two keys (original and preview), one version each, before and after every move.
     assert len(before) == 2 and _versions(moto_peer, bucket) == before
     path = httpx.URL(shown["preview"]["url"]).path
     assert httpx.URL(after["preview"]["url"]).path == path
-    assert "Quay" not in path and one not in path and two not in path
+    assert all(part not in path for part in ("Quay", "Renamed", one, two, folder["folderId"]))
 
 
 async def test_bad_moves_are_refused_and_change_nothing(
