@@ -9,6 +9,7 @@ test, and the README links the page.
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -18,14 +19,15 @@ CITATION = re.compile(r"([A-Za-z0-9_./-]+\.py)::(test_[A-Za-z0-9_]+)")
 CRITERION = re.compile(r'^<a id="c(\d+)"></a>$', re.MULTILINE)
 
 
-def _tests_in(path: Path) -> set[str]:
+@functools.cache
+def _tests_in(path: Path) -> frozenset[str]:
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    return {
+    return frozenset(
         node.name
         for node in tree.body
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
         and node.name.startswith("test_")
-    }
+    )
 
 
 def _sections() -> dict[int, str]:
