@@ -539,3 +539,90 @@ async def test_every_vector_predicate_passes_the_assets_its_sql_condition_passes
                     query, [scope], model=MODEL, limit=100, filters=narrowed, strategy=strategy
                 )
                 assert {hit.asset_id for hit in hits} == rows, (name, strategy)
+
+
+async def _note_index(engine: Any) -> dict[str, Any]:
+    """What a note index named ``memory`` holds: its columns, its indexes and its rows."""
+    async with engine.connect() as conn:
+        columns = (
+            await conn.execute(
+                text(
+                    "SELECT column_name, format_type(atttypid, atttypmod) FROM "
+                    "information_schema.columns JOIN pg_attribute ON attrelid = 'memory'::regclass "
+                    "AND attname = column_name WHERE table_name = 'memory' ORDER BY column_name"
+                )
+            )
+        ).all()
+        indexes = (
+            await conn.execute(
+                text("SELECT indexdef FROM pg_indexes WHERE tablename = 'memory' ORDER BY 1")
+            )
+        ).scalars()
+        rows = (
+            await conn.execute(
+                text("SELECT vector_id, embedding::text, metadata FROM memory ORDER BY vector_id")
+            )
+        ).all()
+        return {"columns": columns, "indexes": list(indexes), "rows": rows}
+
+
+async def test_a_note_index_named_memory_in_the_same_database_is_left_alone(
+    postgres: PostgresForTests,
+) -> None:
+    """The image index lives beside a product's note index ``memory`` and never touches it.
+
+    The note index is made as the notes' vector store makes it (pgvector installed first, a
+    ``vector(1024)`` column, rows); then the image memory is migrated in, used, and migrated out
+    again. The note table's columns, indexes and rows stay exactly as they were, the image index
+    refuses the name ``memory`` (to make, drop or point the alias at), and the pgvector extension
+    that the notes still use stays installed.
+    """
+    name = await postgres.create_empty()
+    engine = create_engine(postgres.url(name), pool_size=1)
+    database = Database(engine)
+    rng = np.random.default_rng(7)
+    try:
+        async with engine.begin() as conn:
+            await conn.execute(text("CREATE EXTENSION vector"))
+            await conn.execute(
+                text(
+                    "CREATE TABLE memory (id serial PRIMARY KEY, vector_id text UNIQUE NOT NULL,"
+                    " embedding vector(1024), metadata jsonb)"
+                )
+            )
+            for number, vector in enumerate(_unit(rng, 3)):
+                await conn.execute(
+                    text("INSERT INTO memory (vector_id, embedding, metadata) VALUES (:i, :e, :m)"),
+                    {
+                        "i": f"note-{number}",
+                        "e": "[" + ",".join(f"{x:.6f}" for x in vector) + "]",
+                        "m": f'{{"thread": "t{number}"}}',
+                    },
+                )
+        before = await _note_index(engine)
+        await upgrade(engine)
+        await _index(database)
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            (vector,) = _unit(rng, 1)
+            await index.upsert(A, [_record("ast_one", vector)])
+            (hit,) = await index.search(list(vector), [A], model=MODEL, limit=5)
+            assert hit.asset_id == "ast_one"
+        async with database.unit_of_work() as uow:
+            with pytest.raises(Conflict):
+                await create_index(uow.session, "memory", dimensions=1024)
+            with pytest.raises(Conflict):  # a configured ASSET_EMBED_INDEX=memory: refused
+                await ensure_default_index(uow.session, "memory", dimensions=1024, alias="x")
+            with pytest.raises(NotFound):
+                await drop_index(uow.session, "memory")
+            with pytest.raises(NotFound):
+                await switch_alias(uow.session, "memory_assets", "memory")
+        assert await _note_index(engine) == before
+        await downgrade(engine, "base")
+        assert await _note_index(engine) == before
+        async with engine.connect() as conn:
+            assert await conn.scalar(text("SELECT to_regclass('memory_assets_v1')")) is None
+            assert await conn.scalar(text("SELECT extversion FROM pg_extension")) is not None
+    finally:
+        await database.close()
+        await postgres.drop(name)

@@ -7,12 +7,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, admin
+from memory_db.testing.s3_peers import S3Peer
+from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.worker import EmbeddingWorker
 
@@ -109,6 +111,73 @@ async def test_move_changes_placement_and_vector_metadata_but_not_the_object(
         saving, "SELECT count(*) FROM mem_provenance WHERE operation = 'asset_move'"
     )
     assert moves == 2  # the no-op move records nothing
+
+
+def _versions(peer: S3Peer, bucket: str) -> list[tuple[str, str, str]]:
+    """Every version of every key in a versioned bucket: a write of any kind (a put, a copy,
+    a copy onto itself) adds one."""
+    listed = peer.client().list_object_versions(Bucket=bucket)
+    return sorted((v["Key"], v["VersionId"], v["ETag"]) for v in listed.get("Versions", []))
+
+
+async def test_a_move_on_s3_writes_no_object_and_keeps_its_keys(
+    alice: Any, saving: MemoryServices, moto_peer: S3Peer
+) -> None:
+    store, bucket = moto_peer.new_store("mv")
+    moto_peer.client().put_bucket_versioning(
+        Bucket=bucket, VersioningConfiguration={"Status": "Enabled"}
+    )
+    services = replace(saving, store=store, default_api_key=alice.key)
+    try:
+        async with Client(build_memory_server(services)) as client:
+            one = (await _call(client, "image_project_create", {"name": "One"}))["projectId"]
+            two = (await _call(client, "image_project_create", {"name": "Two"}))["projectId"]
+            folder = await _call(client, "image_folder_create", {"projectId": one, "name": "F"})
+            saved = await _call(
+                client, "image_asset_save", {"imageBase64": b64(picture(8)), "title": "Quay"}
+            )
+            await EmbeddingWorker(services).drain()
+            before = _versions(moto_peer, bucket)
+            shown = await _call(
+                client, "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
+            )
+            for target in (
+                {"projectId": one, "folderId": folder["folderId"]},
+                {"projectId": two},
+                {},
+            ):
+                moved = await _call(
+                    client, "image_asset_move", {"assetId": saved["assetId"], **target}
+                )
+                assert moved["moved"] and moved["objectId"] == saved["objectId"]
+            # Back into the folder, then rename the folder and move it under another one.
+            await _call(
+                client,
+                "image_asset_move",
+                {"assetId": saved["assetId"], "projectId": one, "folderId": folder["folderId"]},
+            )
+            other = await _call(client, "image_folder_create", {"projectId": one, "name": "G"})
+            await _call(
+                client,
+                "image_folder_update",
+                {
+                    "projectId": one,
+                    "folderId": folder["folderId"],
+                    "name": "Renamed",
+                    "parentId": other["folderId"],
+                },
+            )
+            after = await _call(
+                client, "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
+            )
+    finally:
+        await store.close()
+    assert after["folderId"] == folder["folderId"]
+    # Two keys (original and preview), one version each, before and after every move.
+    assert len(before) == 2 and _versions(moto_peer, bucket) == before
+    path = httpx.URL(shown["preview"]["url"]).path
+    assert httpx.URL(after["preview"]["url"]).path == path
+    assert all(part not in path for part in ("Quay", "Renamed", one, two, folder["folderId"]))
 
 
 async def test_bad_moves_are_refused_and_change_nothing(

@@ -484,3 +484,23 @@ async def test_a_shared_writer_saves_into_the_owners_quota(
 def test_settings_fixture_is_the_default(settings: MemorySettings) -> None:
     assert settings.asset_fetch_allow_http is False
     assert settings.asset_fetch_allowed_ports == [80, 443]
+
+
+async def test_identical_bytes_are_charged_once_and_each_images_vectors_apart(
+    saving: MemoryServices, alice_caller: Caller, bob_caller: Caller
+) -> None:
+    """The quota counts an owner's stored bytes once however many images share them (their
+    vectors are each image's own); another owner's copy is charged to that owner."""
+    saver = AssetSaver(saving)
+    data = b64(picture(14))
+    vector_bytes = 1024 * 2 + 8  # one halfvec(1024) and its code
+    first = await saver.save(alice_caller, SaveRequest(image_base64=data))
+    after_first = (await db_state(saving, "alice@example.com"))["used"]
+    second = await saver.save(alice_caller, SaveRequest(image_base64=data))
+    after_second = (await db_state(saving, "alice@example.com"))["used"]
+    theirs = await saver.save(bob_caller, SaveRequest(image_base64=data))
+    assert second.deduplicated and second.object_id == first.object_id
+    assert after_second - after_first == vector_bytes
+    assert not theirs.deduplicated
+    assert (await db_state(saving, "bob@example.com"))["used"] == after_first
+    assert (await db_state(saving, "alice@example.com"))["used"] == after_second

@@ -887,4 +887,10 @@ def downgrade() -> None:
     op.drop_index("ix_mem_provenance_owner_created", table_name="mem_provenance")
     op.drop_table("mem_provenance")
     op.drop_table("mem_identities")
-    op.execute("DROP EXTENSION IF EXISTS vector")
+    # The database may be shared with other users of pgvector (a product's note index, say):
+    # pgvector goes only if nothing else still uses it, and never takes their columns with it.
+    op.execute(
+        "DO $$ BEGIN DROP EXTENSION IF EXISTS vector; "
+        "EXCEPTION WHEN dependent_objects_still_exist THEN "
+        "RAISE NOTICE 'pgvector is kept: other tables still use it'; END $$"
+    )
