@@ -183,7 +183,11 @@ async def _announce_and_serve_http(
     from memory_tools.serving.body_limit import mcp_middleware
 
     server = build_http_server(
-        services, name=app.name, build_server=app.build_server, tools=app.tools
+        services,
+        name=app.name,
+        build_server=app.build_server,
+        tools=app.tools,
+        listen_host=host,
     )
     if quiet:
         log.info("server_process_ready", pid=os.getpid())
