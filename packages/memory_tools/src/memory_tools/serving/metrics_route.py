@@ -9,7 +9,9 @@ key or URL.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
+from collections.abc import Generator
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -99,3 +101,22 @@ def metrics_routes(services: MemoryServices, *, listen_host: str | None) -> list
         return Response(body, media_type=metrics.CONTENT_TYPE, headers=_NO_STORE)
 
     return [Route(METRICS_PATH, scrape, methods=["GET"])]
+
+
+async def serve_metrics(services: MemoryServices, host: str, port: int) -> None:
+    """Serve ``/metrics`` alone on ``host:port`` until cancelled (a worker's own endpoint)."""
+    import uvicorn
+    from starlette.applications import Starlette
+
+    class _Embedded(uvicorn.Server):
+        # The worker's command handles SIGINT/SIGTERM; this server only ends with the worker.
+        @contextlib.contextmanager
+        def capture_signals(self) -> Generator[None]:
+            yield
+
+    app = Starlette(routes=metrics_routes(services, listen_host=host))
+    # Our logging config handles uvicorn's loggers; no access lines (as for the servers).
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, access_log=False)
+    server = _Embedded(config)
+    log.info("worker_metrics_listening", host=host, port=port)
+    await server.serve()
