@@ -257,7 +257,13 @@ async def delete_asset(
             object_released=False,
         )
     cancelled, removed, released = outcome
-    log.info("asset_deleted", jobs_cancelled=cancelled, vectors=removed, released=released)
+    log.info(
+        "asset_deleted",
+        asset_id=asset_id,
+        jobs_cancelled=cancelled,
+        vectors=removed,
+        released=released,
+    )
     return DeleteResult(
         asset_id=asset_id,
         vault=resolved.display_handle,

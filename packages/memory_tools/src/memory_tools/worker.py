@@ -18,6 +18,7 @@ as the database answers again, instead of waiting out their lease.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import secrets
@@ -28,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import structlog
 
 from memory_db import (
     AssetRecord,
@@ -315,6 +317,12 @@ class EmbeddingWorker:
                 )
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
+        with structlog.contextvars.bound_contextvars(
+            model=self._embedder.model, task="retrieval.passage"
+        ):
+            await self._process_batch(jobs)
+
+    async def _process_batch(self, jobs: Sequence[JobRecord]) -> None:
         work: list[_Work] = []
         for job, asset, stored in await self._reload(jobs):
             prepared = await self._load(job, asset, stored)
@@ -410,6 +418,12 @@ class EmbeddingWorker:
 
     async def _load(self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord) -> _Work | None:
         """What to embed for one job; refuse what cannot be embedded."""
+        with _job_context(job):
+            return await self._load_job(job, asset, stored)
+
+    async def _load_job(
+        self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord
+    ) -> _Work | None:
         if stored.status != "available" or stored.preview_storage_key is None:
             await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
             return None
@@ -554,6 +568,10 @@ class EmbeddingWorker:
             log.warning("worker_object_quarantined", object_id=item.asset.object_id)
 
     async def _retry(self, job: JobRecord, code: str, message: str) -> None:
+        with _job_context(job):
+            await self._retry_job(job, code, message)
+
+    async def _retry_job(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.retry_later(
                 job,
@@ -571,6 +589,10 @@ class EmbeddingWorker:
         log.info("worker_job_retried", job_id=job.id, code=code, attempt=job.attempts)
 
     async def _fail(self, job: JobRecord, code: str, message: str) -> None:
+        with _job_context(job):
+            await self._fail_job(job, code, message)
+
+    async def _fail_job(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.fail(job.id, self.worker_id, code=code, message=message)
             settled = await uow.assets.reconcile_many(job.owner_identity, [job.asset_id])
@@ -578,6 +600,13 @@ class EmbeddingWorker:
         for change in settled:
             metrics.count_settled(change.status, change.source_kind)
         log.warning("worker_job_failed", job_id=job.id, code=code)
+
+
+def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
+    """Log lines about one job name it, its asset, model and representation (never its owner)."""
+    return structlog.contextvars.bound_contextvars(
+        job_id=job.id, asset_id=job.asset_id, model=job.model, representation=job.representation
+    )
 
 
 def _split_usage(total: int, parts: int) -> list[int]:

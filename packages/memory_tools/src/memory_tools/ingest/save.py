@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import anyio
 import httpx
+import structlog
 from pydantic import Field
 
 from memory_db import (
@@ -426,6 +427,8 @@ class AssetSaver:
             usage = await uow.quota.usage(scope.owner_identity)
         except MemoryDbError as exc:
             raise translate(exc) from None
+        # Logs name the owner by this opaque id, never by their identity.
+        structlog.contextvars.bind_contextvars(namespace_id=usage.namespace_id)
         return SaveTarget(
             scope=scope,
             display_vault=vault.display_handle,

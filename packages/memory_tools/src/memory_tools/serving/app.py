@@ -11,6 +11,7 @@ from memory_tools.mcp import ApiKeyVerifier, build_memory_server
 from memory_tools.services import MemoryServices
 from memory_tools.serving.http_routes import health_routes, object_routes
 from memory_tools.serving.metrics_route import metrics_routes
+from memory_tools.serving.request_context import RequestContext
 from memory_tools.serving.serve import BuildServer
 from memory_tools.serving.upload_routes import upload_routes
 from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
@@ -57,7 +58,7 @@ async def run_http(
         host=host,
         port=port,
         path="/mcp",
-        middleware=middleware,
+        middleware=[Middleware(RequestContext), *(middleware or [])],
         # No MCP session lives in this process: every request stands alone (the key is checked
         # per request, the state is in the database), so any process behind one port or a
         # proxy answers any request, with no session affinity. Clients of the 2026-07-28
