@@ -27,7 +27,13 @@ from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
@@ -39,6 +45,9 @@ from memory_tools.errors import ToolFailure
 MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
+# No ``*_created`` timestamp series beside every counter: nothing here reads them, and they
+# double the size of a scrape.
+disable_created_metrics()
 REGISTRY = CollectorRegistry(auto_describe=True)
 
 # The only values a label may take; anything else is counted as "other".
