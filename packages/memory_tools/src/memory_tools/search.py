@@ -436,7 +436,13 @@ class AssetSearcher:
             with metrics.embedding_call(embedder.model, "retrieval.query"):
                 result = await embedder.embed([value], "retrieval.query")
         except EmbeddingError as exc:
-            log.warning("asset_search_embed_failed", code=exc.code, exc_info=True)
+            log.warning(
+                "asset_search_embed_failed",
+                code=exc.code,
+                model=embedder.model,
+                task="retrieval.query",
+                exc_info=True,
+            )
             if exc.retryable:
                 raise EmbeddingUnavailable(
                     "the embedding provider is unavailable; retry shortly"

@@ -118,6 +118,12 @@ async def test_metrics_access_and_what_a_session_counts(
             assert not got.is_error
             deleted = await session.call_tool("image_asset_delete", {"assetId": asset_id})
             assert not deleted.is_error
+        svg = await http.post(
+            url.removesuffix("/mcp") + "/uploads",
+            json={"contentType": "image/svg+xml", "contentLength": 10},
+            headers={"Authorization": f"Bearer {writer}"},
+        )
+        assert svg.status_code == 422
 
         answer = await http.get(scrape, headers=admin)
     after = _samples(answer.text)
@@ -129,6 +135,7 @@ async def test_metrics_access_and_what_a_session_counts(
     assert grew("memory_saves_total", source_kind="upload", outcome="deduplicated") == 1
     assert grew("memory_validation_failures_total", code="invalid_image") == 1
     assert grew("memory_saves_total", source_kind="upload", outcome="refused") == 1
+    assert grew("memory_validation_failures_total", code="invalid_input") == 1  # the SVG upload
     assert grew("memory_uploaded_bytes_total") > len(_photo(1))
     assert grew("memory_deduplicated_bytes_total") == len(_photo(1))
     assert grew("memory_assets_ready_total", source_kind="upload") == 2
