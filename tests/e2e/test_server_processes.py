@@ -243,6 +243,19 @@ def _ready_asset(connection: Pinned, key: str, asset: str) -> dict[str, Any]:
     pytest.fail("the worker process did not embed the saved image within 60 s")
 
 
+def _metric_values(text: str) -> dict[tuple[str, tuple[str, ...]], float]:
+    """Samples summed by name and one label's (name, value), or ``()`` for all labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: dict[tuple[str, tuple[str, ...]], float] = {}
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            for label in [(), *sample.labels.items()]:
+                key = (sample.name, tuple(label))
+                totals[key] = totals.get(key, 0.0) + sample.value
+    return totals
+
+
 def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path) -> None:
     env = _env(tmp_path)
     with serve_processes(env) as processes:
@@ -278,6 +291,19 @@ def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path
             state = _ready_asset(one, key, asset)
             found = other.tool(key, "image_asset_search", {"query": "lighthouse"})
             assert [r["assetId"] for r in found["results"]] == [asset]
+            # /metrics on either child is the sum over all (prometheus-client's multiprocess
+            # mode): the save was counted by one, the embedding by the worker, the search by
+            # the other. A loopback-only server needs no key for it.
+            status, _h, body = one.request("GET", "/metrics")
+            assert status == 200
+            scraped = _metric_values(body.decode())
+            assert scraped[("memory_saves_total", ("outcome", "created"))] == 1
+            assert scraped[("memory_assets_ready_total", ("source_kind", "upload"))] == 1
+            assert scraped[("memory_searches_total", ("kind", "text"))] == 1
+            assert scraped[("memory_embedding_queue_depth", ())] == 0
+            assert asset not in body.decode() and "procs@example.com" not in body.decode()
+            shared = Path(env["MEMORY_DATA_DIR"]) / "metrics" / f"port-{processes.port}"
+            assert any(shared.glob("counter_*.db"))  # this run's fresh directory
             status, preview = other.get_link(state["preview"]["url"])
             assert status == 200 and preview[8:12] == b"WEBP"
 

@@ -29,7 +29,7 @@ from pydantic import Field
 from memory_db import MemoryDbError, NotFound, get_logger, new_id
 from memory_db.repositories import ArtifactRecord
 from memory_db.storage import build_artifact_key
-from memory_tools import policy
+from memory_tools import metrics, policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import (
     InvalidImage,
@@ -123,11 +123,13 @@ async def store_artifact(
             usage = await uow.quota.usage(owner, lock=True)
             live = await uow.artifacts.live_usage(owner)
             if live.count >= settings.scraper_artifact_max_live:
+                metrics.QUOTA_REJECTIONS.labels("artifact").inc()
                 raise QuotaExceeded(
                     f"you hold {live.count} unexpired artifacts, the most allowed "
                     "(SCRAPER_ARTIFACT_MAX_LIVE): save or wait for some to expire"
                 )
             if live.bytes + image.bytes > settings.scraper_artifact_max_live_bytes:
+                metrics.QUOTA_REJECTIONS.labels("artifact").inc()
                 raise QuotaExceeded(
                     "your unexpired artifacts would exceed SCRAPER_ARTIFACT_MAX_LIVE_BYTES "
                     f"({settings.scraper_artifact_max_live_bytes} bytes): save or wait for "

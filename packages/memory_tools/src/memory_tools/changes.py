@@ -22,7 +22,7 @@ from pydantic import Field
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, ObjectRecord, VaultScope
 from memory_db.vectors import VectorIndex, resolve_alias
-from memory_tools import policy
+from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.assets import descendants
 from memory_tools.errors import (
@@ -233,6 +233,7 @@ async def _remove(
     released = False
     if await uow.assets.active_references(owner, asset.object_id) == 0:
         released = await uow.objects.mark_deleting(owner, asset.object_id)
+    metrics.ASSETS_DELETED.labels(metrics.bounded(asset.source_kind, metrics.SOURCE_KINDS)).inc()
     return cancelled, removed, released
 
 
@@ -256,7 +257,13 @@ async def delete_asset(
             object_released=False,
         )
     cancelled, removed, released = outcome
-    log.info("asset_deleted", jobs_cancelled=cancelled, vectors=removed, released=released)
+    log.info(
+        "asset_deleted",
+        asset_id=asset_id,
+        jobs_cancelled=cancelled,
+        vectors=removed,
+        released=released,
+    )
     return DeleteResult(
         asset_id=asset_id,
         vault=resolved.display_handle,
@@ -475,6 +482,7 @@ async def record_purged(uow: UnitOfWork, stored: ObjectRecord, actor: str) -> bo
         return False
     freed = done.bytes + (done.preview_bytes or 0)
     await uow.quota.add_used(done.owner_identity, -freed)
+    metrics.PURGED_BYTES.inc(freed)
     await uow.provenance.record(
         "asset_object_purge",
         actor_identity=actor,

@@ -21,6 +21,7 @@ The flow, over the caller's vaults:
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
@@ -35,7 +36,7 @@ from memory_db.errors import EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import VectorHit, VectorIndex, resolve_alias
-from memory_tools import policy
+from memory_tools import metrics, policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
     FilterFields,
@@ -275,6 +276,21 @@ class AssetSearcher:
 
     async def search(self, caller: Caller, request: SearchRequest) -> SearchView:
         """Search the caller's readable vaults; see the module docstring for the steps."""
+        started = time.perf_counter()
+        with metrics.refusals():
+            view, candidates = await self._search(caller, request)
+        metrics.count_search(
+            view.mode,
+            seconds=time.perf_counter() - started,
+            candidates=candidates,
+            results=len(view.results),
+            vector=any(
+                {"visual", "fused"} & set(hit.match_representations) for hit in view.results
+            ),
+        )
+        return view
+
+    async def _search(self, caller: Caller, request: SearchRequest) -> tuple[SearchView, int]:
         policy.require(self._settings, "search")
         embedder = self.services.embedder
         if embedder is None:
@@ -305,6 +321,9 @@ class AssetSearcher:
             except MemoryDbError:
                 raise NotFoundFailure("the asset's image is not available") from None
         embedded = await self._embed(text, image)
+        metrics.count_tokens(
+            embedder.model, prompt=embedded.usage.prompt_tokens, image=embedded.usage.image_tokens
+        )
         vector = embedded.embeddings[0]
         thresholds = match_thresholds(embedder.model, mode)
         async with self.services.database.unit_of_work() as uow:
@@ -377,8 +396,8 @@ class AssetSearcher:
         )
         if request.include_thumbnails:
             # Made by the tool runner (memory_tools.thumbnails.render), sent beside the answer.
-            return view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in rows))
-        return view
+            view = view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in rows))
+        return view, len(fusion)
 
     async def _temporary_image(self, request: SearchRequest) -> bytes | None:
         """The sanitised preview of a query image given inline or by URL (never stored)."""
@@ -414,9 +433,16 @@ class AssetSearcher:
         else:
             value = FusedInput(parts=(TextInput(text), ImageInput(data=image)))
         try:
-            result = await embedder.embed([value], "retrieval.query")
+            with metrics.embedding_call(embedder.model, "retrieval.query"):
+                result = await embedder.embed([value], "retrieval.query")
         except EmbeddingError as exc:
-            log.warning("asset_search_embed_failed", code=exc.code, exc_info=True)
+            log.warning(
+                "asset_search_embed_failed",
+                code=exc.code,
+                model=embedder.model,
+                task="retrieval.query",
+                exc_info=True,
+            )
             if exc.retryable:
                 raise EmbeddingUnavailable(
                     "the embedding provider is unavailable; retry shortly"

@@ -18,6 +18,7 @@ as the database answers again, instead of waiting out their lease.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import secrets
@@ -28,6 +29,7 @@ from datetime import timedelta
 from typing import Any
 
 import anyio
+import structlog
 
 from memory_db import (
     AssetRecord,
@@ -44,6 +46,7 @@ from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
 from memory_db.vectors import VectorIndex, VectorRecord
+from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
@@ -192,8 +195,15 @@ class EmbeddingWorker:
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
             abandoned = await uow.jobs.fail_abandoned()
-            for owner, asset_id in abandoned:
-                await uow.assets.reconcile_embedding(owner, asset_id)
+            settled = [
+                change
+                for owner, asset_id in abandoned
+                for change in await uow.assets.reconcile_many(owner, [asset_id])
+            ]
+        if abandoned:
+            metrics.JOBS_FAILED.labels("lease_expired").inc(len(abandoned))
+        for change in settled:
+            metrics.count_settled(change.status, change.source_kind)
         removed = await self._remove_orphans()
         purged = await purge_deleted_objects(self._services)
         artifacts = await sweep_expired_artifacts(self._services)
@@ -307,6 +317,12 @@ class EmbeddingWorker:
                 )
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
+        with structlog.contextvars.bound_contextvars(
+            model=self._embedder.model, task="retrieval.passage"
+        ):
+            await self._process_batch(jobs)
+
+    async def _process_batch(self, jobs: Sequence[JobRecord]) -> None:
         work: list[_Work] = []
         for job, asset, stored in await self._reload(jobs):
             prepared = await self._load(job, asset, stored)
@@ -315,7 +331,8 @@ class EmbeddingWorker:
         if not work:
             return
         try:
-            result = await self._embedder.embed([w.value for w in work], "retrieval.passage")
+            with metrics.embedding_call(self._embedder.model, "retrieval.passage"):
+                result = await self._embedder.embed([w.value for w in work], "retrieval.passage")
         except EmbeddingError as exc:
             if not exc.retryable and len(work) > 1:
                 # One bad item must not fail its batch-mates: embed them one by one.
@@ -331,6 +348,9 @@ class EmbeddingWorker:
                     item.job, "embed_error", f"embedding failed ({type(exc).__name__})"
                 )
             return
+        metrics.count_tokens(
+            result.model, prompt=result.usage.prompt_tokens, image=result.usage.image_tokens
+        )
         shares = _split_usage(result.usage.total_tokens, len(work))
         image_shares = _split_usage(result.usage.image_tokens, len(work))
         prompt_shares = _split_usage(result.usage.prompt_tokens, len(work))
@@ -346,13 +366,17 @@ class EmbeddingWorker:
 
     async def _embed_alone(self, item: _Work) -> None:
         try:
-            result = await self._embedder.embed([item.value], "retrieval.passage")
+            with metrics.embedding_call(self._embedder.model, "retrieval.passage"):
+                result = await self._embedder.embed([item.value], "retrieval.passage")
         except EmbeddingError as exc:
             await self._failed(item, exc)
             return
         except Exception as exc:
             await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
             return
+        metrics.count_tokens(
+            result.model, prompt=result.usage.prompt_tokens, image=result.usage.image_tokens
+        )
         usage = {
             "total_tokens": result.usage.total_tokens,
             "prompt_tokens": result.usage.prompt_tokens,
@@ -394,6 +418,12 @@ class EmbeddingWorker:
 
     async def _load(self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord) -> _Work | None:
         """What to embed for one job; refuse what cannot be embedded."""
+        with _job_context(job):
+            return await self._load_job(job, asset, stored)
+
+    async def _load_job(
+        self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord
+    ) -> _Work | None:
         if stored.status != "available" or stored.preview_storage_key is None:
             await self._fail(job, "object_unavailable", f"the stored image is {stored.status}")
             return None
@@ -506,8 +536,13 @@ class EmbeddingWorker:
             for scope, records in vectors.items():
                 await index.upsert(scope, records)
             await uow.usage.record_many(ledger)
-            for owner, ids in sorted(touched.items()):
-                await uow.assets.reconcile_many(owner, sorted(ids))
+            settled = [
+                change
+                for owner, ids in sorted(touched.items())
+                for change in await uow.assets.reconcile_many(owner, sorted(ids))
+            ]
+        for change in settled:
+            metrics.count_settled(change.status, change.source_kind)
         for item in stale:
             await self._retry(item.job, "index_mismatch", mismatch or "")
         if ledger:
@@ -533,6 +568,10 @@ class EmbeddingWorker:
             log.warning("worker_object_quarantined", object_id=item.asset.object_id)
 
     async def _retry(self, job: JobRecord, code: str, message: str) -> None:
+        with _job_context(job):
+            await self._retry_job(job, code, message)
+
+    async def _retry_job(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.retry_later(
                 job,
@@ -541,14 +580,33 @@ class EmbeddingWorker:
                 message=message,
                 delay=retry_delay(job.attempts, self.config),
             )
-            await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
+            settled = await uow.assets.reconcile_many(job.owner_identity, [job.asset_id])
+        final = job.attempts >= job.max_attempts  # no attempt left: the job failed for good
+        counter = metrics.JOBS_FAILED if final else metrics.EMBED_RETRIES
+        counter.labels(metrics.bounded(code)).inc()
+        for change in settled:
+            metrics.count_settled(change.status, change.source_kind)
         log.info("worker_job_retried", job_id=job.id, code=code, attempt=job.attempts)
 
     async def _fail(self, job: JobRecord, code: str, message: str) -> None:
+        with _job_context(job):
+            await self._fail_job(job, code, message)
+
+    async def _fail_job(self, job: JobRecord, code: str, message: str) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.fail(job.id, self.worker_id, code=code, message=message)
-            await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
+            settled = await uow.assets.reconcile_many(job.owner_identity, [job.asset_id])
+        metrics.JOBS_FAILED.labels(metrics.bounded(code)).inc()
+        for change in settled:
+            metrics.count_settled(change.status, change.source_kind)
         log.warning("worker_job_failed", job_id=job.id, code=code)
+
+
+def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
+    """Log lines about one job name it, its asset, model and representation (never its owner)."""
+    return structlog.contextvars.bound_contextvars(
+        job_id=job.id, asset_id=job.asset_id, model=job.model, representation=job.representation
+    )
 
 
 def _split_usage(total: int, parts: int) -> list[int]:

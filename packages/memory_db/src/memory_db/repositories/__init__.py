@@ -19,7 +19,7 @@ from memory_db.repositories.identities import (
     normalise_identity,
     validate_vault_handle,
 )
-from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, listen_for_jobs
+from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, QueueHealth, listen_for_jobs
 from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
 from memory_db.repositories.quota import QuotaRepository
@@ -28,6 +28,7 @@ from memory_db.repositories.records import (
     ArtifactRecord,
     ArtifactUsage,
     AssetRecord,
+    AssetSettled,
     FolderRecord,
     GrantRecord,
     IdentityRecord,
@@ -75,6 +76,7 @@ __all__ = [
     "AssetFilter",
     "AssetRecord",
     "AssetRepository",
+    "AssetSettled",
     "AssetStateWatch",
     "Condition",
     "DuplicateObject",
@@ -96,6 +98,7 @@ __all__ = [
     "ProjectRepository",
     "ProvenanceRecord",
     "ProvenanceRepository",
+    "QueueHealth",
     "QuotaRepository",
     "ReconcileRunRecord",
     "ReportRepository",

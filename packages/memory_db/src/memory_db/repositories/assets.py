@@ -35,6 +35,7 @@ from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
     AssetRecord,
+    AssetSettled,
     ObjectRecord,
     StoredAsset,
     TrashedAsset,
@@ -942,7 +943,7 @@ class AssetRepository:
         await self.reconcile_many(owner, [asset_id])
         return await self.get_for_owner(owner, asset_id)
 
-    async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> None:
+    async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> list[AssetSettled]:
         """Derive the assets' embedding status from their jobs (docs/design.md#worker-failures).
 
         ``visual`` is required: its failure fails the asset (with the job's error). A failed
@@ -952,13 +953,18 @@ class AssetRepository:
         The same statement notifies ``ASSET_STATE_CHANNEL`` with the id of every asset it
         updated, so waiters (:class:`memory_db.repositories.asset_states.AssetStateWatch`)
         learn of the change when, and only if, this transaction commits.
+
+        Returns the assets this call moved into ``ready`` or ``failed`` (for the metrics).
         """
         if not asset_ids:
-            return
-        await self._session.execute(
+            return []
+        rows = await self._session.execute(
             text(
                 """
-                WITH latest AS (
+                WITH before AS (
+                    SELECT id, status FROM mem_assets
+                    WHERE owner_identity = :owner AND id = ANY(:ids)
+                ), latest AS (
                     SELECT DISTINCT ON (asset_id, representation)
                            asset_id, representation, status, last_error_code, last_error
                     FROM mem_asset_embedding_jobs
@@ -995,13 +1001,20 @@ class AssetRepository:
                 FROM agg
                 WHERE a.id = agg.asset_id AND a.owner_identity = :owner
                   AND a.status IN ('processing', 'ready', 'failed')
-                RETURNING a.id
+                RETURNING a.id, a.status, a.source_kind
                 )
-                SELECT pg_notify(:channel, changed.id) FROM changed
+                SELECT pg_notify(:channel, changed.id), changed.id, changed.status,
+                       changed.source_kind, before.status AS was
+                FROM changed JOIN before ON before.id = changed.id
                 """
             ),
             {"owner": owner, "ids": list(asset_ids), "channel": ASSET_STATE_CHANNEL},
         )
+        return [
+            AssetSettled(asset_id=row.id, status=row.status, source_kind=row.source_kind)
+            for row in rows
+            if row.status != row.was and row.status in ("ready", "failed")
+        ]
 
 
 __all__ = [

@@ -12,6 +12,7 @@ Saves wake listening workers with a notification on :data:`JOB_CHANNEL`
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +73,16 @@ def _lapsed() -> ColumnElement[bool]:
         AssetEmbeddingJob.status == "running",
         AssetEmbeddingJob.lease_until < func.now(),
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueHealth:
+    """What :meth:`JobRepository.queue_health` reads: due-or-waiting, running, age, stale."""
+
+    waiting: int  # queued or waiting for a retry
+    running: int
+    oldest_waiting_seconds: float  # 0 when nothing waits
+    stale_leases: int  # running jobs whose lease ran out (their worker stopped renewing it)
 
 
 class JobRepository:
@@ -414,6 +425,31 @@ class JobRepository:
             .execution_options(synchronize_session=False, populate_existing=True)
         )
         return None if row is None else _job(row)
+
+    async def queue_health(self) -> QueueHealth:
+        """The queue at a glance, in one aggregate over the active jobs (metrics, at scrape time).
+
+        Reads only rows of the partial index on active statuses, so its cost follows the queue's
+        length, not the table's.
+        """
+        job = AssetEmbeddingJob
+        waiting = job.status.in_(("queued", "retry"))
+        row = (
+            await self._session.execute(
+                select(
+                    func.count().filter(waiting),
+                    func.count().filter(job.status == "running"),
+                    func.extract("epoch", func.now() - func.min(job.created_at).filter(waiting)),
+                    func.count().filter(_lapsed()),
+                ).where(job.status.in_(ACTIVE_JOB_STATUSES))
+            )
+        ).one()
+        return QueueHealth(
+            waiting=int(row[0]),
+            running=int(row[1]),
+            oldest_waiting_seconds=max(0.0, float(row[2] or 0.0)),
+            stale_leases=int(row[3]),
+        )
 
     async def counts(self) -> dict[str, int]:
         """Jobs per status (operators, benchmarks)."""

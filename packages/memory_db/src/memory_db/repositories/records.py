@@ -179,6 +179,15 @@ class AssetRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class AssetSettled:
+    """An asset that an embedding outcome just moved into ``ready`` or ``failed``."""
+
+    asset_id: str
+    status: str
+    source_kind: str
+
+
+@dataclass(frozen=True, slots=True)
 class JobRecord:
     """A durable embedding job (docs/design.md#jobs)."""
 

@@ -20,6 +20,7 @@ from datetime import datetime
 from typing import Any
 
 from memory_db import Database, QuotaExceededError, ReservationRecord, UnitOfWork, get_logger
+from memory_tools import metrics
 from memory_tools.errors import ConflictFailure, QuotaExceeded
 
 log = get_logger(__name__)
@@ -72,6 +73,7 @@ async def open_reservation(
             await uow.quota.free_idempotency_key(owner, reservation.id)
             continue
         if any(reservation.request.get(name) != value for name, value in ask.identity.items()):
+            metrics.RESERVATION_FAILURES.labels("conflict").inc()
             raise ConflictFailure(f"idempotencyKey was already used for a different {ask.noun}")
         return reservation, False
 
@@ -94,6 +96,8 @@ async def hold(
     try:
         await uow.quota.reserve(owner, reservation_id, nbytes)
     except QuotaExceededError as exc:
+        metrics.RESERVATION_FAILURES.labels("quota_exceeded").inc()
+        metrics.QUOTA_REJECTIONS.labels("save").inc()
         raise over_quota(str(exc), owner=owner, caller=caller) from None
 
 

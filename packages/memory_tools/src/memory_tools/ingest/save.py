@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 import anyio
 import httpx
+import structlog
 from pydantic import Field
 
 from memory_db import (
@@ -50,7 +51,7 @@ from memory_db import (
     new_id,
 )
 from memory_db.repositories import ArtifactRecord, AssetRecord, DuplicateObject, ObjectRecord
-from memory_tools import policy
+from memory_tools import metrics, policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -374,13 +375,15 @@ class AssetSaver:
         policy.require_writable(self.services.read_only)
         if self.services.embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
-        self.require_one_source(request)
-        artifact = None
-        if request.artifact_id is not None:
-            artifact = await self.owned_artifact(caller, request.artifact_id)
-        intent, source = self.prepare(request, artifact)
-        opened = await self._open(caller, intent, source)
+        with metrics.refusals():
+            self.require_one_source(request)
+            artifact = None
+            if request.artifact_id is not None:
+                artifact = await self.owned_artifact(caller, request.artifact_id)
+            intent, source = self.prepare(request, artifact)
+            opened = await self._open(caller, intent, source)
         if isinstance(opened, SaveResult):
+            metrics.count_save(intent.source_kind, "replayed")
             return opened
         return await self.save_from(opened, source, progress)
 
@@ -424,6 +427,8 @@ class AssetSaver:
             usage = await uow.quota.usage(scope.owner_identity)
         except MemoryDbError as exc:
             raise translate(exc) from None
+        # Logs name the owner by this opaque id, never by their identity.
+        structlog.contextvars.bind_contextvars(namespace_id=usage.namespace_id)
         return SaveTarget(
             scope=scope,
             display_vault=vault.display_handle,
@@ -474,6 +479,7 @@ class AssetSaver:
             await progress(2, SAVE_STEPS, "storing the image")
             result = await self.run(plan)
         except BaseException as exc:
+            metrics.count_save_failure(order.intent.source_kind, exc)
             if source.durable and not isinstance(exc, _FINAL):
                 raise
             with anyio.CancelScope(shield=True):
@@ -482,6 +488,12 @@ class AssetSaver:
             raise
         with anyio.CancelScope(shield=True):
             await source.done()
+        metrics.count_saved(
+            order.intent.source_kind,
+            deduplicated=result.deduplicated,
+            original_bytes=len(data),
+            preview_bytes=len(image.preview),
+        )
         await progress(SAVE_STEPS, SAVE_STEPS, "saved")
         return result
 

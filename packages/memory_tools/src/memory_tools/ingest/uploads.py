@@ -33,7 +33,7 @@ from memory_db import (
     new_id,
 )
 from memory_db.storage import build_staging_key, parse_storage_key
-from memory_tools import policy
+from memory_tools import metrics, policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
     ConflictFailure,
@@ -92,6 +92,14 @@ class UploadFlow:
         self, caller: Caller, request: SaveRequest, *, content_type: str, content_length: int
     ) -> UploadTicket:
         """Reserve quota and authorise one PUT of ``content_length`` bytes of ``content_type``."""
+        with metrics.refusals():
+            return await self._initiate(
+                caller, request, content_type=content_type, content_length=content_length
+            )
+
+    async def _initiate(
+        self, caller: Caller, request: SaveRequest, *, content_type: str, content_length: int
+    ) -> UploadTicket:
         policy.require(self._services.settings)
         policy.require_writable(self._services.read_only)
         settings = self._services.settings

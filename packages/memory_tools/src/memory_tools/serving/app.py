@@ -10,16 +10,29 @@ from starlette.middleware import Middleware
 from memory_tools.mcp import ApiKeyVerifier, build_memory_server
 from memory_tools.services import MemoryServices
 from memory_tools.serving.http_routes import health_routes, object_routes
+from memory_tools.serving.metrics_route import metrics_routes
+from memory_tools.serving.request_context import RequestContext
 from memory_tools.serving.serve import BuildServer
 from memory_tools.serving.upload_routes import upload_routes
 from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 
 
-def add_http_routes(server: FastMCP, services: MemoryServices) -> None:
-    """Register the signed-object routes, the upload routes, health, and the web app."""
+def add_http_routes(
+    server: FastMCP, services: MemoryServices, *, listen_host: str | None = None
+) -> None:
+    """Register the signed-object routes, the upload routes, health, metrics and the web app.
+
+    ``listen_host``: the address the server is bound to; ``/metrics`` is open when it is a
+    loopback address, and needs an ``admin`` key otherwise (or when it is not known).
+    """
     from memory_tools.web import web_routes
 
-    plain = [*object_routes(services), *upload_routes(services), *health_routes(services)]
+    plain = [
+        *object_routes(services),
+        *upload_routes(services),
+        *health_routes(services),
+        *metrics_routes(services, listen_host=listen_host),
+    ]
     for route in [*plain, *web_routes(services)]:
         methods = sorted((route.methods or set()) - {"HEAD"})
         server.custom_route(route.path, methods=methods)(route.endpoint)
@@ -45,7 +58,7 @@ async def run_http(
         host=host,
         port=port,
         path="/mcp",
-        middleware=middleware,
+        middleware=[Middleware(RequestContext), *(middleware or [])],
         # No MCP session lives in this process: every request stands alone (the key is checked
         # per request, the state is in the database), so any process behind one port or a
         # proxy answers any request, with no session affinity. Clients of the 2026-07-28
@@ -63,13 +76,15 @@ def build_http_server(
     name: str = "image-memory",
     build_server: BuildServer = build_memory_server,
     tools: ToolSelection = MEMORY_SELECTION,
+    listen_host: str | None = None,
 ) -> FastMCP:
     """An MCP server for HTTP: bearer API keys on ``/mcp`` plus the plain routes.
 
     ``build_server`` makes the MCP server (the memory tools alone by default, or an app's
-    superset such as the aggregate server); ``tools`` the tools it offers.
+    superset such as the aggregate server); ``tools`` the tools it offers; ``listen_host`` the
+    address it will be bound to (see :func:`add_http_routes`).
     """
     auth = ApiKeyVerifier(services.database)
     server = build_server(services, name=name, auth=auth, tools=tools)
-    add_http_routes(server, services)
+    add_http_routes(server, services, listen_host=listen_host)
     return server

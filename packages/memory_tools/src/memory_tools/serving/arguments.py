@@ -104,6 +104,17 @@ def add_worker_parser(commands: Subparsers) -> argparse.ArgumentParser:
         default=None,
         help="how long a claimed job stays leased without a heartbeat (120)",
     )
+    worker.add_argument(
+        "--metrics-port",
+        type=int,
+        default=None,
+        help="serve this worker's Prometheus metrics at /metrics on this port (default: none)",
+    )
+    worker.add_argument(
+        "--metrics-host",
+        default=DEFAULT_HOST,
+        help="address for --metrics-port (default 127.0.0.1; any other needs an admin key)",
+    )
     # Internal: a worker started by `serve --processes` stops when its parent is gone.
     worker.add_argument("--supervised", action="store_true", help=argparse.SUPPRESS)
     return worker
@@ -161,6 +172,8 @@ def worker_command(args: argparse.Namespace, app: ServerApp) -> int:
             raise ConfigurationError("--batch-size: must be between 1 and 256")
         if args.lease_seconds is not None and not 1 <= args.lease_seconds <= 3600:
             raise ConfigurationError("--lease-seconds: must be between 1 and 3600")
+        if args.metrics_port is not None and not 1 <= args.metrics_port <= 65535:
+            raise ConfigurationError("--metrics-port: must be between 1 and 65535")
         await run_worker(
             settings,
             app,
@@ -168,6 +181,9 @@ def worker_command(args: argparse.Namespace, app: ServerApp) -> int:
             batch_size=args.batch_size,
             lease_seconds=args.lease_seconds,
             supervised=args.supervised,
+            metrics_address=(
+                None if args.metrics_port is None else (args.metrics_host, args.metrics_port)
+            ),
         )
 
     return run_command(command)

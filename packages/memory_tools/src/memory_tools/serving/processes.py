@@ -50,6 +50,7 @@ import anyio
 from memory_db import ConfigurationError, MemorySettings, get_logger, open_database
 from memory_db.database import EmbeddedPostgres, connection_limits, pool_capacity
 from memory_db.runtime import load_signing_secret
+from memory_tools import metrics
 from memory_tools.serving.bootstrap import bind_listening_socket
 
 log = get_logger(__name__)
@@ -314,6 +315,9 @@ def serve_processes(
                 + f"; up to {budget.needed} of the database's {budget.available} connections"
             )
             port = int(slots[0].getsockname()[1])
+            # The children (servers and worker) inherit PROMETHEUS_MULTIPROC_DIR: each writes
+            # its values there and any server's /metrics answers the sum (metrics module).
+            metrics.prepare_multiprocess_dir(settings.memory_data_dir, f"port-{port}")
             children = child_commands(
                 slots,
                 host,

@@ -15,6 +15,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
+import anyio
+
 from memory_db import MemorySettings, get_logger
 from memory_tools.services import MemoryServices
 from memory_tools.serving.bootstrap import (
@@ -183,7 +185,11 @@ async def _announce_and_serve_http(
     from memory_tools.serving.body_limit import mcp_middleware
 
     server = build_http_server(
-        services, name=app.name, build_server=app.build_server, tools=app.tools
+        services,
+        name=app.name,
+        build_server=app.build_server,
+        tools=app.tools,
+        listen_host=host,
     )
     if quiet:
         log.info("server_process_ready", pid=os.getpid())
@@ -228,8 +234,13 @@ async def run_worker(
     batch_size: int | None = None,
     lease_seconds: float | None = None,
     supervised: bool = False,
+    metrics_address: tuple[str, int] | None = None,
 ) -> None:
-    """Run an embedding worker until shutdown (``supervised``: a child of ``--processes``)."""
+    """Run an embedding worker until shutdown (``supervised``: a child of ``--processes``).
+
+    ``metrics_address``: ``(host, port)`` to serve this worker's ``/metrics`` on (a worker has
+    no other HTTP server); the same access rule as the servers' applies.
+    """
     if supervised:
         from memory_tools.serving.processes import exit_when_orphaned
 
@@ -244,4 +255,12 @@ async def run_worker(
         worker = EmbeddingWorker(services, config)
         slots = config.concurrency
         notice(f"{app.name}: embedding worker {worker.worker_id} (concurrency {slots})")
-        await worker.run()
+        if metrics_address is None:
+            await worker.run()
+            return
+        from memory_tools.serving.metrics_route import serve_metrics
+
+        async with anyio.create_task_group() as tasks:
+            tasks.start_soon(serve_metrics, services, *metrics_address)
+            await worker.run()
+            tasks.cancel_scope.cancel()
