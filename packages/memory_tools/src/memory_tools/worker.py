@@ -24,7 +24,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -39,7 +39,13 @@ from memory_db import (
     get_logger,
 )
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
+from memory_db.errors import (
+    ChecksumMismatch,
+    EmbeddingError,
+    NotFound,
+    ProviderContractError,
+    ProviderUnavailable,
+)
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
@@ -56,6 +62,11 @@ log = get_logger(__name__)
 LISTEN_RETRY_SECONDS = 1.0  # after the listening connection is lost or refused
 # Longer than any save can take between writing bytes and committing (fetch deadline included).
 ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
+# How long a provider outage (ProviderUnavailable: rate limits, 5xx, timeouts, unreachable) may
+# keep a job waiting without spending its attempts: an outage is not the image's fault, and
+# failing every image saved during an hour-long outage would leave them all to be retried by
+# hand. Older jobs spend attempts again, so a provider gone for good fails them in the end.
+OUTAGE_PATIENCE = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -517,7 +528,10 @@ class EmbeddingWorker:
         """Apply the failure policy (docs/design.md#worker-failures) to one job."""
         job = item.job
         if exc.retryable:
-            await self._retry(job, exc.code, str(exc))
+            outage = isinstance(exc, ProviderUnavailable) and (
+                datetime.now(UTC) - job.created_at < OUTAGE_PATIENCE
+            )
+            await self._retry(job, exc.code, str(exc), spend_attempt=not outage)
             return
         if isinstance(exc, ProviderContractError):
             # Wrong vector count, length or values: the provider broke its contract. Alert.
@@ -532,7 +546,9 @@ class EmbeddingWorker:
                 await uow.objects.quarantine(job.owner_identity, item.asset.object_id)
             log.warning("worker_object_quarantined", object_id=item.asset.object_id)
 
-    async def _retry(self, job: JobRecord, code: str, message: str) -> None:
+    async def _retry(
+        self, job: JobRecord, code: str, message: str, *, spend_attempt: bool = True
+    ) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.retry_later(
                 job,
@@ -540,6 +556,7 @@ class EmbeddingWorker:
                 code=code,
                 message=message,
                 delay=retry_delay(job.attempts, self.config),
+                spend_attempt=spend_attempt,
             )
             await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
         log.info("worker_job_retried", job_id=job.id, code=code, attempt=job.attempts)
