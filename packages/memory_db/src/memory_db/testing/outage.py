@@ -32,11 +32,11 @@ class OutageProxy:
     upstream_host: str
     upstream_port: int
     port: int = field(default_factory=free_port)
-    _listener: socket.socket | None = None
-    _connections: set[socket.socket] = field(default_factory=set)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    _trigger: _Trigger | None = None
-    cuts: int = 0
+    cuts: int = field(default=0, init=False)  # how many times it was cut
+    _listener: socket.socket | None = field(default=None, init=False)
+    _connections: set[socket.socket] = field(default_factory=set, init=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False)
+    _trigger: _Trigger | None = field(default=None, init=False)
 
     @property
     def url(self) -> str:
