@@ -134,12 +134,6 @@ async def test_memory_server_on_a_plain_external_postgres(
 ) -> None:
     server = plain_postgres
     await _prepare(server)
-    wrong = server.url(ROLE, "not-the-password", "memory")
-    env = _env(tmp_path, MEMORY_DATABASE_URL=wrong)
-    refused = _cli(env, "migrate")
-    assert refused.returncode != 0
-    assert "not-the-password" not in refused.stderr + refused.stdout  # no secret in the output
-
     env = _env(tmp_path, MEMORY_DATABASE_URL=server.url(ROLE, server.role_password, "memory"))
     migrated = _cli(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr

@@ -84,7 +84,7 @@ def _code(result: Any) -> str:
 
 
 @settings(
-    max_examples=12,
+    max_examples=6,
     derandomize=True,
     database=None,
     deadline=None,
