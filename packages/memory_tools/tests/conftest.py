@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
+from hypothesis import HealthCheck, settings
 
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
@@ -21,6 +22,18 @@ from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, Safe
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from .web_routes import ALLOWED_NAMES, HOSTS, MAX_BYTES, SAVE_LIMIT, routes_for
+
+# Property tests (hypothesis) are repeatable, a fixed derivation of examples from each test and
+# no example database written into the checkout, and do not fail on a loaded machine because
+# generating inputs or running one example took long: they check behaviour, never time.
+settings.register_profile(
+    "repo",
+    derandomize=True,
+    database=None,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.load_profile("repo")
 
 
 @dataclass

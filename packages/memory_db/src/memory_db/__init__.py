@@ -20,6 +20,7 @@ from memory_db.errors import (
     QuotaExceededError,
     SignatureError,
     StorageError,
+    StorageUnavailable,
 )
 from memory_db.ids import is_valid_id, new_id
 from memory_db.logs import configure_logging, get_logger, identity_digest
@@ -72,6 +73,7 @@ __all__ = [
     "Runtime",
     "SignatureError",
     "StorageError",
+    "StorageUnavailable",
     "UnitOfWork",
     "VaultRecord",
     "VaultScope",

@@ -81,6 +81,13 @@ class StorageError(MemoryDbError):
     """An object store operation failed."""
 
 
+class StorageUnavailable(StorageError):
+    """The object store could not be reached (connection refused or dropped, timeout).
+
+    Retrying the same operation later can succeed; callers answer it as retryable.
+    """
+
+
 class ObjectNotFound(StorageError):
     """No object is stored under the key."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from importlib import resources
 from typing import Any
 
@@ -11,7 +12,15 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
-from sqlalchemy.ext.asyncio import AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from memory_db.errors import ConfigurationError
+
+# The oldest versions the schema and queries need (docs/runbooks/external-postgres.md): pgvector
+# 0.8.0 for HNSW iterative scans (hnsw.iterative_scan, hnsw.max_scan_tuples), PostgreSQL 15 as
+# the oldest major version its project still supports.
+MIN_POSTGRES = (15,)
+MIN_PGVECTOR = (0, 8, 0)
 
 
 def include_name(name: str | None, type_: str, _parent_names: Any) -> bool:
@@ -41,13 +50,56 @@ def head_revision() -> str:
     return head
 
 
+def version_tuple(version: str) -> tuple[int, ...]:
+    """The leading dotted numbers of a version string: ``"0.8.1"`` → ``(0, 8, 1)``."""
+    match = re.match(r"\d+(?:\.\d+)*", version.strip())
+    return tuple(int(part) for part in match.group(0).split(".")) if match else ()
+
+
+def unsupported(postgres_num: int, pgvector: str | None) -> str | None:
+    """Why a server of ``server_version_num`` with this pgvector cannot hold the schema."""
+    major = postgres_num // 10000
+    if (major,) < MIN_POSTGRES:
+        return f"PostgreSQL {major} is not supported; use PostgreSQL {MIN_POSTGRES[0]} or newer"
+    needed = ".".join(map(str, MIN_PGVECTOR))
+    if pgvector is None:
+        return (
+            f"the vector extension (pgvector {needed} or newer) is not available on this "
+            "PostgreSQL; install pgvector, or have a superuser run CREATE EXTENSION vector"
+        )
+    if version_tuple(pgvector) < MIN_PGVECTOR:
+        return (
+            f"pgvector {pgvector} is too old; {needed} or newer is needed "
+            "(ALTER EXTENSION vector UPDATE after upgrading the package)"
+        )
+    return None
+
+
+async def check_server(conn: AsyncConnection) -> None:
+    """Refuse a PostgreSQL or pgvector older than the schema needs (``ConfigurationError``).
+
+    The installed extension's version counts; before it is created, the version the server
+    would create.
+    """
+    postgres_num = int(await conn.scalar(text("SHOW server_version_num")) or 0)
+    pgvector = await conn.scalar(
+        text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+    ) or await conn.scalar(
+        text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'")
+    )
+    reason = unsupported(postgres_num, None if pgvector is None else str(pgvector))
+    if reason is not None:
+        raise ConfigurationError(f"MEMORY_DATABASE_URL: {reason}")
+
+
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
-    """Apply migrations up to ``revision``."""
+    """Apply migrations up to ``revision``, after checking the server's versions."""
 
     def run(connection: Connection) -> None:
         command.upgrade(alembic_config(connection), revision)
 
     async with engine.begin() as conn:
+        await check_server(conn)
         # Several processes starting at once on one database (`serve --processes N`, servers
         # behind a proxy) would otherwise run the same migration side by side, and all but one
         # fail on the tables the first created. The lock lasts until this transaction ends;

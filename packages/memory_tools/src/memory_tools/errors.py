@@ -144,7 +144,7 @@ class QuotaExceeded(ToolFailure):
 
 
 class Unavailable(ToolFailure):
-    """The database cannot be reached now (down or restarting); the same call can be retried."""
+    """The database or the object store cannot be reached now; the same call can be retried."""
 
     code = "unavailable"
 

@@ -25,7 +25,7 @@ import secrets
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import anyio
@@ -41,7 +41,13 @@ from memory_db import (
     get_logger,
 )
 from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
+from memory_db.errors import (
+    ChecksumMismatch,
+    EmbeddingError,
+    NotFound,
+    ProviderContractError,
+    ProviderUnavailable,
+)
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
@@ -59,6 +65,11 @@ log = get_logger(__name__)
 LISTEN_RETRY_SECONDS = 1.0  # after the listening connection is lost or refused
 # Longer than any save can take between writing bytes and committing (fetch deadline included).
 ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
+# How long a provider outage (ProviderUnavailable: rate limits, 5xx, timeouts, unreachable) may
+# keep a job waiting without spending its attempts: an outage is not the image's fault, and
+# failing every image saved during an hour-long outage would leave them all to be retried by
+# hand. Older jobs spend attempts again, so a provider gone for good fails them in the end.
+OUTAGE_PATIENCE = timedelta(days=1)
 
 
 @dataclass(frozen=True)
@@ -552,7 +563,10 @@ class EmbeddingWorker:
         """Apply the failure policy (docs/design.md#worker-failures) to one job."""
         job = item.job
         if exc.retryable:
-            await self._retry(job, exc.code, str(exc))
+            outage = isinstance(exc, ProviderUnavailable) and (
+                datetime.now(UTC) - job.created_at < OUTAGE_PATIENCE
+            )
+            await self._retry(job, exc.code, str(exc), spend_attempt=not outage)
             return
         if isinstance(exc, ProviderContractError):
             # Wrong vector count, length or values: the provider broke its contract. Alert.
@@ -567,11 +581,15 @@ class EmbeddingWorker:
                 await uow.objects.quarantine(job.owner_identity, item.asset.object_id)
             log.warning("worker_object_quarantined", object_id=item.asset.object_id)
 
-    async def _retry(self, job: JobRecord, code: str, message: str) -> None:
+    async def _retry(
+        self, job: JobRecord, code: str, message: str, *, spend_attempt: bool = True
+    ) -> None:
         with _job_context(job):
-            await self._retry_job(job, code, message)
+            await self._retry_job(job, code, message, spend_attempt=spend_attempt)
 
-    async def _retry_job(self, job: JobRecord, code: str, message: str) -> None:
+    async def _retry_job(
+        self, job: JobRecord, code: str, message: str, *, spend_attempt: bool
+    ) -> None:
         async with self._services.database.unit_of_work() as uow:
             await uow.jobs.retry_later(
                 job,
@@ -579,9 +597,11 @@ class EmbeddingWorker:
                 code=code,
                 message=message,
                 delay=retry_delay(job.attempts, self.config),
+                spend_attempt=spend_attempt,
             )
             settled = await uow.assets.reconcile_many(job.owner_identity, [job.asset_id])
-        final = job.attempts >= job.max_attempts  # no attempt left: the job failed for good
+        # No attempt left: the job failed for good (an outage spends none, so it never is).
+        final = spend_attempt and job.attempts >= job.max_attempts
         counter = metrics.JOBS_FAILED if final else metrics.EMBED_RETRIES
         counter.labels(metrics.bounded(code)).inc()
         for change in settled:

@@ -207,6 +207,12 @@ async def test_attempts_are_capped_at_five(saving: MemoryServices, alice_caller:
     )
     services = replace(saving, embedder=embedder)
     asset_id = await save(services, alice_caller, 21)
+    # A provider outage spends no attempts while a job is younger than the worker's patience
+    # (tests/faults); past it, attempts count again and the cap ends a provider gone for good.
+    async with services.database.engine.begin() as conn:
+        await conn.execute(
+            text("UPDATE mem_asset_embedding_jobs SET created_at = now() - interval '2 days'")
+        )
     worker = EmbeddingWorker(services, FAST)
     for _ in range(12):
         await worker.run_once()

@@ -262,11 +262,26 @@ class JobRepository:
         )
 
     async def retry_later(
-        self, job: JobRecord, lease_owner: str, *, code: str, message: str, delay: float
+        self,
+        job: JobRecord,
+        lease_owner: str,
+        *,
+        code: str,
+        message: str,
+        delay: float,
+        spend_attempt: bool = True,
     ) -> bool:
-        """Schedule another attempt after ``delay`` seconds, or fail after the last one."""
-        if job.attempts >= job.max_attempts:
+        """Schedule another attempt after ``delay`` seconds, or fail after the last one.
+
+        ``spend_attempt=False`` (a provider outage, not this job's fault) keeps the job's
+        remaining budget: ``max_attempts`` grows with the attempt just made, so the job is never
+        failed for it, while ``attempts`` still counts every claim (and drives the backoff).
+        """
+        if spend_attempt and job.attempts >= job.max_attempts:
             return await self.fail(job.id, lease_owner, code=code, message=message)
+        extra: dict[str, Any] = {}
+        if not spend_attempt:
+            extra["max_attempts"] = AssetEmbeddingJob.max_attempts + 1
         finished = await self._finish(
             lease_owner,
             [job.id],
@@ -274,6 +289,7 @@ class JobRepository:
             last_error_code=code[:64],
             last_error=message[:1000],
             run_after=func.now() + timedelta(seconds=delay),
+            **extra,
         )
         return bool(finished)
 

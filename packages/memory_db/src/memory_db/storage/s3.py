@@ -25,7 +25,7 @@ from typing import Any
 import anyio
 from botocore.exceptions import BotoCoreError, ClientError
 
-from memory_db.errors import ObjectNotFound, StorageError
+from memory_db.errors import ObjectNotFound, StorageError, StorageUnavailable
 from memory_db.storage._common import check_put, refuse_overwrite
 from memory_db.storage.keys import (
     content_type_for_key,
@@ -120,7 +120,9 @@ class S3AssetObjectStore:
                 raise refuse_overwrite(key) from exc
             raise StorageError(f"object store refused the upload: {_error_code(exc)}") from exc
         except BotoCoreError as exc:
-            raise StorageError(f"object store refused the upload: {type(exc).__name__}") from exc
+            raise StorageUnavailable(
+                f"object store refused the upload: {type(exc).__name__}"
+            ) from exc
         return PutResult(
             key=key,
             bytes=len(body),
@@ -148,7 +150,7 @@ class S3AssetObjectStore:
                 return HeadResult(exists=False)
             raise StorageError(f"object store head failed: {_error_code(exc)}") from exc
         except BotoCoreError as exc:
-            raise StorageError(f"object store head failed: {type(exc).__name__}") from exc
+            raise StorageUnavailable(f"object store head failed: {type(exc).__name__}") from exc
         checksum = response.get("Metadata", {}).get("sha256")
         if checksum is None and response.get("ChecksumSHA256"):
             checksum = base64.b64decode(response["ChecksumSHA256"]).hex()
@@ -171,7 +173,7 @@ class S3AssetObjectStore:
                 raise ObjectNotFound("no object is stored under this key") from exc
             raise StorageError(f"object store read failed: {_error_code(exc)}") from exc
         except BotoCoreError as exc:
-            raise StorageError(f"object store read failed: {type(exc).__name__}") from exc
+            raise StorageUnavailable(f"object store read failed: {type(exc).__name__}") from exc
         body = response["Body"]
         try:
             while chunk := await body.read(chunk_size):
@@ -193,7 +195,9 @@ class S3AssetObjectStore:
             except ClientError as exc:
                 raise StorageError(f"object store listing failed: {_error_code(exc)}") from exc
             except BotoCoreError as exc:
-                raise StorageError(f"object store listing failed: {type(exc).__name__}") from exc
+                raise StorageUnavailable(
+                    f"object store listing failed: {type(exc).__name__}"
+                ) from exc
             for item in page.get("Contents", []):
                 modified = item["LastModified"]
                 if modified.tzinfo is None:
@@ -266,7 +270,7 @@ class S3AssetObjectStore:
                 return
             raise StorageError(f"object store delete failed: {_error_code(exc)}") from exc
         except BotoCoreError as exc:
-            raise StorageError(f"object store delete failed: {type(exc).__name__}") from exc
+            raise StorageUnavailable(f"object store delete failed: {type(exc).__name__}") from exc
 
     async def close(self) -> None:
         """Close the S3 client."""

@@ -44,6 +44,7 @@ from memory_db import (
     Conflict,
     MemoryDbError,
     NotFound,
+    StorageUnavailable,
     UnitOfWork,
     VaultScope,
     get_logger,
@@ -61,6 +62,7 @@ from memory_tools.errors import (
     NotFoundFailure,
     QuotaExceeded,
     ToolFailure,
+    Unavailable,
     translate,
 )
 from memory_tools.ingest import inputs, reservations
@@ -565,6 +567,11 @@ class AssetSaver:
             with anyio.CancelScope(shield=True):
                 reason = f"upload failed: {type(exc).__name__}"
                 await self._orphan(plan.owner, list(plan.new_keys), reason)
+            if isinstance(exc, StorageUnavailable):
+                # The endpoint is down or unreachable: the same save can be retried later.
+                raise Unavailable(
+                    "the object store is unavailable; retry in a few seconds"
+                ) from None
             if isinstance(exc, MemoryDbError):
                 raise ToolFailure("the object store could not take the image; try again") from None
             raise
