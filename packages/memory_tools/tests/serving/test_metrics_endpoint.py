@@ -151,7 +151,18 @@ async def test_metrics_access_and_what_a_session_counts(
     assert grew("memory_signed_reads_issued_total", purpose="original") == 1
     assert _value(after, "memory_embedding_queue_depth") == 0
     # Counts by bounded labels only: no id, owner, key, URL or e-mail anywhere in the answer.
-    for secret in (asset_id, owner, "alice", writer, operator, "http", "@", "ast_", "aob_"):
+    for secret in (
+        asset_id,
+        owner,
+        "alice",
+        writer,
+        operator,
+        "http://",
+        "https://",
+        "@",
+        "ast_",
+        "aob_",
+    ):
         assert secret not in answer.text
 
 
