@@ -38,12 +38,18 @@ from memory_db import (
     VaultScope,
     get_logger,
 )
-from memory_db.embedding import FusedInput, ImageInput, TextInput
-from memory_db.errors import ChecksumMismatch, EmbeddingError, NotFound, ProviderContractError
+from memory_db.embedding import Embedder, FusedInput, ImageInput, TextInput
+from memory_db.errors import (
+    ChecksumMismatch,
+    ConfigurationError,
+    EmbeddingError,
+    NotFound,
+    ProviderContractError,
+)
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
-from memory_db.vectors import VectorIndex, VectorRecord
+from memory_db.vectors import VectorIndex, VectorRecord, filling_rebuild
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
@@ -73,6 +79,20 @@ class WorkerConfig:
     reconcile_seconds: float = 600.0
     retry_base_seconds: float = 5.0
     retry_max_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which indexes a batch writes: the alias's, and the rebuild filling beside it (if any).
+
+    Read before embedding, so the batch is embedded with each index's own embedder; the
+    completion checks the alias still points at ``active`` (else the jobs are retried).
+    """
+
+    active: str
+    embedder: Embedder
+    target: str | None = None
+    target_embedder: Embedder | None = None
 
 
 @dataclass(frozen=True)
@@ -315,12 +335,21 @@ class EmbeddingWorker:
         if not work:
             return
         try:
-            result = await self._embedder.embed([w.value for w in work], "retrieval.passage")
+            plan = await self._plan()
+        except ConfigurationError as exc:
+            # This process cannot build the active index's embedder (no key for its provider):
+            # leave the jobs to a worker that can, and say why.
+            log.error("worker_index_embedder_unavailable", worker=self.worker_id, exc_info=True)
+            for item in work:
+                await self._retry(item.job, "embedder_unavailable", str(exc))
+            return
+        try:
+            result = await plan.embedder.embed([w.value for w in work], "retrieval.passage")
         except EmbeddingError as exc:
             if not exc.retryable and len(work) > 1:
                 # One bad item must not fail its batch-mates: embed them one by one.
                 for item in work:
-                    await self._embed_alone(item)
+                    await self._embed_alone(item, plan)
                 return
             for item in work:
                 await self._failed(item, exc)
@@ -342,11 +371,52 @@ class EmbeddingWorker:
             }
             for index in range(len(work))
         ]
-        await self._complete(work, result.embeddings, usages, result.request_id)
+        targets = await self._embed_target(plan, work)
+        await self._complete(work, result.embeddings, usages, result.request_id, plan, targets)
 
-    async def _embed_alone(self, item: _Work) -> None:
+    async def _plan(self) -> _Plan:
+        """The active index and the rebuild filling beside it, with their embedders."""
+        async with self._services.database.unit_of_work() as uow:
+            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            rebuild = await filling_rebuild(uow.session, self._services.vector_alias)
+            target = (
+                None
+                if rebuild is None
+                else await VectorIndex.open(uow.session, rebuild.target_index)
+            )
+        embedders = self._services.embedders
+        # An index made before identities were recorded was filled by the configured embedder.
+        embedder = self._embedder if index.identity is None else embedders.get(index.identity)
+        if target is None or target.identity is None:
+            return _Plan(active=index.name, embedder=embedder)
         try:
-            result = await self._embedder.embed([item.value], "retrieval.passage")
+            target_embedder = embedders.get(target.identity)
+        except ConfigurationError:
+            # The rebuild's own run embeds what the worker could not (its verification finds it).
+            log.warning("worker_rebuild_embedder_unavailable", target=target.name, exc_info=True)
+            return _Plan(active=index.name, embedder=embedder)
+        return _Plan(index.name, embedder, target.name, target_embedder)
+
+    async def _embed_target(
+        self, plan: _Plan, work: Sequence[_Work]
+    ) -> Sequence[Sequence[float]] | None:
+        """The batch embedded for the rebuild's index too; ``None`` if there is none or it failed.
+
+        A failure here never holds back the active index: the rebuild's verification finds
+        the assets missing from its index and embeds them itself.
+        """
+        if plan.target_embedder is None:
+            return None
+        try:
+            result = await plan.target_embedder.embed([w.value for w in work], "retrieval.passage")
+        except Exception:
+            log.warning("worker_rebuild_embed_failed", target=plan.target, exc_info=True)
+            return None
+        return result.embeddings
+
+    async def _embed_alone(self, item: _Work, plan: _Plan) -> None:
+        try:
+            result = await plan.embedder.embed([item.value], "retrieval.passage")
         except EmbeddingError as exc:
             await self._failed(item, exc)
             return
@@ -358,7 +428,8 @@ class EmbeddingWorker:
             "prompt_tokens": result.usage.prompt_tokens,
             "image_tokens": result.usage.image_tokens,
         }
-        await self._complete([item], result.embeddings, [usage], result.request_id)
+        targets = await self._embed_target(plan, [item])
+        await self._complete([item], result.embeddings, [usage], result.request_id, plan, targets)
 
     async def _reload(
         self, jobs: Sequence[JobRecord]
@@ -432,8 +503,14 @@ class EmbeddingWorker:
         embeddings: Sequence[Sequence[float]],
         usages: Sequence[dict[str, int]],
         request_id: str | None,
+        plan: _Plan,
+        targets: Sequence[Sequence[float]] | None = None,
     ) -> None:
-        """Finish a batch in one transaction; each job only if this worker still holds it."""
+        """Finish a batch in one transaction; each job only if this worker still holds it.
+
+        ``targets``: the same batch embedded for the rebuild filling beside the active index
+        (new saves are embedded into both while a rebuild runs).
+        """
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
@@ -444,13 +521,25 @@ class EmbeddingWorker:
             # The alias is resolved per batch, never cached: after a rebuild switches it, the
             # next batch writes to the new index (the switch waits for this one to commit).
             index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            embedder = plan.embedder
             mismatch: str | None = None
-            if index.dimensions != self._embedder.dimensions:
+            if index.name != plan.active:
+                # Switched while this batch was embedded: its vectors are of the old model.
+                mismatch = f"the vector index switched from {plan.active} to {index.name}"
+                log.info("worker_index_switched", worker=self.worker_id, index=index.name)
+            elif index.dimensions != embedder.dimensions:
                 mismatch = (
                     f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
-                    f"this worker's embedder makes {self._embedder.dimensions}-d ones"
+                    f"this worker's embedder makes {embedder.dimensions}-d ones"
                 )
                 log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
+            target: VectorIndex | None = None
+            if targets is not None and plan.target in index.mirrors:
+                target = await VectorIndex.open(uow.session, plan.target)
+            target_vectors: dict[VaultScope, list[VectorRecord]] = {}
+            target_of = {
+                id(item): vector for item, vector in zip(items, targets or (), strict=False)
+            }
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
@@ -477,25 +566,20 @@ class EmbeddingWorker:
                     log.warning("worker_lease_lost_at_completion", job_id=job.id)
                     continue
                 scope = VaultScope(asset.owner_identity, asset.vault)
+                # Labelled with the model that made it (the job's label is the one asked for
+                # at save time; an index switch may have changed the model since).
                 vectors.setdefault(scope, []).append(
-                    VectorRecord(
-                        asset_id=asset.id,
-                        object_id=asset.object_id,
-                        project_id=asset.project_id,
-                        folder_id=asset.folder_id,
-                        representation=job.representation,
-                        model=job.model,
-                        mime_type=item.object_mime,
-                        source_kind=asset.source_kind,
-                        created_at=asset.created_at,
-                        embedding=embedding,
-                    )
+                    _record(asset, item, embedder.model, embedding)
                 )
+                if target is not None and plan.target_embedder is not None:
+                    target_vectors.setdefault(scope, []).append(
+                        _record(asset, item, plan.target_embedder.model, target_of[id(item)])
+                    )
                 ledger.append(
                     {
                         "owner_identity": job.owner_identity,
                         "source": "embed_image_document",
-                        "model": job.model,
+                        "model": embedder.model,
                         **usage,
                         "asset_id": job.asset_id,
                         "job_id": job.id,
@@ -505,6 +589,9 @@ class EmbeddingWorker:
                 touched.setdefault(job.owner_identity, set()).add(job.asset_id)
             for scope, records in vectors.items():
                 await index.upsert(scope, records)
+            if target is not None:
+                for scope, records in target_vectors.items():
+                    await target.upsert(scope, records)
             await uow.usage.record_many(ledger)
             for owner, ids in sorted(touched.items()):
                 await uow.assets.reconcile_many(owner, sorted(ids))
@@ -549,6 +636,24 @@ class EmbeddingWorker:
             await uow.jobs.fail(job.id, self.worker_id, code=code, message=message)
             await uow.assets.reconcile_embedding(job.owner_identity, job.asset_id)
         log.warning("worker_job_failed", job_id=job.id, code=code)
+
+
+def _record(
+    asset: AssetRecord, item: _Work, model: str, embedding: Sequence[float]
+) -> VectorRecord:
+    """The vector of one finished job, with the asset's current placement."""
+    return VectorRecord(
+        asset_id=asset.id,
+        object_id=asset.object_id,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
+        representation=item.job.representation,
+        model=model,
+        mime_type=item.object_mime,
+        source_kind=asset.source_kind,
+        created_at=asset.created_at,
+        embedding=embedding,
+    )
 
 
 def _split_usage(total: int, parts: int) -> list[int]:
