@@ -126,12 +126,16 @@ async def start_rebuild(
 
 
 async def advance_rebuild(
-    session: AsyncSession, target: str, *, cursor: str, embedded: int, skipped: int
+    session: AsyncSession, target: str, *, cursor: str | None, embedded: int, skipped: int
 ) -> None:
-    """Commit the walk's progress (with the batch's vectors: the resume point)."""
+    """Commit the walk's progress (with the batch's vectors: the resume point).
+
+    ``cursor`` ``None`` keeps the cursor (a catch-up batch after the walk).
+    """
     await session.execute(
         text(
-            "UPDATE mem_vector_rebuilds SET cursor = :c, embedded = embedded + :e, "
+            "UPDATE mem_vector_rebuilds SET cursor = COALESCE(:c, cursor), "
+            "embedded = embedded + :e, "
             "skipped = skipped + :k, updated_at = now() "
             "WHERE target_index = :t AND state = 'filling'"
         ),
