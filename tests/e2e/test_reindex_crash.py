@@ -33,7 +33,7 @@ from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.worker import EmbeddingWorker
 
-from .test_worker_processes import _png
+from .test_worker_processes import _png  # pyright: ignore[reportPrivateUsage]
 
 pytestmark = pytest.mark.slow
 

@@ -26,8 +26,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from sqlalchemy.ext.asyncio import AsyncSession
-
 from memory_db import AssetRecord, Database, MemoryDbError, VaultScope, get_logger
 from memory_db.embedding import (
     JINA_MODEL,
@@ -40,7 +38,7 @@ from memory_db.embedding import (
     TextInput,
     check_identity,
 )
-from memory_db.errors import ChecksumMismatch, ConfigurationError, EmbeddingError, NotFound
+from memory_db.errors import ChecksumMismatch, ConfigurationError, EmbeddingError
 from memory_db.vectors import (
     WALK_DONE,
     Rebuild,
@@ -52,9 +50,9 @@ from memory_db.vectors import (
     check_identifier,
     count_assets,
     create_index,
-    describe_index,
     drop_index,
     get_rebuild,
+    index_exists,
     index_identity,
     lock_alias,
     mark_switched,
@@ -264,7 +262,7 @@ async def _start(
                 )
             return existing, identity, True
         kept = await get_rebuild(uow.session, current)
-        registered = await _registered(uow.session, target)
+        registered = await index_exists(uow.session, target)
         if (
             registered
             and kept is not None
@@ -306,14 +304,6 @@ def _differs(identity: EmbedderIdentity, request: ReindexRequest) -> bool:
         or (request.model is not None and request.model != identity.model)
         or (request.dimensions is not None and request.dimensions != identity.dimensions)
     )
-
-
-async def _registered(session: AsyncSession, name: str) -> bool:
-    try:
-        await describe_index(session, name)
-    except NotFound:
-        return False
-    return True
 
 
 def _embedder(services: MemoryServices, identity: EmbedderIdentity) -> Embedder:

@@ -107,6 +107,7 @@ async def test_switching_models_under_saves_and_searches(
     seen_models: list[str] = []
     failures: list[BaseException] = []
     report = None
+    old = ""
     async with anyio.create_task_group() as group:
         group.start_soon(worker.run)
         await _until_ready(services, before)

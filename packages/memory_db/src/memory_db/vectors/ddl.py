@@ -197,6 +197,14 @@ async def describe_index(session: AsyncSession, name: str) -> tuple[int, Element
     return int(row[0]), element
 
 
+async def index_exists(session: AsyncSession, name: str) -> bool:
+    """Whether an index of that name is registered."""
+    found = await session.scalar(
+        text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
+    )
+    return found is not None
+
+
 async def drop_index(session: AsyncSession, name: str) -> None:
     """Drop an index that no alias points at."""
     check_identifier(name)
