@@ -34,7 +34,7 @@ from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
 from memory_db.errors import ConfigurationError, EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
-from memory_db.vectors import VectorHit, VectorIndex, resolve_alias
+from memory_db.vectors import VectorHit, VectorIndex
 from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
@@ -424,9 +424,7 @@ class AssetSearcher:
 
     async def _active(self, uow: UnitOfWork) -> VectorIndex:
         """The index the alias points at now, with the identity of its embedder."""
-        return await VectorIndex.open(
-            uow.session, await resolve_alias(uow.session, self.services.vector_alias)
-        )
+        return await VectorIndex.open_alias(uow.session, self.services.vector_alias, hold=False)
 
     def _embedder_of(self, index: VectorIndex) -> Embedder:
         """The embedder of ``index``; a clear failure when this process cannot build it."""

@@ -155,12 +155,15 @@ class VectorIndex:
         return cls(session, name, int(row[0]), element, identity=_identity(row[2], row[3], row[0]))
 
     @classmethod
-    async def open_alias(cls, session: AsyncSession, alias: str) -> VectorIndex:
+    async def open_alias(
+        cls, session: AsyncSession, alias: str, *, hold: bool = True
+    ) -> VectorIndex:
         """Bind to the index ``alias`` points at now, holding the alias until the commit.
 
         One indexed query. The alias row is read ``FOR SHARE``: a switch (an UPDATE of that
         row) waits for this transaction, so writes made under the old target commit before
-        the switch, and every transaction after it finds the new target.
+        the switch, and every transaction after it finds the new target. A reader passes
+        ``hold=False``: it reads the index in one snapshot and makes no switch wait.
         """
         row = (
             await session.execute(
@@ -174,7 +177,7 @@ class VectorIndex:
                     "WHERE r.target_index = a.index_name AND r.state = 'switched' ORDER BY 1) "
                     "FROM mem_vector_index_aliases a "
                     "JOIN mem_vector_indexes i ON i.name = a.index_name "
-                    "WHERE a.alias = :a FOR SHARE OF a"
+                    "WHERE a.alias = :a" + (" FOR SHARE OF a" if hold else "")
                 ),
                 {"a": alias},
             )
