@@ -22,7 +22,7 @@ from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_db.vectors import create_index, resolve_alias
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
-from memory_tools.errors import ConflictFailure, InvalidInputFailure
+from memory_tools.errors import ConflictFailure, EmbeddingUnavailable, InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.reindex import ReindexRequest, reindex
 from memory_tools.search import AssetSearcher, SearchRequest
@@ -161,6 +161,11 @@ async def test_switching_models_under_saves_and_searches(
         assert found[asset_id].embedding_model == MODEL
     queries_after = sum(1 for s in jina.state.seen if s.task == "retrieval.query")
     assert queries_after - queries_before == len(before + during)
+    # A process without the new provider's key fails its searches clearly; it never falls
+    # back to its configured (local) model against the Jina index.
+    keyless = replace(services, settings=services.settings.model_copy(update={"jina_api_keys": []}))
+    with pytest.raises(EmbeddingUnavailable, match="cannot embed queries for the active vector"):
+        await AssetSearcher(keyless).search(CALLER, SearchRequest(query="photo apricot"))
     # Refusals change nothing: the current index, an existing name, an unknown provider, a
     # dimension out of range.
     async with services.database.unit_of_work() as uow:
