@@ -22,6 +22,7 @@ from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_db.vectors import create_index, resolve_alias
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
+from memory_tools.changes import delete_asset
 from memory_tools.errors import ConflictFailure, EmbeddingUnavailable, InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.reindex import ReindexRequest, reindex
@@ -189,6 +190,11 @@ async def test_switching_models_under_saves_and_searches(
             await conn.execute(text("SELECT count(*) FROM mem_vector_indexes"))
         ).scalar_one() == tables
         assert (await conn.execute(text("SELECT to_regclass('v3')"))).scalar_one() is None
+    # A delete reaches the kept old index too (so a switch back cannot resurrect it).
+    async with services.database.unit_of_work() as uow:
+        await delete_asset(uow, CALLER, services, asset_id=before[1])
+    for table in ("assets_jina_v2", old):
+        assert await _vectors(services, table, before[1]) == 0, table
     # Switching back before the old index is dropped: it was kept in step for deletes, and
     # only what was saved since the switch is embedded again.
     late = await _save(services, 29)
@@ -199,6 +205,12 @@ async def test_switching_models_under_saves_and_searches(
     assert [hit.embedding_model for hit in view.results if hit.asset_id == late] == [
         "local-hash-v1"
     ]
+
+
+async def _vectors(services: MemoryServices, table: str, asset_id: str) -> int:
+    async with services.database.engine.connect() as conn:
+        query = text(f"SELECT count(*) FROM {table} WHERE asset_id = :a")
+        return int((await conn.execute(query, {"a": asset_id})).scalar_one())
 
 
 async def _alias(services: MemoryServices) -> str:
