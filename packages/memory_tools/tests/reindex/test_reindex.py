@@ -74,7 +74,7 @@ async def _save(services: MemoryServices, seed: int) -> str:
 
 
 async def _until_ready(services: MemoryServices, ids: list[str]) -> None:
-    with anyio.fail_after(30):
+    with anyio.fail_after(90):  # a deadline for a loaded machine, not a timing assertion
         while True:
             async with services.database.engine.connect() as conn:
                 waiting = (
