@@ -156,7 +156,7 @@ async def test_switching_models_under_saves_and_searches(
     # After the switch: every image is found, through the new model (the query goes to Jina).
     queries_before = sum(1 for s in jina.state.seen if s.task == "retrieval.query")
     for seed, asset_id in enumerate(before + during):
-        view = await searcher.search(CALLER, SearchRequest(query=f"photo {WORDS[seed]}", limit=30))
+        view = await searcher.search(CALLER, SearchRequest(query=WORDS[seed], limit=5))
         found = {hit.asset_id: hit for hit in view.results}
         assert asset_id in found, WORDS[seed]
         assert found[asset_id].embedding_model == MODEL

@@ -160,11 +160,23 @@ class VectorIndex:
     ) -> VectorIndex:
         """Bind to the index ``alias`` points at now, holding the alias until the commit.
 
-        One indexed query. The alias row is read ``FOR SHARE``: a switch (an UPDATE of that
+        The alias row is read ``FOR SHARE``: a switch (an UPDATE of that
         row) waits for this transaction, so writes made under the old target commit before
         the switch, and every transaction after it finds the new target. A reader passes
         ``hold=False``: it reads the index in one snapshot and makes no switch wait.
+
+        Holding takes its own statement first: a locking read joined to the index registry,
+        when it waited for a switch, rechecks the join against the registry row it read
+        before the switch and finds no row at all. After the wait, the second statement's
+        snapshot sees the switch, its target and the rebuild rows as committed.
         """
+        if hold:
+            locked = await session.scalar(
+                text("SELECT index_name FROM mem_vector_index_aliases WHERE alias = :a FOR SHARE"),
+                {"a": alias},
+            )
+            if locked is None:
+                raise NotFound("vector index alias", alias)
         row = (
             await session.execute(
                 text(
@@ -177,7 +189,7 @@ class VectorIndex:
                     "WHERE r.target_index = a.index_name AND r.state = 'switched' ORDER BY 1) "
                     "FROM mem_vector_index_aliases a "
                     "JOIN mem_vector_indexes i ON i.name = a.index_name "
-                    "WHERE a.alias = :a" + (" FOR SHARE OF a" if hold else "")
+                    "WHERE a.alias = :a"
                 ),
                 {"a": alias},
             )
