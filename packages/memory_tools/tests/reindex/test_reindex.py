@@ -201,7 +201,7 @@ async def test_switching_models_under_saves_and_searches(
     await worker.drain()
     back = await reindex(services, ReindexRequest(old))
     assert back.switched and back.target == old and await _alias(services) == old
-    view = await searcher.search(CALLER, SearchRequest(query=f"photo {WORDS[29]}", limit=5))
+    view = await searcher.search(CALLER, SearchRequest(query=WORDS[29], limit=5))
     assert [hit.embedding_model for hit in view.results if hit.asset_id == late] == [
         "local-hash-v1"
     ]
