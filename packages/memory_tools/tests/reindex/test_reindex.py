@@ -153,10 +153,21 @@ async def test_switching_models_under_saves_and_searches(
     assert await _models(services, old) == {("local-hash-v1", 1024)}
     assert set(seen_models) <= {"local-hash-v1", MODEL}
     assert during, "images were saved while the rebuild ran"
+    # Every image (saved before or during the rebuild) has its vectors in the new index.
+    async with services.database.engine.connect() as conn:
+        lacking = (
+            await conn.execute(
+                text(
+                    "SELECT a.id, a.title FROM mem_assets a WHERE a.status = 'ready' AND NOT "
+                    "EXISTS (SELECT 1 FROM assets_jina_v2 v WHERE v.asset_id = a.id)"
+                )
+            )
+        ).all()
+    assert lacking == []
     # After the switch: every image is found, through the new model (the query goes to Jina).
     queries_before = sum(1 for s in jina.state.seen if s.task == "retrieval.query")
     for seed, asset_id in enumerate(before + during):
-        view = await searcher.search(CALLER, SearchRequest(query=WORDS[seed], limit=5))
+        view = await searcher.search(CALLER, SearchRequest(query=WORDS[seed], limit=30))
         found = {hit.asset_id: hit for hit in view.results}
         assert asset_id in found, WORDS[seed]
         assert found[asset_id].embedding_model == MODEL
