@@ -18,7 +18,7 @@ from memory_db.database import (
     ensure_database,
     start_embedded,
 )
-from memory_db.embedding import Embedder, build_embedder
+from memory_db.embedding import Embedder, EmbedderIdentity, build_embedder
 from memory_db.errors import ConfigurationError
 from memory_db.logs import get_logger
 from memory_db.migrate import current_revision, head_revision, upgrade
@@ -30,7 +30,7 @@ from memory_db.storage import (
     UrlSigner,
 )
 from memory_db.unit_of_work import Database
-from memory_db.vectors import DEFAULT_ALIAS, describe_index, ensure_default_index
+from memory_db.vectors import DEFAULT_ALIAS, ensure_default_index, index_identity
 
 log = get_logger(__name__)
 
@@ -235,7 +235,13 @@ async def open_runtime(
 async def prepare_vector_index(
     database: Database, settings: MemorySettings, embedder: Embedder
 ) -> str:
-    """Create ``ASSET_EMBED_INDEX`` on first start; check the aliased index fits the embedder."""
+    """Create ``ASSET_EMBED_INDEX`` on first start, recording the embedder that fills it.
+
+    Once the alias exists, the index it points at decides which embedder every process uses
+    (``memory_db.embedding.Embedders``): after ``memory-server reindex`` switched it to another
+    model or dimension, a process configured for the old one keeps working, and says so once.
+    """
+    identity = EmbedderIdentity(settings.asset_embed_provider, embedder.model, embedder.dimensions)
     async with database.unit_of_work() as uow:
         name = await ensure_default_index(
             uow.session,
@@ -243,11 +249,14 @@ async def prepare_vector_index(
             dimensions=embedder.dimensions,
             alias=DEFAULT_ALIAS,
             element=settings.asset_embed_vector_type,
+            identity=identity,
         )
-        dimensions, _element = await describe_index(uow.session, name)
-    if dimensions != embedder.dimensions:
-        raise ConfigurationError(
-            f"ASSET_EMBED_DIM: the active vector index {name} holds {dimensions}-d vectors, "
-            f"the embedder makes {embedder.dimensions}-d ones; build a new index and switch"
+        active = await index_identity(uow.session, name)
+    if active is not None and active != identity:
+        log.info(
+            "vector_index_embedder_differs",
+            index=name,
+            index_embedder=str(active),
+            configured_embedder=str(identity),
         )
     return name

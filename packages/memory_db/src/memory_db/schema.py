@@ -78,6 +78,7 @@ PROVENANCE_OPERATIONS = (
     "job_retry",
     "job_cancel",
     "asset_purge",
+    "vector_index_switch",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -836,6 +837,49 @@ class VectorIndexEntry(Base):
     dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
     element_type: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = _now()
+    # The embedder that fills it (no secrets): every vector of the table is of this model, and
+    # a search embeds its query with it. NULL only for an index made before revision 0014
+    # until a process records the configured embedder's identity.
+    provider: Mapped[str | None] = mapped_column(Text)
+    model: Mapped[str | None] = mapped_column(Text)
+
+
+REBUILD_STATES = ("filling", "switched")
+
+
+class VectorRebuild(Base):
+    """An index being filled beside the one an alias points at (``memory-server reindex``).
+
+    While ``filling``, every vector write of the alias's index is also made in ``target_index``
+    (with the target's embedder); ``cursor`` is the last asset id the rebuild walk finished.
+    """
+
+    __tablename__ = "mem_vector_rebuilds"
+    __table_args__ = (
+        CheckConstraint(_in("state", REBUILD_STATES), name="state_known"),
+        CheckConstraint("target_index <> source_index", name="target_not_source"),
+        Index(
+            "uq_mem_vector_rebuilds_one_filling_per_alias",
+            "alias",
+            unique=True,
+            postgresql_where=text("state = 'filling'"),
+        ),
+    )
+
+    target_index: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_vector_indexes.name", ondelete="CASCADE"), primary_key=True
+    )
+    source_index: Mapped[str] = mapped_column(
+        Text, ForeignKey("mem_vector_indexes.name", ondelete="CASCADE"), nullable=False
+    )
+    alias: Mapped[str] = mapped_column(Text, nullable=False)
+    state: Mapped[str] = mapped_column(Text, nullable=False, server_default="filling")
+    cursor: Mapped[str | None] = mapped_column(Text)
+    embedded: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    skipped: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    started_at: Mapped[datetime] = _now()
+    updated_at: Mapped[datetime] = _now()
+    switched_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class VectorIndexAlias(Base):

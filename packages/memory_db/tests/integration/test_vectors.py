@@ -346,15 +346,23 @@ async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresF
 
 
 async def test_start_up_prepares_the_configured_index(database: Database, tmp_path: Any) -> None:
-    from memory_db import ConfigurationError, MemorySettings
-    from memory_db.embedding import LocalEmbedder, ScriptedEmbedder
+    from memory_db import MemorySettings
+    from memory_db.embedding import EmbedderIdentity, LocalEmbedder, ScriptedEmbedder
     from memory_db.runtime import prepare_vector_index
+    from memory_db.vectors import index_identity
 
     settings = MemorySettings(memory_data_dir=tmp_path)
     assert await prepare_vector_index(database, settings, LocalEmbedder()) == "memory_assets_v1"
     assert await prepare_vector_index(database, settings, LocalEmbedder()) == "memory_assets_v1"
-    with pytest.raises(ConfigurationError, match="ASSET_EMBED_DIM"):
-        await prepare_vector_index(database, settings, ScriptedEmbedder(dims=512))
+    # The index records the embedder that fills it; a process configured for another one
+    # (after a reindex switched models, say) starts, and the index keeps its identity.
+    assert await prepare_vector_index(database, settings, ScriptedEmbedder(dims=512)) == (
+        "memory_assets_v1"
+    )
+    async with database.unit_of_work() as uow:
+        assert await index_identity(uow.session, "memory_assets_v1") == EmbedderIdentity(
+            "local", "local-hash-v1", 1024
+        )
 
 
 async def test_migration_rewrites_element_sign_codes_as_projection_codes(

@@ -21,7 +21,7 @@ from pydantic import Field
 
 from memory_db import MemoryDbError, NotFound, UnitOfWork, get_logger
 from memory_db.repositories import AssetRecord, ObjectRecord, VaultScope
-from memory_db.vectors import VectorIndex, resolve_alias
+from memory_db.vectors import VectorIndex
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.assets import descendants
@@ -133,12 +133,15 @@ async def locate_asset(
 
 
 async def _index(uow: UnitOfWork, services: MemoryServices) -> VectorIndex | None:
-    """The aliased vector index; ``None`` before the first vector was ever written."""
+    """The aliased vector index; ``None`` before the first vector was ever written.
+
+    Held like the worker's (a switch waits for this change), with the indexes being rebuilt
+    beside it, so a move or delete reaches them too.
+    """
     try:
-        name = await resolve_alias(uow.session, services.vector_alias)
+        return await VectorIndex.open_alias(uow.session, services.vector_alias)
     except NotFound:
         return None
-    return await VectorIndex.open(uow.session, name)
 
 
 async def move_asset(

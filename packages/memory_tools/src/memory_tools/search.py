@@ -31,11 +31,11 @@ from pydantic import Field
 
 from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
-from memory_db.embedding.types import EmbedResult, EmbedValue
-from memory_db.errors import EmbeddingError
+from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
+from memory_db.errors import ConfigurationError, EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
 from memory_db.runtime import prepare_vector_index
-from memory_db.vectors import VectorHit, VectorIndex, resolve_alias
+from memory_db.vectors import VectorHit, VectorIndex
 from memory_tools import metrics, policy
 from memory_tools.access import Caller
 from memory_tools.assets import (
@@ -66,6 +66,8 @@ MAX_SEARCH_LIMIT = 30
 MAX_QUERY_CHARS = 2000
 # Representation hits fetched from the index before fusion.
 OVERFETCH = 50
+# How often a search embeds its query again when the index switched while it was embedding.
+SWITCH_RETRIES = 2
 # Metadata (full-text) hits that join the fusion of a text query.
 TEXT_HITS = 50
 # Reciprocal-rank fusion constant: a first place adds 1/21 ≈ 0.048 to an asset's relevance,
@@ -301,6 +303,7 @@ class AssetSearcher:
             await prepare_vector_index(self.services.database, self._settings, embedder)
             self._index_ready = True
         async with self.services.database.unit_of_work() as uow:
+            active = await self._active(uow)
             vaults, filters = await resolve_filters(uow, caller, request)
             preview_key = preview_sha256 = None
             if request.asset_id is not None:
@@ -320,15 +323,34 @@ class AssetSearcher:
                 image = await read_preview(self.services, preview_key, preview_sha256)
             except MemoryDbError:
                 raise NotFoundFailure("the asset's image is not available") from None
-        embedded = await self._embed(text, image)
-        metrics.count_tokens(
-            embedder.model, prompt=embedded.usage.prompt_tokens, image=embedded.usage.image_tokens
-        )
-        vector = embedded.embeddings[0]
-        thresholds = match_thresholds(embedder.model, mode)
+        for attempt in range(SWITCH_RETRIES + 1):
+            # The query is embedded by the model of the index the alias points at, outside any
+            # transaction; the ranking transaction checks the alias still points there (an
+            # index switch in between means embedding again), so no search compares two models.
+            embedder = self._embedder_of(active)
+            embedded = await self._embed(embedder, text, image)
+            metrics.count_tokens(
+                embedder.model,
+                prompt=embedded.usage.prompt_tokens,
+                image=embedded.usage.image_tokens,
+            )
+            vector = embedded.embeddings[0]
+            thresholds = match_thresholds(embedder.model, mode)
+            async with self.services.database.unit_of_work() as uow:
+                index = await self._active(uow)
+                if index.name != active.name and attempt < SWITCH_RETRIES:
+                    active = index
+                    continue
+                if index.name != active.name:
+                    raise EmbeddingUnavailable("the vector index is being switched; retry shortly")
+                scopes = [v.record.scope for v in vaults]
+                fusion, rows = await self._rank(
+                    uow, index, embedder, scopes, filters, vector, text, request, thresholds
+                )
+                break
+        else:  # pragma: no cover - the loop always breaks or raises
+            raise AssertionError("unreachable")
         async with self.services.database.unit_of_work() as uow:
-            scopes = [v.record.scope for v in vaults]
-            fusion, rows = await self._rank(uow, scopes, filters, vector, text, request, thresholds)
             await uow.usage.record(
                 owner_identity=caller.identity,
                 source="embed_image_query",
@@ -421,9 +443,27 @@ class AssetSearcher:
         )
         return inspected.preview
 
-    async def _embed(self, text: str | None, image: bytes | None) -> EmbedResult:
-        embedder = self.services.embedder
-        assert embedder is not None
+    async def _active(self, uow: UnitOfWork) -> VectorIndex:
+        """The index the alias points at now, with the identity of its embedder."""
+        return await VectorIndex.open_alias(uow.session, self.services.vector_alias, hold=False)
+
+    def _embedder_of(self, index: VectorIndex) -> Embedder:
+        """The embedder of ``index``; a clear failure when this process cannot build it."""
+        if index.identity is None:  # made before identities were recorded: the configured one
+            assert self.services.embedder is not None
+            return self.services.embedder
+        try:
+            return self.services.embedders.get(index.identity)
+        except ConfigurationError as exc:
+            log.error("asset_search_embedder_unavailable", index=index.name, exc_info=True)
+            raise EmbeddingUnavailable(
+                f"this server cannot embed queries for the active vector index {index.name} "
+                f"({index.identity}): {exc}"
+            ) from None
+
+    async def _embed(
+        self, embedder: Embedder, text: str | None, image: bytes | None
+    ) -> EmbedResult:
         value: EmbedValue
         if image is None:
             assert text is not None
@@ -454,6 +494,8 @@ class AssetSearcher:
     async def _rank(
         self,
         uow: UnitOfWork,
+        index: VectorIndex,
+        embedder: Embedder,
         vault_scopes: Sequence[VaultScope],
         filters: AssetFilter,
         vector: list[float],
@@ -470,11 +512,6 @@ class AssetSearcher:
         fill ``limit``.
         """
         limit, min_score = request.limit, request.min_score
-        embedder = self.services.embedder
-        assert embedder is not None
-        index = await VectorIndex.open(
-            uow.session, await resolve_alias(uow.session, self.services.vector_alias)
-        )
         restricted: tuple[str, ...] | None = None
         overfetch = OVERFETCH
         if filters.outside_vectors():

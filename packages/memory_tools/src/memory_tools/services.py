@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memory_db import Database, MemorySettings
-from memory_db.embedding import Embedder
+from memory_db.embedding import Embedder, Embedders
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.capacity import CallAdmission
@@ -45,8 +45,13 @@ class MemoryServices:
     # Every tool call and HTTP route of this process is admitted here first
     # (MEMORY_MAX_CONCURRENT_CALLS, MEMORY_ADMISSION_WAIT_SECONDS).
     call_admission: CallAdmission = field(init=False, repr=False, compare=False)
+    # The embedders of the vector indexes by identity, built on first use: a search and the
+    # worker use the one of the index the alias points at (the configured ``embedder`` answers
+    # for its own identity). Closed by whoever closes the services (``bootstrap.running``).
+    embedders: Embedders = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "embedders", Embedders(self.settings, self.embedder))
         admission = DecodeAdmission(self.settings.decode_budget_pixels)
         object.__setattr__(self, "decode_admission", admission)
         calls = CallAdmission(

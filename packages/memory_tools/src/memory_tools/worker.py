@@ -40,9 +40,10 @@ from memory_db import (
     VaultScope,
     get_logger,
 )
-from memory_db.embedding import FusedInput, ImageInput, TextInput
+from memory_db.embedding import Embedder, FusedInput, ImageInput, TextInput
 from memory_db.errors import (
     ChecksumMismatch,
+    ConfigurationError,
     EmbeddingError,
     NotFound,
     ProviderContractError,
@@ -51,7 +52,7 @@ from memory_db.errors import (
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
-from memory_db.vectors import VectorIndex, VectorRecord
+from memory_db.vectors import VectorIndex, VectorRecord, filling_rebuild
 from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
@@ -87,6 +88,20 @@ class WorkerConfig:
     reconcile_seconds: float = 600.0
     retry_base_seconds: float = 5.0
     retry_max_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Which indexes a batch writes: the alias's, and the rebuild filling beside it (if any).
+
+    Read before embedding, so the batch is embedded with each index's own embedder; the
+    completion checks the alias still points at ``active`` (else the jobs are retried).
+    """
+
+    active: str
+    embedder: Embedder
+    target: str | None = None
+    target_embedder: Embedder | None = None
 
 
 @dataclass(frozen=True)
@@ -328,9 +343,7 @@ class EmbeddingWorker:
                 )
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
-        with structlog.contextvars.bound_contextvars(
-            model=self._embedder.model, task="retrieval.passage"
-        ):
+        with structlog.contextvars.bound_contextvars(task="retrieval.passage"):
             await self._process_batch(jobs)
 
     async def _process_batch(self, jobs: Sequence[JobRecord]) -> None:
@@ -342,13 +355,22 @@ class EmbeddingWorker:
         if not work:
             return
         try:
-            with metrics.embedding_call(self._embedder.model, "retrieval.passage"):
-                result = await self._embedder.embed([w.value for w in work], "retrieval.passage")
+            plan = await self._plan()
+        except ConfigurationError as exc:
+            # This process cannot build the active index's embedder (no key for its provider):
+            # leave the jobs to a worker that can, and say why.
+            log.error("worker_index_embedder_unavailable", worker=self.worker_id, exc_info=True)
+            for item in work:
+                await self._retry(item.job, "embedder_unavailable", str(exc))
+            return
+        try:
+            with metrics.embedding_call(plan.embedder.model, "retrieval.passage"):
+                result = await plan.embedder.embed([w.value for w in work], "retrieval.passage")
         except EmbeddingError as exc:
             if not exc.retryable and len(work) > 1:
                 # One bad item must not fail its batch-mates: embed them one by one.
                 for item in work:
-                    await self._embed_alone(item)
+                    await self._embed_alone(item, plan)
                 return
             for item in work:
                 await self._failed(item, exc)
@@ -373,12 +395,60 @@ class EmbeddingWorker:
             }
             for index in range(len(work))
         ]
-        await self._complete(work, result.embeddings, usages, result.request_id)
+        targets = await self._embed_target(plan, work)
+        await self._complete(work, result.embeddings, usages, result.request_id, plan, targets)
 
-    async def _embed_alone(self, item: _Work) -> None:
+    async def _plan(self) -> _Plan:
+        """The active index and the rebuild filling beside it, with their embedders."""
+        async with self._services.database.unit_of_work() as uow:
+            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            rebuild = await filling_rebuild(uow.session, self._services.vector_alias)
+            target = (
+                None
+                if rebuild is None
+                else await VectorIndex.open(uow.session, rebuild.target_index)
+            )
+        embedders = self._services.embedders
+        # An index made before identities were recorded was filled by the configured embedder.
+        embedder = self._embedder if index.identity is None else embedders.get(index.identity)
+        if target is None or target.identity is None:
+            return _Plan(active=index.name, embedder=embedder)
         try:
-            with metrics.embedding_call(self._embedder.model, "retrieval.passage"):
-                result = await self._embedder.embed([item.value], "retrieval.passage")
+            target_embedder = embedders.get(target.identity)
+        except ConfigurationError:
+            # The rebuild's own run embeds what the worker could not (its verification finds it).
+            log.warning("worker_rebuild_embedder_unavailable", target=target.name, exc_info=True)
+            return _Plan(active=index.name, embedder=embedder)
+        return _Plan(index.name, embedder, target.name, target_embedder)
+
+    async def _embed_target(
+        self, plan: _Plan, work: Sequence[_Work]
+    ) -> Sequence[Sequence[float]] | None:
+        """The batch embedded for the rebuild's index too; ``None`` if there is none or it failed.
+
+        A failure here never holds back the active index: the rebuild's verification finds
+        the assets missing from its index and embeds them itself.
+        """
+        if plan.target_embedder is None:
+            return None
+        model = plan.target_embedder.model
+        try:
+            with metrics.embedding_call(model, "retrieval.passage"):
+                result = await plan.target_embedder.embed(
+                    [w.value for w in work], "retrieval.passage"
+                )
+        except Exception:
+            log.warning("worker_rebuild_embed_failed", target=plan.target, exc_info=True)
+            return None
+        metrics.count_tokens(
+            model, prompt=result.usage.prompt_tokens, image=result.usage.image_tokens
+        )
+        return result.embeddings
+
+    async def _embed_alone(self, item: _Work, plan: _Plan) -> None:
+        try:
+            with metrics.embedding_call(plan.embedder.model, "retrieval.passage"):
+                result = await plan.embedder.embed([item.value], "retrieval.passage")
         except EmbeddingError as exc:
             await self._failed(item, exc)
             return
@@ -393,7 +463,8 @@ class EmbeddingWorker:
             "prompt_tokens": result.usage.prompt_tokens,
             "image_tokens": result.usage.image_tokens,
         }
-        await self._complete([item], result.embeddings, [usage], result.request_id)
+        targets = await self._embed_target(plan, [item])
+        await self._complete([item], result.embeddings, [usage], result.request_id, plan, targets)
 
     async def _reload(
         self, jobs: Sequence[JobRecord]
@@ -473,8 +544,14 @@ class EmbeddingWorker:
         embeddings: Sequence[Sequence[float]],
         usages: Sequence[dict[str, int]],
         request_id: str | None,
+        plan: _Plan,
+        targets: Sequence[Sequence[float]] | None = None,
     ) -> None:
-        """Finish a batch in one transaction; each job only if this worker still holds it."""
+        """Finish a batch in one transaction; each job only if this worker still holds it.
+
+        ``targets``: the same batch embedded for the rebuild filling beside the active index
+        (new saves are embedded into both while a rebuild runs).
+        """
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
@@ -485,13 +562,25 @@ class EmbeddingWorker:
             # The alias is resolved per batch, never cached: after a rebuild switches it, the
             # next batch writes to the new index (the switch waits for this one to commit).
             index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            embedder = plan.embedder
             mismatch: str | None = None
-            if index.dimensions != self._embedder.dimensions:
+            if index.name != plan.active:
+                # Switched while this batch was embedded: its vectors are of the old model.
+                mismatch = f"the vector index switched from {plan.active} to {index.name}"
+                log.info("worker_index_switched", worker=self.worker_id, index=index.name)
+            elif index.dimensions != embedder.dimensions:
                 mismatch = (
                     f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
-                    f"this worker's embedder makes {self._embedder.dimensions}-d ones"
+                    f"this worker's embedder makes {embedder.dimensions}-d ones"
                 )
                 log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
+            target: VectorIndex | None = None
+            if targets is not None and plan.target in index.mirrors:
+                target = await VectorIndex.open(uow.session, plan.target)
+            target_vectors: dict[VaultScope, list[VectorRecord]] = {}
+            target_of = {
+                id(item): vector for item, vector in zip(items, targets or (), strict=False)
+            }
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
@@ -518,25 +607,20 @@ class EmbeddingWorker:
                     log.warning("worker_lease_lost_at_completion", job_id=job.id)
                     continue
                 scope = VaultScope(asset.owner_identity, asset.vault)
+                # Labelled with the model that made it (the job's label is the one asked for
+                # at save time; an index switch may have changed the model since).
                 vectors.setdefault(scope, []).append(
-                    VectorRecord(
-                        asset_id=asset.id,
-                        object_id=asset.object_id,
-                        project_id=asset.project_id,
-                        folder_id=asset.folder_id,
-                        representation=job.representation,
-                        model=job.model,
-                        mime_type=item.object_mime,
-                        source_kind=asset.source_kind,
-                        created_at=asset.created_at,
-                        embedding=embedding,
-                    )
+                    _record(asset, item, embedder.model, embedding)
                 )
+                if target is not None and plan.target_embedder is not None:
+                    target_vectors.setdefault(scope, []).append(
+                        _record(asset, item, plan.target_embedder.model, target_of[id(item)])
+                    )
                 ledger.append(
                     {
                         "owner_identity": job.owner_identity,
                         "source": "embed_image_document",
-                        "model": job.model,
+                        "model": embedder.model,
                         **usage,
                         "asset_id": job.asset_id,
                         "job_id": job.id,
@@ -546,6 +630,9 @@ class EmbeddingWorker:
                 touched.setdefault(job.owner_identity, set()).add(job.asset_id)
             for scope, records in vectors.items():
                 await index.upsert(scope, records)
+            if target is not None:
+                for scope, records in target_vectors.items():
+                    await target.upsert(scope, records)
             await uow.usage.record_many(ledger)
             settled = [
                 change
@@ -626,6 +713,24 @@ def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
     """Log lines about one job name it, its asset, model and representation (never its owner)."""
     return structlog.contextvars.bound_contextvars(
         job_id=job.id, asset_id=job.asset_id, model=job.model, representation=job.representation
+    )
+
+
+def _record(
+    asset: AssetRecord, item: _Work, model: str, embedding: Sequence[float]
+) -> VectorRecord:
+    """The vector of one finished job, with the asset's current placement."""
+    return VectorRecord(
+        asset_id=asset.id,
+        object_id=asset.object_id,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
+        representation=item.job.representation,
+        model=model,
+        mime_type=item.object_mime,
+        source_kind=asset.source_kind,
+        created_at=asset.created_at,
+        embedding=embedding,
     )
 
 

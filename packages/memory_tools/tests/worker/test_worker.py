@@ -328,7 +328,7 @@ async def finish_late(
     work = [w for w in [await worker._load(*row) for row in loaded] if w is not None]
     result = await services.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
     usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
-    await worker._complete(work, result.embeddings, [usage] * len(work), None)
+    await worker._complete(work, result.embeddings, [usage] * len(work), None, await worker._plan())
 
 
 async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(

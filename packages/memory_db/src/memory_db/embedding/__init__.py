@@ -1,6 +1,14 @@
 """Embedders: the contract, the Jina client, the offline local embedder and a fake."""
 
-from memory_db.embedding.factory import build_embedder
+from memory_db.embedding.factory import (
+    PROVIDERS,
+    EmbedderIdentity,
+    Embedders,
+    build_embedder,
+    build_embedder_for,
+    check_identity,
+    configured_identity,
+)
 from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector
 from memory_db.embedding.jina import JINA_MODEL, JinaEmbedder
 from memory_db.embedding.local import LOCAL_MODEL, LocalEmbedder
@@ -21,10 +29,13 @@ from memory_db.embedding.validation import combine, normalize, validate_embeddin
 __all__ = [
     "JINA_MODEL",
     "LOCAL_MODEL",
+    "PROVIDERS",
     "TASKS",
     "EmbedResult",
     "EmbedValue",
     "Embedder",
+    "EmbedderIdentity",
+    "Embedders",
     "FusedInput",
     "ImageInput",
     "JinaEmbedder",
@@ -35,7 +46,10 @@ __all__ = [
     "TextInput",
     "Usage",
     "build_embedder",
+    "build_embedder_for",
+    "check_identity",
     "combine",
+    "configured_identity",
     "hashed_vector",
     "match_thresholds",
     "normalize",

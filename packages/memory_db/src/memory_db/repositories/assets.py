@@ -938,6 +938,27 @@ class AssetRepository:
         )
         return {(row.owner_identity, row.id): asset_record(row) for row in rows}
 
+    async def live_after(self, after: str | None, limit: int) -> list[AssetRecord]:
+        """Assets not being deleted, in id order after ``after``: an index rebuild's walk.
+
+        Every owner's (an operator's rebuild covers the whole index); keyset-paged on the
+        primary key, so each page is one short index range whatever the table's size.
+        """
+        query = select(Asset).where(Asset.status.in_(VISIBLE_STATUSES))
+        if after is not None:
+            query = query.where(Asset.id > after)
+        rows = await self._session.scalars(
+            query.order_by(Asset.id).limit(limit).execution_options(populate_existing=True)
+        )
+        return [asset_record(row) for row in rows]
+
+    async def count_live(self, *, after: str | None = None) -> int:
+        """How many assets are not being deleted (after ``after`` in id order, if given)."""
+        query = select(func.count()).select_from(Asset).where(Asset.status.in_(VISIBLE_STATUSES))
+        if after is not None:
+            query = query.where(Asset.id > after)
+        return int(await self._session.scalar(query) or 0)
+
     async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
         """Derive one asset's embedding status from its jobs; see :meth:`reconcile_many`."""
         await self.reconcile_many(owner, [asset_id])

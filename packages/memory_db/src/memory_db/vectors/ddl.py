@@ -13,6 +13,7 @@ from typing import Literal
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_db.embedding.factory import EmbedderIdentity
 from memory_db.errors import Conflict, InvalidInput, NotFound
 
 ElementType = Literal["halfvec", "vector"]
@@ -108,15 +109,30 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
     ]
 
 
-async def create_index(
-    session: AsyncSession, name: str, *, dimensions: int, element: ElementType = "halfvec"
-) -> None:
-    """Create and register a versioned index table (``Conflict`` if the name is taken)."""
-    check_identifier(name)
+def check_dimensions(dimensions: int, element: ElementType) -> None:
+    """``InvalidInput`` unless an index of ``element`` can hold (and HNSW-index) ``dimensions``."""
     if element not in _MAX_INDEXED:
         raise InvalidInput("element type must be halfvec or vector")
     if not 1 <= dimensions <= _MAX_INDEXED[element]:
         raise InvalidInput(f"{element} indexes hold 1-{_MAX_INDEXED[element]} dimensions")
+
+
+async def create_index(
+    session: AsyncSession,
+    name: str,
+    *,
+    dimensions: int,
+    element: ElementType = "halfvec",
+    identity: EmbedderIdentity | None = None,
+) -> None:
+    """Create and register a versioned index table (``Conflict`` if the name is taken).
+
+    ``identity``: the embedder that will fill it (its dimensions must be ``dimensions``).
+    """
+    check_identifier(name)
+    check_dimensions(dimensions, element)
+    if identity is not None and identity.dimensions != dimensions:
+        raise InvalidInput(f"the embedder makes {identity.dimensions}-d vectors, not {dimensions}")
     exists = await session.scalar(text("SELECT to_regclass(:n) IS NOT NULL"), {"n": name})
     registered = await session.scalar(
         text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
@@ -126,9 +142,45 @@ async def create_index(
     for statement in _table_sql(name, dimensions, element):
         await session.execute(text(statement))
     await session.execute(
-        text("INSERT INTO mem_vector_indexes (name, dimensions, element_type) VALUES (:n, :d, :e)"),
-        {"n": name, "d": dimensions, "e": element},
+        text(
+            "INSERT INTO mem_vector_indexes (name, dimensions, element_type, provider, model) "
+            "VALUES (:n, :d, :e, :p, :m)"
+        ),
+        {
+            "n": name,
+            "d": dimensions,
+            "e": element,
+            "p": None if identity is None else identity.provider,
+            "m": None if identity is None else identity.model,
+        },
     )
+
+
+async def index_identity(session: AsyncSession, name: str) -> EmbedderIdentity | None:
+    """The embedder recorded for an index (``None`` for one made before it was recorded)."""
+    row = (
+        await session.execute(
+            text("SELECT provider, model, dimensions FROM mem_vector_indexes WHERE name = :n"),
+            {"n": name},
+        )
+    ).one_or_none()
+    if row is None:
+        raise NotFound("vector index", name)
+    if row[0] is None or row[1] is None:
+        return None
+    return EmbedderIdentity(str(row[0]), str(row[1]), int(row[2]))
+
+
+async def record_identity(session: AsyncSession, name: str, identity: EmbedderIdentity) -> bool:
+    """Record ``identity`` for an index that has none yet (its dimensions must match)."""
+    result = await session.execute(
+        text(
+            "UPDATE mem_vector_indexes SET provider = :p, model = :m "
+            "WHERE name = :n AND provider IS NULL AND dimensions = :d"
+        ),
+        {"n": name, "p": identity.provider, "m": identity.model, "d": identity.dimensions},
+    )
+    return bool(getattr(result, "rowcount", 0))
 
 
 async def describe_index(session: AsyncSession, name: str) -> tuple[int, ElementType]:
@@ -145,6 +197,14 @@ async def describe_index(session: AsyncSession, name: str) -> tuple[int, Element
     return int(row[0]), element
 
 
+async def index_exists(session: AsyncSession, name: str) -> bool:
+    """Whether an index of that name is registered."""
+    found = await session.scalar(
+        text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
+    )
+    return found is not None
+
+
 async def drop_index(session: AsyncSession, name: str) -> None:
     """Drop an index that no alias points at."""
     check_identifier(name)
@@ -154,6 +214,12 @@ async def drop_index(session: AsyncSession, name: str) -> None:
     if used:
         raise Conflict(f"alias {used} still points at {name}; switch it first")
     await describe_index(session, name)
+    filling = await session.scalar(
+        text("SELECT alias FROM mem_vector_rebuilds WHERE target_index = :n AND state = 'filling'"),
+        {"n": name},
+    )
+    if filling:
+        raise Conflict(f"{name} is being rebuilt for alias {filling}; abandon the rebuild first")
     await session.execute(text(f"DROP TABLE IF EXISTS {name}"))
     await session.execute(text("DELETE FROM mem_vector_indexes WHERE name = :n"), {"n": name})
 
@@ -188,18 +254,35 @@ async def ensure_default_index(
     dimensions: int,
     alias: str = DEFAULT_ALIAS,
     element: ElementType = "halfvec",
+    identity: EmbedderIdentity | None = None,
 ) -> str:
-    """Create ``name`` if missing and point an unset ``alias`` at it; return the alias target."""
+    """Create ``name`` if missing and point an unset ``alias`` at it; return the alias target.
+
+    ``identity``: the configured embedder, recorded for a new index, and for the aliased one
+    when it has none yet (an index made before identities were recorded was filled by it).
+    """
+    try:
+        current = await resolve_alias(session, alias)
+    except NotFound:
+        current = None
+    if current is not None and (identity is None or await index_identity(session, current)):
+        return current  # the common case: no lock, no write
     # Servers and workers start concurrently: serialise the first creation (lock held to commit).
     await session.execute(text("SELECT pg_advisory_xact_lock(hashtext('memory_vectors_ddl'))"))
     try:
-        return await resolve_alias(session, alias)
+        current = await resolve_alias(session, alias)
     except NotFound:
         pass
+    else:
+        if identity is not None:
+            await record_identity(session, current, identity)
+        return current
     registered = await session.scalar(
         text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
     )
     if not registered:
-        await create_index(session, name, dimensions=dimensions, element=element)
+        await create_index(session, name, dimensions=dimensions, element=element, identity=identity)
+    elif identity is not None:
+        await record_identity(session, name, identity)
     await switch_alias(session, alias, name)
     return name

@@ -12,11 +12,12 @@ from typing import Any, Literal
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_db.embedding.factory import EmbedderIdentity
 from memory_db.errors import InvalidInput, NotFound
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import VaultScope
 from memory_db.vectors.codes import vector_codes
-from memory_db.vectors.ddl import ElementType, check_identifier, describe_index
+from memory_db.vectors.ddl import ElementType, check_identifier
 
 REPRESENTATIONS = ("visual", "fused")
 
@@ -89,6 +90,12 @@ Strategy = Literal["auto", "ann", "scan", "exact"]
 _ELEMENT_MAX = {"halfvec": 65504.0, "vector": 3.4028234663852886e38}
 
 
+def _identity(provider: object, model: object, dimensions: object) -> EmbedderIdentity | None:
+    if provider is None or model is None:
+        return None
+    return EmbedderIdentity(str(provider), str(model), int(str(dimensions)))
+
+
 def _components(embedding: Sequence[float], dimensions: int, element: ElementType) -> list[float]:
     """The vector as a list of floats, sent as a binary ``real[]`` parameter.
 
@@ -109,34 +116,80 @@ def _components(embedding: Sequence[float], dimensions: int, element: ElementTyp
 class VectorIndex:
     """One physical index table; construct with ``await VectorIndex.open(session, name)``."""
 
-    def __init__(self, session: AsyncSession, name: str, dimensions: int, element: ElementType):
+    def __init__(
+        self,
+        session: AsyncSession,
+        name: str,
+        dimensions: int,
+        element: ElementType,
+        *,
+        identity: EmbedderIdentity | None = None,
+        mirrors: Sequence[str] = (),
+    ):
         self._session = session
         self.name = check_identifier(name)
         self.dimensions = dimensions
         self.element: ElementType = element
         self._cast = f"{element}({dimensions})"
+        # The embedder recorded for the table (None: made before identities were recorded).
+        self.identity = identity
+        # Indexes being rebuilt beside this one (``mem_vector_rebuilds``): deletes and moves
+        # apply to them too, so a rebuild never keeps what was deleted or moved meanwhile.
+        self.mirrors = tuple(check_identifier(m) for m in mirrors)
 
     @classmethod
     async def open(cls, session: AsyncSession, name: str) -> VectorIndex:
         """Bind to a registered index."""
-        dimensions, element = await describe_index(session, name)
-        return cls(session, name, dimensions, element)
-
-    @classmethod
-    async def open_alias(cls, session: AsyncSession, alias: str) -> VectorIndex:
-        """Bind to the index ``alias`` points at now, holding the alias until the commit.
-
-        One indexed query. The alias row is read ``FOR SHARE``: a switch (an UPDATE of that
-        row) waits for this transaction, so writes made under the old target commit before
-        the switch, and every transaction after it finds the new target.
-        """
         row = (
             await session.execute(
                 text(
-                    "SELECT i.name, i.dimensions, i.element_type "
+                    "SELECT dimensions, element_type, provider, model FROM mem_vector_indexes "
+                    "WHERE name = :n"
+                ),
+                {"n": name},
+            )
+        ).one_or_none()
+        if row is None:
+            raise NotFound("vector index", name)
+        element: ElementType = "vector" if row[1] == "vector" else "halfvec"
+        return cls(session, name, int(row[0]), element, identity=_identity(row[2], row[3], row[0]))
+
+    @classmethod
+    async def open_alias(
+        cls, session: AsyncSession, alias: str, *, hold: bool = True
+    ) -> VectorIndex:
+        """Bind to the index ``alias`` points at now, holding the alias until the commit.
+
+        The alias row is read ``FOR SHARE``: a switch (an UPDATE of that
+        row) waits for this transaction, so writes made under the old target commit before
+        the switch, and every transaction after it finds the new target. A reader passes
+        ``hold=False``: it reads the index in one snapshot and makes no switch wait.
+
+        Holding takes its own statement first: a locking read joined to the index registry,
+        when it waited for a switch, rechecks the join against the registry row it read
+        before the switch and finds no row at all. After the wait, the second statement's
+        snapshot sees the switch, its target and the rebuild rows as committed.
+        """
+        if hold:
+            locked = await session.scalar(
+                text("SELECT index_name FROM mem_vector_index_aliases WHERE alias = :a FOR SHARE"),
+                {"a": alias},
+            )
+            if locked is None:
+                raise NotFound("vector index alias", alias)
+        row = (
+            await session.execute(
+                text(
+                    "SELECT i.name, i.dimensions, i.element_type, i.provider, i.model, "
+                    # Mirrors: the rebuild filling beside it, and the index it replaced
+                    # (kept in step until dropped, so switching back stays possible).
+                    "ARRAY(SELECT r.target_index FROM mem_vector_rebuilds r "
+                    "WHERE r.alias = a.alias AND r.state = 'filling' "
+                    "UNION SELECT r.source_index FROM mem_vector_rebuilds r "
+                    "WHERE r.target_index = a.index_name AND r.state = 'switched' ORDER BY 1) "
                     "FROM mem_vector_index_aliases a "
                     "JOIN mem_vector_indexes i ON i.name = a.index_name "
-                    "WHERE a.alias = :a FOR SHARE OF a"
+                    "WHERE a.alias = :a"
                 ),
                 {"a": alias},
             )
@@ -144,7 +197,18 @@ class VectorIndex:
         if row is None:
             raise NotFound("vector index alias", alias)
         element: ElementType = "vector" if row[2] == "vector" else "halfvec"
-        return cls(session, str(row[0]), int(row[1]), element)
+        return cls(
+            session,
+            str(row[0]),
+            int(row[1]),
+            element,
+            identity=_identity(row[3], row[4], row[1]),
+            mirrors=[str(m) for m in row[5] or ()],
+        )
+
+    def _tables(self) -> tuple[str, ...]:
+        """The table and its mirrors: where a delete or a move applies."""
+        return (self.name, *self.mirrors)
 
     async def upsert(self, scope: VaultScope, records: Sequence[VectorRecord]) -> list[str]:
         """Insert or replace vectors (idempotent by vector id); return their ids."""
@@ -155,6 +219,9 @@ class VectorIndex:
         for record, embedding, code in zip(records, embeddings, codes, strict=True):
             if record.representation not in REPRESENTATIONS:
                 raise InvalidInput("representation must be visual or fused")
+            if self.identity is not None and record.model != self.identity.model:
+                # One model per table: a search never compares vectors of two models.
+                raise InvalidInput(f"{self.name} holds vectors of {self.identity.model} only")
             vid = vector_id(record.asset_id, record.representation, record.model, self.dimensions)
             ids.append(vid)
             rows.append(
@@ -199,33 +266,39 @@ class VectorIndex:
         return ids
 
     async def delete_asset(self, scope: VaultScope, asset_id: str) -> int:
-        """Delete every vector of an asset in this scope; return how many."""
-        result = await self._session.execute(
-            text(
-                f"DELETE FROM {self.name} WHERE asset_id = :a AND owner_identity = :o "
-                "AND vault = :v"
-            ),
-            {"a": asset_id, "o": scope.owner_identity, "v": scope.physical_vault},
-        )
-        return int(getattr(result, "rowcount", 0) or 0)
+        """Delete every vector of an asset in this scope (and its mirrors); return how many."""
+        counts = [
+            await self._session.execute(
+                text(
+                    f"DELETE FROM {table} WHERE asset_id = :a AND owner_identity = :o "
+                    "AND vault = :v"
+                ),
+                {"a": asset_id, "o": scope.owner_identity, "v": scope.physical_vault},
+            )
+            for table in self._tables()
+        ]
+        return int(getattr(counts[0], "rowcount", 0) or 0)
 
     async def delete_representation(
         self, scope: VaultScope, asset_id: str, representation: str
     ) -> int:
-        """Delete one representation's vectors of an asset in this scope; return how many."""
-        result = await self._session.execute(
-            text(
-                f"DELETE FROM {self.name} WHERE asset_id = :a AND owner_identity = :o "
-                "AND vault = :v AND representation = :r"
-            ),
-            {
-                "a": asset_id,
-                "o": scope.owner_identity,
-                "v": scope.physical_vault,
-                "r": representation,
-            },
-        )
-        return int(getattr(result, "rowcount", 0) or 0)
+        """Delete one representation's vectors of an asset (and in its mirrors); how many."""
+        counts = [
+            await self._session.execute(
+                text(
+                    f"DELETE FROM {table} WHERE asset_id = :a AND owner_identity = :o "
+                    "AND vault = :v AND representation = :r"
+                ),
+                {
+                    "a": asset_id,
+                    "o": scope.owner_identity,
+                    "v": scope.physical_vault,
+                    "r": representation,
+                },
+            )
+            for table in self._tables()
+        ]
+        return int(getattr(counts[0], "rowcount", 0) or 0)
 
     async def count_asset(self, scope: VaultScope, asset_id: str) -> int:
         """How many vectors an asset has in this scope."""
@@ -241,21 +314,24 @@ class VectorIndex:
     async def move_asset(
         self, scope: VaultScope, asset_id: str, project_id: str | None, folder_id: str | None
     ) -> int:
-        """Update the placement metadata of an asset's vectors (a move copies no vectors)."""
-        result = await self._session.execute(
-            text(
-                f"UPDATE {self.name} SET project_id = :p, folder_id = :f WHERE asset_id = :a "
-                "AND owner_identity = :o AND vault = :v"
-            ),
-            {
-                "p": project_id,
-                "f": folder_id,
-                "a": asset_id,
-                "o": scope.owner_identity,
-                "v": scope.physical_vault,
-            },
-        )
-        return int(getattr(result, "rowcount", 0) or 0)
+        """Update the placement of an asset's vectors, mirrors too (a move copies no vectors)."""
+        counts = [
+            await self._session.execute(
+                text(
+                    f"UPDATE {table} SET project_id = :p, folder_id = :f WHERE asset_id = :a "
+                    "AND owner_identity = :o AND vault = :v"
+                ),
+                {
+                    "p": project_id,
+                    "f": folder_id,
+                    "a": asset_id,
+                    "o": scope.owner_identity,
+                    "v": scope.physical_vault,
+                },
+            )
+            for table in self._tables()
+        ]
+        return int(getattr(counts[0], "rowcount", 0) or 0)
 
     async def search(
         self,

@@ -126,6 +126,7 @@ async def running(
         raise ConfigurationError(str(exc)) from None
     runtime = await open_runtime(settings, public_base_url=base_url, migrate=migrate)
     fetcher = SafeFetcher(fetch_policy(settings))
+    services: MemoryServices | None = None
     try:
         services = MemoryServices(
             database=runtime.database,
@@ -142,6 +143,8 @@ async def running(
             yield runtime, services
     finally:
         await fetcher.aclose()
+        if services is not None:
+            await services.embedders.close()
         await runtime.close()
 
 
