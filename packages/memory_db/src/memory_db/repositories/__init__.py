@@ -19,6 +19,11 @@ from memory_db.repositories.identities import (
     normalise_identity,
     validate_vault_handle,
 )
+from memory_db.repositories.integrity import (
+    INTEGRITY_CODES,
+    IntegrityRepository,
+    namespace_lock,
+)
 from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, listen_for_jobs
 from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
@@ -85,6 +90,8 @@ __all__ = [
     "IdentityRepository",
     "IdentitySummary",
     "JobRecord",
+    "INTEGRITY_CODES",
+    "IntegrityRepository",
     "JobRepository",
     "MonthlyTokens",
     "NamespaceUsage",
@@ -115,6 +122,7 @@ __all__ = [
     "hash_api_key",
     "hash_session_secret",
     "listen_for_jobs",
+    "namespace_lock",
     "normalise_identity",
     "validate_name",
     "validate_vault_handle",
