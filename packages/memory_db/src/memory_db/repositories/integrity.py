@@ -8,7 +8,7 @@ off the same namespace at once.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
@@ -27,7 +27,7 @@ INTEGRITY_CODES = ("object_missing", "object_corrupt")
 
 
 @asynccontextmanager
-async def namespace_lock(engine: AsyncEngine, namespace_id: str) -> AsyncIterator[bool]:
+async def namespace_lock(engine: AsyncEngine, namespace_id: str) -> AsyncGenerator[bool]:
     """Try to hold the reconciliation lock of one namespace; yields whether it was taken.
 
     A PostgreSQL session advisory lock on a connection of its own, held while the block runs
@@ -64,7 +64,10 @@ class IntegrityRepository:
     async def available_page(
         self, owner: str, *, after: str, limit: int, created_before: datetime
     ) -> list[ObjectRecord]:
-        """The owner's available objects created before ``created_before``, by id after ``after``."""
+        """A page of the owner's available objects created before ``created_before``.
+
+        In id order, after the id ``after``.
+        """
         rows = await self._session.scalars(
             select(AssetObject)
             .where(
@@ -221,7 +224,7 @@ class IntegrityRepository:
         rows = await self._session.execute(
             text(
                 "SELECT a.id, a.vault FROM mem_assets a "
-                "WHERE a.owner_identity = :o AND a.status = 'ready' " + restrict + "AND NOT EXISTS "
+                f"WHERE a.owner_identity = :o AND a.status = 'ready' {restrict}AND NOT EXISTS "
                 f"(SELECT 1 FROM {name} v WHERE v.asset_id = a.id "
                 "AND v.owner_identity = a.owner_identity AND v.representation = 'visual') "
                 "AND NOT EXISTS (SELECT 1 FROM mem_asset_embedding_jobs j "
@@ -234,17 +237,20 @@ class IntegrityRepository:
         )
         return [(str(asset_id), str(vault)) for asset_id, vault in rows.all()]
 
-    async def stray_vectors(self, index: str, owner: str, *, limit: int) -> list[tuple[str, str]]:
+    async def stray_vectors(
+        self, index: str, owner: str, *, limit: int, after: str = ""
+    ) -> list[tuple[str, str]]:
         """``(vector_id, asset_id)`` of the owner's vectors whose image is deleted or missing."""
         name = check_identifier(index)
         rows = await self._session.execute(
             text(
                 f"SELECT v.id, v.asset_id FROM {name} v WHERE v.owner_identity = :o "
+                "AND v.id > :after "
                 "AND NOT EXISTS (SELECT 1 FROM mem_assets a WHERE a.id = v.asset_id "
                 "AND a.owner_identity = v.owner_identity "
                 "AND a.status NOT IN ('deleting', 'deleted')) ORDER BY v.id LIMIT :n"
             ),
-            {"o": owner, "n": limit},
+            {"o": owner, "n": limit, "after": after},
         )
         return [(str(vector_id), str(asset_id)) for vector_id, asset_id in rows.all()]
 
