@@ -55,7 +55,7 @@ from memory_db.repositories import namespace_lock
 from memory_db.storage import ListedObject, namespace_prefix, parse_storage_key
 from memory_db.vectors import VectorIndex
 from memory_tools import metrics
-from memory_tools.errors import NotFoundFailure
+from memory_tools.admin import unknown_identity
 from memory_tools.ingest.save import vector_bytes
 from memory_tools.services import MemoryServices
 
@@ -259,7 +259,7 @@ class _Pass:
             wanted = owner.strip().lower()
             namespaces = [pair for pair in namespaces if pair[0] == wanted]
             if not namespaces:
-                raise NotFoundFailure(f"no identity {wanted} has a namespace to reconcile")
+                raise unknown_identity(wanted)
         for done, (who, namespace_id) in enumerate(namespaces, start=1):
             async with namespace_lock(self.services.database.engine, namespace_id) as taken:
                 if taken:
