@@ -490,7 +490,9 @@ class _Pass:
         async with self.services.database.unit_of_work() as uow:
             users = [asset_id for asset_id, _vault in await uow.integrity.users(owner, stored.id)]
             if not self.dry_run:
-                await uow.integrity.quarantine(owner, stored.id, check, _MESSAGES[check])
+                changed = await uow.integrity.quarantine(owner, stored.id, check, _MESSAGES[check])
+                if changed is None:
+                    return  # deleted or quarantined meanwhile: nothing left to repair
                 await uow.provenance.record(
                     OPERATION,
                     actor_identity=self.actor,
@@ -527,6 +529,8 @@ class _Pass:
                 users = [a for a, _vault in await uow.integrity.users(owner, stored.id)]
                 if not self.dry_run:
                     lifted = await uow.integrity.lift(owner, stored.id)
+                    if lifted is None:
+                        continue  # another reconciler lifted it meanwhile
                     await uow.assets.reconcile_many(owner, lifted)
                     await uow.provenance.record(
                         OPERATION,

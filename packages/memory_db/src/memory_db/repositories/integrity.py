@@ -118,12 +118,15 @@ class IntegrityRepository:
         )
         return [(str(asset_id), str(vault)) for asset_id, vault in rows.all()]
 
-    async def quarantine(self, owner: str, object_id: str, code: str, message: str) -> list[str]:
+    async def quarantine(
+        self, owner: str, object_id: str, code: str, message: str
+    ) -> list[str] | None:
         """Take an available object out of use and fail its images with ``code``.
 
         The object becomes ``quarantined`` (never reused by a save, never embedded, never
         served); every image of it not deleted becomes ``failed`` with ``code``. Rows are kept.
-        Returns the ids of the images changed; nothing changes if the object is not available.
+        Returns the ids of the images changed, or ``None`` (and changes nothing) when the object
+        is not available (any more).
         """
         changed = await self._session.scalar(
             update(AssetObject)
@@ -137,7 +140,7 @@ class IntegrityRepository:
             .execution_options(synchronize_session=False)
         )
         if changed is None:
-            return []
+            return None
         rows = await self._session.execute(
             text(
                 "UPDATE mem_assets SET status = 'failed', failure_code = :c, "
@@ -170,11 +173,12 @@ class IntegrityRepository:
         )
         return [_object(row) for row in rows]
 
-    async def lift(self, owner: str, object_id: str) -> list[str]:
+    async def lift(self, owner: str, object_id: str) -> list[str] | None:
         """Put a quarantined object back in use: its bytes are back and match.
 
         Its images that reconciliation failed return to ``processing`` with the failure
-        cleared (the caller derives their status from their jobs again). Returns their ids.
+        cleared (the caller derives their status from their jobs again). Returns their ids, or
+        ``None`` (and changes nothing) when the object is not quarantined (any more).
         """
         changed = await self._session.scalar(
             update(AssetObject)
@@ -188,7 +192,7 @@ class IntegrityRepository:
             .execution_options(synchronize_session=False)
         )
         if changed is None:
-            return []
+            return None
         rows = await self._session.execute(
             text(
                 "UPDATE mem_assets SET status = 'processing', failure_code = NULL, "
