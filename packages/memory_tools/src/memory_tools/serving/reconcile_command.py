@@ -152,6 +152,7 @@ def print_report(report: Reconciliation) -> None:
             ],
             empty="",
         )
+    if any(item.check != "object_restored" for item in report.integrity):
         print(
             "missing or corrupt bytes cannot be recreated: restore them from a backup and run "
             "`memory-server reconcile --verify-checksums` again, or delete the images and save "
