@@ -566,12 +566,18 @@ class _Pass:
         await self._stray_vectors(owner, index)
 
     async def _missing_vectors(self, owner: str, index: str) -> None:
+        after = ""
         while True:
             async with self.services.database.unit_of_work() as uow:
-                found = await uow.integrity.ready_without_visual(index, owner, limit=_PAGE)
+                found = await uow.integrity.ready_without_visual(
+                    index, owner, limit=_PAGE, after=after
+                )
                 if self.dry_run or not found:
                     self.found("missing_vector", len(found))
-                    return
+                    if len(found) < _PAGE:
+                        return
+                    after = found[-1][0]
+                    continue
                 ids = [asset_id for asset_id, _vault in found]
                 # Lock the rows (a completion or a delete waits), then look again.
                 await uow.assets.lock_many_for_owners([(owner, asset_id) for asset_id in ids])
@@ -600,8 +606,9 @@ class _Pass:
                 if still:
                     await uow.jobs.notify()
             self.found("missing_vector", len(still))
-            if len(found) < _PAGE or not still:
+            if len(found) < _PAGE:
                 return
+            after = found[-1][0]
 
     async def _stray_vectors(self, owner: str, index: str) -> None:
         after = ""

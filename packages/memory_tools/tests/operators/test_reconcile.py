@@ -414,3 +414,36 @@ async def test_the_command_reports_repairs_and_refuses_an_unknown_owner(
     clean = _cli(env, "admin", "reconcile", "--json")  # the older name: the same command
     assert clean.returncode == 0, clean.stderr
     assert json.loads(clean.stdout)["findings"] == []
+
+
+async def test_the_worker_sweep_reconciles_and_verifies_a_bounded_window_per_pass(
+    saving: MemoryServices,
+) -> None:
+    services = saving
+    await admin.create_identity(services.database, ALICE, 10**9)
+    first, second = await save(services, ALICE, 21), await save(services, ALICE, 22)
+    root: Path = services.store.root  # type: ignore[attr-defined]
+    for asset_id in (first, second):
+        stored = await object_of(services, asset_id)
+        (root / stored.storage_key).write_bytes(picture(98))
+    await execute(services, "UPDATE mem_asset_namespaces SET used_bytes = used_bytes + 1")
+    config = replace(FAST, reconcile_seconds=0, verify_objects_per_pass=1)
+    worker = EmbeddingWorker(services, config)
+
+    await worker.sweep()
+    corrupt = await rows(
+        services, "SELECT count(*) FROM mem_assets WHERE failure_code = 'object_corrupt'"
+    )
+    assert corrupt == [(1,)]  # one object read per namespace and pass, not the whole store
+    drift = await rows(
+        services,
+        "SELECT count(*) FROM mem_provenance WHERE operation = 'asset_reconcile' "
+        "AND detail->>'reason' = 'counter_drift' AND actor_identity = 'system:worker'",
+    )
+    assert drift == [(1,)]
+
+    await worker.sweep()  # the window moves on to the next object
+    corrupt = await rows(
+        services, "SELECT count(*) FROM mem_assets WHERE failure_code = 'object_corrupt'"
+    )
+    assert corrupt == [(2,)]

@@ -12,15 +12,20 @@ from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
 
+import anyio
 from sqlalchemy import func, select, text, update
-from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
+from memory_db.logs import get_logger
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import _object  # pyright: ignore[reportPrivateUsage]
 from memory_db.repositories.records import ObjectRecord
 from memory_db.schema import AssetEmbeddingJob, AssetNamespace, AssetObject, AssetUploadReservation
 from memory_db.vectors.ddl import check_identifier
 
+log = get_logger(__name__)
+
+_UNLOCK_SECONDS = 5.0  # a reachable server answers at once; past this the connection is dropped
 # The failure codes reconciliation gives the images of an object whose bytes are gone or
 # changed; only these does it lift again once the bytes are back and match.
 INTEGRITY_CODES = ("object_missing", "object_corrupt")
@@ -47,10 +52,27 @@ async def namespace_lock(engine: AsyncEngine, namespace_id: str) -> AsyncGenerat
             yield taken
         finally:
             if taken:
-                await connection.execute(
-                    text("SELECT pg_advisory_unlock(hashtext('memory_reconcile'), hashtext(:n))"),
-                    key,
-                )
+                await _unlock(connection, key)
+
+
+async def _unlock(connection: AsyncConnection, key: dict[str, str]) -> None:
+    """Release the lock even while the holder is cancelled (a worker stopping mid-pass).
+
+    A session lock outlives a transaction: on a pooled connection it would stay held, and every
+    later pass would skip the namespace. When the unlock cannot be sent, the connection is
+    discarded instead, which ends its session and the lock with it.
+    """
+    with anyio.CancelScope(shield=True), anyio.move_on_after(_UNLOCK_SECONDS) as scope:
+        try:
+            await connection.execute(
+                text("SELECT pg_advisory_unlock(hashtext('memory_reconcile'), hashtext(:n))"),
+                key,
+            )
+        except Exception:
+            log.warning("reconcile_unlock_failed", exc_info=True)
+            await connection.invalidate()
+    if scope.cancelled_caught:
+        await connection.invalidate()
 
 
 class IntegrityRepository:
@@ -216,7 +238,13 @@ class IntegrityRepository:
     # --- vectors -------------------------------------------------------------------------------
 
     async def ready_without_visual(
-        self, index: str, owner: str, *, limit: int, only: Sequence[str] | None = None
+        self,
+        index: str,
+        owner: str,
+        *,
+        limit: int,
+        only: Sequence[str] | None = None,
+        after: str = "",
     ) -> list[tuple[str, str]]:
         """``(asset_id, vault)`` of ready images with no visual vector in ``index``.
 
@@ -228,7 +256,8 @@ class IntegrityRepository:
         rows = await self._session.execute(
             text(
                 "SELECT a.id, a.vault FROM mem_assets a "
-                f"WHERE a.owner_identity = :o AND a.status = 'ready' {restrict}AND NOT EXISTS "
+                "WHERE a.owner_identity = :o AND a.status = 'ready' AND a.id > :after "
+                f"{restrict}AND NOT EXISTS "
                 f"(SELECT 1 FROM {name} v WHERE v.asset_id = a.id "
                 "AND v.owner_identity = a.owner_identity AND v.representation = 'visual') "
                 "AND NOT EXISTS (SELECT 1 FROM mem_asset_embedding_jobs j "
@@ -237,7 +266,7 @@ class IntegrityRepository:
                 "AND j.status IN ('queued', 'running', 'retry')) "
                 "ORDER BY a.id LIMIT :n"
             ),
-            {"o": owner, "n": limit, "ids": list(only or ())},
+            {"o": owner, "n": limit, "ids": list(only or ()), "after": after},
         )
         return [(str(asset_id), str(vault)) for asset_id, vault in rows.all()]
 
