@@ -1,4 +1,4 @@
-"""``memory-server``: serve MCP (stdio or HTTP), migrate, and administer identities and keys."""
+"""``memory-server``: serve MCP (stdio or HTTP), migrate, reconcile, and administer identities."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from memory_tools.serving.arguments import (
     serve_command,
     worker_command,
 )
+from memory_tools.serving.reconcile_command import add_reconcile_parser, reconcile_command
 from memory_tools.serving.reindex_commands import add_reindex_parsers, reindex_command
 from memory_tools.toolsets import MEMORY_TOOLSETS, ToolSelection
 
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="apply database migrations")
     add_admin_parser(commands)
     add_reindex_parsers(commands)
+    add_reconcile_parser(commands)
     return parser
 
 
@@ -87,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             await _migrate(settings)
         elif args.command in ("reindex", "drop-index"):
             await reindex_command(settings, args)
+        elif args.command == "reconcile":
+            await reconcile_command(settings, args)
         else:
             await admin_command(settings, args)
 

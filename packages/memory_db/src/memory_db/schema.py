@@ -375,6 +375,14 @@ class AssetObject(Base):
             postgresql_where=text("status IN ('pending', 'available', 'quarantined')"),
         ),
         Index("ix_mem_asset_objects_status_updated", "status", "updated_at"),
+        # Reconciliation verifies the least recently verified objects first (revision 0015).
+        Index(
+            "ix_mem_asset_objects_owner_verified",
+            "owner_identity",
+            text("verified_at NULLS FIRST"),
+            "id",
+            postgresql_where=text("status = 'available'"),
+        ),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -397,6 +405,8 @@ class AssetObject(Base):
     created_at: Mapped[datetime] = _now()
     updated_at: Mapped[datetime] = _now()
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # When reconciliation last read the bytes and found them matching the hashes (rev. 0015).
+    verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class Asset(Base):

@@ -17,6 +17,7 @@ from memory_db.repositories import (
     AssetStateWatch,
     FolderRepository,
     IdentityRepository,
+    IntegrityRepository,
     JobRepository,
     ObjectRepository,
     OrphanRepository,
@@ -61,6 +62,7 @@ class UnitOfWork:
         self.assets = AssetRepository(session)
         self.jobs = JobRepository(session)
         self.orphans = OrphanRepository(session)
+        self.integrity = IntegrityRepository(session)
         self.reports = ReportRepository(session)
         self.artifacts = ArtifactRepository(session)
         self.work = WorkRepository(session)

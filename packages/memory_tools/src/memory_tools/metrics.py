@@ -236,6 +236,17 @@ def denied() -> float:
     return REGISTRY.get_sample_value("memory_signed_reads_denied_total") or 0.0
 
 
+# --- reconciliation (memory_tools.reconcile) -----------------------------------------------------
+
+RECONCILE_FINDINGS = Counter(
+    "memory_reconcile_findings",
+    "Reconciliation findings, by check and action: repaired, or reported only (a dry run, or "
+    "nothing a reconciler can repair).",
+    ["check", "action"],
+    registry=REGISTRY,
+)
+
+
 # --- recording helpers ---------------------------------------------------------------------
 
 

@@ -86,6 +86,10 @@ class WorkerConfig:
     # How often a sweep also lists the store against the accounts (see memory_tools.reconcile);
     # the first sweep of every worker does.
     reconcile_seconds: float = 600.0
+    # Objects per namespace whose bytes each reconciling sweep reads and hashes, least recently
+    # verified first: checksumming reads every byte, so the scheduled pass takes a rolling
+    # window (`memory-server reconcile --verify-checksums` reads them all).
+    verify_objects_per_pass: int = 50
     retry_base_seconds: float = 5.0
     retry_max_seconds: float = 600.0
 
@@ -216,7 +220,7 @@ class EmbeddingWorker:
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
         deletes orphaned uploads, purges the bytes of deleted images, deletes expired scraper
         artifacts (bytes, then rows) and, every
-        ``reconcile_seconds``, deletes store bytes that nothing accounts for (``reconcile``).
+        ``reconcile_seconds``, runs a reconciliation pass (``memory_tools.reconcile``).
         """
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
@@ -242,16 +246,20 @@ class EmbeddingWorker:
                 orphans_removed=removed,
                 objects_purged=purged,
                 artifacts_expired=artifacts,
-                unaccounted_removed=reconciled,
+                reconcile_findings=reconciled,
             )
 
     async def _reconcile(self) -> int:
-        """List the store against the accounts when due; returns how many keys it removed."""
+        """Reconcile (memory_tools.reconcile) when due; returns how many findings it had."""
         if anyio.current_time() < self._reconcile_due:
             return 0
-        report = await reconcile_store(self._services, safety_window=ORPHAN_SAFETY_WINDOW)
+        report = await reconcile_store(
+            self._services,
+            safety_window=ORPHAN_SAFETY_WINDOW,
+            verify_limit=self.config.verify_objects_per_pass,
+        )
         self._reconcile_due = anyio.current_time() + self.config.reconcile_seconds
-        return report.removed
+        return report.total
 
     async def _remove_orphans(self) -> int:
         """Delete bytes whose save never committed, once no save can still claim them."""

@@ -19,6 +19,11 @@ from memory_db.repositories.identities import (
     normalise_identity,
     validate_vault_handle,
 )
+from memory_db.repositories.integrity import (
+    INTEGRITY_CODES,
+    IntegrityRepository,
+    namespace_lock,
+)
 from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, QueueHealth, listen_for_jobs
 from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
@@ -65,6 +70,7 @@ __all__ = [
     "ASSET_STATE_CHANNEL",
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
+    "INTEGRITY_CODES",
     "JOB_CHANNEL",
     "WEB_SESSION_PREFIX",
     "WORK_KINDS",
@@ -86,6 +92,7 @@ __all__ = [
     "IdentityRecord",
     "IdentityRepository",
     "IdentitySummary",
+    "IntegrityRepository",
     "JobRecord",
     "JobRepository",
     "MonthlyTokens",
@@ -118,6 +125,7 @@ __all__ = [
     "hash_api_key",
     "hash_session_secret",
     "listen_for_jobs",
+    "namespace_lock",
     "normalise_identity",
     "validate_name",
     "validate_vault_handle",

@@ -168,15 +168,19 @@ class JobRepository:
         )
         return [_job(row) for row in rows]
 
-    async def fail_abandoned(self) -> list[tuple[str, str]]:
+    async def fail_abandoned(self, *, owner: str | None = None) -> list[tuple[str, str]]:
         """Fail running jobs whose lease expired after their last allowed attempt.
 
-        Returns ``(owner, asset_id)`` pairs whose status needs reconciling.
+        Returns ``(owner, asset_id)`` pairs whose status needs reconciling. ``owner`` limits it
+        to one namespace (``memory-server reconcile --owner``).
         """
+        only = () if owner is None else (AssetEmbeddingJob.owner_identity == owner,)
         rows = (
             await self._session.execute(
                 update(AssetEmbeddingJob)
-                .where(_lapsed(), AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts)
+                .where(
+                    _lapsed(), AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts, *only
+                )
                 .values(
                     status="failed",
                     lease_owner=None,

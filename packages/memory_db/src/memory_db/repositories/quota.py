@@ -342,14 +342,19 @@ class QuotaRepository:
         await self._shift(owner, reserved=-row.reserved_bytes)
         await self._set(reservation_id, reserved_bytes=0, status=status)
 
-    async def release_expired(self, *, limit: int = 200) -> int:
-        """Expire active reservations past their deadline and release their bytes."""
+    async def release_expired(self, *, limit: int = 200, owner: str | None = None) -> int:
+        """Expire active reservations past their deadline and release their bytes.
+
+        ``owner`` limits it to one namespace (``memory-server reconcile --owner``).
+        """
+        only = () if owner is None else (AssetUploadReservation.owner_identity == owner,)
         rows = (
             await self._session.execute(
                 select(AssetUploadReservation.owner_identity, AssetUploadReservation.id)
                 .where(
                     AssetUploadReservation.status == "active",
                     AssetUploadReservation.expires_at < func.now(),
+                    *only,
                 )
                 .order_by(AssetUploadReservation.owner_identity)
                 .limit(limit)

@@ -6,8 +6,9 @@ and exit status 1, a bad setting with 2). The work is in :mod:`memory_tools.admi
 
 Every command prints a table (or a sentence) for people; ``--json`` prints one JSON object for
 scripts instead, with the camelCase keys listed in docs/runbooks/operating.md. A key's secret
-is printed only by ``create-key``, once. ``reconcile`` shows its progress on stderr: a progress
-bar on a terminal, one plain line per namespace otherwise. Printing is in ``admin_output``.
+is printed only by ``create-key``, once. ``reconcile`` is ``memory-server reconcile``
+(:mod:`memory_tools.serving.reconcile_command`) under its older name. Printing is in
+``admin_output``.
 """
 
 from __future__ import annotations
@@ -20,18 +21,15 @@ from memory_db import (
     Database,
     MemorySettings,
     open_database,
-    open_runtime,
 )
-from memory_tools import ConflictFailure, MemoryServices, admin
-from memory_tools.reconcile import reconcile_store
+from memory_tools import ConflictFailure, admin
 from memory_tools.serving.admin_output import (
-    Progress,
     human_bytes,
     print_json,
     print_table,
     when,
 )
-from memory_tools.worker import ORPHAN_SAFETY_WINDOW
+from memory_tools.serving.reconcile_command import add_reconcile_arguments, reconcile_command
 
 # Most commands need the database only; `reconcile` opens the whole runtime (the store too).
 DatabaseCommand = Callable[[Database, MemorySettings, argparse.Namespace], Awaitable[None]]
@@ -384,39 +382,6 @@ async def _usage(database: Database, settings: MemorySettings, args: argparse.Na
     )
 
 
-async def _reconcile(settings: MemorySettings, args: argparse.Namespace) -> None:
-    # The long command: a pass lists every namespace of the store, as a worker's sweep does.
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
-    try:
-        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
-        with Progress("reconciling namespaces") as progress:
-            report = await reconcile_store(
-                services,
-                safety_window=ORPHAN_SAFETY_WINDOW,
-                progress=progress.advance,
-                actor=admin.OPERATOR,
-            )
-    finally:
-        await runtime.close()
-    document = {
-        "namespaces": report.namespaces,
-        "listed": report.listed,
-        "removed": report.removed,
-        "removedBytes": report.removed_bytes,
-        "waiting": report.waiting,
-        "foreign": report.foreign,
-    }
-    if args.json:
-        print_json(document)
-    else:
-        print_table(
-            "reconciliation",
-            ("namespaces", "keys listed", "removed", "removed bytes", "waiting", "foreign"),
-            [tuple(document.values())],
-            empty="",
-        )
-
-
 # --- arguments ---------------------------------------------------------------------------------
 
 
@@ -482,9 +447,13 @@ def add_admin_parser(commands: Any) -> argparse.ArgumentParser:
     lg.add_argument("--vault", required=True)
     us = command("usage", _usage, "quota, bytes by project and provider tokens by month")
     us.add_argument("--owner", required=True)
-    command(
-        "reconcile", _reconcile, "reconcile the object store with the accounts now", runtime=True
+    rc = command(
+        "reconcile",
+        reconcile_command,
+        "the same as `memory-server reconcile` (its older name)",
+        runtime=True,
     )
+    add_reconcile_arguments(rc)
     return admin_parser
 
 

@@ -1,0 +1,186 @@
+"""``memory-server reconcile``: one reconciliation pass now, with its findings and integrity report.
+
+The checks are :mod:`memory_tools.reconcile`'s (the worker's sweep runs the same on a schedule).
+Progress goes to stderr (a bar on a terminal, one plain line per namespace otherwise); at the end
+the findings table, the integrity report and the counter corrections are printed, or one JSON
+object with ``--json`` (keys in docs/runbooks/reconcile.md). ``admin reconcile`` is the same
+command under its older name.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from memory_db import MemorySettings, open_runtime
+from memory_tools import MemoryServices, admin
+from memory_tools.reconcile import Reconciliation, reconcile_store
+from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
+from memory_tools.worker import ORPHAN_SAFETY_WINDOW
+
+
+def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of a reconciliation pass (``reconcile`` and ``admin reconcile``)."""
+    parser.add_argument(
+        "--dry-run", action="store_true", help="report every finding, change nothing"
+    )
+    parser.add_argument(
+        "--owner", default=None, help="only this identity's namespace (an owner e-mail address)"
+    )
+    parser.add_argument(
+        "--verify-checksums",
+        action="store_true",
+        help="read every object's bytes and compare them with the recorded SHA-256 (slow: "
+        "reads the whole store)",
+    )
+
+
+def add_reconcile_parser(commands: Any) -> argparse.ArgumentParser:
+    """Add ``reconcile`` to an app's subcommands."""
+    parser: argparse.ArgumentParser = commands.add_parser(
+        "reconcile",
+        help="check the store, objects, vectors and counters against each other and repair",
+    )
+    add_reconcile_arguments(parser)
+    parser.add_argument(
+        "--json", action="store_true", help="print one JSON object for scripts instead of tables"
+    )
+    return parser
+
+
+async def reconcile_command(settings: MemorySettings, args: argparse.Namespace) -> None:
+    """Run one pass (inside ``run_command``, which maps its failures to one line and a status)."""
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
+        with Progress("reconciling namespaces") as progress:
+            report = await reconcile_store(
+                services,
+                safety_window=ORPHAN_SAFETY_WINDOW,
+                progress=progress.advance,
+                actor=admin.OPERATOR,
+                dry_run=args.dry_run,
+                owner=args.owner,
+                verify_limit=None if args.verify_checksums else 0,
+            )
+    finally:
+        await runtime.close()
+    if args.json:
+        print_json(report_document(report))
+    else:
+        print_report(report)
+
+
+def report_document(report: Reconciliation) -> dict[str, Any]:
+    """The pass as one JSON-ready object (camelCase keys)."""
+    return {
+        "dryRun": report.dry_run,
+        "namespaces": report.namespaces,
+        "listed": report.listed,
+        "removed": report.removed,
+        "removedBytes": report.removed_bytes,
+        "waiting": report.waiting,
+        "foreign": report.foreign,
+        "verified": report.verified,
+        "skipped": list(report.skipped),
+        "findings": [
+            {"check": check, "action": action, "count": count}
+            for (check, action), count in sorted(report.findings.items())
+        ],
+        "integrity": [
+            {
+                "check": item.check,
+                "action": item.action,
+                "owner": item.owner,
+                "namespaceId": item.namespace_id,
+                "objectId": item.object_id,
+                "key": item.key,
+                "assetIds": list(item.asset_ids),
+            }
+            for item in report.integrity
+        ],
+        "counters": [
+            {
+                "action": item.action,
+                "owner": item.owner,
+                "namespaceId": item.namespace_id,
+                "usedBefore": item.used_before,
+                "usedAfter": item.used_after,
+                "reservedBefore": item.reserved_before,
+                "reservedAfter": item.reserved_after,
+            }
+            for item in report.drift
+        ],
+    }
+
+
+def print_report(report: Reconciliation) -> None:
+    """The pass for people: a summary line, then a table per kind of finding."""
+    mode = "dry run: nothing changed" if report.dry_run else "repairs applied"
+    print(
+        f"reconciled {report.namespaces} namespace(s), {report.listed} key(s) listed, "
+        f"{report.verified} object(s) verified ({mode})"
+    )
+    if report.skipped:
+        print(
+            f"skipped {len(report.skipped)} namespace(s) another reconciler was working on: "
+            + ", ".join(report.skipped)
+        )
+    print_table(
+        "findings",
+        ("check", "action", "count"),
+        [(check, action, count) for (check, action), count in sorted(report.findings.items())],
+        empty="no findings: the store, objects, vectors and counters agree",
+    )
+    if report.removed:
+        print(f"removed {report.removed} unaccounted key(s), {human_bytes(report.removed_bytes)}")
+    if report.integrity:
+        print_table(
+            "integrity report",
+            ("check", "action", "owner", "namespace", "object", "key", "images"),
+            [
+                (
+                    item.check,
+                    item.action,
+                    item.owner,
+                    item.namespace_id,
+                    item.object_id,
+                    item.key,
+                    " ".join(item.asset_ids) or "(none)",
+                )
+                for item in report.integrity
+            ],
+            empty="",
+        )
+    if any(item.check != "object_restored" for item in report.integrity):
+        print(
+            "missing or corrupt bytes cannot be recreated: restore them from a backup and run "
+            "`memory-server reconcile --verify-checksums` again, or delete the images and save "
+            "them again (docs/runbooks/reconcile.md)"
+        )
+    if report.drift:
+        print_table(
+            "namespace counters",
+            (
+                "action",
+                "owner",
+                "namespace",
+                "used before",
+                "used after",
+                "reserved before",
+                "reserved after",
+            ),
+            [
+                (
+                    item.action,
+                    item.owner,
+                    item.namespace_id,
+                    item.used_before,
+                    item.used_after,
+                    item.reserved_before,
+                    item.reserved_after,
+                )
+                for item in report.drift
+            ],
+            empty="",
+        )
