@@ -18,6 +18,11 @@ from memory_tools.serving.arguments import (
     serve_command,
     worker_command,
 )
+from memory_tools.serving.operator_commands import (
+    OPERATOR_COMMANDS,
+    add_operator_parsers,
+    operator_command,
+)
 from memory_tools.toolsets import MEMORY_TOOLSETS, ToolSelection
 
 if TYPE_CHECKING:
@@ -69,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_worker_parser(commands)
     commands.add_parser("migrate", help="apply database migrations")
     add_admin_parser(commands)
+    add_operator_parsers(commands)
     return parser
 
 
@@ -83,6 +89,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     async def command(settings: MemorySettings) -> None:
         if args.command == "migrate":
             await _migrate(settings)
+        elif args.command in OPERATOR_COMMANDS:
+            await operator_command(settings, args)
         else:
             await admin_command(settings, args)
 
