@@ -15,13 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from memory_db import MemorySettings, open_runtime
-from memory_tools.backup import create_backup, restore_backup
+from memory_tools.backup import create_backup, require_empty_directory, restore_backup
 from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
 
 OPERATOR_COMMANDS = ("backup", "restore")
 
 
 async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
+    # Checked before the database is opened (or started): a refusal is immediate.
+    require_empty_directory(Path(args.dest), "backup destination")
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
         with Progress("backing up") as progress:

@@ -1,0 +1,216 @@
+"""``memory-server backup`` and ``restore``, run as real processes.
+
+A server's database (reached through ``MEMORY_DATABASE_URL``) and local store hold two owners'
+images in several vaults, one of them in the trash. ``backup`` writes them to a directory;
+``restore`` builds a new embedded data directory from it; a runtime opened there finds every
+image again, with the same bytes, the same rows and the same keys. A tampered backup is refused
+before anything is written.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from fastmcp import Client
+from pydantic import SecretStr
+from sqlalchemy import text
+
+from memory_db import Database, MemorySettings, open_runtime
+from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools.worker import EmbeddingWorker, WorkerConfig
+
+from ..pictures import b64, picture
+from ..tool_calls import call
+
+ALICE = "alice@example.com"
+BOB = "bob@example.com"
+FAST = WorkerConfig(batch_size=8, lease_seconds=30, heartbeat_seconds=10, poll_seconds=0.2)
+COUNTED = (
+    "mem_identities",
+    "mem_api_keys",
+    "mem_vaults",
+    "mem_asset_projects",
+    "mem_asset_folders",
+    "mem_asset_objects",
+    "mem_assets",
+    "mem_asset_embedding_jobs",
+    "mem_provenance",
+)
+
+
+def cli(*argv: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``memory-server ARGV`` as its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "memory_server", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+
+
+def environment(data_dir: Path, database_url: str | None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("MEMORY_", "ASSET_"))}
+    env["MEMORY_DATA_DIR"] = str(data_dir)
+    env["MEMORY_LOG_FORMAT"] = "json"
+    if database_url is not None:
+        env["MEMORY_DATABASE_URL"] = database_url
+    return env
+
+
+def object_files(root: Path) -> dict[str, str]:
+    """SHA-256 of every object file under a local store's root (sidecars left out)."""
+    return {
+        path.relative_to(root).as_posix(): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in root.rglob("*")
+        if path.is_file() and not path.name.endswith(".json") and not path.name.startswith(".")
+    }
+
+
+async def table_counts(database: Database) -> dict[str, int]:
+    async with database.engine.connect() as conn:
+        return {
+            table: int((await conn.execute(text(f"SELECT count(*) FROM {table}"))).scalar_one())
+            for table in COUNTED
+        }
+
+
+async def library_of(client: Client[Any], vaults: list[str]) -> dict[str, dict[str, Any]]:
+    found: dict[str, dict[str, Any]] = {}
+    for vault in vaults:
+        page = await call(client, "image_asset_list", {"vault": vault, "limit": 100})
+        for item in page["items"]:
+            found[item["assetId"]] = {k: item.get(k) for k in ("title", "tags", "vault")}
+    return found
+
+
+async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
+    database: Database, database_url: str, tmp_path: Path
+) -> None:
+    source = MemorySettings(
+        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url)
+    )
+    runtime = await open_runtime(source, public_base_url="http://127.0.0.1:9")
+    services = MemoryServices(
+        database=runtime.database, store=runtime.store, settings=source, embedder=runtime.embedder
+    )
+    await admin.create_identity(database, ALICE, 10**9)
+    await admin.create_identity(database, BOB, 10**9)
+    await admin.create_vault(database, ALICE, "Work")
+    alice_key = (await admin.create_key(database, ALICE, ["read", "write", "destructive"])).secret
+    bob_key = (await admin.create_key(database, BOB, ["read", "write"])).secret
+
+    def client(key: str, on: MemoryServices) -> Client[Any]:
+        return Client(build_memory_server(replace(on, default_api_key=key)))
+
+    async with client(alice_key, services) as alice, client(bob_key, services) as bob:
+        trips = await call(alice, "image_project_create", {"name": "Trips"})
+        day = await call(
+            alice, "image_folder_create", {"projectId": trips["projectId"], "name": "Day 1"}
+        )
+        saved = [
+            await call(alice, "image_asset_save", {
+                "imageBase64": b64(picture(seed)), "title": f"lighthouse {seed}",
+                "tags": ["coast"], "projectId": trips["projectId"],
+                "folderId": day["folderId"] if seed == 2 else None,
+            })
+            for seed in (1, 2, 3)
+        ]  # fmt: skip
+        await call(alice, "image_asset_save", {
+            "imageBase64": b64(picture(4)), "title": "whiteboard", "vault": "Work",
+        })  # fmt: skip
+        await call(bob, "image_asset_save", {"imageBase64": b64(picture(1)), "title": "harbour"})
+        trashed = saved[2]["assetId"]
+        await call(alice, "image_asset_delete", {"assetId": trashed})
+    assert await EmbeddingWorker(services, FAST).drain() > 0
+    before_rows = await table_counts(database)
+    before_files = object_files(source.objects_dir)
+    async with client(alice_key, services) as alice:
+        before_alice = await library_of(alice, ["Library", "Work"])
+    await runtime.close()
+    assert len(before_files) == 10  # five objects, each an original and a preview
+
+    backup = tmp_path / "backup"
+    made = cli("backup", str(backup), "--json", env=environment(tmp_path / "data", database_url))
+    assert made.returncode == 0, made.stderr
+    report = json.loads(made.stdout)
+    assert (report["objects"], report["files"], report["missingObjects"]) == (5, 11, [])
+    assert report["database"] == "external" and report["objectsIncluded"] is True
+    manifest = json.loads((backup / "manifest.json").read_text())
+    assert manifest["schemaRevision"] == report["schemaRevision"] != ""
+
+    restored_dir = tmp_path / "restored"
+    done = cli("restore", str(backup), "--json", env=environment(restored_dir, None))
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["objects"] == 10
+
+    target = MemorySettings(memory_data_dir=restored_dir)
+    restored = await open_runtime(target, public_base_url="http://127.0.0.1:9")
+    try:
+        again = MemoryServices(
+            database=restored.database,
+            store=restored.store,
+            settings=target,
+            embedder=restored.embedder,
+        )
+        assert await table_counts(restored.database) == before_rows
+        assert object_files(target.objects_dir) == before_files
+        async with client(alice_key, again) as alice, client(bob_key, again) as bob:
+            # The same keys work: the restore kept identities, keys, vaults and grants.
+            assert await library_of(alice, ["Library", "Work"]) == before_alice
+            found = await call(alice, "image_asset_search", {"query": "lighthouse"})
+            assert {hit["assetId"] for hit in found["results"]} == {s["assetId"] for s in saved[:2]}
+            first = saved[0]["assetId"]
+            similar = await call(alice, "image_asset_search", {"assetId": first})
+            assert similar["results"][0]["assetId"] == first  # its visual vector came back too
+            harbour = await call(bob, "image_asset_search", {"query": "harbour"})
+            assert len(harbour["results"]) == 1
+            # The trashed image came back in the trash, bytes and all: it can be restored.
+            back = await call(alice, "image_asset_restore", {"assetId": trashed})
+            assert back["assetId"] == trashed
+    finally:
+        await restored.close()
+
+    # Tampered: one byte of one object changed. Refused by name, nothing written.
+    victim = next(p for p in (backup / "objects").rglob("*") if p.is_file())
+    data = victim.read_bytes()
+    victim.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
+    other = tmp_path / "other"
+    refused = cli("restore", str(backup), env=environment(other, None))
+    assert refused.returncode == 1
+    assert victim.relative_to(backup).as_posix() in refused.stderr
+    assert "does not match its SHA-256" in refused.stderr
+    assert not other.exists()
+
+
+def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path) -> None:
+    busy = tmp_path / "busy"
+    busy.mkdir()
+    (busy / "notes.txt").write_text("keep me")
+    env = environment(tmp_path / "data", None)
+    refused = cli("backup", str(busy), env=env)
+    assert refused.returncode == 1
+    assert "backup destination" in refused.stderr and "is not empty" in refused.stderr
+    assert [p.name for p in busy.iterdir()] == ["notes.txt"]
+    assert not (tmp_path / "data").exists()  # refused before any database was started
+
+    half = tmp_path / "half"
+    half.mkdir()
+    (half / "database.dump").write_bytes(b"PGDMP")
+    refused = cli("restore", str(half), env=env)
+    assert refused.returncode == 1 and "manifest.json is missing" in refused.stderr
+    assert not (tmp_path / "data").exists()
+
+    occupied = tmp_path / "occupied"
+    (occupied / "postgres").mkdir(parents=True)
+    refused = cli("restore", str(half), env=environment(occupied, None))
+    assert refused.returncode == 1 and "is not empty" in refused.stderr
+    assert [p.name for p in occupied.iterdir()] == ["postgres"]
