@@ -117,20 +117,21 @@ def require_empty_directory(path: Path, what: str) -> None:
             raise ConflictFailure(f"{what} {path} is not empty; choose a new or empty directory")
 
 
-def _absolute(path: Path) -> Path:
+def absolute_path(path: Path) -> Path:
+    """``path`` with ``~`` expanded, made absolute (without touching the filesystem)."""
     return Path(os.path.abspath(os.path.expanduser(path)))
 
 
 def _open_destination(destination: Path) -> tuple[Path, bool]:
     """The backup directory, checked empty and made private; whether this call made it."""
-    destination = _absolute(destination)
+    destination = absolute_path(destination)
     require_empty_directory(destination, "backup destination")
     created = not destination.exists()
     destination.mkdir(parents=True, exist_ok=True, mode=0o700)
     return destination, created
 
 
-def _clear(path: Path, created: bool) -> None:
+def clear_directory(path: Path, created: bool) -> None:
     """Remove what a failed run wrote: the directory if it made it, else its contents."""
     if created:
         shutil.rmtree(path, ignore_errors=True)
@@ -152,7 +153,8 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def _write_json_atomically(path: Path, document: dict[str, Any]) -> None:
+def write_json_atomically(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` under a draft name, fsync it, then rename it into place."""
     draft = path.with_name(f".{path.name}.tmp")
     with draft.open("w", encoding="utf-8") as handle:
         json.dump(document, handle, indent=2, ensure_ascii=False)
@@ -222,10 +224,10 @@ async def create_backup(
         files.close()
         size, digest = await anyio.to_thread.run_sync(file_digest, files.path)
         manifest = _manifest(settings, report, files, size, digest)
-        await anyio.to_thread.run_sync(_write_json_atomically, destination / MANIFEST, manifest)
+        await anyio.to_thread.run_sync(write_json_atomically, destination / MANIFEST, manifest)
     except BaseException:
         files.close()
-        _clear(destination, created)
+        clear_directory(destination, created)
         raise
     log.info(
         "backup_written",
@@ -468,13 +470,13 @@ async def restore_backup(
     backup that fails verification or one from a newer schema. A failure after the checks
     removes what was written, leaving the data directory empty again.
     """
-    source = _absolute(source)
+    source = absolute_path(source)
     if settings.memory_database_url is not None:
         raise InvalidInputFailure(
             "restore writes a new embedded database: unset MEMORY_DATABASE_URL (to restore into "
             "another PostgreSQL, use pg_restore on database.dump; see the backup runbook)"
         )
-    data_dir = _absolute(settings.memory_data_dir)
+    data_dir = absolute_path(settings.memory_data_dir)
     require_empty_directory(data_dir, "data directory (MEMORY_DATA_DIR)")
     manifest = await anyio.to_thread.run_sync(
         lambda: verify_backup(source, progress=verify_progress)
@@ -492,7 +494,7 @@ async def restore_backup(
         report.schema_revision = after
         await _restore_objects(settings, source, report, restore_progress)
     except BaseException:
-        _clear(data_dir, created)
+        clear_directory(data_dir, created)
         raise
     log.info("backup_restored", objects=report.objects, schema_revision=after)
     return report

@@ -15,10 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from memory_db import MemorySettings, open_runtime
+from memory_tools import MemoryServices
 from memory_tools.backup import create_backup, require_empty_directory, restore_backup
+from memory_tools.export import export_vault, import_vault
 from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
 
-OPERATOR_COMMANDS = ("backup", "restore")
+OPERATOR_COMMANDS = ("backup", "restore", "export", "import")
 
 
 async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
@@ -108,8 +110,96 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
+async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
+        with Progress("exporting") as progress:
+            report = await export_vault(
+                services, args.vault_owner, args.vault, Path(args.dest), progress=progress.advance
+            )
+    finally:
+        await runtime.close()
+    document = {
+        "destination": str(report.destination),
+        "vault": report.vault,
+        "projects": report.projects,
+        "folders": report.folders,
+        "assets": report.assets,
+        "bytes": report.bytes,
+        "skipped": report.skipped,
+    }
+    if args.json:
+        print_json(document)
+        return
+    print_table(
+        f"export of {report.vault} in {report.destination}",
+        ("projects", "folders", "images", "size", "skipped"),
+        [
+            (
+                report.projects,
+                report.folders,
+                report.assets,
+                human_bytes(report.bytes),
+                len(report.skipped),
+            )
+        ],
+        empty="",
+    )
+    if report.skipped:
+        print(
+            f"warning: {len(report.skipped)} images had no bytes or wrong bytes in the store "
+            f"and were left out: {', '.join(report.skipped[:10])}"
+        )
+
+
+async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        services = MemoryServices(
+            database=runtime.database,
+            store=runtime.store,
+            settings=settings,
+            embedder=runtime.embedder,
+        )
+        with Progress("importing") as progress:
+            report = await import_vault(
+                services, args.owner, args.vault, Path(args.src), progress=progress.advance
+            )
+    finally:
+        await runtime.close()
+    document = {
+        "owner": report.owner,
+        "vault": report.vault,
+        "projectsCreated": report.projects_created,
+        "foldersCreated": report.folders_created,
+        "saved": report.saved,
+        "alreadyImported": report.replayed,
+        "deduplicated": report.deduplicated,
+        "bytes": report.bytes,
+    }
+    if args.json:
+        print_json(document)
+        return
+    print_table(
+        f"import into {report.owner} / {report.vault}",
+        ("projects created", "folders created", "saved", "already imported", "deduplicated"),
+        [
+            (
+                report.projects_created,
+                report.folders_created,
+                report.saved,
+                report.replayed,
+                report.deduplicated,
+            )
+        ],
+        empty="",
+    )
+    print("the worker embeds the saved images: run the server or `memory-server worker`")
+
+
 def add_operator_parsers(commands: Any) -> None:
-    """Add ``backup`` and ``restore`` to an app's subcommands; each binds its handler."""
+    """Add ``backup``, ``restore``, ``export`` and ``import`` to an app's subcommands."""
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "--json", action="store_true", help="print one JSON object for scripts instead of a table"
@@ -128,6 +218,26 @@ def add_operator_parsers(commands: Any) -> None:
     )
     restore.add_argument("src", metavar="SRC", help="a directory `memory-server backup` wrote")
     restore.set_defaults(operator=_restore)
+    export = commands.add_parser(
+        "export",
+        parents=[output],
+        help="write one vault (originals, assets.jsonl, vault.json) to DEST in an open format",
+    )
+    export.add_argument("--vault-owner", required=True, help="the owner of the vault")
+    export.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
+    export.add_argument("dest", metavar="DEST", help="a new or empty directory")
+    export.set_defaults(operator=_export)
+    imported = commands.add_parser(
+        "import",
+        parents=[output],
+        help="save a vault export into OWNER's vault (idempotent: a second run adds nothing)",
+    )
+    imported.add_argument("--owner", required=True, help="the identity that receives the images")
+    imported.add_argument(
+        "--vault", default="Library", help="the vault to fill (made if missing; default Library)"
+    )
+    imported.add_argument("src", metavar="SRC", help="a directory `memory-server export` wrote")
+    imported.set_defaults(operator=_import)
 
 
 async def operator_command(settings: MemorySettings, args: argparse.Namespace) -> None:
