@@ -156,7 +156,8 @@ def _fsync_dir(path: Path) -> None:
 def write_json_atomically(path: Path, document: dict[str, Any]) -> None:
     """Write ``document`` under a draft name, fsync it, then rename it into place."""
     draft = path.with_name(f".{path.name}.tmp")
-    with draft.open("w", encoding="utf-8") as handle:
+    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8") as handle:
         json.dump(document, handle, indent=2, ensure_ascii=False)
         handle.write("\n")
         handle.flush()
@@ -181,7 +182,9 @@ class _FileList:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._handle = path.open("w", encoding="utf-8")
+        self._handle = os.fdopen(
+            os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w", encoding="utf-8"
+        )
         self.entries = 0
         self.total_bytes = 0
 
@@ -267,6 +270,7 @@ async def _back_up(
     except BaseExceptionGroup as group:
         # One task's failure cancels the other: report the failure, not the cancellation.
         raise _first_failure(group) from None
+    dump_path.chmod(0o600)
     size, digest = await anyio.to_thread.run_sync(file_digest, dump_path)
     files.add(DUMP, size, digest)
     report.files = files.entries
@@ -346,6 +350,7 @@ async def _copy_object(runtime: Runtime, key: str, destination: Path) -> tuple[i
     except BaseException:
         path.unlink(missing_ok=True)
         raise
+    path.chmod(0o600)  # images are private, whatever the directory's permissions
     return size, digest.hexdigest()
 
 

@@ -9,6 +9,7 @@ before anything is written.
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -18,12 +19,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import pytest
 from fastmcp import Client
 from pydantic import SecretStr
 from sqlalchemy import text
 
 from memory_db import Database, MemorySettings, open_runtime
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import ConflictFailure, MemoryServices, admin, build_memory_server
+from memory_tools.errors import InvalidInputFailure
+from memory_tools.serving.operator_commands import add_operator_parsers, operator_command
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..pictures import b64, picture
@@ -191,26 +195,56 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     assert not other.exists()
 
 
-def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path) -> None:
+def parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="memory-server")
+    add_operator_parsers(parser.add_subparsers(dest="command", required=True))
+    return parser.parse_args(list(argv))
+
+
+def fake_backup(path: Path, revision: str) -> None:
+    """A backup whose files match its manifest, holding a dump of the given schema revision."""
+    path.mkdir()
+    (path / "database.dump").write_bytes(b"PGDMP")
+    line = {"path": "database.dump", "bytes": 5, "sha256": hashlib.sha256(b"PGDMP").hexdigest()}
+    listing = (json.dumps(line) + "\n").encode()
+    (path / "files.jsonl").write_bytes(listing)
+    manifest = {
+        "format": "image-memory-backup",
+        "formatVersion": 1,
+        "schemaRevision": revision,
+        "fileList": {
+            "path": "files.jsonl",
+            "entries": 1,
+            "bytes": len(listing),
+            "sha256": hashlib.sha256(listing).hexdigest(),
+        },
+    }
+    (path / "manifest.json").write_text(json.dumps(manifest))
+
+
+async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path) -> None:
+    settings = MemorySettings(memory_data_dir=tmp_path / "data")
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("keep me")
-    env = environment(tmp_path / "data", None)
-    refused = cli("backup", str(busy), env=env)
-    assert refused.returncode == 1
-    assert "backup destination" in refused.stderr and "is not empty" in refused.stderr
+    with pytest.raises(ConflictFailure, match=r"backup destination .* is not empty"):
+        await operator_command(settings, parse("backup", str(busy)))
     assert [p.name for p in busy.iterdir()] == ["notes.txt"]
     assert not (tmp_path / "data").exists()  # refused before any database was started
 
     half = tmp_path / "half"
     half.mkdir()
     (half / "database.dump").write_bytes(b"PGDMP")
-    refused = cli("restore", str(half), env=env)
-    assert refused.returncode == 1 and "manifest.json is missing" in refused.stderr
+    with pytest.raises(InvalidInputFailure, match=r"manifest\.json is missing"):
+        await operator_command(settings, parse("restore", str(half)))
+    newer = tmp_path / "newer"
+    fake_backup(newer, "0999")
+    with pytest.raises(InvalidInputFailure, match="newer than this build knows"):
+        await operator_command(settings, parse("restore", str(newer)))
     assert not (tmp_path / "data").exists()
 
-    occupied = tmp_path / "occupied"
-    (occupied / "postgres").mkdir(parents=True)
-    refused = cli("restore", str(half), env=environment(occupied, None))
-    assert refused.returncode == 1 and "is not empty" in refused.stderr
-    assert [p.name for p in occupied.iterdir()] == ["postgres"]
+    occupied = MemorySettings(memory_data_dir=tmp_path / "occupied")
+    (occupied.memory_data_dir / "postgres").mkdir(parents=True)
+    with pytest.raises(ConflictFailure, match="is not empty"):
+        await operator_command(occupied, parse("restore", str(newer)))
+    assert [p.name for p in occupied.memory_data_dir.iterdir()] == ["postgres"]

@@ -75,15 +75,14 @@ async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 
 async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
-    with (
-        Progress("verifying checksums") as verifying,
-        Progress("restoring objects") as restoring,
-    ):
+    # One bar for both phases (checking every file, then writing the objects): a terminal
+    # shows one live display at a time.
+    with Progress("restoring (checksums, then objects)") as progress:
         report = await restore_backup(
             settings,
             Path(args.src),
-            verify_progress=verifying.advance,
-            restore_progress=restoring.advance,
+            verify_progress=progress.advance,
+            restore_progress=progress.advance,
         )
     document = {
         "dataDir": str(report.data_dir),
