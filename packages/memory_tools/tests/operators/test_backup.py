@@ -13,6 +13,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 from dataclasses import replace
@@ -25,8 +26,14 @@ from pydantic import SecretStr
 from sqlalchemy import text
 
 from memory_db import Database, MemorySettings, open_runtime
+from memory_db.dumps import DumpSnapshot, database_target, pg_dump, pg_tool
+from memory_db.embedding import LocalEmbedder
+from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import ConflictFailure, MemoryServices, admin, build_memory_server
+from memory_tools.access import Caller
+from memory_tools.backup import create_backup
 from memory_tools.errors import InvalidInputFailure
+from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.serving.operator_commands import add_operator_parsers, operator_command
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -77,6 +84,12 @@ def object_files(root: Path) -> dict[str, str]:
         for path in root.rglob("*")
         if path.is_file() and not path.name.endswith(".json") and not path.name.startswith(".")
     }
+
+
+def listed_objects(backup: Path) -> set[tuple[str, str]]:
+    """The objects a backup's ``files.jsonl`` lists, with their SHA-256."""
+    lines = [json.loads(line) for line in (backup / "files.jsonl").read_text().splitlines()]
+    return {(e["path"], e["sha256"]) for e in lines if e["path"].startswith("objects/")}
 
 
 async def table_counts(database: Database) -> dict[str, int]:
@@ -180,6 +193,10 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
             # The trashed image came back in the trash, bytes and all: it can be restored.
             back = await call(alice, "image_asset_restore", {"assetId": trashed})
             assert back["assetId"] == trashed
+        # The restored server runs on the embedded default: its backup holds the same objects.
+        second = await create_backup(restored, tmp_path / "second")
+        assert (second.database, second.objects, second.missing) == ("embedded", 5, [])
+        assert listed_objects(tmp_path / "second") == listed_objects(backup)
     finally:
         await restored.close()
 
@@ -248,3 +265,39 @@ async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path
     with pytest.raises(ConflictFailure, match="is not empty"):
         await operator_command(occupied, parse("restore", str(newer)))
     assert [p.name for p in occupied.memory_data_dir.iterdir()] == ["postgres"]
+
+
+async def dumped_object_ids(dump: Path) -> set[str]:
+    """The object ids in a dump's ``mem_asset_objects`` data (read with ``pg_restore``)."""
+    done = subprocess.run(
+        [str(pg_tool("pg_restore")), "--data-only", "--table=mem_asset_objects", "-f", "-",
+         str(dump)],
+        capture_output=True, text=True, check=True, timeout=60,
+    )  # fmt: skip
+    return set(re.findall(r"^(aob_[a-z0-9]+)\t", done.stdout, re.MULTILINE))
+
+
+async def test_the_dump_and_the_object_list_share_one_snapshot(
+    database: Database, database_url: str, tmp_path: Path
+) -> None:
+    settings = MemorySettings(
+        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url)
+    )
+    store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
+    services = MemoryServices(
+        database=database, store=store, settings=settings, embedder=LocalEmbedder()
+    )
+    await admin.create_identity(database, ALICE, 10**9)
+    caller = Caller(ALICE, "akey_a", frozenset({"read", "write"}))
+    saver = AssetSaver(services)
+    before = await saver.save(caller, SaveRequest(image_base64=b64(picture(1)), title="before"))
+    target = database_target(settings, None)
+    async with DumpSnapshot(database) as snapshot:
+        # Saved after the snapshot: in neither the dump nor the list of bytes to copy.
+        later = await saver.save(caller, SaveRequest(image_base64=b64(picture(2)), title="later"))
+        await pg_dump(target, tmp_path / "snap.dump", snapshot=snapshot.id)
+        listed = {stored.id async for stored in snapshot.objects_with_bytes(batch=1)}
+    assert listed == await dumped_object_ids(tmp_path / "snap.dump") == {before.object_id}
+    # Without the snapshot a dump sees the later save, which the list would lack.
+    await pg_dump(target, tmp_path / "now.dump", snapshot=None)
+    assert await dumped_object_ids(tmp_path / "now.dump") == {before.object_id, later.object_id}
