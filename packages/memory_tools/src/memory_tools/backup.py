@@ -102,7 +102,7 @@ class RestoreReport:
     data_dir: Path
     backup_revision: str
     schema_revision: str
-    objects: int = 0
+    files: int = 0  # object files written (originals and previews)
     bytes: int = 0
 
 
@@ -501,7 +501,7 @@ async def restore_backup(
     except BaseException:
         clear_directory(data_dir, created)
         raise
-    log.info("backup_restored", objects=report.objects, schema_revision=after)
+    log.info("backup_restored", files=report.files, schema_revision=after)
     return report
 
 
@@ -520,7 +520,7 @@ async def _restore_objects(
                 )
             except StorageError as exc:
                 raise ToolFailure(f"could not write object {key} to the store: {exc}") from exc
-            report.objects += 1
+            report.files += 1
             report.bytes += len(body)
             progress(done, total, "restoring objects")
     finally:

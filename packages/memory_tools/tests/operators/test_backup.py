@@ -167,7 +167,7 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     restored_dir = tmp_path / "restored"
     done = cli("restore", str(backup), "--json", env=environment(restored_dir, None))
     assert done.returncode == 0, done.stderr
-    assert json.loads(done.stdout)["objects"] == 10
+    assert json.loads(done.stdout)["objectFiles"] == 10
 
     target = MemorySettings(memory_data_dir=restored_dir)
     restored = await open_runtime(target, public_base_url="http://127.0.0.1:9")

@@ -88,7 +88,7 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
         "dataDir": str(report.data_dir),
         "backupSchemaRevision": report.backup_revision,
         "schemaRevision": report.schema_revision,
-        "objects": report.objects,
+        "objectFiles": report.files,
         "bytes": report.bytes,
     }
     if args.json:
@@ -96,12 +96,12 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
         return
     print_table(
         f"restored into {report.data_dir}",
-        ("backup schema", "schema now", "objects", "size"),
+        ("backup schema", "schema now", "object files", "size"),
         [
             (
                 report.backup_revision,
                 report.schema_revision,
-                report.objects,
+                report.files,
                 human_bytes(report.bytes),
             )
         ],
