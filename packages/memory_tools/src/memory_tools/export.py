@@ -151,8 +151,8 @@ async def export_vault(
     paths = _folder_paths(folders)
     try:
         with (destination / ASSETS_FILE).open("w", encoding="utf-8") as lines:
-            async for stored in _live_assets(services, record):
-                entry = await _export_one(services, stored, destination, names, paths)
+            async for stored, sha256 in _live_assets(services, record):
+                entry = await _export_one(services, stored, sha256, destination, names, paths)
                 if entry is None:
                     report.skipped.append(stored.asset.id)
                 else:
@@ -198,16 +198,22 @@ async def export_vault(
     return report
 
 
-async def _live_assets(services: MemoryServices, record: VaultRecord) -> AsyncIterator[StoredAsset]:
-    """The vault's live images (not in the trash), oldest first, a page at a time."""
+async def _live_assets(
+    services: MemoryServices, record: VaultRecord
+) -> AsyncIterator[tuple[StoredAsset, str]]:
+    """The vault's live images (not in the trash) with their originals' SHA-256, oldest first."""
     after: tuple[datetime, str] | None = None
     while True:
         async with services.database.unit_of_work() as uow:
             page = await uow.assets.list_visible(
                 [record.scope], AssetFilter(), newest_first=False, limit=_PAGE, after=after
             )
+            objects = await uow.objects.get_many(
+                [(s.asset.owner_identity, s.asset.object_id) for s in page]
+            )
         for stored in page:
-            yield stored
+            found = objects.get((stored.asset.owner_identity, stored.asset.object_id))
+            yield stored, "" if found is None else found.sha256
         if len(page) < _PAGE:
             return
         after = (page[-1].asset.created_at, page[-1].asset.id)
@@ -216,10 +222,12 @@ async def _live_assets(services: MemoryServices, record: VaultRecord) -> AsyncIt
 async def _export_one(
     services: MemoryServices,
     stored: StoredAsset,
+    sha256: str,
     destination: Path,
     projects: dict[str, str],
     paths: dict[str, str],
 ) -> dict[str, Any] | None:
+    """Copy one original into the export and describe it; None if the store's bytes are wrong."""
     asset = stored.asset
     extension = _EXTENSIONS.get(stored.mime_type, "bin")
     relative = f"{ORIGINALS}/{asset.id}.{extension}"
@@ -237,7 +245,7 @@ async def _export_one(
     except ObjectNotFound:
         path.unlink(missing_ok=True)
         return None
-    if size != stored.bytes:
+    if size != stored.bytes or digest.hexdigest() != sha256:
         path.unlink(missing_ok=True)
         return None
     return {

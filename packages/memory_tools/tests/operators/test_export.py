@@ -163,6 +163,21 @@ async def test_a_vault_exported_and_imported_by_another_owner_is_found_there(
         )
         assert saves.scalar_one() == 3  # the import saved as Bob, recorded once per image
 
+    # An original whose bytes changed in the store is left out and named, never exported wrong.
+    async with database.unit_of_work() as uow:
+        library = await uow.vaults.resolve(ALICE, "Library")
+        page = await uow.assets.list_visible(
+            [library.scope], AssetFilter(), newest_first=False, limit=10
+        )
+    cat = next(s for s in page if s.asset.title == "cat")
+    assert isinstance(services.store, LocalAssetObjectStore) and cat.storage_key is not None
+    damaged = services.store.root / cat.storage_key
+    data = damaged.read_bytes()
+    damaged.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
+    partial = await export_vault(services, ALICE, "Library", tmp_path / "partial")
+    assert (partial.assets, partial.skipped) == (2, [cat.asset.id])
+    assert not (tmp_path / "partial" / "originals" / f"{cat.asset.id}.png").exists()
+
 
 async def test_export_refuses_a_vault_the_owner_does_not_own_and_writes_nothing(
     store_services: MemoryServices, database: Database, tmp_path: Path
