@@ -456,7 +456,7 @@ def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) ->
                 raise _corrupted(source, f"{relative} is missing")
             if file_digest(path) != (size, sha256):
                 raise _corrupted(source, f"{relative} does not match its SHA-256 in {FILES}")
-            progress(done, total, relative)
+            progress(done, total, "checking files")
     if not seen_dump:
         raise _corrupted(source, f"{DUMP} is not listed in {FILES}")
     return manifest

@@ -11,6 +11,7 @@ docs/runbooks/export-vault.md describe them.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +24,32 @@ from memory_tools.serving.admin_output import Progress, human_bytes, print_json,
 OPERATOR_COMMANDS = ("backup", "restore", "export", "import")
 
 
+def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
+    """``progress.advance`` at most once per percent of each phase, and at its end.
+
+    Off a terminal every call is a line: a backup of 100,000 objects would log 100,000.
+    """
+    last: list[object] = [None]
+
+    def advance(done: int, total: int, detail: str = "") -> None:
+        step = max(1, total // 100)
+        mark = (detail, done // step)
+        if mark != last[0] or done == total:
+            last[0] = mark
+            progress.advance(done, total, detail)
+
+    return advance
+
+
 async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
     # Checked before the database is opened (or started): a refusal is immediate.
     require_empty_directory(Path(args.dest), "backup destination")
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
         with Progress("backing up") as progress:
-            report = await create_backup(runtime, Path(args.dest), progress=progress.advance)
+            report = await create_backup(
+                runtime, Path(args.dest), progress=_every_percent(progress)
+            )
     finally:
         await runtime.close()
     document = {
@@ -81,8 +101,8 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
         report = await restore_backup(
             settings,
             Path(args.src),
-            verify_progress=progress.advance,
-            restore_progress=progress.advance,
+            verify_progress=_every_percent(progress),
+            restore_progress=_every_percent(progress),
         )
     document = {
         "dataDir": str(report.data_dir),
@@ -115,7 +135,11 @@ async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
         services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
         with Progress("exporting") as progress:
             report = await export_vault(
-                services, args.vault_owner, args.vault, Path(args.dest), progress=progress.advance
+                services,
+                args.vault_owner,
+                args.vault,
+                Path(args.dest),
+                progress=_every_percent(progress),
             )
     finally:
         await runtime.close()
@@ -163,7 +187,7 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
         )
         with Progress("importing") as progress:
             report = await import_vault(
-                services, args.owner, args.vault, Path(args.src), progress=progress.advance
+                services, args.owner, args.vault, Path(args.src), progress=_every_percent(progress)
             )
     finally:
         await runtime.close()
