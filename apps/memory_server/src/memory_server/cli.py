@@ -20,6 +20,11 @@ from memory_tools.serving.arguments import (
 )
 from memory_tools.serving.reconcile_command import add_reconcile_parser, reconcile_command
 from memory_tools.serving.reindex_commands import add_reindex_parsers, reindex_command
+from memory_tools.serving.operator_commands import (
+    OPERATOR_COMMANDS,
+    add_operator_parsers,
+    operator_command,
+)
 from memory_tools.toolsets import MEMORY_TOOLSETS, ToolSelection
 
 if TYPE_CHECKING:
@@ -73,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_admin_parser(commands)
     add_reindex_parsers(commands)
     add_reconcile_parser(commands)
+    add_operator_parsers(commands)
     return parser
 
 
@@ -91,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             await reindex_command(settings, args)
         elif args.command == "reconcile":
             await reconcile_command(settings, args)
+        elif args.command in OPERATOR_COMMANDS:
+            await operator_command(settings, args)
         else:
             await admin_command(settings, args)
 

@@ -1,0 +1,460 @@
+"""One vault in an open format (``memory-server export`` / ``import``): no lock-in.
+
+An export is a directory (docs/runbooks/export-vault.md describes every field):
+
+- ``originals/<asset id>.<ext>``: each live image's original bytes, exactly as saved;
+- ``assets.jsonl``: one JSON object per image (id, file, title, description, alt text, tags,
+  project and folder with its path, source, MIME type, SHA-256, size, dimensions, created time);
+- ``vault.json``: the vault's projects and folders, counts, and the size and SHA-256 of
+  ``assets.jsonl``. It is written last: a directory without it is not a complete export.
+
+Images in the trash are not exported. Import brings an export into one vault of another
+identity through the normal save workflow, so quota, dedupe, validation and provenance apply
+and the worker embeds the images there with that server's model. Projects and folders are
+matched by name and path (created when missing), and every save carries an idempotency key
+made of the target vault and the exported id: running an import twice adds nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+from memory_db import MemoryDbError, NotFound, ObjectNotFound
+from memory_db.repositories import AssetFilter
+from memory_db.repositories.records import FolderRecord, StoredAsset, VaultRecord
+from memory_tools import admin
+from memory_tools.access import Caller
+from memory_tools.backup import (
+    absolute_path,
+    clear_directory,
+    file_digest,
+    require_empty_directory,
+    write_json_atomically,
+)
+from memory_tools.errors import InvalidInputFailure, NotFoundFailure, ToolFailure
+from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.projects import create_folder, create_project
+from memory_tools.services import MemoryServices
+
+EXPORT_FORMAT = "image-memory-vault-export"
+EXPORT_FORMAT_VERSION = 1
+VAULT_FILE = "vault.json"
+ASSETS_FILE = "assets.jsonl"
+ORIGINALS = "originals"
+_PAGE = 200
+_EXTENSIONS = {"image/jpeg": "jpg", "image/png": "png", "image/webp": "webp", "image/gif": "gif"}
+
+ProgressCallback = Callable[[int, int, str], None]
+
+
+def _no_progress(done: int, total: int, detail: str = "") -> None:
+    del done, total, detail
+
+
+@dataclass
+class ExportReport:
+    """What ``export`` wrote."""
+
+    destination: Path
+    vault: str
+    projects: int = 0
+    folders: int = 0
+    assets: int = 0
+    bytes: int = 0
+    # Images whose bytes the store did not have or had wrong: left out, named for the operator.
+    skipped: list[str] = field(default_factory=list[str])
+
+
+@dataclass
+class ImportReport:
+    """What ``import`` did."""
+
+    owner: str
+    vault: str
+    projects_created: int = 0
+    folders_created: int = 0
+    saved: int = 0
+    replayed: int = 0
+    deduplicated: int = 0
+    bytes: int = 0
+
+
+# --- export --------------------------------------------------------------------------------------
+
+
+async def _owned_vault(services: MemoryServices, owner: str, vault: str) -> VaultRecord:
+    """The vault ``vault`` of ``owner`` (owned, not merely shared), or ``not_found``."""
+    async with services.database.unit_of_work() as uow:
+        identity = await admin.require_identity(uow, owner)
+        try:
+            record = await uow.vaults.resolve(identity.owner_identity, vault)
+        except NotFound:
+            raise admin.unknown_vault(identity.owner_identity, vault) from None
+    if not record.is_owner or "/" in vault:
+        raise admin.unknown_vault(identity.owner_identity, vault)
+    return record
+
+
+def _folder_paths(folders: list[FolderRecord]) -> dict[str, str]:
+    """Each folder's path from its project's root (``Day 1/Morning``)."""
+    by_id = {folder.id: folder for folder in folders}
+    paths: dict[str, str] = {}
+
+    def path_of(folder: FolderRecord) -> str:
+        if folder.id not in paths:
+            parent = by_id.get(folder.parent_id) if folder.parent_id else None
+            paths[folder.id] = folder.name if parent is None else f"{path_of(parent)}/{folder.name}"
+        return paths[folder.id]
+
+    for folder in folders:
+        path_of(folder)
+    return paths
+
+
+async def export_vault(
+    services: MemoryServices,
+    owner: str,
+    vault: str,
+    destination: Path,
+    *,
+    progress: ProgressCallback = _no_progress,
+) -> ExportReport:
+    """Write ``owner``'s vault ``vault`` to ``destination`` (new or empty).
+
+    Refuses an unknown owner, a vault the owner does not own, or a non-empty destination
+    before writing anything; a failure later removes what was written.
+    """
+    record = await _owned_vault(services, owner, vault)
+    scope = record.scope
+    destination = absolute_path(destination)
+    require_empty_directory(destination, "export destination")
+    async with services.database.unit_of_work() as uow:
+        projects = await uow.projects.list([scope], include_archived=True)
+        folders = await uow.folders.list_vault(scope)
+    summaries = await admin.list_vaults(services.database, record.owner_identity)
+    total = next((s.assets for s in summaries if s.id == record.id), 0)
+    created = not destination.exists()
+    (destination / ORIGINALS).mkdir(parents=True, exist_ok=True, mode=0o700)
+    report = ExportReport(destination=destination, vault=record.handle)
+    report.projects, report.folders = len(projects), len(folders)
+    names = {project.id: project.name for project in projects}
+    paths = _folder_paths(folders)
+    try:
+        with (destination / ASSETS_FILE).open("w", encoding="utf-8") as lines:
+            async for stored, sha256 in _live_assets(services, record):
+                entry = await _export_one(services, stored, sha256, destination, names, paths)
+                if entry is None:
+                    report.skipped.append(stored.asset.id)
+                else:
+                    lines.write(json.dumps(entry, ensure_ascii=False) + "\n")
+                    report.assets += 1
+                    report.bytes += entry["bytes"]
+                progress(report.assets + len(report.skipped), total, "exporting images")
+        size, digest = file_digest(destination / ASSETS_FILE)
+        document = {
+            "format": EXPORT_FORMAT,
+            "formatVersion": EXPORT_FORMAT_VERSION,
+            "exportedAt": datetime.now(UTC).isoformat(),
+            "serverVersion": version("memory-tools"),
+            "vault": record.handle,
+            "projects": [
+                {
+                    "id": p.id,
+                    "name": p.name,
+                    "description": p.description,
+                    "status": p.status,
+                    "createdAt": p.created_at.isoformat(),
+                }
+                for p in projects
+            ],
+            "folders": [
+                {
+                    "id": f.id,
+                    "projectId": f.project_id,
+                    "parentId": f.parent_id,
+                    "name": f.name,
+                    "path": paths[f.id],
+                }
+                for f in folders
+            ],
+            "counts": {"assets": report.assets, "bytes": report.bytes},
+            "assetsFile": {"path": ASSETS_FILE, "entries": report.assets, "bytes": size,
+                           "sha256": digest},
+        }  # fmt: skip
+        write_json_atomically(destination / VAULT_FILE, document)
+    except BaseException:
+        clear_directory(destination, created)
+        raise
+    return report
+
+
+async def _live_assets(
+    services: MemoryServices, record: VaultRecord
+) -> AsyncIterator[tuple[StoredAsset, str]]:
+    """The vault's live images (not in the trash) with their originals' SHA-256, oldest first."""
+    after: tuple[datetime, str] | None = None
+    while True:
+        async with services.database.unit_of_work() as uow:
+            page = await uow.assets.list_visible(
+                [record.scope], AssetFilter(), newest_first=False, limit=_PAGE, after=after
+            )
+            objects = await uow.objects.get_many(
+                [(s.asset.owner_identity, s.asset.object_id) for s in page]
+            )
+        for stored in page:
+            found = objects.get((stored.asset.owner_identity, stored.asset.object_id))
+            yield stored, "" if found is None else found.sha256
+        if len(page) < _PAGE:
+            return
+        after = (page[-1].asset.created_at, page[-1].asset.id)
+
+
+async def _export_one(
+    services: MemoryServices,
+    stored: StoredAsset,
+    sha256: str,
+    destination: Path,
+    projects: dict[str, str],
+    paths: dict[str, str],
+) -> dict[str, Any] | None:
+    """Copy one original into the export and describe it; None if the store's bytes are wrong."""
+    asset = stored.asset
+    extension = _EXTENSIONS.get(stored.mime_type, "bin")
+    relative = f"{ORIGINALS}/{asset.id}.{extension}"
+    if stored.storage_key is None:
+        return None
+    digest = hashlib.sha256()
+    size = 0
+    path = destination / relative
+    try:
+        async with await anyio.open_file(path, "wb") as handle:
+            async for chunk in services.store.get_stream(stored.storage_key):
+                digest.update(chunk)
+                size += len(chunk)
+                await handle.write(chunk)
+    except ObjectNotFound:
+        path.unlink(missing_ok=True)
+        return None
+    if size != stored.bytes or digest.hexdigest() != sha256:
+        path.unlink(missing_ok=True)
+        return None
+    return {
+        "id": asset.id,
+        "file": relative,
+        "title": asset.title,
+        "description": asset.description,
+        "altText": asset.alt_text,
+        "tags": asset.tags,
+        "project": (
+            None
+            if asset.project_id is None
+            else {"id": asset.project_id, "name": projects.get(asset.project_id)}
+        ),
+        "folder": (
+            None
+            if asset.folder_id is None
+            else {"id": asset.folder_id, "path": paths.get(asset.folder_id)}
+        ),
+        "sourceKind": asset.source_kind,
+        "sourceUrl": asset.source_url,
+        "sourceRef": asset.source_ref,
+        "mimeType": stored.mime_type,
+        "sha256": digest.hexdigest(),
+        "bytes": size,
+        "width": stored.width,
+        "height": stored.height,
+        "createdAt": asset.created_at.isoformat(),
+    }
+
+
+# --- import --------------------------------------------------------------------------------------
+
+
+def _refused(source: Path, detail: str) -> InvalidInputFailure:
+    return InvalidInputFailure(f"{source} is not a usable vault export: {detail}")
+
+
+def read_export(source: Path) -> dict[str, Any]:
+    """``vault.json`` of the export in ``source``, with ``assets.jsonl`` checked against it."""
+    try:
+        document = json.loads((source / VAULT_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise _refused(source, f"{VAULT_FILE} is missing (an export writes it last)") from None
+    except (OSError, ValueError):
+        raise _refused(source, f"{VAULT_FILE} is not valid JSON") from None
+    if not isinstance(document, dict) or document.get("format") != EXPORT_FORMAT:
+        raise _refused(source, f"{VAULT_FILE} does not describe an {EXPORT_FORMAT}")
+    if document.get("formatVersion") != EXPORT_FORMAT_VERSION:
+        raise _refused(source, f"format version {document.get('formatVersion')!r} is unknown")
+    listing = document.get("assetsFile") or {}
+    assets = source / ASSETS_FILE
+    if not assets.is_file() or file_digest(assets) != (listing.get("bytes"), listing.get("sha256")):
+        raise _refused(source, f"{ASSETS_FILE} is missing or does not match {VAULT_FILE}")
+    return document
+
+
+def _entries(source: Path) -> Iterator[dict[str, Any]]:
+    with (source / ASSETS_FILE).open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, start=1):
+            try:
+                entry = json.loads(line)
+            except ValueError:
+                raise _refused(source, f"{ASSETS_FILE} line {number} is not JSON") from None
+            if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
+                raise _refused(source, f"{ASSETS_FILE} line {number} has no id")
+            yield entry
+
+
+def _original(source: Path, entry: dict[str, Any]) -> bytes:
+    """The original an entry names, checked against its SHA-256 (no path leaves the export)."""
+    relative = entry.get("file")
+    expected = f"{ORIGINALS}/{entry['id']}."
+    if (
+        not isinstance(relative, str)
+        or not relative.startswith(expected)
+        or "/" in relative[len(ORIGINALS) + 1 :]
+    ):
+        raise _refused(source, f"image {entry['id']} names an unexpected file")
+    try:
+        data = (source / relative).read_bytes()
+    except OSError:
+        raise _refused(source, f"{relative} is missing") from None
+    if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
+        raise _refused(source, f"{relative} does not match its SHA-256 in {ASSETS_FILE}")
+    return data
+
+
+def _source_ref(entry: dict[str, Any]) -> dict[str, Any]:
+    """The exported source ref plus where the image came from, within the save's limits."""
+    ref = dict(entry.get("sourceRef") or {})
+    extra = {"exportedAssetId": entry["id"], "exportedSourceKind": entry.get("sourceKind")}
+    if isinstance(entry.get("sourceUrl"), str):
+        extra["exportedSourceUrl"] = entry["sourceUrl"]
+    for key, value in extra.items():
+        if len(ref) < 20 and value is not None:
+            ref.setdefault(key, value)
+    return ref
+
+
+async def import_vault(
+    services: MemoryServices,
+    owner: str,
+    vault: str,
+    source: Path,
+    *,
+    progress: ProgressCallback = _no_progress,
+) -> ImportReport:
+    """Save every image of the export in ``source`` into ``owner``'s vault ``vault``.
+
+    The vault is created when the owner has none by that name. Each image goes through the
+    save workflow as the owner (provenance records the operator's import), with the
+    idempotency key ``import:<vault>:<exported id>``, so a second run replays instead of
+    adding. The export is checked (format, checksums) before anything is written.
+    """
+    source = absolute_path(source)
+    document = read_export(source)
+    async with services.database.unit_of_work() as uow:
+        identity = await admin.require_identity(uow, owner)
+    target = identity.owner_identity
+    try:
+        record = await _owned_vault(services, target, vault)
+    except NotFoundFailure:
+        if "/" in vault:
+            raise
+        record = await admin.create_vault(services.database, target, vault)
+    report = ImportReport(owner=target, vault=record.handle)
+    caller = Caller(target, admin.OPERATOR, frozenset({"read", "write"}))
+    projects, folders = await _placements(services, caller, record, document, report)
+    total = int((document.get("assetsFile") or {}).get("entries") or 0)
+    saver = AssetSaver(services)
+    for done, entry in enumerate(_entries(source), start=1):
+        data = await anyio.to_thread.run_sync(_original, source, entry)
+        project = entry.get("project") or {}
+        folder = entry.get("folder") or {}
+        project_id = projects.get(project.get("id", ""))
+        request = SaveRequest(
+            vault=record.handle,
+            image_base64=base64.b64encode(data).decode("ascii"),
+            title=entry.get("title"),
+            description=entry.get("description"),
+            alt_text=entry.get("altText"),
+            tags=list(entry.get("tags") or []),
+            source_ref=_source_ref(entry),
+            project_id=project_id,
+            folder_id=folders.get(folder.get("id", "")) if project_id else None,
+            idempotency_key=f"import:{record.id}:{entry['id']}",
+        )
+        try:
+            result = await saver.save(caller, request)
+        except ToolFailure as failure:
+            raise type(failure)(f"image {entry['id']}: {failure.message}") from failure
+        if result.replayed:
+            report.replayed += 1
+        else:
+            report.saved += 1
+            report.deduplicated += int(result.deduplicated)
+            report.bytes += len(data)
+        progress(done, total, "importing images")
+    return report
+
+
+async def _placements(
+    services: MemoryServices,
+    caller: Caller,
+    record: VaultRecord,
+    document: dict[str, Any],
+    report: ImportReport,
+) -> tuple[dict[str, str], dict[str, str]]:
+    """Exported project and folder ids mapped to the target vault's, created when missing."""
+    scope = record.scope
+    async with services.database.unit_of_work() as uow:
+        existing = await uow.projects.list([scope], include_archived=True)
+        existing_folders = await uow.folders.list_vault(scope)
+    by_name = {p.name.lower(): p.id for p in existing}
+    paths = _folder_paths(existing_folders)
+    by_path = {(f.project_id, paths[f.id].lower()): f.id for f in existing_folders}
+    projects: dict[str, str] = {}
+    for project in document.get("projects") or []:
+        name = str(project.get("name") or "")
+        if name.lower() not in by_name:
+            async with services.database.unit_of_work() as uow:
+                view = await create_project(
+                    uow, caller, services, vault=record.handle, name=name,
+                    description=project.get("description"),
+                )  # fmt: skip
+            by_name[name.lower()] = view.project_id
+            report.projects_created += 1
+        projects[str(project.get("id"))] = by_name[name.lower()]
+    folders: dict[str, str] = {}
+    exported = sorted(document.get("folders") or [], key=lambda f: str(f.get("path")).count("/"))
+    for folder in exported:
+        project_id = projects.get(str(folder.get("projectId")))
+        if project_id is None:
+            continue
+        path = str(folder.get("path") or folder.get("name"))
+        key = (project_id, path.lower())
+        if key not in by_path:
+            parent_path, _, _name = path.rpartition("/")
+            parent_id = by_path.get((project_id, parent_path.lower())) if parent_path else None
+            try:
+                async with services.database.unit_of_work() as uow:
+                    view = await create_folder(
+                        uow, caller, services, vault=record.handle, project_id=project_id,
+                        parent_id=parent_id, name=str(folder.get("name")),
+                    )  # fmt: skip
+            except MemoryDbError as exc:  # pragma: no cover - workflows translate these
+                raise InvalidInputFailure(str(exc)) from exc
+            by_path[key] = view.folder_id
+            report.folders_created += 1
+        folders[str(folder.get("id"))] = by_path[key]
+    return projects, folders

@@ -1,0 +1,268 @@
+"""``memory-server backup``, ``restore``, ``export`` and ``import``: whole-server and vault copies.
+
+An app adds them with :func:`add_operator_parsers` and runs the parsed command with
+:func:`operator_command` inside ``run_command`` (a refusal ends with one line on stderr and exit
+status 1). Each shows its progress on stderr (a bar on a terminal, plain lines otherwise) and
+prints a table at the end, or one JSON object with ``--json``. The work is in
+:mod:`memory_tools.backup` and :mod:`memory_tools.export`; docs/runbooks/backup-restore.md and
+docs/runbooks/export-vault.md describe them.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from memory_db import MemorySettings, open_runtime
+from memory_tools import MemoryServices
+from memory_tools.backup import create_backup, require_empty_directory, restore_backup
+from memory_tools.export import export_vault, import_vault
+from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
+
+OPERATOR_COMMANDS = ("backup", "restore", "export", "import")
+
+
+def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
+    """``progress.advance`` at most once per percent of each phase, and at its end.
+
+    Off a terminal every call is a line: a backup of 100,000 objects would log 100,000.
+    """
+    last: list[object] = [None]
+
+    def advance(done: int, total: int, detail: str = "") -> None:
+        step = max(1, total // 100)
+        mark = (detail, done // step)
+        if mark != last[0] or done == total:
+            last[0] = mark
+            progress.advance(done, total, detail)
+
+    return advance
+
+
+async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
+    # Checked before the database is opened (or started): a refusal is immediate.
+    require_empty_directory(Path(args.dest), "backup destination")
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        with Progress("backing up") as progress:
+            report = await create_backup(
+                runtime, Path(args.dest), progress=_every_percent(progress)
+            )
+    finally:
+        await runtime.close()
+    document = {
+        "destination": str(report.destination),
+        "schemaRevision": report.schema_revision,
+        "database": report.database,
+        "objectStore": report.store,
+        "objectsIncluded": report.objects_included,
+        "assets": report.assets,
+        "objects": report.objects,
+        "files": report.files,
+        "bytes": report.bytes,
+        "missingObjects": report.missing,
+        "purgedMeanwhile": report.purged_meanwhile,
+    }
+    if args.json:
+        print_json(document)
+        return
+    print_table(
+        f"backup in {report.destination}",
+        ("schema", "database", "store", "assets", "objects", "files", "size", "missing"),
+        [
+            (
+                report.schema_revision,
+                report.database,
+                report.store if report.objects_included else f"{report.store} (not copied)",
+                report.assets,
+                report.objects,
+                report.files,
+                human_bytes(report.bytes),
+                len(report.missing),
+            )
+        ],
+        empty="",
+    )
+    if not report.objects_included:
+        print("the S3 bucket was not copied: back it up with the bucket's versioning/replication")
+    if report.missing:
+        print(
+            f"warning: {len(report.missing)} objects had no bytes or wrong bytes in the store "
+            "(their ids are in manifest.json); run `memory-server admin reconcile`"
+        )
+
+
+async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
+    # One bar for both phases (checking every file, then writing the objects): a terminal
+    # shows one live display at a time.
+    with Progress("restoring (checksums, then objects)") as progress:
+        report = await restore_backup(
+            settings,
+            Path(args.src),
+            verify_progress=_every_percent(progress),
+            restore_progress=_every_percent(progress),
+        )
+    document = {
+        "dataDir": str(report.data_dir),
+        "backupSchemaRevision": report.backup_revision,
+        "schemaRevision": report.schema_revision,
+        "objectFiles": report.files,
+        "bytes": report.bytes,
+    }
+    if args.json:
+        print_json(document)
+        return
+    print_table(
+        f"restored into {report.data_dir}",
+        ("backup schema", "schema now", "object files", "size"),
+        [
+            (
+                report.backup_revision,
+                report.schema_revision,
+                report.files,
+                human_bytes(report.bytes),
+            )
+        ],
+        empty="",
+    )
+
+
+async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
+        with Progress("exporting") as progress:
+            report = await export_vault(
+                services,
+                args.vault_owner,
+                args.vault,
+                Path(args.dest),
+                progress=_every_percent(progress),
+            )
+    finally:
+        await runtime.close()
+    document = {
+        "destination": str(report.destination),
+        "vault": report.vault,
+        "projects": report.projects,
+        "folders": report.folders,
+        "assets": report.assets,
+        "bytes": report.bytes,
+        "skipped": report.skipped,
+    }
+    if args.json:
+        print_json(document)
+        return
+    print_table(
+        f"export of {report.vault} in {report.destination}",
+        ("projects", "folders", "images", "size", "skipped"),
+        [
+            (
+                report.projects,
+                report.folders,
+                report.assets,
+                human_bytes(report.bytes),
+                len(report.skipped),
+            )
+        ],
+        empty="",
+    )
+    if report.skipped:
+        print(
+            f"warning: {len(report.skipped)} images had no bytes or wrong bytes in the store "
+            f"and were left out: {', '.join(report.skipped[:10])}"
+        )
+
+
+async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    try:
+        services = MemoryServices(
+            database=runtime.database,
+            store=runtime.store,
+            settings=settings,
+            embedder=runtime.embedder,
+        )
+        with Progress("importing") as progress:
+            report = await import_vault(
+                services, args.owner, args.vault, Path(args.src), progress=_every_percent(progress)
+            )
+    finally:
+        await runtime.close()
+    document = {
+        "owner": report.owner,
+        "vault": report.vault,
+        "projectsCreated": report.projects_created,
+        "foldersCreated": report.folders_created,
+        "saved": report.saved,
+        "alreadyImported": report.replayed,
+        "deduplicated": report.deduplicated,
+        "bytes": report.bytes,
+    }
+    if args.json:
+        print_json(document)
+        return
+    print_table(
+        f"import into {report.owner} / {report.vault}",
+        ("projects created", "folders created", "saved", "already imported", "deduplicated"),
+        [
+            (
+                report.projects_created,
+                report.folders_created,
+                report.saved,
+                report.replayed,
+                report.deduplicated,
+            )
+        ],
+        empty="",
+    )
+    print("the worker embeds the saved images: run the server or `memory-server worker`")
+
+
+def add_operator_parsers(commands: Any) -> None:
+    """Add ``backup``, ``restore``, ``export`` and ``import`` to an app's subcommands."""
+    output = argparse.ArgumentParser(add_help=False)
+    output.add_argument(
+        "--json", action="store_true", help="print one JSON object for scripts instead of a table"
+    )
+    backup = commands.add_parser(
+        "backup",
+        parents=[output],
+        help="write a consistent backup (database dump, object bytes, manifest) to DEST",
+    )
+    backup.add_argument("dest", metavar="DEST", help="a new or empty directory")
+    backup.set_defaults(operator=_backup)
+    restore = commands.add_parser(
+        "restore",
+        parents=[output],
+        help="restore a backup into a new, empty data directory (MEMORY_DATA_DIR)",
+    )
+    restore.add_argument("src", metavar="SRC", help="a directory `memory-server backup` wrote")
+    restore.set_defaults(operator=_restore)
+    export = commands.add_parser(
+        "export",
+        parents=[output],
+        help="write one vault (originals, assets.jsonl, vault.json) to DEST in an open format",
+    )
+    export.add_argument("--vault-owner", required=True, help="the owner of the vault")
+    export.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
+    export.add_argument("dest", metavar="DEST", help="a new or empty directory")
+    export.set_defaults(operator=_export)
+    imported = commands.add_parser(
+        "import",
+        parents=[output],
+        help="save a vault export into OWNER's vault (idempotent: a second run adds nothing)",
+    )
+    imported.add_argument("--owner", required=True, help="the identity that receives the images")
+    imported.add_argument(
+        "--vault", default="Library", help="the vault to fill (made if missing; default Library)"
+    )
+    imported.add_argument("src", metavar="SRC", help="a directory `memory-server export` wrote")
+    imported.set_defaults(operator=_import)
+
+
+async def operator_command(settings: MemorySettings, args: argparse.Namespace) -> None:
+    """Run the parsed operator command (inside ``run_command``, which maps its failures)."""
+    await args.operator(settings, args)
