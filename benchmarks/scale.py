@@ -37,7 +37,7 @@ import asyncpg
 import numpy as np
 import psutil
 from sqlalchemy import text
-from vector_search import DIMS, MODEL, VAULTS, _dataset, _load, _queries
+from vector_search import DIMS, MODEL, VAULTS, make_dataset, load_vectors, make_queries
 
 from memory_db.database import create_engine, to_plain_url
 from memory_db.repositories import VaultScope
@@ -78,9 +78,9 @@ def _truth(
 async def _load_timed(
     url: str, vectors: np.ndarray[Any, Any], vaults: np.ndarray[Any, Any]
 ) -> tuple[float, float]:
-    """``_load`` (COPY, then the graph), timing the graph build apart from the whole load."""
+    """``load_vectors`` (COPY, then the graph), timing the graph build apart from the whole load."""
     started = time.perf_counter()
-    await _load(url, TABLE, "halfvec", vectors, vaults)
+    await load_vectors(url, TABLE, "halfvec", vectors, vaults)
     total = time.perf_counter() - started
     # Re-build the graph alone, the same statement, to time it without the COPY.
     conn: Any = await asyncpg.connect(to_plain_url(url))
@@ -101,8 +101,8 @@ async def _load_timed(
 
 async def measure(rows: int, query_count: int, tmp: Path) -> dict[str, float]:
     """Every figure for one size, in a fresh database of a fresh server."""
-    vectors, vaults, centers = _dataset(rows)
-    queries = _queries(centers, query_count)
+    vectors, vaults, centers = make_dataset(rows)
+    queries = make_queries(centers, query_count)
     # The truth from the values PostgreSQL holds (half precision), renormalised like cosine.
     stored = vectors.astype(np.float16).astype(np.float32)
     stored /= np.linalg.norm(stored, axis=1, keepdims=True)

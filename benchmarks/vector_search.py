@@ -57,7 +57,7 @@ CLUSTERS = 100
 MODEL = "bench-model"
 
 
-def _dataset(
+def make_dataset(
     rows: int, seed: int = 7
 ) -> tuple[np.ndarray[Any, Any], np.ndarray[Any, Any], np.ndarray[Any, Any]]:
     rng = np.random.default_rng(seed)
@@ -70,7 +70,7 @@ def _dataset(
     return vectors.astype(np.float32), vaults, centers
 
 
-def _queries(centers: np.ndarray[Any, Any], count: int, seed: int = 11) -> np.ndarray[Any, Any]:
+def make_queries(centers: np.ndarray[Any, Any], count: int, seed: int = 11) -> np.ndarray[Any, Any]:
     rng = np.random.default_rng(seed)
     picks = centers[rng.integers(0, CLUSTERS, count)]
     queries = picks + rng.standard_normal((count, DIMS)) * (0.9 / np.sqrt(DIMS)) * 1.5
@@ -87,7 +87,7 @@ def _encoder(element: str) -> Any:
     return encode
 
 
-async def _load(
+async def load_vectors(
     url: str, table: str, element: str, vectors: np.ndarray[Any, Any], vaults: np.ndarray[Any, Any]
 ) -> None:
     conn: Any = await asyncpg.connect(to_plain_url(url))
@@ -295,8 +295,8 @@ def _lancedb_peer(
 async def run(
     rows: int, query_count: int, elements: list[str], ef_search: int, shares: list[int], peers: bool
 ) -> bool:
-    vectors, vaults, centers = _dataset(rows)
-    queries = _queries(centers, query_count)
+    vectors, vaults, centers = make_dataset(rows)
+    queries = make_queries(centers, query_count)
     all_scopes = [
         VaultScope(f"owner{v}@example.com", f"owner{v}@example.com/Library") for v in range(VAULTS)
     ]
@@ -318,7 +318,7 @@ async def run(
                 async with database.unit_of_work() as uow:
                     await create_index(uow.session, table, dimensions=DIMS, element=element)  # type: ignore[arg-type]
                 started = time.perf_counter()
-                await _load(url, table, element, vectors, vaults)
+                await load_vectors(url, table, element, vectors, vaults)
                 load_seconds = time.perf_counter() - started
                 async with database.unit_of_work() as uow:
                     table_bytes = await uow.session.scalar(text(f"SELECT pg_table_size('{table}')"))
