@@ -37,7 +37,7 @@ import asyncpg
 import numpy as np
 import psutil
 from sqlalchemy import text
-from vector_search import DIMS, MODEL, VAULTS, make_dataset, load_vectors, make_queries
+from vector_search import DIMS, MODEL, VAULTS, load_vectors, make_dataset, make_queries
 
 from memory_db.database import create_engine, to_plain_url
 from memory_db.repositories import VaultScope
