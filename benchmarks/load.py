@@ -8,7 +8,8 @@ What runs:
   machine serves best. ``--server-args`` and ``--server-env`` replace them (e.g.
   ``--server-args "" --server-env MEMORY_MAX_CONCURRENT_CALLS=8`` for the plain default
   server, one process with its in-process worker), to compare set-ups.
-- a library of 10,000 ready assets written straight into its database before it starts
+- a library of 10,000 ready assets (``--library``; 100,000 with ``--full``) written straight
+  into its database before it starts
   (``bulk_library.load_library``: COPY rows and two vectors per asset, one HNSW build). The
   benchmark process starts the embedded PostgreSQL of that data directory itself; the server
   attaches to the same running PostgreSQL, as every process on one data directory does.
@@ -16,9 +17,19 @@ What runs:
   each its own session and HTTP client) in client processes (``load_clients.py``; at most
   ``--sessions-per-process`` sessions each), closed loop: each sends its next call when the
   last one answered, with a bounded per-call timeout (``--call-timeout``). A warm-up, then a
-  fixed measured window. The mix: ``image_asset_search`` by text 40 %, by image
-  (``imageBase64`` of a 64x48 PNG) 15 %, ``image_asset_get`` 20 %, ``image_asset_list`` 17 %,
-  ``image_asset_save`` of a unique 64x48 PNG with a title and description 8 %.
+  fixed measured window. The mix (``--mix``, weights): ``image_asset_search`` by text 40,
+  by image (``imageBase64`` of a 64x48 PNG) 15, ``image_asset_get`` 20, ``image_asset_list``
+  17, ``image_asset_save`` of a unique 64x48 PNG with a title and description 8. Each saved
+  title ends with a token no other title holds.
+
+Afterwards, with the server still running: every acknowledged save (warm-up included) is read
+back with ``image_asset_get`` and searched for by its title (``image_asset_search``, limit 10:
+the asset must be among the results), over MCP; and the counters are reconciled: the owner's
+``used_bytes`` minus what its live objects (original and preview) and vectors take must be the
+same before and after the run (zero drift), and nothing may be left in ``reserved_bytes``.
+
+``--full`` is the scale load test: 100,000 assets, one client and then 16, each a 10 s warm-up
+and a 120 s window; N = 1 doubles as the single-client baseline of the search latency.
 
 What it prints, per N: throughput (calls answered without error inside the window / its
 length), p50/p95/p99 per operation and over all calls (of calls sent inside the window, failed ones
@@ -48,7 +59,10 @@ Targets (issue 21), judged in the same run and printed PASS/FAIL:
   throughput is measured on: per operation it would fail a save (intrinsically several times
   a get) under perfectly fair queueing and pass a get that starves. The per-operation
   p95 / (N / throughput) is printed to show which operation waits longest.
-- save -> searchable p95 under 2 s at 16 clients.
+- save -> searchable p95 under 2 s at 16 clients;
+- search p95 (text and image searches together) at the largest N at most 4x its p95 at N = 1,
+  the same query generator run by one client in the same run;
+- every acknowledged save readable and found by its title; counters with zero drift.
 
 Exit status, as the other benchmarks: 0 when the benchmark ran (missed targets are printed),
 non-zero when it could not run; ``--strict`` also exits 1 when a target is missed.
@@ -57,7 +71,7 @@ Loopback only, bounded (each phase lasts at most warm-up + window + call timeout
 stops by itself; client processes, the server, PostgreSQL and the temporary directory are
 removed on exit, Ctrl-C and failures included.
 
-Usage: python benchmarks/load.py [--quick] [--clients 1,4,16,64] [--warmup 5] [--duration 30]
+Usage: python benchmarks/load.py [--quick | --full] [--clients 1,4,16,64] [--mix OP=W,...] [--warmup 5] [--duration 30]
        [--library 10000] [--call-timeout 20] [--settle 30] [--sessions-per-process 32]
        [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--json]
        [--strict]
@@ -89,7 +103,7 @@ import asyncpg
 import httpx
 import psutil
 from bulk_library import library_target, load_library
-from load_clients import MIX, OPERATIONS, ClientSpec
+from load_clients import MIX, OPERATIONS, ClientSpec, parse_mix, verify
 from sqlalchemy import text
 
 from memory_db import MemorySettings
@@ -100,6 +114,7 @@ from memory_db.runtime import open_database, prepare_vector_index
 from memory_db.unit_of_work import Database
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools import admin
+from memory_tools.ingest.save import VECTOR_HEADER_BYTES
 
 HERE = Path(__file__).parent
 SERVER = [sys.executable, "-m", "memory_server"]
@@ -131,6 +146,7 @@ class Phase:
     searchable: dict[str, float | None] = field(default_factory=dict)  # p50/p95 s, None = never
     never_searchable: int = 0
     cpu: dict[str, float] = field(default_factory=dict)  # cores
+    acknowledged: dict[str, str] = field(default_factory=dict, repr=False)  # asset -> title
 
     @property
     def bound_ms(self) -> float:
@@ -275,6 +291,7 @@ class PhaseConfig:
     settle: float
     sessions_per_process: int
     pgdata: Path
+    mix: tuple[tuple[str, int], ...] = MIX
 
 
 def _start_clients(
@@ -293,6 +310,7 @@ def _start_clients(
             phase=clients,
             library_size=config.library,
             call_timeout=config.call_timeout,
+            mix=config.mix,
         )
         first += sessions
         process = subprocess.Popen(
@@ -367,6 +385,7 @@ async def run_phase(
         "postgres": pg_cpu / config.duration,
     }
     _summarise(phase, records, start, end)
+    phase.acknowledged = {r[4]: r[5] for r in records if r[0] == "save" and r[4]}
     saves = {r[4]: r[2] for r in records if r[0] == "save" and r[4] and start <= r[1] < end}
     await _searchable(phase, database, saves, config.settle)
     return phase
@@ -377,8 +396,12 @@ def _summarise(phase: Phase, records: list[list[Any]], start: float, end: float)
     answered = [r for r in records if start <= r[2] <= end and r[3] is None]
     phase.throughput = len(answered) / (end - start)
     window = [r for r in records if start <= r[1] < end and r[0] != "session"]
-    for operation in [*OPERATIONS, "all"]:
-        times = [(r[2] - r[1]) * 1000 for r in window if operation in ("all", r[0])]
+    for operation in [*OPERATIONS, "search", "all"]:
+        times = [
+            (r[2] - r[1]) * 1000
+            for r in window
+            if operation in ("all", r[0]) or (operation == "search" and r[0].startswith("search"))
+        ]
         phase.calls[operation] = len(times)
         if times:
             phase.latency[operation] = {
@@ -419,6 +442,56 @@ async def _searchable(
         }
 
 
+async def counter_drift(database: Database, index: str, settings: MemorySettings) -> int:
+    """The owner's ``used_bytes`` minus what its live objects and vectors take.
+
+    What a save charges (docs/design.md#namespace): the original and the preview of each
+    stored object once, and each of its vectors. The library is written straight into the
+    database and charged nothing, so this is not zero; a run that keeps the counters exact
+    leaves it unchanged (the drift is the difference of two readings).
+    """
+    element = 2 if settings.asset_embed_vector_type == "halfvec" else 4
+    per_vector = settings.asset_embed_dim * element + VECTOR_HEADER_BYTES
+    async with database.unit_of_work() as uow:
+        used = await uow.session.scalar(
+            text("SELECT used_bytes FROM mem_asset_namespaces WHERE owner_identity = :o"),
+            {"o": OWNER},
+        )
+        stored = await uow.session.scalar(
+            text(
+                "SELECT coalesce(sum(bytes + coalesce(preview_bytes, 0)), 0) "
+                "FROM mem_asset_objects WHERE owner_identity = :o AND deleted_at IS NULL"
+            ),
+            {"o": OWNER},
+        )
+        vectors = await uow.session.scalar(
+            text(f"SELECT count(*) FROM {index} WHERE owner_identity = :o"), {"o": OWNER}
+        )
+    return int(used or 0) - int(stored or 0) - int(vectors or 0) * per_vector
+
+
+async def reserved_bytes(database: Database) -> int:
+    """Bytes still reserved by saves in flight (none once every save has answered)."""
+    async with database.unit_of_work() as uow:
+        value = await uow.session.scalar(
+            text("SELECT reserved_bytes FROM mem_asset_namespaces WHERE owner_identity = :o"),
+            {"o": OWNER},
+        )
+    return int(value or 0)
+
+
+@dataclass
+class Afterwards:
+    """What the checks after the last phase found."""
+
+    saves: int = 0
+    unreadable: list[str] = field(default_factory=list)
+    unsearchable: list[str] = field(default_factory=list)
+    drift_bytes: int = 0
+    reserved_bytes: int = 0
+    seconds: float = 0.0
+
+
 # --- report ---------------------------------------------------------------------------------
 
 
@@ -430,7 +503,9 @@ def _seconds(value: float | None, settle: float) -> str:
     return f">{settle:.0f}" if value is None else f"{value:.2f}"
 
 
-def targets(phases: dict[int, Phase]) -> list[tuple[str, bool | None, str]]:
+def targets(
+    phases: dict[int, Phase], after: Afterwards | None = None
+) -> list[tuple[str, bool | None, str]]:
     """Each target: (what, PASS/FAIL or None when this run cannot judge it, the figures)."""
     judged: list[tuple[str, bool | None, str]] = []
     errors = {n: sum(p.errors.values()) for n, p in phases.items()}
@@ -460,6 +535,35 @@ def targets(phases: dict[int, Phase]) -> list[tuple[str, bool | None, str]]:
             "; ".join(text_ for _, _, text_ in fair),
         )
     )
+    loaded = max(phases) if phases else 0
+    base = phases[1].latency.get("search", {}).get("p95") if 1 in phases else None
+    under = phases[loaded].latency.get("search", {}).get("p95") if loaded > 1 else None
+    if base is None or under is None:
+        judged.append(("search p95 under load <= 4x one client's", None, "needs N=1 and N>1"))
+    else:
+        judged.append(
+            (
+                f"search p95 at {loaded} <= 4x one client's",
+                under <= 4 * base,
+                f"{under:.0f} ms vs {base:.0f} ms: {under / base:.2f}x",
+            )
+        )
+    if after is not None:
+        judged.append(
+            (
+                "every acknowledged save readable and found by its title",
+                not after.unreadable and not after.unsearchable,
+                f"{after.saves} saves: {len(after.unreadable)} unreadable, "
+                f"{len(after.unsearchable)} not found",
+            )
+        )
+        judged.append(
+            (
+                "counters reconcile: zero drift, nothing left reserved",
+                after.drift_bytes == 0 and after.reserved_bytes == 0,
+                f"drift {after.drift_bytes:+,} bytes, reserved {after.reserved_bytes:,} bytes",
+            )
+        )
     sixteen = phases.get(16)
     if sixteen is None or not sixteen.saves:
         judged.append(("save -> searchable p95 < 2 s at 16", None, "no saves measured at 16"))
@@ -475,9 +579,11 @@ def targets(phases: dict[int, Phase]) -> list[tuple[str, bool | None, str]]:
     return judged
 
 
-def report(phases: dict[int, Phase], args: argparse.Namespace, revision: str) -> bool:
+def report(
+    phases: dict[int, Phase], after: Afterwards | None, args: argparse.Namespace, revision: str
+) -> bool:
     """Print the tables and the targets; True when every target this run judges is met."""
-    mix = ", ".join(f"{name} {weight} %" for name, weight in MIX)
+    mix = ", ".join(f"{name} {weight}" for name, weight in args.mix)
     print(
         f"\nlibrary {args.library:,} assets; mix: {mix}; warm-up {args.warmup:g} s, window "
         f"{args.duration:g} s per N; call timeout {args.call_timeout:g} s; code {revision}"
@@ -510,7 +616,7 @@ def report(phases: dict[int, Phase], args: argparse.Namespace, revision: str) ->
         f"\n{'N':>3}  {'operation':<14}{'calls':>7}{'p50':>7}{'p95':>7}{'p99':>7}{'p95/(N/X)':>11}"
     )
     for n, p in phases.items():
-        for operation in OPERATIONS:
+        for operation in [*OPERATIONS, "search"]:
             figures = p.latency.get(operation)
             if figures is None:
                 continue
@@ -533,9 +639,18 @@ def report(phases: dict[int, Phase], args: argparse.Namespace, revision: str) ->
                 f"N={n}: {p.never_searchable} of {p.saves} saves not searchable "
                 f"{args.settle:g} s after the window"
             )
+    if after is not None:
+        print(
+            f"\nafterwards ({after.seconds:.0f} s): {after.saves} acknowledged saves read back "
+            "(image_asset_get) and searched for by their unique titles; counters: used_bytes "
+            "against the live objects and vectors, before and after the run"
+        )
+        for what, ids in (("unreadable", after.unreadable), ("not found", after.unsearchable)):
+            if ids:
+                print(f"  {what}: {len(ids)}, e.g. {', '.join(ids[:5])}")
     print("\ntargets:")
     met = True
-    for what, ok, figures in targets(phases):
+    for what, ok, figures in targets(phases, after):
         verdict = "n/a" if ok is None else ("PASS" if ok else "FAIL")
         met = met and ok is not False
         print(f"  {verdict:<5}{what}: {figures}")
@@ -558,10 +673,13 @@ def _revision() -> str:
 # --- main -----------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace, tmp: Path) -> dict[int, Phase]:
+async def run(args: argparse.Namespace, tmp: Path) -> tuple[dict[int, Phase], Afterwards | None]:
     settings = MemorySettings(memory_data_dir=tmp / "data")
     phases: dict[int, Phase] = {}
+    after: Afterwards | None = None
     async with library_database(settings, args.library) as (database, _url, key):
+        index, _namespace = await library_target(database, DEFAULT_ALIAS, OWNER)
+        drift_before = await counter_drift(database, index, settings)
         server_env = dict(item.split("=", 1) for item in args.server_env)
         with running_server(
             tmp / "data", tmp / "server.log", shlex.split(args.server_args), server_env
@@ -576,6 +694,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[int, Phase]:
                 settle=args.settle,
                 sessions_per_process=args.sessions_per_process,
                 pgdata=Path(settings.postgres_dir),
+                mix=args.mix,
             )
             for clients in args.clients:
                 print(f"N={clients}: running", flush=True)
@@ -586,7 +705,38 @@ async def run(args: argparse.Namespace, tmp: Path) -> dict[int, Phase]:
                         f"{_tail(tmp / 'server.log')}"
                     )
                     break
-    return phases
+            else:
+                after = await afterwards(phases, database, index, settings, url, key, args)
+                after.drift_bytes -= drift_before
+    return phases, after
+
+
+async def afterwards(
+    phases: dict[int, Phase],
+    database: Database,
+    index: str,
+    settings: MemorySettings,
+    url: str,
+    key: str,
+    args: argparse.Namespace,
+) -> Afterwards:
+    """Every acknowledged save readable and searchable; the counters (drift not yet relative)."""
+    started = time.perf_counter()
+    saves = {
+        asset: title for phase in phases.values() for asset, title in phase.acknowledged.items()
+    }
+    # The last phase's saves were waited for (--settle); nothing else is still embedding.
+    unreadable, unsearchable = await verify(
+        url + "/mcp", key, saves, call_timeout=args.call_timeout
+    )
+    return Afterwards(
+        saves=len(saves),
+        unreadable=unreadable,
+        unsearchable=unsearchable,
+        drift_bytes=await counter_drift(database, index, settings),
+        reserved_bytes=await reserved_bytes(database),
+        seconds=time.perf_counter() - started,
+    )
 
 
 def main() -> int:
@@ -604,6 +754,16 @@ def main() -> int:
     )
     parser.add_argument(
         "--quick", action="store_true", help="for development: 2,000 assets, 2 s + 8 s per N"
+    )
+    parser.add_argument(
+        "--full",
+        action="store_true",
+        help="the scale load test: 100,000 assets, N = 1 then 16, 10 s + 120 s per N",
+    )
+    parser.add_argument(
+        "--mix",
+        default=",".join(f"{name}={weight}" for name, weight in MIX),
+        help="OPERATION=WEIGHT,... (operations: " + ", ".join(OPERATIONS) + ")",
     )
     parser.add_argument(
         "--server-args",
@@ -625,8 +785,15 @@ def main() -> int:
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     args.clients = [int(n) for n in args.clients.split(",")]
+    try:
+        args.mix = parse_mix(args.mix)
+    except ValueError as exc:
+        parser.error(str(exc))
     if args.quick:
         args.library, args.warmup, args.duration = 2000, 2.0, 8.0
+    if args.full:
+        args.library, args.clients, args.warmup, args.duration = 100_000, [1, 16], 10.0, 120.0
+        args.settle = max(args.settle, 60.0)
     if any("=" not in item for item in args.server_env):
         parser.error("--server-env takes KEY=VALUE")
     args.server_env = args.server_env or list(DEFAULT_SERVER_ENV)
@@ -635,13 +802,19 @@ def main() -> int:
     configure_logging(level="warning")
     with tempfile.TemporaryDirectory(prefix="load-") as tmp:
         try:
-            phases = anyio.run(run, args, Path(tmp))
+            phases, after = anyio.run(run, args, Path(tmp))
         finally:
             if args.server_log is not None and (Path(tmp) / "server.log").exists():
                 shutil.copyfile(Path(tmp) / "server.log", args.server_log)
-    met = report(phases, args, _revision())
+    met = report(phases, after, args, _revision())
     if args.json:
-        print(json.dumps({n: asdict(p) for n, p in phases.items()}, indent=2))
+        figures: dict[str, Any] = {
+            str(n): {k: v for k, v in asdict(p).items() if k != "acknowledged"}
+            for n, p in phases.items()
+        }
+        if after is not None:
+            figures["afterwards"] = asdict(after)
+        print(json.dumps(figures, indent=2))
     return 1 if args.strict and not met else 0
 
 

@@ -9,7 +9,9 @@ session sends its next call as soon as the last one answered, until ``end``; cal
 
 Each call is bounded: the SDK's read timeout is ``call_timeout`` (answered ``timeout``), with an
 outer deadline a little later in case the transport itself hangs. A call is recorded as
-``[operation, sent, answered, error or null, saved asset id or null]`` (epoch seconds); the
+``[operation, sent, answered, error or null, saved asset id or null, saved title or null]``
+(epoch seconds; every saved title ends with a token no other save has, so a search for it
+finds that image); the
 error is the tool error's code (the text before ``:`` of ``code: message``), ``timeout``, or
 the transport's failure (``jsonrpc <code>: <message>`` or the exception's type).
 """
@@ -71,6 +73,20 @@ class ClientSpec:
     phase: int  # the N of this phase, so saved images differ between phases
     library_size: int
     call_timeout: float
+    mix: tuple[tuple[str, int], ...] = MIX  # (operation, percent); load.py's --mix
+
+
+def parse_mix(text: str) -> tuple[tuple[str, int], ...]:
+    """``"search_text=40,save=8"`` as ``(("search_text", 40), ("save", 8))``; ValueError if bad."""
+    mix: list[tuple[str, int]] = []
+    for item in text.split(","):
+        name, _, weight = item.partition("=")
+        if name.strip() not in OPERATIONS or not weight.strip().isdigit():
+            raise ValueError(f"{item!r}: expected OPERATION=PERCENT, OPERATION one of {OPERATIONS}")
+        mix.append((name.strip(), int(weight)))
+    if not mix or sum(weight for _, weight in mix) <= 0:
+        raise ValueError("the mix needs at least one operation with a positive weight")
+    return tuple(mix)
 
 
 def _png(pixels: np.ndarray) -> bytes:
@@ -82,6 +98,11 @@ def _png(pixels: np.ndarray) -> bytes:
 def unique_png(seed: int) -> bytes:
     """A 64x48 PNG of noise no other seed makes (so no save is deduplicated)."""
     return _png(np.random.default_rng(seed).integers(0, 256, (48, 64, 3), dtype=np.uint8))
+
+
+def unique_token(seed: int) -> str:
+    """A word no library title and no other save's title holds (letters and digits)."""
+    return f"zq{seed:x}"
 
 
 def error_key(exc: BaseException) -> str:
@@ -130,7 +151,7 @@ class Caller:
         seed = (self.spec.phase * 100_000 + self.index) * 100_000 + self.saves
         return {
             "imageBase64": base64.b64encode(unique_png(seed)).decode(),
-            "title": " ".join(rng.sample(WORDS, 3)),
+            "title": " ".join([*rng.sample(WORDS, 3), unique_token(seed)]),
             "description": " ".join(rng.sample(WORDS, 6)),
         }
 
@@ -154,14 +175,16 @@ class Caller:
             lost = isinstance(exc, _SESSION_LOST) or (
                 isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED
             )
-            self.records.append([operation, sent, time.time(), error, None])
+            self.records.append([operation, sent, time.time(), error, None, None])
             if lost:
                 raise SessionLost from exc
             return
-        self.records.append([operation, sent, time.time(), error, saved])
+        title = arguments["title"] if saved else None
+        self.records.append([operation, sent, time.time(), error, saved, title])
 
     async def run(self, connected: anyio.Event, go: anyio.Event, window: dict[str, float]) -> None:
-        weights = [weight for _, weight in MIX]
+        operations = [name for name, _ in self.spec.mix]
+        weights = [weight for _, weight in self.spec.mix]
         first = True
         while first or time.time() < window["end"]:
             try:
@@ -180,14 +203,60 @@ class Caller:
                         connected.set()
                         await go.wait()
                     while time.time() < window["end"]:
-                        operation = self.rng.choices(OPERATIONS, weights)[0]
+                        operation = self.rng.choices(operations, weights)[0]
                         await self.call(session, operation)
             except Exception as exc:
                 if first:
                     raise
                 if not _already_recorded(exc):  # opening or closing the session failed
-                    self.records.append(["session", time.time(), time.time(), error_key(exc), None])
+                    now = time.time()
+                    self.records.append(["session", now, now, error_key(exc), None, None])
                 await anyio.sleep(0.5)
+
+
+async def verify(
+    url: str, key: str, saves: dict[str, str], *, sessions: int = 4, call_timeout: float = 20.0
+) -> tuple[list[str], list[str]]:
+    """Every acknowledged save read back and searched for by its unique title, over MCP.
+
+    ``saves`` maps asset ids to titles. Returns the ids ``image_asset_get`` did not answer,
+    and the ids a search for their title (limit 10) did not return. ``sessions`` MCP
+    sessions share the work, each call bounded by ``call_timeout``.
+    """
+    pending = list(saves.items())
+    unreadable: list[str] = []
+    unsearchable: list[str] = []
+
+    async def one_session() -> None:
+        async with (
+            httpx2.AsyncClient(
+                headers={"Authorization": f"Bearer {key}"},
+                timeout=httpx2.Timeout(call_timeout + 5),
+            ) as http,
+            streamable_http_client(url, http_client=http) as (read, write),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            while pending:
+                asset_id, title = pending.pop()
+                got = await session.call_tool(
+                    "image_asset_get", {"assetId": asset_id}, read_timeout_seconds=call_timeout
+                )
+                if got.is_error:
+                    unreadable.append(asset_id)
+                found = await session.call_tool(
+                    "image_asset_search",
+                    {"query": title, "limit": 10},
+                    read_timeout_seconds=call_timeout,
+                )
+                results = [] if found.is_error else found.structured_content["results"]
+                if asset_id not in {hit["assetId"] for hit in results}:
+                    unsearchable.append(asset_id)
+
+    async with anyio.create_task_group() as group:
+        for _ in range(max(1, min(sessions, len(pending)))):
+            group.start_soon(one_session)
+    return unreadable, unsearchable
 
 
 async def run(spec: ClientSpec) -> None:
@@ -223,7 +292,9 @@ async def run(spec: ClientSpec) -> None:
 
 
 def main() -> None:
-    spec = ClientSpec(**json.loads(sys.argv[1]))
+    fields = json.loads(sys.argv[1])
+    fields["mix"] = tuple((name, int(weight)) for name, weight in fields.get("mix", MIX))
+    spec = ClientSpec(**fields)
     anyio.run(run, spec)
 
 

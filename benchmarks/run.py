@@ -1,4 +1,8 @@
-"""`make bench`: every benchmark in turn; each prints ratios against a baseline of its own run."""
+"""`make bench`: every benchmark in turn; each prints ratios against a baseline of its own run.
+
+Sizes that finish in reasonable time; the large ones are flags of each script
+(``scale.py --big``, ``load.py --full``; docs/scaling.md).
+"""
 
 from __future__ import annotations
 
@@ -12,7 +16,11 @@ BENCHMARKS = [
     ("local embedder vs decoding", ["local_embedder.py"]),
     ("ingest pipeline vs Pillow", ["ingest.py"]),
     ("embedding worker vs a naive loop", ["worker.py"]),
-    ("vector index: recall and speed", ["vector_search.py", *sys.argv[1:]]),
+    (
+        "vector index: every selectivity, recall and speed, and peers",
+        ["vector_search.py", *sys.argv[1:]],
+    ),
+    ("scale curve: 10,000 and 100,000 vectors (--big adds 300,000)", ["scale.py"]),
     ("search: whole call vs bare vector query", ["search.py"]),
     ("server memory under 24 concurrent maximum-size saves", ["decode_memory.py"]),
     ("1 to 64 concurrent MCP clients against the HTTP server", ["load.py"]),

@@ -18,13 +18,13 @@ from memory_tools.serving.arguments import (
     serve_command,
     worker_command,
 )
-from memory_tools.serving.reconcile_command import add_reconcile_parser, reconcile_command
-from memory_tools.serving.reindex_commands import add_reindex_parsers, reindex_command
 from memory_tools.serving.operator_commands import (
     OPERATOR_COMMANDS,
     add_operator_parsers,
     operator_command,
 )
+from memory_tools.serving.reconcile_command import add_reconcile_parser, reconcile_command
+from memory_tools.serving.reindex_commands import add_reindex_parsers, reindex_command
 from memory_tools.toolsets import MEMORY_TOOLSETS, ToolSelection
 
 if TYPE_CHECKING:

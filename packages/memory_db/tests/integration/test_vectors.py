@@ -297,6 +297,38 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
     assert "Index Only Scan using memory_assets_v1_scope on" in plan
 
 
+async def test_ann_walks_the_graph_whatever_the_filter_estimate(database: Database) -> None:
+    """A filter over several vaults (one owner each) is estimated at a fraction of its rows:
+    the planner multiplies the vault and owner selectivities. It used to answer "ann" by
+    scoring and sorting every matching row from the scope B-tree instead of walking the
+    graph (200 ms where the graph takes 10 at 100,000 vectors); now the graph is walked, and
+    the caller's transaction gets its sorts back afterwards."""
+    await _index(database)
+    rng = np.random.default_rng(5)
+    scopes = [VaultScope(f"o{v}@example.com", f"o{v}@example.com/Library") for v in range(10)]
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        for v, scope in enumerate(scopes):
+            rows = _unit(rng, 60)
+            await index.upsert(scope, [_record(f"ast_{v}x{i}", x) for i, x in enumerate(rows)])
+    async with database.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM ANALYZE memory_assets_v1"))
+    # This transaction's scans of the graph, as PostgreSQL counts them.
+    graph_scans = text("SELECT pg_stat_get_xact_numscans('memory_assets_v1_hnsw'::regclass)")
+    query = [float(x) for x in _unit(rng, 1)[0]]
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        walked = await index.search(query, scopes[:3], model=MODEL, limit=10, strategy="ann")
+        assert await uow.session.scalar(graph_scans) == 1
+        assert await uow.session.scalar(text("SHOW enable_sort")) == "on"
+        exact = await index.search(query, scopes[:3], model=MODEL, limit=10, strategy="exact")
+        assert await uow.session.scalar(graph_scans) == 1
+    assert len(walked) == 10
+    assert len({h.vector_id for h in walked} & {h.vector_id for h in exact}) >= 8
+    assert {h.asset_id[:6] for h in walked} <= {"ast_0x", "ast_1x", "ast_2x"}
+
+
 async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresForTests) -> None:
     name = await postgres.create_empty()
     engine = create_engine(postgres.url(name), pool_size=1)

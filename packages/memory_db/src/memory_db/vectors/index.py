@@ -86,6 +86,17 @@ class SearchTuning:
 Strategy = Literal["auto", "ann", "scan", "exact"]
 
 
+# What makes the "ann" query walk the graph. Without it, a filter matching more rows than the
+# scan takes (10 % of 100,000) was planned as a bitmap scan of the scope B-tree that scored and
+# sorted every matching row: the planner multiplies the selectivities of the vault and owner
+# lists as if independent, though a vault has exactly one owner, so it expected a tenth of the
+# rows, and such a plan took 200 ms where the graph takes 10 (docs/vector-index.md). The ann
+# query's only other plans sort the matching rows; with sorting disabled, the HNSW index scan
+# (which returns rows in distance order) is chosen whatever the estimate. Set only for this
+# query, and set back to the default right after it: the scan and exact queries, and whatever
+# the caller's transaction runs next, need their sorts.
+_GRAPH_ONLY = {"enable_sort": "off"}
+
 # Half precision holds magnitudes up to 65,504; anything larger would be stored as infinity.
 _ELEMENT_MAX = {"halfvec": 65504.0, "vector": 3.4028234663852886e38}
 
@@ -401,8 +412,10 @@ class VectorIndex:
             scope_params = {k: v for k, v in params.items() if k not in ("q", "model", "k")}
             row = await self._set(settings, also=count, params=scope_params)
             chosen = "scan" if int(row[-1] or 0) <= tuning.scan_max_rows else "ann"
+            if chosen == "ann":
+                await self._set(_GRAPH_ONLY)
         else:
-            await self._set(settings)
+            await self._set({**settings, **_GRAPH_ONLY} if strategy == "ann" else settings)
         if chosen == "scan":
             params["pool"] = tuning.pool(limit)
             params["bits"] = vector_codes([components], self.dimensions)[0]
@@ -428,7 +441,11 @@ class VectorIndex:
                 f"AS distance FROM {self.name} WHERE {where} ORDER BY {distance} LIMIT :k) "
                 "SELECT id, asset_id, representation, distance FROM ann ORDER BY distance, id"
             )
-        rows = await self._session.execute(text(sql), params)
+        rows = (await self._session.execute(text(sql), params)).all()
+        if chosen == "ann":
+            # The caller's transaction goes on (the full-text list, the reload): its queries
+            # are planned with sorting allowed again.
+            await self._session.execute(text("SET LOCAL enable_sort TO DEFAULT"))
         return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
 
     async def distances(
