@@ -539,6 +539,48 @@ async def test_the_full_text_list_ranks_a_bounded_pool_every_word_first(
     assert [asset_id for asset_id, _ in only_all] == [both["assetId"]]
 
 
+async def test_the_one_asset_holding_every_word_outranks_denser_partial_matches(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """A unique title is found first even when other assets repeat one of its words often.
+
+    Found by the load benchmark at 100,000 assets: a search for a save's exact title missed it
+    because the any-word matches, ranked by cover density, were sorted in among (and ahead of)
+    the every-word match, which a short limit then cut off.
+    """
+    from memory_db.repositories import AssetFilter
+
+    async with client_as(alice.key) as client:
+        target = await _call(
+            client,
+            "image_asset_save",
+            {"imageBase64": b64(picture(40)), "title": "harbour lantern number quillet"},
+        )
+        for seed in (41, 42, 43):
+            await _call(
+                client,
+                "image_asset_save",
+                {
+                    "imageBase64": b64(picture(seed)),
+                    "title": "harbour harbour lantern",
+                    "description": "harbour lantern harbour lantern number harbour",
+                    "tags": ["harbour", "lantern"],
+                },
+            )
+        await EmbeddingWorker(saving).drain()
+    async with saving.database.unit_of_work() as uow:
+        scope = (await uow.vaults.accessible("alice@example.com"))[0].scope
+        found = await uow.assets.search_text(
+            [scope], AssetFilter(), "harbour lantern number quillet", limit=2
+        )
+    assert found[0][0] == target["assetId"]
+    async with client_as(alice.key) as client:
+        answer = await _call(
+            client, "image_asset_search", {"query": "harbour lantern number quillet", "limit": 1}
+        )
+    assert [hit["assetId"] for hit in answer["results"]] == [target["assetId"]]
+
+
 async def test_a_query_image_given_as_bytes_searches_like_base64_within_the_same_limit(
     client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
 ) -> None:

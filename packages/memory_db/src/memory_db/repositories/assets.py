@@ -565,12 +565,12 @@ class AssetRepository:
     ) -> list[tuple[str, float]]:
         """Ready assets whose title, tags, alt text or description share words with ``words``.
 
-        English-stemmed; best ``ts_rank_cd`` first. Ranking reads every row it ranks, so at
-        most ``pool`` matches are ranked: assets holding every word first, then (when fewer
-        than ``limit`` hold them all) assets holding any. Rare words (names, numbers, codes),
-        where this list finds what vectors miss, are ranked in full; a word most assets share
-        says little, and the vector lists decide there. The search document is a generated
-        column (see migration 0004).
+        English-stemmed. Ranking reads every row it ranks, so at most ``pool`` matches are
+        ranked: assets holding every word first, best ``ts_rank_cd`` first, then (when fewer
+        than ``limit`` hold them all) assets holding any, best first after them. Rare words
+        (names, numbers, codes), where this list finds what vectors miss, are ranked in full;
+        a word most assets share says little, and the vector lists decide there. The search
+        document is a generated column (see migration 0004).
         """
         if not scopes:
             return []
@@ -604,7 +604,9 @@ class AssetRepository:
                 select(pooled.c.id, rank).order_by(rank.desc(), pooled.c.id).limit(limit)
             )
             found.extend((asset_id, float(score)) for asset_id, score in rows.all())
-        found.sort(key=lambda item: (-item[1], item[0]))
+        # Not re-sorted across the two passes: an asset holding every word stays ahead of one
+        # holding some of them, however often (cover density rewards repeating a common word,
+        # which would push a unique title's one match past a short limit).
         return found[:limit]
 
     async def locate(self, scopes: Sequence[VaultScope], asset_id: str) -> AssetRecord | None:
