@@ -51,7 +51,9 @@ async def test_an_unreachable_database_bounds_the_wait_without_raising() -> None
             assert not watch.listening
             with anyio.move_on_after(1.5):
                 await subscription.changed()  # keeps trying to listen, never raises
-        assert 1.5 <= anyio.current_time() - started < 4
+        # The wait ends when it was told to, not earlier (it never raised). The upper bound only
+        # catches a wait that ignored its deadline; it is loose, so a busy machine does not fail it.
+        assert 1.5 <= anyio.current_time() - started < 30
         assert watch.waiters == 0 and not watch.listening
     finally:
         await engine.dispose()
