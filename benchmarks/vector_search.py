@@ -408,7 +408,7 @@ def main() -> None:
     parser.add_argument("--element", choices=["halfvec", "vector", "both"], default="both")
     parser.add_argument("--ef-search", type=int, default=SearchTuning().ef_search)
     parser.add_argument(
-        "--selectivities", default="100,50,20,10,5,2,1", help="filters, % of the rows (1-100)"
+        "--selectivities", default="100,50,20,10,5,2,1", help="filters, %% of the rows (1-100)"
     )
     parser.add_argument("--no-peers", action="store_true", help="skip FAISS and LanceDB")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Iterator
 from dataclasses import replace
+from datetime import timedelta
 from typing import Any
 
 import anyio
@@ -227,3 +228,50 @@ async def _vectors(services: MemoryServices, table: str, asset_id: str) -> int:
 async def _alias(services: MemoryServices) -> str:
     async with services.database.unit_of_work() as uow:
         return await resolve_alias(uow.session)
+
+
+async def test_a_quarantined_object_does_not_block_the_switch(
+    library: MemoryServices, jina: JinaTestServer
+) -> None:
+    """Reconciliation quarantined an image whose bytes are gone; the rebuild still switches.
+
+    The rebuild cannot embed it (it skips it), and before the fix the verification waited for
+    its vector forever: ``conflict: assets kept appearing ...``, whatever the operator did.
+    Once the bytes are back, reconciliation lifts the quarantine and re-queues its embedding
+    into the index that is active then.
+    """
+    from memory_tools.reconcile import reconcile_store
+
+    services = library
+    worker = EmbeddingWorker(services, FAST)
+    kept, broken = await _save(services, 0), await _save(services, 1)
+    await worker.drain()
+    await _until_ready(services, [kept, broken])
+    async with services.database.unit_of_work() as uow:
+        asset = await uow.assets.get_many_for_owners([(OWNER, broken)])
+        stored = await uow.objects.get_many([(OWNER, asset[(OWNER, broken)].object_id)])
+    record = next(iter(stored.values()))
+    original = b"".join([chunk async for chunk in services.store.get_stream(record.storage_key)])
+    await services.store.delete(record.storage_key)
+    found = await reconcile_store(services, safety_window=timedelta(hours=1), verify_limit=None)
+    assert found.count("object_missing") == 1
+    old = await _alias(services)
+
+    report = await reindex(
+        services, ReindexRequest("assets_jina_q", provider="jina", dimensions=256)
+    )
+
+    assert report.switched and await _alias(services) == "assets_jina_q"
+    assert report.skipped == 1
+    assert await _vectors(services, "assets_jina_q", kept) > 0
+    assert await _vectors(services, "assets_jina_q", broken) == 0
+    # The bytes come back: the quarantine is lifted and the image is embedded with the new model.
+    await services.store.put(
+        record.storage_key, original, content_type=record.mime_type, checksum_sha256=record.sha256
+    )
+    lifted = await reconcile_store(services, safety_window=timedelta(hours=1), verify_limit=None)
+    assert lifted.count("object_restored") == 1
+    await worker.drain()
+    await _until_ready(services, [broken])
+    assert await _vectors(services, "assets_jina_q", broken) > 0
+    assert await _vectors(services, old, kept) > 0  # the old index is kept until dropped

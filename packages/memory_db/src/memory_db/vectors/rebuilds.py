@@ -186,7 +186,11 @@ async def missing_assets(
 ) -> list[tuple[str, str]]:
     """``(owner, asset_id)`` of assets with a vector in ``source`` and none in ``target``.
 
-    In asset id order after ``after``, at most ``limit``: the pages of a verification.
+    In asset id order after ``after``, at most ``limit``: the pages of a verification. Assets
+    whose object is quarantined (reconciliation found its bytes missing or changed) are left
+    out: a rebuild cannot embed them, and waiting for them would block the switch until the
+    bytes are restored. Lifting the quarantine later re-queues their embedding (reconciliation's
+    ``missing_vector`` check) into whichever index is active then.
     """
     check_identifier(source)
     check_identifier(target)
@@ -195,6 +199,10 @@ async def missing_assets(
             f"SELECT DISTINCT s.owner_identity, s.asset_id FROM {source} s "
             "WHERE s.asset_id > :after AND NOT EXISTS "
             f"(SELECT 1 FROM {target} t WHERE t.asset_id = s.asset_id) "
+            "AND NOT EXISTS (SELECT 1 FROM mem_assets a JOIN mem_asset_objects o "
+            "ON o.owner_identity = a.owner_identity AND o.id = a.object_id "
+            "WHERE a.owner_identity = s.owner_identity AND a.id = s.asset_id "
+            "AND o.status = 'quarantined') "
             "ORDER BY s.asset_id LIMIT :n"
         ),
         {"after": after or "", "n": limit},
