@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -303,32 +305,76 @@ def read_export(source: Path) -> dict[str, Any]:
     return document
 
 
+# An entry is a few kB (the save's limits); a longer line is not an export's.
+_MAX_LINE = 1 << 20
+_TEXT_FIELDS = ("file", "sha256", "title", "description", "altText", "sourceKind", "sourceUrl")
+_OBJECT_FIELDS = ("project", "folder", "sourceRef")
+
+
+def _malformed(entry: dict[str, Any]) -> str | None:
+    """The first field of ``entry`` whose type an export never writes, if any."""
+    for name in _TEXT_FIELDS:
+        if entry.get(name) is not None and not isinstance(entry[name], str):
+            return name
+    for name in _OBJECT_FIELDS:
+        if entry.get(name) is not None and not isinstance(entry[name], dict):
+            return name
+    tags = entry.get("tags")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+        return "tags"
+    return None
+
+
 def _entries(source: Path) -> Iterator[dict[str, Any]]:
     with (source / ASSETS_FILE).open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+        number = 0
+        while line := lines.readline(_MAX_LINE + 1):
+            number += 1
+            if len(line) > _MAX_LINE:
+                raise _refused(source, f"{ASSETS_FILE} line {number} is too long")
             try:
                 entry = json.loads(line)
             except ValueError:
                 raise _refused(source, f"{ASSETS_FILE} line {number} is not JSON") from None
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
                 raise _refused(source, f"{ASSETS_FILE} line {number} has no id")
+            if (name := _malformed(entry)) is not None:
+                raise _refused(source, f"{ASSETS_FILE} line {number} has a malformed {name}")
             yield entry
 
 
-def _original(source: Path, entry: dict[str, Any]) -> bytes:
-    """The original an entry names, checked against its SHA-256 (no path leaves the export)."""
+def _original(source: Path, entry: dict[str, Any], limit: int) -> bytes:
+    """The original an entry names, checked against its SHA-256 (no path leaves the export).
+
+    Only a regular file directly in ``originals/`` (itself no symlink) of at most ``limit``
+    bytes is read: a symlink could point anywhere, a FIFO would block the import forever.
+    """
     relative = entry.get("file")
     expected = f"{ORIGINALS}/{entry['id']}."
     if (
         not isinstance(relative, str)
         or not relative.startswith(expected)
         or "/" in relative[len(ORIGINALS) + 1 :]
+        or "\0" in relative
     ):
-        raise _refused(source, f"image {entry['id']} names an unexpected file")
+        raise _refused(source, f"image {entry['id']!r} names an unexpected file")
+    if (source / ORIGINALS).is_symlink():
+        raise _refused(source, f"{ORIGINALS} is a symbolic link, not a directory of the export")
     try:
-        data = (source / relative).read_bytes()
-    except OSError:
+        fd = os.open(source / relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         raise _refused(source, f"{relative} is missing") from None
+    except OSError:  # ELOOP: a symbolic link
+        raise _refused(source, f"{relative} is not a regular file") from None
+    with os.fdopen(fd, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise _refused(source, f"{relative} is not a regular file")
+        if status.st_size > limit:
+            raise _refused(source, f"{relative} is larger than the upload limit ({limit} bytes)")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise _refused(source, f"{relative} is larger than the upload limit ({limit} bytes)")
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise _refused(source, f"{relative} does not match its SHA-256 in {ASSETS_FILE}")
     return data
@@ -378,7 +424,9 @@ async def import_vault(
     total = int((document.get("assetsFile") or {}).get("entries") or 0)
     saver = AssetSaver(services)
     for done, entry in enumerate(_entries(source), start=1):
-        data = await anyio.to_thread.run_sync(_original, source, entry)
+        data = await anyio.to_thread.run_sync(
+            _original, source, entry, services.settings.asset_max_bytes
+        )
         project = entry.get("project") or {}
         folder = entry.get("folder") or {}
         project_id = projects.get(project.get("id", ""))
