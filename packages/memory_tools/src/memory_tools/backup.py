@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -430,6 +431,19 @@ def _entry_path(source: Path, entry: Any) -> tuple[str, Path, int, str]:
     return relative, source / relative, entry["bytes"], entry["sha256"]
 
 
+def _plain_file(source: Path, relative: str) -> bool:
+    """Whether ``relative`` is a regular file under ``source`` through no symbolic link.
+
+    A backup's checksums are its author's: a link could point at any file this user can read.
+    """
+    path = source
+    for part in relative.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return False
+    return stat.S_ISREG(path.lstat().st_mode)
+
+
 def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) -> dict[str, Any]:
     """Check every file of the backup against the manifest; the manifest, or a refusal.
 
@@ -452,8 +466,10 @@ def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) ->
                 raise _corrupted(source, f"{FILES} line {done} is not JSON") from None
             relative, path, size, sha256 = _entry_path(source, entry)
             seen_dump = seen_dump or relative == DUMP
-            if not path.is_file():
+            if not path.exists():
                 raise _corrupted(source, f"{relative} is missing")
+            if not _plain_file(source, relative):
+                raise _corrupted(source, f"{relative} is not a regular file of the backup")
             if file_digest(path) != (size, sha256):
                 raise _corrupted(source, f"{relative} does not match its SHA-256 in {FILES}")
             progress(done, total, "checking files")
