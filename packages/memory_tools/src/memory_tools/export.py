@@ -146,13 +146,16 @@ async def export_vault(
     summaries = await admin.list_vaults(services.database, record.owner_identity)
     total = next((s.assets for s in summaries if s.id == record.id), 0)
     created = not destination.exists()
-    (destination / ORIGINALS).mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Private images and their metadata: readable by the exporting user only (as a backup).
+    destination.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (destination / ORIGINALS).mkdir(mode=0o700)
     report = ExportReport(destination=destination, vault=record.handle)
     report.projects, report.folders = len(projects), len(folders)
     names = {project.id: project.name for project in projects}
     paths = _folder_paths(folders)
     try:
-        with (destination / ASSETS_FILE).open("w", encoding="utf-8") as lines:
+        assets_fd = os.open(destination / ASSETS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(assets_fd, "w", encoding="utf-8") as lines:
             async for stored, sha256 in _live_assets(services, record):
                 entry = await _export_one(services, stored, sha256, destination, names, paths)
                 if entry is None:
@@ -238,6 +241,7 @@ async def _export_one(
     digest = hashlib.sha256()
     size = 0
     path = destination / relative
+    path.touch(mode=0o600, exist_ok=False)
     try:
         async with await anyio.open_file(path, "wb") as handle:
             async for chunk in services.store.get_stream(stored.storage_key):
