@@ -164,11 +164,12 @@ async def reindex(
                 f"assets kept appearing in {rebuild.source_index} without vectors in "
                 f"{rebuild.target_index}; nothing was switched (run again)"
             )
+        # Read before the drop: dropping the source index cascades onto this rebuild's row.
+        finished = await _load(services, rebuild.target_index)
         dropped = False
         if request.drop_old:
             await _drop(services.database, rebuild.source_index)
             dropped = True
-        finished = await _load(services, rebuild.target_index)
     except MemoryDbError as exc:
         raise translate(exc) from None
     log.info(

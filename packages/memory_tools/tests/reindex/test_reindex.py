@@ -216,6 +216,13 @@ async def test_switching_models_under_saves_and_searches(
     assert [hit.embedding_model for hit in view.results if hit.asset_id == late] == [
         "local-hash-v1"
     ]
+    # --drop-old drops the index switched away from, and reports the run (dropping it used to
+    # cascade onto the finished rebuild's record and fail the command after its work was done).
+    last = await reindex(services, ReindexRequest("assets_local_v3", drop_old=True))
+    assert (last.switched, last.dropped_old, last.source) == (True, True, old)
+    assert last.embedded > 0 and await _alias(services) == "assets_local_v3"
+    async with services.database.engine.connect() as conn:
+        assert (await conn.execute(text(f"SELECT to_regclass('{old}')"))).scalar_one() is None
 
 
 async def _vectors(services: MemoryServices, table: str, asset_id: str) -> int:
