@@ -234,3 +234,24 @@ async def _vectors(services: MemoryServices, table: str, asset_id: str) -> int:
 async def _alias(services: MemoryServices) -> str:
     async with services.database.unit_of_work() as uow:
         return await resolve_alias(uow.session)
+
+
+async def test_recall_counts_equally_near_duplicates_as_found(
+    services: MemoryServices, database: Any
+) -> None:
+    """The same image saved as many assets: their vectors tie, and any of them is a right hit.
+
+    Exact and graph search each list ten of the thirty identical vectors, not necessarily the
+    same ten: compared by id, a rebuild with the very same embedder measured a recall far below
+    1 and was refused.
+    """
+    from memory_tools import admin
+
+    await admin.create_identity(database, OWNER, 10**9)
+    same = base64.b64encode(picture(1)).decode()
+    saver = AssetSaver(services)
+    for copy in range(30):
+        await saver.save(CALLER, SaveRequest(image_base64=same, title=f"copy {WORDS[copy]}"))
+    await EmbeddingWorker(services, FAST).drain()
+    report = await reindex(services, ReindexRequest("copies_v2", provider="local", min_recall=1.0))
+    assert report.switched and report.recall == 1.0
