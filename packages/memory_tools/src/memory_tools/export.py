@@ -493,20 +493,27 @@ async def _placements(
         project_id = projects.get(str(folder.get("projectId")))
         if project_id is None:
             continue
-        path = str(folder.get("path") or folder.get("name"))
-        key = (project_id, path.lower())
+        name = str(folder.get("name"))
+        path = str(folder.get("path") or name)
+        parent_path = path.rpartition("/")[0]
+        parent_id = by_path.get((project_id, parent_path.lower())) if parent_path else None
+        # Where the folder really lands: under its parent when that was found, else at the
+        # project's root. A hand-edited path, or a parent left out, must not make a rerun try
+        # to create it again.
+        real = name if parent_id is None else f"{paths[parent_id]}/{name}"
+        key = (project_id, real.lower())
         if key not in by_path:
-            parent_path, _, _name = path.rpartition("/")
-            parent_id = by_path.get((project_id, parent_path.lower())) if parent_path else None
             try:
                 async with services.database.unit_of_work() as uow:
                     view = await create_folder(
                         uow, caller, services, vault=record.handle, project_id=project_id,
-                        parent_id=parent_id, name=str(folder.get("name")),
+                        parent_id=parent_id, name=name,
                     )  # fmt: skip
             except MemoryDbError as exc:  # pragma: no cover - workflows translate these
                 raise InvalidInputFailure(str(exc)) from exc
             by_path[key] = view.folder_id
+            paths[view.folder_id] = real
             report.folders_created += 1
+        by_path.setdefault((project_id, path.lower()), by_path[key])  # its children's parent
         folders[str(folder.get("id"))] = by_path[key]
     return projects, folders

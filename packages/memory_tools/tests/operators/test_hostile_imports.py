@@ -60,19 +60,22 @@ def entry(asset_id: str, data: bytes, **fields: Any) -> dict[str, Any]:
     }
 
 
-async def test_import_reads_only_regular_files_inside_the_export_and_refuses_bad_entries(
-    database: Database, tmp_path: Path
-) -> None:
-    settings = MemorySettings(memory_data_dir=tmp_path / "data", asset_max_bytes=200_000)
-    services = MemoryServices(
+@pytest.fixture
+async def services(database: Database, tmp_path: Path) -> MemoryServices:
+    await admin.create_identity(database, BOB, 10**9)
+    return MemoryServices(
         database=database,
         store=LocalAssetObjectStore(
             tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9"
         ),
-        settings=settings,
+        settings=MemorySettings(memory_data_dir=tmp_path / "data", asset_max_bytes=200_000),
         embedder=LocalEmbedder(),
     )
-    await admin.create_identity(database, BOB, 10**9)
+
+
+async def test_import_reads_only_regular_files_inside_the_export_and_refuses_bad_entries(
+    services: MemoryServices, database: Database, tmp_path: Path
+) -> None:
     # A valid image the export's author knows, lying outside the export (think /etc/...).
     outside = tmp_path / "outside.png"
     secret = picture(7)
@@ -114,3 +117,27 @@ async def test_import_reads_only_regular_files_inside_the_export_and_refuses_bad
                 [record.scope], AssetFilter(), newest_first=True, limit=10
             )
         assert saved == [], name
+
+
+async def test_a_folder_path_that_disagrees_with_its_name_imports_and_reruns(
+    services: MemoryServices, tmp_path: Path
+) -> None:
+    """A folder whose exported path is not its parent's path plus its name (hand-edited, or a
+    parent left out) is made where it can be; a second run finds it instead of failing."""
+    source = tmp_path / "edited"
+    data = picture(9)
+    craft(source, [entry("filed", data, project={"id": "p1"}, folder={"id": "f1"})])
+    (source / "originals" / "filed.png").write_bytes(data)
+    document = json.loads((source / "vault.json").read_text())
+    document["projects"] = [{"id": "p1", "name": "Trips"}]
+    document["folders"] = [
+        {"id": "f1", "projectId": "p1", "parentId": "gone", "name": "Morning", "path": "x/../Morning/"},
+        {"id": "f2", "projectId": "p1", "parentId": "gone", "name": "Noon", "path": "Gone/Noon"},
+    ]  # fmt: skip
+    (source / "vault.json").write_text(json.dumps(document))
+    first = await import_vault(services, BOB, "Library", source)
+    assert (first.saved, first.folders_created) == (1, 2)
+    again = await import_vault(services, BOB, "Library", source)
+    assert (again.saved, again.replayed, again.projects_created, again.folders_created) == (
+        0, 1, 0, 0,
+    )  # fmt: skip
