@@ -392,6 +392,8 @@ def _corrupted(source: Path, detail: str) -> InvalidInputFailure:
 def read_manifest(source: Path) -> dict[str, Any]:
     """The manifest of the backup in ``source``, checked for its format."""
     path = source / MANIFEST
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise _corrupted(source, f"{MANIFEST} is not a regular file of the backup")
     if not path.is_file():
         raise InvalidInputFailure(
             f"{source} is not a complete backup: {MANIFEST} is missing (a backup writes it last)"
@@ -454,6 +456,8 @@ def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) ->
     files_path = source / FILES
     if not files_path.is_file():
         raise _corrupted(source, f"{FILES} is missing")
+    if not _plain_file(source, FILES):
+        raise _corrupted(source, f"{FILES} is not a regular file of the backup")
     if file_digest(files_path) != (listing.get("bytes"), listing.get("sha256")):
         raise _corrupted(source, f"{FILES} does not match its checksum in {MANIFEST}")
     total = int(listing.get("entries") or 0)

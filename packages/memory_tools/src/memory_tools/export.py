@@ -290,8 +290,30 @@ def _refused(source: Path, detail: str) -> InvalidInputFailure:
     return InvalidInputFailure(f"{source} is not a usable vault export: {detail}")
 
 
+# vault.json lists projects and folders: a few MB for the largest vaults.
+_MAX_VAULT_FILE = 64 << 20
+
+
+def _require_plain_file(source: Path, name: str, limit: int | None = None) -> None:
+    """Refuse ``name`` in the export unless it is a regular file, at most ``limit`` bytes.
+
+    A link could point anywhere, a FIFO or ``/dev/zero`` would never end. A missing file is
+    left to the reader.
+    """
+    try:
+        status = (source / name).lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(status.st_mode):
+        raise _refused(source, f"{name} is not a regular file")
+    if limit is not None and status.st_size > limit:
+        raise _refused(source, f"{name} is larger than {limit} bytes")
+
+
 def read_export(source: Path) -> dict[str, Any]:
     """``vault.json`` of the export in ``source``, with ``assets.jsonl`` checked against it."""
+    _require_plain_file(source, VAULT_FILE, _MAX_VAULT_FILE)
+    _require_plain_file(source, ASSETS_FILE)
     try:
         document = json.loads((source / VAULT_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:

@@ -66,6 +66,16 @@ def test_verify_refuses_symbolic_links_inside_a_backup(tmp_path: Path) -> None:
     (linked_dir / tenant).mkdir(parents=True)
     os.symlink(outside, linked_dir / tenant / "aob_bbbbbbbbbbbbbbbbbbbbbbbbbb")
 
-    for source in (linked_dump, linked_object, linked_dir):
+    linked_lists = []
+    for name in ("manifest.json", "files.jsonl"):
+        source = tmp_path / f"linked-{name}"
+        backup_of(source, {"database.dump": secret})
+        (source / "database.dump").write_bytes(secret)
+        (outside / name).write_bytes((source / name).read_bytes())
+        (source / name).unlink()
+        os.symlink(outside / name, source / name)
+        linked_lists.append(source)
+
+    for source in (linked_dump, linked_object, linked_dir, *linked_lists):
         with pytest.raises(InvalidInputFailure, match="is not a regular file of the backup"):
             verify_backup(source)

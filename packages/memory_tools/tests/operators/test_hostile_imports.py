@@ -106,6 +106,12 @@ async def test_import_reads_only_regular_files_inside_the_export_and_refuses_bad
     craft(fifo, [entry("fifo", secret)])
     os.mkfifo(fifo / "originals" / "fifo.png")  # reading it would block forever
     cases["fifo"] = (fifo, "not a regular file")
+    for linked, target in (("vault.json", "/dev/zero"), ("assets.jsonl", "/dev/zero")):
+        source = tmp_path / f"linked-{linked}"
+        craft(source, [])
+        (source / linked).unlink()
+        os.symlink(target, source / linked)  # reading it would never end
+        cases[f"linked-{linked}"] = (source, f"{linked} is not a regular file")
     for name in ("title", "tags", "project", "ref"):
         (tmp_path / name / "originals" / f"{name}.png").write_bytes(secret)
     for name, (source, message) in cases.items():
