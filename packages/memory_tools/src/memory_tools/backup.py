@@ -110,6 +110,8 @@ class RestoreReport:
 def require_empty_directory(path: Path, what: str) -> None:
     """Refuse ``path`` unless it is missing or an empty directory; changes nothing."""
     if not path.exists():
+        if path.is_symlink():  # mkdir would fail on it with a traceback
+            raise ConflictFailure(f"{what} {path} is a symbolic link to nothing")
         return
     if not path.is_dir():
         raise ConflictFailure(f"{what} {path} is not a directory")

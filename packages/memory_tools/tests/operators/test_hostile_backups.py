@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from memory_tools.backup import verify_backup
-from memory_tools.errors import InvalidInputFailure
+from memory_tools.backup import require_empty_directory, verify_backup
+from memory_tools.errors import ConflictFailure, InvalidInputFailure
 
 
 def backup_of(path: Path, files: dict[str, bytes]) -> None:
@@ -79,3 +79,10 @@ def test_verify_refuses_symbolic_links_inside_a_backup(tmp_path: Path) -> None:
     for source in (linked_dump, linked_object, linked_dir, *linked_lists):
         with pytest.raises(InvalidInputFailure, match="is not a regular file of the backup"):
             verify_backup(source)
+
+
+def test_a_destination_linked_to_nothing_is_refused_clearly(tmp_path: Path) -> None:
+    dangling = tmp_path / "dangling"
+    os.symlink(tmp_path / "nowhere" / "x", dangling)
+    with pytest.raises(ConflictFailure, match="symbolic link to nothing"):
+        require_empty_directory(dangling, "backup destination")
