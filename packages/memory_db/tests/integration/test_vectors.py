@@ -77,9 +77,15 @@ async def test_registry_aliases_and_names(database: Database) -> None:
         )
         with pytest.raises(Conflict):
             await create_index(uow.session, "memory_assets_v1", dimensions=1024)
-        for bad in ("Memory", "1abc", "mem_assets", "pg_x", "a-b", "x" * 64, "drop table x"):
+        # SQL keywords, and names too long for their indexes' names (PostgreSQL cuts those at
+        # 63 bytes, onto the table's own name), are refused before any SQL runs.
+        bad_names = ("Memory", "1abc", "mem_assets", "pg_x", "a-b", "x" * 64, "drop table x")
+        for bad in (*bad_names, "order", "user", "select", "x" * 50):
             with pytest.raises(InvalidInput):
                 await create_index(uow.session, bad, dimensions=1024)
+        await create_index(uow.session, "taken_asset", dimensions=8, element="vector")
+        with pytest.raises(Conflict, match="taken_asset"):  # would be the new one's asset index
+            await create_index(uow.session, "taken", dimensions=8, element="vector")
         with pytest.raises(InvalidInput):
             await create_index(uow.session, "too_big", dimensions=2001, element="vector")
         await create_index(uow.session, "memory_assets_v2", dimensions=1024, element="vector")

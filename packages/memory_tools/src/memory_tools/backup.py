@@ -28,6 +28,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -109,6 +110,8 @@ class RestoreReport:
 def require_empty_directory(path: Path, what: str) -> None:
     """Refuse ``path`` unless it is missing or an empty directory; changes nothing."""
     if not path.exists():
+        if path.is_symlink():  # mkdir would fail on it with a traceback
+            raise ConflictFailure(f"{what} {path} is a symbolic link to nothing")
         return
     if not path.is_dir():
         raise ConflictFailure(f"{what} {path} is not a directory")
@@ -391,6 +394,8 @@ def _corrupted(source: Path, detail: str) -> InvalidInputFailure:
 def read_manifest(source: Path) -> dict[str, Any]:
     """The manifest of the backup in ``source``, checked for its format."""
     path = source / MANIFEST
+    if path.is_symlink() or (path.exists() and not path.is_file()):
+        raise _corrupted(source, f"{MANIFEST} is not a regular file of the backup")
     if not path.is_file():
         raise InvalidInputFailure(
             f"{source} is not a complete backup: {MANIFEST} is missing (a backup writes it last)"
@@ -430,6 +435,19 @@ def _entry_path(source: Path, entry: Any) -> tuple[str, Path, int, str]:
     return relative, source / relative, entry["bytes"], entry["sha256"]
 
 
+def _plain_file(source: Path, relative: str) -> bool:
+    """Whether ``relative`` is a regular file under ``source`` through no symbolic link.
+
+    A backup's checksums are its author's: a link could point at any file this user can read.
+    """
+    path = source
+    for part in relative.split("/"):
+        path = path / part
+        if path.is_symlink():
+            return False
+    return stat.S_ISREG(path.lstat().st_mode)
+
+
 def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) -> dict[str, Any]:
     """Check every file of the backup against the manifest; the manifest, or a refusal.
 
@@ -440,6 +458,8 @@ def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) ->
     files_path = source / FILES
     if not files_path.is_file():
         raise _corrupted(source, f"{FILES} is missing")
+    if not _plain_file(source, FILES):
+        raise _corrupted(source, f"{FILES} is not a regular file of the backup")
     if file_digest(files_path) != (listing.get("bytes"), listing.get("sha256")):
         raise _corrupted(source, f"{FILES} does not match its checksum in {MANIFEST}")
     total = int(listing.get("entries") or 0)
@@ -452,8 +472,10 @@ def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) ->
                 raise _corrupted(source, f"{FILES} line {done} is not JSON") from None
             relative, path, size, sha256 = _entry_path(source, entry)
             seen_dump = seen_dump or relative == DUMP
-            if not path.is_file():
+            if not path.exists():
                 raise _corrupted(source, f"{relative} is missing")
+            if not _plain_file(source, relative):
+                raise _corrupted(source, f"{relative} is not a regular file of the backup")
             if file_digest(path) != (size, sha256):
                 raise _corrupted(source, f"{relative} does not match its SHA-256 in {FILES}")
             progress(done, total, "checking files")

@@ -20,6 +20,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
+import stat
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -144,13 +146,16 @@ async def export_vault(
     summaries = await admin.list_vaults(services.database, record.owner_identity)
     total = next((s.assets for s in summaries if s.id == record.id), 0)
     created = not destination.exists()
-    (destination / ORIGINALS).mkdir(parents=True, exist_ok=True, mode=0o700)
+    # Private images and their metadata: readable by the exporting user only (as a backup).
+    destination.mkdir(parents=True, exist_ok=True, mode=0o700)
+    (destination / ORIGINALS).mkdir(mode=0o700)
     report = ExportReport(destination=destination, vault=record.handle)
     report.projects, report.folders = len(projects), len(folders)
     names = {project.id: project.name for project in projects}
     paths = _folder_paths(folders)
     try:
-        with (destination / ASSETS_FILE).open("w", encoding="utf-8") as lines:
+        assets_fd = os.open(destination / ASSETS_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(assets_fd, "w", encoding="utf-8") as lines:
             async for stored, sha256 in _live_assets(services, record):
                 entry = await _export_one(services, stored, sha256, destination, names, paths)
                 if entry is None:
@@ -236,6 +241,7 @@ async def _export_one(
     digest = hashlib.sha256()
     size = 0
     path = destination / relative
+    path.touch(mode=0o600, exist_ok=False)
     try:
         async with await anyio.open_file(path, "wb") as handle:
             async for chunk in services.store.get_stream(stored.storage_key):
@@ -284,8 +290,30 @@ def _refused(source: Path, detail: str) -> InvalidInputFailure:
     return InvalidInputFailure(f"{source} is not a usable vault export: {detail}")
 
 
+# vault.json lists projects and folders: a few MB for the largest vaults.
+_MAX_VAULT_FILE = 64 << 20
+
+
+def _require_plain_file(source: Path, name: str, limit: int | None = None) -> None:
+    """Refuse ``name`` in the export unless it is a regular file, at most ``limit`` bytes.
+
+    A link could point anywhere, a FIFO or ``/dev/zero`` would never end. A missing file is
+    left to the reader.
+    """
+    try:
+        status = (source / name).lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISREG(status.st_mode):
+        raise _refused(source, f"{name} is not a regular file")
+    if limit is not None and status.st_size > limit:
+        raise _refused(source, f"{name} is larger than {limit} bytes")
+
+
 def read_export(source: Path) -> dict[str, Any]:
     """``vault.json`` of the export in ``source``, with ``assets.jsonl`` checked against it."""
+    _require_plain_file(source, VAULT_FILE, _MAX_VAULT_FILE)
+    _require_plain_file(source, ASSETS_FILE)
     try:
         document = json.loads((source / VAULT_FILE).read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -303,32 +331,76 @@ def read_export(source: Path) -> dict[str, Any]:
     return document
 
 
+# An entry is a few kB (the save's limits); a longer line is not an export's.
+_MAX_LINE = 1 << 20
+_TEXT_FIELDS = ("file", "sha256", "title", "description", "altText", "sourceKind", "sourceUrl")
+_OBJECT_FIELDS = ("project", "folder", "sourceRef")
+
+
+def _malformed(entry: dict[str, Any]) -> str | None:
+    """The first field of ``entry`` whose type an export never writes, if any."""
+    for name in _TEXT_FIELDS:
+        if entry.get(name) is not None and not isinstance(entry[name], str):
+            return name
+    for name in _OBJECT_FIELDS:
+        if entry.get(name) is not None and not isinstance(entry[name], dict):
+            return name
+    tags = entry.get("tags")
+    if tags is not None and not (isinstance(tags, list) and all(isinstance(t, str) for t in tags)):
+        return "tags"
+    return None
+
+
 def _entries(source: Path) -> Iterator[dict[str, Any]]:
     with (source / ASSETS_FILE).open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, start=1):
+        number = 0
+        while line := lines.readline(_MAX_LINE + 1):
+            number += 1
+            if len(line) > _MAX_LINE:
+                raise _refused(source, f"{ASSETS_FILE} line {number} is too long")
             try:
                 entry = json.loads(line)
             except ValueError:
                 raise _refused(source, f"{ASSETS_FILE} line {number} is not JSON") from None
             if not isinstance(entry, dict) or not isinstance(entry.get("id"), str):
                 raise _refused(source, f"{ASSETS_FILE} line {number} has no id")
+            if (name := _malformed(entry)) is not None:
+                raise _refused(source, f"{ASSETS_FILE} line {number} has a malformed {name}")
             yield entry
 
 
-def _original(source: Path, entry: dict[str, Any]) -> bytes:
-    """The original an entry names, checked against its SHA-256 (no path leaves the export)."""
+def _original(source: Path, entry: dict[str, Any], limit: int) -> bytes:
+    """The original an entry names, checked against its SHA-256 (no path leaves the export).
+
+    Only a regular file directly in ``originals/`` (itself no symlink) of at most ``limit``
+    bytes is read: a symlink could point anywhere, a FIFO would block the import forever.
+    """
     relative = entry.get("file")
     expected = f"{ORIGINALS}/{entry['id']}."
     if (
         not isinstance(relative, str)
         or not relative.startswith(expected)
         or "/" in relative[len(ORIGINALS) + 1 :]
+        or "\0" in relative
     ):
-        raise _refused(source, f"image {entry['id']} names an unexpected file")
+        raise _refused(source, f"image {entry['id']!r} names an unexpected file")
+    if (source / ORIGINALS).is_symlink():
+        raise _refused(source, f"{ORIGINALS} is a symbolic link, not a directory of the export")
     try:
-        data = (source / relative).read_bytes()
-    except OSError:
+        fd = os.open(source / relative, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except FileNotFoundError:
         raise _refused(source, f"{relative} is missing") from None
+    except OSError:  # ELOOP: a symbolic link
+        raise _refused(source, f"{relative} is not a regular file") from None
+    with os.fdopen(fd, "rb") as handle:
+        status = os.fstat(handle.fileno())
+        if not stat.S_ISREG(status.st_mode):
+            raise _refused(source, f"{relative} is not a regular file")
+        if status.st_size > limit:
+            raise _refused(source, f"{relative} is larger than the upload limit ({limit} bytes)")
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise _refused(source, f"{relative} is larger than the upload limit ({limit} bytes)")
     if hashlib.sha256(data).hexdigest() != entry.get("sha256"):
         raise _refused(source, f"{relative} does not match its SHA-256 in {ASSETS_FILE}")
     return data
@@ -378,7 +450,9 @@ async def import_vault(
     total = int((document.get("assetsFile") or {}).get("entries") or 0)
     saver = AssetSaver(services)
     for done, entry in enumerate(_entries(source), start=1):
-        data = await anyio.to_thread.run_sync(_original, source, entry)
+        data = await anyio.to_thread.run_sync(
+            _original, source, entry, services.settings.asset_max_bytes
+        )
         project = entry.get("project") or {}
         folder = entry.get("folder") or {}
         project_id = projects.get(project.get("id", ""))
@@ -441,20 +515,27 @@ async def _placements(
         project_id = projects.get(str(folder.get("projectId")))
         if project_id is None:
             continue
-        path = str(folder.get("path") or folder.get("name"))
-        key = (project_id, path.lower())
+        name = str(folder.get("name"))
+        path = str(folder.get("path") or name)
+        parent_path = path.rpartition("/")[0]
+        parent_id = by_path.get((project_id, parent_path.lower())) if parent_path else None
+        # Where the folder really lands: under its parent when that was found, else at the
+        # project's root. A hand-edited path, or a parent left out, must not make a rerun try
+        # to create it again.
+        real = name if parent_id is None else f"{paths[parent_id]}/{name}"
+        key = (project_id, real.lower())
         if key not in by_path:
-            parent_path, _, _name = path.rpartition("/")
-            parent_id = by_path.get((project_id, parent_path.lower())) if parent_path else None
             try:
                 async with services.database.unit_of_work() as uow:
                     view = await create_folder(
                         uow, caller, services, vault=record.handle, project_id=project_id,
-                        parent_id=parent_id, name=str(folder.get("name")),
+                        parent_id=parent_id, name=name,
                     )  # fmt: skip
             except MemoryDbError as exc:  # pragma: no cover - workflows translate these
                 raise InvalidInputFailure(str(exc)) from exc
             by_path[key] = view.folder_id
+            paths[view.folder_id] = real
             report.folders_created += 1
+        by_path.setdefault((project_id, path.lower()), by_path[key])  # its children's parent
         folders[str(folder.get("id"))] = by_path[key]
     return projects, folders

@@ -132,6 +132,10 @@ async def test_a_vault_exported_and_imported_by_another_owner_is_found_there(
         assert hashlib.sha256(data).hexdigest() == entry["sha256"] and len(data) == entry["bytes"]
     vault = json.loads((export / "vault.json").read_text())
     assert {f["path"] for f in vault["folders"]} == {"Day 1", "Day 1/Morning"}
+    # Private images and their metadata: only the exporting user may read any of it.
+    modes = {p.relative_to(export).as_posix(): p.stat().st_mode & 0o777 for p in export.rglob("*")}
+    assert export.stat().st_mode & 0o077 == 0
+    assert {name: mode for name, mode in modes.items() if mode & 0o077} == {}
 
     first = await import_vault(services, BOB, "From Alice", export)
     assert (first.saved, first.replayed, first.projects_created, first.folders_created) == (

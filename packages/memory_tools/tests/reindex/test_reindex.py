@@ -217,6 +217,13 @@ async def test_switching_models_under_saves_and_searches(
     assert [hit.embedding_model for hit in view.results if hit.asset_id == late] == [
         "local-hash-v1"
     ]
+    # --drop-old drops the index switched away from, and reports the run (dropping it used to
+    # cascade onto the finished rebuild's record and fail the command after its work was done).
+    last = await reindex(services, ReindexRequest("assets_local_v3", drop_old=True))
+    assert (last.switched, last.dropped_old, last.source) == (True, True, old)
+    assert last.embedded > 0 and await _alias(services) == "assets_local_v3"
+    async with services.database.engine.connect() as conn:
+        assert (await conn.execute(text(f"SELECT to_regclass('{old}')"))).scalar_one() is None
 
 
 async def _vectors(services: MemoryServices, table: str, asset_id: str) -> int:
@@ -275,3 +282,24 @@ async def test_a_quarantined_object_does_not_block_the_switch(
     await _until_ready(services, [broken])
     assert await _vectors(services, "assets_jina_q", broken) > 0
     assert await _vectors(services, old, kept) > 0  # the old index is kept until dropped
+
+
+async def test_recall_counts_equally_near_duplicates_as_found(
+    services: MemoryServices, database: Any
+) -> None:
+    """The same image saved as many assets: their vectors tie, and any of them is a right hit.
+
+    Exact and graph search each list ten of the thirty identical vectors, not necessarily the
+    same ten: compared by id, a rebuild with the very same embedder measured a recall far below
+    1 and was refused.
+    """
+    from memory_tools import admin
+
+    await admin.create_identity(database, OWNER, 10**9)
+    same = base64.b64encode(picture(1)).decode()
+    saver = AssetSaver(services)
+    for copy in range(30):
+        await saver.save(CALLER, SaveRequest(image_base64=same, title=f"copy {WORDS[copy]}"))
+    await EmbeddingWorker(services, FAST).drain()
+    report = await reindex(services, ReindexRequest("copies_v2", provider="local", min_recall=1.0))
+    assert report.switched and report.recall == 1.0

@@ -175,3 +175,19 @@ async def test_metrics_are_open_on_a_loopback_only_server(
     assert answer.status_code == 200
     assert "memory_embedding_queue_depth 0.0" in answer.text
     assert "# TYPE memory_saves_total counter" in answer.text
+
+    # Loopback behind a proxy is not loopback: a request the proxy forwarded, or any request
+    # to a server whose public address (MEMORY_PUBLIC_BASE_URL) is elsewhere, needs the key.
+    async with serve_http(server) as url, httpx.AsyncClient() as http:
+        for header in ("X-Forwarded-For", "Forwarded", "X-Real-IP"):
+            forwarded = await http.get(url.removesuffix("/mcp") + "/metrics", headers={header: "x"})
+            assert forwarded.status_code == 401, header
+    proxied = replace(
+        services,
+        settings=services.settings.model_copy(
+            update={"memory_public_base_url": "https://memory.example.com"}
+        ),
+    )
+    behind = build_http_server(proxied, listen_host="127.0.0.1")
+    async with serve_http(behind) as url, httpx.AsyncClient() as http:
+        assert (await http.get(url.removesuffix("/mcp") + "/metrics")).status_code == 401

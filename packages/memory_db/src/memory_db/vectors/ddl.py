@@ -11,6 +11,7 @@ import re
 from typing import Literal
 
 from sqlalchemy import text
+from sqlalchemy.dialects.postgresql.base import RESERVED_WORDS
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.embedding.factory import EmbedderIdentity
@@ -19,14 +20,26 @@ from memory_db.errors import Conflict, InvalidInput, NotFound
 ElementType = Literal["halfvec", "vector"]
 DEFAULT_ALIAS = "memory_assets"
 _IDENT = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+# The relations an index table brings (its key and indexes): PostgreSQL would cut a name
+# longer than 63 bytes silently, onto another's, so the table's name leaves room for these.
+_DERIVED = ("_pkey", "_hnsw", "_scope", "_scope_keys", "_asset", "_vault_created", "_vault_kind")
+MAX_NAME = 63 - max(len(suffix) for suffix in _DERIVED)
 # Built-in HNSW limits: 2,000 dimensions for vector, 4,000 for halfvec.
 _MAX_INDEXED = {"vector": 2000, "halfvec": 4000}
 
 
 def check_identifier(name: str, what: str = "index name") -> str:
     """A lowercase SQL identifier (it becomes a table name), or ``InvalidInput``."""
-    if not _IDENT.fullmatch(name) or name.startswith("mem_") or name.startswith("pg_"):
-        raise InvalidInput(f"{what} must be a lowercase identifier not starting with mem_ or pg_")
+    if (
+        not _IDENT.fullmatch(name)
+        or len(name) > MAX_NAME
+        or name.startswith(("mem_", "pg_"))
+        or name in RESERVED_WORDS  # it is written into SQL unquoted
+    ):
+        raise InvalidInput(
+            f"{what} must be a lowercase identifier of at most {MAX_NAME} characters, not an "
+            "SQL keyword nor starting with mem_ or pg_"
+        )
     return name
 
 
@@ -139,6 +152,13 @@ async def create_index(
     )
     if exists or registered:
         raise Conflict(f"vector index {name} already exists")
+    derived = [name + suffix for suffix in _DERIVED]
+    taken = await session.scalar(
+        text("SELECT n FROM unnest(CAST(:names AS text[])) n WHERE to_regclass(n) IS NOT NULL"),
+        {"names": derived},
+    )
+    if taken is not None:
+        raise Conflict(f"{taken} exists already: {name} cannot have its indexes; choose another")
     for statement in _table_sql(name, dimensions, element):
         await session.execute(text(statement))
     await session.execute(

@@ -1,8 +1,10 @@
 """``GET /metrics``: the Prometheus exposition of :mod:`memory_tools.metrics`.
 
 Who may read it (docs/observability.md#access): anyone, when the server listens only on
-loopback (``127.0.0.1``, ``::1``, ``localhost``: only this machine can reach it); otherwise
-only a bearer API key with the ``admin`` scope. No key or an unknown or revoked one is a 401, a
+loopback (``127.0.0.1``, ``::1``, ``localhost``: only this machine can reach it), is not
+published elsewhere (``MEMORY_PUBLIC_BASE_URL``) and the request came through no proxy
+(``Forwarded``, ``X-Forwarded-For``, ``X-Real-IP``); otherwise only a bearer API key with the
+``admin`` scope. No key or an unknown or revoked one is a 401, a
 key without ``admin`` a 403. The answer carries counts by bounded labels only: no id, owner,
 key or URL.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import ipaddress
 from collections.abc import Generator
+from urllib.parse import urlsplit
 
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
@@ -39,6 +42,24 @@ def is_loopback_only(host: str | None) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False  # a name other than localhost may resolve anywhere
+
+
+# Headers a reverse proxy adds: a request carrying one came from wherever the proxy listens.
+_FORWARDED = ("forwarded", "x-forwarded-for", "x-real-ip")
+
+
+def is_public_behind_proxy(public_base_url: str | None) -> bool:
+    """Whether ``MEMORY_PUBLIC_BASE_URL`` names another machine's address than loopback.
+
+    Clients then reach this server through a proxy, whatever address it is bound to.
+    """
+    if public_base_url is None:
+        return False
+    return not is_loopback_only(urlsplit(public_base_url).hostname)
+
+
+def _forwarded(request: Request) -> bool:
+    return any(name in request.headers for name in _FORWARDED)
 
 
 def _bearer(request: Request) -> str | None:
@@ -90,10 +111,12 @@ def metrics_routes(services: MemoryServices, *, listen_host: str | None) -> list
 
     ``listen_host`` is the address the server is bound to; ``None`` (unknown) counts as public.
     """
-    open_access = is_loopback_only(listen_host)
+    open_access = is_loopback_only(listen_host) and not is_public_behind_proxy(
+        services.settings.memory_public_base_url
+    )
 
     async def scrape(request: Request) -> Response:
-        if not open_access:
+        if not open_access or _forwarded(request):
             refused = await _admitted(services, request)
             if refused is not None:
                 return refused
