@@ -69,7 +69,6 @@ from memory_tools.errors import (
     ConflictFailure,
     EmbeddingUnavailable,
     InvalidInputFailure,
-    ToolFailure,
     Unavailable,
     translate,
 )
@@ -92,10 +91,12 @@ CATCH_UP_ROUNDS = 3
 ProgressCallback = Callable[[int, int, str], None]
 
 
-class RecallTooLow(ToolFailure):
-    """The new index's search recall is below the threshold: nothing was switched."""
+class RecallTooLow(ConflictFailure):
+    """The new index's search recall is below the threshold: nothing was switched.
 
-    code = "recall_too_low"
+    A ``conflict`` (the index is not fit to switch to yet), like every other refusal: the
+    codes are one closed set that callers and the server instructions share.
+    """
 
 
 @dataclass(frozen=True)
@@ -480,7 +481,7 @@ async def _embed(embedder: Embedder, values: Sequence[EmbedValue]) -> list[list[
                 f"the embedding provider is unavailable ({exc.code}); run again to resume"
             ) from None
         if len(values) == 1:
-            log.warning("vector_index_rebuild_refused", code=exc.code)
+            log.warning("vector_index_rebuild_refused", code=exc.code, exc_info=True)
             return [None]
     # One refused value must not cost its batch-mates their vectors: one by one.
     out: list[list[float] | None] = []

@@ -129,7 +129,7 @@ async def test_a_failed_embedding_is_retried_from_the_stored_bytes(
     data = picture(32)
     web.routes["/harbour.png"] = Reply(body=data, headers={"Content-Type": "image/png"})
     caller = Caller(alice.email, alice.key_id, frozenset({"read", "write", "destructive"}))
-    # The provider is down for every attempt the worker makes (five), so the image fails.
+    # The provider is down for every attempt the worker makes, so the image fails.
     down = ScriptedEmbedder(
         model_name="local-hash-v1",
         script=[ProviderUnavailable("http_503", "provider down") for _ in range(5)],
@@ -142,6 +142,12 @@ async def test_a_failed_embedding_is_retried_from_the_stored_bytes(
             {"sourceUrl": web.url("/harbour.png", host="img.test"), "title": "Harbour"},
         )
     del web.routes["/harbour.png"]  # nothing could be fetched again, should anything try
+    # An outage spends no attempts while a job is young (the worker waits it out); a job past
+    # that patience spends them again, so this one fails after its five.
+    async with saving.database.unit_of_work() as uow:
+        await uow.session.execute(
+            text("UPDATE mem_asset_embedding_jobs SET created_at = now() - interval '2 days'")
+        )
     worker = EmbeddingWorker(failing, FAST)
     for _ in range(12):
         await worker.run_once()
