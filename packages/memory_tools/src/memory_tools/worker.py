@@ -351,7 +351,11 @@ class EmbeddingWorker:
                 )
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
-        with structlog.contextvars.bound_contextvars(task="retrieval.passage"):
+        # The model is the configured one until the batch's plan names the active index's
+        # (they differ after a model switch); leaving this block restores both fields.
+        with structlog.contextvars.bound_contextvars(
+            model=self._embedder.model, task="retrieval.passage"
+        ):
             await self._process_batch(jobs)
 
     async def _process_batch(self, jobs: Sequence[JobRecord]) -> None:
@@ -371,6 +375,7 @@ class EmbeddingWorker:
             for item in work:
                 await self._retry(item.job, "embedder_unavailable", str(exc))
             return
+        structlog.contextvars.bind_contextvars(model=plan.embedder.model)
         try:
             with metrics.embedding_call(plan.embedder.model, "retrieval.passage"):
                 result = await plan.embedder.embed([w.value for w in work], "retrieval.passage")
