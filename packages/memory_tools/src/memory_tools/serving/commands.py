@@ -23,11 +23,13 @@ from memory_db import (
 from memory_tools.errors import ToolFailure
 
 
-class Terminated(BaseException):
+class Terminated(SystemExit):
     """SIGTERM arrived: unwind so the database pool and embedded server close cleanly.
 
-    A ``BaseException`` like ``KeyboardInterrupt``: the worker's loops survive ordinary errors
-    with ``except Exception``, and must not survive this.
+    Not an ``Exception``: the worker's loops survive ordinary errors with ``except Exception``,
+    and must not survive this. A ``SystemExit`` (like ``KeyboardInterrupt`` for Ctrl+C) because
+    the signal may land while asyncio runs a callback (a socket closing, say), and asyncio logs
+    and drops any other ``BaseException`` raised there: the process then ignored SIGTERM.
     """
 
 
