@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import pytest
 from pydantic import SecretStr
 from sqlalchemy import text
 
@@ -34,6 +35,7 @@ from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, admin, metrics
 from memory_tools.access import Caller
 from memory_tools.changes import delete_asset
+from memory_tools.errors import ConflictFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.reconcile import Reconciliation, reconcile_store
 from memory_tools.worker import ORPHAN_SAFETY_WINDOW, EmbeddingWorker, WorkerConfig
@@ -292,6 +294,30 @@ async def test_a_mixed_store_is_reported_then_repaired_once_and_nothing_live_is_
     # The next pass finds nothing (the re-queued embedding is waiting, not missing).
     again = await reconcile_store(services, safety_window=ORPHAN_SAFETY_WINDOW, verify_limit=None)
     assert again.findings == {}
+
+    # Re-saving the damaged image's exact bytes names the damaged copy, not the caller's bytes.
+    with pytest.raises(ConflictFailure, match="missing or damaged") as refused:
+        await save(services, ALICE, 3)
+    assert "could not read" not in str(refused.value)
+    # A job that was under way when reconciliation failed the image ends afterwards: its
+    # outcome does not overwrite the integrity failure (or lifting could never find it).
+    await execute(
+        services,
+        "UPDATE mem_asset_embedding_jobs SET status = 'failed', "
+        "last_error_code = 'embedding_failed', last_error = 'late' WHERE asset_id = :a",
+        a=missing,
+    )
+    async with services.database.unit_of_work() as uow:
+        assert await uow.assets.reconcile_many(ALICE, [missing]) == []
+    assert await rows(
+        services, "SELECT status, failure_code FROM mem_assets WHERE id = :a", a=missing
+    ) == [("failed", "object_missing")]
+    await execute(
+        services,
+        "UPDATE mem_asset_embedding_jobs SET status = 'done', last_error_code = NULL, "
+        "last_error = NULL WHERE asset_id = :a",
+        a=missing,
+    )
 
     # The operator restores the missing bytes from a backup: the quarantine is lifted.
     (root / lost.storage_key).write_bytes(original)

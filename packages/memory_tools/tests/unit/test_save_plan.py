@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from memory_db import VaultScope, new_id
-from memory_tools.errors import InvalidImage, InvalidInputFailure
+from memory_db.repositories.records import QuarantineReason
+from memory_tools.errors import ConflictFailure, InvalidImage, InvalidInputFailure
 from memory_tools.ingest.images import FORMATS, InspectedImage
 from memory_tools.ingest.plan import (
     NO_FUSED_TEXT,
@@ -131,22 +132,31 @@ def test_a_url_without_a_title_is_named_after_its_host_and_not_fused() -> None:
 @pytest.mark.parametrize(
     ("live", "recent", "quarantined", "expected"),
     [
-        (True, False, False, "share"),
-        (True, False, True, "share"),  # a usable copy wins over an old quarantine
-        (False, True, False, "take_back"),
-        (False, True, True, "take_back"),
-        (False, False, False, "store"),
+        (True, False, None, "share"),
+        (True, False, "unreadable", "share"),  # a usable copy wins over an old quarantine
+        (True, False, "integrity", "share"),
+        (False, True, None, "take_back"),
+        (False, True, "unreadable", "take_back"),
+        (False, False, None, "store"),
     ],
 )
 def test_dedupe_shares_takes_back_or_stores(
-    live: bool, recent: bool, quarantined: bool, expected: str
+    live: bool, recent: bool, quarantined: QuarantineReason | None, expected: str
 ) -> None:
     assert dedupe(live=live, recently_deleted=recent, quarantined=quarantined) == expected
 
 
-def test_quarantined_bytes_without_a_usable_copy_are_refused() -> None:
-    with pytest.raises(InvalidImage, match="quarantined"):
-        dedupe(live=False, recently_deleted=False, quarantined=True)
+def test_bytes_the_provider_could_not_read_are_refused_as_an_invalid_image() -> None:
+    with pytest.raises(InvalidImage, match="could not read them"):
+        dedupe(live=False, recently_deleted=False, quarantined="unreadable")
+
+
+def test_bytes_whose_stored_copy_is_damaged_are_a_conflict_naming_the_repair() -> None:
+    # The caller's bytes are fine: calling them unreadable would send them looking for a
+    # problem in their image; what waits is an operator restoring the stored copy.
+    with pytest.raises(ConflictFailure, match="missing or damaged") as refused:
+        dedupe(live=False, recently_deleted=False, quarantined="integrity")
+    assert "could not read" not in str(refused.value)
 
 
 def test_the_fingerprint_is_what_makes_a_repeat_the_same_request() -> None:

@@ -34,9 +34,11 @@ from memory_db.repositories._errors import constraint_name
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
+    INTEGRITY_CODES,
     AssetRecord,
     AssetSettled,
     ObjectRecord,
+    QuarantineReason,
     StoredAsset,
     TrashedAsset,
     VaultScope,
@@ -146,16 +148,28 @@ class ObjectRepository:
         )
         return None if row is None else _object(row)
 
-    async def is_quarantined(self, owner: str, sha256: str) -> bool:
-        """Whether the owner's copy of these bytes is quarantined."""
-        found = await self._session.scalar(
-            select(AssetObject.id).where(
-                AssetObject.owner_identity == owner,
-                AssetObject.sha256 == sha256,
-                AssetObject.status == "quarantined",
-            )
+    async def quarantine_reason(self, owner: str, sha256: str) -> QuarantineReason | None:
+        """Why the owner's copy of these bytes is quarantined, or ``None`` when it is not.
+
+        ``integrity``: reconciliation found the stored bytes missing or changed (its images
+        failed with an integrity code); ``unreadable``: the embedding provider could not read
+        the bytes.
+        """
+        row = await self._session.execute(
+            text(
+                "SELECT o.id, EXISTS (SELECT 1 FROM mem_assets a "
+                "WHERE a.owner_identity = o.owner_identity AND a.object_id = o.id "
+                "AND a.status = 'failed' AND a.failure_code = ANY(:codes)) AS integrity "
+                "FROM mem_asset_objects o "
+                "WHERE o.owner_identity = :o AND o.sha256 = :s AND o.status = 'quarantined' "
+                "LIMIT 1"
+            ),
+            {"o": owner, "s": sha256, "codes": list(INTEGRITY_CODES)},
         )
-        return found is not None
+        found = row.first()
+        if found is None:
+            return None
+        return "integrity" if found.integrity else "unreadable"
 
     async def quarantine(self, owner: str, object_id: str) -> None:
         """Take an available object out of reuse and embedding (a provider could not read it)."""
@@ -1024,6 +1038,10 @@ class AssetRepository:
                 FROM agg
                 WHERE a.id = agg.asset_id AND a.owner_identity = :owner
                   AND a.status IN ('processing', 'ready', 'failed')
+                  -- an image failed for its missing or changed bytes stays so, whatever
+                  -- a job that was under way when reconciliation found it does; lifting
+                  -- the quarantine is what settles it again
+                  AND NOT (a.status = 'failed' AND a.failure_code = ANY(:integrity))
                 RETURNING a.id, a.status, a.source_kind
                 )
                 SELECT pg_notify(:channel, changed.id), changed.id, changed.status,
@@ -1031,7 +1049,12 @@ class AssetRepository:
                 FROM changed JOIN before ON before.id = changed.id
                 """
             ),
-            {"owner": owner, "ids": list(asset_ids), "channel": ASSET_STATE_CHANNEL},
+            {
+                "owner": owner,
+                "ids": list(asset_ids),
+                "channel": ASSET_STATE_CHANNEL,
+                "integrity": list(INTEGRITY_CODES),
+            },
         )
         return [
             AssetSettled(asset_id=row.id, status=row.status, source_kind=row.source_kind)

@@ -19,16 +19,13 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 from memory_db.logs import get_logger
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import _object  # pyright: ignore[reportPrivateUsage]
-from memory_db.repositories.records import ObjectRecord
+from memory_db.repositories.records import INTEGRITY_CODES, ObjectRecord
 from memory_db.schema import AssetEmbeddingJob, AssetNamespace, AssetObject, AssetUploadReservation
 from memory_db.vectors.ddl import check_identifier
 
 log = get_logger(__name__)
 
 _UNLOCK_SECONDS = 5.0  # a reachable server answers at once; past this the connection is dropped
-# The failure codes reconciliation gives the images of an object whose bytes are gone or
-# changed; only these does it lift again once the bytes are back and match.
-INTEGRITY_CODES = ("object_missing", "object_corrupt")
 
 
 @asynccontextmanager

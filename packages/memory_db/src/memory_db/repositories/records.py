@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
+
+# The failure codes reconciliation gives the images of an object whose bytes are gone or
+# changed; only these does it lift again once the bytes are back and match.
+INTEGRITY_CODES = ("object_missing", "object_corrupt")
+
+# Why an object is quarantined: reconciliation found its stored bytes missing or changed
+# (``integrity``), or the embedding provider could not read them (``unreadable``).
+QuarantineReason = Literal["integrity", "unreadable"]
 
 
 @dataclass(frozen=True, slots=True)

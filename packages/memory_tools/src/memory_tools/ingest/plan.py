@@ -18,8 +18,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from memory_db import VaultScope
+from memory_db.repositories.records import QuarantineReason
 from memory_db.storage import build_object_key
-from memory_tools.errors import InvalidImage
+from memory_tools.errors import ConflictFailure, InvalidImage
 from memory_tools.ingest.images import InspectedImage
 
 SourceKind = Literal["external_url", "upload", "scrape", "screenshot"]
@@ -192,20 +193,29 @@ def plan_save(
     )
 
 
-def dedupe(*, live: bool, recently_deleted: bool, quarantined: bool) -> Dedupe:
+def dedupe(*, live: bool, recently_deleted: bool, quarantined: QuarantineReason | None) -> Dedupe:
     """How a save gets its object, from what the owner already stores under its SHA-256.
 
     ``live``: a stored copy in use; ``recently_deleted``: a copy a delete left inside its
     grace window (its bytes are still stored and counted, so it is taken back rather than
-    stored and charged again); ``quarantined``: the embedding provider could not read these
-    exact bytes before, which refuses them (``invalid_image``) unless a usable copy exists.
+    stored and charged again); ``quarantined``: why the owner's copy is out of use, which
+    refuses the bytes unless a usable copy exists. ``unreadable``: the embedding provider could
+    not read these exact bytes before (``invalid_image``); ``integrity``: the stored copy went
+    missing or changed and waits for an operator's repair (``conflict``: the bytes themselves
+    are fine, and saving them works again once reconciliation sees the copy restored).
     """
     if live:
         return "share"
     if recently_deleted:
         return "take_back"
-    if quarantined:
+    if quarantined == "unreadable":
         raise InvalidImage(
             "these exact bytes are quarantined: the embedding provider could not read them before"
+        )
+    if quarantined == "integrity":
+        raise ConflictFailure(
+            "an earlier image of these exact bytes is failed because its stored copy is "
+            "missing or damaged; saving these bytes works again once an operator restores "
+            "that copy from a backup"
         )
     return "store"

@@ -535,7 +535,7 @@ class AssetSaver:
                 is not None
             )
             quarantined = (
-                not live and not recent and await uow.objects.is_quarantined(owner, sha256)
+                None if live or recent else await uow.objects.quarantine_reason(owner, sha256)
             )
             how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
             need = plan.charge(deduplicated=how != "store")
