@@ -98,6 +98,11 @@ async def test_registry_aliases_and_names(database: Database) -> None:
             await VectorIndex.open(uow.session, "memory_assets_v1")
         with pytest.raises(NotFound):
             await switch_alias(uow.session, "memory_assets", "never_made")
+        # Alias and index names never overlap: each command taking a name means one thing.
+        with pytest.raises(Conflict, match="name of an alias"):
+            await create_index(uow.session, "memory_assets", dimensions=8, element="vector")
+        with pytest.raises(Conflict, match="name of an index"):
+            await switch_alias(uow.session, "memory_assets_v2", "memory_assets_v2")
 
 
 async def test_alias_switch_is_atomic(database: Database) -> None:

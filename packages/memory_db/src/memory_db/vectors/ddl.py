@@ -152,6 +152,13 @@ async def create_index(
     )
     if exists or registered:
         raise Conflict(f"vector index {name} already exists")
+    # An index named like an alias would make every operator command that takes either name
+    # (reindex, drop-index, the health report) ambiguous.
+    is_alias = await session.scalar(
+        text("SELECT 1 FROM mem_vector_index_aliases WHERE alias = :n"), {"n": name}
+    )
+    if is_alias:
+        raise Conflict(f"{name} is the name of an alias; name the index another way")
     derived = [name + suffix for suffix in _DERIVED]
     taken = await session.scalar(
         text("SELECT n FROM unnest(CAST(:names AS text[])) n WHERE to_regclass(n) IS NOT NULL"),
@@ -258,6 +265,8 @@ async def switch_alias(session: AsyncSession, alias: str, index_name: str) -> No
     """Point ``alias`` at ``index_name`` (in the caller's transaction: readers see old or new)."""
     check_identifier(alias, "alias")
     await describe_index(session, index_name)
+    if await session.scalar(text("SELECT 1 FROM mem_vector_indexes WHERE name = :a"), {"a": alias}):
+        raise Conflict(f"{alias} is the name of an index; an alias needs a name of its own")
     await session.execute(
         text(
             "INSERT INTO mem_vector_index_aliases (alias, index_name) VALUES (:a, :n) "
