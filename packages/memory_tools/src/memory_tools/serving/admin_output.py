@@ -27,6 +27,27 @@ def print_json(document: dict[str, Any]) -> None:
     print(json.dumps(document, indent=2, ensure_ascii=False))
 
 
+def print_report(
+    document: dict[str, Any],
+    *,
+    as_json: bool,
+    title: str,
+    columns: Sequence[str],
+    row: Sequence[object],
+    notes: Sequence[str] = (),
+) -> None:
+    """What an operator command did: ``document`` as JSON for scripts, or a one-row table.
+
+    ``notes``: sentences for a person, printed under the table (the JSON carries their facts).
+    """
+    if as_json:
+        print_json(document)
+        return
+    print_table(title, columns, [row], empty="")
+    for note in notes:
+        print(note)
+
+
 # Above this many rows a table is printed as plain aligned columns: rich lays out every cell
 # of a table before printing it, which took 6 s of CPU for 10,000 identities (the query 0.1 s).
 RICH_TABLE_ROWS = 1000

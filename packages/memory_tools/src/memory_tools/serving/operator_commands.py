@@ -19,7 +19,7 @@ from memory_db import MemorySettings, open_runtime
 from memory_tools import MemoryServices
 from memory_tools.backup import create_backup, require_empty_directory, restore_backup
 from memory_tools.export import export_vault, import_vault
-from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
+from memory_tools.serving.admin_output import Progress, human_bytes, print_report
 
 OPERATOR_COMMANDS = ("backup", "restore", "export", "import")
 
@@ -65,33 +65,37 @@ async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
         "missingObjects": report.missing,
         "purgedMeanwhile": report.purged_meanwhile,
     }
-    if args.json:
-        print_json(document)
-        return
-    print_table(
-        f"backup in {report.destination}",
-        ("schema", "database", "store", "assets", "objects", "files", "size", "missing"),
-        [
-            (
-                report.schema_revision,
-                report.database,
-                report.store if report.objects_included else f"{report.store} (not copied)",
-                report.assets,
-                report.objects,
-                report.files,
-                human_bytes(report.bytes),
-                len(report.missing),
-            )
+    print_report(
+        document,
+        as_json=args.json,
+        title=f"backup in {report.destination}",
+        columns=("schema", "database", "store", "assets", "objects", "files", "size", "missing"),
+        row=(
+            report.schema_revision,
+            report.database,
+            report.store if report.objects_included else f"{report.store} (not copied)",
+            report.assets,
+            report.objects,
+            report.files,
+            human_bytes(report.bytes),
+            len(report.missing),
+        ),
+        notes=[
+            *(
+                []
+                if report.objects_included
+                else ["the S3 bucket was not copied: back it up with its versioning/replication"]
+            ),
+            *(
+                [
+                    f"warning: {len(report.missing)} objects had no bytes or wrong bytes in the "
+                    "store (their ids are in manifest.json); run `memory-server admin reconcile`"
+                ]
+                if report.missing
+                else []
+            ),
         ],
-        empty="",
     )
-    if not report.objects_included:
-        print("the S3 bucket was not copied: back it up with the bucket's versioning/replication")
-    if report.missing:
-        print(
-            f"warning: {len(report.missing)} objects had no bytes or wrong bytes in the store "
-            "(their ids are in manifest.json); run `memory-server admin reconcile`"
-        )
 
 
 async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
@@ -111,21 +115,17 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
         "objectFiles": report.files,
         "bytes": report.bytes,
     }
-    if args.json:
-        print_json(document)
-        return
-    print_table(
-        f"restored into {report.data_dir}",
-        ("backup schema", "schema now", "object files", "size"),
-        [
-            (
-                report.backup_revision,
-                report.schema_revision,
-                report.files,
-                human_bytes(report.bytes),
-            )
-        ],
-        empty="",
+    print_report(
+        document,
+        as_json=args.json,
+        title=f"restored into {report.data_dir}",
+        columns=("backup schema", "schema now", "object files", "size"),
+        row=(
+            report.backup_revision,
+            report.schema_revision,
+            report.files,
+            human_bytes(report.bytes),
+        ),
     )
 
 
@@ -152,28 +152,25 @@ async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
         "bytes": report.bytes,
         "skipped": report.skipped,
     }
-    if args.json:
-        print_json(document)
-        return
-    print_table(
-        f"export of {report.vault} in {report.destination}",
-        ("projects", "folders", "images", "size", "skipped"),
-        [
-            (
-                report.projects,
-                report.folders,
-                report.assets,
-                human_bytes(report.bytes),
-                len(report.skipped),
-            )
-        ],
-        empty="",
-    )
-    if report.skipped:
-        print(
+    print_report(
+        document,
+        as_json=args.json,
+        title=f"export of {report.vault} in {report.destination}",
+        columns=("projects", "folders", "images", "size", "skipped"),
+        row=(
+            report.projects,
+            report.folders,
+            report.assets,
+            human_bytes(report.bytes),
+            len(report.skipped),
+        ),
+        notes=[
             f"warning: {len(report.skipped)} images had no bytes or wrong bytes in the store "
             f"and were left out: {', '.join(report.skipped[:10])}"
-        )
+        ]
+        if report.skipped
+        else [],
+    )
 
 
 async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
@@ -201,24 +198,26 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
         "deduplicated": report.deduplicated,
         "bytes": report.bytes,
     }
-    if args.json:
-        print_json(document)
-        return
-    print_table(
-        f"import into {report.owner} / {report.vault}",
-        ("projects created", "folders created", "saved", "already imported", "deduplicated"),
-        [
-            (
-                report.projects_created,
-                report.folders_created,
-                report.saved,
-                report.replayed,
-                report.deduplicated,
-            )
-        ],
-        empty="",
+    print_report(
+        document,
+        as_json=args.json,
+        title=f"import into {report.owner} / {report.vault}",
+        columns=(
+            "projects created",
+            "folders created",
+            "saved",
+            "already imported",
+            "deduplicated",
+        ),
+        row=(
+            report.projects_created,
+            report.folders_created,
+            report.saved,
+            report.replayed,
+            report.deduplicated,
+        ),
+        notes=["the worker embeds the saved images: run the server or `memory-server worker`"],
     )
-    print("the worker embeds the saved images: run the server or `memory-server worker`")
 
 
 def add_operator_parsers(commands: Any) -> None:

@@ -23,7 +23,7 @@ from memory_tools.reindex import (
     drop_old_index,
     reindex,
 )
-from memory_tools.serving.admin_output import Progress, print_json, print_table
+from memory_tools.serving.admin_output import Progress, print_json, print_report
 
 
 def add_reindex_parsers(commands: Any) -> None:
@@ -110,29 +110,33 @@ async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
         "switched": report.switched,
         "droppedPrevious": report.dropped_old,
     }
-    if args.json:
-        print_json(document)
-        return
     recall = "n/a (no vectors)" if report.recall is None else f"{report.recall:.3f}"
     if report.forced:
         recall += f" (below {report.min_recall}: switched with --force)"
-    print_table(
-        "reindex",
-        ("index", "previous", "embedder", "embedded", "skipped", "assets", f"recall@{RECALL_K}"),
-        [
-            (
-                report.target,
-                report.source + (" (dropped)" if report.dropped_old else " (kept)"),
-                report.embedder,
-                report.embedded,
-                report.skipped,
-                f"{report.target_assets} of {report.source_assets}",
-                recall,
-            )
-        ],
-        empty="",
+    print_report(
+        document,
+        as_json=args.json,
+        title="reindex",
+        columns=(
+            "index",
+            "previous",
+            "embedder",
+            "embedded",
+            "skipped",
+            "assets",
+            f"recall@{RECALL_K}",
+        ),
+        row=(
+            report.target,
+            report.source + (" (dropped)" if report.dropped_old else " (kept)"),
+            report.embedder,
+            report.embedded,
+            report.skipped,
+            f"{report.target_assets} of {report.source_assets}",
+            recall,
+        ),
+        notes=[f"switched: the alias now points at {report.target}"],
     )
-    print(f"switched: the alias now points at {report.target}")
 
 
 async def _drop(settings: MemorySettings, args: argparse.Namespace) -> None:
