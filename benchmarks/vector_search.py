@@ -293,7 +293,13 @@ def _lancedb_peer(
 
 
 async def run(
-    rows: int, query_count: int, elements: list[str], ef_search: int, shares: list[int], peers: bool
+    rows: int,
+    query_count: int,
+    elements: list[str],
+    ef_search: int,
+    shares: list[int],
+    peers: bool,
+    scan_max_rows: int,
 ) -> bool:
     vectors, vaults, centers = make_dataset(rows)
     queries = make_queries(centers, query_count)
@@ -302,7 +308,7 @@ async def run(
     ]
     # Vault v holds 1 % of the rows: the first n vaults are an n % filter.
     filters = [(f"{n} %", n) for n in shares]
-    tuning = SearchTuning(ef_search=ef_search)
+    tuning = SearchTuning(ef_search=ef_search, scan_max_rows=scan_max_rows)
     peer_results: list[tuple[str, float, dict[str, tuple[int, float, float]]]] = []
     with tempfile.TemporaryDirectory() as tmp:
         postgres = PostgresForTests(Path(tmp) / "pg")
@@ -408,6 +414,12 @@ def main() -> None:
     parser.add_argument("--element", choices=["halfvec", "vector", "both"], default="both")
     parser.add_argument("--ef-search", type=int, default=SearchTuning().ef_search)
     parser.add_argument(
+        "--scan-max-rows",
+        type=int,
+        default=SearchTuning().scan_max_rows,
+        help="largest filter 'auto' answers with the bits scan (to try another limit)",
+    )
+    parser.add_argument(
         "--selectivities", default="100,50,20,10,5,2,1", help="filters, %% of the rows (1-100)"
     )
     parser.add_argument("--no-peers", action="store_true", help="skip FAISS and LanceDB")
@@ -418,7 +430,15 @@ def main() -> None:
     if not all(1 <= n <= VAULTS for n in shares):
         parser.error("selectivities are whole percentages, 1-100")
     passed = asyncio.run(
-        run(args.rows, args.queries, elements, args.ef_search, shares, not args.no_peers)
+        run(
+            args.rows,
+            args.queries,
+            elements,
+            args.ef_search,
+            shares,
+            not args.no_peers,
+            args.scan_max_rows,
+        )
     )
     if args.strict and not passed:
         sys.exit(1)
