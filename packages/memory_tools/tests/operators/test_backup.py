@@ -29,6 +29,7 @@ from memory_db import Database, MemorySettings, open_runtime
 from memory_db.dumps import DumpSnapshot, database_target, pg_dump, pg_tool
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_db.testing.s3_peers import S3Peer
 from memory_tools import ConflictFailure, MemoryServices, admin, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.backup import create_backup
@@ -221,6 +222,83 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     assert victim.relative_to(backup).as_posix() in refused.stderr
     assert "does not match its SHA-256" in refused.stderr
     assert not other.exists()
+
+
+async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_bucket(
+    database: Database,
+    database_url: str,
+    moto_peer: S3Peer,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The bucket keeps its own versions and replicas: a backup of an S3 deployment is the
+    # database dump alone, says so, and a restore over the same bucket finds every image.
+    _store, bucket = moto_peer.new_store("backup")
+    await _store.close()
+    s3 = {
+        "asset_storage_provider": "s3",
+        "asset_s3_bucket": bucket,
+        "asset_s3_region": moto_peer.region,
+        "asset_s3_endpoint": moto_peer.endpoint_url,
+        "asset_s3_access_key_id": SecretStr(moto_peer.access_key_id),
+        "asset_s3_secret_access_key": SecretStr(moto_peer.secret_access_key),
+        "asset_s3_force_path_style": True,
+    }
+    source = MemorySettings(
+        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url), **s3
+    )
+    runtime = await open_runtime(source, public_base_url="http://127.0.0.1:9")
+    services = MemoryServices(
+        database=runtime.database, store=runtime.store, settings=source, embedder=runtime.embedder
+    )
+    await admin.create_identity(database, ALICE, 10**9)
+    caller = Caller(ALICE, "akey_a", frozenset({"read", "write"}))
+    saver = AssetSaver(services)
+    saved = [
+        await saver.save(
+            caller, SaveRequest(image_base64=b64(picture(seed)), title=f"lighthouse {seed}")
+        )
+        for seed in (1, 2)
+    ]
+    assert await EmbeddingWorker(services, FAST).drain() > 0
+    await runtime.close()
+
+    capsys.readouterr()
+    await operator_command(source, parse("backup", str(tmp_path / "backup"), "--json"))
+    report = printed_json(capsys.readouterr().out)
+    assert (report["objectStore"], report["objectsIncluded"]) == ("s3", False)
+    assert (report["objects"], report["files"], report["missingObjects"]) == (0, 1, [])
+    assert not (tmp_path / "backup" / "objects").exists()
+    manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
+    assert manifest["objectStore"]["bucket"] == bucket
+    # A person reading the table is told what was not copied.
+    await operator_command(source, parse("backup", str(tmp_path / "table")))
+    assert "the S3 bucket was not copied" in capsys.readouterr().out
+
+    target = MemorySettings(memory_data_dir=tmp_path / "restored", **s3)
+    await operator_command(target, parse("restore", str(tmp_path / "backup"), "--json"))
+    assert printed_json(capsys.readouterr().out)["objectFiles"] == 0
+    restored = await open_runtime(target, public_base_url="http://127.0.0.1:9")
+    try:
+        again = MemoryServices(
+            database=restored.database,
+            store=restored.store,
+            settings=target,
+            embedder=restored.embedder,
+        )
+        key = (await admin.create_key(restored.database, ALICE, ["read"])).secret
+        async with Client(build_memory_server(replace(again, default_api_key=key))) as alice:
+            found = await call(alice, "image_asset_search", {"query": "lighthouse"})
+        assert {hit["assetId"] for hit in found["results"]} == {d.asset_id for d in saved}
+        async with restored.database.unit_of_work() as uow:
+            for done in saved:
+                asset = await uow.assets.get_for_owner(ALICE, done.asset_id)
+                assert asset is not None and asset.status == "ready"
+                stored = await uow.objects.get(ALICE, asset.object_id)
+                body = b"".join([c async for c in restored.store.get_stream(stored.storage_key)])
+                assert hashlib.sha256(body).hexdigest() == stored.sha256
+    finally:
+        await restored.close()
 
 
 def parse(*argv: str) -> argparse.Namespace:
