@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator
+from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
 
@@ -67,6 +67,19 @@ class UnitOfWork:
         self.artifacts = ArtifactRepository(session)
         self.work = WorkRepository(session)
         self.web_sessions = WebSessionRepository(session)
+        self._after_commit: list[Callable[[], None]] = []
+
+    def after_commit(self, callback: Callable[[], None]) -> None:
+        """Run ``callback`` once this unit's transaction has committed (never on a rollback).
+
+        For effects outside the database that must agree with it, such as counting a change
+        in the process's metrics: a change rolled back was never made, so it is not counted.
+        """
+        self._after_commit.append(callback)
+
+    def _committed(self) -> None:
+        for callback in self._after_commit:
+            callback()
 
 
 @asynccontextmanager
@@ -112,8 +125,11 @@ class Database:
         least as large as the number of tasks admitted at once, no checkout can then wait for
         a connection that only a waiting task could give back.
         """
-        async with _one_per_task(), self._sessions() as session, session.begin():
-            yield UnitOfWork(session)
+        async with _one_per_task(), self._sessions() as session:
+            async with session.begin():
+                unit = UnitOfWork(session)
+                yield unit
+            unit._committed()  # pyright: ignore[reportPrivateUsage]
 
     @asynccontextmanager
     async def single_statements(self) -> AsyncGenerator[UnitOfWork, None]:
@@ -127,7 +143,9 @@ class Database:
         async with _one_per_task(), self.engine.connect() as connection:
             await connection.execution_options(isolation_level="AUTOCOMMIT")
             async with AsyncSession(connection, expire_on_commit=False) as session:
-                yield UnitOfWork(session)
+                unit = UnitOfWork(session)
+                yield unit
+            unit._committed()  # pyright: ignore[reportPrivateUsage]
 
     async def close(self) -> None:
         """Dispose the engine's connection pool."""

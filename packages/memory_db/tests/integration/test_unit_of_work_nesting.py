@@ -77,3 +77,32 @@ async def test_the_marker_is_cleared_when_a_unit_of_work_fails(one_connection: D
         async with one_connection.unit_of_work():
             raise RuntimeError("boom")
     assert await _select_one(one_connection) == 1
+
+
+async def test_after_commit_runs_only_when_the_transaction_committed(
+    one_connection: Database,
+) -> None:
+    ran: list[str] = []
+    async with one_connection.unit_of_work() as uow:
+        uow.after_commit(lambda: ran.append("committed"))
+        await uow.session.execute(text("SELECT 1"))
+        assert ran == []  # not before the commit
+    assert ran == ["committed"]
+    with pytest.raises(RuntimeError, match="boom"):
+        async with one_connection.unit_of_work() as uow:
+            uow.after_commit(lambda: ran.append("rolled back"))
+            raise RuntimeError("boom")
+    # A commit the database refuses (a deferred check fails at COMMIT) runs nothing either.
+    with pytest.raises(Exception, match="violates"):
+        async with one_connection.unit_of_work() as uow:
+            uow.after_commit(lambda: ran.append("refused at commit"))
+            await uow.session.execute(
+                text(
+                    "CREATE TEMP TABLE t_after (v int CONSTRAINT one UNIQUE "
+                    "DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP"
+                )
+            )
+            await uow.session.execute(text("INSERT INTO t_after VALUES (1), (1)"))
+    async with one_connection.single_statements() as uow:
+        uow.after_commit(lambda: ran.append("autocommitted"))
+    assert ran == ["committed", "autocommitted"]

@@ -236,7 +236,10 @@ async def _remove(
     released = False
     if await uow.assets.active_references(owner, asset.object_id) == 0:
         released = await uow.objects.mark_deleting(owner, asset.object_id)
-    metrics.ASSETS_DELETED.labels(metrics.bounded(asset.source_kind, metrics.SOURCE_KINDS)).inc()
+    deleted = metrics.ASSETS_DELETED.labels(
+        metrics.bounded(asset.source_kind, metrics.SOURCE_KINDS)
+    )
+    uow.after_commit(deleted.inc)  # a delete rolled back was never made
     return cancelled, removed, released
 
 
