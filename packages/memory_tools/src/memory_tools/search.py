@@ -33,7 +33,7 @@ from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
 from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
 from memory_db.errors import ConfigurationError, EmbeddingError
-from memory_db.repositories import AssetFilter, StoredAsset, VaultScope
+from memory_db.repositories import AssetFilter, StoredAsset, TextMatch, VaultScope
 from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import VectorHit, VectorIndex
 from memory_tools import metrics, policy
@@ -73,6 +73,13 @@ TEXT_HITS = 50
 # Reciprocal-rank fusion constant: a first place adds 1/21 ≈ 0.048 to an asset's relevance,
 # a tenth place 1/30 ≈ 0.033; the best cosine similarity carries the rest.
 RRF_K = 20
+# When this few assets hold every word of a text query (an exact title, a name, a code), they
+# are what the caller means and come first, whatever their similarity: a text diluted by a long
+# description embeds farther from the query than the many shorter texts that share only its
+# common words. Words more assets share are no such evidence, and similarity decides.
+PRECISE_WORD_MATCHES = 3
+# What a precise word match adds to its relevance: more than any similarity (at most 1).
+PRECISE_MATCH_BONUS = 1.0
 # Filters without a column in the vector index (tags, untagged, source host): when they match
 # at most this many assets the ANN query is restricted to exactly those; beyond it, the index
 # is overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
@@ -161,13 +168,14 @@ class Evidence:
 
 def fuse(
     hits: Sequence[VectorHit],
-    words: Sequence[tuple[str, float]],
+    words: Sequence[TextMatch],
     word_hits: Sequence[VectorHit],
 ) -> dict[str, Evidence]:
     """Reciprocal-rank fusion of the ranked lists, plus each asset's best similarity.
 
     ``hits``: the ANN list, best first, whose ``visual`` and ``fused`` hits rank as two lists;
-    ``words``: the full-text list (asset id, text rank), best first; ``word_hits``: the
+    ``words``: the full-text list, best first (a precise match, one of at most
+    ``PRECISE_WORD_MATCHES`` holding every word, gets ``PRECISE_MATCH_BONUS``); ``word_hits``: the
     similarities of the word matches' vectors, which count but do not rank.
     """
     fusion: dict[str, Evidence] = {}
@@ -178,10 +186,13 @@ def fuse(
             evidence.rank(position)
             evidence.similarity(hit.score)
             evidence.matched.add(representation)
-    for position, (asset_id, _text_rank) in enumerate(words):
-        evidence = fusion.setdefault(asset_id, Evidence())
+    precise = sum(match.every_word for match in words) <= PRECISE_WORD_MATCHES
+    for position, match in enumerate(words):
+        evidence = fusion.setdefault(match.asset_id, Evidence())
         evidence.rank(position)
         evidence.matched.add("metadata")
+        if precise and match.every_word:
+            evidence.relevance += PRECISE_MATCH_BONUS
     for hit in word_hits:
         fusion[hit.asset_id].similarity(hit.score)
     for evidence in fusion.values():
@@ -523,7 +534,7 @@ class AssetSearcher:
             else:
                 overfetch = WIDE_OVERFETCH
         hits: list[VectorHit] = []
-        words: list[tuple[str, float]] = []
+        words: list[TextMatch] = []
         word_hits: list[VectorHit] = []
 
         async def vector_list() -> None:
@@ -546,7 +557,7 @@ class AssetSearcher:
             assert text is not None
             words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
             word_hits = await index.distances(
-                vector, vault_scopes, [asset_id for asset_id, _ in words], model=embedder.model
+                vector, vault_scopes, [match.asset_id for match in words], model=embedder.model
             )
 
         await vector_list()

@@ -536,7 +536,7 @@ async def test_the_full_text_list_ranks_a_bounded_pool_every_word_first(
         )
     assert len(wide) == 4 and wide[0][0] == both["assetId"]
     assert len(small) == 2 and small[0][0] == both["assetId"]
-    assert [asset_id for asset_id, _ in only_all] == [both["assetId"]]
+    assert [match.asset_id for match in only_all] == [both["assetId"]]
 
 
 async def test_the_one_asset_holding_every_word_outranks_denser_partial_matches(
@@ -579,6 +579,45 @@ async def test_the_one_asset_holding_every_word_outranks_denser_partial_matches(
             client, "image_asset_search", {"query": "harbour lantern number quillet", "limit": 1}
         )
     assert [hit["assetId"] for hit in answer["results"]] == [target["assetId"]]
+
+
+async def test_the_only_asset_holding_every_word_comes_first_over_closer_vectors(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """A rare word (a name, a code) the query shares with one asset decides the first place.
+
+    Found by the load benchmark at 100,000 assets: hundreds of assets held a title's three
+    common words, and their shorter texts embedded closer to the query than the one asset
+    holding all four words (its description diluted its vector), so similarity, which
+    outweighs a first place in the text list, pushed it out of the top 10.
+    """
+    async with client_as(alice.key) as client:
+        target = await _call(
+            client,
+            "image_asset_save",
+            {
+                "imageBase64": b64(picture(50)),
+                "title": "harbour lantern number quillet",
+                "description": "misty morning over the quiet grey water with gulls and rope",
+            },
+        )
+        for seed in (51, 52, 53):
+            await _call(
+                client,
+                "image_asset_save",
+                {"imageBase64": b64(picture(seed)), "title": "harbour lantern number"},
+            )
+        await EmbeddingWorker(saving).drain()
+        answer = await _call(
+            client, "image_asset_search", {"query": "harbour lantern number quillet", "limit": 2}
+        )
+        common = await _call(client, "image_asset_search", {"query": "harbour lantern", "limit": 4})
+    hits = answer["results"]
+    assert hits[0]["assetId"] == target["assetId"]
+    # Not by a better similarity: the next asset's vector is closer to the query.
+    assert hits[1]["score"] > hits[0]["score"]
+    # Words four assets share are no such evidence: similarity orders them as before.
+    assert common["results"][-1]["assetId"] == target["assetId"]
 
 
 async def test_a_query_image_given_as_bytes_searches_like_base64_within_the_same_limit(

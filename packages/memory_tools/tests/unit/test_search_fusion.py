@@ -6,8 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 
+from memory_db.repositories import TextMatch
 from memory_db.vectors import VectorHit
 from memory_tools.search import (
+    PRECISE_MATCH_BONUS,
+    PRECISE_WORD_MATCHES,
     RRF_K,
     Evidence,
     SearchHit,
@@ -43,7 +46,7 @@ def test_visual_and_fused_hits_rank_as_two_lists_plus_the_best_similarity() -> N
 def test_a_word_match_ranks_in_its_own_list_and_its_similarity_counts_without_ranking() -> None:
     fusion = fuse(
         [hit("a", "visual", 0.3)],
-        [("b", 0.8), ("a", 0.2)],
+        [TextMatch("b", 0.8, False), TextMatch("a", 0.2, False)],
         [hit("b", "fused", 0.25), hit("a", "fused", 0.35)],
     )
     assert fusion["b"].matched == {"metadata"}
@@ -54,9 +57,20 @@ def test_a_word_match_ranks_in_its_own_list_and_its_similarity_counts_without_ra
 
 
 def test_a_word_match_without_a_vector_has_no_score() -> None:
-    fusion = fuse([], [("c", 1.0)], [])
+    fusion = fuse([], [TextMatch("c", 1.0, False)], [])
     assert fusion["c"].score is None and fusion["c"].relevance == pytest.approx(FIRST)
     assert best_first(fusion, evidence_floor=0.1, min_score=None) == []
+
+
+def test_a_few_assets_holding_every_word_come_first_and_many_do_not() -> None:
+    close = [hit("x", "fused", 0.9), hit("exact", "fused", 0.4)]
+    precise = fuse(close, [TextMatch("exact", 0.5, True), TextMatch("x", 0.4, False)], [])
+    assert precise["exact"].relevance == pytest.approx(SECOND + FIRST + 0.4 + PRECISE_MATCH_BONUS)
+    assert best_first(precise, evidence_floor=0.1, min_score=None) == ["exact", "x"]
+    # Every word held by more assets than that: common words, similarity decides.
+    many = [TextMatch(f"m{i}", 0.5, True) for i in range(PRECISE_WORD_MATCHES + 1)]
+    common = fuse([hit("m0", "fused", 0.9), hit("m1", "fused", 0.4)], many, [])
+    assert common["m1"].relevance == pytest.approx(SECOND + SECOND + 0.4)
 
 
 def evidence(relevance: float, score: float | None, *matched: str) -> Evidence:

@@ -40,6 +40,7 @@ from memory_db.repositories.records import (
     ObjectRecord,
     QuarantineReason,
     StoredAsset,
+    TextMatch,
     TrashedAsset,
     VaultScope,
 )
@@ -576,7 +577,7 @@ class AssetRepository:
         *,
         limit: int,
         pool: int = TEXT_POOL,
-    ) -> list[tuple[str, float]]:
+    ) -> list[TextMatch]:
         """Ready assets whose title, tags, alt text or description share words with ``words``.
 
         English-stemmed. Ranking reads every row it ranks, so at most ``pool`` matches are
@@ -591,7 +592,7 @@ class AssetRepository:
         pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
         every_word = func.plainto_tsquery(literal("english", REGCONFIG), words)
         any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
-        found: list[tuple[str, float]] = []
+        found: list[TextMatch] = []
         for query in (every_word, any_word):
             wanted = pool - len(found)
             if wanted <= 0 or len(found) >= limit:
@@ -611,13 +612,16 @@ class AssetRepository:
                     ),
                 )
             if found:
-                matches = matches.where(Asset.id.not_in([asset_id for asset_id, _ in found]))
+                matches = matches.where(Asset.id.not_in([match.asset_id for match in found]))
             pooled = matches.limit(wanted).subquery()
             rank = func.ts_rank_cd(pooled.c.search_document, any_word)
             rows = await self._session.execute(
                 select(pooled.c.id, rank).order_by(rank.desc(), pooled.c.id).limit(limit)
             )
-            found.extend((asset_id, float(score)) for asset_id, score in rows.all())
+            found.extend(
+                TextMatch(asset_id, float(score), query is every_word)
+                for asset_id, score in rows.all()
+            )
         # Not re-sorted across the two passes: an asset holding every word stays ahead of one
         # holding some of them, however often (cover density rewards repeating a common word,
         # which would push a unique title's one match past a short limit).

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 # The failure codes reconciliation gives the images of an object whose bytes are gone or
 # changed; only these does it lift again once the bytes are back and match.
@@ -13,6 +13,14 @@ INTEGRITY_CODES = ("object_missing", "object_corrupt")
 # Why an object is quarantined: reconciliation found its stored bytes missing or changed
 # (``integrity``), or the embedding provider could not read them (``unreadable``).
 QuarantineReason = Literal["integrity", "unreadable"]
+
+
+class TextMatch(NamedTuple):
+    """One asset of the full-text list: its text rank and whether it holds every query word."""
+
+    asset_id: str
+    rank: float
+    every_word: bool
 
 
 @dataclass(frozen=True, slots=True)
