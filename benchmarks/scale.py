@@ -43,7 +43,7 @@ from memory_db.database import create_engine, to_plain_url
 from memory_db.repositories import VaultScope
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database
-from memory_db.vectors import VectorIndex, create_index
+from memory_db.vectors import SearchTuning, VectorIndex, create_index
 
 TABLE = "scale_halfvec"
 TARGET_RECALL = 0.95
@@ -99,7 +99,7 @@ async def _load_timed(
     return total, build
 
 
-async def measure(rows: int, query_count: int, tmp: Path) -> dict[str, float]:
+async def measure(rows: int, query_count: int, tmp: Path, tuning: SearchTuning) -> dict[str, float]:
     """Every figure for one size, in a fresh database of a fresh server."""
     vectors, vaults, centers = make_dataset(rows)
     queries = make_queries(centers, query_count)
@@ -135,7 +135,7 @@ async def measure(rows: int, query_count: int, tmp: Path) -> dict[str, float]:
                 async with database.unit_of_work() as uow:
                     index = await VectorIndex.open(uow.session, TABLE)
                     started = time.perf_counter()
-                    hits = await index.search(q, scopes[:n], model=MODEL, limit=10)
+                    hits = await index.search(q, scopes[:n], model=MODEL, limit=10, tuning=tuning)
                     times.append(time.perf_counter() - started)
                 found = {int(h.vector_id, 16) for h in hits}
                 truth = _truth(stored, vaults, query.astype(np.float32), n)
@@ -213,12 +213,13 @@ def report(results: list[dict[str, float]]) -> bool:
     return passed
 
 
-async def run(sizes: list[int], query_count: int) -> bool:
+async def run(sizes: list[int], query_count: int, tuning: SearchTuning) -> bool:
+    print(f"ef_search={tuning.ef_search}, scan_max_rows={tuning.scan_max_rows:,}", flush=True)
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for rows in sizes:
             print(f"measuring {rows:,} vectors ...", flush=True)
-            results.append(await measure(rows, query_count, Path(tmp)))
+            results.append(await measure(rows, query_count, Path(tmp), tuning))
     return report(results)
 
 
@@ -228,6 +229,7 @@ def main() -> None:
     parser.add_argument("--big", action="store_true", help="add 300,000 vectors to the sizes")
     parser.add_argument("--quick", action="store_true", help="2,000 and 10,000 vectors only")
     parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--ef-search", type=int, default=SearchTuning().ef_search)
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
     sizes = [int(x) for x in args.sizes.split(",")]
@@ -235,7 +237,8 @@ def main() -> None:
         sizes = [2_000, 10_000]
     elif args.big and 300_000 not in sizes:
         sizes.append(300_000)
-    passed = asyncio.run(run(sorted(sizes), args.queries))
+    tuning = SearchTuning(ef_search=args.ef_search)
+    passed = asyncio.run(run(sorted(sizes), args.queries, tuning))
     if args.strict and not passed:
         raise SystemExit(1)
 

@@ -73,7 +73,7 @@ class SearchTuning:
 
     ef_search: int = 250
     max_scan_tuples: int = 20_000
-    scan_max_rows: int = 5_000
+    scan_max_rows: int = 8_000
     rescore_factor: int = 4
     rescore_min: int = 100
 
