@@ -7,6 +7,7 @@ on known pixels, tokenisation against the tokenizer file, and clear start-up err
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import socket
@@ -82,7 +83,7 @@ async def test_batching_gives_the_same_vectors_as_one_at_a_time(clip: ClipEmbedd
 
 def test_preprocessing_matches_the_configuration_on_known_pixels(clip_model_dir: Path) -> None:
     steps = parse_preprocessing(
-        __import__("json").loads((clip_model_dir / "preprocessor_config.json").read_text())
+        json.loads((clip_model_dir / "preprocessor_config.json").read_text())
     )
     assert steps.shortest_edge == 20 and steps.crop == (TINY_SIDE, TINY_SIDE)
     assert steps.mean == TINY_MEAN and steps.std == TINY_STD
@@ -174,6 +175,17 @@ def test_a_missing_or_corrupt_file_is_a_start_up_error_naming_it(
     with pytest.raises(ConfigurationError, match=name.replace(".", r"\.")):
         ClipEmbedder(broken)
     assert connections == []  # nothing tried to download the file
+
+
+def test_a_preprocessing_the_image_encoder_cannot_take_is_a_start_up_error(
+    clip_model_dir: Path, tmp_path: Path
+) -> None:
+    wrong = shutil.copytree(clip_model_dir, tmp_path / "wrong")
+    config = json.loads((wrong / "preprocessor_config.json").read_text())
+    config["crop_size"] = {"height": 24, "width": 24}
+    (wrong / "preprocessor_config.json").write_text(json.dumps(config))
+    with pytest.raises(ConfigurationError, match=r"visual\.onnx takes input .* but preprocessor"):
+        ClipEmbedder(wrong)
 
 
 def test_a_missing_model_directory_names_the_setting(tmp_path: Path) -> None:

@@ -362,9 +362,35 @@ class ClipModel:
         )
 
     def _probe(self) -> int:
-        text = self.encode_texts(["a photo"])
         side_h, side_w = self.preprocessing.output_size
-        image = self._run_images(np.zeros((1, 3, side_h, side_w), dtype=np.float32))
+        shape = list(self.visual.get_inputs()[0].shape)
+        if len(shape) != 4 or any(
+            isinstance(want, int) and want != got
+            for want, got in zip(shape[1:], (3, side_h, side_w), strict=True)
+        ):
+            raise ConfigurationError(
+                f"clip model {self.name}: {VISUAL_FILE} takes input {shape} but "
+                f"{PREPROCESSOR_FILE} makes [N, 3, {side_h}, {side_w}]"
+            )
+        try:
+            text = self.encode_texts(["a photo"])
+        except Exception as exc:  # onnxruntime's own exception types
+            raise ConfigurationError(
+                f"clip model {self.name}: {TEXTUAL_FILE} failed on a test text: "
+                f"{str(exc).splitlines()[0][:300]}"
+            ) from None
+        try:
+            image = self._run_images(np.zeros((1, 3, side_h, side_w), dtype=np.float32))
+        except Exception as exc:  # onnxruntime's own exception types
+            raise ConfigurationError(
+                f"clip model {self.name}: {VISUAL_FILE} failed on a test image: "
+                f"{str(exc).splitlines()[0][:300]}"
+            ) from None
+        if text.ndim != 2 or image.ndim != 2:
+            raise ConfigurationError(
+                f"clip model {self.name}: the encoders must output [N, D] vectors "
+                f"(got {list(image.shape)} and {list(text.shape)})"
+            )
         if text.shape[1] != image.shape[1]:
             raise ConfigurationError(
                 f"clip model {self.name}: {VISUAL_FILE} makes {image.shape[1]}-d vectors but "

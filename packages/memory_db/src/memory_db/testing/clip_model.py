@@ -105,7 +105,7 @@ def _preprocessor(resize: int, side: int, mean: Sequence[float], std: Sequence[f
     )
 
 
-def _write_tiny_visual(path: Path, rng: np.random.Generator, dims: int) -> None:
+def _write_tiny_visual(path: Path, rng: np.random.Generator, dims: int, side: int) -> None:
     from onnx import TensorProto, helper
 
     patch = 8
@@ -121,9 +121,7 @@ def _write_tiny_visual(path: Path, rng: np.random.Generator, dims: int) -> None:
         helper.make_node("MatMul", ["flat", "proj"], ["image_embeds"]),
     ]
     inputs = [
-        helper.make_tensor_value_info(
-            "pixel_values", TensorProto.FLOAT, ["batch", 3, TINY_SIDE, TINY_SIDE]
-        )
+        helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["batch", 3, side, side])
     ]
     outputs = [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["batch", dims])]
     _save(path, nodes, inputs, outputs, inits)
@@ -155,15 +153,26 @@ def _write_tiny_textual(path: Path, rng: np.random.Generator, vocab: int, dims: 
     _save(path, nodes, inputs, outputs, inits)
 
 
-def write_tiny_model(directory: Path, *, seed: int = 20, dims: int = TINY_DIMENSIONS) -> Path:
-    """A complete tiny model directory at ``directory`` (created); returns it."""
+def write_tiny_model(
+    directory: Path,
+    *,
+    seed: int = 20,
+    dims: int = TINY_DIMENSIONS,
+    side: int = TINY_SIDE,
+    resize: int = TINY_RESIZE,
+) -> Path:
+    """A complete tiny model directory at ``directory`` (created); returns it.
+
+    The image encoder takes ``side`` x ``side`` pixels; the preprocessing resizes the shorter
+    side to ``resize`` and crops the centre ``side`` x ``side``.
+    """
     directory.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(seed)
     vocab = write_tokenizer(directory / "tokenizer.json")
-    _write_tiny_visual(directory / "visual.onnx", rng, dims)
+    _write_tiny_visual(directory / "visual.onnx", rng, dims, side)
     _write_tiny_textual(directory / "textual.onnx", rng, len(vocab), dims)
     (directory / "preprocessor_config.json").write_text(
-        _preprocessor(TINY_RESIZE, TINY_SIDE, TINY_MEAN, TINY_STD), encoding="utf-8"
+        _preprocessor(resize, side, TINY_MEAN, TINY_STD), encoding="utf-8"
     )
     (directory / "model.json").write_text(
         json.dumps({"dimensions": dims, "context_length": TINY_CONTEXT}), encoding="utf-8"
@@ -290,6 +299,70 @@ def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> 
     return directory
 
 
+class ModelHubServer:
+    """A model hub on 127.0.0.1 laid out like Hugging Face's, for ``models fetch`` tests.
+
+    ``files`` maps a hub path (``/<repo>/resolve/<revision>/<file>``) to its bytes. A request for
+    one is redirected to ``/cdn/...`` with the file's SHA-256 in ``X-Linked-Etag`` (the hub's
+    way of publishing it), computed when the server starts: changing ``files`` afterwards
+    serves bytes that do not match what is published.
+    """
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        import hashlib
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.files = dict(files)
+        self.published = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
+        self.requests: list[str] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hub.requests.append(self.path)
+                if self.path.startswith("/cdn/"):
+                    body = hub.files[self.path.removeprefix("/cdn")]
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                if self.path not in hub.files:
+                    self.send_error(404)
+                    return
+                self.send_response(302)
+                self.send_header("Location", f"/cdn{self.path}")
+                self.send_header("X-Linked-Etag", f'"{hub.published[self.path]}"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> ModelHubServer:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def hub_files_for(entry: Any, directory: Path) -> dict[str, bytes]:
+    """The hub paths of catalog ``entry``'s files, with the bytes of ``directory``'s files."""
+    return {
+        f"/{entry.repo}/resolve/{entry.revision}/{remote}": (directory / local).read_bytes()
+        for local, remote in entry.files.items()
+    }
+
+
 __all__ = [
     "TINY_CONTEXT",
     "TINY_DIMENSIONS",
@@ -297,6 +370,8 @@ __all__ = [
     "TINY_RESIZE",
     "TINY_SIDE",
     "TINY_STD",
+    "ModelHubServer",
+    "hub_files_for",
     "write_tiny_model",
     "write_tokenizer",
     "write_vit_b32_model",
