@@ -57,7 +57,13 @@ def clip_dimensions(model: str, settings: MemorySettings) -> int:
 
     ``ConfigurationError`` asking for ``ASSET_EMBED_DIM`` when neither says.
     """
-    declared = read_manifest(model_path(settings.model_dir, model)).get("dimensions")
+    directory = model_path(settings.model_dir, model)
+    if not directory.is_dir():
+        raise ConfigurationError(
+            f"clip model {model}: no model directory at {directory} "
+            "(ASSET_EMBED_MODEL_DIR/ASSET_EMBED_MODEL; memory-server models fetch NAME)"
+        )
+    declared = read_manifest(directory).get("dimensions")
     if isinstance(declared, int) and declared > 0:
         return declared
     entry = catalog_model(model)
