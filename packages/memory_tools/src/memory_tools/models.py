@@ -119,6 +119,9 @@ async def _download(
             if declared > MAX_FILE_BYTES:
                 raise FetchFailed(f"{name}: {declared} bytes is more than a model file may be")
             expected = _published_sha256(response)
+            # Progress every 2 % (or 8 MiB without a length): a log keeps ~50 lines a file.
+            step = max(_CHUNK, declared // 50) if declared else 8 * _CHUNK
+            reported = 0
             with target.open("wb") as out:
                 async for chunk in response.aiter_bytes(_CHUNK):
                     size += len(chunk)
@@ -126,8 +129,11 @@ async def _download(
                         raise FetchFailed(f"{name}: more bytes than a model file may be")
                     digest.update(chunk)
                     out.write(chunk)
-                    if progress is not None:
+                    if progress is not None and size - reported >= step:
+                        reported = size
                         progress(size, declared or size, name)
+            if progress is not None:
+                progress(size, declared or size, name)
     except httpx.HTTPError as exc:
         raise FetchFailed(f"{name}: download failed ({type(exc).__name__}: {exc})") from None
     actual = digest.hexdigest()
