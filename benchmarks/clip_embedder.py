@@ -76,7 +76,7 @@ def _report(label: str, embedder: ClipEmbedder, previews: list[bytes], rounds: i
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--rounds", type=int, default=12, help="timed rounds per figure")
     parser.add_argument(
         "--tiny-only", action="store_true", help="skip the ViT-B/32-shaped model (~600 MB)"
