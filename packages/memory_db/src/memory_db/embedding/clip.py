@@ -117,8 +117,7 @@ def _triple(value: Any, what: str, default: tuple[float, float, float]) -> tuple
         value = [value] * 3
     if not isinstance(value, list) or len(value) != 3:
         raise ValueError(f"{what} must be three numbers")
-    numbers = tuple(float(v) for v in value)
-    return numbers
+    return tuple(float(v) for v in value)
 
 
 def parse_preprocessing(config: dict[str, Any]) -> Preprocessing:
@@ -151,11 +150,11 @@ def parse_preprocessing(config: dict[str, Any]) -> Preprocessing:
     elif shortest is not None:
         raise ValueError("a shortest_edge resize needs do_center_crop (the encoder needs a square)")
     rescale = float(config.get("rescale_factor", 1 / 255)) if config.get("do_rescale", True) else 1
-    normalise = config.get("do_normalize", True)
-    mean = _triple(config.get("image_mean"), "image_mean", (0.0, 0.0, 0.0)) if normalise else None
-    std = _triple(config.get("image_std"), "image_std", (1.0, 1.0, 1.0)) if normalise else None
-    mean3 = (mean or (0.0, 0.0, 0.0))[:3]
-    std3 = (std or (1.0, 1.0, 1.0))[:3]
+    mean3: tuple[float, ...] = (0.0, 0.0, 0.0)
+    std3: tuple[float, ...] = (1.0, 1.0, 1.0)
+    if config.get("do_normalize", True):
+        mean3 = _triple(config.get("image_mean"), "image_mean", (0.0, 0.0, 0.0))
+        std3 = _triple(config.get("image_std"), "image_std", (1.0, 1.0, 1.0))
     if any(s <= 0 for s in std3):
         raise ValueError("image_std must be positive")
     return Preprocessing(
