@@ -14,6 +14,7 @@ HERE = Path(__file__).parent
 BENCHMARKS = [
     ("MCP tool layer vs repositories", ["mcp_layer.py"]),
     ("local embedder vs decoding", ["local_embedder.py"]),
+    ("clip embedder (tiny and ViT-B/32-shaped ONNX) vs decoding", ["clip_embedder.py"]),
     ("ingest pipeline vs Pillow", ["ingest.py"]),
     ("embedding worker vs a naive loop", ["worker.py"]),
     (

@@ -18,6 +18,7 @@ from memory_tools.serving.arguments import (
     serve_command,
     worker_command,
 )
+from memory_tools.serving.models_commands import add_models_parser, models_command
 from memory_tools.serving.operator_commands import (
     OPERATOR_COMMANDS,
     add_operator_parsers,
@@ -77,6 +78,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands.add_parser("migrate", help="apply database migrations")
     add_admin_parser(commands)
     add_reindex_parsers(commands)
+    add_models_parser(commands)
     add_reconcile_parser(commands)
     add_operator_parsers(commands)
     return parser
@@ -95,6 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             await _migrate(settings)
         elif args.command in ("reindex", "drop-index"):
             await reindex_command(settings, args)
+        elif args.command == "models":
+            await models_command(settings, args)
         elif args.command == "reconcile":
             await reconcile_command(settings, args)
         elif args.command in OPERATOR_COMMANDS:

@@ -92,6 +92,8 @@ class MemorySettings(BaseSettings):
     asset_embed_fused_mode: Literal["combine", "native"] = "combine"
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
+    # Where the clip provider's models live, one directory per model (default: data dir/models).
+    asset_embed_model_dir: Path | None = None
 
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.
@@ -141,7 +143,7 @@ class MemorySettings(BaseSettings):
     memory_db_pool_overflow: int = Field(default=8, ge=0, le=1000)
     memory_log_format: Literal["auto", "console", "json"] = "auto"
     memory_log_level: Literal["debug", "info", "warning", "error"] = "info"
-    asset_embed_provider: Literal["local", "jina"] = "local"
+    asset_embed_provider: Literal["local", "jina", "clip"] = "local"
     jina_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     jina_base_url: str = "https://api.jina.ai/v1"
 
@@ -224,6 +226,14 @@ class MemorySettings(BaseSettings):
         check_data_dir(value)
         return value
 
+    @field_validator("asset_embed_model_dir")
+    @classmethod
+    def _model_dir(cls, value: Path | None) -> Path | None:
+        if value is None:
+            return None
+        value = value.expanduser()
+        return value if value.is_absolute() else Path.cwd() / value
+
     @model_validator(mode="after")
     def _cross_field(self) -> MemorySettings:
         if self.asset_storage_provider == "s3":
@@ -251,6 +261,11 @@ class MemorySettings(BaseSettings):
     def objects_dir(self) -> Path:
         """Where the local object store keeps its files."""
         return self.memory_data_dir / "objects"
+
+    @property
+    def model_dir(self) -> Path:
+        """Where the clip provider's model directories are (``ASSET_EMBED_MODEL_DIR``)."""
+        return self.asset_embed_model_dir or self.memory_data_dir / "models"
 
     @property
     def uses_embedded_database(self) -> bool:

@@ -1,8 +1,9 @@
-"""Fixtures: the Jina protocol server on 127.0.0.1 and a recording sleep."""
+"""Fixtures: the Jina protocol server on 127.0.0.1, a recording sleep, a tiny clip model."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -33,3 +34,11 @@ class RecordingSleep:
 @pytest.fixture
 def sleeps() -> RecordingSleep:
     return RecordingSleep()
+
+
+@pytest.fixture(scope="module")
+def clip_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One tiny, randomly initialised clip model directory for a test module."""
+    from memory_db.testing.clip_model import write_tiny_model
+
+    return write_tiny_model(tmp_path_factory.mktemp("models") / "tiny-clip")

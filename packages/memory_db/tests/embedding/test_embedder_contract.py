@@ -1,15 +1,17 @@
-"""One contract for every embedder: Jina (against the protocol server), local, scripted fake."""
+"""One contract for every embedder: Jina (protocol server), local, clip (tiny model), fake."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 import pyvips
 
 from memory_db.embedding import (
+    ClipEmbedder,
     Embedder,
     FusedInput,
     ImageInput,
@@ -36,15 +38,17 @@ def protocol_server() -> Iterator[JinaTestServer]:
         server.stop()
 
 
-@pytest.fixture(params=["jina", "local", "fake"])
+@pytest.fixture(params=["jina", "local", "clip", "fake"])
 async def embedder(
-    request: pytest.FixtureRequest, protocol_server: JinaTestServer
+    request: pytest.FixtureRequest, protocol_server: JinaTestServer, clip_model_dir: Path
 ) -> AsyncIterator[Embedder]:
     made: Embedder
     if request.param == "jina":
         made = JinaEmbedder(api_keys=["contract-key"], base_url=protocol_server.base_url)
     elif request.param == "local":
         made = LocalEmbedder()
+    elif request.param == "clip":
+        made = ClipEmbedder(clip_model_dir)
     else:
         made = ScriptedEmbedder()
     assert isinstance(made, Embedder)

@@ -252,3 +252,13 @@ def test_screenshot_settings_are_read_and_bounded(monkeypatch: pytest.MonkeyPatc
         with pytest.raises(ConfigurationError, match=variable):
             load_settings()
         monkeypatch.delenv(variable)
+
+
+def test_the_clip_model_directory_is_read(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("MEMORY_DATA_DIR", str(tmp_path))
+    assert load_settings().model_dir == tmp_path / "models"
+    monkeypatch.setenv("ASSET_EMBED_PROVIDER", "clip")
+    monkeypatch.setenv("ASSET_EMBED_MODEL_DIR", str(tmp_path / "elsewhere"))
+    settings = load_settings()
+    assert settings.asset_embed_provider == "clip"
+    assert settings.model_dir == tmp_path / "elsewhere"

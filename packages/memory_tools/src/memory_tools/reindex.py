@@ -27,7 +27,14 @@ import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memory_db import AssetRecord, Database, MemoryDbError, VaultScope, get_logger
+from memory_db import (
+    AssetRecord,
+    Database,
+    MemoryDbError,
+    MemorySettings,
+    VaultScope,
+    get_logger,
+)
 from memory_db.embedding import (
     JINA_MODEL,
     LOCAL_MODEL,
@@ -38,6 +45,7 @@ from memory_db.embedding import (
     ImageInput,
     TextInput,
     check_identity,
+    clip_dimensions,
 )
 from memory_db.errors import ChecksumMismatch, ConfigurationError, EmbeddingError
 from memory_db.vectors import (
@@ -226,14 +234,24 @@ async def _drop(database: Database, name: str) -> None:
 # --- start -------------------------------------------------------------------------------------
 
 
-def _wanted(active: EmbedderIdentity | None, request: ReindexRequest) -> EmbedderIdentity:
+def _wanted(
+    active: EmbedderIdentity | None, request: ReindexRequest, settings: MemorySettings
+) -> EmbedderIdentity:
     """The new index's embedder: the request's parts, the rest from the active index."""
     provider = request.provider or (active.provider if active else "local")
     same = active is not None and active.provider == provider
+    if provider == "clip" and not request.model and not same:
+        raise InvalidInputFailure(
+            "--provider clip needs --model NAME: a model directory under ASSET_EMBED_MODEL_DIR "
+            "(memory-server models list)"
+        )
     model = request.model or (
         active.model if same and active else (LOCAL_MODEL if provider == "local" else JINA_MODEL)
     )
-    dimensions = request.dimensions or (active.dimensions if same and active else 1024)
+    dimensions = request.dimensions or (active.dimensions if same and active else None)
+    if dimensions is None:
+        # A clip model's dimension is its own (model.json or the catalog), not a default.
+        dimensions = clip_dimensions(model, settings) if provider == "clip" else 1024
     return EmbedderIdentity(provider, model, dimensions)
 
 
@@ -288,8 +306,8 @@ async def _start(
             raise ConflictFailure(
                 f"vector index {target} exists; choose a new name (or drop it first)"
             )
-        identity = _wanted(active, request)
         try:
+            identity = _wanted(active, request, services.settings)
             check_identity(identity)
             check_dimensions(identity.dimensions, element)
         except (ConfigurationError, MemoryDbError) as exc:

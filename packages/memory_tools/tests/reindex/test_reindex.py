@@ -303,3 +303,48 @@ async def test_recall_counts_equally_near_duplicates_as_found(
     await EmbeddingWorker(services, FAST).drain()
     report = await reindex(services, ReindexRequest("copies_v2", provider="local", min_recall=1.0))
     assert report.switched and report.recall == 1.0
+
+
+async def test_switching_to_a_local_clip_model(
+    services: MemoryServices, database: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """``reindex --provider clip --model NAME``: the model's own dimension, found by name."""
+    from memory_db.testing.clip_model import write_tiny_model
+    from memory_tools import admin
+
+    models = tmp_path_factory.mktemp("models")
+    write_tiny_model(models / "tiny-clip")
+    services = replace(
+        services, settings=services.settings.model_copy(update={"asset_embed_model_dir": models})
+    )
+    await admin.create_identity(database, OWNER, 10**9)
+    ids = [await _save(services, seed) for seed in range(4)]
+    await EmbeddingWorker(services, FAST).drain()
+    for request, message in [
+        (ReindexRequest("clip_v2", provider="clip"), "--provider clip needs --model"),
+        (ReindexRequest("clip_v2", provider="clip", model="absent"), "no model directory"),
+        (ReindexRequest("clip_v2", provider="clip", model="tiny-clip", dimensions=64), "32-d"),
+    ]:
+        with pytest.raises(InvalidInputFailure, match=message):
+            await reindex(services, request)
+    report = await reindex(
+        services, ReindexRequest("clip_v2", provider="clip", model="tiny-clip", batch_size=2)
+    )
+    try:
+        assert report.switched and report.embedder == "clip/tiny-clip/32"
+        assert await _models(services, "clip_v2") == {("tiny-clip", 32)}
+        async with services.database.engine.connect() as conn:
+            identity = (
+                await conn.execute(text("SELECT * FROM mem_vector_indexes WHERE name = 'clip_v2'"))
+            ).one()
+        assert str(models) not in str(
+            identity
+        )  # the index names the model, not this machine's path
+        # A query image is embedded with the clip model and finds its own asset first.
+        view = await AssetSearcher(services).search(
+            CALLER, SearchRequest(image_base64=base64.b64encode(picture(2)).decode(), limit=4)
+        )
+        assert view.results[0].asset_id == ids[2]
+        assert {hit.embedding_model for hit in view.results} == {"tiny-clip"}
+    finally:
+        await services.embedders.close()

@@ -1,5 +1,6 @@
-"""Embedders: the contract, the Jina client, the offline local embedder and a fake."""
+"""Embedders: the contract, the Jina client, the offline local and clip embedders, a fake."""
 
+from memory_db.embedding.clip import ClipEmbedder
 from memory_db.embedding.factory import (
     PROVIDERS,
     EmbedderIdentity,
@@ -7,6 +8,7 @@ from memory_db.embedding.factory import (
     build_embedder,
     build_embedder_for,
     check_identity,
+    clip_dimensions,
     configured_identity,
 )
 from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector
@@ -31,6 +33,7 @@ __all__ = [
     "LOCAL_MODEL",
     "PROVIDERS",
     "TASKS",
+    "ClipEmbedder",
     "EmbedResult",
     "EmbedValue",
     "Embedder",
@@ -48,6 +51,7 @@ __all__ = [
     "build_embedder",
     "build_embedder_for",
     "check_identity",
+    "clip_dimensions",
     "combine",
     "configured_identity",
     "hashed_vector",

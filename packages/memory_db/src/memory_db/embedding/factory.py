@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from memory_db.embedding.clip import ClipEmbedder, check_model_name, model_path, read_manifest
+from memory_db.embedding.clip_catalog import catalog_model
 from memory_db.embedding.jina import JinaEmbedder
 from memory_db.embedding.local import DIMENSIONS as LOCAL_DIMENSIONS
 from memory_db.embedding.local import LOCAL_MODEL, LocalEmbedder
@@ -18,7 +20,7 @@ from memory_db.embedding.types import Embedder
 from memory_db.errors import ConfigurationError
 from memory_db.settings import MemorySettings
 
-PROVIDERS = ("local", "jina")
+PROVIDERS = ("local", "jina", "clip")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,7 +39,40 @@ def configured_identity(settings: MemorySettings) -> EmbedderIdentity:
     """The identity ``ASSET_EMBED_PROVIDER``, ``ASSET_EMBED_MODEL`` and ``ASSET_EMBED_DIM`` name."""
     if settings.asset_embed_provider == "local":
         return EmbedderIdentity("local", LOCAL_MODEL, settings.asset_embed_dim)
+    if settings.asset_embed_provider == "clip":
+        if "asset_embed_model" not in settings.model_fields_set:
+            raise ConfigurationError(
+                "ASSET_EMBED_PROVIDER=clip needs ASSET_EMBED_MODEL: the name of a model directory "
+                "under ASSET_EMBED_MODEL_DIR (memory-server models list)"
+            )
+        model = settings.asset_embed_model
+        if "asset_embed_dim" in settings.model_fields_set:
+            return EmbedderIdentity("clip", model, settings.asset_embed_dim)
+        return EmbedderIdentity("clip", model, clip_dimensions(model, settings))
     return EmbedderIdentity("jina", settings.asset_embed_model, settings.asset_embed_dim)
+
+
+def clip_dimensions(model: str, settings: MemorySettings) -> int:
+    """The dimension of clip model ``model`` when none is given: model.json's, else the catalog's.
+
+    ``ConfigurationError`` asking for ``ASSET_EMBED_DIM`` when neither says.
+    """
+    directory = model_path(settings.model_dir, model)
+    if not directory.is_dir():
+        raise ConfigurationError(
+            f"clip model {model}: no model directory at {directory} "
+            "(ASSET_EMBED_MODEL_DIR/ASSET_EMBED_MODEL; memory-server models fetch NAME)"
+        )
+    declared = read_manifest(directory).get("dimensions")
+    if isinstance(declared, int) and declared > 0:
+        return declared
+    entry = catalog_model(model)
+    if entry is not None:
+        return entry.dimensions
+    raise ConfigurationError(
+        f"ASSET_EMBED_DIM: set the dimension of clip model {model} (its directory has no "
+        "model.json saying it)"
+    )
 
 
 def check_identity(identity: EmbedderIdentity) -> None:
@@ -55,13 +90,27 @@ def check_identity(identity: EmbedderIdentity) -> None:
             )
     if not identity.model or len(identity.model) > 200:
         raise ConfigurationError("an embedding model name has 1-200 characters")
+    if identity.provider == "clip":
+        check_model_name(identity.model)
 
 
 def build_embedder_for(identity: EmbedderIdentity, settings: MemorySettings) -> Embedder:
-    """A new embedder of ``identity``; Jina keys, address and fused mode from ``settings``."""
+    """A new embedder of ``identity``.
+
+    Jina keys and address, the clip model directory and the fused weighting come from
+    ``settings``.
+    """
     check_identity(identity)
     if identity.provider == "local":
         return LocalEmbedder()
+    if identity.provider == "clip":
+        # The model is found by name under this process's ASSET_EMBED_MODEL_DIR: an index
+        # records the name, so it means the same model on every machine that has it.
+        return ClipEmbedder(
+            model_path(settings.model_dir, identity.model),
+            dimensions=identity.dimensions,
+            fused_image_weight=settings.asset_embed_fused_image_weight,
+        )
     if not settings.jina_api_keys:
         raise ConfigurationError(
             f"the index's embedder {identity} needs JINA_API_KEYS in this process's environment"
@@ -77,7 +126,7 @@ def build_embedder_for(identity: EmbedderIdentity, settings: MemorySettings) -> 
 
 
 def build_embedder(settings: MemorySettings) -> Embedder:
-    """``LocalEmbedder`` or ``JinaEmbedder`` per ``ASSET_EMBED_PROVIDER``."""
+    """``LocalEmbedder``, ``JinaEmbedder`` or ``ClipEmbedder`` per ``ASSET_EMBED_PROVIDER``."""
     return build_embedder_for(configured_identity(settings), settings)
 
 

@@ -33,7 +33,9 @@ def add_reindex_parsers(commands: Any) -> None:
         help="re-embed every image into a new vector index, verify it, switch to it",
     )
     parser.add_argument("--to", required=True, dest="target", help="the new index's table name")
-    parser.add_argument("--provider", default=None, help="local or jina (default: the active's)")
+    parser.add_argument(
+        "--provider", default=None, help="local, jina or clip (default: the active's)"
+    )
     parser.add_argument("--model", default=None, help="the embedding model (default: as active)")
     parser.add_argument("--dim", type=int, default=None, help="vector dimensions")
     parser.add_argument(

@@ -1,0 +1,378 @@
+"""Model directories for the clip embedder written here, with randomly initialised weights.
+
+No weights can be downloaded in tests or benchmarks, so these write the encoders with the
+``onnx`` helper API (a dev dependency) into a directory laid out like a real model
+(``memory_db.embedding.clip``): ``visual.onnx``, ``textual.onnx``, ``tokenizer.json``,
+``preprocessor_config.json`` and ``model.json``. The embedder loads them through the same
+code as a real model.
+
+- :func:`write_tiny_model`: a patch convolution and a bag-of-token-embeddings text encoder,
+  a few kilobytes, for tests.
+- :func:`write_vit_b32_model`: encoders shaped like CLIP ViT-B/32 (12 transformer layers of
+  width 768 over 7x7 patches of a 224-px image; 12 layers of width 512 over 77 tokens), for
+  the benchmark: their speed does not depend on the weights' values.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TINY_WORDS = (
+    "a",
+    "an",
+    "the",
+    "cat",
+    "dog",
+    "on",
+    "sofa",
+    "lighthouse",
+    "at",
+    "dusk",
+    "photo",
+    "of",
+    "red",
+    "blue",
+    "green",
+    "ein",
+    "leuchtturm",
+)
+TINY_DIMENSIONS = 32
+TINY_CONTEXT = 16
+TINY_SIDE = 16  # the crop the image encoder sees
+TINY_RESIZE = 20  # the shorter side before the crop
+TINY_MEAN = (0.5, 0.4, 0.3)
+TINY_STD = (0.2, 0.25, 0.3)
+SPECIAL_TOKENS = ("<pad>", "<unk>", "<|startoftext|>", "<|endoftext|>")
+
+
+def _tensor(name: str, array: np.ndarray[Any, Any]) -> Any:
+    from onnx import numpy_helper
+
+    return numpy_helper.from_array(array, name=name)
+
+
+def _save(path: Path, nodes: list[Any], inputs: list[Any], outputs: list[Any], inits: list[Any]):
+    import onnx
+    from onnx import helper
+
+    graph = helper.make_graph(nodes, path.stem, inputs, outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def write_tokenizer(path: Path, words: Sequence[str] = TINY_WORDS) -> dict[str, int]:
+    """A word-level ``tokenizer.json`` (lower-cased, whitespace-split, CLIP's start/end tokens).
+
+    Returns the vocabulary.
+    """
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+
+    vocab = {token: index for index, token in enumerate((*SPECIAL_TOKENS, *words))}
+    tokenizer = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))  # noqa: S106 (a token, not a password)
+    tokenizer.normalizer = normalizers.Lowercase()
+    tokenizer.pre_tokenizer = pre_tokenizers.Whitespace()
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="<|startoftext|> $A <|endoftext|>",
+        special_tokens=[
+            ("<|startoftext|>", vocab["<|startoftext|>"]),
+            ("<|endoftext|>", vocab["<|endoftext|>"]),
+        ],
+    )
+    tokenizer.save(str(path))
+    return vocab
+
+
+def _preprocessor(resize: int, side: int, mean: Sequence[float], std: Sequence[float]) -> str:
+    return json.dumps(
+        {
+            "do_resize": True,
+            "size": {"shortest_edge": resize},
+            "do_center_crop": True,
+            "crop_size": {"height": side, "width": side},
+            "do_rescale": True,
+            "rescale_factor": 1 / 255,
+            "do_normalize": True,
+            "image_mean": list(mean),
+            "image_std": list(std),
+        }
+    )
+
+
+def _write_tiny_visual(path: Path, rng: np.random.Generator, dims: int, side: int) -> None:
+    from onnx import TensorProto, helper
+
+    patch = 8
+    inits = [
+        _tensor("patch_w", rng.normal(0, 0.2, (dims, 3, patch, patch)).astype(np.float32)),
+        _tensor("proj", rng.normal(0, 0.3, (dims, dims)).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["pixel_values", "patch_w"], ["patches"], strides=[patch, patch]),
+        helper.make_node("Tanh", ["patches"], ["act"]),
+        helper.make_node("GlobalAveragePool", ["act"], ["pooled"]),
+        helper.make_node("Flatten", ["pooled"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "proj"], ["image_embeds"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["batch", 3, side, side])
+    ]
+    outputs = [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["batch", dims])]
+    _save(path, nodes, inputs, outputs, inits)
+
+
+def _write_tiny_textual(path: Path, rng: np.random.Generator, vocab: int, dims: int) -> None:
+    from onnx import TensorProto, helper
+
+    inits = [
+        _tensor("token_embedding", rng.normal(0, 1.0, (vocab, dims)).astype(np.float32)),
+        _tensor("proj", rng.normal(0, 0.3, (dims, dims)).astype(np.float32)),
+        _tensor("axis2", np.array([2], dtype=np.int64)),
+        _tensor("axis1", np.array([1], dtype=np.int64)),
+    ]
+    nodes = [
+        helper.make_node("Gather", ["token_embedding", "input_ids"], ["tokens"]),
+        helper.make_node("Cast", ["attention_mask"], ["mask_f"], to=TensorProto.FLOAT),
+        helper.make_node("Unsqueeze", ["mask_f", "axis2"], ["mask3"]),
+        helper.make_node("Mul", ["tokens", "mask3"], ["masked"]),
+        helper.make_node("ReduceSum", ["masked", "axis1"], ["summed"], keepdims=0),
+        helper.make_node("Tanh", ["summed"], ["act"]),
+        helper.make_node("MatMul", ["act", "proj"], ["text_embeds"]),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "sequence"]),
+        helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["batch", "sequence"]),
+    ]
+    outputs = [helper.make_tensor_value_info("text_embeds", TensorProto.FLOAT, ["batch", dims])]
+    _save(path, nodes, inputs, outputs, inits)
+
+
+def write_tiny_model(
+    directory: Path,
+    *,
+    seed: int = 20,
+    dims: int = TINY_DIMENSIONS,
+    side: int = TINY_SIDE,
+    resize: int = TINY_RESIZE,
+) -> Path:
+    """A complete tiny model directory at ``directory`` (created); returns it.
+
+    The image encoder takes ``side`` x ``side`` pixels; the preprocessing resizes the shorter
+    side to ``resize`` and crops the centre ``side`` x ``side``.
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    vocab = write_tokenizer(directory / "tokenizer.json")
+    _write_tiny_visual(directory / "visual.onnx", rng, dims, side)
+    _write_tiny_textual(directory / "textual.onnx", rng, len(vocab), dims)
+    (directory / "preprocessor_config.json").write_text(
+        _preprocessor(resize, side, TINY_MEAN, TINY_STD), encoding="utf-8"
+    )
+    (directory / "model.json").write_text(
+        json.dumps({"dimensions": dims, "context_length": TINY_CONTEXT}), encoding="utf-8"
+    )
+    return directory
+
+
+# --- ViT-B/32-shaped encoders (benchmark) -------------------------------------------------------
+
+
+class _Graph:
+    def __init__(self, rng: np.random.Generator) -> None:
+        self.rng = rng
+        self.nodes: list[Any] = []
+        self.inits: list[Any] = []
+        self._count = 0
+
+    def name(self, stem: str) -> str:
+        self._count += 1
+        return f"{stem}_{self._count}"
+
+    def weight(self, shape: tuple[int, ...], scale: float = 0.02) -> str:
+        name = self.name("w")
+        self.inits.append(_tensor(name, self.rng.normal(0, scale, shape).astype(np.float32)))
+        return name
+
+    def const(self, values: Sequence[float] | float, dtype: Any = np.int64) -> str:
+        name = self.name("c")
+        self.inits.append(_tensor(name, np.array(values, dtype=dtype)))
+        return name
+
+    def op(self, kind: str, inputs: list[str], **attrs: Any) -> str:
+        from onnx import helper
+
+        out = self.name(kind.lower())
+        self.nodes.append(helper.make_node(kind, inputs, [out], **attrs))
+        return out
+
+    def linear(self, x: str, d_in: int, d_out: int) -> str:
+        return self.op(
+            "Add", [self.op("MatMul", [x, self.weight((d_in, d_out))]), self.weight((d_out,))]
+        )
+
+    def layer_norm(self, x: str, width: int) -> str:
+        scale = self.const([1.0] * width, np.float32)
+        bias = self.const([0.0] * width, np.float32)
+        return self.op("LayerNormalization", [x, scale, bias], axis=-1)
+
+    def block(self, x: str, width: int, heads: int) -> str:
+        head = width // heads
+        h = self.layer_norm(x, width)
+        qkv = self.linear(h, width, 3 * width)
+        qkv = self.op("Reshape", [qkv, self.const([0, 0, 3, heads, head])])
+        qkv = self.op("Transpose", [qkv], perm=[2, 0, 3, 1, 4])
+        q = self.op("Gather", [qkv, self.const(0)], axis=0)
+        k = self.op("Gather", [qkv, self.const(1)], axis=0)
+        v = self.op("Gather", [qkv, self.const(2)], axis=0)
+        scores = self.op("MatMul", [q, self.op("Transpose", [k], perm=[0, 1, 3, 2])])
+        scores = self.op("Mul", [scores, self.const(1.0 / float(np.sqrt(head)), np.float32)])
+        attn = self.op("MatMul", [self.op("Softmax", [scores], axis=-1), v])
+        attn = self.op("Transpose", [attn], perm=[0, 2, 1, 3])
+        attn = self.op("Reshape", [attn, self.const([0, 0, width])])
+        x = self.op("Add", [x, self.linear(attn, width, width)])
+        h = self.linear(self.layer_norm(x, width), width, 4 * width)
+        h = self.op(
+            "Mul", [h, self.op("Sigmoid", [self.op("Mul", [h, self.const(1.702, np.float32)])])]
+        )
+        return self.op("Add", [x, self.linear(h, 4 * width, width)])
+
+
+def _write_vit_visual(path: Path, rng: np.random.Generator, dims: int) -> None:
+    from onnx import TensorProto, helper
+
+    width, layers, heads, patch, side = 768, 12, 12, 32, 224
+    g = _Graph(rng)
+    x = g.op("Conv", ["pixel_values", g.weight((width, 3, patch, patch))], strides=[patch, patch])
+    x = g.op("Reshape", [x, g.const([0, width, (side // patch) ** 2])])
+    x = g.op("Transpose", [x], perm=[0, 2, 1])
+    x = g.op("Add", [x, g.weight(((side // patch) ** 2, width))])
+    for _ in range(layers):
+        x = g.block(x, width, heads)
+    x = g.layer_norm(g.op("ReduceMean", [x], axes=[1], keepdims=0), width)
+    g.nodes.append(helper.make_node("MatMul", [x, g.weight((width, dims))], ["image_embeds"]))
+    inputs = [
+        helper.make_tensor_value_info("pixel_values", TensorProto.FLOAT, ["batch", 3, side, side])
+    ]
+    outputs = [helper.make_tensor_value_info("image_embeds", TensorProto.FLOAT, ["batch", dims])]
+    _save(path, g.nodes, inputs, outputs, g.inits)
+
+
+def _write_vit_textual(path: Path, rng: np.random.Generator, vocab: int, dims: int) -> None:
+    from onnx import TensorProto, helper
+
+    width, layers, heads, context = 512, 12, 8, 77
+    g = _Graph(rng)
+    x = g.op("Gather", [g.weight((vocab, width)), "input_ids"])
+    x = g.op("Add", [x, g.weight((context, width))])
+    for _ in range(layers):
+        x = g.block(x, width, heads)
+    x = g.layer_norm(g.op("Gather", [x, g.const(0)], axis=1), width)
+    g.nodes.append(helper.make_node("MatMul", [x, g.weight((width, dims))], ["text_embeds"]))
+    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", context])]
+    outputs = [helper.make_tensor_value_info("text_embeds", TensorProto.FLOAT, ["batch", dims])]
+    _save(path, g.nodes, inputs, outputs, g.inits)
+
+
+def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> Path:
+    """A ViT-B/32-shaped model directory (about 600 MB of random fp32 weights); returns it."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    vocab = write_tokenizer(directory / "tokenizer.json")
+    # CLIP's vocabulary has 49,408 tokens: the embedding table is part of the model's size.
+    _write_vit_textual(directory / "textual.onnx", rng, max(len(vocab), 49_408), dims)
+    _write_vit_visual(directory / "visual.onnx", rng, dims)
+    (directory / "preprocessor_config.json").write_text(
+        _preprocessor(
+            224, 224, (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+        ),
+        encoding="utf-8",
+    )
+    (directory / "model.json").write_text(
+        json.dumps({"dimensions": dims, "context_length": 77}), encoding="utf-8"
+    )
+    return directory
+
+
+class ModelHubServer:
+    """A model hub on 127.0.0.1 laid out like Hugging Face's, for ``models fetch`` tests.
+
+    ``files`` maps a hub path (``/<repo>/resolve/<revision>/<file>``) to its bytes. A request for
+    one is redirected to ``/cdn/...`` with the file's SHA-256 in ``X-Linked-Etag`` (the hub's
+    way of publishing it), computed when the server starts: changing ``files`` afterwards
+    serves bytes that do not match what is published.
+    """
+
+    def __init__(self, files: dict[str, bytes]) -> None:
+        import hashlib
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.files = dict(files)
+        self.published = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
+        self.requests: list[str] = []
+        hub = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                hub.requests.append(self.path)
+                if self.path.startswith("/cdn/"):
+                    body = hub.files[self.path.removeprefix("/cdn")]
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                    return
+                if self.path not in hub.files:
+                    self.send_error(404)
+                    return
+                self.send_response(302)
+                self.send_header("Location", f"/cdn{self.path}")
+                self.send_header("X-Linked-Etag", f'"{hub.published[self.path]}"')
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, format: str, *args: Any) -> None:
+                return
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    def start(self) -> ModelHubServer:
+        """Serve in a background thread."""
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving and close the socket."""
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def hub_files_for(entry: Any, directory: Path) -> dict[str, bytes]:
+    """The hub paths of catalog ``entry``'s files, with the bytes of ``directory``'s files."""
+    return {
+        f"/{entry.repo}/resolve/{entry.revision}/{remote}": (directory / local).read_bytes()
+        for local, remote in entry.files.items()
+    }
+
+
+__all__ = [
+    "TINY_CONTEXT",
+    "TINY_DIMENSIONS",
+    "TINY_MEAN",
+    "TINY_RESIZE",
+    "TINY_SIDE",
+    "TINY_STD",
+    "ModelHubServer",
+    "hub_files_for",
+    "write_tiny_model",
+    "write_tokenizer",
+    "write_vit_b32_model",
+]

@@ -1,0 +1,133 @@
+"""The clip provider for real: `memory-server models` against a hub on 127.0.0.1, then a server.
+
+A tiny, randomly initialised model shaped like ``clip-vit-b-32-openai`` (512-d vectors from a
+224-px crop; written with the onnx helper API) is served by a model hub on 127.0.0.1 laid out
+like Hugging Face's. ``models fetch`` downloads it, ``models verify`` runs it, and a stdio
+server started with ``ASSET_EMBED_PROVIDER=clip`` saves images and finds them over MCP. No test
+here reaches the internet.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fastmcp import Client
+from fastmcp.client.transports import StdioTransport
+
+from memory_db.embedding.clip_catalog import catalog_model
+from memory_db.testing import PostgresForTests
+from memory_db.testing.clip_model import ModelHubServer, hub_files_for, write_tiny_model
+
+from .test_processes import SERVER
+from .test_processes import _cli as cli  # pyright: ignore[reportPrivateUsage]
+from .test_processes import _env as environment  # pyright: ignore[reportPrivateUsage]
+from .test_processes import _new_key as new_key  # pyright: ignore[reportPrivateUsage]
+from .test_processes import _png as png  # pyright: ignore[reportPrivateUsage]
+
+pytestmark = pytest.mark.slow
+
+MODEL = "clip-vit-b-32-openai"
+
+
+def _shaped_like_the_catalog(directory: Path) -> Path:
+    entry = catalog_model(MODEL)
+    assert entry is not None
+    return write_tiny_model(directory, dims=entry.dimensions, side=224, resize=224)
+
+
+def _content(result: Any) -> dict[str, Any]:
+    content: dict[str, Any] | None = result.structured_content
+    assert content is not None
+    return content
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelHubServer]:
+    tiny = _shaped_like_the_catalog(tmp_path_factory.mktemp("hub") / "tiny")
+    server = ModelHubServer(hub_files_for(catalog_model(MODEL), tiny)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+async def migrated_url(postgres: PostgresForTests) -> Any:
+    name = await postgres.create_empty()
+    try:
+        yield postgres.url(name)
+    finally:
+        await postgres.drop(name)
+
+
+def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer) -> None:
+    env = environment(tmp_path)
+    listed = cli(env, "models", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    models = {m["name"]: m for m in json.loads(listed.stdout)["models"]}
+    assert {"clip-vit-b-32-laion2b", "siglip-b-16-224", "mobileclip-s2", "jina-clip-v1"} <= set(
+        models
+    )
+    assert models["mobileclip-s2"]["commercialUse"] == "no" and models[MODEL]["installed"] is False
+
+    fetched = cli(env, "models", "fetch", MODEL, "--hub-url", hub.url, "--json")
+    assert fetched.returncode == 0, fetched.stderr
+    report = json.loads(fetched.stdout)
+    assert report["verified"]["dimensions"] == 512
+    assert all(f["hubPublishedSha256"] for f in report["files"])
+    assert f"fetching {MODEL}: " in fetched.stderr  # progress on stderr (plain lines off a tty)
+    directory = Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "model.json",
+        "preprocessor_config.json",
+        "textual.onnx",
+        "tokenizer.json",
+        "visual.onnx",
+    ]
+    verified = cli(env, "models", "verify", MODEL)
+    assert verified.returncode == 0 and "ok: " in verified.stdout, verified.stderr
+    assert "sha256 ok" in verified.stdout
+
+
+async def test_a_server_with_the_clip_provider_saves_and_searches(
+    tmp_path: Path, migrated_url: str
+) -> None:
+    env = environment(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+    assert cli(env, "migrate").returncode == 0
+    _shaped_like_the_catalog(Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL)
+    key = new_key(env, "clip@example.com")
+    transport = StdioTransport(
+        SERVER[0],
+        [*SERVER[1:], "serve", "--transport", "stdio"],
+        env={
+            **env,
+            "ASSET_EMBED_PROVIDER": "clip",
+            "ASSET_EMBED_MODEL": MODEL,
+            "MEMORY_API_KEY": key,
+        },
+        keep_alive=False,
+    )
+    async with Client(transport) as client:
+        ids = []
+        for seed, title in ((3, "harbour at night"), (9, "mountain meadow")):
+            saved = await client.call_tool(
+                "image_asset_save",
+                {"imageBase64": base64.b64encode(png(seed)).decode(), "title": title},
+            )
+            ids.append(_content(saved)["assetId"])
+        for asset in ids:
+            got = await client.call_tool("image_asset_get", {"assetId": asset, "waitSeconds": 30})
+            assert _content(got)["embeddingStatus"] == "ready"
+        by_image = await client.call_tool(
+            "image_asset_search", {"imageBase64": base64.b64encode(png(9)).decode()}
+        )
+        assert _content(by_image)["mode"] == "image"
+        assert _content(by_image)["results"][0]["assetId"] == ids[1]
+        by_words = await client.call_tool("image_asset_search", {"query": "mountain photo"})
+        assert _content(by_words)["mode"] == "text"
+        assert _content(by_words)["results"][0]["assetId"] == ids[1]
