@@ -163,9 +163,7 @@ async def test_a_retry_after_the_visual_part_succeeded_sends_no_image(
     await _save(paid, ALICE, 4, "a red barn")
     # The batch is refused (one bad item must not fail the rest: each job is embedded alone,
     # the visual one first); the visual job succeeds, the fused job meets an outage.
-    jina.state.faults.extend(
-        [Fault(status=400, code="BAD"), Fault(status=200), Fault(status=503)]
-    )
+    jina.state.faults.extend([Fault(status=400, code="BAD"), Fault(status=200), Fault(status=503)])
     await worker.run_once()
     assert _kinds(jina, 0) == [["image", "text"], ["image"], ["text"]]
     jobs = await _rows(
@@ -207,6 +205,4 @@ async def test_without_reuse_every_job_sends_its_own_inputs(
     await _save(paid, ALICE, 6, "a stone bridge")
     await _save(paid, ALICE, 6, "a stone bridge")
     await worker.drain()
-    assert _kinds(jina, 0) == [
-        ["image", "image", "image", "image", "text", "text"]
-    ]
+    assert _kinds(jina, 0) == [["image", "image", "image", "image", "text", "text"]]
