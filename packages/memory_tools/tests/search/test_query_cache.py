@@ -26,7 +26,10 @@ BOB = Caller("bob@example.com", "akey_b", frozenset({"read", "write"}))
 
 
 def _hits() -> float:
-    return metrics.QUERY_CACHE.labels("hit")._value.get()  # noqa: SLF001 (the test reads it)
+    value = metrics.REGISTRY.get_sample_value(
+        "memory_query_embedding_cache_total", {"result": "hit"}
+    )
+    return value or 0.0
 
 
 def test_entries_expire_and_the_least_recently_used_goes_first() -> None:
