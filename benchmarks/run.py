@@ -16,6 +16,7 @@ BENCHMARKS = [
     ("local embedder vs decoding", ["local_embedder.py"]),
     ("ingest pipeline vs Pillow", ["ingest.py"]),
     ("embedding worker vs a naive loop", ["worker.py"]),
+    ("provider cost: inputs and tokens sent, reuse off vs on", ["provider_cost.py"]),
     (
         "vector index: every selectivity, recall and speed, and peers",
         ["vector_search.py", *sys.argv[1:]],

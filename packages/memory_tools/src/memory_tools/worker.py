@@ -391,6 +391,9 @@ class EmbeddingWorker:
                 work.append(prepared)
         if not work:
             return
+        # Oldest asset first, visual before fused: an image two jobs share is charged to the
+        # earliest save's visual job, never to a later save that deduplicated onto it.
+        work.sort(key=lambda w: (w.asset.created_at, w.job.representation != "visual"))
         try:
             plan = await self._plan()
         except ConfigurationError as exc:
