@@ -39,7 +39,23 @@ from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 OWNER = "bench@example.com"
 CALLER = Caller(OWNER, "akey_b", frozenset({"read", "write"}))
-WORDS = "red blue green harbour boat hill lake bridge stone field dawn dusk city road tree".split()
+WORDS = [
+    "red",
+    "blue",
+    "green",
+    "harbour",
+    "boat",
+    "hill",
+    "lake",
+    "bridge",
+    "stone",
+    "field",
+    "dawn",
+    "dusk",
+    "city",
+    "road",
+    "tree",
+]
 
 
 def _picture(seed: int) -> bytes:
@@ -109,9 +125,7 @@ async def _run(
         api_keys=["bench-key"], base_url=server.base_url, model=MODEL, dimensions=1024
     )
     data = tmp / ("after" if reuse else "before")
-    settings = MemorySettings(
-        memory_data_dir=data, asset_query_cache_size=512 if reuse else 0
-    )
+    settings = MemorySettings(memory_data_dir=data, asset_query_cache_size=512 if reuse else 0)
     store = LocalAssetObjectStore(settings.objects_dir, UrlSigner(b"b" * 32), "http://127.0.0.1:9")
     services = MemoryServices(database=database, store=store, settings=settings, embedder=embedder)
     saving, searching = Cost(), Cost()
