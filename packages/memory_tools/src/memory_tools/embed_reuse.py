@@ -4,7 +4,8 @@ Every image token is paid for, so a batch sends each image at most once:
 
 - an image (by owner, object and model) already embedded as some asset's ``visual`` vector is
   not sent again: a ``visual`` job copies that stored vector (a deduplicated save, a retry
-  after the visual part succeeded, a job whose sibling finished in an earlier batch);
+  after the visual part succeeded, a job whose sibling finished in an earlier batch), and a
+  ``fused`` job whose text another asset of the same bytes already has copies that vector;
 - within one request an image is one input however many jobs need it (the ``visual`` and
   ``fused`` jobs of one save, two saves of the same bytes);
 - with an embedder that makes fused vectors by combining (Jina's ``combine`` mode), a
@@ -40,9 +41,15 @@ class Need:
 
 @dataclass
 class Known:
-    """Stored ``visual`` vectors of one model by (owner, object): reused instead of re-sent."""
+    """Stored vectors of one model, reused instead of re-sent.
+
+    ``visual`` by (owner, object); ``fused`` by (owner, object, fused text): a fused vector is
+    a function of the image and the text alone, so another asset of the same bytes and the
+    same text has the very vector (only assets whose fused vector is current are listed).
+    """
 
     visual: dict[tuple[str, str], list[float]] = field(default_factory=dict)
+    fused: dict[tuple[str, str, str], list[float]] = field(default_factory=dict)
 
 
 @dataclass
@@ -125,6 +132,12 @@ def plan_request(
             else:
                 plan.recipes.append(_one(position(image_key, value, job)))
             continue
+        if isinstance(value, FusedInput):
+            same = known.fused.get((need.owner_identity, need.object_id, value.text))
+            if same is not None:  # the same bytes with the same text: nothing new to embed
+                plan.copied += 1
+                plan.recipes.append(_copy(same))
+                continue
         if isinstance(value, FusedInput) and combine is not None and len(value.images) == 1:
             text = value.text
             text_at = position(("text", need.owner_identity, text), TextInput(text), job)

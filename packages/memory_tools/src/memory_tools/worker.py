@@ -59,7 +59,7 @@ from memory_db.errors import (
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
-from memory_db.vectors import VectorIndex, VectorRecord, filling_rebuild
+from memory_db.vectors import StoredVector, VectorIndex, VectorRecord, filling_rebuild
 from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
@@ -513,14 +513,43 @@ class EmbeddingWorker:
         objects: dict[str, set[str]] = {}
         for item in work:
             objects.setdefault(item.job.owner_identity, set()).add(item.asset.object_id)
+        batch = {(item.job.owner_identity, item.asset.id) for item in work}
+        fused_wanted: dict[str, set[str]] = {}  # objects of the batch's fused jobs, per owner
+        for item in work:
+            if item.job.representation == "fused":
+                fused_wanted.setdefault(item.job.owner_identity, set()).add(item.asset.object_id)
         known = Known()
+        fused: dict[tuple[str, str], StoredVector] = {}
         async with self._services.database.unit_of_work() as uow:
             index = await VectorIndex.open(uow.session, index_name)
             for owner, object_ids in sorted(objects.items()):
-                found = await index.vectors_of_objects(owner, sorted(object_ids), model=model)
-                for stored in found:
-                    if stored.representation == "visual":
-                        known.visual[(owner, stored.object_id)] = stored.embedding
+                ids = sorted(object_ids)
+                visual = await index.vectors_of_objects(
+                    owner, ids, model=model, representation="visual", limit=len(ids)
+                )
+                for stored in visual:
+                    known.visual[(owner, stored.object_id)] = stored.embedding
+                if not fused_wanted.get(owner):
+                    continue
+                for stored in await index.vectors_of_objects(
+                    owner, sorted(fused_wanted[owner]), model=model, representation="fused"
+                ):
+                    if (owner, stored.asset_id) not in batch:
+                        fused[(owner, stored.asset_id)] = stored
+            if not fused:
+                return known
+            # The text of each other asset's fused vector: its current text, trusted only when
+            # its latest fused job is done (read after the asset: an edit that changed the
+            # text queues a new job in the same transaction, which then shows as not done).
+            assets = await uow.assets.get_many_for_owners(sorted(fused))
+            for (owner, asset_id), stored in sorted(fused.items()):
+                asset = assets.get((owner, asset_id))
+                latest = await uow.jobs.latest(owner, asset_id, "fused")
+                if asset is None or latest is None or latest.status != "done":
+                    continue
+                text = _fused_text(asset)
+                if text is not None:
+                    known.fused[(owner, stored.object_id, text)] = stored.embedding
         return known
 
     async def _embed_alone(self, item: _Work, plan: _Plan) -> None:
@@ -598,13 +627,7 @@ class EmbeddingWorker:
         image = ImageInput(data=preview)
         value: ImageInput | FusedInput | TextInput = image
         if job.representation == "fused":
-            text = fused_text(
-                title=asset.title,
-                title_source=str(asset.metadata.get("titleSource", "derived")),
-                alt_text=asset.alt_text,
-                description=asset.description,
-                source_ref=asset.source_ref,
-            )
+            text = _fused_text(asset)
             if text is None:
                 await self._fail(job, "no_text", "the asset has no text for a fused vector")
                 return None
@@ -786,6 +809,17 @@ def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
     """Log lines about one job name it, its asset, model and representation (never its owner)."""
     return structlog.contextvars.bound_contextvars(
         job_id=job.id, asset_id=job.asset_id, model=job.model, representation=job.representation
+    )
+
+
+def _fused_text(asset: AssetRecord) -> str | None:
+    """The text an asset's fused vector embeds (``None``: it has none)."""
+    return fused_text(
+        title=asset.title,
+        title_source=str(asset.metadata.get("titleSource", "derived")),
+        alt_text=asset.alt_text,
+        description=asset.description,
+        source_ref=asset.source_ref,
     )
 
 

@@ -116,11 +116,15 @@ async def test_each_image_is_sent_once_and_deduplicated_bytes_reuse_their_vector
     assert [row[1] for row in ledger] == [0, 0]  # no image sent for either vector
     assert sorted(row[0] for row in ledger)[0] == 0  # the copied visual vector cost nothing
 
-    # The same bytes saved without a title by the same owner: nothing is sent at all.
+    # The same bytes saved without a title by the same owner: nothing is sent at all; and
+    # with a title another asset of these bytes already has: nothing either (both copied).
     mark = len(jina.state.seen)
     await _save(paid, ALICE, 1, None)
     await worker.drain()
+    same = await _save(paid, ALICE, 1, "a red harbour")
+    await worker.drain()
     assert _kinds(jina, mark) == []
+    assert await _vector(paid, same, "fused") == await _vector(paid, first, "fused")
 
     # Across batches: the title changes, the fused vector is embedded again from text alone.
     mark = len(jina.state.seen)
