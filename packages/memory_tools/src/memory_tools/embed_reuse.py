@@ -73,10 +73,20 @@ class RequestPlan:
         return [recipe(embedded) for recipe in self.recipes]
 
     def usages(self, usage: Usage) -> list[dict[str, int]]:
-        """The request's tokens apportioned to the jobs that brought its inputs."""
-        totals = _apportion(usage.total_tokens, self.inputs)
+        """The request's tokens apportioned to the jobs that brought its inputs.
+
+        Image tokens go to the jobs that brought an image, prompt tokens to those that brought
+        text; a job's total is its two shares plus its share (by inputs) of any tokens the
+        provider counted as neither.
+        """
         prompts = _apportion(usage.prompt_tokens, self.texts)
         images = _apportion(usage.image_tokens, self.images)
+        rest = usage.total_tokens - usage.prompt_tokens - usage.image_tokens
+        if rest < 0:  # a total below its parts: apportion the total as reported
+            totals = _apportion(usage.total_tokens, self.inputs)
+        else:
+            others = _apportion(rest, self.inputs)
+            totals = [p + i + o for p, i, o in zip(prompts, images, others, strict=True)]
         return [
             {"total_tokens": t, "prompt_tokens": p, "image_tokens": i}
             for t, p, i in zip(totals, prompts, images, strict=True)
