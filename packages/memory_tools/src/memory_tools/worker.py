@@ -509,7 +509,11 @@ class EmbeddingWorker:
         )
 
     async def _known_vectors(self, model: str, index_name: str, work: Sequence[_Work]) -> Known:
-        """The stored visual vectors of ``model`` of the batch's objects, per owner."""
+        """Stored vectors of ``model`` in ``index_name`` the batch can reuse, per owner.
+
+        The visual vector of each of the batch's objects, and the current fused vectors of
+        other assets of the objects of its fused jobs, keyed by their text.
+        """
         objects: dict[str, set[str]] = {}
         for item in work:
             objects.setdefault(item.job.owner_identity, set()).add(item.asset.object_id)
