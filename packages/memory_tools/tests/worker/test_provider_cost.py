@@ -12,10 +12,12 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from pydantic import SecretStr
 from sqlalchemy import text
 
-from memory_db.embedding import JinaEmbedder
+from memory_db.embedding import EmbedderIdentity, JinaEmbedder
 from memory_db.testing.jina_server import MODEL, Fault, JinaTestServer
+from memory_db.vectors import DEFAULT_ALIAS, create_index, resolve_alias, start_rebuild
 from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
 from memory_tools.edits import update_asset
@@ -210,3 +212,43 @@ async def test_without_reuse_every_job_sends_its_own_inputs(
     await _save(paid, ALICE, 6, "a stone bridge")
     await worker.drain()
     assert _kinds(jina, 0) == [["image", "image", "image", "image", "text", "text"]]
+
+
+async def test_while_a_rebuild_fills_the_new_model_gets_each_image_once(
+    saving: MemoryServices, jina: JinaTestServer
+) -> None:
+    """The dual-write of new saves reuses the filling index's own stored vectors."""
+    settings = saving.settings.model_copy(
+        update={"jina_api_keys": [SecretStr("test-key")], "jina_base_url": jina.base_url}
+    )
+    services = replace(saving, settings=settings)  # active: the local embedder
+    await admin.create_identity(services.database, ALICE.identity, 10**9)
+    worker = EmbeddingWorker(services, FAST)
+    try:
+        await worker.drain(limit=0)  # creates the active index
+        async with services.database.unit_of_work() as uow:
+            source = await resolve_alias(uow.session, DEFAULT_ALIAS)
+            await create_index(
+                uow.session,
+                "assets_jina_v2",
+                dimensions=256,
+                identity=EmbedderIdentity("jina", MODEL, 256),
+            )
+            await start_rebuild(
+                uow.session, alias=DEFAULT_ALIAS, target="assets_jina_v2", source=source
+            )
+        first = await _save(services, ALICE, 8, "a windmill")
+        await worker.drain()
+        assert _kinds(jina, 0) == [["image", "text"]]
+        mark = len(jina.state.seen)
+        again = await _save(services, ALICE, 8, "a windmill at noon")
+        await worker.drain()
+        assert _kinds(jina, mark) == [["text"]]
+        async with services.database.engine.connect() as conn:
+            rows = await conn.execute(
+                text("SELECT count(*) FROM assets_jina_v2 WHERE asset_id = ANY(:ids)"),
+                {"ids": [first, again]},
+            )
+            assert rows.scalar_one() == 4  # both assets, both representations, in the new index
+    finally:
+        await services.embedders.close()
