@@ -94,6 +94,10 @@ class MemorySettings(BaseSettings):
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
     # Where the clip provider's models live, one directory per model (default: data dir/models).
     asset_embed_model_dir: Path | None = None
+    # The per-process cache of search-query vectors (memory_tools.query_cache): entries kept
+    # (least recently used evicted) and how long each lives; either at 0 turns it off.
+    asset_query_cache_size: int = Field(default=512, ge=0, le=100_000)
+    asset_query_cache_ttl_seconds: float = Field(default=600.0, ge=0.0, le=86_400.0)
 
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.

@@ -262,3 +262,23 @@ def test_the_clip_model_directory_is_read(monkeypatch: pytest.MonkeyPatch, tmp_p
     settings = load_settings()
     assert settings.asset_embed_provider == "clip"
     assert settings.model_dir == tmp_path / "elsewhere"
+
+
+def test_query_cache_settings_are_read_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert settings.asset_query_cache_size == 512
+    assert settings.asset_query_cache_ttl_seconds == 600.0
+    monkeypatch.setenv("ASSET_QUERY_CACHE_SIZE", "0")
+    monkeypatch.setenv("ASSET_QUERY_CACHE_TTL_SECONDS", "30")
+    settings = load_settings()
+    assert settings.asset_query_cache_size == 0
+    assert settings.asset_query_cache_ttl_seconds == 30.0
+    for variable, value in (
+        ("ASSET_QUERY_CACHE_SIZE", "-1"),
+        ("ASSET_QUERY_CACHE_SIZE", "100001"),
+        ("ASSET_QUERY_CACHE_TTL_SECONDS", "86401"),
+    ):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ConfigurationError, match=variable):
+            load_settings()
+        monkeypatch.delenv(variable)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import os
 import shutil
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Generator, Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from prometheus_client.multiprocess import MultiProcessCollector
 from prometheus_client.registry import Collector
 
 from memory_db import schema
+from memory_db.embedding import EmbedValue, ImageInput, TextInput
 from memory_db.repositories import QueueHealth
 from memory_tools.errors import ToolFailure
 
@@ -159,6 +160,25 @@ EMBED_TOKENS = Counter(
     "memory_embedding_tokens",
     "Tokens the embedding provider reported, by model and kind (prompt or image).",
     ["model", "kind"],
+    registry=REGISTRY,
+)
+EMBED_INPUTS = Counter(
+    "memory_embedding_inputs",
+    "Inputs sent to the embedding provider, by model and kind (text, image or fused group).",
+    ["model", "kind"],
+    registry=REGISTRY,
+)
+EMBED_REUSED = Counter(
+    "memory_embedding_reused",
+    "Embeddings not requested from the provider: stored_vector (a stored visual vector "
+    "copied), shared_input (one input of a request served several jobs).",
+    ["source"],
+    registry=REGISTRY,
+)
+QUERY_CACHE = Counter(
+    "memory_query_embedding_cache",
+    "Search queries looked up in the per-process query-embedding cache, by result (hit, miss).",
+    ["result"],
     registry=REGISTRY,
 )
 EMBED_RETRIES = Counter(
@@ -315,6 +335,19 @@ def count_tokens(model: str, *, prompt: int, image: int) -> None:
         EMBED_TOKENS.labels(bounded(model), "prompt").inc(prompt)
     if image:
         EMBED_TOKENS.labels(bounded(model), "image").inc(image)
+
+
+def count_inputs(model: str, values: Iterable[EmbedValue]) -> None:
+    """Inputs one embedder call sent, by kind."""
+    for value in values:
+        kind = (
+            "text"
+            if isinstance(value, TextInput)
+            else "image"
+            if isinstance(value, ImageInput)
+            else "fused"
+        )
+        EMBED_INPUTS.labels(bounded(model), kind).inc()
 
 
 @contextmanager

@@ -57,6 +57,7 @@ from memory_tools.errors import (
 from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
+from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel, fitting
 
@@ -339,12 +340,7 @@ class AssetSearcher:
             # transaction; the ranking transaction checks the alias still points there (an
             # index switch in between means embedding again), so no search compares two models.
             embedder = self._embedder_of(active)
-            embedded = await self._embed(embedder, text, image)
-            metrics.count_tokens(
-                embedder.model,
-                prompt=embedded.usage.prompt_tokens,
-                image=embedded.usage.image_tokens,
-            )
+            embedded, cached = await self._embed_cached(active, embedder, text, image)
             vector = embedded.embeddings[0]
             thresholds = match_thresholds(embedder.model, mode)
             async with self.services.database.unit_of_work() as uow:
@@ -406,6 +402,9 @@ class AssetSearcher:
                     "vaults": len(vaults),
                     "results": len(results),
                     "queryChars": len(text or ""),
+                    # A cached query vector: nothing was sent, no token spent.
+                    "queryEmbeddingCached": cached,
+                    "queryTokens": embedded.usage.total_tokens,
                 },
             )
         if request.include_preview:
@@ -472,6 +471,35 @@ class AssetSearcher:
                 f"({index.identity}): {exc}"
             ) from None
 
+    async def _embed_cached(
+        self, index: VectorIndex, embedder: Embedder, text: str | None, image: bytes | None
+    ) -> tuple[EmbedResult, bool]:
+        """The query's vector from this process's cache (zero tokens), else from the embedder.
+
+        Keyed by the identity of the index's embedder, so a cached vector of one model is
+        never used after the alias moves to an index of another (memory_tools.query_cache).
+        """
+        cache = self.services.query_cache
+        identity = (
+            str(index.identity)
+            if index.identity is not None
+            else f"configured/{embedder.model}/{embedder.dimensions}"
+        )
+        key = QueryKey.of(identity, "retrieval.query", embedder.dimensions, text, image)
+        if cache.enabled:
+            vector = cache.get(key)
+            metrics.QUERY_CACHE.labels("miss" if vector is None else "hit").inc()
+            if vector is not None:
+                return EmbedResult([vector], embedder.model, embedder.dimensions), True
+        embedded = await self._embed(embedder, text, image)
+        metrics.count_tokens(
+            embedder.model,
+            prompt=embedded.usage.prompt_tokens,
+            image=embedded.usage.image_tokens,
+        )
+        cache.put(key, embedded.embeddings[0])
+        return embedded, False
+
     async def _embed(
         self, embedder: Embedder, text: str | None, image: bytes | None
     ) -> EmbedResult:
@@ -486,6 +514,7 @@ class AssetSearcher:
         try:
             with metrics.embedding_call(embedder.model, "retrieval.query"):
                 result = await embedder.embed([value], "retrieval.query")
+            metrics.count_inputs(embedder.model, [value])
         except EmbeddingError as exc:
             log.warning(
                 "asset_search_embed_failed",

@@ -11,6 +11,7 @@ from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.capacity import CallAdmission
 from memory_tools.ingest.admission import DecodeAdmission
+from memory_tools.query_cache import QueryEmbeddingCache
 
 if TYPE_CHECKING:
     from memory_tools.ingest.fetch import SafeFetcher
@@ -49,9 +50,16 @@ class MemoryServices:
     # worker use the one of the index the alias points at (the configured ``embedder`` answers
     # for its own identity). Closed by whoever closes the services (``bootstrap.running``).
     embedders: Embedders = field(init=False, repr=False, compare=False)
+    # Search-query vectors of this process (ASSET_QUERY_CACHE_SIZE, _TTL_SECONDS): a repeated
+    # query within the TTL sends nothing to the provider.
+    query_cache: QueryEmbeddingCache = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "embedders", Embedders(self.settings, self.embedder))
+        cache = QueryEmbeddingCache(
+            self.settings.asset_query_cache_size, self.settings.asset_query_cache_ttl_seconds
+        )
+        object.__setattr__(self, "query_cache", cache)
         admission = DecodeAdmission(self.settings.decode_budget_pixels)
         object.__setattr__(self, "decode_admission", admission)
         calls = CallAdmission(

@@ -40,7 +40,14 @@ from memory_db import (
     VaultScope,
     get_logger,
 )
-from memory_db.embedding import Embedder, FusedInput, ImageInput, TextInput
+from memory_db.embedding import (
+    Embedder,
+    FusedInput,
+    FusesByCombining,
+    ImageInput,
+    TextInput,
+    Usage,
+)
 from memory_db.errors import (
     ChecksumMismatch,
     ConfigurationError,
@@ -52,11 +59,12 @@ from memory_db.errors import (
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
-from memory_db.vectors import VectorIndex, VectorRecord, filling_rebuild
+from memory_db.vectors import StoredVector, VectorIndex, VectorRecord, filling_rebuild
 from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
+from memory_tools.embed_reuse import Known, Need, plan_request
 from memory_tools.ingest.plan import fused_text
 from memory_tools.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
@@ -109,6 +117,15 @@ class _Plan:
 
 
 @dataclass(frozen=True)
+class _Embedded:
+    """A batch's vectors (one per job, in order) with each job's share of the tokens."""
+
+    embeddings: list[list[float]]
+    usages: list[dict[str, int]]
+    request_id: str | None
+
+
+@dataclass(frozen=True)
 class _Work:
     """A claimed job with what it needs to embed."""
 
@@ -136,12 +153,20 @@ class EmbeddingWorker:
     """Embeds queued representations; run any number of these, in one process or many."""
 
     def __init__(
-        self, services: MemoryServices, config: WorkerConfig | None = None, *, name: str = ""
+        self,
+        services: MemoryServices,
+        config: WorkerConfig | None = None,
+        *,
+        name: str = "",
+        reuse_vectors: bool = True,
     ) -> None:
         if services.embedder is None:
             raise ValueError("the worker needs an embedder")
         self._services = services
         self._embedder = services.embedder
+        # Off only to measure what reuse saves (benchmarks/provider_cost.py): every job then
+        # sends its own inputs, images included, as before reuse existed.
+        self.reuse_vectors = reuse_vectors
         self.config = config or WorkerConfig()
         suffix = secrets.token_hex(4)
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
@@ -366,6 +391,9 @@ class EmbeddingWorker:
                 work.append(prepared)
         if not work:
             return
+        # Oldest asset first, visual before fused: an image two jobs share is charged to the
+        # earliest save's visual job, never to a later save that deduplicated onto it.
+        work.sort(key=lambda w: (w.asset.created_at, w.job.representation != "visual"))
         try:
             plan = await self._plan()
         except ConfigurationError as exc:
@@ -377,39 +405,29 @@ class EmbeddingWorker:
             return
         structlog.contextvars.bind_contextvars(model=plan.embedder.model)
         try:
-            with metrics.embedding_call(plan.embedder.model, "retrieval.passage"):
-                result = await plan.embedder.embed([w.value for w in work], "retrieval.passage")
+            embedded = await self._embed_work(plan.embedder, plan.active, work)
         except EmbeddingError as exc:
             if not exc.retryable and len(work) > 1:
-                # One bad item must not fail its batch-mates: embed them one by one.
-                for item in work:
+                # One bad item must not fail its batch-mates: embed them one by one, visual
+                # vectors first (a fused job after them reuses its image's stored vector).
+                for item in sorted(work, key=lambda w: w.job.representation != "visual"):
                     await self._embed_alone(item, plan)
                 return
             for item in work:
                 await self._failed(item, exc)
             return
+        except MemoryDbError:
+            raise  # reading the stored vectors met an outage: the batch is handed back
         except Exception as exc:
             for item in work:
                 await self._retry(
                     item.job, "embed_error", f"embedding failed ({type(exc).__name__})"
                 )
             return
-        metrics.count_tokens(
-            result.model, prompt=result.usage.prompt_tokens, image=result.usage.image_tokens
-        )
-        shares = _split_usage(result.usage.total_tokens, len(work))
-        image_shares = _split_usage(result.usage.image_tokens, len(work))
-        prompt_shares = _split_usage(result.usage.prompt_tokens, len(work))
-        usages = [
-            {
-                "total_tokens": shares[index],
-                "prompt_tokens": prompt_shares[index],
-                "image_tokens": image_shares[index],
-            }
-            for index in range(len(work))
-        ]
         targets = await self._embed_target(plan, work)
-        await self._complete(work, result.embeddings, usages, result.request_id, plan, targets)
+        await self._complete(
+            work, embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
+        )
 
     async def _plan(self) -> _Plan:
         """The active index and the rebuild filling beside it, with their embedders."""
@@ -444,40 +462,115 @@ class EmbeddingWorker:
         """
         if plan.target_embedder is None:
             return None
-        model = plan.target_embedder.model
         try:
-            with metrics.embedding_call(model, "retrieval.passage"):
-                result = await plan.target_embedder.embed(
-                    [w.value for w in work], "retrieval.passage"
-                )
+            embedded = await self._embed_work(plan.target_embedder, plan.target or "", work)
         except Exception:
             log.warning("worker_rebuild_embed_failed", target=plan.target, exc_info=True)
             return None
-        metrics.count_tokens(
-            model, prompt=result.usage.prompt_tokens, image=result.usage.image_tokens
-        )
-        return result.embeddings
+        return embedded.embeddings
 
-    async def _embed_alone(self, item: _Work, plan: _Plan) -> None:
-        try:
-            with metrics.embedding_call(plan.embedder.model, "retrieval.passage"):
-                result = await plan.embedder.embed([item.value], "retrieval.passage")
-        except EmbeddingError as exc:
-            await self._failed(item, exc)
-            return
-        except Exception as exc:
-            await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
-            return
+    async def _embed_work(
+        self, embedder: Embedder, index_name: str, work: Sequence[_Work]
+    ) -> _Embedded:
+        """Embed ``work`` for ``index_name``, sending each image at most once (embed_reuse).
+
+        Stored visual vectors of the same owner, object and model in that index are reused;
+        a job that sent nothing is recorded with zero tokens.
+        """
+        combiner = embedder if isinstance(embedder, FusesByCombining) else None
+        known = (
+            await self._known_vectors(embedder.model, index_name, work)
+            if self.reuse_vectors
+            else Known()
+        )
+        request = plan_request(
+            [
+                Need(w.job.owner_identity, w.asset.object_id, w.job.representation, w.value)
+                for w in work
+            ],
+            known,
+            combiner.combine_fused if combiner is not None and combiner.combines_fused else None,
+            reuse=self.reuse_vectors,
+        )
+        if request.copied:
+            metrics.EMBED_REUSED.labels("stored_vector").inc(request.copied)
+        if request.shared:
+            metrics.EMBED_REUSED.labels("shared_input").inc(request.shared)
+        if not request.values:
+            return _Embedded(request.vectors([]), request.usages(Usage()), None)
+        with metrics.embedding_call(embedder.model, "retrieval.passage"):
+            result = await embedder.embed(request.values, "retrieval.passage")
         metrics.count_tokens(
             result.model, prompt=result.usage.prompt_tokens, image=result.usage.image_tokens
         )
-        usage = {
-            "total_tokens": result.usage.total_tokens,
-            "prompt_tokens": result.usage.prompt_tokens,
-            "image_tokens": result.usage.image_tokens,
-        }
+        metrics.count_inputs(embedder.model, request.values)
+        return _Embedded(
+            request.vectors(result.embeddings), request.usages(result.usage), result.request_id
+        )
+
+    async def _known_vectors(self, model: str, index_name: str, work: Sequence[_Work]) -> Known:
+        """Stored vectors of ``model`` in ``index_name`` the batch can reuse, per owner.
+
+        The visual vector of each of the batch's objects, and the current fused vectors of
+        other assets of the objects of its fused jobs, keyed by their text.
+        """
+        objects: dict[str, set[str]] = {}
+        for item in work:
+            objects.setdefault(item.job.owner_identity, set()).add(item.asset.object_id)
+        batch = {(item.job.owner_identity, item.asset.id) for item in work}
+        fused_wanted: dict[str, set[str]] = {}  # objects of the batch's fused jobs, per owner
+        for item in work:
+            if item.job.representation == "fused":
+                fused_wanted.setdefault(item.job.owner_identity, set()).add(item.asset.object_id)
+        known = Known()
+        fused: dict[tuple[str, str], StoredVector] = {}
+        async with self._services.database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, index_name)
+            for owner, object_ids in sorted(objects.items()):
+                ids = sorted(object_ids)
+                visual = await index.vectors_of_objects(
+                    owner, ids, model=model, representation="visual", limit=len(ids)
+                )
+                for stored in visual:
+                    known.visual[(owner, stored.object_id)] = stored.embedding
+                if not fused_wanted.get(owner):
+                    continue
+                for stored in await index.vectors_of_objects(
+                    owner, sorted(fused_wanted[owner]), model=model, representation="fused"
+                ):
+                    if (owner, stored.asset_id) not in batch:
+                        fused[(owner, stored.asset_id)] = stored
+            if not fused:
+                return known
+            # The text of each other asset's fused vector: its current text, trusted only when
+            # its latest fused job is done (read after the asset: an edit that changed the
+            # text queues a new job in the same transaction, which then shows as not done).
+            assets = await uow.assets.get_many_for_owners(sorted(fused))
+            for (owner, asset_id), stored in sorted(fused.items()):
+                asset = assets.get((owner, asset_id))
+                latest = await uow.jobs.latest(owner, asset_id, "fused")
+                if asset is None or latest is None or latest.status != "done":
+                    continue
+                text = _fused_text(asset)
+                if text is not None:
+                    known.fused[(owner, stored.object_id, text)] = stored.embedding
+        return known
+
+    async def _embed_alone(self, item: _Work, plan: _Plan) -> None:
+        try:
+            embedded = await self._embed_work(plan.embedder, plan.active, [item])
+        except EmbeddingError as exc:
+            await self._failed(item, exc)
+            return
+        except MemoryDbError:
+            raise
+        except Exception as exc:
+            await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
+            return
         targets = await self._embed_target(plan, [item])
-        await self._complete([item], result.embeddings, [usage], result.request_id, plan, targets)
+        await self._complete(
+            [item], embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
+        )
 
     async def _reload(
         self, jobs: Sequence[JobRecord]
@@ -538,13 +631,7 @@ class EmbeddingWorker:
         image = ImageInput(data=preview)
         value: ImageInput | FusedInput | TextInput = image
         if job.representation == "fused":
-            text = fused_text(
-                title=asset.title,
-                title_source=str(asset.metadata.get("titleSource", "derived")),
-                alt_text=asset.alt_text,
-                description=asset.description,
-                source_ref=asset.source_ref,
-            )
+            text = _fused_text(asset)
             if text is None:
                 await self._fail(job, "no_text", "the asset has no text for a fused vector")
                 return None
@@ -729,6 +816,17 @@ def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
     )
 
 
+def _fused_text(asset: AssetRecord) -> str | None:
+    """The text an asset's fused vector embeds (``None``: it has none)."""
+    return fused_text(
+        title=asset.title,
+        title_source=str(asset.metadata.get("titleSource", "derived")),
+        alt_text=asset.alt_text,
+        description=asset.description,
+        source_ref=asset.source_ref,
+    )
+
+
 def _record(
     asset: AssetRecord, item: _Work, model: str, embedding: Sequence[float]
 ) -> VectorRecord:
@@ -745,9 +843,3 @@ def _record(
         created_at=asset.created_at,
         embedding=embedding,
     )
-
-
-def _split_usage(total: int, parts: int) -> list[int]:
-    """Apportion a batch's token count over its jobs (the remainder goes to the first)."""
-    share, remainder = divmod(total, parts)
-    return [share + (remainder if index == 0 else 0) for index in range(parts)]

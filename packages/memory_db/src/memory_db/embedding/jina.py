@@ -115,6 +115,15 @@ class JinaEmbedder:
         """Vector length requested from and checked against the provider."""
         return self._dimensions
 
+    @property
+    def combines_fused(self) -> bool:
+        """``combine`` mode: a fused vector is ``combine_fused(image, text)`` of two items."""
+        return self._fused_mode == "combine"
+
+    def combine_fused(self, image: Sequence[float], text: Sequence[float]) -> list[float]:
+        """``normalize(w·image + (1-w)·text)``, exactly what ``embed`` returns in combine mode."""
+        return combine(image, text, self._fused_image_weight)
+
     async def close(self) -> None:
         """Close the HTTP client if this embedder created it."""
         if self._owns_client:
@@ -167,7 +176,7 @@ class JinaEmbedder:
             )
             text_vector = vectors[text_position] if text_position >= 0 else None
             if image_vector is not None and text_vector is not None:
-                out.append(combine(image_vector, text_vector, self._fused_image_weight))
+                out.append(self.combine_fused(image_vector, text_vector))
             elif image_vector is not None:
                 out.append(combine(image_vector, image_vector, 1.0))
             else:

@@ -104,3 +104,22 @@ class Embedder(Protocol):
     async def close(self) -> None:
         """Release connections."""
         ...
+
+
+@runtime_checkable
+class FusesByCombining(Protocol):
+    """An embedder whose fused vector of an image and a text is a combination of their vectors.
+
+    Then a fused vector needs only the text sent when the image's vector (same model, task
+    ``retrieval.passage``) is already known: the worker reuses an asset's visual vector instead
+    of paying for the image twice (docs/embeddings.md#what-is-sent).
+    """
+
+    @property
+    def combines_fused(self) -> bool:
+        """Whether fused values are made by :meth:`combine_fused` (else sent as one group)."""
+        ...
+
+    def combine_fused(self, image: Sequence[float], text: Sequence[float]) -> list[float]:
+        """The fused vector of an image vector and a text vector, as ``embed`` would make it."""
+        ...

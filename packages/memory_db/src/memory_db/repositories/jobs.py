@@ -148,7 +148,9 @@ class JobRepository:
                     and_(_lapsed(), AssetEmbeddingJob.attempts < AssetEmbeddingJob.max_attempts),
                 )
             )
-            .order_by(AssetEmbeddingJob.run_after)
+            # A save's jobs share run_after: its visual job ("visual" > "fused") is claimed
+            # no later than its fused one, whose image vector then comes from it.
+            .order_by(AssetEmbeddingJob.run_after, AssetEmbeddingJob.representation.desc())
             .limit(limit)
             .with_for_update(skip_locked=True)
             .scalar_subquery()

@@ -19,6 +19,7 @@ from memory_db.vectors.ddl import (
 )
 from memory_db.vectors.index import (
     SearchTuning,
+    StoredVector,
     VectorHit,
     VectorIndex,
     VectorRecord,
@@ -49,6 +50,7 @@ __all__ = [
     "Rebuild",
     "SampledVector",
     "SearchTuning",
+    "StoredVector",
     "VectorHit",
     "VectorIndex",
     "VectorRecord",

@@ -45,6 +45,16 @@ class VectorRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class StoredVector:
+    """A stored vector read back for reuse (the same bytes need not be embedded twice)."""
+
+    asset_id: str
+    object_id: str
+    representation: str
+    embedding: list[float]
+
+
+@dataclass(frozen=True, slots=True)
 class VectorHit:
     """A nearest-neighbour hit: cosine distance (0 = same direction) and score = 1 - distance."""
 
@@ -321,6 +331,47 @@ class VectorIndex:
             {"a": asset_id, "o": scope.owner_identity, "v": scope.physical_vault},
         )
         return int(value or 0)
+
+    async def vectors_of_objects(
+        self,
+        owner_identity: str,
+        object_ids: Sequence[str],
+        *,
+        model: str,
+        representation: str,
+        limit: int = 64,
+    ) -> list[StoredVector]:
+        """Stored vectors of ``model`` of one owner's assets of these objects (for reuse).
+
+        ``visual``: one per object (any asset's: the same bytes make the same vector).
+        ``fused``: the newest ``limit`` (they differ by their assets' text). Owner-scoped twice,
+        the assets and the vectors: an object deduplicated by another owner never lends its
+        vectors. Read through the assets' object index and this table's asset index.
+        """
+        if not object_ids:
+            return []
+        if representation not in REPRESENTATIONS:
+            raise InvalidInput("representation must be visual or fused")
+        one_each = "DISTINCT ON (v.object_id) " if representation == "visual" else ""
+        order = "v.object_id, v.asset_id" if one_each else "v.created_at DESC, v.asset_id"
+        rows = await self._session.execute(
+            text(
+                f"SELECT {one_each}v.asset_id, v.object_id, v.representation, "
+                f"CAST(CAST(v.embedding AS vector) AS real[]) FROM {self.name} v "
+                "WHERE v.asset_id IN (SELECT a.id FROM mem_assets a "
+                "WHERE a.owner_identity = :o AND a.object_id = ANY(:objects)) "
+                "AND v.owner_identity = :o AND v.object_id = ANY(:objects) AND v.model = :m "
+                f"AND v.representation = :r ORDER BY {order} LIMIT :limit"
+            ),
+            {
+                "o": owner_identity,
+                "objects": sorted(set(object_ids)),
+                "m": model,
+                "r": representation,
+                "limit": limit,
+            },
+        )
+        return [StoredVector(r[0], r[1], r[2], [float(x) for x in r[3]]) for r in rows]
 
     async def move_asset(
         self, scope: VaultScope, asset_id: str, project_id: str | None, folder_id: str | None
