@@ -93,6 +93,11 @@ class MemorySettings(BaseSettings):
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
 
+    # --- generated image context (docs/generated-context.md): off unless a URL is set -----
+    asset_describe_base_url: str | None = None
+    asset_describe_api_key: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    asset_describe_model: str | None = Field(default=None, min_length=1, max_length=200)
+
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.
     scraper_artifact_ttl_seconds: int = Field(default=3600, ge=1, le=7 * 86_400)
@@ -171,9 +176,11 @@ class MemorySettings(BaseSettings):
             raise ValueError("must not contain credentials")
         return value.rstrip("/")
 
-    @field_validator("jina_base_url")
+    @field_validator("jina_base_url", "asset_describe_base_url")
     @classmethod
-    def _jina_url(cls, value: str) -> str:
+    def _provider_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         parts = urlsplit(value)
         if parts.scheme == "http" and _is_loopback_host(parts.hostname):
             return value.rstrip("/")
@@ -181,7 +188,7 @@ class MemorySettings(BaseSettings):
             raise ValueError("must be an https URL (http is allowed only for a loopback host)")
         return value.rstrip("/")
 
-    @field_validator("jina_api_keys", mode="before")
+    @field_validator("jina_api_keys", "asset_describe_api_key", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -236,6 +243,8 @@ class MemorySettings(BaseSettings):
                 raise ValueError(f"ASSET_STORAGE_PROVIDER=s3 needs {', '.join(missing)}")
         if self.asset_embed_provider == "jina" and not self.jina_api_keys:
             raise ValueError("ASSET_EMBED_PROVIDER=jina needs JINA_API_KEYS (comma-separated)")
+        if self.asset_describe_base_url is not None and not self.asset_describe_model:
+            raise ValueError("ASSET_DESCRIBE_BASE_URL needs ASSET_DESCRIBE_MODEL")
         if (self.asset_s3_access_key_id is None) != (self.asset_s3_secret_access_key is None):
             raise ValueError(
                 "set both ASSET_S3_ACCESS_KEY_ID and ASSET_S3_SECRET_ACCESS_KEY, or neither"
