@@ -51,7 +51,7 @@ REPRESENTATIONS = ("visual", "fused")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
 GRANT_PERMISSIONS = ("read", "write", "admin")
-USAGE_SOURCES = ("embed_image_document", "embed_image_query", "rerank_image")
+USAGE_SOURCES = ("embed_image_document", "embed_image_query", "rerank_image", "describe_image")
 PROVENANCE_OPERATIONS = (
     "asset_project_create",
     "asset_project_archive",
@@ -79,18 +79,25 @@ PROVENANCE_OPERATIONS = (
     "job_cancel",
     "asset_purge",
     "vector_index_switch",
+    "asset_context_review",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
 # The full-text document of an asset (a generated column: derived, rebuildable). Titles and tags
-# weigh most, then alt text, then the description. 'english' stems words ("bicycles" finds
-# "bicycle"); every function here is immutable, as a generated column requires.
+# weigh most, then alt text, then the description, then generated context (its whitelisted
+# words, weighed least so a caller's own words always rank first). 'english' stems words
+# ("bicycles" finds "bicycle"); every function here is immutable, as a generated column requires.
 SEARCH_DOCUMENT_SQL = (
     "setweight(to_tsvector('english'::regconfig, title), 'A') || "
     "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
-    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C')"
+    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C') || "
+    "setweight(to_tsvector('english'::regconfig, coalesce(generated_text, '')), 'D')"
 )
+# The most characters of generated context that reach the index (caption, visible text and
+# subjects joined); the schema's own bounds allow a little more, which is cut.
+MAX_GENERATED_TEXT = 3000
+CONTEXT_REVIEWS = ("unreviewed", "accepted")
 
 MAX_FOLDER_DEPTH = 8
 MAX_NAME_LENGTH = 120
@@ -450,6 +457,10 @@ class Asset(Base):
         ),
         CheckConstraint("alt_text IS NULL OR char_length(alt_text) <= 2000", name="alt_length"),
         CheckConstraint(
+            f"generated_text IS NULL OR char_length(generated_text) <= {MAX_GENERATED_TEXT}",
+            name="generated_text_length",
+        ),
+        CheckConstraint(
             "source_url IS NULL OR char_length(source_url) <= 4096", name="source_url_length"
         ),
         CheckConstraint(
@@ -505,6 +516,9 @@ class Asset(Base):
     title: Mapped[str] = mapped_column(Text, nullable=False)
     description: Mapped[str | None] = mapped_column(Text)
     alt_text: Mapped[str | None] = mapped_column(Text)
+    # The whitelisted words of the asset's current generated context (mem_asset_contexts),
+    # kept here because the full-text document is a generated column of this row.
+    generated_text: Mapped[str | None] = mapped_column(Text)
     source_url: Mapped[str | None] = mapped_column(Text)
     source_url_hash: Mapped[str | None] = mapped_column(Text)
     source_kind: Mapped[str] = mapped_column(Text, nullable=False)
@@ -733,6 +747,44 @@ class ScrapeArtifact(Base):
 
 
 # --- metering and audit ---------------------------------------------------------------------
+
+
+class AssetContext(Base):
+    """The generated context of one asset (docs/generated-context.md): gated, bound, reviewable.
+
+    One row per asset at most. ``context`` is the schema-valid object the model answered;
+    ``source_sha256`` the SHA-256 of the rendition it was generated from: once the asset's
+    bytes differ it is stale and never used. A person may accept it (``review``) or clear it
+    (the row is deleted).
+    """
+
+    __tablename__ = "mem_asset_contexts"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["asset_id", "owner_identity"],
+            ["mem_assets.id", "mem_assets.owner_identity"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("source_sha256 ~ '^[0-9a-f]{64}$'", name="source_sha256_hex"),
+        CheckConstraint("char_length(model) BETWEEN 1 AND 200", name="model_length"),
+        CheckConstraint(
+            "jsonb_typeof(context) = 'object' AND pg_column_size(context) <= 16384",
+            name="context_bounded",
+        ),
+        CheckConstraint(_in("review", CONTEXT_REVIEWS), name="review_known"),
+    )
+
+    asset_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    object_id: Mapped[str] = mapped_column(Text, nullable=False)
+    source_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    model: Mapped[str] = mapped_column(Text, nullable=False)
+    context: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    generated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    job_id: Mapped[str | None] = mapped_column(Text)
+    review: Mapped[str] = mapped_column(Text, nullable=False, server_default="unreviewed")
+    reviewed_by: Mapped[str | None] = mapped_column(Text)
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class UsageLedgerEntry(Base):

@@ -37,6 +37,7 @@ from memory_tools.access import (
     resolve_vault,
     still_authenticated,
 )
+from memory_tools.contexts import GeneratedContextView, context_view
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
@@ -119,6 +120,11 @@ class AssetView(WireModel):
     preview: PreviewLink | None
     original: DownloadLink | None = Field(
         default=None, description="A download link to the original bytes, when asked for."
+    )
+    generated_context: GeneratedContextView | None = Field(
+        default=None,
+        description="What a vision model said about the image, with its model and time; null "
+        "when none was generated, it was cleared, or the image's bytes changed since.",
     )
 
 
@@ -305,6 +311,9 @@ async def get_asset(
     preview = await signed_preview(services, stored) if include_preview else None
     original = await signed_original(services, stored) if include_original else None
     view = _view(stored, handle, [latest[k] for k in sorted(latest)], preview, original)
+    context = context_view(await uow.contexts.get(asset.owner_identity, asset.id))
+    if context is not None:
+        view = view.model_copy(update={"generated_context": context})
     # Made after the transaction (memory_tools.thumbnails.render), sent beside the answer.
     return view.with_thumbnails((Thumbnail.wanted(stored),)) if include_thumbnails else view
 

@@ -8,6 +8,7 @@ from memory_db.repositories.asset_states import (
 )
 from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
+from memory_db.repositories.contexts import ContextRepository
 from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
 from memory_db.repositories.identities import (
     API_KEY_PREFIX,
@@ -34,6 +35,7 @@ from memory_db.repositories.records import (
     ArtifactUsage,
     AssetRecord,
     AssetSettled,
+    ContextRecord,
     FolderRecord,
     GrantRecord,
     IdentityRecord,
@@ -85,6 +87,8 @@ __all__ = [
     "AssetSettled",
     "AssetStateWatch",
     "Condition",
+    "ContextRecord",
+    "ContextRepository",
     "DuplicateObject",
     "FolderRecord",
     "FolderRepository",

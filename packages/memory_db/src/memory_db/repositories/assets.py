@@ -16,6 +16,7 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    case,
     cast,
     func,
     literal,
@@ -99,6 +100,7 @@ def asset_record(row: Asset) -> AssetRecord:
         created_by=row.created_by,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        generated_text=row.generated_text,
     )
 
 
@@ -863,6 +865,10 @@ class AssetRepository:
                 failure_code=None,
                 failure_message=None,
                 object_id=object_id,
+                # Generated context describes the bytes it was made from: other bytes, no words.
+                generated_text=case(
+                    (Asset.object_id == object_id, Asset.generated_text), else_=None
+                ),
                 project_id=project_id,
                 folder_id=folder_id,
                 deleted_at=None,

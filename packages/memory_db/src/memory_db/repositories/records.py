@@ -176,6 +176,27 @@ class AssetRecord:
     created_by: str
     created_at: datetime
     updated_at: datetime
+    # The whitelisted words of its current generated context (docs/generated-context.md).
+    generated_text: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRecord:
+    """The generated context of one asset, with whether it still describes the asset's bytes."""
+
+    asset_id: str
+    owner_identity: str
+    object_id: str
+    source_sha256: str
+    model: str
+    context: dict[str, Any]
+    generated_at: datetime
+    job_id: str | None
+    review: str
+    reviewed_by: str | None
+    reviewed_at: datetime | None
+    # False once the asset's current rendition is not the one it was generated from.
+    current: bool
 
 
 @dataclass(frozen=True, slots=True)

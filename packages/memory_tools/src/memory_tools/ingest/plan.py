@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memory_db import VaultScope
+from memory_db import AssetRecord, VaultScope
 from memory_db.storage import build_object_key
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.images import InspectedImage
@@ -143,19 +143,34 @@ def fused_text(
     alt_text: str | None,
     description: str | None,
     source_ref: dict[str, Any],
+    generated: str | None = None,
 ) -> str | None:
     """The whitelisted text of a fused representation, or ``None`` when there is none.
 
     Only a caller-given title, alt text, description and a page title count; never a file
-    name, a path or a URL (docs/design.md#representations).
+    name, a path or a URL (docs/design.md#representations). ``generated``: the whitelisted
+    words of the asset's generated context (caption, visible text, subjects), which come
+    after the caller's own words and never replace them (docs/generated-context.md).
     """
     parts: list[str] = []
     if title and title_source == "caller":
         parts.append(title)
-    for value in (alt_text, description, source_ref.get("pageTitle")):
+    for value in (alt_text, description, source_ref.get("pageTitle"), generated):
         if isinstance(value, str) and value.strip() and value not in parts:
             parts.append(value.strip())
     return "\n".join(parts) if parts else None
+
+
+def asset_fused_text(asset: AssetRecord) -> str | None:
+    """The fused text of a stored asset: its caller words, page title and generated context."""
+    return fused_text(
+        title=asset.title,
+        title_source=str(asset.metadata.get("titleSource", "derived")),
+        alt_text=asset.alt_text,
+        description=asset.description,
+        source_ref=asset.source_ref,
+        generated=asset.generated_text,
+    )
 
 
 def plan_save(
