@@ -48,6 +48,10 @@ JOB_STATUSES = ("queued", "running", "retry", "done", "failed", "cancelled")
 ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
 RECONCILE_RUN_STATUSES = ("done", "failed")
 REPRESENTATIONS = ("visual", "fused")
+# What a queued job does (docs/design.md#jobs): ``embed`` one representation into the vector
+# index, read the image's text (``ocr``), or describe it (``describe``). Only ``embed`` jobs
+# carry a representation and dimensions; every job names its model (or engine).
+JOB_KINDS = ("embed", "ocr", "describe")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
 GRANT_PERMISSIONS = ("read", "write", "admin")
@@ -548,7 +552,11 @@ class Asset(Base):
 
 
 class AssetEmbeddingJob(Base):
-    """A durable embedding job for one representation of one asset (docs/design.md#jobs)."""
+    """A durable job of one asset (docs/design.md#jobs): an embedding, or another ``kind``.
+
+    The table keeps its historical name: embedding jobs came first, and every kind shares the
+    same leases, retries, failure reasons and operator tools.
+    """
 
     __tablename__ = "mem_asset_embedding_jobs"
     __table_args__ = (
@@ -557,6 +565,13 @@ class AssetEmbeddingJob(Base):
             ["mem_assets.id", "mem_assets.owner_identity"],
         ),
         CheckConstraint(_in("representation", REPRESENTATIONS), name="representation_known"),
+        CheckConstraint(_in("kind", JOB_KINDS), name="kind_known"),
+        # An embedding names its representation and dimensions; no other kind has either.
+        CheckConstraint(
+            "CASE WHEN kind = 'embed' THEN representation IS NOT NULL AND dimensions IS NOT NULL"
+            " ELSE representation IS NULL AND dimensions IS NULL END",
+            name="kind_fields",
+        ),
         CheckConstraint(_in("status", JOB_STATUSES), name="status_known"),
         CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
@@ -578,6 +593,14 @@ class AssetEmbeddingJob(Base):
             unique=True,
             postgresql_where=text("status IN ('queued', 'running', 'retry')"),
         ),
+        # One active job of every other kind per asset (revision 0016).
+        Index(
+            "uq_mem_asset_embedding_jobs_active_kind",
+            "asset_id",
+            "kind",
+            unique=True,
+            postgresql_where=text("kind <> 'embed' AND status IN ('queued', 'running', 'retry')"),
+        ),
         Index(
             "ix_mem_asset_embedding_jobs_claimable",
             "run_after",
@@ -591,9 +614,10 @@ class AssetEmbeddingJob(Base):
     id: Mapped[str] = mapped_column(Text, primary_key=True)
     asset_id: Mapped[str] = mapped_column(Text, nullable=False)
     owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
-    representation: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False, server_default="embed")
+    representation: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str] = mapped_column(Text, nullable=False)
-    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    dimensions: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(Text, nullable=False, server_default="queued")
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="5")

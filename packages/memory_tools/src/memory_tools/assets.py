@@ -297,6 +297,8 @@ async def get_asset(
     jobs = await uow.jobs.for_asset(asset.owner_identity, asset.id)
     latest: dict[str, RepresentationState] = {}
     for job in jobs:  # oldest first: later jobs of a representation win
+        if job.representation is None:  # not an embedding (OCR, descriptions)
+            continue
         if job.status == "cancelled" and job.representation in latest:
             continue
         latest[job.representation] = RepresentationState(

@@ -217,7 +217,11 @@ async def _remove(
     removed = 0 if index is None else await index.delete_asset(scope, asset_id)
     await uow.assets.set_status(scope, asset_id, "deleted", caller.identity)
     # The save charged vector bytes for every representation it queued; give them back.
-    representations = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}
+    representations = {
+        job.representation
+        for job in await uow.jobs.for_asset(owner, asset_id)
+        if job.representation is not None  # other kinds of job hold no vector
+    }
     refund = vector_bytes(services, len(representations))
     if refund:
         await uow.quota.add_used(owner, -refund)

@@ -193,7 +193,11 @@ async def reembed_fused(
     embedder = services.embedder
     if text is not None and embedder is None:
         raise FeatureDisabled("no embedder is configured on this server to embed the new text")
-    history = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}
+    history = {
+        job.representation
+        for job in await uow.jobs.for_asset(owner, asset_id)
+        if job.representation is not None  # other kinds of job hold no vector
+    }
     await uow.jobs.supersede(owner, asset_id, FUSED)
     try:
         # Held FOR SHARE like the worker's: an index rebuild's switch waits for this edit.

@@ -65,7 +65,7 @@ from memory_db.repositories.web_sessions import (
     WebSessionRepository,
     hash_session_secret,
 )
-from memory_db.repositories.work import WORK_KINDS, WorkRepository
+from memory_db.repositories.work import JOB_WORK_KINDS, WORK_KINDS, WorkRepository
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -74,6 +74,7 @@ __all__ = [
     "FILTER_FIELDS",
     "INTEGRITY_CODES",
     "JOB_CHANNEL",
+    "JOB_WORK_KINDS",
     "WEB_SESSION_PREFIX",
     "WORK_KINDS",
     "ApiKeyRecord",

@@ -975,6 +975,9 @@ class AssetRepository:
     async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> list[AssetSettled]:
         """Derive the assets' embedding status from their jobs (docs/design.md#worker-failures).
 
+        Only embedding jobs count: an image is ``ready`` for visual search whatever became of
+        its other jobs (OCR, descriptions), which record their own failures.
+
         ``visual`` is required: its failure fails the asset (with the job's error). A failed
         ``fused`` beside a done ``visual`` is ``partial``; all done is ``ready``; otherwise
         ``running`` while a job runs, else ``pending``. One statement for the whole batch.
@@ -998,7 +1001,7 @@ class AssetRepository:
                            asset_id, representation, status, last_error_code, last_error
                     FROM mem_asset_embedding_jobs
                     WHERE owner_identity = :owner AND asset_id = ANY(:ids)
-                      AND status <> 'cancelled'
+                      AND kind = 'embed' AND status <> 'cancelled'
                     ORDER BY asset_id, representation, created_at DESC
                 ), agg AS (
                     SELECT asset_id,

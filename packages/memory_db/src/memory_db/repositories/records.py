@@ -210,14 +210,19 @@ class AssetSettled:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """A durable embedding job (docs/design.md#jobs)."""
+    """A durable job (docs/design.md#jobs): an embedding (``kind="embed"``) or another kind.
+
+    ``representation`` and ``dimensions`` are set exactly for embeddings; ``model`` names the
+    embedding model, or the engine or model of another kind.
+    """
 
     id: str
     asset_id: str
     owner_identity: str
-    representation: str
+    kind: str
+    representation: str | None
     model: str
-    dimensions: int
+    dimensions: int | None
     status: str
     attempts: int
     max_attempts: int
@@ -288,8 +293,9 @@ class ArtifactUsage:
 class WorkItem:
     """One row of the server's work queue as the operator sees it (docs/design.md#jobs).
 
-    ``kind`` is ``embedding`` (a job), ``purge`` (an object whose bytes wait for, or had, their
-    purge) or ``reconcile`` (a finished pass of the store reconciliation). ``sort_at`` is what
+    ``kind`` is ``embedding``, ``ocr`` or ``describe`` (a job of that kind), ``purge`` (an
+    object whose bytes wait for, or had, their purge) or ``reconcile`` (a finished pass of the
+    store reconciliation). ``sort_at`` is what
     the list orders by: a job's creation, the time an object entered or left ``deleting``, a
     pass's start.
     """
