@@ -12,23 +12,136 @@ nothing. A person with write access may accept a context or clear it.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+from datetime import UTC, datetime
 
 from memory_db import AssetRecord, UnitOfWork, VaultScope
+from memory_db.describing import BoundContext, DescribeAnswer, Describer, DescribeRequest, bind
+from memory_db.errors import ContextRefused, EmbeddingError
 from memory_db.logs import get_logger
 from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.changes import locate_asset
-from memory_tools.contexts import GeneratedContextView, context_view
+from memory_tools.contexts import (
+    GeneratedContextView,
+    context_view,
+    generated_words,
+    page_context,
+)
 from memory_tools.edits import reembed_fused
 from memory_tools.errors import ConflictFailure, InvalidInputFailure, NotFoundFailure
 from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
 from memory_tools.ingest.save import vector_bytes
+from memory_tools.job_handlers import (
+    JobFailed,
+    JobResult,
+    JobSubject,
+    read_subject_preview,
+)
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
 
 FUSED = "fused"
 REVIEW_ACTIONS = ("accept", "clear")
+USAGE_SOURCE = "describe_image"
+# Previews are WebP (memory_tools.ingest.images): the model is shown the sanitised rendition.
+PREVIEW_MEDIA_TYPE = "image/webp"
+
+
+class DescribeHandler:
+    """Runs ``describe`` jobs: preview → model → gate → stored context (or a failure reason)."""
+
+    kind = "describe"
+
+    def __init__(self, services: MemoryServices, describer: Describer) -> None:
+        self._services = services
+        self._describer = describer
+
+    async def run(self, subject: JobSubject) -> JobResult:
+        """Describe one image; ``JobFailed`` with the gate's code when the answer is refused."""
+        preview = await read_subject_preview(self._services, subject)
+        # The rendition the model sees, hashed here: the binding names exactly these bytes.
+        source_sha256 = hashlib.sha256(preview).hexdigest()
+        request = DescribeRequest(
+            image=preview, media_type=PREVIEW_MEDIA_TYPE, page=page_context(subject.asset)
+        )
+        try:
+            answer = await self._describer.describe(request)
+        except EmbeddingError as exc:
+            # Provider errors: an outage waits (spending no attempt), a rejection is final.
+            raise JobFailed(
+                exc.code, str(exc), retryable=exc.retryable, outage=exc.retryable
+            ) from exc
+        usage = {
+            "total_tokens": answer.usage.total_tokens,
+            "prompt_tokens": answer.usage.prompt_tokens,
+        }
+        try:
+            bound = bind(
+                answer.text,
+                source_sha256=source_sha256,
+                model=answer.model,
+                generated_at=datetime.now(UTC),
+            )
+        except ContextRefused as exc:
+            # Nothing is stored, but the call was made: its tokens still count.
+            async with self._services.database.unit_of_work() as uow:
+                await _record_usage(uow, subject, answer)
+            log.info("describe_refused", code=exc.code, asset_id=subject.asset.id)
+            raise JobFailed(exc.code, str(exc)) from exc
+
+        async def write(uow: UnitOfWork, asset: AssetRecord) -> None:
+            await _record_usage(uow, subject, answer)
+            await store_context(uow, self._services, asset, bound, subject)
+
+        return JobResult(write=write, usage=usage)
+
+
+async def _record_usage(uow: UnitOfWork, subject: JobSubject, answer: DescribeAnswer) -> None:
+    await uow.usage.record(
+        owner_identity=subject.job.owner_identity,
+        source=USAGE_SOURCE,
+        model=answer.model,
+        total_tokens=answer.usage.total_tokens,
+        prompt_tokens=answer.usage.prompt_tokens,
+        asset_id=subject.asset.id,
+        job_id=subject.job.id,
+        request_id=answer.request_id,
+    )
+
+
+async def store_context(
+    uow: UnitOfWork,
+    services: MemoryServices,
+    asset: AssetRecord,
+    bound: BoundContext,
+    subject: JobSubject,
+) -> bool:
+    """Store a gated context for ``asset`` (locked) if it still describes the asset's bytes.
+
+    False, and nothing stored, when the asset's object changed while the model answered (the
+    context would be stale from the start).
+    """
+    if asset.object_id != subject.stored.id or (
+        subject.stored.preview_sha256 not in (None, bound.source_sha256)
+    ):
+        log.info("describe_stale_on_arrival", asset_id=asset.id)
+        return False
+    words = generated_words(bound.context)
+    await refresh_fused(uow, services, asset, words)
+    await uow.contexts.put(
+        asset.owner_identity,
+        asset.id,
+        object_id=asset.object_id,
+        source_sha256=bound.source_sha256,
+        model=bound.model,
+        context=bound.context.to_json(),
+        generated_at=bound.generated_at,
+        generated_text=words,
+        job_id=subject.job.id,
+    )
+    return True
 
 
 async def refresh_fused(
@@ -109,4 +222,10 @@ async def review_context(
     return context_view(await uow.contexts.get(owner, asset_id))
 
 
-__all__ = ["REVIEW_ACTIONS", "refresh_fused", "review_context"]
+__all__ = [
+    "REVIEW_ACTIONS",
+    "DescribeHandler",
+    "refresh_fused",
+    "review_context",
+    "store_context",
+]

@@ -149,20 +149,22 @@ def fused_text(
 
     Only a caller-given title, alt text, description and a page title count; never a file
     name, a path or a URL (docs/design.md#representations). ``generated``: the whitelisted
-    words of the asset's generated context (caption, visible text, subjects), which come
-    after the caller's own words and never replace them (docs/generated-context.md).
+    words of the asset's generated context (caption, visible text, subjects), used only when
+    there is no other text: the caller's own words always win (docs/generated-context.md).
     """
     parts: list[str] = []
     if title and title_source == "caller":
         parts.append(title)
-    for value in (alt_text, description, source_ref.get("pageTitle"), generated):
+    for value in (alt_text, description, source_ref.get("pageTitle")):
         if isinstance(value, str) and value.strip() and value not in parts:
             parts.append(value.strip())
+    if not parts and generated and generated.strip():
+        parts.append(generated.strip())
     return "\n".join(parts) if parts else None
 
 
 def asset_fused_text(asset: AssetRecord) -> str | None:
-    """The fused text of a stored asset: its caller words, page title and generated context."""
+    """The fused text of a stored asset: its caller words and page title, else generated words."""
     return fused_text(
         title=asset.title,
         title_source=str(asset.metadata.get("titleSource", "derived")),

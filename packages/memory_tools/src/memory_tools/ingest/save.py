@@ -629,6 +629,9 @@ class AssetSaver:
                 )
                 for representation in plan.representations
             ]
+            describer = self.services.describer
+            if describer is not None:  # generated context is on (docs/generated-context.md)
+                await uow.jobs.create_kind(owner, asset.id, kind="describe", model=describer.model)
             used = plan.charge(deduplicated=deduplicated)
             reservation_id = order.reservation_id
             await uow.quota.finalize(owner, reservation_id, asset_id=asset.id, used_bytes=used)
