@@ -43,7 +43,7 @@ from memory_tools.services import MemoryServices
 log = get_logger(__name__)
 
 FUSED = "fused"
-REVIEW_ACTIONS = ("accept", "clear")
+REVIEW_DECISIONS = ("accept", "clear")
 USAGE_SOURCE = "describe_image"
 # Previews are WebP (memory_tools.ingest.images): the model is shown the sanitised rendition.
 PREVIEW_MEDIA_TYPE = "image/webp"
@@ -178,7 +178,7 @@ async def review_context(
     services: MemoryServices,
     *,
     asset_id: str,
-    action: str,
+    decision: str,
 ) -> GeneratedContextView | None:
     """Accept an image's generated context, or clear it (write access to its vault).
 
@@ -188,8 +188,8 @@ async def review_context(
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
-    if action not in REVIEW_ACTIONS:
-        raise InvalidInputFailure(f"action: one of {', '.join(REVIEW_ACTIONS)}")
+    if decision not in REVIEW_DECISIONS:
+        raise InvalidInputFailure(f"decision: one of {', '.join(REVIEW_DECISIONS)}")
     resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise NotFoundFailure("asset not found")
@@ -201,7 +201,7 @@ async def review_context(
     stored = await uow.contexts.get(owner, asset_id)
     if stored is None:
         raise NotFoundFailure("the image has no generated context")
-    if action == "accept":
+    if decision == "accept":
         if not stored.current:
             raise ConflictFailure(
                 "context_stale: the image's bytes changed since its context was generated"
@@ -217,13 +217,13 @@ async def review_context(
         vault=scope.physical_vault,
         target_kind="asset",
         target_id=asset_id,
-        detail={"action": action, "model": stored.model},
+        detail={"decision": decision, "model": stored.model},
     )
     return context_view(await uow.contexts.get(owner, asset_id))
 
 
 __all__ = [
-    "REVIEW_ACTIONS",
+    "REVIEW_DECISIONS",
     "DescribeHandler",
     "refresh_fused",
     "review_context",

@@ -246,7 +246,7 @@ async def test_context_is_stale_once_the_bytes_differ_and_a_caller_s_words_alway
     assert (await view_of(describing, alice, generated)).generated_context is None
     with pytest.raises(ConflictFailure, match="context_stale"):
         async with describing.database.unit_of_work() as uow:
-            await review_context(uow, alice, describing, asset_id=generated, action="accept")
+            await review_context(uow, alice, describing, asset_id=generated, decision="accept")
 
 
 async def test_a_person_accepts_or_clears_a_context_and_clearing_takes_it_out_of_search(
@@ -257,11 +257,13 @@ async def test_a_person_accepts_or_clears_a_context_and_clearing_takes_it_out_of
     worker = EmbeddingWorker(describing, FAST)
     await worker.drain()
     async with describing.database.unit_of_work() as uow:
-        accepted = await review_context(uow, alice, describing, asset_id=asset_id, action="accept")
+        accepted = await review_context(
+            uow, alice, describing, asset_id=asset_id, decision="accept"
+        )
     assert accepted is not None and accepted.review == "accepted"
     assert await search_ids(describing, alice, "narwhal") == [asset_id]
     async with describing.database.unit_of_work() as uow:
-        cleared = await review_context(uow, alice, describing, asset_id=asset_id, action="clear")
+        cleared = await review_context(uow, alice, describing, asset_id=asset_id, decision="clear")
     assert cleared is None
     await worker.drain()  # the fused vector is embedded again without the words
     assert await search_ids(describing, alice, "narwhal") == []
@@ -271,7 +273,7 @@ async def test_a_person_accepts_or_clears_a_context_and_clearing_takes_it_out_of
         "SELECT detail FROM mem_provenance WHERE operation = 'asset_context_review' "
         "ORDER BY created_at",
     )
-    assert [e["detail"]["action"] for e in events] == ["accept", "clear"]
+    assert [e["detail"]["decision"] for e in events] == ["accept", "clear"]
 
 
 async def test_injected_text_in_pixels_or_page_cannot_change_what_is_stored(
