@@ -83,6 +83,7 @@ PROVENANCE_OPERATIONS = (
     "job_cancel",
     "asset_purge",
     "vector_index_switch",
+    "asset_enrich",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -93,8 +94,11 @@ SEARCH_DOCUMENT_SQL = (
     "setweight(to_tsvector('english'::regconfig, title), 'A') || "
     "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
-    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C')"
+    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C') || "
+    # The text read in the image (docs/ocr.md), below every word a person gave (revision 0017).
+    "setweight(to_tsvector('english'::regconfig, coalesce(ocr_text, '')), 'D')"
 )
+MAX_OCR_TEXT = 8000  # characters of read text kept per image (memory_tools.ocr cuts there)
 
 MAX_FOLDER_DEPTH = 8
 MAX_NAME_LENGTH = 120
@@ -474,6 +478,14 @@ class Asset(Base):
         ),
         CheckConstraint("purged_at IS NULL OR status = 'deleted'", name="purged_only_when_deleted"),
         CheckConstraint(
+            f"ocr_text IS NULL OR char_length(ocr_text) BETWEEN 1 AND {MAX_OCR_TEXT}",
+            name="ocr_text_length",
+        ),
+        CheckConstraint(
+            "ocr IS NULL OR (jsonb_typeof(ocr) = 'object' AND pg_column_size(ocr) <= 4096)",
+            name="ocr_bounded",
+        ),
+        CheckConstraint(
             "failure_code IS NULL OR char_length(failure_code) <= 64", name="failure_code_length"
         ),
         CheckConstraint(
@@ -532,6 +544,10 @@ class Asset(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Purged from the trash before its delete grace window ended (never restorable again).
     purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The text read in the image, verbatim, and how it was read (engine, version, language,
+    # confidence, the input's SHA-256, when): set by an OCR job, never by a caller.
+    ocr_text: Mapped[str | None] = mapped_column(Text)
+    ocr: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     search_document: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
     )

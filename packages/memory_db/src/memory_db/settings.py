@@ -93,6 +93,12 @@ class MemorySettings(BaseSettings):
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
 
+    # --- text in images (docs/ocr.md) --------------------------------------------------
+    # Which new saves get an OCR job: none, screenshots (page screenshots and lossless PNG or
+    # WebP files, what screen captures and charts are saved as), or every image.
+    asset_ocr: Literal["off", "screenshots", "all"] = "screenshots"
+    asset_ocr_timeout_seconds: float = Field(default=30.0, ge=1.0, le=600.0)
+
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.
     scraper_artifact_ttl_seconds: int = Field(default=3600, ge=1, le=7 * 86_400)

@@ -32,7 +32,7 @@ from memory_tools.errors import (
     NotFoundFailure,
     translate,
 )
-from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.plan import asset_fused_text
 from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.progress import Progress, every, no_progress
@@ -329,13 +329,7 @@ async def restore_asset(
     usage = await uow.quota.usage(owner, lock=True)
     object_id = await _take_back_bytes(uow, owner, asset.object_id)
     project_id, folder_id, placement = await _restored_placement(uow, scope, asset)
-    text = fused_text(
-        title=asset.title,
-        title_source=str(asset.metadata.get("titleSource", "derived")),
-        alt_text=asset.alt_text,
-        description=asset.description,
-        source_ref=asset.source_ref,
-    )
+    text = asset_fused_text(asset)
     representations = ["visual", "fused"] if text else ["visual"]
     # The delete gave the vector bytes back; the restore charges them again. The object's
     # bytes were never given back (they count until the purge).

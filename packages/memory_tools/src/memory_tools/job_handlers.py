@@ -104,7 +104,12 @@ async def read_subject_preview(services: MemoryServices, subject: JobSubject) ->
 
 def build_job_handlers(services: MemoryServices) -> Mapping[str, JobHandler]:
     """The handlers this process runs, by kind, as the server's settings switch them on."""
+    # Imported here: the handlers' modules build on this one.
+    from memory_tools.enrich import OcrHandler
+
     handlers: dict[str, JobHandler] = {}
+    if services.settings.asset_ocr != "off":
+        handlers["ocr"] = OcrHandler(services)
     return handlers
 
 

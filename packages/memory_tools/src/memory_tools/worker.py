@@ -60,7 +60,7 @@ from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
-from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.plan import asset_fused_text
 from memory_tools.job_handlers import (
     JobFailed,
     JobHandler,
@@ -608,13 +608,7 @@ class EmbeddingWorker:
         image = ImageInput(data=preview)
         value: ImageInput | FusedInput | TextInput = image
         if job.representation == "fused":
-            text = fused_text(
-                title=asset.title,
-                title_source=str(asset.metadata.get("titleSource", "derived")),
-                alt_text=asset.alt_text,
-                description=asset.description,
-                source_ref=asset.source_ref,
-            )
+            text = asset_fused_text(asset)
             if text is None:
                 await self._fail(job, "no_text", "the asset has no text for a fused vector")
                 return None

@@ -176,6 +176,9 @@ class AssetRecord:
     created_by: str
     created_at: datetime
     updated_at: datetime
+    # The text read in the image (docs/ocr.md) and how it was read; None until read.
+    ocr_text: str | None = None
+    ocr: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
