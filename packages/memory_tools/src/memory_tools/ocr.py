@@ -20,7 +20,7 @@ import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytesseract
 import pyvips
@@ -122,11 +122,11 @@ def read_text(
         path = Path(scratch) / "input.png"
         path.write_bytes(png)
         try:
-            data_out: dict[str, list[Any]] = pytesseract.image_to_data(
+            answer: Any = pytesseract.image_to_data(
                 str(path),
                 lang=LANGUAGE,
                 config="--psm 1",
-                timeout=timeout,
+                timeout=math.ceil(timeout),  # whole seconds (the binding's type)
                 output_type=pytesseract.Output.DICT,
             )
         except pytesseract.TesseractNotFoundError:
@@ -140,7 +140,9 @@ def read_text(
             raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
         except (pytesseract.TesseractError, OSError, ValueError) as exc:
             raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
-    text, confidence, words = _kept_text(data_out, max_chars)
+    if not isinstance(answer, dict):
+        raise OcrError("ocr_failed", "Tesseract answered something other than its word table")
+    text, confidence, words = _kept_text(cast(dict[str, list[Any]], answer), max_chars)
     return OcrReading(
         text=text,
         language=LANGUAGE,

@@ -236,9 +236,10 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
             )
     finally:
         await runtime.close()
+    what: list[str] = args.what or list(ENRICHERS)
     document = {
         "vault": report.vault,
-        "what": args.what or list(ENRICHERS),
+        "what": what,
         "assets": report.assets,
         "queued": report.queued,
         "alreadyQueued": report.already_queued,
@@ -249,7 +250,7 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
     print_table(
         f"enrichment of {report.vault}",
         ("what", "images", "queued", "already queued"),
-        [(", ".join(document["what"]), report.assets, report.queued, report.already_queued)],
+        [(", ".join(what), report.assets, report.queued, report.already_queued)],
         empty="",
     )
     print("the worker runs the jobs: run the server or `memory-server worker`")
