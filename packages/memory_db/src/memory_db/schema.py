@@ -83,21 +83,26 @@ PROVENANCE_OPERATIONS = (
     "job_cancel",
     "asset_purge",
     "vector_index_switch",
+    "asset_enrich",
     "asset_context_review",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
 # The full-text document of an asset (a generated column: derived, rebuildable). Titles and tags
-# weigh most, then alt text, then the description, then generated context (its whitelisted
-# words, weighed least so a caller's own words always rank first). 'english' stems words
+# weigh most, then alt text, then the description, then words no person gave (OCR, generated
+# context: weighed least, so a caller's own words always rank first). 'english' stems words
 # ("bicycles" finds "bicycle"); every function here is immutable, as a generated column requires.
 SEARCH_DOCUMENT_SQL = (
     "setweight(to_tsvector('english'::regconfig, title), 'A') || "
     "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C') || "
+    # The text read in the image (docs/ocr.md), below every word a person gave (revision 0017).
+    "setweight(to_tsvector('english'::regconfig, coalesce(ocr_text, '')), 'D') || "
+    # Generated context's whitelisted words (docs/generated-context.md), likewise (0018).
     "setweight(to_tsvector('english'::regconfig, coalesce(generated_text, '')), 'D')"
 )
+MAX_OCR_TEXT = 8000  # characters of read text kept per image (memory_tools.ocr cuts there)
 # The most characters of generated context that reach the index (caption, visible text and
 # subjects joined); the schema's own bounds allow a little more, which is cut.
 MAX_GENERATED_TEXT = 3000
@@ -485,6 +490,14 @@ class Asset(Base):
         ),
         CheckConstraint("purged_at IS NULL OR status = 'deleted'", name="purged_only_when_deleted"),
         CheckConstraint(
+            f"ocr_text IS NULL OR char_length(ocr_text) BETWEEN 1 AND {MAX_OCR_TEXT}",
+            name="ocr_text_length",
+        ),
+        CheckConstraint(
+            "ocr IS NULL OR (jsonb_typeof(ocr) = 'object' AND pg_column_size(ocr) <= 4096)",
+            name="ocr_bounded",
+        ),
+        CheckConstraint(
             "failure_code IS NULL OR char_length(failure_code) <= 64", name="failure_code_length"
         ),
         CheckConstraint(
@@ -546,6 +559,10 @@ class Asset(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Purged from the trash before its delete grace window ended (never restorable again).
     purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The text read in the image, verbatim, and how it was read (engine, version, language,
+    # confidence, the input's SHA-256, when): set by an OCR job, never by a caller.
+    ocr_text: Mapped[str | None] = mapped_column(Text)
+    ocr: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     search_document: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
     )

@@ -97,6 +97,11 @@ class MemorySettings(BaseSettings):
     asset_describe_base_url: str | None = None
     asset_describe_api_key: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     asset_describe_model: str | None = Field(default=None, min_length=1, max_length=200)
+    # --- text in images (docs/ocr.md) --------------------------------------------------
+    # Which new saves get an OCR job: none, screenshots (page screenshots and lossless PNG or
+    # WebP files, what screen captures and charts are saved as), or every image.
+    asset_ocr: Literal["off", "screenshots", "all"] = "screenshots"
+    asset_ocr_timeout_seconds: float = Field(default=30.0, ge=1.0, le=600.0)
 
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.

@@ -127,8 +127,8 @@ async def update_asset(
     if before["titleSource"] != after["titleSource"] and "title" not in changed:
         changed.insert(0, "title")  # the same words, now the caller's: they join the fused text
     if changed:
-        old_text = _text(asset.source_ref, before, asset.generated_text)
-        new_text = _text(asset.source_ref, after, asset.generated_text)
+        old_text = _text(asset.source_ref, before, asset.ocr_text, asset.generated_text)
+        new_text = _text(asset.source_ref, after, asset.ocr_text, asset.generated_text)
         requeue = old_text != new_text
         metadata = dict(asset.metadata)
         metadata["titleSource"] = after["titleSource"]
@@ -164,13 +164,19 @@ async def update_asset(
     return AssetEdit(**dict(view), changed=changed)
 
 
-def _text(source_ref: dict[str, Any], words: dict[str, Any], generated: str | None) -> str | None:
+def _text(
+    source_ref: dict[str, Any],
+    words: dict[str, Any],
+    ocr_text: str | None,
+    generated: str | None,
+) -> str | None:
     return fused_text(
         title=words["title"],
         title_source=words["titleSource"],
         alt_text=words["altText"],
         description=words["description"],
         source_ref=source_ref,
+        ocr_text=ocr_text,
         generated=generated,
     )
 

@@ -104,11 +104,14 @@ async def read_subject_preview(services: MemoryServices, subject: JobSubject) ->
 
 def build_job_handlers(services: MemoryServices) -> Mapping[str, JobHandler]:
     """The handlers this process runs, by kind, as the server's settings switch them on."""
-    handlers: dict[str, JobHandler] = {}
-    if services.describer is not None:
-        # Imported here: the describe workflow uses this module's types.
-        from memory_tools.describe import DescribeHandler
+    # Imported here: the handlers' modules build on this one.
+    from memory_tools.describe import DescribeHandler
+    from memory_tools.enrich import OcrHandler
 
+    handlers: dict[str, JobHandler] = {}
+    if services.settings.asset_ocr != "off":
+        handlers["ocr"] = OcrHandler(services)
+    if services.describer is not None:
         handlers["describe"] = DescribeHandler(services, services.describer)
     return handlers
 

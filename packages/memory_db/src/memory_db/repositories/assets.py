@@ -20,6 +20,7 @@ from sqlalchemy import (
     cast,
     func,
     literal,
+    null,
     select,
     text,
     tuple_,
@@ -101,6 +102,8 @@ def asset_record(row: Asset) -> AssetRecord:
         created_at=row.created_at,
         updated_at=row.updated_at,
         generated_text=row.generated_text,
+        ocr_text=row.ocr_text,
+        ocr=None if row.ocr is None else dict(row.ocr),
     )
 
 
@@ -966,6 +969,44 @@ class AssetRepository:
         if after is not None:
             query = query.where(Asset.id > after)
         return int(await self._session.scalar(query) or 0)
+
+    async def live_ids(self, scope: VaultScope) -> list[str]:
+        """Ids of the vault's images that are not deleted (``memory-server enrich``), by id."""
+        rows = await self._session.scalars(
+            select(Asset.id)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.status.in_(("processing", "ready", "failed")),
+            )
+            .order_by(Asset.id)
+        )
+        return list(rows)
+
+    async def set_ocr(
+        self, owner: str, asset_id: str, text: str | None, provenance: dict[str, Any] | None
+    ) -> bool:
+        """Store the text read in one image and how it was read (``None``: no text read).
+
+        Only an OCR job calls this (with the asset row locked); it changes nothing a person
+        gave. Returns whether the asset exists (and is not deleted).
+        """
+        result = await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == owner,
+                Asset.id == asset_id,
+                Asset.status.not_in(("deleting", "deleted")),
+            )
+            # SQL NULL, not a JSON null, when nothing was read.
+            .values(
+                ocr_text=text,
+                ocr=null() if provenance is None else provenance,
+                updated_at=func.now(),
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return bool(getattr(result, "rowcount", 0))
 
     async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
         """Derive one asset's embedding status from its jobs; see :meth:`reconcile_many`."""

@@ -178,6 +178,9 @@ class AssetRecord:
     updated_at: datetime
     # The whitelisted words of its current generated context (docs/generated-context.md).
     generated_text: str | None = None
+    # The text read in the image (docs/ocr.md) and how it was read; None until read.
+    ocr_text: str | None = None
+    ocr: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,19 +17,18 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0004"
-down_revision: str | None = "0003"
-branch_labels: str | Sequence[str] | None = None
-depends_on: str | Sequence[str] | None = None
-
-# The document as this revision made it (later revisions add fields: memory_db.schema has
-# the current one, which may name columns that do not exist yet here).
+# The document as this revision made it (revision 0017 adds the text read in the image).
 SEARCH_DOCUMENT_SQL = (
     "setweight(to_tsvector('english'::regconfig, title), 'A') || "
     "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C')"
 )
+
+revision: str = "0004"
+down_revision: str | None = "0003"
+branch_labels: str | Sequence[str] | None = None
+depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
