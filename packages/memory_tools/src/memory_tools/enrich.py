@@ -178,9 +178,27 @@ async def _enrich_ocr(uow: UnitOfWork, services: MemoryServices, owner: str, ass
     return await queue_ocr(uow, owner, asset_id)
 
 
+async def _enrich_describe(
+    uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str
+) -> bool:
+    describer = services.describer
+    if describer is None:
+        raise FeatureDisabled(
+            "generated context is off on this server (ASSET_DESCRIBE_BASE_URL is not set)"
+        )
+    job = await uow.jobs.create_kind(owner, asset_id, kind="describe", model=describer.model)
+    return job is not None
+
+
 # What ``what`` may name, and the function that queues its job (True: queued now; False: one
 # is queued or running already).
-ENRICHERS: dict[str, Enricher] = {"ocr": _enrich_ocr}
+ENRICHERS: dict[str, Enricher] = {"ocr": _enrich_ocr, "describe": _enrich_describe}
+
+
+def _switched_on(services: MemoryServices) -> list[str]:
+    """The enrichments this server runs (an empty ``what`` means these)."""
+    on = {"ocr": services.settings.asset_ocr != "off", "describe": services.describer is not None}
+    return [kind for kind in ENRICHERS if on[kind]]
 
 
 class Enrichment(WireModel):
@@ -193,10 +211,15 @@ class Enrichment(WireModel):
     )
 
 
-def check_what(what: Sequence[str] | None) -> list[str]:
-    """The enrichments asked for, validated; all of them when ``what`` is empty."""
+def check_what(what: Sequence[str] | None, services: MemoryServices | None = None) -> list[str]:
+    """The enrichments asked for, validated; when ``what`` is empty, those switched on.
+
+    Nothing switched on: the first, whose refusal says how to switch it on.
+    """
     if not what:
-        return list(ENRICHERS)
+        if services is None:
+            return list(ENRICHERS)
+        return _switched_on(services) or list(ENRICHERS)[:1]
     unknown = sorted(set(what) - set(ENRICHERS))
     if unknown:
         raise InvalidInputFailure(f"what: one or more of {', '.join(ENRICHERS)}")
@@ -218,7 +241,7 @@ async def enrich_asset(
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
-    kinds = check_what(what)
+    kinds = check_what(what, services)
     resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise NotFoundFailure("asset not found")
@@ -267,7 +290,7 @@ async def enrich_vault(
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
-    kinds = check_what(what)
+    kinds = check_what(what, services)
     async with services.database.unit_of_work() as uow:
         identity = await admin.require_identity(uow, owner)
         try:

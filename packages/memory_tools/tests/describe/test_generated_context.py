@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 import pyvips
+from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db import VaultScope
 from memory_db.describing import OpenAIDescriber, ScriptedDescriber
 from memory_db.repositories import AssetFilter
 from memory_db.testing.vision_server import MODEL, VisionSeen, VisionTestServer
-from memory_tools import MemoryServices
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.assets import get_asset
 from memory_tools.describe import review_context
@@ -29,7 +30,8 @@ from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
-from ..pictures import picture
+from ..pictures import b64, picture
+from ..tool_calls import call, error
 
 OWNER = "alice@example.com"
 FAST = WorkerConfig(
@@ -70,8 +72,14 @@ def scripted() -> ScriptedDescriber:
 
 
 @pytest.fixture
-def describing(saving: MemoryServices, scripted: ScriptedDescriber) -> MemoryServices:
-    return replace(saving, describer=scripted)
+def no_ocr(saving: MemoryServices) -> MemoryServices:
+    """Saving services with OCR off: these tests are about generated context alone."""
+    return replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "off"}))
+
+
+@pytest.fixture
+def describing(no_ocr: MemoryServices, scripted: ScriptedDescriber) -> MemoryServices:
+    return replace(no_ocr, describer=scripted)
 
 
 async def save(services: MemoryServices, caller: Caller, image: bytes, **fields: Any) -> str:
@@ -277,7 +285,7 @@ async def test_a_person_accepts_or_clears_a_context_and_clearing_takes_it_out_of
 
 
 async def test_injected_text_in_pixels_or_page_cannot_change_what_is_stored(
-    saving: MemoryServices, alice: Caller
+    no_ocr: MemoryServices, alice: Caller
 ) -> None:
     """A gullible model behind the real HTTP client: it obeys whatever text it is given.
 
@@ -286,7 +294,7 @@ async def test_injected_text_in_pixels_or_page_cannot_change_what_is_stored(
     """
     server = VisionTestServer({"vision_key"}).start()
     describer = OpenAIDescriber(base_url=server.base_url, model=MODEL, api_keys=["vision_key"])
-    services = replace(saving, describer=describer)
+    services = replace(no_ocr, describer=describer)
     replies: list[str] = []
 
     def gullible(seen: VisionSeen) -> str:
@@ -379,3 +387,35 @@ async def test_scripted_captions_find_their_images(
     rate = top1 / len(ids)
     print(f"\ngenerated-caption queries: top-1 {top1}/{len(ids)} = {rate:.0%}")
     assert rate >= 0.9
+
+
+async def test_image_asset_enrich_runs_describe_again_over_mcp(
+    describing: MemoryServices, scripted: ScriptedDescriber, make_person: Any
+) -> None:
+    owner = await make_person(OWNER)
+    off = replace(describing, describer=None)
+
+    def client(services: MemoryServices) -> Client[Any]:
+        return Client(build_memory_server(replace(services, default_api_key=owner.key)))
+
+    async with client(off) as c:  # saved while generated context was off: no job, no context
+        saved = await call(c, "image_asset_save", {"imageBase64": b64(picture(8))})
+        asset = saved["assetId"]
+        disabled = await error(c, "image_asset_enrich", {"assetId": asset, "what": ["describe"]})
+    assert disabled.startswith("feature_disabled") and "ASSET_DESCRIBE_BASE_URL" in disabled
+    scripted.default = lambda request: answer("A tram crossing a bridge", subjects=["tram"])
+    async with client(describing) as c:
+        before = await call(c, "image_asset_get", {"assetId": asset})
+        first = await call(c, "image_asset_enrich", {"assetId": asset, "what": ["describe"]})
+        again = await call(c, "image_asset_enrich", {"assetId": asset, "what": ["describe"]})
+        await EmbeddingWorker(describing, FAST).drain()
+        got = await call(c, "image_asset_get", {"assetId": asset})
+    assert before["generatedContext"] is None
+    assert (first["queued"], again["alreadyQueued"]) == (["describe"], ["describe"])
+    context = got["generatedContext"]
+    assert (context["caption"], context["source"], context["model"]) == (
+        "A tram crossing a bridge",
+        "generated",
+        "scripted-vision-1",
+    )
+    assert context["generatedAt"] and context["review"] == "unreviewed"

@@ -701,20 +701,22 @@ class MemoryTools:
         self,
         assetId: AssetIdParam,
         what: Annotated[
-            list[Literal["ocr"]] | None,
+            list[Literal["ocr", "describe"]] | None,
             Field(
                 max_length=4,
                 description="Which enrichments to run again: 'ocr' (read the text in the "
-                "image). Omit for all of them.",
+                "image), 'describe' (a generated description from a vision model). Omit for "
+                "all that this server has switched on.",
             ),
         ] = None,
     ) -> Enrichment:
-        """Run an image's enrichments again, as background jobs: OCR reads the text in it.
+        """Run an image's enrichments again, as background jobs: OCR, and a description.
 
-        Queues the work and answers at once; image_asset_get shows textInImage once the job
-        is done (searchable from then on). An enrichment already queued or running is not
-        queued twice (alreadyQueued). Needs write access to the image's vault; feature_disabled
-        when the server has OCR switched off.
+        OCR reads the text in the image; describe asks the server's vision model for a
+        generated description. Queues the work and answers at once; image_asset_get shows
+        textInImage and generatedContext once the jobs are done (searchable from then on). An
+        enrichment already queued or running is not queued twice (alreadyQueued). Needs write
+        access to the image's vault; feature_disabled when the server has it switched off.
         """
         return await self.authorised(enrich.enrich_asset, asset_id=assetId, what=what)
 
