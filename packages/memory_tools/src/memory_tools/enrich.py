@@ -9,8 +9,8 @@
 - :func:`memory_tools.ocr.ocr_wanted` is the ``ASSET_OCR`` policy for new saves.
 - :func:`enrich_asset` (the ``image_asset_enrich`` tool) and :func:`enrich_vault` (the
   ``memory-server enrich`` command) queue the work again for one image or a whole vault.
-  Enrichments are named (``what``): each name maps to the function that queues its job, so a
-  new kind of enrichment is one more entry in :data:`ENRICHERS`.
+  Enrichments are named (``what``): each name maps to an :class:`Enricher` (its feature switch
+  and the function that queues its job), so a new kind is one more entry in :data:`ENRICHERS`.
 """
 
 from __future__ import annotations
@@ -169,36 +169,60 @@ async def _store_reading(
 
 # --- re-running it ---------------------------------------------------------------------------
 
-Enricher = Callable[[UnitOfWork, MemoryServices, str, str], Awaitable[bool]]
+
+@dataclass(frozen=True)
+class Enricher:
+    """One named enrichment: whether the server has it on, and how its job is queued."""
+
+    switched_off: Callable[[MemoryServices], str | None]  # why it is off, or None
+    # True: queued now; False: one is queued or running already.
+    queue: Callable[[UnitOfWork, MemoryServices, str, str], Awaitable[bool]]
 
 
-async def _enrich_ocr(uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str) -> bool:
+def _ocr_off(services: MemoryServices) -> str | None:
     if services.settings.asset_ocr == "off":
-        raise FeatureDisabled("OCR is switched off on this server (ASSET_OCR=off)")
+        return "OCR is switched off on this server (ASSET_OCR=off)"
+    return None
+
+
+def _describe_off(services: MemoryServices) -> str | None:
+    if services.describer is None:
+        return "generated context is off on this server (ASSET_DESCRIBE_BASE_URL is not set)"
+    return None
+
+
+async def _queue_ocr(uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str) -> bool:
     return await queue_ocr(uow, owner, asset_id)
 
 
-async def _enrich_describe(
+async def _queue_describe(
     uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str
 ) -> bool:
     describer = services.describer
-    if describer is None:
-        raise FeatureDisabled(
-            "generated context is off on this server (ASSET_DESCRIBE_BASE_URL is not set)"
-        )
+    if describer is None:  # _require_on refused it already
+        raise FeatureDisabled(_describe_off(services) or "generated context is off")
     job = await uow.jobs.create_kind(owner, asset_id, kind="describe", model=describer.model)
     return job is not None
 
 
-# What ``what`` may name, and the function that queues its job (True: queued now; False: one
-# is queued or running already).
-ENRICHERS: dict[str, Enricher] = {"ocr": _enrich_ocr, "describe": _enrich_describe}
+# What ``what`` may name: each enrichment says whether it is off and queues its job.
+ENRICHERS: dict[str, Enricher] = {
+    "ocr": Enricher(switched_off=_ocr_off, queue=_queue_ocr),
+    "describe": Enricher(switched_off=_describe_off, queue=_queue_describe),
+}
 
 
 def _switched_on(services: MemoryServices) -> list[str]:
     """The enrichments this server runs (an empty ``what`` means these)."""
-    on = {"ocr": services.settings.asset_ocr != "off", "describe": services.describer is not None}
-    return [kind for kind in ENRICHERS if on[kind]]
+    return [kind for kind, enricher in ENRICHERS.items() if enricher.switched_off(services) is None]
+
+
+def _require_on(services: MemoryServices, kinds: Sequence[str]) -> None:
+    """``feature_disabled`` before anything is read when an asked enrichment is off."""
+    for kind in kinds:
+        why = ENRICHERS[kind].switched_off(services)
+        if why is not None:
+            raise FeatureDisabled(why)
 
 
 class Enrichment(WireModel):
@@ -242,13 +266,14 @@ async def enrich_asset(
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     kinds = check_what(what, services)
+    _require_on(services, kinds)
     resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise NotFoundFailure("asset not found")
     queued: list[str] = []
     waiting: list[str] = []
     for kind in kinds:
-        made = await ENRICHERS[kind](uow, services, record.owner_identity, asset_id)
+        made = await ENRICHERS[kind].queue(uow, services, record.owner_identity, asset_id)
         (queued if made else waiting).append(kind)
     if queued:
         await uow.jobs.notify()
@@ -291,6 +316,7 @@ async def enrich_vault(
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     kinds = check_what(what, services)
+    _require_on(services, kinds)
     async with services.database.unit_of_work() as uow:
         identity = await admin.require_identity(uow, owner)
         try:
@@ -308,7 +334,9 @@ async def enrich_vault(
             made_now = 0
             for asset_id in chunk:
                 for kind in kinds:
-                    made = await ENRICHERS[kind](uow, services, scope.owner_identity, asset_id)
+                    made = await ENRICHERS[kind].queue(
+                        uow, services, scope.owner_identity, asset_id
+                    )
                     made_now += made
                     waiting += not made
             queued += made_now
@@ -331,6 +359,7 @@ async def enrich_vault(
 
 __all__ = [
     "ENRICHERS",
+    "Enricher",
     "Enrichment",
     "OcrHandler",
     "VaultEnrichment",
