@@ -347,7 +347,7 @@ async def test_injected_text_in_pixels_or_page_cannot_change_what_is_stored(
 async def test_scripted_captions_find_their_images(
     describing: MemoryServices, scripted: ScriptedDescriber, alice: Caller
 ) -> None:
-    """§3: text queries for generated captions find their images (figure printed)."""
+    """Text queries for generated captions find their images (the figure is printed)."""
     subjects = [
         "accordion",
         "barometer",

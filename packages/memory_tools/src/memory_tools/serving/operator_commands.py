@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from memory_db import MemorySettings, open_runtime
+from memory_db.describing import build_describer
 from memory_tools import MemoryServices
 from memory_tools.backup import create_backup, require_empty_directory, restore_backup
-from memory_tools.enrich import ENRICHERS, enrich_vault
+from memory_tools.enrich import ENRICHERS, check_what, enrich_vault
 from memory_tools.export import export_vault, import_vault
 from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
 
@@ -224,8 +225,13 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    # Only its model name is used here (it labels the describe jobs); workers make the calls.
+    describer = build_describer(settings)
     try:
-        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
+        services = MemoryServices(
+            database=runtime.database, store=runtime.store, settings=settings, describer=describer
+        )
+        what = check_what(args.what, services)
         with Progress("queueing") as progress:
             report = await enrich_vault(
                 services,
@@ -235,8 +241,9 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
                 progress=lambda done, total: progress.advance(done, total, ""),
             )
     finally:
+        if describer is not None:
+            await describer.close()
         await runtime.close()
-    what: list[str] = args.what or list(ENRICHERS)
     document = {
         "vault": report.vault,
         "what": what,
@@ -299,7 +306,7 @@ def add_operator_parsers(commands: Any) -> None:
     enrich = commands.add_parser(
         "enrich",
         parents=[output],
-        help="queue the enrichments (OCR) of every image of one vault again",
+        help="queue the enrichments (OCR, generated context) of every image of one vault again",
     )
     enrich.add_argument("--vault-owner", required=True, help="the owner of the vault")
     enrich.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
@@ -307,7 +314,7 @@ def add_operator_parsers(commands: Any) -> None:
         "--what",
         action="append",
         choices=list(ENRICHERS),
-        help="an enrichment to run (repeatable; default: all of them)",
+        help="an enrichment to run (repeatable; default: all the server has switched on)",
     )
     enrich.set_defaults(operator=_enrich)
 
