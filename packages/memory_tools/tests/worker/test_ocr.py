@@ -121,10 +121,10 @@ def _on_photo(index: int, words: str) -> bytes:
 
 
 def _rotated(index: int, words: str) -> bytes:
-    mask = _words(
-        f"{words}\nPlease read every line of this notice\nbefore you sign below", FONTS[0], 18
-    )
-    image = _on(_flat(mask.width + 60, mask.height + 50, (250, 250, 250)), mask, 30, 25)
+    """A screenshot saved sideways (three lines) or upside down (two short lines)."""
+    more = ("\nPlease read every line of this notice\nbefore you sign below", "\nBring two photos")
+    mask = _words(words + more[index], FONTS[0], 16)
+    image = _on(_flat(mask.width + 60, mask.height + 40, (250, 250, 250)), mask, 30, 20)
     return image.rot(("d90", "d180")[index]).pngsave_buffer()
 
 
