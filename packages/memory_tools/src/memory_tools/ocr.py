@@ -137,14 +137,7 @@ def read_text(
         if rotate:
             path.write_bytes(image.rot(f"d{rotate}").pngsave_buffer(compression=1))
         config = "--psm 1" if rotate is None else "--psm 3"
-        answer = _tesseract(
-            lambda p, left: pytesseract.image_to_data(
-                p, lang=LANGUAGE, config=config, timeout=left, output_type=pytesseract.Output.DICT
-            ),
-            path,
-            deadline,
-            timeout,
-        )
+        answer = _tesseract(functools.partial(_words, config=config), path, deadline, timeout)
     if not isinstance(answer, dict):
         raise OcrError("ocr_failed", "Tesseract answered something other than its word table")
     text, confidence, words = _kept_text(cast(dict[str, list[Any]], answer), max_chars)
@@ -157,6 +150,14 @@ def read_text(
         engine_version=version,
         input_sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+def _words(path: str, left: int, *, config: str) -> Any:
+    """Tesseract's word table of the page (text, confidence and place of every word)."""
+    answer: Any = pytesseract.image_to_data(
+        path, lang=LANGUAGE, config=config, timeout=left, output_type=pytesseract.Output.DICT
+    )
+    return answer
 
 
 def _orientation(path: str, left: int) -> int | None:
