@@ -357,3 +357,18 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
     assert (read["engine"], read["language"]) == ("tesseract", "eng")
     assert len(read["inputSha256"]) == 64 and read["confidence"] > 50
     assert [hit["assetId"] for hit in found["results"]][:1] == [asset]
+
+
+async def test_a_preview_too_small_to_read_is_replaced_by_a_larger_rendition(
+    reading: MemoryServices, alice: Caller
+) -> None:
+    small = replace(
+        reading, settings=reading.settings.model_copy(update={"asset_preview_max_edge": 200})
+    )
+    mask = _words("Lighthouse keeper rota for December", FONTS[0], 22)
+    page = _on(_flat(1200, 300, (250, 250, 250)), mask, 40, 120).pngsave_buffer()
+    asset = await _save(small, alice, page)
+    await EmbeddingWorker(small, FAST).drain()
+    row = await _row(small, "SELECT ocr_text, ocr FROM mem_assets WHERE id = :a", a=asset)
+    assert row.ocr["input"] == "rendition"
+    assert "keeper" in row.ocr_text
