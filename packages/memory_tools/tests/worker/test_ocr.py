@@ -145,7 +145,9 @@ def library() -> list[tuple[str | None, bytes]]:
 
 @pytest.fixture
 def reading(saving: MemoryServices) -> MemoryServices:
-    settings = saving.settings.model_copy(update={"asset_ocr": "all", "asset_max_bytes": 4_000_000})
+    # The longest time limit: a busy test machine must not turn a slow read into ocr_timeout.
+    update = {"asset_ocr": "all", "asset_max_bytes": 4_000_000, "asset_ocr_timeout_seconds": 600}
+    settings = saving.settings.model_copy(update=update)
     return replace(saving, settings=settings)
 
 
@@ -349,6 +351,7 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
     assert unknown.startswith("not_found")
     assert forbidden.startswith("forbidden")
     assert before["textInImage"] is None
+    assert before["fusedNote"] is not None  # saved without words: no fused vector
     assert (first["queued"], first["alreadyQueued"]) == (["ocr"], [])
     assert (second["queued"], second["alreadyQueued"]) == ([], ["ocr"])
     assert "what" in bad
@@ -356,6 +359,12 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
     assert read["status"] == "done" and "Warranty" in read["text"]
     assert (read["engine"], read["language"]) == ("tesseract", "eng")
     assert len(read["inputSha256"]) == 64 and read["confidence"] > 50
+    # The text read gave the image a fused vector, and the answer says so.
+    assert got["fusedNote"] is None
+    assert {r["representation"]: r["status"] for r in got["representations"]} == {
+        "fused": "done",
+        "visual": "done",
+    }
     assert [hit["assetId"] for hit in found["results"]][:1] == [asset]
 
 
