@@ -39,7 +39,7 @@ from memory_tools.errors import (
     ToolFailure,
 )
 from memory_tools.ingest.images import decode_preview, read_header
-from memory_tools.ingest.plan import asset_fused_text
+from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
 from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_subject_preview
 from memory_tools.ocr import OcrError, OcrReading, queue_ocr, read_text
 from memory_tools.services import MemoryServices
@@ -152,19 +152,26 @@ async def _store_reading(
             "jobId": job_id,
             "readAt": datetime.now(UTC).isoformat(),
         }
-    await uow.assets.set_ocr(asset.owner_identity, asset.id, reading.text, provenance)
     before = asset_fused_text(asset)
     after = asset_fused_text(replace(asset, ocr_text=reading.text))
-    if before == after:
-        return
-    scope = VaultScope(asset.owner_identity, asset.vault)
-    try:
-        async with uow.session.begin_nested():
-            await reembed_fused(uow, services, scope, asset.id, after, OCR_ACTOR)
-    except ToolFailure:
-        # No room in the quota for a first fused vector, or no embedder here: the text is
-        # stored and searchable all the same; the fused vector keeps the person's words.
-        log.warning("ocr_fused_not_requeued", asset_id=asset.id, exc_info=True)
+    metadata: dict[str, Any] | None = None
+    if before != after:
+        scope = VaultScope(asset.owner_identity, asset.vault)
+        try:
+            async with uow.session.begin_nested():
+                await reembed_fused(uow, services, scope, asset.id, after, OCR_ACTOR)
+        except ToolFailure:
+            # No room in the quota for a first fused vector, or no embedder here: the text is
+            # stored and searchable all the same; the fused vector keeps the person's words.
+            log.warning("ocr_fused_not_requeued", asset_id=asset.id, exc_info=True)
+        else:
+            # What image_asset_get says about the fused vector follows (as an edit's does).
+            embedding = dict(asset.metadata.get("embedding") or {})
+            embedding["fused"] = "queued" if after else NO_FUSED_TEXT
+            metadata = {**asset.metadata, "embedding": embedding}
+    await uow.assets.set_ocr(
+        asset.owner_identity, asset.id, reading.text, provenance, metadata=metadata
+    )
 
 
 # --- re-running it ---------------------------------------------------------------------------

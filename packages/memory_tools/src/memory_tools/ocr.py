@@ -2,8 +2,10 @@
 
 :func:`read_text` runs the Debian ``tesseract-ocr`` engine through pytesseract, which starts one
 ``tesseract`` process per image: a process can be killed when it overruns its time limit, and
-a crash in the engine cannot take the worker with it. Page segmentation runs with orientation
-and script detection (``--psm 1``), so a screenshot saved sideways or upside down is read too.
+a crash in the engine cannot take the worker with it. Orientation detection (``--psm 0``) runs
+first and the page is turned upright before it is read, so a screenshot saved sideways or
+upside down is read too; when there is too little text to tell, the page segmentation that
+detects orientation itself (``--psm 1``) reads it.
 
 What is kept is what the engine read, verbatim: words it is less than
 :data:`MIN_WORD_CONFIDENCE` sure of are left out (on a photo without text the engine reports
@@ -18,6 +20,8 @@ import functools
 import hashlib
 import math
 import tempfile
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -34,6 +38,10 @@ MAX_TEXT_CHARS = 8000
 # Tesseract reads text best at 20-30 pixels per line: a small image is read at twice its size.
 UPSCALE_BELOW_EDGE = 800
 DEFAULT_TIMEOUT_SECONDS = 30.0
+# Orientation detection: the characters it needs before it answers (Tesseract's default, 50,
+# leaves short screenshots unturned), and the confidence under which its answer is ignored.
+MIN_OSD_CHARACTERS = 10
+MIN_OSD_CONFIDENCE = 1.0
 
 
 def ocr_wanted(setting: str, *, source_kind: str, format_name: str, data: bytes) -> bool:
@@ -115,31 +123,21 @@ def read_text(
             image = image.resize(2, kernel="linear")
         if image.hasalpha():
             image = image.flatten(background=[255, 255, 255])
-        png = image.colourspace("b-w").pngsave_buffer(compression=1)
+        image = image.colourspace("b-w").copy_memory()
     except pyvips.Error:
         raise OcrError("ocr_failed", "the image could not be prepared for OCR") from None
+    deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory(prefix="memory-ocr-") as scratch:
         path = Path(scratch) / "input.png"
-        path.write_bytes(png)
-        try:
-            answer: Any = pytesseract.image_to_data(
-                str(path),
-                lang=LANGUAGE,
-                config="--psm 1",
-                timeout=math.ceil(timeout),  # whole seconds (the binding's type)
-                output_type=pytesseract.Output.DICT,
-            )
-        except pytesseract.TesseractNotFoundError:
-            engine_version.cache_clear()
-            raise OcrError(
-                "ocr_unavailable", "Tesseract is not installed (Debian package tesseract-ocr)"
-            ) from None
-        except RuntimeError as exc:  # pytesseract's timeout (it kills the process)
-            if "timeout" in str(exc).lower():
-                raise OcrError("ocr_timeout", f"OCR took longer than {timeout:g} s") from None
-            raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
-        except (pytesseract.TesseractError, OSError, ValueError) as exc:
-            raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
+        path.write_bytes(image.pngsave_buffer(compression=1))
+        # Orientation first: a screenshot saved sideways or upside down is turned upright.
+        # Too little text to tell is no answer: then the page segmentation that detects
+        # orientation itself reads it (--psm 1); an upright page is read with --psm 3.
+        rotate = _tesseract(_orientation, path, deadline, timeout)
+        if rotate:
+            path.write_bytes(image.rot(f"d{rotate}").pngsave_buffer(compression=1))
+        config = "--psm 1" if rotate is None else "--psm 3"
+        answer = _tesseract(functools.partial(_words, config=config), path, deadline, timeout)
     if not isinstance(answer, dict):
         raise OcrError("ocr_failed", "Tesseract answered something other than its word table")
     text, confidence, words = _kept_text(cast(dict[str, list[Any]], answer), max_chars)
@@ -152,6 +150,57 @@ def read_text(
         engine_version=version,
         input_sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+def _words(path: str, left: int, *, config: str) -> Any:
+    """Tesseract's word table of the page (text, confidence and place of every word)."""
+    answer: Any = pytesseract.image_to_data(
+        path, lang=LANGUAGE, config=config, timeout=left, output_type=pytesseract.Output.DICT
+    )
+    return answer
+
+
+def _orientation(path: str, left: int) -> int | None:
+    """Degrees (clockwise) that turn the page upright, or ``None`` when it cannot tell."""
+    try:
+        answer: Any = pytesseract.image_to_osd(
+            path,
+            config=f"--psm 0 -c min_characters_to_try={MIN_OSD_CHARACTERS}",
+            timeout=left,
+            output_type=pytesseract.Output.DICT,
+        )
+    except pytesseract.TesseractError:
+        return None  # too few characters to tell
+    if not isinstance(answer, dict):
+        return None
+    osd = cast(dict[str, Any], answer)
+    try:
+        rotate, confidence = int(osd.get("rotate", 0)), float(osd.get("orientation_conf", 0.0))
+    except (TypeError, ValueError):
+        return None
+    if rotate not in (0, 90, 180, 270) or confidence < MIN_OSD_CONFIDENCE:
+        return None
+    return rotate
+
+
+def _tesseract(call: Callable[[str, int], Any], path: Path, deadline: float, timeout: float) -> Any:
+    """Run one Tesseract call within what is left of the time limit, mapping its failures."""
+    left = math.ceil(deadline - time.monotonic())  # whole seconds (the binding's type)
+    if left <= 0:
+        raise OcrError("ocr_timeout", f"OCR took longer than {timeout:g} s")
+    try:
+        return call(str(path), left)
+    except pytesseract.TesseractNotFoundError:
+        engine_version.cache_clear()
+        raise OcrError(
+            "ocr_unavailable", "Tesseract is not installed (Debian package tesseract-ocr)"
+        ) from None
+    except RuntimeError as exc:  # pytesseract's timeout (it kills the process)
+        if "timeout" in str(exc).lower():
+            raise OcrError("ocr_timeout", f"OCR took longer than {timeout:g} s") from None
+        raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
+    except (pytesseract.TesseractError, OSError, ValueError) as exc:
+        raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
 
 
 def _kept_text(data: dict[str, list[Any]], max_chars: int) -> tuple[str | None, float | None, int]:

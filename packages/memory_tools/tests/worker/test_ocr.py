@@ -121,10 +121,10 @@ def _on_photo(index: int, words: str) -> bytes:
 
 
 def _rotated(index: int, words: str) -> bytes:
-    mask = _words(
-        f"{words}\nPlease read every line of this notice\nbefore you sign below", FONTS[0], 18
-    )
-    image = _on(_flat(mask.width + 60, mask.height + 50, (250, 250, 250)), mask, 30, 25)
+    """A screenshot saved sideways (three lines) or upside down (two short lines)."""
+    more = ("\nPlease read every line of this notice\nbefore you sign below", "\nBring two photos")
+    mask = _words(words + more[index], FONTS[0], 16)
+    image = _on(_flat(mask.width + 60, mask.height + 40, (250, 250, 250)), mask, 30, 20)
     return image.rot(("d90", "d180")[index]).pngsave_buffer()
 
 
@@ -145,7 +145,9 @@ def library() -> list[tuple[str | None, bytes]]:
 
 @pytest.fixture
 def reading(saving: MemoryServices) -> MemoryServices:
-    settings = saving.settings.model_copy(update={"asset_ocr": "all", "asset_max_bytes": 4_000_000})
+    # The longest time limit: a busy test machine must not turn a slow read into ocr_timeout.
+    update = {"asset_ocr": "all", "asset_max_bytes": 4_000_000, "asset_ocr_timeout_seconds": 600}
+    settings = saving.settings.model_copy(update=update)
     return replace(saving, settings=settings)
 
 
@@ -349,6 +351,7 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
     assert unknown.startswith("not_found")
     assert forbidden.startswith("forbidden")
     assert before["textInImage"] is None
+    assert before["fusedNote"] is not None  # saved without words: no fused vector
     assert (first["queued"], first["alreadyQueued"]) == (["ocr"], [])
     assert (second["queued"], second["alreadyQueued"]) == ([], ["ocr"])
     assert "what" in bad
@@ -356,4 +359,25 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
     assert read["status"] == "done" and "Warranty" in read["text"]
     assert (read["engine"], read["language"]) == ("tesseract", "eng")
     assert len(read["inputSha256"]) == 64 and read["confidence"] > 50
+    # The text read gave the image a fused vector, and the answer says so.
+    assert got["fusedNote"] is None
+    assert {r["representation"]: r["status"] for r in got["representations"]} == {
+        "fused": "done",
+        "visual": "done",
+    }
     assert [hit["assetId"] for hit in found["results"]][:1] == [asset]
+
+
+async def test_a_preview_too_small_to_read_is_replaced_by_a_larger_rendition(
+    reading: MemoryServices, alice: Caller
+) -> None:
+    small = replace(
+        reading, settings=reading.settings.model_copy(update={"asset_preview_max_edge": 200})
+    )
+    mask = _words("Lighthouse keeper rota for December", FONTS[0], 22)
+    page = _on(_flat(1200, 300, (250, 250, 250)), mask, 40, 120).pngsave_buffer()
+    asset = await _save(small, alice, page)
+    await EmbeddingWorker(small, FAST).drain()
+    row = await _row(small, "SELECT ocr_text, ocr FROM mem_assets WHERE id = :a", a=asset)
+    assert row.ocr["input"] == "rendition"
+    assert "keeper" in row.ocr_text

@@ -984,13 +984,21 @@ class AssetRepository:
         return list(rows)
 
     async def set_ocr(
-        self, owner: str, asset_id: str, text: str | None, provenance: dict[str, Any] | None
+        self,
+        owner: str,
+        asset_id: str,
+        text: str | None,
+        provenance: dict[str, Any] | None,
+        *,
+        metadata: dict[str, Any] | None = None,
     ) -> bool:
         """Store the text read in one image and how it was read (``None``: no text read).
 
         Only an OCR job calls this (with the asset row locked); it changes nothing a person
-        gave. Returns whether the asset exists (and is not deleted).
+        gave. ``metadata`` replaces the asset's metadata when given (the caller read it under
+        the same lock). Returns whether the asset exists (and is not deleted).
         """
+        extra: dict[str, Any] = {} if metadata is None else {"metadata_": metadata}
         result = await self._session.execute(
             update(Asset)
             .where(
@@ -1003,6 +1011,7 @@ class AssetRepository:
                 ocr_text=text,
                 ocr=null() if provenance is None else provenance,
                 updated_at=func.now(),
+                **extra,
             )
             .execution_options(synchronize_session=False)
         )
