@@ -34,9 +34,10 @@ $(CURDIR)/.cache/tools/bin/uv:
 uv: $(UV) ## Make sure uv is available (installs it with pip when missing)
 
 .PHONY: install
-install: uv ## Install the workspace and dev tools from uv.lock, and Chromium when missing
+install: uv ## Install the workspace and dev tools from uv.lock, Chromium and Tesseract when missing
 	$(UV) sync --frozen --all-packages
 	@./scripts/install-chromium.sh
+	@./scripts/install-tesseract.sh
 
 # Debian's chromium for scrape_page_screenshot, when no Chromium is found (apt-get, quiet).
 # `make install` carries on without it (the tool is then not offered); `make test` needs it.
@@ -44,11 +45,19 @@ install: uv ## Install the workspace and dev tools from uv.lock, and Chromium wh
 chromium: ## Install Debian's chromium when no Chromium is found (fails if it cannot)
 	@./scripts/install-chromium.sh --required
 
+# Debian's tesseract-ocr (with English and OSD data) for OCR, when missing (apt-get, quiet).
+# `make install` carries on without it (OCR jobs then fail with ocr_unavailable); `make test`
+# needs it.
+.PHONY: tesseract
+tesseract: ## Install Debian's tesseract-ocr when missing (fails if it cannot)
+	@./scripts/install-tesseract.sh --required
+
 # Only what the server needs to run: no test, lint or type-check tools. `--inexact` keeps
 # anything `make install` already put there, so the two targets can be used in any order.
 .PHONY: install-runtime
 install-runtime: uv ## Install only the runtime dependencies (what `make run` needs)
 	$(UV) sync --frozen --all-packages --no-dev --inexact
+	@./scripts/install-tesseract.sh
 
 $(S3RVER): tools/s3rver/package.json tools/s3rver/package-lock.json
 	cd tools/s3rver && npm ci --no-audit --no-fund --silent
@@ -81,7 +90,7 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 	$(UV) run --frozen --no-sync memory-server migrate
 
 .PHONY: test
-test: install deps-node chromium ## Install everything and run the whole suite, then each library alone
+test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
 	$(UV) run --frozen pytest
 	UV=$(UV) ./scripts/test-isolated.sh
 

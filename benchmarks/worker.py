@@ -111,7 +111,7 @@ async def run(assets: int, latency: float, naive_jobs: int, base_url: str) -> No
         embedder = JinaEmbedder(
             api_keys=["bench-key"], base_url=base_url, model=MODEL, dimensions=1024
         )
-        settings = MemorySettings(memory_data_dir=Path(tmp) / "data")
+        settings = MemorySettings(memory_data_dir=Path(tmp) / "data", asset_ocr="off")
         store = LocalAssetObjectStore(
             settings.objects_dir, UrlSigner(b"b" * 32), "http://127.0.0.1:9"
         )

@@ -44,7 +44,7 @@ async def _save_more(
     database: Database, env: dict[str, str], jina: JinaTestServer, seeds: range
 ) -> None:
     """Save more images for the owner ``_save_assets`` created (as base64, like a client)."""
-    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]))
+    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]), asset_ocr="off")
     store = LocalAssetObjectStore(settings.objects_dir, UrlSigner(b"k" * 32), "http://127.0.0.1:9")
     embedder = JinaEmbedder(
         api_keys=["test-key"], base_url=jina.base_url, model=MODEL, dimensions=1024

@@ -70,7 +70,7 @@ def env(tmp_path: Path, database_url: str, jina: JinaTestServer) -> dict[str, st
 async def _save_assets(
     database: Database, env: dict[str, str], jina: JinaTestServer, n: int
 ) -> None:
-    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]))
+    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]), asset_ocr="off")
     store = LocalAssetObjectStore(settings.objects_dir, UrlSigner(b"k" * 32), "http://127.0.0.1:9")
     embedder = JinaEmbedder(
         api_keys=["test-key"], base_url=jina.base_url, model=MODEL, dimensions=1024
@@ -191,7 +191,7 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
     jina.state.latency = 0.2
     await _save_assets(database, env, jina, 1)
     asset_id = (await _query(database, "SELECT id FROM mem_assets"))[0][0]
-    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]))
+    settings = MemorySettings(memory_data_dir=Path(env["MEMORY_DATA_DIR"]), asset_ocr="off")
     store = LocalAssetObjectStore(settings.objects_dir, UrlSigner(b"k" * 32), "http://127.0.0.1:9")
     services = MemoryServices(database=database, store=store, settings=settings)
     # A real key: a waiting read checks again that the caller's key is not revoked.

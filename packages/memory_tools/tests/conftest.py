@@ -45,7 +45,8 @@ class Person:
 
 @pytest.fixture
 def settings(tmp_path: Path) -> MemorySettings:
-    return MemorySettings(memory_data_dir=tmp_path / "data")
+    # OCR (docs/ocr.md) is off unless a test is about it: it adds a job to PNG saves.
+    return MemorySettings(memory_data_dir=tmp_path / "data", asset_ocr="off")
 
 
 @pytest.fixture

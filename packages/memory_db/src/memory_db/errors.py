@@ -19,6 +19,7 @@ Hierarchy::
         ├── ProviderContractError   malformed vectors: count, dimension, NaN, norm (permanent)
         ├── ProviderRejected        validation, auth, balance, unsupported media (permanent)
         └── ProviderUnavailable     429/524/5xx/timeouts after the retries (retry later)
+    ContextRefused                  a generated image context failed its gate (stable ``code``)
 
 Foreign errors (asyncpg, botocore, OS) are translated where they are raised, with ``from exc``.
 """
@@ -130,3 +131,15 @@ class ProviderUnavailable(EmbeddingError):
     """The provider could not answer in time (rate limits, timeouts, server errors)."""
 
     retryable = True
+
+
+class ContextRefused(MemoryDbError):
+    """A describer's answer failed the gate (docs/generated-context.md#gating); nothing is kept.
+
+    ``code`` is stable: ``context_not_json``, ``context_too_large``, ``context_schema`` or
+    ``context_stale``.
+    """
+
+    def __init__(self, code: str, message: str) -> None:
+        self.code = code
+        super().__init__(f"{code}: {message}")

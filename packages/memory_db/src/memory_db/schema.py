@@ -48,10 +48,14 @@ JOB_STATUSES = ("queued", "running", "retry", "done", "failed", "cancelled")
 ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
 RECONCILE_RUN_STATUSES = ("done", "failed")
 REPRESENTATIONS = ("visual", "fused")
+# What a queued job does (docs/design.md#jobs): ``embed`` one representation into the vector
+# index, read the image's text (``ocr``), or describe it (``describe``). Only ``embed`` jobs
+# carry a representation and dimensions; every job names its model (or engine).
+JOB_KINDS = ("embed", "ocr", "describe")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
 GRANT_PERMISSIONS = ("read", "write", "admin")
-USAGE_SOURCES = ("embed_image_document", "embed_image_query", "rerank_image")
+USAGE_SOURCES = ("embed_image_document", "embed_image_query", "rerank_image", "describe_image")
 PROVENANCE_OPERATIONS = (
     "asset_project_create",
     "asset_project_archive",
@@ -79,18 +83,30 @@ PROVENANCE_OPERATIONS = (
     "job_cancel",
     "asset_purge",
     "vector_index_switch",
+    "asset_enrich",
+    "asset_context_review",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
 # The full-text document of an asset (a generated column: derived, rebuildable). Titles and tags
-# weigh most, then alt text, then the description. 'english' stems words ("bicycles" finds
-# "bicycle"); every function here is immutable, as a generated column requires.
+# weigh most, then alt text, then the description, then words no person gave (OCR, generated
+# context: weighed least, so a caller's own words always rank first). 'english' stems words
+# ("bicycles" finds "bicycle"); every function here is immutable, as a generated column requires.
 SEARCH_DOCUMENT_SQL = (
     "setweight(to_tsvector('english'::regconfig, title), 'A') || "
     "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
     "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
-    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C')"
+    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C') || "
+    # The text read in the image (docs/ocr.md), below every word a person gave (revision 0017).
+    "setweight(to_tsvector('english'::regconfig, coalesce(ocr_text, '')), 'D') || "
+    # Generated context's whitelisted words (docs/generated-context.md), likewise (0018).
+    "setweight(to_tsvector('english'::regconfig, coalesce(generated_text, '')), 'D')"
 )
+MAX_OCR_TEXT = 8000  # characters of read text kept per image (memory_tools.ocr cuts there)
+# The most characters of generated context that reach the index (caption, visible text and
+# subjects joined); the schema's own bounds allow a little more, which is cut.
+MAX_GENERATED_TEXT = 3000
+CONTEXT_REVIEWS = ("unreviewed", "accepted")
 
 MAX_FOLDER_DEPTH = 8
 MAX_NAME_LENGTH = 120
@@ -450,6 +466,10 @@ class Asset(Base):
         ),
         CheckConstraint("alt_text IS NULL OR char_length(alt_text) <= 2000", name="alt_length"),
         CheckConstraint(
+            f"generated_text IS NULL OR char_length(generated_text) <= {MAX_GENERATED_TEXT}",
+            name="generated_text_length",
+        ),
+        CheckConstraint(
             "source_url IS NULL OR char_length(source_url) <= 4096", name="source_url_length"
         ),
         CheckConstraint(
@@ -469,6 +489,14 @@ class Asset(Base):
             name="metadata_bounded",
         ),
         CheckConstraint("purged_at IS NULL OR status = 'deleted'", name="purged_only_when_deleted"),
+        CheckConstraint(
+            f"ocr_text IS NULL OR char_length(ocr_text) BETWEEN 1 AND {MAX_OCR_TEXT}",
+            name="ocr_text_length",
+        ),
+        CheckConstraint(
+            "ocr IS NULL OR (jsonb_typeof(ocr) = 'object' AND pg_column_size(ocr) <= 4096)",
+            name="ocr_bounded",
+        ),
         CheckConstraint(
             "failure_code IS NULL OR char_length(failure_code) <= 64", name="failure_code_length"
         ),
@@ -505,6 +533,9 @@ class Asset(Base):
     title: Mapped[str] = mapped_column(Text, nullable=False)
     description: Mapped[str | None] = mapped_column(Text)
     alt_text: Mapped[str | None] = mapped_column(Text)
+    # The whitelisted words of the asset's current generated context (mem_asset_contexts),
+    # kept here because the full-text document is a generated column of this row.
+    generated_text: Mapped[str | None] = mapped_column(Text)
     source_url: Mapped[str | None] = mapped_column(Text)
     source_url_hash: Mapped[str | None] = mapped_column(Text)
     source_kind: Mapped[str] = mapped_column(Text, nullable=False)
@@ -528,13 +559,21 @@ class Asset(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Purged from the trash before its delete grace window ended (never restorable again).
     purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The text read in the image, verbatim, and how it was read (engine, version, language,
+    # confidence, the input's SHA-256, when): set by an OCR job, never by a caller.
+    ocr_text: Mapped[str | None] = mapped_column(Text)
+    ocr: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     search_document: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
     )
 
 
 class AssetEmbeddingJob(Base):
-    """A durable embedding job for one representation of one asset (docs/design.md#jobs)."""
+    """A durable job of one asset (docs/design.md#jobs): an embedding, or another ``kind``.
+
+    The table keeps its historical name: embedding jobs came first, and every kind shares the
+    same leases, retries, failure reasons and operator tools.
+    """
 
     __tablename__ = "mem_asset_embedding_jobs"
     __table_args__ = (
@@ -543,6 +582,13 @@ class AssetEmbeddingJob(Base):
             ["mem_assets.id", "mem_assets.owner_identity"],
         ),
         CheckConstraint(_in("representation", REPRESENTATIONS), name="representation_known"),
+        CheckConstraint(_in("kind", JOB_KINDS), name="kind_known"),
+        # An embedding names its representation and dimensions; no other kind has either.
+        CheckConstraint(
+            "CASE WHEN kind = 'embed' THEN representation IS NOT NULL AND dimensions IS NOT NULL"
+            " ELSE representation IS NULL AND dimensions IS NULL END",
+            name="kind_fields",
+        ),
         CheckConstraint(_in("status", JOB_STATUSES), name="status_known"),
         CheckConstraint("attempts >= 0", name="attempts_nonnegative"),
         CheckConstraint("max_attempts >= 1", name="max_attempts_positive"),
@@ -564,6 +610,14 @@ class AssetEmbeddingJob(Base):
             unique=True,
             postgresql_where=text("status IN ('queued', 'running', 'retry')"),
         ),
+        # One active job of every other kind per asset (revision 0016).
+        Index(
+            "uq_mem_asset_embedding_jobs_active_kind",
+            "asset_id",
+            "kind",
+            unique=True,
+            postgresql_where=text("kind <> 'embed' AND status IN ('queued', 'running', 'retry')"),
+        ),
         Index(
             "ix_mem_asset_embedding_jobs_claimable",
             "run_after",
@@ -577,9 +631,10 @@ class AssetEmbeddingJob(Base):
     id: Mapped[str] = mapped_column(Text, primary_key=True)
     asset_id: Mapped[str] = mapped_column(Text, nullable=False)
     owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
-    representation: Mapped[str] = mapped_column(Text, nullable=False)
+    kind: Mapped[str] = mapped_column(Text, nullable=False, server_default="embed")
+    representation: Mapped[str | None] = mapped_column(Text)
     model: Mapped[str] = mapped_column(Text, nullable=False)
-    dimensions: Mapped[int] = mapped_column(Integer, nullable=False)
+    dimensions: Mapped[int | None] = mapped_column(Integer)
     status: Mapped[str] = mapped_column(Text, nullable=False, server_default="queued")
     attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
     max_attempts: Mapped[int] = mapped_column(Integer, nullable=False, server_default="5")
@@ -733,6 +788,44 @@ class ScrapeArtifact(Base):
 
 
 # --- metering and audit ---------------------------------------------------------------------
+
+
+class AssetContext(Base):
+    """The generated context of one asset (docs/generated-context.md): gated, bound, reviewable.
+
+    One row per asset at most. ``context`` is the schema-valid object the model answered;
+    ``source_sha256`` the SHA-256 of the rendition it was generated from: once the asset's
+    bytes differ it is stale and never used. A person may accept it (``review``) or clear it
+    (the row is deleted).
+    """
+
+    __tablename__ = "mem_asset_contexts"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["asset_id", "owner_identity"],
+            ["mem_assets.id", "mem_assets.owner_identity"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("source_sha256 ~ '^[0-9a-f]{64}$'", name="source_sha256_hex"),
+        CheckConstraint("char_length(model) BETWEEN 1 AND 200", name="model_length"),
+        CheckConstraint(
+            "jsonb_typeof(context) = 'object' AND pg_column_size(context) <= 16384",
+            name="context_bounded",
+        ),
+        CheckConstraint(_in("review", CONTEXT_REVIEWS), name="review_known"),
+    )
+
+    asset_id: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    object_id: Mapped[str] = mapped_column(Text, nullable=False)
+    source_sha256: Mapped[str] = mapped_column(Text, nullable=False)
+    model: Mapped[str] = mapped_column(Text, nullable=False)
+    context: Mapped[dict[str, Any]] = mapped_column(JSONB, nullable=False)
+    generated_at: Mapped[datetime] = mapped_column(DateTime(timezone=True), nullable=False)
+    job_id: Mapped[str | None] = mapped_column(Text)
+    review: Mapped[str] = mapped_column(Text, nullable=False, server_default="unreviewed")
+    reviewed_by: Mapped[str | None] = mapped_column(Text)
+    reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class UsageLedgerEntry(Base):

@@ -99,6 +99,16 @@ class MemorySettings(BaseSettings):
     asset_query_cache_size: int = Field(default=512, ge=0, le=100_000)
     asset_query_cache_ttl_seconds: float = Field(default=600.0, ge=0.0, le=86_400.0)
 
+    # --- generated image context (docs/generated-context.md): off unless a URL is set -----
+    asset_describe_base_url: str | None = None
+    asset_describe_api_key: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    asset_describe_model: str | None = Field(default=None, min_length=1, max_length=200)
+    # --- text in images (docs/ocr.md) --------------------------------------------------
+    # Which new saves get an OCR job: none, screenshots (page screenshots and lossless PNG or
+    # WebP files, what screen captures and charts are saved as), or every image.
+    asset_ocr: Literal["off", "screenshots", "all"] = "screenshots"
+    asset_ocr_timeout_seconds: float = Field(default=30.0, ge=1.0, le=600.0)
+
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.
     scraper_artifact_ttl_seconds: int = Field(default=3600, ge=1, le=7 * 86_400)
@@ -177,9 +187,11 @@ class MemorySettings(BaseSettings):
             raise ValueError("must not contain credentials")
         return value.rstrip("/")
 
-    @field_validator("jina_base_url")
+    @field_validator("jina_base_url", "asset_describe_base_url")
     @classmethod
-    def _jina_url(cls, value: str) -> str:
+    def _provider_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         parts = urlsplit(value)
         if parts.scheme == "http" and _is_loopback_host(parts.hostname):
             return value.rstrip("/")
@@ -187,7 +199,7 @@ class MemorySettings(BaseSettings):
             raise ValueError("must be an https URL (http is allowed only for a loopback host)")
         return value.rstrip("/")
 
-    @field_validator("jina_api_keys", mode="before")
+    @field_validator("jina_api_keys", "asset_describe_api_key", mode="before")
     @classmethod
     def _split_keys(cls, value: Any) -> Any:
         if isinstance(value, str):
@@ -250,6 +262,8 @@ class MemorySettings(BaseSettings):
                 raise ValueError(f"ASSET_STORAGE_PROVIDER=s3 needs {', '.join(missing)}")
         if self.asset_embed_provider == "jina" and not self.jina_api_keys:
             raise ValueError("ASSET_EMBED_PROVIDER=jina needs JINA_API_KEYS (comma-separated)")
+        if self.asset_describe_base_url is not None and not self.asset_describe_model:
+            raise ValueError("ASSET_DESCRIBE_BASE_URL needs ASSET_DESCRIBE_MODEL")
         if (self.asset_s3_access_key_id is None) != (self.asset_s3_secret_access_key is None):
             raise ValueError(
                 "set both ASSET_S3_ACCESS_KEY_ID and ASSET_S3_SECRET_ACCESS_KEY, or neither"

@@ -15,6 +15,7 @@ from memory_db.repositories import (
     ArtifactRepository,
     AssetRepository,
     AssetStateWatch,
+    ContextRepository,
     FolderRepository,
     IdentityRepository,
     IntegrityRepository,
@@ -67,6 +68,7 @@ class UnitOfWork:
         self.artifacts = ArtifactRepository(session)
         self.work = WorkRepository(session)
         self.web_sessions = WebSessionRepository(session)
+        self.contexts = ContextRepository(session)
         self._after_commit: list[Callable[[], None]] = []
 
     def after_commit(self, callback: Callable[[], None]) -> None:

@@ -282,3 +282,17 @@ def test_query_cache_settings_are_read_and_bounded(monkeypatch: pytest.MonkeyPat
         with pytest.raises(ConfigurationError, match=variable):
             load_settings()
         monkeypatch.delenv(variable)
+
+
+def test_ocr_settings_are_read_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = load_settings()
+    assert (settings.asset_ocr, settings.asset_ocr_timeout_seconds) == ("screenshots", 30.0)
+    monkeypatch.setenv("ASSET_OCR", "all")
+    monkeypatch.setenv("ASSET_OCR_TIMEOUT_SECONDS", "5")
+    settings = load_settings()
+    assert (settings.asset_ocr, settings.asset_ocr_timeout_seconds) == ("all", 5.0)
+    for variable, value in (("ASSET_OCR", "sometimes"), ("ASSET_OCR_TIMEOUT_SECONDS", "0")):
+        monkeypatch.setenv(variable, value)
+        with pytest.raises(ConfigurationError, match=variable):
+            load_settings()
+        monkeypatch.delenv(variable)

@@ -13,13 +13,15 @@ import binascii
 import json
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Literal
+from typing import Any, Literal
 
 import anyio
 from pydantic import Field
 
 from memory_db import (
+    AssetRecord,
     ChecksumMismatch,
+    JobRecord,
     MemoryDbError,
     ObjectNotFound,
     UnitOfWork,
@@ -37,6 +39,7 @@ from memory_tools.access import (
     resolve_vault,
     still_authenticated,
 )
+from memory_tools.contexts import GeneratedContextView, context_view
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
@@ -90,6 +93,24 @@ class RepresentationState(WireModel):
     completed_at: datetime | None
 
 
+class TextInImage(WireModel):
+    """The text OCR read in an image (docs/ocr.md): verbatim, never invented or corrected."""
+
+    status: str = Field(
+        description="Its newest OCR job: queued, running, retry, done, failed or cancelled."
+    )
+    text: str | None = Field(description="What was read; null when no text was read (yet).")
+    language: str | None = Field(description="The language data it was read with (eng).")
+    confidence: float | None = Field(description="Mean confidence of the words kept, 0-100.")
+    engine: str | None
+    engine_version: str | None
+    input_sha256: str | None = Field(description="SHA-256 of the image bytes that were read.")
+    read_at: str | None
+    last_error_code: str | None = Field(
+        description="Why the newest job failed (ocr_unavailable, ocr_failed, ocr_timeout...)."
+    )
+
+
 class AssetView(WireModel):
     """An asset with its embedding state."""
 
@@ -119,6 +140,14 @@ class AssetView(WireModel):
     preview: PreviewLink | None
     original: DownloadLink | None = Field(
         default=None, description="A download link to the original bytes, when asked for."
+    )
+    text_in_image: TextInImage | None = Field(
+        default=None, description="The text OCR read in the image; null when it was never read."
+    )
+    generated_context: GeneratedContextView | None = Field(
+        default=None,
+        description="What a vision model said about the image, with its model and time; null "
+        "when none was generated, it was cleared, or the image's bytes changed since.",
     )
 
 
@@ -247,6 +276,7 @@ def _view(
     representations: list[RepresentationState],
     preview: PreviewLink | None,
     original: DownloadLink | None,
+    text_in_image: TextInImage | None = None,
 ) -> AssetView:
     asset = stored.asset
     note = asset.metadata.get("embedding", {}).get("fused")
@@ -263,6 +293,31 @@ def _view(
         fused_note=note if isinstance(note, str) and note.startswith("skipped") else None,
         preview=preview,
         original=original,
+        text_in_image=text_in_image,
+    )
+
+
+def _text_in_image(asset: AssetRecord, jobs: list[JobRecord]) -> TextInImage | None:
+    """The asset's OCR text with its provenance and its newest OCR job's state."""
+    ocr_jobs = [job for job in jobs if job.kind == "ocr"]
+    if not ocr_jobs:
+        return None
+    job = ocr_jobs[-1]  # oldest first
+    read = asset.ocr or {}
+
+    def field(name: str) -> Any:
+        return read.get(name) if asset.ocr_text is not None else None
+
+    return TextInImage(
+        status=job.status,
+        text=asset.ocr_text,
+        language=field("language"),
+        confidence=field("confidence"),
+        engine=field("engine"),
+        engine_version=field("engineVersion"),
+        input_sha256=field("inputSha256"),
+        read_at=field("readAt"),
+        last_error_code=job.last_error_code,
     )
 
 
@@ -291,6 +346,8 @@ async def get_asset(
     jobs = await uow.jobs.for_asset(asset.owner_identity, asset.id)
     latest: dict[str, RepresentationState] = {}
     for job in jobs:  # oldest first: later jobs of a representation win
+        if job.representation is None:  # not an embedding (OCR, descriptions)
+            continue
         if job.status == "cancelled" and job.representation in latest:
             continue
         latest[job.representation] = RepresentationState(
@@ -304,7 +361,11 @@ async def get_asset(
     handle = _handles(vaults)[(asset.owner_identity, asset.vault)]
     preview = await signed_preview(services, stored) if include_preview else None
     original = await signed_original(services, stored) if include_original else None
-    view = _view(stored, handle, [latest[k] for k in sorted(latest)], preview, original)
+    states = [latest[k] for k in sorted(latest)]
+    view = _view(stored, handle, states, preview, original, _text_in_image(asset, jobs))
+    context = context_view(await uow.contexts.get(asset.owner_identity, asset.id))
+    if context is not None:
+        view = view.model_copy(update={"generated_context": context})
     # Made after the transaction (memory_tools.thumbnails.render), sent beside the answer.
     return view.with_thumbnails((Thumbnail.wanted(stored),)) if include_thumbnails else view
 

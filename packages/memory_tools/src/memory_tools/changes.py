@@ -32,7 +32,7 @@ from memory_tools.errors import (
     NotFoundFailure,
     translate,
 )
-from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.plan import asset_fused_text
 from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.progress import Progress, every, no_progress
@@ -217,7 +217,11 @@ async def _remove(
     removed = 0 if index is None else await index.delete_asset(scope, asset_id)
     await uow.assets.set_status(scope, asset_id, "deleted", caller.identity)
     # The save charged vector bytes for every representation it queued; give them back.
-    representations = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}
+    representations = {
+        job.representation
+        for job in await uow.jobs.for_asset(owner, asset_id)
+        if job.representation is not None  # other kinds of job hold no vector
+    }
     refund = vector_bytes(services, len(representations))
     if refund:
         await uow.quota.add_used(owner, -refund)
@@ -328,13 +332,7 @@ async def restore_asset(
     usage = await uow.quota.usage(owner, lock=True)
     object_id = await _take_back_bytes(uow, owner, asset.object_id)
     project_id, folder_id, placement = await _restored_placement(uow, scope, asset)
-    text = fused_text(
-        title=asset.title,
-        title_source=str(asset.metadata.get("titleSource", "derived")),
-        alt_text=asset.alt_text,
-        description=asset.description,
-        source_ref=asset.source_ref,
-    )
+    text = asset_fused_text(asset)
     representations = ["visual", "fused"] if text else ["visual"]
     # The delete gave the vector bytes back; the restore charges them again. The object's
     # bytes were never given back (they count until the purge).

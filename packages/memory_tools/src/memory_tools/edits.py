@@ -127,8 +127,8 @@ async def update_asset(
     if before["titleSource"] != after["titleSource"] and "title" not in changed:
         changed.insert(0, "title")  # the same words, now the caller's: they join the fused text
     if changed:
-        old_text = _text(asset.source_ref, before)
-        new_text = _text(asset.source_ref, after)
+        old_text = _text(asset.source_ref, before, asset.ocr_text, asset.generated_text)
+        new_text = _text(asset.source_ref, after, asset.ocr_text, asset.generated_text)
         requeue = old_text != new_text
         metadata = dict(asset.metadata)
         metadata["titleSource"] = after["titleSource"]
@@ -137,7 +137,7 @@ async def update_asset(
                 **dict(metadata.get("embedding") or {}),
                 FUSED: "queued" if new_text else NO_FUSED_TEXT,
             }
-            await _reembed_fused(uow, services, scope, asset_id, new_text, caller.identity)
+            await reembed_fused(uow, services, scope, asset_id, new_text, caller.identity)
         await uow.assets.edit(
             scope,
             asset_id,
@@ -164,17 +164,24 @@ async def update_asset(
     return AssetEdit(**dict(view), changed=changed)
 
 
-def _text(source_ref: dict[str, Any], words: dict[str, Any]) -> str | None:
+def _text(
+    source_ref: dict[str, Any],
+    words: dict[str, Any],
+    ocr_text: str | None,
+    generated: str | None,
+) -> str | None:
     return fused_text(
         title=words["title"],
         title_source=words["titleSource"],
         alt_text=words["altText"],
         description=words["description"],
         source_ref=source_ref,
+        ocr_text=ocr_text,
+        generated=generated,
     )
 
 
-async def _reembed_fused(
+async def reembed_fused(
     uow: UnitOfWork,
     services: MemoryServices,
     scope: VaultScope,
@@ -192,7 +199,11 @@ async def _reembed_fused(
     embedder = services.embedder
     if text is not None and embedder is None:
         raise FeatureDisabled("no embedder is configured on this server to embed the new text")
-    history = {job.representation for job in await uow.jobs.for_asset(owner, asset_id)}
+    history = {
+        job.representation
+        for job in await uow.jobs.for_asset(owner, asset_id)
+        if job.representation is not None  # other kinds of job hold no vector
+    }
     await uow.jobs.supersede(owner, asset_id, FUSED)
     try:
         # Held FOR SHARE like the worker's: an index rebuild's switch waits for this edit.

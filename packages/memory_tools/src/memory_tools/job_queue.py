@@ -11,15 +11,15 @@ Two kinds of caller use it (docs/design.md#authorisation):
   job's asset id and owner identity, never an owner's images, names or links, and it grants no
   access to any vault.
 
-The queue holds three types of work, each shown as recorded and never guessed:
+The queue holds these types of work, each shown as recorded and never guessed:
 
-- ``embedding``: the durable jobs (``mem_asset_embedding_jobs``), with their status as the
-  worker left it;
+- ``embedding``, ``ocr`` and ``describe``: the durable jobs (``mem_asset_embedding_jobs``, one
+  table for every job kind), with their status as the worker left it;
 - ``purge``: objects whose asset was deleted and whose bytes wait for the sweep (``queued``,
   due once the delete grace window has passed) or were purged (``done``);
 - ``reconcile``: finished passes of the store reconciliation, with their findings.
 
-Only embedding jobs can be retried or cancelled: a purge and a reconciliation pass are the
+Only jobs can be retried or cancelled: a purge and a reconciliation pass are the
 sweep's to run, and it runs them again on its own. A running job is not cancelled: its worker
 holds the lease, and cancelling under it would race the worker's completion; the operator
 cancels it once its attempt ends (it then waits to retry, or failed) or deletes the asset.
@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from pydantic import Field
 
 from memory_db import UnitOfWork
-from memory_db.repositories import WORK_KINDS, JobRecord, WorkItem
+from memory_db.repositories import JOB_WORK_KINDS, WORK_KINDS, JobRecord, WorkItem
 from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.changes import PURGE_MARGIN, delete_grace, locate_asset
@@ -60,7 +60,7 @@ OPERATOR_CANCEL = "cancelled"
 class JobRow(WireModel):
     """One row of the work queue."""
 
-    type: str = Field(description="embedding, purge or reconcile.")
+    type: str = Field(description="embedding, ocr, describe, purge or reconcile.")
     id: str
     status: str = Field(description="queued, running, retry, done, failed or cancelled.")
     created_at: datetime = Field(
@@ -170,7 +170,7 @@ def purge_delay(services: MemoryServices) -> timedelta:
 
 
 def _row(item: WorkItem) -> JobRow:
-    embedding = item.kind == "embedding"
+    embedding = item.kind in JOB_WORK_KINDS  # a queued job, of any kind
     return JobRow(
         type=item.kind,
         id=item.id,
@@ -200,7 +200,7 @@ def _retryable(status: str, error_code: str | None) -> bool:
 
 def _job_item(job: JobRecord) -> WorkItem:
     return WorkItem(
-        kind="embedding",
+        kind="embedding" if job.kind == "embed" else job.kind,
         id=job.id,
         status=job.status,
         sort_at=job.created_at,
@@ -269,9 +269,9 @@ async def job_details(
     kind = _one_of(type, JOB_TYPES, "type")
     if kind is None:
         raise InvalidInputFailure(f"type: one of {', '.join(JOB_TYPES)}")
-    if kind == "embedding":
+    if kind in JOB_WORK_KINDS:
         job = await uow.jobs.get(job_id)
-        if job is None:
+        if job is None or job.kind != JOB_WORK_KINDS[kind]:
             raise NotFoundFailure("job not found")
         return await _embedding_details(uow, job)
     if kind == "purge":
@@ -326,9 +326,8 @@ async def job_details(
 
 
 async def _embedding_details(uow: UnitOfWork, job: JobRecord) -> JobDetails:
-    timeline = [
-        TimelineEntry(at=job.created_at, event="created", detail=f"{job.representation} vector")
-    ]
+    made = f"{job.representation} vector" if job.kind == "embed" else f"{job.kind} ({job.model})"
+    timeline = [TimelineEntry(at=job.created_at, event="created", detail=made)]
     for event in await uow.provenance.for_target("job", job.id):
         detail = event.detail
         if event.operation == "job_retry":
@@ -412,9 +411,9 @@ async def _requeue(uow: UnitOfWork, job: JobRecord, actor: str) -> JobRecord:
     asset = locked.get((owner, asset_id))
     if asset is None or asset.status in ("deleting", "deleted"):
         raise ConflictFailure("the image is deleted: restore it before retrying its embedding")
-    latest = await uow.jobs.latest(owner, asset_id, job.representation)
+    latest = await uow.jobs.latest(owner, asset_id, job.representation, kind=job.kind)
     if latest is None or latest.id != job.id:
-        raise ConflictFailure("a newer job embeds this representation: retry that one instead")
+        raise ConflictFailure("a newer job does this work for the image: retry that one instead")
     if job.status not in ("failed", "cancelled"):
         raise ConflictFailure(f"the job is {job.status}: only a failed or cancelled job is retried")
     if not _retryable(job.status, job.last_error_code):
@@ -436,6 +435,7 @@ async def _requeue(uow: UnitOfWork, job: JobRecord, actor: str) -> JobRecord:
         target_id=job.id,
         detail={
             "assetId": asset_id,
+            "kind": job.kind,
             "representation": job.representation,
             "previousStatus": job.status,
             "previousErrorCode": job.last_error_code,
@@ -486,7 +486,7 @@ async def retry_asset_embedding(
 async def retry_job(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, job_id: str
 ) -> JobChange:
-    """Queue a failed or operator-cancelled embedding job again, due now (``admin`` scope)."""
+    """Queue a failed or operator-cancelled job (of any kind) again, due now (``admin`` scope)."""
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     require_admin(caller)
@@ -500,7 +500,7 @@ async def retry_job(
 async def cancel_job(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, job_id: str, reason: str
 ) -> JobChange:
-    """Cancel a queued or retrying embedding job, with a reason (``admin`` scope).
+    """Cancel a queued or retrying job (of any kind), with a reason (``admin`` scope).
 
     A running job is ``conflict``: see the module docstring. The image keeps no vector of that
     representation until someone retries the job (the asset page's Retry, or this page's).
@@ -536,6 +536,7 @@ async def cancel_job(
         target_id=job.id,
         detail={
             "assetId": job.asset_id,
+            "kind": job.kind,
             "representation": job.representation,
             "previousStatus": job.status,
             "reason": why,

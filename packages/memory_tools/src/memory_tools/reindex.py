@@ -80,7 +80,7 @@ from memory_tools.errors import (
     Unavailable,
     translate,
 )
-from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.plan import asset_fused_text
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
@@ -434,13 +434,7 @@ async def _fill(
         image = ImageInput(data=preview)
         values.append(image)
         wanted.append((asset, "visual", stored.mime_type))
-        text = fused_text(
-            title=asset.title,
-            title_source=str(asset.metadata.get("titleSource", "derived")),
-            alt_text=asset.alt_text,
-            description=asset.description,
-            source_ref=asset.source_ref,
-        )
+        text = asset_fused_text(asset)
         if text is not None:
             values.append(FusedInput(parts=(TextInput(text), image)))
             wanted.append((asset, "fused", stored.mime_type))

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from memory_db import Database, MemorySettings
+from memory_db.describing import Describer
 from memory_db.embedding import Embedder, Embedders
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
@@ -29,6 +30,9 @@ class MemoryServices:
     # Saving and embedding: the configured embedder (its model and dimensions label every job
     # and vector), the URL fetcher, and the alias of the vector index to write.
     embedder: Embedder | None = None
+    # Generated image context (ASSET_DESCRIBE_*): new saves queue a describe job, which the
+    # worker runs with it; None: off (docs/generated-context.md). Closed by its creator.
+    describer: Describer | None = None
     fetcher: SafeFetcher | None = None
     vector_alias: str = DEFAULT_ALIAS
     # Where clients reach this server (MEMORY_PUBLIC_BASE_URL or the bound address): links the

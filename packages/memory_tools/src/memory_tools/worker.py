@@ -1,4 +1,4 @@
-"""The durable embedding worker (docs/design.md#worker).
+"""The durable worker (docs/design.md#worker): embeddings, and jobs of other kinds.
 
 Jobs live in PostgreSQL. A worker claims a batch of due jobs in one statement (``FOR UPDATE
 SKIP LOCKED``, so two workers never take the same job), holding each under a lease it renews
@@ -7,6 +7,9 @@ call embeds the whole batch. Each job then completes in its own transaction that
 the asset row and checks the lease, so a job finishes exactly once, a worker that lost its
 lease writes nothing, and an asset that entered deletion gets no new vectors. Vector ids are
 deterministic, so a repeated upsert replaces rather than duplicates.
+
+Jobs of other kinds (``ocr``, ``describe``) share the queue, its leases and failure policy; the
+worker hands each to the handler registered for its kind (:mod:`memory_tools.job_handlers`).
 
 Workers wake on the job queue's notification (``memory_db.repositories.JOB_CHANNEL``, sent by
 every save) and poll as a fallback.
@@ -23,7 +26,7 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -65,7 +68,14 @@ from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.embed_reuse import Known, Need, plan_request
-from memory_tools.ingest.plan import fused_text
+from memory_tools.ingest.plan import asset_fused_text
+from memory_tools.job_handlers import (
+    JobFailed,
+    JobHandler,
+    JobResult,
+    JobSubject,
+    build_job_handlers,
+)
 from memory_tools.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
 
@@ -159,6 +169,7 @@ class EmbeddingWorker:
         *,
         name: str = "",
         reuse_vectors: bool = True,
+        handlers: Mapping[str, JobHandler] | None = None,
     ) -> None:
         if services.embedder is None:
             raise ValueError("the worker needs an embedder")
@@ -167,6 +178,9 @@ class EmbeddingWorker:
         # Off only to measure what reuse saves (benchmarks/provider_cost.py): every job then
         # sends its own inputs, images included, as before reuse existed.
         self.reuse_vectors = reuse_vectors
+        # The kinds besides ``embed`` this worker runs; it claims only jobs it can run.
+        self._handlers = dict(build_job_handlers(services) if handlers is None else handlers)
+        self._kinds = ("embed", *sorted(self._handlers))
         self.config = config or WorkerConfig()
         suffix = secrets.token_hex(4)
         self.worker_id = name or f"{socket.gethostname()}:{os.getpid()}:{suffix}"
@@ -337,6 +351,7 @@ class EmbeddingWorker:
                 self.worker_id,
                 limit=self.config.batch_size,
                 lease_seconds=self.config.lease_seconds,
+                kinds=self._kinds,
             )
         if not jobs:
             return 0
@@ -344,7 +359,12 @@ class EmbeddingWorker:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._heartbeat, [job.id for job in jobs])
                 try:
-                    await self._process(jobs)
+                    embeds = [job for job in jobs if job.kind == "embed"]
+                    if embeds:
+                        await self._process(embeds)
+                    others = [job for job in jobs if job.kind != "embed"]
+                    if others:
+                        await self._run_handlers(others)
                 finally:
                     group.cancel_scope.cancel()
         except Exception as exc:
@@ -374,6 +394,52 @@ class EmbeddingWorker:
                 log.warning(
                     "worker_lease_lost", worker=self.worker_id, lost=len(job_ids) - len(held)
                 )
+
+    # --- jobs of other kinds -----------------------------------------------------------------
+
+    async def _run_handlers(self, jobs: Sequence[JobRecord]) -> None:
+        """Run each job with its kind's handler, one after another (they are CPU or I/O bound)."""
+        for job, asset, stored in await self._reload(jobs):
+            with _job_context(job):
+                await self._run_handler(JobSubject(job=job, asset=asset, stored=stored))
+
+    async def _run_handler(self, subject: JobSubject) -> None:
+        job = subject.job
+        handler = self._handlers[job.kind]
+        try:
+            result = await handler.run(subject)
+        except JobFailed as exc:
+            if not exc.retryable:
+                await self._fail(job, exc.code, exc.message)
+                return
+            patient = exc.outage and datetime.now(UTC) - job.created_at < OUTAGE_PATIENCE
+            await self._retry(job, exc.code, exc.message, spend_attempt=not patient)
+            return
+        except Exception as exc:
+            if _caused_by_outage(exc):
+                raise  # the batch's jobs are handed back once the database answers
+            log.warning("worker_handler_failed", kind=job.kind, exc_info=True)
+            await self._retry(job, f"{job.kind}_error", f"{job.kind} failed ({type(exc).__name__})")
+            return
+        await self._complete_kind(job, result)
+
+    async def _complete_kind(self, job: JobRecord, result: JobResult) -> None:
+        """Finish one job of another kind: lock its asset, check the lease, then write."""
+        async with self._services.database.unit_of_work() as uow:
+            key = (job.owner_identity, job.asset_id)
+            asset = (await uow.assets.lock_many_for_owners([key])).get(key)
+            if asset is None or asset.status in ("deleting", "deleted"):
+                await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted")
+                return
+            done = await uow.jobs.complete_many(self.worker_id, {job.id: result.usage})
+            if job.id not in done:
+                log.warning("worker_lease_lost_at_completion", job_id=job.id)
+                return
+            if result.write is not None:
+                await result.write(uow, asset)
+        log.info("worker_job_done", worker=self.worker_id, kind=job.kind)
+
+    # --- embeddings ----------------------------------------------------------------------------
 
     async def _process(self, jobs: Sequence[JobRecord]) -> None:
         # The model is the configured one until the batch's plan names the active index's
@@ -551,7 +617,7 @@ class EmbeddingWorker:
                 latest = await uow.jobs.latest(owner, asset_id, "fused")
                 if asset is None or latest is None or latest.status != "done":
                     continue
-                text = _fused_text(asset)
+                text = asset_fused_text(asset)
                 if text is not None:
                     known.fused[(owner, stored.object_id, text)] = stored.embedding
         return known
@@ -631,7 +697,7 @@ class EmbeddingWorker:
         image = ImageInput(data=preview)
         value: ImageInput | FusedInput | TextInput = image
         if job.representation == "fused":
-            text = _fused_text(asset)
+            text = asset_fused_text(asset)
             if text is None:
                 await self._fail(job, "no_text", "the asset has no text for a fused vector")
                 return None
@@ -810,20 +876,13 @@ class EmbeddingWorker:
 
 
 def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
-    """Log lines about one job name it, its asset, model and representation (never its owner)."""
+    """Log lines about one job name it, its kind, asset, model, representation (not its owner)."""
     return structlog.contextvars.bound_contextvars(
-        job_id=job.id, asset_id=job.asset_id, model=job.model, representation=job.representation
-    )
-
-
-def _fused_text(asset: AssetRecord) -> str | None:
-    """The text an asset's fused vector embeds (``None``: it has none)."""
-    return fused_text(
-        title=asset.title,
-        title_source=str(asset.metadata.get("titleSource", "derived")),
-        alt_text=asset.alt_text,
-        description=asset.description,
-        source_ref=asset.source_ref,
+        job_id=job.id,
+        kind=job.kind,
+        asset_id=job.asset_id,
+        model=job.model,
+        representation=job.representation,
     )
 
 
@@ -831,12 +890,15 @@ def _record(
     asset: AssetRecord, item: _Work, model: str, embedding: Sequence[float]
 ) -> VectorRecord:
     """The vector of one finished job, with the asset's current placement."""
+    representation = item.job.representation
+    if representation is None:  # the schema forbids it: every embed job names its representation
+        raise ValueError("an embedding job without a representation")
     return VectorRecord(
         asset_id=asset.id,
         object_id=asset.object_id,
         project_id=asset.project_id,
         folder_id=asset.folder_id,
-        representation=item.job.representation,
+        representation=representation,
         model=model,
         mime_type=item.object_mime,
         source_kind=asset.source_kind,

@@ -113,7 +113,7 @@ async def restart(embedded: EmbeddedPostgres) -> None:
 
 @pytest.fixture
 async def own_database(tmp_path: Path) -> AsyncIterator[tuple[Database, EmbeddedPostgres]]:
-    settings = MemorySettings(memory_data_dir=tmp_path / "data")
+    settings = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data")
     database, embedded = await open_database(settings, migrate=True)
     assert embedded is not None
     try:
@@ -132,7 +132,7 @@ async def test_a_batch_cut_short_by_an_outage_is_handed_back(
     services = MemoryServices(
         database=database,
         store=LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://x"),
-        settings=MemorySettings(memory_data_dir=tmp_path / "data"),
+        settings=MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data"),
         embedder=embedder,
     )
     await admin.create_identity(database, "alice@example.com", 10**9)
@@ -170,7 +170,7 @@ async def test_a_running_worker_listens_again_after_an_outage(
     services = MemoryServices(
         database=database,
         store=LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://x"),
-        settings=MemorySettings(memory_data_dir=tmp_path / "data"),
+        settings=MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data"),
         embedder=ScriptedEmbedder(),
     )
     await admin.create_identity(database, "alice@example.com", 10**9)

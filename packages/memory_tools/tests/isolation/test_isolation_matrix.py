@@ -74,8 +74,11 @@ async def test_every_tool_caller_and_target(
             database, "alice@example.com", "Library", f"{permission}er@example.com", permission
         )
 
+    # OCR on, so image_asset_enrich is offered (its jobs are queued, never run here).
+    reading = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
+
     def client(key: str) -> Client[Any]:
-        return Client(build_memory_server(replace(saving, default_api_key=key)))
+        return Client(build_memory_server(replace(reading, default_api_key=key)))
 
     async def save(key: str, seed: int, title: str) -> str:
         async with client(key) as c:
@@ -92,7 +95,7 @@ async def test_every_tool_caller_and_target(
         f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p} lighthouse")
         for i, (p, person) in enumerate(grantees.items())
     }
-    await EmbeddingWorker(saving).drain()
+    await EmbeddingWorker(saving, handlers={}).drain()
     await admin.revoke_key(database, alice_old.key_id)
 
     callers = [
@@ -124,7 +127,8 @@ async def test_every_tool_caller_and_target(
         if not readable(caller, target):
             return (
                 "not_found"
-                if tool in ("get", "original", "similar", "move", "update", "delete", "restore")
+                if tool
+                in ("get", "original", "similar", "move", "update", "enrich", "delete", "restore")
                 else "absent"
             )
         if tool in ("get", "original", "similar", "list", "search"):
@@ -147,7 +151,18 @@ async def test_every_tool_caller_and_target(
     # Deletes last: they change what the other cells see. Restores after them (within the
     # delete grace window): the deleted images come back, for exactly the callers a delete
     # allows.
-    tools = ("get", "original", "similar", "list", "search", "move", "update", "delete", "restore")
+    tools = (
+        "get",
+        "original",
+        "similar",
+        "list",
+        "search",
+        "move",
+        "update",
+        "enrich",
+        "delete",
+        "restore",
+    )
     for tool in tools:
         for caller in callers:
             async with client(caller.key) as c:
@@ -166,7 +181,7 @@ async def test_every_tool_caller_and_target(
                         if missing != "not_found":
                             mismatches.append(f"{tool} / {caller.name} / missing: {missing}")
     assert mismatches == []
-    # 9 tools x (7 callers x 2 targets + 3 grantees x their own asset)
+    # 10 tools x (7 callers x 2 targets + 3 grantees x their own asset)
     assert checked == len(tools) * (7 * 2 + 3), checked
     async with client(alice.key) as c:
         kind, restored = await _outcome(c, "image_asset_get", {"assetId": alice_asset})
@@ -198,6 +213,8 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
         # Tags only: the titles the search cells look for stay.
         arguments = {"assetId": asset, "tags": ["edited"]}
         kind, result = await _outcome(client, "image_asset_update", arguments)
+    elif tool == "enrich":
+        kind, result = await _outcome(client, "image_asset_enrich", {"assetId": asset})
     elif tool == "delete":
         kind, result = await _outcome(client, "image_asset_delete", {"assetId": asset})
     elif tool == "restore":
@@ -238,8 +255,11 @@ async def test_every_vault_tool_caller_and_target(
         )
     await admin.revoke_key(database, alice_old.key_id)
 
+    # OCR on, so image_asset_enrich is offered (its jobs are queued, never run here).
+    reading = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
+
     def client(key: str) -> Client[Any]:
-        return Client(build_memory_server(replace(saving, default_api_key=key)))
+        return Client(build_memory_server(replace(reading, default_api_key=key)))
 
     projects: dict[str, str] = {}
     for owner, person in (("alice", alice), ("bob", bob)):
@@ -376,8 +396,11 @@ async def test_vault_list_and_waiting_for_every_caller(
     await admin.create_vault(database, "bob@example.com", "Secret")
     await admin.revoke_key(database, alice_old.key_id)
 
+    # OCR on, so image_asset_enrich is offered (its jobs are queued, never run here).
+    reading = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
+
     def client(key: str) -> Client[Any]:
-        return Client(build_memory_server(replace(saving, default_api_key=key)))
+        return Client(build_memory_server(replace(reading, default_api_key=key)))
 
     assets: dict[str, str] = {}
     for owner, person, seed in (("alice", alice, 40), ("bob", bob, 41)):
@@ -497,8 +520,11 @@ async def test_every_caller_saving_a_scraper_artifact(
         )
         return stored.artifact_id
 
+    # OCR on, so image_asset_enrich is offered (its jobs are queued, never run here).
+    reading = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
+
     def client(key: str) -> Client[Any]:
-        return Client(build_memory_server(replace(saving, default_api_key=key)))
+        return Client(build_memory_server(replace(reading, default_api_key=key)))
 
     def expect(caller: Caller, artifact_owner: str, vault_owner: str) -> str:
         if caller.revoked:

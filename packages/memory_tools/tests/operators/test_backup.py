@@ -124,7 +124,9 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     source = MemorySettings(
-        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url)
+        asset_ocr="off",
+        memory_data_dir=tmp_path / "data",
+        memory_database_url=SecretStr(database_url),
     )
     runtime = await open_runtime(source, public_base_url="http://127.0.0.1:9")
     services = MemoryServices(
@@ -178,7 +180,7 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     assert manifest["schemaRevision"] == report["schemaRevision"] != ""
 
     restored_dir = tmp_path / "restored"
-    target = MemorySettings(memory_data_dir=restored_dir)
+    target = MemorySettings(asset_ocr="off", memory_data_dir=restored_dir)
     await operator_command(target, parse("restore", str(backup), "--json"))
     assert printed_json(capsys.readouterr().out)["objectFiles"] == 10
 
@@ -329,7 +331,7 @@ def fake_backup(path: Path, revision: str) -> None:
 
 
 async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path) -> None:
-    settings = MemorySettings(memory_data_dir=tmp_path / "data")
+    settings = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data")
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("keep me")
@@ -349,7 +351,7 @@ async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path
         await operator_command(settings, parse("restore", str(newer)))
     assert not (tmp_path / "data").exists()
 
-    occupied = MemorySettings(memory_data_dir=tmp_path / "occupied")
+    occupied = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "occupied")
     (occupied.memory_data_dir / "postgres").mkdir(parents=True)
     with pytest.raises(ConflictFailure, match="is not empty"):
         await operator_command(occupied, parse("restore", str(newer)))
@@ -370,7 +372,9 @@ async def test_the_dump_and_the_object_list_share_one_snapshot(
     database: Database, database_url: str, tmp_path: Path
 ) -> None:
     settings = MemorySettings(
-        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url)
+        asset_ocr="off",
+        memory_data_dir=tmp_path / "data",
+        memory_database_url=SecretStr(database_url),
     )
     store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"s" * 32), "http://127.0.0.1:9")
     services = MemoryServices(

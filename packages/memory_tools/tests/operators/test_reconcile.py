@@ -381,7 +381,9 @@ async def test_the_command_reports_repairs_and_refuses_an_unknown_owner(
 ) -> None:
     await admin.create_identity(database, ALICE, 10**9)
     settings = MemorySettings(
-        memory_data_dir=tmp_path / "data", memory_database_url=SecretStr(database_url)
+        asset_ocr="off",
+        memory_data_dir=tmp_path / "data",
+        memory_database_url=SecretStr(database_url),
     )
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:

@@ -17,7 +17,7 @@ from memory_tools.testing.mcp_http import serve_mcp_http
 
 @pytest.fixture
 def services(database: Database, tmp_path: Path) -> MemoryServices:
-    settings = MemorySettings(memory_data_dir=tmp_path / "data")
+    settings = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data")
     store = LocalAssetObjectStore(tmp_path / "objects", UrlSigner(b"k" * 32), "http://testserver")
     return MemoryServices(database=database, store=store, settings=settings)
 

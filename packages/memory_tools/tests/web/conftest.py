@@ -18,7 +18,7 @@ from memory_tools.testing.web_app import WebApp, WebClient, serve_web_app
 
 @pytest.fixture
 def web_settings(tmp_path: Path) -> MemorySettings:
-    return MemorySettings(memory_data_dir=tmp_path / "data")
+    return MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data")
 
 
 @pytest.fixture

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from memory_db.describing import ScriptedDescriber
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderRejected
 from memory_tools import admin, browsing
@@ -281,3 +282,38 @@ async def test_a_flash_link_is_only_ever_a_local_path(signed_in: WebClient, weba
         assert "Note." in page.text
         assert (f'<a href="{link}">Go</a>' in page.text) is shown, link
         assert "evil" not in page.text
+
+
+async def test_the_generated_description_is_shown_and_a_person_accepts_or_clears_it(
+    signed_in: WebClient, webapp: WebApp, make_person: Callable[..., Any]
+) -> None:
+    alice = await make_person("alice@example.com")
+    model = ScriptedDescriber(
+        default=lambda request: {
+            "caption": "A <b>heron</b> standing in reeds",
+            "visibleText": "",
+            "subjects": ["heron"],
+            "setting": "a marsh",
+            "kind": "photo",
+            "language": None,
+            "safety": {"adult": False, "violence": False, "medical": False, "personalData": False},
+        }
+    )
+    describing = replace(webapp.services, describer=model)
+    asset_id = await save_picture(describing, alice, 9, title="IMG_9.png")
+    await EmbeddingWorker(describing).drain()
+    page = await signed_in.get(f"/assets/{asset_id}")
+    assert "Generated description" in page.text and "Not reviewed" in page.text
+    assert "A &lt;b&gt;heron&lt;/b&gt; standing in reeds" in page.text  # escaped, as any text
+    assert "scripted-vision-1" in page.text
+    accepted = await signed_in.submit(f"/assets/{asset_id}/context", {"decision": "accept"})
+    shown = await signed_in.get(accepted.headers["location"])
+    assert "Description accepted." in shown.text and "Accept description" not in shown.text
+    cleared = await signed_in.submit(f"/assets/{asset_id}/context", {"decision": "clear"})
+    shown = await signed_in.get(cleared.headers["location"])
+    assert "Description cleared." in shown.text and "Generated description" not in shown.text
+    assert (await _detail(webapp, alice, asset_id)).asset.generated_context is None
+    # Nothing left to clear: the workflow's refusal is shown, nothing changes.
+    again = await signed_in.submit(f"/assets/{asset_id}/context", {"decision": "clear"})
+    shown = await signed_in.get(again.headers["location"])
+    assert "no generated context" in shown.text

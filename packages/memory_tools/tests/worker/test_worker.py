@@ -36,6 +36,7 @@ from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_subject_preview
 from memory_tools.reconcile import reconcile_store
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -626,3 +627,110 @@ async def test_reconciliation_reports_keys_it_did_not_make_and_goes_on(
         assert kept == b"not ours"
     finally:
         await store.close()
+
+
+# --- jobs of other kinds ---------------------------------------------------------------------
+
+
+class RecordingHandler:
+    """A real handler of the ``ocr`` kind: reads the preview, then fails or writes as told."""
+
+    kind = "ocr"
+
+    def __init__(self, services: MemoryServices, failures: Sequence[JobFailed] = ()) -> None:
+        self._services = services
+        self._failures = list(failures)
+        self.written: list[tuple[str, int]] = []
+
+    async def run(self, subject: JobSubject) -> JobResult:
+        preview = await read_subject_preview(self._services, subject)
+        if self._failures:
+            raise self._failures.pop(0)
+
+        async def write(uow: Any, asset: Any) -> None:
+            # Inside the completion's transaction: the asset row is locked by now.
+            assert uow.session.in_transaction()
+            self.written.append((asset.id, len(preview)))
+
+        return JobResult(write=write, usage={"characters": 7})
+
+
+async def queue_kind(services: MemoryServices, asset_id: str, kind: str = "ocr") -> str | None:
+    async with services.database.unit_of_work() as uow:
+        job = await uow.jobs.create_kind("alice@example.com", asset_id, kind=kind, model="engine-1")
+    return None if job is None else job.id
+
+
+async def test_a_job_of_another_kind_runs_through_its_handler_after_the_lease_check(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 81)
+    handler = RecordingHandler(saving)
+    worker = EmbeddingWorker(saving, FAST, handlers={"ocr": handler})
+    await worker.drain()
+    job_id = await queue_kind(saving, asset_id)
+    assert job_id is not None
+    assert await queue_kind(saving, asset_id) is None  # one active job per asset and kind
+    assert await worker.drain() == 1
+    assert [written[0] for written in handler.written] == [asset_id]
+    async with saving.database.unit_of_work() as uow:
+        job = await uow.jobs.get(job_id)
+        listed = await uow.work.list(kinds=("ocr",))
+    assert job is not None
+    assert (job.kind, job.status, job.representation, job.usage) == (
+        "ocr",
+        "done",
+        None,
+        {"characters": 7},
+    )
+    assert [(item.kind, item.id) for item in listed] == [("ocr", job_id)]
+    row = await asset_row(saving, asset_id)
+    assert (row["status"], row["embedding_status"]) == ("ready", "ready")
+
+
+async def test_a_failed_job_of_another_kind_records_its_reason_and_the_image_stays_ready(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 82)
+    failures = [
+        JobFailed("engine_busy", "try later", retryable=True),
+        JobFailed("engine_broken", "the engine cannot read it"),
+    ]
+    handler = RecordingHandler(saving, failures)
+    worker = EmbeddingWorker(saving, FAST, handlers={"ocr": handler})
+    await worker.drain()
+    job_id = await queue_kind(saving, asset_id)
+    assert job_id is not None
+    await worker.run_once()
+    async with saving.database.unit_of_work() as uow:
+        job = await uow.jobs.get(job_id)
+    assert job is not None and (job.status, job.last_error_code) == ("retry", "engine_busy")
+    await scalar(  # due now rather than after the backoff
+        saving,
+        "UPDATE mem_asset_embedding_jobs SET run_after = now() WHERE id = :i RETURNING 1",
+        i=job_id,
+    )
+    await worker.drain()
+    async with saving.database.unit_of_work() as uow:
+        job = await uow.jobs.get(job_id)
+    assert job is not None
+    assert (job.status, job.last_error_code, job.attempts) == ("failed", "engine_broken", 2)
+    assert handler.written == []
+    row = await asset_row(saving, asset_id)
+    assert (row["status"], row["embedding_status"], row["failure_code"]) == (
+        "ready",
+        "ready",
+        None,
+    )
+
+
+async def test_a_worker_without_a_handler_leaves_the_kind_to_workers_that_have_one(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 83)
+    await EmbeddingWorker(saving, FAST, handlers={}).drain()
+    job_id = await queue_kind(saving, asset_id)
+    assert await EmbeddingWorker(saving, FAST, handlers={}).drain() == 0
+    async with saving.database.unit_of_work() as uow:
+        job = await uow.jobs.get(job_id or "")
+    assert job is not None and job.status == "queued"

@@ -39,7 +39,7 @@ RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 524})
 FusedMode = Literal["native", "combine"]
 
 
-def _retry_after(header: str | None, now: float) -> float | None:
+def retry_after_seconds(header: str | None, now: float) -> float | None:
     """Seconds to wait from a ``Retry-After`` header (delta seconds or an HTTP date)."""
     if not header:
         return None
@@ -272,7 +272,8 @@ class JinaEmbedder:
                     self._rotate()  # rate limits are per key: spread the load
                 if attempt < self._max_attempts:
                     wait = self._backoff(
-                        attempt, _retry_after(response.headers.get("retry-after"), time.time())
+                        attempt,
+                        retry_after_seconds(response.headers.get("retry-after"), time.time()),
                     )
                     await self._sleep(wait)
                 continue
@@ -312,4 +313,4 @@ class JinaEmbedder:
         return vectors, used, request_id
 
 
-__all__ = ["JINA_MODEL", "FusedMode", "JinaEmbedder"]
+__all__ = ["JINA_MODEL", "RETRYABLE_STATUSES", "FusedMode", "JinaEmbedder", "retry_after_seconds"]

@@ -8,6 +8,7 @@ from memory_db.repositories.asset_states import (
 )
 from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
+from memory_db.repositories.contexts import ContextRepository
 from memory_db.repositories.filters import FILTER_FIELDS, AssetFilter, Condition
 from memory_db.repositories.identities import (
     API_KEY_PREFIX,
@@ -34,6 +35,7 @@ from memory_db.repositories.records import (
     ArtifactUsage,
     AssetRecord,
     AssetSettled,
+    ContextRecord,
     FolderRecord,
     GrantRecord,
     IdentityRecord,
@@ -64,7 +66,7 @@ from memory_db.repositories.web_sessions import (
     WebSessionRepository,
     hash_session_secret,
 )
-from memory_db.repositories.work import WORK_KINDS, WorkRepository
+from memory_db.repositories.work import JOB_WORK_KINDS, WORK_KINDS, WorkRepository
 
 __all__ = [
     "API_KEY_PREFIX",
@@ -73,6 +75,7 @@ __all__ = [
     "FILTER_FIELDS",
     "INTEGRITY_CODES",
     "JOB_CHANNEL",
+    "JOB_WORK_KINDS",
     "WEB_SESSION_PREFIX",
     "WORK_KINDS",
     "ApiKeyRecord",
@@ -86,6 +89,8 @@ __all__ = [
     "AssetSettled",
     "AssetStateWatch",
     "Condition",
+    "ContextRecord",
+    "ContextRepository",
     "DuplicateObject",
     "FolderRecord",
     "FolderRepository",

@@ -16,9 +16,11 @@ from sqlalchemy import (
     Select,
     Text,
     and_,
+    case,
     cast,
     func,
     literal,
+    null,
     select,
     text,
     tuple_,
@@ -102,6 +104,9 @@ def asset_record(row: Asset) -> AssetRecord:
         created_by=row.created_by,
         created_at=row.created_at,
         updated_at=row.updated_at,
+        generated_text=row.generated_text,
+        ocr_text=row.ocr_text,
+        ocr=None if row.ocr is None else dict(row.ocr),
     )
 
 
@@ -881,6 +886,10 @@ class AssetRepository:
                 failure_code=None,
                 failure_message=None,
                 object_id=object_id,
+                # Generated context describes the bytes it was made from: other bytes, no words.
+                generated_text=case(
+                    (Asset.object_id == object_id, Asset.generated_text), else_=None
+                ),
                 project_id=project_id,
                 folder_id=folder_id,
                 deleted_at=None,
@@ -979,6 +988,53 @@ class AssetRepository:
             query = query.where(Asset.id > after)
         return int(await self._session.scalar(query) or 0)
 
+    async def live_ids(self, scope: VaultScope) -> list[str]:
+        """Ids of the vault's images that are not deleted (``memory-server enrich``), by id."""
+        rows = await self._session.scalars(
+            select(Asset.id)
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.status.in_(("processing", "ready", "failed")),
+            )
+            .order_by(Asset.id)
+        )
+        return list(rows)
+
+    async def set_ocr(
+        self,
+        owner: str,
+        asset_id: str,
+        text: str | None,
+        provenance: dict[str, Any] | None,
+        *,
+        metadata: dict[str, Any] | None = None,
+    ) -> bool:
+        """Store the text read in one image and how it was read (``None``: no text read).
+
+        Only an OCR job calls this (with the asset row locked); it changes nothing a person
+        gave. ``metadata`` replaces the asset's metadata when given (the caller read it under
+        the same lock). Returns whether the asset exists (and is not deleted).
+        """
+        extra: dict[str, Any] = {} if metadata is None else {"metadata_": metadata}
+        result = await self._session.execute(
+            update(Asset)
+            .where(
+                Asset.owner_identity == owner,
+                Asset.id == asset_id,
+                Asset.status.not_in(("deleting", "deleted")),
+            )
+            # SQL NULL, not a JSON null, when nothing was read.
+            .values(
+                ocr_text=text,
+                ocr=null() if provenance is None else provenance,
+                updated_at=func.now(),
+                **extra,
+            )
+            .execution_options(synchronize_session=False)
+        )
+        return bool(getattr(result, "rowcount", 0))
+
     async def reconcile_embedding(self, owner: str, asset_id: str) -> AssetRecord | None:
         """Derive one asset's embedding status from its jobs; see :meth:`reconcile_many`."""
         await self.reconcile_many(owner, [asset_id])
@@ -986,6 +1042,9 @@ class AssetRepository:
 
     async def reconcile_many(self, owner: str, asset_ids: Sequence[str]) -> list[AssetSettled]:
         """Derive the assets' embedding status from their jobs (docs/design.md#worker-failures).
+
+        Only embedding jobs count: an image is ``ready`` for visual search whatever became of
+        its other jobs (OCR, descriptions), which record their own failures.
 
         ``visual`` is required: its failure fails the asset (with the job's error). A failed
         ``fused`` beside a done ``visual`` is ``partial``; all done is ``ready``; otherwise
@@ -1010,7 +1069,7 @@ class AssetRepository:
                            asset_id, representation, status, last_error_code, last_error
                     FROM mem_asset_embedding_jobs
                     WHERE owner_identity = :owner AND asset_id = ANY(:ids)
-                      AND status <> 'cancelled'
+                      AND kind = 'embed' AND status <> 'cancelled'
                     ORDER BY asset_id, representation, created_at DESC
                 ), agg AS (
                     SELECT asset_id,

@@ -314,7 +314,12 @@ class IntegrityRepository:
                 .limit(1)
             )
         ).one_or_none()
-        return None if row is None else (str(row[0]), int(row[1]))
+        if row is None:
+            return None
+        model, dimensions = row
+        if dimensions is None:  # never for a visual job (the kind_fields check)
+            return None
+        return str(model), int(dimensions)
 
     # --- reservations and leases ---------------------------------------------------------------
 
@@ -368,7 +373,7 @@ class IntegrityRepository:
                     "(SELECT count(*) FROM (SELECT DISTINCT j.asset_id, j.representation "
                     "FROM mem_asset_embedding_jobs j JOIN mem_assets a ON a.id = j.asset_id "
                     "AND a.owner_identity = j.owner_identity WHERE j.owner_identity = :o "
-                    "AND a.status NOT IN ('deleting', 'deleted')) AS r), "
+                    "AND j.kind = 'embed' AND a.status NOT IN ('deleting', 'deleted')) AS r), "
                     "(SELECT coalesce(sum(reserved_bytes), 0) FROM mem_asset_upload_reservations "
                     "WHERE owner_identity = :o AND status = 'active')"
                 ),

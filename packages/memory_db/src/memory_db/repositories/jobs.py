@@ -1,4 +1,4 @@
-"""The embedding job queue (docs/design.md#jobs): jobs, their leases, the wake-up channel.
+"""The durable job queue (docs/design.md#jobs): jobs of every kind, leases, the wake-up channel.
 
 A worker leases due jobs through ``FOR UPDATE SKIP LOCKED``, so two workers never take the same
 job. Every later change of a running job (heartbeat, hand-back, outcome) applies only while that
@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 import anyio
 from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, update
+from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
 from memory_db.repositories.records import JobRecord
-from memory_db.schema import ACTIVE_JOB_STATUSES, AssetEmbeddingJob
+from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, AssetEmbeddingJob
 
 if TYPE_CHECKING:
     from memory_db.unit_of_work import Database
@@ -36,6 +37,7 @@ def _job(row: AssetEmbeddingJob) -> JobRecord:
         id=row.id,
         asset_id=row.asset_id,
         owner_identity=row.owner_identity,
+        kind=row.kind,
         representation=row.representation,
         model=row.model,
         dimensions=row.dimensions,
@@ -86,7 +88,7 @@ class QueueHealth:
 
 
 class JobRepository:
-    """Durable embedding jobs: creation, leasing, heartbeats and outcomes."""
+    """Durable jobs of every kind: creation, leasing, heartbeats and outcomes."""
 
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
@@ -106,6 +108,7 @@ class JobRepository:
             id=new_id("aej"),
             asset_id=asset_id,
             owner_identity=owner,
+            kind="embed",
             representation=representation,
             model=model,
             dimensions=dimensions,
@@ -117,6 +120,36 @@ class JobRepository:
         await self._session.refresh(row)
         return _job(row)
 
+    async def create_kind(
+        self, owner: str, asset_id: str, *, kind: str, model: str, max_attempts: int = 5
+    ) -> JobRecord | None:
+        """A queued job of a kind other than ``embed`` (``ocr``, ``describe``).
+
+        An asset has at most one active job of each kind: when one is queued, running or
+        retrying already, nothing is created and ``None`` is returned (that job does the work).
+        """
+        if kind == "embed" or kind not in JOB_KINDS:
+            raise ValueError(f"not a job kind for create_kind: {kind}")
+        row = await self._session.scalar(
+            insert(AssetEmbeddingJob)
+            .values(
+                id=new_id("aej"),
+                asset_id=asset_id,
+                owner_identity=owner,
+                kind=kind,
+                model=model,
+                max_attempts=max_attempts,
+                status="queued",
+            )
+            .on_conflict_do_nothing(
+                index_elements=["asset_id", "kind"],
+                index_where=text("kind <> 'embed' AND status IN ('queued', 'running', 'retry')"),
+            )
+            .returning(AssetEmbeddingJob)
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else _job(row)
+
     async def for_asset(self, owner: str, asset_id: str) -> list[JobRecord]:
         """Every job of one asset, oldest first."""
         rows = await self._session.scalars(
@@ -124,7 +157,11 @@ class JobRepository:
             .where(
                 AssetEmbeddingJob.owner_identity == owner, AssetEmbeddingJob.asset_id == asset_id
             )
-            .order_by(AssetEmbeddingJob.created_at, AssetEmbeddingJob.representation)
+            .order_by(
+                AssetEmbeddingJob.created_at,
+                AssetEmbeddingJob.kind,
+                AssetEmbeddingJob.representation,
+            )
             .execution_options(populate_existing=True)
         )
         return [_job(row) for row in rows]
@@ -135,18 +172,29 @@ class JobRepository:
             text("SELECT pg_notify(:channel, '')"), {"channel": JOB_CHANNEL}
         )
 
-    async def claim(self, lease_owner: str, *, limit: int, lease_seconds: float) -> list[JobRecord]:
-        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically."""
+    async def claim(
+        self,
+        lease_owner: str,
+        *,
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] = JOB_KINDS,
+    ) -> list[JobRecord]:
+        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
+
+        ``kinds``: the kinds the claiming worker can run; others are left to workers that can.
+        """
         due = (
             select(AssetEmbeddingJob.id)
             .where(
+                AssetEmbeddingJob.kind.in_(list(kinds)),
                 or_(
                     and_(
                         AssetEmbeddingJob.status.in_(("queued", "retry")),
                         AssetEmbeddingJob.run_after <= func.now(),
                     ),
                     and_(_lapsed(), AssetEmbeddingJob.attempts < AssetEmbeddingJob.max_attempts),
-                )
+                ),
             )
             # A save's jobs share run_after: its visual job ("visual" > "fused") is claimed
             # no later than its fused one, whose image vector then comes from it.
@@ -379,14 +427,25 @@ class JobRepository:
         )
         return None if row is None else _job(row)
 
-    async def latest(self, owner: str, asset_id: str, representation: str) -> JobRecord | None:
-        """The newest job of one representation of an asset, whatever its status."""
+    async def latest(
+        self, owner: str, asset_id: str, representation: str | None, *, kind: str = "embed"
+    ) -> JobRecord | None:
+        """The newest job of one representation (or, for other kinds, of one kind) of an asset.
+
+        Whatever its status. ``representation`` is ``None`` exactly for kinds but ``embed``.
+        """
+        same = (
+            AssetEmbeddingJob.representation.is_(None)
+            if representation is None
+            else AssetEmbeddingJob.representation == representation
+        )
         row = await self._session.scalar(
             select(AssetEmbeddingJob)
             .where(
                 AssetEmbeddingJob.owner_identity == owner,
                 AssetEmbeddingJob.asset_id == asset_id,
-                AssetEmbeddingJob.representation == representation,
+                AssetEmbeddingJob.kind == kind,
+                same,
             )
             .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
             .limit(1)

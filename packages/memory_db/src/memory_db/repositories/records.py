@@ -192,6 +192,30 @@ class AssetRecord:
     created_by: str
     created_at: datetime
     updated_at: datetime
+    # The whitelisted words of its current generated context (docs/generated-context.md).
+    generated_text: str | None = None
+    # The text read in the image (docs/ocr.md) and how it was read; None until read.
+    ocr_text: str | None = None
+    ocr: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ContextRecord:
+    """The generated context of one asset, with whether it still describes the asset's bytes."""
+
+    asset_id: str
+    owner_identity: str
+    object_id: str
+    source_sha256: str
+    model: str
+    context: dict[str, Any]
+    generated_at: datetime
+    job_id: str | None
+    review: str
+    reviewed_by: str | None
+    reviewed_at: datetime | None
+    # False once the asset's current rendition is not the one it was generated from.
+    current: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -205,14 +229,19 @@ class AssetSettled:
 
 @dataclass(frozen=True, slots=True)
 class JobRecord:
-    """A durable embedding job (docs/design.md#jobs)."""
+    """A durable job (docs/design.md#jobs): an embedding (``kind="embed"``) or another kind.
+
+    ``representation`` and ``dimensions`` are set exactly for embeddings; ``model`` names the
+    embedding model, or the engine or model of another kind.
+    """
 
     id: str
     asset_id: str
     owner_identity: str
-    representation: str
+    kind: str
+    representation: str | None
     model: str
-    dimensions: int
+    dimensions: int | None
     status: str
     attempts: int
     max_attempts: int
@@ -283,8 +312,9 @@ class ArtifactUsage:
 class WorkItem:
     """One row of the server's work queue as the operator sees it (docs/design.md#jobs).
 
-    ``kind`` is ``embedding`` (a job), ``purge`` (an object whose bytes wait for, or had, their
-    purge) or ``reconcile`` (a finished pass of the store reconciliation). ``sort_at`` is what
+    ``kind`` is ``embedding``, ``ocr`` or ``describe`` (a job of that kind), ``purge`` (an
+    object whose bytes wait for, or had, their purge) or ``reconcile`` (a finished pass of the
+    store reconciliation). ``sort_at`` is what
     the list orders by: a job's creation, the time an object entered or left ``deleting``, a
     pass's start.
     """

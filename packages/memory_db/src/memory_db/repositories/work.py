@@ -1,4 +1,4 @@
-"""The server's work queue as one list: embedding jobs, purges and reconciliation passes.
+"""The server's work queue as one list: queued jobs, purges and reconciliation passes.
 
 Operators read it (the web app's Jobs page, docs/design.md#jobs). Nothing here is scoped to an
 owner: the caller's ``admin`` key scope is checked by the workflow above this repository.
@@ -35,7 +35,10 @@ from memory_db.ids import new_id
 from memory_db.repositories.records import ReconcileRunRecord, WorkItem
 from memory_db.schema import AssetEmbeddingJob, AssetObject, ReconcileRun
 
-WORK_KINDS = ("embedding", "purge", "reconcile")
+# A queued job's row kind is its job kind, but ``embedding`` for ``embed`` (the name the Jobs
+# page always used); purges and reconciliation passes are the sweep's.
+JOB_WORK_KINDS = {"embedding": "embed", "ocr": "ocr", "describe": "describe"}
+WORK_KINDS = (*JOB_WORK_KINDS, "purge", "reconcile")
 
 
 def _run(row: ReconcileRun) -> ReconcileRunRecord:
@@ -60,10 +63,10 @@ def _text(value: Any = None) -> Any:
     return cast(null() if value is None else value, Text)
 
 
-def _embedding() -> Select[*tuple[Any, ...]]:
+def _jobs(kinds: Sequence[str]) -> Select[*tuple[Any, ...]]:
     job = AssetEmbeddingJob
     return select(
-        literal("embedding", Text).label("kind"),
+        case((job.kind == "embed", literal("embedding", Text)), else_=job.kind).label("kind"),
         job.id.label("id"),
         job.status.label("status"),
         job.created_at.label("sort_at"),
@@ -79,7 +82,7 @@ def _embedding() -> Select[*tuple[Any, ...]]:
         job.last_error.label("error"),
         job.completed_at.label("finished_at"),
         cast(null(), BigInteger).label("bytes"),
-    )
+    ).where(job.kind.in_([JOB_WORK_KINDS[kind] for kind in kinds]))
 
 
 def _purge(delay: timedelta) -> Select[*tuple[Any, ...]]:
@@ -150,8 +153,9 @@ class WorkRepository:
         waits before the sweep purges it (its due time).
         """
         parts: list[Select[*tuple[Any, ...]]] = []
-        if "embedding" in kinds:
-            parts.append(_embedding())
+        jobs = [kind for kind in kinds if kind in JOB_WORK_KINDS]
+        if jobs:
+            parts.append(_jobs(jobs))
         if "purge" in kinds:
             parts.append(_purge(purge_delay))
         if "reconcile" in kinds:
@@ -217,4 +221,4 @@ class WorkRepository:
         return None if row is None else _run(row)
 
 
-__all__ = ["WORK_KINDS", "WorkRepository"]
+__all__ = ["JOB_WORK_KINDS", "WORK_KINDS", "WorkRepository"]

@@ -17,7 +17,7 @@ import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from memory_db import VaultScope
+from memory_db import AssetRecord, VaultScope
 from memory_db.repositories.records import QuarantineReason
 from memory_db.storage import build_object_key
 from memory_tools.errors import ConflictFailure, InvalidImage
@@ -28,6 +28,8 @@ SourceKind = Literal["external_url", "upload", "scrape", "screenshot"]
 # SHA-256, or take back a copy a delete left inside its grace window.
 Dedupe = Literal["store", "share", "take_back"]
 
+# Characters of the text read in an image that join its fused text (after a person's words).
+MAX_FUSED_OCR_CHARS = 1000
 NO_FUSED_TEXT = "skipped: no caller title, alt text, description or page title"
 
 
@@ -144,11 +146,17 @@ def fused_text(
     alt_text: str | None,
     description: str | None,
     source_ref: dict[str, Any],
+    ocr_text: str | None = None,
+    generated: str | None = None,
 ) -> str | None:
     """The whitelisted text of a fused representation, or ``None`` when there is none.
 
-    Only a caller-given title, alt text, description and a page title count; never a file
-    name, a path or a URL (docs/design.md#representations).
+    Only a caller-given title, alt text, description and a page title count, then the text
+    read in the image (docs/ocr.md), last and cut to :data:`MAX_FUSED_OCR_CHARS`; never a file
+    name, a path or a URL (docs/design.md#representations). ``generated``: the whitelisted
+    words of the asset's generated context (caption, visible text, subjects), used only when
+    the caller and the page gave no words: the caller's own words always win
+    (docs/generated-context.md).
     """
     parts: list[str] = []
     if title and title_source == "caller":
@@ -156,7 +164,28 @@ def fused_text(
     for value in (alt_text, description, source_ref.get("pageTitle")):
         if isinstance(value, str) and value.strip() and value not in parts:
             parts.append(value.strip())
+    if not parts and generated and generated.strip():
+        parts.append(generated.strip())
+    if ocr_text and ocr_text.strip():
+        read = " ".join(ocr_text.split())
+        if len(read) > MAX_FUSED_OCR_CHARS:
+            cut = read.rfind(" ", 0, MAX_FUSED_OCR_CHARS + 1)
+            read = read[: cut if cut > 0 else MAX_FUSED_OCR_CHARS]
+        parts.append(read)
     return "\n".join(parts) if parts else None
+
+
+def asset_fused_text(asset: AssetRecord) -> str | None:
+    """The fused text of a stored asset: its own words (else generated ones), then OCR text."""
+    return fused_text(
+        title=asset.title,
+        title_source=str(asset.metadata.get("titleSource", "derived")),
+        alt_text=asset.alt_text,
+        description=asset.description,
+        source_ref=asset.source_ref,
+        ocr_text=asset.ocr_text,
+        generated=asset.generated_text,
+    )
 
 
 def plan_save(

@@ -80,6 +80,7 @@ from memory_tools.ingest.plan import (
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
+from memory_tools.ocr import ocr_wanted, queue_ocr
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
@@ -629,6 +630,16 @@ class AssetSaver:
                 )
                 for representation in plan.representations
             ]
+            if ocr_wanted(
+                self._settings.asset_ocr,
+                source_kind=intent.source_kind,
+                format_name=image.format.name,
+                data=plan.data,
+            ):
+                await queue_ocr(uow, owner, asset.id)
+            describer = self.services.describer
+            if describer is not None:  # generated context is on (docs/generated-context.md)
+                await uow.jobs.create_kind(owner, asset.id, kind="describe", model=describer.model)
             used = plan.charge(deduplicated=deduplicated)
             reservation_id = order.reservation_id
             await uow.quota.finalize(owner, reservation_id, asset_id=asset.id, used_bytes=used)

@@ -22,11 +22,12 @@ from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, UnitOfWork, get_logger
 from memory_db.repositories import AssetFilter
-from memory_tools import assets, changes, edits, projects, thumbnails, vaults
+from memory_tools import assets, changes, edits, enrich, projects, thumbnails, vaults
 from memory_tools.access import Caller, authenticate
 from memory_tools.assets import AssetListView, AssetView
 from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
 from memory_tools.edits import AssetEdit, FolderEdit, ProjectEdit
+from memory_tools.enrich import Enrichment
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
@@ -694,6 +695,30 @@ class MemoryTools:
             alt_text=altText,
             tags=tags,
         )
+
+    @tools.tool("Enrich image", read_only=False, idempotent=True, audited="asset_enrich")
+    async def image_asset_enrich(
+        self,
+        assetId: AssetIdParam,
+        what: Annotated[
+            list[Literal["ocr", "describe"]] | None,
+            Field(
+                max_length=4,
+                description="Which enrichments to run again: 'ocr' (read the text in the "
+                "image), 'describe' (a generated description from a vision model). Omit for "
+                "all that this server has switched on.",
+            ),
+        ] = None,
+    ) -> Enrichment:
+        """Run an image's enrichments again, as background jobs: OCR, and a description.
+
+        OCR reads the text in the image; describe asks the server's vision model for a
+        generated description. Queues the work and answers at once; image_asset_get shows
+        textInImage and generatedContext once the jobs are done (searchable from then on). An
+        enrichment already queued or running is not queued twice (alreadyQueued). Needs write
+        access to the image's vault; feature_disabled when the server has it switched off.
+        """
+        return await self.authorised(enrich.enrich_asset, asset_id=assetId, what=what)
 
     @tools.tool(
         "Edit image project", read_only=False, idempotent=True, audited="asset_project_update"

@@ -10,6 +10,7 @@ from contextlib import asynccontextmanager
 import anyio
 
 from memory_db import ConfigurationError, MemorySettings, Runtime, get_logger, open_runtime
+from memory_db.describing import build_describer
 from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.ingest import SafeFetcher
 from memory_tools.ingest.fetch import fetch_policy
@@ -126,6 +127,7 @@ async def running(
         raise ConfigurationError(str(exc)) from None
     runtime = await open_runtime(settings, public_base_url=base_url, migrate=migrate)
     fetcher = SafeFetcher(fetch_policy(settings))
+    describer = build_describer(settings)
     services: MemoryServices | None = None
     try:
         services = MemoryServices(
@@ -134,6 +136,7 @@ async def running(
             settings=settings,
             default_api_key=default_api_key,
             embedder=runtime.embedder,
+            describer=describer,
             fetcher=fetcher,
             public_base_url=base_url,
             links_unavailable=links_unavailable,
@@ -143,6 +146,8 @@ async def running(
             yield runtime, services
     finally:
         await fetcher.aclose()
+        if describer is not None:
+            await describer.close()
         if services is not None:
             await services.embedders.close()
         await runtime.close()

@@ -1,11 +1,11 @@
-"""``memory-server backup``, ``restore``, ``export`` and ``import``: whole-server and vault copies.
+"""``memory-server backup``, ``restore``, ``export``, ``import`` and ``enrich``: vault-wide work.
 
 An app adds them with :func:`add_operator_parsers` and runs the parsed command with
 :func:`operator_command` inside ``run_command`` (a refusal ends with one line on stderr and exit
 status 1). Each shows its progress on stderr (a bar on a terminal, plain lines otherwise) and
 prints a table at the end, or one JSON object with ``--json``. The work is in
-:mod:`memory_tools.backup` and :mod:`memory_tools.export`; docs/runbooks/backup-restore.md and
-docs/runbooks/export-vault.md describe them.
+:mod:`memory_tools.backup`, :mod:`memory_tools.export` and :mod:`memory_tools.enrich`;
+docs/runbooks/backup-restore.md, docs/runbooks/export-vault.md and docs/ocr.md describe them.
 """
 
 from __future__ import annotations
@@ -16,12 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from memory_db import MemorySettings, open_runtime
+from memory_db.describing import build_describer
 from memory_tools import MemoryServices
 from memory_tools.backup import create_backup, require_empty_directory, restore_backup
+from memory_tools.enrich import ENRICHERS, check_what, enrich_vault
 from memory_tools.export import export_vault, import_vault
 from memory_tools.serving.admin_output import Progress, human_bytes, print_report
 
-OPERATOR_COMMANDS = ("backup", "restore", "export", "import")
+OPERATOR_COMMANDS = ("backup", "restore", "export", "import", "enrich")
 
 
 def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
@@ -220,8 +222,46 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
+async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
+    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
+    # Only its model name is used here (it labels the describe jobs); workers make the calls.
+    describer = build_describer(settings)
+    try:
+        services = MemoryServices(
+            database=runtime.database, store=runtime.store, settings=settings, describer=describer
+        )
+        what = check_what(args.what, services)
+        with Progress("queueing") as progress:
+            report = await enrich_vault(
+                services,
+                args.vault_owner,
+                args.vault,
+                args.what,
+                progress=lambda done, total: progress.advance(done, total, ""),
+            )
+    finally:
+        if describer is not None:
+            await describer.close()
+        await runtime.close()
+    document = {
+        "vault": report.vault,
+        "what": what,
+        "assets": report.assets,
+        "queued": report.queued,
+        "alreadyQueued": report.already_queued,
+    }
+    print_report(
+        document,
+        as_json=args.json,
+        title=f"enrichment of {report.vault}",
+        columns=("what", "images", "queued", "already queued"),
+        row=(", ".join(what), report.assets, report.queued, report.already_queued),
+        notes=["the worker runs the jobs: run the server or `memory-server worker`"],
+    )
+
+
 def add_operator_parsers(commands: Any) -> None:
-    """Add ``backup``, ``restore``, ``export`` and ``import`` to an app's subcommands."""
+    """Add ``backup``, ``restore``, ``export``, ``import`` and ``enrich`` to an app's commands."""
     output = argparse.ArgumentParser(add_help=False)
     output.add_argument(
         "--json", action="store_true", help="print one JSON object for scripts instead of a table"
@@ -260,6 +300,20 @@ def add_operator_parsers(commands: Any) -> None:
     )
     imported.add_argument("src", metavar="SRC", help="a directory `memory-server export` wrote")
     imported.set_defaults(operator=_import)
+    enrich = commands.add_parser(
+        "enrich",
+        parents=[output],
+        help="queue the enrichments (OCR, generated context) of every image of one vault again",
+    )
+    enrich.add_argument("--vault-owner", required=True, help="the owner of the vault")
+    enrich.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
+    enrich.add_argument(
+        "--what",
+        action="append",
+        choices=list(ENRICHERS),
+        help="an enrichment to run (repeatable; default: all the server has switched on)",
+    )
+    enrich.set_defaults(operator=_enrich)
 
 
 async def operator_command(settings: MemorySettings, args: argparse.Namespace) -> None:

@@ -11,6 +11,8 @@
   when scripts run); ``POST`` deletes (``changes.delete_asset``) and goes to the library.
 - ``POST /assets/{assetId}/retry``: queue a failed representation again
   (``job_queue.retry_asset_embedding``).
+- ``POST /assets/{assetId}/context``: accept or clear the generated description
+  (``describe.review_context``; docs/generated-context.md).
 
 Another owner's image answers the not-found page, exactly like an id that does not exist.
 """
@@ -25,6 +27,7 @@ from starlette.routing import Route
 from memory_tools.assets import RepresentationState
 from memory_tools.browsing import AssetDetail, asset_detail, original_link
 from memory_tools.changes import delete_asset, move_asset
+from memory_tools.describe import review_context
 from memory_tools.edits import update_asset
 from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
 from memory_tools.job_queue import OPERATOR_CANCEL, retry_asset_embedding
@@ -206,6 +209,15 @@ async def retry(web: WebRequest) -> Response:
     )
 
 
+async def review(web: WebRequest) -> Response:
+    """Accept the generated description, or clear it (it then leaves search)."""
+    asset_id = web.request.path_params["asset_id"]
+    choice = _text(web, "decision")
+    await web.call(review_context, asset_id=asset_id, decision=choice)
+    notice = "Description accepted." if choice == "accept" else "Description cleared."
+    return web.redirect(f"/assets/{asset_id}", notice=notice)
+
+
 def routes(services: MemoryServices) -> list[Route]:
     """The asset page and its actions."""
     return [
@@ -216,4 +228,5 @@ def routes(services: MemoryServices) -> list[Route]:
         action("/assets/{asset_id}/move", move, services),
         action("/assets/{asset_id}/delete", delete, services),
         action("/assets/{asset_id}/retry", retry, services),
+        action("/assets/{asset_id}/context", review, services),
     ]

@@ -51,6 +51,8 @@ STATUS_LABELS = {
 }
 TYPE_LABELS = {
     "embedding": ("Embedding", "Vectors of one representation of an image"),
+    "ocr": ("OCR", "Reading the text in an image"),
+    "describe": ("Describe", "A generated description of an image"),
     "purge": ("Purge", "Deleting the bytes of a deleted image's object"),
     "reconcile": ("Reconcile", "Listing the store against the accounts"),
 }

@@ -17,7 +17,13 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from memory_db.schema import SEARCH_DOCUMENT_SQL
+# The document as this revision made it (revision 0017 adds the text read in the image).
+SEARCH_DOCUMENT_SQL = (
+    "setweight(to_tsvector('english'::regconfig, title), 'A') || "
+    "setweight(jsonb_to_tsvector('english'::regconfig, tags, '[\"string\"]'::jsonb), 'A') || "
+    "setweight(to_tsvector('english'::regconfig, coalesce(alt_text, '')), 'B') || "
+    "setweight(to_tsvector('english'::regconfig, coalesce(description, '')), 'C')"
+)
 
 revision: str = "0004"
 down_revision: str | None = "0003"

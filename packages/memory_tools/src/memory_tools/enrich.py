@@ -1,0 +1,376 @@
+"""Enrichment: text read in images (OCR) as durable jobs, and re-running it (docs/ocr.md).
+
+- :class:`OcrHandler` runs an ``ocr`` job (:mod:`memory_tools.job_handlers`): it reads the
+  sanitised preview (or, when the preview is too small to read, a larger rendition made from
+  the verified original by the same sanitising decode as a save), runs Tesseract
+  (:mod:`memory_tools.ocr`) in a thread, and stores the verbatim text with its provenance on the
+  asset. The text feeds the full-text document (its own field, below a person's words), the
+  fused text (after a person's words, bounded) and ``image_asset_get``.
+- :func:`memory_tools.ocr.ocr_wanted` is the ``ASSET_OCR`` policy for new saves.
+- :func:`enrich_asset` (the ``image_asset_enrich`` tool) and :func:`enrich_vault` (the
+  ``memory-server enrich`` command) queue the work again for one image or a whole vault.
+  Enrichments are named (``what``): each name maps to an :class:`Enricher` (its feature switch
+  and the function that queues its job), so a new kind is one more entry in :data:`ENRICHERS`.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from typing import Any
+
+import anyio
+import pyvips
+from pydantic import Field
+
+from memory_db import AssetRecord, MemoryDbError, UnitOfWork, VaultScope, get_logger
+from memory_db.errors import ChecksumMismatch, NotFound
+from memory_db.storage.integrity import read_verified
+from memory_tools import admin, policy
+from memory_tools.access import Caller
+from memory_tools.changes import locate_asset
+from memory_tools.edits import reembed_fused
+from memory_tools.errors import (
+    FeatureDisabled,
+    InvalidInputFailure,
+    NotFoundFailure,
+    ToolFailure,
+)
+from memory_tools.ingest.images import decode_preview, read_header
+from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
+from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_subject_preview
+from memory_tools.ocr import OcrError, OcrReading, queue_ocr, read_text
+from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
+
+log = get_logger(__name__)
+
+# A preview whose long edge is below this is too small to read when the original is larger:
+# OCR then reads a rendition of the original at OCR_EDGE (small text needs the pixels).
+OCR_MIN_EDGE = 1024
+OCR_EDGE = 2048
+OCR_ACTOR = "system:ocr"  # who re-queues the fused vector after text was read
+
+
+# --- the job ---------------------------------------------------------------------------------
+
+
+class OcrHandler:
+    """Runs ``ocr`` jobs (registered by :func:`memory_tools.job_handlers.build_job_handlers`)."""
+
+    kind = "ocr"
+
+    def __init__(self, services: MemoryServices) -> None:
+        self._services = services
+
+    async def run(self, subject: JobSubject) -> JobResult:
+        """Read the image's text; the result's ``write`` stores it on the asset."""
+        preview = await read_subject_preview(self._services, subject)
+        data, source = await self._rendition(subject, preview)
+        timeout = self._services.settings.asset_ocr_timeout_seconds
+        try:
+            reading = await anyio.to_thread.run_sync(
+                functools.partial(read_text, data, timeout=timeout)
+            )
+        except OcrError as exc:
+            # Missing, failing or overrunning engine: recorded on the job; the image stays
+            # ready for its visual search. Re-run with image_asset_enrich once fixed.
+            raise JobFailed(exc.code, exc.message) from None
+        job_id = subject.job.id
+
+        async def write(uow: UnitOfWork, asset: AssetRecord) -> None:
+            await _store_reading(uow, self._services, asset, reading, source, job_id)
+
+        return JobResult(write=write, usage={"words": reading.words})
+
+    async def _rendition(self, subject: JobSubject, preview: bytes) -> tuple[bytes, str]:
+        """The preview, or a larger sanitised rendition when the preview is too small."""
+        stored = subject.stored
+        edge = await anyio.to_thread.run_sync(_long_edge, preview)
+        if edge >= OCR_MIN_EDGE or max(stored.width, stored.height) <= edge:
+            return preview, "preview"
+        settings = self._services.settings
+        try:
+            original = await read_verified(
+                self._services.store,
+                stored.storage_key,
+                stored.sha256,
+                max_bytes=settings.asset_max_bytes,
+            )
+        except ChecksumMismatch as exc:
+            raise JobFailed(
+                "integrity_failure", "the stored original does not match its recorded SHA-256"
+            ) from exc
+        except MemoryDbError as exc:
+            raise JobFailed(
+                "store_unavailable", f"the original could not be read ({exc})", retryable=True
+            ) from exc
+        try:
+            rendition = await anyio.to_thread.run_sync(
+                functools.partial(_render, original, settings.asset_max_decoded_pixels)
+            )
+        except ToolFailure:
+            return preview, "preview"  # validated at save; read what the save made of it
+        return rendition, "rendition"
+
+
+def _long_edge(data: bytes) -> int:
+    try:
+        image = pyvips.Image.new_from_buffer(data, "")
+    except pyvips.Error:
+        return 0
+    return max(image.width, image.height)
+
+
+def _render(original: bytes, max_pixels: int) -> bytes:
+    """The original through the save's sanitising decode, at OCR_EDGE."""
+    header = read_header(original, max_pixels=max_pixels)
+    return decode_preview(original, header, preview_edge=OCR_EDGE).preview
+
+
+async def _store_reading(
+    uow: UnitOfWork,
+    services: MemoryServices,
+    asset: AssetRecord,
+    reading: OcrReading,
+    source: str,
+    job_id: str,
+) -> None:
+    """Store what was read (inside the job's completion), and re-embed the fused text."""
+    provenance: dict[str, Any] | None = None
+    if reading.text is not None:
+        provenance = {
+            "engine": reading.engine,
+            "engineVersion": reading.engine_version,
+            "language": reading.language,
+            "confidence": reading.confidence,
+            "words": reading.words,
+            "input": source,
+            "inputSha256": reading.input_sha256,
+            "jobId": job_id,
+            "readAt": datetime.now(UTC).isoformat(),
+        }
+    before = asset_fused_text(asset)
+    after = asset_fused_text(replace(asset, ocr_text=reading.text))
+    metadata: dict[str, Any] | None = None
+    if before != after:
+        scope = VaultScope(asset.owner_identity, asset.vault)
+        try:
+            async with uow.session.begin_nested():
+                await reembed_fused(uow, services, scope, asset.id, after, OCR_ACTOR)
+        except ToolFailure:
+            # No room in the quota for a first fused vector, or no embedder here: the text is
+            # stored and searchable all the same; the fused vector keeps the person's words.
+            log.warning("ocr_fused_not_requeued", asset_id=asset.id, exc_info=True)
+        else:
+            # What image_asset_get says about the fused vector follows (as an edit's does).
+            embedding = dict(asset.metadata.get("embedding") or {})
+            embedding["fused"] = "queued" if after else NO_FUSED_TEXT
+            metadata = {**asset.metadata, "embedding": embedding}
+    await uow.assets.set_ocr(
+        asset.owner_identity, asset.id, reading.text, provenance, metadata=metadata
+    )
+
+
+# --- re-running it ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Enricher:
+    """One named enrichment: whether the server has it on, and how its job is queued."""
+
+    switched_off: Callable[[MemoryServices], str | None]  # why it is off, or None
+    # True: queued now; False: one is queued or running already.
+    queue: Callable[[UnitOfWork, MemoryServices, str, str], Awaitable[bool]]
+
+
+def _ocr_off(services: MemoryServices) -> str | None:
+    if services.settings.asset_ocr == "off":
+        return "OCR is switched off on this server (ASSET_OCR=off)"
+    return None
+
+
+def _describe_off(services: MemoryServices) -> str | None:
+    if services.describer is None:
+        return "generated context is off on this server (ASSET_DESCRIBE_BASE_URL is not set)"
+    return None
+
+
+async def _queue_ocr(uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str) -> bool:
+    return await queue_ocr(uow, owner, asset_id)
+
+
+async def _queue_describe(
+    uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str
+) -> bool:
+    describer = services.describer
+    if describer is None:  # _require_on refused it already
+        raise FeatureDisabled(_describe_off(services) or "generated context is off")
+    job = await uow.jobs.create_kind(owner, asset_id, kind="describe", model=describer.model)
+    return job is not None
+
+
+# What ``what`` may name: each enrichment says whether it is off and queues its job.
+ENRICHERS: dict[str, Enricher] = {
+    "ocr": Enricher(switched_off=_ocr_off, queue=_queue_ocr),
+    "describe": Enricher(switched_off=_describe_off, queue=_queue_describe),
+}
+
+
+def _switched_on(services: MemoryServices) -> list[str]:
+    """The enrichments this server runs (an empty ``what`` means these)."""
+    return [kind for kind, enricher in ENRICHERS.items() if enricher.switched_off(services) is None]
+
+
+def _require_on(services: MemoryServices, kinds: Sequence[str]) -> None:
+    """``feature_disabled`` before anything is read when an asked enrichment is off."""
+    for kind in kinds:
+        why = ENRICHERS[kind].switched_off(services)
+        if why is not None:
+            raise FeatureDisabled(why)
+
+
+class Enrichment(WireModel):
+    """An image's enrichment jobs after ``image_asset_enrich``."""
+
+    asset_id: str
+    queued: list[str] = Field(description="Enrichments queued by this call.")
+    already_queued: list[str] = Field(
+        description="Enrichments whose job was queued or running already (it does the work)."
+    )
+
+
+def check_what(what: Sequence[str] | None, services: MemoryServices | None = None) -> list[str]:
+    """The enrichments asked for, validated; when ``what`` is empty, those switched on.
+
+    Nothing switched on: the first, whose refusal says how to switch it on.
+    """
+    if not what:
+        if services is None:
+            return list(ENRICHERS)
+        return _switched_on(services) or list(ENRICHERS)[:1]
+    unknown = sorted(set(what) - set(ENRICHERS))
+    if unknown:
+        raise InvalidInputFailure(f"what: one or more of {', '.join(ENRICHERS)}")
+    return sorted(set(what), key=list(ENRICHERS).index)
+
+
+async def enrich_asset(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    asset_id: str,
+    what: Sequence[str] | None = None,
+) -> Enrichment:
+    """Queue the enrichments of one image again (write access to its vault).
+
+    Another owner's image answers ``not_found`` exactly like a missing one; one the caller may
+    read but not change is ``forbidden``.
+    """
+    policy.require(services.settings)
+    policy.require_writable(services.read_only)
+    kinds = check_what(what, services)
+    _require_on(services, kinds)
+    resolved, record = await locate_asset(uow, caller, asset_id, "write")
+    if record.status in ("deleting", "deleted"):
+        raise NotFoundFailure("asset not found")
+    queued: list[str] = []
+    waiting: list[str] = []
+    for kind in kinds:
+        made = await ENRICHERS[kind].queue(uow, services, record.owner_identity, asset_id)
+        (queued if made else waiting).append(kind)
+    if queued:
+        await uow.jobs.notify()
+    await uow.provenance.record(
+        "asset_enrich",
+        actor_identity=caller.identity,
+        owner_identity=record.owner_identity,
+        vault=resolved.record.scope.physical_vault,
+        target_kind="asset",
+        target_id=asset_id,
+        detail={"queued": queued, "alreadyQueued": waiting},
+    )
+    return Enrichment(asset_id=asset_id, queued=queued, already_queued=waiting)
+
+
+@dataclass(frozen=True)
+class VaultEnrichment:
+    """What ``memory-server enrich`` queued for one vault."""
+
+    vault: str
+    assets: int
+    queued: int
+    already_queued: int
+
+
+async def enrich_vault(
+    services: MemoryServices,
+    owner: str,
+    vault: str,
+    what: Sequence[str] | None = None,
+    *,
+    batch: int = 200,
+    progress: Callable[[int, int], None] | None = None,
+) -> VaultEnrichment:
+    """Queue the enrichments of every live image of ``owner``'s vault ``vault`` (operators).
+
+    Batch by batch, each in its own transaction with its provenance; ``progress(done, total)``
+    is called after each. An unknown owner or a vault the owner does not own is ``not_found``.
+    """
+    policy.require(services.settings)
+    policy.require_writable(services.read_only)
+    kinds = check_what(what, services)
+    _require_on(services, kinds)
+    async with services.database.unit_of_work() as uow:
+        identity = await admin.require_identity(uow, owner)
+        try:
+            record = await uow.vaults.resolve(identity.owner_identity, vault)
+        except NotFound:
+            raise admin.unknown_vault(identity.owner_identity, vault) from None
+        if not record.is_owner or "/" in vault:
+            raise admin.unknown_vault(identity.owner_identity, vault)
+        scope = record.scope
+        ids = await uow.assets.live_ids(scope)
+    queued = waiting = 0
+    for start in range(0, len(ids), batch):
+        chunk = ids[start : start + batch]
+        async with services.database.unit_of_work() as uow:
+            made_now = 0
+            for asset_id in chunk:
+                for kind in kinds:
+                    made = await ENRICHERS[kind].queue(
+                        uow, services, scope.owner_identity, asset_id
+                    )
+                    made_now += made
+                    waiting += not made
+            queued += made_now
+            await uow.jobs.notify()
+            await uow.provenance.record(
+                "asset_enrich",
+                actor_identity=admin.OPERATOR,
+                owner_identity=scope.owner_identity,
+                vault=scope.physical_vault,
+                target_kind="vault",
+                target_id=scope.physical_vault,
+                detail={"what": kinds, "assets": len(chunk), "queued": made_now},
+            )
+        if progress is not None:
+            progress(min(start + batch, len(ids)), len(ids))
+    return VaultEnrichment(
+        vault=record.handle, assets=len(ids), queued=queued, already_queued=waiting
+    )
+
+
+__all__ = [
+    "ENRICHERS",
+    "Enricher",
+    "Enrichment",
+    "OcrHandler",
+    "VaultEnrichment",
+    "check_what",
+    "enrich_asset",
+    "enrich_vault",
+]

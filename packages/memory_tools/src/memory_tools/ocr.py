@@ -1,0 +1,248 @@
+"""Reading the text in an image with Tesseract (docs/ocr.md), offline and bounded.
+
+:func:`read_text` runs the Debian ``tesseract-ocr`` engine through pytesseract, which starts one
+``tesseract`` process per image: a process can be killed when it overruns its time limit, and
+a crash in the engine cannot take the worker with it. Orientation detection (``--psm 0``) runs
+first and the page is turned upright before it is read, so a screenshot saved sideways or
+upside down is read too; when there is too little text to tell, the page segmentation that
+detects orientation itself (``--psm 1``) reads it.
+
+What is kept is what the engine read, verbatim: words it is less than
+:data:`MIN_WORD_CONFIDENCE` sure of are left out (on a photo without text the engine reports
+shapes as letters), a result without a word of two letters or digits is no text at all, and
+the text is cut at :data:`MAX_TEXT_CHARS` at a word boundary. Nothing is invented, spell-checked
+or "corrected".
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import math
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, cast
+
+import pytesseract
+import pyvips
+
+from memory_db import UnitOfWork
+
+ENGINE = "tesseract"
+LANGUAGE = "eng"  # the language data Debian's tesseract-ocr-eng installs
+MIN_WORD_CONFIDENCE = 50.0  # percent, as Tesseract reports it per word
+MAX_TEXT_CHARS = 8000
+# Tesseract reads text best at 20-30 pixels per line: a small image is read at twice its size.
+UPSCALE_BELOW_EDGE = 800
+DEFAULT_TIMEOUT_SECONDS = 30.0
+# Orientation detection: the characters it needs before it answers (Tesseract's default, 50,
+# leaves short screenshots unturned), and the confidence under which its answer is ignored.
+MIN_OSD_CHARACTERS = 10
+MIN_OSD_CONFIDENCE = 1.0
+
+
+def ocr_wanted(setting: str, *, source_kind: str, format_name: str, data: bytes) -> bool:
+    """Whether a new save gets an OCR job under ``ASSET_OCR`` (``setting``).
+
+    ``screenshots``: images saved from a page screenshot, and lossless PNG or WebP files (what
+    screen captures, charts and diagrams are saved as); photos (JPEG, HEIC, lossy WebP...) are
+    skipped, since they rarely hold text worth the CPU.
+    """
+    if setting == "all":
+        return True
+    if setting != "screenshots":
+        return False
+    if source_kind == "screenshot" or format_name == "png":
+        return True
+    return format_name == "webp" and _lossless_webp(data)
+
+
+def _lossless_webp(data: bytes) -> bool:
+    # A lossless WebP's image chunk is VP8L (right after the header, or after VP8X's chunks).
+    return b"VP8L" in data[12:4096]
+
+
+async def queue_ocr(uow: UnitOfWork, owner: str, asset_id: str) -> bool:
+    """Queue an OCR job for one asset; ``False`` when one is queued or running already."""
+    job = await uow.jobs.create_kind(owner, asset_id, kind="ocr", model=ENGINE)
+    return job is not None
+
+
+class OcrError(Exception):
+    """The engine could not read an image; ``code`` is the job's recorded failure reason."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class OcrReading:
+    """What the engine read in one image (``text`` is ``None`` when it read no text)."""
+
+    text: str | None
+    language: str
+    confidence: float | None  # mean word confidence of the kept words, 0-100
+    words: int
+    engine: str
+    engine_version: str
+    input_sha256: str  # of the image bytes the engine was given (the rendition read)
+
+
+@functools.cache
+def engine_version() -> str:
+    """The installed Tesseract's version; :class:`OcrError` ``ocr_unavailable`` when missing."""
+    try:
+        return str(pytesseract.get_tesseract_version())
+    except pytesseract.TesseractNotFoundError:
+        raise OcrError(
+            "ocr_unavailable", "Tesseract is not installed (Debian package tesseract-ocr)"
+        ) from None
+
+
+def read_text(
+    data: bytes,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_SECONDS,
+    max_chars: int = MAX_TEXT_CHARS,
+) -> OcrReading:
+    """Read the text in ``data`` (an image pyvips decodes: the sanitised preview) synchronously.
+
+    Raises :class:`OcrError`: ``ocr_unavailable`` (no Tesseract), ``ocr_timeout`` (over
+    ``timeout`` seconds; the process is killed), ``ocr_failed`` (the engine or the decode
+    failed).
+    """
+    version = engine_version()
+    try:
+        image = pyvips.Image.new_from_buffer(data, "", access="sequential")
+        if max(image.width, image.height) < UPSCALE_BELOW_EDGE:
+            image = image.resize(2, kernel="linear")
+        if image.hasalpha():
+            image = image.flatten(background=[255, 255, 255])
+        image = image.colourspace("b-w").copy_memory()
+    except pyvips.Error:
+        raise OcrError("ocr_failed", "the image could not be prepared for OCR") from None
+    deadline = time.monotonic() + timeout
+    with tempfile.TemporaryDirectory(prefix="memory-ocr-") as scratch:
+        path = Path(scratch) / "input.png"
+        path.write_bytes(image.pngsave_buffer(compression=1))
+        # Orientation first: a screenshot saved sideways or upside down is turned upright.
+        # Too little text to tell is no answer: then the page segmentation that detects
+        # orientation itself reads it (--psm 1); an upright page is read with --psm 3.
+        rotate = _tesseract(_orientation, path, deadline, timeout)
+        if rotate:
+            path.write_bytes(image.rot(f"d{rotate}").pngsave_buffer(compression=1))
+        config = "--psm 1" if rotate is None else "--psm 3"
+        answer = _tesseract(functools.partial(_words, config=config), path, deadline, timeout)
+    if not isinstance(answer, dict):
+        raise OcrError("ocr_failed", "Tesseract answered something other than its word table")
+    text, confidence, words = _kept_text(cast(dict[str, list[Any]], answer), max_chars)
+    return OcrReading(
+        text=text,
+        language=LANGUAGE,
+        confidence=confidence,
+        words=words,
+        engine=ENGINE,
+        engine_version=version,
+        input_sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+def _words(path: str, left: int, *, config: str) -> Any:
+    """Tesseract's word table of the page (text, confidence and place of every word)."""
+    answer: Any = pytesseract.image_to_data(
+        path, lang=LANGUAGE, config=config, timeout=left, output_type=pytesseract.Output.DICT
+    )
+    return answer
+
+
+def _orientation(path: str, left: int) -> int | None:
+    """Degrees (clockwise) that turn the page upright, or ``None`` when it cannot tell."""
+    try:
+        answer: Any = pytesseract.image_to_osd(
+            path,
+            config=f"--psm 0 -c min_characters_to_try={MIN_OSD_CHARACTERS}",
+            timeout=left,
+            output_type=pytesseract.Output.DICT,
+        )
+    except pytesseract.TesseractError:
+        return None  # too few characters to tell
+    if not isinstance(answer, dict):
+        return None
+    osd = cast(dict[str, Any], answer)
+    try:
+        rotate, confidence = int(osd.get("rotate", 0)), float(osd.get("orientation_conf", 0.0))
+    except (TypeError, ValueError):
+        return None
+    if rotate not in (0, 90, 180, 270) or confidence < MIN_OSD_CONFIDENCE:
+        return None
+    return rotate
+
+
+def _tesseract(call: Callable[[str, int], Any], path: Path, deadline: float, timeout: float) -> Any:
+    """Run one Tesseract call within what is left of the time limit, mapping its failures."""
+    left = math.ceil(deadline - time.monotonic())  # whole seconds (the binding's type)
+    if left <= 0:
+        raise OcrError("ocr_timeout", f"OCR took longer than {timeout:g} s")
+    try:
+        return call(str(path), left)
+    except pytesseract.TesseractNotFoundError:
+        engine_version.cache_clear()
+        raise OcrError(
+            "ocr_unavailable", "Tesseract is not installed (Debian package tesseract-ocr)"
+        ) from None
+    except RuntimeError as exc:  # pytesseract's timeout (it kills the process)
+        if "timeout" in str(exc).lower():
+            raise OcrError("ocr_timeout", f"OCR took longer than {timeout:g} s") from None
+        raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
+    except (pytesseract.TesseractError, OSError, ValueError) as exc:
+        raise OcrError("ocr_failed", f"Tesseract failed ({type(exc).__name__})") from None
+
+
+def _kept_text(data: dict[str, list[Any]], max_chars: int) -> tuple[str | None, float | None, int]:
+    """The confident words, line by line as the engine found them, bounded."""
+    lines: dict[tuple[int, int, int], list[str]] = {}
+    confidences: list[float] = []
+    keys = zip(
+        data.get("text", []),
+        data.get("conf", []),
+        data.get("block_num", []),
+        data.get("par_num", []),
+        data.get("line_num", []),
+        strict=False,
+    )
+    for word, conf, block, paragraph, line in keys:
+        word = str(word).strip()
+        try:
+            confidence = float(conf)
+        except (TypeError, ValueError):
+            continue
+        if not word or not math.isfinite(confidence) or confidence < MIN_WORD_CONFIDENCE:
+            continue
+        lines.setdefault((int(block), int(paragraph), int(line)), []).append(word)
+        confidences.append(confidence)
+    if not any(sum(ch.isalnum() for ch in word) >= 2 for ws in lines.values() for word in ws):
+        return None, None, 0
+    text = "\n".join(" ".join(words) for words in lines.values())
+    if len(text) > max_chars:
+        cut = text.rfind(" ", 0, max_chars + 1)
+        text = text[: cut if cut > 0 else max_chars].rstrip()
+    return text, round(sum(confidences) / len(confidences), 1), len(confidences)
+
+
+__all__ = [
+    "ENGINE",
+    "LANGUAGE",
+    "MAX_TEXT_CHARS",
+    "MIN_WORD_CONFIDENCE",
+    "OcrError",
+    "OcrReading",
+    "engine_version",
+    "ocr_wanted",
+    "queue_ocr",
+    "read_text",
+]
