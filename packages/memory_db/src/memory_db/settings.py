@@ -89,6 +89,8 @@ class MemorySettings(BaseSettings):
     asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
     asset_embed_worker_concurrency: int | None = Field(default=None, ge=1, le=64)
     asset_worker_sweep_seconds: float = Field(default=30.0, ge=0.5, le=3600.0)
+    # How often a worker's sweep also reconciles the store and the accounts; 0: never.
+    asset_worker_reconcile_seconds: float = Field(default=600.0, ge=0.0, le=86_400.0)
     asset_embed_fused_mode: Literal["combine", "native"] = "combine"
     asset_embed_fused_image_weight: float = Field(default=0.5, ge=0.0, le=1.0)
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"

@@ -296,3 +296,13 @@ def test_ocr_settings_are_read_and_bounded(monkeypatch: pytest.MonkeyPatch) -> N
         with pytest.raises(ConfigurationError, match=variable):
             load_settings()
         monkeypatch.delenv(variable)
+
+
+def test_the_worker_reconcile_interval_is_read_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().asset_worker_reconcile_seconds == 600.0
+    monkeypatch.setenv("ASSET_WORKER_RECONCILE_SECONDS", "0")
+    assert load_settings().asset_worker_reconcile_seconds == 0.0
+    for value in ("-1", "86401"):
+        monkeypatch.setenv("ASSET_WORKER_RECONCILE_SECONDS", value)
+        with pytest.raises(ConfigurationError, match="ASSET_WORKER_RECONCILE_SECONDS"):
+            load_settings()

@@ -102,8 +102,9 @@ class WorkerConfig:
     poll_seconds: float = 5.0
     sweep_seconds: float = 30.0
     # How often a sweep also lists the store against the accounts (see memory_tools.reconcile);
-    # the first sweep of every worker does.
-    reconcile_seconds: float = 600.0
+    # the first sweep of every worker does. None: never (ASSET_WORKER_RECONCILE_SECONDS=0, for
+    # an operator who runs `memory-server reconcile` on a schedule of their own).
+    reconcile_seconds: float | None = 600.0
     # Objects per namespace whose bytes each reconciling sweep reads and hashes, least recently
     # verified first: checksumming reads every byte, so the scheduled pass takes a rolling
     # window (`memory-server reconcile --verify-checksums` reads them all).
@@ -290,7 +291,7 @@ class EmbeddingWorker:
 
     async def _reconcile(self) -> int:
         """Reconcile (memory_tools.reconcile) when due; returns how many findings it had."""
-        if anyio.current_time() < self._reconcile_due:
+        if self.config.reconcile_seconds is None or anyio.current_time() < self._reconcile_due:
             return 0
         report = await reconcile_store(
             self._services,

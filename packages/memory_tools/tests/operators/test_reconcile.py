@@ -38,6 +38,7 @@ from memory_tools.changes import delete_asset
 from memory_tools.errors import ConflictFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.reconcile import Reconciliation, reconcile_store
+from memory_tools.serving.bootstrap import worker_config
 from memory_tools.worker import ORPHAN_SAFETY_WINDOW, EmbeddingWorker, WorkerConfig
 
 from ..pictures import picture
@@ -475,3 +476,15 @@ async def test_the_worker_sweep_reconciles_and_verifies_a_bounded_window_per_pas
         services, "SELECT count(*) FROM mem_assets WHERE failure_code = 'object_corrupt'"
     )
     assert corrupt == [(2,)]
+
+    # ASSET_WORKER_RECONCILE_SECONDS=0: the sweep goes on without the scheduled pass.
+    await execute(services, "UPDATE mem_asset_namespaces SET used_bytes = used_bytes + 1")
+    off = worker_config(services.settings.model_copy(update={"asset_worker_reconcile_seconds": 0}))
+    assert off.reconcile_seconds is None
+    assert worker_config(services.settings).reconcile_seconds == 600
+    await EmbeddingWorker(services, replace(off, verify_objects_per_pass=1)).sweep()
+    assert await rows(
+        services,
+        "SELECT count(*) FROM mem_provenance WHERE operation = 'asset_reconcile' "
+        "AND detail->>'reason' = 'counter_drift'",
+    ) == [(1,)]

@@ -160,7 +160,7 @@ def worker_config(
     batch_size: int | None = None,
     lease_seconds: float | None = None,
 ) -> WorkerConfig:
-    """Worker pacing from the settings (concurrency, sweep interval) and the command line."""
+    """Worker pacing from the settings (concurrency, sweep, reconcile) and the command line."""
     default = WorkerConfig()
     lease = lease_seconds or default.lease_seconds
     return WorkerConfig(
@@ -169,6 +169,7 @@ def worker_config(
         lease_seconds=lease,
         heartbeat_seconds=lease / 4,
         sweep_seconds=settings.asset_worker_sweep_seconds,
+        reconcile_seconds=settings.asset_worker_reconcile_seconds or None,
     )
 
 
