@@ -38,7 +38,7 @@ from memory_tools.errors import (
     NotFoundFailure,
     ToolFailure,
 )
-from memory_tools.ingest.images import decode_preview, read_header
+from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
 from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_subject_preview
 from memory_tools.ocr import OcrError, OcrReading, queue_ocr, read_text
@@ -108,12 +108,17 @@ class OcrHandler:
                 "store_unavailable", f"the original could not be read ({exc})", retryable=True
             ) from exc
         try:
-            rendition = await anyio.to_thread.run_sync(
-                functools.partial(_render, original, settings.asset_max_decoded_pixels)
+            # The save's sanitising decode, waiting for room in this process's decode budget
+            # (ASSET_DECODE_BUDGET_PIXELS) like every other decode of an untrusted image.
+            rendition = await inspect_image(
+                original,
+                max_pixels=settings.asset_max_decoded_pixels,
+                preview_edge=OCR_EDGE,
+                admission=self._services.decode_admission,
             )
         except ToolFailure:
             return preview, "preview"  # validated at save; read what the save made of it
-        return rendition, "rendition"
+        return rendition.preview, "rendition"
 
 
 def _long_edge(data: bytes) -> int:
@@ -122,12 +127,6 @@ def _long_edge(data: bytes) -> int:
     except pyvips.Error:
         return 0
     return max(image.width, image.height)
-
-
-def _render(original: bytes, max_pixels: int) -> bytes:
-    """The original through the save's sanitising decode, at OCR_EDGE."""
-    header = read_header(original, max_pixels=max_pixels)
-    return decode_preview(original, header, preview_edge=OCR_EDGE).preview
 
 
 async def _store_reading(
