@@ -37,7 +37,10 @@ def _png(seed: int = 1) -> bytes:
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_", "JINA_"))}
-    env.update(MEMORY_DATA_DIR=str(tmp_path / "data"), MEMORY_LOG_FORMAT="json", **extra)
+    env.update(MEMORY_DATA_DIR=str(tmp_path / "data"), MEMORY_LOG_FORMAT="json")
+    # These servers count jobs and queue depth: a PNG save would queue an OCR job beside its
+    # embeddings (ASSET_OCR=screenshots by default). OCR's own end-to-end tests turn it on.
+    env.update({"ASSET_OCR": "off", **extra})
     return env
 
 
@@ -92,7 +95,7 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
         assert deep.is_error and deep.content[0].text.startswith("invalid_input:")
         # Every asset tool is there over stdio too; a save, a search, a move and a delete.
         names = {tool.name for tool in await client.list_tools()}
-        assert len(names) == 17 and {"image_asset_search", "image_asset_restore"} <= names
+        assert len(names) == 18 and {"image_asset_search", "image_asset_restore"} <= names
         saved = await client.call_tool(
             "image_asset_save",
             {"imageBase64": base64.b64encode(_png(7)).decode(), "title": "Over stdio"},

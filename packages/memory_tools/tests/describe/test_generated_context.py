@@ -234,7 +234,7 @@ async def test_context_is_stale_once_the_bytes_differ_and_a_caller_s_words_alway
     async with describing.database.unit_of_work() as uow:
         scope = [VaultScope(OWNER, placed["vault"])]
         ranked = await uow.assets.search_text(scope, AssetFilter(), "lighthouse", limit=5)
-        assert [asset_id for asset_id, _rank in ranked] == [mine, generated]
+        assert [match.asset_id for match in ranked] == [mine, generated]
         assert asset_fused_text(await uow.assets.get(scope[0], mine)) == (
             "Harbour lighthouse\nlighthouse at dusk"
         )

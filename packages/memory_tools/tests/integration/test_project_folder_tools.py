@@ -328,6 +328,7 @@ ANNOTATIONS = {
     "image_asset_delete": (False, True, True, False),
     "image_asset_restore": (False, False, True, False),
     "image_asset_update": (False, False, True, False),
+    "image_asset_enrich": (False, False, True, False),  # queues a job at most once
     "image_project_update": (False, False, True, False),
     "image_folder_update": (False, False, True, False),
 }
