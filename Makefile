@@ -90,8 +90,13 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 	$(UV) run --frozen --no-sync memory-server migrate
 
 .PHONY: test
+# Two pytest workers (pytest-xdist), each with its own embedded PostgreSQL; a test file runs
+# whole on one worker, so module fixtures are built once. Most tests wait on servers and
+# subprocesses, so two workers halve the wall time even on two cores.
+TEST_WORKERS ?= 2
+
 test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
-	$(UV) run --frozen pytest
+	$(UV) run --frozen pytest -n $(TEST_WORKERS) --dist loadfile
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
