@@ -77,6 +77,10 @@ class DescribeHandler:
             "total_tokens": answer.usage.total_tokens,
             "prompt_tokens": answer.usage.prompt_tokens,
         }
+        # The call was made: its tokens count whatever becomes of the answer (refused, stale,
+        # or the job's lease lost before it is stored).
+        async with self._services.database.unit_of_work() as uow:
+            await _record_usage(uow, subject, answer)
         try:
             bound = bind(
                 answer.text,
@@ -85,14 +89,10 @@ class DescribeHandler:
                 generated_at=datetime.now(UTC),
             )
         except ContextRefused as exc:
-            # Nothing is stored, but the call was made: its tokens still count.
-            async with self._services.database.unit_of_work() as uow:
-                await _record_usage(uow, subject, answer)
             log.info("describe_refused", code=exc.code, asset_id=subject.asset.id)
             raise JobFailed(exc.code, str(exc)) from exc
 
         async def write(uow: UnitOfWork, asset: AssetRecord) -> None:
-            await _record_usage(uow, subject, answer)
             await store_context(uow, self._services, asset, bound, subject)
 
         return JobResult(write=write, usage=usage)
@@ -117,17 +117,20 @@ async def store_context(
     asset: AssetRecord,
     bound: BoundContext,
     subject: JobSubject,
-) -> bool:
+) -> None:
     """Store a gated context for ``asset`` (locked) if it still describes the asset's bytes.
 
-    False, and nothing stored, when the asset's object changed while the model answered (the
-    context would be stale from the start).
+    ``JobFailed`` (``context_stale``), and nothing stored, when the asset's object changed
+    while the model answered: the context would be stale from the start.
     """
     if asset.object_id != subject.stored.id or (
         subject.stored.preview_sha256 not in (None, bound.source_sha256)
     ):
         log.info("describe_stale_on_arrival", asset_id=asset.id)
-        return False
+        raise JobFailed(
+            "context_stale",
+            "the image's bytes changed while the model described them; nothing was stored",
+        )
     words = generated_words(bound.context)
     await refresh_fused(uow, services, asset, words)
     await uow.contexts.put(
@@ -141,7 +144,6 @@ async def store_context(
         generated_text=words,
         job_id=subject.job.id,
     )
-    return True
 
 
 async def refresh_fused(

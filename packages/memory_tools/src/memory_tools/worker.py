@@ -425,19 +425,27 @@ class EmbeddingWorker:
         await self._complete_kind(job, result)
 
     async def _complete_kind(self, job: JobRecord, result: JobResult) -> None:
-        """Finish one job of another kind: lock its asset, check the lease, then write."""
-        async with self._services.database.unit_of_work() as uow:
-            key = (job.owner_identity, job.asset_id)
-            asset = (await uow.assets.lock_many_for_owners([key])).get(key)
-            if asset is None or asset.status in ("deleting", "deleted"):
-                await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted")
-                return
-            done = await uow.jobs.complete_many(self.worker_id, {job.id: result.usage})
-            if job.id not in done:
-                log.warning("worker_lease_lost_at_completion", job_id=job.id)
-                return
-            if result.write is not None:
-                await result.write(uow, asset)
+        """Finish one job of another kind: lock its asset, check the lease, then write.
+
+        The write may still refuse (``JobFailed``: the asset changed while the handler
+        worked); the completion is then rolled back with it and the job fails with its code.
+        """
+        try:
+            async with self._services.database.unit_of_work() as uow:
+                key = (job.owner_identity, job.asset_id)
+                asset = (await uow.assets.lock_many_for_owners([key])).get(key)
+                if asset is None or asset.status in ("deleting", "deleted"):
+                    await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted")
+                    return
+                done = await uow.jobs.complete_many(self.worker_id, {job.id: result.usage})
+                if job.id not in done:
+                    log.warning("worker_lease_lost_at_completion", job_id=job.id)
+                    return
+                if result.write is not None:
+                    await result.write(uow, asset)
+        except JobFailed as exc:
+            await self._fail(job, exc.code, exc.message)
+            return
         log.info("worker_job_done", worker=self.worker_id, kind=job.kind)
 
     # --- embeddings ----------------------------------------------------------------------------
@@ -550,11 +558,14 @@ class EmbeddingWorker:
             if self.reuse_vectors
             else Known()
         )
-        request = plan_request(
-            [
+        needs: list[Need] = []
+        for w in work:
+            assert w.job.representation is not None  # an embedding job names its own
+            needs.append(
                 Need(w.job.owner_identity, w.asset.object_id, w.job.representation, w.value)
-                for w in work
-            ],
+            )
+        request = plan_request(
+            needs,
             known,
             combiner.combine_fused if combiner is not None and combiner.combines_fused else None,
             reuse=self.reuse_vectors,

@@ -7,6 +7,8 @@ OpenAI-protocol test server on 127.0.0.1 behind the real HTTP client (injection 
 from __future__ import annotations
 
 import base64
+import dataclasses
+import hashlib
 import json
 from dataclasses import replace
 from typing import Any
@@ -17,7 +19,12 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db import VaultScope
-from memory_db.describing import OpenAIDescriber, ScriptedDescriber
+from memory_db.describing import (
+    DescribeAnswer,
+    DescribeRequest,
+    OpenAIDescriber,
+    ScriptedDescriber,
+)
 from memory_db.repositories import AssetFilter
 from memory_db.testing.vision_server import MODEL, VisionSeen, VisionTestServer
 from memory_tools import MemoryServices, build_memory_server
@@ -255,6 +262,44 @@ async def test_context_is_stale_once_the_bytes_differ_and_a_caller_s_words_alway
     with pytest.raises(ConflictFailure, match="context_stale"):
         async with describing.database.unit_of_work() as uow:
             await review_context(uow, alice, describing, asset_id=generated, decision="accept")
+
+
+async def test_bytes_changed_while_the_model_answers_fail_the_job_as_context_stale(
+    describing: MemoryServices, alice: Caller
+) -> None:
+    target = await save(describing, alice, picture(7))
+    other = await save(describing, alice, picture(8))
+
+    @dataclasses.dataclass
+    class SwapsBytes(ScriptedDescriber):
+        """Restores other bytes under the target while its description is being made."""
+
+        async def describe(self, request: DescribeRequest) -> DescribeAnswer:
+            if hashlib.sha256(request.image).hexdigest() == await preview_sha(describing, target):
+                await rows(
+                    describing,
+                    "UPDATE mem_assets SET object_id = (SELECT object_id FROM mem_assets "
+                    "WHERE id = :o) WHERE id = :t",
+                    o=other,
+                    t=target,
+                )
+            return await super().describe(request)
+
+    swapping = SwapsBytes(default=lambda request: answer("A red kite over the dunes"))
+    await EmbeddingWorker(replace(describing, describer=swapping), FAST).drain()
+    job = await describe_job(describing, target)
+    assert (job["status"], job["last_error_code"]) == ("failed", "context_stale")
+    stored = await rows(
+        describing, "SELECT 1 FROM mem_asset_contexts WHERE asset_id = :a", a=target
+    )
+    assert stored == []
+    # The model was asked all the same: its tokens count.
+    spent = await rows(
+        describing,
+        "SELECT 1 FROM mem_usage_ledger WHERE source = 'describe_image' AND asset_id = :a",
+        a=target,
+    )
+    assert len(spent) == 1
 
 
 async def test_a_person_accepts_or_clears_a_context_and_clearing_takes_it_out_of_search(
