@@ -171,6 +171,22 @@ async def test_only_the_worker_holding_a_job_changes_it(database: Database) -> N
     assert failed.completed_at is not None and released.completed_at is None
 
 
+async def test_a_claim_takes_every_due_embedding_job_of_the_assets_it_takes(
+    database: Database,
+) -> None:
+    # Two batches at once, each holding one of a save's jobs, would each send its image.
+    first_asset, second_asset = await _asset(database, A), await _asset(database, B)
+    first = {job.representation: job.id for job in await _queue(database, A, first_asset)}
+    second = {job.representation: job.id for job in await _queue(database, B, second_asset)}
+    async with database.unit_of_work() as uow:
+        one = await uow.jobs.claim("w1", limit=1, lease_seconds=30)
+    assert {job.asset_id for job in one} == {first_asset}
+    assert {job.id for job in one} == set(first.values())  # visual and fused together
+    async with database.unit_of_work() as uow:
+        other = await uow.jobs.claim("w2", limit=1, lease_seconds=30)
+    assert {job.id for job in other} == set(second.values())
+
+
 async def test_a_lapsed_lease_is_claimed_again_or_failed_after_the_last_attempt(
     database: Database,
 ) -> None:

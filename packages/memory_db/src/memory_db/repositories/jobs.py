@@ -17,7 +17,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import anyio
-from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, update
+from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -183,6 +183,9 @@ class JobRepository:
         """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
 
         ``kinds``: the kinds the claiming worker can run; others are left to workers that can.
+        The due embedding jobs of an asset whose embedding job was claimed come with it, even
+        past ``limit``: a save's visual and fused jobs then share one batch, which sends their
+        image once (two batches at once would each send it, neither vector being stored yet).
         """
         due = (
             select(AssetEmbeddingJob.id)
@@ -203,9 +206,29 @@ class JobRepository:
             .with_for_update(skip_locked=True)
             .scalar_subquery()
         )
+        claimed = await self._lease(due, lease_owner, lease_seconds)
+        assets = sorted({(j.owner_identity, j.asset_id) for j in claimed if j.kind == "embed"})
+        if assets:
+            siblings = (
+                select(AssetEmbeddingJob.id)
+                .where(
+                    AssetEmbeddingJob.kind == "embed",
+                    AssetEmbeddingJob.status.in_(("queued", "retry")),
+                    AssetEmbeddingJob.run_after <= func.now(),
+                    tuple_(AssetEmbeddingJob.owner_identity, AssetEmbeddingJob.asset_id).in_(
+                        assets
+                    ),
+                )
+                .with_for_update(skip_locked=True)
+                .scalar_subquery()
+            )
+            claimed += await self._lease(siblings, lease_owner, lease_seconds)
+        return claimed
+
+    async def _lease(self, ids: Any, lease_owner: str, lease_seconds: float) -> list[JobRecord]:
         rows = await self._session.scalars(
             update(AssetEmbeddingJob)
-            .where(AssetEmbeddingJob.id.in_(due))
+            .where(AssetEmbeddingJob.id.in_(ids))
             .values(
                 status="running",
                 lease_owner=lease_owner,
