@@ -97,7 +97,7 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 TEST_WORKERS ?= 1
 
 test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
-	$(UV) run --frozen pytest -n $(TEST_WORKERS) --dist loadfile
+	$(UV) run --frozen pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
