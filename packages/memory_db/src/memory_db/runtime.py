@@ -74,7 +74,10 @@ def build_object_store(
 ) -> AssetObjectStore:
     """The object store ``ASSET_STORAGE_PROVIDER`` selects."""
     if settings.asset_storage_provider == "s3":
-        assert settings.asset_s3_bucket and settings.asset_s3_region  # checked by settings
+        if not (settings.asset_s3_bucket and settings.asset_s3_region):  # settings check it too
+            raise ConfigurationError(
+                "ASSET_S3_BUCKET and ASSET_S3_REGION are required with ASSET_STORAGE_PROVIDER=s3"
+            )
         return S3AssetObjectStore(
             bucket=settings.asset_s3_bucket,
             region=settings.asset_s3_region,

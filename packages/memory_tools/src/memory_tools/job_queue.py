@@ -392,9 +392,9 @@ async def _purge_details(uow: UnitOfWork, item: WorkItem) -> JobDetails:
                     actor=event.actor_identity,
                 )
             )
-    if item.status == "done" and not any(entry.event == "purged" for entry in timeline):
-        assert item.finished_at is not None
-        timeline.append(TimelineEntry(at=item.finished_at, event="purged"))
+    finished = item.finished_at if item.status == "done" else None
+    if finished is not None and not any(entry.event == "purged" for entry in timeline):
+        timeline.append(TimelineEntry(at=finished, event="purged"))
     timeline.sort(key=lambda entry: entry.at)
     return JobDetails(job=_row(item), timeline=timeline)
 
@@ -463,7 +463,11 @@ async def retry_asset_embedding(
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     kind = _one_of(representation, REPRESENTATIONS, "representation")
-    assert kind is not None
+    if kind is None:
+        # Refused before any access check: a malformed request says nothing about the image.
+        raise InvalidInputFailure(
+            f"representation: is required, one of {', '.join(REPRESENTATIONS)}"
+        )
     _resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise ConflictFailure("the image is deleted: restore it before retrying its embedding")

@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import anyio
 import httpx
@@ -255,8 +255,8 @@ async def verify_model(directory: Path, *, expect_name: str | None = None) -> Ve
         manifest = read_manifest(directory)
     except ConfigurationError as exc:
         raise InvalidInputFailure(str(exc)) from None
-    recorded = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
-    assert isinstance(recorded, dict)
+    files = manifest.get("files")
+    recorded: dict[str, Any] = cast(dict[str, Any], files) if isinstance(files, dict) else {}
     for name in MODEL_FILES:
         path = directory / name
         if not path.is_file():

@@ -340,22 +340,19 @@ class _Pass:
                 self.foreign += 1
                 self.found("foreign_keys", action=REPORTED)
                 continue
-            if parsed.kind == "staging":
-                assert parsed.reservation_id is not None
+            if parsed.kind == "staging" and parsed.reservation_id is not None:
                 if parsed.reservation_id not in open_uploads:
                     doomed.append(
                         _Doomed(item, "upload", parsed.reservation_id, "upload is closed")
                     )
-            elif parsed.kind == "artifact":
-                assert parsed.artifact_id is not None
+            elif parsed.kind == "artifact" and parsed.artifact_id is not None:
                 if item.key in artifacts:
                     continue
                 if item.modified > cutoff:
                     self.waiting += 1
                 else:
                     doomed.append(_Doomed(item, "artifact", parsed.artifact_id, "no artifact row"))
-            elif item.key not in accounted:
-                assert parsed.object_id is not None
+            elif item.key not in accounted and parsed.object_id is not None:
                 if item.modified > cutoff:
                     self.waiting += 1
                 else:

@@ -277,8 +277,7 @@ async def _start(
         existing = await get_rebuild(uow.session, target)
         if existing is not None and existing.state == "filling" and existing.alias == alias:
             identity = await index_identity(uow.session, target)
-            assert identity is not None
-            if _differs(identity, request):
+            if identity is None or _differs(identity, request):
                 raise ConflictFailure(
                     f"{target} is being rebuilt for {identity}; run again without "
                     "--provider/--model/--dim (or with the same) to resume it"

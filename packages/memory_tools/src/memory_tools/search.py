@@ -53,6 +53,7 @@ from memory_tools.errors import (
     FeatureDisabled,
     InvalidInputFailure,
     NotFoundFailure,
+    ToolFailure,
 )
 from memory_tools.ingest import inputs
 from memory_tools.ingest.fetch import check_url
@@ -371,7 +372,8 @@ class AssetSearcher:
             results: list[SearchHit] = []
             for stored in rows:
                 evidence = fusion[stored.asset.id]
-                assert evidence.score is not None
+                if evidence.score is None:
+                    raise ToolFailure(f"search fusion left {stored.asset.id} without a score")
                 results.append(
                     SearchHit(
                         asset_id=stored.asset.id,
@@ -460,7 +462,8 @@ class AssetSearcher:
     def _embedder_of(self, index: VectorIndex) -> Embedder:
         """The embedder of ``index``; a clear failure when this process cannot build it."""
         if index.identity is None:  # made before identities were recorded: the configured one
-            assert self.services.embedder is not None
+            if self.services.embedder is None:
+                raise EmbeddingUnavailable("this process has no embedder configured")
             return self.services.embedder
         try:
             return self.services.embedders.get(index.identity)
@@ -505,7 +508,8 @@ class AssetSearcher:
     ) -> EmbedResult:
         value: EmbedValue
         if image is None:
-            assert text is not None
+            if text is None:
+                raise InvalidInputFailure("query: give words or an image")
             value = TextInput(text)
         elif text is None:
             value = ImageInput(data=image)
@@ -583,7 +587,8 @@ class AssetSearcher:
             # make every search hold one pooled connection while waiting for another, which
             # deadlocks a saturated pool (16 concurrent searches on a pool of 10 did).
             nonlocal words, word_hits
-            assert text is not None
+            if text is None:  # only started for a query with words
+                return
             words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
             word_hits = await index.distances(
                 vector, vault_scopes, [match.asset_id for match in words], model=embedder.model

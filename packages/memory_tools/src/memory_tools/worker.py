@@ -560,7 +560,10 @@ class EmbeddingWorker:
         )
         needs: list[Need] = []
         for w in work:
-            assert w.job.representation is not None  # an embedding job names its own
+            if w.job.representation is None:  # the queue writes one; a row edited by hand may not
+                raise ProviderContractError(
+                    "invalid_job", f"embedding job {w.job.id} names no representation"
+                )
             needs.append(
                 Need(w.job.owner_identity, w.asset.object_id, w.job.representation, w.value)
             )

@@ -274,6 +274,27 @@ async def test_a_failed_representation_shows_its_reason_and_retries(
     assert "conflict" in shown.text and "nothing to retry" in shown.text
 
 
+async def test_a_retry_without_a_representation_is_invalid_input_before_any_access_check(
+    signed_in: WebClient, webapp: WebApp, make_person: Callable[..., Any]
+) -> None:
+    alice = await make_person("alice@example.com")
+    bob = await make_person("bob@example.com")
+    mine = await save_picture(webapp.services, alice, 5, title="Mine")
+    bobs = await save_picture(webapp.services, bob, 6, title="Bob's")
+    await signed_in.get(f"/assets/{mine}")
+    # Missing, empty and unknown: each is the caller's mistake, whoever owns the image.
+    for asset_id in (mine, bobs, MISSING):
+        for form in ({}, {"representation": ""}, {"representation": "sideways"}):
+            form = {**form, "back": f"/assets/{mine}"}
+            answer = await signed_in.submit(f"/assets/{asset_id}/retry", form)
+            assert answer.status_code == 303, (asset_id, form)
+            shown = await signed_in.get(answer.headers["location"])
+            assert "invalid_input" in shown.text and "representation" in shown.text, form
+            assert "internal" not in shown.text, form
+    states = {r.status for r in (await _detail(webapp, alice, mine)).asset.representations}
+    assert states == {"queued"}  # nothing changed
+
+
 async def test_a_flash_link_is_only_ever_a_local_path(signed_in: WebClient, webapp: WebApp) -> None:
     for link, shown in (("/trash", True), ("https://evil.example/", False), ("//evil", False)):
         flash = json.dumps({"kind": "ok", "message": "Note.", "link": link, "linkText": "Go"})

@@ -257,7 +257,8 @@ class Chromium:
         return str(launcher)
 
     async def _launch_with(self, port: int, *, sandbox: bool) -> Browser:
-        assert self._playwright is not None
+        if self._playwright is None:
+            raise FetchFailed("the browser is not started")
         return await self._playwright.chromium.launch(
             executable_path=self._limited_executable(),
             headless=True,

@@ -20,6 +20,7 @@ from fastmcp.tools import Tool
 from pydantic import Field
 
 from memory_tools import MemoryServices
+from memory_tools.errors import FeatureDisabled
 from memory_tools.ingest.fetch import MAX_URL_LENGTH
 from memory_tools.mcp.registry import ToolRegistry, ToolSpec
 from memory_tools.mcp.tools import run_as_caller
@@ -192,7 +193,8 @@ class ScraperTools:
         refused requests simply fail inside the page. Needs the write scope.
         """
         chromium = self.chromium
-        assert chromium is not None  # the tool is only registered with a browser
+        if chromium is None:  # the tool is only registered with a browser
+            raise FeatureDisabled("page screenshots need a browser; this server has none")
         return await run_as_caller(
             self.services,
             screenshots.screenshot_page,

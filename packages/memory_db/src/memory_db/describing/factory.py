@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memory_db.describing.openai import OpenAIDescriber
 from memory_db.describing.types import Describer
+from memory_db.errors import ConfigurationError
 from memory_db.settings import MemorySettings
 
 
@@ -11,7 +12,8 @@ def build_describer(settings: MemorySettings) -> Describer | None:
     """An ``OpenAIDescriber`` when ``ASSET_DESCRIBE_BASE_URL`` is set, else ``None`` (off)."""
     if settings.asset_describe_base_url is None:
         return None
-    assert settings.asset_describe_model is not None  # the settings' own check
+    if settings.asset_describe_model is None:  # settings built by hand skip their own check
+        raise ConfigurationError("ASSET_DESCRIBE_MODEL is required with ASSET_DESCRIBE_BASE_URL")
     return OpenAIDescriber(
         base_url=settings.asset_describe_base_url,
         model=settings.asset_describe_model,

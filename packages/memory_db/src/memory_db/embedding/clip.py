@@ -496,26 +496,25 @@ class ClipEmbedder:
         image_vectors = _unit_rows(self._model.encode_images(images)) if images else None
         out: list[list[float]] = []
         next_text = next_image = 0
+        # Empty arrays stand in for a side with no inputs: nothing indexes them then.
+        text_rows = text_vectors if text_vectors is not None else np.zeros((0, 0))
+        image_rows = image_vectors if image_vectors is not None else np.zeros((0, 0))
         for value in values:
             if isinstance(value, TextInput):
-                assert text_vectors is not None
-                out.append([float(x) for x in text_vectors[next_text]])
+                out.append([float(x) for x in text_rows[next_text]])
                 next_text += 1
             elif isinstance(value, ImageInput):
-                assert image_vectors is not None
-                out.append([float(x) for x in image_vectors[next_image]])
+                out.append([float(x) for x in image_rows[next_image]])
                 next_image += 1
             else:
                 text_vector = None
                 if value.text:
-                    assert text_vectors is not None
-                    text_vector = text_vectors[next_text]
+                    text_vector = text_rows[next_text]
                     next_text += 1
                 count = len(value.images)
                 image_vector = None
                 if count:
-                    assert image_vectors is not None
-                    image_vector = image_vectors[next_image : next_image + count].mean(axis=0)
+                    image_vector = image_rows[next_image : next_image + count].mean(axis=0)
                     next_image += count
                 out.append(self._fuse(image_vector, text_vector))
         return out
@@ -523,10 +522,9 @@ class ClipEmbedder:
     def _fuse(
         self, image: np.ndarray[Any, Any] | None, text: np.ndarray[Any, Any] | None
     ) -> list[float]:
-        if image is None and text is None:
-            raise ProviderRejected("empty_input", "a fused value needs text or an image")
         if image is None:
-            assert text is not None
+            if text is None:
+                raise ProviderRejected("empty_input", "a fused value needs text or an image")
             return [float(x) for x in text]
         unit_image = image / np.linalg.norm(image)
         if text is None:

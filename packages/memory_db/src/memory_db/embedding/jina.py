@@ -179,9 +179,12 @@ class JinaEmbedder:
                 out.append(self.combine_fused(image_vector, text_vector))
             elif image_vector is not None:
                 out.append(combine(image_vector, image_vector, 1.0))
-            else:
-                assert text_vector is not None
+            elif text_vector is not None:
                 out.append(text_vector)
+            else:
+                raise ProviderContractError(
+                    "malformed_response", "a fused value had neither an image nor a text vector"
+                )
         return EmbedResult(out, self._model, self._dimensions, usage, request_id)
 
     def _key(self) -> tuple[int, str]:

@@ -13,13 +13,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from memory_db.embedding.types import EmbedValue, FusedInput, ImageInput, Task, TextInput
+from memory_db.errors import ProviderRejected
 
 
 def image_item(value: ImageInput) -> dict[str, str]:
     """``{"image": url}`` or ``{"image": base64}``."""
     if value.url is not None:
         return {"image": value.url}
-    assert value.data is not None
+    if value.data is None:
+        raise ProviderRejected("empty_input", "an image input needs a URL or bytes")
     return {"image": base64.b64encode(value.data).decode("ascii")}
 
 

@@ -39,7 +39,7 @@ from memory_db.embedding.types import (
     Usage,
 )
 from memory_db.embedding.validation import validate_embeddings
-from memory_db.errors import ProviderRejected
+from memory_db.errors import ProviderContractError, ProviderRejected
 
 LOCAL_MODEL = "local-hash-v1"
 DIMENSIONS = 1024
@@ -170,7 +170,10 @@ def image_features(data: bytes) -> np.ndarray[Any, Any]:
     hog_block = _hellinger(hog.ravel())
 
     block = np.concatenate([l_hist * 0.9, ab_hist * 1.0, layout * 1.0, hog_block * 0.8])
-    assert block.shape == (BLOCK,)
+    if block.shape != (BLOCK,):
+        raise ProviderContractError(
+            "malformed_response", f"the colour block has shape {block.shape}, not ({BLOCK},)"
+        )
     return _unit(block)
 
 

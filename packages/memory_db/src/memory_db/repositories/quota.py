@@ -14,7 +14,7 @@ from sqlalchemy import DateTime, func, or_, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
-from memory_db.errors import NotFound, QuotaExceededError
+from memory_db.errors import Conflict, NotFound, QuotaExceededError
 from memory_db.ids import new_id
 from memory_db.repositories.records import NamespaceUsage, ReservationRecord
 from memory_db.schema import AssetNamespace, AssetUploadReservation, Identity
@@ -130,7 +130,8 @@ class QuotaRepository:
                 AssetUploadReservation.idempotency_key == idempotency_key,
             )
         )
-        assert existing is not None  # the conflict that skipped our insert is this row
+        if existing is None:  # the row that skipped our insert was removed since: try again
+            raise Conflict("a concurrent request with this idempotency key changed; retry")
         return _reservation(existing), False
 
     async def caller_upload_vault(

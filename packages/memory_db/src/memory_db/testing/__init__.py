@@ -40,16 +40,19 @@ class PostgresForTests:
         finally:
             await engine.dispose()
 
+    def _running(self) -> EmbeddedPostgres:
+        if self.server is None:
+            raise RuntimeError("the test database server is not started: call start() first")
+        return self.server
+
     @property
     def admin_url(self) -> str:
         """URL of the maintenance database."""
-        assert self.server is not None
-        return self.server.admin_url()
+        return self._running().admin_url()
 
     def url(self, database: str) -> str:
         """URL of ``database`` on this server."""
-        assert self.server is not None
-        return self.server.url(database)
+        return self._running().url(database)
 
     async def create_empty(self) -> str:
         """A new, empty database (no schema); returns its name."""

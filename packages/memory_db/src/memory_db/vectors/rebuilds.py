@@ -121,7 +121,8 @@ async def start_rebuild(
             "is in progress; finish or abandon it first"
         ) from None
     started = await get_rebuild(session, target)
-    assert started is not None
+    if started is None:  # removed between our insert and this read: someone abandoned it
+        raise Conflict(f"the rebuild into {target} was abandoned while it started")
     return started
 
 

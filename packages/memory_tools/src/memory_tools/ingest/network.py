@@ -138,7 +138,8 @@ class SafeNetworkBackend(httpcore.AsyncNetworkBackend):
             if self._on_connect is not None:
                 self._on_connect(host, address)
             return stream
-        assert last_error is not None  # _admitted never returns an empty list
+        if last_error is None:  # _admitted never returns an empty list; say so if it did
+            raise httpcore.ConnectError(f"no address of {host} to connect to")
         raise last_error
 
     async def _admitted(self, host: str, port: int) -> list[IpAddress]:

@@ -326,7 +326,8 @@ class AssetSaver:
         if request.image_base64 is not None:
             data = inputs.decode_base64(request.image_base64, self._settings.asset_max_bytes)
             return describe(request, source_kind="upload", data=data), InlineBytes(data)
-        assert request.source_url is not None
+        if request.source_url is None:
+            raise InvalidInputFailure("give imageBase64, sourceUrl or artifactId")
         fetcher = self.services.fetcher
         if fetcher is None:
             raise FeatureDisabled("saving by URL is not configured on this server")
@@ -585,7 +586,8 @@ class AssetSaver:
         order, image = plan.order, plan.image
         owner, target = plan.owner, order.target
         embedder = self.services.embedder
-        assert embedder is not None
+        if embedder is None:  # plans are only made with one; a half-built service has none
+            raise Unavailable("this process has no embedder configured")
         async with self.services.database.unit_of_work() as uow:
             await uow.quota.usage(owner, lock=True)
             stored, losers = await self._object(uow, plan, how, written)

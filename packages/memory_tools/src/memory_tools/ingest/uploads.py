@@ -296,7 +296,8 @@ class UploadFlow:
         target: SaveTarget,
     ) -> SaveResult:
         """Read, validate and store the staged bytes of an upload this attempt has claimed."""
-        assert reservation.object_id is not None
+        if reservation.object_id is None:
+            raise ConflictFailure("the upload has no staged object: start it again")
         content_type = str(reservation.request["contentType"])
         staged = StagedUpload(
             store=self._services.store,

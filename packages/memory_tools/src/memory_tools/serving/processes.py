@@ -184,9 +184,8 @@ class Supervisor:
     def _watch(self) -> int:
         while not self.stopping:
             for child in self.children:
-                assert child.process is not None
-                code = child.process.poll()
-                if code is None or self.stopping:
+                code = child.process.poll() if child.process is not None else None
+                if code is None or child.process is None or self.stopping:
                     continue
                 log.error(
                     "child_process_died",

@@ -63,7 +63,8 @@ class WebClient:
         """Sign in through the form, as a person would; then read the session's CSRF token."""
         form = await self.http.get("/sign-in")
         token = _SIGN_IN_TOKEN.search(form.text)
-        assert token is not None, "the sign-in page has no form token"
+        if token is None:
+            raise RuntimeError("the sign-in page has no form token")
         answer = await self.http.post(
             "/sign-in",
             data={"signInToken": token.group(1), "apiKey": api_key, "next": next_path},
