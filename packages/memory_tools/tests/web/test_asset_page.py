@@ -338,3 +338,28 @@ async def test_the_generated_description_is_shown_and_a_person_accepts_or_clears
     again = await signed_in.submit(f"/assets/{asset_id}/context", {"decision": "clear"})
     shown = await signed_in.get(again.headers["location"])
     assert "no generated context" in shown.text
+
+
+# Each kind the names' rule refuses: C1 NEL, RLO, zero-width space, BOM, soft hyphen, a tag.
+INVISIBLE = "\u0085\u009b\u202e\u2066\u200b\u200d\ufeff\u00ad\u2028\U000e0061"
+
+
+async def test_the_edit_form_drops_invisible_characters_from_caller_text(
+    signed_in: WebClient, webapp: WebApp, make_person: Callable[..., Any]
+) -> None:
+    alice = await make_person("alice@example.com")
+    asset_id = await save_picture(webapp.services, alice, 3, title="Old")
+    await signed_in.get(f"/assets/{asset_id}")
+    answer = await signed_in.submit(
+        f"/assets/{asset_id}/edit",
+        {
+            "title": f"Ne\u0085w{INVISIBLE}",
+            "description": f"D\u202eesc{INVISIBLE}",
+            "tags": f"re\u200bd, b{INVISIBLE}oat",
+        },
+    )
+    assert answer.status_code == 303
+    page = (await signed_in.get(f"/assets/{asset_id}")).text
+    assert '<h1 id="asset-title">New</h1>' in page
+    assert not any(char in page for char in INVISIBLE)
+    assert ">red</a>" in page and ">boat</a>" in page

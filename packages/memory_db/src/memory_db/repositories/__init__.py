@@ -1,5 +1,10 @@
 """Repositories: every vault-scoped method takes the caller's resolved ``VaultScope``."""
 
+from memory_db.repositories._text import (
+    FORBIDDEN_CHARACTERS_RULE,
+    drop_forbidden_characters,
+    has_forbidden_characters,
+)
 from memory_db.repositories.artifacts import ArtifactRepository
 from memory_db.repositories.asset_states import (
     ASSET_STATE_CHANNEL,
@@ -73,6 +78,7 @@ __all__ = [
     "ASSET_STATE_CHANNEL",
     "DEFAULT_VAULT",
     "FILTER_FIELDS",
+    "FORBIDDEN_CHARACTERS_RULE",
     "INTEGRITY_CODES",
     "JOB_CHANNEL",
     "JOB_WORK_KINDS",
@@ -129,6 +135,8 @@ __all__ = [
     "WebSessionRepository",
     "WorkItem",
     "WorkRepository",
+    "drop_forbidden_characters",
+    "has_forbidden_characters",
     "hash_api_key",
     "hash_session_secret",
     "listen_for_jobs",

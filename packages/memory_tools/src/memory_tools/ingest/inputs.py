@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from memory_db.repositories import drop_forbidden_characters, has_forbidden_characters
 from memory_tools.errors import InvalidInputFailure
 
 MAX_TAGS = 32
@@ -32,7 +33,6 @@ SECRET_NAME = re.compile(
     re.IGNORECASE,
 )
 _SOURCE_REF_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9_]{0,63}$")
-_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 _DATA_URL = re.compile(r"^data:image/[a-z0-9.+-]+;base64,", re.IGNORECASE)
 
 
@@ -88,14 +88,16 @@ def _nul_path(value: object, path: str) -> tuple[str, str] | None:
 
 
 def clean_text(value: str | None, field: str, limit: int) -> str | None:
-    """Trimmed text without control characters, ``None`` when blank; refuse over ``limit``.
+    """Trimmed text without invisible characters, ``None`` when blank; refuse over ``limit``.
 
-    Other control characters are dropped; NUL is refused.
+    NUL and unpaired surrogates are refused; every other character a name refuses (controls
+    C0/DEL/C1, format characters such as bidi overrides and zero-width space, line separators)
+    is dropped, except tab and line breaks (``drop_forbidden_characters``).
     """
     if value is None:
         return None
     refuse_nul(value, field)
-    cleaned = _CONTROL.sub("", unicodedata.normalize("NFC", value)).strip()
+    cleaned = drop_forbidden_characters(unicodedata.normalize("NFC", value)).strip()
     if not cleaned:
         return None
     if len(cleaned) > limit:
@@ -104,7 +106,10 @@ def clean_text(value: str | None, field: str, limit: int) -> str | None:
 
 
 def canonical_tags(tags: list[str] | None) -> list[str]:
-    """Lower-case, whitespace-collapsed, de-duplicated tags in the caller's order."""
+    """Lower-case, whitespace-collapsed, de-duplicated tags in the caller's order.
+
+    Invisible characters are dropped as in :func:`clean_text`; a tag left empty is refused.
+    """
     if not tags:
         return []
     if len(tags) > MAX_TAGS:
@@ -112,7 +117,9 @@ def canonical_tags(tags: list[str] | None) -> list[str]:
     seen: list[str] = []
     for raw in tags:
         refuse_nul(raw, "tags")
-        tag = " ".join(_CONTROL.sub("", unicodedata.normalize("NFKC", raw)).split()).lower()
+        tag = " ".join(
+            drop_forbidden_characters(unicodedata.normalize("NFKC", raw)).split()
+        ).lower()
         if not tag:
             raise InvalidInputFailure("tags: a tag is empty")
         if len(tag) > MAX_TAG_LENGTH:
@@ -228,6 +235,6 @@ def idempotency_key(value: str | None) -> str | None:
     """A bounded, printable idempotency key."""
     if value is None:
         return None
-    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY or _CONTROL.search(value):
+    if not 1 <= len(value) <= MAX_IDEMPOTENCY_KEY or has_forbidden_characters(value):
         raise InvalidInputFailure(f"idempotencyKey: 1-{MAX_IDEMPOTENCY_KEY} printable characters")
     return value
