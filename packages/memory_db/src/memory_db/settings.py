@@ -105,6 +105,8 @@ class MemorySettings(BaseSettings):
     asset_describe_base_url: str | None = None
     asset_describe_api_key: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     asset_describe_model: str | None = Field(default=None, min_length=1, max_length=200)
+    # How long a describe key the provider refused (401) rests before it is tried again.
+    asset_describe_key_cooldown_seconds: float = Field(default=300.0, ge=1.0, le=86_400.0)
     # --- text in images (docs/ocr.md) --------------------------------------------------
     # Which new saves get an OCR job: none, screenshots (page screenshots and lossless PNG or
     # WebP files, what screen captures and charts are saved as), or every image.

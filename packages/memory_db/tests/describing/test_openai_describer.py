@@ -120,9 +120,51 @@ async def test_a_rejected_key_is_dropped_and_the_next_one_used(
         (KEYS[1], 200),
         (KEYS[1], 200),
     ]
-    with pytest.raises(ProviderRejected) as caught:
+    # Every key refused: an outage the worker waits out (retryable), not a final refusal.
+    with pytest.raises(ProviderUnavailable) as caught:
         await _describer(vision, sleeps, keys=["bad_1", "bad_2"]).describe(_request())
-    assert caught.value.code == "authentication"
+    assert caught.value.code == "authentication" and caught.value.retryable
+
+
+class ManualClock:
+    """A monotonic clock the test moves by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_refused_key_rests_for_the_cool_down_then_is_tried_again(
+    vision: VisionTestServer, sleeps: RecordingSleep
+) -> None:
+    clock = ManualClock()
+    describer = _describer(vision, sleeps, keys=[KEYS[0]], key_cooldown=60.0, clock=clock)
+    vision.state.faults.append(VisionFault(status=401))  # one passing refusal of a good key
+    with pytest.raises(ProviderUnavailable) as first:
+        await describer.describe(_request())
+    assert first.value.code == "authentication" and "again in 60 s" in str(first.value)
+    # Within the cool-down the key is not sent at all.
+    clock.now += 59.0
+    with pytest.raises(ProviderUnavailable):
+        await describer.describe(_request())
+    assert [(s.key, s.status) for s in vision.state.seen] == [(KEYS[0], 401)]
+    # After it, the same key is tried again and works: no restart needed.
+    clock.now += 1.0
+    answer = await describer.describe(_request())
+    assert answer.text
+    assert [(s.key, s.status) for s in vision.state.seen] == [(KEYS[0], 401), (KEYS[0], 200)]
+    assert sleeps.delays == []  # nothing waited on the wall clock
+
+
+def test_the_cool_down_is_a_bounded_setting(tmp_path: Any) -> None:
+    assert load_settings(memory_data_dir=tmp_path).asset_describe_key_cooldown_seconds == 300.0
+    settings = load_settings(memory_data_dir=tmp_path, asset_describe_key_cooldown_seconds=42)
+    assert settings.asset_describe_key_cooldown_seconds == 42.0
+    for wrong in (0, 86_401):
+        with pytest.raises(Exception, match="ASSET_DESCRIBE_KEY_COOLDOWN_SECONDS"):
+            load_settings(memory_data_dir=tmp_path, asset_describe_key_cooldown_seconds=wrong)
 
 
 @pytest.mark.parametrize(

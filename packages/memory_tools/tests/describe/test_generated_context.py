@@ -26,7 +26,7 @@ from memory_db.describing import (
     ScriptedDescriber,
 )
 from memory_db.repositories import AssetFilter
-from memory_db.testing.vision_server import MODEL, VisionSeen, VisionTestServer
+from memory_db.testing.vision_server import MODEL, VisionFault, VisionSeen, VisionTestServer
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.assets import get_asset
@@ -464,3 +464,62 @@ async def test_image_asset_enrich_runs_describe_again_over_mcp(
         "scripted-vision-1",
     )
     assert context["generatedAt"] and context["review"] == "unreviewed"
+
+
+class ManualClock:
+    """A monotonic clock the test moves by hand (the describer's key cool-down reads it)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_a_refused_key_holds_describe_jobs_back_until_its_cool_down_then_they_run(
+    no_ocr: MemoryServices, alice: Caller
+) -> None:
+    """One 401 must not switch describing off until a restart: the job waits (no attempt
+    spent, like an embedding job in an outage) and runs once the key is tried again."""
+    server = VisionTestServer({"vision_key"}).start()
+    clock = ManualClock()
+    describer = OpenAIDescriber(
+        base_url=server.base_url,
+        model=MODEL,
+        api_keys=["vision_key"],
+        key_cooldown=60.0,
+        clock=clock,
+    )
+    services = replace(no_ocr, describer=describer)
+    server.state.faults.append(VisionFault(status=401))  # a passing refusal of the good key
+    try:
+        asset_id = await save(services, alice, picture(8), title="Harbour")
+        await EmbeddingWorker(services, FAST).drain()
+        (waiting,) = await rows(
+            services,
+            "SELECT status, attempts, last_error_code FROM mem_asset_embedding_jobs "
+            "WHERE asset_id = :a AND kind = 'describe'",
+            a=asset_id,
+        )
+        assert (waiting["status"], waiting["last_error_code"]) == ("retry", "authentication")
+        assert waiting["attempts"] == 1  # claimed once; as an outage it cannot run out of them
+        # The cool-down passes; the retry falls due (the worker's backoff, moved forward here).
+        clock.now += 61.0
+        await rows(
+            services,
+            "UPDATE mem_asset_embedding_jobs SET run_after = now() "
+            "WHERE asset_id = :a AND kind = 'describe'",
+            a=asset_id,
+        )
+        await EmbeddingWorker(services, FAST).drain()
+    finally:
+        await describer.close()
+        server.stop()
+    assert [(s.key, s.status) for s in server.state.seen] == [
+        ("vision_key", 401),
+        ("vision_key", 200),
+    ]
+    job = await describe_job(services, asset_id)
+    assert job["status"] == "done"
+    view = await view_of(services, alice, asset_id)
+    assert view.generated_context is not None

@@ -18,4 +18,5 @@ def build_describer(settings: MemorySettings) -> Describer | None:
         base_url=settings.asset_describe_base_url,
         model=settings.asset_describe_model,
         api_keys=[key.get_secret_value() for key in settings.asset_describe_api_key],
+        key_cooldown=settings.asset_describe_key_cooldown_seconds,
     )

@@ -4,7 +4,10 @@ One request per image: the fixed system prompt, the image as a ``data:`` URL and
 context as a quoted data block (:mod:`memory_db.describing.prompt`). The same discipline as
 the Jina client: retries 429, 5xx, timeouts and connection failures with capped exponential
 backoff and jitter (honouring ``Retry-After``), rotates to the next key of the pool on rate
-limits, drops a key the provider rejects (401); other 4xx are permanent. The answer body is
+limits, rests a key the provider rejects (401) for ``key_cooldown`` seconds and then tries it
+again (a key revoked by mistake and restored, or a provider's passing auth fault, must not stop
+describing until a restart); while every key rests, a request is ``ProviderUnavailable`` so the
+worker retries its job like an outage. Other 4xx are permanent. The answer body is
 read up to ``max_answer_bytes`` and refused past it, before anything parses it. Logs model,
 status, latency, request id and token counts; never the image, the page text or the answer.
 """
@@ -32,6 +35,9 @@ log = get_logger(__name__)
 # A chat-completions answer for one schema-bounded object is a few KB; 256 KiB leaves room
 # for verbose providers and still bounds what is held and parsed.
 DEFAULT_MAX_ANSWER_BYTES = 262_144
+# How long a key the provider refused (401) rests before it is tried again
+# (ASSET_DESCRIBE_KEY_COOLDOWN_SECONDS).
+DEFAULT_KEY_COOLDOWN_SECONDS = 300.0
 
 
 class _TooLarge(Exception):
@@ -97,13 +103,18 @@ class OpenAIDescriber:
         client: httpx.AsyncClient | None = None,
         sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
         rng: Callable[[], float] = random.random,
+        key_cooldown: float = DEFAULT_KEY_COOLDOWN_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if not model:
             raise ValueError("OpenAIDescriber needs a model name")
         if max_attempts < 1:
             raise ValueError("max_attempts must be at least 1")
         self._keys = list(api_keys)
-        self._dead_keys: set[int] = set()
+        # A rejected key's index -> the clock reading after which it is tried again.
+        self._resting_keys: dict[int, float] = {}
+        self._key_cooldown = key_cooldown
+        self._clock = clock
         self._next_key = 0
         self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
@@ -132,10 +143,18 @@ class OpenAIDescriber:
     def _headers(self) -> tuple[int | None, dict[str, str]]:
         if not self._keys:
             return None, {}  # a local server without authentication
-        live = [i for i in range(len(self._keys)) if i not in self._dead_keys]
+        now = self._clock()
+        for index, until in list(self._resting_keys.items()):
+            if until <= now:
+                del self._resting_keys[index]
+                log.info("describe_key_retried", key_index=index)
+        live = [i for i in range(len(self._keys)) if i not in self._resting_keys]
         if not live:
-            raise ProviderRejected(
-                "authentication", "every configured describe API key was rejected"
+            wait = max(0.0, min(self._resting_keys.values()) - now)
+            raise ProviderUnavailable(
+                "authentication",
+                "every configured describe API key was rejected; "
+                f"the first is tried again in {wait:.0f} s",
             )
         index = live[self._next_key % len(live)]
         return index, {"Authorization": f"Bearer {self._keys[index]}"}
@@ -214,8 +233,10 @@ class OpenAIDescriber:
                 request_id=request_id,
             )
             if status == 401 and key_index is not None:
-                # This key is bad; the next one may not be. Not counted as an attempt.
-                self._dead_keys.add(key_index)
+                # This key is refused now; the next one may not be, and this one may be again
+                # after the cool-down. Not counted as an attempt.
+                self._resting_keys[key_index] = self._clock() + self._key_cooldown
+                log.warning("describe_key_rested", key_index=key_index, seconds=self._key_cooldown)
                 attempt -= 1
                 continue
             if status == 401:
