@@ -306,7 +306,9 @@ class ModelHubServer:
     one is redirected to ``/cdn/...`` with the file's SHA-256 in ``X-Linked-Etag`` and its size
     in ``X-Linked-Size`` (the hub's way of publishing them), computed when the server starts:
     changing ``files`` afterwards serves bytes that do not match what is published, and
-    ``published`` can be changed to make the headers vouch for other bytes. ``cdn_url`` sends
+    ``published`` can be changed to make the headers vouch for other bytes;
+    ``publish_checksums = False`` leaves both headers out (as for a file the hub publishes no
+    hash of). ``cdn_url`` sends
     the redirect to another server (``<cdn_url>/cdn/...``) instead of this one. ``trailing``
     maps a hub path to a count of extra zero bytes served after its body, without a
     Content-Length; ``sent`` counts the bytes each such response managed to write, and
@@ -326,6 +328,7 @@ class ModelHubServer:
         self.trailing: dict[str, int] = {}
         self.sent: dict[str, int] = {}
         self.trailing_done = threading.Event()  # set when a ``trailing`` response ends
+        self.publish_checksums = True  # False: redirects without X-Linked-Etag/X-Linked-Size
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -369,8 +372,9 @@ class ModelHubServer:
                     return
                 self.send_response(302)
                 self.send_header("Location", f"{hub.cdn_url or ''}/cdn{self.path}")
-                self.send_header("X-Linked-Etag", f'"{hub.published[self.path]}"')
-                self.send_header("X-Linked-Size", str(hub.sizes[self.path]))
+                if hub.publish_checksums:
+                    self.send_header("X-Linked-Etag", f'"{hub.published[self.path]}"')
+                    self.send_header("X-Linked-Size", str(hub.sizes[self.path]))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
