@@ -153,6 +153,8 @@ CATALOG: tuple[CatalogModel, ...] = (
                 sha256="fd6e1402a588279d1723c7534d4bcba5bc0b14b47dfab0e46f8c47b8270d7d40",
                 max_size=353 * _MB,
             ),
+            # No stored page gives text_model.onnx's SHA-256 at this commit, nor any SHA-256
+            # of tokenizer.json (a plain git file: its pages show no hash): not pinned.
             "textual.onnx": HubFile("onnx/text_model.onnx"),
             "tokenizer.json": HubFile("tokenizer.json"),
         },
@@ -186,6 +188,9 @@ CATALOG: tuple[CatalogModel, ...] = (
         # The hub spells the pretrained tag with hyphens ("laion2b-s34b-b79k"), not OpenCLIP's
         # underscores. hub page: https://huggingface.co/immich-app/ViT-B-32__laion2b-s34b-b79k/tree/927497311ca58ec911247a796e4ac5bb49efe4f0
         repo="immich-app/ViT-B-32__laion2b-s34b-b79k",
+        # main has moved since (textual/tokenizer.json was replaced, 2.22 MB -> 3.64 MB:
+        # https://huggingface.co/immich-app/ViT-B-32__laion2b-s34b-b79k/blob/main/textual/tokenizer.json);
+        # no stored page gives the SHA-256s of the files at this commit: not pinned.
         revision="927497311ca58ec911247a796e4ac5bb49efe4f0",
         files={
             "visual.onnx": HubFile("visual/model.onnx"),
@@ -219,6 +224,9 @@ CATALOG: tuple[CatalogModel, ...] = (
         licence="Apache-2.0",
         commercial="yes",
         imagenet_zero_shot="76.0% (OpenCLIP results table, ViT-B-16-SigLIP webli)",
+        # No stored page of this repository was found (only its -256 and -384 siblings, whose
+        # visual/preprocess_cfg.json is the same squash resize with mean = std = 0.5:
+        # https://huggingface.co/immich-app/ViT-L-16-SigLIP-256__webli/blob/b1e296467ab83ba018270f05253f56888b7f1db9/visual/preprocess_cfg.json).
         repo="immich-app/ViT-B-16-SigLIP__webli",
         revision=None,
         files={
@@ -237,6 +245,7 @@ CATALOG: tuple[CatalogModel, ...] = (
         licence="Apple machine-learning research licence (apple-amlr): research use",
         commercial="no",
         imagenet_zero_shot="74.4% (MobileCLIP paper, S2)",
+        # No stored page of this repository was found: not pinned.
         repo="immich-app/MobileCLIP-S2-OpenCLIP",
         revision=None,
         files={
@@ -244,7 +253,10 @@ CATALOG: tuple[CatalogModel, ...] = (
             "textual.onnx": HubFile("textual/model.onnx"),
             "tokenizer.json": HubFile("textual/tokenizer.json"),
         },
-        preprocessing=_squash_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+        # MobileCLIP resizes the shorter side to 256 and crops the centre, without normalising
+        # (mean 0, std 1), not a squash: hub page (the S0 sibling's processor config)
+        # https://huggingface.co/Xenova/mobileclip_s0/blob/9db4e77d9bbdeb1c1e8c1efa9702047e8d2d5ec2/preprocessor_config.json
+        preprocessing=_clip_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
     ),
     CatalogModel(
         name="jina-clip-v1",
@@ -255,7 +267,10 @@ CATALOG: tuple[CatalogModel, ...] = (
         commercial="yes",
         imagenet_zero_shot="not published as an ImageNet zero-shot figure on its model card",
         repo="jinaai/jina-clip-v1",
-        revision=None,
+        # The commit after "fix-onnx-weights (#23)", which replaced onnx/text_model.onnx; no
+        # stored page gives the files' SHA-256s, so the entry stays unpinned. hub page:
+        # https://huggingface.co/jinaai/jina-clip-v1/tree/fd7f7158b59ba9347679ec009a6547936d2c7378/onnx
+        revision="fd7f7158b59ba9347679ec009a6547936d2c7378",
         files={
             "visual.onnx": HubFile("onnx/vision_model.onnx"),
             "textual.onnx": HubFile("onnx/text_model.onnx"),
