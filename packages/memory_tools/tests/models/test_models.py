@@ -206,6 +206,9 @@ def test_a_catalog_file_cannot_replace_or_weaken_a_pin(tmp_path: Path) -> None:
     del no_hash["files"]["tokenizer.json"]["sha256"]
     with pytest.raises(ValueError, match=re.escape("tokenizer.json: 'sha256' must be")):
         load_catalog_file(write_catalog_file(tmp_path / "c.json", [no_hash]))
+    escape = catalog_entry_for(tiny, name="../escape")
+    with pytest.raises(ValueError, match="is not a model name"):
+        load_catalog_file(write_catalog_file(tmp_path / "e.json", [escape]))
     (tmp_path / "d.json").write_text("{not json", encoding="utf-8")
     with pytest.raises(ValueError, match="not a readable JSON catalog file"):
         load_catalog_file(tmp_path / "d.json")

@@ -32,6 +32,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from memory_db.embedding.clip import check_model_name
+from memory_db.errors import ConfigurationError
+
 HUB_URL = "https://huggingface.co"
 
 _OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
@@ -312,6 +315,12 @@ def _catalog_file_entry(entry: Any, where: str) -> CatalogModel:
         raise ValueError(f"{where}: an entry must be a JSON object")
     raw: dict[str, Any] = entry  # pyright: ignore[reportUnknownVariableType]
     name = _text(raw, "name", where)
+    try:
+        check_model_name(name)  # it names a directory under ASSET_EMBED_MODEL_DIR
+    except ConfigurationError:
+        raise ValueError(
+            f"{where}: {name!r} is not a model name (letters, digits, '.', '_', '-')"
+        ) from None
     where = f"{where} ({name})"
     files = raw.get("files")
     if not isinstance(files, dict) or sorted(files) != sorted(_LOCAL_FILES):  # pyright: ignore[reportUnknownArgumentType]
