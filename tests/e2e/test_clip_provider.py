@@ -2,7 +2,8 @@
 
 A tiny, randomly initialised model shaped like ``clip-vit-b-32-openai`` (512-d vectors from a
 224-px crop; written with the onnx helper API) is served by a model hub on 127.0.0.1 laid out
-like Hugging Face's. ``models fetch`` downloads it, ``models verify`` runs it, and a stdio
+like Hugging Face's, and pinned (commit, SHA-256s, sizes) by a catalog file passed with
+``--catalog``. ``models fetch`` downloads it, ``models verify`` runs it, and a stdio
 server started with ``ASSET_EMBED_PROVIDER=clip`` saves images and finds them over MCP. No test
 here reaches the internet.
 """
@@ -19,9 +20,15 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from memory_db.embedding.clip_catalog import catalog_model
+from memory_db.embedding.clip_catalog import CATALOG, catalog_model, load_catalog_file
 from memory_db.testing import PostgresForTests
-from memory_db.testing.clip_model import ModelHubServer, hub_files_for, write_tiny_model
+from memory_db.testing.clip_model import (
+    ModelHubServer,
+    catalog_entry_for,
+    hub_files_for,
+    write_catalog_file,
+    write_tiny_model,
+)
 
 from .test_processes import SERVER
 from .test_processes import _cli as cli  # pyright: ignore[reportPrivateUsage]
@@ -32,6 +39,7 @@ from .test_processes import _png as png  # pyright: ignore[reportPrivateUsage]
 pytestmark = pytest.mark.slow
 
 MODEL = "clip-vit-b-32-openai"
+PINNED = "tiny-clip-pinned"  # the tiny model, as an operator's catalog file names it
 
 
 def _shaped_like_the_catalog(directory: Path) -> Path:
@@ -47,9 +55,17 @@ def _content(result: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ModelHubServer]:
+def catalog_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    tiny = _shaped_like_the_catalog(tmp_path_factory.mktemp("pinned") / "tiny")
+    path = tmp_path_factory.mktemp("catalog") / "catalog.json"
+    return write_catalog_file(path, [catalog_entry_for(tiny, name=PINNED)])
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory, catalog_file: Path) -> Iterator[ModelHubServer]:
     tiny = _shaped_like_the_catalog(tmp_path_factory.mktemp("hub") / "tiny")
-    server = ModelHubServer(hub_files_for(catalog_model(MODEL), tiny)).start()
+    entry = catalog_model(PINNED, CATALOG + load_catalog_file(catalog_file))
+    server = ModelHubServer(hub_files_for(entry, tiny)).start()
     try:
         yield server
     finally:
@@ -65,23 +81,47 @@ async def migrated_url(postgres: PostgresForTests) -> Any:
         await postgres.drop(name)
 
 
-def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer) -> None:
+def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer, catalog_file: Path) -> None:
     env = environment(tmp_path)
-    listed = cli(env, "models", "list", "--json")
+    listed = cli(env, "models", "list", "--json", "--catalog", str(catalog_file))
     assert listed.returncode == 0, listed.stderr
     models = {m["name"]: m for m in json.loads(listed.stdout)["models"]}
     assert {"clip-vit-b-32-laion2b", "siglip-b-16-224", "mobileclip-s2", "jina-clip-v1"} <= set(
         models
     )
     assert models["mobileclip-s2"]["commercialUse"] == "no" and models[MODEL]["installed"] is False
+    assert models[PINNED]["pinned"] is True and models[MODEL]["pinned"] is False
+    table = cli(env, "models", "list")
+    assert table.returncode == 0 and "not pinned: fetch refused" in table.stdout, table.stderr
 
-    fetched = cli(env, "models", "fetch", MODEL, "--hub-url", hub.url, "--json")
+    # A built-in entry without full pins is refused before anything is downloaded.
+    refused = cli(env, "models", "fetch", MODEL, "--hub-url", hub.url)
+    assert refused.returncode == 1 and f"{MODEL} is not pinned" in refused.stderr
+    assert f"memory-server models verify {MODEL}" in refused.stderr
+    assert hub.requests == []
+
+    fetched = cli(
+        env, "models", "fetch", PINNED, "--hub-url", hub.url, "--catalog", str(catalog_file)
+    )
+    assert fetched.returncode == 0, fetched.stderr
+    fetched = cli(
+        env,
+        "models",
+        "fetch",
+        PINNED,
+        "--hub-url",
+        hub.url,
+        "--catalog",
+        str(catalog_file),
+        "--force",
+        "--json",
+    )
     assert fetched.returncode == 0, fetched.stderr
     report = json.loads(fetched.stdout)
     assert report["verified"]["dimensions"] == 512
-    assert all(f["hubPublishedSha256"] for f in report["files"])
-    assert f"fetching {MODEL}: " in fetched.stderr  # progress on stderr (plain lines off a tty)
-    directory = Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL
+    assert all(f["matchesPin"] and "/cdn/" in f["source"] for f in report["files"])
+    assert f"fetching {PINNED}: " in fetched.stderr  # progress on stderr (plain lines off a tty)
+    directory = Path(env["MEMORY_DATA_DIR"]) / "models" / PINNED
     assert sorted(p.name for p in directory.iterdir()) == [
         "model.json",
         "preprocessor_config.json",
@@ -89,7 +129,7 @@ def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer) -> None:
         "tokenizer.json",
         "visual.onnx",
     ]
-    verified = cli(env, "models", "verify", MODEL)
+    verified = cli(env, "models", "verify", PINNED)
     assert verified.returncode == 0 and "ok: " in verified.stdout, verified.stderr
     assert "sha256 ok" in verified.stdout
 

@@ -5,11 +5,14 @@ operator asks: the embedder itself never downloads.
 
 - :func:`list_models`: the catalog (dimension, size, licence, commercial use, published
   ImageNet zero-shot figure) and whether each is installed under ``ASSET_EMBED_MODEL_DIR``.
-- :func:`fetch_model`: downloads a catalog model's files from its hub repository into
-  ``ASSET_EMBED_MODEL_DIR/<name>``, hashing each with SHA-256 as it arrives. When the hub
-  publishes a file's SHA-256 (Hugging Face does for large files, ``X-Linked-Etag``), a
-  mismatch fails the fetch; the hashes are recorded in ``model.json`` for ``verify``. Files go
-  to a temporary directory first, moved into place only when all arrived and the model runs.
+- :func:`fetch_model`: downloads a pinned catalog model's files from its hub repository at the
+  pinned commit into ``ASSET_EMBED_MODEL_DIR/<name>``. Each file must hash to its pinned
+  SHA-256 and have its pinned size, wherever it was served from (a redirect to another host
+  included): nothing the server says (``X-Linked-Etag``, ``X-Linked-Size``, ``ETag``) is
+  trusted, and reading stops once more bytes than the pin allows arrive. An entry that is not
+  fully pinned is refused (the operator installs it by hand and runs ``verify``). Files go to a
+  temporary directory first, moved into place only when all arrived and the model runs; an
+  installed copy is replaced only then.
 - :func:`verify_model`: checks a directory's files against ``model.json``, loads the model
   and runs one image and one text through it.
 """
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import secrets
 import shutil
 import time
@@ -40,31 +42,40 @@ from memory_db.embedding.clip import (
     model_path,
     read_manifest,
 )
-from memory_db.embedding.clip_catalog import CATALOG, HUB_URL, CatalogModel, catalog_model
+from memory_db.embedding.clip_catalog import (
+    CATALOG,
+    HUB_URL,
+    CatalogModel,
+    HubFile,
+    catalog_model,
+    pin_problems,
+)
 from memory_db.errors import EmbeddingError
 from memory_tools.errors import ConflictFailure, FetchFailed, InvalidInputFailure, NotFoundFailure
 
 log = get_logger(__name__)
 
-# The largest file a fetch accepts (the biggest listed encoder is well under 1 GiB).
-MAX_FILE_BYTES = 4 << 30
 _CHUNK = 1 << 20
-_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 
 ProgressCallback = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True, slots=True)
 class ListedModel:
-    """One catalog row and whether it is installed."""
+    """One catalog row, whether it is installed, and what keeps it from being fetched."""
 
     model: CatalogModel
     installed: bool
+    pin_problems: list[str]
 
 
-def list_models(settings: MemorySettings) -> list[ListedModel]:
-    """The catalog, each with whether ``ASSET_EMBED_MODEL_DIR/<name>`` exists."""
-    return [ListedModel(m, (settings.model_dir / m.name).is_dir()) for m in CATALOG]
+def list_models(
+    settings: MemorySettings, catalog: tuple[CatalogModel, ...] = CATALOG
+) -> list[ListedModel]:
+    """The catalog, each with whether ``ASSET_EMBED_MODEL_DIR/<name>`` exists and is pinned."""
+    return [
+        ListedModel(m, (settings.model_dir / m.name).is_dir(), pin_problems(m)) for m in catalog
+    ]
 
 
 # --- fetch ---------------------------------------------------------------------------------------
@@ -72,12 +83,12 @@ def list_models(settings: MemorySettings) -> list[ListedModel]:
 
 @dataclass(frozen=True, slots=True)
 class FetchedFile:
-    """A file a fetch wrote: its size, SHA-256 and whether the hub published that SHA-256."""
+    """A file a fetch wrote: its size and SHA-256 (both equal to the catalog's pins)."""
 
     name: str
     size: int
     sha256: str
-    published: bool
+    source: str  # the URL the bytes finally came from (after any redirects)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,16 +101,9 @@ class FetchReport:
     verified: VerifyReport
 
 
-def _published_sha256(response: httpx.Response) -> str | None:
-    # The hub answers a large file's resolve URL with a redirect whose X-Linked-Etag is the
-    # file's SHA-256; the final response's ETag may be the same value. Either counts.
-    for candidate in (*response.history, response):
-        for header in ("x-linked-etag", "etag"):
-            value = candidate.headers.get(header, "").strip().strip('"').removeprefix("W/")
-            value = value.strip('"').lower()
-            if _SHA256_RE.match(value):
-                return value
-    return None
+def _declared_length(response: httpx.Response) -> int | None:
+    raw = response.headers.get("content-length", "").strip()
+    return int(raw) if raw.isdigit() else None
 
 
 async def _download(
@@ -107,41 +111,71 @@ async def _download(
     url: str,
     target: Path,
     name: str,
+    pin: HubFile,
     progress: ProgressCallback | None,
 ) -> FetchedFile:
+    # The pins are the only authority: headers such as X-Linked-Etag/X-Linked-Size or ETag
+    # come from the same servers whose bytes are being checked, so they are never read.
+    limit = pin.byte_limit
+    if pin.sha256 is None or limit is None:  # pin_problems() refused this entry already
+        raise FetchFailed(f"{name}: not pinned")
     digest = hashlib.sha256()
     size = 0
+    source = url
     try:
         async with client.stream("GET", url) as response:
+            source = str(response.url)
             if response.status_code != 200:
-                raise FetchFailed(f"{name}: the hub answered HTTP {response.status_code} ({url})")
-            declared = int(response.headers.get("content-length") or 0)
-            if declared > MAX_FILE_BYTES:
-                raise FetchFailed(f"{name}: {declared} bytes is more than a model file may be")
-            expected = _published_sha256(response)
-            # Progress every 2 % (or 8 MiB without a length): a log keeps ~50 lines a file.
-            step = max(_CHUNK, declared // 50) if declared else 8 * _CHUNK
+                raise FetchFailed(f"{name}: HTTP {response.status_code} from {source}")
+            declared = _declared_length(response)
+            if declared is not None and declared > limit:
+                raise FetchFailed(
+                    f"{name}: {source} announces {declared} bytes, more than the pinned "
+                    f"{limit}; refused"
+                )
+            # Progress every 2 % of the pinned size: a log keeps ~50 lines a file.
+            step = max(_CHUNK, limit // 50)
             reported = 0
             with target.open("wb") as out:
-                async for chunk in response.aiter_bytes(_CHUNK):
+                async for chunk in response.aiter_raw(_CHUNK):
                     size += len(chunk)
-                    if size > MAX_FILE_BYTES:
-                        raise FetchFailed(f"{name}: more bytes than a model file may be")
+                    if size > limit:
+                        # Stop reading: closing the stream drops the connection.
+                        raise FetchFailed(
+                            f"{name}: {source} sent more than the pinned {limit} bytes; refused"
+                        )
                     digest.update(chunk)
                     out.write(chunk)
                     if progress is not None and size - reported >= step:
                         reported = size
-                        progress(size, declared or size, name)
+                        progress(size, limit, name)
             if progress is not None:
-                progress(size, declared or size, name)
+                progress(size, limit, name)
     except httpx.HTTPError as exc:
         raise FetchFailed(f"{name}: download failed ({type(exc).__name__}: {exc})") from None
-    actual = digest.hexdigest()
-    if expected is not None and actual != expected:
+    if pin.size is not None and size != pin.size:
         raise FetchFailed(
-            f"{name}: SHA-256 mismatch (the hub publishes {expected}, the download is {actual})"
+            f"{name}: {size} bytes from {source}, the pinned size is {pin.size}; refused"
         )
-    return FetchedFile(name, size, actual, expected is not None)
+    actual = digest.hexdigest()
+    if actual != pin.sha256:
+        raise FetchFailed(
+            f"{name}: SHA-256 mismatch (pinned {pin.sha256}, the bytes from {source} hash to "
+            f"{actual}); refused"
+        )
+    return FetchedFile(name, size, actual, source)
+
+
+def _unpinned_message(entry: CatalogModel, problems: list[str]) -> str:
+    files = ", ".join(f"{pin.path} as {local}" for local, pin in entry.files.items())
+    return (
+        f"{entry.name} is not pinned ({'; '.join(problems)}): fetch refused. Install it by "
+        f"hand: download {files} from {entry.repo} at a commit you choose, check each file's "
+        f"SHA-256 against the hub's page for it, put them in ASSET_EMBED_MODEL_DIR/{entry.name}/ "
+        "with preprocessor_config.json (`memory-server models list --json` prints each "
+        'model\'s "preprocessing"), then run `memory-server models verify '
+        f"{entry.name}` (docs/embeddings.md#installing-a-model-by-hand)"
+    )
 
 
 async def fetch_model(
@@ -151,12 +185,26 @@ async def fetch_model(
     hub_url: str = HUB_URL,
     force: bool = False,
     progress: ProgressCallback | None = None,
+    catalog: tuple[CatalogModel, ...] = CATALOG,
 ) -> FetchReport:
-    """Download catalog model ``name`` into ``ASSET_EMBED_MODEL_DIR/<name>`` and verify it."""
-    entry = catalog_model(name)
+    """Download pinned catalog model ``name`` into ``ASSET_EMBED_MODEL_DIR/<name>``, verify it.
+
+    ``catalog`` is the built-in one unless the caller adds entries from a catalog file
+    (``load_catalog_file``). ``NotFoundFailure`` for a name not in it, ``FetchFailed`` for an
+    entry that is not fully pinned (nothing is downloaded) or a file that does not match its
+    pins; an installed copy is left untouched by any failure.
+    """
+    entry = catalog_model(name, catalog)
     if entry is None:
-        known = ", ".join(m.name for m in CATALOG)
+        known = ", ".join(m.name for m in catalog)
         raise NotFoundFailure(f"no model {name!r} in the catalog (one of {known})")
+    try:
+        check_model_name(entry.name)
+    except ConfigurationError as exc:
+        raise InvalidInputFailure(str(exc)) from None
+    problems = pin_problems(entry)
+    if problems:
+        raise FetchFailed(_unpinned_message(entry, problems))
     destination = settings.model_dir / entry.name
     if destination.exists() and not force:
         raise ConflictFailure(
@@ -164,16 +212,22 @@ async def fetch_model(
             "or fetch again with --force to replace it"
         )
     settings.model_dir.mkdir(parents=True, exist_ok=True)
-    partial = settings.model_dir / f".{entry.name}.partial-{secrets.token_hex(4)}"
+    token = secrets.token_hex(4)
+    partial = settings.model_dir / f".{entry.name}.partial-{token}"
+    previous = settings.model_dir / f".{entry.name}.previous-{token}"
     partial.mkdir()
     try:
         files: list[FetchedFile] = []
         base = hub_url.rstrip("/")
         timeout = httpx.Timeout(60.0, connect=15.0)
-        async with httpx.AsyncClient(follow_redirects=True, timeout=timeout) as client:
-            for local, remote in entry.files.items():
-                url = f"{base}/{entry.repo}/resolve/{entry.revision}/{remote}"
-                files.append(await _download(client, url, partial / local, local, progress))
+        # identity: the pinned size and SHA-256 are of the file's bytes, not of an encoding.
+        headers = {"Accept-Encoding": "identity"}
+        async with httpx.AsyncClient(
+            follow_redirects=True, max_redirects=5, timeout=timeout, headers=headers
+        ) as client:
+            for local, pin in entry.files.items():
+                url = f"{base}/{entry.repo}/resolve/{entry.revision}/{pin.path}"
+                files.append(await _download(client, url, partial / local, local, pin, progress))
         (partial / PREPROCESSOR_FILE).write_text(
             json.dumps(entry.preprocessing, indent=2), encoding="utf-8"
         )
@@ -186,13 +240,21 @@ async def fetch_model(
         }
         (partial / MANIFEST_FILE).write_text(json.dumps(manifest, indent=2), encoding="utf-8")
         verified = await verify_model(partial, expect_name=entry.name)
+        # Replace in two renames: the old copy is moved aside only once the new one is whole,
+        # and put back if the second rename fails.
         if destination.exists():
-            shutil.rmtree(destination)
-        partial.rename(destination)
+            destination.rename(previous)
+        try:
+            partial.rename(destination)
+        except OSError:
+            if previous.exists():
+                previous.rename(destination)
+            raise
     finally:
-        if partial.exists():
-            shutil.rmtree(partial, ignore_errors=True)
-    log.info("clip_model_fetched", model=entry.name, files=len(files))
+        for leftover in (partial, previous):
+            if leftover.exists():
+                shutil.rmtree(leftover, ignore_errors=True)
+    log.info("clip_model_fetched", model=entry.name, files=len(files), revision=entry.revision)
     return FetchReport(entry.name, destination, files, verified)
 
 
@@ -304,7 +366,8 @@ async def verify_model(directory: Path, *, expect_name: str | None = None) -> Ve
 
 
 def describe(model: CatalogModel) -> dict[str, Any]:
-    """A catalog entry as JSON for ``models list --json``."""
+    """A catalog entry as JSON for ``models list --json``, with its pins and preprocessing."""
+    problems = pin_problems(model)
     return {
         "name": model.name,
         "family": model.family,
@@ -313,7 +376,22 @@ def describe(model: CatalogModel) -> dict[str, Any]:
         "licence": model.licence,
         "commercialUse": model.commercial,
         "imagenetZeroShot": model.imagenet_zero_shot,
-        "source": f"{model.repo}@{model.revision}",
+        "repo": model.repo,
+        "revision": model.revision,
+        "source": f"{model.repo}@{model.revision or 'not pinned'}",
+        "pinned": not problems,
+        "pinProblems": problems,
+        "files": {
+            local: {
+                "path": pin.path,
+                "sha256": pin.sha256,
+                "size": pin.size,
+                "maxSize": pin.max_size,
+            }
+            for local, pin in model.files.items()
+        },
+        "contextLength": model.context_length,
+        "preprocessing": model.preprocessing,
         "note": model.note or None,
     }
 

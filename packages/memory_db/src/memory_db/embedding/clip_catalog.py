@@ -5,15 +5,35 @@ measured on this project's data (docs/embeddings.md#clip). Sizes are the fp32 ON
 approximate total, from the parameter counts. ``commercial`` says whether the weights' licence
 allows commercial use, as the licence reads; it is not legal advice.
 
-``files`` maps each file of a model directory (clip.py) to its path in the hub repository;
-``preprocessing`` is written as ``preprocessor_config.json`` (the constants the model was
-trained with), so a repository's own preprocessing format does not matter.
+``files`` maps each file of a model directory (clip.py) to a :class:`HubFile`: its path in the
+hub repository and what it must hash to. ``preprocessing`` is written as
+``preprocessor_config.json`` (the constants the model was trained with), so a repository's own
+preprocessing format does not matter.
+
+Pins: ``models fetch`` trusts nothing the hub (or whatever host it redirects to) says about a
+file; it downloads the repository at the pinned commit (``revision``, 40 hex digits, never a
+branch) and keeps a file only when its bytes hash to the pinned SHA-256 and their count is the
+pinned size (or, where the hub publishes only a rounded size, stays under ``max_size``). An
+entry missing any of these is listed as "not pinned" and ``models fetch`` refuses it: the
+operator installs such a model by hand (docs/embeddings.md#installing-a-model-by-hand). Every
+pinned value carries, in a comment, the hub page it was read from; a value no stored page
+showed is left out, never guessed.
+
+An operator (or a test) can add fully pinned entries from a JSON file with
+:func:`load_catalog_file` (``memory-server models --catalog FILE``); such a file cannot
+replace or weaken an entry of :data:`CATALOG`.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
+
+from memory_db.embedding.clip import check_model_name
+from memory_db.errors import ConfigurationError
 
 HUB_URL = "https://huggingface.co"
 
@@ -48,9 +68,34 @@ def _squash_preprocessing(side: int, mean: list[float], std: list[float]) -> dic
     }
 
 
+_COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+_SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
+_MB = 1_000_000  # the hub's pages round sizes to decimal megabytes
+
+
+@dataclass(frozen=True, slots=True)
+class HubFile:
+    """One file of a catalog model in its hub repository, and what its bytes must be.
+
+    ``size`` is the exact byte count (from a Git LFS pointer); ``max_size`` a cap used only
+    where the hub's pages publish a rounded size and no pointer was found (the rounded size
+    rounded up to the next MB). A fetch needs ``sha256`` and one of the two.
+    """
+
+    path: str
+    sha256: str | None = None
+    size: int | None = None
+    max_size: int | None = None
+
+    @property
+    def byte_limit(self) -> int | None:
+        """The most bytes a download of this file may have (``None``: not pinned)."""
+        return self.size if self.size is not None else self.max_size
+
+
 @dataclass(frozen=True, slots=True)
 class CatalogModel:
-    """One model ``memory-server models fetch NAME`` can download."""
+    """One model ``memory-server models fetch NAME`` can download (when it is pinned)."""
 
     name: str
     family: str
@@ -60,19 +105,36 @@ class CatalogModel:
     commercial: str
     imagenet_zero_shot: str
     repo: str
-    revision: str
-    files: dict[str, str]
+    revision: str | None
+    files: dict[str, HubFile]
     preprocessing: dict[str, Any]
     context_length: int = 77
     note: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
 
 
-_IMMICH_FILES = {
-    "visual.onnx": "visual/model.onnx",
-    "textual.onnx": "textual/model.onnx",
-    "tokenizer.json": "textual/tokenizer.json",
-}
+def pin_problems(model: CatalogModel) -> list[str]:
+    """What keeps ``model`` from being fetched; empty when the commit and every file are pinned."""
+    problems: list[str] = []
+    if model.revision is None or not _COMMIT_RE.match(model.revision):
+        problems.append("no pinned commit (revision)")
+    for local, pin in model.files.items():
+        if pin.sha256 is None or not _SHA256_RE.match(pin.sha256):
+            problems.append(f"{local}: no pinned SHA-256")
+        limit = pin.byte_limit
+        if limit is None or limit <= 0:
+            problems.append(f"{local}: no pinned size")
+    return problems
+
+
+def is_pinned(model: CatalogModel) -> bool:
+    """Whether ``models fetch`` may download ``model`` (see :func:`pin_problems`)."""
+    return not pin_problems(model)
+
+
+# Where a value below came from: "hub page" comments name the huggingface.co page that showed it.
+# A file without a SHA-256 or size, or an entry without a commit, was not found on any stored
+# page: it stays unpinned (and so not fetchable) rather than guessed.
 
 CATALOG: tuple[CatalogModel, ...] = (
     CatalogModel(
@@ -84,11 +146,20 @@ CATALOG: tuple[CatalogModel, ...] = (
         commercial="yes, by the licence; OpenAI's model card calls deployed use out of scope",
         imagenet_zero_shot="63.2% (CLIP paper, ViT-B/32)",
         repo="Xenova/clip-vit-base-patch32",
-        revision="main",
+        # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/tree/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx
+        revision="4c1807b705b1d015fb032789cc4d221b23025a6f",
         files={
-            "visual.onnx": "onnx/vision_model.onnx",
-            "textual.onnx": "onnx/text_model.onnx",
-            "tokenizer.json": "tokenizer.json",
+            "visual.onnx": HubFile(
+                "onnx/vision_model.onnx",
+                # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/blob/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx/vision_model.onnx
+                # ("Git LFS Details", SHA256; "Size of remote file: 352 MB", rounded: a cap)
+                sha256="fd6e1402a588279d1723c7534d4bcba5bc0b14b47dfab0e46f8c47b8270d7d40",
+                max_size=353 * _MB,
+            ),
+            # No stored page gives text_model.onnx's SHA-256 at this commit, nor any SHA-256
+            # of tokenizer.json (a plain git file: its pages show no hash): not pinned.
+            "textual.onnx": HubFile("onnx/text_model.onnx"),
+            "tokenizer.json": HubFile("tokenizer.json"),
         },
         preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     ),
@@ -101,11 +172,11 @@ CATALOG: tuple[CatalogModel, ...] = (
         commercial="yes, by the licence; OpenAI's model card calls deployed use out of scope",
         imagenet_zero_shot="68.6% (CLIP paper, ViT-B/16)",
         repo="Xenova/clip-vit-base-patch16",
-        revision="main",
+        revision=None,
         files={
-            "visual.onnx": "onnx/vision_model.onnx",
-            "textual.onnx": "onnx/text_model.onnx",
-            "tokenizer.json": "tokenizer.json",
+            "visual.onnx": HubFile("onnx/vision_model.onnx"),
+            "textual.onnx": HubFile("onnx/text_model.onnx"),
+            "tokenizer.json": HubFile("tokenizer.json"),
         },
         preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     ),
@@ -117,9 +188,18 @@ CATALOG: tuple[CatalogModel, ...] = (
         licence="MIT (OpenCLIP weights trained on LAION-2B)",
         commercial="yes",
         imagenet_zero_shot="66.6% (OpenCLIP results table, ViT-B-32 laion2b_s34b_b79k)",
-        repo="immich-app/ViT-B-32__laion2b_s34b_b79k",
-        revision="main",
-        files=dict(_IMMICH_FILES),
+        # The hub spells the pretrained tag with hyphens ("laion2b-s34b-b79k"), not OpenCLIP's
+        # underscores. hub page: https://huggingface.co/immich-app/ViT-B-32__laion2b-s34b-b79k/tree/927497311ca58ec911247a796e4ac5bb49efe4f0
+        repo="immich-app/ViT-B-32__laion2b-s34b-b79k",
+        # main has moved since (textual/tokenizer.json was replaced, 2.22 MB -> 3.64 MB:
+        # https://huggingface.co/immich-app/ViT-B-32__laion2b-s34b-b79k/blob/main/textual/tokenizer.json);
+        # no stored page gives the SHA-256s of the files at this commit: not pinned.
+        revision="927497311ca58ec911247a796e4ac5bb49efe4f0",
+        files={
+            "visual.onnx": HubFile("visual/model.onnx"),
+            "textual.onnx": HubFile("textual/model.onnx"),
+            "tokenizer.json": HubFile("textual/tokenizer.json"),
+        },
         preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     ),
     CatalogModel(
@@ -130,9 +210,13 @@ CATALOG: tuple[CatalogModel, ...] = (
         licence="MIT (OpenCLIP weights trained on LAION-2B)",
         commercial="yes",
         imagenet_zero_shot="70.2% (OpenCLIP results table, ViT-B-16 laion2b_s34b_b88k)",
-        repo="immich-app/ViT-B-16__laion2b_s34b_b88k",
-        revision="main",
-        files=dict(_IMMICH_FILES),
+        repo="immich-app/ViT-B-16__laion2b-s34b-b88k",
+        revision=None,
+        files={
+            "visual.onnx": HubFile("visual/model.onnx"),
+            "textual.onnx": HubFile("textual/model.onnx"),
+            "tokenizer.json": HubFile("textual/tokenizer.json"),
+        },
         preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     ),
     CatalogModel(
@@ -143,9 +227,16 @@ CATALOG: tuple[CatalogModel, ...] = (
         licence="Apache-2.0",
         commercial="yes",
         imagenet_zero_shot="76.0% (OpenCLIP results table, ViT-B-16-SigLIP webli)",
+        # No stored page of this repository was found (only its -256 and -384 siblings, whose
+        # visual/preprocess_cfg.json is the same squash resize with mean = std = 0.5:
+        # https://huggingface.co/immich-app/ViT-L-16-SigLIP-256__webli/blob/b1e296467ab83ba018270f05253f56888b7f1db9/visual/preprocess_cfg.json).
         repo="immich-app/ViT-B-16-SigLIP__webli",
-        revision="main",
-        files=dict(_IMMICH_FILES),
+        revision=None,
+        files={
+            "visual.onnx": HubFile("visual/model.onnx"),
+            "textual.onnx": HubFile("textual/model.onnx"),
+            "tokenizer.json": HubFile("textual/tokenizer.json"),
+        },
         preprocessing=_squash_preprocessing(224, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
         context_length=64,
     ),
@@ -157,10 +248,18 @@ CATALOG: tuple[CatalogModel, ...] = (
         licence="Apple machine-learning research licence (apple-amlr): research use",
         commercial="no",
         imagenet_zero_shot="74.4% (MobileCLIP paper, S2)",
+        # No stored page of this repository was found: not pinned.
         repo="immich-app/MobileCLIP-S2-OpenCLIP",
-        revision="main",
-        files=dict(_IMMICH_FILES),
-        preprocessing=_squash_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+        revision=None,
+        files={
+            "visual.onnx": HubFile("visual/model.onnx"),
+            "textual.onnx": HubFile("textual/model.onnx"),
+            "tokenizer.json": HubFile("textual/tokenizer.json"),
+        },
+        # MobileCLIP resizes the shorter side to 256 and crops the centre, without normalising
+        # (mean 0, std 1), not a squash: hub page (the S0 sibling's processor config)
+        # https://huggingface.co/Xenova/mobileclip_s0/blob/9db4e77d9bbdeb1c1e8c1efa9702047e8d2d5ec2/preprocessor_config.json
+        preprocessing=_clip_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
     ),
     CatalogModel(
         name="jina-clip-v1",
@@ -171,11 +270,14 @@ CATALOG: tuple[CatalogModel, ...] = (
         commercial="yes",
         imagenet_zero_shot="not published as an ImageNet zero-shot figure on its model card",
         repo="jinaai/jina-clip-v1",
-        revision="main",
+        # The commit after "fix-onnx-weights (#23)", which replaced onnx/text_model.onnx; no
+        # stored page gives the files' SHA-256s, so the entry stays unpinned. hub page:
+        # https://huggingface.co/jinaai/jina-clip-v1/tree/fd7f7158b59ba9347679ec009a6547936d2c7378/onnx
+        revision="fd7f7158b59ba9347679ec009a6547936d2c7378",
         files={
-            "visual.onnx": "onnx/vision_model.onnx",
-            "textual.onnx": "onnx/text_model.onnx",
-            "tokenizer.json": "tokenizer.json",
+            "visual.onnx": HubFile("onnx/vision_model.onnx"),
+            "textual.onnx": HubFile("onnx/text_model.onnx"),
+            "tokenizer.json": HubFile("tokenizer.json"),
         },
         preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
         context_length=512,
@@ -183,13 +285,119 @@ CATALOG: tuple[CatalogModel, ...] = (
     ),
 )
 
+_LOCAL_FILES = ("visual.onnx", "textual.onnx", "tokenizer.json")
 
-def catalog_model(name: str) -> CatalogModel | None:
-    """The catalog entry called ``name``, or ``None``."""
-    for model in CATALOG:
+
+def catalog_model(name: str, catalog: tuple[CatalogModel, ...] = CATALOG) -> CatalogModel | None:
+    """The entry called ``name`` in ``catalog`` (the built-in one by default), or ``None``."""
+    for model in catalog:
         if model.name == name:
             return model
     return None
 
 
-__all__ = ["CATALOG", "HUB_URL", "CatalogModel", "catalog_model"]
+def _text(entry: dict[str, Any], key: str, where: str, default: str | None = None) -> str:
+    value = entry.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ValueError(f"{where}: {key!r} must be a non-empty string")
+    return value
+
+
+def _positive(entry: dict[str, Any], key: str, where: str, default: int | None = None) -> int:
+    value = entry.get(key, default)
+    if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+        raise ValueError(f"{where}: {key!r} must be a positive integer")
+    return value
+
+
+def _catalog_file_entry(entry: Any, where: str) -> CatalogModel:
+    if not isinstance(entry, dict):
+        raise ValueError(f"{where}: an entry must be a JSON object")
+    raw: dict[str, Any] = entry  # pyright: ignore[reportUnknownVariableType]
+    name = _text(raw, "name", where)
+    try:
+        check_model_name(name)  # it names a directory under ASSET_EMBED_MODEL_DIR
+    except ConfigurationError:
+        raise ValueError(
+            f"{where}: {name!r} is not a model name (letters, digits, '.', '_', '-')"
+        ) from None
+    where = f"{where} ({name})"
+    files = raw.get("files")
+    if not isinstance(files, dict) or sorted(files) != sorted(_LOCAL_FILES):  # pyright: ignore[reportUnknownArgumentType]
+        raise ValueError(f"{where}: 'files' must map exactly {', '.join(_LOCAL_FILES)}")
+    pins: dict[str, HubFile] = {}
+    for local in _LOCAL_FILES:
+        spec: Any = files[local]
+        if not isinstance(spec, dict):
+            raise ValueError(f"{where}: files[{local!r}] must be a JSON object")
+        pin: dict[str, Any] = spec  # pyright: ignore[reportUnknownVariableType]
+        pins[local] = HubFile(
+            path=_text(pin, "path", f"{where} {local}"),
+            sha256=_text(pin, "sha256", f"{where} {local}").lower(),
+            size=_positive(pin, "size", f"{where} {local}"),
+        )
+    preprocessing = raw.get("preprocessing")
+    if not isinstance(preprocessing, dict):
+        raise ValueError(f"{where}: 'preprocessing' must be a JSON object")
+    model = CatalogModel(
+        name=name,
+        family=_text(raw, "family", where, "operator catalog file"),
+        dimensions=_positive(raw, "dimensions", where),
+        size_mb=_positive(raw, "sizeMB", where, 1),
+        licence=_text(raw, "licence", where, "as its publisher states"),
+        commercial=_text(raw, "commercialUse", where, "see its licence"),
+        imagenet_zero_shot=_text(raw, "imagenetZeroShot", where, "not given"),
+        repo=_text(raw, "repo", where),
+        revision=_text(raw, "revision", where).lower(),
+        files=pins,
+        preprocessing=dict(preprocessing),  # pyright: ignore[reportUnknownArgumentType]
+        context_length=_positive(raw, "contextLength", where, 77),
+    )
+    problems = pin_problems(model)
+    if problems:
+        raise ValueError(f"{where}: not fully pinned ({'; '.join(problems)})")
+    return model
+
+
+def load_catalog_file(path: Path) -> tuple[CatalogModel, ...]:
+    """Extra, fully pinned entries from a JSON file: ``{"models": [{...}, ...]}``.
+
+    Each entry names ``name``, ``dimensions``, ``repo``, ``revision`` (a 40-hex commit),
+    ``files`` (``visual.onnx``, ``textual.onnx``, ``tokenizer.json``, each ``{"path",
+    "sha256", "size"}`` with the exact size) and ``preprocessing``; ``contextLength``,
+    ``family``, ``licence``, ``commercialUse``, ``imagenetZeroShot`` and ``sizeMB`` are
+    optional. ``ValueError`` naming the first problem; a name of the built-in catalog is one
+    (a file adds models, it never replaces a built-in pin).
+    """
+    where = str(path)
+    try:
+        document: Any = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{where}: not a readable JSON catalog file ({exc})") from None
+    entries: Any = document.get("models") if isinstance(document, dict) else None  # pyright: ignore[reportUnknownMemberType]
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f'{where}: expected {{"models": [ ... ]}} with at least one entry')
+    models: list[CatalogModel] = []
+    for index, entry in enumerate(entries):  # pyright: ignore[reportUnknownArgumentType, reportUnknownVariableType]
+        model = _catalog_file_entry(entry, f"{where} models[{index}]")
+        if catalog_model(model.name) is not None:
+            raise ValueError(
+                f"{where}: {model.name!r} is a built-in catalog entry; a catalog file cannot "
+                "replace its pins (choose another name)"
+            )
+        if any(m.name == model.name for m in models):
+            raise ValueError(f"{where}: {model.name!r} appears twice")
+        models.append(model)
+    return tuple(models)
+
+
+__all__ = [
+    "CATALOG",
+    "HUB_URL",
+    "CatalogModel",
+    "HubFile",
+    "catalog_model",
+    "is_pinned",
+    "load_catalog_file",
+    "pin_problems",
+]

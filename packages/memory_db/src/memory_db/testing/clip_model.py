@@ -303,9 +303,16 @@ class ModelHubServer:
     """A model hub on 127.0.0.1 laid out like Hugging Face's, for ``models fetch`` tests.
 
     ``files`` maps a hub path (``/<repo>/resolve/<revision>/<file>``) to its bytes. A request for
-    one is redirected to ``/cdn/...`` with the file's SHA-256 in ``X-Linked-Etag`` (the hub's
-    way of publishing it), computed when the server starts: changing ``files`` afterwards
-    serves bytes that do not match what is published.
+    one is redirected to ``/cdn/...`` with the file's SHA-256 in ``X-Linked-Etag`` and its size
+    in ``X-Linked-Size`` (the hub's way of publishing them), computed when the server starts:
+    changing ``files`` afterwards serves bytes that do not match what is published, and
+    ``published`` can be changed to make the headers vouch for other bytes;
+    ``publish_checksums = False`` leaves both headers out (as for a file the hub publishes no
+    hash of). ``cdn_url`` sends
+    the redirect to another server (``<cdn_url>/cdn/...``) instead of this one. ``trailing``
+    maps a hub path to a count of extra zero bytes served after its body, without a
+    Content-Length; ``sent`` counts the bytes each such response managed to write, and
+    ``trailing_done`` is set when one ends.
     """
 
     def __init__(self, files: dict[str, bytes]) -> None:
@@ -315,14 +322,46 @@ class ModelHubServer:
 
         self.files = dict(files)
         self.published = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
+        self.sizes = {p: len(b) for p, b in files.items()}
         self.requests: list[str] = []
+        self.cdn_url: str | None = None
+        self.trailing: dict[str, int] = {}
+        self.sent: dict[str, int] = {}
+        self.trailing_done = threading.Event()  # set when a ``trailing`` response ends
+        self.publish_checksums = True  # False: redirects without X-Linked-Etag/X-Linked-Size
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
+            def _serve_trailing(self, path: str, body: bytes, extra: int) -> None:
+                self.send_response(200)
+                self.send_header("Connection", "close")
+                self.end_headers()
+                written = 0
+                try:
+                    self.wfile.write(body)
+                    written = len(body)
+                    chunk = bytes(1 << 16)
+                    while written < len(body) + extra:
+                        self.wfile.write(chunk)
+                        written += len(chunk)
+                except OSError:
+                    pass  # the client hung up: what the oversize test wants
+                finally:
+                    hub.sent[path] = written
+                    hub.trailing_done.set()
+                self.close_connection = True
+
             def do_GET(self) -> None:
                 hub.requests.append(self.path)
                 if self.path.startswith("/cdn/"):
-                    body = hub.files[self.path.removeprefix("/cdn")]
+                    path = self.path.removeprefix("/cdn")
+                    if path not in hub.files:
+                        self.send_error(404)
+                        return
+                    body = hub.files[path]
+                    if path in hub.trailing:
+                        self._serve_trailing(path, body, hub.trailing[path])
+                        return
                     self.send_response(200)
                     self.send_header("Content-Length", str(len(body)))
                     self.end_headers()
@@ -332,8 +371,10 @@ class ModelHubServer:
                     self.send_error(404)
                     return
                 self.send_response(302)
-                self.send_header("Location", f"/cdn{self.path}")
-                self.send_header("X-Linked-Etag", f'"{hub.published[self.path]}"')
+                self.send_header("Location", f"{hub.cdn_url or ''}/cdn{self.path}")
+                if hub.publish_checksums:
+                    self.send_header("X-Linked-Etag", f'"{hub.published[self.path]}"')
+                    self.send_header("X-Linked-Size", str(hub.sizes[self.path]))
                 self.send_header("Content-Length", "0")
                 self.end_headers()
 
@@ -341,7 +382,8 @@ class ModelHubServer:
                 return
 
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+        self.port = self._server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
         self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
 
     def start(self) -> ModelHubServer:
@@ -356,14 +398,68 @@ class ModelHubServer:
 
 
 def hub_files_for(entry: Any, directory: Path) -> dict[str, bytes]:
-    """The hub paths of catalog ``entry``'s files, with the bytes of ``directory``'s files."""
+    """The hub paths of catalog ``entry``'s files (at its revision), with ``directory``'s bytes."""
     return {
-        f"/{entry.repo}/resolve/{entry.revision}/{remote}": (directory / local).read_bytes()
-        for local, remote in entry.files.items()
+        f"/{entry.repo}/resolve/{entry.revision}/{pin.path}": (directory / local).read_bytes()
+        for local, pin in entry.files.items()
     }
 
 
+# A made-up commit for test catalog entries: 40 hex digits, like the pins of the real catalog.
+TEST_REVISION = "0123456789abcdef0123456789abcdef01234567"
+
+
+def catalog_entry_for(
+    directory: Path,
+    *,
+    name: str,
+    repo: str = "tests/tiny-clip",
+    revision: str = TEST_REVISION,
+) -> dict[str, Any]:
+    """A catalog-file entry (``load_catalog_file``) pinning ``directory``'s model files.
+
+    The files are laid out like immich's repositories (``visual/model.onnx``, ...); the
+    SHA-256s and sizes are the files' own, the preprocessing and dimensions the directory's.
+    """
+    import hashlib
+
+    layout = {
+        "visual.onnx": "visual/model.onnx",
+        "textual.onnx": "textual/model.onnx",
+        "tokenizer.json": "textual/tokenizer.json",
+    }
+    manifest = json.loads((directory / "model.json").read_text(encoding="utf-8"))
+    files: dict[str, Any] = {}
+    for local, remote in layout.items():
+        data = (directory / local).read_bytes()
+        files[local] = {
+            "path": remote,
+            "sha256": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+        }
+    return {
+        "name": name,
+        "dimensions": manifest["dimensions"],
+        "contextLength": manifest["context_length"],
+        "repo": repo,
+        "revision": revision,
+        "files": files,
+        "preprocessing": json.loads(
+            (directory / "preprocessor_config.json").read_text(encoding="utf-8")
+        ),
+        "licence": "test weights (random)",
+        "commercialUse": "yes",
+    }
+
+
+def write_catalog_file(path: Path, entries: Sequence[dict[str, Any]]) -> Path:
+    """Write ``entries`` as a catalog file (``memory-server models --catalog FILE``)."""
+    path.write_text(json.dumps({"models": list(entries)}, indent=2), encoding="utf-8")
+    return path
+
+
 __all__ = [
+    "TEST_REVISION",
     "TINY_CONTEXT",
     "TINY_DIMENSIONS",
     "TINY_MEAN",
@@ -371,7 +467,9 @@ __all__ = [
     "TINY_SIDE",
     "TINY_STD",
     "ModelHubServer",
+    "catalog_entry_for",
     "hub_files_for",
+    "write_catalog_file",
     "write_tiny_model",
     "write_tokenizer",
     "write_vit_b32_model",

@@ -1,8 +1,10 @@
 """``memory-server models list|fetch NAME|verify [DIR]``: the clip provider's models.
 
 ``list`` prints the catalog (dimension, size, licence, commercial use, published ImageNet
-zero-shot accuracy, installed or not); ``fetch`` downloads one from its hub into
-``ASSET_EMBED_MODEL_DIR`` with a progress bar on a terminal and a SHA-256 per file; ``verify``
+zero-shot accuracy, installed or not, pinned or not); ``fetch`` downloads a pinned one from its
+hub into ``ASSET_EMBED_MODEL_DIR`` with a progress bar on a terminal, checking every file
+against its pinned SHA-256 and size; ``--catalog FILE`` adds fully pinned entries from a JSON
+file (an operator's own model, or a test's); ``verify``
 checks a model directory and runs one image and one text through it. Each prints a table, or
 one JSON object with ``--json``; a failure is one line on stderr and exit status 1.
 """
@@ -10,10 +12,12 @@ one JSON object with ``--json``; a failure is one line on stderr and exit status
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from memory_db import MemorySettings
-from memory_db.embedding.clip_catalog import HUB_URL
+from memory_db.embedding.clip_catalog import CATALOG, HUB_URL, CatalogModel, load_catalog_file
+from memory_tools.errors import InvalidInputFailure
 from memory_tools.models import (
     VerifyReport,
     describe,
@@ -33,6 +37,7 @@ def add_models_parser(commands: Any) -> None:
     actions = parser.add_subparsers(dest="models_command", required=True)
     listing = actions.add_parser("list", help="the models this server can run, with licences")
     listing.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    _add_catalog_option(listing)
     fetch = actions.add_parser("fetch", help="download a model into ASSET_EMBED_MODEL_DIR")
     fetch.add_argument("name", help="a model name from `models list`")
     fetch.add_argument(
@@ -40,6 +45,7 @@ def add_models_parser(commands: Any) -> None:
     )
     fetch.add_argument("--force", action="store_true", help="replace an existing directory")
     fetch.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    _add_catalog_option(fetch)
     verify = actions.add_parser("verify", help="check a model directory and run it once")
     verify.add_argument(
         "target",
@@ -51,11 +57,33 @@ def add_models_parser(commands: Any) -> None:
     verify.add_argument("--json", action="store_true", help="print one JSON object for scripts")
 
 
+def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--catalog",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="add fully pinned models from this JSON file (docs/embeddings.md); "
+        "it cannot change a built-in entry",
+    )
+
+
+def _catalog(args: argparse.Namespace) -> tuple[CatalogModel, ...]:
+    path: Path | None = getattr(args, "catalog", None)
+    if path is None:
+        return CATALOG
+    try:
+        return CATALOG + load_catalog_file(path)
+    except ValueError as exc:
+        raise InvalidInputFailure(str(exc)) from None
+
+
 async def models_command(settings: MemorySettings, args: argparse.Namespace) -> None:
     """Run the parsed ``models`` subcommand (inside ``run_command``)."""
     if args.models_command == "list":
         _list(settings, args)
     elif args.models_command == "fetch":
+        catalog = _catalog(args)
         with Progress(f"fetching {args.name}") as progress:
             report = await fetch_model(
                 settings,
@@ -63,9 +91,11 @@ async def models_command(settings: MemorySettings, args: argparse.Namespace) -> 
                 hub_url=args.hub_url,
                 force=args.force,
                 progress=progress.advance,
+                catalog=catalog,
             )
         files = [
-            {"file": f.name, "bytes": f.size, "sha256": f.sha256, "hubPublishedSha256": f.published}
+            {"file": f.name, "bytes": f.size, "sha256": f.sha256, "matchesPin": True}
+            | {"source": f.source}
             for f in report.files
         ]
         if args.json:
@@ -76,11 +106,8 @@ async def models_command(settings: MemorySettings, args: argparse.Namespace) -> 
             return
         print_table(
             f"fetched {report.name} into {report.directory}",
-            ("file", "bytes", "sha256", "checked against the hub"),
-            [
-                (f.name, f.size, f.sha256, "yes" if f.published else "no (recorded)")
-                for f in report.files
-            ],
+            ("file", "bytes", "sha256", "pinned SHA-256 and size"),
+            [(f.name, f.size, f.sha256, "match") for f in report.files],
             empty="",
         )
         _print_verified(report.verified)
@@ -100,7 +127,7 @@ async def models_command(settings: MemorySettings, args: argparse.Namespace) -> 
 
 
 def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
-    rows = list_models(settings)
+    rows = list_models(settings, _catalog(args))
     if args.json:
         print_json(
             {
@@ -111,7 +138,16 @@ def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
         return
     print_table(
         f"clip models (installed under {settings.model_dir})",
-        ("name", "dim", "size", "licence", "commercial use", "ImageNet zero-shot", "installed"),
+        (
+            "name",
+            "dim",
+            "size",
+            "licence",
+            "commercial use",
+            "ImageNet zero-shot",
+            "installed",
+            "fetch",
+        ),
         [
             (
                 r.model.name,
@@ -121,12 +157,18 @@ def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
                 r.model.commercial,
                 r.model.imagenet_zero_shot,
                 "yes" if r.installed else "no",
+                "pinned" if not r.pin_problems else "not pinned: fetch refused",
             )
             for r in rows
         ],
         empty="",
     )
     print("Published figures, not measured here. jina-clip-v2 and Jina v5 weights: CC-BY-NC-4.0.")
+    if any(r.pin_problems for r in rows):
+        print(
+            "A model that is not pinned (no commit, SHA-256 and size on record for every file) "
+            "is installed by hand, then checked with `models verify` (docs/embeddings.md)."
+        )
 
 
 def _verified(report: VerifyReport) -> dict[str, Any]:
