@@ -14,12 +14,18 @@ from pathlib import Path
 
 import pytest
 
-from memory_tools.backup import require_empty_directory, verify_backup
+from memory_tools.backup import json_bytes, require_empty_directory, verify_backup
+from memory_tools.backup_key import SIGNATURE, signature_document
 from memory_tools.errors import ConflictFailure, InvalidInputFailure
+
+KEY = bytes(range(32))
 
 
 def backup_of(path: Path, files: dict[str, bytes]) -> None:
-    """A backup in ``path`` whose files.jsonl and manifest agree with ``files`` (by content)."""
+    """A backup in ``path`` whose files.jsonl and manifest agree with ``files`` (by content).
+
+    Signed with ``KEY``: these checks are the ones a holder of the key still gets.
+    """
     lines = "".join(
         json.dumps({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         + "\n"
@@ -29,7 +35,7 @@ def backup_of(path: Path, files: dict[str, bytes]) -> None:
     (path / "files.jsonl").write_bytes(lines)
     manifest = {
         "format": "image-memory-backup",
-        "formatVersion": 1,
+        "formatVersion": 2,
         "schemaRevision": "0013",
         "fileList": {
             "path": "files.jsonl",
@@ -38,7 +44,9 @@ def backup_of(path: Path, files: dict[str, bytes]) -> None:
             "sha256": hashlib.sha256(lines).hexdigest(),
         },
     }
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    content = json_bytes(manifest)
+    (path / SIGNATURE).write_bytes(json_bytes(signature_document(KEY, content)))
+    (path / "manifest.json").write_bytes(content)
 
 
 def test_verify_refuses_symbolic_links_inside_a_backup(tmp_path: Path) -> None:
@@ -78,7 +86,7 @@ def test_verify_refuses_symbolic_links_inside_a_backup(tmp_path: Path) -> None:
 
     for source in (linked_dump, linked_object, linked_dir, *linked_lists):
         with pytest.raises(InvalidInputFailure, match="is not a regular file of the backup"):
-            verify_backup(source)
+            verify_backup(source, KEY)
 
 
 def test_a_destination_linked_to_nothing_is_refused_clearly(tmp_path: Path) -> None:
