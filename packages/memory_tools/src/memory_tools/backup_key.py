@@ -49,7 +49,8 @@ def _parse_key(path: Path, raw: bytes) -> bytes:
 def read_backup_key(path: Path) -> bytes:
     """The key in ``path``; a clear refusal when it is missing, not a file, or malformed."""
     try:
-        mode = path.lstat().st_mode
+        # Followed: a secret mounted into a container is often a symbolic link to its file.
+        mode = path.stat().st_mode
     except FileNotFoundError:
         raise InvalidInputFailure(
             f"the backup key {path} does not exist: restore needs the key of the server that "
