@@ -46,13 +46,16 @@ class Processes:
         self.log = log
 
     def children(self) -> dict[int, str]:
-        """Live children: pid → ``server`` or ``worker``."""
+        """Live children: pid → ``server`` or ``worker`` (not the PostgreSQL watchdog)."""
         found: dict[int, str] = {}
         for child in psutil.Process(self.process.pid).children():
             try:
                 if child.status() == psutil.STATUS_ZOMBIE:
                     continue
-                found[child.pid] = "worker" if "worker" in child.cmdline() else "server"
+                command = child.cmdline()
+                if any(part.endswith("postgres_watchdog.py") for part in command):
+                    continue  # memory_db's watchdog of the parent's embedded PostgreSQL
+                found[child.pid] = "worker" if "worker" in command else "server"
             except psutil.NoSuchProcess:
                 continue
         return found

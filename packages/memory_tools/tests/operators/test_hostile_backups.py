@@ -14,12 +14,23 @@ from pathlib import Path
 
 import pytest
 
-from memory_tools.backup import require_empty_directory, verify_backup
+from memory_tools.backup import json_bytes, require_empty_directory, verify_backup
+from memory_tools.backup_key import (
+    SIGNATURE,
+    load_or_create_backup_key,
+    read_backup_key,
+    signature_document,
+)
 from memory_tools.errors import ConflictFailure, InvalidInputFailure
+
+KEY = bytes(range(32))
 
 
 def backup_of(path: Path, files: dict[str, bytes]) -> None:
-    """A backup in ``path`` whose files.jsonl and manifest agree with ``files`` (by content)."""
+    """A backup in ``path`` whose files.jsonl and manifest agree with ``files`` (by content).
+
+    Signed with ``KEY``: these checks are the ones a holder of the key still gets.
+    """
     lines = "".join(
         json.dumps({"path": name, "bytes": len(data), "sha256": hashlib.sha256(data).hexdigest()})
         + "\n"
@@ -29,7 +40,7 @@ def backup_of(path: Path, files: dict[str, bytes]) -> None:
     (path / "files.jsonl").write_bytes(lines)
     manifest = {
         "format": "image-memory-backup",
-        "formatVersion": 1,
+        "formatVersion": 2,
         "schemaRevision": "0013",
         "fileList": {
             "path": "files.jsonl",
@@ -38,7 +49,9 @@ def backup_of(path: Path, files: dict[str, bytes]) -> None:
             "sha256": hashlib.sha256(lines).hexdigest(),
         },
     }
-    (path / "manifest.json").write_text(json.dumps(manifest))
+    content = json_bytes(manifest)
+    (path / SIGNATURE).write_bytes(json_bytes(signature_document(KEY, content)))
+    (path / "manifest.json").write_bytes(content)
 
 
 def test_verify_refuses_symbolic_links_inside_a_backup(tmp_path: Path) -> None:
@@ -78,7 +91,7 @@ def test_verify_refuses_symbolic_links_inside_a_backup(tmp_path: Path) -> None:
 
     for source in (linked_dump, linked_object, linked_dir, *linked_lists):
         with pytest.raises(InvalidInputFailure, match="is not a regular file of the backup"):
-            verify_backup(source)
+            verify_backup(source, KEY)
 
 
 def test_a_destination_linked_to_nothing_is_refused_clearly(tmp_path: Path) -> None:
@@ -86,3 +99,30 @@ def test_a_destination_linked_to_nothing_is_refused_clearly(tmp_path: Path) -> N
     os.symlink(tmp_path / "nowhere" / "x", dangling)
     with pytest.raises(ConflictFailure, match="symbolic link to nothing"):
         require_empty_directory(dangling, "backup destination")
+
+
+def test_the_backup_key_is_made_private_and_a_malformed_one_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "data" / "backup.key"
+    key = load_or_create_backup_key(path)
+    assert len(key) == 32 and path.stat().st_mode & 0o777 == 0o600
+    assert load_or_create_backup_key(path) == key  # made once, then read
+    for content in ("", "not hex at all", "ab" * 8):
+        path.write_text(content)
+        with pytest.raises(InvalidInputFailure, match="is not a backup key"):
+            read_backup_key(path)
+    path.unlink()
+    path.mkdir()
+    with pytest.raises(InvalidInputFailure, match="is not a regular file"):
+        read_backup_key(path)
+
+
+def test_a_changed_manifest_is_refused_even_with_matching_files(tmp_path: Path) -> None:
+    source = tmp_path / "backup"
+    backup_of(source, {"database.dump": b"PGDMP"})
+    (source / "database.dump").write_bytes(b"PGDMP")
+    verify_backup(source, KEY)  # as written
+    manifest = json.loads((source / "manifest.json").read_text())
+    manifest["schemaRevision"] = "0001"
+    (source / "manifest.json").write_bytes(json_bytes(manifest))
+    with pytest.raises(InvalidInputFailure, match="is not authentic"):
+        verify_backup(source, KEY)

@@ -107,6 +107,7 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
         report = await restore_backup(
             settings,
             Path(args.src),
+            key_file=Path(args.key_file) if args.key_file else None,
             verify_progress=_every_percent(progress),
             restore_progress=_every_percent(progress),
         )
@@ -279,6 +280,12 @@ def add_operator_parsers(commands: Any) -> None:
         help="restore a backup into a new, empty data directory (MEMORY_DATA_DIR)",
     )
     restore.add_argument("src", metavar="SRC", help="a directory `memory-server backup` wrote")
+    restore.add_argument(
+        "--key-file",
+        metavar="PATH",
+        help="the backup key of the server that wrote the backup (default: "
+        "MEMORY_BACKUP_KEY_FILE, else backup.key in MEMORY_DATA_DIR)",
+    )
     restore.set_defaults(operator=_restore)
     export = commands.add_parser(
         "export",
