@@ -55,7 +55,6 @@ from memory_tools.errors import (
     NotFoundFailure,
 )
 from memory_tools.ingest import inputs
-from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
@@ -442,7 +441,7 @@ class AssetSearcher:
             fetcher = self.services.fetcher
             if fetcher is None:
                 raise FeatureDisabled("searching by image URL is not configured on this server")
-            data = (await fetcher.fetch(str(check_url(request.source_url, fetcher.policy)))).data
+            data = (await fetcher.fetch(str(await fetcher.check(request.source_url)))).data
         else:
             return None
         inspected = await inspect_image(

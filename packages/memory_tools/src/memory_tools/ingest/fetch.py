@@ -134,11 +134,18 @@ def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
         return url  # the development allowance: this exact pair, http or https
     _check_host(host, policy)
     if url.scheme == "http" and not policy.allow_http:
-        raise UnsafeUrl(_scheme_refusal(url.scheme, policy))
+        raise _TransportRefused(_scheme_refusal(url.scheme, policy))
     if port not in policy.allowed_ports:
         allowed = ", ".join(str(each) for each in sorted(policy.allowed_ports))
-        raise UnsafeUrl(f"port {port} is not allowed (allowed: {allowed})")
+        raise _TransportRefused(f"port {port} is not allowed (allowed: {allowed})")
     return url
+
+
+class _TransportRefused(UnsafeUrl):
+    """Refused for its scheme or port only; a host name's address may be the decisive reason.
+
+    :meth:`SafeFetcher.check` resolves the name to find out.
+    """
 
 
 def _scheme_refusal(scheme: str, policy: FetchPolicy) -> str:
@@ -261,6 +268,41 @@ class SafeFetcher:
         """Close pooled connections."""
         await self._client.aclose()
 
+    async def check(self, raw_url: str) -> httpx.URL:
+        """:func:`check_url`, with the decisive reason for a host *name* refused otherwise.
+
+        ``check_url`` cannot know where a name leads: ``http://devbox.test:8000/`` would be
+        refused for its scheme and then, once that is changed, for its port, and only then for
+        the loopback address the name resolves to. A name refused for its scheme or port is
+        therefore resolved here (as the fetch would resolve it), and a refused address is the
+        reason given.
+        """
+        try:
+            return check_url(raw_url, self._policy)
+        except _TransportRefused as refusal:
+            decisive = await self._address_refusal_of_name(raw_url)
+            if decisive is not None:
+                raise decisive from None
+            raise refusal from None
+
+    async def _address_refusal_of_name(self, raw_url: str) -> UnsafeUrl | None:
+        """The refusal of the address ``raw_url``'s host name leads to, if it is refused."""
+        try:
+            url = httpx.URL(raw_url)
+            host = url.host.lower().rstrip(".")
+        except (httpx.InvalidURL, ValueError, TypeError, UnicodeError):
+            return None
+        if url.scheme not in ("http", "https") or url.userinfo or not host:
+            return None  # refused for what it is, wherever it leads
+        if parse_address(host) is not None or _NUMERIC_LABEL.match(host.split(".")[-1]):
+            return None  # a literal: check_url has judged its address already
+        port = url.port or (443 if url.scheme == "https" else 80)
+        for address in await self._resolver.resolve(host, port):
+            reason = self._policy.addresses.reason_to_refuse(host, port, address, literal=False)
+            if reason is not None:
+                return UnsafeUrl(destination_refusal(UnsafeDestination(host, reason, address)))
+        return None
+
     async def fetch(self, raw_url: str) -> FetchedBody:
         """The body of ``raw_url`` after at most ``max_redirects`` checked redirects."""
         return await self._fetch(raw_url, _Read(self._policy.max_bytes, _IMAGE_ACCEPT, "image"))
@@ -274,7 +316,7 @@ class SafeFetcher:
         return await self._fetch(raw_url, _Read(max_bytes, _PAGE_ACCEPT, "page", truncate=True))
 
     async def _fetch(self, raw_url: str, read: _Read) -> FetchedBody:
-        url = check_url(raw_url, self._policy)
+        url = await self.check(raw_url)
         try:
             with anyio.fail_after(self._policy.total_timeout):
                 return await self._follow(url, read)
@@ -293,7 +335,7 @@ class SafeFetcher:
             if str(target) in seen:
                 raise UnsafeUrl("the redirects form a loop")
             seen.add(str(target))
-            url = check_url(str(target), self._policy)
+            url = await self.check(str(target))
         raise UnsafeUrl(f"more than {self._policy.max_redirects} redirects")
 
     async def _request(self, url: httpx.URL, redirects: int, read: _Read) -> FetchedBody | str:
