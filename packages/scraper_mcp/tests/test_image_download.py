@@ -432,3 +432,25 @@ async def test_malformed_arguments_change_nothing(
     assert result.is_error
     assert result.content[0].text.startswith("invalid_input")  # type: ignore[union-attr]
     assert web.requested == [] and await artifact_rows(services) == 0
+
+
+@pytest.mark.parametrize("scheme", ["data", "mailto", "javascript"])
+async def test_a_download_redirected_to_a_non_web_scheme_is_unsafe_url(
+    services: MemoryServices, key_for: Callable[..., Any], web: WebServer, scheme: str
+) -> None:
+    """It was ``internal`` (httpx's InvalidURL), with an error-level traceback."""
+    from structlog.testing import capture_logs
+
+    location = {"data": "data:image/png;base64,iVBORw0KGgo=", "mailto": "mailto:a@example.com"}
+    web.routes["/away"] = Reply(
+        status=302, headers={"Location": location.get(scheme, "javascript:alert(1)")}
+    )
+    with capture_logs() as logs:
+        async with aggregate(services, await key_for(A)) as client:
+            text = await refusal(
+                client, "scrape_image_download", {"imageUrl": web.url("/away", host="img.test")}
+            )
+    assert text == f"unsafe_url: the server redirected to a {scheme}: URL; only http(s) is followed"
+    assert [entry for entry in logs if entry["log_level"] in ("error", "critical")] == []
+    assert [entry for entry in logs if entry.get("exc_info")] == []
+    assert await artifact_rows(services) == 0

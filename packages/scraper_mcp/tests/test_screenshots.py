@@ -305,6 +305,28 @@ async def test_a_page_that_redirects_to_a_private_address_is_refused(
     assert await artifact_count(database) == 0
 
 
+@pytest.mark.parametrize("scheme", ["data", "mailto", "javascript"])
+async def test_a_page_redirected_to_a_non_web_scheme_is_unsafe_url(
+    client: Client[Any], database: Database, site: WebServer, scheme: str
+) -> None:
+    """It was ``internal`` (httpx's InvalidURL), with an error-level traceback."""
+    location = {"data": "data:text/html,<p>hi</p>", "mailto": "mailto:a@example.com"}
+    site.routes["/away"] = Reply(
+        status=302, headers={"Location": location.get(scheme, "javascript:alert(1)")}
+    )
+    with capture_logs() as logs:
+        result = await client.call_tool(
+            "scrape_page_screenshot", {"url": site.url("/away", host=SITE)}, raise_on_error=False
+        )
+    assert result.is_error
+    assert result.content[0].text == (  # type: ignore[union-attr]
+        f"unsafe_url: the server redirected to a {scheme}: URL; only http(s) is followed"
+    )
+    assert [entry for entry in logs if entry["log_level"] in ("error", "critical")] == []
+    assert [entry for entry in logs if entry.get("exc_info")] == []
+    assert await artifact_count(database) == 0
+
+
 @pytest.mark.parametrize(
     "url",
     [

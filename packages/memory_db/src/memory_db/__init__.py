@@ -5,6 +5,7 @@ unit of work, private object stores, configuration, structured logging with reda
 embedded PostgreSQL runtime. Nothing here imports fastmcp.
 """
 
+from memory_db.dev_hosts import DevHost, host_key
 from memory_db.errors import (
     ChecksumMismatch,
     ConfigurationError,
@@ -52,6 +53,7 @@ __all__ = [
     "Conflict",
     "Database",
     "DatabaseUnavailable",
+    "DevHost",
     "FolderRecord",
     "FolderTreeError",
     "GrantRecord",
@@ -79,6 +81,7 @@ __all__ = [
     "VaultScope",
     "configure_logging",
     "get_logger",
+    "host_key",
     "identity_digest",
     "is_valid_id",
     "load_settings",

@@ -18,6 +18,7 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from memory_db.datadir import check_data_dir
+from memory_db.dev_hosts import DevHost, parse_dev_host, parse_dev_hosts
 from memory_db.errors import ConfigurationError
 
 
@@ -81,6 +82,9 @@ class MemorySettings(BaseSettings):
     )
     asset_fetch_timeout_seconds: float = Field(default=60.0, gt=0, le=600)
     asset_fetch_max_redirects: int = Field(default=5, ge=0, le=10)
+    # Development only: exact host:port pairs fetched even at loopback/private addresses
+    # (memory_db.dev_hosts; docs/configuration.md#trying-pages-on-your-own-machine).
+    asset_fetch_dev_hosts: Annotated[tuple[DevHost, ...], NoDecode] = ()
     asset_upload_reservation_seconds: int = Field(default=3600, ge=60, le=86_400)
 
     # --- embeddings ---------------------------------------------------------------------
@@ -229,6 +233,21 @@ class MemorySettings(BaseSettings):
             if not 1 <= port <= 65535:
                 raise ValueError(f"{port} is not a TCP port")
         return sorted(set(value))
+
+    @field_validator("asset_fetch_dev_hosts", mode="before")
+    @classmethod
+    def _dev_hosts(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            return parse_dev_hosts(value)
+        if isinstance(value, list | tuple) and all(isinstance(item, str) for item in value):
+            return parse_dev_hosts(",".join(value)) if value else ()  # pyright: ignore[reportUnknownArgumentType]
+        return value
+
+    @field_validator("asset_fetch_dev_hosts")
+    @classmethod
+    def _canonical_dev_hosts(cls, value: tuple[DevHost, ...]) -> tuple[DevHost, ...]:
+        # Pairs given as tuples (not text) are checked and written canonically too.
+        return tuple(dict.fromkeys(parse_dev_host(str(DevHost(*entry))) for entry in value))
 
     @field_validator("memory_database_url")
     @classmethod

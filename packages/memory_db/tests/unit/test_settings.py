@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from memory_db import ConfigurationError, MemorySettings, load_settings
+from memory_db import ConfigurationError, DevHost, MemorySettings, load_settings
 from memory_db.datadir import check_data_dir
 
 SPEC_DEFAULTS = {
@@ -306,3 +306,81 @@ def test_the_worker_reconcile_interval_is_read_and_bounded(monkeypatch: pytest.M
         monkeypatch.setenv("ASSET_WORKER_RECONCILE_SECONDS", value)
         with pytest.raises(ConfigurationError, match="ASSET_WORKER_RECONCILE_SECONDS"):
             load_settings()
+
+
+def test_fetch_dev_hosts_are_off_by_default() -> None:
+    assert load_settings().asset_fetch_dev_hosts == ()
+
+
+def test_fetch_dev_hosts_are_read_in_one_canonical_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(
+        "ASSET_FETCH_DEV_HOSTS",
+        " 127.0.0.1:8000, LocalHost.:8001,[0:0:0:0:0:0:0:1]:8002,web:80,localhost:8001",
+    )
+    hosts = load_settings().asset_fetch_dev_hosts
+    assert [str(pair) for pair in hosts] == [
+        "127.0.0.1:8000",
+        "localhost:8001",  # lower case, no trailing dot, given twice and kept once
+        "[::1]:8002",
+        "web:80",
+    ]
+    assert hosts[2] == DevHost("::1", 8002)
+
+
+def test_fetch_dev_hosts_given_as_a_list_are_checked_too() -> None:
+    settings = MemorySettings.model_validate(
+        {"asset_fetch_dev_hosts": ["LOCALHOST:8000", "[::1]:9"]}
+    )
+    assert settings.asset_fetch_dev_hosts == (DevHost("localhost", 8000), DevHost("::1", 9))
+    with pytest.raises(ValueError, match="needs a port"):
+        MemorySettings.model_validate({"asset_fetch_dev_hosts": ["localhost"]})
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        ("localhost", "needs a port"),
+        ("127.0.0.1", "needs a port"),
+        ("localhost:", "the port must be a number from 1 to 65535"),
+        ("localhost:0", "the port must be a number from 1 to 65535"),
+        ("localhost:65536", "the port must be a number from 1 to 65535"),
+        ("localhost:+80", "the port must be a number from 1 to 65535"),
+        ("localhost:\uff18\uff10", "the port must be a number from 1 to 65535"),  # full-width
+        ("localhost:http", "the port must be a number from 1 to 65535"),
+        ("http://localhost:8000", "write host:port only"),
+        ("localhost:8000/page", "write host:port only"),
+        ("user@localhost:8000", "write host:port only"),
+        ("*:8000", "write host:port only"),
+        ("::1:8000", "write an IPv6 address in brackets"),
+        ("[::1]8000", "write an IPv6 address as [address]:port"),
+        ("[::1:8000", "write an IPv6 address as [address]:port"),
+        ("[127.0.0.1]:8000", "only IPv6 addresses are written in brackets"),
+        ("[localhost]:8000", "is not an IPv6 address"),
+        ("0.0.0.0:8000", "an unspecified, multicast or link-local address"),
+        ("[::]:8000", "an unspecified, multicast or link-local address"),
+        ("169.254.169.254:80", "an unspecified, multicast or link-local address"),
+        ("[fe80::1]:80", "an unspecified, multicast or link-local address"),
+        ("224.0.0.1:80", "an unspecified, multicast or link-local address"),
+        ("[::ffff:127.0.0.1]:80", "write the IPv4 address itself"),
+        ("127.1:8000", "canonical dotted-decimal"),
+        ("2130706433:8000", "canonical dotted-decimal"),
+        ("bad_name:8000", "neither an IP address nor a host name"),
+        ("-web:8000", "neither an IP address nor a host name"),
+        ("a..b:8000", "neither an IP address nor a host name"),
+        ("éxample.test:8000", "neither an IP address nor a host name"),
+        ("127.0.0.1:8000,,localhost:8001", "an entry is empty"),
+        ("127.0.0.1:8000,", "an entry is empty"),
+    ],
+)
+def test_bad_fetch_dev_hosts_stop_the_start_naming_the_entry(
+    monkeypatch: pytest.MonkeyPatch, entry: str, why: str
+) -> None:
+    monkeypatch.setenv("ASSET_FETCH_DEV_HOSTS", entry)
+    with pytest.raises(ConfigurationError) as caught:
+        load_settings()
+    message = str(caught.value)
+    assert message.startswith("invalid configuration: ASSET_FETCH_DEV_HOSTS: ")
+    assert why in message
+    if why != "an entry is empty":
+        bad = entry.split(",")[0]
+        assert repr(bad) in message  # the entry itself, as written

@@ -56,7 +56,6 @@ from memory_tools.errors import (
     ToolFailure,
 )
 from memory_tools.ingest import inputs
-from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
@@ -444,7 +443,7 @@ class AssetSearcher:
             fetcher = self.services.fetcher
             if fetcher is None:
                 raise FeatureDisabled("searching by image URL is not configured on this server")
-            data = (await fetcher.fetch(str(check_url(request.source_url, fetcher.policy)))).data
+            data = (await fetcher.fetch(str(await fetcher.check(request.source_url)))).data
         else:
             return None
         inspected = await inspect_image(

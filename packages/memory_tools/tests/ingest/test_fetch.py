@@ -84,6 +84,11 @@ HOSTILE = [
     Hostile("redirect to localhost", "http://img.test:{port}/to-localhost"),
     Hostile("redirect to userinfo", "http://img.test:{port}/to-userinfo"),
     Hostile("redirect to bad port", "http://img.test:{port}/to-bad-port"),
+    Hostile("redirect to data", "http://img.test:{port}/to-data"),
+    Hostile("redirect to mailto", "http://img.test:{port}/to-mailto"),
+    Hostile("redirect to javascript", "http://img.test:{port}/to-javascript"),
+    Hostile("redirect to javascript upper", "http://img.test:{port}/to-javascript-upper"),
+    Hostile("redirect to unparsable", "http://img.test:{port}/to-unparsable"),
     Hostile("redirect loop", "http://img.test:{port}/loop-a"),
     Hostile("six redirects", "http://img.test:{port}/r0"),
     Hostile("oversized with length", "http://img.test:{port}/big-length"),
@@ -130,6 +135,28 @@ async def test_a_page_read_refuses_what_an_image_read_refuses(
         await fetcher.fetch_page(case.url.format(port=web.port), max_bytes=MAX_BYTES)
     assert caught.value.code == "unsafe_url"
     assert "/secret" not in web.requested
+
+
+@pytest.mark.parametrize(
+    ("path", "scheme"),
+    [
+        ("/to-data", "data"),
+        ("/to-mailto", "mailto"),
+        ("/to-javascript", "javascript"),
+        ("/to-javascript-upper", "javascript"),
+    ],
+)
+async def test_a_redirect_to_a_non_web_scheme_names_it(
+    fetcher: SafeFetcher, web: WebServer, path: str, scheme: str
+) -> None:
+    """httpx cannot even represent these redirects: they were an ``InvalidURL`` (internal)."""
+    expected = f"the server redirected to a {scheme}: URL; only http(s) is followed"
+    with pytest.raises(UnsafeUrl) as caught:
+        await fetcher.fetch(web.url(path, host="img.test"))
+    assert caught.value.message == expected
+    with pytest.raises(UnsafeUrl) as caught:
+        await fetcher.fetch_page(web.url(path, host="img.test"), max_bytes=MAX_BYTES)
+    assert caught.value.message == expected
 
 
 @pytest.mark.parametrize("path", ["/big-length", "/big-stream"])

@@ -114,3 +114,36 @@ async def test_save_by_url_over_mcp_becomes_ready(
     assert again is not None
     assert again["assetId"] == first["assetId"] and again["replayed"] is True
     assert (again["status"], again["embeddingStatus"]) == ("ready", "ready")
+
+
+@pytest.mark.parametrize("scheme", ["data", "mailto", "javascript"])
+async def test_a_save_redirected_to_a_non_web_scheme_is_unsafe_url_without_a_traceback(
+    client_as: Callable[[str], Client[Any]],
+    alice: Any,
+    saving: MemoryServices,
+    web: Any,
+    scheme: str,
+) -> None:
+    """httpx cannot represent these redirects: the save failed as ``internal``, with an
+    error-level traceback in the log."""
+    from structlog.testing import capture_logs
+
+    from memory_tools.testing.web import Reply
+
+    location = {"data": "data:image/png;base64,iVBORw0KGgo=", "mailto": "mailto:a@example.com"}
+    web.routes["/away"] = Reply(
+        status=302, headers={"Location": location.get(scheme, "javascript:alert(1)")}
+    )
+    with capture_logs() as logs:
+        async with client_as(alice.key) as client:
+            result = await client.call_tool(
+                "image_asset_save",
+                {"sourceUrl": web.url("/away", host="img.test")},
+                raise_on_error=False,
+            )
+    assert result.is_error
+    assert result.content[0].text == (  # type: ignore[union-attr]
+        f"unsafe_url: the server redirected to a {scheme}: URL; only http(s) is followed"
+    )
+    assert [entry for entry in logs if entry["log_level"] in ("error", "critical")] == []
+    assert [entry for entry in logs if entry.get("exc_info")] == []

@@ -12,7 +12,6 @@ from __future__ import annotations
 from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import FeatureDisabled, InvalidInputFailure
-from memory_tools.ingest import check_url
 from memory_tools.ingest.inputs import scrub_url
 from memory_tools.ingest.sources import Download
 from memory_tools.services import MemoryServices
@@ -47,7 +46,7 @@ async def download_image(
     fetcher = services.fetcher
     if fetcher is None:
         raise FeatureDisabled("downloading images is not configured on this server")
-    fetch_url = str(check_url(image_url, fetcher.policy))
+    fetch_url = str(await fetcher.check(image_url))
     page = _page_url(page_url)
     data = await Download(fetcher, services.call_admission, fetch_url).read()
     source_ref: dict[str, object] = {"imageUrl": scrub_url(fetch_url)}

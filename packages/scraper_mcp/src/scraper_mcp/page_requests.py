@@ -31,7 +31,13 @@ from playwright.async_api import Route
 
 from memory_db import get_logger
 from memory_tools.errors import FetchFailed, ToolFailure, UnsafeUrl
-from memory_tools.ingest.fetch import FetchPolicy, check_url
+from memory_tools.ingest.fetch import (
+    UNFOLLOWABLE_REDIRECT,
+    FetchPolicy,
+    check_url,
+    destination_refusal,
+    redirect_target,
+)
 from memory_tools.ingest.network import UnresolvableHost, UnsafeDestination
 
 log = get_logger(__name__)
@@ -115,7 +121,7 @@ class PageRequests:
             answer = await self._once(method.upper(), url, sent)
             if isinstance(answer, PageResponse):
                 return answer
-            target = url.join(answer)
+            target = redirect_target(url, answer)
             if str(target) in seen:
                 raise UnsafeUrl("the redirects form a loop")
             seen.add(str(target))
@@ -150,11 +156,13 @@ class PageRequests:
         except TimeoutError:
             raise PageBudgetSpent("the screenshot's time is up") from None
         except UnsafeDestination as exc:
-            raise UnsafeUrl(f"the host resolves to {exc.reason}") from None
+            raise UnsafeUrl(destination_refusal(exc)) from None
         except UnresolvableHost:
             raise FetchFailed("the host name could not be resolved") from None
         except httpx.TimeoutException:
             raise FetchFailed("the server was too slow to connect or to send") from None
+        except httpx.InvalidURL:  # raised while httpx prepares a redirect it will not follow
+            raise UnsafeUrl(UNFOLLOWABLE_REDIRECT) from None
         except httpx.HTTPError as exc:
             raise FetchFailed(f"the request failed ({type(exc).__name__})") from None
 

@@ -26,7 +26,6 @@ from memory_db import get_logger
 from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import FetchFailed, ToolFailure
-from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import lock_down_libvips
 from memory_tools.services import MemoryServices
 from memory_tools.thumbnails import shrink
@@ -76,7 +75,7 @@ async def screenshot_page(
     if fetcher is None:
         raise ToolFailure("this server has no URL fetcher configured")
     fetch_policy = fetcher.policy
-    check_url(url, fetch_policy)
+    await fetcher.check(url)
     timeout = settings.scraper_screenshot_timeout_seconds
     by_pixels = settings.asset_max_decoded_pixels // width
     max_height = max(1, min(settings.scraper_screenshot_max_height, by_pixels))

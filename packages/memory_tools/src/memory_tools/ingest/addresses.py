@@ -17,6 +17,8 @@ IpAddress: TypeAlias = IPv4Address | IPv6Address
 _NAT64 = ipaddress.ip_network("64:ff9b::/96")
 _NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")
 _IPV4_COMPATIBLE = ipaddress.ip_network("::/96")
+_V4_THIS_NETWORK = ipaddress.ip_network("0.0.0.0/8")
+_V4_FUTURE_USE = ipaddress.ip_network("240.0.0.0/4")  # 255.255.255.255 (broadcast) included
 # Listed explicitly as well as through is_global, whose tables differ between Python releases.
 _V4_SPECIAL = tuple(
     ipaddress.ip_network(net)
@@ -93,13 +95,14 @@ def blocked_reason(address: IpAddress) -> str | None:
         reason = _v4_reason(inner)
         if reason is not None:
             return f"an IPv6 form of {reason}"
-    if address.ipv4_mapped is not None or address in _IPV4_COMPATIBLE:
-        # Even a public IPv4 must be reached as IPv4: mapped forms bypass v6-only filtering.
-        return "an IPv4-mapped or IPv4-compatible IPv6 address"
+    # ::1 and :: lie inside ::/96 too: named for what they are, not for that form.
     if address.is_unspecified:
         return "an unspecified address"
     if address.is_loopback:
         return "a loopback address"
+    if address.ipv4_mapped is not None or address in _IPV4_COMPATIBLE:
+        # Even a public IPv4 must be reached as IPv4: mapped forms bypass v6-only filtering.
+        return "an IPv4-mapped or IPv4-compatible IPv6 address"
     if address.is_link_local:
         return "a link-local address"
     if address.is_multicast:
@@ -112,6 +115,28 @@ def blocked_reason(address: IpAddress) -> str | None:
         return "a private or reserved address"
     if any(address in net for net in _V6_SPECIAL):
         return "a private or reserved address"
+    return None
+
+
+def refused_even_in_development(address: IpAddress) -> str | None:
+    """Why ``address`` is refused even for an ``ASSET_FETCH_DEV_HOSTS`` pair, or ``None``.
+
+    The development allowance admits loopback and private addresses, never these: no page of
+    one's own lives at an unspecified, multicast or reserved address, and link-local is where
+    clouds serve their instance metadata (IPv6 forms carrying such an IPv4 address included).
+    """
+    forms: list[IpAddress] = [address]
+    if isinstance(address, IPv6Address):
+        forms.extend(_embedded_ipv4(address))
+    for form in forms:
+        if form.is_unspecified or (isinstance(form, IPv4Address) and form in _V4_THIS_NETWORK):
+            return "an unspecified address"
+        if form.is_link_local:
+            return "a link-local address (cloud metadata lives here)"
+        if form.is_multicast:
+            return "a multicast address"
+        if isinstance(form, IPv4Address) and form in _V4_FUTURE_USE:
+            return "a reserved address"
     return None
 
 

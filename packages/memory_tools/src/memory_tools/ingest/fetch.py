@@ -24,7 +24,12 @@ import structlog
 
 from memory_db import MemorySettings
 from memory_tools.errors import FetchFailed, UnsafeUrl
-from memory_tools.ingest.addresses import blocked_reason, parse_address
+from memory_tools.ingest.addresses import (
+    IpAddress,
+    blocked_reason,
+    parse_address,
+    refused_even_in_development,
+)
 from memory_tools.ingest.network import (
     AddressPolicy,
     Resolver,
@@ -86,8 +91,24 @@ class _Read:
     truncate: bool = False
 
 
+# Said with every refusal of a loopback or private destination, so that a developer trying a
+# page of their own learns at once that the allowance exists (and what it is for).
+DEV_HOSTS_HINT = (
+    "only public addresses are fetched; a development server can allow exact host:port pairs "
+    "with ASSET_FETCH_DEV_HOSTS (never set it in production)"
+)
+UNFOLLOWABLE_REDIRECT = "the server redirected to a URL that could not be parsed"
+_URL_SCHEME = re.compile(r"^([a-z][a-z0-9+.-]*):", re.IGNORECASE)
+
+
 def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
-    """The parsed URL if the policy allows requesting it; :class:`UnsafeUrl` otherwise."""
+    """The parsed URL if the policy allows requesting it; :class:`UnsafeUrl` otherwise.
+
+    The first refusal is the decisive one: a URL that is not a web URL at all is refused for
+    its scheme, but an http(s) URL at a loopback or private address is refused for its address
+    (not first for plain http or its port, which would reveal the policy one step at a time).
+    An ``ASSET_FETCH_DEV_HOSTS`` pair is allowed over http and https on its own port.
+    """
     if len(raw) > MAX_URL_LENGTH:
         raise UnsafeUrl(f"the URL is longer than {MAX_URL_LENGTH} characters")
     if any(ch.isspace() or ord(ch) < 0x20 for ch in raw):
@@ -96,10 +117,8 @@ def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
         url = httpx.URL(raw)
     except (httpx.InvalidURL, ValueError, TypeError):
         raise UnsafeUrl("the URL could not be parsed") from None
-    allowed = ("https", "http") if policy.allow_http else ("https",)
-    if url.scheme not in allowed:
-        shown = url.scheme or "(none)"
-        raise UnsafeUrl(f"scheme {shown!r} is not allowed; use {' or '.join(allowed)}")
+    if url.scheme not in ("https", "http"):
+        raise UnsafeUrl(_scheme_refusal(url.scheme, policy))
     if url.userinfo:
         raise UnsafeUrl("URLs with a user name or password are not allowed")
     try:
@@ -111,10 +130,43 @@ def check_url(raw: str, policy: FetchPolicy) -> httpx.URL:
     if url.port == 0:
         raise UnsafeUrl("port 0 is not allowed")
     port = url.port or (443 if url.scheme == "https" else 80)
-    if port not in policy.allowed_ports:
-        raise UnsafeUrl(f"port {port} is not allowed")
+    if policy.addresses.is_dev_host(host, port):
+        return url  # the development allowance: this exact pair, http or https
     _check_host(host, policy)
+    if url.scheme == "http" and not policy.allow_http:
+        raise _TransportRefused(_scheme_refusal(url.scheme, policy))
+    if port not in policy.allowed_ports:
+        allowed = ", ".join(str(each) for each in sorted(policy.allowed_ports))
+        raise _TransportRefused(f"port {port} is not allowed (allowed: {allowed})")
     return url
+
+
+class _TransportRefused(UnsafeUrl):
+    """Refused for its scheme or port only; a host name's address may be the decisive reason.
+
+    :meth:`SafeFetcher.check` resolves the name to find out.
+    """
+
+
+def _scheme_refusal(scheme: str, policy: FetchPolicy) -> str:
+    allowed = ("https", "http") if policy.allow_http else ("https",)
+    return f"scheme {scheme or '(none)'!r} is not allowed; use {' or '.join(allowed)}"
+
+
+def redirect_target(url: httpx.URL, location: str) -> httpx.URL:
+    """Where a redirect from ``url`` to ``location`` leads, *before* it is checked.
+
+    A ``Location`` that is not a web URL (``data:``, ``mailto:``, ``javascript:``...) is refused
+    for its scheme here: joined to an http URL with a port, httpx cannot even represent it.
+    """
+    scheme = _URL_SCHEME.match(location)
+    if scheme is not None and scheme.group(1).lower() not in ("http", "https"):
+        shown = scheme.group(1).lower()
+        raise UnsafeUrl(f"the server redirected to a {shown}: URL; only http(s) is followed")
+    try:
+        return url.join(location)
+    except (httpx.InvalidURL, ValueError, TypeError, UnicodeError):
+        raise UnsafeUrl(UNFOLLOWABLE_REDIRECT) from None
 
 
 def _check_host(host: str, policy: FetchPolicy) -> None:
@@ -122,16 +174,29 @@ def _check_host(host: str, policy: FetchPolicy) -> None:
     if literal is not None:
         reason = blocked_reason(literal)
         if reason is not None:
-            raise UnsafeUrl(f"the host is {reason}")
+            raise UnsafeUrl(_address_refusal(f"the host {host} is {reason}", literal))
         return
     local = host in _LOCAL_NAMES or host.endswith(_LOCAL_SUFFIXES)
     if local and host not in policy.addresses.loopback_names:
-        raise UnsafeUrl(f"the host name {host!r} names a local or internal service")
+        if host == "localhost" or host.endswith(".localhost"):
+            raise UnsafeUrl(f"the host name {host!r} is this machine (loopback); {DEV_HOSTS_HINT}")
+        if host in _LOCAL_NAMES or host.endswith(".internal"):  # a cloud's or cluster's own
+            raise UnsafeUrl(f"the host name {host!r} names a local or internal service")
+        raise UnsafeUrl(
+            f"the host name {host!r} names a machine of the local network; {DEV_HOSTS_HINT}"
+        )
     labels = host.split(".")
     # 2130706433, 0x7f.1, 017700000001, 127.1: resolvers read these as IPv4 addresses. A real
     # host name never ends in a numeric label, so anything numeric must be a canonical literal.
     if _NUMERIC_LABEL.match(labels[-1]):
         raise UnsafeUrl("IP addresses must be written as canonical dotted-decimal literals")
+
+
+def _address_refusal(refusal: str, address: IpAddress) -> str:
+    """``refusal``, with the development hint when the allowance could admit ``address``."""
+    if refused_even_in_development(address) is not None:
+        return refusal
+    return f"{refusal}; {DEV_HOSTS_HINT}"
 
 
 class SafeFetcher:
@@ -172,10 +237,19 @@ class SafeFetcher:
             retries=0,
             network_backend=backend,
         )
+
+        async def refuse_foreign_redirect(response: httpx.Response) -> None:
+            # httpx prepares the next request of every redirect, even one it will not follow,
+            # and cannot represent a Location such as data:... there (InvalidURL, before the
+            # caller sees the answer): such a Location is refused here, naming its scheme.
+            if response.has_redirect_location:
+                redirect_target(response.request.url, response.headers["location"])
+
         return httpx.AsyncClient(
             transport=transport,
             trust_env=False,
             follow_redirects=False,
+            event_hooks={"response": [refuse_foreign_redirect]},
             timeout=httpx.Timeout(
                 connect=policy.connect_timeout,
                 read=policy.read_timeout,
@@ -194,6 +268,41 @@ class SafeFetcher:
         """Close pooled connections."""
         await self._client.aclose()
 
+    async def check(self, raw_url: str) -> httpx.URL:
+        """:func:`check_url`, with the decisive reason for a host *name* refused otherwise.
+
+        ``check_url`` cannot know where a name leads: ``http://devbox.test:8000/`` would be
+        refused for its scheme and then, once that is changed, for its port, and only then for
+        the loopback address the name resolves to. A name refused for its scheme or port is
+        therefore resolved here (as the fetch would resolve it), and a refused address is the
+        reason given.
+        """
+        try:
+            return check_url(raw_url, self._policy)
+        except _TransportRefused as refusal:
+            decisive = await self._address_refusal_of_name(raw_url)
+            if decisive is not None:
+                raise decisive from None
+            raise refusal from None
+
+    async def _address_refusal_of_name(self, raw_url: str) -> UnsafeUrl | None:
+        """The refusal of the address ``raw_url``'s host name leads to, if it is refused."""
+        try:
+            url = httpx.URL(raw_url)
+            host = url.host.lower().rstrip(".")
+        except (httpx.InvalidURL, ValueError, TypeError, UnicodeError):
+            return None
+        if url.scheme not in ("http", "https") or url.userinfo or not host:
+            return None  # refused for what it is, wherever it leads
+        if parse_address(host) is not None or _NUMERIC_LABEL.match(host.split(".")[-1]):
+            return None  # a literal: check_url has judged its address already
+        port = url.port or (443 if url.scheme == "https" else 80)
+        for address in await self._resolver.resolve(host, port):
+            reason = self._policy.addresses.reason_to_refuse(host, port, address, literal=False)
+            if reason is not None:
+                return UnsafeUrl(destination_refusal(UnsafeDestination(host, reason, address)))
+        return None
+
     async def fetch(self, raw_url: str) -> FetchedBody:
         """The body of ``raw_url`` after at most ``max_redirects`` checked redirects."""
         return await self._fetch(raw_url, _Read(self._policy.max_bytes, _IMAGE_ACCEPT, "image"))
@@ -207,7 +316,7 @@ class SafeFetcher:
         return await self._fetch(raw_url, _Read(max_bytes, _PAGE_ACCEPT, "page", truncate=True))
 
     async def _fetch(self, raw_url: str, read: _Read) -> FetchedBody:
-        url = check_url(raw_url, self._policy)
+        url = await self.check(raw_url)
         try:
             with anyio.fail_after(self._policy.total_timeout):
                 return await self._follow(url, read)
@@ -222,11 +331,11 @@ class SafeFetcher:
             location = await self._request(url, redirects, read)
             if isinstance(location, FetchedBody):
                 return location
-            target = url.join(location)
+            target = redirect_target(url, location)
             if str(target) in seen:
                 raise UnsafeUrl("the redirects form a loop")
             seen.add(str(target))
-            url = check_url(str(target), self._policy)
+            url = await self.check(str(target))
         raise UnsafeUrl(f"more than {self._policy.max_redirects} redirects")
 
     async def _request(self, url: httpx.URL, redirects: int, read: _Read) -> FetchedBody | str:
@@ -258,11 +367,13 @@ class SafeFetcher:
                     truncated=truncated,
                 )
         except UnsafeDestination as exc:
-            raise UnsafeUrl(f"the host resolves to {exc.reason}") from None
+            raise UnsafeUrl(destination_refusal(exc)) from None
         except UnresolvableHost:
             raise FetchFailed("the host name could not be resolved") from None
         except httpx.TimeoutException:
             raise UnsafeUrl("the server was too slow to connect or to send") from None
+        except httpx.InvalidURL:  # raised while httpx prepares a redirect it will not follow
+            raise UnsafeUrl(UNFOLLOWABLE_REDIRECT) from None
         except httpx.HTTPError as exc:
             raise FetchFailed(f"the download failed ({type(exc).__name__})") from None
 
@@ -294,6 +405,14 @@ class SafeFetcher:
         return b"".join(chunks), False
 
 
+def destination_refusal(refused: UnsafeDestination) -> str:
+    """What the caller is told when the network backend refused where a host name led."""
+    refusal = f"the host {refused.host} resolves to {refused.reason}"
+    if refused.address is None:
+        return refusal
+    return _address_refusal(refusal, refused.address)
+
+
 def fetch_policy(
     settings: MemorySettings, *, addresses: AddressPolicy | None = None
 ) -> FetchPolicy:
@@ -306,5 +425,5 @@ def fetch_policy(
         total_timeout=settings.asset_fetch_timeout_seconds,
         connect_timeout=min(10.0, settings.asset_fetch_timeout_seconds),
         read_timeout=min(20.0, settings.asset_fetch_timeout_seconds),
-        addresses=addresses or AddressPolicy(),
+        addresses=addresses or AddressPolicy(dev_hosts=frozenset(settings.asset_fetch_dev_hosts)),
     )

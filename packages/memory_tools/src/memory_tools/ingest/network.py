@@ -18,15 +18,22 @@ from typing import Protocol, cast
 import anyio
 import httpcore
 
-from memory_tools.ingest.addresses import IpAddress, blocked_reason, parse_address
+from memory_db import DevHost, host_key
+from memory_tools.ingest.addresses import (
+    IpAddress,
+    blocked_reason,
+    parse_address,
+    refused_even_in_development,
+)
 
 
 class UnsafeDestination(Exception):
     """The destination is refused by the address policy (raised before any connection)."""
 
-    def __init__(self, host: str, reason: str) -> None:
+    def __init__(self, host: str, reason: str, address: IpAddress | None = None) -> None:
         self.host = host
         self.reason = reason
+        self.address = address  # the refused address, when there is one
         super().__init__(f"{host} resolves to {reason}")
 
 
@@ -79,15 +86,29 @@ class MappedResolver:
 class AddressPolicy:
     """Which resolved addresses may be connected to.
 
-    The default admits public unicast addresses only. ``loopback_names`` exists for tests that
-    serve content on 127.0.0.1: it admits a loopback address *only* for those exact host names,
-    and only when the resolver produced it; a literal ``127.0.0.1`` is still refused.
+    The default admits public unicast addresses only. ``dev_hosts`` is the development
+    allowance (``ASSET_FETCH_DEV_HOSTS``): a connection to exactly one of those ``host:port``
+    pairs may reach a loopback or private address (never link-local, multicast or unspecified:
+    :func:`~memory_tools.ingest.addresses.refused_even_in_development`); another port of the
+    same host, or another host at the same address, is judged like any other destination.
+    ``loopback_names`` exists for tests that serve content on 127.0.0.1 under made-up names: it
+    admits a loopback address *only* for those exact host names, and only when the resolver
+    produced it; a literal ``127.0.0.1`` is still refused.
     """
 
     loopback_names: frozenset[str] = field(default_factory=frozenset)
+    dev_hosts: frozenset[DevHost] = field(default_factory=frozenset)
 
-    def reason_to_refuse(self, host: str, address: IpAddress, *, literal: bool) -> str | None:
-        """Why ``address`` (reached through ``host``) is refused, or ``None``."""
+    def is_dev_host(self, host: str, port: int) -> bool:
+        """True when ``host:port`` is one of the development allowance's exact pairs."""
+        return bool(self.dev_hosts) and DevHost(host_key(host), port) in self.dev_hosts
+
+    def reason_to_refuse(
+        self, host: str, port: int, address: IpAddress, *, literal: bool
+    ) -> str | None:
+        """Why ``address`` (reached through ``host:port``) is refused, or ``None``."""
+        if self.is_dev_host(host, port):
+            return refused_even_in_development(address)
         reason = blocked_reason(address)
         if reason is None:
             return None
@@ -152,9 +173,9 @@ class SafeNetworkBackend(httpcore.AsyncNetworkBackend):
         if not addresses:
             raise UnresolvableHost(host)
         for address in addresses:
-            reason = self._policy.reason_to_refuse(host, address, literal=literal is not None)
+            reason = self._policy.reason_to_refuse(host, port, address, literal=literal is not None)
             if reason is not None:
-                raise UnsafeDestination(host, reason)
+                raise UnsafeDestination(host, reason, address)
         return list(addresses)
 
     async def connect_unix_socket(

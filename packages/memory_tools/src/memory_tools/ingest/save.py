@@ -66,7 +66,6 @@ from memory_tools.errors import (
     translate,
 )
 from memory_tools.ingest import inputs, reservations
-from memory_tools.ingest.fetch import check_url
 from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import (
     Dedupe,
@@ -301,7 +300,7 @@ class AssetSaver:
 
     # --- step 0: input ----------------------------------------------------------------------
 
-    def prepare(
+    async def prepare(
         self, request: SaveRequest, artifact: ArtifactRecord | None = None
     ) -> tuple[SaveIntent, ImageSource]:
         """Validate and normalise ``request``; raises ``invalid_input``/``unsafe_url``.
@@ -331,7 +330,7 @@ class AssetSaver:
         fetcher = self.services.fetcher
         if fetcher is None:
             raise FeatureDisabled("saving by URL is not configured on this server")
-        fetch_url = str(check_url(request.source_url, fetcher.policy))
+        fetch_url = str(await fetcher.check(request.source_url))
         intent = describe(
             request, source_kind=request.url_source_kind, source_url=inputs.scrub_url(fetch_url)
         )
@@ -384,7 +383,7 @@ class AssetSaver:
             artifact = None
             if request.artifact_id is not None:
                 artifact = await self.owned_artifact(caller, request.artifact_id)
-            intent, source = self.prepare(request, artifact)
+            intent, source = await self.prepare(request, artifact)
             opened = await self._open(caller, intent, source)
         if isinstance(opened, SaveResult):
             metrics.count_save(intent.source_kind, "replayed")

@@ -106,6 +106,23 @@ async def supervised(runtime: Runtime) -> AsyncGenerator[None, None]:
         raise
 
 
+def warn_of_dev_hosts(settings: MemorySettings) -> None:
+    """One warning naming the ``ASSET_FETCH_DEV_HOSTS`` pairs, when there are any.
+
+    The allowance opens loopback or private destinations to every caller of the server: an
+    operator must see it in the log of each start, not find it by surprise.
+    """
+    if settings.asset_fetch_dev_hosts:
+        log.warning(
+            "fetch_dev_hosts_allowed",
+            hosts=[str(pair) for pair in settings.asset_fetch_dev_hosts],
+            note=(
+                "ASSET_FETCH_DEV_HOSTS lets URL fetches and screenshots reach these host:port "
+                "pairs even at loopback or private addresses; for development only"
+            ),
+        )
+
+
 @asynccontextmanager
 async def running(
     settings: MemorySettings,
@@ -126,6 +143,7 @@ async def running(
     except RuntimeError as exc:
         raise ConfigurationError(str(exc)) from None
     runtime = await open_runtime(settings, public_base_url=base_url, migrate=migrate)
+    warn_of_dev_hosts(settings)
     fetcher = SafeFetcher(fetch_policy(settings))
     describer = build_describer(settings)
     services: MemoryServices | None = None
