@@ -64,7 +64,7 @@ class MatchedBy:
 # The representations a result can be found by, as the tool names them, in a person's words.
 MATCHED = {
     "visual": MatchedBy("picture", "the picture alone is close to the query"),
-    "fused": MatchedBy("picture and words", "the picture with its words is close to the query"),
+    "fused": MatchedBy("picture + words", "the picture with its words is close to the query"),
     "metadata": MatchedBy(
         "words",
         "the query's words are in its title, tags, alt text, description or the text read in it",
