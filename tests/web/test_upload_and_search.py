@@ -6,9 +6,12 @@ from __future__ import annotations
 import base64
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import anyio
 import pyvips
+from fastmcp import Client as MCPClient
 from playwright.sync_api import Browser, JSHandle, Page, expect
 
 from memory_db import new_id
@@ -121,7 +124,7 @@ def test_three_images_dropped_at_once_each_progress_and_become_ready_then_found(
     hits = page.locator(".search-hit")
     expect(hits).to_have_count(3)
     expect(page.locator(".search-verdict")).to_contain_text("3 results, best first.")
-    expect(hits.first.locator(".badge", has_text="metadata")).to_be_visible()
+    expect(hits.first.locator('.badge[data-kind="metadata"]')).to_have_text("words")
     # Every preview is a signed link that loaded.
     for image in hits.locator("img").all():
         expect(image).to_have_js_property("complete", True)
@@ -140,7 +143,11 @@ def test_three_images_dropped_at_once_each_progress_and_become_ready_then_found(
     expect(page.locator("#search-image-chosen")).to_contain_text("query.png")
     page.get_by_role("button", name="Search", exact=True).click()
     expect(page.locator(".search-like")).to_contain_text("Like the image query.png")
-    expect(hits.first.locator(".facts dd").first).to_have_text(re.compile(r"^(1\.000|0\.99\d)$"))
+    first = hits.first
+    expect(first.locator(".search-similarity")).to_have_text(re.compile(r"^(1\.000|0\.99\d)$"))
+    # An identical picture scores at the top of the range (1.0 only when also first in the
+    # fused list; these images have no words, so no fused vector: 0.957).
+    expect(first.locator(".search-score")).to_have_text(re.compile(r"^(1\.000|0\.9[5-9]\d)$"))
     screenshot(page, "search-desktop")
 
     # A pasted image (Ctrl+V): it becomes the query image; with words, both are searched.
@@ -260,3 +267,88 @@ def test_a_file_over_the_quota_is_refused_in_its_row_with_the_code(
     expect(row.locator(".error-code")).to_have_text("quota_exceeded")
     expect(row.locator(".error-message")).to_contain_text("quota")
     expect(row.locator(".status-icon")).to_have_text("✕")
+
+
+def _words_png(words: str) -> bytes:
+    """A screenshot-like PNG of ``words`` in large dark type, which the server's OCR reads."""
+    mask = pyvips.Image.text(words, font="DejaVu Sans 20", dpi=72)
+    page = (pyvips.Image.black(mask.width + 60, mask.height + 50, bands=3) + 250).cast("uchar")
+    alpha = mask.embed(30, 25, page.width, page.height) / 255.0
+    inked = (page * (1 - alpha) + alpha * 20).cast("uchar").copy(interpretation="srgb")
+    return inked.pngsave_buffer()
+
+
+def _save_and_read(url: str, key: str) -> str:
+    """Over MCP: a tagged image, a screenshot whose words only OCR reads, and one unrelated; the
+    screenshot's id once its text was read."""
+
+    async def save() -> str:
+        async with MCPClient(url + "/mcp", auth=key) as client:
+            for data, title, tags in (
+                (_png(11), "Quay at dusk", ["lighthouse"]),
+                (_png(12), "Birthday cake", []),
+            ):
+                arguments = {"imageBase64": base64.b64encode(data).decode(), "title": title}
+                await client.call_tool("image_asset_save", {**arguments, "tags": tags})
+            read = await client.call_tool(
+                "image_asset_save",
+                {
+                    "imageBase64": base64.b64encode(_words_png("LIGHTHOUSE TOURS daily")).decode(),
+                    "title": "Boats",
+                },
+            )
+            asset_id = str((read.structured_content or {})["assetId"])
+            # OCR runs in the server's worker on a shared machine: wait for its text (an event
+            # we poll for), with a deadline generous enough for a busy two-core machine.
+            with anyio.fail_after(180):
+                while True:
+                    got = await client.call_tool("image_asset_get", {"assetId": asset_id})
+                    found = (got.structured_content or {}).get("textInImage") or {}
+                    if "lighthouse" in str(found.get("text") or "").lower():
+                        return asset_id
+                    await anyio.sleep(0.2)
+
+    # Playwright's sync API owns this thread's event loop: MCP runs on a thread of its own.
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(anyio.run, save).result(timeout=240)
+
+
+def test_a_words_only_search_shows_each_cards_score_above_zero_and_what_matched(
+    browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 30: a search by words showed Score 0.000 on every card for tag and OCR matches and
+    named visual among what matched; the score now orders the cards and only what counted is
+    named, in words. A server of its own: the shared one has OCR off (tests/e2e ``_env``)."""
+    env = _env(tmp_path, ASSET_WORKER_SWEEP_SECONDS="1", ASSET_OCR="screenshots")
+    with serve_http(env, capture=False) as (url, _process):
+        key = _new_key(env, "reader@example.com")
+        read = _save_and_read(url, key)
+        context = browser.new_context(base_url=url)
+        try:
+            page = context.new_page()
+            errors: list[str] = []
+            page.on("pageerror", lambda error: errors.append(str(error)))
+            sign_in(page, key)
+            page.goto("/search?query=lighthouse")
+            hits = page.locator(".search-hit")
+            expect(hits).to_have_count(2)
+            score_texts = hits.locator("dt:text-is('Score') + dd").all_inner_texts()
+            scores = [float(text) for text in score_texts]
+            assert all(0 < score <= 1 for score in scores), scores
+            assert scores == sorted(scores, reverse=True), scores
+            expect(page.locator(".search-score-help")).to_contain_text(
+                "0 to 1, higher matches better"
+            )
+            # Not the picture alone: a text query against an image-only vector is no evidence.
+            expect(page.locator('.search-hit .badge[data-kind="visual"]')).to_have_count(0)
+            for card in hits.all():
+                words = card.locator('.badge[data-kind="metadata"]')
+                expect(words).to_have_text("words")
+                expect(words).to_have_attribute("title", re.compile("text read in it"))
+            # The screenshot is found by the words OCR read in it.
+            expect(hits.locator(f'a.search-hit-title[href="/assets/{read}"]')).to_have_count(1)
+            check_accessibility(page)
+            screenshot(page, "search-words-scores")
+            assert not errors, errors
+        finally:
+            context.close()

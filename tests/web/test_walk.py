@@ -118,7 +118,7 @@ def test_the_web_walk(
     page.get_by_label("Image (or paste one)").set_input_files(str(query))
     page.get_by_role("button", name="Search", exact=True).click()
     expect(page.locator(".search-like")).to_contain_text("query.png")
-    expect(hits.first.locator(".facts dd").first).to_have_text("1.000")  # the same picture
+    expect(hits.first.locator(".search-similarity")).to_have_text("1.000")  # the same picture
     expect(page.locator(".search-verdict")).to_be_visible()
 
     # 6. Edit its title (a file's name is never used as one) and find it by the new words.

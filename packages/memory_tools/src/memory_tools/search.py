@@ -7,15 +7,16 @@ The flow, over the caller's vaults:
    never stored; a stored query image is the asset's sanitised preview;
 3. embed the query once with ``retrieval.query`` (outside any transaction);
 4. one transaction: the filtered ANN query over the aliased index, only in entitled vaults,
-   overfetching 50 representation hits; for text, a full-text list over title, tags, alt text
-   and description (a generated column, rebuildable); fusion by asset with reciprocal-rank
-   fusion plus the best cosine similarity; candidates reloaded under the authorisation
-   predicates with every exact filter and only ``ready`` assets; usage metered, provenance
-   written;
+   overfetching 50 representation hits; for text, a full-text list over title, tags, alt text,
+   description, text read in the image and generated context (a generated column,
+   rebuildable); fusion by asset with reciprocal-rank fusion plus the best cosine similarity,
+   scaled to a 0..1 ``score`` that orders the results (:func:`fuse`); candidates reloaded
+   under the authorisation predicates with every exact filter and only ``ready`` assets;
+   usage metered, provenance written;
 5. at most 30 compact results, each with an optional fresh preview link and thumbnail. Only
    results with evidence are returned (a word match, or a similarity above the embedder's
    evidence floor), never padding up to ``limit``; when none reaches the embedder's good-match
-   line the view says ``no_good_match`` with the best score seen
+   line the view says ``no_good_match`` with the best similarity seen
    (``memory_db.embedding.thresholds``).
 """
 
@@ -121,9 +122,20 @@ class SearchHit(WireModel):
     source_url: str | None
     tags: list[str]
     created_at: datetime
-    score: float = Field(description="Best cosine similarity of the asset's vectors to the query.")
+    score: float = Field(
+        description="Relevance from 0 to 1 (higher is better) that orders the results: the "
+        "similarity, the word match and the places in the lists fused (docs/tools.md). Above "
+        "0 for every word match. Compare scores within one answer, not across searches."
+    )
+    similarity: float = Field(
+        description="Best cosine similarity (-1 to 1) of the asset's vectors to the query; "
+        "minScore, bestScore and goodMatchScore are on this scale."
+    )
     match_representations: list[str] = Field(
-        description="Which lists found it: visual, fused (vectors) and metadata (words)."
+        description="The lists that found it and counted: visual (the picture), fused (the "
+        "picture with its words) when that vector's similarity is above the embedder's "
+        "evidence floor; metadata when its words (title, tags, alt text, description, text "
+        "read in the image) match the query."
     )
     embedding_model: str
     preview: PreviewLink | None
@@ -143,10 +155,11 @@ class SearchView(WireModel):
     )
     best_score: float | None = Field(
         description="The best similarity seen (also when nothing was returned); null when no "
-        "image was compared."
+        "image was compared. A similarity, like each result's similarity, not its score."
     )
     good_match_score: float = Field(
-        description="The embedder's documented good-match line for this kind of query."
+        description="The embedder's documented good-match line for this kind of query, as a "
+        "similarity."
     )
 
 
@@ -154,39 +167,67 @@ class SearchView(WireModel):
 class Evidence:
     """One asset's evidence gathered from the ranked lists."""
 
-    relevance: float = 0.0  # reciprocal-rank fusion, plus the best similarity once fused
-    score: float | None = None  # best cosine similarity of any of its vectors
+    # Reciprocal-rank fusion, the precise-word bonus and the best similarity (when positive).
+    relevance: float = 0.0
+    similarity: float | None = None  # best cosine similarity of any of its vectors
     matched: set[str] = field(default_factory=lambda: set[str]())
+    score: float = 0.0  # relevance scaled to 0..1 by the most any result could have
 
     def rank(self, position: int) -> None:
         """Count a place (0 is first) in one ranked list."""
         self.relevance += 1.0 / (RRF_K + position + 1)
 
-    def similarity(self, value: float) -> None:
+    def similar(self, value: float) -> None:
         """Count one cosine similarity of the query to one of the asset's vectors."""
-        self.score = value if self.score is None else max(self.score, value)
+        self.similarity = value if self.similarity is None else max(self.similarity, value)
+
+
+def relevance_ceiling(*, words: bool) -> float:
+    """The most relevance a result can have: first in every list, similarity 1.
+
+    Two vector lists (visual, fused); with a text query also the word list and its precise
+    match bonus. A result's ``score`` is its relevance divided by this, so 1.0 is the best any
+    result of this kind of query could get.
+    """
+    lists = 3 if words else 2
+    return lists / (RRF_K + 1) + (PRECISE_MATCH_BONUS if words else 0.0) + 1.0
 
 
 def fuse(
     hits: Sequence[VectorHit],
     words: Sequence[TextMatch],
     word_hits: Sequence[VectorHit],
+    *,
+    evidence_floor: float,
+    text_query: bool,
 ) -> dict[str, Evidence]:
     """Reciprocal-rank fusion of the ranked lists, plus each asset's best similarity.
 
     ``hits``: the ANN list, best first, whose ``visual`` and ``fused`` hits rank as two lists;
-    ``words``: the full-text list, best first (a precise match, one of at most
-    ``PRECISE_WORD_MATCHES`` holding every word, gets ``PRECISE_MATCH_BONUS``); ``word_hits``: the
-    similarities of the word matches' vectors, which count but do not rank.
+    a hit at or below the embedder's ``evidence_floor`` is not evidence (the index returns its
+    nearest hits whatever they score: for ``local-hash-v1`` a text query against an image-only
+    vector is exactly 0.0), so it neither ranks nor names its representation, though its
+    similarity is still known. ``words``: the full-text list, best first (a precise match, one
+    of at most ``PRECISE_WORD_MATCHES`` holding every word, gets ``PRECISE_MATCH_BONUS``);
+    ``word_hits``: the similarities of the word matches' vectors, which count but do not rank.
+
+    Each asset's relevance is the sum of its places, the bonus and its best similarity when
+    positive (a negative one is no evidence against a word match); its ``score`` is that
+    relevance over :func:`relevance_ceiling` for this kind of query (``text_query``: a word list
+    was searched), rounded as answered, so it lies in 0..1, orders the results, and is above 0
+    for every word match.
     """
     fusion: dict[str, Evidence] = {}
     for representation in ("visual", "fused"):
         ranked = [h for h in hits if h.representation == representation]
-        for position, hit in enumerate(ranked):
+        position = 0
+        for hit in ranked:
             evidence = fusion.setdefault(hit.asset_id, Evidence())
-            evidence.rank(position)
-            evidence.similarity(hit.score)
-            evidence.matched.add(representation)
+            evidence.similar(hit.score)
+            if hit.score > evidence_floor:  # the list is best first: the rest are noise too
+                evidence.rank(position)
+                evidence.matched.add(representation)
+                position += 1
     precise = sum(match.every_word for match in words) <= PRECISE_WORD_MATCHES
     for position, match in enumerate(words):
         evidence = fusion.setdefault(match.asset_id, Evidence())
@@ -195,17 +236,19 @@ def fuse(
         if precise and match.every_word:
             evidence.relevance += PRECISE_MATCH_BONUS
     for hit in word_hits:
-        fusion[hit.asset_id].similarity(hit.score)
+        fusion[hit.asset_id].similar(hit.score)
+    ceiling = relevance_ceiling(words=text_query)
     for evidence in fusion.values():
-        if evidence.score is not None:
-            evidence.relevance += evidence.score
+        if evidence.similarity is not None:
+            evidence.relevance += max(evidence.similarity, 0.0)
+        evidence.score = round(evidence.relevance / ceiling, 6)
     return fusion
 
 
 def best_first(
     fusion: Mapping[str, Evidence], *, evidence_floor: float, min_score: float | None
 ) -> list[str]:
-    """The candidates with evidence, most relevant first (ties by id), before any row is read.
+    """The candidates with evidence, best score first (ties by id), before any row is read.
 
     Evidence is a word match or a similarity above the embedder's ``evidence_floor``; an asset
     without any similarity has none (its vectors are not in the index yet). ``minScore`` is
@@ -215,28 +258,30 @@ def best_first(
         (
             asset_id
             for asset_id, e in fusion.items()
-            if e.score is not None
-            and (e.score > evidence_floor or "metadata" in e.matched)
-            and (min_score is None or e.score >= min_score)
+            if e.similarity is not None
+            and (e.similarity > evidence_floor or "metadata" in e.matched)
+            and (min_score is None or e.similarity >= min_score)
         ),
-        key=lambda asset_id: (-fusion[asset_id].relevance, asset_id),
+        key=lambda asset_id: (-fusion[asset_id].score, asset_id),
     )
 
 
 def verdict(
     results: Sequence[SearchHit], fusion: Mapping[str, Evidence], *, good_line: float
 ) -> tuple[bool, float | None]:
-    """Whether any result is a good match, and the best score to show.
+    """Whether any result is a good match, and the best similarity to show.
 
     A result is good with a similarity at the embedder's ``good_line`` or a word match. The
-    best score is the best result's, or, with no result, the best similarity seen at all (so
-    an empty answer still says how close anything came).
+    best similarity is the best result's, or, with no result, the best seen at all (so an
+    empty answer still says how close anything came).
     """
-    good = any(hit.score >= good_line or "metadata" in hit.match_representations for hit in results)
-    best = max((hit.score for hit in results), default=None)
-    scores = [e.score for e in fusion.values() if e.score is not None]
-    if best is None and scores:
-        best = round(max(scores), 6)
+    good = any(
+        hit.similarity >= good_line or "metadata" in hit.match_representations for hit in results
+    )
+    best = max((hit.similarity for hit in results), default=None)
+    seen = [e.similarity for e in fusion.values() if e.similarity is not None]
+    if best is None and seen:
+        best = round(max(seen), 6)
     return good, best
 
 
@@ -371,8 +416,8 @@ class AssetSearcher:
             results: list[SearchHit] = []
             for stored in rows:
                 evidence = fusion[stored.asset.id]
-                if evidence.score is None:
-                    raise ToolFailure(f"search fusion left {stored.asset.id} without a score")
+                # best_first keeps only assets with a similarity: this is never the default.
+                similarity = evidence.similarity if evidence.similarity is not None else 0.0
                 results.append(
                     SearchHit(
                         asset_id=stored.asset.id,
@@ -386,7 +431,8 @@ class AssetSearcher:
                         source_url=stored.asset.source_url,
                         tags=list(stored.asset.tags),
                         created_at=stored.asset.created_at,
-                        score=round(evidence.score, 6),
+                        score=evidence.score,
+                        similarity=round(similarity, 6),
                         match_representations=sorted(evidence.matched),
                         embedding_model=embedder.model,
                         preview=None,
@@ -596,7 +642,13 @@ class AssetSearcher:
         await vector_list()
         if text is not None:
             await text_list()
-        fusion = fuse(hits, words, word_hits)
+        fusion = fuse(
+            hits,
+            words,
+            word_hits,
+            evidence_floor=thresholds.evidence,
+            text_query=text is not None,
+        )
         ordered = best_first(fusion, evidence_floor=thresholds.evidence, min_score=min_score)
         # Reload under the authorisation predicates and every exact filter, best candidates
         # first and only as many as needed: most searches read 2 x limit rows, not all 100.

@@ -46,9 +46,13 @@ async def test_a_text_search_is_a_link_with_scores_matches_and_previews(
     assert page.status_code == 200, page.text
     assert _hits(page.text) == [ids[2]]
     assert "1 result, best first." in page.text
-    assert re.search(r"<dt>Score</dt><dd>0\.\d{3}</dd>", page.text)
-    for kind in ("fused", "metadata", "visual"):
-        assert f">{kind}</span>" in page.text
+    score = re.search(r'<dt>Score</dt><dd class="search-score">(\d\.\d{3})</dd>', page.text)
+    assert score is not None and 0 < float(score.group(1)) <= 1
+    # What matched, in words: the title's words and the picture with them; not the picture
+    # alone (a text query against an image-only vector is 0.0 for local-hash-v1).
+    assert 'data-kind="metadata" title="the query' in page.text and ">words</span>" in page.text
+    assert 'data-kind="fused"' in page.text and 'data-kind="visual"' not in page.text
+    assert re.search(r'<dt>Similarity</dt><dd class="search-similarity">0\.\d{3}</dd>', page.text)
     # The preview is a signed link on this server, as a path (the page's own origin).
     preview = re.search(r'<img src="(/objects/[^"]+)"', page.text)
     assert preview is not None and "signature=" in preview.group(1)
@@ -66,7 +70,7 @@ async def test_nothing_good_is_said_plainly_with_a_direct_action(
     await _library(webapp)
     nothing = await signed_in.get("/search?query=volcano")
     assert nothing.status_code == 200
-    assert "Nothing found: the closest image scored" in nothing.text
+    assert "Nothing found: the closest image had a similarity of" in nothing.text
     assert 'href="/upload">Upload images</a>' in nothing.text
     filtered = await signed_in.get("/search?query=volcano&tags=odd")
     assert (

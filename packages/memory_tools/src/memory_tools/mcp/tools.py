@@ -510,7 +510,12 @@ class MemoryTools:
         limit: Annotated[int, Field(ge=1, le=30)] = 10,
         minScore: Annotated[
             float | None,
-            Field(ge=-1, le=1, description="Drop results whose score is below this."),
+            Field(
+                ge=-1,
+                le=1,
+                description="Drop results whose similarity (the cosine, not the score) is "
+                "below this.",
+            ),
         ] = None,
         includePreview: Annotated[
             bool, Field(description="Add a fresh short-lived preview link to each result.")
@@ -527,10 +532,12 @@ class MemoryTools:
         """Find stored images by text, by a similar image, or both, with exact filters.
 
         Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
-        image together. Results are the best matches first, each with its cosine score; only
-        images whose embedding is ready are found. A query image is never stored. Only results
-        with evidence are returned, so there may be fewer than limit or none; noGoodMatch is
-        true when none is a good match (see bestScore and goodMatchScore).
+        image together. Results are the best matches first, each with a score from 0 to 1
+        that orders them (word matches included), its cosine similarity, and the lists that
+        found it; only images whose embedding is ready are found. A query image is never
+        stored. Only results with evidence are returned, so there may be fewer than limit or
+        none; noGoodMatch is true when none is a good match (bestScore and goodMatchScore are
+        similarities).
         """
         parameters = dict(locals())  # the call's parameters, before any other name
         request = SearchRequest(

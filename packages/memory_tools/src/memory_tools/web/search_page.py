@@ -8,9 +8,10 @@
 
 Both run ``AssetSearcher.search``, the workflow of ``image_asset_search``, as the signed-in
 caller and outside a transaction (a query image is decoded, words are embedded). Results show
-each image's preview (a signed link), its score and the representations that matched, and the
-workflow's verdict (``noGoodMatch``, ``bestScore``, ``goodMatchScore``) in plain words. A
-refused search shows the workflow's message and code and keeps what was typed.
+each image's preview (a signed link), its score (0 to 1, the order of the results), its
+similarity and, in words, what matched it; and the workflow's verdict (``noGoodMatch``,
+``bestScore``, ``goodMatchScore``: similarities) in plain words. A refused search shows the
+workflow's message and code and keeps what was typed.
 """
 
 from __future__ import annotations
@@ -50,11 +51,24 @@ SEARCH_PATH = "/search"
 DEFAULT_LIMIT = 10
 LIMITS = (10, 20, MAX_SEARCH_LIMIT)
 _TRUE = frozenset({"on", "true", "1", "yes"})
-# The representations a result can be found by, as the results name them, and what they mean.
+
+
+@dataclass(frozen=True)
+class MatchedBy:
+    """How a card names one of a result's ``matchRepresentations`` to a person."""
+
+    label: str
+    meaning: str
+
+
+# The representations a result can be found by, as the tool names them, in a person's words.
 MATCHED = {
-    "visual": "the picture alone",
-    "fused": "the picture with its words",
-    "metadata": "the words of its title, tags, alt text or description",
+    "visual": MatchedBy("picture", "the picture alone is close to the query"),
+    "fused": MatchedBy("picture + words", "the picture with its words is close to the query"),
+    "metadata": MatchedBy(
+        "words",
+        "the query's words are in its title, tags, alt text, description or the text read in it",
+    ),
 }
 
 
@@ -195,9 +209,9 @@ def _score(value: str) -> float:
     try:
         score = float(value)
     except ValueError:
-        raise InvalidInputFailure("minScore: a number between -1 and 1") from None
+        raise InvalidInputFailure("minScore: a similarity between -1 and 1") from None
     if not math.isfinite(score):
-        raise InvalidInputFailure("minScore: a number between -1 and 1")
+        raise InvalidInputFailure("minScore: a similarity between -1 and 1")
     return score
 
 
