@@ -54,7 +54,6 @@ from memory_tools.errors import (
     FeatureDisabled,
     InvalidInputFailure,
     NotFoundFailure,
-    ToolFailure,
 )
 from memory_tools.ingest import inputs
 from memory_tools.ingest.images import inspect_image
