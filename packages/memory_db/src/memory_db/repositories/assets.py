@@ -23,6 +23,7 @@ from sqlalchemy import (
     null,
     select,
     text,
+    true,
     tuple_,
     update,
 )
@@ -40,13 +41,14 @@ from memory_db.repositories.records import (
     AssetRecord,
     AssetSettled,
     ObjectRecord,
+    OcrState,
     QuarantineReason,
     StoredAsset,
     TextMatch,
     TrashedAsset,
     VaultScope,
 )
-from memory_db.schema import Asset, AssetObject
+from memory_db.schema import Asset, AssetEmbeddingJob, AssetObject
 from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
@@ -1000,6 +1002,42 @@ class AssetRepository:
             .order_by(Asset.id)
         )
         return list(rows)
+
+    async def ocr_state(self, owner: str, asset_id: str) -> OcrState | None:
+        """The asset's newest OCR job and its stored text, in ONE statement; ``None``: no job.
+
+        One statement reads one snapshot. The worker completes an OCR job and writes its text
+        in one transaction, so a ``done`` read here always comes with what that job wrote.
+        Reading the asset row and the jobs in two statements could see the job's commit in the
+        second and not in the first: ``done`` with no text yet (issue 30).
+        """
+        newest = (
+            select(AssetEmbeddingJob.status, AssetEmbeddingJob.last_error_code)
+            .where(
+                AssetEmbeddingJob.owner_identity == Asset.owner_identity,
+                AssetEmbeddingJob.asset_id == Asset.id,
+                AssetEmbeddingJob.kind == "ocr",
+            )
+            .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
+            .limit(1)
+            .lateral("newest")
+        )
+        row = (
+            await self._session.execute(
+                select(newest.c.status, newest.c.last_error_code, Asset.ocr_text, Asset.ocr)
+                .select_from(Asset)
+                .join(newest, true())
+                .where(Asset.owner_identity == owner, Asset.id == asset_id)
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return OcrState(
+            status=row.status,
+            last_error_code=row.last_error_code,
+            text=row.ocr_text,
+            reading=None if row.ocr is None else dict(row.ocr),
+        )
 
     async def set_ocr(
         self,
