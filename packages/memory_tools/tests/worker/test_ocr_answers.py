@@ -126,9 +126,7 @@ async def _read_with_commit_at(
         await gate.read.wait()
         async with services.database.unit_of_work() as uow:
             _pause_every_repository(uow, before)
-            view = await get_asset(
-                uow, caller, services, asset_id=asset_id, include_preview=False
-            )
+            view = await get_asset(uow, caller, services, asset_id=asset_id, include_preview=False)
         gate.go.set()
     return view
 

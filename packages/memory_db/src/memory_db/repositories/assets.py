@@ -21,6 +21,7 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
     text,
     true,
@@ -931,6 +932,52 @@ class AssetRepository:
         row = await self._session.scalar(
             select(Asset)
             .where(Asset.owner_identity == owner, Asset.id == asset_id)
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else asset_record(row)
+
+    async def find_repeat(
+        self,
+        scope: VaultScope,
+        *,
+        source_url_hash: str,
+        sha256: str,
+        artifact_id: str | None,
+        source_kinds: Sequence[str],
+    ) -> AssetRecord | None:
+        """The asset an earlier save of the same source made in this vault, if it is live.
+
+        The same source: ``source_url_hash`` (of the URL the asset records) and either the same
+        bytes (the object's SHA-256) or the same artifact (``metadata.artifactId``), among
+        assets of ``source_kinds`` that are ``processing`` or ``ready`` (a deleted or failed
+        asset is not repeated). The oldest such asset. Found through the owner's
+        ``source_url_hash`` index (``ix_mem_assets_owner_source_url_hash``).
+        """
+        same_bytes = AssetObject.sha256 == sha256
+        same = (
+            same_bytes
+            if artifact_id is None
+            else or_(same_bytes, Asset.metadata_["artifactId"].astext == artifact_id)
+        )
+        row = await self._session.scalar(
+            select(Asset)
+            .join(
+                AssetObject,
+                and_(
+                    AssetObject.id == Asset.object_id,
+                    AssetObject.owner_identity == Asset.owner_identity,
+                ),
+            )
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.source_url_hash == source_url_hash,
+                Asset.source_kind.in_(list(source_kinds)),
+                Asset.status.in_(("processing", "ready")),
+                same,
+            )
+            .order_by(Asset.created_at, Asset.id)
+            .limit(1)
             .execution_options(populate_existing=True)
         )
         return None if row is None else asset_record(row)
