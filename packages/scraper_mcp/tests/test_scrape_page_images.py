@@ -437,6 +437,13 @@ async def test_over_http_with_the_official_sdk_through_the_aggregate_server(
         assert page is not None
         assert page["candidates"][0]["sourceKind"] == "og_image"
         assert page["candidates"][0]["assetId"].startswith("ast_")
+        # The same run again, as an agent retrying it: the same asset, said to be a repeat.
+        again = await session.call_tool("scrape_page_images", {"url": url, "save": {"max": 1}})
+        repeat = again.structured_content
+        assert repeat is not None
+        first, second = page["candidates"][0], repeat["candidates"][0]
+        assert (second["assetId"], second["deduplicated"]) == (first["assetId"], True)
+        assert first["deduplicated"] is False
         refused = await session.call_tool(
             "scrape_page_images", {"url": site.url("/gallery", host="intranet.test")}
         )
