@@ -166,6 +166,56 @@ async def test_a_downloaded_image_becomes_an_artifact_and_its_owner_saves_it(
     assert web.requested == ["/cat.png?w=640&token=s3cr3t"]  # the page is never fetched
 
 
+async def test_an_artifact_saved_twice_is_one_asset(
+    services: MemoryServices, web: WebServer, key_for: Callable[..., Any]
+) -> None:
+    """By artifactId, and by the same URL and bytes from a second download (issue 30)."""
+    alice = await key_for(A)
+    image_url = web.url("/cat.png", host="img.test")
+    async with aggregate(services, alice) as client:
+        artifact = await call(client, "scrape_image_download", {"imageUrl": image_url})
+        first = await call(client, "image_asset_save", {"artifactId": artifact["artifactId"]})
+        again = await call(
+            client, "image_asset_save", {"artifactId": artifact["artifactId"], "tags": ["new"]}
+        )
+        downloaded = await call(client, "scrape_image_download", {"imageUrl": image_url})
+        third = await call(client, "image_asset_save", {"artifactId": downloaded["artifactId"]})
+        listed = await call(client, "image_asset_list", {})
+        got = await call(client, "image_asset_get", {"assetId": first["assetId"]})
+    assert first["deduplicated"] is False
+    for repeat in (again, third):
+        assert repeat["deduplicated"] is True and repeat["replayed"] is False
+        assert (repeat["assetId"], repeat["objectId"], repeat["jobIds"]) == (
+            first["assetId"],
+            first["objectId"],
+            first["jobIds"],
+        )
+    assert [item["assetId"] for item in listed["items"]] == [first["assetId"]]
+    assert got["tags"] == []  # returned as it is: the repeat's tags are not applied
+    async with services.database.engine.connect() as conn:
+        saves = (
+            (
+                await conn.execute(
+                    text(
+                        "SELECT detail->>'repeated' FROM mem_provenance WHERE operation = "
+                        "'asset_save' AND target_id = :a ORDER BY created_at"
+                    ),
+                    {"a": first["assetId"]},
+                )
+            )
+            .scalars()
+            .all()
+        )
+        reserved = (
+            await conn.execute(
+                text("SELECT reserved_bytes FROM mem_asset_namespaces WHERE owner_identity = :o"),
+                {"o": A},
+            )
+        ).scalar_one()
+    assert saves == [None, "true", "true"]  # every save is recorded; two were repeats
+    assert reserved == 0  # the repeats hold nothing
+
+
 async def test_another_owner_cannot_import_your_artifact(
     services: MemoryServices, web: WebServer, key_for: Callable[..., Any]
 ) -> None:

@@ -186,6 +186,60 @@ async def test_save_stores_the_top_candidates_with_their_context(
     assert reps == 1  # the page title and alt text feed the fused representation
 
 
+async def test_repeating_a_scrape_and_save_returns_the_same_assets(
+    scraper_services: MemoryServices,
+    aggregate_client: Callable[[str], Client[Any]],
+    make_key: Callable[..., Any],
+    site: WebServer,
+) -> None:
+    """The same run twice saves nothing new; another owner, or new bytes, get a new asset."""
+    alice, bob = await make_key("alice@example.com"), await make_key("bob@example.com")
+    url = _gallery(site)
+    run = {"url": url, "save": {"max": 2}}
+
+    def saved(page: dict[str, Any]) -> list[tuple[str, bool]]:
+        return [(c["assetId"], c["deduplicated"]) for c in page["candidates"][:2]]
+
+    async with aggregate_client(alice) as client:
+        first = await _call(client, run)
+        after_first = (await _counts(scraper_services), _stored(scraper_services))
+        second = await _call(client, run)
+        after_second = (await _counts(scraper_services), _stored(scraper_services))
+    ids = [asset for asset, _ in saved(first)]
+    assert saved(first) == [(ids[0], False), (ids[1], False)]
+    assert saved(second) == [(ids[0], True), (ids[1], True)] and second["saved"] == 2
+    # Nothing new but the records of the repeated saves themselves: their provenance, and
+    # their requests' reservations, closed on the same assets with no bytes.
+    rows, files = after_second
+    assert files == after_first[1]
+    records = ("mem_provenance", "mem_asset_upload_reservations")
+    assert {t: n for t, n in rows.items() if t not in records} == {
+        t: n for t, n in after_first[0].items() if t not in records
+    }
+    async with scraper_services.database.engine.connect() as conn:
+        closed = (
+            await conn.execute(
+                text(
+                    "SELECT asset_id, status, reserved_bytes FROM mem_asset_upload_reservations "
+                    "ORDER BY created_at"
+                )
+            )
+        ).all()
+    assert [tuple(row) for row in closed[2:]] == [(a, "finalized", 0) for a in ids]
+    async with aggregate_client(bob) as client:  # another owner: an asset of their own
+        theirs = await _call(client, run)
+    assert [d for _a, d in saved(theirs)] == [False, False]
+    assert not {a for a, _d in saved(theirs)} & set(ids)
+    # The cat's URL now serves other bytes: a new asset; the cover, unchanged, is the same.
+    site.routes["/img/cat.png"] = png(9)
+    async with aggregate_client(alice) as client:
+        changed = await _call(client, run)
+        listed = await client.call_tool("image_asset_list", {})
+    assert saved(changed)[0] == (ids[0], True)
+    assert saved(changed)[1][0] not in ids and saved(changed)[1][1] is False
+    assert len(listed.structured_content["items"]) == 3  # type: ignore[index]
+
+
 async def test_one_failing_candidate_is_reported_and_the_others_saved(
     scraper_services: MemoryServices,
     aggregate_client: Callable[[str], Client[Any]],
@@ -383,6 +437,13 @@ async def test_over_http_with_the_official_sdk_through_the_aggregate_server(
         assert page is not None
         assert page["candidates"][0]["sourceKind"] == "og_image"
         assert page["candidates"][0]["assetId"].startswith("ast_")
+        # The same run again, as an agent retrying it: the same asset, said to be a repeat.
+        again = await session.call_tool("scrape_page_images", {"url": url, "save": {"max": 1}})
+        repeat = again.structured_content
+        assert repeat is not None
+        first, second = page["candidates"][0], repeat["candidates"][0]
+        assert (second["assetId"], second["deduplicated"]) == (first["assetId"], True)
+        assert first["deduplicated"] is False
         refused = await session.call_tool(
             "scrape_page_images", {"url": site.url("/gallery", host="intranet.test")}
         )

@@ -11,24 +11,23 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Literal
 
 import anyio
 from pydantic import Field
 
 from memory_db import (
-    AssetRecord,
     ChecksumMismatch,
-    JobRecord,
     MemoryDbError,
     ObjectNotFound,
     UnitOfWork,
     get_logger,
     is_valid_id,
 )
-from memory_db.repositories import AssetFilter, StoredAsset
+from memory_db.repositories import AssetFilter, OcrState, StoredAsset
 from memory_db.schema import SOURCE_KINDS
 from memory_db.storage import read_verified
 from memory_tools import metrics, policy
@@ -94,12 +93,22 @@ class RepresentationState(WireModel):
 
 
 class TextInImage(WireModel):
-    """The text OCR read in an image (docs/ocr.md): verbatim, never invented or corrected."""
+    """The text OCR read in an image (docs/ocr.md): verbatim, never invented or corrected.
+
+    ``done`` always comes with the text: a string, ``""`` with ``noText`` when the image has
+    none.
+    """
 
     status: str = Field(
         description="Its newest OCR job: queued, running, retry, done, failed or cancelled."
     )
-    text: str | None = Field(description="What was read; null when no text was read (yet).")
+    text: str | None = Field(
+        description="What was read; '' when the image has no text (noText); null while it has "
+        "not been read (yet) or its reading failed. Never null when status is done."
+    )
+    no_text: bool = Field(
+        description="True when the image was read and has no text in it (text is '')."
+    )
     language: str | None = Field(description="The language data it was read with (eng).")
     confidence: float | None = Field(description="Mean confidence of the words kept, 0-100.")
     engine: str | None
@@ -297,27 +306,31 @@ def _view(
     )
 
 
-def _text_in_image(asset: AssetRecord, jobs: list[JobRecord]) -> TextInImage | None:
-    """The asset's OCR text with its provenance and its newest OCR job's state."""
-    ocr_jobs = [job for job in jobs if job.kind == "ocr"]
-    if not ocr_jobs:
+def _text_in_image(state: OcrState | None) -> TextInImage | None:
+    """The asset's OCR text with its provenance and its newest OCR job's state.
+
+    ``state`` is read in one statement (``AssetRepository.ocr_state``): a ``done`` job comes
+    with what it wrote. A reading that found no text stores no text: it is shown as ``""``
+    with ``noText``; so is an older reading without text while a new job runs.
+    """
+    if state is None:
         return None
-    job = ocr_jobs[-1]  # oldest first
-    read = asset.ocr or {}
-
-    def field(name: str) -> Any:
-        return read.get(name) if asset.ocr_text is not None else None
-
+    read = state.reading or {}
+    # Done: this job's reading is stored (the same commit). Otherwise a reading is known only
+    # from its recorded provenance (readings before provenance was kept for empty results
+    # show as not read).
+    no_text = state.text is None and (state.status == "done" or state.reading is not None)
     return TextInImage(
-        status=job.status,
-        text=asset.ocr_text,
-        language=field("language"),
-        confidence=field("confidence"),
-        engine=field("engine"),
-        engine_version=field("engineVersion"),
-        input_sha256=field("inputSha256"),
-        read_at=field("readAt"),
-        last_error_code=job.last_error_code,
+        status=state.status,
+        text="" if no_text else state.text,
+        no_text=no_text,
+        language=read.get("language"),
+        confidence=read.get("confidence"),
+        engine=read.get("engine"),
+        engine_version=read.get("engineVersion"),
+        input_sha256=read.get("inputSha256"),
+        read_at=read.get("readAt"),
+        last_error_code=state.last_error_code,
     )
 
 
@@ -362,7 +375,8 @@ async def get_asset(
     preview = await signed_preview(services, stored) if include_preview else None
     original = await signed_original(services, stored) if include_original else None
     states = [latest[k] for k in sorted(latest)]
-    view = _view(stored, handle, states, preview, original, _text_in_image(asset, jobs))
+    ocr = await uow.assets.ocr_state(asset.owner_identity, asset.id)
+    view = _view(stored, handle, states, preview, original, _text_in_image(ocr))
     context = context_view(await uow.contexts.get(asset.owner_identity, asset.id))
     if context is not None:
         view = view.model_copy(update={"generated_context": context})
@@ -372,7 +386,38 @@ async def get_asset(
 
 # Embedding states a wait waits through; any other state is an answer (ready, partial, failed).
 WAITING_STATES = ("pending", "running")
+# OCR job states a wait waits through; done, failed and cancelled are answers.
+OCR_WAITING_STATES = ("queued", "running", "retry")
 MAX_WAIT_SECONDS = 30.0
+# What ``waitFor`` may name: the embedding, and the enrichments whose state the answer shows.
+WAIT_FOR = ("embedding", "ocr")
+DEFAULT_WAIT_FOR = ("embedding",)
+
+
+def check_wait_for(wait_for: Sequence[str]) -> frozenset[str]:
+    """The states ``waitFor`` names, validated (``invalid_input``)."""
+    if not wait_for:
+        raise InvalidInputFailure(f"waitFor: name at least one of {', '.join(WAIT_FOR)}")
+    if len(wait_for) > len(WAIT_FOR):
+        raise InvalidInputFailure(f"waitFor: at most {len(WAIT_FOR)} of {', '.join(WAIT_FOR)}")
+    unknown = sorted({str(name) for name in wait_for} - set(WAIT_FOR))
+    if unknown:
+        raise InvalidInputFailure(
+            f"waitFor: {', '.join(map(repr, unknown))[:200]} is not one of {', '.join(WAIT_FOR)}"
+        )
+    return frozenset(wait_for)
+
+
+def unsettled(view: AssetView, wait_for: frozenset[str]) -> bool:
+    """Whether any state ``wait_for`` names may still change on its own (a wait goes on).
+
+    ``ocr``: an image without an OCR job has nothing to wait for; its job's ``done``,
+    ``failed`` or ``cancelled`` is an answer.
+    """
+    if "embedding" in wait_for and view.embedding_status in WAITING_STATES:
+        return True
+    ocr = view.text_in_image
+    return "ocr" in wait_for and ocr is not None and ocr.status in OCR_WAITING_STATES
 
 
 async def get_asset_waiting(
@@ -384,12 +429,15 @@ async def get_asset_waiting(
     include_original: bool = False,
     include_thumbnails: bool = False,
     wait_seconds: float,
+    wait_for: Sequence[str] = DEFAULT_WAIT_FOR,
 ) -> AssetView:
-    """``get_asset``, after waiting up to ``wait_seconds`` for the embedding state to settle.
+    """``get_asset``, after waiting up to ``wait_seconds`` for the states ``wait_for`` names.
 
-    Returns as soon as the embedding state is not ``pending`` or ``running`` (at once when it
-    is not to begin with), or at the deadline with the state then: a state still ``pending``
-    or ``running`` in the answer means the wait timed out. No polling: a state that is not
+    ``wait_for``: ``embedding`` (the default) waits for the embedding state to leave
+    ``pending`` and ``running``; ``ocr`` for the newest OCR job to be ``done`` (its text
+    readable), ``failed`` or ``cancelled``. Returns as soon as every named state is settled
+    (at once when they are to begin with), or at the deadline with the states then: a state
+    still waiting in the answer means the wait timed out. No polling: a state that is not
     settled at the first read is read again once subscribed
     (:mod:`memory_db.repositories.asset_states`), then only when this asset was notified (or
     listening was re-established), and once at the deadline. While waiting the call holds no
@@ -401,6 +449,7 @@ async def get_asset_waiting(
     policy.require(services.settings)
     if not 0 <= wait_seconds <= MAX_WAIT_SECONDS:
         raise InvalidInputFailure(f"waitSeconds: between 0 and {MAX_WAIT_SECONDS:g}")
+    waits = check_wait_for(wait_for)
     extras = include_preview or include_original or include_thumbnails
 
     async def read(*, answer: bool, waited: bool = True) -> AssetView:
@@ -421,11 +470,11 @@ async def get_asset_waiting(
         return await read(answer=True, waited=False)
     deadline = anyio.current_time() + wait_seconds
     view = await read(answer=False, waited=False)  # settled, or not readable: no listening
-    if view.embedding_status not in WAITING_STATES:
+    if not unsettled(view, waits):
         return await read(answer=True, waited=False) if extras else view
     async with services.database.asset_states.watching(asset_id) as subscription:
         view = await read(answer=False)  # again, now subscribed: a later change is heard
-        while view.embedding_status in WAITING_STATES:
+        while unsettled(view, waits):
             remaining = deadline - anyio.current_time()
             if remaining <= 0:
                 break

@@ -138,19 +138,19 @@ async def _store_reading(
     job_id: str,
 ) -> None:
     """Store what was read (inside the job's completion), and re-embed the fused text."""
-    provenance: dict[str, Any] | None = None
-    if reading.text is not None:
-        provenance = {
-            "engine": reading.engine,
-            "engineVersion": reading.engine_version,
-            "language": reading.language,
-            "confidence": reading.confidence,
-            "words": reading.words,
-            "input": source,
-            "inputSha256": reading.input_sha256,
-            "jobId": job_id,
-            "readAt": datetime.now(UTC).isoformat(),
-        }
+    # Recorded for a reading without text too: image_asset_get then says which engine found
+    # no text, and when (noText), instead of looking like an image never read.
+    provenance: dict[str, Any] = {
+        "engine": reading.engine,
+        "engineVersion": reading.engine_version,
+        "language": reading.language,
+        "confidence": reading.confidence,
+        "words": reading.words,
+        "input": source,
+        "inputSha256": reading.input_sha256,
+        "jobId": job_id,
+        "readAt": datetime.now(UTC).isoformat(),
+    }
     before = asset_fused_text(asset)
     after = asset_fused_text(replace(asset, ocr_text=reading.text))
     metadata: dict[str, Any] | None = None

@@ -81,6 +81,7 @@ from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
 
+WORKER_ACTOR = "system:worker"  # the actor of what the worker records (asset_embed)
 LISTEN_RETRY_SECONDS = 1.0  # after the listening connection is lost or refused
 # Longer than any save can take between writing bytes and committing (fetch deadline included).
 ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
@@ -765,6 +766,10 @@ class EmbeddingWorker:
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
+            embedded: list[dict[str, Any]] = []  # asset_embed provenance, one per vector
+            mirrored = (
+                target.name if target is not None and plan.target_embedder is not None else None
+            )
             touched: dict[str, set[str]] = {}
             finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
             for item, embedding, usage in zip(items, embeddings, usages, strict=True):
@@ -808,6 +813,17 @@ class EmbeddingWorker:
                         "request_id": request_id,
                     }
                 )
+                embedded.append(
+                    _embed_provenance(
+                        asset,
+                        job,
+                        embedder.model,
+                        index,
+                        usage,
+                        request_id,
+                        also=mirrored,
+                    )
+                )
                 touched.setdefault(job.owner_identity, set()).add(job.asset_id)
             for scope, records in vectors.items():
                 await index.upsert(scope, records)
@@ -815,6 +831,8 @@ class EmbeddingWorker:
                 for scope, records in target_vectors.items():
                     await target.upsert(scope, records)
             await uow.usage.record_many(ledger)
+            # Who wrote which vector with what, committed with the vectors themselves.
+            await uow.provenance.record_many(embedded)
             settled = [
                 change
                 for owner, ids in sorted(touched.items())
@@ -899,6 +917,45 @@ def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
         model=job.model,
         representation=job.representation,
     )
+
+
+def _embed_provenance(
+    asset: AssetRecord,
+    job: JobRecord,
+    model: str,
+    index: VectorIndex,
+    usage: Mapping[str, int],
+    request_id: str | None,
+    *,
+    also: str | None,
+) -> dict[str, Any]:
+    """The ``asset_embed`` provenance of one vector the worker wrote (no text, no vector).
+
+    The model that made it, the index it went to (its dimensions and element type), the job,
+    the provider's request and the tokens charged to it (0: a stored vector was reused), and
+    the rebuild's index when the vector was written there too.
+    """
+    detail: dict[str, Any] = {
+        "jobId": job.id,
+        "representation": job.representation,
+        "model": model,
+        "index": index.name,
+        "dimensions": index.dimensions,
+        "element": index.element,
+        "tokens": int(usage.get("total_tokens", 0)),
+        "requestId": request_id,
+    }
+    if also is not None:
+        detail["alsoIndex"] = also
+    return {
+        "operation": "asset_embed",
+        "actor_identity": WORKER_ACTOR,
+        "owner_identity": asset.owner_identity,
+        "vault": asset.vault,
+        "target_kind": "asset",
+        "target_id": asset.id,
+        "detail": detail,
+    }
 
 
 def _record(

@@ -126,6 +126,34 @@ async def test_save_by_url(saving: MemoryServices, alice_caller: Caller, web: We
     assert asset.source_url == web.url("/photo.png?size=2", host="img.test")
 
 
+async def test_a_repeated_scraper_save_returns_the_first_asset_even_when_run_at_once(
+    saving: MemoryServices, alice_caller: Caller, web: WebServer
+) -> None:
+    """Scraper saves repeat by URL and bytes (issue 30); a URL a caller names never does."""
+    web.routes["/page-image.png"] = Reply(body=picture(21), headers={"Content-Type": "image/png"})
+    url = web.url("/page-image.png", host="img.test")
+    scraped = SaveRequest(source_url=url, url_source_kind="scrape")
+    saver = AssetSaver(saving)
+    results: list[Any] = []
+
+    async def save() -> None:
+        results.append(await saver.save(alice_caller, scraped))
+
+    async with anyio.create_task_group() as group:  # two at once: one asset, whoever wins
+        for _ in range(2):
+            group.start_soon(save)
+    later = await saver.save(alice_caller, scraped)
+    state = await db_state(saving, "alice@example.com")
+    files = stored_files(saving)
+    named = await saver.save(alice_caller, SaveRequest(source_url=url))  # external_url
+    assert len({r.asset_id for r in [*results, later]}) == 1
+    assert sorted(r.deduplicated for r in results) == [False, True] and later.deduplicated
+    assert (state["assets"], state["objects"], state["reserved"]) == (1, 1, 0)
+    assert state["active_reservations"] == 0
+    assert len(files) == 2  # the original and its preview, once: a loser's upload is gone
+    assert named.asset_id != later.asset_id and named.object_id == later.object_id
+
+
 async def test_identical_bytes_share_one_object_per_owner_only(
     saving: MemoryServices, alice_caller: Caller, bob_caller: Caller
 ) -> None:

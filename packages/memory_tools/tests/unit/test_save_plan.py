@@ -19,6 +19,8 @@ from memory_tools.ingest.plan import (
     dedupe,
     fused_text,
     plan_save,
+    repeat_key,
+    source_url_hash,
 )
 from memory_tools.ingest.save import SaveRequest, describe, require_folder_project
 
@@ -144,6 +146,58 @@ def test_dedupe_shares_takes_back_or_stores(
     live: bool, recent: bool, quarantined: QuarantineReason | None, expected: str
 ) -> None:
     assert dedupe(live=live, recently_deleted=recent, quarantined=quarantined) == expected
+
+
+def test_a_repeated_scraper_save_returns_the_earlier_asset_whatever_the_owner_stores() -> None:
+    for live, recent, quarantined in [
+        (True, False, None),
+        (False, True, None),
+        (False, False, "unreadable"),
+    ]:
+        assert (
+            dedupe(live=live, recently_deleted=recent, quarantined=quarantined, repeated=True)
+            == "repeat"
+        )
+
+
+@pytest.mark.parametrize(
+    ("source_kind", "source_url", "repeatable"),
+    [
+        ("scrape", "https://img.example.com/a.png", True),
+        ("screenshot", "https://example.com/page", True),
+        ("scrape", None, False),
+        ("external_url", "https://img.example.com/a.png", False),  # a URL a caller names
+        ("upload", None, False),
+    ],
+)
+def test_only_scraper_saves_with_a_source_url_are_repeats(
+    source_kind: Any, source_url: str | None, repeatable: bool
+) -> None:
+    intent = describe(SaveRequest(title="t"), source_kind=source_kind, source_url=source_url)
+    key = repeat_key(replace(intent, artifact_id="art_x"), "cd" * 32)
+    if not repeatable:
+        assert key is None
+        return
+    assert key is not None and source_url is not None
+    assert (key.source_url_hash, key.sha256, key.artifact_id) == (
+        source_url_hash(source_url),
+        "cd" * 32,
+        "art_x",
+    )
+
+
+def test_an_artifact_save_records_its_artifact_in_the_asset_metadata() -> None:
+    intent = replace(describe(SaveRequest(), source_kind="scrape"), artifact_id="art_1")
+    plan = plan_save(_order(intent), b"png", IMAGE, env_prefix="dev", vector_size=VECTOR)
+    assert plan.metadata(deduplicated=False)["artifactId"] == "art_1"
+    plain = plan_save(
+        _order(describe(SaveRequest(), source_kind="upload", data=b"png")),
+        b"png",
+        IMAGE,
+        env_prefix="dev",
+        vector_size=VECTOR,
+    )
+    assert "artifactId" not in plain.metadata(deduplicated=False)
 
 
 def test_bytes_the_provider_could_not_read_are_refused_as_an_invalid_image() -> None:

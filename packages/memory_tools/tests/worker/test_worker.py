@@ -116,6 +116,53 @@ async def test_a_saved_image_becomes_ready_with_both_representations(
     assert all(job.lease_owner is None for job in jobs)
 
 
+async def embed_provenance(services: MemoryServices, asset_id: str) -> list[dict[str, Any]]:
+    async with services.database.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT actor_identity, owner_identity, vault, target_kind, outcome, detail "
+                "FROM mem_provenance WHERE operation = 'asset_embed' AND target_id = :a "
+                "ORDER BY detail->>'representation'"
+            ),
+            {"a": asset_id},
+        )
+        return [dict(row._mapping) for row in rows]
+
+
+async def test_each_vector_the_worker_writes_has_asset_embed_provenance(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    asset_id = await save(saving, alice_caller, 3, title="Lighthouse at dusk")
+    await EmbeddingWorker(saving, FAST).drain()
+    async with saving.database.unit_of_work() as uow:
+        jobs = {
+            job.representation: job
+            for job in await uow.jobs.for_asset("alice@example.com", asset_id)
+        }
+        index = await resolve_alias(uow.session)
+        vault = (await uow.assets.get_for_owner("alice@example.com", asset_id)).vault  # type: ignore[union-attr]
+    events = await embed_provenance(saving, asset_id)
+    embedder = saving.embedder
+    assert embedder is not None
+    assert [e["detail"]["representation"] for e in events] == ["fused", "visual"]
+    for event in events:
+        detail = event["detail"]
+        job = jobs[detail["representation"]]
+        assert (event["actor_identity"], event["owner_identity"], event["vault"]) == (
+            "system:worker",
+            "alice@example.com",
+            vault,
+        )
+        assert (event["target_kind"], event["outcome"]) == ("asset", "succeeded")
+        assert detail["jobId"] == job.id
+        assert (detail["model"], detail["index"]) == (embedder.model, index)
+        assert detail["dimensions"] == embedder.dimensions
+        assert detail["element"] in ("vector", "halfvec")
+        # The tokens are the job's own, as the usage ledger records them.
+        assert detail["tokens"] == job.usage["total_tokens"]
+        assert "alsoIndex" not in detail  # no rebuild was filling beside the index
+
+
 async def test_no_text_means_visual_only_and_ready(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
@@ -309,6 +356,7 @@ async def test_an_asset_deleted_during_work_gets_no_vectors(
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
     assert {job.status for job in jobs} == {"cancelled"}
     assert await scalar(services, "SELECT count(*) FROM mem_usage_ledger") == 0
+    assert await embed_provenance(services, asset_id) == []  # no vector, no record of one
 
 
 async def lapsed_lease(services: MemoryServices) -> tuple[EmbeddingWorker, list[JobRecord]]:
@@ -344,6 +392,8 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(
     await finish_late(saving, slow, claimed)
     assert await vectors_of(saving, asset_id) == 2
     assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 2
+    # One record per vector written: the late worker, whose lease was gone, recorded none.
+    assert len(await embed_provenance(saving, asset_id)) == 2
     async with saving.database.unit_of_work() as uow:
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
     assert {(job.status, job.attempts) for job in jobs} == {("done", 2)}
@@ -360,6 +410,7 @@ async def test_a_worker_whose_lease_was_taken_over_completes_nothing(
     await finish_late(saving, slow, claimed)
     assert await vectors_of(saving, asset_id) == 0
     assert await scalar(saving, "SELECT count(*) FROM mem_usage_ledger") == 0
+    assert await embed_provenance(saving, asset_id) == []
     async with saving.database.unit_of_work() as uow:
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
     assert {(job.status, job.lease_owner) for job in jobs} == {("running", "other")}

@@ -5,9 +5,11 @@ same URL policy, redirect revalidation, address checks and time limit as a save 
 :data:`PAGE_MAX_BYTES`; the extraction is :mod:`scraper_mcp.page_images` (pure). Nothing is
 stored unless the caller passes ``save``: then the top ``save.max`` candidates go through the one
 save plan (:class:`~memory_tools.ingest.save.AssetSaver`), each as a URL save with source kind
-``scrape`` and the page as its ``sourceRef``. Each candidate's save succeeds or fails on its own
-(its error is reported on it); the vault, project and folder are checked once, first, so a
-refused target fails the whole call before anything is fetched.
+``scrape`` and the page as its ``sourceRef``; a candidate saved before (the same URL and bytes,
+in the same vault) answers with that asset (``deduplicated``), as the save plan decides. Each
+candidate's save succeeds or fails on its own (its error is reported on it); the vault, project
+and folder are checked once, first, so a refused target fails the whole call before anything is
+fetched.
 """
 
 from __future__ import annotations
@@ -85,6 +87,12 @@ class ImageCandidate(WireModel):
     height: int | None = Field(description="Declared height in pixels; null when undeclared.")
     asset_id: str | None = Field(
         default=None, description="With save: the asset this candidate was saved as."
+    )
+    deduplicated: bool | None = Field(
+        default=None,
+        description="With save: true when assetId is the asset an earlier save of this image "
+        "(the same URL and bytes) made in the vault, returned unchanged, or when the new asset "
+        "shares bytes you already store; null when not saved.",
     )
     save_error: str | None = Field(
         default=None, description="With save: why this candidate was not saved ('<code>: ...')."
@@ -320,4 +328,6 @@ async def _save_one(
         result = await saver.save(caller, request)
     except ToolFailure as failure:
         return view.model_copy(update={"save_error": str(failure)})
-    return view.model_copy(update={"asset_id": result.asset_id})
+    return view.model_copy(
+        update={"asset_id": result.asset_id, "deduplicated": result.deduplicated}
+    )

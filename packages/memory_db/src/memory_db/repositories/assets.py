@@ -21,8 +21,10 @@ from sqlalchemy import (
     func,
     literal,
     null,
+    or_,
     select,
     text,
+    true,
     tuple_,
     update,
 )
@@ -40,13 +42,14 @@ from memory_db.repositories.records import (
     AssetRecord,
     AssetSettled,
     ObjectRecord,
+    OcrState,
     QuarantineReason,
     StoredAsset,
     TextMatch,
     TrashedAsset,
     VaultScope,
 )
-from memory_db.schema import Asset, AssetObject
+from memory_db.schema import Asset, AssetEmbeddingJob, AssetObject
 from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
@@ -933,6 +936,52 @@ class AssetRepository:
         )
         return None if row is None else asset_record(row)
 
+    async def find_repeat(
+        self,
+        scope: VaultScope,
+        *,
+        source_url_hash: str,
+        sha256: str,
+        artifact_id: str | None,
+        source_kinds: Sequence[str],
+    ) -> AssetRecord | None:
+        """The asset an earlier save of the same source made in this vault, if it is live.
+
+        The same source: ``source_url_hash`` (of the URL the asset records) and either the same
+        bytes (the object's SHA-256) or the same artifact (``metadata.artifactId``), among
+        assets of ``source_kinds`` that are ``processing`` or ``ready`` (a deleted or failed
+        asset is not repeated). The oldest such asset. Found through the owner's
+        ``source_url_hash`` index (``ix_mem_assets_owner_source_url_hash``).
+        """
+        same_bytes = AssetObject.sha256 == sha256
+        same = (
+            same_bytes
+            if artifact_id is None
+            else or_(same_bytes, Asset.metadata_["artifactId"].astext == artifact_id)
+        )
+        row = await self._session.scalar(
+            select(Asset)
+            .join(
+                AssetObject,
+                and_(
+                    AssetObject.id == Asset.object_id,
+                    AssetObject.owner_identity == Asset.owner_identity,
+                ),
+            )
+            .where(
+                Asset.owner_identity == scope.owner_identity,
+                Asset.vault == scope.physical_vault,
+                Asset.source_url_hash == source_url_hash,
+                Asset.source_kind.in_(list(source_kinds)),
+                Asset.status.in_(("processing", "ready")),
+                same,
+            )
+            .order_by(Asset.created_at, Asset.id)
+            .limit(1)
+            .execution_options(populate_existing=True)
+        )
+        return None if row is None else asset_record(row)
+
     async def get_many_for_owners(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], AssetRecord]:
@@ -1000,6 +1049,42 @@ class AssetRepository:
             .order_by(Asset.id)
         )
         return list(rows)
+
+    async def ocr_state(self, owner: str, asset_id: str) -> OcrState | None:
+        """The asset's newest OCR job and its stored text, in ONE statement; ``None``: no job.
+
+        One statement reads one snapshot. The worker completes an OCR job and writes its text
+        in one transaction, so a ``done`` read here always comes with what that job wrote.
+        Reading the asset row and the jobs in two statements could see the job's commit in the
+        second and not in the first: ``done`` with no text yet (issue 30).
+        """
+        newest = (
+            select(AssetEmbeddingJob.status, AssetEmbeddingJob.last_error_code)
+            .where(
+                AssetEmbeddingJob.owner_identity == Asset.owner_identity,
+                AssetEmbeddingJob.asset_id == Asset.id,
+                AssetEmbeddingJob.kind == "ocr",
+            )
+            .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
+            .limit(1)
+            .lateral("newest")
+        )
+        row = (
+            await self._session.execute(
+                select(newest.c.status, newest.c.last_error_code, Asset.ocr_text, Asset.ocr)
+                .select_from(Asset)
+                .join(newest, true())
+                .where(Asset.owner_identity == owner, Asset.id == asset_id)
+            )
+        ).one_or_none()
+        if row is None:
+            return None
+        return OcrState(
+            status=row.status,
+            last_error_code=row.last_error_code,
+            text=row.ocr_text,
+            reading=None if row.ocr is None else dict(row.ocr),
+        )
 
     async def set_ocr(
         self,

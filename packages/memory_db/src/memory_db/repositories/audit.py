@@ -59,6 +59,21 @@ class ProvenanceRepository:
         await self._session.flush()
         return event_id
 
+    async def record_many(self, events: Sequence[dict[str, Any]]) -> None:
+        """Append several succeeded events in one statement (the worker's batches).
+
+        Each event has the keyword arguments of :meth:`record` (``operation``,
+        ``actor_identity``, ``owner_identity``, ``vault``, ``target_kind``, ``target_id``,
+        ``detail``).
+        """
+        rows: list[dict[str, Any]] = []
+        for event in events:
+            if event["operation"] not in PROVENANCE_OPERATIONS:
+                raise ValueError(f"unknown provenance operation {event['operation']!r}")
+            rows.append({"id": new_id("apv"), "outcome": "succeeded", "detail": {}, **event})
+        if rows:
+            await self._session.execute(insert(ProvenanceEvent), rows)
+
     async def for_target(
         self, target_kind: str, target_id: str, *, limit: int = 100
     ) -> list[ProvenanceRecord]:

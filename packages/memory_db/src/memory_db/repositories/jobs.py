@@ -22,6 +22,7 @@ from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.records import JobRecord
 from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, AssetEmbeddingJob
 
@@ -285,9 +286,35 @@ class JobRepository:
         return set(rows)
 
     async def _finish(self, holder: str, job_ids: Sequence[str], **values: Any) -> set[str]:
-        """End ``holder``'s lease on those of ``job_ids`` it still holds, setting ``values``."""
+        """End ``holder``'s lease on those of ``job_ids`` it still holds, setting ``values``.
+
+        Calls waiting on an asset's enrichments (``image_asset_get`` with ``waitFor``) are
+        woken on ``ASSET_STATE_CHANNEL`` when a job of another kind than ``embed`` ends or
+        goes back to wait, once this transaction commits (an embedding job's outcome wakes
+        them through ``AssetRepository.reconcile_many``).
+        """
+        if not job_ids:
+            return set()
         ended = {"lease_owner": None, "lease_until": None, "updated_at": func.now()}
-        return await self._update_held(holder, job_ids, {**values, **ended})
+        rows = (
+            await self._session.execute(
+                update(AssetEmbeddingJob)
+                .where(_held_by(holder, job_ids))
+                .values(**values, **ended)
+                .returning(AssetEmbeddingJob.id, AssetEmbeddingJob.asset_id, AssetEmbeddingJob.kind)
+                .execution_options(synchronize_session=False)
+            )
+        ).all()
+        enriched = sorted({row.asset_id for row in rows if row.kind != "embed"})
+        if enriched:
+            await self._session.execute(
+                text(
+                    "SELECT pg_notify(:channel, asset_id) "
+                    "FROM unnest(CAST(:ids AS text[])) AS asset_id"
+                ),
+                {"channel": ASSET_STATE_CHANNEL, "ids": enriched},
+            )
+        return {row.id for row in rows}
 
     async def heartbeat(
         self, lease_owner: str, job_ids: Sequence[str], *, lease_seconds: float

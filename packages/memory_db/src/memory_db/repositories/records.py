@@ -219,6 +219,20 @@ class ContextRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class OcrState:
+    """An asset's newest OCR job and the text on the asset, as one statement read them both.
+
+    The job's completion and the text are written in one transaction; read in one statement,
+    a ``done`` job always comes with the text (or the recorded absence of text) it wrote.
+    """
+
+    status: str  # of the newest OCR job
+    last_error_code: str | None
+    text: str | None  # None: no text read (yet, or in the image)
+    reading: dict[str, Any] | None  # how the last reading was made (engine, time...)
+
+
+@dataclass(frozen=True, slots=True)
 class AssetSettled:
     """An asset that an embedding outcome just moved into ``ready`` or ``failed``."""
 

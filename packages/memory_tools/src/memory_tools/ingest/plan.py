@@ -8,7 +8,9 @@ here is unit-tested on its own (``tests/unit/test_save_plan.py`` of this package
 - :class:`SaveIntent`: what the caller asked for, validated (everything but the bytes);
 - :class:`SaveOrder`: an intent with its target and its open reservation;
 - :class:`SavePlan`: an order with its inspected bytes, object keys, text and representations;
-- :func:`dedupe`: whether the owner's stored copy is shared, taken back, or new bytes stored.
+- :func:`dedupe`: whether the save repeats an earlier scraper save (its asset is returned), or
+  the owner's stored copy is shared, taken back, or new bytes stored;
+- :func:`repeat_key`: what makes a scraper save the same as an earlier one.
 """
 
 from __future__ import annotations
@@ -25,8 +27,12 @@ from memory_tools.ingest.images import InspectedImage
 
 SourceKind = Literal["external_url", "upload", "scrape", "screenshot"]
 # How a save gets its object: store new bytes, share the owner's live copy of the same
-# SHA-256, or take back a copy a delete left inside its grace window.
-Dedupe = Literal["store", "share", "take_back"]
+# SHA-256, or take back a copy a delete left inside its grace window; or none at all: the save
+# repeats an earlier scraper save, whose asset it returns (``repeat``).
+Dedupe = Literal["store", "share", "take_back", "repeat"]
+# Saves made by the scraper tools: an artifact (scrape_image_download, scrape_page_screenshot)
+# or a page's image (scrape_page_images with save). Repeating one returns the first's asset.
+SCRAPER_SOURCE_KINDS: tuple[SourceKind, ...] = ("scrape", "screenshot")
 
 # Characters of the text read in an image that join its fused text (after a person's words).
 MAX_FUSED_OCR_CHARS = 1000
@@ -64,6 +70,7 @@ class SaveIntent:
     source_ref: dict[str, Any]
     idempotency_key: str | None
     fingerprint: str  # what makes two requests under one idempotency key the same request
+    artifact_id: str | None = None  # the scraper artifact the bytes come from
 
 
 @dataclass(frozen=True)
@@ -115,7 +122,7 @@ class SavePlan:
     def metadata(self, *, deduplicated: bool) -> dict[str, Any]:
         """The asset's metadata: the image's facts and how the save went."""
         image = self.image
-        return {
+        metadata: dict[str, Any] = {
             "image": {
                 "format": image.format.name,
                 "pages": image.pages,
@@ -128,6 +135,10 @@ class SavePlan:
             "vectorBytes": self.vector_bytes,
             "embedding": {"fused": "queued" if self.text else NO_FUSED_TEXT},
         }
+        if self.order.intent.artifact_id is not None:
+            # Which artifact it was saved from: saving that artifact again returns this asset.
+            metadata["artifactId"] = self.order.intent.artifact_id
+        return metadata
 
     def provenance(self, *, deduplicated: bool) -> dict[str, Any]:
         """The detail of the save's provenance record (no text, no keys)."""
@@ -222,8 +233,47 @@ def plan_save(
     )
 
 
-def dedupe(*, live: bool, recently_deleted: bool, quarantined: QuarantineReason | None) -> Dedupe:
+def source_url_hash(url: str) -> str:
+    """The SHA-256 (hex) of a source URL as the asset records it (``source_url_hash``)."""
+    return hashlib.sha256(url.encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class RepeatKey:
+    """What makes a scraper save the same as an earlier one in the same vault.
+
+    The same source URL and either the same bytes or the same artifact (docs/tools.md,
+    "Saving the same image again").
+    """
+
+    source_url_hash: str
+    sha256: str
+    artifact_id: str | None
+
+
+def repeat_key(intent: SaveIntent, sha256: str) -> RepeatKey | None:
+    """The key a scraper save is repeated under; ``None`` for saves that are never repeats.
+
+    Only the scraper's saves (source kinds ``scrape`` and ``screenshot``) with a source URL:
+    an upload or a URL a caller names is a new asset each time (``idempotencyKey`` makes
+    those repeatable).
+    """
+    if intent.source_kind not in SCRAPER_SOURCE_KINDS or intent.source_url is None:
+        return None
+    return RepeatKey(source_url_hash(intent.source_url), sha256, intent.artifact_id)
+
+
+def dedupe(
+    *,
+    live: bool,
+    recently_deleted: bool,
+    quarantined: QuarantineReason | None,
+    repeated: bool = False,
+) -> Dedupe:
     """How a save gets its object, from what the owner already stores under its SHA-256.
+
+    ``repeated``: the vault holds the asset an earlier save of the same scraper source made
+    (:func:`repeat_key`); the save returns it and stores nothing (``repeat``).
 
     ``live``: a stored copy in use; ``recently_deleted``: a copy a delete left inside its
     grace window (its bytes are still stored and counted, so it is taken back rather than
@@ -233,6 +283,8 @@ def dedupe(*, live: bool, recently_deleted: bool, quarantined: QuarantineReason 
     missing or changed and waits for an operator's repair (``conflict``: the bytes themselves
     are fine, and saving them works again once reconciliation sees the copy restored).
     """
+    if repeated:
+        return "repeat"
     if live:
         return "share"
     if recently_deleted:

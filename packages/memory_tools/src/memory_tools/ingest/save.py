@@ -68,6 +68,7 @@ from memory_tools.errors import (
 from memory_tools.ingest import inputs, reservations
 from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import (
+    SCRAPER_SOURCE_KINDS,
     Dedupe,
     SaveIntent,
     SaveOrder,
@@ -76,6 +77,8 @@ from memory_tools.ingest.plan import (
     SourceKind,
     dedupe,
     plan_save,
+    repeat_key,
+    source_url_hash,
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
@@ -122,7 +125,11 @@ class SaveResult(WireModel):
     vault: str
     status: str = Field(description="processing until embedded, then ready or failed.")
     embedding_status: str = Field(description="pending, running, ready, partial or failed.")
-    deduplicated: bool = Field(description="True when you already stored these exact bytes.")
+    deduplicated: bool = Field(
+        description="True when you already stored these exact bytes; for a scraper save "
+        "(an artifactId, or scrape_page_images with save), also when this is the asset an "
+        "earlier save of the same source made, returned unchanged."
+    )
     replayed: bool = Field(description="True when an earlier save with this idempotencyKey won.")
     job_ids: list[str] = Field(description="Embedding jobs (aej_...), one per representation.")
     width: int
@@ -228,6 +235,7 @@ def describe(
         source_ref=source_ref,
         idempotency_key=idempotency_key,
         fingerprint=hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest(),
+        artifact_id=artifact.id if artifact is not None else None,
     )
 
 
@@ -264,6 +272,7 @@ def _result(
     *,
     deduplicated: bool,
     replayed: bool,
+    repeated: bool = False,
 ) -> SaveResult:
     return SaveResult(
         asset_id=asset.id,
@@ -271,7 +280,9 @@ def _result(
         vault=target.display_vault,
         status=asset.status,
         embedding_status=asset.embedding_status,
-        deduplicated=deduplicated and target.caller_is_owner,
+        # Shared bytes are the owner's business; a repeated asset is in the vault the caller
+        # writes to, so a grantee learns nothing by it.
+        deduplicated=repeated or (deduplicated and target.caller_is_owner),
         replayed=replayed,
         job_ids=job_ids,
         width=stored.width,
@@ -527,9 +538,18 @@ class AssetSaver:
     # --- the steps --------------------------------------------------------------------------
 
     async def reserve(self, plan: SavePlan) -> Dedupe:
-        """Step 3: decide how the object is got, and hold what the save adds to the quota."""
+        """Step 3: decide how the object is got, and hold what the save adds to the quota.
+
+        A save that repeats an earlier scraper save (``repeat``) holds nothing: it returns
+        that asset (checked again under the namespace lock at commit).
+        """
         owner, sha256 = plan.owner, plan.image.sha256
         async with self.services.database.unit_of_work() as uow:
+            if await self._repeat_of(uow, plan) is not None:
+                await reservations.hold(
+                    uow, owner, plan.order.reservation_id, 0, caller=plan.order.actor
+                )
+                return dedupe(live=False, recently_deleted=False, quarantined=None, repeated=True)
             live = await uow.objects.find_reusable(owner, sha256) is not None
             recent = not live and (
                 await uow.objects.find_recently_deleted(owner, sha256, within=self._delete_grace)
@@ -589,6 +609,15 @@ class AssetSaver:
             raise Unavailable("this process has no embedder configured")
         async with self.services.database.unit_of_work() as uow:
             await uow.quota.usage(owner, lock=True)
+            # Under the namespace lock: of two concurrent repeats of one scraper save, the
+            # second sees the first's asset here (and discards any bytes it wrote).
+            earlier = await self._repeat_of(uow, plan)
+            if earlier is not None:
+                return await self._repeated(uow, plan, earlier), list(written.keys)
+            if how == "repeat":
+                raise ConflictFailure(
+                    "the image this save repeats was deleted meanwhile; save it again"
+                )
             stored, losers = await self._object(uow, plan, how, written)
             deduplicated = stored.id != order.object_id
             try:
@@ -610,11 +639,7 @@ class AssetSaver:
                 description=intent.description,
                 alt_text=intent.alt_text,
                 source_url=intent.source_url,
-                source_url_hash=(
-                    hashlib.sha256(intent.source_url.encode()).hexdigest()
-                    if intent.source_url
-                    else None
-                ),
+                source_url_hash=(source_url_hash(intent.source_url) if intent.source_url else None),
                 source_kind=intent.source_kind,
                 source_ref=intent.source_ref,
                 tags=intent.tags,
@@ -664,6 +689,62 @@ class AssetSaver:
         job_ids = [job.id for job in jobs]
         result = _result(target, asset, stored, job_ids, deduplicated=deduplicated, replayed=False)
         return result, losers
+
+    async def _repeat_of(self, uow: UnitOfWork, plan: SavePlan) -> AssetRecord | None:
+        """The live asset an earlier save of this scraper source made in the target vault."""
+        key = repeat_key(plan.order.intent, plan.image.sha256)
+        if key is None:
+            return None
+        return await uow.assets.find_repeat(
+            plan.order.target.scope,
+            source_url_hash=key.source_url_hash,
+            sha256=key.sha256,
+            artifact_id=key.artifact_id,
+            source_kinds=SCRAPER_SOURCE_KINDS,
+        )
+
+    async def _repeated(self, uow: UnitOfWork, plan: SavePlan, earlier: AssetRecord) -> SaveResult:
+        """Close the order on the asset ``earlier`` (nothing stored or charged); its answer.
+
+        The reservation is finalized on that asset with no bytes used, so a replay of the
+        same ``idempotencyKey`` returns it too; the repeat is recorded as ``asset_save``
+        provenance of that asset. The asset is returned as it is: the repeated request's
+        placement, tags and words are not applied.
+        """
+        order, owner = plan.order, plan.owner
+        stored = await uow.objects.get(owner, earlier.object_id)
+        # Its newest embedding job per representation, as a save answers (oldest first).
+        newest = {
+            job.representation: job.id
+            for job in await uow.jobs.for_asset(owner, earlier.id)
+            if job.kind == "embed" and job.representation is not None
+        }
+        await uow.quota.finalize(owner, order.reservation_id, asset_id=earlier.id, used_bytes=0)
+        await uow.provenance.record(
+            OPERATION,
+            actor_identity=order.actor,
+            owner_identity=owner,
+            vault=order.target.scope.physical_vault,
+            target_kind="asset",
+            target_id=earlier.id,
+            detail={
+                "sourceKind": order.intent.source_kind,
+                "bytes": plan.image.bytes,
+                "deduplicated": True,
+                "repeated": True,
+                "representations": [],
+            },
+        )
+        log.info("asset_save_repeated", asset_id=earlier.id, object_id=stored.id)
+        return _result(
+            order.target,
+            earlier,
+            stored,
+            [newest[rep] for rep in sorted(newest, reverse=True)],  # visual, fused: as a save
+            deduplicated=True,
+            replayed=False,
+            repeated=True,
+        )
 
     async def release(self, order: SaveOrder) -> None:
         """Give the order's reserved bytes back (it runs also when no bytes came, so no plan)."""

@@ -403,17 +403,28 @@ class MemoryTools:
             Field(
                 ge=0,
                 le=30,
-                description="Wait up to this many seconds (0-30) for embeddingStatus to leave "
-                "pending/running; still pending or running in the answer means the time ran out.",
+                description="Wait up to this many seconds (0-30) for what waitFor names to "
+                "settle; a state still waiting in the answer means the time ran out.",
             ),
         ] = 0,
+        waitFor: Annotated[
+            list[Literal["embedding", "ocr"]] | None,
+            Field(
+                min_length=1,
+                max_length=2,
+                description="What waitSeconds waits for: 'embedding' (embeddingStatus leaves "
+                "pending/running) and/or 'ocr' (textInImage.status is done, failed or "
+                "cancelled; done always comes with its text). Omit for ['embedding'].",
+            ),
+        ] = None,
     ) -> AssetView:
-        """One asset you may read, with its embedding state.
+        """One asset you may read, with its embedding state and the text read in it.
 
-        Metadata, the state of each representation, the failure reason if any, and optionally
-        a fresh preview link and a download link to the original (call again once they have
-        expired). With waitSeconds, the answer comes as soon as the image is embedded (ready,
-        partial) or failed, instead of polling.
+        Metadata, the state of each representation, the failure reason if any, the text OCR
+        read (textInImage), and optionally a fresh preview link and a download link to the
+        original (call again once they have expired). With waitSeconds, the answer comes as
+        soon as what waitFor names is settled (the embedding: ready, partial or failed; OCR:
+        done, failed or cancelled), instead of polling.
         """
         return await self.as_caller(
             assets.get_asset_waiting,
@@ -423,6 +434,7 @@ class MemoryTools:
             include_original=includeOriginal,
             include_thumbnails=includeThumbnails,
             wait_seconds=waitSeconds,
+            wait_for=assets.DEFAULT_WAIT_FOR if waitFor is None else tuple(waitFor),
         )
 
     @tools.tool("List images", read_only=True, idempotent=True)
