@@ -106,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             await admin_command(settings, args)
 
-    return run_command(command)
+    return run_command(command, operator=True)
 
 
 if __name__ == "__main__":

@@ -218,7 +218,10 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
             report.replayed,
             report.deduplicated,
         ),
-        notes=["the worker embeds the saved images: run the server or `memory-server worker`"],
+        # Advice only when there is work for the worker: a second run saves nothing.
+        notes=["the worker embeds the saved images: run the server or `memory-server worker`"]
+        if report.saved
+        else [],
     )
 
 
@@ -256,7 +259,9 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
         title=f"enrichment of {report.vault}",
         columns=("what", "images", "queued", "already queued"),
         row=(", ".join(what), report.assets, report.queued, report.already_queued),
-        notes=["the worker runs the jobs: run the server or `memory-server worker`"],
+        notes=["the worker runs the jobs: run the server or `memory-server worker`"]
+        if report.queued
+        else [],
     )
 
 
