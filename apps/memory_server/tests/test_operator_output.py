@@ -193,3 +193,24 @@ def test_a_log_line_is_printed_above_the_progress_bar_not_through_it(
     logged = [segment for segment in segments if "backup_written" in segment]
     assert logged, shown
     assert all("━" not in segment and "backing up" not in segment for segment in logged), shown
+
+
+def test_an_admin_command_on_the_embedded_database_loads_no_migration_code(
+    env: dict[str, str],
+) -> None:
+    # The embedded database is migrated implicitly; at head already (a server migrated it),
+    # neither alembic nor the migration scripts (one imports numpy) load any more.
+    probe = (
+        "import json, sys; from memory_server.cli import main; status = main(sys.argv[1:]); "
+        "print(json.dumps([status, [m for m in ('alembic', 'numpy', 'pyvips', 'onnxruntime') "
+        "if m in sys.modules]]), file=sys.stderr)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe, "admin", "list-identities", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+    assert json.loads(done.stderr.strip().splitlines()[-1]) == [0, []], done.stderr
