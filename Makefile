@@ -75,9 +75,16 @@ deps-node: $(S3RVER) $(MCPB) $(AXE) ## Install the test peers from npm: s3rver (
 run: install-runtime ## Serve MCP over HTTP on the embedded default (HOST=127.0.0.1 PORT=8765)
 	$(UV) run --frozen --no-sync memory-server serve --transport http --host $(HOST) --port $(PORT)
 
+# A client that starts `make stdio` reads its stdout as MCP (JSON-RPC, one message a line):
+# nothing else may go there. So no prerequisite (make would echo its recipe on stdout): the
+# install step runs in a sub-make whose every line (make's echo, uv's, the install scripts')
+# goes to stderr, and the server's own command line is not echoed. A client running it from
+# elsewhere passes `-s` (or `--no-print-directory`), else `make -C DIR` prints "Entering
+# directory" on stdout before this file is read.
 .PHONY: stdio
-stdio: install-runtime ## Serve MCP over stdio as the identity of MEMORY_API_KEY
-	$(UV) run --frozen --no-sync memory-server serve --transport stdio
+stdio: ## Serve MCP over stdio as the identity of MEMORY_API_KEY (stdout carries only the protocol)
+	@$(MAKE) --no-print-directory install-runtime >&2
+	@exec $(UV) run --frozen --no-sync memory-server serve --transport stdio
 
 .PHONY: key
 key: install-runtime ## Create an identity and a key: make key OWNER=you@example.com

@@ -4,6 +4,6 @@ It only wires: the CLI (``memory_server.cli``) parses the command line and compo
 ``memory_tools.serving`` with the memory tools; what it serves lives in that library.
 """
 
-from memory_server.cli import APP, build_parser, main
+from memory_server.cli import build_parser, main, server_app
 
-__all__ = ["APP", "build_parser", "main"]
+__all__ = ["build_parser", "main", "server_app"]

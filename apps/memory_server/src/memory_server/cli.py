@@ -1,4 +1,11 @@
-"""``memory-server``: serve MCP (stdio or HTTP), migrate, reconcile, and administer identities."""
+"""``memory-server``: serve MCP (stdio or HTTP), migrate, reconcile, and administer identities.
+
+An operator command (``admin``, ``migrate``, ``backup`` ...) run against a running server's
+database spends most of its time starting Python: importing what it runs. So the command
+modules import their heavy parts (the serving runtime, the worker, the embedders, alembic)
+only when their command runs; ``apps/memory_server/tests/test_startup.py`` checks what an
+``admin`` command imports.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,8 @@ import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from memory_db import MemorySettings, open_database
-from memory_db.migrate import current_revision
-from memory_tools import MemoryServices
-from memory_tools.serving import ServerApp, run_command
+from memory_db import MemorySettings
+from memory_tools.serving import run_command
 from memory_tools.serving.admin_commands import add_admin_parser, admin_command
 from memory_tools.serving.arguments import (
     add_serve_parser,
@@ -32,6 +37,9 @@ if TYPE_CHECKING:
     from fastmcp import FastMCP
     from fastmcp.server.auth import AuthProvider
 
+    from memory_tools import MemoryServices
+    from memory_tools.serving import ServerApp
+
 
 def _memory_server(
     services: MemoryServices, *, name: str, auth: AuthProvider | None, tools: ToolSelection
@@ -42,15 +50,25 @@ def _memory_server(
     return build_memory_server(services, name=name, auth=auth, tools=tools)
 
 
-# What `serve` and `worker` run: the memory tools alone; `--processes` starts this CLI again.
-APP = ServerApp(
-    name="image-memory",
-    build_server=_memory_server,
-    command=(sys.executable, "-m", "memory_server"),
-)
+def server_app() -> ServerApp:
+    """What `serve` and `worker` run: the memory tools alone.
+
+    `--processes` starts this CLI again. Built when a server starts: it loads the serving
+    runtime, which the operator commands do not need.
+    """
+    from memory_tools.serving import ServerApp
+
+    return ServerApp(
+        name="image-memory",
+        build_server=_memory_server,
+        command=(sys.executable, "-m", "memory_server"),
+    )
 
 
 async def _migrate(settings: MemorySettings) -> None:
+    from memory_db import open_database
+    from memory_db.migrate import current_revision
+
     database, embedded = await open_database(settings, migrate=True)
     try:
         print(f"database schema at revision {await current_revision(database.engine)}")
@@ -88,9 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``memory-server``."""
     args = build_parser().parse_args(argv)
     if args.command == "serve":
-        return serve_command(args, APP, prog=PROG)
+        return serve_command(args, server_app(), prog=PROG)
     if args.command == "worker":
-        return worker_command(args, APP)
+        return worker_command(args, server_app())
 
     async def command(settings: MemorySettings) -> None:
         if args.command == "migrate":
@@ -106,7 +124,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             await admin_command(settings, args)
 
-    return run_command(command)
+    return run_command(command, operator=True)
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ unit of work, private object stores, configuration, structured logging with reda
 embedded PostgreSQL runtime. Nothing here imports fastmcp.
 """
 
+from typing import TYPE_CHECKING, Any
+
 from memory_db.dev_hosts import DevHost, host_key
 from memory_db.errors import (
     ChecksumMismatch,
@@ -25,24 +27,63 @@ from memory_db.errors import (
 )
 from memory_db.ids import is_valid_id, new_id
 from memory_db.logs import configure_logging, get_logger, identity_digest
-from memory_db.repositories import (
-    DEFAULT_VAULT,
-    ApiKeyRecord,
-    AssetRecord,
-    FolderRecord,
-    GrantRecord,
-    IdentityRecord,
-    JobRecord,
-    NamespaceUsage,
-    ObjectRecord,
-    ProjectRecord,
-    ReservationRecord,
-    VaultRecord,
-    VaultScope,
-)
-from memory_db.runtime import Runtime, open_database, open_runtime
-from memory_db.settings import MemorySettings, load_settings
-from memory_db.unit_of_work import Database, NestedUnitOfWork, UnitOfWork
+
+if TYPE_CHECKING:
+    from memory_db.repositories import (
+        DEFAULT_VAULT,
+        ApiKeyRecord,
+        AssetRecord,
+        FolderRecord,
+        GrantRecord,
+        IdentityRecord,
+        JobRecord,
+        NamespaceUsage,
+        ObjectRecord,
+        ProjectRecord,
+        ReservationRecord,
+        VaultRecord,
+        VaultScope,
+    )
+    from memory_db.runtime import Runtime, open_database, open_runtime
+    from memory_db.settings import MemorySettings, load_settings
+    from memory_db.unit_of_work import Database, NestedUnitOfWork, UnitOfWork
+
+# Loaded on first use: the repositories, the runtime and what they import (the vector index,
+# the embedders, alembic, numpy, httpx) are most of this package's import time, and a process
+# that needs only settings and one repository (an `admin` command) should not pay for them all.
+_LAZY = {
+    "memory_db.repositories": (
+        "DEFAULT_VAULT",
+        "ApiKeyRecord",
+        "AssetRecord",
+        "FolderRecord",
+        "GrantRecord",
+        "IdentityRecord",
+        "JobRecord",
+        "NamespaceUsage",
+        "ObjectRecord",
+        "ProjectRecord",
+        "ReservationRecord",
+        "VaultRecord",
+        "VaultScope",
+    ),
+    "memory_db.runtime": ("Runtime", "open_database", "open_runtime"),
+    "memory_db.settings": ("MemorySettings", "load_settings"),
+    "memory_db.unit_of_work": ("Database", "NestedUnitOfWork", "UnitOfWork"),
+}
+_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memory_db' has no attribute {name!r}")
+    from importlib import import_module
+
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "DEFAULT_VAULT",

@@ -112,6 +112,23 @@ def redact_event(
     return event_dict
 
 
+class _StderrHandler(logging.Handler):
+    """Write each record to ``sys.stderr`` as it is when the record is emitted.
+
+    Not ``logging.StreamHandler(sys.stderr)``, which keeps the stream it was given: a command's
+    progress bar (rich) swaps ``sys.stderr`` for a proxy that prints lines above the bar, and a
+    handler holding the old stream wrote its lines through the middle of the bar instead.
+    """
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            stream = sys.stderr
+            stream.write(self.format(record) + "\n")
+            stream.flush()
+        except Exception:
+            self.handleError(record)
+
+
 class _LibvipsToDebug(logging.Filter):
     """Demote libvips' messages to debug, and drop them unless debug logging is on."""
 
@@ -172,7 +189,7 @@ def configure_logging(
         foreign_pre_chain=shared,
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
     )
-    handler = logging.StreamHandler(sys.stderr)
+    handler = _StderrHandler()
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]

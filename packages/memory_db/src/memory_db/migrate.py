@@ -1,20 +1,28 @@
-"""Alembic migrations, driven programmatically over an async engine."""
+"""Alembic migrations, driven programmatically over an async engine.
+
+Knowing whether a database is at the newest revision (:func:`head_revision`,
+:func:`current_revision`) needs neither alembic nor the migration scripts: the first reads the
+scripts' ``revision``/``down_revision`` lines as text, the second the ``alembic_version`` row.
+Loading alembic and executing every script (one of them imports numpy) took about a third of
+an `admin` command's start-up, for a database that was at head all along; alembic now loads
+only when there is something to migrate.
+"""
 
 from __future__ import annotations
 
 import re
+from functools import cache
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory_db.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 # The oldest versions the schema and queries need (docs/runbooks/external-postgres.md): pgvector
 # 0.8.0 for HNSW iterative scans (hnsw.iterative_scan, hnsw.max_scan_tuples), PostgreSQL 15 as
@@ -34,6 +42,8 @@ def include_name(name: str | None, type_: str, _parent_names: Any) -> bool:
 
 def alembic_config(connection: Connection | None = None) -> Config:
     """An Alembic config pointing at the migrations shipped in this package."""
+    from alembic.config import Config
+
     config = Config()
     location = resources.files("memory_db") / "migrations"
     config.set_main_option("script_location", str(location))
@@ -42,12 +52,32 @@ def alembic_config(connection: Connection | None = None) -> Config:
     return config
 
 
+_REVISION_LINE = re.compile(
+    r'^(down_revision|revision)(?:\s*:[^=]*)?\s*=\s*(?:"([^"]+)"|None)\s*$', re.MULTILINE
+)
+
+
+@cache
 def head_revision() -> str:
-    """The newest revision shipped in this package."""
-    head = ScriptDirectory.from_config(alembic_config()).get_current_head()
-    if head is None:
-        raise RuntimeError("no migrations found")
-    return head
+    """The newest revision shipped in this package (the one no other revision revises).
+
+    Read from the scripts' text, as alembic reads their module variables; a test checks that
+    both agree.
+    """
+    revisions: set[str] = set()
+    revised: set[str] = set()
+    for script in (resources.files("memory_db") / "migrations" / "versions").iterdir():
+        if not script.name.endswith(".py") or script.name.startswith("_"):
+            continue
+        found = dict(_REVISION_LINE.findall(script.read_text("utf-8")))
+        if found.get("revision"):
+            revisions.add(found["revision"])
+        if found.get("down_revision"):
+            revised.add(found["down_revision"])
+    heads = revisions - revised
+    if len(heads) != 1:
+        raise RuntimeError(f"expected one migration head, found {sorted(heads) or 'none'}")
+    return heads.pop()
 
 
 def version_tuple(version: str) -> tuple[int, ...]:
@@ -94,6 +124,7 @@ async def check_server(conn: AsyncConnection) -> None:
 
 async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
     """Apply migrations up to ``revision``, after checking the server's versions."""
+    from alembic import command
 
     def run(connection: Connection) -> None:
         command.upgrade(alembic_config(connection), revision)
@@ -110,6 +141,7 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
     """Revert migrations down to ``revision``."""
+    from alembic import command
 
     def run(connection: Connection) -> None:
         command.downgrade(alembic_config(connection), revision)
@@ -119,10 +151,16 @@ async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:
-    """The revision the database is at, or None for an empty database."""
+    """The revision the database is at, or None for an empty database.
 
-    def run(connection: Connection) -> Any:
-        return MigrationContext.configure(connection).get_current_revision()
-
+    alembic's own answer (``MigrationContext.get_current_revision``) reads the same table.
+    """
     async with engine.connect() as conn:
-        return await conn.run_sync(run)
+        if await conn.scalar(text("SELECT to_regclass('alembic_version')")) is None:
+            return None
+        rows = (await conn.execute(text("SELECT version_num FROM alembic_version"))).all()
+    if len(rows) > 1:
+        raise ConfigurationError(
+            f"database schema has several revisions ({', '.join(sorted(r[0] for r in rows))})"
+        )
+    return str(rows[0][0]) if rows else None

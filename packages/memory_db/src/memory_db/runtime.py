@@ -8,6 +8,7 @@ import secrets
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -18,19 +19,19 @@ from memory_db.database import (
     ensure_database,
     start_embedded,
 )
-from memory_db.embedding import Embedder, EmbedderIdentity, build_embedder
 from memory_db.errors import ConfigurationError
 from memory_db.logs import get_logger
 from memory_db.migrate import current_revision, head_revision, upgrade
 from memory_db.settings import MemorySettings
-from memory_db.storage import (
-    AssetObjectStore,
-    LocalAssetObjectStore,
-    S3AssetObjectStore,
-    UrlSigner,
-)
 from memory_db.unit_of_work import Database
-from memory_db.vectors import DEFAULT_ALIAS, ensure_default_index, index_identity
+
+if TYPE_CHECKING:
+    from memory_db.embedding import Embedder
+    from memory_db.storage import AssetObjectStore, UrlSigner
+
+# The embedders, the object stores and the vector index are imported by the functions that
+# open them (open_runtime and its helpers), not here: open_database is all an operator command
+# such as `admin list-keys` needs, and numpy, httpx and botocore would double its start-up.
 
 log = get_logger(__name__)
 
@@ -73,6 +74,8 @@ def build_object_store(
     settings: MemorySettings, *, public_base_url: str, signer: UrlSigner
 ) -> AssetObjectStore:
     """The object store ``ASSET_STORAGE_PROVIDER`` selects."""
+    from memory_db.storage import LocalAssetObjectStore, S3AssetObjectStore
+
     if settings.asset_storage_provider == "s3":
         if not (settings.asset_s3_bucket and settings.asset_s3_region):  # settings check it too
             raise ConfigurationError(
@@ -178,23 +181,30 @@ async def _recover_embedded(embedded: EmbeddedPostgres, database: Database) -> N
 async def open_database(
     settings: MemorySettings, *, migrate: bool
 ) -> tuple[Database, EmbeddedPostgres | None]:
-    """Connect to ``MEMORY_DATABASE_URL`` or start the embedded server (which migrates itself)."""
+    """Connect to ``MEMORY_DATABASE_URL`` or start the embedded server (which migrates itself).
+
+    ``migrate``: apply the migrations (``memory-server migrate``). The embedded server is
+    migrated without being asked, but only when it is not at head already: a command against
+    a running server's database (an `admin` command) then loads no migration code.
+    """
     embedded: EmbeddedPostgres | None = None
+    migrate_if_behind = False
     if settings.memory_database_url is None:
         settings.memory_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         embedded = await start_embedded(Path(settings.postgres_dir))
         await ensure_database(embedded.admin_url(), DEFAULT_DATABASE)
         url = embedded.url(DEFAULT_DATABASE)
-        migrate = True
+        migrate_if_behind = True
     else:
         url = settings.memory_database_url.get_secret_value()
     engine = create_engine(
         url, pool_size=settings.db_pool_size, max_overflow=settings.memory_db_pool_overflow
     )
     try:
-        if migrate:
+        revision = None if migrate else await current_revision(engine)
+        if migrate or (migrate_if_behind and revision != head_revision()):
             await upgrade(engine)
-        revision = await current_revision(engine)
+            revision = await current_revision(engine)
         if revision != head_revision():
             raise ConfigurationError(
                 f"database schema is at {revision or 'nothing'}, this build needs "
@@ -212,6 +222,9 @@ async def open_runtime(
     settings: MemorySettings, *, public_base_url: str, migrate: bool = False
 ) -> Runtime:
     """Open database and object store as the settings describe."""
+    from memory_db.embedding import build_embedder
+    from memory_db.storage import UrlSigner
+
     signer = UrlSigner(load_signing_secret(settings))
     embedder = build_embedder(settings)
     database, embedded = await open_database(settings, migrate=migrate)
@@ -244,6 +257,9 @@ async def prepare_vector_index(
     (``memory_db.embedding.Embedders``): after ``memory-server reindex`` switched it to another
     model or dimension, a process configured for the old one keeps working, and says so once.
     """
+    from memory_db.embedding import EmbedderIdentity
+    from memory_db.vectors import DEFAULT_ALIAS, ensure_default_index, index_identity
+
     identity = EmbedderIdentity(settings.asset_embed_provider, embedder.model, embedder.dimensions)
     async with database.unit_of_work() as uow:
         name = await ensure_default_index(

@@ -168,6 +168,10 @@ class MemorySettings(BaseSettings):
     memory_db_pool_overflow: int = Field(default=8, ge=0, le=1000)
     memory_log_format: Literal["auto", "console", "json"] = "auto"
     memory_log_level: Literal["debug", "info", "warning", "error"] = "info"
+    # The operator commands (admin, migrate, backup, import ...) print their results and
+    # progress; their log lines below this level (the embedded server starting, one line per
+    # saved image) would only bury them.
+    memory_cli_log_level: Literal["debug", "info", "warning", "error"] = "warning"
     asset_embed_provider: Literal["local", "jina", "clip"] = "local"
     jina_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     jina_base_url: str = "https://api.jina.ai/v1"

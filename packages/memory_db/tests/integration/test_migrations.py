@@ -140,3 +140,30 @@ async def test_processes_migrating_one_database_at_once_do_not_collide(
         for engine in engines:
             await engine.dispose()
         await postgres.drop(name)
+
+
+def _alembic_revision(connection: Connection) -> str | None:
+    return MigrationContext.configure(connection).get_current_revision()
+
+
+async def test_the_revision_checks_agree_with_alembic(postgres: PostgresForTests) -> None:
+    # head_revision reads the scripts as text and current_revision the version row, so that
+    # a command against a database at head loads neither alembic nor the scripts.
+    from alembic.script import ScriptDirectory
+
+    from memory_db.migrate import alembic_config
+
+    assert head_revision() == ScriptDirectory.from_config(alembic_config()).get_current_head()
+    name = await postgres.create_empty()
+    engine = create_engine(postgres.url(name), pool_size=1)
+    try:
+        for step in (None, "0009", "head"):
+            if step is not None:
+                await upgrade(engine, step)
+            async with engine.connect() as conn:
+                theirs = await conn.run_sync(_alembic_revision)
+            assert await current_revision(engine) == theirs
+        assert theirs == head_revision()
+    finally:
+        await engine.dispose()
+        await postgres.drop(name)

@@ -2,8 +2,6 @@
 
 from typing import TYPE_CHECKING, Any
 
-from memory_tools import admin
-from memory_tools.access import Caller, ResolvedVault, authenticate, display_handle, resolve_vault
 from memory_tools.errors import (
     CODES,
     ConflictFailure,
@@ -14,21 +12,47 @@ from memory_tools.errors import (
     ToolFailure,
     Unauthenticated,
 )
-from memory_tools.services import MemoryServices
 
 if TYPE_CHECKING:
+    from memory_tools import admin
+    from memory_tools.access import (
+        Caller,
+        ResolvedVault,
+        authenticate,
+        display_handle,
+        resolve_vault,
+    )
     from memory_tools.mcp import ApiKeyVerifier, build_memory_server, build_memory_tools
+    from memory_tools.services import MemoryServices
 
-_MCP_NAMES = frozenset({"ApiKeyVerifier", "build_memory_server", "build_memory_tools"})
+# Loaded on first use, so an operator command imports only what it runs: the MCP layer
+# (fastmcp), and the services and access checks with what they import (the ingest pipeline,
+# the embedders, the vector index).
+_LAZY = {
+    "memory_tools.mcp": ("ApiKeyVerifier", "build_memory_server", "build_memory_tools"),
+    "memory_tools.access": (
+        "Caller",
+        "ResolvedVault",
+        "authenticate",
+        "display_handle",
+        "resolve_vault",
+    ),
+    "memory_tools.services": ("MemoryServices",),
+}
+_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    # The MCP layer (fastmcp) loads on first use, so operator commands start quickly.
-    if name in _MCP_NAMES:
-        from memory_tools import mcp
+    from importlib import import_module
 
-        return getattr(mcp, name)
-    raise AttributeError(f"module 'memory_tools' has no attribute {name!r}")
+    if name == "admin":
+        return import_module("memory_tools.admin")
+    module = _LAZY_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memory_tools' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -81,14 +81,16 @@ from memory_tools.errors import (
     translate,
 )
 from memory_tools.ingest.plan import asset_fused_text
+from memory_tools.reindex_defaults import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_MIN_RECALL,
+    DEFAULT_RECALL_QUERIES,
+    RECALL_K,
+)
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)
 
-DEFAULT_BATCH_SIZE = 32
-DEFAULT_MIN_RECALL = 0.95
-DEFAULT_RECALL_QUERIES = 50
-RECALL_K = 10
 # Distances this close are one distance (half-precision vectors, float rounding).
 _TIE = 1e-6
 # Rounds of "embed what is missing, count again" before a switch gives up (each round finds

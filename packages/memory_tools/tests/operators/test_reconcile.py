@@ -409,9 +409,12 @@ async def test_the_command_reports_repairs_and_refuses_an_unknown_owner(
 
     refused = _cli(env, "reconcile", "--owner", "carol@example.com")
     assert refused.returncode == 1
-    failure = json.loads(refused.stderr.strip().splitlines()[-1])
-    assert failure["event"] == "command_failed"
-    assert failure["message"].startswith("not_found: no identity ")  # the address is redacted
+    # A refusal is for the operator, not a log line: plain text naming the address they typed,
+    # even with MEMORY_LOG_FORMAT=json and stderr piped.
+    assert refused.stderr == (
+        "error: not_found: no identity carol@example.com; create it with "
+        "`memory-server admin create-identity --owner carol@example.com`\n"
+    )
     assert refused.stdout == ""
 
     dry = _cli(env, "reconcile", "--dry-run", "--owner", ALICE, "--json")

@@ -21,7 +21,6 @@ from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import _object  # pyright: ignore[reportPrivateUsage]
 from memory_db.repositories.records import INTEGRITY_CODES, ObjectRecord
 from memory_db.schema import AssetEmbeddingJob, AssetNamespace, AssetObject, AssetUploadReservation
-from memory_db.vectors.ddl import check_identifier
 
 log = get_logger(__name__)
 
@@ -248,7 +247,7 @@ class IntegrityRepository:
         Images whose visual job is waiting or running are left out: their vector is coming.
         ``only`` re-checks given ids (after locking their rows).
         """
-        name = check_identifier(index)
+        name = _index_name(index)
         restrict = "" if only is None else "AND a.id = ANY(:ids) "
         rows = await self._session.execute(
             text(
@@ -271,7 +270,7 @@ class IntegrityRepository:
         self, index: str, owner: str, *, limit: int, after: str = ""
     ) -> list[tuple[str, str]]:
         """``(vector_id, asset_id)`` of the owner's vectors whose image is deleted or missing."""
-        name = check_identifier(index)
+        name = _index_name(index)
         rows = await self._session.execute(
             text(
                 f"SELECT v.id, v.asset_id FROM {name} v WHERE v.owner_identity = :o "
@@ -288,7 +287,7 @@ class IntegrityRepository:
         """Delete these vectors if their image is still deleted or missing; returns how many."""
         if not vector_ids:
             return 0
-        name = check_identifier(index)
+        name = _index_name(index)
         result = await self._session.execute(
             text(
                 f"DELETE FROM {name} v WHERE v.owner_identity = :o AND v.id = ANY(:ids) "
@@ -393,3 +392,12 @@ class IntegrityRepository:
 
 
 __all__ = ["INTEGRITY_CODES", "IntegrityRepository", "namespace_lock"]
+
+
+def _index_name(index: str) -> str:
+    """``index`` checked as a vector table's name (``InvalidInput`` otherwise)."""
+    # Imported when used: memory_db.vectors loads numpy and the embedders, which a process that
+    # opens a unit of work for anything else (an `admin` command) should not pay for.
+    from memory_db.vectors.ddl import check_identifier
+
+    return check_identifier(index)

@@ -14,47 +14,60 @@ MCP server it builds, the argv that runs it again) and calls the commands here:
 Modules: ``bootstrap`` (settings → runtime → services), ``app`` (the HTTP server),
 ``http_routes`` and ``upload_routes`` (the plain routes), ``body_limit``, ``links`` (stdio),
 ``processes`` (the supervisor), ``commands`` and ``serve`` (the above). The HTTP stack
-(fastmcp, starlette, uvicorn) loads on first use, so an app's other commands start quickly.
+(fastmcp, starlette, uvicorn) and the serving runtime (the worker, the ingest pipeline) load on
+first use, so an app's operator commands start quickly.
 """
 
 from typing import TYPE_CHECKING, Any
 
-from memory_tools.serving.bootstrap import (
-    DEFAULT_HOST,
-    DEFAULT_PORT,
-    public_base_url,
-    running,
-    stdio_api_key,
-)
 from memory_tools.serving.commands import (
     Terminated,
     install_sigterm_handler,
     notice,
     run_command,
 )
-from memory_tools.serving.serve import (
-    BuildServer,
-    ServerApp,
-    banner,
-    run_worker,
-    serve_http,
-    serve_http_processes,
-    serve_stdio,
-)
+from memory_tools.serving.defaults import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
     from memory_tools.serving.app import add_http_routes, build_http_server, run_http
+    from memory_tools.serving.bootstrap import public_base_url, running, stdio_api_key
+    from memory_tools.serving.serve import (
+        BuildServer,
+        ServerApp,
+        banner,
+        run_worker,
+        serve_http,
+        serve_http_processes,
+        serve_stdio,
+    )
 
-_APP_NAMES = frozenset({"add_http_routes", "build_http_server", "run_http"})
+# Loaded on first use, so an operator command (`admin`, `backup` ...) imports neither the HTTP
+# app (fastmcp, starlette) nor what serving needs (the worker, the ingest pipeline, pyvips).
+_LAZY = {
+    "memory_tools.serving.app": ("add_http_routes", "build_http_server", "run_http"),
+    "memory_tools.serving.bootstrap": ("public_base_url", "running", "stdio_api_key"),
+    "memory_tools.serving.serve": (
+        "BuildServer",
+        "ServerApp",
+        "banner",
+        "run_worker",
+        "serve_http",
+        "serve_http_processes",
+        "serve_stdio",
+    ),
+}
+_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
 
 
 def __getattr__(name: str) -> Any:
-    # The HTTP app (fastmcp, starlette) loads on first use, so `admin` commands start quickly.
-    if name in _APP_NAMES:
-        from memory_tools.serving import app
+    module = _LAZY_MODULE.get(name)
+    if module is None:
+        raise AttributeError(f"module 'memory_tools.serving' has no attribute {name!r}")
+    from importlib import import_module
 
-        return getattr(app, name)
-    raise AttributeError(f"module 'memory_tools.serving' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

@@ -14,20 +14,15 @@ import argparse
 import dataclasses
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_db import ConfigurationError, MemorySettings
-from memory_tools.serving.bootstrap import DEFAULT_HOST, DEFAULT_PORT
 from memory_tools.serving.commands import run_command
-from memory_tools.serving.processes import MAX_PROCESSES
-from memory_tools.serving.serve import (
-    ServerApp,
-    run_worker,
-    serve_http,
-    serve_http_processes,
-    serve_stdio,
-)
+from memory_tools.serving.defaults import DEFAULT_HOST, DEFAULT_PORT, MAX_PROCESSES
 from memory_tools.toolsets import ToolSelection, Toolset, select
+
+if TYPE_CHECKING:
+    from memory_tools.serving.serve import ServerApp
 
 Subparsers = Any  # argparse's _SubParsersAction, which it does not export
 
@@ -127,6 +122,9 @@ def _usage_error(prog: str, message: str) -> int:
 
 def serve_command(args: argparse.Namespace, app: ServerApp, *, prog: str) -> int:
     """Run ``serve`` as :func:`add_serve_parser` parsed it; the exit status."""
+    # The serving runtime loads here, not with the parser: other commands do not need it.
+    from memory_tools.serving.serve import serve_http, serve_http_processes, serve_stdio
+
     tools = ToolSelection(args.toolsets, read_only=args.read_only)
     if not tools.offered():
         chosen = ",".join(toolset.name for toolset in tools.toolsets)
@@ -164,6 +162,7 @@ def serve_command(args: argparse.Namespace, app: ServerApp, *, prog: str) -> int
 
 def worker_command(args: argparse.Namespace, app: ServerApp) -> int:
     """Run ``worker`` as :func:`add_worker_parser` parsed it; the exit status."""
+    from memory_tools.serving.serve import run_worker
 
     async def command(settings: MemorySettings) -> None:
         if args.concurrency is not None and not 1 <= args.concurrency <= 64:

@@ -3,6 +3,13 @@
 Every app's ``main`` parses its arguments and hands the command to :func:`run_command`, so
 ``memory-server`` and ``scraper-mcp-server`` end the same way: 0 success (and SIGTERM), 1 a
 refused operation, 2 invalid configuration, 130 Ctrl+C.
+
+Two kinds of command, two kinds of stderr. A server or worker (``operator=False``) logs at
+``MEMORY_LOG_LEVEL``, and with the JSON renderer its notices are log events too, so stderr
+carries JSON only. An operator command (``operator=True``: ``admin``, ``migrate``, ``backup``,
+``import`` ...) prints its results on stdout and its progress and refusals on stderr as plain
+text for the person who typed it, unredacted (the refusal names the address they typed); only
+its log lines at ``MEMORY_CLI_LOG_LEVEL`` (warnings, by default) join them, redacted as ever.
 """
 
 from __future__ import annotations
@@ -47,13 +54,13 @@ def install_sigterm_handler() -> None:
 
 
 log = get_logger(__name__)
-# Set once logging is configured: with the JSON renderer, notices are log events too, so stderr
-# carries JSON only.
+# Set once a server's logging is configured: with the JSON renderer, notices are log events too,
+# so stderr carries JSON only. Never for an operator command: its notices are for a person.
 _notices_as_json = False
 
 
 def notice(message: str) -> None:
-    """Tell the operator on stderr: plain text, or a log event once logging renders JSON."""
+    """Tell the operator on stderr: plain text, or a log event once a server logs JSON."""
     if not _notices_as_json:
         print(message, file=sys.stderr, flush=True)
     elif message.startswith("error: "):
@@ -62,17 +69,25 @@ def notice(message: str) -> None:
         log.info("command_notice", message=message)
 
 
-def run_command(command: Callable[[MemorySettings], Coroutine[Any, Any, None] | int]) -> int:
+def run_command(
+    command: Callable[[MemorySettings], Coroutine[Any, Any, None] | int],
+    *,
+    operator: bool = False,
+) -> int:
     """Load settings, configure logging, run ``command``; map failures to exit codes.
 
     0 success (and SIGTERM), 1 a refused operation, 2 invalid configuration, 130 Ctrl+C.
     A ``command`` that runs no event loop (the ``--processes`` parent) returns its status.
+    ``operator``: a command a person runs and reads (see the module's docstring).
     """
     install_sigterm_handler()
+    global _notices_as_json
+    _notices_as_json = False  # a refused setting is reported before logging is configured
     try:
         settings = load_settings()
-        global _notices_as_json
-        _notices_as_json = configure_logging(settings.memory_log_format, settings.memory_log_level)
+        level = settings.memory_cli_log_level if operator else settings.memory_log_level
+        renders_json = configure_logging(settings.memory_log_format, level)
+        _notices_as_json = renders_json and not operator
         outcome = command(settings)
         if isinstance(outcome, int):
             return outcome

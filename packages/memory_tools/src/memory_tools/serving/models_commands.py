@@ -13,20 +13,15 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from memory_db import MemorySettings
 from memory_db.embedding.clip_catalog import CATALOG, HUB_URL, CatalogModel, load_catalog_file
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.models import (
-    VerifyReport,
-    describe,
-    fetch_model,
-    list_models,
-    resolve_model_directory,
-    verify_model,
-)
 from memory_tools.serving.admin_output import Progress, print_json, print_table
+
+if TYPE_CHECKING:
+    from memory_tools.models import VerifyReport
 
 
 def add_models_parser(commands: Any) -> None:
@@ -80,6 +75,10 @@ def _catalog(args: argparse.Namespace) -> tuple[CatalogModel, ...]:
 
 async def models_command(settings: MemorySettings, args: argparse.Namespace) -> None:
     """Run the parsed ``models`` subcommand (inside ``run_command``)."""
+    # Loaded when a `models` command runs, not with the parser: it brings httpx and the clip
+    # embedder (numpy, onnxruntime), which no other command needs.
+    from memory_tools.models import fetch_model, resolve_model_directory, verify_model
+
     if args.models_command == "list":
         _list(settings, args)
     elif args.models_command == "fetch":
@@ -127,6 +126,8 @@ async def models_command(settings: MemorySettings, args: argparse.Namespace) -> 
 
 
 def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_tools.models import describe, list_models
+
     rows = list_models(settings, _catalog(args))
     if args.json:
         print_json(

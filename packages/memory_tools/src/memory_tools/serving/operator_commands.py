@@ -15,15 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memory_db import MemorySettings, open_runtime
-from memory_db.describing import build_describer
-from memory_tools import MemoryServices
-from memory_tools.backup import create_backup, require_empty_directory, restore_backup
-from memory_tools.enrich import ENRICHERS, check_what, enrich_vault
-from memory_tools.export import export_vault, import_vault
+from memory_db import MemorySettings
 from memory_tools.serving.admin_output import Progress, human_bytes, print_report
 
+# Each command imports its workflow (and the runtime) when it runs, not with the parser: the
+# enrichers alone load pyvips, OCR and the describers, which `memory-server admin ...` and the
+# other commands never use.
+
 OPERATOR_COMMANDS = ("backup", "restore", "export", "import", "enrich")
+# ``memory_tools.enrich.ENRICHERS``' keys, for the parser (a test keeps the two equal).
+ENRICHMENT_KINDS = ("ocr", "describe")
 
 
 def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
@@ -44,6 +45,9 @@ def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
 
 
 async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_db import open_runtime
+    from memory_tools.backup import create_backup, require_empty_directory
+
     # Checked before the database is opened (or started): a refusal is immediate.
     require_empty_directory(Path(args.dest), "backup destination")
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
@@ -101,6 +105,8 @@ async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 
 async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_tools.backup import restore_backup
+
     # One bar for both phases (checking every file, then writing the objects): a terminal
     # shows one live display at a time.
     with Progress("restoring (checksums, then objects)") as progress:
@@ -133,6 +139,10 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 
 async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_db import open_runtime
+    from memory_tools import MemoryServices
+    from memory_tools.export import export_vault
+
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
         services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
@@ -177,6 +187,10 @@ async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 
 async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_db import open_runtime
+    from memory_tools import MemoryServices
+    from memory_tools.export import import_vault
+
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
         services = MemoryServices(
@@ -219,11 +233,19 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
             report.replayed,
             report.deduplicated,
         ),
-        notes=["the worker embeds the saved images: run the server or `memory-server worker`"],
+        # Advice only when there is work for the worker: a second run saves nothing.
+        notes=["the worker embeds the saved images: run the server or `memory-server worker`"]
+        if report.saved
+        else [],
     )
 
 
 async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_db import open_runtime
+    from memory_db.describing import build_describer
+    from memory_tools import MemoryServices
+    from memory_tools.enrich import check_what, enrich_vault
+
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     # Only its model name is used here (it labels the describe jobs); workers make the calls.
     describer = build_describer(settings)
@@ -257,7 +279,9 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
         title=f"enrichment of {report.vault}",
         columns=("what", "images", "queued", "already queued"),
         row=(", ".join(what), report.assets, report.queued, report.already_queued),
-        notes=["the worker runs the jobs: run the server or `memory-server worker`"],
+        notes=["the worker runs the jobs: run the server or `memory-server worker`"]
+        if report.queued
+        else [],
     )
 
 
@@ -317,7 +341,7 @@ def add_operator_parsers(commands: Any) -> None:
     enrich.add_argument(
         "--what",
         action="append",
-        choices=list(ENRICHERS),
+        choices=list(ENRICHMENT_KINDS),
         help="an enrichment to run (repeatable; default: all the server has switched on)",
     )
     enrich.set_defaults(operator=_enrich)

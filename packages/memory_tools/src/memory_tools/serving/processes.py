@@ -55,7 +55,6 @@ from memory_tools.serving.bootstrap import bind_listening_socket
 
 log = get_logger(__name__)
 
-MAX_PROCESSES = 64
 RESTART_LIMIT = 5
 RESTART_WINDOW_SECONDS = 60.0
 STOP_TIMEOUT_SECONDS = 30.0

@@ -10,13 +10,13 @@ command under its older name.
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from memory_db import MemorySettings, open_runtime
-from memory_tools import MemoryServices, admin
-from memory_tools.reconcile import Reconciliation, reconcile_store
+from memory_db import MemorySettings
 from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
-from memory_tools.worker import ORPHAN_SAFETY_WINDOW
+
+if TYPE_CHECKING:
+    from memory_tools.reconcile import Reconciliation
 
 
 def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -50,6 +50,13 @@ def add_reconcile_parser(commands: Any) -> argparse.ArgumentParser:
 
 async def reconcile_command(settings: MemorySettings, args: argparse.Namespace) -> None:
     """Run one pass (inside ``run_command``, which maps its failures to one line and a status)."""
+    # Loaded here, not with the parser: the pass needs the store, the ingest code and the
+    # worker's constants, which no other operator command does.
+    from memory_db import open_runtime
+    from memory_tools import MemoryServices, admin
+    from memory_tools.reconcile import reconcile_store
+    from memory_tools.worker import ORPHAN_SAFETY_WINDOW
+
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
         services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)

@@ -12,16 +12,12 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from memory_db import MemorySettings, open_database, open_runtime
-from memory_tools import MemoryServices
-from memory_tools.reindex import (
+from memory_db import MemorySettings
+from memory_tools.reindex_defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MIN_RECALL,
     DEFAULT_RECALL_QUERIES,
     RECALL_K,
-    ReindexRequest,
-    drop_old_index,
-    reindex,
 )
 from memory_tools.serving.admin_output import Progress, print_json, print_report
 
@@ -73,6 +69,11 @@ async def reindex_command(settings: MemorySettings, args: argparse.Namespace) ->
 
 
 async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
+    # Loaded when it runs, not with the parser: the embedders and the vector index.
+    from memory_db import open_runtime
+    from memory_tools import MemoryServices
+    from memory_tools.reindex import ReindexRequest, reindex
+
     request = ReindexRequest(
         target=args.target,
         provider=args.provider,
@@ -142,6 +143,9 @@ async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 
 async def _drop(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_db import open_database
+    from memory_tools.reindex import drop_old_index
+
     database, embedded = await open_database(settings, migrate=False)
     try:
         await drop_old_index(database, args.name)
