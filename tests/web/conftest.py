@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import Response as AsyncResponse
 from playwright.sync_api import Browser, Page, Playwright, Response, ViewportSize, sync_playwright
 
 from memory_db import MemorySettings
@@ -97,8 +98,8 @@ class ResponseLog:
     answers: list[tuple[int, str, str]] = field(default_factory=list)  # status, method, url
     allowed: list[tuple[int, re.Pattern[str]]] = field(default_factory=list)
 
-    def record(self, response: Response) -> None:
-        """The ``response`` listener of a page."""
+    def record(self, response: Response | AsyncResponse) -> None:
+        """The ``response`` listener of a page (of the sync or the async API)."""
         self.answers.append((response.status, response.request.method, response.url))
 
     def allow(self, status: int, url_pattern: str) -> None:
