@@ -113,7 +113,7 @@ def test_every_other_form_and_button_of_the_asset_library_and_upload_pages(
     expect(page).to_have_url(re.compile(r"mime=image%2Fpng.*order=oldest"))
     cards = page.locator(".library-card-link")
     expect(cards).to_have_count(2)
-    oldest_first = [cards.nth(i).get_attribute("href") for i in (0, 1)]
+    oldest_first = [cards.nth(i).get_attribute("href") or "" for i in (0, 1)]
     assert sorted(oldest_first) == sorted([f"/assets/{first}", f"/assets/{second}"])
     for image in page.locator(".library-card img").all():
         expect(image).to_have_js_property("complete", True)

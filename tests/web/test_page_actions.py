@@ -35,7 +35,7 @@ from memory_tools.worker import EmbeddingWorker
 from scraper_mcp.chromium import find_chromium
 
 from .conftest import ResponseLog
-from .test_save_from_url import _sign_in
+from .test_save_from_url import sign_in_async
 
 pytestmark = pytest.mark.slow
 
@@ -122,7 +122,7 @@ async def test_retry_describe_review_jobs_and_search_buttons(
             page = await context.new_page()
             page.on("response", log.record)
             page.on("pageerror", lambda error: errors.append(str(error)))
-            await _sign_in(page, key.secret)
+            await sign_in_async(page, key.secret)
 
             # Asset page: Retry a failed representation.
             await page.goto(f"/assets/{stubborn}")

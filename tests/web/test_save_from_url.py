@@ -80,7 +80,8 @@ async def fetching_app(
     await fetcher.aclose()
 
 
-async def _sign_in(page: Page, key: str) -> None:
+async def sign_in_async(page: Page, key: str) -> None:
+    """Sign in through the form (the async API's page), as ``conftest.sign_in`` does."""
     await page.goto("/sign-in")
     await page.get_by_label("API key").fill(key)
     await page.get_by_role("button", name="Sign in").click()
@@ -105,7 +106,7 @@ async def test_save_from_url_saves_the_image_and_a_refused_address_says_why(
             page = await context.new_page()
             page.on("response", log.record)
             page.on("pageerror", lambda error: errors.append(str(error)))
-            await _sign_in(page, key)
+            await sign_in_async(page, key)
             await page.goto("/upload")
             await page.get_by_label("Tags for these images").fill("found")
             url = images.url("/photo.png", host=HOST)
