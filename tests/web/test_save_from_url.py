@@ -98,48 +98,57 @@ async def test_save_from_url_saves_the_image_and_a_refused_address_says_why(
         pytest.fail(f"no Chromium for the browser tests ({why}): run `make chromium`")
     log = ResponseLog()
     errors: list[str] = []
-    async with anyio.create_task_group() as worker, async_playwright() as driver:
+
+    async def press_the_buttons() -> None:
+        async with async_playwright() as driver:
+            browser = await driver.chromium.launch(executable_path=chromium, headless=True)
+            try:
+                context = await browser.new_context(base_url=fetching_app.base_url)
+                page = await context.new_page()
+                page.on("response", log.record)
+                page.on("pageerror", lambda error: errors.append(str(error)))
+                await sign_in_async(page, key)
+                await page.goto("/upload")
+                await page.get_by_label("Tags for these images").fill("found")
+                url = images.url("/photo.png", host=HOST)
+                await page.get_by_label("Image URL").fill(url)
+                await page.get_by_role("button", name="Save from URL").click()
+
+                row = page.locator(".upload-row").filter(has_text=url)
+                await expect(row.locator(".status-text")).to_have_text("Ready", timeout=30_000)
+                await expect(row.locator(".upload-error")).to_be_hidden()
+                await expect(row.locator(".upload-size")).to_contain_text("80\u00d760")
+                assert images.requested == ["/photo.png"]
+                # The address box is empty again, ready for the next one.
+                await expect(page.get_by_label("Image URL")).to_have_value("")
+
+                # The same address by its loopback number is refused by the fetcher, in its row.
+                log.allow(422, r"/app/uploads/url$")
+                inside = images.url("/photo.png")
+                await page.get_by_label("Image URL").fill(inside)
+                await page.get_by_role("button", name="Save from URL").click()
+                refused = page.locator(".upload-row").filter(has_text=inside)
+                await expect(refused.locator(".status-text")).to_have_text("Refused")
+                await expect(refused.locator(".error-code")).to_have_text("unsafe_url")
+                assert images.requested == ["/photo.png"]
+
+                # The saved image: its page shows it, its source and its tag.
+                await row.get_by_role("link", name=re.compile("^Open")).click()
+                await expect(page.get_by_role("link", name=url)).to_be_visible()
+                await expect(page.locator(".tag", has_text="found")).to_be_visible()
+                preview = page.locator(".asset-preview img")
+                await expect(preview).to_have_js_property("complete", True)
+                assert await preview.evaluate("(img) => img.naturalWidth") == 80
+            finally:
+                await browser.close()
+
+    # The real worker embeds what is saved, so the row reaches Ready. It is cancelled only
+    # after the browser part has ended, so a failure there is reported, not cancelled away.
+    async with anyio.create_task_group() as worker:
         worker.start_soon(EmbeddingWorker(fetching_app.services).run)
-        browser = await driver.chromium.launch(executable_path=chromium, headless=True)
         try:
-            context = await browser.new_context(base_url=fetching_app.base_url)
-            page = await context.new_page()
-            page.on("response", log.record)
-            page.on("pageerror", lambda error: errors.append(str(error)))
-            await sign_in_async(page, key)
-            await page.goto("/upload")
-            await page.get_by_label("Tags for these images").fill("found")
-            url = images.url("/photo.png", host=HOST)
-            await page.get_by_label("Image URL").fill(url)
-            await page.get_by_role("button", name="Save from URL").click()
-
-            row = page.locator(".upload-row").filter(has_text=url)
-            await expect(row.locator(".status-text")).to_have_text("Ready", timeout=30_000)
-            await expect(row.locator(".upload-error")).to_be_hidden()
-            await expect(row.locator(".upload-size")).to_contain_text("80\u00d760")
-            assert images.requested == ["/photo.png"]
-            # The address box is empty again, ready for the next one.
-            await expect(page.get_by_label("Image URL")).to_have_value("")
-
-            # The same address by its loopback number is refused by the fetcher, in its row.
-            log.allow(422, r"/app/uploads/url$")
-            inside = images.url("/photo.png")
-            await page.get_by_label("Image URL").fill(inside)
-            await page.get_by_role("button", name="Save from URL").click()
-            refused = page.locator(".upload-row").filter(has_text=inside)
-            await expect(refused.locator(".status-text")).to_have_text("Refused")
-            await expect(refused.locator(".error-code")).to_have_text("unsafe_url")
-            assert images.requested == ["/photo.png"]
-
-            # The saved image: its page shows it, its source and its tag.
-            await row.get_by_role("link", name=re.compile("^Open")).click()
-            await expect(page.get_by_role("link", name=url)).to_be_visible()
-            await expect(page.locator(".tag", has_text="found")).to_be_visible()
-            preview = page.locator(".asset-preview img")
-            await expect(preview).to_have_js_property("complete", True)
-            assert await preview.evaluate("(img) => img.naturalWidth") == 80
+            await press_the_buttons()
         finally:
-            await browser.close()
             worker.cancel_scope.cancel()
     assert not errors, errors
     assert not log.unexpected(), log.unexpected()
