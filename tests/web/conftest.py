@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Browser, Page, Playwright, ViewportSize, sync_playwright
+from playwright.async_api import Response as AsyncResponse
+from playwright.sync_api import Browser, Page, Playwright, Response, ViewportSize, sync_playwright
 
 from memory_db import MemorySettings
 from scraper_mcp.chromium import find_chromium
@@ -84,11 +86,51 @@ def browser(playwright_driver: Playwright) -> Iterator[Browser]:
     launched.close()
 
 
+@dataclass
+class ResponseLog:
+    """Every answer to the requests a page made, so a refused form or fetch cannot pass unseen.
+
+    A test that provokes a refusal on purpose says so first with :meth:`allow`; any other
+    answer of 400 or more (a form the server refuses, a preview link that expired, a script's
+    call that failed) fails the test, whatever the page then shows.
+    """
+
+    answers: list[tuple[int, str, str]] = field(default_factory=list)  # status, method, url
+    allowed: list[tuple[int, re.Pattern[str]]] = field(default_factory=list)
+
+    def record(self, response: Response | AsyncResponse) -> None:
+        """The ``response`` listener of a page (of the sync or the async API)."""
+        self.answers.append((response.status, response.request.method, response.url))
+
+    def allow(self, status: int, url_pattern: str) -> None:
+        """Expect answers of ``status`` to URLs matching ``url_pattern`` (a regex, searched)."""
+        self.allowed.append((status, re.compile(url_pattern)))
+
+    def unexpected(self) -> list[tuple[int, str, str]]:
+        """The refusals (400 and up) no :meth:`allow` admitted."""
+        return [
+            (status, method, url)
+            for status, method, url in self.answers
+            if status >= 400
+            and not any(status == code and pattern.search(url) for code, pattern in self.allowed)
+        ]
+
+
 @pytest.fixture
-def open_page(browser: Browser, web_server: RunningServer) -> Iterator[Callable[..., Page]]:
+def response_logs() -> dict[Page, ResponseLog]:
+    """The :class:`ResponseLog` of each page :func:`open_page` made (``response_logs[page]``)."""
+    return {}
+
+
+@pytest.fixture
+def open_page(
+    browser: Browser, web_server: RunningServer, response_logs: dict[Page, ResponseLog]
+) -> Iterator[Callable[..., Page]]:
     """``open_page(key, viewport=DESKTOP)``: a new browser context signed in with ``key``.
 
-    Console errors (a CSP violation, an uncaught exception) fail the test.
+    Console errors (a CSP violation, an uncaught exception) fail the test, and so does any
+    answer of 400 or more to the page's requests that the test did not allow
+    (``response_logs[page].allow(status, url_pattern)``).
     """
     contexts: list[Any] = []
     errors: list[str] = []
@@ -97,6 +139,8 @@ def open_page(browser: Browser, web_server: RunningServer) -> Iterator[Callable[
         context = browser.new_context(viewport=viewport or DESKTOP, base_url=web_server.url)
         contexts.append(context)
         page = context.new_page()
+        log = response_logs[page] = ResponseLog()
+        page.on("response", log.record)
         page.on("console", lambda message: _console(message.type, message.text, errors))
         page.on("pageerror", lambda error: errors.append(str(error)))
         if key is not None:
@@ -107,6 +151,8 @@ def open_page(browser: Browser, web_server: RunningServer) -> Iterator[Callable[
     for context in contexts:
         context.close()
     assert not errors, f"the browser reported errors: {errors}"
+    refused = [answer for log in response_logs.values() for answer in log.unexpected()]
+    assert not refused, f"the server refused requests the pages made: {refused}"
 
 
 def _console(kind: str, text: str, errors: list[str]) -> None:

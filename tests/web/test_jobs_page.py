@@ -22,7 +22,7 @@ from fastmcp import Client
 from playwright.sync_api import Browser, Page, Request, expect
 
 from ..e2e.test_processes import SERVER, _env, _free_port, _new_key, _png
-from .conftest import DESKTOP, MOBILE, check_accessibility, screenshot, sign_in
+from .conftest import DESKTOP, MOBILE, ResponseLog, check_accessibility, screenshot, sign_in
 
 POLL_SECONDS = 1.5  # memory_tools.web.jobs.POLL_MILLISECONDS
 
@@ -94,8 +94,12 @@ def _page(browser: Browser, url: str, key: str, viewport: dict[str, int]) -> Pag
             else None
         ),
     )
+    # Every answer the page gets: a refusal the test did not provoke fails it.
+    refusals = ResponseLog()
+    page.on("response", refusals.record)
     sign_in(page, key)
     page.errors = errors  # type: ignore[attr-defined]
+    page.refusals = refusals  # type: ignore[attr-defined]
     return page
 
 
@@ -164,6 +168,7 @@ def test_the_table_updates_while_work_runs_and_polling_stops_when_idle(
     expect(page.locator('#jobs-rows tr[data-type="reconcile"]')).to_have_count(1)
     assert page.url.endswith("/jobs")
     assert not page.errors  # type: ignore[attr-defined]
+    assert not page.refusals.unexpected()  # type: ignore[attr-defined]
 
 
 def test_mobile_width_and_a_key_without_admin(
@@ -190,6 +195,7 @@ def test_mobile_width_and_a_key_without_admin(
 
     # The owner's own key has no admin scope: no Jobs link, and a clear refusal.
     mine = _page(browser, url, owner, DESKTOP)
+    mine.refusals.allow(403, r"/jobs$")  # type: ignore[attr-defined]
     mine.goto("/account")
     expect(
         mine.get_by_role("navigation", name="Main").get_by_role("link", name="Jobs")
@@ -200,3 +206,4 @@ def test_mobile_width_and_a_key_without_admin(
     expect(mine.locator("main")).to_contain_text("admin")
     check_accessibility(mine)
     assert not page.errors and not mine.errors  # type: ignore[attr-defined]
+    assert not page.refusals.unexpected() and not mine.refusals.unexpected()  # type: ignore[attr-defined]

@@ -7,14 +7,17 @@ from collections.abc import Callable
 
 from playwright.sync_api import Page, expect
 
-from .conftest import MOBILE, check_accessibility, screenshot
+from .conftest import MOBILE, ResponseLog, check_accessibility, screenshot
 
 
 def test_sign_in_page_and_account_in_a_browser(
-    open_page: Callable[..., Page], new_key: Callable[..., str]
+    open_page: Callable[..., Page],
+    new_key: Callable[..., str],
+    response_logs: dict[Page, ResponseLog],
 ) -> None:
     key = new_key("signin")
     page = open_page(None)
+    response_logs[page].allow(401, r"/sign-in$")  # a wrong key is refused, on purpose
     page.goto("/account")
     expect(page).to_have_url(re.compile(r"/sign-in\?next=/account$"))
     check_accessibility(page)

@@ -18,7 +18,14 @@ from memory_db import new_id
 from memory_db.testing.s3_peers import S3Peer
 
 from ..e2e.test_processes import _cli, _env, _new_key, serve_http
-from .conftest import MOBILE, RunningServer, check_accessibility, screenshot, sign_in
+from .conftest import (
+    MOBILE,
+    ResponseLog,
+    RunningServer,
+    check_accessibility,
+    screenshot,
+    sign_in,
+)
 
 
 def _png(seed: int) -> bytes:
@@ -228,13 +235,17 @@ def test_on_s3_the_browser_puts_each_file_to_the_bucket_the_page_policy_allows(
             row = page.locator(".upload-row")
             expect(row.locator(".status-text")).to_have_text("Ready", timeout=30_000)
             assert len(puts) == 1 and puts[0].startswith(f"{moto_peer.endpoint_url}/{bucket}/")
-            # The preview on the search page comes from the bucket too, and loads.
+            # The preview on the search page: the preview route redirects to the bucket, which
+            # the page's policy allows for images, and it loads.
             href = row.get_by_role("link").get_attribute("href") or ""
-            page.goto(f"/search?assetId={href.rsplit('/', 1)[-1]}")
+            asset_id = href.rsplit("/", 1)[-1]
+            with page.expect_response(
+                lambda answer: answer.url.startswith(f"{moto_peer.endpoint_url}/{bucket}/")
+            ) as from_bucket:
+                page.goto(f"/search?assetId={asset_id}")
+            assert from_bucket.value.status == 200
             preview = page.locator(".search-hit img").first
-            expect(preview).to_have_attribute(
-                "src", re.compile("^" + re.escape(moto_peer.endpoint_url))
-            )
+            expect(preview).to_have_attribute("src", f"/app/previews/{asset_id}")
             expect(preview).to_have_js_property("complete", True)
             assert preview.evaluate("(img) => img.naturalWidth") > 0
             assert not errors, errors
@@ -243,7 +254,9 @@ def test_on_s3_the_browser_puts_each_file_to_the_bucket_the_page_policy_allows(
 
 
 def test_a_file_over_the_quota_is_refused_in_its_row_with_the_code(
-    open_page: Callable[..., Page], web_server: RunningServer
+    open_page: Callable[..., Page],
+    web_server: RunningServer,
+    response_logs: dict[Page, ResponseLog],
 ) -> None:
     owner = f"small-quota-{new_id('aob')[4:12]}@example.com"
     env = web_server.env
@@ -252,6 +265,7 @@ def test_a_file_over_the_quota_is_refused_in_its_row_with_the_code(
     key = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
     assert key.returncode == 0, key.stderr
     page = open_page(key.stdout.strip().splitlines()[-1])
+    response_logs[page].allow(507, r"/app/uploads$")  # quota_exceeded, shown in its row
     page.goto("/upload")
     big = page.evaluate_handle(
         """() => {

@@ -20,7 +20,7 @@ import pytest
 import pyvips
 from playwright.sync_api import JSHandle, Page, expect
 
-from .conftest import DESKTOP, MOBILE, check_accessibility, screenshot
+from .conftest import DESKTOP, MOBILE, ResponseLog, check_accessibility, screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -65,7 +65,10 @@ def _used_bytes(page: Page) -> str:
 
 
 def test_the_web_walk(
-    open_page: Callable[..., Page], new_key: Callable[..., str], tmp_path: Path
+    open_page: Callable[..., Page],
+    new_key: Callable[..., str],
+    tmp_path: Path,
+    response_logs: dict[Page, ResponseLog],
 ) -> None:
     # 1. Sign in (the key of an owner who also operates the server).
     page = open_page(new_key("walker", scopes="read,write,destructive,admin"))
@@ -198,6 +201,7 @@ def test_the_web_walk(
     _both_widths(page, "sharing")
     page.get_by_role("button", name=re.compile(f"Revoke {re.escape(guest_email)}")).click()
     expect(page.locator("main")).not_to_contain_text(f"{guest_email}'s")
+    response_logs[guest].allow(404, r"/assets/ast_")  # revoked: the image is not found
     guest.goto(asset_url)
     expect(guest.get_by_role("heading", level=1)).to_have_text(re.compile("Not found"))
 

@@ -29,7 +29,7 @@ from memory_tools.assets import (
     list_asset_rows,
     signed_preview,
 )
-from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
+from memory_tools.errors import InvalidInputFailure, NotFoundFailure, Unavailable, translate
 from memory_tools.projects import (
     FolderView,
     ProjectView,
@@ -38,6 +38,7 @@ from memory_tools.projects import (
     list_projects,
 )
 from memory_tools.services import MemoryServices
+from memory_tools.trash import trashed_preview
 from memory_tools.vaults import VaultView, list_vaults
 
 ORDERS = ("newest", "oldest")
@@ -237,3 +238,27 @@ async def original_link(
     if asset.original is None:
         raise NotFoundFailure("the original bytes of this image are not available")
     return asset.original
+
+
+async def preview_link(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> PreviewLink:
+    """A fresh signed link to the preview of an image the caller may see, live or in its trash.
+
+    The web pages point every ``<img>`` at a route that calls this when the image comes into
+    view, so a page left open longer than ``ASSET_SIGNED_GET_TTL_SECONDS`` still loads its
+    thumbnails. ``not_found`` for another owner's image, an unknown id, or no preview yet;
+    ``unavailable`` when this server's links cannot be opened.
+    """
+    policy.require(services.settings)
+    vaults = await readable_vaults(uow, caller)
+    stored = await uow.assets.get_visible([v.record.scope for v in vaults], asset_id)
+    if stored is not None:
+        link = await signed_preview(services, stored)
+    else:
+        link = await trashed_preview(uow, caller, services, asset_id=asset_id)
+    if link is None:
+        raise NotFoundFailure("no preview of this image")
+    if link.url is None:
+        raise Unavailable(link.unavailable or "no preview link can be given now")
+    return link

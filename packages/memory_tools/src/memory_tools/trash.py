@@ -107,6 +107,26 @@ async def _preview(services: MemoryServices, trashed: TrashedAsset) -> PreviewLi
     return await signed_preview(services, trashed.stored, trashed=True)
 
 
+async def trashed_preview(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> PreviewLink | None:
+    """A fresh link to the preview of one image in the caller's trash; ``None`` when it is not.
+
+    Exactly the images :func:`list_trash` shows the caller (so never another owner's).
+    """
+    policy.require(services.settings)
+    vaults = [
+        v for v in await readable_vaults(uow, caller) if v.record.permission in _TRASH_PERMISSIONS
+    ]
+    rows = await uow.assets.trash(
+        [v.record.scope for v in vaults],
+        window=delete_grace(services),
+        limit=1,
+        asset_id=asset_id,
+    )
+    return await _preview(services, rows[0]) if rows else None
+
+
 async def list_trash(
     uow: UnitOfWork,
     caller: Caller,

@@ -4,7 +4,6 @@ owner's image, a read-only grant, a form without its CSRF token)."""
 from __future__ import annotations
 
 import hashlib
-import html
 import json
 import re
 from collections.abc import Callable
@@ -62,9 +61,8 @@ async def test_the_page_shows_metadata_source_context_and_embedding_state(
     # A web link is a link without referrer or follow; anything else is shown as text only.
     assert '<a href="https://example.com/gallery?id=7" rel="noopener noreferrer nofollow"' in text
     assert 'href="javascript:' not in text and "javascript:alert(1)</dd>" in text
-    # The preview through its signed link; the original only through the download route.
-    preview = re.search(r'<img src="([^"]+)"', text)
-    assert preview is not None and "/preview.webp?" in html.unescape(preview.group(1))
+    # The preview through the preview route; the original only through the download route.
+    assert f'<img src="/app/previews/{asset_id}"' in text
     assert f'href="/assets/{asset_id}/original"' in text
     # Embedding per representation (no worker here: both are queued).
     assert text.count("◷</span> Queued") == 2
@@ -121,10 +119,25 @@ async def test_edit_saves_and_a_refusal_keeps_what_was_typed(
         f"/assets/{asset_id}/edit",
         {"title": "   ", "description": "typed but refused", "tags": "kept"},
     )
-    assert refused.status_code == 422
-    assert "title: cannot be empty" in refused.text and "invalid_input" in refused.text
-    assert "typed but refused</textarea>" in refused.text and 'value="kept"' in refused.text
+    # Post-redirect-get: back to the asset page at the message, which sits beside the form
+    # (not in the layout's banner), focused, with what was typed.
+    assert refused.status_code == 303
+    assert refused.headers["location"] == f"/assets/{asset_id}#asset-edit-error"
+    shown = await signed_in.get(f"/assets/{asset_id}")
+    assert shown.status_code == 200
+    assert "title: cannot be empty" in shown.text and "invalid_input" in shown.text
+    assert '<div id="asset-edit-error" class="flash flash-error" role="alert"' in shown.text
+    assert shown.text.count('role="alert"') == 1
+    assert "typed but refused</textarea>" in shown.text and 'value="kept"' in shown.text
     assert (await _detail(webapp, alice, asset_id)).asset.title == "New title"
+    # Shown once: a reload shows the saved values and no message.
+    again = await signed_in.get(f"/assets/{asset_id}")
+    assert "cannot be empty" not in again.text and "typed but refused" not in again.text
+    # The action's address, reloaded or bookmarked, is the asset page, never a 405.
+    for action in ("edit", "move", "retry", "context"):
+        reloaded = await signed_in.get(f"/assets/{asset_id}/{action}")
+        assert reloaded.status_code == 303, action
+        assert reloaded.headers["location"] == f"/assets/{asset_id}", action
     # Without its CSRF token the form changes nothing.
     forged = await signed_in.submit(
         f"/assets/{asset_id}/edit",
@@ -226,8 +239,9 @@ async def test_a_read_only_grant_sees_the_page_and_changes_nothing(
         edit = await client.submit(
             f"/assets/{asset_id}/edit", {"title": "Taken", "description": "", "tags": ""}
         )
-        assert edit.status_code == 403
-        assert "write access is needed" in edit.text and "forbidden" in edit.text
+        assert edit.status_code == 303
+        refused = await client.get(edit.headers["location"])
+        assert "write access is needed" in refused.text and "forbidden" in refused.text
         for path, form in (("/move", {"place": ""}), ("/delete", {})):
             form["back"] = f"/assets/{asset_id}"
             answer = await client.submit(f"/assets/{asset_id}{path}", form)

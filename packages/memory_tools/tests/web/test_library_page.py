@@ -42,10 +42,13 @@ async def test_home_lands_on_the_library_with_a_grid_of_signed_previews(
     assert "Harbour 2" in page.text and "48 \u00d7 48" in page.text
     assert "◔</span> Processing" in page.text  # icon and word (no worker runs here)
     images = [html.unescape(src) for src in _IMG.findall(page.text)]
-    assert len(images) == 3
-    for src in images:
-        assert "/preview.webp?" in src and "signature=" in src and "expires=" in src
-    preview = await signed_in.http.get(images[0])
+    # Each image loads through the session's preview route: a fresh signed link each time.
+    assert images == [f"/app/previews/{asset_id}" for asset_id in reversed(saved)]
+    redirect = await signed_in.http.get(images[0])
+    assert redirect.status_code == 303
+    link = redirect.headers["location"]
+    assert "/preview.webp?" in link and "signature=" in link and "expires=" in link
+    preview = await signed_in.http.get(link)
     assert preview.status_code == 200 and preview.headers["content-type"] == "image/webp"
     # The original is never inline on the page.
     assert ".png" not in page.text

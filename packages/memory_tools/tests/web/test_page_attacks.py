@@ -164,6 +164,8 @@ async def test_previews_load_at_whatever_address_the_app_was_opened(
 ) -> None:
     """A local store's signed link as a path: only the page's own origin passes its CSP.
 
+    The pages' images point at the preview route (a path), which redirects to the link.
+
     Opened at ``localhost`` when the server names itself ``127.0.0.1`` (or the other way
     round, or through a proxy), an absolute link is another origin: img-src 'self' blocks
     every preview of the library, the asset page, its delete page and the trash.
@@ -179,7 +181,12 @@ async def test_previews_load_at_whatever_address_the_app_was_opened(
         assert page.status_code == 200, path
         sources = re.findall(r'<img[^>]* src="([^"]+)"', page.text)
         assert sources, path
-        assert all(src.startswith("/objects/") for src in sources), (path, sources)
+        # Each image loads through the preview route, whose redirect is a path too.
+        assert all(src.startswith("/app/previews/") for src in sources), (path, sources)
+        for src in sources:
+            redirect = await signed_in.http.get(src)
+            assert redirect.status_code == 303, src
+            assert redirect.headers["location"].startswith("/objects/"), (path, src)
 
 
 async def test_a_grantee_over_the_owners_quota_is_not_told_the_owners_numbers(

@@ -53,10 +53,13 @@ async def test_a_text_search_is_a_link_with_scores_matches_and_previews(
     assert 'data-kind="metadata" title="the query' in page.text and ">words</span>" in page.text
     assert 'data-kind="fused"' in page.text and 'data-kind="visual"' not in page.text
     assert re.search(r'<dt>Similarity</dt><dd class="search-similarity">0\.\d{3}</dd>', page.text)
-    # The preview is a signed link on this server, as a path (the page's own origin).
-    preview = re.search(r'<img src="(/objects/[^"]+)"', page.text)
-    assert preview is not None and "signature=" in preview.group(1)
-    image = await signed_in.http.get(preview.group(1).replace("&amp;", "&"))
+    # The preview route redirects to a signed link on this server, as a path (the page's
+    # own origin).
+    assert f'<img src="/app/previews/{ids[2]}"' in page.text
+    redirect = await signed_in.http.get(f"/app/previews/{ids[2]}")
+    link = redirect.headers["location"]
+    assert redirect.status_code == 303 and link.startswith("/objects/") and "signature=" in link
+    image = await signed_in.http.get(link)
     assert image.status_code == 200 and image.headers["content-type"] == "image/webp"
     # Without a query the page is the empty form; no search runs.
     empty = await signed_in.get("/search")

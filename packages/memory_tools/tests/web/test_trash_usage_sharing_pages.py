@@ -73,11 +73,13 @@ async def test_the_trash_page_shows_restores_and_purges(
     assert "Harbour at dusk" in page.text and "Pier in fog" in page.text
     assert "Purged in" in page.text
     assert "can be restored for 7 days" in page.text  # the default window, in days
-    # The preview is a signed link to the deleted image's preview, and it is served.
+    # The preview route redirects to a signed link of the deleted image's preview, served.
     # Most recently deleted first: the pier's preview, then the harbour's.
-    links = [link.replace("&amp;", "&") for link in re.findall(r'<img src="([^"]+)"', page.text)]
-    assert len(links) == 2 and all("/objects/" in link for link in links)
-    preview = await alice_web.http.get(links[0])
+    links = re.findall(r'<img src="([^"]+)"', page.text)
+    assert links == [f"/app/previews/{gone['assetId']}", f"/app/previews/{kept['assetId']}"]
+    redirect = await alice_web.http.get(links[0])
+    assert redirect.status_code == 303 and "/objects/" in redirect.headers["location"]
+    preview = await alice_web.http.get(redirect.headers["location"])
     assert preview.status_code == 200 and preview.headers["content-type"] == "image/webp"
 
     # Without the CSRF token nothing happens.
@@ -104,9 +106,12 @@ async def test_the_trash_page_shows_restores_and_purges(
     after = await alice_web.get("/trash")
     assert "Harbour at dusk" not in after.text and "Pier in fog" not in after.text
     assert "The trash is empty" in after.text
-    # The purged image's preview link died with its bytes; the restored one's still works.
+    # The purged image's preview died with its bytes; the restored one's still loads.
     assert (await alice_web.http.get(links[0])).status_code == 404
-    assert (await alice_web.http.get(links[1])).status_code == 200
+    assert (await alice_web.http.get(redirect.headers["location"])).status_code == 404
+    restored_preview = await alice_web.http.get(links[1])
+    assert restored_preview.status_code == 303
+    assert (await alice_web.http.get(restored_preview.headers["location"])).status_code == 200
 
 
 async def test_another_owners_trash_is_refused_like_a_missing_image(

@@ -801,19 +801,23 @@ class AssetRepository:
         window: timedelta,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        asset_id: str | None = None,
     ) -> list[TrashedAsset]:
         """One page of restorable deleted assets, most recently deleted first (keyset order).
 
         Restorable: ``deleted`` less than ``window`` ago (the delete grace window, by the
-        database clock) and not purged.
+        database clock) and not purged. ``asset_id``: only that asset (its preview is asked
+        for by id).
         """
-        if not scopes:
+        if not scopes or (asset_id is not None and not is_valid_id(asset_id, "ast")):
             return []
         query = (
             self._visible(scopes, ("deleted",))
             .add_columns(Asset.deleted_at)
             .where(Asset.purged_at.is_(None), Asset.deleted_at > func.now() - window)
         )
+        if asset_id is not None:
+            query = query.where(Asset.id == asset_id)
         if after is not None:
             position = tuple_(Asset.deleted_at, Asset.id)
             marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))

@@ -3,10 +3,16 @@
 - ``GET /assets/{assetId}``: a large preview, metadata, tags, source and page context, and the
   embedding state of each representation (:func:`memory_tools.browsing.asset_detail`).
 - ``POST /assets/{assetId}/edit``: title, description and tags (``edits.update_asset``); a
-  refusal shows the page again with what was typed.
+  refusal redirects to the asset page (post-redirect-get), which shows the error beside the
+  form, focused, with what was typed. ``GET`` of an action's address (a reload, a bookmark)
+  redirects to the asset page.
 - ``POST /assets/{assetId}/move``: to a project or folder of its vault (``changes.move_asset``).
 - ``GET /assets/{assetId}/original``: a 303 to a freshly signed download link of the original
   (:func:`memory_tools.browsing.original_link`); it changes nothing.
+- ``GET /app/previews/{assetId}``: a redirect to a freshly signed link of the preview
+  (:func:`memory_tools.browsing.preview_link`), for a live image or one in the trash. Every
+  ``<img>`` of the pages points here, so an image scrolled into view after the signed links'
+  lifetime still loads; the redirect may be cached for half that lifetime, never longer.
 - ``GET /assets/{assetId}/delete``: the confirmation page (the asset page asks in a dialog
   when scripts run); ``POST`` deletes (``changes.delete_asset``) and goes to the library.
 - ``POST /assets/{assetId}/retry``: queue a failed representation again
@@ -20,20 +26,23 @@ Another owner's image answers the not-found page, exactly like an id that does n
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote
 
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from memory_tools.assets import RepresentationState
-from memory_tools.browsing import AssetDetail, asset_detail, original_link
+from memory_tools.browsing import AssetDetail, asset_detail, original_link, preview_link
 from memory_tools.changes import delete_asset, move_asset
 from memory_tools.describe import review_context
 from memory_tools.edits import update_asset
 from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
 from memory_tools.job_queue import OPERATOR_CANCEL, retry_asset_embedding
 from memory_tools.services import MemoryServices
-from memory_tools.web.handlers import WebRequest, action, page
+from memory_tools.web import security
+from memory_tools.web.handlers import WebRequest, action, endpoint, page
 from memory_tools.web.library import KIND_LABELS, badge
+from memory_tools.web.rendering import PREVIEW_ROUTE, Flash, read_flash
 
 # Embedding state of a representation → (label, badge class, icon).
 REPRESENTATION_BADGES = {
@@ -49,6 +58,9 @@ REPRESENTATIONS = (
     ("fused", "Fused", "the image with its title, description and page text"),
 )
 SHA256_SHOWN = 12
+# The id of a refused edit's message: the redirect's fragment scrolls to it, and it is focused.
+EDIT_ERROR_ID = "asset-edit-error"
+EDIT_FORM = "edit"
 
 
 def representation_badge(status: str) -> tuple[str, str, str]:
@@ -86,8 +98,9 @@ def _render(
     detail: AssetDetail,
     *,
     status: int = 200,
-    edit_failure: ToolFailure | None = None,
+    edit_failure: ToolFailure | Flash | None = None,
     typed: dict[str, str] | None = None,
+    **layout: Any,
 ) -> Response:
     asset = detail.asset
     states = {state.representation: state for state in asset.representations}
@@ -117,13 +130,35 @@ def _render(
             "tags": ", ".join(asset.tags),
         },
         back=f"/assets/{asset.asset_id}",
+        edit_error_id=EDIT_ERROR_ID,
+        **layout,
     )
 
 
+def _asset_path(asset_id: str) -> str:
+    return f"/assets/{quote(asset_id, safe='')}"
+
+
 async def show_asset(web: WebRequest) -> Response:
-    """The asset page."""
+    """The asset page; a refused edit's flash is shown beside the form, not at the top."""
     asset_id = web.request.path_params["asset_id"]
-    return _render(web, await web.call(asset_detail, asset_id=asset_id))
+    detail = await web.call(asset_detail, asset_id=asset_id)
+    flash = read_flash(web.request)
+    if flash is None or flash.kind != "error" or flash.form != EDIT_FORM:
+        return _render(web, detail)
+    typed = {
+        "title": detail.asset.title,
+        "description": detail.asset.description or "",
+        "tags": ", ".join(detail.asset.tags),
+    }
+    typed |= {name: value for name, value in (flash.fields or {}).items() if name in typed}
+    # flash=None: the layout's banner stays empty (render_page still clears the cookie).
+    return _render(web, detail, edit_failure=flash, typed=typed, flash=None)
+
+
+async def to_asset_page(web: WebRequest) -> Response:
+    """``GET`` of an action's address (reloaded or bookmarked): the asset page, never a 405."""
+    return RedirectResponse(_asset_path(web.request.path_params["asset_id"]), status_code=303)
 
 
 def _text(web: WebRequest, name: str) -> str:
@@ -148,9 +183,14 @@ async def edit_asset(web: WebRequest) -> Response:
     except ToolFailure as failure:
         if failure.code in ("unauthenticated", "not_found"):
             raise
-        detail = await web.call(asset_detail, asset_id=asset_id)
-        status = 403 if failure.code == "forbidden" else 422
-        return _render(web, detail, status=status, edit_failure=failure, typed=typed)
+        # Post-redirect-get: the address bar shows the asset page (a reload shows it again,
+        # never re-posts or meets a 405); its fragment scrolls to the message beside the form.
+        return web.redirect(
+            f"{_asset_path(asset_id)}#{EDIT_ERROR_ID}",
+            failure=failure,
+            form=EDIT_FORM,
+            fields=typed,
+        )
     notice = "Saved." if edit.changed else "Nothing to save: it already read so."
     return web.redirect(f"/assets/{asset_id}", notice=notice)
 
@@ -178,6 +218,24 @@ async def download_original(web: WebRequest) -> Response:
     if link.url is None:
         raise Unavailable(link.unavailable or "no download link can be given now")
     return RedirectResponse(link.url, status_code=303, headers={"Cache-Control": "no-store"})
+
+
+async def preview(web: WebRequest) -> Response:
+    """A redirect to a fresh signed link of the preview, cached for half the link's life.
+
+    A browser that reuses the cached redirect then still reaches a link with time left; one
+    that asks again gets a new link. ``private``: the answer is this session's, never a proxy's.
+    """
+    services = web.services
+    link = await web.call(preview_link, asset_id=web.request.path_params["asset_id"])
+    url = link.url or ""  # preview_link answers unavailable rather than a link without a url
+    fresh_for = services.settings.asset_signed_get_ttl_seconds // 2
+    cache = f"private, max-age={fresh_for}" if fresh_for >= 1 else "private, no-store"
+    return RedirectResponse(
+        security.same_origin_link(services, url),
+        status_code=303,
+        headers={"Cache-Control": cache},
+    )
 
 
 async def confirm_delete(web: WebRequest) -> Response:
@@ -223,7 +281,12 @@ def routes(services: MemoryServices) -> list[Route]:
     return [
         page("/assets/{asset_id}", show_asset, services),
         page("/assets/{asset_id}/original", download_original, services),
+        endpoint(PREVIEW_ROUTE, preview, services),
         page("/assets/{asset_id}/delete", confirm_delete, services),
+        *(
+            page(f"/assets/{{asset_id}}/{name}", to_asset_page, services)
+            for name in ("edit", "move", "retry", "context")
+        ),
         action("/assets/{asset_id}/edit", edit_asset, services),
         action("/assets/{asset_id}/move", move, services),
         action("/assets/{asset_id}/delete", delete, services),

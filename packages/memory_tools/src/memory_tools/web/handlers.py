@@ -138,15 +138,20 @@ class WebRequest:
         notice: str | None = None,
         failure: ToolFailure | None = None,
         link: tuple[str, str] | None = None,
+        form: str | None = None,
+        fields: dict[str, str] | None = None,
     ) -> Response:
         """A 303 to a local ``url``, carrying a one-shot notice or a failure to show there.
 
         ``link`` (a local path and its text) is shown after the notice, e.g. "Open the trash".
+        ``form`` and ``fields``: the form a failure belongs to and what was typed into it, for
+        a page that shows the refusal beside that form (post-redirect-get).
         """
         response = RedirectResponse(security.safe_next(url), status_code=303)
         secure = security.is_https(self.request, self.services)
         if failure is not None:
-            set_flash(response, Flash("error", failure.message, failure.code), secure=secure)
+            flash = Flash("error", failure.message, failure.code, form=form, fields=fields)
+            set_flash(response, flash, secure=secure)
         elif notice is not None:
             href, text = link if link is not None else (None, None)
             set_flash(response, Flash("ok", notice, link=href, link_text=text), secure=secure)

@@ -7,12 +7,17 @@ from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any, Literal
+from urllib.parse import quote
 
 from jinja2 import Environment, PackageLoader, StrictUndefined, select_autoescape
 from starlette.requests import Request
 from starlette.responses import Response
 
 from memory_tools.web.security import FLASH_COOKIE, safe_next
+
+# Where every <img> of the pages loads a preview: a session route that redirects to a fresh
+# signed link (memory_tools.web.asset_page.preview), so no page holds a link that expires.
+PREVIEW_ROUTE = "/app/previews/{asset_id}"
 
 FlashKind = Literal["ok", "error"]
 _FLASH_MESSAGE_CHARS = 500  # what read_flash shows at most
@@ -28,6 +33,10 @@ class Flash:
     code: str | None = None
     link: str | None = None  # a local path to go on to (e.g. the trash), shown after it
     link_text: str | None = None
+    # The form a refusal belongs to (e.g. "edit"), so the page shows it beside that form, and
+    # what was typed into it, so nothing typed is lost (left out when it would not fit).
+    form: str | None = None
+    fields: dict[str, str] | None = None
 
 
 def _static_version() -> str:
@@ -59,8 +68,14 @@ def environment() -> Environment:
 
     globals_: dict[str, Any] = env.globals  # jinja2's stubs type the values too narrowly
     globals_["static"] = static
+    globals_["preview_src"] = preview_src
     env.filters["bytes"] = human_bytes
     return env
+
+
+def preview_src(asset_id: str) -> str:
+    """The ``src`` of an image's preview on a page (:data:`PREVIEW_ROUTE`)."""
+    return PREVIEW_ROUTE.format(asset_id=quote(asset_id, safe=""))
 
 
 def human_bytes(count: int | float | None) -> str:
@@ -97,31 +112,50 @@ def read_flash(request: Request) -> Flash | None:
     link, link_text = data.get("link"), data.get("linkText")
     if not isinstance(link, str) or safe_next(link, "") == "" or not isinstance(link_text, str):
         link, link_text = None, None  # only a local path, never another site
+    form, fields = data.get("form"), data.get("fields")
+    if not isinstance(form, str):
+        form = None
+    if isinstance(fields, dict):
+        sent: dict[Any, Any] = fields  # a JSON object: its keys are strings
+        fields = {k: v for k, v in sent.items() if isinstance(v, str)} or None
+    else:
+        fields = None
     return Flash(
         kind,
         message,
         str(code)[:40] if code else None,
         link[:500] if link else None,
         link_text[:100] if link_text else None,
+        form[:40] if form else None,
+        fields,
     )
 
 
 def set_flash(response: Response, flash: Flash, *, secure: bool) -> None:
     """Carry ``flash`` to the next page (one minute at most)."""
     message = flash.message[:_FLASH_MESSAGE_CHARS]
+    fields = flash.fields
     while True:
-        payload: dict[str, str | None] = {
+        payload: dict[str, Any] = {
             "kind": flash.kind,
             "message": message,
             "code": flash.code,
         }
         if flash.link is not None:
             payload |= {"link": flash.link, "linkText": flash.link_text or flash.link}
+        if flash.form is not None:
+            payload["form"] = flash.form
+        if fields:
+            payload["fields"] = fields
         value = json.dumps(payload, separators=(",", ":"))
         # A browser drops a cookie over 4096 bytes, and the failure would never be shown:
-        # non-ASCII text grows sixfold in JSON and again in the cookie's quoting.
+        # non-ASCII text grows sixfold in JSON and again in the cookie's quoting. What was
+        # typed goes first (the form then shows the saved values), the message's end next.
         if len(value) <= _FLASH_COOKIE_CHARS or len(message) <= 1:
             break
+        if fields:
+            fields = None
+            continue
         message = message[: len(message) // 2].rstrip() + "…"
     response.set_cookie(
         FLASH_COOKIE,

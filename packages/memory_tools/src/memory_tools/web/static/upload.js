@@ -259,7 +259,7 @@
     row.querySelector("progress").removeAttribute("value");
     setState(row, "fetching");
     try {
-      const saved = await postJson(urlSaveUrl, Object.assign(target(), { imageUrl: url }));
+      const saved = await postJson(urlSaveUrl, Object.assign(target(), { sourceUrl: url }));
       const bar = row.querySelector("progress");
       bar.max = 1;
       bar.value = 1;
