@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from memory_db.embedding.clip import check_model_name
 from memory_db.errors import ConfigurationError
 
 HUB_URL = "https://huggingface.co"
@@ -315,6 +314,10 @@ def _catalog_file_entry(entry: Any, where: str) -> CatalogModel:
         raise ValueError(f"{where}: an entry must be a JSON object")
     raw: dict[str, Any] = entry  # pyright: ignore[reportUnknownVariableType]
     name = _text(raw, "name", where)
+    # Here, not at the top: the catalog is read by every operator command's parser, and the
+    # embedder module brings numpy and onnxruntime, which those commands never need.
+    from memory_db.embedding.clip import check_model_name
+
     try:
         check_model_name(name)  # it names a directory under ASSET_EMBED_MODEL_DIR
     except ConfigurationError:
