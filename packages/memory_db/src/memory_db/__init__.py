@@ -5,7 +5,7 @@ unit of work, private object stores, configuration, structured logging with reda
 embedded PostgreSQL runtime. Nothing here imports fastmcp.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from memory_db.dev_hosts import DevHost, host_key
 from memory_db.errors import (
@@ -26,6 +26,7 @@ from memory_db.errors import (
     StorageUnavailable,
 )
 from memory_db.ids import is_valid_id, new_id
+from memory_db.lazy_exports import lazy_exports
 from memory_db.logs import configure_logging, get_logger, identity_digest
 
 if TYPE_CHECKING:
@@ -71,18 +72,7 @@ _LAZY = {
     "memory_db.settings": ("MemorySettings", "load_settings"),
     "memory_db.unit_of_work": ("Database", "NestedUnitOfWork", "UnitOfWork"),
 }
-_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY_MODULE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memory_db' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [

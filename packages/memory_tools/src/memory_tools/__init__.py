@@ -1,7 +1,8 @@
 """memory-tools: authorised workflows of the image memory and their MCP tools."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from memory_db.lazy_exports import lazy_exports
 from memory_tools.errors import (
     CODES,
     ConflictFailure,
@@ -39,20 +40,7 @@ _LAZY = {
     ),
     "memory_tools.services": ("MemoryServices",),
 }
-_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    from importlib import import_module
-
-    if name == "admin":
-        return import_module("memory_tools.admin")
-    module = _LAZY_MODULE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memory_tools' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY, submodules=("admin",))
 
 
 __all__ = [

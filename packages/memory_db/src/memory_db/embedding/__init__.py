@@ -1,6 +1,8 @@
 """Embedders: the contract, the Jina client, the offline local and clip embedders, a fake."""
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from memory_db.lazy_exports import lazy_exports
 
 if TYPE_CHECKING:
     from memory_db.embedding.clip import ClipEmbedder
@@ -81,18 +83,7 @@ _LAZY = {
         "validate_embeddings",
     ),
 }
-_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY_MODULE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memory_db.embedding' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [

@@ -18,8 +18,9 @@ Modules: ``bootstrap`` (settings → runtime → services), ``app`` (the HTTP se
 first use, so an app's operator commands start quickly.
 """
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from memory_db.lazy_exports import lazy_exports
 from memory_tools.serving.commands import (
     Terminated,
     install_sigterm_handler,
@@ -56,18 +57,7 @@ _LAZY = {
         "serve_stdio",
     ),
 }
-_LAZY_MODULE = {name: module for module, names in _LAZY.items() for name in names}
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY_MODULE.get(name)
-    if module is None:
-        raise AttributeError(f"module 'memory_tools.serving' has no attribute {name!r}")
-    from importlib import import_module
-
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [
