@@ -64,6 +64,7 @@ class SaveIntent:
     source_ref: dict[str, Any]
     idempotency_key: str | None
     fingerprint: str  # what makes two requests under one idempotency key the same request
+    file_name: str | None = None  # the uploaded file's base name, cleaned (inputs.file_name)
 
 
 @dataclass(frozen=True)
