@@ -196,7 +196,7 @@ def test_the_phone_library_folds_its_filters_so_the_first_image_shows(
     expect(first).to_contain_text("Dunes")
     # The whole first card is on the first screen, without scrolling.
     card = _box(first)
-    assert 0 <= card["y"] and card["y"] + card["height"] <= MOBILE["height"], card
+    assert card["y"] >= 0 and card["y"] + card["height"] <= MOBILE["height"], card
     filters = page.locator("details.library-filters")
     expect(filters).not_to_have_attribute("open", "")
     expect(page.get_by_label("Tags")).to_be_hidden()
