@@ -129,21 +129,21 @@ def test_the_asset_page_names_its_project_and_file_and_the_delete_dialog_focuses
     )
     project_id, folder_id = answers[0]["projectId"], answers[1]["folderId"]
     page = open_page(key)
-    page.goto(f"/assets/{answers[2]['assetId']}")
-    # Titled after its file name (no title was given), which it shows in its own row.
-    expect(page.get_by_role("heading", name="IMG_0031", level=1)).to_be_visible()
     facts = page.locator(".asset-facts").first
-    expect(facts.locator("dt", has_text="File name")).to_be_visible()
-    expect(facts.locator("dt:text-is('File name') + dd")).to_have_text("IMG_0031.JPG")
     project = facts.locator("dt:text-is('Project') + dd")
-    expect(project.get_by_role("link", name="Trips")).to_have_attribute(
-        "href", f"/library?vault=Library&project={project_id}"
-    )
+    # The Project row: the project (and folder) as a link to that place in the library.
     page.goto(f"/assets/{answers[3]['assetId']}")
     expect(project.get_by_role("link", name="Trips/Norway")).to_have_attribute(
         "href", f"/library?vault=Library&project={project_id}&folder={folder_id}"
     )
     expect(facts.locator("dt", has_text="File name")).to_have_count(0)  # none was given
+    page.goto(f"/assets/{answers[2]['assetId']}")
+    expect(project.get_by_role("link", name="Trips")).to_have_attribute(
+        "href", f"/library?vault=Library&project={project_id}"
+    )
+    # Titled after its file name (no title was given), which it shows in its own row.
+    expect(page.get_by_role("heading", name="IMG_0031", level=1)).to_be_visible()
+    expect(facts.locator("dt:text-is('File name') + dd")).to_have_text("IMG_0031.JPG")
     page.goto(f"/assets/{answers[4]['assetId']}")
     expect(project).to_have_text("No project (Unfiled)")
 
