@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 from fastmcp import Client
-from playwright.sync_api import Locator, Page, ViewportSize, expect
+from playwright.sync_api import FloatRect, Locator, Page, ViewportSize, expect
 
 from ..e2e.test_processes import _new_key, _png
 from .conftest import DESKTOP, MOBILE, RunningServer, check_accessibility, screenshot
@@ -78,7 +78,7 @@ def _image(seed: int, **arguments: Any) -> tuple[str, dict[str, Any]]:
     return ("image_asset_save", {"imageBase64": base64.b64encode(_png(seed)).decode(), **arguments})
 
 
-def _box(locator: Locator) -> dict[str, float]:
+def _box(locator: Locator) -> FloatRect:
     box = locator.bounding_box()
     assert box is not None, f"{locator} is not shown"
     return box

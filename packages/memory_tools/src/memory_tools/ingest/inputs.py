@@ -114,8 +114,10 @@ _MAX_EXTENSION = 5
 
 
 def _split_extension(name: str) -> tuple[str, str | None]:
-    """``("IMG_0423", "JPG")``: the stem and the extension, a short run of ASCII letters and
-    digits after the last dot; ``(name, None)`` when there is none or nothing stands before it.
+    """The stem and the extension of a file name: ``("IMG_0423", "JPG")``.
+
+    The extension is a short run of ASCII letters and digits after the last dot; ``(name, None)``
+    when there is none, or when nothing but dots and spaces stands before it.
     """
     stem, dot, ext = name.rpartition(".")
     if (
@@ -133,7 +135,7 @@ def file_name(value: str | None) -> str | None:
     """The base name of the file a caller uploaded, cleaned as a title is; ``None`` when empty.
 
     Control characters are dropped and NUL refused (:func:`clean_text`); only what follows the
-    last ``/`` or ``\\`` is kept, and ``.`` or ``..`` count as no name. A name longer than
+    last slash or backslash is kept, and ``.`` or ``..`` count as no name. A name longer than
     ``MAX_FILE_NAME`` characters is cut, keeping its extension: a file name is not words the
     caller chose for us, so it is bounded rather than refused.
     """

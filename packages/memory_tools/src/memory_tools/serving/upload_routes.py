@@ -28,8 +28,7 @@ from memory_tools.errors import (
     http_status,
     map_failures,
 )
-from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
-from memory_tools.ingest.inputs import MAX_FILE_NAME_INPUT
+from memory_tools.ingest.inputs import MAX_FILE_NAME_INPUT, refuse_nul, refuse_nul_anywhere
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
 from memory_tools.ingest.uploads import UploadFlow, UploadTicket
 from memory_tools.mcp.validation import describe
