@@ -243,6 +243,18 @@ def test_labels_and_controls_line_up_on_the_library_toolbar_and_the_search_form(
     open_page: Callable[..., Page], visitor: str
 ) -> None:
     page = open_page(visitor)
+    page.goto("/search?tags=evening")  # filtered: the filters are open
+    main_labels = page.locator(".search-main > label")
+    _same([_box(main_labels.nth(i))["y"] for i in range(main_labels.count())], "search labels")
+    words = _box(page.get_by_label("Words"))
+    search = _box(page.get_by_role("button", name="Search", exact=True))
+    _same([words["y"], search["y"]], "the words and the Search button (tops)")
+    _same([words["y"] + words["height"], search["y"] + search["height"]], "their bottoms")
+    row = ("vault", "project", "folder", "tags")  # the first row of the filters
+    grid = page.locator(".filter-grid")
+    _same([_box(grid.locator(f"label[for='search-{n}']"))["y"] for n in row], "filter labels")
+    _same([_box(grid.locator(f"#search-{n}"))["y"] for n in row], "filter controls")
+    screenshot(page, "search-aligned-desktop")
     page.goto("/library")
     toolbar = page.locator(".library-toolbar")
     labels = [_box(toolbar.locator("label", has_text=name)) for name in ("Tags", "Source", "Type")]
@@ -254,17 +266,6 @@ def test_labels_and_controls_line_up_on_the_library_toolbar_and_the_search_form(
     _same([box["y"] for box in labels], "the toolbar's labels (tops)")
     _same([box["y"] for box in controls], "the toolbar's controls (tops)")
     _same([box["y"] + box["height"] for box in [*controls, apply]], "the toolbar's bottoms")
-
-    page.goto("/search?tags=evening")  # filtered: the filters are open
-    words = _box(page.get_by_label("Words"))
-    search = _box(page.get_by_role("button", name="Search", exact=True))
-    _same([words["y"], search["y"]], "the words and the Search button (tops)")
-    _same([words["y"] + words["height"], search["y"] + search["height"]], "their bottoms")
-    row = ("vault", "project", "folder", "tags")  # the first row of the filters
-    grid = page.locator(".filter-grid")
-    _same([_box(grid.locator(f"label[for='search-{n}']"))["y"] for n in row], "filter labels")
-    _same([_box(grid.locator(f"#search-{n}"))["y"] for n in row], "filter controls")
-    screenshot(page, "search-aligned-desktop")
 
 
 def test_the_search_image_picker_is_the_upload_pages_drop_zone(
