@@ -83,7 +83,8 @@ def test_grid_thumbnails_keyboard_and_delete_dialog(
     page.keyboard.press("Enter")
     dialog = page.locator("#asset-delete-dialog")
     expect(dialog).to_be_visible()
-    expect(page.get_by_role("button", name="Move to trash")).to_be_focused()
+    # Deleting is the destructive choice: Cancel has the focus (test_page_polish.py).
+    expect(dialog.get_by_role("link", name="Cancel")).to_be_focused()
     check_accessibility(page)
     page.keyboard.press("Escape")
     expect(dialog).to_be_hidden()
@@ -91,6 +92,8 @@ def test_grid_thumbnails_keyboard_and_delete_dialog(
     # Asked again and confirmed by keyboard: to the trash, and the library says where it went.
     delete.focus()
     page.keyboard.press("Enter")
+    page.keyboard.press("Shift+Tab")  # from Cancel back to "Move to trash"
+    expect(page.get_by_role("button", name="Move to trash")).to_be_focused()
     page.keyboard.press("Enter")
     expect(page).to_have_url(re.compile(r"/library$"))
     expect(page.get_by_role("status")).to_contain_text("Moved to the trash.")

@@ -105,7 +105,7 @@ def test_trash_at_mobile_width(
     screenshot(page, "trash-mobile")
 
 
-def test_usage_shows_the_bar_and_the_token_chart(
+def test_usage_shows_the_bar_and_no_tokens_for_the_offline_embedder(
     open_page: Callable[..., Page], new_key: Callable[..., str], web_server: RunningServer
 ) -> None:
     key = new_key("usage")
@@ -114,17 +114,18 @@ def test_usage_shows_the_bar_and_the_token_chart(
         key,
         [("image_asset_save", {"imageBase64": base64.b64encode(_png(14)).decode()})],
     )[0]
-    # The server's worker embeds it (and meters the local embedder's tokens).
+    # The server's worker embeds it; the local embedder counts its inputs in the ledger.
     _tools(web_server, key, [("image_asset_get", {"assetId": saved["assetId"], "waitSeconds": 20})])
     page = open_page(key)
     page.goto("/usage")
     bar = page.get_by_role("img", name=re.compile(r" of 10\.0 GiB taken"))
     expect(bar).to_be_visible()
     assert float(bar.locator(".usage-quota-used").get_attribute("width") or 0) > 0
-    chart = page.get_by_role("img", name="Provider tokens per month")
-    expect(chart).to_be_visible()
-    expect(chart.locator("rect")).to_have_count(1)
-    expect(page.get_by_role("table").last).to_contain_text("local-hash-v1")
+    # No provider bills the offline embedder: no "Provider tokens" section, chart or table.
+    expect(page.get_by_role("heading", name="By project")).to_be_visible()
+    expect(page.get_by_text("Provider tokens")).to_have_count(0)
+    expect(page.get_by_role("table")).to_have_count(1)  # by project only
+    expect(page.locator("main")).not_to_contain_text("local-hash-v1")
     check_accessibility(page)
     screenshot(page, "usage-desktop")
     page.set_viewport_size(MOBILE)

@@ -103,6 +103,8 @@ SEARCH_DOCUMENT_SQL = (
     "setweight(to_tsvector('english'::regconfig, coalesce(generated_text, '')), 'D')"
 )
 MAX_OCR_TEXT = 8000  # characters of read text kept per image (memory_tools.ocr cuts there)
+# Characters of an upload's original file name kept (memory_tools.ingest.inputs cuts there).
+MAX_FILE_NAME = 255
 # The most characters of generated context that reach the index (caption, visible text and
 # subjects joined); the schema's own bounds allow a little more, which is cut.
 MAX_GENERATED_TEXT = 3000
@@ -498,6 +500,11 @@ class Asset(Base):
             name="ocr_bounded",
         ),
         CheckConstraint(
+            "original_file_name IS NULL OR "
+            f"char_length(original_file_name) BETWEEN 1 AND {MAX_FILE_NAME}",
+            name="original_file_name_length",
+        ),
+        CheckConstraint(
             "failure_code IS NULL OR char_length(failure_code) <= 64", name="failure_code_length"
         ),
         CheckConstraint(
@@ -563,6 +570,9 @@ class Asset(Base):
     # confidence, the input's SHA-256, when): set by an OCR job, never by a caller.
     ocr_text: Mapped[str | None] = mapped_column(Text)
     ocr: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The base name of the file the bytes were uploaded as, cleaned; None when none was given.
+    # Shown and used as the default title, never searched or embedded (revision 0019).
+    original_file_name: Mapped[str | None] = mapped_column(Text)
     search_document: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
     )

@@ -130,6 +130,11 @@ class AssetView(WireModel):
     title: str
     description: str | None
     alt_text: str | None
+    original_file_name: str | None = Field(
+        default=None,
+        description="The base name of the file the image was uploaded as (fileName); null "
+        "when none was given.",
+    )
     tags: list[str]
     source_url: str | None
     source_kind: str
@@ -294,6 +299,7 @@ def _view(
         **dict(_summary(stored, vault)),
         description=asset.description,
         alt_text=asset.alt_text,
+        original_file_name=asset.original_file_name,
         source_ref=dict(asset.source_ref),
         failure_code=asset.failure_code,
         failure_message=asset.failure_message,

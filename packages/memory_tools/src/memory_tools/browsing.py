@@ -169,6 +169,17 @@ class Placement:
 
 
 @dataclass(frozen=True)
+class ProjectPlace:
+    """The project (and folder) an asset is in, as its page names it."""
+
+    project_id: str
+    folder_id: str | None
+    name: str  # the project's name
+    folder_path: str | None  # "/Trips/2026", or None at the project's root
+    archived: bool
+
+
+@dataclass(frozen=True)
 class AssetDetail:
     """Everything the asset page shows.
 
@@ -182,6 +193,8 @@ class AssetDetail:
     placements: list[Placement]
     # The key may write and the server is not read-only (a vault permission alone is not enough).
     changeable: bool = True
+    # Its project and folder; None when it is in no project (Unfiled).
+    place: ProjectPlace | None = None
 
     @property
     def writable(self) -> bool:
@@ -204,15 +217,29 @@ async def asset_detail(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     placements: list[Placement] = []
-    projects = await list_projects(uow, caller, services, vault=asset.vault, include_archived=False)
+    place: ProjectPlace | None = None
+    # Archived projects too: an image keeps its place when its project is archived, and its
+    # page names it; only active ones are offered as places to move to.
+    projects = await list_projects(uow, caller, services, vault=asset.vault, include_archived=True)
     # Every folder of the vault at once: a vault may have many projects (anyone who may write
     # to it can add them), and this page must not cost a round of queries for each.
     by_project: dict[str, list[FolderRecord]] = {}
     for folder in await uow.folders.list_vault(vault.record.scope):
         by_project.setdefault(folder.project_id, []).append(folder)
     for project in projects.projects:
-        placements.append(Placement(project.project_id, None, project.name))
         tree = folder_tree(by_project.get(project.project_id, []), asset.vault)
+        if project.project_id == asset.project_id:
+            folder = next((f for f in tree if f.folder_id == asset.folder_id), None)
+            place = ProjectPlace(
+                project_id=project.project_id,
+                folder_id=folder.folder_id if folder else None,
+                name=project.name,
+                folder_path=folder.path if folder else None,
+                archived=project.status != "active",
+            )
+        if project.status != "active":
+            continue
+        placements.append(Placement(project.project_id, None, project.name))
         placements.extend(
             Placement(project.project_id, f.folder_id, f"{project.name}{f.path}") for f in tree
         )
@@ -222,6 +249,7 @@ async def asset_detail(
         permission=vault.record.permission,
         placements=placements,
         changeable=caller.has_scope("write") and not services.read_only,
+        place=place,
     )
 
 

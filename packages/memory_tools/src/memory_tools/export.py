@@ -260,6 +260,7 @@ async def _export_one(
         "title": asset.title,
         "description": asset.description,
         "altText": asset.alt_text,
+        "originalFileName": asset.original_file_name,
         "tags": asset.tags,
         "project": (
             None
@@ -467,6 +468,7 @@ async def import_vault(
             project_id=project_id,
             folder_id=folders.get(folder.get("id", "")) if project_id else None,
             idempotency_key=f"import:{record.id}:{entry['id']}",
+            file_name=entry.get("originalFileName"),
         )
         try:
             result = await saver.save(caller, request)

@@ -5,13 +5,18 @@ The same reports the operator reads (``memory-server admin usage``,
 whose usage is shown, never an argument, so no caller sees another owner's numbers. Needs the
 ``read`` scope. Projects are those of the caller's own vaults (a shared vault's bytes count
 against its owner, not the caller).
+
+Tokens are a provider's: the ledger also counts the inputs of the offline embedders (the
+``local-hash`` one, and the ``clip`` model this server runs), which no provider bills, and
+those rows are left out here. The operator's report keeps them.
 """
 
 from __future__ import annotations
 
 from pydantic import Field
 
-from memory_db import NotFound, UnitOfWork
+from memory_db import MemorySettings, NotFound, UnitOfWork
+from memory_db.embedding import LOCAL_MODEL
 from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.services import MemoryServices
@@ -59,6 +64,21 @@ class UsageView(WireModel):
     projects: list[ProjectUsage]
     tokens: list[MonthTokens] = Field(description="Newest month first.")
     months: list[MonthTotal] = Field(description="Totals per month, oldest first.")
+    provider_embedder: bool = Field(
+        description="Whether this server embeds with a provider that bills tokens (false for "
+        "the offline embedders, which have none)."
+    )
+
+
+def offline_models(settings: MemorySettings) -> frozenset[str]:
+    """Models whose ledger rows are not a provider's tokens: the offline embedders'.
+
+    ``local-hash`` always; a ``clip`` model only when this server runs it (a clip model's name
+    is its directory's, which a provider's model could share).
+    """
+    if settings.asset_embed_provider == "clip":
+        return frozenset({LOCAL_MODEL, settings.asset_embed_model})
+    return frozenset({LOCAL_MODEL})
 
 
 async def my_usage(uow: UnitOfWork, caller: Caller, services: MemoryServices) -> UsageView:
@@ -71,7 +91,8 @@ async def my_usage(uow: UnitOfWork, caller: Caller, services: MemoryServices) ->
         quota, used, reserved = counters.quota_bytes, counters.used_bytes, counters.reserved_bytes
     except NotFound:
         quota = used = reserved = 0  # an identity without a namespace has stored nothing
-    tokens = await uow.reports.tokens_by_month(owner)
+    offline = offline_models(services.settings)
+    tokens = [row for row in await uow.reports.tokens_by_month(owner) if row.model not in offline]
     totals: dict[str, MonthTotal] = {}
     for row in tokens:
         seen = totals.get(row.month, MonthTotal(month=row.month, total_tokens=0, calls=0))
@@ -106,4 +127,5 @@ async def my_usage(uow: UnitOfWork, caller: Caller, services: MemoryServices) ->
             for row in tokens
         ],
         months=sorted(totals.values(), key=lambda total: total.month),
+        provider_embedder=services.settings.asset_embed_provider not in ("local", "clip"),
     )

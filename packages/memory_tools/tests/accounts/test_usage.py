@@ -19,10 +19,12 @@ from ..workflow_calls import refused, run
 OWNER = "alice@example.com"
 
 
-async def _tokens(services: MemoryServices, owner: str, when: str, total: int) -> None:
+async def _tokens(
+    services: MemoryServices, owner: str, when: str, total: int, model: str = "m1"
+) -> None:
     async with services.database.unit_of_work() as uow:
         entry = await uow.usage.record(
-            owner_identity=owner, source="embed_image_document", model="m1", total_tokens=total
+            owner_identity=owner, source="embed_image_document", model=model, total_tokens=total
         )
         await uow.session.execute(
             text("UPDATE mem_usage_ledger SET created_at = :w WHERE id = :i"),
@@ -66,3 +68,21 @@ async def test_usage_is_the_callers_own(
     # A key without the read scope is refused.
     writer = await make_person(OWNER, ("write",))
     assert (await refused(run(saving, writer.key, usage.my_usage))).startswith("forbidden")
+
+
+async def test_the_offline_embedders_inputs_are_not_provider_tokens(
+    saving: MemoryServices, alice: Any
+) -> None:
+    # The ledger counts the local-hash embedder's inputs too; no provider bills them.
+    await _tokens(saving, OWNER, "2026-01-10 10:00:00+00", 40, model="local-hash-v1")
+    await _tokens(saving, OWNER, "2026-02-10 10:00:00+00", 7)
+    mine = await run(saving, alice.key, usage.my_usage)
+    assert [(t.month, t.model, t.total_tokens) for t in mine.tokens] == [("2026-02", "m1", 7)]
+    assert [(m.month, m.total_tokens) for m in mine.months] == [("2026-02", 7)]
+    assert mine.provider_embedder is False  # the suite's servers embed with local-hash
+    # A clip model is offline only on a server that runs it.
+    assert usage.offline_models(saving.settings) == {"local-hash-v1"}
+    clip = saving.settings.model_copy(
+        update={"asset_embed_provider": "clip", "asset_embed_model": "m1"}
+    )
+    assert usage.offline_models(clip) == {"local-hash-v1", "m1"}

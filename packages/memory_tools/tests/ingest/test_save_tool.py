@@ -147,3 +147,54 @@ async def test_a_save_redirected_to_a_non_web_scheme_is_unsafe_url_without_a_tra
     )
     assert [entry for entry in logs if entry["log_level"] in ("error", "critical")] == []
     assert [entry for entry in logs if entry.get("exc_info")] == []
+
+
+@pytest.mark.parametrize(
+    ("file_name", "kept", "title"),
+    [
+        ("C:\\Users\\alice\\Pictures\\IMG_0423.JPG", "IMG_0423.JPG", "IMG_0423"),
+        ("../../etc/\x1b[31mred\x07 kite.png", "[31mred kite.png", "[31mred kite"),
+        ("", None, "Image PNG 48x48"),
+        ("n" * 300 + ".webp", "n" * 250 + ".webp", "n" * 240),
+    ],
+)
+async def test_the_file_name_is_kept_and_titles_an_untitled_save(
+    client_as: Callable[[str], Client[Any]],
+    alice: Any,
+    file_name: str,
+    kept: str | None,
+    title: str,
+) -> None:
+    async with client_as(alice.key) as client:
+        saved = await client.call_tool(
+            "image_asset_save",
+            {"imageBase64": base64.b64encode(picture(41)).decode(), "fileName": file_name},
+        )
+        assert saved.structured_content is not None
+        got = await client.call_tool(
+            "image_asset_get", {"assetId": saved.structured_content["assetId"]}
+        )
+    view = got.structured_content
+    assert view is not None
+    assert (view["originalFileName"], view["title"]) == (kept, title)
+    # Not the caller's words: the file name makes no fused vector.
+    assert [r["representation"] for r in view["representations"]] == ["visual"]
+
+
+async def test_a_file_name_with_nul_or_too_long_is_refused_and_saves_nothing(
+    client_as: Callable[[str], Client[Any]], alice: Any
+) -> None:
+    async with client_as(alice.key) as client:
+        for name, expected in (
+            ("a\x00.png", "invalid_input: fileName: must not contain a NUL character"),
+            ("p" * 4097, "invalid_input: fileName: "),
+        ):
+            refused = await client.call_tool(
+                "image_asset_save",
+                {"imageBase64": base64.b64encode(picture(42)).decode(), "fileName": name},
+                raise_on_error=False,
+            )
+            assert refused.is_error
+            assert refused.content[0].text.startswith(expected)  # type: ignore[union-attr]
+        listed = await client.call_tool("image_asset_list", {})
+    assert listed.structured_content is not None and listed.structured_content["items"] == []

@@ -147,6 +147,28 @@ async def test_upload_initiate_put_and_complete(
         assert sorted(_files(uploading)) == ["original.png", "preview.webp"]
 
 
+async def test_an_upload_keeps_its_file_name_and_is_titled_after_it(
+    uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
+) -> None:
+    key = await make_key("named@example.com")
+    async with serve_http(build_http_server(uploading)) as mcp_url, httpx.AsyncClient() as http:
+        base = mcp_url.removesuffix("/mcp")
+        done = await _upload(http, base, key, _png(5), fileName="/tmp/x/Harbour_at_dusk.PNG")
+        assert done.status_code == 200, done.text
+        refused = await http.post(
+            f"{base}/uploads",
+            json={"contentType": "image/png", "contentLength": 10, "fileName": "a\x00b.png"},
+            headers={"Authorization": f"Bearer {key}"},
+        )
+    assert refused.status_code == 422 and refused.json()["error"]["code"] == "invalid_input"
+    assert "fileName" in refused.json()["error"]["message"]
+    async with uploading.database.unit_of_work() as uow:
+        asset = await uow.assets.get_for_owner("named@example.com", done.json()["assetId"])
+    assert asset is not None
+    assert (asset.original_file_name, asset.title) == ("Harbour_at_dusk.PNG", "Harbour_at_dusk")
+    assert asset.metadata["titleSource"] == "derived"
+
+
 async def test_a_lying_upload_is_refused_and_its_bytes_removed(
     uploading: MemoryServices, serve_http: Callable[..., Any], make_key: Callable[..., Any]
 ) -> None:

@@ -241,3 +241,68 @@ def test_an_intent_refuses_bad_metadata() -> None:
         describe(SaveRequest(title="x" * 10_000), source_kind="upload")
     with pytest.raises(InvalidInputFailure):
         describe(SaveRequest(tags=["ok", "bad\x00tag"]), source_kind="upload")
+
+
+@pytest.mark.parametrize(
+    ("given", "kept", "title"),
+    [
+        ("IMG_0423.JPG", "IMG_0423.JPG", "IMG_0423"),
+        ("harbour at dusk.jpeg", "harbour at dusk.jpeg", "harbour at dusk"),
+        ("archive.tar.gz", "archive.tar.gz", "archive.tar"),
+        # Paths, POSIX and Windows: only the base name is kept.
+        ("/home/alice/Pictures/kite.png", "kite.png", "kite"),
+        ("C:\\Users\\bob\\Desktop\\boat.webp", "boat.webp", "boat"),
+        ("../../etc/passwd", "passwd", "passwd"),
+        # Control characters are dropped, as from a title; spaces are collapsed in the title.
+        ("sun\x07\x1bset\t\t  beach.png", "sunset\t\t  beach.png", "sunset beach"),
+        # Nothing before the dot, or an extension that is not one: the name stays whole.
+        (".jpg", ".jpg", ".jpg"),
+        ("notes.final draft", "notes.final draft", "notes.final draft"),
+        ("photo.", "photo.", "photo."),
+        # No name at all.
+        ("", None, None),
+        ("   ", None, None),
+        ("\x01\x02", None, None),
+        ("a/b/", None, None),
+        ("..", None, None),
+        ("dir/.", None, None),
+    ],
+)
+def test_a_file_name_is_kept_as_its_base_name_and_titles_an_untitled_image(
+    given: str, kept: str | None, title: str | None
+) -> None:
+    intent = describe(SaveRequest(file_name=given), source_kind="upload")
+    assert intent.file_name == kept
+    plan = plan_save(_order(intent), b"png", IMAGE, env_prefix="dev", vector_size=VECTOR)
+    assert plan.title == (title or "Image PNG 48x32")
+    # A file name is never words of the image: it does not make a fused vector.
+    assert intent.title_source == "derived" and plan.text is None
+
+
+def test_a_very_long_file_name_is_cut_keeping_its_extension_and_the_title_bounded() -> None:
+    intent = describe(SaveRequest(file_name="x" * 1000 + ".png"), source_kind="upload")
+    assert intent.file_name == "x" * 251 + ".png"
+    assert intent.title == "x" * 240
+    no_extension = describe(SaveRequest(file_name="y" * 300), source_kind="upload")
+    assert no_extension.file_name == "y" * 255
+    with pytest.raises(InvalidInputFailure, match="fileName: at most 4096"):
+        describe(SaveRequest(file_name="z" * 5000), source_kind="upload")
+    with pytest.raises(InvalidInputFailure, match="fileName: must not contain a NUL"):
+        describe(SaveRequest(file_name="a\x00.png"), source_kind="upload")
+
+
+def test_a_callers_title_wins_over_the_file_name_which_wins_over_the_host() -> None:
+    titled = describe(SaveRequest(title="Kite", file_name="IMG_1.jpg"), source_kind="upload")
+    assert (titled.title, titled.title_source, titled.file_name) == ("Kite", "caller", "IMG_1.jpg")
+    from_url = describe(
+        SaveRequest(source_url="https://img.example.com/a.png", file_name="IMG_2.jpg"),
+        source_kind="external_url",
+        source_url="https://img.example.com/a.png",
+    )
+    assert from_url.title == "IMG_2"
+    # The file name makes a repeat under one idempotency key a different request.
+    base = SaveRequest(idempotency_key="k1")
+    assert (
+        describe(replace(base, file_name="a.png"), source_kind="upload").fingerprint
+        != describe(base, source_kind="upload").fingerprint
+    )

@@ -110,6 +110,7 @@ def asset_record(row: Asset) -> AssetRecord:
         generated_text=row.generated_text,
         ocr_text=row.ocr_text,
         ocr=None if row.ocr is None else dict(row.ocr),
+        original_file_name=row.original_file_name,
     )
 
 
@@ -432,6 +433,7 @@ class AssetRepository:
         metadata: dict[str, Any],
         created_by: str,
         asset_id: str | None = None,
+        original_file_name: str | None = None,
     ) -> AssetRecord:
         """A new asset in ``processing`` with embeddings ``pending``."""
         row = Asset(
@@ -454,6 +456,7 @@ class AssetRepository:
             embedding_status="pending",
             created_by=created_by,
             updated_by=created_by,
+            original_file_name=original_file_name,
         )
         self._session.add(row)
         await self._session.flush()

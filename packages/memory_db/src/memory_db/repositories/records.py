@@ -197,6 +197,8 @@ class AssetRecord:
     # The text read in the image (docs/ocr.md) and how it was read; None until read.
     ocr_text: str | None = None
     ocr: dict[str, Any] | None = None
+    # The base name of the file the bytes were uploaded as; None when none was given.
+    original_file_name: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

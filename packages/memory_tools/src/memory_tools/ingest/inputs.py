@@ -16,6 +16,7 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from memory_db.repositories import drop_forbidden_characters, has_forbidden_characters
+from memory_db.schema import MAX_FILE_NAME
 from memory_tools.errors import InvalidInputFailure
 
 MAX_TAGS = 32
@@ -26,6 +27,9 @@ MAX_ALT_TEXT = 2000
 MAX_SOURCE_REF_KEYS = 20
 MAX_SOURCE_REF_BYTES = 4096
 MAX_IDEMPOTENCY_KEY = 200
+# What a caller may send as ``fileName`` (a full path included); what is kept is its base name,
+# at most ``MAX_FILE_NAME`` characters (memory_db.schema).
+MAX_FILE_NAME_INPUT = 4096
 # Names that carry credentials: never stored, neither as sourceRef keys nor as URL parameters.
 SECRET_NAME = re.compile(
     r"pass(word)?|secret|token|api[-_]?key|^key$|auth|cookie|session|signature|^sig$|"
@@ -103,6 +107,72 @@ def clean_text(value: str | None, field: str, limit: int) -> str | None:
     if len(cleaned) > limit:
         raise InvalidInputFailure(f"{field}: at most {limit} characters")
     return cleaned
+
+
+# A path's separators, POSIX and Windows alike: a browser sends a base name, an HTTP or MCP
+# caller may send ``C:\\Users\\me\\beach.jpg`` or ``../../etc/passwd``.
+_PATH_SEPARATORS = re.compile(r"[/\\]")
+_MAX_EXTENSION = 5
+
+
+def _split_extension(name: str) -> tuple[str, str | None]:
+    """The stem and the extension of a file name: ``("IMG_0423", "JPG")``.
+
+    The extension is a short run of ASCII letters and digits after the last dot; ``(name, None)``
+    when there is none, or when nothing but dots and spaces stands before it.
+    """
+    stem, dot, ext = name.rpartition(".")
+    if (
+        dot
+        and 1 <= len(ext) <= _MAX_EXTENSION
+        and ext.isascii()
+        and ext.isalnum()
+        and stem.strip(". \t")
+    ):
+        return stem, ext
+    return name, None
+
+
+def file_name(value: str | None) -> str | None:
+    """The base name of the file a caller uploaded, cleaned as a title is; ``None`` when empty.
+
+    Control characters are dropped and NUL refused (:func:`clean_text`); only what follows the
+    last slash or backslash is kept, and ``.`` or ``..`` count as no name. A name longer than
+    ``MAX_FILE_NAME`` characters is cut, keeping its extension: a file name is not words the
+    caller chose for us, so it is bounded rather than refused.
+    """
+    if value is None:
+        return None
+    if len(value) > MAX_FILE_NAME_INPUT:
+        raise InvalidInputFailure(f"fileName: at most {MAX_FILE_NAME_INPUT} characters")
+    cleaned = clean_text(value, "fileName", MAX_FILE_NAME_INPUT)
+    if cleaned is None:
+        return None
+    base = _PATH_SEPARATORS.split(cleaned)[-1].strip()
+    if base in ("", ".", ".."):
+        return None
+    if len(base) > MAX_FILE_NAME:
+        stem, ext = _split_extension(base)
+        if ext is None:
+            base = base[:MAX_FILE_NAME].rstrip()
+        else:
+            base = f"{stem[: MAX_FILE_NAME - len(ext) - 1].rstrip()}.{ext}"
+    return base
+
+
+def title_from_file_name(name: str | None) -> str | None:
+    """The default title a file name gives: the name without its extension, spaces collapsed.
+
+    ``IMG_0423.JPG`` → ``IMG_0423``; ``.jpg`` and other names with nothing before the dot stay
+    whole; cut at ``MAX_TITLE`` characters. ``None`` when nothing is left.
+    """
+    if not name:
+        return None
+    stem, _ext = _split_extension(name)
+    title = " ".join(stem.split())
+    if len(title) > MAX_TITLE:
+        title = title[:MAX_TITLE].rstrip()
+    return title or None
 
 
 def canonical_tags(tags: list[str] | None) -> list[str]:

@@ -71,6 +71,7 @@ class SaveIntent:
     idempotency_key: str | None
     fingerprint: str  # what makes two requests under one idempotency key the same request
     artifact_id: str | None = None  # the scraper artifact the bytes come from
+    file_name: str | None = None  # the uploaded file's base name, cleaned (inputs.file_name)
 
 
 @dataclass(frozen=True)

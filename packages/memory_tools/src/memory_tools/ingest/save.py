@@ -112,6 +112,9 @@ class SaveRequest:
     project_id: str | None = None
     folder_id: str | None = None
     idempotency_key: str | None = None
+    # The name of the file the bytes were uploaded as (a path is cut to its base name): kept
+    # with the asset, and its stem is the title when the caller gives none.
+    file_name: str | None = None
     # What a URL save records as its source: a URL the caller named, or an image a scraper
     # found on a page (``scrape_page_images`` with ``save``; its page goes in ``source_ref``).
     url_source_kind: Literal["external_url", "scrape"] = "external_url"
@@ -189,11 +192,16 @@ def describe(
     ``altText``.
     """
     title = inputs.clean_text(request.title, "title", inputs.MAX_TITLE)
+    file_name = inputs.file_name(request.file_name)
     title_source: Literal["caller", "derived"] = "caller"
     if title is None:
+        # A derived title is never part of the fused text (plan.fused_text): a file name says
+        # how a camera or a download named the bytes, not what they show.
         title_source = "derived"
         host = httpx.URL(source_url).host if source_url else None
-        title = f"Image from {host}" if host else None  # otherwise the plan's default
+        title = inputs.title_from_file_name(file_name) or (
+            f"Image from {host}" if host else None  # otherwise the plan's default
+        )
     description = inputs.clean_text(request.description, "description", inputs.MAX_DESCRIPTION)
     alt_text = inputs.clean_text(request.alt_text, "altText", inputs.MAX_ALT_TEXT)
     tags = inputs.canonical_tags(request.tags)
@@ -221,6 +229,8 @@ def describe(
     }
     if request.artifact_id is not None:
         material["artifact"] = request.artifact_id
+    if file_name is not None:  # absent otherwise, so earlier requests keep their fingerprint
+        material["fileName"] = file_name
     return SaveIntent(
         vault=request.vault,
         project_id=request.project_id,
@@ -234,6 +244,7 @@ def describe(
         tags=tags,
         source_ref=source_ref,
         idempotency_key=idempotency_key,
+        file_name=file_name,
         fingerprint=hashlib.sha256(json.dumps(material, sort_keys=True).encode()).hexdigest(),
         artifact_id=artifact.id if artifact is not None else None,
     )
@@ -645,6 +656,7 @@ class AssetSaver:
                 tags=intent.tags,
                 metadata=plan.metadata(deduplicated=deduplicated),
                 created_by=order.actor,
+                original_file_name=intent.file_name,
             )
             jobs = [
                 await uow.jobs.create(

@@ -352,6 +352,14 @@ class MemoryTools:
                 description="Repeating a save with the same key returns the same asset.",
             ),
         ] = None,
+        fileName: Annotated[
+            str | None,
+            Field(
+                max_length=inputs.MAX_FILE_NAME_INPUT,
+                description="The image's file name (a path is cut to its base name): kept "
+                "with the image, and without its extension the title when none is given.",
+            ),
+        ] = None,
     ) -> SaveResult:
         """Save an image from exactly one source (sourceUrl, artifactId or imageBase64).
 
@@ -372,6 +380,7 @@ class MemoryTools:
             project_id=projectId,
             folder_id=folderId,
             idempotency_key=idempotencyKey,
+            file_name=fileName,
         )
 
         return await self.as_caller(self.saver.save, request, client_progress())

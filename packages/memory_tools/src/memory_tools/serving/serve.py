@@ -183,6 +183,7 @@ async def _announce_and_serve_http(
 ) -> None:
     from memory_tools.serving.app import build_http_server, run_http
     from memory_tools.serving.body_limit import mcp_middleware
+    from memory_tools.web import web_middleware
 
     server = build_http_server(
         services,
@@ -195,7 +196,8 @@ async def _announce_and_serve_http(
         log.info("server_process_ready", pid=os.getpid())
     else:
         notice(banner(settings, app.name, host, port, app.tools))
-    await run_http(server, host, port, sockets=[sock], middleware=mcp_middleware(settings))
+    middleware = [*mcp_middleware(settings), *web_middleware(services)]
+    await run_http(server, host, port, sockets=[sock], middleware=middleware)
 
 
 def serve_http_processes(

@@ -28,7 +28,7 @@ from memory_tools.errors import (
     http_status,
     map_failures,
 )
-from memory_tools.ingest.inputs import refuse_nul, refuse_nul_anywhere
+from memory_tools.ingest.inputs import MAX_FILE_NAME_INPUT, refuse_nul, refuse_nul_anywhere
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
 from memory_tools.ingest.uploads import UploadFlow, UploadTicket
 from memory_tools.mcp.validation import describe
@@ -55,6 +55,11 @@ class UploadStart(WireModel):
     tags: Annotated[list[str], Field(max_length=32)] = Field(default_factory=list[str])
     source_ref: dict[str, str | int | float | bool | None] = Field(default_factory=dict[str, Any])
     idempotency_key: str | None = Field(default=None, max_length=200)
+    file_name: str | None = Field(
+        default=None,
+        max_length=MAX_FILE_NAME_INPUT,
+        description="The file's name: kept with the image; its stem is the default title.",
+    )
 
     def save_request(self) -> SaveRequest:
         """The save this upload will be, as ``UploadFlow.initiate`` takes it."""
@@ -68,6 +73,7 @@ class UploadStart(WireModel):
             project_id=self.project_id,
             folder_id=self.folder_id,
             idempotency_key=self.idempotency_key,
+            file_name=self.file_name,
         )
 
 

@@ -37,11 +37,13 @@ async def serve_web_app(make_services: Callable[[str], MemoryServices]) -> Async
     ``make_services(base_url)`` builds the services (e.g. a local store signing links on it).
     """
     from memory_tools.serving.app import build_http_server
+    from memory_tools.web import web_middleware
 
     port = free_port()
     base_url = f"http://127.0.0.1:{port}"
     services = make_services(base_url)
-    async with serve_mcp_http(build_http_server(services), port=port):
+    server = build_http_server(services)
+    async with serve_mcp_http(server, web_middleware(services), port=port):
         yield WebApp(base_url, services)
 
 

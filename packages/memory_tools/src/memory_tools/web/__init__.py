@@ -8,11 +8,13 @@ database around them.
 
 Modules: ``security`` (headers, CSP nonce, cookies, CSRF), ``rendering`` (templates, flash),
 ``handlers`` (page, action and JSON endpoint), ``account`` (sign-in, sign-out, account,
-static files), and one module per page group.
+static files), ``not_found`` (the 404 page of an address no route serves, a middleware), and
+one module per page group.
 """
 
 from __future__ import annotations
 
+from starlette.middleware import Middleware
 from starlette.routing import Route
 
 from memory_tools.services import MemoryServices
@@ -27,6 +29,7 @@ from memory_tools.web import (
     uploads,
     usage,
 )
+from memory_tools.web.not_found import NotFoundPage
 
 _PAGE_GROUPS = (account, library, asset_page, uploads, search_page, trash, usage, sharing, jobs)
 
@@ -36,4 +39,9 @@ def web_routes(services: MemoryServices) -> list[Route]:
     return [route for group in _PAGE_GROUPS for route in group.routes(services)]
 
 
-__all__ = ["web_routes"]
+def web_middleware(services: MemoryServices) -> list[Middleware]:
+    """The ASGI middleware the web app needs around the whole HTTP app: its 404 page."""
+    return [Middleware(NotFoundPage, services=services)]
+
+
+__all__ = ["web_middleware", "web_routes"]

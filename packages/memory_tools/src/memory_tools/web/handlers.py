@@ -393,6 +393,31 @@ def endpoint(
     return Route(path, serve, methods=list(methods))
 
 
+async def not_found_page(request: Request, services: MemoryServices) -> Response:
+    """The page of an address no route serves: the app's layout, a link home, status 404.
+
+    Signed in, it shows the navigation; without a session (or when the session cannot be
+    read) it shows the page alone, as the sign-in page does.
+    """
+    nonce = security.new_nonce()
+    who: SessionCaller | None = None
+    if security.session_secret(request, services) is not None:
+        try:
+            who = await _resolve(request, services)
+        except ToolFailure:
+            who = None  # signed out, or the database is away: still a page, without the nav
+    response = render_page(
+        request,
+        services,
+        "not_found.html",
+        nonce=nonce,
+        who=who,
+        status=404,
+        title="Page not found",
+    )
+    return security.secure_headers(response, nonce, security.store_origins(services))
+
+
 def error_page(
     request: Request,
     services: MemoryServices,

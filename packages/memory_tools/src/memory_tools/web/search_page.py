@@ -30,6 +30,7 @@ from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
 from memory_tools.assets import MIME_TYPES
 from memory_tools.errors import InvalidInputFailure, ToolFailure, http_status
+from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import MAX_TAG_LENGTH, MAX_TAGS
 from memory_tools.projects import FolderView, ProjectView, list_folders, list_projects
 from memory_tools.search import (
@@ -283,6 +284,7 @@ def routes(services: MemoryServices) -> list[Route]:
             asset_path=ASSET_PATH,
             csrf_field=security.CSRF_FIELD,
             max_size=human_bytes(services.settings.asset_max_bytes),
+            formats=", ".join(f.name.upper() for f in FORMATS.values()),
         )
 
     async def show(web: WebRequest) -> Response:

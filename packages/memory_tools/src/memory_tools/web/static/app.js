@@ -82,6 +82,19 @@
     return value.toFixed(1) + " TiB";
   }
 
+  // <details data-fold-narrow>: folded at phone widths, open (its summary hidden by the
+  // stylesheet) at wider ones. Without scripts it stays open, as the page was before.
+  function foldNarrow(root) {
+    const narrow = window.matchMedia("(max-width: 640px)");
+    const sections = root.querySelectorAll("details[data-fold-narrow]");
+    const apply = () => sections.forEach((section) => { section.open = !narrow.matches; });
+    apply();
+    narrow.addEventListener("change", apply);
+  }
+
   window.memory = { call, csrf, formatBytes, wireConfirmations };
-  document.addEventListener("DOMContentLoaded", () => wireConfirmations(document));
+  document.addEventListener("DOMContentLoaded", () => {
+    wireConfirmations(document);
+    foldNarrow(document);
+  });
 })();

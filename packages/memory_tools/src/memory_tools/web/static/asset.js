@@ -10,8 +10,10 @@
       link.addEventListener("click", (event) => {
         event.preventDefault();
         dialog.showModal();
-        const yes = dialog.querySelector("[data-delete-yes]");
-        if (yes) yes.focus();
+        // Deleting is the destructive choice: the safe one takes the focus, so a stray Enter
+        // keeps the image (as the trash's purge dialog does).
+        const first = dialog.querySelector("[data-delete-no]") || dialog.querySelector("[data-delete-yes]");
+        if (first) first.focus();
       });
       dialog.querySelectorAll("[data-delete-no]").forEach((cancel) => {
         cancel.addEventListener("click", (event) => {

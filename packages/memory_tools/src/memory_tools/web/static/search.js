@@ -30,6 +30,29 @@
     show();
     input.focus();
   });
+  // Dropped on the picker, as on the upload page: the first image file becomes the query.
+  const zone = document.getElementById("search-drop");
+  if (zone) {
+    ["dragenter", "dragover"].forEach(function (kind) {
+      zone.addEventListener(kind, function (event) {
+        event.preventDefault();
+        zone.classList.add("drop-active");
+      });
+    });
+    zone.addEventListener("dragleave", function () { zone.classList.remove("drop-active"); });
+    zone.addEventListener("drop", function (event) {
+      event.preventDefault();
+      zone.classList.remove("drop-active");
+      const files = event.dataTransfer && event.dataTransfer.files;
+      if (!files || !files.length) {
+        return;
+      }
+      const transfer = new DataTransfer();
+      transfer.items.add(files[0]);
+      input.files = transfer.files;
+      show();
+    });
+  }
   document.addEventListener("paste", function (event) {
     const files = event.clipboardData && event.clipboardData.files;
     if (!files || !files.length || !files[0].type.startsWith("image/")) {

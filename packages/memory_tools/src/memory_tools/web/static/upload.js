@@ -202,10 +202,10 @@
 
   async function uploadFile(row, file) {
     setState(row, "uploading");
-    const ticket = await postJson(startUrl, Object.assign(target(), {
-      contentType: file.type,
-      contentLength: file.size,
-    }));
+    const start = { contentType: file.type, contentLength: file.size };
+    // The server keeps the name and, without a title, makes the title from it.
+    if (file.name) start.fileName = file.name;
+    const ticket = await postJson(startUrl, Object.assign(target(), start));
     await put(row, ticket, file);
     setState(row, "checking");
     const saved = await postJson(ticket.completeUrl, {});
