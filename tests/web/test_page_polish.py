@@ -18,7 +18,14 @@ from fastmcp import Client
 from playwright.sync_api import FloatRect, Locator, Page, ViewportSize, expect
 
 from ..e2e.test_processes import _new_key, _png
-from .conftest import DESKTOP, MOBILE, RunningServer, check_accessibility, screenshot
+from .conftest import (
+    DESKTOP,
+    MOBILE,
+    ResponseLog,
+    RunningServer,
+    check_accessibility,
+    screenshot,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -89,9 +96,10 @@ def _same(values: list[float], what: str) -> None:
 
 
 def test_an_unknown_address_shows_the_apps_404_page(
-    open_page: Callable[..., Page], visitor: str
+    open_page: Callable[..., Page], visitor: str, response_logs: dict[Page, ResponseLog]
 ) -> None:
     page = open_page(None)
+    response_logs[page].allow(404, r"/no/such/page$")  # the 404 is what this test asks for
     answer = page.goto("/no/such/page")
     assert answer is not None and answer.status == 404
     expect(page).to_have_title("Page not found · Image memory")
@@ -103,6 +111,7 @@ def test_an_unknown_address_shows_the_apps_404_page(
     check_accessibility(page)
 
     signed_in = open_page(visitor)
+    response_logs[signed_in].allow(404, r"/library/old-bookmark$")
     answer = signed_in.goto("/library/old-bookmark")
     assert answer is not None and answer.status == 404
     expect(signed_in.get_by_role("navigation", name="Main")).to_be_visible()
