@@ -42,6 +42,7 @@ from memory_db.embedding import (
     EmbedderIdentity,
     EmbedValue,
     FusedInput,
+    FusesByCombining,
     ImageInput,
     TextInput,
     check_identity,
@@ -73,6 +74,7 @@ from memory_db.vectors import (
 )
 from memory_tools.admin import OPERATOR
 from memory_tools.assets import read_preview
+from memory_tools.embed_reuse import Known, Need, plan_request
 from memory_tools.errors import (
     ConflictFailure,
     EmbeddingUnavailable,
@@ -439,7 +441,7 @@ async def _fill(
         if text is not None:
             values.append(FusedInput(parts=(TextInput(text), image)))
             wanted.append((asset, "fused", stored.mime_type))
-    embeddings = await _embed(embedder, values)
+    embeddings = await _embed_once(embedder, wanted, values)
     records: dict[VaultScope, list[VectorRecord]] = {}
     async with services.database.unit_of_work() as uow:
         current = await uow.assets.lock_many_for_owners(
@@ -480,6 +482,40 @@ async def _fill(
             skipped=skipped,
         )
     return len(done), skipped
+
+
+async def _embed_once(
+    embedder: Embedder,
+    wanted: Sequence[tuple[AssetRecord, str, str]],
+    values: Sequence[EmbedValue],
+) -> list[list[float] | None]:
+    """One vector per value, each image sent once (memory_tools.embed_reuse, as the worker).
+
+    The assets of one object share its image, and with an embedder that combines fused
+    vectors (Jina's ``combine``) a fused value sends only its text. When the provider refuses
+    the batch, the values go one by one, as sent before (the refused one gets ``None``).
+    """
+    combine = (
+        embedder.combine_fused
+        if isinstance(embedder, FusesByCombining) and embedder.combines_fused
+        else None
+    )
+    needs = [
+        Need(asset.owner_identity, asset.object_id, representation, value)
+        for (asset, representation, _mime), value in zip(wanted, values, strict=True)
+    ]
+    plan = plan_request(needs, Known(), combine)
+    if not plan.values:
+        return []
+    try:
+        embedded = await embedder.embed(plan.values, "retrieval.passage")
+    except EmbeddingError as exc:
+        if exc.retryable:
+            raise EmbeddingUnavailable(
+                f"the embedding provider is unavailable ({exc.code}); run again to resume"
+            ) from None
+        return await _embed(embedder, values)
+    return list(plan.vectors(embedded.embeddings))
 
 
 async def _embed(embedder: Embedder, values: Sequence[EmbedValue]) -> list[list[float] | None]:
