@@ -129,10 +129,9 @@ async def test_a_killed_reindex_resumes_where_it_stopped(
     report = json.loads(second.stdout)
     assert report["resumed"] is True and report["switched"] is True
     assert report["index"] == "assets_v2" and report["assets"] == ASSETS
-    # Only what the first run had not committed was embedded again (three inputs per image:
-    # the visual value, and the fused one sent as its image and its text), and no vector
-    # exists twice.
-    assert _passages(jina) - sent == 3 * (ASSETS - committed)
+    # Only what the first run had not committed was embedded again (two inputs per image: the
+    # image once, its fused vector combined from it and its text), and no vector exists twice.
+    assert _passages(jina) - sent == 2 * (ASSETS - committed)
     counts = await _one(
         database,
         "SELECT count(*), count(DISTINCT (asset_id, representation)) FROM assets_v2",

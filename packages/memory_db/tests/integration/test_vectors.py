@@ -187,6 +187,38 @@ async def test_a_query_for_vault_a_never_returns_vault_b(database: Database) -> 
         assert shared[0].asset_id == "ast_b5"
 
 
+async def test_graph_nearest_ranks_as_the_graph_does_ties_included(database: Database) -> None:
+    """The reference of reindex's recall: the graph's own distance, every tie of the tenth.
+
+    Twelve copies of one vector tie for the first place: all twelve are right answers for a
+    limit of ten. The graph search of a small vault (it meets every node) lists only ids this
+    reference holds; another vault and another model are never in it.
+    """
+    await _index(database)
+    rng = np.random.default_rng(5)
+    vectors = _unit(rng, 40)
+    copies = [vectors[0]] * 12
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        await index.upsert(A, [_record(f"ast_c{i}", v) for i, v in enumerate(copies)])
+        await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(vectors[1:30])])
+        await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(vectors[30:])])
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        tied = await index.graph_nearest(list(vectors[0]), A, model=MODEL, limit=10)
+        assert tied == {vector_id(f"ast_c{i}", "visual", MODEL, 1024) for i in range(12)}
+        for query in vectors[1:40]:
+            nearest = await index.graph_nearest(list(query), A, model=MODEL, limit=10)
+            assert len(nearest) >= 10  # more when the twelve copies tie at the tenth place
+            walked = await index.search(list(query), [A], model=MODEL, limit=10, strategy="ann")
+            assert {hit.vector_id for hit in walked} <= nearest
+        everything = await index.graph_nearest(list(vectors[35]), B, model=MODEL, limit=20)
+        assert everything == {vector_id(f"ast_b{i}", "visual", MODEL, 1024) for i in range(10)}
+        assert await index.graph_nearest(list(vectors[35]), B, model="other", limit=10) == set()
+        with pytest.raises(InvalidInput):
+            await index.graph_nearest(list(vectors[0]), A, model=MODEL, limit=0)
+
+
 async def test_selective_filter_still_fills_an_ordered_result(database: Database) -> None:
     await _index(database)
     rng = np.random.default_rng(3)

@@ -22,6 +22,7 @@ from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
 from memory_tools.edits import update_asset
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.reindex import ReindexRequest, reindex
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..pictures import b64, picture
@@ -250,5 +251,47 @@ async def test_while_a_rebuild_fills_the_new_model_gets_each_image_once(
                 {"ids": [first, again]},
             )
             assert rows.scalar_one() == 4  # both assets, both representations, in the new index
+    finally:
+        await services.embedders.close()
+
+
+async def test_a_reindex_sends_each_image_once_and_fused_vectors_only_their_text(
+    saving: MemoryServices, jina: JinaTestServer
+) -> None:
+    """`memory-server reindex` plans its batches as the worker does (embed_reuse)."""
+    settings = saving.settings.model_copy(
+        update={"jina_api_keys": [SecretStr("test-key")], "jina_base_url": jina.base_url}
+    )
+    services = replace(saving, settings=settings)  # active: the local embedder
+    await admin.create_identity(services.database, ALICE.identity, 10**9)
+    try:
+        first = await _save(services, ALICE, 9, "a lighthouse")
+        again = await _save(services, ALICE, 9, "a lighthouse at night")  # the same bytes
+        plain = await _save(services, ALICE, 10, None)  # no text: a visual vector only
+        await EmbeddingWorker(services, FAST).drain()
+        assert jina.state.seen == []
+        report = await reindex(
+            services,
+            ReindexRequest(target="assets_jina_v3", provider="jina", model=MODEL, dimensions=256),
+        )
+        assert report.switched
+        # Two images, two texts in one request: not two images per titled asset.
+        assert _kinds(jina, 0) == [["image", "image", "text", "text"]]
+        async with services.database.engine.connect() as conn:
+            rows = await conn.execute(
+                text(
+                    "SELECT asset_id, representation FROM assets_jina_v3 "
+                    "WHERE asset_id = ANY(:ids) ORDER BY 1, 2"
+                ),
+                {"ids": [first, again, plain]},
+            )
+            found = {(a, r) for a, r in rows.all()}
+        assert found == {
+            (first, "visual"),
+            (first, "fused"),
+            (again, "visual"),
+            (again, "fused"),
+            (plain, "visual"),
+        }
     finally:
         await services.embedders.close()

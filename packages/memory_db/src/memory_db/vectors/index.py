@@ -528,6 +528,41 @@ class VectorIndex:
         # owner with another owner's vault.
         return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
 
+    async def graph_nearest(
+        self, query: Sequence[float], scope: VaultScope, *, model: str, limit: int
+    ) -> set[str]:
+        """Ids of the ``limit`` nearest vectors of one vault by the graph's own distance, ties too.
+
+        The reference a graph search is measured against (reindex's recall). The HNSW index of
+        a cosine opclass keeps each vector normalised and rounded again to the element type and
+        ranks by their inner product; exact search and reported distances use the stored
+        vector, and the two disagree in the last digits (measured: ten vectors the graph ranks
+        at one distance, reported from 0.3846592 to 0.3846657). Here every row of the vault is
+        scored as the graph scores it (the same pgvector functions, ``l2_normalize`` and
+        ``<#>``, so equal copies give bit-equal distances), and every vector as near as the
+        ``limit``-th is returned: any of them is a right answer for the graph. All of the
+        vault's vectors when it holds fewer than ``limit``.
+        """
+        if not 1 <= limit <= 1000:
+            raise InvalidInput("limit must be 1-1000")
+        rows = await self._session.execute(
+            text(
+                "WITH scored AS MATERIALIZED (SELECT id, l2_normalize(embedding) <#> "
+                f"l2_normalize({self._vector(':q')}) AS graph FROM {self.name} "
+                "WHERE vault = :vault AND owner_identity = :owner AND model = :model) "
+                "SELECT id FROM scored WHERE graph <= COALESCE((SELECT graph FROM scored "
+                "ORDER BY graph LIMIT 1 OFFSET :last), 'Infinity')"
+            ),
+            {
+                "q": _components(query, self.dimensions, self.element),
+                "vault": scope.physical_vault,
+                "owner": scope.owner_identity,
+                "model": model,
+                "last": limit - 1,
+            },
+        )
+        return {str(r[0]) for r in rows}
+
     def _bits(self, parameter: str) -> str:
         """SQL turning a text parameter (``"0110..."``) into this index's code type."""
         return f"CAST(CAST({parameter} AS text) AS bit({self.dimensions}))"
