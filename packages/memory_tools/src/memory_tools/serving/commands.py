@@ -91,7 +91,7 @@ def run_command(
         outcome = command(settings)
         if isinstance(outcome, int):
             return outcome
-        asyncio.run(_until_terminated(outcome))
+        asyncio.run(outcome)
     except ConfigurationError as exc:
         notice(f"error: {exc}")
         return 2
@@ -110,42 +110,6 @@ def run_command(
             return 130
         raise
     return 0
-
-
-async def _until_terminated(command: Coroutine[Any, Any, None]) -> None:
-    """Run ``command``; SIGTERM cancels it through the event loop, then raises ``Terminated``.
-
-    While the loop runs, the signal must not raise where it lands: an exception thrown between
-    two bytecodes of the loop or of a driver callback (asyncpg's protocol, a socket closing)
-    can leave a waiter that is never woken, and the shutdown that follows (a shielded UNLISTEN,
-    the pool's close) then waits for it forever. Measured: two idle `memory-server worker`
-    processes both ignored SIGTERM for 30 s in one CI run. Cancelling the command's task
-    delivers the stop at an ``await``, where every ``finally`` runs as written.
-    """
-    loop = asyncio.get_running_loop()
-    task = asyncio.current_task()
-    terminated = False
-
-    def on_sigterm() -> None:
-        nonlocal terminated
-        terminated = True
-        if task is not None:
-            task.cancel()
-
-    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
-    try:
-        await command
-    except asyncio.CancelledError:
-        if terminated:
-            raise Terminated from None
-        raise
-    finally:
-        # remove_signal_handler puts back the default action (exit at once): the rest of the
-        # shutdown, outside the loop, still unwinds through ``Terminated``.
-        loop.remove_signal_handler(signal.SIGTERM)
-        install_sigterm_handler()
-    if terminated:  # the command finished on its own as the signal came
-        raise Terminated
 
 
 def _unexpected(exc: BaseException) -> bool:
