@@ -15,9 +15,10 @@ its log lines at ``MEMORY_CLI_LOG_LEVEL`` (warnings, by default) join them, reda
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import sys
-from collections.abc import Callable, Coroutine
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from typing import Any
 
 from memory_db import (
@@ -51,6 +52,49 @@ def install_sigterm_handler() -> None:
     raising (instead of dying) lets the runtime close and the embedded server stop.
     """
     signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+@contextlib.asynccontextmanager
+async def sigterm_cancels() -> AsyncGenerator[None]:
+    """Within this block SIGTERM cancels the current task, then ``Terminated`` leaves it.
+
+    For a command with no uvicorn server of its own in the foreground (the worker): there the
+    signal handler of :func:`install_sigterm_handler` would raise wherever the signal lands,
+    and raised between two bytecodes of a loop or driver callback (asyncpg's protocol, a
+    socket closing) it can leave a waiter that is never woken; the shutdown that follows (a
+    shielded UNLISTEN, the pool's close) then waits for it forever. Seen: two idle
+    ``memory-server worker`` processes ignored SIGTERM for 30 s in one CI run. Through the
+    loop, the stop arrives at an ``await``, where every ``finally`` runs as written.
+
+    Not for the HTTP servers: uvicorn captures SIGTERM while it serves, shuts down gracefully
+    and raises the signal again afterwards, at a clean point; a cancel on top of that would
+    cut its graceful shutdown short.
+    """
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    terminated = False
+
+    def on_sigterm() -> None:
+        nonlocal terminated
+        terminated = True
+        if task is not None:
+            task.cancel()
+
+    loop.add_signal_handler(signal.SIGTERM, on_sigterm)
+    try:
+        yield
+    except BaseException as stopped:
+        # A task group (the worker's, anyio's) may wrap the cancellation in a group.
+        if terminated and _only_cancellation(stopped):
+            raise Terminated from None
+        raise
+    finally:
+        # remove_signal_handler puts back the default action (exit at once): the rest of the
+        # shutdown, outside this block, still unwinds through ``Terminated``.
+        loop.remove_signal_handler(signal.SIGTERM)
+        install_sigterm_handler()
+    if terminated:  # the block finished on its own as the signal came
+        raise Terminated
 
 
 log = get_logger(__name__)
@@ -110,6 +154,13 @@ def run_command(
             return 130
         raise
     return 0
+
+
+def _only_cancellation(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        group: BaseExceptionGroup[BaseException] = exc
+        return group.subgroup(lambda leaf: not _only_cancellation(leaf)) is None
+    return isinstance(exc, asyncio.CancelledError)
 
 
 def _unexpected(exc: BaseException) -> bool:

@@ -29,7 +29,7 @@ from memory_tools.serving.bootstrap import (
     stdio_api_key,
     worker_config,
 )
-from memory_tools.serving.commands import notice
+from memory_tools.serving.commands import notice, sigterm_cancels
 from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.worker import EmbeddingWorker
 
@@ -250,7 +250,7 @@ async def run_worker(
     base = public_base_url(settings, DEFAULT_HOST, DEFAULT_PORT)
     if concurrency:  # the pool is sized from the worker's slots
         settings = settings.model_copy(update={"asset_embed_worker_concurrency": concurrency})
-    async with running(settings, base_url=base) as (_runtime, services):
+    async with sigterm_cancels(), running(settings, base_url=base) as (_runtime, services):
         config = worker_config(
             settings, concurrency, batch_size=batch_size, lease_seconds=lease_seconds
         )
