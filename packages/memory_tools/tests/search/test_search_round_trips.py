@@ -7,7 +7,7 @@ pool's checkout ping is counted apart: it belongs to the connection pool, not to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from typing import Any
 
@@ -37,6 +37,8 @@ _ROUND_TRIPS = frozenset(
         "copy_out",
     }
 )
+# asyncpg's connection sends every request through this attribute (its protocol).
+_PROTOCOL = "_protocol"
 # At most this many round trips per search (the issue's target, without the pool's ping).
 BOUND = 4
 
@@ -45,11 +47,11 @@ class _CountingProtocol:
     """Delegates to an asyncpg protocol and notes each round trip it makes."""
 
     def __init__(self, protocol: Any, sent: list[str]) -> None:
-        self._protocol = protocol
+        self.inner = protocol
         self._sent = sent
 
     def __getattr__(self, name: str) -> Any:
-        found = getattr(self._protocol, name)
+        found = getattr(self.inner, name)
         if name not in _ROUND_TRIPS:
             return found
         sent = self._sent
@@ -62,8 +64,14 @@ class _CountingProtocol:
         return counted
 
 
+def _unwrap(driver: Any) -> None:
+    counting = getattr(driver, _PROTOCOL)
+    if isinstance(counting, _CountingProtocol):
+        setattr(driver, _PROTOCOL, counting.inner)
+
+
 @contextmanager
-def round_trips(engine: AsyncEngine) -> Iterator[list[str]]:
+def round_trips(engine: AsyncEngine) -> Generator[list[str]]:
     """The round trips of connections checked out of ``engine`` inside the block."""
     sent: list[str] = []
     wrapped: list[Any] = []
@@ -72,13 +80,12 @@ def round_trips(engine: AsyncEngine) -> Iterator[list[str]]:
         # After the pool's ping: the ping is the pool's, counted by its own tests.
         driver = dbapi_connection.driver_connection
         sent.append("checkout")
-        driver._protocol = _CountingProtocol(driver._protocol, sent)
+        setattr(driver, _PROTOCOL, _CountingProtocol(getattr(driver, _PROTOCOL), sent))
         wrapped.append(driver)
 
     def checkin(dbapi_connection: Any, _record: Any) -> None:
-        driver = dbapi_connection.driver_connection if dbapi_connection is not None else None
-        if driver is not None and isinstance(driver._protocol, _CountingProtocol):
-            driver._protocol = driver._protocol._protocol
+        if dbapi_connection is not None:
+            _unwrap(dbapi_connection.driver_connection)
 
     pool = engine.sync_engine.pool
     event.listen(pool, "checkout", checkout)
@@ -89,8 +96,7 @@ def round_trips(engine: AsyncEngine) -> Iterator[list[str]]:
         event.remove(pool, "checkout", checkout)
         event.remove(pool, "checkin", checkin)
         for driver in wrapped:
-            if isinstance(driver._protocol, _CountingProtocol):
-                driver._protocol = driver._protocol._protocol
+            _unwrap(driver)
 
 
 def _trips(sent: list[str]) -> list[str]:

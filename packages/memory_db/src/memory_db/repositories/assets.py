@@ -88,6 +88,12 @@ def _object(row: AssetObject) -> ObjectRecord:
     )
 
 
+def table_valued(model: type[Asset]) -> Any:
+    """The whole row of ``model``'s table as one value (``to_jsonb(mem_assets)``)."""
+    table: Any = model.__table__
+    return table.table_valued()
+
+
 def stored_from_json(row: dict[str, Any]) -> StoredAsset:
     """A row of :meth:`AssetRepository.reload_rows` as the record :meth:`find_visible` gives."""
     asset = row["asset"]
@@ -648,7 +654,7 @@ class AssetRepository:
         every_word = func.plainto_tsquery(literal("english", REGCONFIG), words)
         any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
 
-        def matching(query: ColumnElement[Any]) -> Select[Any]:
+        def matching(query: ColumnElement[Any]) -> Select[Any, Any]:
             matches = select(Asset.id, Asset.search_document).where(
                 tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
                 Asset.status == "ready",
@@ -665,7 +671,7 @@ class AssetRepository:
                 )
             return matches
 
-        def ranked(pooled: Subquery, ranked_limit: Any) -> Select[Any]:
+        def ranked(pooled: Subquery, ranked_limit: Any) -> Select[Any, Any]:
             rank = func.ts_rank_cd(pooled.c.search_document, any_word)
             return (
                 select(pooled.c.id, rank.label("rank"))
@@ -736,7 +742,7 @@ class AssetRepository:
         """
         row = func.jsonb_build_object(
             "asset",
-            func.to_jsonb(Asset.__table__.table_valued()).op("-")(literal("search_document", Text)),
+            func.to_jsonb(table_valued(Asset)).op("-")(literal("search_document", Text)),
             "mime_type",
             AssetObject.mime_type,
             "width",

@@ -471,7 +471,7 @@ class VectorIndex:
         tuning = tuning or SearchTuning()
         components = _components(query, self.dimensions, self.element)
         scope_where, params = scope_condition(scopes, filters)
-        chosen = strategy
+        chosen: Literal["ann", "scan", "exact"]
         if strategy == "auto":
             # The same round trip counts at most scan_max_rows + 1 matching rows on the narrow
             # keys B-tree (index-only); the model is added for the search itself. (Counting and
@@ -484,6 +484,7 @@ class VectorIndex:
             if chosen == "ann":
                 await self._set(_GRAPH_ONLY)
         else:
+            chosen = strategy
             settings = search_settings(tuning)
             await self._set({**settings, **_GRAPH_ONLY} if strategy == "ann" else settings)
         sql, nearest = self.nearest_sql(
