@@ -2,11 +2,14 @@
 
 The flow, over the caller's vaults:
 
-1. authenticate (the tool layer) and resolve the readable vaults; check the filters;
+1. authenticate (the tool layer) and check the filters; a search naming a vault, project or
+   folder, filtering without a vector column, or by a stored image resolves those first;
 2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
    never stored; a stored query image is the asset's sanitised preview;
 3. embed the query once with ``retrieval.query`` (outside any transaction);
-4. one transaction: the filtered ANN query over the aliased index, only in entitled vaults,
+4. one transaction of two statements (``memory_db.vectors.ranking``): the caller's readable
+   vaults (unless resolved in step 1), the alias checked and the scope counted; then the
+   filtered ANN query over the aliased index, only in entitled vaults,
    overfetching 50 representation hits; for text, a full-text list over title, tags, alt text,
    description, text read in the image and generated context (a generated column,
    rebuildable); fusion by asset with reciprocal-rank fusion plus the best cosine similarity,
