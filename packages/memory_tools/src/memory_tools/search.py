@@ -39,8 +39,15 @@ from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
 from memory_db.errors import ConfigurationError, EmbeddingError
 from memory_db.repositories import AssetFilter, StoredAsset, TextMatch
 from memory_db.runtime import prepare_vector_index
-from memory_db.vectors import SearchTuning, VectorHit, VectorIndex
-from memory_db.vectors.ranking import AliasMoved, Metering, rank_and_meter, start_search
+from memory_db.vectors import (
+    AliasMoved,
+    Metering,
+    SearchTuning,
+    VectorHit,
+    VectorIndex,
+    rank_and_meter,
+    start_search,
+)
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable, require_scope
 from memory_tools.assets import (
