@@ -7,6 +7,7 @@ that does not exist; a shared vault the caller may see but not change is *forbid
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
@@ -98,8 +99,16 @@ async def resolve_vault(uow: UnitOfWork, caller: Caller, handle: str, need: Need
 async def readable_vaults(uow: UnitOfWork, caller: Caller) -> list[ResolvedVault]:
     """Every vault the caller may read."""
     require_scope(caller, "read")
+    return readable(caller, await uow.vaults.accessible(caller.identity))
+
+
+def readable(caller: Caller, accessible: Sequence[VaultRecord]) -> list[ResolvedVault]:
+    """Of the vaults ``caller`` may use (own, then shared), those it may read, with handles.
+
+    For callers that read the vaults in a statement of their own (a search's first).
+    """
     return [
         ResolvedVault(v, display_handle(v, caller.identity))
-        for v in await uow.vaults.accessible(caller.identity)
+        for v in accessible
         if v.permission in _VAULT_AUTHORITY["read"]
     ]

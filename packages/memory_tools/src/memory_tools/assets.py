@@ -609,15 +609,20 @@ async def resolve_filters(
             await uow.projects.get(vaults[0].record.scope, request.project_id)
         except MemoryDbError as exc:
             raise translate(exc) from None
-    given = request.filters
     filters = replace(
+        normalised_filters(request), project_id=request.project_id, folder_ids=folder_ids
+    )
+    return vaults, filters
+
+
+def normalised_filters(request: FilterFields) -> AssetFilter:
+    """The caller's filters as stored values compare: tags and source host lower-cased."""
+    given = request.filters
+    return replace(
         given,
-        project_id=request.project_id,
-        folder_ids=folder_ids,
         tags=tuple(t.strip().lower() for t in given.tags),
         source_host=given.source_host.strip().lower().rstrip(".") if given.source_host else None,
     )
-    return vaults, filters
 
 
 def vault_handles(vaults: list[ResolvedVault]) -> dict[tuple[str, str], str]:

@@ -2,11 +2,14 @@
 
 The flow, over the caller's vaults:
 
-1. authenticate (the tool layer) and resolve the readable vaults; check the filters;
+1. authenticate (the tool layer) and check the filters; a search naming a vault, project or
+   folder, filtering without a vector column, or by a stored image resolves those first;
 2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
    never stored; a stored query image is the asset's sanitised preview;
 3. embed the query once with ``retrieval.query`` (outside any transaction);
-4. one transaction: the filtered ANN query over the aliased index, only in entitled vaults,
+4. one transaction of two statements (``memory_db.vectors.ranking``): the caller's readable
+   vaults (unless resolved in step 1), the alias checked and the scope counted; then the
+   filtered ANN query over the aliased index, only in entitled vaults,
    overfetching 50 representation hits; for text, a full-text list over title, tags, alt text,
    description, text read in the image and generated context (a generated column,
    rebuildable); fusion by asset with reciprocal-rank fusion plus the best cosine similarity,
@@ -23,26 +26,35 @@ The flow, over the caller's vaults:
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
 from pydantic import Field
 
-from memory_db import MemoryDbError, UnitOfWork, get_logger
-from memory_db.embedding import FusedInput, ImageInput, MatchThresholds, TextInput, match_thresholds
+from memory_db import MemoryDbError, get_logger
+from memory_db.embedding import FusedInput, ImageInput, TextInput, match_thresholds
 from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
 from memory_db.errors import ConfigurationError, EmbeddingError
-from memory_db.repositories import AssetFilter, StoredAsset, TextMatch, VaultScope
+from memory_db.repositories import AssetFilter, StoredAsset, TextMatch
 from memory_db.runtime import prepare_vector_index
-from memory_db.vectors import VectorHit, VectorIndex
+from memory_db.vectors import (
+    AliasMoved,
+    Metering,
+    SearchTuning,
+    VectorHit,
+    VectorIndex,
+    rank_and_meter,
+    start_search,
+)
 from memory_tools import metrics, policy
-from memory_tools.access import Caller
+from memory_tools.access import Caller, ResolvedVault, readable, require_scope
 from memory_tools.assets import (
     FilterFields,
     PreviewLink,
     check_filters,
+    normalised_filters,
     read_preview,
     resolve_filters,
     signed_preview,
@@ -284,19 +296,6 @@ def verdict(
     return good, best
 
 
-def reload_batches(ordered: Sequence[str], limit: int) -> Iterator[Sequence[str]]:
-    """The candidates in the batches they are reloaded in, best first.
-
-    ``2 x limit`` (at least 10) first, then each batch twice the last: most searches read one
-    batch, not every candidate.
-    """
-    position, chunk = 0, max(2 * limit, 10)
-    while position < len(ordered):
-        yield ordered[position : position + chunk]
-        position += chunk
-        chunk *= 2
-
-
 def _check(request: SearchRequest) -> tuple[Mode, str | None]:
     """The query mode and the cleaned text; ``invalid_input`` for anything malformed."""
     text = inputs.clean_text(request.query, "query", MAX_QUERY_CHARS)
@@ -324,6 +323,33 @@ def _check(request: SearchRequest) -> tuple[Mode, str | None]:
     return ("fused" if text is not None else "image"), text
 
 
+@dataclass(frozen=True)
+class Given:
+    """What a search that names its scope resolved before fetching or embedding anything."""
+
+    vaults: list[ResolvedVault]
+    filters: AssetFilter
+    # A stored query image's preview: its storage key and hash.
+    preview: tuple[str, str | None] | None
+
+
+def _names_a_scope(request: SearchRequest) -> bool:
+    """Whether the scope must be checked before any fetch or embedding.
+
+    A vault, project or folder the caller names may not exist (a clear ``not_found`` and no
+    tokens spent), a stored query image must be found first, and a filter without a vector
+    column narrows the candidates by asset id first. Other searches resolve the caller's
+    vaults in the ranking transaction itself (one round trip fewer).
+    """
+    return (
+        request.vault is not None
+        or request.project_id is not None
+        or request.folder_id is not None
+        or request.asset_id is not None
+        or request.filters.outside_vectors()
+    )
+
+
 class AssetSearcher:
     """Runs searches for one server's services."""
 
@@ -331,6 +357,8 @@ class AssetSearcher:
         self.services = services
         self._settings = services.settings
         self._index_ready = False
+        # The index the alias pointed at when last read; checked by every ranking transaction.
+        self._active: VectorIndex | None = None
 
     async def search(self, caller: Caller, request: SearchRequest) -> SearchView:
         """Search the caller's readable vaults; see the module docstring for the steps."""
@@ -354,105 +382,75 @@ class AssetSearcher:
         if embedder is None:
             raise FeatureDisabled("no embedder is configured on this server")
         mode, text = _check(request)
+        require_scope(caller, "read")
         if not self._index_ready:
             # First search before any worker ran: create the index (idempotent, locked).
             await prepare_vector_index(self.services.database, self._settings, embedder)
             self._index_ready = True
-        async with self.services.database.unit_of_work() as uow:
-            active = await self._active(uow)
-            vaults, filters = await resolve_filters(uow, caller, request)
-            preview_key = preview_sha256 = None
-            if request.asset_id is not None:
-                stored = await uow.assets.get_visible(
-                    [v.record.scope for v in vaults], request.asset_id
-                )
-                if stored is None:
-                    raise NotFoundFailure("asset not found")
-                if stored.preview_storage_key is None or stored.object_status != "available":
-                    raise NotFoundFailure("the asset's image is not available")
-                preview_key = stored.preview_storage_key
-                preview_sha256 = stored.preview_sha256
+        given: Given | None = None
+        if _names_a_scope(request):
+            # A vault, project or folder named, a filter without a vector column, or a stored
+            # query image: checked before anything is fetched or embedded.
+            given = await self._resolve(caller, request)
         # Only an authorised, well-formed search fetches or decodes a query image.
         image = await self._temporary_image(request)
-        if preview_key is not None:
+        if given is not None and given.preview is not None:
+            key, sha256 = given.preview
             try:
-                image = await read_preview(self.services, preview_key, preview_sha256)
+                image = await read_preview(self.services, key, sha256)
             except MemoryDbError:
                 raise NotFoundFailure("the asset's image is not available") from None
+        active = self._active or await self._read_alias()
         for attempt in range(SWITCH_RETRIES + 1):
-            # The query is embedded by the model of the index the alias points at, outside any
-            # transaction; the ranking transaction checks the alias still points there (an
-            # index switch in between means embedding again), so no search compares two models.
+            # The query is embedded by the model of the index the alias pointed at when last
+            # read, outside any transaction; the ranking transaction checks the alias still
+            # points there (an index switch in between means embedding again), so no search
+            # compares two models.
             embedder = self._embedder_of(active)
             embedded, cached = await self._embed_cached(active, embedder, text, image)
-            vector = embedded.embeddings[0]
             thresholds = match_thresholds(embedder.model, mode)
-            async with self.services.database.unit_of_work() as uow:
-                index = await self._active(uow)
-                if index.name != active.name and attempt < SWITCH_RETRIES:
-                    active = index
-                    continue
-                if index.name != active.name:
-                    raise EmbeddingUnavailable("the vector index is being switched; retry shortly")
-                scopes = [v.record.scope for v in vaults]
-                fusion, rows = await self._rank(
-                    uow, index, embedder, scopes, filters, vector, text, request, thresholds
+            try:
+                vaults, fusion, rows = await self._rank(
+                    caller, request, given, active, embedder, embedded, cached, mode, text
                 )
                 break
+            except AliasMoved:
+                active = await self._read_alias()
+                if attempt == SWITCH_RETRIES:
+                    raise EmbeddingUnavailable(
+                        "the vector index is being switched; retry shortly"
+                    ) from None
         else:  # pragma: no cover - the loop always breaks or raises
             raise AssertionError("unreachable")
-        async with self.services.database.unit_of_work() as uow:
-            await uow.usage.record(
-                owner_identity=caller.identity,
-                source="embed_image_query",
-                model=embedder.model,
-                total_tokens=embedded.usage.total_tokens,
-                prompt_tokens=embedded.usage.prompt_tokens,
-                image_tokens=embedded.usage.image_tokens,
-                request_id=embedded.request_id,
-            )
-            handles = vault_handles(vaults)
-            results: list[SearchHit] = []
-            for stored in rows:
-                evidence = fusion[stored.asset.id]
-                # best_first keeps only assets with a similarity: this is never the default.
-                similarity = evidence.similarity if evidence.similarity is not None else 0.0
-                results.append(
-                    SearchHit(
-                        asset_id=stored.asset.id,
-                        vault=handles[(stored.asset.owner_identity, stored.asset.vault)],
-                        title=stored.asset.title,
-                        mime_type=stored.mime_type,
-                        width=stored.width,
-                        height=stored.height,
-                        project_id=stored.asset.project_id,
-                        folder_id=stored.asset.folder_id,
-                        source_url=stored.asset.source_url,
-                        tags=list(stored.asset.tags),
-                        created_at=stored.asset.created_at,
-                        score=evidence.score,
-                        similarity=round(similarity, 6),
-                        match_representations=sorted(evidence.matched),
-                        embedding_model=embedder.model,
-                        preview=None,
-                    )
+        handles = vault_handles(vaults)
+        results: list[SearchHit] = []
+        for stored in rows:
+            evidence = fusion[stored.asset.id]
+            # best_first keeps only assets with a similarity: this is never the default.
+            similarity = evidence.similarity if evidence.similarity is not None else 0.0
+            results.append(
+                SearchHit(
+                    asset_id=stored.asset.id,
+                    vault=handles[(stored.asset.owner_identity, stored.asset.vault)],
+                    title=stored.asset.title,
+                    mime_type=stored.mime_type,
+                    width=stored.width,
+                    height=stored.height,
+                    project_id=stored.asset.project_id,
+                    folder_id=stored.asset.folder_id,
+                    source_url=stored.asset.source_url,
+                    tags=list(stored.asset.tags),
+                    created_at=stored.asset.created_at,
+                    score=evidence.score,
+                    similarity=round(similarity, 6),
+                    match_representations=sorted(evidence.matched),
+                    embedding_model=embedder.model,
+                    preview=None,
                 )
-            # Results that would not fit one answer are left out, the weakest first.
-            kept = fitting(results)
-            results, rows = results[:kept], rows[:kept]
-            await uow.provenance.record(
-                "asset_search",
-                actor_identity=caller.identity,
-                detail={
-                    "mode": mode,
-                    "vaults": len(vaults),
-                    "results": len(results),
-                    "queryChars": len(text or ""),
-                    # A cached query vector: nothing was sent, no token spent.
-                    "queryEmbeddingCached": cached,
-                    "queryTokens": embedded.usage.total_tokens,
-                },
             )
+        # Results that would not fit one answer are left out, the weakest first.
+        kept = fitting(results)
+        results, rows = results[:kept], rows[:kept]
         if request.include_preview:
             by_id = {stored.asset.id: stored for stored in rows}
             results = [
@@ -477,6 +475,30 @@ class AssetSearcher:
             view = view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in rows))
         return view, len(fusion)
 
+    async def _resolve(self, caller: Caller, request: SearchRequest) -> Given:
+        """The vaults, the exact filter and a stored query image's preview, checked first."""
+        async with self.services.database.unit_of_work() as uow:
+            vaults, filters = await resolve_filters(uow, caller, request)
+            preview: tuple[str, str | None] | None = None
+            if request.asset_id is not None:
+                stored = await uow.assets.get_visible(
+                    [v.record.scope for v in vaults], request.asset_id
+                )
+                if stored is None:
+                    raise NotFoundFailure("asset not found")
+                if stored.preview_storage_key is None or stored.object_status != "available":
+                    raise NotFoundFailure("the asset's image is not available")
+                preview = (stored.preview_storage_key, stored.preview_sha256)
+        return Given(vaults, filters, preview)
+
+    async def _read_alias(self) -> VectorIndex:
+        """The index the alias points at now (remembered: the next search embeds for it)."""
+        async with self.services.database.single_statements() as uow:
+            self._active = await VectorIndex.open_alias(
+                uow.session, self.services.vector_alias, hold=False
+            )
+        return self._active
+
     async def _temporary_image(self, request: SearchRequest) -> bytes | None:
         """The sanitised preview of a query image given inline or by URL (never stored)."""
         limit = self._settings.asset_max_bytes
@@ -498,10 +520,6 @@ class AssetSearcher:
             admission=self.services.decode_admission,
         )
         return inspected.preview
-
-    async def _active(self, uow: UnitOfWork) -> VectorIndex:
-        """The index the alias points at now, with the identity of its embedder."""
-        return await VectorIndex.open_alias(uow.session, self.services.vector_alias, hold=False)
 
     def _embedder_of(self, index: VectorIndex) -> Embedder:
         """The embedder of ``index``; a clear failure when this process cannot build it."""
@@ -581,86 +599,99 @@ class AssetSearcher:
 
     async def _rank(
         self,
-        uow: UnitOfWork,
-        index: VectorIndex,
-        embedder: Embedder,
-        vault_scopes: Sequence[VaultScope],
-        filters: AssetFilter,
-        vector: list[float],
-        text: str | None,
+        caller: Caller,
         request: SearchRequest,
-        thresholds: MatchThresholds,
-    ) -> tuple[dict[str, Evidence], list[StoredAsset]]:
-        """Fused evidence per asset and at most ``limit`` authorised, ready results, best first.
+        given: Given | None,
+        active: VectorIndex,
+        embedder: Embedder,
+        embedded: EmbedResult,
+        cached: bool,
+        mode: Mode,
+        text: str | None,
+    ) -> tuple[list[ResolvedVault], dict[str, Evidence], list[StoredAsset]]:
+        """The caller's vaults, fused evidence per asset and at most ``limit`` results.
 
-        Four steps: restrict the candidates (tag and source-host filters), the two ranked lists
-        (ANN; full text for a text query), their fusion (:func:`fuse`, :func:`best_first`: pure),
-        and the reload (:func:`reload_batches`). Only assets with evidence are candidates: a
+        One transaction of two statements (``memory_db.vectors.ranking``): the first resolves
+        the caller's vaults (unless ``given``), checks the alias still points at ``active``
+        and counts the scope; the second reads the ranked lists (ANN; full text for a text
+        query) and every candidate with evidence under the authorisation predicates and the
+        exact filters, and writes the usage and provenance of this search. Fusion
+        (:func:`fuse`, :func:`best_first`) is pure. Only assets with evidence are results: a
         word match, or a similarity above the embedder's evidence floor. Nothing is added to
-        fill ``limit``.
+        fill ``limit``. ``AliasMoved`` when the alias moved since the query was embedded.
         """
-        limit, min_score = request.limit, request.min_score
-        restricted: tuple[str, ...] | None = None
-        overfetch = OVERFETCH
-        if filters.outside_vectors():
-            ids = await uow.assets.matching_ids(
-                vault_scopes, filters, statuses=("ready",), limit=CANDIDATE_CAP + 1
+        thresholds = match_thresholds(embedder.model, mode)
+        filters = given.filters if given is not None else normalised_filters(request)
+        tuning = SearchTuning()
+        async with self.services.database.unit_of_work() as uow:
+            index = active.bound(uow.session)
+            restricted: tuple[str, ...] | None = None
+            overfetch = OVERFETCH
+            if given is not None and filters.outside_vectors():
+                ids = await uow.assets.matching_ids(
+                    [v.record.scope for v in given.vaults],
+                    filters,
+                    statuses=("ready",),
+                    limit=CANDIDATE_CAP + 1,
+                )
+                if len(ids) <= CANDIDATE_CAP:
+                    restricted = tuple(ids)
+                else:
+                    overfetch = WIDE_OVERFETCH
+            vector_filters = replace(filters.for_vectors(), asset_ids=restricted)
+            start = await start_search(
+                uow.session,
+                index,
+                self.services.vector_alias,
+                viewer=None if given is not None else caller.identity,
+                scopes=[v.record.scope for v in given.vaults] if given is not None else [],
+                filters=vector_filters,
+                tuning=tuning,
             )
-            if len(ids) <= CANDIDATE_CAP:
-                restricted = tuple(ids)
-            else:
-                overfetch = WIDE_OVERFETCH
-        hits: list[VectorHit] = []
-        words: list[TextMatch] = []
-        word_hits: list[VectorHit] = []
-
-        async def vector_list() -> None:
-            nonlocal hits
-            if restricted == ():
-                return
-            hits = await index.search(
-                vector,
-                vault_scopes,
+            vaults = given.vaults if given is not None else readable(caller, start.vaults or [])
+            ranked = await rank_and_meter(
+                uow.session,
+                index,
+                start,
+                [v.record.scope for v in vaults],
+                vector=embedded.embeddings[0],
                 model=embedder.model,
-                limit=overfetch,
-                filters=replace(filters.for_vectors(), asset_ids=restricted),
+                filters=filters,
+                vector_filters=vector_filters,
+                words=text,
+                overfetch=overfetch,
+                text_hits=TEXT_HITS,
+                evidence_floor=thresholds.evidence,
+                min_score=request.min_score,
+                limit=request.limit,
+                tuning=tuning,
+                metering=Metering(
+                    identity=caller.identity,
+                    model=embedder.model,
+                    total_tokens=embedded.usage.total_tokens,
+                    prompt_tokens=embedded.usage.prompt_tokens,
+                    image_tokens=embedded.usage.image_tokens,
+                    request_id=embedded.request_id,
+                    detail={
+                        "mode": mode,
+                        "vaults": len(vaults),
+                        "queryChars": len(text or ""),
+                        # A cached query vector: nothing was sent, no token spent.
+                        "queryEmbeddingCached": cached,
+                        "queryTokens": embedded.usage.total_tokens,
+                    },
+                ),
             )
-
-        async def text_list() -> None:
-            # On the same connection, after the ANN query: a second connection for it would
-            # make every search hold one pooled connection while waiting for another, which
-            # deadlocks a saturated pool (16 concurrent searches on a pool of 10 did).
-            nonlocal words, word_hits
-            if text is None:  # only started for a query with words
-                return
-            words = await uow.assets.search_text(vault_scopes, filters, text, limit=TEXT_HITS)
-            word_hits = await index.distances(
-                vector, vault_scopes, [match.asset_id for match in words], model=embedder.model
-            )
-
-        await vector_list()
-        if text is not None:
-            await text_list()
         fusion = fuse(
-            hits,
-            words,
-            word_hits,
+            ranked.hits,
+            ranked.words,
+            ranked.word_hits,
             evidence_floor=thresholds.evidence,
             text_query=text is not None,
         )
-        ordered = best_first(fusion, evidence_floor=thresholds.evidence, min_score=min_score)
-        # Reload under the authorisation predicates and every exact filter, best candidates
-        # first and only as many as needed: most searches read 2 x limit rows, not all 100.
-        rows: list[StoredAsset] = []
-        for batch in reload_batches(ordered, limit):
-            if len(rows) >= limit:
-                break
-            loaded = await uow.assets.find_visible(
-                vault_scopes,
-                replace(filters, asset_ids=tuple(batch)),
-                statuses=("ready",),
-                limit=len(batch),
-            )
-            by_id = {row.asset.id: row for row in loaded}
-            rows.extend(by_id[asset_id] for asset_id in batch if asset_id in by_id)
-        return fusion, rows[:limit]
+        ordered = best_first(
+            fusion, evidence_floor=thresholds.evidence, min_score=request.min_score
+        )
+        by_id = {row.asset.id: row for row in ranked.rows}
+        rows = [by_id[asset_id] for asset_id in ordered if asset_id in by_id]
+        return vaults, fusion, rows[: request.limit]

@@ -17,7 +17,6 @@ from memory_tools.search import (
     best_first,
     fuse,
     relevance_ceiling,
-    reload_batches,
     verdict,
 )
 
@@ -110,25 +109,6 @@ def test_min_score_applies_to_every_candidate_even_a_word_match() -> None:
 def test_equal_relevance_is_ordered_by_asset_id() -> None:
     fusion = {name: evidence(1.0, 0.5, "visual") for name in ("c", "a", "b")}
     assert best_first(fusion, evidence_floor=0.1, min_score=None) == ["a", "b", "c"]
-
-
-@pytest.mark.parametrize(
-    ("count", "limit", "sizes"),
-    [
-        (0, 10, []),
-        (5, 10, [5]),
-        (100, 10, [20, 40, 40]),
-        (100, 1, [10, 20, 40, 30]),
-        (70, 30, [60, 10]),
-    ],
-)
-def test_reload_batches_start_at_twice_the_limit_and_double(
-    count: int, limit: int, sizes: list[int]
-) -> None:
-    ordered = [f"ast_{i:03}" for i in range(count)]
-    batches = list(reload_batches(ordered, limit))
-    assert [len(batch) for batch in batches] == sizes
-    assert [asset_id for batch in batches for asset_id in batch] == ordered
 
 
 def result(similarity: float, *matched: str) -> SearchHit:

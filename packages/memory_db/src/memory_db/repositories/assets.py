@@ -12,12 +12,16 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
+    CTE,
+    ColumnElement,
     DateTime,
     Select,
+    Subquery,
     Text,
     and_,
     case,
     cast,
+    false,
     func,
     literal,
     null,
@@ -26,6 +30,7 @@ from sqlalchemy import (
     text,
     true,
     tuple_,
+    union_all,
     update,
 )
 from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
@@ -80,6 +85,55 @@ def _object(row: AssetObject) -> ObjectRecord:
         status=row.status,
         created_at=row.created_at,
         preview_sha256=row.preview_sha256,
+    )
+
+
+def table_valued(model: type[Asset]) -> Any:
+    """The whole row of ``model``'s table as one value (``to_jsonb(mem_assets)``)."""
+    table: Any = model.__table__
+    return table.table_valued()
+
+
+def stored_from_json(row: dict[str, Any]) -> StoredAsset:
+    """A row of :meth:`AssetRepository.reload_rows` as the record :meth:`find_visible` gives."""
+    asset = row["asset"]
+    ocr = asset["ocr"]
+    return StoredAsset(
+        asset=AssetRecord(
+            id=asset["id"],
+            owner_identity=asset["owner_identity"],
+            vault=asset["vault"],
+            project_id=asset["project_id"],
+            folder_id=asset["folder_id"],
+            object_id=asset["object_id"],
+            title=asset["title"],
+            description=asset["description"],
+            alt_text=asset["alt_text"],
+            source_url=asset["source_url"],
+            source_kind=asset["source_kind"],
+            source_ref=dict(asset["source_ref"]),
+            tags=list(asset["tags"]),
+            metadata=dict(asset["metadata"]),
+            status=asset["status"],
+            embedding_status=asset["embedding_status"],
+            failure_code=asset["failure_code"],
+            failure_message=asset["failure_message"],
+            created_by=asset["created_by"],
+            created_at=datetime.fromisoformat(asset["created_at"]),
+            updated_at=datetime.fromisoformat(asset["updated_at"]),
+            generated_text=asset["generated_text"],
+            ocr_text=asset["ocr_text"],
+            ocr=None if ocr is None else dict(ocr),
+            original_file_name=asset["original_file_name"],
+        ),
+        mime_type=row["mime_type"],
+        width=row["width"],
+        height=row["height"],
+        bytes=row["bytes"],
+        preview_storage_key=row["preview_storage_key"],
+        object_status=row["object_status"],
+        preview_sha256=row["preview_sha256"],
+        storage_key=row["storage_key"],
     )
 
 
@@ -580,6 +634,63 @@ class AssetRepository:
         )
         return list((await self._session.scalars(query)).all())
 
+    @staticmethod
+    def text_lists(
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        words: str,
+        *,
+        limit: int,
+        pool: int = TEXT_POOL,
+    ) -> tuple[CTE, CTE]:
+        """The full-text list as two CTEs (``id``, ``rank``), for one statement to read.
+
+        The first ranks the assets holding every word, the second (only when the first has
+        fewer than ``limit``) those holding any, without the first's; each ranks at most
+        ``pool`` matches in all (see :meth:`search_text`). A search embeds them in its ranking
+        statement; :meth:`search_text` reads them alone.
+        """
+        pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
+        every_word = func.plainto_tsquery(literal("english", REGCONFIG), words)
+        any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
+
+        def matching(query: ColumnElement[Any]) -> Select[Any, Any]:
+            matches = select(Asset.id, Asset.search_document).where(
+                tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
+                Asset.status == "ready",
+                Asset.search_document.op("@@")(query),
+                *filters.conditions(),
+            )
+            if filters.reads_objects():
+                matches = matches.join(
+                    AssetObject,
+                    and_(
+                        AssetObject.id == Asset.object_id,
+                        AssetObject.owner_identity == Asset.owner_identity,
+                    ),
+                )
+            return matches
+
+        def ranked(pooled: Subquery, ranked_limit: Any) -> Select[Any, Any]:
+            rank = func.ts_rank_cd(pooled.c.search_document, any_word)
+            return (
+                select(pooled.c.id, rank.label("rank"))
+                .order_by(rank.desc(), pooled.c.id)
+                .limit(ranked_limit)
+            )
+
+        every = ranked(matching(every_word).limit(pool).subquery(), limit).cte("words_every")
+        found = select(func.count()).select_from(every).scalar_subquery()
+        others = (
+            matching(any_word)
+            .where(Asset.id.not_in(select(every.c.id)))
+            .limit(func.greatest(pool - found, 0))
+            .subquery()
+        )
+        # Only when fewer than ``limit`` hold every word: LIMIT 0 reads nothing.
+        any_ = ranked(others, func.greatest(limit - found, 0)).cte("words_any")
+        return every, any_
+
     async def search_text(
         self,
         scopes: Sequence[VaultScope],
@@ -596,47 +707,64 @@ class AssetRepository:
         than ``limit`` hold them all) assets holding any, best first after them. Rare words
         (names, numbers, codes), where this list finds what vectors miss, are ranked in full;
         a word most assets share says little, and the vector lists decide there. The search
-        document is a generated column (see migration 0004).
+        document is a generated column (see migration 0004). One statement
+        (:meth:`text_lists`).
         """
         if not scopes:
             return []
-        pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
-        every_word = func.plainto_tsquery(literal("english", REGCONFIG), words)
-        any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
-        found: list[TextMatch] = []
-        for query in (every_word, any_word):
-            wanted = pool - len(found)
-            if wanted <= 0 or len(found) >= limit:
-                break
-            matches = select(Asset.id, Asset.search_document).where(
-                tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
-                Asset.status == "ready",
-                Asset.search_document.op("@@")(query),
-                *filters.conditions(),
+        every, any_ = self.text_lists(scopes, filters, words, limit=limit, pool=pool)
+        both = union_all(
+            select(every.c.id, every.c.rank, true().label("every"), literal(0).label("pass")),
+            select(any_.c.id, any_.c.rank, false().label("every"), literal(1).label("pass")),
+        ).subquery()
+        rows = await self._session.execute(
+            select(both.c.id, both.c.rank, both.c.every).order_by(
+                both.c["pass"], both.c.rank.desc(), both.c.id
             )
-            if filters.reads_objects():
-                matches = matches.join(
-                    AssetObject,
-                    and_(
-                        AssetObject.id == Asset.object_id,
-                        AssetObject.owner_identity == Asset.owner_identity,
-                    ),
-                )
-            if found:
-                matches = matches.where(Asset.id.not_in([match.asset_id for match in found]))
-            pooled = matches.limit(wanted).subquery()
-            rank = func.ts_rank_cd(pooled.c.search_document, any_word)
-            rows = await self._session.execute(
-                select(pooled.c.id, rank).order_by(rank.desc(), pooled.c.id).limit(limit)
-            )
-            found.extend(
-                TextMatch(asset_id, float(score), query is every_word)
-                for asset_id, score in rows.all()
-            )
+        )
         # Not re-sorted across the two passes: an asset holding every word stays ahead of one
         # holding some of them, however often (cover density rewards repeating a common word,
         # which would push a unique title's one match past a short limit).
-        return found[:limit]
+        return [TextMatch(a, float(r), bool(e)) for a, r, e in rows.all()][:limit]
+
+    @staticmethod
+    def reload_rows(
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        candidates: Select[Any],
+        *,
+        statuses: Sequence[str] = ("ready",),
+    ) -> Select[Any]:
+        """Each candidate asset the scope and ``filters`` admit, as one JSON value (``row``).
+
+        For a statement that reloads search candidates beside other work: read back with
+        :func:`stored_from_json`. The same predicates as :meth:`find_visible`.
+        """
+        row = func.jsonb_build_object(
+            "asset",
+            func.to_jsonb(table_valued(Asset)).op("-")(literal("search_document", Text)),
+            "mime_type",
+            AssetObject.mime_type,
+            "width",
+            AssetObject.width,
+            "height",
+            AssetObject.height,
+            "bytes",
+            AssetObject.bytes,
+            "preview_storage_key",
+            AssetObject.preview_storage_key,
+            "object_status",
+            AssetObject.status,
+            "preview_sha256",
+            AssetObject.preview_sha256,
+            "storage_key",
+            AssetObject.storage_key,
+        )
+        return (
+            AssetRepository._visible(scopes, statuses)
+            .where(*filters.conditions(), Asset.id.in_(candidates))
+            .with_only_columns(row.label("row"))
+        )
 
     async def locate(self, scopes: Sequence[VaultScope], asset_id: str) -> AssetRecord | None:
         """An asset in one of ``scopes`` whatever its status (deleted ones too), or ``None``."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import insert, select
+from sqlalchemy import ColumnElement, Insert, insert, select
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
@@ -101,6 +101,47 @@ class ProvenanceRepository:
             )
             for row in rows
         ]
+
+
+def provenance_entry(operation: str, *, actor_identity: str, detail: ColumnElement[Any]) -> Insert:
+    """One succeeded event as an INSERT a caller's statement runs (a search's, as a CTE).
+
+    ``detail`` is SQL: part of it may be computed by that statement (how many results).
+    """
+    if operation not in PROVENANCE_OPERATIONS:
+        raise ValueError(f"unknown provenance operation {operation!r}")
+    return insert(ProvenanceEvent).values(
+        id=new_id("apv"),
+        operation=operation,
+        actor_identity=actor_identity,
+        outcome="succeeded",
+        detail=detail,
+    )
+
+
+def usage_entry(
+    *,
+    owner_identity: str,
+    source: str,
+    model: str,
+    total_tokens: int,
+    prompt_tokens: int = 0,
+    image_tokens: int = 0,
+    request_id: str | None = None,
+) -> Insert:
+    """One usage entry as an INSERT a caller's statement runs (a search's, as a CTE)."""
+    if source not in USAGE_SOURCES:
+        raise ValueError(f"unknown usage source {source!r}")
+    return insert(UsageLedgerEntry).values(
+        id=new_id("aul"),
+        owner_identity=owner_identity,
+        source=source,
+        model=model,
+        total_tokens=total_tokens,
+        prompt_tokens=prompt_tokens,
+        image_tokens=image_tokens,
+        request_id=request_id,
+    )
 
 
 class UsageRepository:

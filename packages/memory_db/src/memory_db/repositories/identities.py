@@ -11,6 +11,7 @@ import re
 import secrets
 from collections.abc import Iterable
 from datetime import UTC, datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, Update, func, select, update
 from sqlalchemy.exc import IntegrityError
@@ -276,6 +277,35 @@ def _touch(which: ColumnElement[bool]) -> Update:
             | (ApiKey.last_used_at < func.now() - func.make_interval(0, 0, 0, 0, 0, 1)),
         )
         .values(last_used_at=func.now())
+    )
+
+
+# Every vault an identity (``:viewer``, trimmed and lower-cased) may use, as
+# ``accessible`` lists them: its own by name, then those shared with it by owner and name.
+# For a statement that resolves the caller's scope beside other work (a search's first).
+ACCESSIBLE_VAULTS_SQL = (
+    "SELECT v.id, v.owner_identity, v.handle, v.physical_vault, 'owner' AS permission, "
+    "v.created_at, 0 AS shared, '' AS by_owner, lower(v.handle) AS by_name "
+    "FROM mem_vaults v WHERE v.owner_identity = :viewer "
+    "UNION ALL SELECT v.id, v.owner_identity, v.handle, v.physical_vault, g.permission, "
+    "v.created_at, 1, v.owner_identity, lower(v.handle) FROM mem_vaults v "
+    "JOIN mem_vault_grants g ON g.physical_vault = v.physical_vault "
+    "AND g.owner_identity = v.owner_identity WHERE g.grantee_identity = :viewer"
+)
+
+
+def vault_from_json(row: list[Any]) -> VaultRecord:
+    """A vault of :data:`ACCESSIBLE_VAULTS_SQL` read back as a JSON array.
+
+    In the order id, owner, handle, physical vault, permission, created at.
+    """
+    return VaultRecord(
+        id=str(row[0]),
+        owner_identity=str(row[1]),
+        handle=str(row[2]),
+        physical_vault=str(row[3]),
+        permission=str(row[4]),
+        created_at=datetime.fromisoformat(str(row[5])),
     )
 
 

@@ -134,6 +134,39 @@ def _components(embedding: Sequence[float], dimensions: int, element: ElementTyp
     return values
 
 
+def search_settings(tuning: SearchTuning) -> dict[str, str]:
+    """What a search is planned and run with (transaction-local).
+
+    Every search planned with its real LIMIT and vector (a cached generic plan cannot see them
+    and was seen to settle on a full scan), and the HNSW settings (read only by an HNSW scan).
+    """
+    return {
+        "plan_cache_mode": "force_custom_plan",
+        "hnsw.iterative_scan": "relaxed_order",
+        "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
+        "hnsw.ef_search": str(tuning.ef_search),
+    }
+
+
+def scope_condition(
+    scopes: Sequence[VaultScope], filters: AssetFilter | None
+) -> tuple[str, dict[str, object]]:
+    """SQL over a vector table keeping the entitled vaults and the filters, and its parameters.
+
+    Parameters ``vaults`` and ``owners``, and ``filter_<name>`` for each filtering field (only
+    fields with a vector column: ``AssetFilter.for_vectors``). Physical vault names are unique
+    across owners, so the two ANY lists cannot pair an owner with another owner's vault.
+    """
+    params: dict[str, object] = {
+        "vaults": [s.physical_vault for s in scopes],
+        "owners": sorted({s.owner_identity for s in scopes}),
+    }
+    where = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)"]
+    if filters is not None:
+        where.extend(filters.vector_conditions(params))
+    return " AND ".join(where), params
+
+
 class VectorIndex:
     """One physical index table; construct with ``await VectorIndex.open(session, name)``."""
 
@@ -157,6 +190,17 @@ class VectorIndex:
         # Indexes being rebuilt beside this one (``mem_vector_rebuilds``): deletes and moves
         # apply to them too, so a rebuild never keeps what was deleted or moved meanwhile.
         self.mirrors = tuple(check_identifier(m) for m in mirrors)
+
+    def bound(self, session: AsyncSession) -> VectorIndex:
+        """The same index on another session (a later transaction), without reading it again."""
+        return VectorIndex(
+            session,
+            self.name,
+            self.dimensions,
+            self.element,
+            identity=self.identity,
+            mirrors=self.mirrors,
+        )
 
     @classmethod
     async def open(cls, session: AsyncSession, name: str) -> VectorIndex:
@@ -426,47 +470,53 @@ class VectorIndex:
             raise InvalidInput("limit must be 1-1000")
         tuning = tuning or SearchTuning()
         components = _components(query, self.dimensions, self.element)
-        params: dict[str, object] = {
-            "q": components,
-            "vaults": [s.physical_vault for s in scopes],
-            "owners": sorted({s.owner_identity for s in scopes}),
-            "model": model,
-            "k": limit,
-        }
-        where_scope = ["vault = ANY(:vaults)", "owner_identity = ANY(:owners)"]
-        if filters is not None:
-            where_scope.extend(filters.vector_conditions(params))
-        scope_where = " AND ".join(where_scope)
-        where = scope_where + " AND model = :model"
-        query_vector = self._vector(":q")
-        distance = f"embedding <=> {query_vector}"
-        # What the search is planned and run with (transaction-local): every search planned
-        # with its real LIMIT and vector (a cached generic plan cannot see them and was seen to
-        # settle on a full scan), and the HNSW settings (read only by an HNSW scan).
-        settings = {
-            "plan_cache_mode": "force_custom_plan",
-            "hnsw.iterative_scan": "relaxed_order",
-            "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
-            "hnsw.ef_search": str(tuning.ef_search),
-        }
-        chosen = strategy
+        scope_where, params = scope_condition(scopes, filters)
+        chosen: Literal["ann", "scan", "exact"]
         if strategy == "auto":
             # The same round trip counts at most scan_max_rows + 1 matching rows on the narrow
             # keys B-tree (index-only); the model is added for the search itself. (Counting and
             # searching in one statement was tried: it saves no time measurably, and that
             # statement would be planned before the settings apply, so a cached generic plan
             # made for large scopes could later scan the whole table for a small one.)
-            count = (
-                f"(SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
-                f"LIMIT {int(tuning.scan_max_rows) + 1}) m)"
-            )
-            scope_params = {k: v for k, v in params.items() if k not in ("q", "model", "k")}
-            row = await self._set(settings, also=count, params=scope_params)
+            count = self.count_sql(scope_where, tuning)
+            row = await self._set(search_settings(tuning), also=count, params=dict(params))
             chosen = "scan" if int(row[-1] or 0) <= tuning.scan_max_rows else "ann"
             if chosen == "ann":
                 await self._set(_GRAPH_ONLY)
         else:
+            chosen = strategy
+            settings = search_settings(tuning)
             await self._set({**settings, **_GRAPH_ONLY} if strategy == "ann" else settings)
+        sql, nearest = self.nearest_sql(
+            chosen, components, scope_where, params, model=model, limit=limit, tuning=tuning
+        )
+        rows = (await self._session.execute(text(sql), nearest)).all()
+        if chosen == "ann":
+            # The caller's transaction goes on (the full-text list, the reload): its queries
+            # are planned with sorting allowed again.
+            await self._session.execute(text("SET LOCAL enable_sort TO DEFAULT"))
+        return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+
+    def nearest_sql(
+        self,
+        chosen: Literal["ann", "scan", "exact"],
+        components: list[float],
+        scope_where: str,
+        scope_params: dict[str, object],
+        *,
+        model: str,
+        limit: int,
+        tuning: SearchTuning,
+    ) -> tuple[str, dict[str, object]]:
+        """The nearest-first query of one strategy (see :meth:`search`) and its parameters.
+
+        ``scope_where`` and ``scope_params`` come from :func:`scope_condition`. The query
+        returns ``id, asset_id, representation, distance``, nearest first; a caller's
+        statement may embed it as a CTE (``memory_db.vectors.ranking``).
+        """
+        params: dict[str, object] = {**scope_params, "q": components, "model": model, "k": limit}
+        where = scope_where + " AND model = :model"
+        distance = f"embedding <=> {self._vector(':q')}"
         if chosen == "scan":
             params["pool"] = tuning.pool(limit)
             params["bits"] = vector_codes([components], self.dimensions)[0]
@@ -492,12 +542,25 @@ class VectorIndex:
                 f"AS distance FROM {self.name} WHERE {where} ORDER BY {distance} LIMIT :k) "
                 "SELECT id, asset_id, representation, distance FROM ann ORDER BY distance, id"
             )
-        rows = (await self._session.execute(text(sql), params)).all()
-        if chosen == "ann":
-            # The caller's transaction goes on (the full-text list, the reload): its queries
-            # are planned with sorting allowed again.
-            await self._session.execute(text("SET LOCAL enable_sort TO DEFAULT"))
-        return [VectorHit(r[0], r[1], r[2], float(r[3])) for r in rows]
+        return sql, params
+
+    def count_sql(self, scope_where: str, tuning: SearchTuning) -> str:
+        """How many entries of the scope there are, counted up to ``scan_max_rows + 1``.
+
+        On the narrow keys B-tree, index-only: what ``auto`` chooses its strategy by.
+        """
+        return (
+            f"(SELECT count(*) FROM (SELECT 1 FROM {self.name} WHERE {scope_where} "
+            f"LIMIT {int(tuning.scan_max_rows) + 1}) m)"
+        )
+
+    def components(self, embedding: Sequence[float]) -> list[float]:
+        """The query vector as sent: checked for this index (dimensions, finite, in range)."""
+        return _components(embedding, self.dimensions, self.element)
+
+    def vector_sql(self, parameter: str) -> str:
+        """SQL turning a ``real[]`` parameter into this index's vector type."""
+        return self._vector(parameter)
 
     async def distances(
         self,

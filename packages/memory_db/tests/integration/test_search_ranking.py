@@ -1,0 +1,170 @@
+"""A search's two statements (``memory_db.vectors.ranking``): the strategy the scope count
+chooses is the one the ranking statement runs, the graph walk keeps its plan inside the larger
+statement, and a moved alias is noticed before anything is ranked or metered."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import pytest
+from sqlalchemy import text
+
+from memory_db import Database, VaultScope
+from memory_db.repositories import AssetFilter
+from memory_db.vectors import (
+    DEFAULT_ALIAS,
+    SearchTuning,
+    VectorIndex,
+    VectorRecord,
+    create_index,
+    ensure_default_index,
+)
+from memory_db.vectors.ranking import AliasMoved, Metering, rank_and_meter, start_search
+
+MODEL = "local-hash-v1"
+OWNERS = [f"o{v}@example.com" for v in range(10)]
+SCOPES = [VaultScope(owner, f"{owner}/Library") for owner in OWNERS]
+
+
+def _unit(rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
+    vectors = rng.standard_normal((n, 1024))
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+async def _library(database: Database) -> list[float]:
+    rng = np.random.default_rng(5)
+    async with database.unit_of_work() as uow:
+        await ensure_default_index(uow.session, "memory_assets_v1", dimensions=1024)
+        await uow.identities.create(OWNERS[0], 10)
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        for v, scope in enumerate(SCOPES):
+            records = [
+                VectorRecord(
+                    asset_id=f"ast_{v}x{i}",
+                    object_id=f"aob_{v}x{i}",
+                    project_id=None,
+                    folder_id=None,
+                    representation="visual",
+                    model=MODEL,
+                    mime_type="image/png",
+                    source_kind="upload",
+                    created_at=datetime.now(UTC),
+                    embedding=[float(x) for x in vector],
+                )
+                for i, vector in enumerate(_unit(rng, 60))
+            ]
+            await index.upsert(scope, records)
+    async with database.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.execute(text("VACUUM ANALYZE memory_assets_v1"))
+    return [float(x) for x in _unit(rng, 1)[0]]
+
+
+def _metering() -> Metering:
+    return Metering(
+        identity=OWNERS[0],
+        model=MODEL,
+        total_tokens=0,
+        prompt_tokens=0,
+        image_tokens=0,
+        request_id=None,
+        detail={"mode": "image"},
+    )
+
+
+@pytest.mark.parametrize(
+    ("scan_max_rows", "strategy", "walks"), [(50, "ann", 1), (8000, "scan", 0)]
+)
+async def test_the_counted_strategy_runs_inside_the_ranking_statement(
+    database: Database, scan_max_rows: int, strategy: str, walks: int
+) -> None:
+    query = await _library(database)
+    tuning = SearchTuning(scan_max_rows=scan_max_rows)
+    graph_scans = text("SELECT pg_stat_get_xact_numscans('memory_assets_v1_hnsw'::regclass)")
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        start = await start_search(
+            uow.session,
+            index,
+            DEFAULT_ALIAS,
+            viewer=None,
+            scopes=SCOPES[:3],
+            filters=AssetFilter(),
+            tuning=tuning,
+        )
+        assert start.strategy == strategy
+        # The graph walk is planned without sorts (the filter estimate would pick a sort).
+        assert await uow.session.scalar(text("SHOW enable_sort")) == (
+            "off" if strategy == "ann" else "on"
+        )
+        ranked = await rank_and_meter(
+            uow.session,
+            index,
+            start,
+            SCOPES[:3],
+            vector=query,
+            model=MODEL,
+            filters=AssetFilter(),
+            vector_filters=AssetFilter(),
+            words=None,
+            overfetch=10,
+            text_hits=10,
+            evidence_floor=-1.0,
+            min_score=None,
+            limit=10,
+            tuning=tuning,
+            metering=_metering(),
+        )
+        assert await uow.session.scalar(graph_scans) == walks
+        exact = await index.search(query, SCOPES[:3], model=MODEL, limit=10, strategy="exact")
+    assert [h.distance for h in ranked.hits] == sorted(h.distance for h in ranked.hits)
+    assert len({h.vector_id for h in ranked.hits} & {h.vector_id for h in exact}) >= 8
+    assert {h.asset_id[:6] for h in ranked.hits} <= {"ast_0x", "ast_1x", "ast_2x"}
+    async with database.unit_of_work() as uow:
+        written = await uow.session.scalar(
+            text("SELECT detail FROM mem_provenance WHERE operation = 'asset_search'")
+        )
+    # No asset rows exist here, so none is reloaded: the count the statement wrote.
+    assert written == {"mode": "image", "results": 0}
+
+
+async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Database) -> None:
+    await _library(database)
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        moved = VectorIndex(uow.session, "memory_assets_v9", 1024, "halfvec")
+        with pytest.raises(AliasMoved):  # its table does not exist (dropped after a switch)
+            await start_search(
+                uow.session,
+                moved,
+                DEFAULT_ALIAS,
+                viewer=OWNERS[0],
+                scopes=[],
+                filters=AssetFilter(),
+                tuning=SearchTuning(),
+            )
+    async with database.unit_of_work() as uow:
+        await create_index(uow.session, "memory_assets_v2", dimensions=1024)
+        other = await VectorIndex.open(uow.session, "memory_assets_v2")
+        with pytest.raises(AliasMoved):  # the alias points at v1
+            await start_search(
+                uow.session,
+                other,
+                DEFAULT_ALIAS,
+                viewer=OWNERS[0],
+                scopes=[],
+                filters=AssetFilter(),
+                tuning=SearchTuning(),
+            )
+        start = await start_search(
+            uow.session,
+            index.bound(uow.session),
+            DEFAULT_ALIAS,
+            viewer=OWNERS[0],
+            scopes=[],
+            filters=AssetFilter(),
+            tuning=SearchTuning(),
+        )
+    assert [v.physical_vault for v in start.vaults or []] == [SCOPES[0].physical_vault]
