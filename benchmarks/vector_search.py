@@ -88,8 +88,18 @@ def _encoder(element: str) -> Any:
 
 
 async def load_vectors(
-    url: str, table: str, element: str, vectors: np.ndarray[Any, Any], vaults: np.ndarray[Any, Any]
+    url: str,
+    table: str,
+    element: str,
+    vectors: np.ndarray[Any, Any],
+    vaults: np.ndarray[Any, Any],
+    *,
+    build_graph: bool = True,
 ) -> None:
+    """``COPY`` the rows into ``table`` with its HNSW graph dropped, then build the graph once.
+
+    ``build_graph=False`` leaves the table without its graph (the caller builds it, timed).
+    """
     conn: Any = await asyncpg.connect(to_plain_url(url))
     try:
         await conn.set_type_codec(
@@ -123,9 +133,10 @@ async def load_vectors(
         )
         await conn.execute(f"DROP INDEX {table}_hnsw")
         await conn.copy_records_to_table(table, records=records, columns=WRITABLE_COLUMNS)
-        await conn.execute("SET maintenance_work_mem = '2GB'")
-        await conn.execute("SET max_parallel_maintenance_workers = 1")
-        await conn.execute(index_sql)
+        if build_graph:
+            await conn.execute("SET maintenance_work_mem = '2GB'")
+            await conn.execute("SET max_parallel_maintenance_workers = 1")
+            await conn.execute(index_sql)
         # Steady state: autovacuum would have set the visibility map (index-only counts).
         await conn.execute(f"VACUUM ANALYZE {table}")
     finally:
