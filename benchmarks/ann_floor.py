@@ -449,7 +449,7 @@ async def run(args: argparse.Namespace) -> None:
     print(
         "\npgvector = VectorIndex.search (auto: bits scan up to "
         f"{tuning.scan_max_rows:,} rows, else the HNSW walk with ef_search "
-        f"{tuning.ef_search}); mirror = FAISS IndexHNSWFlat m=16 ef_construction=64, efSearch "
+        f"{tuning.ef_search_for(args.rows)}); mirror = FAISS IndexHNSWFlat m=16 ef_construction=64, efSearch "
         f"{args.ef_search}, filtered by a bitmap of the caller's vaults, exact numpy scoring "
         "for small scopes; CPU per search = the client process + PostgreSQL's processes; "
         "queries alternate between the two paths; catch-up = from the inserting transaction's "

@@ -307,7 +307,7 @@ async def run(
     rows: int,
     query_count: int,
     elements: list[str],
-    ef_search: int,
+    ef_search: int | None,
     shares: list[int],
     peers: bool,
     scan_max_rows: int,
@@ -357,7 +357,7 @@ async def run(
         # Ours first: printed before the peers run (they take minutes).
         print(
             f"{rows:,} vectors x {DIMS} dims, {VAULTS} vaults, {CLUSTERS} clusters, "
-            f"{query_count} queries, ef_search={ef_search}, scan_max_rows={tuning.scan_max_rows:,}"
+            f"{query_count} queries, ef_search={ef_search or 'auto'}, scan_max_rows={tuning.scan_max_rows:,}"
         )
         passed = True
         for element, load_seconds, table_bytes, index_bytes, measured in results:
@@ -423,7 +423,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--element", choices=["halfvec", "vector", "both"], default="both")
-    parser.add_argument("--ef-search", type=int, default=SearchTuning().ef_search)
+    parser.add_argument(
+        "--ef-search", type=int, default=None, help="hnsw.ef_search (default: sized to the table)"
+    )
     parser.add_argument(
         "--scan-max-rows",
         type=int,

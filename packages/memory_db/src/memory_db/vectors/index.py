@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -79,17 +79,46 @@ class SearchTuning:
     ``max(rescore_factor * limit, rescore_min)`` candidates is re-scored with the full vectors.
     More rows go to the HNSW iterative scan (``"ann"``) with ``ef_search`` and
     ``max_scan_tuples``.
+
+    ``ef_search``: how many candidates the graph walk keeps (pgvector's ``hnsw.ef_search``).
+    ``None`` (the default) sizes it to the table, :meth:`ef_search_for` of the rows PostgreSQL
+    estimates it holds: recall at a fixed breadth falls as the graph grows (recall@10 0.983 at
+    100,000 vectors but 0.87-0.92 at 300,000 with 250; 0.958 there with 1,000, measured by
+    ``benchmarks/scale.py``, docs/scaling.md), while a small library keeps today's speed.
     """
 
-    ef_search: int = 250
+    ef_search: int | None = None
+    ef_search_min: int = 250
+    ef_search_max: int = 1000  # pgvector's own maximum
+    rows_per_ef: int = 300
     max_scan_tuples: int = 20_000
     scan_max_rows: int = 8_000
     rescore_factor: int = 4
     rescore_min: int = 100
 
+    def ef_search_for(self, rows: float) -> int:
+        """The graph walk's breadth for a table of ``rows`` vectors.
+
+        ``ef_search`` when set, else one candidate per ``rows_per_ef`` rows, within
+        ``ef_search_min``-``ef_search_max`` (250 up to 75,000 rows, 334 at 100,000, 1,000 from
+        300,000). The same rule as the SQL the search sends (``VectorIndex._ef_search``).
+        """
+        if self.ef_search is not None:
+            return self.ef_search
+        wanted = math.ceil(max(rows, 0.0) / self.rows_per_ef)
+        return min(self.ef_search_max, max(self.ef_search_min, wanted))
+
     def pool(self, limit: int) -> int:
         """How many candidates a scan re-scores for ``limit`` results."""
         return max(self.rescore_factor * limit, self.rescore_min, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class _Sql:
+    """A setting's value computed by PostgreSQL in the statement that sets it."""
+
+    sql: str
+    params: dict[str, object]
 
 
 # "exact": every matching row's full vector (full recall; the reference for the others).
@@ -443,11 +472,11 @@ class VectorIndex:
         # What the search is planned and run with (transaction-local): every search planned
         # with its real LIMIT and vector (a cached generic plan cannot see them and was seen to
         # settle on a full scan), and the HNSW settings (read only by an HNSW scan).
-        settings = {
+        settings: dict[str, str | _Sql] = {
             "plan_cache_mode": "force_custom_plan",
             "hnsw.iterative_scan": "relaxed_order",
             "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
-            "hnsw.ef_search": str(tuning.ef_search),
+            "hnsw.ef_search": self._ef_search(tuning),
         }
         chosen = strategy
         if strategy == "auto":
@@ -571,21 +600,52 @@ class VectorIndex:
         """SQL turning a ``real[]`` parameter into this index's vector type."""
         return f"CAST(CAST({parameter} AS real[]) AS {self._cast})"
 
+    def _ef_search(self, tuning: SearchTuning) -> str | _Sql:
+        """``hnsw.ef_search``: the tuning's own, or sized to the table in the same statement.
+
+        Sized from ``pg_class.reltuples``, the planner's estimate that autovacuum's analyze
+        keeps within about a tenth of the table (-1 before the first analyze: the minimum).
+        Read where the settings are set, so sizing costs no round trip of its own.
+        """
+        if tuning.ef_search is not None:
+            return str(tuning.ef_search)
+        return _Sql(
+            "(SELECT CAST(CAST(LEAST(:ef_max, GREATEST(:ef_min, "
+            "CEIL(GREATEST(c.reltuples, 0) / :ef_rows))) AS integer) AS text) "
+            "FROM pg_class c WHERE c.oid = CAST(:ef_table AS regclass))",
+            {
+                "ef_max": tuning.ef_search_max,
+                "ef_min": tuning.ef_search_min,
+                "ef_rows": tuning.rows_per_ef,
+                "ef_table": self.name,
+            },
+        )
+
     async def _set(
         self,
-        settings: dict[str, str],
+        settings: Mapping[str, str | _Sql],
         *,
         also: str | None = None,
         params: dict[str, object] | None = None,
     ) -> tuple[Any, ...]:
-        """``SET LOCAL`` several settings in one round trip, with an optional extra column."""
+        """``SET LOCAL`` several settings in one round trip, with an optional extra column.
+
+        A setting's value is a string, or SQL computing it in the same statement (``_Sql``).
+        """
         names = list(settings)
-        columns = [f"set_config(:n{i}, :v{i}, true)" for i in range(len(names))]
+        columns: list[str] = []
         values: dict[str, object] = {}
+        for i, name in enumerate(names):
+            value = settings[name]
+            if isinstance(value, _Sql):
+                columns.append(f"set_config(:n{i}, {value.sql}, true)")
+                values.update(value.params)
+            else:
+                columns.append(f"set_config(:n{i}, :v{i}, true)")
+                values[f"v{i}"] = value
         if also is not None:
             columns.append(also)
             values.update(params or {})
         values.update({f"n{i}": name for i, name in enumerate(names)})
-        values.update({f"v{i}": settings[name] for i, name in enumerate(names)})
         result = await self._session.execute(text(f"SELECT {', '.join(columns)}"), values)
         return tuple(result.one())
