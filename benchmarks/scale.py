@@ -15,12 +15,18 @@ clustered unit vectors as ``vector_search.py`` (100 vaults, vault independent of
   filtered to one vault (1 % of the rows), p50/p95 over ``--queries`` queries, and recall@10
   against an exact top 10 computed with numpy from the same half-precision vectors.
 
+To choose the graph's breadth and build parameters by measurement, ``--ef-search`` takes
+several values (``auto``: the default, sized to the table), all measured on the same graph with
+the order rotated query by query, and ``--graphs`` several ``m:ef_construction`` pairs, each a
+rebuild of the same loaded table (build time and size reported per pair).
+
 Each size is compared with the smallest one of the same run (the ratio columns), so the curve
 shows how each figure grows: a graph search grows with log(n), the build with n log(n), disk and
 memory with n. Nothing is asserted; the targets of the vector index (recall@10 >= 0.95 and
 p95 growing far slower than the library) are printed PASS/FAIL.
 
 Usage: python benchmarks/scale.py [--sizes 10000,100000] [--big] [--quick] [--queries 100]
+       [--ef-search auto,250,1000] [--graphs 16:64,24:128]
 """
 
 from __future__ import annotations
