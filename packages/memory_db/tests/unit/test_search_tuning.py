@@ -13,8 +13,9 @@ from memory_db.vectors import SearchTuning
         (-1.0, 250),  # never analysed: PostgreSQL's estimate is -1
         (0.0, 250),
         (75_000.0, 250),
-        (100_000.0, 334),
-        (200_000.0, 667),
+        (100_000.0, 250),
+        (150_000.0, 438),
+        (200_000.0, 625),
         (300_000.0, 1000),
         (10_000_000.0, 1000),  # pgvector refuses more than 1,000
     ],

@@ -82,15 +82,17 @@ class SearchTuning:
 
     ``ef_search``: how many candidates the graph walk keeps (pgvector's ``hnsw.ef_search``).
     ``None`` (the default) sizes it to the table, :meth:`ef_search_for` of the rows PostgreSQL
-    estimates it holds: recall at a fixed breadth falls as the graph grows (recall@10 0.983 at
+    estimates it holds: recall at a fixed breadth falls as the graph grows (recall@10 0.98 at
     100,000 vectors but 0.87-0.92 at 300,000 with 250; 0.958 there with 1,000, measured by
-    ``benchmarks/scale.py``, docs/scaling.md), while a small library keeps today's speed.
+    ``benchmarks/scale.py``, docs/scaling.md), while a library up to 100,000 keeps its speed
+    (334 there cost 1.16x the p50 for the same recall).
     """
 
     ef_search: int | None = None
     ef_search_min: int = 250
     ef_search_max: int = 1000  # pgvector's own maximum
-    rows_per_ef: int = 300
+    ef_search_from_rows: int = 100_000
+    rows_per_ef: int = 267
     max_scan_tuples: int = 20_000
     scan_max_rows: int = 8_000
     rescore_factor: int = 4
@@ -99,14 +101,15 @@ class SearchTuning:
     def ef_search_for(self, rows: float) -> int:
         """The graph walk's breadth for a table of ``rows`` vectors.
 
-        ``ef_search`` when set, else one candidate per ``rows_per_ef`` rows, within
-        ``ef_search_min``-``ef_search_max`` (250 up to 75,000 rows, 334 at 100,000, 1,000 from
-        300,000). The same rule as the SQL the search sends (``VectorIndex._ef_search``).
+        ``ef_search`` when set, else ``ef_search_min`` up to ``ef_search_from_rows`` rows and one
+        candidate more per ``rows_per_ef`` rows beyond, at most ``ef_search_max`` (250 up to
+        100,000 rows, 625 at 200,000, 1,000 from 300,000). The same rule as the SQL the search
+        sends (``VectorIndex._ef_search``).
         """
         if self.ef_search is not None:
             return self.ef_search
-        wanted = math.ceil(max(rows, 0.0) / self.rows_per_ef)
-        return min(self.ef_search_max, max(self.ef_search_min, wanted))
+        more = math.ceil((max(rows, 0.0) - self.ef_search_from_rows) / self.rows_per_ef)
+        return min(self.ef_search_max, max(self.ef_search_min, self.ef_search_min + more))
 
     def pool(self, limit: int) -> int:
         """How many candidates a scan re-scores for ``limit`` results."""
@@ -610,12 +613,13 @@ class VectorIndex:
         if tuning.ef_search is not None:
             return str(tuning.ef_search)
         return _Sql(
-            "(SELECT CAST(CAST(LEAST(:ef_max, GREATEST(:ef_min, "
-            "CEIL(GREATEST(c.reltuples, 0) / :ef_rows))) AS integer) AS text) "
+            "(SELECT CAST(CAST(LEAST(:ef_max, GREATEST(:ef_min, :ef_min + "
+            "CEIL((GREATEST(c.reltuples, 0) - :ef_from) / :ef_rows))) AS integer) AS text) "
             "FROM pg_class c WHERE c.oid = CAST(:ef_table AS regclass))",
             {
                 "ef_max": tuning.ef_search_max,
                 "ef_min": tuning.ef_search_min,
+                "ef_from": tuning.ef_search_from_rows,
                 "ef_rows": tuning.rows_per_ef,
                 "ef_table": self.name,
             },
