@@ -88,8 +88,18 @@ def _encoder(element: str) -> Any:
 
 
 async def load_vectors(
-    url: str, table: str, element: str, vectors: np.ndarray[Any, Any], vaults: np.ndarray[Any, Any]
+    url: str,
+    table: str,
+    element: str,
+    vectors: np.ndarray[Any, Any],
+    vaults: np.ndarray[Any, Any],
+    *,
+    build_graph: bool = True,
 ) -> None:
+    """``COPY`` the rows into ``table`` with its HNSW graph dropped, then build the graph once.
+
+    ``build_graph=False`` leaves the table without its graph (the caller builds it, timed).
+    """
     conn: Any = await asyncpg.connect(to_plain_url(url))
     try:
         await conn.set_type_codec(
@@ -123,9 +133,10 @@ async def load_vectors(
         )
         await conn.execute(f"DROP INDEX {table}_hnsw")
         await conn.copy_records_to_table(table, records=records, columns=WRITABLE_COLUMNS)
-        await conn.execute("SET maintenance_work_mem = '2GB'")
-        await conn.execute("SET max_parallel_maintenance_workers = 1")
-        await conn.execute(index_sql)
+        if build_graph:
+            await conn.execute("SET maintenance_work_mem = '2GB'")
+            await conn.execute("SET max_parallel_maintenance_workers = 1")
+            await conn.execute(index_sql)
         # Steady state: autovacuum would have set the visibility map (index-only counts).
         await conn.execute(f"VACUUM ANALYZE {table}")
     finally:
@@ -296,7 +307,7 @@ async def run(
     rows: int,
     query_count: int,
     elements: list[str],
-    ef_search: int,
+    ef_search: int | None,
     shares: list[int],
     peers: bool,
     scan_max_rows: int,
@@ -346,7 +357,7 @@ async def run(
         # Ours first: printed before the peers run (they take minutes).
         print(
             f"{rows:,} vectors x {DIMS} dims, {VAULTS} vaults, {CLUSTERS} clusters, "
-            f"{query_count} queries, ef_search={ef_search}, scan_max_rows={tuning.scan_max_rows:,}"
+            f"{query_count} queries, ef_search={ef_search or 'auto'}, scan_max_rows={tuning.scan_max_rows:,}"
         )
         passed = True
         for element, load_seconds, table_bytes, index_bytes, measured in results:
@@ -412,7 +423,9 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=50)
     parser.add_argument("--element", choices=["halfvec", "vector", "both"], default="both")
-    parser.add_argument("--ef-search", type=int, default=SearchTuning().ef_search)
+    parser.add_argument(
+        "--ef-search", type=int, default=None, help="hnsw.ef_search (default: sized to the table)"
+    )
     parser.add_argument(
         "--scan-max-rows",
         type=int,

@@ -168,3 +168,32 @@ async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Data
             tuning=SearchTuning(),
         )
     assert [v.physical_vault for v in start.vaults or []] == [SCOPES[0].physical_vault]
+
+
+async def test_the_ranking_start_sizes_the_graph_walk_to_the_table(database: Database) -> None:
+    """The server's search (not only ``VectorIndex.search``) walks the graph as broadly as the
+    table is large: ``start_search`` sets ``hnsw.ef_search`` from the row estimate."""
+    await _library(database)
+
+    async def breadth() -> str:
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            await start_search(
+                uow.session,
+                index,
+                DEFAULT_ALIAS,
+                viewer=None,
+                scopes=SCOPES[:3],
+                filters=AssetFilter(),
+                tuning=SearchTuning(),
+            )
+            return str(await uow.session.scalar(text("SHOW hnsw.ef_search")))
+
+    assert await breadth() == "250"
+    async with database.engine.connect() as conn:
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        # The planner's estimate of a library this test cannot afford to write.
+        await conn.execute(
+            text("UPDATE pg_class SET reltuples = 300000 WHERE oid = 'memory_assets_v1'::regclass")
+        )
+    assert await breadth() == "1000"

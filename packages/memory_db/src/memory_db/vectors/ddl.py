@@ -76,6 +76,27 @@ SCOPE_INCLUDE = (
 )
 
 
+# The HNSW graph's build parameters (docs/vector-index.md#the-graph-parameters): how many
+# neighbours each node keeps (``m``) and how wide the search that picks them is
+# (``ef_construction``). Chosen by ``benchmarks/scale.py``; see the figures in docs/scaling.md.
+HNSW_M = 16
+HNSW_EF_CONSTRUCTION = 64
+
+
+def hnsw_index_sql(
+    name: str,
+    element: ElementType,
+    *,
+    m: int = HNSW_M,
+    ef_construction: int = HNSW_EF_CONSTRUCTION,
+) -> str:
+    """The HNSW graph of an index table (cosine distance), with its build parameters."""
+    return (
+        f"CREATE INDEX {name}_hnsw ON {name} USING hnsw (embedding {element}_cosine_ops) "
+        f"WITH (m = {int(m)}, ef_construction = {int(ef_construction)})"
+    )
+
+
 def scope_index_sql(name: str) -> str:
     """The scope B-tree, covering what the bits scan (``strategy="scan"``) reads."""
     return (
@@ -86,7 +107,6 @@ def scope_index_sql(name: str) -> str:
 
 def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
     column = f"{element}({dimensions})"
-    ops = f"{element}_cosine_ops"
     return [
         f"""
         CREATE TABLE {name} (
@@ -110,8 +130,7 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
         # Keep vectors in the row (a 1,024-d halfvec is just over the TOAST threshold): a
         # filtered exact search then reads the matching rows, not one TOAST lookup per row.
         f"ALTER TABLE {name} ALTER COLUMN embedding SET STORAGE PLAIN",
-        f"CREATE INDEX {name}_hnsw ON {name} USING hnsw (embedding {ops}) "
-        "WITH (m = 16, ef_construction = 64)",
+        hnsw_index_sql(name, element),
         scope_index_sql(name),
         # Keys only: counting the rows a filter matches (how a search picks its path) reads
         # this narrow index, a sixth of the covering one's pages.

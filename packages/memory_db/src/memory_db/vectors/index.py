@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
@@ -79,17 +79,49 @@ class SearchTuning:
     ``max(rescore_factor * limit, rescore_min)`` candidates is re-scored with the full vectors.
     More rows go to the HNSW iterative scan (``"ann"``) with ``ef_search`` and
     ``max_scan_tuples``.
+
+    ``ef_search``: how many candidates the graph walk keeps (pgvector's ``hnsw.ef_search``).
+    ``None`` (the default) sizes it to the table, :meth:`ef_search_for` of the rows PostgreSQL
+    estimates it holds: recall at a fixed breadth falls as the graph grows (recall@10 0.98 at
+    100,000 vectors but 0.87-0.92 at 300,000 with 250; 0.958 there with 1,000, measured by
+    ``benchmarks/scale.py``, docs/scaling.md), while a library up to 100,000 keeps its speed
+    (334 there cost 1.16x the p50 for the same recall).
     """
 
-    ef_search: int = 250
+    ef_search: int | None = None
+    ef_search_min: int = 250
+    ef_search_max: int = 1000  # pgvector's own maximum
+    ef_search_from_rows: int = 100_000
+    rows_per_ef: int = 267
     max_scan_tuples: int = 20_000
     scan_max_rows: int = 8_000
     rescore_factor: int = 4
     rescore_min: int = 100
 
+    def ef_search_for(self, rows: float) -> int:
+        """The graph walk's breadth for a table of ``rows`` vectors.
+
+        ``ef_search`` when set, else ``ef_search_min`` up to ``ef_search_from_rows`` rows and one
+        candidate more per ``rows_per_ef`` rows beyond, at most ``ef_search_max`` (250 up to
+        100,000 rows, 625 at 200,000, 1,000 from 300,000). The same rule as the SQL the search
+        sends (``VectorIndex._ef_search``).
+        """
+        if self.ef_search is not None:
+            return self.ef_search
+        more = math.ceil((max(rows, 0.0) - self.ef_search_from_rows) / self.rows_per_ef)
+        return min(self.ef_search_max, max(self.ef_search_min, self.ef_search_min + more))
+
     def pool(self, limit: int) -> int:
         """How many candidates a scan re-scores for ``limit`` results."""
         return max(self.rescore_factor * limit, self.rescore_min, limit)
+
+
+@dataclass(frozen=True, slots=True)
+class SettingSql:
+    """A setting's value computed by PostgreSQL in the statement that sets it."""
+
+    sql: str
+    params: dict[str, object]
 
 
 # "exact": every matching row's full vector (full recall; the reference for the others).
@@ -134,17 +166,61 @@ def _components(embedding: Sequence[float], dimensions: int, element: ElementTyp
     return values
 
 
-def search_settings(tuning: SearchTuning) -> dict[str, str]:
-    """What a search is planned and run with (transaction-local).
+def ef_search_setting(tuning: SearchTuning, table: str) -> str | SettingSql:
+    """``hnsw.ef_search``: the tuning's own, or sized to ``table`` in the statement that sets it.
+
+    Sized from ``pg_class.reltuples``, the planner's estimate that autovacuum's analyze
+    keeps within about a tenth of the table (-1 before the first analyze: the minimum).
+    Read where the settings are set, so sizing costs no round trip of its own. The same rule
+    as :meth:`SearchTuning.ef_search_for`.
+    """
+    if tuning.ef_search is not None:
+        return str(tuning.ef_search)
+    return SettingSql(
+        "(SELECT CAST(CAST(LEAST(:ef_max, GREATEST(:ef_min, :ef_min + "
+        "CEIL((GREATEST(c.reltuples, 0) - :ef_from) / :ef_rows))) AS integer) AS text) "
+        "FROM pg_class c WHERE c.oid = CAST(:ef_table AS regclass))",
+        {
+            "ef_max": tuning.ef_search_max,
+            "ef_min": tuning.ef_search_min,
+            "ef_from": tuning.ef_search_from_rows,
+            "ef_rows": tuning.rows_per_ef,
+            "ef_table": table,
+        },
+    )
+
+
+def set_config_columns(
+    settings: Mapping[str, str | SettingSql], params: dict[str, object]
+) -> list[str]:
+    """``set_config(name, value, true)`` columns for ``settings``, parameters into ``params``.
+
+    A setting's value is a string, or SQL computing it in the same statement (``SettingSql``).
+    """
+    columns: list[str] = []
+    for i, (name, value) in enumerate(settings.items()):
+        params[f"n{i}"] = name
+        if isinstance(value, SettingSql):
+            columns.append(f"set_config(:n{i}, {value.sql}, true)")
+            params.update(value.params)
+        else:
+            columns.append(f"set_config(:n{i}, :v{i}, true)")
+            params[f"v{i}"] = value
+    return columns
+
+
+def search_settings(tuning: SearchTuning, table: str) -> dict[str, str | SettingSql]:
+    """What a search over ``table`` is planned and run with (transaction-local).
 
     Every search planned with its real LIMIT and vector (a cached generic plan cannot see them
-    and was seen to settle on a full scan), and the HNSW settings (read only by an HNSW scan).
+    and was seen to settle on a full scan), and the HNSW settings (read only by an HNSW scan),
+    the graph walk's breadth sized to the table (:func:`ef_search_setting`).
     """
     return {
         "plan_cache_mode": "force_custom_plan",
         "hnsw.iterative_scan": "relaxed_order",
         "hnsw.max_scan_tuples": str(tuning.max_scan_tuples),
-        "hnsw.ef_search": str(tuning.ef_search),
+        "hnsw.ef_search": ef_search_setting(tuning, table),
     }
 
 
@@ -479,13 +555,14 @@ class VectorIndex:
             # statement would be planned before the settings apply, so a cached generic plan
             # made for large scopes could later scan the whole table for a small one.)
             count = self.count_sql(scope_where, tuning)
-            row = await self._set(search_settings(tuning), also=count, params=dict(params))
+            settings = search_settings(tuning, self.name)
+            row = await self._set(settings, also=count, params=dict(params))
             chosen = "scan" if int(row[-1] or 0) <= tuning.scan_max_rows else "ann"
             if chosen == "ann":
                 await self._set(_GRAPH_ONLY)
         else:
             chosen = strategy
-            settings = search_settings(tuning)
+            settings = search_settings(tuning, self.name)
             await self._set({**settings, **_GRAPH_ONLY} if strategy == "ann" else settings)
         sql, nearest = self.nearest_sql(
             chosen, components, scope_where, params, model=model, limit=limit, tuning=tuning
@@ -636,19 +713,19 @@ class VectorIndex:
 
     async def _set(
         self,
-        settings: dict[str, str],
+        settings: Mapping[str, str | SettingSql],
         *,
         also: str | None = None,
         params: dict[str, object] | None = None,
     ) -> tuple[Any, ...]:
-        """``SET LOCAL`` several settings in one round trip, with an optional extra column."""
-        names = list(settings)
-        columns = [f"set_config(:n{i}, :v{i}, true)" for i in range(len(names))]
+        """``SET LOCAL`` several settings in one round trip, with an optional extra column.
+
+        A setting's value is a string, or SQL computing it in the same statement (``SettingSql``).
+        """
         values: dict[str, object] = {}
+        columns = set_config_columns(settings, values)
         if also is not None:
             columns.append(also)
             values.update(params or {})
-        values.update({f"n{i}": name for i, name in enumerate(names)})
-        values.update({f"v{i}": settings[name] for i, name in enumerate(names)})
         result = await self._session.execute(text(f"SELECT {', '.join(columns)}"), values)
         return tuple(result.one())

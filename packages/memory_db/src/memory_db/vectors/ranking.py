@@ -38,6 +38,7 @@ from memory_db.vectors.index import (
     VectorIndex,
     scope_condition,
     search_settings,
+    set_config_columns,
 )
 
 # PostgreSQL's "undefined_table": the index the process remembered was dropped after a switch.
@@ -108,12 +109,9 @@ async def start_search(
     graph walk is the HNSW scan; its other sorts have no alternative plan). ``NotFound`` when
     the alias is missing.
     """
-    settings = search_settings(tuning)
+    settings = search_settings(tuning, index.name)
     params: dict[str, object] = {"alias": alias, "scan_max": tuning.scan_max_rows}
-    columns = []
-    for i, (name, value) in enumerate(settings.items()):
-        columns.append(f"set_config(:n{i}, :v{i}, true)")
-        params[f"n{i}"], params[f"v{i}"] = name, value
+    columns = set_config_columns(settings, params)
     if viewer is not None:
         params["viewer"] = viewer.strip().lower()
         where = [

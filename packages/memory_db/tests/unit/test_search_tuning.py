@@ -1,0 +1,28 @@
+"""The graph walk's breadth by table size (``SearchTuning.ef_search_for``)."""
+
+from __future__ import annotations
+
+import pytest
+
+from memory_db.vectors import SearchTuning
+
+
+@pytest.mark.parametrize(
+    ("rows", "ef_search"),
+    [
+        (-1.0, 250),  # never analysed: PostgreSQL's estimate is -1
+        (0.0, 250),
+        (75_000.0, 250),
+        (100_000.0, 250),
+        (150_000.0, 438),
+        (200_000.0, 625),
+        (300_000.0, 1000),
+        (10_000_000.0, 1000),  # pgvector refuses more than 1,000
+    ],
+)
+def test_the_breadth_grows_with_the_table_within_its_bounds(rows: float, ef_search: int) -> None:
+    assert SearchTuning().ef_search_for(rows) == ef_search
+
+
+def test_an_explicit_breadth_is_used_whatever_the_size() -> None:
+    assert SearchTuning(ef_search=40).ef_search_for(300_000.0) == 40
