@@ -30,7 +30,9 @@ def _png(width: int, height: int, shade: int) -> bytes:
     """A small RGB PNG: a gradient, so two shades are two different images."""
 
     def chunk(kind: bytes, data: bytes) -> bytes:
-        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
 
     rows = b"".join(
         b"\x00" + bytes((x * 4 + shade) % 256 for x in range(width) for _ in range(3))
