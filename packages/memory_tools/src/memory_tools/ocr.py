@@ -136,7 +136,8 @@ def cannot_hold_text(image: pyvips.Image) -> str | None:
     down = (
         grey.crop(0, 1, grey.width, grey.height - 1) - grey.crop(0, 0, grey.width, grey.height - 1)
     ).abs()
-    if max(across.max(), down.max()) <= MAX_UNIFORM_STEP:
+    steepest = max(cast(float, across.max()), cast(float, down.max()))
+    if steepest <= MAX_UNIFORM_STEP:
         return "uniform"
     return None
 

@@ -13,7 +13,7 @@ connection the work checks out is counted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
@@ -104,7 +104,7 @@ class RoundTrips:
         event.remove(self.engine.sync_engine, "connect", self._wrap)
 
     @contextmanager
-    def counting(self) -> Iterator[list[RoundTrip]]:
+    def counting(self) -> Generator[list[RoundTrip]]:
         """Record the round trips of the block; yields the list they are appended to."""
         self.trips = []
         self._on = True
