@@ -114,6 +114,11 @@ class TextInImage(WireModel):
     engine: str | None
     engine_version: str | None
     input_sha256: str | None = Field(description="SHA-256 of the image bytes that were read.")
+    skipped: str | None = Field(
+        default=None,
+        description="Why the engine was not run (noText is then true): too_small (no line of "
+        "readable text fits in the image) or uniform (no edge a glyph could be drawn with).",
+    )
     read_at: str | None
     last_error_code: str | None = Field(
         description="Why the newest job failed (ocr_unavailable, ocr_failed, ocr_timeout...)."
@@ -335,6 +340,7 @@ def _text_in_image(state: OcrState | None) -> TextInImage | None:
         engine=read.get("engine"),
         engine_version=read.get("engineVersion"),
         input_sha256=read.get("inputSha256"),
+        skipped=read.get("skipped"),
         read_at=read.get("readAt"),
         last_error_code=state.last_error_code,
     )

@@ -151,6 +151,9 @@ async def _store_reading(
         "jobId": job_id,
         "readAt": datetime.now(UTC).isoformat(),
     }
+    if reading.skipped is not None:
+        # The engine was not run: the image cannot hold readable text (docs/ocr.md#skipped).
+        provenance["skipped"] = reading.skipped
     before = asset_fused_text(asset)
     after = asset_fused_text(replace(asset, ocr_text=reading.text))
     metadata: dict[str, Any] | None = None

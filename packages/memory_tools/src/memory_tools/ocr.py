@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
+import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -42,6 +43,22 @@ DEFAULT_TIMEOUT_SECONDS = 30.0
 # leaves short screenshots unturned), and the confidence under which its answer is ignored.
 MIN_OSD_CHARACTERS = 10
 MIN_OSD_CONFIDENCE = 1.0
+# Images that cannot hold readable text are not given to the engine (docs/ocr.md#skipped),
+# measured with this Tesseract on rendered text (DejaVu, 3-18 pt, contrast 2-230 levels):
+# - a line of text it read was never less than 8 pixels tall (9 pixels read reliably), and a
+#   kept word needs two glyphs, about 16 pixels along the line: an image whose short edge is
+#   under MIN_TEXT_EDGE, or whose long edge is under MIN_WORD_EDGE, holds no readable line in
+#   any orientation;
+# - it read text whose ink differs from its background by only 4 grey levels, so "uniform" is
+#   strict: no two neighbouring pixels differ by more than MAX_UNIFORM_STEP levels (a flat
+#   fill, a blank page, an imperceptible gradient).
+MIN_TEXT_EDGE = 8
+MIN_WORD_EDGE = 16
+MAX_UNIFORM_STEP = 2
+# Tesseract starts an OpenMP team per process; with several OCR jobs and requests sharing few
+# cores the team's threads mostly spin: one thread read a 1280 x 800 screenshot with 40-60 %
+# less CPU and the same words (docs/ocr.md#what-it-costs). An operator's own value wins.
+OMP_THREAD_LIMIT = "1"
 
 
 def ocr_wanted(setting: str, *, source_kind: str, format_name: str, data: bytes) -> bool:
@@ -91,6 +108,38 @@ class OcrReading:
     engine: str
     engine_version: str
     input_sha256: str  # of the image bytes the engine was given (the rendition read)
+    # Why the engine was not run, when the image cannot hold readable text (cannot_hold_text):
+    # ``too_small`` or ``uniform``; the reading then has no text, and says so.
+    skipped: str | None = None
+
+
+def cannot_hold_text(image: pyvips.Image) -> str | None:
+    """Why ``image`` (as decoded, before any upscaling) cannot hold readable text, or ``None``.
+
+    ``too_small``: no line of readable glyphs fits (:data:`MIN_TEXT_EDGE`,
+    :data:`MIN_WORD_EDGE`). ``uniform``: no neighbouring pixels differ by more than
+    :data:`MAX_UNIFORM_STEP` grey levels, so there is no edge a glyph could be drawn with. Both
+    are cheap (one pass over the pixels) and err towards reading: an image that might hold
+    text is read.
+    """
+    if (
+        min(image.width, image.height) < MIN_TEXT_EDGE
+        or max(image.width, image.height) < MIN_WORD_EDGE
+    ):
+        return "too_small"
+    if image.hasalpha():
+        image = image.flatten(background=[255, 255, 255])
+    grey = image.colourspace("b-w")[0].cast("short")
+    across = (
+        grey.crop(1, 0, grey.width - 1, grey.height) - grey.crop(0, 0, grey.width - 1, grey.height)
+    ).abs()
+    down = (
+        grey.crop(0, 1, grey.width, grey.height - 1) - grey.crop(0, 0, grey.width, grey.height - 1)
+    ).abs()
+    steepest = max(cast(float, across.max()), cast(float, down.max()))
+    if steepest <= MAX_UNIFORM_STEP:
+        return "uniform"
+    return None
 
 
 @functools.cache
@@ -118,7 +167,19 @@ def read_text(
     """
     version = engine_version()
     try:
-        image = pyvips.Image.new_from_buffer(data, "", access="sequential")
+        image = pyvips.Image.new_from_buffer(data, "").copy_memory()
+        skipped = cannot_hold_text(image)
+        if skipped is not None:
+            return OcrReading(
+                text=None,
+                language=LANGUAGE,
+                confidence=None,
+                words=0,
+                engine=ENGINE,
+                engine_version=version,
+                input_sha256=hashlib.sha256(data).hexdigest(),
+                skipped=skipped,
+            )
         if max(image.width, image.height) < UPSCALE_BELOW_EDGE:
             image = image.resize(2, kernel="linear")
         if image.hasalpha():
@@ -127,6 +188,8 @@ def read_text(
     except pyvips.Error:
         raise OcrError("ocr_failed", "the image could not be prepared for OCR") from None
     deadline = time.monotonic() + timeout
+    # pytesseract starts its processes with this process's environment (see OMP_THREAD_LIMIT).
+    os.environ.setdefault("OMP_THREAD_LIMIT", OMP_THREAD_LIMIT)
     with tempfile.TemporaryDirectory(prefix="memory-ocr-") as scratch:
         path = Path(scratch) / "input.png"
         path.write_bytes(image.pngsave_buffer(compression=1))
@@ -241,6 +304,7 @@ __all__ = [
     "MIN_WORD_CONFIDENCE",
     "OcrError",
     "OcrReading",
+    "cannot_hold_text",
     "engine_version",
     "ocr_wanted",
     "queue_ocr",

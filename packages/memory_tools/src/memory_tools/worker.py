@@ -27,7 +27,7 @@ import random
 import secrets
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -114,6 +114,10 @@ class WorkerConfig:
     retry_max_seconds: float = 600.0
 
 
+# A claimed job with its asset and object, as the batch read them.
+_Loaded = tuple[JobRecord, AssetRecord, ObjectRecord]
+
+
 @dataclass(frozen=True)
 class _Plan:
     """Which indexes a batch writes: the alias's, and the rebuild filling beside it (if any).
@@ -126,6 +130,9 @@ class _Plan:
     embedder: Embedder
     target: str | None = None
     target_embedder: Embedder | None = None
+    # The shapes (dimensions, element type) of the indexes named above, as read for this
+    # batch: reading the stored vectors to reuse needs them, and need not read them again.
+    shapes: Mapping[str, VectorIndex] = field(default_factory=dict[str, VectorIndex])
 
 
 @dataclass(frozen=True)
@@ -348,7 +355,9 @@ class EmbeddingWorker:
         """Claim and process one batch; returns how many jobs it finished (any outcome)."""
         await self._prepare()
         await self._release_stranded()
-        async with self._services.database.unit_of_work() as uow:
+        # Statements of their own (no BEGIN and COMMIT round trips): a claim is one lease (two
+        # when it also takes a claimed asset's sibling jobs), and each lease stands alone.
+        async with self._services.database.single_statements() as uow:
             jobs = await uow.jobs.claim(
                 self.worker_id,
                 limit=self.config.batch_size,
@@ -361,10 +370,13 @@ class EmbeddingWorker:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._heartbeat, [job.id for job in jobs])
                 try:
-                    embeds = [job for job in jobs if job.kind == "embed"]
+                    # The batch's assets and objects are read once for all its kinds; each
+                    # completion locks its assets again and looks at their state.
+                    loaded = await self._reload(jobs)
+                    embeds = [one for one in loaded if one[0].kind == "embed"]
                     if embeds:
                         await self._process(embeds)
-                    others = [job for job in jobs if job.kind != "embed"]
+                    others = [one for one in loaded if one[0].kind != "embed"]
                     if others:
                         await self._run_handlers(others)
                 finally:
@@ -399,9 +411,9 @@ class EmbeddingWorker:
 
     # --- jobs of other kinds -----------------------------------------------------------------
 
-    async def _run_handlers(self, jobs: Sequence[JobRecord]) -> None:
+    async def _run_handlers(self, jobs: Sequence[_Loaded]) -> None:
         """Run each job with its kind's handler, one after another (they are CPU or I/O bound)."""
-        for job, asset, stored in await self._reload(jobs):
+        for job, asset, stored in jobs:
             with _job_context(job):
                 await self._run_handler(JobSubject(job=job, asset=asset, stored=stored))
 
@@ -451,7 +463,7 @@ class EmbeddingWorker:
 
     # --- embeddings ----------------------------------------------------------------------------
 
-    async def _process(self, jobs: Sequence[JobRecord]) -> None:
+    async def _process(self, jobs: Sequence[_Loaded]) -> None:
         # The model is the configured one until the batch's plan names the active index's
         # (they differ after a model switch); leaving this block restores both fields.
         with structlog.contextvars.bound_contextvars(
@@ -459,9 +471,9 @@ class EmbeddingWorker:
         ):
             await self._process_batch(jobs)
 
-    async def _process_batch(self, jobs: Sequence[JobRecord]) -> None:
+    async def _process_batch(self, jobs: Sequence[_Loaded]) -> None:
         work: list[_Work] = []
-        for job, asset, stored in await self._reload(jobs):
+        for job, asset, stored in jobs:
             prepared = await self._load(job, asset, stored)
             if prepared is not None:
                 work.append(prepared)
@@ -481,7 +493,7 @@ class EmbeddingWorker:
             return
         structlog.contextvars.bind_contextvars(model=plan.embedder.model)
         try:
-            embedded = await self._embed_work(plan.embedder, plan.active, work)
+            embedded = await self._embed_work(plan.embedder, plan.active, work, plan.shapes)
         except EmbeddingError as exc:
             if not exc.retryable and len(work) > 1:
                 # One bad item must not fail its batch-mates: embed them one by one, visual
@@ -506,10 +518,22 @@ class EmbeddingWorker:
         )
 
     async def _plan(self) -> _Plan:
-        """The active index and the rebuild filling beside it, with their embedders."""
-        async with self._services.database.unit_of_work() as uow:
-            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
-            rebuild = await filling_rebuild(uow.session, self._services.vector_alias)
+        """The active index and the rebuild filling beside it, with their embedders.
+
+        Read outside a transaction: the batch's completion checks the alias again under its
+        lock, and retries a batch that an index switch overtook.
+        """
+        async with self._services.database.single_statements() as uow:
+            # Nothing to hold outside a transaction: the completion holds the alias.
+            index = await VectorIndex.open_alias(
+                uow.session, self._services.vector_alias, hold=False
+            )
+            # A filling rebuild's target is among the alias's mirrors: with none, there is none.
+            rebuild = (
+                await filling_rebuild(uow.session, self._services.vector_alias)
+                if index.mirrors
+                else None
+            )
             target = (
                 None
                 if rebuild is None
@@ -518,15 +542,18 @@ class EmbeddingWorker:
         embedders = self._services.embedders
         # An index made before identities were recorded was filled by the configured embedder.
         embedder = self._embedder if index.identity is None else embedders.get(index.identity)
+        shapes = {index.name: index}
         if target is None or target.identity is None:
-            return _Plan(active=index.name, embedder=embedder)
+            return _Plan(active=index.name, embedder=embedder, shapes=shapes)
         try:
             target_embedder = embedders.get(target.identity)
         except ConfigurationError:
             # The rebuild's own run embeds what the worker could not (its verification finds it).
             log.warning("worker_rebuild_embedder_unavailable", target=target.name, exc_info=True)
-            return _Plan(active=index.name, embedder=embedder)
-        return _Plan(index.name, embedder, target.name, target_embedder)
+            return _Plan(active=index.name, embedder=embedder, shapes=shapes)
+        return _Plan(
+            index.name, embedder, target.name, target_embedder, {**shapes, target.name: target}
+        )
 
     async def _embed_target(
         self, plan: _Plan, work: Sequence[_Work]
@@ -539,14 +566,20 @@ class EmbeddingWorker:
         if plan.target_embedder is None:
             return None
         try:
-            embedded = await self._embed_work(plan.target_embedder, plan.target or "", work)
+            embedded = await self._embed_work(
+                plan.target_embedder, plan.target or "", work, plan.shapes
+            )
         except Exception:
             log.warning("worker_rebuild_embed_failed", target=plan.target, exc_info=True)
             return None
         return embedded.embeddings
 
     async def _embed_work(
-        self, embedder: Embedder, index_name: str, work: Sequence[_Work]
+        self,
+        embedder: Embedder,
+        index_name: str,
+        work: Sequence[_Work],
+        shapes: Mapping[str, VectorIndex],
     ) -> _Embedded:
         """Embed ``work`` for ``index_name``, sending each image at most once (embed_reuse).
 
@@ -555,7 +588,7 @@ class EmbeddingWorker:
         """
         combiner = embedder if isinstance(embedder, FusesByCombining) else None
         known = (
-            await self._known_vectors(embedder.model, index_name, work)
+            await self._known_vectors(embedder.model, index_name, work, shapes)
             if self.reuse_vectors
             else Known()
         )
@@ -590,7 +623,13 @@ class EmbeddingWorker:
             request.vectors(result.embeddings), request.usages(result.usage), result.request_id
         )
 
-    async def _known_vectors(self, model: str, index_name: str, work: Sequence[_Work]) -> Known:
+    async def _known_vectors(
+        self,
+        model: str,
+        index_name: str,
+        work: Sequence[_Work],
+        shapes: Mapping[str, VectorIndex],
+    ) -> Known:
         """Stored vectors of ``model`` in ``index_name`` the batch can reuse, per owner.
 
         The visual vector of each of the batch's objects, and the current fused vectors of
@@ -606,8 +645,22 @@ class EmbeddingWorker:
                 fused_wanted.setdefault(item.job.owner_identity, set()).add(item.asset.object_id)
         known = Known()
         fused: dict[tuple[str, str], StoredVector] = {}
-        async with self._services.database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, index_name)
+        # Reads outside a transaction: under READ COMMITTED each statement had its own snapshot
+        # anyway; a later read sees at least what an earlier one saw, which is all the
+        # fused-text check below relies on.
+        async with self._services.database.single_statements() as uow:
+            shape = shapes.get(index_name)
+            index = (
+                await VectorIndex.open(uow.session, index_name)
+                if shape is None
+                else VectorIndex(
+                    uow.session,
+                    shape.name,
+                    shape.dimensions,
+                    shape.element,
+                    identity=shape.identity,
+                )
+            )
             for owner, object_ids in sorted(objects.items()):
                 ids = sorted(object_ids)
                 visual = await index.vectors_of_objects(
@@ -640,7 +693,7 @@ class EmbeddingWorker:
 
     async def _embed_alone(self, item: _Work, plan: _Plan) -> None:
         try:
-            embedded = await self._embed_work(plan.embedder, plan.active, [item])
+            embedded = await self._embed_work(plan.embedder, plan.active, [item], plan.shapes)
         except EmbeddingError as exc:
             await self._failed(item, exc)
             return
@@ -654,15 +707,15 @@ class EmbeddingWorker:
             [item], embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
         )
 
-    async def _reload(
-        self, jobs: Sequence[JobRecord]
-    ) -> list[tuple[JobRecord, AssetRecord, ObjectRecord]]:
-        """Reload assets and objects with owner predicates, in one transaction per batch.
+    async def _reload(self, jobs: Sequence[JobRecord]) -> list[_Loaded]:
+        """Reload assets and objects with owner predicates, two statements per batch.
 
-        Jobs of assets in deletion are cancelled here.
+        Jobs of assets in deletion are cancelled here. Outside a transaction: under READ
+        COMMITTED each statement had its own snapshot anyway, and the completion locks the
+        assets again and looks at their state.
         """
         loaded: list[tuple[JobRecord, AssetRecord, ObjectRecord]] = []
-        async with self._services.database.unit_of_work() as uow:
+        async with self._services.database.single_statements() as uow:
             # Two queries per batch, not two per job; every key carries the job's owner.
             assets = await uow.assets.get_many_for_owners(
                 [(job.owner_identity, job.asset_id) for job in jobs]

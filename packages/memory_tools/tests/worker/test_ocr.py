@@ -24,8 +24,9 @@ from sqlalchemy import text
 
 from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.access import Caller
+from memory_tools.assets import get_asset
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.ocr import ocr_wanted
+from memory_tools.ocr import cannot_hold_text, ocr_wanted, read_text
 from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -383,3 +384,66 @@ async def test_a_preview_too_small_to_read_is_replaced_by_a_larger_rendition(
     row = await _row(small, "SELECT ocr_text, ocr FROM mem_assets WHERE id = :a", a=asset)
     assert row.ocr["input"] == "rendition"
     assert "keeper" in row.ocr_text
+
+
+def test_the_skip_rule_keeps_every_image_that_holds_text() -> None:
+    # The tests' screenshots, charts, posters and turned pages, and the smallest and faintest
+    # text this Tesseract was measured to read (docs/ocr.md#skipped): none is skipped.
+    faint = _on(
+        _flat(260, 60, (250, 250, 250)), _words("Settings Help", FONTS[0], 14), 20, 15, ink=246
+    )
+    tiny = _on(_flat(29, 16, (250, 250, 250)), _words("Sale", FONTS[0], 10), 4, 4)
+    images = [data for _word, data in library()] + [faint.pngsave_buffer(), tiny.pngsave_buffer()]
+    assert [cannot_hold_text(pyvips.Image.new_from_buffer(data, "")) for data in images] == [
+        None
+    ] * len(images)
+    assert read_text(faint.pngsave_buffer()).text == "Settings Help"
+    assert read_text(tiny.pngsave_buffer()).text == "Sale"
+
+
+def _bars(width: int, height: int) -> pyvips.Image:
+    """Dark bars on white, one pixel apart: sharp edges everywhere, in too small an image."""
+    array = np.full((height, width, 3), 250, dtype=np.uint8)
+    array[:, ::2] = 0
+    return pyvips.Image.new_from_array(array, interpretation="srgb")
+
+
+# Images that hold no readable text, and why (made in the test: pyvips images are no params).
+UNREADABLE: dict[str, tuple[Callable[[], pyvips.Image], str]] = {
+    "blank-page": (lambda: _flat(640, 400, (240, 240, 240)), "uniform"),
+    "narrow-strip": (lambda: _bars(7, 120), "too_small"),  # no line fits, in any orientation
+    "square-icon": (lambda: _bars(15, 15), "too_small"),  # no room for two glyphs
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNREADABLE))
+async def test_an_image_that_cannot_hold_text_is_not_given_to_tesseract_and_says_why(
+    reading: MemoryServices,
+    alice: Caller,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    name: str,
+) -> None:
+    make, reason = UNREADABLE[name]
+    image = make()
+    # A tesseract that fails every read: the job is done with no text only if none was tried.
+    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", _failing_tesseract(tmp_path))
+    asset = await _save(reading, alice, image.copy(interpretation="srgb").pngsave_buffer())
+    await EmbeddingWorker(reading, FAST).drain()
+    row = await _row(
+        reading,
+        "SELECT a.ocr_text, a.ocr, j.status AS job FROM mem_assets a "
+        "JOIN mem_asset_embedding_jobs j ON j.asset_id = a.id AND j.kind = 'ocr' WHERE a.id = :a",
+        a=asset,
+    )
+    assert (row.ocr_text, row.job, row.ocr["skipped"], row.ocr["words"]) == (
+        None,
+        "done",
+        reason,
+        0,
+    )
+    async with reading.database.unit_of_work() as uow:
+        got = await get_asset(uow, alice, reading, asset_id=asset, include_preview=False)
+    assert got.text_in_image is not None
+    shown = got.text_in_image
+    assert (shown.status, shown.text, shown.no_text, shown.skipped) == ("done", "", True, reason)

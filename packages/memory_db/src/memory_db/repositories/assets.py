@@ -34,12 +34,11 @@ from sqlalchemy import (
     update,
 )
 from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
-from memory_db.repositories._errors import constraint_name
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
@@ -234,6 +233,39 @@ class ObjectRepository:
         if found is None:
             return None
         return "integrity" if found.integrity else "unreadable"
+
+    async def copies(
+        self, owner: str, sha256: str, *, within: timedelta
+    ) -> tuple[bool, bool, QuarantineReason | None]:
+        """What the owner stores of these bytes, in one statement: ``(live, recent, quarantined)``.
+
+        ``live``: an available object (:meth:`find_reusable`); ``recent``: none, but one a
+        delete took out of use at most ``within`` ago (:meth:`find_recently_deleted`);
+        ``quarantined``: neither, and why a quarantined copy is (:meth:`quarantine_reason`).
+        Nothing is locked: a save decides with this, and its commit finds the object again
+        under the namespace lock.
+        """
+        rows = (
+            await self._session.execute(
+                text(
+                    "SELECT o.status, o.updated_at > now() - CAST(:within AS interval) AS recent, "
+                    "o.status = 'quarantined' AND EXISTS (SELECT 1 FROM mem_assets a "
+                    "WHERE a.owner_identity = o.owner_identity AND a.object_id = o.id "
+                    "AND a.status = 'failed' AND a.failure_code = ANY(:codes)) AS integrity "
+                    "FROM mem_asset_objects o WHERE o.owner_identity = :o AND o.sha256 = :s "
+                    "AND o.status IN ('available', 'deleting', 'quarantined')"
+                ),
+                {"o": owner, "s": sha256, "within": within, "codes": list(INTEGRITY_CODES)},
+            )
+        ).all()
+        live = any(row.status == "available" for row in rows)
+        recent = not live and any(row.status == "deleting" and row.recent for row in rows)
+        quarantined: QuarantineReason | None = None
+        if not live and not recent:
+            reasons = [row.integrity for row in rows if row.status == "quarantined"]
+            if reasons:
+                quarantined = "integrity" if reasons[0] else "unreadable"
+        return live, recent, quarantined
 
     async def quarantine(self, owner: str, object_id: str) -> None:
         """Take an available object out of reuse and embedding (a provider could not read it)."""
@@ -432,8 +464,12 @@ class ObjectRepository:
         etag: str | None,
         version_id: str | None,
     ) -> ObjectRecord:
-        """An available object; :class:`DuplicateObject` if the owner already has these bytes."""
-        row = AssetObject(
+        """An available object; :class:`DuplicateObject` if the owner already has these bytes.
+
+        One statement: the insert skips a row the dedupe index already holds (no savepoint to
+        catch its violation) and returns what it wrote (no reload).
+        """
+        values = dict(
             id=object_id,
             owner_identity=owner,
             namespace_id=namespace_id,
@@ -451,15 +487,18 @@ class ObjectRepository:
             version_id=version_id,
             status="available",
         )
-        try:
-            async with self._session.begin_nested():
-                self._session.add(row)
-                await self._session.flush()
-        except IntegrityError as exc:
-            if constraint_name(exc) == _DEDUPE_INDEX:
-                raise DuplicateObject("the owner already stores these bytes") from exc
-            raise
-        await self._session.refresh(row)
+        row = await self._session.scalar(
+            pg_insert(AssetObject)
+            .values(**values)
+            .on_conflict_do_nothing(
+                index_elements=["owner_identity", "sha256"],
+                index_where=text("status IN ('pending', 'available', 'quarantined')"),
+            )
+            .returning(AssetObject)
+            .execution_options(populate_existing=True)
+        )
+        if row is None:  # the dedupe index (_DEDUPE_INDEX) holds these bytes already
+            raise DuplicateObject("the owner already stores these bytes")
         return _object(row)
 
 
@@ -489,32 +528,41 @@ class AssetRepository:
         asset_id: str | None = None,
         original_file_name: str | None = None,
     ) -> AssetRecord:
-        """A new asset in ``processing`` with embeddings ``pending``."""
-        row = Asset(
-            id=asset_id or new_id("ast"),
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            project_id=project_id,
-            folder_id=folder_id,
-            object_id=object_id,
-            title=title,
-            description=description,
-            alt_text=alt_text,
-            source_url=source_url,
-            source_url_hash=source_url_hash,
-            source_kind=source_kind,
-            source_ref=source_ref,
-            tags=tags,
-            metadata_=metadata,
-            status="processing",
-            embedding_status="pending",
-            created_by=created_by,
-            updated_by=created_by,
-            original_file_name=original_file_name,
+        """A new asset in ``processing`` with embeddings ``pending``.
+
+        One statement: the insert returns the row with what the database filled in (times,
+        defaults), so nothing is read back.
+        """
+        values: dict[str, Any] = {
+            "id": asset_id or new_id("ast"),
+            "owner_identity": scope.owner_identity,
+            "vault": scope.physical_vault,
+            "project_id": project_id,
+            "folder_id": folder_id,
+            "object_id": object_id,
+            "title": title,
+            "description": description,
+            "alt_text": alt_text,
+            "source_url": source_url,
+            "source_url_hash": source_url_hash,
+            "source_kind": source_kind,
+            "source_ref": source_ref,
+            "tags": tags,
+            "metadata_": metadata,
+            "status": "processing",
+            "embedding_status": "pending",
+            "created_by": created_by,
+            "updated_by": created_by,
+            "original_file_name": original_file_name,
+        }
+        row = await self._session.scalar(
+            pg_insert(Asset)
+            .values(**values)
+            .returning(Asset)
+            .execution_options(populate_existing=True)
         )
-        self._session.add(row)
-        await self._session.flush()
-        await self._session.refresh(row)
+        if row is None:  # an insert without a conflict clause returns its row or raises
+            raise NotFound("asset")
         return asset_record(row)
 
     async def get(self, scope: VaultScope, asset_id: str) -> AssetRecord:

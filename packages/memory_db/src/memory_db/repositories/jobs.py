@@ -121,6 +121,58 @@ class JobRepository:
         await self._session.refresh(row)
         return _job(row)
 
+    async def create_many(
+        self,
+        owner: str,
+        asset_id: str,
+        *,
+        representations: Sequence[str],
+        model: str,
+        dimensions: int,
+        kinds: Sequence[tuple[str, str]] = (),
+        max_attempts: int = 5,
+    ) -> list[JobRecord]:
+        """The queued jobs of one NEW asset, in one statement: what a save queues.
+
+        An embedding job per representation (as :meth:`create`), then a job of each other
+        ``(kind, model)`` in ``kinds`` (as :meth:`create_kind`; a new asset has no active job
+        of any kind yet, so none is skipped). Returned in that order.
+        """
+        for kind, _model in kinds:
+            if kind == "embed" or kind not in JOB_KINDS:
+                raise ValueError(f"not a job kind for create_kind: {kind}")
+        embeds = [
+            {"kind": "embed", "representation": r, "model": model, "dimensions": dimensions}
+            for r in representations
+        ]
+        others = [
+            {"kind": kind, "representation": None, "model": m, "dimensions": None}
+            for kind, m in kinds
+        ]
+        ids = [new_id("aej") for _ in range(len(embeds) + len(others))]
+        wanted = [{"id": job_id, **row} for job_id, row in zip(ids, embeds + others, strict=True)]
+        if not wanted:
+            return []
+        rows = await self._session.scalars(
+            insert(AssetEmbeddingJob)
+            .values(
+                [
+                    {
+                        **row,
+                        "asset_id": asset_id,
+                        "owner_identity": owner,
+                        "max_attempts": max_attempts,
+                        "status": "queued",
+                    }
+                    for row in wanted
+                ]
+            )
+            .returning(AssetEmbeddingJob)
+            .execution_options(populate_existing=True)
+        )
+        made = {row.id: _job(row) for row in rows}
+        return [made[job_id] for job_id in ids]
+
     async def create_kind(
         self, owner: str, asset_id: str, *, kind: str, model: str, max_attempts: int = 5
     ) -> JobRecord | None:
@@ -209,7 +261,9 @@ class JobRepository:
         )
         claimed = await self._lease(due, lease_owner, lease_seconds)
         assets = sorted({(j.owner_identity, j.asset_id) for j in claimed if j.kind == "embed"})
-        if assets:
+        # Fewer than ``limit``: every due job not locked by another claim is in hand already
+        # (the same now(), the same predicates), siblings included; looking again finds none.
+        if assets and len(claimed) >= limit:
             siblings = (
                 select(AssetEmbeddingJob.id)
                 .where(

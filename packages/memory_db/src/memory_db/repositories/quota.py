@@ -7,10 +7,11 @@ owners never wait for each other.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import DateTime, func, or_, select, update
+from sqlalchemy import DateTime, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -18,6 +19,14 @@ from memory_db.errors import Conflict, NotFound, QuotaExceededError
 from memory_db.ids import new_id
 from memory_db.repositories.records import NamespaceUsage, ReservationRecord
 from memory_db.schema import AssetNamespace, AssetUploadReservation, Identity
+
+
+@dataclass(frozen=True)
+class _Locked:
+    """An owner's counters and the bytes one of their reservations holds, both locked."""
+
+    usage: NamespaceUsage
+    held: int
 
 
 def _reservation(row: AssetUploadReservation) -> ReservationRecord:
@@ -305,13 +314,76 @@ class QuotaRepository:
             .execution_options(populate_existing=True)
         )
 
-    async def reserve(self, owner: str, reservation_id: str, nbytes: int) -> NamespaceUsage:
-        """Hold ``nbytes`` for this reservation, refusing ``used + reserved + nbytes > quota``."""
-        usage = await self.usage(owner, lock=True)
-        row = await self._active_locked(owner, reservation_id)
+    async def _lock_with_reservation(self, owner: str, reservation_id: str) -> _Locked:
+        """The owner's counters and an active reservation's held bytes, both row-locked.
+
+        One statement for :meth:`usage` (``lock``) and :meth:`_active_locked`: the namespace
+        row is locked first (it comes first in the join, and rows are locked in that order), as
+        every quota change does, then the reservation. :class:`NotFound` when the reservation
+        is not active (or the namespace is missing).
+        """
+        row = (
+            await self._session.execute(
+                text(
+                    "SELECT n.namespace_id, n.used_bytes, n.reserved_bytes, i.quota_bytes, "
+                    "r.reserved_bytes AS held "
+                    "FROM mem_asset_namespaces n "
+                    "JOIN mem_identities i ON i.owner_identity = n.owner_identity "
+                    "JOIN mem_asset_upload_reservations r "
+                    "ON r.owner_identity = n.owner_identity AND r.id = :reservation "
+                    "AND r.status = 'active' "
+                    "WHERE n.owner_identity = :owner "
+                    "FOR NO KEY UPDATE OF n FOR UPDATE OF r"
+                ),
+                {"owner": owner, "reservation": reservation_id},
+            )
+        ).one_or_none()
         if row is None:
             raise NotFound("upload reservation")
-        others = usage.reserved_bytes - row.reserved_bytes
+        usage = NamespaceUsage(
+            owner, row.namespace_id, row.used_bytes, row.reserved_bytes, row.quota_bytes
+        )
+        return _Locked(usage, row.held)
+
+    async def _move(
+        self,
+        owner: str,
+        reservation_id: str,
+        *,
+        used: int,
+        reserved: int,
+        held: int,
+        **reservation: Any,
+    ) -> None:
+        """Shift the owner's counters and set the reservation's held bytes, in one statement."""
+        counters = (
+            update(AssetNamespace)
+            .where(AssetNamespace.owner_identity == owner)
+            .values(
+                used_bytes=AssetNamespace.used_bytes + used,
+                reserved_bytes=AssetNamespace.reserved_bytes + reserved,
+                updated_at=func.now(),
+            )
+            .returning(AssetNamespace.owner_identity)
+            .cte("counters")
+        )
+        await self._session.execute(
+            update(AssetUploadReservation)
+            .where(AssetUploadReservation.id == reservation_id)
+            .values(reserved_bytes=held, updated_at=func.now(), **reservation)
+            .add_cte(counters)
+            .execution_options(synchronize_session=False)
+        )
+
+    async def reserve(self, owner: str, reservation_id: str, nbytes: int) -> NamespaceUsage:
+        """Hold ``nbytes`` for this reservation, refusing ``used + reserved + nbytes > quota``.
+
+        Two statements: lock and read both rows, then move the bytes. Returns the counters
+        after the change.
+        """
+        locked = await self._lock_with_reservation(owner, reservation_id)
+        usage = locked.usage
+        others = usage.reserved_bytes - locked.held
         if usage.used_bytes + others + nbytes > usage.quota_bytes:
             raise QuotaExceededError(
                 used=usage.used_bytes,
@@ -319,20 +391,44 @@ class QuotaRepository:
                 requested=nbytes,
                 quota=usage.quota_bytes,
             )
-        await self._shift(owner, reserved=nbytes - row.reserved_bytes)
-        await self._set(reservation_id, reserved_bytes=nbytes)
-        return await self.usage(owner)
+        change = nbytes - locked.held
+        await self._move(owner, reservation_id, used=0, reserved=change, held=nbytes)
+        return replace(usage, reserved_bytes=usage.reserved_bytes + change)
+
+    async def lock_reservation(self, owner: str, reservation_id: str) -> int:
+        """Lock the owner's counters and an active reservation; the bytes it holds.
+
+        What :meth:`usage` with ``lock`` does, and the reservation too, in one statement
+        (``NotFound`` when the reservation is not active): a save's commit takes both locks
+        first, and passes the held bytes to :meth:`finalize`, which then reads nothing.
+        """
+        return (await self._lock_with_reservation(owner, reservation_id)).held
 
     async def finalize(
-        self, owner: str, reservation_id: str, *, asset_id: str, used_bytes: int
+        self,
+        owner: str,
+        reservation_id: str,
+        *,
+        asset_id: str,
+        used_bytes: int,
+        held: int | None = None,
     ) -> None:
-        """Turn the held bytes into ``used_bytes`` of real usage and close the reservation."""
-        await self.usage(owner, lock=True)
-        row = await self._active_locked(owner, reservation_id)
-        if row is None:
-            raise NotFound("upload reservation")
-        await self._shift(owner, used=used_bytes, reserved=-row.reserved_bytes)
-        await self._set(reservation_id, reserved_bytes=0, status="finalized", asset_id=asset_id)
+        """Turn the held bytes into ``used_bytes`` of real usage and close the reservation.
+
+        ``held``: what :meth:`lock_reservation` answered earlier in this transaction (the
+        locks are held, so it cannot have changed); without it, the rows are locked here.
+        """
+        if held is None:
+            held = (await self._lock_with_reservation(owner, reservation_id)).held
+        await self._move(
+            owner,
+            reservation_id,
+            used=used_bytes,
+            reserved=-held,
+            held=0,
+            status="finalized",
+            asset_id=asset_id,
+        )
 
     async def release(self, owner: str, reservation_id: str, *, status: str = "released") -> None:
         """Give the held bytes back (a failed or abandoned upload). Idempotent."""

@@ -82,7 +82,8 @@ from memory_tools.ingest.plan import (
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
-from memory_tools.ocr import ocr_wanted, queue_ocr
+from memory_tools.ocr import ENGINE as OCR_ENGINE
+from memory_tools.ocr import ocr_wanted
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
@@ -561,13 +562,9 @@ class AssetSaver:
                     uow, owner, plan.order.reservation_id, 0, caller=plan.order.actor
                 )
                 return dedupe(live=False, recently_deleted=False, quarantined=None, repeated=True)
-            live = await uow.objects.find_reusable(owner, sha256) is not None
-            recent = not live and (
-                await uow.objects.find_recently_deleted(owner, sha256, within=self._delete_grace)
-                is not None
-            )
-            quarantined = (
-                None if live or recent else await uow.objects.quarantine_reason(owner, sha256)
+            # One read decides; the commit finds the object again under the namespace lock.
+            live, recent, quarantined = await uow.objects.copies(
+                owner, sha256, within=self._delete_grace
             )
             how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
             need = plan.charge(deduplicated=how != "store")
@@ -619,12 +616,14 @@ class AssetSaver:
         if embedder is None:  # plans are only made with one; a half-built service has none
             raise Unavailable("this process has no embedder configured")
         async with self.services.database.unit_of_work() as uow:
-            await uow.quota.usage(owner, lock=True)
+            # The namespace and the reservation, locked in one statement; what it holds is
+            # turned into used bytes below without reading it again.
+            held = await uow.quota.lock_reservation(owner, order.reservation_id)
             # Under the namespace lock: of two concurrent repeats of one scraper save, the
             # second sees the first's asset here (and discards any bytes it wrote).
             earlier = await self._repeat_of(uow, plan)
             if earlier is not None:
-                return await self._repeated(uow, plan, earlier), list(written.keys)
+                return await self._repeated(uow, plan, earlier, held), list(written.keys)
             if how == "repeat":
                 raise ConflictFailure(
                     "the image this save repeats was deleted meanwhile; save it again"
@@ -658,29 +657,32 @@ class AssetSaver:
                 created_by=order.actor,
                 original_file_name=intent.file_name,
             )
-            jobs = [
-                await uow.jobs.create(
-                    owner,
-                    asset.id,
-                    representation=representation,
-                    model=embedder.model,
-                    dimensions=embedder.dimensions,
-                )
-                for representation in plan.representations
-            ]
+            kinds: list[tuple[str, str]] = []
             if ocr_wanted(
                 self._settings.asset_ocr,
                 source_kind=intent.source_kind,
                 format_name=image.format.name,
                 data=plan.data,
             ):
-                await queue_ocr(uow, owner, asset.id)
+                kinds.append(("ocr", OCR_ENGINE))
             describer = self.services.describer
             if describer is not None:  # generated context is on (docs/generated-context.md)
-                await uow.jobs.create_kind(owner, asset.id, kind="describe", model=describer.model)
+                kinds.append(("describe", describer.model))
+            # Every job of the new asset in one statement.
+            queued = await uow.jobs.create_many(
+                owner,
+                asset.id,
+                representations=plan.representations,
+                model=embedder.model,
+                dimensions=embedder.dimensions,
+                kinds=kinds,
+            )
+            jobs = [job for job in queued if job.kind == "embed"]
             used = plan.charge(deduplicated=deduplicated)
             reservation_id = order.reservation_id
-            await uow.quota.finalize(owner, reservation_id, asset_id=asset.id, used_bytes=used)
+            await uow.quota.finalize(
+                owner, reservation_id, asset_id=asset.id, used_bytes=used, held=held
+            )
             await uow.provenance.record(
                 OPERATION,
                 actor_identity=order.actor,
@@ -715,7 +717,9 @@ class AssetSaver:
             source_kinds=SCRAPER_SOURCE_KINDS,
         )
 
-    async def _repeated(self, uow: UnitOfWork, plan: SavePlan, earlier: AssetRecord) -> SaveResult:
+    async def _repeated(
+        self, uow: UnitOfWork, plan: SavePlan, earlier: AssetRecord, held: int
+    ) -> SaveResult:
         """Close the order on the asset ``earlier`` (nothing stored or charged); its answer.
 
         The reservation is finalized on that asset with no bytes used, so a replay of the
@@ -731,7 +735,9 @@ class AssetSaver:
             for job in await uow.jobs.for_asset(owner, earlier.id)
             if job.kind == "embed" and job.representation is not None
         }
-        await uow.quota.finalize(owner, order.reservation_id, asset_id=earlier.id, used_bytes=0)
+        await uow.quota.finalize(
+            owner, order.reservation_id, asset_id=earlier.id, used_bytes=0, held=held
+        )
         await uow.provenance.record(
             OPERATION,
             actor_identity=order.actor,
