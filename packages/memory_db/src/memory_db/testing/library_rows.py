@@ -48,6 +48,8 @@ def _bounded(read_with: set[str]) -> bool:
 # The page a listing reads: image_asset_list's default limit and the web trash's page, each
 # with the one more row that tells whether another page follows.
 LIST_PAGE = 25 + 1
+# The trash window the shapes use: the default delete grace (ASSET_DELETE_GRACE_HOURS).
+TRASH_WINDOW = timedelta(hours=168)
 TRASH_PAGE = 24 + 1
 HOSTS = tuple(f"host{n}.example" for n in range(10))
 
@@ -205,10 +207,39 @@ async def _insert_rows(
 
 @dataclass(frozen=True)
 class ListingShape:
-    """One statement a listing can send: its name and the repository's statement for it."""
+    """One statement a listing can send: what it asks, and the repository's statement for it.
+
+    ``kind`` is ``list`` (``AssetRepository.list_statement``) or ``trash``
+    (``AssetRepository.trash_statement``).
+    """
 
     name: str
-    statement: AnySelect
+    kind: str
+    scopes: tuple[VaultScope, ...]
+    filters: AssetFilter
+    newest_first: bool
+    limit: int
+    after: tuple[datetime, str] | None = None
+    asset_id: str | None = None
+
+    @property
+    def statement(self) -> AnySelect:
+        """The statement the repository sends for this listing."""
+        if self.kind == "trash":
+            return AssetRepository.trash_statement(
+                self.scopes,
+                window=TRASH_WINDOW,
+                limit=self.limit,
+                after=self.after,
+                asset_id=self.asset_id,
+            )
+        return AssetRepository.list_statement(
+            self.scopes,
+            self.filters,
+            newest_first=self.newest_first,
+            limit=self.limit,
+            after=self.after,
+        )
 
 
 def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[ListingShape]:
@@ -223,7 +254,8 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
     """
     library = mine[0]
     project, folder, child = library.folders[0]
-    every = [vault.scope for vault in [*mine, shared]]
+    one = (library.scope,)
+    every = tuple(vault.scope for vault in [*mine, shared])
     middle = datetime(2026, 1, 1, tzinfo=UTC)
     filters: dict[str, AssetFilter] = {
         "no filter": AssetFilter(),
@@ -253,25 +285,39 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
     for newest_first in (True, False):
         for after in (None, cursor):
             label = ("newest" if newest_first else "oldest") + (" after" if after else "")
-            cases = [(f"{name}, one vault", [library.scope], f) for name, f in filters.items()]
+            cases = [(f"{name}, one vault", one, f) for name, f in filters.items()]
             cases += [(f"{name}, every vault", every, f) for name, f in filters.items()]
-            cases += [(name, [library.scope], f) for name, f in places.items()]
-            for name, scopes, chosen in cases:
-                statement = AssetRepository.list_statement(
-                    scopes, chosen, newest_first=newest_first, limit=LIST_PAGE, after=after
+            cases += [(name, one, f) for name, f in places.items()]
+            shapes += [
+                ListingShape(
+                    f"list {label}: {name}", "list", scopes, chosen, newest_first, LIST_PAGE, after
                 )
-                shapes.append(ListingShape(f"list {label}: {name}", statement))
-    window = timedelta(days=30)
-    for name, scopes in (("one vault", [library.scope]), ("every vault", every)):
+                for name, scopes, chosen in cases
+            ]
+    for name, scopes in (("one vault", one), ("every vault", every)):
         for after in (None, cursor):
-            statement = AssetRepository.trash_statement(
-                scopes, window=window, limit=TRASH_PAGE, after=after
+            shapes.append(
+                ListingShape(
+                    f"trash{' after' if after else ''}: {name}",
+                    "trash",
+                    scopes,
+                    AssetFilter(),
+                    True,
+                    TRASH_PAGE,
+                    after,
+                )
             )
-            shapes.append(ListingShape(f"trash{' after' if after else ''}: {name}", statement))
-        statement = AssetRepository.trash_statement(
-            scopes, window=window, limit=1, asset_id="ast_" + "m" * 26
+        shapes.append(
+            ListingShape(
+                f"trash preview: {name}",
+                "trash",
+                scopes,
+                AssetFilter(),
+                True,
+                1,
+                asset_id="ast_" + "m" * 26,
+            )
         )
-        shapes.append(ListingShape(f"trash preview: {name}", statement))
     return shapes
 
 
@@ -286,7 +332,7 @@ async def explain(driver: Any, statement: AnySelect, *, generic: bool) -> dict[s
     dialect = postgresql.asyncpg.dialect()  # type: ignore[attr-defined]
     done = statement.compile(dialect=dialect, compile_kwargs={"render_postcompile": True})
     if not generic:
-        found = await driver.fetchval(f"EXPLAIN (FORMAT JSON) {done.string}", *_arguments(done))
+        found = await driver.fetchval(f"EXPLAIN (FORMAT JSON) {done.string}", *arguments(done))
     else:
         count = len(done.positiontup or [])
         await driver.execute(f"PREPARE listing_shape AS {done.string}")
@@ -302,7 +348,7 @@ async def explain(driver: Any, statement: AnySelect, *, generic: bool) -> dict[s
     return plans[0]
 
 
-def _arguments(done: Any) -> list[Any]:
+def arguments(done: Any) -> list[Any]:
     """The values asyncpg is sent for a compiled statement, as SQLAlchemy converts them."""
     dialect = done.dialect
     values: list[Any] = []
