@@ -60,6 +60,8 @@ class FilledVault:
 
     scope: VaultScope
     assets: int
+    # When its newest asset was created; asset i was created i // 2 seconds before.
+    newest: datetime
     projects: tuple[str, ...]
     # (project, folder, its child folder) per project
     folders: tuple[tuple[str, str, str], ...]
@@ -77,10 +79,11 @@ async def fill_library(
 
     ``Library`` is the owner's default vault; other handles are created. Per hundred assets of
     a vault: 1 ``processing``, 1 ``failed``, 1 ``deleting``, 3 ``deleted`` (one of them purged,
-    the others deleted within the last days), the rest ``ready``; 30 in a project (half of them
-    in a folder, half of those in its child folder); a third untagged, the others with two of
-    :data:`TAGS` (and one in a thousand with :data:`RARE_TAG`); upload, scrape, screenshot,
-    instagram, external_url and import in a fixed cycle; four MIME types in turn.
+    the others deleted within the last days), the rest ``ready``; 30 in a project (ten in
+    turn: of each project's, a third in its folder and a third in that folder's child); a
+    third untagged, the others with two of :data:`TAGS` (and one in a thousand with
+    :data:`RARE_TAG`); upload, scrape, screenshot, instagram, external_url and import in a
+    fixed cycle; four MIME types in turn.
     """
     moment = now or datetime.now(UTC)
     filled: list[FilledVault] = []
@@ -104,7 +107,7 @@ async def fill_library(
                 )
                 projects.append(project.id)
                 folders.append((project.id, folder.id, child.id))
-            filled.append(FilledVault(scope, count, tuple(projects), tuple(folders)))
+            filled.append(FilledVault(scope, count, moment, tuple(projects), tuple(folders)))
         for vault in filled:
             await _insert_rows(uow.session, identity.namespace_id, vault, moment)
     async with database.unit_of_work() as uow:
@@ -176,9 +179,9 @@ async def _insert_rows(
                 title, source_url, source_kind, tags, status, embedding_status, created_by,
                 updated_by, created_at, updated_at, deleted_at, purged_at)
             SELECT 'ast_' || body, :owner, :vault,
-                   CASE WHEN i % 10 < 3 THEN projects[i % cardinality(projects) + 1] END,
-                   CASE WHEN i % 10 = 1 THEN folders[i % cardinality(folders) + 1]
-                        WHEN i % 10 = 2 THEN children[i % cardinality(children) + 1] END,
+                   CASE WHEN i % 10 < 3 THEN projects[i / 10 % cardinality(projects) + 1] END,
+                   CASE WHEN i % 10 = 1 THEN folders[i / 10 % cardinality(folders) + 1]
+                        WHEN i % 10 = 2 THEN children[i / 10 % cardinality(children) + 1] END,
                    'aob_' || body,
                    'Image ' || i,
                    CASE WHEN i % 6 IN (1, 4)
@@ -256,7 +259,9 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
     project, folder, child = library.folders[0]
     one = (library.scope,)
     every = tuple(vault.scope for vault in [*mine, shared])
-    middle = datetime(2026, 1, 1, tzinfo=UTC)
+    # The creation time of the library's middle asset, and of its asset three quarters down.
+    middle = library.newest - timedelta(seconds=library.assets // 4)
+    older = library.newest - timedelta(seconds=library.assets * 3 // 8)
     filters: dict[str, AssetFilter] = {
         "no filter": AssetFilter(),
         "tag": AssetFilter(tags=(TAGS[5],)),
@@ -270,9 +275,7 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
         "mime type": AssetFilter(mime_types=("image/png",)),
         "created after": AssetFilter(created_after=middle),
         "created before": AssetFilter(created_before=middle),
-        "created between": AssetFilter(
-            created_after=datetime(2025, 6, 1, tzinfo=UTC), created_before=middle
-        ),
+        "created between": AssetFilter(created_after=older, created_before=middle),
     }
     places: dict[str, AssetFilter] = {
         "project": AssetFilter(project_id=project),
@@ -294,8 +297,10 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
                 )
                 for name, scopes, chosen in cases
             ]
+    # Assets are deleted (i // 4) seconds ago: a cursor in the middle of the trash.
+    deleted = (library.newest - timedelta(seconds=library.assets // 8), cursor[1])
     for name, scopes in (("one vault", one), ("every vault", every)):
-        for after in (None, cursor):
+        for after in (None, deleted):
             shapes.append(
                 ListingShape(
                     f"trash{' after' if after else ''}: {name}",
