@@ -427,6 +427,11 @@ class AssetObject(Base):
     verified_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
+# The statuses a listing shows (memory_db.repositories.assets.VISIBLE_STATUSES); the listing
+# indexes hold only these rows.
+_LISTED = "status IN ('processing', 'ready', 'failed')"
+
+
 class Asset(Base):
     """The user's governed record of an image (docs/design.md#assets)."""
 
@@ -528,6 +533,57 @@ class Asset(Base):
         Index("ix_mem_assets_owner_source_url_hash", "owner_identity", "source_url_hash"),
         Index("ix_mem_assets_object", "object_id"),
         Index("ix_mem_assets_search_document", "search_document", postgresql_using="gin"),
+        # Listing's keyset orders, behind the tenant and vault (revision 0020,
+        # docs/scaling.md#listing-at-scale).
+        Index(
+            "ix_mem_assets_listed",
+            "owner_identity",
+            "vault",
+            text("created_at DESC"),
+            text("id DESC"),
+            postgresql_where=text(_LISTED),
+        ),
+        Index(
+            "ix_mem_assets_listed_project",
+            "owner_identity",
+            "vault",
+            "project_id",
+            text("created_at DESC"),
+            text("id DESC"),
+            postgresql_where=text(_LISTED),
+        ),
+        Index(
+            "ix_mem_assets_listed_folder",
+            "owner_identity",
+            "vault",
+            "folder_id",
+            text("created_at DESC"),
+            text("id DESC"),
+            postgresql_where=text(_LISTED),
+        ),
+        Index(
+            "ix_mem_assets_listed_host",
+            "owner_identity",
+            "vault",
+            text(r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"),
+            text("created_at DESC"),
+            text("id DESC"),
+            postgresql_where=text(_LISTED),
+        ),
+        Index(
+            "ix_mem_assets_trash",
+            "owner_identity",
+            "vault",
+            text("deleted_at DESC"),
+            text("id DESC"),
+            postgresql_where=text("status = 'deleted' AND purged_at IS NULL"),
+        ),
+        Index(
+            "ix_mem_assets_tags",
+            "tags",
+            postgresql_using="gin",
+            postgresql_ops={"tags": "jsonb_path_ops"},
+        ),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)

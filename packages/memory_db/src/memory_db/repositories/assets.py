@@ -7,9 +7,10 @@ job queue is in :mod:`memory_db.repositories.jobs`, orphan candidates in
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeAlias
 
 from sqlalchemy import (
     CTE,
@@ -19,6 +20,7 @@ from sqlalchemy import (
     Subquery,
     Text,
     and_,
+    any_,
     case,
     cast,
     false,
@@ -33,9 +35,10 @@ from sqlalchemy import (
     union_all,
     update,
 )
-from sqlalchemy.dialects.postgresql import REGCONFIG, TSQUERY
+from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import QueryableAttribute
 
 from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
@@ -57,6 +60,11 @@ from memory_db.schema import Asset, AssetEmbeddingJob, AssetObject
 from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
+# A listing walks one index range per vault (and per folder of a subtree) and merges the
+# pages; beyond this many branches, one walk filtered by all of them (see _branches).
+MAX_LIST_BRANCHES = 64
+# A select of any columns (listing's statements are built in parts, then merged).
+AnySelect: TypeAlias = "Select[*tuple[Any, ...]]"
 # Assets a reader can see; "deleting" and "deleted" are gone for everyone.
 VISIBLE_STATUSES = ("processing", "ready", "failed")
 # Full-text matches ranked per query at most (see AssetRepository.search_text).
@@ -502,6 +510,27 @@ class ObjectRepository:
         return _object(row)
 
 
+def _branches(
+    scopes: Sequence[VaultScope], filters: AssetFilter
+) -> list[tuple[Sequence[VaultScope], AssetFilter]]:
+    """The walks of one listing: a vault each, and a folder each when a subtree is listed.
+
+    One vault (and at most one folder) is one walk of an index in the page's order. Several
+    vaults or folders in one ``IN`` list are not: an index gives each one's assets in order,
+    but not their union. So each gets its own walk of at most one page, unless there are more
+    than :data:`MAX_LIST_BRANCHES` (then one walk of the vault or project index, filtered).
+    """
+    folders = filters.folder_ids
+    split: list[tuple[Sequence[VaultScope], AssetFilter]]
+    if folders is not None and len(folders) > 1:
+        split = [([s], replace(filters, folder_ids=(f,))) for s in scopes for f in folders]
+    else:
+        split = [([s], filters) for s in scopes]
+    if len(split) == 1 or len(split) > MAX_LIST_BRANCHES:
+        return [(scopes, filters)]
+    return split
+
+
 class AssetRepository:
     """Assets of one owner and vault."""
 
@@ -597,7 +626,10 @@ class AssetRepository:
             )
             .where(
                 tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
-                Asset.status.in_(list(statuses)),
+                # Constants, not parameters: the listing indexes are partial on the visible
+                # statuses (revision 0020), and a prepared statement's cached generic plan
+                # can prove that only from constants.
+                Asset.status.in_([literal(status, literal_execute=True) for status in statuses]),
             )
         )
 
@@ -636,17 +668,86 @@ class AssetRepository:
         """One page of assets by created time then id (a stable keyset order)."""
         if not scopes:
             return []
-        query = self._visible(scopes).where(*filters.conditions())
-        if after is not None:
-            position = tuple_(Asset.created_at, Asset.id)
-            marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
-            query = query.where(position < marker if newest_first else position > marker)
-        if newest_first:
-            query = query.order_by(Asset.created_at.desc(), Asset.id.desc())
-        else:
-            query = query.order_by(Asset.created_at.asc(), Asset.id.asc())
-        rows = await self._session.execute(query.limit(limit))
+        if filters.tags:
+            # How many assets hold the tags decides the plan: a few are read from the tags'
+            # GIN index and sorted, many are met soon by walking the vault in order. A cached
+            # generic plan cannot see the tags, and was measured walking all 90,000 assets of
+            # a vault for a tag none holds (37 ms of CPU; docs/scaling.md#listing-at-scale),
+            # so a tag listing is planned with its values (transaction-local).
+            await self._session.execute(
+                select(func.set_config("plan_cache_mode", "force_custom_plan", True))
+            )
+        query = self.list_statement(
+            scopes, filters, newest_first=newest_first, limit=limit, after=after
+        )
+        rows = await self._session.execute(query)
         return [self._stored(asset, stored) for asset, stored in rows.all()]
+
+    @classmethod
+    def list_statement(
+        cls,
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        *,
+        newest_first: bool,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+    ) -> AnySelect:
+        """The statement of :meth:`list_visible` (its plans are checked by a test).
+
+        Each vault (and each folder of a subtree) is one branch that walks a listing index
+        in the page's order from the cursor until the page is full (revision 0020). With
+        several branches, each reads at most one page and the pages are merged: an ``IN``
+        list of vaults or folders would instead read all their assets to sort them.
+        """
+        if newest_first:
+            order = (Asset.created_at.desc(), Asset.id.desc())
+        else:
+            order = (Asset.created_at.asc(), Asset.id.asc())
+
+        def page(branch: Sequence[VaultScope], branch_filters: AssetFilter) -> AnySelect:
+            query = cls._visible(branch).where(*branch_filters.conditions())
+            if after is not None:
+                position = tuple_(Asset.created_at, Asset.id)
+                marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
+                query = query.where(position < marker if newest_first else position > marker)
+            return query.order_by(*order).limit(limit)
+
+        whole = cls._visible(scopes).order_by(*order).limit(limit)
+        return cls._merged(scopes, filters, page, whole, Asset.created_at, newest_first, limit)
+
+    @staticmethod
+    def _merged(
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        page: Callable[[Sequence[VaultScope], AssetFilter], AnySelect],
+        whole: AnySelect,
+        key: QueryableAttribute[datetime] | QueryableAttribute[datetime | None],
+        descending: bool,
+        limit: int,
+    ) -> AnySelect:
+        """One ``page`` per branch, merged into the first ``limit`` rows by ``key`` then id.
+
+        The branches' pages (ids and keys only) are merged and cut to one page, and ``whole``
+        (the rows of every branch, in order, with no filter or cursor: the ids carry them)
+        reads those ids by primary key: an array of ids is an index condition, so the rows
+        are looked up whatever the planner estimates (a join could read the whole table).
+        """
+        branches = _branches(scopes, filters)
+        if len(branches) == 1:
+            return page(*branches[0])
+        pages = union_all(
+            *(page(s, f).with_only_columns(Asset.id, key.label("key")) for s, f in branches)
+        ).subquery("pages")
+        merged = (pages.c.key, pages.c.id)
+        if descending:
+            merged = (pages.c.key.desc(), pages.c.id.desc())
+        top = select(pages.c.id).order_by(*merged).limit(limit).subquery("top")
+        # An array (cast: ANY of a bare subquery would compare with each of its rows).
+        ids = cast(select(func.array_agg(top.c.id)).scalar_subquery(), ARRAY(Text))
+        # The scope again on the page's rows: the ids come from the caller's vaults, and the
+        # statement says so itself.
+        return whole.where(Asset.id == any_(ids))
 
     async def find_visible(
         self,
@@ -990,25 +1091,50 @@ class AssetRepository:
         """
         if not scopes or (asset_id is not None and not is_valid_id(asset_id, "ast")):
             return []
-        query = (
-            self._visible(scopes, ("deleted",))
-            .add_columns(Asset.deleted_at)
-            .where(Asset.purged_at.is_(None), Asset.deleted_at > func.now() - window)
+        query = self.trash_statement(
+            scopes, window=window, limit=limit, after=after, asset_id=asset_id
         )
-        if asset_id is not None:
-            query = query.where(Asset.id == asset_id)
-        if after is not None:
-            position = tuple_(Asset.deleted_at, Asset.id)
-            marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
-            query = query.where(position < marker)
-        rows = await self._session.execute(
-            query.order_by(Asset.deleted_at.desc(), Asset.id.desc()).limit(limit)
-        )
+        rows = await self._session.execute(query)
         return [
             TrashedAsset(self._stored(asset, stored), deleted_at)
             for asset, stored, deleted_at in rows.all()
             if deleted_at is not None
         ]
+
+    @classmethod
+    def trash_statement(
+        cls,
+        scopes: Sequence[VaultScope],
+        *,
+        window: timedelta,
+        limit: int,
+        after: tuple[datetime, str] | None = None,
+        asset_id: str | None = None,
+    ) -> AnySelect:
+        """The statement of :meth:`trash`: one walk of the trash index per vault, merged."""
+        order = (Asset.deleted_at.desc(), Asset.id.desc())
+
+        def page(branch: Sequence[VaultScope], _: AssetFilter) -> AnySelect:
+            query = (
+                cls._visible(branch, ("deleted",))
+                .add_columns(Asset.deleted_at)
+                .where(Asset.purged_at.is_(None), Asset.deleted_at > func.now() - window)
+            )
+            if asset_id is not None:
+                query = query.where(Asset.id == asset_id)
+            if after is not None:
+                position = tuple_(Asset.deleted_at, Asset.id)
+                marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
+                query = query.where(position < marker)
+            return query.order_by(*order).limit(limit)
+
+        whole = (
+            cls._visible(scopes, ("deleted",))
+            .add_columns(Asset.deleted_at)
+            .order_by(*order)
+            .limit(limit)
+        )
+        return cls._merged(scopes, AssetFilter(), page, whole, Asset.deleted_at, True, limit)
 
     async def mark_purged(self, scope: VaultScope, asset_id: str, actor: str) -> None:
         """Take a deleted asset out of the trash for good: it can no longer be restored."""

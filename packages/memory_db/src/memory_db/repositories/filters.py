@@ -23,7 +23,8 @@ from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from pydantic.alias_generators import to_camel
-from sqlalchemy import ColumnElement, func
+from sqlalchemy import ColumnElement, func, literal, literal_column
+from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import QueryableAttribute
 
 from memory_db.errors import InvalidInput
@@ -92,9 +93,22 @@ def _one_of(column: QueryableAttribute[Any]) -> Callable[[tuple[str, ...]], Colu
     return lambda values: column.in_(list(values))
 
 
+def source_host() -> ColumnElement[str]:
+    """The host of an asset's source URL, as SQL.
+
+    An index of listing is built on this very expression (revision 0020), so the pattern is
+    written into the statement, not sent as a parameter.
+    """
+    pattern = literal(r"^[a-z]+://\[?([^/\]:]+)", literal_execute=True)
+    return func.lower(func.substring(Asset.source_url, pattern))
+
+
+# A constant (not a parameter), so that a cached generic plan knows its frequency too.
+_EMPTY_ARRAY = literal_column("'[]'::jsonb", JSONB)
+
+
 def _host(value: str) -> ColumnElement[bool]:
-    host = func.lower(func.substring(Asset.source_url, r"^[a-z]+://\[?([^/\]:]+)"))
-    return host == value.lower()
+    return source_host() == value.lower()
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,7 +130,9 @@ class AssetFilter:
     )
     # Every tag must be present.
     tags: tuple[str, ...] = condition((), lambda value: Asset.tags.contains(list(value)))
-    untagged: bool = condition(False, lambda _: func.jsonb_array_length(Asset.tags) == 0)
+    # The empty array itself (the tags are always an array): an equality the planner has
+    # statistics for, so it knows how many assets are untagged.
+    untagged: bool = condition(False, lambda _: Asset.tags == _EMPTY_ARRAY)
     source_kinds: tuple[str, ...] = condition(
         (), _one_of(Asset.source_kind), vector="source_kind = ANY(:value)"
     )
