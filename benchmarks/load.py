@@ -165,7 +165,7 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def _tree_cpu(pid: int | None) -> float:
+def tree_cpu(pid: int | None) -> float:
     """CPU seconds of a process and all its descendants, exited ones included (0 when gone).
 
     A PostgreSQL backend that exits between two samples moves its time into its parent's
@@ -188,32 +188,39 @@ def _tree_cpu(pid: int | None) -> float:
 # --- the database and the server -------------------------------------------------------------
 
 
-async def _enable_commit_timestamps(settings: MemorySettings) -> None:
-    """Start the embedded server once to switch ``track_commit_timestamp`` on (needs a restart)."""
+async def alter_system(settings: MemorySettings, values: dict[str, str]) -> None:
+    """Start the embedded server once to ``ALTER SYSTEM`` (settings that need a restart)."""
     database, embedded = await open_database(settings, migrate=True)
     assert embedded is not None
     conn: Any = await asyncpg.connect(to_plain_url(embedded.url(DEFAULT_DATABASE)))
     try:
-        await conn.execute("ALTER SYSTEM SET track_commit_timestamp = on")
+        for name, value in values.items():
+            await conn.execute(f"ALTER SYSTEM SET {name} = '{value}'")
     finally:
         await conn.close()
     await database.close()
-    embedded.stop()  # the only user: the server stops, the setting applies at the next start
+    embedded.stop()  # the only user: the server stops, the settings apply at the next start
 
 
 @contextlib.asynccontextmanager
 async def library_database(
-    settings: MemorySettings, size: int
-) -> AsyncGenerator[tuple[Database, str, str]]:
-    """The embedded database with the library loaded; yields it, its URL and an API key."""
-    await _enable_commit_timestamps(settings)
+    settings: MemorySettings, size: int, system: dict[str, str] | None = None
+) -> AsyncGenerator[tuple[Database, str, str, EmbeddedPostgres]]:
+    """The embedded database with the library loaded; yields it, its URL, an API key, the server.
+
+    ``system``: PostgreSQL settings applied with ``ALTER SYSTEM`` and a restart before the load
+    (default: ``track_commit_timestamp``, which the save -> searchable figure needs).
+    """
+    system = {"track_commit_timestamp": "on"} if system is None else system
+    await alter_system(settings, system)
     database, embedded = await open_database(settings, migrate=True)
     assert embedded is not None
     try:
         async with database.unit_of_work() as uow:
-            tracked = (await uow.session.execute(text("SHOW track_commit_timestamp"))).scalar()
-        if tracked != "on":
-            raise RuntimeError("track_commit_timestamp did not switch on")
+            for name, value in system.items():
+                shown = (await uow.session.execute(text(f"SHOW {name}"))).scalar()
+                if shown != value:
+                    raise RuntimeError(f"{name} did not become {value!r} ({shown!r})")
         embedder = LocalEmbedder()
         await prepare_vector_index(database, settings, embedder)
         await admin.create_identity(database, OWNER, 10**12)
@@ -225,7 +232,7 @@ async def library_database(
         print(
             f"library: {size:,} assets loaded in {time.perf_counter() - started:.0f} s", flush=True
         )
-        yield database, url, key
+        yield database, url, key, embedded
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(30):
             await database.close()
@@ -234,9 +241,13 @@ async def library_database(
 
 @contextlib.contextmanager
 def running_server(
-    data_dir: Path, log_path: Path, server_args: list[str], server_env: dict[str, str]
+    data_dir: Path,
+    log_path: Path,
+    server_args: list[str],
+    server_env: dict[str, str],
+    port: int = 0,
 ) -> Generator[tuple[str, subprocess.Popen[bytes]]]:
-    """``memory-server serve --transport http`` on a free loopback port; stopped afterwards."""
+    """``memory-server serve --transport http`` on loopback (``port``, 0: a free one); stopped."""
     env = {k: v for k, v in os.environ.items() if not k.startswith(_OUR_ENV)}
     env.update(MEMORY_DATA_DIR=str(data_dir), MEMORY_LOG_FORMAT="json", MEMORY_LOG_LEVEL="warning")
     # The library is written straight into the database, its object rows naming keys with no
@@ -245,7 +256,7 @@ def running_server(
     # counters the drift check compares). `memory-server reconcile` is measured on its own.
     env.update(ASSET_WORKER_RECONCILE_SECONDS="0")
     env.update(server_env)
-    port = _free_port()
+    port = port or _free_port()
     serve = ["serve", "--transport", "http", "--host", "127.0.0.1", "--port", str(port)]
     with log_path.open("wb") as log:
         process = subprocess.Popen(
@@ -372,9 +383,9 @@ async def run_phase(
             process.stdin.write(json.dumps({"start": start, "end": end}) + "\n")
             process.stdin.flush()
         await anyio.sleep(max(0.0, start - time.time()))
-        server_cpu, pg_cpu = _tree_cpu(server.pid), _tree_cpu(postmaster)
+        server_cpu, pg_cpu = tree_cpu(server.pid), tree_cpu(postmaster)
         await anyio.sleep(max(0.0, end - time.time()))
-        server_cpu, pg_cpu = _tree_cpu(server.pid) - server_cpu, _tree_cpu(postmaster) - pg_cpu
+        server_cpu, pg_cpu = tree_cpu(server.pid) - server_cpu, tree_cpu(postmaster) - pg_cpu
         records: list[list[Any]] = []
         client_cpu: list[float] = []
         for process in processes:
@@ -682,7 +693,7 @@ async def run(args: argparse.Namespace, tmp: Path) -> tuple[dict[int, Phase], Af
     settings = MemorySettings(memory_data_dir=tmp / "data")
     phases: dict[int, Phase] = {}
     after: Afterwards | None = None
-    async with library_database(settings, args.library) as (database, _url, key):
+    async with library_database(settings, args.library) as (database, _url, key, _pg):
         index, _namespace = await library_target(database, DEFAULT_ALIAS, OWNER)
         drift_before = await counter_drift(database, index, settings)
         server_env = dict(item.split("=", 1) for item in args.server_env)
