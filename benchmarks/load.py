@@ -28,8 +28,10 @@ the asset must be among the results), over MCP; and the counters are reconciled:
 ``used_bytes`` minus what its live objects (original and preview) and vectors take must be the
 same before and after the run (zero drift), and nothing may be left in ``reserved_bytes``.
 
-``--full`` is the scale load test: 100,000 assets, one client and then 16, each a 10 s warm-up
-and a 120 s window; N = 1 doubles as the single-client baseline of the search latency.
+``--full`` is the scale load test: 100,000 assets, 1, 4, 16 and 64 clients, each a 10 s
+warm-up and a 120 s window; N = 1 doubles as the single-client baseline of the throughput.
+``--quick`` is for development and for ``make bench``'s quick pass: 2,000 assets, a 2 s
+warm-up and an 8 s window per N, a couple of minutes in all.
 
 What it prints, per N: throughput (calls answered without error inside the window / its
 length), p50/p95/p99 per operation and over all calls (of calls sent inside the window, failed ones
@@ -50,19 +52,18 @@ its polling interval. After each phase the benchmark waits (at most ``--settle``
 for the worker to finish that phase's saves, so phases do not bleed into each other; a save
 still not ready then counts as never searchable.
 
-Targets (issue 21), judged in the same run and printed PASS/FAIL:
-- zero errors at every N;
-- throughput at 16 and at 64 clients at least 1.5x the single client's;
-- p95 at most 2 x N / throughput at every N. With N callers in a closed loop, N / throughput
-  is the mean time a call spends in the server (Little's law) over the mix; fair queueing
-  keeps the p95 within about twice that. It is applied over all calls, the mix the
-  throughput is measured on: per operation it would fail a save (intrinsically several times
-  a get) under perfectly fair queueing and pass a get that starves. The per-operation
-  p95 / (N / throughput) is printed to show which operation waits longest.
-- save -> searchable p95 under 2 s at 16 clients;
-- search p95 (text and image searches together) at the largest N at most 4x its p95 at N = 1,
-  the same query generator run by one client in the same run;
-- every acknowledged save readable and found by its title; counters with zero drift.
+Targets (issue 31, "Many clients"; they replace issue 21's), judged in the same run and
+printed PASS/FAIL (n/a when this run cannot judge one, e.g. an N it did not run):
+- zero errors at 1, 4, 16 and 64 clients;
+- throughput at 16 clients at least 1.8x the single client's;
+- search p95 (text and image searches together) at 16 clients at most 1.5 x 16 / throughput.
+  With N callers in a closed loop, N / throughput is the mean time a call spends in the
+  server (Little's law) over the mix: a search p95 within 1.5x of it is no worse than fair
+  queueing. (The 2N/X column of the table is the same bound at 2x over all calls, per N; the
+  per-operation p95 / (N / throughput) shows which operation waits longest.)
+- every acknowledged save readable and found by its title;
+- counters with zero drift (and nothing left reserved);
+- save -> searchable p95 under 2 s at 16 clients (issue 31, "Save").
 
 Exit status, as the other benchmarks: 0 when the benchmark ran (missed targets are printed),
 non-zero when it could not run; ``--strict`` also exits 1 when a target is missed.
@@ -73,7 +74,7 @@ removed on exit, Ctrl-C and failures included.
 
 Usage: python benchmarks/load.py [--quick | --full] [--clients 1,4,16,64] [--mix OP=W,...] [--warmup 5] [--duration 30]
        [--library 10000] [--call-timeout 20] [--settle 30] [--sessions-per-process 32]
-       [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--json]
+       [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--port 0] [--json]
        [--strict]
 """
 
@@ -519,52 +520,56 @@ def _seconds(value: float | None, settle: float) -> str:
     return f">{settle:.0f}" if value is None else f"{value:.2f}"
 
 
+MANY_CLIENTS = (1, 4, 16, 64)  # issue 31: no errors at each
+SCALING = 1.8  # issue 31: throughput at 16 clients at least this times one client's
+FAIR = 1.5  # issue 31: search p95 at 16 at most this times 16 / throughput
+
+
 def targets(
     phases: dict[int, Phase], after: Afterwards | None = None
 ) -> list[tuple[str, bool | None, str]]:
-    """Each target: (what, PASS/FAIL or None when this run cannot judge it, the figures)."""
+    """Issue 31's many-clients targets: (what, PASS/FAIL or None when not judged, figures)."""
     judged: list[tuple[str, bool | None, str]] = []
     errors = {n: sum(p.errors.values()) for n, p in phases.items()}
+    missing = [n for n in MANY_CLIENTS if n not in phases]
+    listed = ", ".join(f"N={n}: {count}" for n, count in errors.items())
     judged.append(
         (
-            "zero errors at every N",
-            all(count == 0 for count in errors.values()),
-            ", ".join(f"N={n}: {count}" for n, count in errors.items()),
+            "zero errors at 1, 4, 16 and 64 clients",
+            None if missing and all(c == 0 for c in errors.values()) else not any(errors.values()),
+            listed + (f" (not run: {', '.join(f'N={n}' for n in missing)})" if missing else ""),
         )
     )
-    single = phases.get(1)
-    for n in (16, 64):
-        if single is None or n not in phases or not single.throughput:
-            judged.append((f"throughput at {n} >= 1.5x one client's", None, "not measured"))
-            continue
-        ratio = phases[n].throughput / single.throughput
-        judged.append((f"throughput at {n} >= 1.5x one client's", ratio >= 1.5, f"{ratio:.2f}x"))
-    fair = []
-    for n, phase in phases.items():
-        p95 = phase.latency.get("all", {}).get("p95")
-        ok = p95 is not None and phase.throughput > 0 and p95 <= phase.bound_ms
-        fair.append((n, ok, f"N={n}: {_ms(p95)} <= {_ms(phase.bound_ms)} ms"))
-    judged.append(
-        (
-            "p95 <= 2 x N / throughput, all calls, every N",
-            all(ok for _, ok, _ in fair),
-            "; ".join(text_ for _, _, text_ in fair),
+    single, sixteen = phases.get(1), phases.get(16)
+    if single is None or sixteen is None or not single.throughput:
+        judged.append(
+            (f"throughput at 16 >= {SCALING:g}x one client's", None, "needs N=1 and N=16")
         )
-    )
-    loaded = max(phases) if phases else 0
-    base = phases[1].latency.get("search", {}).get("p95") if 1 in phases else None
-    under = phases[loaded].latency.get("search", {}).get("p95") if loaded > 1 else None
-    if base is None or under is None:
-        judged.append(("search p95 under load <= 4x one client's", None, "needs N=1 and N>1"))
     else:
+        ratio = sixteen.throughput / single.throughput
         judged.append(
             (
-                f"search p95 at {loaded} <= 4x one client's",
-                under <= 4 * base,
-                f"{under:.0f} ms vs {base:.0f} ms: {under / base:.2f}x",
+                f"throughput at 16 >= {SCALING:g}x one client's",
+                ratio >= SCALING,
+                f"{sixteen.throughput:.1f} vs {single.throughput:.1f} calls/s: {ratio:.2f}x",
             )
         )
-    if after is not None:
+    search = sixteen.latency.get("search", {}).get("p95") if sixteen is not None else None
+    if sixteen is None or search is None or not sixteen.throughput:
+        judged.append((f"search p95 at 16 <= {FAIR:g} x 16 / throughput", None, "needs N=16"))
+    else:
+        bound = FAIR * 16 / sixteen.throughput * 1000
+        judged.append(
+            (
+                f"search p95 at 16 <= {FAIR:g} x 16 / throughput",
+                search <= bound,
+                f"{search:.0f} ms <= {bound:.0f} ms",
+            )
+        )
+    if after is None:
+        judged.append(("every acknowledged save readable and found by its title", None, "not run"))
+        judged.append(("counters with zero drift, nothing left reserved", None, "not run"))
+    else:
         judged.append(
             (
                 "every acknowledged save readable and found by its title",
@@ -575,12 +580,11 @@ def targets(
         )
         judged.append(
             (
-                "counters reconcile: zero drift, nothing left reserved",
+                "counters with zero drift, nothing left reserved",
                 after.drift_bytes == 0 and after.reserved_bytes == 0,
                 f"drift {after.drift_bytes:+,} bytes, reserved {after.reserved_bytes:,} bytes",
             )
         )
-    sixteen = phases.get(16)
     if sixteen is None or not sixteen.saves:
         judged.append(("save -> searchable p95 < 2 s at 16", None, "no saves measured at 16"))
     else:
@@ -664,7 +668,7 @@ def report(
         for what, ids in (("unreadable", after.unreadable), ("not found", after.unsearchable)):
             if ids:
                 print(f"  {what}: {len(ids)}, e.g. {', '.join(ids[:5])}")
-    print("\ntargets:")
+    print("\ntargets (issue 31, many clients):")
     met = True
     for what, ok, figures in targets(phases, after):
         verdict = "n/a" if ok is None else ("PASS" if ok else "FAIL")
@@ -698,7 +702,11 @@ async def run(args: argparse.Namespace, tmp: Path) -> tuple[dict[int, Phase], Af
         drift_before = await counter_drift(database, index, settings)
         server_env = dict(item.split("=", 1) for item in args.server_env)
         with running_server(
-            tmp / "data", tmp / "server.log", shlex.split(args.server_args), server_env
+            tmp / "data",
+            tmp / "server.log",
+            shlex.split(args.server_args),
+            server_env,
+            port=args.port,
         ) as (url, server):
             config = PhaseConfig(
                 url=url,
@@ -774,7 +782,7 @@ def main() -> int:
     parser.add_argument(
         "--full",
         action="store_true",
-        help="the scale load test: 100,000 assets, N = 1 then 16, 10 s + 120 s per N",
+        help="the scale load test: 100,000 assets, N = 1, 4, 16, 64, 10 s + 120 s per N",
     )
     parser.add_argument(
         "--mix",
@@ -797,6 +805,7 @@ def main() -> int:
     parser.add_argument(
         "--server-log", type=Path, default=None, help="keep the server's log at this path"
     )
+    parser.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
     args = parser.parse_args()
@@ -808,7 +817,12 @@ def main() -> int:
     if args.quick:
         args.library, args.warmup, args.duration = 2000, 2.0, 8.0
     if args.full:
-        args.library, args.clients, args.warmup, args.duration = 100_000, [1, 16], 10.0, 120.0
+        args.library, args.clients, args.warmup, args.duration = (
+            100_000,
+            [1, 4, 16, 64],
+            10.0,
+            120.0,
+        )
         args.settle = max(args.settle, 60.0)
     if any("=" not in item for item in args.server_env):
         parser.error("--server-env takes KEY=VALUE")

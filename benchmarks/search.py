@@ -353,8 +353,10 @@ async def measure(size: int, args: argparse.Namespace, tmp: Path) -> SizeResult:
                 server_env,
                 port=args.port,
             ) as (server_url, server):
+                _progress(f"{size:,}: server ready", started)
                 meter = Meter(admin, server.pid, _postmaster(embedded))
                 await _session_calls(server_url, key, meter, calls, warmup, args.idle, result)
+                _progress(f"{size:,}: calls measured", started)
         finally:
             await admin.close()
         embedder = LocalEmbedder()
@@ -363,11 +365,17 @@ async def measure(size: int, args: argparse.Namespace, tmp: Path) -> SizeResult:
             result.kinds[kind].ann_p50 = await _bare_ann(
                 database, index_name, embedder.model, vectors
             )
+        _progress(f"{size:,}: bare ANN measured", started)
         if not args.no_faiss:
             stored = await _stored_vectors(url, index_name)
             for kind, median in (await anyio.to_thread.run_sync(_faiss, stored, queries)).items():
                 result.kinds[kind].faiss_p50 = median
+            _progress(f"{size:,}: FAISS built and measured", started)
     return result
+
+
+def _progress(what: str, started: float) -> None:
+    print(f"{what} ({time.perf_counter() - started:.0f} s)", flush=True)
 
 
 def _postmaster(embedded: EmbeddedPostgres) -> int | None:
