@@ -542,9 +542,8 @@ def targets(
     )
     single, sixteen = phases.get(1), phases.get(16)
     if single is None or sixteen is None or not single.throughput:
-        judged.append(
-            (f"throughput at 16 >= {SCALING:g}x one client's", None, "needs N=1 and N=16")
-        )
+        why = "needs N=1 and N=16" if single is None or sixteen is None else "N=1 answered none"
+        judged.append((f"throughput at 16 >= {SCALING:g}x one client's", None, why))
     else:
         ratio = sixteen.throughput / single.throughput
         judged.append(
