@@ -325,8 +325,14 @@ async def _session_calls(
         await anyio.sleep(idle)
         result.background = _rates(before, await meter.sample())
         for kind in KINDS:
-            result.kinds[kind] = await _window(
+            result.kinds[kind] = figures = await _window(
                 session, meter, calls[kind], result.background, result, kind
+            )
+            print(  # at once: the comparisons after it take minutes at 100,000
+                f"{result.size:,} {kind}: p50 {figures.p50:.1f} ms, p95 {figures.p95:.1f} ms, "
+                f"{figures.round_trips:.1f} round trips, CPU {figures.server_cpu:.1f} ms server "
+                f"+ {figures.pg_cpu:.1f} ms PostgreSQL per call",
+                flush=True,
             )
 
 
