@@ -1,11 +1,15 @@
-"""`make bench`: every benchmark in turn; each prints ratios against a baseline of its own run.
+"""`make bench`: every benchmark in turn, then every target line they printed, in one summary.
 
-Sizes that finish in reasonable time; the large ones are flags of each script
-(``scale.py --big``, ``load.py --full``; docs/scaling.md).
+Each benchmark prints ratios against a baseline of its own run, and its targets as lines
+holding PASS or FAIL (n/a when a run cannot judge one). This runner shows each benchmark's
+output as it comes, keeps those lines, and prints them all at the end under the benchmark's
+title, with any benchmark that could not run. Sizes that finish in reasonable time; the large
+ones are flags of each script (``scale.py --big``, ``load.py --full``; docs/scaling.md).
 """
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -23,20 +27,51 @@ BENCHMARKS = [
         ["vector_search.py", *sys.argv[1:]],
     ),
     ("scale curve: 10,000 and 100,000 vectors (--big adds 300,000)", ["scale.py"]),
-    ("search: whole call vs bare vector query", ["search.py"]),
+    (
+        "one search call over MCP HTTP at 100,000 assets: latency, round trips, CPU",
+        ["search.py"],
+    ),
     ("server memory under 24 concurrent maximum-size saves", ["decode_memory.py"]),
     ("1 to 64 concurrent MCP clients against the HTTP server", ["load.py"]),
     ("page image extraction: selectolax (Lexbor) vs lxml", ["page_images.py"]),
     ("operator command start-up beside a running server vs the import floor", ["cli_startup.py"]),
 ]
+TARGET_LINE = re.compile(r"\b(PASS|FAIL)\b|^\s*n/a\b")
+
+
+def run_one(command: list[str]) -> tuple[int, list[str]]:
+    """Run one benchmark, echoing its output; its exit status and its target lines."""
+    found: list[str] = []
+    with subprocess.Popen(
+        [sys.executable, str(HERE / command[0]), *command[1:]],
+        stdout=subprocess.PIPE,
+        text=True,
+        bufsize=1,
+    ) as process:
+        assert process.stdout is not None
+        for line in process.stdout:
+            print(line, end="", flush=True)
+            if TARGET_LINE.search(line):
+                found.append(line.strip())
+    return process.returncode, found
 
 
 def main() -> int:
     failed = 0
+    summary: list[tuple[str, int, list[str]]] = []
     for title, command in BENCHMARKS:
         print(f"\n=== {title} ===", flush=True)
-        result = subprocess.run([sys.executable, str(HERE / command[0]), *command[1:]], check=False)
-        failed += result.returncode != 0
+        status, found = run_one(command)
+        failed += status != 0
+        summary.append((title, status, found))
+    print("\n=== every target, PASS or FAIL ===")
+    for title, status, found in summary:
+        if status != 0:
+            print(f"{title}: DID NOT RUN (exit status {status})")
+        elif found:
+            print(f"{title}:")
+        for line in found:
+            print(f"  {line}")
     return 1 if failed else 0
 
 

@@ -1,0 +1,63 @@
+"""``benchmarks/search.py`` runs end to end at a tiny size, so it cannot rot unnoticed.
+
+It is the yardstick of issue 31's one-call targets: a real server over MCP HTTP, round trips
+from ``pg_stat_statements``, CPU from ``/proc``. No figure is judged here (they depend on the
+machine); the test checks that every target line is printed with a verdict, and that the
+round trips were really counted (a search makes some).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGETS = [
+    "text search p50 <= 30 ms",
+    "text search CPU (server + PostgreSQL) <= 28 ms per call",
+    "image search p50 <= 20 ms",
+    "image search CPU (server + PostgreSQL) <= 18 ms per call",
+    "database round trips per search <= 4",
+    "image_asset_list default order: PostgreSQL CPU <= 5 ms per call",
+]
+
+
+@pytest.mark.slow
+def test_the_search_benchmark_prints_every_target_and_counts_round_trips(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_"))}
+    env["TMPDIR"] = str(tmp_path)  # its data directory under this test's own temp dir
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "search.py"),
+            "--sizes",
+            "200",
+            "--calls",
+            "4",
+            "--idle",
+            "0.5",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout
+    for target in TARGETS:
+        assert re.search(rf"^  (PASS|FAIL) +{re.escape(target)}: ", out, re.M), (target, out)
+    figures = json.loads(out[out.index("\n[") :])
+    kinds = figures[0]["kinds"]
+    assert figures[0]["size"] == 200
+    for kind in ("text", "image"):
+        assert kinds[kind]["round_trips"] > 0, kinds[kind]
+        assert kinds[kind]["ann_p50"] > 0 and kinds[kind]["faiss_p50"] > 0, kinds[kind]
+    assert kinds["list"]["round_trips"] > 0, kinds["list"]
