@@ -27,6 +27,8 @@ _SENDING = {
     "prepare": 1,  # (statement name, query, ...)
     "bind_execute": None,  # a prepared statement's state carries its query
     "bind_execute_many": None,
+    "bind": None,  # a cursor's portal: bound, then fetched from with "execute"
+    "execute": None,
     "close_statement": None,
     "copy_in": 0,
     "copy_out": 0,
