@@ -18,6 +18,7 @@ from memory_db.database import (
     start_embedded,
 )
 from memory_db.migrate import upgrade
+from memory_db.pg_memory import SMALL
 
 TEMPLATE_DATABASE = "memory_template"
 
@@ -31,7 +32,8 @@ class PostgresForTests:
 
     async def start(self) -> None:
         """Start the server and build the migrated template."""
-        self.server = await start_embedded(self.pgdata)
+        # Small, explicitly: a test run starts many clusters on one machine.
+        self.server = await start_embedded(self.pgdata, memory=SMALL)
         await drop_database(self.server.admin_url(), TEMPLATE_DATABASE)
         await ensure_database(self.server.admin_url(), TEMPLATE_DATABASE)
         engine = create_engine(self.server.url(TEMPLATE_DATABASE), pool_size=1)
