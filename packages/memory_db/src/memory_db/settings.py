@@ -93,6 +93,9 @@ class MemorySettings(BaseSettings):
     asset_embed_model: str = "jina-embeddings-v5-omni-small"
     asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
     asset_embed_worker_concurrency: int | None = Field(default=None, ge=1, le=64)
+    # The nice value (0-19) of the threads that run the worker's CPU work (OCR and the
+    # Tesseract it starts, embedding batches): searches get the CPU first (memory_db.priority).
+    memory_worker_nice: int = Field(default=10, ge=0, le=19)
     asset_worker_sweep_seconds: float = Field(default=30.0, ge=0.5, le=3600.0)
     # How often a worker's sweep also reconciles the store and the accounts; 0: never.
     asset_worker_reconcile_seconds: float = Field(default=600.0, ge=0.0, le=86_400.0)
