@@ -25,7 +25,7 @@ import contextvars
 import functools
 import os
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -48,7 +48,7 @@ BACKGROUND_THREADS = 4
 
 
 @contextlib.contextmanager
-def background_priority(nice: int) -> Iterator[None]:
+def background_priority(nice: int) -> Generator[None]:
     """Within the block (and in the tasks started from it), :func:`run_cpu` runs niced."""
     token = _BACKGROUND_NICE.set(max(0, min(nice, 19)))
     try:

@@ -26,7 +26,6 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
 import numpy as np
 
 from memory_db.embedding.types import (
