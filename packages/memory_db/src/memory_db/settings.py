@@ -20,6 +20,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from memory_db.datadir import check_data_dir
 from memory_db.dev_hosts import DevHost, parse_dev_host, parse_dev_hosts
 from memory_db.errors import ConfigurationError
+from memory_db.pg_memory import MIB, PostgresMemory, available_memory_bytes, size_for
 
 
 def default_data_dir() -> Path:
@@ -92,6 +93,9 @@ class MemorySettings(BaseSettings):
     asset_embed_model: str = "jina-embeddings-v5-omni-small"
     asset_embed_dim: int = Field(default=1024, ge=1, le=4096)
     asset_embed_worker_concurrency: int | None = Field(default=None, ge=1, le=64)
+    # The nice value (0-19) of the threads that run the worker's CPU work (OCR and the
+    # Tesseract it starts, embedding batches): searches get the CPU first (memory_db.priority).
+    memory_worker_nice: int = Field(default=10, ge=0, le=19)
     asset_worker_sweep_seconds: float = Field(default=30.0, ge=0.5, le=3600.0)
     # How often a worker's sweep also reconciles the store and the accounts; 0: never.
     asset_worker_reconcile_seconds: float = Field(default=600.0, ge=0.0, le=86_400.0)
@@ -166,6 +170,14 @@ class MemorySettings(BaseSettings):
     # Connections per process; unset: sized from the calls and worker slots (db_pool_size).
     memory_db_pool_size: int | None = Field(default=None, ge=1, le=1000)
     memory_db_pool_overflow: int = Field(default=8, ge=0, le=1000)
+    # The embedded PostgreSQL's memory (memory_db.pg_memory, docs/configuration.md): computed
+    # from MEMORY_PG_MEMORY_MB (default: the machine's memory or its cgroup's limit), each
+    # figure overridable. Unused with MEMORY_DATABASE_URL.
+    memory_pg_memory_mb: int | None = Field(default=None, ge=256, le=16 * 1024 * 1024)
+    memory_pg_shared_buffers_mb: int | None = Field(default=None, ge=16, le=1024 * 1024)
+    memory_pg_effective_cache_size_mb: int | None = Field(default=None, ge=16, le=16 * 1024 * 1024)
+    memory_pg_work_mem_mb: int | None = Field(default=None, ge=1, le=64 * 1024)
+    memory_pg_maintenance_work_mem_mb: int | None = Field(default=None, ge=16, le=1024 * 1024)
     memory_log_format: Literal["auto", "console", "json"] = "auto"
     memory_log_level: Literal["debug", "info", "warning", "error"] = "info"
     # The operator commands (admin, migrate, backup, import ...) print their results and
@@ -346,6 +358,24 @@ class MemorySettings(BaseSettings):
         if self.memory_db_pool_size is not None:
             return self.memory_db_pool_size
         return self.memory_max_concurrent_calls + 2 * self.worker_concurrency + 3
+
+    @property
+    def embedded_postgres_memory(self) -> PostgresMemory:
+        """The embedded PostgreSQL's memory settings: computed, then each override applied."""
+        if self.memory_pg_memory_mb is not None:
+            computed = size_for(self.memory_pg_memory_mb * MIB)
+        else:
+            computed = size_for(available_memory_bytes())
+        return PostgresMemory(
+            shared_buffers_mb=self.memory_pg_shared_buffers_mb or computed.shared_buffers_mb,
+            effective_cache_size_mb=(
+                self.memory_pg_effective_cache_size_mb or computed.effective_cache_size_mb
+            ),
+            work_mem_mb=self.memory_pg_work_mem_mb or computed.work_mem_mb,
+            maintenance_work_mem_mb=(
+                self.memory_pg_maintenance_work_mem_mb or computed.maintenance_work_mem_mb
+            ),
+        )
 
     @property
     def decode_budget_pixels(self) -> int:

@@ -27,6 +27,7 @@ from pydantic import Field
 
 from memory_db import AssetRecord, MemoryDbError, UnitOfWork, VaultScope, get_logger
 from memory_db.errors import ChecksumMismatch, NotFound
+from memory_db.priority import run_cpu
 from memory_db.storage.integrity import read_verified
 from memory_tools import admin, policy
 from memory_tools.access import Caller
@@ -71,9 +72,8 @@ class OcrHandler:
         data, source = await self._rendition(subject, preview)
         timeout = self._services.settings.asset_ocr_timeout_seconds
         try:
-            reading = await anyio.to_thread.run_sync(
-                functools.partial(read_text, data, timeout=timeout)
-            )
+            # In the worker, a niced thread: Tesseract, started from it, inherits the value.
+            reading = await run_cpu(functools.partial(read_text, data, timeout=timeout))
         except OcrError as exc:
             # Missing, failing or overrunning engine: recorded on the job; the image stays
             # ready for its visual search. Re-run with image_asset_enrich once fixed.

@@ -48,6 +48,7 @@ from memory_db.embedding import (
     clip_dimensions,
 )
 from memory_db.errors import ChecksumMismatch, ConfigurationError, EmbeddingError
+from memory_db.runtime import warn_if_index_outgrows_buffers
 from memory_db.vectors import (
     WALK_DONE,
     Rebuild,
@@ -183,6 +184,12 @@ async def reindex(
         if request.drop_old:
             await _drop(services.database, rebuild.source_index)
             dropped = True
+        # The new graph may be larger than the old (more dimensions, more vectors).
+        await warn_if_index_outgrows_buffers(
+            services.database,
+            rebuild.target_index,
+            embedded=services.settings.uses_embedded_database,
+        )
     except MemoryDbError as exc:
         raise translate(exc) from None
     log.info(

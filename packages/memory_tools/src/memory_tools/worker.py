@@ -59,6 +59,7 @@ from memory_db.errors import (
     ProviderContractError,
     ProviderUnavailable,
 )
+from memory_db.priority import background_priority, current_background_nice
 from memory_db.repositories import listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
@@ -201,16 +202,26 @@ class EmbeddingWorker:
     # --- the loop ----------------------------------------------------------------------------
 
     async def run(self, *, ready: anyio.Event | None = None) -> None:
-        """Work until cancelled."""
-        await self._prepare()
-        async with anyio.create_task_group() as group:
-            group.start_soon(self._listen)
-            group.start_soon(self._sweep_forever)
-            for slot in range(self.config.concurrency):
-                group.start_soon(self._slot, slot)
-            log.info("worker_started", worker=self.worker_id, concurrency=self.config.concurrency)
-            if ready is not None:
-                ready.set()
+        """Work until cancelled, its CPU work niced (``MEMORY_WORKER_NICE``).
+
+        OCR, embedding batches and what they start run in threads of lower priority than the
+        requests of a server this worker runs in (``memory_db.priority``).
+        """
+        with background_priority(self._services.settings.memory_worker_nice):
+            await self._prepare()
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._listen)
+                group.start_soon(self._sweep_forever)
+                for slot in range(self.config.concurrency):
+                    group.start_soon(self._slot, slot)
+                log.info(
+                    "worker_started",
+                    worker=self.worker_id,
+                    concurrency=self.config.concurrency,
+                    nice=current_background_nice(),
+                )
+                if ready is not None:
+                    ready.set()
 
     async def _slot(self, slot: int) -> None:
         while True:
@@ -352,7 +363,14 @@ class EmbeddingWorker:
     # --- one batch ---------------------------------------------------------------------------
 
     async def run_once(self) -> int:
-        """Claim and process one batch; returns how many jobs it finished (any outcome)."""
+        """Claim and process one batch; returns how many jobs it finished (any outcome).
+
+        Its CPU work runs niced (``MEMORY_WORKER_NICE``), called from :meth:`run` or not.
+        """
+        with background_priority(self._services.settings.memory_worker_nice):
+            return await self._run_once()
+
+    async def _run_once(self) -> int:
         await self._prepare()
         await self._release_stranded()
         # Statements of their own (no BEGIN and COMMIT round trips): a claim is one lease (two

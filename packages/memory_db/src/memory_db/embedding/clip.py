@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import numpy as np
 
 from memory_db.embedding.types import (
@@ -50,6 +49,7 @@ from memory_db.embedding.types import (
 )
 from memory_db.embedding.validation import combine, validate_embeddings
 from memory_db.errors import ConfigurationError, ProviderRejected
+from memory_db.priority import run_cpu
 
 VISUAL_FILE = "visual.onnx"
 TEXTUAL_FILE = "textual.onnx"
@@ -538,7 +538,8 @@ class ClipEmbedder:
         batch = list(values)
         if not batch:
             return EmbedResult([], self.model, self.dimensions, Usage(), None)
-        vectors = await anyio.to_thread.run_sync(lambda: self.embed_blocking(batch))
+        # Niced when the worker embeds (memory_db.priority); a search's query is not.
+        vectors = await run_cpu(lambda: self.embed_blocking(batch))
         checked = validate_embeddings(vectors, expected=len(batch), dimensions=self.dimensions)
         return EmbedResult(checked, self.model, self.dimensions, self._usage(batch), None)
 

@@ -26,7 +26,6 @@ import unicodedata
 from collections.abc import Sequence
 from typing import Any
 
-import anyio
 import numpy as np
 
 from memory_db.embedding.types import (
@@ -40,6 +39,7 @@ from memory_db.embedding.types import (
 )
 from memory_db.embedding.validation import validate_embeddings
 from memory_db.errors import ProviderContractError, ProviderRejected
+from memory_db.priority import run_cpu
 
 LOCAL_MODEL = "local-hash-v1"
 DIMENSIONS = 1024
@@ -242,7 +242,8 @@ class LocalEmbedder:
         if task not in TASKS:
             raise ValueError(f"task must be one of {TASKS}")
         batch = list(values)
-        vectors = await anyio.to_thread.run_sync(lambda: [embed_value(v) for v in batch])
+        # Niced when the worker embeds (memory_db.priority); a search's query is not.
+        vectors = await run_cpu(lambda: [embed_value(v) for v in batch])
         checked = validate_embeddings(vectors, expected=len(batch), dimensions=DIMENSIONS)
         return EmbedResult(checked, LOCAL_MODEL, DIMENSIONS, _usage(batch), None)
 

@@ -18,6 +18,7 @@ from memory_db.database import (
     start_embedded,
 )
 from memory_db.migrate import upgrade
+from memory_db.pg_memory import SMALL, PostgresMemory
 
 TEMPLATE_DATABASE = "memory_template"
 
@@ -25,13 +26,16 @@ TEMPLATE_DATABASE = "memory_template"
 class PostgresForTests:
     """One embedded server per test session, with a migrated template database."""
 
-    def __init__(self, pgdata: Path) -> None:
+    def __init__(self, pgdata: Path, *, memory: PostgresMemory = SMALL) -> None:
         self.pgdata = pgdata
+        # Small by default, explicitly: a test run starts many clusters on one machine. A
+        # benchmark at scale passes memory_db.pg_memory.size_for(...) as the server would.
+        self.memory = memory
         self.server: EmbeddedPostgres | None = None
 
     async def start(self) -> None:
         """Start the server and build the migrated template."""
-        self.server = await start_embedded(self.pgdata)
+        self.server = await start_embedded(self.pgdata, memory=self.memory)
         await drop_database(self.server.admin_url(), TEMPLATE_DATABASE)
         await ensure_database(self.server.admin_url(), TEMPLATE_DATABASE)
         engine = create_engine(self.server.url(TEMPLATE_DATABASE), pool_size=1)

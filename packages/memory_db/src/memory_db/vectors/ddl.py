@@ -8,6 +8,7 @@ in our measurement (``benchmarks/vector_search.py``, ``docs/vector-index.md``).
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from typing import Literal
 
 from sqlalchemy import text
@@ -241,6 +242,43 @@ async def describe_index(session: AsyncSession, name: str) -> tuple[int, Element
         raise NotFound("vector index", name)
     element: ElementType = "vector" if row[1] == "vector" else "halfvec"
     return int(row[0]), element
+
+
+@dataclass(frozen=True)
+class CacheFit:
+    """The sizes that decide whether searches of an index are served from shared buffers."""
+
+    graph_bytes: int  # the index table's HNSW indexes, on disk
+    table_bytes: int  # the index table itself (the rows a search reloads)
+    shared_buffers_bytes: int  # the server's shared_buffers
+
+    @property
+    def graph_fits(self) -> bool:
+        """Whether the HNSW graph fits in ``shared_buffers`` (with nothing else in them)."""
+        return self.graph_bytes <= self.shared_buffers_bytes
+
+
+async def cache_fit(session: AsyncSession, name: str) -> CacheFit:
+    """How index ``name``'s HNSW graph and table compare with the server's ``shared_buffers``.
+
+    Every HNSW index on the table counts (however it is named): a search walks one of them.
+    """
+    row = (
+        await session.execute(
+            text(
+                "SELECT "
+                "coalesce((SELECT sum(pg_relation_size(i.indexrelid)) FROM pg_index i "
+                "JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam "
+                "WHERE i.indrelid = to_regclass(:n) AND a.amname = 'hnsw'), 0), "
+                "coalesce(pg_relation_size(to_regclass(:n)), 0), "
+                "pg_size_bytes(current_setting('shared_buffers'))"
+            ),
+            {"n": check_identifier(name)},
+        )
+    ).one()
+    return CacheFit(
+        graph_bytes=int(row[0]), table_bytes=int(row[1]), shared_buffers_bytes=int(row[2])
+    )
 
 
 async def index_exists(session: AsyncSession, name: str) -> bool:
