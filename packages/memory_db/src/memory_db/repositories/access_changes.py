@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 from sqlalchemy import text
@@ -78,16 +78,24 @@ class AccessChangeWatch:
         # Bumped by every notification, every new listening connection and every loss of one.
         self.generation = 0
         self.epoch = 0  # the last epoch handled (tests and operators read it)
-        self._listened = anyio.Event()
+        self._switched = anyio.Event()  # set (and replaced) whenever ``trusted`` changes
 
     @property
     def trusted(self) -> bool:
         """Whether a listening connection is up: only then may a cache be believed."""
         return self._trusted
 
-    async def listening(self) -> None:
-        """Return once the watch listens (tests wait on this, never on time)."""
-        await self._listened.wait()
+    async def until(self, *, trusted: bool) -> None:
+        """Return once ``trusted`` is as asked (tests wait on this, never on time)."""
+        while self._trusted != trusted:
+            await self._switched.wait()
+
+    def _trust(self, trusted: bool) -> None:
+        self.generation += 1
+        if self._trusted != trusted:
+            self._trusted = trusted
+            switched, self._switched = self._switched, anyio.Event()
+            switched.set()
 
     async def run(self) -> None:
         """Until cancelled: listen; when the connection is lost, distrust and listen again."""
@@ -105,9 +113,7 @@ class AccessChangeWatch:
             await anyio.sleep(RELISTEN_SECONDS)
 
     def _distrust(self) -> None:
-        self._trusted = False
-        self.generation += 1
-        self._listened = anyio.Event()
+        self._trust(False)
 
     async def _listen_once(self) -> None:
         send, receive = anyio.create_memory_object_stream[int](math.inf)
@@ -122,38 +128,36 @@ class AccessChangeWatch:
             self._distrust()
             lost.set()
 
-        async with self._engine.connect() as connection:
+        driver: Any = None
+        async with send, receive, self._engine.connect() as connection:
             try:
                 raw = await connection.get_raw_connection()
-                driver: Any = raw.driver_connection
+                driver = raw.driver_connection
                 driver.add_termination_listener(terminated)
                 await driver.add_listener(ACCESS_CHANNEL, notified)
                 # After LISTEN: a change committed from here on is heard; one before is read.
                 started = await connection.execute(_START, {"prefix": LISTENER_NAME_PREFIX})
                 self.epoch = int(str(started.scalar_one()).removeprefix(LISTENER_NAME_PREFIX))
                 await connection.commit()
-                self.generation += 1
-                self._trusted = True
                 self._reachable = True
-                self._listened.set()
+                self._trust(True)
                 log.info("access_listening", epoch=self.epoch)
                 async with anyio.create_task_group() as group:
                     group.start_soon(self._acknowledge, connection, receive)
                     await lost.wait()
                     group.cancel_scope.cancel()
             finally:
+                if driver is not None:  # ending it here is no loss to report
+                    driver.remove_termination_listener(terminated)
                 # Never pooled again: it listens and carries this name.
                 with anyio.CancelScope(shield=True):
                     await connection.invalidate()
 
     async def _acknowledge(self, connection: Any, epochs: Any) -> None:
-        async with epochs:
-            async for epoch in epochs:
-                self.epoch = max(self.epoch, epoch)
-                await connection.execute(
-                    _ACKNOWLEDGE, {"name": f"{LISTENER_NAME_PREFIX}{self.epoch}"}
-                )
-                await connection.commit()
+        async for epoch in epochs:
+            self.epoch = max(self.epoch, epoch)
+            await connection.execute(_ACKNOWLEDGE, {"name": f"{LISTENER_NAME_PREFIX}{self.epoch}"})
+            await connection.commit()
 
 
 async def settle_access_change(engine: AsyncEngine) -> None:
@@ -171,9 +175,7 @@ async def settle_access_change(engine: AsyncEngine) -> None:
             target = int(epoch or 0)
             deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
             while True:
-                rows = await connection.execute(
-                    _LAGGARDS, {"pattern": LISTENER_NAME_PREFIX + "%"}
-                )
+                rows = await connection.execute(_LAGGARDS, {"pattern": LISTENER_NAME_PREFIX + "%"})
                 behind = [int(pid) for pid, name in rows.all() if _epoch_of(name) < target]
                 await connection.commit()
                 if not behind:
@@ -198,6 +200,20 @@ def _epoch_of(name: str) -> int:
     return int(tail) if tail.isdigit() else 0
 
 
+class AccessState(Protocol):
+    """What a cache asks of the watch: whether to believe it, and since which change."""
+
+    @property
+    def trusted(self) -> bool:
+        """Whether changes are heard now."""
+        ...
+
+    @property
+    def generation(self) -> int:
+        """Bumped by every change heard and every start or loss of listening."""
+        ...
+
+
 class ApiKeyCache:
     """Active keys by the hash of their secret, believed only while the watch listens.
 
@@ -208,7 +224,7 @@ class ApiKeyCache:
 
     def __init__(
         self,
-        watch: AccessChangeWatch,
+        watch: AccessState,
         *,
         ttl_seconds: float = KEY_CACHE_TTL_SECONDS,
         max_entries: int = KEY_CACHE_MAX_ENTRIES,
@@ -252,6 +268,7 @@ class ApiKeyCache:
 __all__ = [
     "ACCESS_CHANNEL",
     "AccessChangeWatch",
+    "AccessState",
     "ApiKeyCache",
     "mark_access_changed",
     "settle_access_change",
