@@ -136,7 +136,10 @@ async def test_a_key_revoked_in_another_process_is_refused_on_the_next_call(
         assert _key_statements(warm) == []  # the key is cached here
         # Revoked through the other process (as `memory-server admin revoke-key` does):
         # when that returns, this process has dropped its cache, with no wait on our side.
-        await admin.revoke_key(other_process, await _key_id(other_process, key))
+        key_id = await _key_id(other_process, key)
+        await admin.revoke_key(other_process, key_id)
+        # Not later, by luck of timing: already when the revocation returned.
+        assert services.database.key_cache.get(hash_api_key(key)) is None
         # The bearer check refuses it (HTTP 401, which the client raises).
         with pytest.raises(Exception, match="unauthenticated: the API key is unknown"):
             await client.call_tool("image_project_list", {})
@@ -205,6 +208,46 @@ async def test_while_nothing_listens_the_cache_is_not_believed(
         # And the listener comes back by itself (it retries every second).
         with anyio.fail_after(10):
             await watch.until(trusted=True)
+
+
+async def test_a_revocation_returns_only_once_every_listener_acknowledged_it(
+    services: MemoryServices, make_key: Callable[..., Any], database_url: str
+) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from memory_db.database import to_plain_url
+
+    key = await make_key("alice@example.com")
+    key_id = await _key_id(services.database, key)
+    # Another process's listener, driven by hand: it hears the change, then acknowledges.
+    listener: Any = await asyncpg.connect(
+        to_plain_url(database_url), server_settings={"application_name": "memory-access:0"}
+    )
+    heard: list[str] = []
+    notified = anyio.Event()
+
+    def hear(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        notified.set()
+
+    await listener.add_listener(access_changes.ACCESS_CHANNEL, hear)
+    acknowledged: list[bool] = []  # whether the listener had acknowledged, when revoke returned
+
+    async def revoke() -> None:
+        await admin.revoke_key(services.database, key_id)
+        acknowledged.append(bool(heard) and heard[-1] == "acked")
+
+    try:
+        async with anyio.create_task_group() as group:
+            group.start_soon(revoke)
+            with anyio.fail_after(10):
+                await notified.wait()
+            epoch = int(heard[-1])
+            await listener.execute(f"SET application_name = 'memory-access:{epoch}'")
+            heard.append("acked")
+    finally:
+        await listener.close()
+    assert acknowledged == [True]
 
 
 async def test_a_change_waits_for_every_listener_and_cuts_off_one_that_never_answers(
