@@ -7,7 +7,7 @@ database with its own pool and listener, as a second server or the CLI would hav
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime
 from typing import Any
@@ -28,7 +28,7 @@ from memory_tools.serving import build_http_server
 
 
 @contextmanager
-def round_trips(database: Database) -> Iterator[list[str]]:
+def round_trips(database: Database) -> Generator[list[str]]:
     """Every round trip ``database``'s pool makes meanwhile: statements, BEGIN, COMMIT, ROLLBACK.
 
     A checkout ping would not pass these events: it is asserted away in memory_db's
@@ -65,7 +65,7 @@ def round_trips(database: Database) -> Iterator[list[str]]:
 
 
 @asynccontextmanager
-async def listening(*databases: Database) -> AsyncIterator[None]:
+async def listening(*databases: Database) -> AsyncGenerator[None]:
     """Run each database's access listener (as a server does) until the block ends."""
     async with anyio.create_task_group() as group:
         for database in databases:
