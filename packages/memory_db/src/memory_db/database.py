@@ -27,11 +27,10 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 import psutil
+from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import QueuePool
-from sqlalchemy.util import await_
 
 from memory_db.errors import ConfigurationError
 from memory_db.logs import get_logger
@@ -74,39 +73,38 @@ def create_engine(
     """Create the async engine (asyncpg) for ``url``; the caller disposes it.
 
     ``pool_size`` connections are kept, ``max_overflow`` more (default: as many again) are
-    opened under load and closed afterwards. Every checkout pings its connection (a dead one is
-    replaced), and neither connecting nor waiting for a pooled connection blocks longer than a
-    few seconds, so an outage surfaces as a prompt, retryable failure instead of a hang.
+    opened under load and closed afterwards. Neither connecting nor waiting for a pooled
+    connection blocks longer than a few seconds, so an outage surfaces as a prompt, retryable
+    failure instead of a hang.
+
+    A checkout sends nothing (no ping): a connection the server ended (a restart, a kill,
+    ``pg_terminate_backend``) is already known closed by its driver and is replaced at
+    checkout (:func:`_replace_closed`); one that breaks silently fails the statement that
+    uses it, as a disconnect, and SQLAlchemy then drops every connection of the pool opened
+    before it, so the call after that one connects afresh.
     """
     engine = create_async_engine(
         to_async_url(url),
         pool_size=pool_size,
         max_overflow=pool_size if max_overflow is None else max_overflow,
-        pool_pre_ping=True,
         pool_timeout=POOL_TIMEOUT_SECONDS,
         connect_args={"timeout": CONNECT_TIMEOUT_SECONDS},
         echo=echo,
     )
-    engine.dialect.do_ping = _ping_once
+    event.listen(engine.sync_engine.pool, "checkout", _replace_closed)
     return engine
 
 
-def _ping_once(dbapi_connection: Any) -> bool:
-    """The checkout ping in one round trip: ``SELECT 1`` as a simple query, in no transaction.
+def _replace_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+    """Refuse a pooled connection its driver knows is closed; the pool then opens another.
 
-    SQLAlchemy's asyncpg ping wraps a prepared ``;`` in BEGIN and ROLLBACK (three round trips
-    per checkout, for PgBouncer's transaction mode). A simple query prepares nothing, so it
-    is safe there too (asyncpg fails on the empty query's answer, hence not ``;``). A search
-    checked out about six connections: 12 of its 40 round trips were pings
-    (docs/performance.md).
+    The ping this replaces (``SELECT 1`` per checkout) cost one round trip on every unit of
+    work, five or six per search (docs/performance.md). A server that ends a connection sends
+    a FATAL message or closes the socket; asyncpg reads that while the connection rests in
+    the pool and marks it closed, which costs nothing to ask here.
     """
-    try:
-        await_(dbapi_connection.driver_connection.execute("SELECT 1"))
-    except Exception as error:
-        # As SQLAlchemy's own ping: translated, so a closed connection is recognised as a
-        # disconnect and replaced.
-        dbapi_connection._handle_exception(error)
-    return True
+    if dbapi_connection.driver_connection.is_closed():
+        raise sa_exc.DisconnectionError("the pooled connection was closed by the server")
 
 
 def pool_capacity(engine: AsyncEngine) -> int:

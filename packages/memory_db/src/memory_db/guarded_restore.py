@@ -9,9 +9,10 @@ signed dump that still holds more than our schema (a stolen key, a tampered sour
 1. Before anything runs, the archive's table of contents (``pg_restore --list``) may hold only
    the kinds and names our migrations create: the ``vector`` extension, our tables (the models'
    tables, ``alembic_version`` and versioned vector tables) with their data, constraints and
-   indexes, and the one function and trigger of the folder tree. Anything else (another
-   function or procedure, a view or materialized view, another trigger, an event trigger,
-   another extension, a large object, ...) is refused by kind and name.
+   indexes, the function and trigger of the folder tree, and the function and triggers that
+   notify changes of access. Anything else (another function or procedure, a view or
+   materialized view, another trigger, an event trigger, another extension, a large object,
+   ...) is refused by kind and name.
 2. The dump is restored by ``memory_restore``, a login role made for the restore: not a
    superuser, not the database's owner, with only ``USAGE`` and ``CREATE`` on schema ``public``
    (``--no-owner --no-privileges``). The extension is created beforehand by the superuser and
@@ -55,6 +56,13 @@ RESTORE_ROLE = "memory_restore"
 REFERENCE_DATABASE = "memory_restore_reference"
 FOLDER_TREE_FUNCTION = "mem_asset_folders_check_tree()"
 FOLDER_TREE_TRIGGER = "mem_asset_folders trg_mem_asset_folders_check_tree"
+# Revision 0020: the function and triggers that count and notify changes of access.
+ACCESS_FUNCTION = "mem_access_changed()"
+ACCESS_TRIGGERS = frozenset(
+    f"{table} {table}_access_changed{suffix}"
+    for table in ("mem_api_keys", "mem_vault_grants", "mem_vaults")
+    for suffix in ("", "_truncate")
+)
 # Longest first: "TABLE DATA" must not be read as "TABLE" with schema "DATA".
 _KINDS = ("FK CONSTRAINT", "TABLE DATA", "CONSTRAINT", "EXTENSION", "FUNCTION", "TRIGGER",
           "COMMENT", "INDEX", "TABLE")  # fmt: skip
@@ -118,9 +126,9 @@ def refusal(entry: TocEntry) -> str | None:
     elif schema != "public":
         allowed = False
     elif kind == "FUNCTION":
-        allowed = name == FOLDER_TREE_FUNCTION
+        allowed = name in (FOLDER_TREE_FUNCTION, ACCESS_FUNCTION)
     elif kind == "TRIGGER":
-        allowed = name == FOLDER_TREE_TRIGGER
+        allowed = name == FOLDER_TREE_TRIGGER or name in ACCESS_TRIGGERS
     elif kind in ("TABLE", "TABLE DATA"):
         allowed = _our_table(name)
     elif kind in ("CONSTRAINT", "FK CONSTRAINT"):

@@ -116,8 +116,8 @@ class Runtime:
     async def supervise(self) -> None:
         """Until cancelled, restart the embedded server whenever it dies.
 
-        With ``MEMORY_DATABASE_URL`` there is nothing to restart: the pool pings each connection
-        it hands out and reconnects once the database is back.
+        With ``MEMORY_DATABASE_URL`` there is nothing to restart: the pool replaces connections
+        the server ended and reconnects once the database is back.
         """
         if self.embedded is not None:
             await supervise_embedded(self.embedded, self.database)

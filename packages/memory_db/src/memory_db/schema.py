@@ -22,6 +22,7 @@ from sqlalchemy import (
     Index,
     Integer,
     MetaData,
+    SmallInteger,
     Text,
     UniqueConstraint,
     func,
@@ -249,6 +250,21 @@ class VaultGrant(Base):
     )
     permission: Mapped[str] = mapped_column(Text, nullable=False)
     created_at: Mapped[datetime] = _now()
+
+
+class AccessEpoch(Base):
+    """How many changes of access (keys, grants, vaults) were committed: one row.
+
+    Bumped, and notified on ``memory_access_changes``, by triggers on those tables (migration
+    0020); the row lock orders the epochs as the commits. Key caches follow it
+    (``memory_db.repositories.access_changes``).
+    """
+
+    __tablename__ = "mem_access_epoch"
+    __table_args__ = (CheckConstraint("id = 1", name="single_row"),)
+
+    id: Mapped[int] = mapped_column(SmallInteger, primary_key=True, autoincrement=False)
+    epoch: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 # --- asset plane ----------------------------------------------------------------------------

@@ -350,14 +350,15 @@ class MemorySettings(BaseSettings):
 
         A task holds at most one connection at a time, so one per admitted call, two per
         worker slot (its batch and the batch's lease heartbeat), two for the worker's LISTEN
-        connection and its sweep, and one for the LISTEN connection of calls waiting on an
-        asset's state (``Database.asset_states``) mean an admitted call never waits for a
+        connection and its sweep, one for the LISTEN connection of calls waiting on an
+        asset's state (``Database.asset_states``) and one for the LISTEN connection of the key
+        cache (``Database.access_changes``) mean an admitted call never waits for a
         connection. Unused connections are never opened, so the size costs nothing until the
         load is there.
         """
         if self.memory_db_pool_size is not None:
             return self.memory_db_pool_size
-        return self.memory_max_concurrent_calls + 2 * self.worker_concurrency + 3
+        return self.memory_max_concurrent_calls + 2 * self.worker_concurrency + 4
 
     @property
     def embedded_postgres_memory(self) -> PostgresMemory:

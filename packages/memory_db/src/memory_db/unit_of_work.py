@@ -11,6 +11,8 @@ from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 from memory_db.database import is_connection_failure
 from memory_db.errors import DatabaseUnavailable
 from memory_db.repositories import (
+    AccessChangeWatch,
+    ApiKeyCache,
     ApiKeyRepository,
     ArtifactRepository,
     AssetRepository,
@@ -31,6 +33,7 @@ from memory_db.repositories import (
     WebSessionRepository,
     WorkRepository,
 )
+from memory_db.repositories.access_changes import ACCESS_CHANGED, settle_access_change
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
 # variables are copied into child tasks, so a task started inside a unit of work sees it too.
@@ -49,10 +52,10 @@ class NestedUnitOfWork(RuntimeError):
 class UnitOfWork:
     """Repositories sharing one session and one transaction."""
 
-    def __init__(self, session: AsyncSession) -> None:
+    def __init__(self, session: AsyncSession, key_cache: ApiKeyCache | None = None) -> None:
         self.session = session
         self.identities = IdentityRepository(session)
-        self.api_keys = ApiKeyRepository(session)
+        self.api_keys = ApiKeyRepository(session, key_cache)
         self.vaults = VaultRepository(session)
         self.projects = ProjectRepository(session)
         self.folders = FolderRepository(session)
@@ -113,6 +116,10 @@ class Database:
         self.engine = engine
         # This process's one LISTEN connection for callers waiting on an asset's state.
         self.asset_states = AssetStateWatch(engine)
+        # What tells this process's key cache that access changed. Nothing is cached until
+        # someone runs it (a server does, beside its pool: ``AccessChangeWatch.run``).
+        self.access_changes = AccessChangeWatch(engine)
+        self.key_cache = ApiKeyCache(self.access_changes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     @asynccontextmanager
@@ -129,8 +136,11 @@ class Database:
         """
         async with _one_per_task(), self._sessions() as session:
             async with session.begin():
-                unit = UnitOfWork(session)
+                unit = UnitOfWork(session, self.key_cache)
                 yield unit
+            if session.info.pop(ACCESS_CHANGED, False):
+                # A revoked key or changed grant: no process may still believe a cache.
+                await settle_access_change(self.engine)
             unit._committed()  # pyright: ignore[reportPrivateUsage]
 
     @asynccontextmanager
@@ -142,11 +152,15 @@ class Database:
         fail together, or reads that must agree with each other. Outages, and the one
         checkout per task, as in :meth:`unit_of_work`.
         """
-        async with _one_per_task(), self.engine.connect() as connection:
-            await connection.execution_options(isolation_level="AUTOCOMMIT")
-            async with AsyncSession(connection, expire_on_commit=False) as session:
-                unit = UnitOfWork(session)
-                yield unit
+        async with _one_per_task():
+            async with self.engine.connect() as connection:
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                async with AsyncSession(connection, expire_on_commit=False) as session:
+                    unit = UnitOfWork(session, self.key_cache)
+                    yield unit
+                    changed = session.info.pop(ACCESS_CHANGED, False)
+            if changed:  # with the connection given back: never wait for a second one
+                await settle_access_change(self.engine)
             unit._committed()  # pyright: ignore[reportPrivateUsage]
 
     async def close(self) -> None:

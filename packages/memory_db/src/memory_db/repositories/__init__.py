@@ -5,6 +5,12 @@ from memory_db.repositories._text import (
     drop_forbidden_characters,
     has_forbidden_characters,
 )
+from memory_db.repositories.access_changes import (
+    ACCESS_CHANNEL,
+    AccessChangeWatch,
+    ApiKeyCache,
+    settle_access_change,
+)
 from memory_db.repositories.artifacts import ArtifactRepository
 from memory_db.repositories.asset_states import (
     ASSET_STATE_CHANNEL,
@@ -75,6 +81,7 @@ from memory_db.repositories.web_sessions import (
 from memory_db.repositories.work import JOB_WORK_KINDS, WORK_KINDS, WorkRepository
 
 __all__ = [
+    "ACCESS_CHANNEL",
     "API_KEY_PREFIX",
     "ASSET_STATE_CHANNEL",
     "DEFAULT_VAULT",
@@ -85,6 +92,8 @@ __all__ = [
     "JOB_WORK_KINDS",
     "WEB_SESSION_PREFIX",
     "WORK_KINDS",
+    "AccessChangeWatch",
+    "ApiKeyCache",
     "ApiKeyRecord",
     "ApiKeyRepository",
     "ArtifactRecord",
@@ -144,6 +153,7 @@ __all__ = [
     "listen_for_jobs",
     "namespace_lock",
     "normalise_identity",
+    "settle_access_change",
     "validate_name",
     "validate_vault_handle",
 ]

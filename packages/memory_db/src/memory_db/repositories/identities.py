@@ -21,6 +21,7 @@ from memory_db.errors import Conflict, InvalidInput, NotFound
 from memory_db.ids import new_id
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import has_forbidden_characters
+from memory_db.repositories.access_changes import ApiKeyCache, mark_access_changed
 from memory_db.repositories.records import (
     ApiKeyRecord,
     GrantRecord,
@@ -174,10 +175,14 @@ class IdentityRepository:
 
 
 class ApiKeyRepository:
-    """API keys: created once (the secret is shown once), resolved by hash, revocable."""
+    """API keys: created once (the secret is shown once), resolved by hash, revocable.
 
-    def __init__(self, session: AsyncSession) -> None:
+    ``cache``: this process's :class:`ApiKeyCache`, which :meth:`use` reads first.
+    """
+
+    def __init__(self, session: AsyncSession, cache: ApiKeyCache | None = None) -> None:
         self._session = session
+        self._cache = cache
 
     async def create(
         self, owner_identity: str, scopes: Iterable[str], label: str | None = None
@@ -232,19 +237,32 @@ class ApiKeyRepository:
         await self._session.execute(_touch(ApiKey.id == key_id))
 
     async def use(self, secret: str) -> ApiKeyRecord | None:
-        """:meth:`resolve` and :meth:`touch` in one statement (one round trip, not two).
+        """:meth:`resolve` and :meth:`touch` in one statement, or no statement on a cache hit.
 
-        Every tool call authenticates this way. The answer shows the key as it was before this
-        use (``last_used_at`` unchanged).
+        Every tool call and every MCP HTTP request authenticates this way. With a cache whose
+        watch listens, an active key read in the last minute costs no round trip; the read
+        that refreshes it also records the use (so ``last_used_at`` lags by at most about two
+        minutes). The answer shows the key as it was when read (``last_used_at`` before that
+        read's own touch).
         """
         if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
             return None
-        active = (ApiKey.key_hash == hash_api_key(secret)) & ApiKey.revoked_at.is_(None)
+        key_hash = hash_api_key(secret)
+        cache = self._cache
+        if cache is not None and (cached := cache.get(key_hash)) is not None:
+            return cached
+        ticket = None if cache is None else cache.ticket()
+        active = (ApiKey.key_hash == key_hash) & ApiKey.revoked_at.is_(None)
         touched = _touch(active).returning(ApiKey.id).cte("touched")
         row = (
             await self._session.execute(select(ApiKey).where(active).add_cte(touched))
         ).scalar_one_or_none()
-        return None if row is None else key_record(row)
+        if row is None:
+            return None
+        record = key_record(row)
+        if cache is not None:
+            cache.put(ticket, key_hash, record)
+        return record
 
     async def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke a key (idempotent). Operator action."""
@@ -254,6 +272,7 @@ class ApiKeyRepository:
         if row.revoked_at is None:
             row.revoked_at = datetime.now(UTC)
             await self._session.flush()
+            mark_access_changed(self._session)
         return key_record(row)
 
     async def list_for(
@@ -374,6 +393,7 @@ class VaultRepository:
         else:
             existing.permission = permission
         await self._session.flush()
+        mark_access_changed(self._session)
         await self._session.refresh(existing)
         return _grant_record(existing)
 
@@ -395,6 +415,7 @@ class VaultRepository:
         removed = _grant_record(row)
         await self._session.delete(row)
         await self._session.flush()
+        mark_access_changed(self._session)
         return removed
 
     async def grants(self, owner_identity: str, handle: str) -> list[GrantRecord]:

@@ -49,13 +49,17 @@ class ApiKeyVerifier(TokenVerifier):
         self._endpoint_path = mcp_path
 
     async def verify_token(self, token: str) -> AccessToken | None:
-        """Resolve the key; tools re-resolve it per call, so revocation applies at once."""
+        """Resolve the key through this process's key cache, as the tool will again.
+
+        On a warm cache neither check sends anything; on a cold one this check reads the key
+        (one statement, no transaction) and the tool's check finds it cached. A revocation
+        clears every process's cache before it returns (docs/design.md#key-cache).
+        """
         if not token.strip():
             return None
         try:
-            # One statement: no transaction around it (two round trips fewer per request).
             async with self._database.single_statements() as uow:
-                record = await uow.api_keys.resolve(token)
+                record = await uow.api_keys.use(token)
         except DatabaseUnavailable:
             # The key cannot be checked now. Let the request in with no scopes instead of
             # answering a bare HTTP 500: every tool authenticates again in its own transaction,

@@ -89,7 +89,10 @@ async def check_api_key(services: MemoryServices, key: str) -> None:
 
 @asynccontextmanager
 async def supervised(runtime: Runtime) -> AsyncGenerator[None, None]:
-    """Run ``runtime.supervise`` (it restarts a dead embedded PostgreSQL) beside the block.
+    """Run ``runtime.supervise`` and the access-change listener beside the block.
+
+    ``supervise`` restarts a dead embedded PostgreSQL; the listener (``Database.access_changes``)
+    lets this process's calls find active keys in its cache, and clears it on every change.
 
     What the block raises leaves as itself, not wrapped in the task group's exception group, so
     callers still see a ``ConfigurationError`` or ``Terminated`` as such.
@@ -97,6 +100,8 @@ async def supervised(runtime: Runtime) -> AsyncGenerator[None, None]:
     try:
         async with anyio.create_task_group() as group:
             group.start_soon(runtime.supervise)
+            # Lets calls find active keys in this process's cache (cleared on any change).
+            group.start_soon(runtime.database.access_changes.run)
             try:
                 yield
             finally:
