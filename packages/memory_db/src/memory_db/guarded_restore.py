@@ -56,7 +56,7 @@ RESTORE_ROLE = "memory_restore"
 REFERENCE_DATABASE = "memory_restore_reference"
 FOLDER_TREE_FUNCTION = "mem_asset_folders_check_tree()"
 FOLDER_TREE_TRIGGER = "mem_asset_folders trg_mem_asset_folders_check_tree"
-# Revision 0020: the function and triggers that count and notify changes of access.
+# Revision 0021: the function and triggers that count and notify changes of access.
 ACCESS_FUNCTION = "mem_access_changed()"
 ACCESS_TRIGGERS = frozenset(
     f"{table} {table}_access_changed{suffix}"

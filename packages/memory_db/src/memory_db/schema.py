@@ -256,7 +256,7 @@ class AccessEpoch(Base):
     """How many changes of access (keys, grants, vaults) were committed: one row.
 
     Bumped, and notified on ``memory_access_changes``, by triggers on those tables (migration
-    0020); the row lock orders the epochs as the commits. Key caches follow it
+    0021); the row lock orders the epochs as the commits. Key caches follow it
     (``memory_db.repositories.access_changes``).
     """
 

@@ -1,7 +1,7 @@
 """Keys checked without a round trip: a per-process cache that a change of access clears.
 
 Every change of an API key's standing (revoked, scopes, hash, owner, deleted) and of a grant
-or vault is counted by a trigger (migration 0020): it bumps the one row of
+or vault is counted by a trigger (migration 0021): it bumps the one row of
 ``mem_access_epoch`` and sends ``pg_notify(ACCESS_CHANNEL, <epoch>)``. The row lock makes the
 epochs follow commit order, and PostgreSQL delivers notifications in commit order, so a
 listener that has handled epoch *n* has handled every change up to *n*.

@@ -7,8 +7,8 @@ lock makes epochs follow commit order. Recording that a key was used (``last_use
 a change of access and notifies nothing. Each server process keeps a cache of active keys
 that a notification clears (``memory_db.repositories.access_changes``, docs/design.md).
 
-Revision ID: 0020
-Revises: 0019
+Revision ID: 0021
+Revises: 0020
 Create Date: 2026-12-05 04:10:00
 """
 
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-revision: str = "0020"
-down_revision: str | None = "0019"
+revision: str = "0021"
+down_revision: str | None = "0020"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
