@@ -80,7 +80,9 @@ async def asset_row(services: MemoryServices, asset_id: str) -> dict[str, Any]:
 
 
 async def scalar(services: MemoryServices, sql: str, **params: Any) -> Any:
-    async with services.database.engine.connect() as conn:
+    # begin(), not connect(): a write through connect() was rolled back on leaving the block,
+    # so "due now" never happened and the test passed only when the backoff had run out.
+    async with services.database.engine.begin() as conn:
         return (await conn.execute(text(sql), params)).scalar_one()
 
 
