@@ -97,14 +97,15 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 	$(UV) run --frozen --no-sync memory-server migrate
 
 .PHONY: test
-# pytest workers (pytest-xdist), each with its own embedded PostgreSQL; a test file runs whole
-# on one worker. TEST_WORKERS=2 takes about 16 minutes here instead of about 25, but on two
-# cores the doubled load made timing-bound end-to-end tests fail now and then, so the default
-# stays one.
-TEST_WORKERS ?= 1
+# pytest workers (pytest-xdist), one per core of this 2-core machine. Each worker owns its
+# embedded PostgreSQL (the session fixture, under its own base temp dir), its data dirs and
+# the ports it asks the system for; a test file runs whole on one worker, files handed out in
+# collection order (the slow end-to-end files first: conftest.py). TEST_WORKERS=1 runs in
+# one process.
+TEST_WORKERS ?= 2
 
 test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
-	$(UV) run --frozen pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile)
+	$(UV) run --frozen pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages

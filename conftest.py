@@ -1,3 +1,25 @@
-"""Root test configuration: the real-PostgreSQL fixtures every package's tests share."""
+"""Root test configuration: the shared fixtures, and the order in which test files start.
+
+The real-PostgreSQL and S3 fixtures every package's tests share come from
+``memory_db.testing.fixtures``.
+"""
+
+from __future__ import annotations
+
+import pytest
 
 pytest_plugins = ["memory_db.testing.fixtures"]
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the files marked ``slow`` (real server processes, Chromium) first, in their order.
+
+    `make test` runs the suite on two pytest-xdist workers, a file whole on one worker
+    (``--dist loadfile --no-loadscope-reorder``), handing out files in this order. A file of
+    a few long end-to-end tests handed out last would keep one worker busy alone at the end;
+    started first, the many short files fill in behind it and both workers finish together.
+    The order within a file is kept, and every worker computes the same order.
+    """
+    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    items.sort(key=lambda item: item.path not in slow)  # a stable sort: False (slow) first

@@ -22,8 +22,12 @@ from memory_db.unit_of_work import Database
 
 @pytest.fixture(scope="session")
 def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTests]:
-    """One real PostgreSQL 18 + pgvector for the whole session, with a migrated template."""
-    server = PostgresForTests(tmp_path_factory.mktemp("pg") / "data")
+    """One real PostgreSQL 18 + pgvector for the whole session, with a migrated template.
+
+    Per pytest-xdist worker (a session each), under the worker's own base temp dir. Not durable
+    (``fsync = off``): see :mod:`memory_db.testing`.
+    """
+    server = PostgresForTests(tmp_path_factory.mktemp("pg") / "data", durable=False)
     asyncio.run(server.start())
     try:
         yield server

@@ -1,0 +1,44 @@
+"""The files marked ``slow`` are handed out first (root conftest.py), each file kept whole.
+
+`make test` gives files to its two pytest-xdist workers in collection order: a long
+end-to-end file handed out last would leave one worker running alone at the end.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+QUICK = "packages/memory_tools/tests/unit/test_search_fusion.py"
+SLOW = "tests/e2e/test_killed_servers.py"
+
+
+def _tests_in(path: str) -> list[str]:
+    """The test functions of ``path`` in the order they are written."""
+    tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+    return [
+        node.name
+        for node in tree.body
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.name.startswith("test_")
+    ]
+
+
+def test_slow_files_come_first_whole_and_in_their_own_order() -> None:
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, QUICK, SLOW], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    collected = [line for line in done.stdout.splitlines() if "::" in line]
+    files = [test_id.split("::", 1)[0] for test_id in collected]
+    # Named quick first, collected slow first, each file whole.
+    assert files == [SLOW] * files.count(SLOW) + [QUICK] * files.count(QUICK), files
+    assert files.count(SLOW) and files.count(QUICK)
+    # Within the slow file, the written order.
+    assert [test_id.split("::", 1)[1] for test_id in collected if test_id.startswith(SLOW)] == (
+        _tests_in(SLOW)
+    )
