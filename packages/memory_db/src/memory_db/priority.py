@@ -13,10 +13,11 @@ thread, and a process started from a thread inherits that thread's, so:
 - a subprocess started in such a thread (the ``tesseract`` of an OCR job) inherits the value.
 
 What this does not cover: libvips runs image operations in worker threads of its own, at the
-priority of the thread that first started them (a save's, usually); code on the event loop itself (parsing results, JSON,
-SQLAlchemy) cannot be deprioritised per task, and the worker's PostgreSQL statements run in the
-server's backends at their priority. The process as a whole is not niced either: it may be the
-one that starts or restarts the embedded PostgreSQL, which would inherit the value.
+priority of the thread that first started them (a save's, usually); code on the event loop
+itself (parsing results, JSON, SQLAlchemy) cannot be deprioritised per task, and the worker's
+PostgreSQL statements run in the server's backends at their priority. The process as a whole
+is not niced either: it may be the one that starts or restarts the embedded PostgreSQL, which
+would inherit the value.
 """
 
 from __future__ import annotations
