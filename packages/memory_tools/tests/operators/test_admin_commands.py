@@ -518,3 +518,13 @@ def test_progress_writes_plain_lines_otherwise(capsys: pytest.CaptureFixture[str
         progress.advance(1, 2, "alice")
         progress.advance(2, 2)
     assert capsys.readouterr().err.splitlines() == ["counting: 1/2 alice", "counting: 2/2"]
+
+
+def test_a_long_table_title_is_printed_whole_on_its_own_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # A backup's title names its directory; wrapped to the table's width it came out in pieces
+    # (seen with pytest-xdist's longer temporary paths).
+    title = "backup in /" + "/".join(["a-rather-long-directory-name"] * 6) + "/backup"
+    admin_output.print_table(title, ("schema", "assets"), [("0021", 3)], empty="none")
+    assert capsys.readouterr().out.splitlines()[0] == title

@@ -76,8 +76,11 @@ def print_table(
 
     # Not a terminal (a pipe, a file): wide enough that e-mail addresses never wrap.
     console = Console(width=None if sys.stdout.isatty() else 200)
+    # The title on a line of its own, never wrapped: as a table title rich wrapped it to the
+    # table's width, and a long path in it ("backup in <path>") came out in pieces.
     # Text, not str: rich would read "[...]" in a key's label as markup (and fail on "[/]").
-    table = Table(title=Text(shown(title)), title_justify="left")
+    console.print(Text(shown(title)), soft_wrap=True)
+    table = Table()
     for column in columns:
         table.add_column(column, overflow="fold")
     for line in cells:
