@@ -288,7 +288,8 @@ def _faiss(stored: np.ndarray, queries: dict[str, list[list[float]]]) -> dict[st
     index = faiss.IndexHNSWFlat(stored.shape[1], 16, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = 64
     index.add(stored)
-    index.hnsw.efSearch = SearchTuning().ef_search
+    # The breadth the server's search uses on a table of this many vectors.
+    index.hnsw.efSearch = SearchTuning().ef_search_for(float(stored.shape[0]))
     medians: dict[str, float] = {}
     for kind, vectors in queries.items():
         times: list[float] = []
