@@ -128,18 +128,23 @@ def usage_entry(
     prompt_tokens: int = 0,
     image_tokens: int = 0,
     request_id: str | None = None,
+    asset_id: str | None = None,
+    job_id: str | None = None,
+    entry_id: str | None = None,
 ) -> Insert:
-    """One usage entry as an INSERT a caller's statement runs (a search's, as a CTE)."""
+    """One usage entry as an INSERT (run alone, or by a caller's statement: a search's CTE)."""
     if source not in USAGE_SOURCES:
         raise ValueError(f"unknown usage source {source!r}")
     return insert(UsageLedgerEntry).values(
-        id=new_id("aul"),
+        id=entry_id or new_id("aul"),
         owner_identity=owner_identity,
         source=source,
         model=model,
         total_tokens=total_tokens,
         prompt_tokens=prompt_tokens,
         image_tokens=image_tokens,
+        asset_id=asset_id,
+        job_id=job_id,
         request_id=request_id,
     )
 
@@ -164,12 +169,9 @@ class UsageRepository:
         request_id: str | None = None,
     ) -> str:
         """Append one usage entry and return its id."""
-        if source not in USAGE_SOURCES:
-            raise ValueError(f"unknown usage source {source!r}")
         entry_id = new_id("aul")
-        self._session.add(
-            UsageLedgerEntry(
-                id=entry_id,
+        await self._session.execute(
+            usage_entry(
                 owner_identity=owner_identity,
                 source=source,
                 model=model,
@@ -179,9 +181,9 @@ class UsageRepository:
                 asset_id=asset_id,
                 job_id=job_id,
                 request_id=request_id,
+                entry_id=entry_id,
             )
         )
-        await self._session.flush()
         return entry_id
 
     async def record_many(self, entries: Sequence[dict[str, Any]]) -> None:
