@@ -63,7 +63,14 @@ printed PASS/FAIL (n/a when this run cannot judge one, e.g. an N it did not run)
   per-operation p95 / (N / throughput) shows which operation waits longest.)
 - every acknowledged save readable and found by its title;
 - counters with zero drift (and nothing left reserved);
-- save -> searchable p95 under 2 s at 16 clients (issue 31, "Save").
+- save -> searchable p95 under 2 s at 16 clients (issue 31, "Save");
+- with ``--ocr-compare N`` (``make bench`` passes 16): search p95 at N clients with OCR as set
+  (``ASSET_OCR``, default ``screenshots``: the mix's PNG saves are read) at most 1.3x its value
+  with ``ASSET_OCR=off`` (issue 31, "Background work does not starve searches"). Measured A-B-A
+  after the main run: its phase at N (or one of its own), then a phase on a server restarted
+  with OCR off, then one restarted with the setting again; the means of the p95s are compared,
+  and the OCR jobs each phase created are printed, so a run where OCR did not run as set is
+  not judged. The saves of these phases are not read back afterwards.
 
 Exit status, as the other benchmarks: 0 when the benchmark ran (missed targets are printed),
 non-zero when it could not run; ``--strict`` also exits 1 when a target is missed.
@@ -74,8 +81,8 @@ removed on exit, Ctrl-C and failures included.
 
 Usage: python benchmarks/load.py [--quick | --full] [--clients 1,4,16,64] [--mix OP=W,...] [--warmup 5] [--duration 30]
        [--library 10000] [--call-timeout 20] [--settle 30] [--sessions-per-process 32]
-       [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--port 0] [--json]
-       [--strict]
+       [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--ocr-compare N]
+       [--port 0] [--json] [--strict]
 """
 
 from __future__ import annotations
@@ -89,13 +96,14 @@ import selectors
 import shlex
 import shutil
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import AsyncGenerator, Generator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -147,6 +155,7 @@ class Phase:
     searchable: dict[str, float | None] = field(default_factory=dict)  # p50/p95 s, None = never
     never_searchable: int = 0
     cpu: dict[str, float] = field(default_factory=dict)  # cores
+    ocr_jobs: int = 0  # OCR jobs the phase's saves created
     acknowledged: dict[str, str] = field(default_factory=dict, repr=False)  # asset -> title
 
     @property
@@ -370,6 +379,7 @@ async def run_phase(
     config: PhaseConfig, database: Database, server: subprocess.Popen[bytes], clients: int
 ) -> Phase:
     """N clients for warm-up + window; the figures of the window."""
+    ocr_jobs = await _ocr_jobs(database)
     with contextlib.ExitStack() as stack:
         processes = _start_clients(config, clients, stack)
         for process in processes:
@@ -405,7 +415,17 @@ async def run_phase(
     phase.acknowledged = {r[4]: r[5] for r in records if r[0] == "save" and r[4]}
     saves = {r[4]: r[2] for r in records if r[0] == "save" and r[4] and start <= r[1] < end}
     await _searchable(phase, database, saves, config.settle)
+    phase.ocr_jobs = await _ocr_jobs(database) - ocr_jobs
     return phase
+
+
+async def _ocr_jobs(database: Database) -> int:
+    """How many OCR jobs exist, whatever their state (saves only ever add them)."""
+    async with database.unit_of_work() as uow:
+        count = await uow.session.scalar(
+            text("SELECT count(*) FROM mem_asset_embedding_jobs WHERE kind = 'ocr'")
+        )
+    return int(count or 0)
 
 
 def _summarise(phase: Phase, records: list[list[Any]], start: float, end: float) -> None:
@@ -509,6 +529,29 @@ class Afterwards:
     seconds: float = 0.0
 
 
+@dataclass
+class OcrComparison:
+    """Search p95 at one N with the server's OCR setting and with ``ASSET_OCR=off``.
+
+    Measured A-B-A: the main run's phase at that N (or a phase of its own when the main run
+    did not have that N), a phase on a server restarted with OCR off, then one restarted with
+    the setting again; the OCR jobs each phase created show that OCR ran where it should.
+    """
+
+    clients: int
+    on: list[float] = field(default_factory=list)  # search p95 of each OCR-on phase, ms
+    off: list[float] = field(default_factory=list)  # search p95 of each OCR-off phase, ms
+    ocr_jobs_on: list[int] = field(default_factory=list)
+    ocr_jobs_off: list[int] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float | None:
+        """Mean search p95 with OCR on over the mean with it off."""
+        if not self.on or not self.off or not statistics.fmean(self.off):
+            return None
+        return statistics.fmean(self.on) / statistics.fmean(self.off)
+
+
 # --- report ---------------------------------------------------------------------------------
 
 
@@ -523,10 +566,13 @@ def _seconds(value: float | None, settle: float) -> str:
 MANY_CLIENTS = (1, 4, 16, 64)  # issue 31: no errors at each
 SCALING = 1.8  # issue 31: throughput at 16 clients at least this times one client's
 FAIR = 1.5  # issue 31: search p95 at 16 at most this times 16 / throughput
+OCR_COST = 1.3  # issue 31: search p95 with OCR on at most this times with OCR off
 
 
 def targets(
-    phases: dict[int, Phase], after: Afterwards | None = None
+    phases: dict[int, Phase],
+    after: Afterwards | None = None,
+    ocr: OcrComparison | None = None,
 ) -> list[tuple[str, bool | None, str]]:
     """Issue 31's many-clients targets: (what, PASS/FAIL or None when not judged, figures)."""
     judged: list[tuple[str, bool | None, str]] = []
@@ -595,11 +641,31 @@ def targets(
                 f"{'never' if p95 is None else f'{p95:.2f} s'} over {sixteen.saves} saves",
             )
         )
+    judged.append(_ocr_target(ocr))
     return judged
 
 
+def _ocr_target(ocr: OcrComparison | None) -> tuple[str, bool | None, str]:
+    what = f"search p95 with OCR on <= {OCR_COST:g}x with OCR off"
+    if ocr is None:
+        return what, None, "not run (--ocr-compare)"
+    ratio = ocr.ratio
+    if ratio is None:
+        return what, None, f"at N={ocr.clients}: no search measured"
+    if not any(ocr.ocr_jobs_on) or any(ocr.ocr_jobs_off):
+        jobs = f"OCR jobs created: on {ocr.ocr_jobs_on}, off {ocr.ocr_jobs_off}"
+        return what, None, f"at N={ocr.clients}: OCR did not run as set ({jobs})"
+    on = "/".join(f"{value:.0f}" for value in ocr.on)
+    off = "/".join(f"{value:.0f}" for value in ocr.off)
+    return what, ratio <= OCR_COST, f"at N={ocr.clients}: {on} ms vs {off} ms: {ratio:.2f}x"
+
+
 def report(
-    phases: dict[int, Phase], after: Afterwards | None, args: argparse.Namespace, revision: str
+    phases: dict[int, Phase],
+    after: Afterwards | None,
+    args: argparse.Namespace,
+    revision: str,
+    ocr: OcrComparison | None = None,
 ) -> bool:
     """Print the tables and the targets; True when every target this run judges is met."""
     mix = ", ".join(f"{name} {weight}" for name, weight in args.mix)
@@ -667,9 +733,15 @@ def report(
         for what, ids in (("unreadable", after.unreadable), ("not found", after.unsearchable)):
             if ids:
                 print(f"  {what}: {len(ids)}, e.g. {', '.join(ids[:5])}")
+    if ocr is not None:
+        print(
+            f"\nOCR on/off at N={ocr.clients} (A-B-A, a server restarted for each): search p95 "
+            f"on {', '.join(f'{v:.0f}' for v in ocr.on)} ms (OCR jobs {ocr.ocr_jobs_on}), "
+            f"off {', '.join(f'{v:.0f}' for v in ocr.off)} ms (OCR jobs {ocr.ocr_jobs_off})"
+        )
     print("\ntargets (issue 31, many clients):")
     met = True
-    for what, ok, figures in targets(phases, after):
+    for what, ok, figures in targets(phases, after, ocr):
         verdict = "n/a" if ok is None else ("PASS" if ok else "FAIL")
         met = met and ok is not False
         print(f"  {verdict:<5}{what}: {figures}")
@@ -692,10 +764,13 @@ def _revision() -> str:
 # --- main -----------------------------------------------------------------------------------
 
 
-async def run(args: argparse.Namespace, tmp: Path) -> tuple[dict[int, Phase], Afterwards | None]:
+async def run(
+    args: argparse.Namespace, tmp: Path
+) -> tuple[dict[int, Phase], Afterwards | None, OcrComparison | None]:
     settings = MemorySettings(memory_data_dir=tmp / "data")
     phases: dict[int, Phase] = {}
     after: Afterwards | None = None
+    ocr: OcrComparison | None = None
     async with library_database(settings, args.library) as (database, _url, key, _pg):
         index, _namespace = await library_target(database, DEFAULT_ALIAS, OWNER)
         drift_before = await counter_drift(database, index, settings)
@@ -731,7 +806,53 @@ async def run(args: argparse.Namespace, tmp: Path) -> tuple[dict[int, Phase], Af
             else:
                 after = await afterwards(phases, database, index, settings, url, key, args)
                 after.drift_bytes -= drift_before
-    return phases, after
+        if args.ocr_compare and after is not None:
+            ocr = await ocr_comparison(args, config, database, tmp, server_env, phases)
+    return phases, after, ocr
+
+
+async def ocr_comparison(
+    args: argparse.Namespace,
+    config: PhaseConfig,
+    database: Database,
+    tmp: Path,
+    server_env: dict[str, str],
+    phases: dict[int, Phase],
+) -> OcrComparison:
+    """Search p95 at ``--ocr-compare`` clients with OCR as set, off, then as set again (A-B-A).
+
+    Each phase gets a server of its own, restarted with the setting, on the same database.
+    The main run's phase at that N is the first A; without one, a phase of its own is.
+    """
+    comparison = OcrComparison(clients=args.ocr_compare)
+
+    def record(phase: Phase, ocr_on: bool) -> None:
+        p95 = phase.latency.get("search", {}).get("p95")
+        if p95 is not None:
+            (comparison.on if ocr_on else comparison.off).append(p95)
+        (comparison.ocr_jobs_on if ocr_on else comparison.ocr_jobs_off).append(phase.ocr_jobs)
+
+    runs = [False, True]
+    if args.ocr_compare in phases:
+        record(phases[args.ocr_compare], True)
+    else:
+        runs.insert(0, True)
+    for ocr_on in runs:
+        label = "on" if ocr_on else "off"
+        env = server_env if ocr_on else {**server_env, "ASSET_OCR": "off"}
+        with running_server(
+            tmp / "data",
+            tmp / f"server-ocr-{label}.log",
+            shlex.split(args.server_args),
+            env,
+            port=args.port,
+        ) as (url, server):
+            print(f"N={args.ocr_compare}, OCR {label}: running", flush=True)
+            record(
+                await run_phase(replace(config, url=url), database, server, args.ocr_compare),
+                ocr_on,
+            )
+    return comparison
 
 
 async def afterwards(
@@ -804,6 +925,14 @@ def main() -> int:
     parser.add_argument(
         "--server-log", type=Path, default=None, help="keep the server's log at this path"
     )
+    parser.add_argument(
+        "--ocr-compare",
+        type=int,
+        default=0,
+        metavar="N",
+        help="then measure search p95 at N clients with OCR as set, off, and as set again "
+        "(a server restarted for each; issue 31's OCR target)",
+    )
     parser.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target is missed")
@@ -826,16 +955,20 @@ def main() -> int:
     if any("=" not in item for item in args.server_env):
         parser.error("--server-env takes KEY=VALUE")
     args.server_env = args.server_env or list(DEFAULT_SERVER_ENV)
+    if args.ocr_compare < 0:
+        parser.error("--ocr-compare takes a number of clients")
+    if args.ocr_compare and "ASSET_OCR=off" in args.server_env:
+        parser.error("--ocr-compare compares OCR as set with OCR off: ASSET_OCR=off leaves none")
     for name in [k for k in os.environ if k.startswith(_OUR_ENV)]:
         del os.environ[name]  # the loader and the server see the same, default, settings
     configure_logging(level="warning")
     with tempfile.TemporaryDirectory(prefix="load-") as tmp:
         try:
-            phases, after = anyio.run(run, args, Path(tmp))
+            phases, after, ocr = anyio.run(run, args, Path(tmp))
         finally:
             if args.server_log is not None and (Path(tmp) / "server.log").exists():
                 shutil.copyfile(Path(tmp) / "server.log", args.server_log)
-    met = report(phases, after, args, _revision())
+    met = report(phases, after, args, _revision(), ocr)
     if args.json:
         figures: dict[str, Any] = {
             str(n): {k: v for k, v in asdict(p).items() if k != "acknowledged"}
@@ -843,6 +976,8 @@ def main() -> int:
         }
         if after is not None:
             figures["afterwards"] = asdict(after)
+        if ocr is not None:
+            figures["ocr"] = asdict(ocr)
         print(json.dumps(figures, indent=2))
     return 1 if args.strict and not met else 0
 

@@ -32,7 +32,10 @@ BENCHMARKS = [
         ["search.py"],
     ),
     ("server memory under 24 concurrent maximum-size saves", ["decode_memory.py"]),
-    ("1 to 64 concurrent MCP clients against the HTTP server", ["load.py"]),
+    (
+        "1 to 64 concurrent MCP clients against the HTTP server, and OCR's cost to searches",
+        ["load.py", "--ocr-compare", "16"],
+    ),
     ("page image extraction: selectolax (Lexbor) vs lxml", ["page_images.py"]),
     ("operator command start-up beside a running server vs the import floor", ["cli_startup.py"]),
 ]
