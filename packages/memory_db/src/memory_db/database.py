@@ -27,6 +27,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit, urlunsplit
 import anyio
 import asyncpg  # type: ignore[import-untyped]
 import psutil
+from pydantic_core import from_json
 from sqlalchemy import event, text
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
@@ -82,6 +83,11 @@ def create_engine(
     checkout (:func:`_replace_closed`); one that breaks silently fails the statement that
     uses it, as a disconnect, and SQLAlchemy then drops every connection of the pool opened
     before it, so the call after that one connects afresh.
+
+    ``json`` and ``jsonb`` values are decoded by pydantic-core's parser (the same values as
+    :func:`json.loads`, several times faster): a search returns its ranked lists and reloaded
+    rows as one JSON document, and decoding it with the standard library was about a twentieth
+    of the server's CPU per search (docs/performance.md).
     """
     engine = create_async_engine(
         to_async_url(url),
@@ -90,6 +96,7 @@ def create_engine(
         pool_timeout=POOL_TIMEOUT_SECONDS,
         connect_args={"timeout": CONNECT_TIMEOUT_SECONDS},
         echo=echo,
+        json_deserializer=from_json,
     )
     event.listen(engine.sync_engine.pool, "checkout", _replace_closed)
     return engine
