@@ -18,6 +18,7 @@ or "corrected".
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
 import importlib.util
@@ -187,8 +188,14 @@ def ocr_binding() -> str:
 
 @functools.cache
 def warm_engines() -> WarmEngines:
-    """The warm engines of this process (children start on first use, not here)."""
-    return WarmEngines()
+    """The warm engines of this process (children start on first use, not here).
+
+    Their idle children are ended when the process exits (a child also ends by itself when
+    its parent dies: its input closes).
+    """
+    engines = WarmEngines()
+    atexit.register(engines.close)
+    return engines
 
 
 def read_text(

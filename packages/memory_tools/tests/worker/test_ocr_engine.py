@@ -178,21 +178,25 @@ async def test_a_killed_child_fails_only_its_job_and_the_next_job_works(
     saver = AssetSaver(reading)
     page = _page("Invoice due on Friday")
     with capture_logs() as logs:
-        flag.touch()
+        await anyio.Path(flag).touch()
         first = (await saver.save(alice, SaveRequest(image_base64=b64(page)))).asset_id
-        hanging = flag.with_suffix(".hanging")
+        hanging = anyio.Path(flag.with_suffix(".hanging"))
         async with anyio.create_task_group() as group:
             group.start_soon(EmbeddingWorker(reading, FAST).drain)
             with anyio.fail_after(PATIENT):
-                while not hanging.exists():  # the child took the image and will not answer
+                while not await hanging.exists():  # the child took the image and will not answer
                     await anyio.sleep(0.05)
-            os.kill(int(hanging.read_text()), signal.SIGKILL)
+            os.kill(int(await hanging.read_text()), signal.SIGKILL)
         killed = await _ocr_job(reading, first)
         second_page = _page("Harbour ferry timetable")
         second = (await saver.save(alice, SaveRequest(image_base64=b64(second_page)))).asset_id
         await EmbeddingWorker(reading, FAST).drain()
         read = await _ocr_job(reading, second)
-    assert (killed.status, killed.last_error_code, killed.asset) == ("failed", "ocr_failed", "ready")
+    assert (killed.status, killed.last_error_code, killed.asset) == (
+        "failed",
+        "ocr_failed",
+        "ready",
+    )
     assert "signal 9" in killed.last_error
     assert (read.status, read.asset) == ("done", "ready")
     assert "Harbour ferry timetable" in read.ocr_text
