@@ -10,6 +10,9 @@ deterministic, so a repeated upsert replaces rather than duplicates.
 
 Jobs of other kinds (``ocr``, ``describe``) share the queue, its leases and failure policy; the
 worker hands each to the handler registered for its kind (:mod:`memory_tools.job_handlers`).
+A running worker claims them in a lane of their own, one batch at a time, beside its embedding
+slots: a save's embedding (what makes it searchable) never waits behind a slow OCR read, and a
+stream of saves never starves the OCR.
 
 Workers wake on the job queue's notification (``memory_db.repositories.JOB_CHANNEL``, sent by
 every save) and poll as a fallback.
