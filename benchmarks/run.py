@@ -21,6 +21,7 @@ BENCHMARKS = [
     ("clip embedder (tiny and ViT-B/32-shaped ONNX) vs decoding", ["clip_embedder.py"]),
     ("ingest pipeline vs Pillow", ["ingest.py"]),
     ("embedding worker vs a naive loop", ["worker.py"]),
+    ("OCR: CPU per read, warm engine vs a tesseract process per call", ["ocr_engine.py"]),
     ("provider cost: inputs and tokens sent, reuse off vs on", ["provider_cost.py"]),
     (
         "vector index: every selectivity, recall and speed, and peers",

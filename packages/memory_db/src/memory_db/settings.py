@@ -349,7 +349,8 @@ class MemorySettings(BaseSettings):
         """Pooled connections per process: ``MEMORY_DB_POOL_SIZE``, or enough for full load.
 
         A task holds at most one connection at a time, so one per admitted call, two per
-        worker slot (its batch and the batch's lease heartbeat), two for the worker's LISTEN
+        worker slot (its batch and the batch's lease heartbeat; the slots that embed and the
+        one lane of OCR and other kinds), two for the worker's LISTEN
         connection and its sweep, one for the LISTEN connection of calls waiting on an
         asset's state (``Database.asset_states``) and one for the LISTEN connection of the key
         cache (``Database.access_changes``) mean an admitted call never waits for a
@@ -358,7 +359,7 @@ class MemorySettings(BaseSettings):
         """
         if self.memory_db_pool_size is not None:
             return self.memory_db_pool_size
-        return self.memory_max_concurrent_calls + 2 * self.worker_concurrency + 4
+        return self.memory_max_concurrent_calls + 2 * (self.worker_concurrency + 1) + 4
 
     @property
     def embedded_postgres_memory(self) -> PostgresMemory:

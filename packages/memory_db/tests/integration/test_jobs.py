@@ -187,6 +187,32 @@ async def test_a_claim_takes_every_due_embedding_job_of_the_assets_it_takes(
     assert {job.id for job in other} == set(second.values())
 
 
+async def test_a_claim_takes_embedding_jobs_before_older_jobs_of_other_kinds(
+    database: Database,
+) -> None:
+    # OCR queued first (earlier saves, or a whole vault read again), then a new save's
+    # embeddings: what makes the new save searchable is claimed first, whatever waited longer.
+    owners = [f"reader{n}@example.com" for n in range(3)]
+    read = [await _asset(database, owner) for owner in owners]
+    async with database.unit_of_work() as uow:
+        ocr = [
+            await uow.jobs.create_kind(owner, asset, kind="ocr", model="tesseract")
+            for owner, asset in zip(owners, read, strict=True)
+        ]
+    new_asset = await _asset(database, A)
+    embeds = {job.id for job in await _queue(database, A, new_asset)}
+    other = await _asset(database, B)
+    later = {job.id for job in await _queue(database, B, other)}
+    async with database.unit_of_work() as uow:
+        first = await uow.jobs.claim("w1", limit=2, lease_seconds=30, kinds=("embed", "ocr"))
+        # The lane of other kinds takes them while embedding jobs are still due: never starved.
+        lane = await uow.jobs.claim("w2", limit=8, lease_seconds=30, kinds=("ocr",))
+        rest = await uow.jobs.claim("w3", limit=8, lease_seconds=30, kinds=("embed", "ocr"))
+    assert {job.id for job in first} == embeds
+    assert {job.id for job in lane} == {job.id for job in ocr if job is not None}
+    assert {job.id for job in rest} == later
+
+
 async def test_a_lapsed_lease_is_claimed_again_or_failed_after_the_last_attempt(
     database: Database,
 ) -> None:

@@ -15,9 +15,9 @@ async def test_the_runtime_opens_its_pool_from_the_settings(database_url: str) -
     assert embedded is None
     try:
         pool: Any = database.engine.pool
-        # calls + 2 per worker slot + 2 spare + the waiting calls' one LISTEN connection + the
-        # key cache's LISTEN connection
-        assert (pool.size(), pool._max_overflow) == (3 + 2 * 2 + 2 + 1 + 1, 1)
+        # calls + 2 per worker slot (two that embed, the lane of other kinds) + 2 spare + the
+        # waiting calls' one LISTEN connection + the key cache's LISTEN connection
+        assert (pool.size(), pool._max_overflow) == (3 + 2 * 3 + 2 + 1 + 1, 1)
     finally:
         await database.close()
 

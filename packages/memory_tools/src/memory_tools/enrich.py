@@ -143,6 +143,8 @@ async def _store_reading(
     provenance: dict[str, Any] = {
         "engine": reading.engine,
         "engineVersion": reading.engine_version,
+        # How it ran: a warm child (tesserocr) or a tesseract process per call (pytesseract).
+        "binding": reading.binding,
         "language": reading.language,
         "confidence": reading.confidence,
         "words": reading.words,

@@ -1,8 +1,10 @@
 """Reading the text in an image with Tesseract (docs/ocr.md), offline and bounded.
 
-:func:`read_text` runs the Debian ``tesseract-ocr`` engine through pytesseract, which starts one
-``tesseract`` process per image: a process can be killed when it overruns its time limit, and
-a crash in the engine cannot take the worker with it. Orientation detection (``--psm 0``) runs
+:func:`read_text` runs Tesseract in a warm child process (:mod:`memory_tools.ocr_engine`, the
+``tesserocr`` binding with Debian's language data), fed one image at a time: the child is killed
+when a read overruns its time limit, and a crash in the engine cannot take the worker with it.
+Without the binding, the ``tesseract`` command does the same through pytesseract, one process
+per call (:func:`ocr_binding` says which). Orientation detection (``--psm 0``) runs
 first and the page is turned upright before it is read, so a screenshot saved sideways or
 upside down is read too; when there is too little text to tell, the page segmentation that
 detects orientation itself (``--psm 1``) reads it.
@@ -16,14 +18,16 @@ or "corrected".
 
 from __future__ import annotations
 
+import atexit
 import functools
 import hashlib
+import importlib.util
 import math
 import os
 import tempfile
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, cast
 
@@ -31,6 +35,7 @@ import pytesseract
 import pyvips
 
 from memory_db import UnitOfWork
+from memory_tools.ocr_engine import EngineChild, EngineFailure, WarmEngines
 
 ENGINE = "tesseract"
 LANGUAGE = "eng"  # the language data Debian's tesseract-ocr-eng installs
@@ -59,6 +64,21 @@ MAX_UNIFORM_STEP = 2
 # cores the team's threads mostly spin: one thread read a 1280 x 800 screenshot with 40-60 %
 # less CPU and the same words (docs/ocr.md#what-it-costs). An operator's own value wins.
 OMP_THREAD_LIMIT = "1"
+# The columns of Tesseract's TSV word table, as its command line heads them.
+TSV_COLUMNS = (
+    "level",
+    "page_num",
+    "block_num",
+    "par_num",
+    "line_num",
+    "word_num",
+    "left",
+    "top",
+    "width",
+    "height",
+    "conf",
+    "text",
+)
 
 
 def ocr_wanted(setting: str, *, source_kind: str, format_name: str, data: bytes) -> bool:
@@ -111,6 +131,8 @@ class OcrReading:
     # Why the engine was not run, when the image cannot hold readable text (cannot_hold_text):
     # ``too_small`` or ``uniform``; the reading then has no text, and says so.
     skipped: str | None = None
+    # How Tesseract ran (ocr_binding): ``tesserocr`` (a warm child) or ``pytesseract``.
+    binding: str = "pytesseract"
 
 
 def cannot_hold_text(image: pyvips.Image) -> str | None:
@@ -153,66 +175,147 @@ def engine_version() -> str:
         ) from None
 
 
+@functools.cache
+def ocr_binding() -> str:
+    """How this process runs Tesseract: ``tesserocr`` (warm children) or ``pytesseract``.
+
+    ``tesserocr`` when the binding is installed (a dependency: its wheel carries the engine),
+    ``pytesseract`` (a ``tesseract`` process per call) only when it is not. Recorded in every
+    reading's provenance (``binding``) and in the worker's start-up line.
+    """
+    return "tesserocr" if importlib.util.find_spec("tesserocr") is not None else "pytesseract"
+
+
+@functools.cache
+def warm_engines() -> WarmEngines:
+    """The warm engines of this process (children start on first use, not here).
+
+    Their idle children are ended when the process exits (a child also ends by itself when
+    its parent dies: its input closes).
+    """
+    engines = WarmEngines()
+    atexit.register(engines.close)
+    return engines
+
+
 def read_text(
     data: bytes,
     *,
     timeout: float = DEFAULT_TIMEOUT_SECONDS,
     max_chars: int = MAX_TEXT_CHARS,
+    engines: WarmEngines | None = None,
 ) -> OcrReading:
     """Read the text in ``data`` (an image pyvips decodes: the sanitised preview) synchronously.
 
-    Raises :class:`OcrError`: ``ocr_unavailable`` (no Tesseract), ``ocr_timeout`` (over
-    ``timeout`` seconds; the process is killed), ``ocr_failed`` (the engine or the decode
-    failed).
+    With the ``tesserocr`` binding, in a warm child of ``engines`` (default:
+    :func:`warm_engines`); without it, in ``tesseract`` processes (pytesseract). Raises
+    :class:`OcrError`: ``ocr_unavailable`` (no Tesseract), ``ocr_timeout`` (over ``timeout``
+    seconds; the process is killed), ``ocr_failed`` (the engine or the decode failed).
     """
-    version = engine_version()
+    binding = ocr_binding()
+    version = engine_version() if binding == "pytesseract" else ""
     try:
         image = pyvips.Image.new_from_buffer(data, "").copy_memory()
         skipped = cannot_hold_text(image)
-        if skipped is not None:
-            return OcrReading(
-                text=None,
-                language=LANGUAGE,
-                confidence=None,
-                words=0,
-                engine=ENGINE,
-                engine_version=version,
-                input_sha256=hashlib.sha256(data).hexdigest(),
-                skipped=skipped,
-            )
-        if max(image.width, image.height) < UPSCALE_BELOW_EDGE:
-            image = image.resize(2, kernel="linear")
-        if image.hasalpha():
-            image = image.flatten(background=[255, 255, 255])
-        image = image.colourspace("b-w").copy_memory()
+        if skipped is None:
+            if max(image.width, image.height) < UPSCALE_BELOW_EDGE:
+                image = image.resize(2, kernel="linear")
+            if image.hasalpha():
+                image = image.flatten(background=[255, 255, 255])
+            image = image.colourspace("b-w").copy_memory()
     except pyvips.Error:
         raise OcrError("ocr_failed", "the image could not be prepared for OCR") from None
     deadline = time.monotonic() + timeout
-    # pytesseract starts its processes with this process's environment (see OMP_THREAD_LIMIT).
-    os.environ.setdefault("OMP_THREAD_LIMIT", OMP_THREAD_LIMIT)
     with tempfile.TemporaryDirectory(prefix="memory-ocr-") as scratch:
         path = Path(scratch) / "input.png"
-        path.write_bytes(image.pngsave_buffer(compression=1))
-        # Orientation first: a screenshot saved sideways or upside down is turned upright.
-        # Too little text to tell is no answer: then the page segmentation that detects
-        # orientation itself reads it (--psm 1); an upright page is read with --psm 3.
-        rotate = _tesseract(_orientation, path, deadline, timeout)
-        if rotate:
-            path.write_bytes(image.rot(f"d{rotate}").pngsave_buffer(compression=1))
-        config = "--psm 1" if rotate is None else "--psm 3"
-        answer = _tesseract(functools.partial(_words, config=config), path, deadline, timeout)
-    if not isinstance(answer, dict):
-        raise OcrError("ocr_failed", "Tesseract answered something other than its word table")
-    text, confidence, words = _kept_text(cast(dict[str, list[Any]], answer), max_chars)
-    return OcrReading(
-        text=text,
+        if binding == "tesserocr":
+            try:
+                with (engines or warm_engines()).session(deadline) as child:
+                    version = child.version
+                    answer = None if skipped else _read_warm(child, image, path, deadline)
+            except EngineFailure as exc:
+                if exc.code == "ocr_timeout":
+                    raise OcrError(
+                        "ocr_timeout", f"OCR took longer than {timeout:g} s; the engine was killed"
+                    ) from None
+                raise OcrError(exc.code, exc.message) from None
+        else:
+            answer = None if skipped else _read_processes(image, path, deadline, timeout)
+    reading = OcrReading(
+        text=None,
         language=LANGUAGE,
-        confidence=confidence,
-        words=words,
+        confidence=None,
+        words=0,
         engine=ENGINE,
         engine_version=version,
         input_sha256=hashlib.sha256(data).hexdigest(),
+        skipped=skipped,
+        binding=binding,
     )
+    if answer is None:
+        return reading
+    text, confidence, words = _kept_text(answer, max_chars)
+    return replace(reading, text=text, confidence=confidence, words=words)
+
+
+def _read_warm(
+    child: EngineChild, image: pyvips.Image, path: Path, deadline: float
+) -> dict[str, list[Any]]:
+    """Orientation, then the words, by one warm child (as :func:`_read_processes` does)."""
+    path.write_bytes(image.pngsave_buffer(compression=1))
+    osd = child.ask(
+        {"op": "osd", "path": str(path), "min_characters": MIN_OSD_CHARACTERS}, deadline
+    )
+    rotate: int | None = None
+    confident = float(osd.get("confidence") or 0.0) >= MIN_OSD_CONFIDENCE
+    if osd.get("ok") and osd.get("rotate") in (0, 90, 180, 270) and confident:
+        rotate = int(osd["rotate"])
+    if rotate:
+        path.write_bytes(image.rot(f"d{rotate}").pngsave_buffer(compression=1))
+    psm = 1 if rotate is None else 3
+    answer = child.ask({"op": "words", "path": str(path), "psm": psm}, deadline)
+    if not answer.get("ok") or not isinstance(answer.get("tsv"), str):
+        raise OcrError("ocr_failed", f"Tesseract failed ({answer.get('error', 'no words')})")
+    return _word_table(str(answer["tsv"]))
+
+
+def _word_table(tsv: str) -> dict[str, list[Any]]:
+    """Tesseract's TSV as pytesseract's ``Output.DICT`` reads it (the same numbers, truncated)."""
+    table: dict[str, list[Any]] = {column: [] for column in TSV_COLUMNS}
+    for row in tsv.strip("\n").split("\n"):
+        cells = row.split("\t")
+        if len(cells) < len(TSV_COLUMNS) - 1:
+            continue
+        cells += [""] * (len(TSV_COLUMNS) - len(cells))
+        for column, cell in zip(TSV_COLUMNS, cells, strict=False):
+            if column == "text":
+                table[column].append(cell)
+                continue
+            try:
+                table[column].append(int(float(cell)))
+            except ValueError:
+                table[column].append(cell)
+    return table
+
+
+def _read_processes(
+    image: pyvips.Image, path: Path, deadline: float, timeout: float
+) -> dict[str, list[Any]]:
+    """Orientation, then the words, each by a ``tesseract`` process (pytesseract)."""
+    # pytesseract starts its processes with this process's environment (see OMP_THREAD_LIMIT).
+    os.environ.setdefault("OMP_THREAD_LIMIT", OMP_THREAD_LIMIT)
+    path.write_bytes(image.pngsave_buffer(compression=1))
+    # Orientation first: a screenshot saved sideways or upside down is turned upright.
+    # Too little text to tell is no answer: then the page segmentation that detects
+    # orientation itself reads it (--psm 1); an upright page is read with --psm 3.
+    rotate = _tesseract(_orientation, path, deadline, timeout)
+    if rotate:
+        path.write_bytes(image.rot(f"d{rotate}").pngsave_buffer(compression=1))
+    config = "--psm 1" if rotate is None else "--psm 3"
+    answer = _tesseract(functools.partial(_words, config=config), path, deadline, timeout)
+    if not isinstance(answer, dict):
+        raise OcrError("ocr_failed", "Tesseract answered something other than its word table")
+    return cast(dict[str, list[Any]], answer)
 
 
 def _words(path: str, left: int, *, config: str) -> Any:
@@ -306,7 +409,9 @@ __all__ = [
     "OcrReading",
     "cannot_hold_text",
     "engine_version",
+    "ocr_binding",
     "ocr_wanted",
     "queue_ocr",
     "read_text",
+    "warm_engines",
 ]

@@ -10,6 +10,9 @@ deterministic, so a repeated upsert replaces rather than duplicates.
 
 Jobs of other kinds (``ocr``, ``describe``) share the queue, its leases and failure policy; the
 worker hands each to the handler registered for its kind (:mod:`memory_tools.job_handlers`).
+A running worker claims them in a lane of their own, one batch at a time, beside its embedding
+slots: a save's embedding (what makes it searchable) never waits behind a slow OCR read, and a
+stream of saves never starves the OCR.
 
 Workers wake on the job queue's notification (``memory_db.repositories.JOB_CHANNEL``, sent by
 every save) and poll as a fallback.
@@ -77,6 +80,7 @@ from memory_tools.job_handlers import (
     JobSubject,
     build_job_handlers,
 )
+from memory_tools.ocr import ocr_binding
 from memory_tools.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
 
@@ -212,21 +216,29 @@ class EmbeddingWorker:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._listen)
                 group.start_soon(self._sweep_forever)
+                # Lanes: an embedding never waits behind OCR or describe work. The slots claim
+                # only embedding jobs (what makes a save searchable); jobs of other kinds have a
+                # lane of their own, so they are never starved by a stream of saves either.
                 for slot in range(self.config.concurrency):
-                    group.start_soon(self._slot, slot)
+                    group.start_soon(self._slot, slot, ("embed",))
+                others = tuple(kind for kind in self._kinds if kind != "embed")
+                if others:
+                    group.start_soon(self._slot, self.config.concurrency, others)
                 log.info(
                     "worker_started",
                     worker=self.worker_id,
                     concurrency=self.config.concurrency,
+                    other_kinds=list(others),
+                    ocr=ocr_binding() if "ocr" in others else None,
                     nice=current_background_nice(),
                 )
                 if ready is not None:
                     ready.set()
 
-    async def _slot(self, slot: int) -> None:
+    async def _slot(self, slot: int, kinds: Sequence[str]) -> None:
         while True:
             try:
-                done = await self.run_once()
+                done = await self.run_once(kinds=kinds)
             except Exception as exc:  # the database or store hiccupped: back off, keep the worker
                 if _caused_by_outage(exc):  # expected while it lasts: one named event
                     log.warning(
@@ -362,15 +374,17 @@ class EmbeddingWorker:
 
     # --- one batch ---------------------------------------------------------------------------
 
-    async def run_once(self) -> int:
+    async def run_once(self, *, kinds: Sequence[str] | None = None) -> int:
         """Claim and process one batch; returns how many jobs it finished (any outcome).
 
-        Its CPU work runs niced (``MEMORY_WORKER_NICE``), called from :meth:`run` or not.
+        ``kinds``: the job kinds to claim (default: every kind this worker runs, embedding
+        jobs first). Its CPU work runs niced (``MEMORY_WORKER_NICE``), called from
+        :meth:`run` or not.
         """
         with background_priority(self._services.settings.memory_worker_nice):
-            return await self._run_once()
+            return await self._run_once(self._kinds if kinds is None else tuple(kinds))
 
-    async def _run_once(self) -> int:
+    async def _run_once(self, kinds: Sequence[str]) -> int:
         await self._prepare()
         await self._release_stranded()
         # Statements of their own (no BEGIN and COMMIT round trips): a claim is one lease (two
@@ -380,7 +394,7 @@ class EmbeddingWorker:
                 self.worker_id,
                 limit=self.config.batch_size,
                 lease_seconds=self.config.lease_seconds,
-                kinds=self._kinds,
+                kinds=kinds,
             )
         if not jobs:
             return 0

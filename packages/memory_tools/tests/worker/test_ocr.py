@@ -19,14 +19,17 @@ import numpy as np
 import pytesseract
 import pytest
 import pyvips
+import tesserocr
 from fastmcp import Client
 from sqlalchemy import text
 
+import memory_tools.ocr
 from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.assets import get_asset
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ocr import cannot_hold_text, ocr_wanted, read_text
+from memory_tools.ocr_engine import WarmEngines
 from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -218,7 +221,9 @@ async def test_words_in_rendered_screenshots_charts_and_photos_are_found_with_oc
             continue
         assert word in row.ocr_text.lower()
         assert row.ocr["engine"] == "tesseract"
-        assert row.ocr["engineVersion"] == str(pytesseract.get_tesseract_version())
+        # Read by the warm engine: the binding's build of Tesseract (docs/ocr.md#the-engine).
+        assert row.ocr["binding"] == "tesserocr"
+        assert row.ocr["engineVersion"] == tesserocr.tesseract_version().split()[1]
         assert row.ocr["language"] == "eng"
         assert 0 < row.ocr["confidence"] <= 100
         assert row.ocr["input"] == "preview"
@@ -282,6 +287,38 @@ async def test_new_saves_follow_asset_ocr(saving: MemoryServices, alice: Caller)
     assert counts == {"off": 0, "screenshots": 1, "all": 2}
 
 
+def _failing_engines(tmp_path: Path) -> WarmEngines:
+    """Warm engines whose child starts, then fails every read (a real process)."""
+    script = tmp_path / "failing-ocr-child"
+    script.write_text(
+        "#!/bin/sh\n"
+        'echo \'{"ok": true, "version": "5.3.0"}\'\n'
+        'while read -r line; do echo \'{"ok": false, "error": "crashed"}\'; done\n'
+    )
+    script.chmod(0o755)
+    return WarmEngines(command=[str(script)])
+
+
+def _engine(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, binding: str, engine: str
+) -> WarmEngines | None:
+    """Make the OCR engine ``missing`` or ``failing``, as ``binding`` runs it."""
+    if binding == "pytesseract":
+        monkeypatch.setattr(memory_tools.ocr, "ocr_binding", lambda: "pytesseract")
+        command = (
+            str(tmp_path / "no-tesseract") if engine == "missing" else _failing_tesseract(tmp_path)
+        )
+        monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", command)
+        return None
+    if engine == "missing":  # no language data anywhere
+        monkeypatch.delenv("TESSDATA_PREFIX", raising=False)
+        engines = WarmEngines(tessdata_dirs=())
+    else:
+        engines = _failing_engines(tmp_path)
+    monkeypatch.setattr(memory_tools.ocr, "warm_engines", lambda: engines)
+    return engines
+
+
 def _failing_tesseract(tmp_path: Path) -> str:
     """A tesseract that answers its version but fails every read (a real process)."""
     script = tmp_path / "tesseract"
@@ -295,19 +332,22 @@ def _failing_tesseract(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("engine", ["missing", "failing"])
+@pytest.mark.parametrize("binding", ["tesserocr", "pytesseract"])
 async def test_a_missing_or_failing_tesseract_is_a_recorded_failure_and_the_image_stays_ready(
     reading: MemoryServices,
     alice: Caller,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    binding: str,
     engine: str,
 ) -> None:
-    command = (
-        str(tmp_path / "no-tesseract") if engine == "missing" else _failing_tesseract(tmp_path)
-    )
-    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", command)
+    engines = _engine(monkeypatch, tmp_path, binding, engine)
     asset = await _save(reading, alice, _screenshot(1, "Harbour ferry timetable"))
-    await EmbeddingWorker(reading, FAST).drain()
+    try:
+        await EmbeddingWorker(reading, FAST).drain()
+    finally:
+        if engines is not None:
+            engines.close()
     row = await _row(
         reading,
         "SELECT a.status, a.embedding_status, a.ocr_text, j.status AS job, j.last_error_code "
@@ -417,19 +457,25 @@ UNREADABLE: dict[str, tuple[Callable[[], pyvips.Image], str]] = {
 
 
 @pytest.mark.parametrize("name", sorted(UNREADABLE))
+@pytest.mark.parametrize("binding", ["tesserocr", "pytesseract"])
 async def test_an_image_that_cannot_hold_text_is_not_given_to_tesseract_and_says_why(
     reading: MemoryServices,
     alice: Caller,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
+    binding: str,
     name: str,
 ) -> None:
     make, reason = UNREADABLE[name]
     image = make()
-    # A tesseract that fails every read: the job is done with no text only if none was tried.
-    monkeypatch.setattr(pytesseract.pytesseract, "tesseract_cmd", _failing_tesseract(tmp_path))
+    # An engine that fails every read: the job is done with no text only if none was tried.
+    engines = _engine(monkeypatch, tmp_path, binding, "failing")
     asset = await _save(reading, alice, image.copy(interpretation="srgb").pngsave_buffer())
-    await EmbeddingWorker(reading, FAST).drain()
+    try:
+        await EmbeddingWorker(reading, FAST).drain()
+    finally:
+        if engines is not None:
+            engines.close()
     row = await _row(
         reading,
         "SELECT a.ocr_text, a.ocr, j.status AS job FROM mem_assets a "

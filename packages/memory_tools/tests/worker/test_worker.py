@@ -787,3 +787,55 @@ async def test_a_worker_without_a_handler_leaves_the_kind_to_workers_that_have_o
     async with saving.database.unit_of_work() as uow:
         job = await uow.jobs.get(job_id or "")
     assert job is not None and job.status == "queued"
+
+
+class HeldHandler:
+    """An ``ocr`` handler that works until the test lets it finish (OCR of a large image)."""
+
+    kind = "ocr"
+
+    def __init__(self) -> None:
+        self.started = anyio.Event()
+        self.release = anyio.Event()
+
+    async def run(self, subject: JobSubject) -> JobResult:
+        self.started.set()
+        await self.release.wait()
+        return JobResult(usage={"words": 0})
+
+
+async def test_a_saves_embedding_never_waits_behind_ocr_work(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    # One embedding slot: before, it claimed the OCR job with the embeddings and ran it after
+    # them, so the next save's embedding waited until the OCR finished. Now OCR has a lane of
+    # its own and the slot only embeds.
+    ocr_on = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
+    handler = HeldHandler()
+    config = replace(FAST, concurrency=1, sweep_seconds=60)
+    worker = EmbeddingWorker(ocr_on, config, handlers={"ocr": handler})
+    ready = anyio.Event()
+    async with anyio.create_task_group() as group:
+        group.start_soon(lambda: worker.run(ready=ready))
+        await ready.wait()
+        first = await save(ocr_on, alice_caller, 90)
+        with anyio.fail_after(120):
+            await handler.started.wait()  # its OCR holds its lane from now on
+        second = await save(ocr_on, alice_caller, 91)
+        with anyio.fail_after(120):  # generous: this waits for the embedding, not for the OCR
+            while (await asset_row(ocr_on, second))["embedding_status"] != "ready":
+                await anyio.sleep(0.05)
+        assert not handler.release.is_set()
+        handler.release.set()
+        with anyio.fail_after(120):
+            while (
+                await scalar(
+                    ocr_on,
+                    "SELECT count(*) FROM mem_asset_embedding_jobs WHERE kind = 'ocr' "
+                    "AND status = 'done'",
+                )
+                < 2
+            ):
+                await anyio.sleep(0.05)
+        assert (await asset_row(ocr_on, first))["embedding_status"] == "ready"
+        group.cancel_scope.cancel()

@@ -1,7 +1,8 @@
 """The worker's CPU work runs below the requests' priority (MEMORY_WORKER_NICE).
 
-Seen from outside the code: the nice value of the ``tesseract`` processes an OCR job starts
-(read from ``/proc/<pid>/stat`` as they start) and of the threads that embed.
+Seen from outside the code: the nice value of the OCR engine's processes an OCR job starts (the
+warm engine's child, read from ``/proc/<pid>/stat`` as it starts) and of the threads that
+embed.
 """
 
 from __future__ import annotations
@@ -13,14 +14,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import pytesseract.pytesseract
 import pytest
 import pyvips
 
 import memory_db.embedding.local
+import memory_tools.ocr
 from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.ocr_engine import WarmEngines
 from memory_tools.search import AssetSearcher, SearchRequest
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
@@ -68,13 +70,19 @@ async def test_ocr_and_embedding_run_niced_and_a_search_does_not(
         embedding_threads.append(os.getpriority(os.PRIO_PROCESS, threading.get_native_id()))
         return real_embed_value(value)
 
-    monkeypatch.setattr(pytesseract.pytesseract.subprocess, "Popen", popen)
+    monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(memory_db.embedding.local, "embed_value", embed_value)
+    engines = WarmEngines()  # none warm yet: the job starts its child
+    monkeypatch.setattr(memory_tools.ocr, "warm_engines", lambda: engines)
 
     request = SaveRequest(image_base64=b64(_screenshot()), title="a receipt")
     await AssetSaver(niced).save(caller, request)
     config = WorkerConfig(batch_size=8, retry_base_seconds=0.01, retry_max_seconds=0.02)
-    assert await EmbeddingWorker(niced, config).drain() >= 2  # the embed and the ocr job
+    try:
+        assert await EmbeddingWorker(niced, config).drain() >= 2  # the embed and the ocr job
+    finally:
+        engines.close()
+    assert engines.started == 1
     assert tesseracts and set(tesseracts) == {NICE}
     assert embedding_threads and set(embedding_threads) == {NICE}
 

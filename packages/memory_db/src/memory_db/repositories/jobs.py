@@ -78,6 +78,16 @@ def _lapsed() -> ColumnElement[bool]:
     )
 
 
+def _embeddings_first(kinds: Sequence[str]) -> tuple[ColumnElement[int], ...]:
+    """The claim's first sort key when it takes embedding jobs and others: embeddings first.
+
+    None when it takes one sort only, so that claim walks the claimable index by ``run_after``.
+    """
+    if "embed" not in kinds or len(set(kinds)) < 2:
+        return ()
+    return (case((AssetEmbeddingJob.kind == "embed", 0), else_=1),)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueHealth:
     """What :meth:`JobRepository.queue_health` reads: due-or-waiting, running, age, stale."""
@@ -236,9 +246,13 @@ class JobRepository:
         """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
 
         ``kinds``: the kinds the claiming worker can run; others are left to workers that can.
-        The due embedding jobs of an asset whose embedding job was claimed come with it, even
-        past ``limit``: a save's visual and fused jobs then share one batch, which sends their
-        image once (two batches at once would each send it, neither vector being stored yet).
+        Embedding jobs come first, then the other kinds, each oldest due first: an embedding
+        makes a save searchable and takes milliseconds, so it never waits in a batch behind
+        OCR (a worker also runs the other kinds in a lane of their own, so they are not
+        starved: ``memory_tools.worker``). The due embedding jobs of an asset whose embedding
+        job was claimed come with it, even past ``limit``: a save's visual and fused jobs then
+        share one batch, which sends their image once (two batches at once would each send it,
+        neither vector being stored yet).
         """
         due = (
             select(AssetEmbeddingJob.id)
@@ -254,7 +268,11 @@ class JobRepository:
             )
             # A save's jobs share run_after: its visual job ("visual" > "fused") is claimed
             # no later than its fused one, whose image vector then comes from it.
-            .order_by(AssetEmbeddingJob.run_after, AssetEmbeddingJob.representation.desc())
+            .order_by(
+                *_embeddings_first(kinds),
+                AssetEmbeddingJob.run_after,
+                AssetEmbeddingJob.representation.desc(),
+            )
             .limit(limit)
             .with_for_update(skip_locked=True)
             .scalar_subquery()
