@@ -17,7 +17,7 @@ from sqlalchemy import text
 
 from memory_db import Database
 from memory_db.database import create_engine
-from memory_db.repositories import WebSessionCache, WebSessionRecord, hash_session_secret
+from memory_db.repositories import WebSessionRecord, hash_session_secret
 from memory_db.repositories.records import ApiKeyRecord
 from memory_tools import admin
 from memory_tools.sessions import sign_out
@@ -139,6 +139,8 @@ class _State:
 
 
 def test_a_cached_session_is_not_kept_past_its_expiry() -> None:
+    from memory_db.repositories import WebSessionCache
+
     now = [0.0]
     cache = WebSessionCache(_State(), ttl_seconds=60, clock=lambda: now[0])
     at = datetime.now(UTC)
