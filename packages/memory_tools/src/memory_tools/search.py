@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from memory_db import MemoryDbError, get_logger
+from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput, match_thresholds
 from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
 from memory_db.errors import ConfigurationError, EmbeddingError
@@ -42,6 +42,9 @@ from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import (
     AliasMoved,
     Metering,
+    NamedScope,
+    Ranked,
+    SearchStart,
     SearchTuning,
     VectorHit,
     VectorIndex,
@@ -69,6 +72,7 @@ from memory_tools.errors import (
 )
 from memory_tools.ingest import inputs
 from memory_tools.ingest.images import inspect_image
+from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel, fitting
@@ -334,20 +338,56 @@ class Given:
 
 
 def _names_a_scope(request: SearchRequest) -> bool:
-    """Whether the scope must be checked before any fetch or embedding.
+    """Whether the scope must be resolved in a unit of work of its own, before the ranking.
 
-    A vault, project or folder the caller names may not exist (a clear ``not_found`` and no
-    tokens spent), a stored query image must be found first, and a filter without a vector
-    column narrows the candidates by asset id first. Other searches resolve the caller's
-    vaults in the ranking transaction itself (one round trip fewer).
+    A stored query image must be found before it is embedded, and a filter without a vector
+    column (tags, ``untagged``, the source host) narrows the candidates by asset id before
+    the scope is counted. Every other search, one that names a vault, project or folder
+    included, resolves and checks them in the ranking transaction's first statement
+    (:func:`_named`; one checkout and four round trips in all).
     """
-    return (
-        request.vault is not None
-        or request.project_id is not None
-        or request.folder_id is not None
-        or request.asset_id is not None
-        or request.filters.outside_vectors()
+    return request.asset_id is not None or request.filters.outside_vectors()
+
+
+def _named(caller: Caller, request: SearchRequest) -> NamedScope | None:
+    """The vault, project and folder a search names, for the ranking's first statement.
+
+    A handle no vault can have is refused here, before anything is fetched or embedded, with
+    the answer an unknown vault gets (as ``memory_tools.access.resolve_vault``).
+    """
+    if request.vault is None and request.project_id is None and request.folder_id is None:
+        return None
+    owner: str | None = None
+    name: str | None = None
+    if request.vault is not None:
+        refuse_nul(request.vault, "vault")
+        # Split as VaultRepository.resolve splits it.
+        given_owner, _, given_name = request.vault.rpartition("/")
+        if not given_name or len(request.vault) > 400:
+            raise NotFoundFailure(f"vault {request.vault!r} not found")
+        owner = given_owner.strip().lower() or caller.identity.strip().lower()
+        name = given_name.lower()
+    return NamedScope(
+        vault_owner=owner,
+        vault_name=name,
+        project_id=request.project_id,
+        folder_id=request.folder_id,
+        include_subfolders=request.include_subfolders,
     )
+
+
+def _refusal(request: SearchRequest, start: SearchStart) -> NotFoundFailure | None:
+    """What a search naming its scope is refused with, as ``resolve_filters`` refuses it.
+
+    In its order: the vault, then the folder (in the project named), else the project.
+    """
+    if request.vault is not None and not start.vaults:
+        return NotFoundFailure(f"vault {request.vault!r} not found")
+    if start.folder_ids is not None and not start.folder_ids:
+        return NotFoundFailure("folder not found")
+    if start.project_found is False:
+        return NotFoundFailure("project not found")
+    return None
 
 
 class AssetSearcher:
@@ -388,10 +428,13 @@ class AssetSearcher:
             await prepare_vector_index(self.services.database, self._settings, embedder)
             self._index_ready = True
         given: Given | None = None
+        named: NamedScope | None = None
         if _names_a_scope(request):
-            # A vault, project or folder named, a filter without a vector column, or a stored
-            # query image: checked before anything is fetched or embedded.
+            # A filter without a vector column, or a stored query image: resolved (with any
+            # vault, project or folder named) before anything is fetched or embedded.
             given = await self._resolve(caller, request)
+        else:
+            named = _named(caller, request)
         # Only an authorised, well-formed search fetches or decodes a query image.
         image = await self._temporary_image(request)
         if given is not None and given.preview is not None:
@@ -411,7 +454,7 @@ class AssetSearcher:
             thresholds = match_thresholds(embedder.model, mode)
             try:
                 vaults, fusion, rows = await self._rank(
-                    caller, request, given, active, embedder, embedded, cached, mode, text
+                    caller, request, given, named, active, embedder, embedded, cached, mode, text
                 )
                 break
             except AliasMoved:
@@ -490,6 +533,28 @@ class AssetSearcher:
                     raise NotFoundFailure("the asset's image is not available")
                 preview = (stored.preview_storage_key, stored.preview_sha256)
         return Given(vaults, filters, preview)
+
+    @staticmethod
+    async def _meter_refused(
+        uow: UnitOfWork, caller: Caller, embedder: Embedder, embedded: EmbedResult, cached: bool
+    ) -> None:
+        """Record what embedding the query of a refused search spent (none when cached).
+
+        A search naming a vault, project or folder is checked in the ranking transaction,
+        after its query was embedded: usage is never lost, even for a refusal. No provenance:
+        nothing was searched.
+        """
+        if cached or not embedded.usage.total_tokens:
+            return
+        await uow.usage.record(
+            owner_identity=caller.identity,
+            source="embed_image_query",
+            model=embedder.model,
+            total_tokens=embedded.usage.total_tokens,
+            prompt_tokens=embedded.usage.prompt_tokens,
+            image_tokens=embedded.usage.image_tokens,
+            request_id=embedded.request_id,
+        )
 
     async def _read_alias(self) -> VectorIndex:
         """The index the alias points at now (remembered: the next search embeds for it)."""
@@ -602,6 +667,7 @@ class AssetSearcher:
         caller: Caller,
         request: SearchRequest,
         given: Given | None,
+        named: NamedScope | None,
         active: VectorIndex,
         embedder: Embedder,
         embedded: EmbedResult,
@@ -612,8 +678,10 @@ class AssetSearcher:
         """The caller's vaults, fused evidence per asset and at most ``limit`` results.
 
         One transaction of two statements (``memory_db.vectors.ranking``): the first resolves
-        the caller's vaults (unless ``given``), checks the alias still points at ``active``
-        and counts the scope; the second reads the ranked lists (ANN; full text for a text
+        the caller's vaults (unless ``given``) and what ``named`` names, checks the alias
+        still points at ``active`` and counts the scope; a vault, project or folder named and
+        not found is refused there, ``not_found`` as before, with the tokens the query's
+        embedding spent metered; the second reads the ranked lists (ANN; full text for a text
         query) and every candidate with evidence under the authorisation predicates and the
         exact filters, and writes the usage and provenance of this search. Fusion
         (:func:`fuse`, :func:`best_first`) is pure. Only assets with evidence are results: a
@@ -638,6 +706,8 @@ class AssetSearcher:
                     restricted = tuple(ids)
                 else:
                     overfetch = WIDE_OVERFETCH
+            if given is None:
+                filters = replace(filters, project_id=request.project_id)
             vector_filters = replace(filters.for_vectors(), asset_ids=restricted)
             start = await start_search(
                 uow.session,
@@ -647,41 +717,54 @@ class AssetSearcher:
                 scopes=[v.record.scope for v in given.vaults] if given is not None else [],
                 filters=vector_filters,
                 tuning=tuning,
+                named=named,
             )
+            refused = None if given is not None else _refusal(request, start)
             vaults = given.vaults if given is not None else readable(caller, start.vaults or [])
-            ranked = await rank_and_meter(
-                uow.session,
-                index,
-                start,
-                [v.record.scope for v in vaults],
-                vector=embedded.embeddings[0],
-                model=embedder.model,
-                filters=filters,
-                vector_filters=vector_filters,
-                words=text,
-                overfetch=overfetch,
-                text_hits=TEXT_HITS,
-                evidence_floor=thresholds.evidence,
-                min_score=request.min_score,
-                limit=request.limit,
-                tuning=tuning,
-                metering=Metering(
-                    identity=caller.identity,
+            ranked: Ranked | None = None
+            if refused is not None:
+                await self._meter_refused(uow, caller, embedder, embedded, cached)
+            else:
+                if start.folder_ids is not None:
+                    filters = replace(filters, folder_ids=start.folder_ids)
+                    vector_filters = replace(vector_filters, folder_ids=start.folder_ids)
+                ranked = await rank_and_meter(
+                    uow.session,
+                    index,
+                    start,
+                    [v.record.scope for v in vaults],
+                    vector=embedded.embeddings[0],
                     model=embedder.model,
-                    total_tokens=embedded.usage.total_tokens,
-                    prompt_tokens=embedded.usage.prompt_tokens,
-                    image_tokens=embedded.usage.image_tokens,
-                    request_id=embedded.request_id,
-                    detail={
-                        "mode": mode,
-                        "vaults": len(vaults),
-                        "queryChars": len(text or ""),
-                        # A cached query vector: nothing was sent, no token spent.
-                        "queryEmbeddingCached": cached,
-                        "queryTokens": embedded.usage.total_tokens,
-                    },
-                ),
-            )
+                    filters=filters,
+                    vector_filters=vector_filters,
+                    words=text,
+                    overfetch=overfetch,
+                    text_hits=TEXT_HITS,
+                    evidence_floor=thresholds.evidence,
+                    min_score=request.min_score,
+                    limit=request.limit,
+                    tuning=tuning,
+                    metering=Metering(
+                        identity=caller.identity,
+                        model=embedder.model,
+                        total_tokens=embedded.usage.total_tokens,
+                        prompt_tokens=embedded.usage.prompt_tokens,
+                        image_tokens=embedded.usage.image_tokens,
+                        request_id=embedded.request_id,
+                        detail={
+                            "mode": mode,
+                            "vaults": len(vaults),
+                            "queryChars": len(text or ""),
+                            # A cached query vector: nothing was sent, no token spent.
+                            "queryEmbeddingCached": cached,
+                            "queryTokens": embedded.usage.total_tokens,
+                        },
+                    ),
+                )
+        if refused is not None:  # after the commit of what the embedding spent
+            raise refused
+        if ranked is None:  # pragma: no cover - ranked whenever not refused
+            raise RuntimeError("a search was neither ranked nor refused")
         fusion = fuse(
             ranked.hits,
             ranked.words,

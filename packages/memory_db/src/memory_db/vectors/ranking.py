@@ -57,12 +57,36 @@ class AliasMoved(MemoryDbError):
 
 
 @dataclass(frozen=True, slots=True)
-class SearchStart:
-    """What :func:`start_search` found: the caller's vaults and the strategy."""
+class NamedScope:
+    """A vault, project or folder a search names, checked by :func:`start_search` itself.
 
-    # The caller's readable vaults (own first); None when the caller gave them.
+    ``vault_owner`` and ``vault_name``: a handle split as ``VaultRepository.resolve`` splits
+    it (the owner lower-cased, the caller's own when the handle names none; the name
+    lower-cased); both None when no vault is named. The project and the folder are looked for
+    in the first vault of the scope, as ``memory_tools.assets.resolve_filters`` does; a folder
+    only in the project named (none: a folder is never found).
+    """
+
+    vault_owner: str | None = None
+    vault_name: str | None = None
+    project_id: str | None = None
+    folder_id: str | None = None
+    include_subfolders: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStart:
+    """What :func:`start_search` found: the caller's vaults, the strategy, the named scope."""
+
+    # The caller's readable vaults (own first; only the named one when a vault is named);
+    # None when the caller gave them.
     vaults: list[VaultRecord] | None
     strategy: Literal["ann", "scan"]
+    # Whether the named project exists in the scope's first vault (None: none named).
+    project_found: bool | None = None
+    # The named folder and, when asked, the active folders below it (None: none named;
+    # empty: not found).
+    folder_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +122,15 @@ async def start_search(
     scopes: Sequence[VaultScope],
     filters: AssetFilter,
     tuning: SearchTuning,
+    named: NamedScope | None = None,
 ) -> SearchStart:
     """Settings, alias check, the caller's vaults and the scope count, in one round trip.
 
-    ``viewer``: resolve every vault that identity may read here (``scopes`` is then ignored);
-    ``None``: the caller resolved them (``scopes``). ``AliasMoved`` when the alias no longer
+    ``viewer``: resolve every vault that identity may read here (``scopes`` is then ignored),
+    or only the one ``named`` names, and look up the project and folder it names (the caller
+    refuses what is not found: an empty ``vaults``, ``project_found`` False, empty
+    ``folder_ids``; the count is then of nothing); ``None``: the caller resolved them
+    (``scopes``; ``named`` is ignored). ``AliasMoved`` when the alias no longer
     points at ``index`` (or its table was dropped). Transaction-local settings (see
     :func:`search_settings`); ``enable_sort`` is turned off for the rest of the transaction
     when the count chooses the graph (the ranking statement's only sort-free plan for the
@@ -112,6 +140,7 @@ async def start_search(
     settings = search_settings(tuning, index.name)
     params: dict[str, object] = {"alias": alias, "scan_max": tuning.scan_max_rows}
     columns = set_config_columns(settings, params)
+    named_columns = "NULL, NULL"
     if viewer is not None:
         params["viewer"] = viewer.strip().lower()
         where = [
@@ -119,8 +148,10 @@ async def start_search(
             "owner_identity = ANY(ARRAY(SELECT DISTINCT owner_identity FROM vaults))",
         ]
         where.extend(filters.vector_conditions(params))
-        scope_where = " AND ".join(where)
         prefix = f"WITH vaults AS MATERIALIZED ({ACCESSIBLE_VAULTS_SQL}) "
+        if named is not None:
+            prefix, named_columns = _named_scope(named, params, where)
+        scope_where = " AND ".join(where)
         listed = (
             "(SELECT coalesce(json_agg(json_build_array(id, owner_identity, handle, "
             "physical_vault, permission, created_at) ORDER BY shared, by_owner, by_name), "
@@ -134,7 +165,7 @@ async def start_search(
         f"{prefix}SELECT {', '.join(columns)}, "
         "(SELECT index_name FROM mem_vector_index_aliases WHERE alias = :alias), "
         f"{listed}, m.n, set_config('enable_sort', CASE WHEN m.n > :scan_max THEN 'off' "
-        "ELSE current_setting('enable_sort') END, true) "
+        f"ELSE current_setting('enable_sort') END, true), {named_columns} "
         f"FROM (SELECT {index.count_sql(scope_where, tuning)} AS n) m"
     )
     try:
@@ -144,6 +175,7 @@ async def start_search(
             raise AliasMoved(f"the index table {index.name} is gone") from None
         raise
     target, vaults, count = row[len(settings)], row[len(settings) + 1], row[len(settings) + 2]
+    project_found, folders = row[len(settings) + 4], row[len(settings) + 5]
     if target is None:
         raise NotFound("vector index alias", alias)
     if target != index.name:
@@ -151,7 +183,60 @@ async def start_search(
     return SearchStart(
         vaults=None if vaults is None else [vault_from_json(v) for v in _json(vaults)],
         strategy="scan" if int(count) <= tuning.scan_max_rows else "ann",
+        project_found=None if project_found is None else bool(project_found),
+        folder_ids=None if folders is None else tuple(str(f) for f in _json(folders)),
     )
+
+
+def _named_scope(named: NamedScope, params: dict[str, object], where: list[str]) -> tuple[str, str]:
+    """The CTEs that resolve what a search names, and the two columns that report it.
+
+    ``vaults`` becomes the one vault named (own before shared, as ``VaultRepository.resolve``
+    answers) or every readable one; ``first`` its first, where the project and folder are
+    looked for; ``folders`` the folder and, when asked, the active folders below it. The
+    count's ``where`` gains the folder condition (its ids are only known here).
+    """
+    ctes = [f"accessible AS MATERIALIZED ({ACCESSIBLE_VAULTS_SQL})"]
+    if named.vault_name is not None:
+        params["v_owner"], params["v_name"] = named.vault_owner, named.vault_name
+        ctes.append(
+            "vaults AS MATERIALIZED (SELECT * FROM accessible WHERE owner_identity = :v_owner "
+            "AND by_name = :v_name ORDER BY shared LIMIT 1)"
+        )
+    else:
+        ctes.append("vaults AS MATERIALIZED (SELECT * FROM accessible)")
+    ctes.append(
+        "first AS MATERIALIZED (SELECT owner_identity, physical_vault FROM vaults "
+        "ORDER BY shared, by_owner, by_name LIMIT 1)"
+    )
+    project, folders = "NULL", "NULL"
+    if named.folder_id is not None:
+        params["n_folder"], params["n_project"] = named.folder_id, named.project_id
+        params["n_subfolders"] = named.include_subfolders
+        in_first = (
+            "JOIN first ON f.owner_identity = first.owner_identity "
+            "AND f.vault = first.physical_vault WHERE f.deleted_at IS NULL"
+        )
+        # The folder, then (when asked) the active folders below it, level by level.
+        ctes.append(
+            "folders AS MATERIALIZED (WITH RECURSIVE tree(id, project_id) AS ("
+            f"SELECT f.id, f.project_id FROM mem_asset_folders f {in_first} "
+            "AND f.id = :n_folder AND f.project_id IS NOT DISTINCT FROM CAST(:n_project AS text) "
+            "UNION ALL SELECT f.id, f.project_id FROM mem_asset_folders f "
+            "JOIN tree ON f.parent_id = tree.id AND f.project_id = tree.project_id "
+            f"{in_first} AND CAST(:n_subfolders AS boolean)"
+            ") SELECT id FROM tree)"
+        )
+        folders = "(SELECT coalesce(json_agg(id), '[]') FROM folders)"
+        where.append("folder_id = ANY(ARRAY(SELECT id FROM folders))")
+    elif named.project_id is not None:
+        params["n_project"] = named.project_id
+        project = (
+            "EXISTS (SELECT 1 FROM mem_asset_projects p JOIN first "
+            "ON p.owner_identity = first.owner_identity AND p.vault = first.physical_vault "
+            "WHERE p.id = :n_project AND p.status <> 'deleted')"
+        )
+    return "WITH " + ", ".join(ctes) + " ", f"{project}, {folders}"
 
 
 async def rank_and_meter(
