@@ -340,13 +340,12 @@ class Given:
 def _names_a_scope(request: SearchRequest) -> bool:
     """Whether the scope must be resolved in a unit of work of its own, before the ranking.
 
-    A stored query image must be found before it is embedded, and a filter without a vector
-    column (tags, ``untagged``, the source host) narrows the candidates by asset id before
-    the scope is counted. Every other search, one that names a vault, project or folder
-    included, resolves and checks them in the ranking transaction's first statement
-    (:func:`_named`; one checkout and four round trips in all).
+    A stored query image must be found before it is embedded. Every other search, one that
+    names a vault, project or folder or filters without a vector column included, resolves
+    and checks them in the ranking transaction's first statement (:func:`_named`; one
+    checkout and four round trips in all).
     """
-    return request.asset_id is not None or request.filters.outside_vectors()
+    return request.asset_id is not None
 
 
 def _named(caller: Caller, request: SearchRequest) -> NamedScope | None:
@@ -355,7 +354,13 @@ def _named(caller: Caller, request: SearchRequest) -> NamedScope | None:
     A handle no vault can have is refused here, before anything is fetched or embedded, with
     the answer an unknown vault gets (as ``memory_tools.access.resolve_vault``).
     """
-    if request.vault is None and request.project_id is None and request.folder_id is None:
+    outside = request.filters.outside_vectors()
+    if (
+        request.vault is None
+        and request.project_id is None
+        and request.folder_id is None
+        and not outside
+    ):
         return None
     owner: str | None = None
     name: str | None = None
@@ -373,6 +378,11 @@ def _named(caller: Caller, request: SearchRequest) -> NamedScope | None:
         project_id=request.project_id,
         folder_id=request.folder_id,
         include_subfolders=request.include_subfolders,
+        # Tags, untagged, the source host: the matching assets narrow the ranking.
+        candidates=(
+            replace(normalised_filters(request), project_id=request.project_id) if outside else None
+        ),
+        candidate_cap=CANDIDATE_CAP,
     )
 
 
@@ -725,6 +735,11 @@ class AssetSearcher:
             if refused is not None:
                 await self._meter_refused(uow, caller, embedder, embedded, cached)
             else:
+                if start.candidate_ids is not None:  # listed by the first statement
+                    if len(start.candidate_ids) <= CANDIDATE_CAP:
+                        vector_filters = replace(vector_filters, asset_ids=start.candidate_ids)
+                    else:
+                        overfetch = WIDE_OVERFETCH
                 if start.folder_ids is not None:
                     filters = replace(filters, folder_ids=start.folder_ids)
                     vector_filters = replace(vector_filters, folder_ids=start.folder_ids)

@@ -1,8 +1,9 @@
 """Round trips to the database of one search (issue 31): at most four, in one checkout.
 
 Text, image and fused queries, and searches that name a vault (own or shared), a project or a
-folder (with its subfolders): those are checked in the search's first statement, not in a unit
-of work of their own.
+folder (with its subfolders), or filter on tags, ``untagged`` or the source host: those are
+checked, and the matching assets listed, in the search's first statement, not in a unit of work
+of their own.
 
 Counted where they happen, at the driver: every request the asyncpg protocol sends and waits
 for (a prepare, an execute, a simple query such as BEGIN or COMMIT) is one round trip. The
@@ -20,6 +21,7 @@ from fastmcp import Client
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from memory_db.repositories import AssetFilter
 from memory_db.testing.round_trips import RoundTrips
 from memory_tools import MemoryServices, admin
 from memory_tools.access import Caller
@@ -105,6 +107,7 @@ async def test_a_search_naming_its_vault_project_or_folder_makes_at_most_four_ro
                     "title": f"Harbour trip {seed}",
                     "projectId": pid,
                     "folderId": folder,
+                    "tags": ["trip", f"s{seed}"],
                 },
             )
     await EmbeddingWorker(saving).drain()
@@ -142,6 +145,33 @@ async def test_a_search_naming_its_vault_project_or_folder_makes_at_most_four_ro
             2,
         ),
         (bobs, SearchRequest(image_base64=b64(picture(4)), vault=f"{alice.email}/library"), 2),
+        # Filters without a vector column: the candidates are listed by the same statement.
+        (alices, SearchRequest(query="harbour", filters=AssetFilter(tags=("s5",))), 1),
+        (
+            alices,
+            SearchRequest(query="harbour", vault="Library", filters=AssetFilter(tags=("trip",))),
+            2,
+        ),
+        (
+            alices,
+            SearchRequest(
+                query="harbour",
+                vault="Library",
+                project_id=pid,
+                folder_id=folder,
+                filters=AssetFilter(tags=("s5",)),
+            ),
+            0,
+        ),
+        (alices, SearchRequest(query="harbour", filters=AssetFilter(untagged=True)), 0),
+        (
+            bobs,
+            SearchRequest(
+                image_base64=b64(picture(5)),
+                filters=AssetFilter(source_host="example.org", tags=("trip",)),
+            ),
+            0,
+        ),
     ):
         await searcher.search(caller, request)  # this query's statements prepared
         with checkouts(saving.database.engine) as made, counter.counting() as sent:
@@ -178,8 +208,11 @@ async def test_a_search_naming_its_vault_project_or_folder_makes_at_most_four_ro
             "folder not found",
         ),
     ):
-        with checkouts(saving.database.engine) as made, counter.counting() as sent:
-            with pytest.raises(NotFoundFailure, match=message):
-                await searcher.search(caller, request)
+        with (
+            checkouts(saving.database.engine) as made,
+            counter.counting() as sent,
+            pytest.raises(NotFoundFailure, match=message),
+        ):
+            await searcher.search(caller, request)
         assert len(made) == 1 and len([t for t in sent if not t.is_ping]) <= BOUND
     counter.stop()

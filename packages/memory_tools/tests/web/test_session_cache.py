@@ -25,7 +25,6 @@ from memory_tools.testing.web_app import WebApp, WebClient
 
 from ..serving.test_key_cache import listening, round_trips
 
-
 _EPOCH = text("SELECT epoch FROM mem_access_epoch")
 _DELETE_ALL = text("DELETE FROM mem_web_sessions")
 _EXPIRE_ALL = text(
@@ -150,4 +149,3 @@ def test_a_cached_session_is_not_kept_past_its_expiry() -> None:
     assert cache.get("h") is record
     now[0] = 10.0  # expired, though read well within the minute
     assert cache.get("h") is None
-
