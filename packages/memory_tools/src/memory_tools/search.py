@@ -33,7 +33,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from memory_db import MemoryDbError, UnitOfWork, get_logger
+from memory_db import MemoryDbError, get_logger
 from memory_db.embedding import FusedInput, ImageInput, TextInput, match_thresholds
 from memory_db.embedding.types import Embedder, EmbedResult, EmbedValue
 from memory_db.errors import ConfigurationError, EmbeddingError
@@ -43,7 +43,6 @@ from memory_db.vectors import (
     AliasMoved,
     Metering,
     NamedScope,
-    Ranked,
     SearchStart,
     SearchTuning,
     VectorHit,
@@ -327,6 +326,15 @@ def _check(request: SearchRequest) -> tuple[Mode, str | None]:
     return ("fused" if text is not None else "image"), text
 
 
+@dataclass
+class Query:
+    """A search's query, and its vector once embedded (with whether it came from the cache)."""
+
+    text: str | None
+    image: bytes | None
+    embedding: tuple[EmbedResult, bool] | None = None
+
+
 @dataclass(frozen=True)
 class Given:
     """What a search that names its scope resolved before fetching or embedding anything."""
@@ -460,11 +468,15 @@ class AssetSearcher:
             # points there (an index switch in between means embedding again), so no search
             # compares two models.
             embedder = self._embedder_of(active)
-            embedded, cached = await self._embed_cached(active, embedder, text, image)
+            # A search naming its scope is embedded once the ranking's first statement found
+            # it (a refused search spends no tokens); any other before the transaction opens.
+            query = Query(text, image)
+            if named is None:
+                query.embedding = await self._embed_cached(active, embedder, text, image)
             thresholds = match_thresholds(embedder.model, mode)
             try:
                 vaults, fusion, rows = await self._rank(
-                    caller, request, given, named, active, embedder, embedded, cached, mode, text
+                    caller, request, given, named, active, embedder, query, mode
                 )
                 break
             except AliasMoved:
@@ -543,28 +555,6 @@ class AssetSearcher:
                     raise NotFoundFailure("the asset's image is not available")
                 preview = (stored.preview_storage_key, stored.preview_sha256)
         return Given(vaults, filters, preview)
-
-    @staticmethod
-    async def _meter_refused(
-        uow: UnitOfWork, caller: Caller, embedder: Embedder, embedded: EmbedResult, cached: bool
-    ) -> None:
-        """Record what embedding the query of a refused search spent (none when cached).
-
-        A search naming a vault, project or folder is checked in the ranking transaction,
-        after its query was embedded: usage is never lost, even for a refusal. No provenance:
-        nothing was searched.
-        """
-        if cached or not embedded.usage.total_tokens:
-            return
-        await uow.usage.record(
-            owner_identity=caller.identity,
-            source="embed_image_query",
-            model=embedder.model,
-            total_tokens=embedded.usage.total_tokens,
-            prompt_tokens=embedded.usage.prompt_tokens,
-            image_tokens=embedded.usage.image_tokens,
-            request_id=embedded.request_id,
-        )
 
     async def _read_alias(self) -> VectorIndex:
         """The index the alias points at now (remembered: the next search embeds for it)."""
@@ -680,24 +670,24 @@ class AssetSearcher:
         named: NamedScope | None,
         active: VectorIndex,
         embedder: Embedder,
-        embedded: EmbedResult,
-        cached: bool,
+        query: Query,
         mode: Mode,
-        text: str | None,
     ) -> tuple[list[ResolvedVault], dict[str, Evidence], list[StoredAsset]]:
         """The caller's vaults, fused evidence per asset and at most ``limit`` results.
 
         One transaction of two statements (``memory_db.vectors.ranking``): the first resolves
         the caller's vaults (unless ``given``) and what ``named`` names, checks the alias
         still points at ``active`` and counts the scope; a vault, project or folder named and
-        not found is refused there, ``not_found`` as before, with the tokens the query's
-        embedding spent metered; the second reads the ranked lists (ANN; full text for a text
-        query) and every candidate with evidence under the authorisation predicates and the
-        exact filters, and writes the usage and provenance of this search. Fusion
+        not found is refused there, ``not_found`` as before, before the query is embedded
+        (``query`` is embedded between the two statements when it was not before: the
+        transaction holds its connection meanwhile); the second reads the ranked lists (ANN;
+        full text for a text query) and every candidate with evidence under the authorisation
+        predicates and the exact filters, and writes the usage and provenance of this search. Fusion
         (:func:`fuse`, :func:`best_first`) is pure. Only assets with evidence are results: a
         word match, or a similarity above the embedder's evidence floor. Nothing is added to
         fill ``limit``. ``AliasMoved`` when the alias moved since the query was embedded.
         """
+        text = query.text
         thresholds = match_thresholds(embedder.model, mode)
         filters = given.filters if given is not None else normalised_filters(request)
         tuning = SearchTuning()
@@ -730,56 +720,55 @@ class AssetSearcher:
                 named=named,
             )
             refused = None if given is not None else _refusal(request, start)
+            if refused is not None:  # nothing embedded, nothing metered: rolled back
+                raise refused
             vaults = given.vaults if given is not None else readable(caller, start.vaults or [])
-            ranked: Ranked | None = None
-            if refused is not None:
-                await self._meter_refused(uow, caller, embedder, embedded, cached)
-            else:
-                if start.candidate_ids is not None:  # listed by the first statement
-                    if len(start.candidate_ids) <= CANDIDATE_CAP:
-                        vector_filters = replace(vector_filters, asset_ids=start.candidate_ids)
-                    else:
-                        overfetch = WIDE_OVERFETCH
-                if start.folder_ids is not None:
-                    filters = replace(filters, folder_ids=start.folder_ids)
-                    vector_filters = replace(vector_filters, folder_ids=start.folder_ids)
-                ranked = await rank_and_meter(
-                    uow.session,
-                    index,
-                    start,
-                    [v.record.scope for v in vaults],
-                    vector=embedded.embeddings[0],
-                    model=embedder.model,
-                    filters=filters,
-                    vector_filters=vector_filters,
-                    words=text,
-                    overfetch=overfetch,
-                    text_hits=TEXT_HITS,
-                    evidence_floor=thresholds.evidence,
-                    min_score=request.min_score,
-                    limit=request.limit,
-                    tuning=tuning,
-                    metering=Metering(
-                        identity=caller.identity,
-                        model=embedder.model,
-                        total_tokens=embedded.usage.total_tokens,
-                        prompt_tokens=embedded.usage.prompt_tokens,
-                        image_tokens=embedded.usage.image_tokens,
-                        request_id=embedded.request_id,
-                        detail={
-                            "mode": mode,
-                            "vaults": len(vaults),
-                            "queryChars": len(text or ""),
-                            # A cached query vector: nothing was sent, no token spent.
-                            "queryEmbeddingCached": cached,
-                            "queryTokens": embedded.usage.total_tokens,
-                        },
-                    ),
+            if query.embedding is None:
+                query.embedding = await self._embed_cached(
+                    active, embedder, query.text, query.image
                 )
-        if refused is not None:  # after the commit of what the embedding spent
-            raise refused
-        if ranked is None:  # pragma: no cover - ranked whenever not refused
-            raise RuntimeError("a search was neither ranked nor refused")
+            embedded, cached = query.embedding
+            if start.candidate_ids is not None:  # listed by the first statement
+                if len(start.candidate_ids) <= CANDIDATE_CAP:
+                    vector_filters = replace(vector_filters, asset_ids=start.candidate_ids)
+                else:
+                    overfetch = WIDE_OVERFETCH
+            if start.folder_ids is not None:
+                filters = replace(filters, folder_ids=start.folder_ids)
+                vector_filters = replace(vector_filters, folder_ids=start.folder_ids)
+            ranked = await rank_and_meter(
+                uow.session,
+                index,
+                start,
+                [v.record.scope for v in vaults],
+                vector=embedded.embeddings[0],
+                model=embedder.model,
+                filters=filters,
+                vector_filters=vector_filters,
+                words=text,
+                overfetch=overfetch,
+                text_hits=TEXT_HITS,
+                evidence_floor=thresholds.evidence,
+                min_score=request.min_score,
+                limit=request.limit,
+                tuning=tuning,
+                metering=Metering(
+                    identity=caller.identity,
+                    model=embedder.model,
+                    total_tokens=embedded.usage.total_tokens,
+                    prompt_tokens=embedded.usage.prompt_tokens,
+                    image_tokens=embedded.usage.image_tokens,
+                    request_id=embedded.request_id,
+                    detail={
+                        "mode": mode,
+                        "vaults": len(vaults),
+                        "queryChars": len(text or ""),
+                        # A cached query vector: nothing was sent, no token spent.
+                        "queryEmbeddingCached": cached,
+                        "queryTokens": embedded.usage.total_tokens,
+                    },
+                ),
+            )
         fusion = fuse(
             ranked.hits,
             ranked.words,
