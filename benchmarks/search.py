@@ -29,7 +29,11 @@ Printed per size and kind of call:
   ones, plus the ``children`` times of exited ones), before and after the calls, divided by
   their number;
 - the background (the idle worker's polls, PostgreSQL's own processes) measured over
-  ``--idle`` seconds with no call before the windows, and subtracted at its rate from both;
+  ``--idle`` seconds with no call before the windows: CPU subtracted at its rate; statements
+  subtracted by text, exactly (every call of a text the idle server sent, never ``BEGIN`` or
+  ``COMMIT``), with the worker's 30-second housekeeping sweep put off for the run (it would
+  land in some windows and not in others); ``--statements`` prints the round trips by
+  statement text, per call of each kind and per idle second;
 - whole call / bare ANN: ``VectorIndex.search`` with the same query vector (the local
   embedder's, as the server's), ``limit`` 50 as a search asks, in this process;
 - whole call / FAISS HNSW in-process (``IndexHNSWFlat``, m = 16, ef_construction = 64 as the
