@@ -453,7 +453,9 @@ class AssetSearcher:
             given = await self._resolve(caller, request)
         else:
             named = _named(caller, request)
-        # Only an authorised, well-formed search fetches or decodes a query image.
+        # Only an authorised, well-formed search fetches or decodes a query image. A vault,
+        # project or folder it names is checked after that, in the ranking's first statement
+        # (never while a fetch holds a pooled connection), but before anything is embedded.
         image = await self._temporary_image(request)
         if given is not None and given.preview is not None:
             key, sha256 = given.preview
