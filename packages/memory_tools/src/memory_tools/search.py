@@ -2,13 +2,16 @@
 
 The flow, over the caller's vaults:
 
-1. authenticate (the tool layer) and check the filters; a search naming a vault, project or
-   folder, filtering without a vector column, or by a stored image resolves those first;
+1. authenticate (the tool layer) and check the filters; a search by a stored image resolves
+   its scope and the image first;
 2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
    never stored; a stored query image is the asset's sanitised preview;
-3. embed the query once with ``retrieval.query`` (outside any transaction);
+3. embed the query once with ``retrieval.query`` (outside any transaction), unless it names a
+   vault, project or folder or filters without a vector column: then in step 4, once its
+   first statement found them (a refused search embeds nothing);
 4. one transaction of two statements (``memory_db.vectors.ranking``): the caller's readable
-   vaults (unless resolved in step 1), the alias checked and the scope counted; then the
+   vaults (unless resolved in step 1) or the one named, the project and folder named, the
+   candidates of a filter without a vector column, the alias checked and the scope counted; then the
    filtered ANN query over the aliased index, only in entitled vaults,
    overfetching 50 representation hits; for text, a full-text list over title, tags, alt text,
    description, text read in the image and generated context (a generated column,
