@@ -57,6 +57,8 @@ def test_the_search_benchmark_prints_every_target_and_counts_round_trips() -> No
     out = done.stdout
     for target in TARGETS:
         assert re.search(rf"^  (PASS|FAIL) +{re.escape(target)}: ", out, re.M), (target, out)
+    # Two decimals: a fraction above a whole number of round trips shows (4.0 once hid 4.06).
+    assert re.search(r"round trips per search <= 4: text \d+\.\d\d, image \d+\.\d\d$", out, re.M)
     figures = json.loads(out[out.index("\n[") :])
     kinds = figures[0]["kinds"]
     assert figures[0]["size"] == 200

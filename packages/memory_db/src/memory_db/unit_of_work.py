@@ -30,6 +30,7 @@ from memory_db.repositories import (
     ReportRepository,
     UsageRepository,
     VaultRepository,
+    WebSessionCache,
     WebSessionRepository,
     WorkRepository,
 )
@@ -52,7 +53,12 @@ class NestedUnitOfWork(RuntimeError):
 class UnitOfWork:
     """Repositories sharing one session and one transaction."""
 
-    def __init__(self, session: AsyncSession, key_cache: ApiKeyCache | None = None) -> None:
+    def __init__(
+        self,
+        session: AsyncSession,
+        key_cache: ApiKeyCache | None = None,
+        session_cache: WebSessionCache | None = None,
+    ) -> None:
         self.session = session
         self.identities = IdentityRepository(session)
         self.api_keys = ApiKeyRepository(session, key_cache)
@@ -70,7 +76,7 @@ class UnitOfWork:
         self.reports = ReportRepository(session)
         self.artifacts = ArtifactRepository(session)
         self.work = WorkRepository(session)
-        self.web_sessions = WebSessionRepository(session)
+        self.web_sessions = WebSessionRepository(session, session_cache)
         self.contexts = ContextRepository(session)
         self._after_commit: list[Callable[[], None]] = []
 
@@ -120,6 +126,7 @@ class Database:
         # someone runs it (a server does, beside its pool: ``AccessChangeWatch.run``).
         self.access_changes = AccessChangeWatch(engine)
         self.key_cache = ApiKeyCache(self.access_changes)
+        self.session_cache = WebSessionCache(self.access_changes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
 
     @asynccontextmanager
@@ -136,7 +143,7 @@ class Database:
         """
         async with _one_per_task(), self._sessions() as session:
             async with session.begin():
-                unit = UnitOfWork(session, self.key_cache)
+                unit = UnitOfWork(session, self.key_cache, self.session_cache)
                 yield unit
             if session.info.pop(ACCESS_CHANGED, False):
                 # A revoked key or changed grant: no process may still believe a cache.
@@ -156,7 +163,7 @@ class Database:
             async with self.engine.connect() as connection:
                 await connection.execution_options(isolation_level="AUTOCOMMIT")
                 async with AsyncSession(connection, expire_on_commit=False) as session:
-                    unit = UnitOfWork(session, self.key_cache)
+                    unit = UnitOfWork(session, self.key_cache, self.session_cache)
                     yield unit
                     changed = session.info.pop(ACCESS_CHANGED, False)
             if changed:  # with the connection given back: never wait for a second one

@@ -2,13 +2,16 @@
 
 The flow, over the caller's vaults:
 
-1. authenticate (the tool layer) and check the filters; a search naming a vault, project or
-   folder, filtering without a vector column, or by a stored image resolves those first;
+1. authenticate (the tool layer) and check the filters; a search by a stored image resolves
+   its scope and the image first;
 2. a temporary query image (base64 or URL) is fetched and validated exactly like a save, and
    never stored; a stored query image is the asset's sanitised preview;
-3. embed the query once with ``retrieval.query`` (outside any transaction);
+3. embed the query once with ``retrieval.query`` (outside any transaction), unless it names a
+   vault, project or folder or filters without a vector column: then in step 4, once its
+   first statement found them (a refused search embeds nothing);
 4. one transaction of two statements (``memory_db.vectors.ranking``): the caller's readable
-   vaults (unless resolved in step 1), the alias checked and the scope counted; then the
+   vaults (unless resolved in step 1) or the one named, the project and folder named, the
+   candidates of a filter without a vector column, the alias checked and the scope counted; then the
    filtered ANN query over the aliased index, only in entitled vaults,
    overfetching 50 representation hits; for text, a full-text list over title, tags, alt text,
    description, text read in the image and generated context (a generated column,
@@ -42,6 +45,8 @@ from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import (
     AliasMoved,
     Metering,
+    NamedScope,
+    SearchStart,
     SearchTuning,
     VectorHit,
     VectorIndex,
@@ -69,6 +74,7 @@ from memory_tools.errors import (
 )
 from memory_tools.ingest import inputs
 from memory_tools.ingest.images import inspect_image
+from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel, fitting
@@ -323,6 +329,15 @@ def _check(request: SearchRequest) -> tuple[Mode, str | None]:
     return ("fused" if text is not None else "image"), text
 
 
+@dataclass
+class Query:
+    """A search's query, and its vector once embedded (with whether it came from the cache)."""
+
+    text: str | None
+    image: bytes | None
+    embedding: tuple[EmbedResult, bool] | None = None
+
+
 @dataclass(frozen=True)
 class Given:
     """What a search that names its scope resolved before fetching or embedding anything."""
@@ -334,20 +349,66 @@ class Given:
 
 
 def _names_a_scope(request: SearchRequest) -> bool:
-    """Whether the scope must be checked before any fetch or embedding.
+    """Whether the scope must be resolved in a unit of work of its own, before the ranking.
 
-    A vault, project or folder the caller names may not exist (a clear ``not_found`` and no
-    tokens spent), a stored query image must be found first, and a filter without a vector
-    column narrows the candidates by asset id first. Other searches resolve the caller's
-    vaults in the ranking transaction itself (one round trip fewer).
+    A stored query image must be found before it is embedded. Every other search, one that
+    names a vault, project or folder or filters without a vector column included, resolves
+    and checks them in the ranking transaction's first statement (:func:`_named`; one
+    checkout and four round trips in all).
     """
-    return (
-        request.vault is not None
-        or request.project_id is not None
-        or request.folder_id is not None
-        or request.asset_id is not None
-        or request.filters.outside_vectors()
+    return request.asset_id is not None
+
+
+def _named(caller: Caller, request: SearchRequest) -> NamedScope | None:
+    """The vault, project and folder a search names, for the ranking's first statement.
+
+    A handle no vault can have is refused here, before anything is fetched or embedded, with
+    the answer an unknown vault gets (as ``memory_tools.access.resolve_vault``).
+    """
+    outside = request.filters.outside_vectors()
+    if (
+        request.vault is None
+        and request.project_id is None
+        and request.folder_id is None
+        and not outside
+    ):
+        return None
+    owner: str | None = None
+    name: str | None = None
+    if request.vault is not None:
+        refuse_nul(request.vault, "vault")
+        # Split as VaultRepository.resolve splits it.
+        given_owner, _, given_name = request.vault.rpartition("/")
+        if not given_name or len(request.vault) > 400:
+            raise NotFoundFailure(f"vault {request.vault!r} not found")
+        owner = given_owner.strip().lower() or caller.identity.strip().lower()
+        name = given_name.lower()
+    return NamedScope(
+        vault_owner=owner,
+        vault_name=name,
+        project_id=request.project_id,
+        folder_id=request.folder_id,
+        include_subfolders=request.include_subfolders,
+        # Tags, untagged, the source host: the matching assets narrow the ranking.
+        candidates=(
+            replace(normalised_filters(request), project_id=request.project_id) if outside else None
+        ),
+        candidate_cap=CANDIDATE_CAP,
     )
+
+
+def _refusal(request: SearchRequest, start: SearchStart) -> NotFoundFailure | None:
+    """What a search naming its scope is refused with, as ``resolve_filters`` refuses it.
+
+    In its order: the vault, then the folder (in the project named), else the project.
+    """
+    if request.vault is not None and not start.vaults:
+        return NotFoundFailure(f"vault {request.vault!r} not found")
+    if start.folder_ids is not None and not start.folder_ids:
+        return NotFoundFailure("folder not found")
+    if start.project_found is False:
+        return NotFoundFailure("project not found")
+    return None
 
 
 class AssetSearcher:
@@ -388,11 +449,16 @@ class AssetSearcher:
             await prepare_vector_index(self.services.database, self._settings, embedder)
             self._index_ready = True
         given: Given | None = None
+        named: NamedScope | None = None
         if _names_a_scope(request):
-            # A vault, project or folder named, a filter without a vector column, or a stored
-            # query image: checked before anything is fetched or embedded.
+            # A filter without a vector column, or a stored query image: resolved (with any
+            # vault, project or folder named) before anything is fetched or embedded.
             given = await self._resolve(caller, request)
-        # Only an authorised, well-formed search fetches or decodes a query image.
+        else:
+            named = _named(caller, request)
+        # Only an authorised, well-formed search fetches or decodes a query image. A vault,
+        # project or folder it names is checked after that, in the ranking's first statement
+        # (never while a fetch holds a pooled connection), but before anything is embedded.
         image = await self._temporary_image(request)
         if given is not None and given.preview is not None:
             key, sha256 = given.preview
@@ -407,11 +473,15 @@ class AssetSearcher:
             # points there (an index switch in between means embedding again), so no search
             # compares two models.
             embedder = self._embedder_of(active)
-            embedded, cached = await self._embed_cached(active, embedder, text, image)
+            # A search naming its scope is embedded once the ranking's first statement found
+            # it (a refused search spends no tokens); any other before the transaction opens.
+            query = Query(text, image)
+            if named is None:
+                query.embedding = await self._embed_cached(active, embedder, text, image)
             thresholds = match_thresholds(embedder.model, mode)
             try:
                 vaults, fusion, rows = await self._rank(
-                    caller, request, given, active, embedder, embedded, cached, mode, text
+                    caller, request, given, named, active, embedder, query, mode
                 )
                 break
             except AliasMoved:
@@ -602,24 +672,27 @@ class AssetSearcher:
         caller: Caller,
         request: SearchRequest,
         given: Given | None,
+        named: NamedScope | None,
         active: VectorIndex,
         embedder: Embedder,
-        embedded: EmbedResult,
-        cached: bool,
+        query: Query,
         mode: Mode,
-        text: str | None,
     ) -> tuple[list[ResolvedVault], dict[str, Evidence], list[StoredAsset]]:
         """The caller's vaults, fused evidence per asset and at most ``limit`` results.
 
         One transaction of two statements (``memory_db.vectors.ranking``): the first resolves
-        the caller's vaults (unless ``given``), checks the alias still points at ``active``
-        and counts the scope; the second reads the ranked lists (ANN; full text for a text
-        query) and every candidate with evidence under the authorisation predicates and the
-        exact filters, and writes the usage and provenance of this search. Fusion
+        the caller's vaults (unless ``given``) and what ``named`` names, checks the alias
+        still points at ``active`` and counts the scope; a vault, project or folder named and
+        not found is refused there, ``not_found`` as before, before the query is embedded
+        (``query`` is embedded between the two statements when it was not before: the
+        transaction holds its connection meanwhile); the second reads the ranked lists (ANN;
+        full text for a text query) and every candidate with evidence under the authorisation
+        predicates and the exact filters, and writes the usage and provenance of this search. Fusion
         (:func:`fuse`, :func:`best_first`) is pure. Only assets with evidence are results: a
         word match, or a similarity above the embedder's evidence floor. Nothing is added to
         fill ``limit``. ``AliasMoved`` when the alias moved since the query was embedded.
         """
+        text = query.text
         thresholds = match_thresholds(embedder.model, mode)
         filters = given.filters if given is not None else normalised_filters(request)
         tuning = SearchTuning()
@@ -638,6 +711,8 @@ class AssetSearcher:
                     restricted = tuple(ids)
                 else:
                     overfetch = WIDE_OVERFETCH
+            if given is None:
+                filters = replace(filters, project_id=request.project_id)
             vector_filters = replace(filters.for_vectors(), asset_ids=restricted)
             start = await start_search(
                 uow.session,
@@ -647,8 +722,25 @@ class AssetSearcher:
                 scopes=[v.record.scope for v in given.vaults] if given is not None else [],
                 filters=vector_filters,
                 tuning=tuning,
+                named=named,
             )
+            refused = None if given is not None else _refusal(request, start)
+            if refused is not None:  # nothing embedded, nothing metered: rolled back
+                raise refused
             vaults = given.vaults if given is not None else readable(caller, start.vaults or [])
+            if query.embedding is None:
+                query.embedding = await self._embed_cached(
+                    active, embedder, query.text, query.image
+                )
+            embedded, cached = query.embedding
+            if start.candidate_ids is not None:  # listed by the first statement
+                if len(start.candidate_ids) <= CANDIDATE_CAP:
+                    vector_filters = replace(vector_filters, asset_ids=start.candidate_ids)
+                else:
+                    overfetch = WIDE_OVERFETCH
+            if start.folder_ids is not None:
+                filters = replace(filters, folder_ids=start.folder_ids)
+                vector_filters = replace(vector_filters, folder_ids=start.folder_ids)
             ranked = await rank_and_meter(
                 uow.session,
                 index,

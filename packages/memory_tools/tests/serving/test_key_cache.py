@@ -302,3 +302,96 @@ def test_a_key_read_before_a_change_is_not_kept_after_it() -> None:
     state.trusted = False  # listening stopped: nothing is believed, nothing is kept
     assert cache.get("h") is None
     assert cache.ticket() is None
+
+
+async def test_a_metrics_scrape_with_a_warm_admin_key_costs_no_key_round_trip(
+    services: MemoryServices, make_key: Callable[..., Any], serve_http: Any
+) -> None:
+    import httpx
+
+    operator = await make_key("ops@example.com", ("read", "admin"))
+    database = services.database
+    headers = {"Authorization": f"Bearer {operator}"}
+    async with (
+        listening(database),
+        serve_http(build_http_server(services)) as url,
+        httpx.AsyncClient() as http,
+    ):
+        scrape = url.removesuffix("/mcp") + "/metrics"
+        assert (await http.get(scrape, headers=headers)).status_code == 200
+        with round_trips(database) as warm:
+            assert (await http.get(scrape, headers=headers)).status_code == 200
+        # Before: every scrape read the key (`resolve`, no cache).
+        assert _key_statements(warm) == [], warm
+        # Revoked: the very next scrape is refused.
+        await admin.revoke_key(database, await _key_id(database, operator))
+        assert (await http.get(scrape, headers=headers)).status_code == 401
+
+
+async def test_a_waiting_call_rechecks_its_key_from_the_cache(
+    services: MemoryServices, make_key: Callable[..., Any], other_process: Database
+) -> None:
+    from memory_tools.access import Caller, authenticate, still_authenticated
+    from memory_tools.errors import Unauthenticated
+
+    key = await make_key("alice@example.com")
+    database = services.database
+    async with listening(database, other_process):
+        async with database.single_statements() as uow:
+            caller: Caller = await authenticate(uow, key)
+        with round_trips(database) as warm:
+            async with database.unit_of_work() as uow:
+                await still_authenticated(uow, caller)
+        # Before: `is_active` read the key on every look while a call waited.
+        assert warm == [], warm
+        await admin.revoke_key(other_process, caller.key_id)
+        with pytest.raises(Unauthenticated):
+            async with database.unit_of_work() as uow:
+                await still_authenticated(uow, caller)
+
+
+async def test_a_change_wakes_on_the_acknowledgement_instead_of_polling(
+    services: MemoryServices,
+    make_key: Callable[..., Any],
+    database_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import asyncpg  # type: ignore[import-untyped]
+
+    from memory_db.database import to_plain_url
+
+    key = await make_key("alice@example.com")
+    key_id = await _key_id(services.database, key)
+    # Without an acknowledgement heard it would look again only after a minute: only the
+    # announcement can end the wait in time.
+    monkeypatch.setattr(access_changes, "SETTLE_RECHECK_SECONDS", 60.0, raising=False)
+    listener: Any = await asyncpg.connect(
+        to_plain_url(database_url), server_settings={"application_name": "memory-access:0"}
+    )
+    heard: list[str] = []
+    notified = anyio.Event()
+
+    def hear(_conn: Any, _pid: int, _channel: str, payload: str) -> None:
+        heard.append(payload)
+        notified.set()
+
+    await listener.add_listener(access_changes.ACCESS_CHANNEL, hear)
+    try:
+        # The revocation returns on the announcement, well before the minute is up.
+        with round_trips(services.database) as sent, anyio.fail_after(20):
+            async with anyio.create_task_group() as group:
+                group.start_soon(admin.revoke_key, services.database, key_id)
+                await notified.wait()
+                # Held back a while, as a busy process would: a poll would look again and
+                # again meanwhile (every 5 ms before); a wait on the announcement does not.
+                await anyio.sleep(0.2)
+                await listener.execute(
+                    "SELECT set_config('application_name', $1, false), pg_notify($2, $1)",
+                    f"memory-access:{heard[-1]}",
+                    access_changes.ACK_CHANNEL,
+                )
+    finally:
+        await listener.close()
+    looks = [sql for sql in sent if "pg_stat_activity" in sql]
+    # Once before the acknowledgement, once after it (the one that finds nobody behind).
+    assert len(looks) == 2, looks

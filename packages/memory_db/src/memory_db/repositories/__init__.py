@@ -74,6 +74,7 @@ from memory_db.repositories.reports import (
 )
 from memory_db.repositories.web_sessions import (
     WEB_SESSION_PREFIX,
+    WebSessionCache,
     WebSessionRecord,
     WebSessionRepository,
     hash_session_secret,
@@ -142,6 +143,7 @@ __all__ = [
     "VaultRepository",
     "VaultScope",
     "VaultSummary",
+    "WebSessionCache",
     "WebSessionRecord",
     "WebSessionRepository",
     "WorkItem",

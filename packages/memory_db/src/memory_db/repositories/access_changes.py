@@ -13,10 +13,12 @@ and trusts nothing while no connection listens (fail closed: a process that cann
 revocation asks the database on every call, as before the cache).
 
 The listener then acknowledges the epoch it handled by naming its connection
-``memory-access:<epoch>`` (``application_name``, visible in ``pg_stat_activity``, no write).
-A change made through the repositories (:meth:`ApiKeyRepository.revoke`, grants) returns only
-once every listening process of the database has acknowledged it (:func:`settle_access_change`):
-so the next call, whichever process serves it, no longer finds the old key in a cache.
+``memory-access:<epoch>`` (``application_name``, visible in ``pg_stat_activity``, no write) and
+announcing that name on :data:`ACK_CHANNEL`. A change made through the repositories
+(:meth:`ApiKeyRepository.revoke`, grants, a web session ended) returns only once every
+listening process of the database has acknowledged it (:func:`settle_access_change`, woken by
+the announcements): so the next call, whichever process serves it, no longer finds the old key
+or session in a cache.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 import anyio
 from sqlalchemy import text
@@ -36,15 +38,23 @@ from memory_db.repositories.records import ApiKeyRecord
 
 log = get_logger(__name__)
 
+V = TypeVar("V")
+
 # The channel the access triggers notify with an epoch; the docs spell it for operators.
 ACCESS_CHANNEL = "memory_access_changes"
 # How a listening connection names itself: this prefix and the last epoch it handled.
 LISTENER_NAME_PREFIX = "memory-access:"
 # How often the watch tries to listen again after losing its connection.
 RELISTEN_SECONDS = 1.0
+# Where each listener also announces an acknowledgement: a change waiting for the listeners
+# wakes on it instead of polling pg_stat_activity (the name stays the record to check).
+ACK_CHANNEL = "memory_access_acks"
 # How long a change waits for every listener's acknowledgement before it cuts the laggards off.
 SETTLE_TIMEOUT_SECONDS = 5.0
-SETTLE_POLL_SECONDS = 0.005
+# While it waits, how often it looks again without an acknowledgement heard: for a listener
+# that went away (its process died; nothing announces that) or one that acknowledged by its
+# name alone. Every acknowledgement announced wakes it at once.
+SETTLE_RECHECK_SECONDS = 0.1
 # A cached key is asked again after this long: that read also records "last used" (at most once
 # a minute per key, as the repository does anyway), and bounds what any miss could cost.
 KEY_CACHE_TTL_SECONDS = 60.0
@@ -53,7 +63,9 @@ KEY_CACHE_MAX_ENTRIES = 10_000
 # session.info flag: this transaction changed access; settle once it commits.
 ACCESS_CHANGED = "memory_access_changed"
 
-_ACKNOWLEDGE = text("SELECT set_config('application_name', :name, false)")
+_ACKNOWLEDGE = text(
+    "SELECT set_config('application_name', :name, false), pg_notify(:channel, :name)"
+)
 _START = text(
     "SELECT set_config('application_name', :prefix || epoch::text, false) FROM mem_access_epoch"
 )
@@ -156,43 +168,79 @@ class AccessChangeWatch:
     async def _acknowledge(self, connection: Any, epochs: Any) -> None:
         async for epoch in epochs:
             self.epoch = max(self.epoch, epoch)
-            await connection.execute(_ACKNOWLEDGE, {"name": f"{LISTENER_NAME_PREFIX}{self.epoch}"})
+            name = f"{LISTENER_NAME_PREFIX}{self.epoch}"
+            await connection.execute(_ACKNOWLEDGE, {"name": name, "channel": ACK_CHANNEL})
             await connection.commit()
 
 
 async def settle_access_change(engine: AsyncEngine) -> None:
     """Return once every process listening on this database has handled the changes so far.
 
-    Called after a transaction that changed access committed. A listener that does not
-    acknowledge within :data:`SETTLE_TIMEOUT_SECONDS` (its process is stuck) has its listening
-    connection ended: that process then distrusts its cache until it listens again. When the
-    database cannot be reached the change is made all the same and every listener is lost, so
-    nothing trusts a cache: there is nothing to wait for.
+    Called after a transaction that changed access committed. The listeners' names say which
+    epoch each handled; it reads them once, then again whenever a listener announces an
+    acknowledgement on :data:`ACK_CHANNEL` (and every :data:`SETTLE_RECHECK_SECONDS` without
+    one). A listener that does not acknowledge within :data:`SETTLE_TIMEOUT_SECONDS` (its
+    process is stuck) has its listening connection ended: that process then distrusts its
+    cache until it listens again. When the database cannot be reached the change is made all
+    the same and every listener is lost, so nothing trusts a cache: there is nothing to wait
+    for.
     """
     try:
         async with engine.connect() as connection:
-            epoch = (await connection.execute(text("SELECT epoch FROM mem_access_epoch"))).scalar()
-            target = int(epoch or 0)
-            deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
-            while True:
-                rows = await connection.execute(_LAGGARDS, {"pattern": LISTENER_NAME_PREFIX + "%"})
-                behind = [int(pid) for pid, name in rows.all() if _epoch_of(name) < target]
-                await connection.commit()
-                if not behind:
-                    return
-                if time.monotonic() >= deadline:
-                    for pid in behind:
-                        await connection.execute(
-                            text("SELECT pg_terminate_backend(:pid)"), {"pid": pid}
-                        )
-                    await connection.commit()
-                    log.warning("access_listeners_cut_off", pids=behind, epoch=target)
-                    return
-                await anyio.sleep(SETTLE_POLL_SECONDS)
+            raw = await connection.get_raw_connection()
+            driver: Any = raw.driver_connection
+            woken = anyio.Event()
+
+            def announced(*_args: object) -> None:
+                woken.set()
+
+            # Before the names are read: an acknowledgement made after the read is heard.
+            await driver.add_listener(ACK_CHANNEL, announced)
+            try:
+                epoch = (
+                    await connection.execute(text("SELECT epoch FROM mem_access_epoch"))
+                ).scalar()
+                target = int(epoch or 0)
+                deadline = time.monotonic() + SETTLE_TIMEOUT_SECONDS
+                while True:
+                    woken = anyio.Event()  # before the read: an answer during it wakes us
+                    behind = await _behind(connection, target)
+                    if not behind:
+                        return
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        await _cut_off(connection, behind, target)
+                        return
+                    with anyio.move_on_after(min(left, SETTLE_RECHECK_SECONDS)):
+                        await woken.wait()
+            finally:
+                # The connection goes back to the pool: it must not stay listening.
+                with anyio.CancelScope(shield=True):
+                    try:
+                        await driver.remove_listener(ACK_CHANNEL, announced)
+                    except Exception:
+                        await connection.invalidate()
+                        raise
     except Exception as exc:
         if not is_connection_failure(exc):
             raise
         log.warning("access_settle_unavailable", exc_info=True)
+
+
+async def _behind(connection: Any, target: int) -> list[int]:
+    """The backends of the listeners that have not yet handled epoch ``target``."""
+    rows = await connection.execute(_LAGGARDS, {"pattern": LISTENER_NAME_PREFIX + "%"})
+    behind = [int(pid) for pid, name in rows.all() if _epoch_of(name) < target]
+    await connection.commit()
+    return behind
+
+
+async def _cut_off(connection: Any, pids: list[int], target: int) -> None:
+    """End the listening connections ``pids``: their processes then distrust their caches."""
+    for pid in pids:
+        await connection.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+    await connection.commit()
+    log.warning("access_listeners_cut_off", pids=pids, epoch=target)
 
 
 def _epoch_of(name: str) -> int:
@@ -214,12 +262,13 @@ class AccessState(Protocol):
         ...
 
 
-class ApiKeyCache:
-    """Active keys by the hash of their secret, believed only while the watch listens.
+class AccessCache(Generic[V]):
+    """Values read from the database, believed only while the watch listens.
 
-    An entry is valid for the watch's generation it was read in and for
-    :data:`KEY_CACHE_TTL_SECONDS`. Unknown and revoked keys are never cached (a caller guessing
-    keys cannot fill it). ``clock`` is for tests.
+    An entry is valid for the watch's generation it was read in, for ``ttl_seconds``, and until
+    the ``until`` its :meth:`put` gave (this process's monotonic clock: a web session's
+    expiry). Only what grants access is put (an active key, a live session): a caller guessing
+    secrets cannot fill it. ``clock`` is for tests.
     """
 
     def __init__(
@@ -233,43 +282,58 @@ class ApiKeyCache:
         self._watch = watch
         self._ttl = ttl_seconds
         self._max = max_entries
-        self._clock = clock
-        self._entries: dict[str, tuple[ApiKeyRecord, float]] = {}
+        self.clock = clock
+        self._entries: dict[str, tuple[V, float]] = {}  # value, valid until
         self._generation = -1  # the generation the entries were read in
 
-    def get(self, key_hash: str) -> ApiKeyRecord | None:
-        """The cached active key, or None when it must be read from the database."""
+    def get(self, key: str) -> V | None:
+        """The cached value, or None when it must be read from the database."""
         if not self._watch.trusted or self._generation != self._watch.generation:
             return None
-        entry = self._entries.get(key_hash)
+        entry = self._entries.get(key)
         if entry is None:
             return None
-        record, read_at = entry
-        if self._clock() - read_at >= self._ttl:
-            del self._entries[key_hash]
+        value, until = entry
+        if self.clock() >= until:
+            del self._entries[key]
             return None
-        return record
+        return value
 
     def ticket(self) -> int | None:
-        """Take before reading a key: :meth:`put` keeps the read only if nothing changed since."""
+        """Take before reading: :meth:`put` keeps the read only if nothing changed since."""
         return self._watch.generation if self._watch.trusted else None
 
-    def put(self, ticket: int | None, key_hash: str, record: ApiKeyRecord) -> None:
-        """Keep ``record``, read after :meth:`ticket` gave ``ticket``, if it is still current."""
+    def put(self, ticket: int | None, key: str, value: V, *, until: float = math.inf) -> None:
+        """Keep ``value``, read after :meth:`ticket` gave ``ticket``, if it is still current.
+
+        ``until``: a moment of :attr:`clock` after which it is no longer valid whatever else.
+        """
         current = self._watch.generation
         if ticket is None or ticket != current or not self._watch.trusted:
             return
         if self._generation != current or len(self._entries) >= self._max:
             self._entries.clear()
             self._generation = current
-        self._entries[key_hash] = (record, self._clock())
+        self._entries[key] = (value, min(self.clock() + self._ttl, until))
+
+
+class ApiKeyCache(AccessCache[ApiKeyRecord]):
+    """Active keys by the hash of their secret (and by :func:`key_id_entry` of their id)."""
+
+
+def key_id_entry(key_id: str) -> str:
+    """The cache entry of a key by its id (a hash is hex: the two never meet)."""
+    return f"id:{key_id}"
 
 
 __all__ = [
     "ACCESS_CHANNEL",
+    "ACK_CHANNEL",
+    "AccessCache",
     "AccessChangeWatch",
     "AccessState",
     "ApiKeyCache",
+    "key_id_entry",
     "mark_access_changed",
     "settle_access_change",
 ]

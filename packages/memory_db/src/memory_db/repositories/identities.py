@@ -21,7 +21,11 @@ from memory_db.errors import Conflict, InvalidInput, NotFound
 from memory_db.ids import new_id
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import has_forbidden_characters
-from memory_db.repositories.access_changes import ApiKeyCache, mark_access_changed
+from memory_db.repositories.access_changes import (
+    ApiKeyCache,
+    key_id_entry,
+    mark_access_changed,
+)
 from memory_db.repositories.records import (
     ApiKeyRecord,
     GrantRecord,
@@ -226,7 +230,13 @@ class ApiKeyRepository:
         return None if row is None else key_record(row)
 
     async def is_active(self, key_id: str) -> bool:
-        """Whether the key ``key_id`` exists and is not revoked (for calls that outlive a check)."""
+        """Whether the key ``key_id`` exists and is not revoked (for calls that outlive a check).
+
+        No round trip when the cache holds the key: a revocation clears it in every process
+        before it returns.
+        """
+        if self._cache is not None and self._cache.get(key_id_entry(key_id)) is not None:
+            return True
         found = await self._session.scalar(
             select(ApiKey.id).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
         )
@@ -234,7 +244,7 @@ class ApiKeyRepository:
 
     async def touch(self, key_id: str) -> None:
         """Record that the key was used (at most once a minute, to spare writes)."""
-        await self._session.execute(_touch(ApiKey.id == key_id))
+        await self._session.execute(touch_keys(ApiKey.id == key_id))
 
     async def use(self, secret: str) -> ApiKeyRecord | None:
         """:meth:`resolve` and :meth:`touch` in one statement, or no statement on a cache hit.
@@ -253,7 +263,7 @@ class ApiKeyRepository:
             return cached
         ticket = None if cache is None else cache.ticket()
         active = (ApiKey.key_hash == key_hash) & ApiKey.revoked_at.is_(None)
-        touched = _touch(active).returning(ApiKey.id).cte("touched")
+        touched = touch_keys(active).returning(ApiKey.id).cte("touched")
         row = (
             await self._session.execute(select(ApiKey).where(active).add_cte(touched))
         ).scalar_one_or_none()
@@ -262,6 +272,7 @@ class ApiKeyRepository:
         record = key_record(row)
         if cache is not None:
             cache.put(ticket, key_hash, record)
+            cache.put(ticket, key_id_entry(record.id), record)
         return record
 
     async def revoke(self, key_id: str) -> ApiKeyRecord:
@@ -286,8 +297,11 @@ class ApiKeyRepository:
         return [key_record(row) for row in rows]
 
 
-def _touch(which: ColumnElement[bool]) -> Update:
-    """Set ``last_used_at`` of the keys ``which`` selects, unless it is under a minute old."""
+def touch_keys(which: ColumnElement[bool]) -> Update:
+    """Set ``last_used_at`` of the keys ``which`` selects, unless it is under a minute old.
+
+    An ``UPDATE`` to run as a statement or as a data-modifying CTE beside a read.
+    """
     return (
         update(ApiKey)
         .where(

@@ -30,6 +30,7 @@ from memory_db.vectors.index import (
 from memory_db.vectors.ranking import (
     AliasMoved,
     Metering,
+    NamedScope,
     Ranked,
     SearchStart,
     rank_and_meter,
@@ -60,6 +61,7 @@ __all__ = [
     "CacheFit",
     "ElementType",
     "Metering",
+    "NamedScope",
     "Ranked",
     "Rebuild",
     "SampledVector",

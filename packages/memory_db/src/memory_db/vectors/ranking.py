@@ -17,14 +17,17 @@ bits scan or the graph) depends on the count.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from sqlalchemy import Float, Text, cast, column, func, literal, select, text
+from sqlalchemy import Float, Text, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
+from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.sql.elements import BindParameter
 
 from memory_db.errors import MemoryDbError, NotFound
 from memory_db.repositories.assets import AssetRepository, stored_from_json
@@ -32,6 +35,7 @@ from memory_db.repositories.audit import provenance_entry, usage_entry
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.identities import ACCESSIBLE_VAULTS_SQL, vault_from_json
 from memory_db.repositories.records import StoredAsset, TextMatch, VaultRecord, VaultScope
+from memory_db.schema import Asset, AssetObject
 from memory_db.vectors.index import (
     SearchTuning,
     VectorHit,
@@ -41,6 +45,9 @@ from memory_db.vectors.index import (
     set_config_columns,
 )
 
+# Renders a SQLAlchemy query with ``:name`` parameters, as the text statements here take them.
+_NAMED_PARAMS = PGDialect(paramstyle="named")
+_CAST = re.compile(r":(\w+)::(\w+)")
 # PostgreSQL's "undefined_table": the index the process remembered was dropped after a switch.
 _UNDEFINED_TABLE = "42P01"
 # The ranked lists' columns as the ranking statement reads them.
@@ -57,12 +64,43 @@ class AliasMoved(MemoryDbError):
 
 
 @dataclass(frozen=True, slots=True)
-class SearchStart:
-    """What :func:`start_search` found: the caller's vaults and the strategy."""
+class NamedScope:
+    """A vault, project or folder a search names, checked by :func:`start_search` itself.
 
-    # The caller's readable vaults (own first); None when the caller gave them.
+    ``vault_owner`` and ``vault_name``: a handle split as ``VaultRepository.resolve`` splits
+    it (the owner lower-cased, the caller's own when the handle names none; the name
+    lower-cased); both None when no vault is named. The project and the folder are looked for
+    in the first vault of the scope, as ``memory_tools.assets.resolve_filters`` does; a folder
+    only in the project named (none: a folder is never found).
+    """
+
+    vault_owner: str | None = None
+    vault_name: str | None = None
+    project_id: str | None = None
+    folder_id: str | None = None
+    include_subfolders: bool = False
+    # The filters without a vector column (tags, untagged, the source host): the ready assets
+    # of the scope that match them are listed, up to ``candidate_cap`` + 1.
+    candidates: AssetFilter | None = None
+    candidate_cap: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class SearchStart:
+    """What :func:`start_search` found: the caller's vaults, the strategy, the named scope."""
+
+    # The caller's readable vaults (own first; only the named one when a vault is named);
+    # None when the caller gave them.
     vaults: list[VaultRecord] | None
     strategy: Literal["ann", "scan"]
+    # Whether the named project exists in the scope's first vault (None: none named).
+    project_found: bool | None = None
+    # The named folder and, when asked, the active folders below it (None: none named;
+    # empty: not found).
+    folder_ids: tuple[str, ...] | None = None
+    # The ready assets matching ``NamedScope.candidates`` (None: no such filter); more than
+    # the cap means the count and the ranking were not restricted to them.
+    candidate_ids: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,11 +136,15 @@ async def start_search(
     scopes: Sequence[VaultScope],
     filters: AssetFilter,
     tuning: SearchTuning,
+    named: NamedScope | None = None,
 ) -> SearchStart:
     """Settings, alias check, the caller's vaults and the scope count, in one round trip.
 
-    ``viewer``: resolve every vault that identity may read here (``scopes`` is then ignored);
-    ``None``: the caller resolved them (``scopes``). ``AliasMoved`` when the alias no longer
+    ``viewer``: resolve every vault that identity may read here (``scopes`` is then ignored),
+    or only the one ``named`` names, and look up the project and folder it names (the caller
+    refuses what is not found: an empty ``vaults``, ``project_found`` False, empty
+    ``folder_ids``; the count is then of nothing); ``None``: the caller resolved them
+    (``scopes``; ``named`` is ignored). ``AliasMoved`` when the alias no longer
     points at ``index`` (or its table was dropped). Transaction-local settings (see
     :func:`search_settings`); ``enable_sort`` is turned off for the rest of the transaction
     when the count chooses the graph (the ranking statement's only sort-free plan for the
@@ -112,6 +154,7 @@ async def start_search(
     settings = search_settings(tuning, index.name)
     params: dict[str, object] = {"alias": alias, "scan_max": tuning.scan_max_rows}
     columns = set_config_columns(settings, params)
+    named_columns = "NULL, NULL, NULL"
     if viewer is not None:
         params["viewer"] = viewer.strip().lower()
         where = [
@@ -119,8 +162,10 @@ async def start_search(
             "owner_identity = ANY(ARRAY(SELECT DISTINCT owner_identity FROM vaults))",
         ]
         where.extend(filters.vector_conditions(params))
-        scope_where = " AND ".join(where)
         prefix = f"WITH vaults AS MATERIALIZED ({ACCESSIBLE_VAULTS_SQL}) "
+        if named is not None:
+            prefix, named_columns = _named_scope(named, params, where)
+        scope_where = " AND ".join(where)
         listed = (
             "(SELECT coalesce(json_agg(json_build_array(id, owner_identity, handle, "
             "physical_vault, permission, created_at) ORDER BY shared, by_owner, by_name), "
@@ -134,16 +179,21 @@ async def start_search(
         f"{prefix}SELECT {', '.join(columns)}, "
         "(SELECT index_name FROM mem_vector_index_aliases WHERE alias = :alias), "
         f"{listed}, m.n, set_config('enable_sort', CASE WHEN m.n > :scan_max THEN 'off' "
-        "ELSE current_setting('enable_sort') END, true) "
+        f"ELSE current_setting('enable_sort') END, true), {named_columns} "
         f"FROM (SELECT {index.count_sql(scope_where, tuning)} AS n) m"
     )
+    # Typed parameters (a rendered filter's) are bound to the text; the rest go as values.
+    typed = [value for value in params.values() if isinstance(value, BindParameter)]
+    values = {k: v for k, v in params.items() if not isinstance(v, BindParameter)}
     try:
-        row = (await session.execute(text(sql), params)).one()
+        row = (await session.execute(text(sql).bindparams(*typed), values)).one()
     except ProgrammingError as exc:
         if getattr(exc.orig, "sqlstate", None) == _UNDEFINED_TABLE:
             raise AliasMoved(f"the index table {index.name} is gone") from None
         raise
     target, vaults, count = row[len(settings)], row[len(settings) + 1], row[len(settings) + 2]
+    project_found, folders = row[len(settings) + 4], row[len(settings) + 5]
+    candidates = row[len(settings) + 6]
     if target is None:
         raise NotFound("vector index alias", alias)
     if target != index.name:
@@ -151,7 +201,109 @@ async def start_search(
     return SearchStart(
         vaults=None if vaults is None else [vault_from_json(v) for v in _json(vaults)],
         strategy="scan" if int(count) <= tuning.scan_max_rows else "ann",
+        project_found=None if project_found is None else bool(project_found),
+        folder_ids=None if folders is None else tuple(str(f) for f in _json(folders)),
+        candidate_ids=None if candidates is None else tuple(str(c) for c in _json(candidates)),
     )
+
+
+def _named_scope(named: NamedScope, params: dict[str, object], where: list[str]) -> tuple[str, str]:
+    """The CTEs that resolve what a search names, and the two columns that report it.
+
+    ``vaults`` becomes the one vault named (own before shared, as ``VaultRepository.resolve``
+    answers) or every readable one; ``first`` its first, where the project and folder are
+    looked for; ``folders`` the folder and, when asked, the active folders below it. The
+    count's ``where`` gains the folder condition (its ids are only known here).
+    """
+    ctes = [f"accessible AS MATERIALIZED ({ACCESSIBLE_VAULTS_SQL})"]
+    if named.vault_name is not None:
+        params["v_owner"], params["v_name"] = named.vault_owner, named.vault_name
+        ctes.append(
+            "vaults AS MATERIALIZED (SELECT * FROM accessible WHERE owner_identity = :v_owner "
+            "AND by_name = :v_name ORDER BY shared LIMIT 1)"
+        )
+    else:
+        ctes.append("vaults AS MATERIALIZED (SELECT * FROM accessible)")
+    ctes.append(
+        "first AS MATERIALIZED (SELECT owner_identity, physical_vault FROM vaults "
+        "ORDER BY shared, by_owner, by_name LIMIT 1)"
+    )
+    project, folders = "NULL", "NULL"
+    if named.folder_id is not None:
+        params["n_folder"], params["n_project"] = named.folder_id, named.project_id
+        params["n_subfolders"] = named.include_subfolders
+        in_first = (
+            "JOIN first ON f.owner_identity = first.owner_identity "
+            "AND f.vault = first.physical_vault WHERE f.deleted_at IS NULL"
+        )
+        # The folder, then (when asked) the active folders below it, level by level.
+        ctes.append(
+            "folders AS MATERIALIZED (WITH RECURSIVE tree(id, project_id) AS ("
+            f"SELECT f.id, f.project_id FROM mem_asset_folders f {in_first} "
+            "AND f.id = :n_folder AND f.project_id IS NOT DISTINCT FROM CAST(:n_project AS text) "
+            "UNION ALL SELECT f.id, f.project_id FROM mem_asset_folders f "
+            "JOIN tree ON f.parent_id = tree.id AND f.project_id = tree.project_id "
+            f"{in_first} AND CAST(:n_subfolders AS boolean)"
+            ") SELECT id FROM tree)"
+        )
+        folders = "(SELECT coalesce(json_agg(id), '[]') FROM folders)"
+        where.append("folder_id = ANY(ARRAY(SELECT id FROM folders))")
+    elif named.project_id is not None:
+        params["n_project"] = named.project_id
+        project = (
+            "EXISTS (SELECT 1 FROM mem_asset_projects p JOIN first "
+            "ON p.owner_identity = first.owner_identity AND p.vault = first.physical_vault "
+            "WHERE p.id = :n_project AND p.status <> 'deleted')"
+        )
+    listed = "NULL"
+    if named.candidates is not None:
+        ctes.append(f"candidates AS MATERIALIZED ({_candidates_sql(named, params)})")
+        listed = "(SELECT coalesce(json_agg(id), '[]') FROM candidates)"
+        # Restricted to the candidates when they are few; else the ranking overfetches.
+        params["n_cap"] = named.candidate_cap
+        where.append(
+            "((SELECT count(*) FROM candidates) > :n_cap "
+            "OR asset_id = ANY(ARRAY(SELECT id FROM candidates)))"
+        )
+    return "WITH " + ", ".join(ctes) + " ", f"{project}, {folders}, {listed}"
+
+
+def _candidates_sql(named: NamedScope, params: dict[str, object]) -> str:
+    """The ready assets of ``vaults`` (and the folders named) matching the candidate filters.
+
+    Built from the one definition of the filters (``AssetFilter.conditions``, as
+    ``AssetRepository.matching_ids`` applies them) and rendered into the statement with named
+    parameters, which join ``params``.
+    """
+    filters = named.candidates if named.candidates is not None else AssetFilter()
+    query = select(Asset.id).where(
+        text(
+            "(mem_assets.owner_identity, mem_assets.vault) IN "
+            "(SELECT owner_identity, physical_vault FROM vaults)"
+        ),
+        Asset.status == literal("ready", literal_execute=True),
+        *filters.conditions(),
+    )
+    if filters.reads_objects():
+        query = query.join(
+            AssetObject,
+            (AssetObject.id == Asset.object_id)
+            & (AssetObject.owner_identity == Asset.owner_identity),
+        )
+    if named.folder_id is not None:
+        query = query.where(text("mem_assets.folder_id IN (SELECT id FROM folders)"))
+    compiled = query.limit(named.candidate_cap + 1).compile(
+        dialect=_NAMED_PARAMS, compile_kwargs={"render_postcompile": True}
+    )
+    for name, value in compiled.params.items():
+        if name in params:
+            raise MemoryDbError(f"the candidate filter's parameter {name} is taken")
+        # Typed as the filter declared it (tags are JSONB: serialised by its bind processor);
+        # the items of an expanded IN list (plain strings) have no bind of their own.
+        bind = compiled.binds.get(name)
+        params[name] = value if bind is None else bindparam(name, value, type_=bind.type)
+    # text() reads ``:name::TYPE`` as no parameter at all: spell the cast out.
+    return _CAST.sub(r"CAST(:\1 AS \2)", str(compiled))
 
 
 async def rank_and_meter(

@@ -80,8 +80,10 @@ async def _admitted(services: MemoryServices, request: Request) -> Response | No
     if token is None:
         return _refuse(401, "an API key with the 'admin' scope is required (Bearer)")
     try:
+        # As every call checks a key: from the process's cache when warm (no round trip),
+        # which a revocation clears in every process before it returns.
         async with services.database.single_statements() as uow:
-            record = await uow.api_keys.resolve(token)
+            record = await uow.api_keys.use(token)
     except DatabaseUnavailable:
         log.warning("metrics_key_check_unavailable", exc_info=True)
         return PlainTextResponse(
