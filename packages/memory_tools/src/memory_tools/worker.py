@@ -60,10 +60,17 @@ from memory_db.errors import (
     ProviderUnavailable,
 )
 from memory_db.priority import background_priority, current_background_nice
-from memory_db.repositories import listen_for_jobs
+from memory_db.repositories import AssetSettled, listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
-from memory_db.vectors import StoredVector, VectorIndex, VectorRecord, filling_rebuild
+from memory_db.vectors import (
+    FinishedJob,
+    StoredVector,
+    VectorIndex,
+    VectorRecord,
+    complete_embeddings,
+    filling_rebuild,
+)
 from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
@@ -805,6 +812,109 @@ class EmbeddingWorker:
         ``targets``: the same batch embedded for the rebuild filling beside the active index
         (new saves are embedded into both while a rebuild runs).
         """
+        if targets is None:
+            await self._complete_active(items, embeddings, usages, request_id, plan)
+            return
+        await self._complete_mirrored(items, embeddings, usages, request_id, plan, targets)
+
+    async def _complete_active(
+        self,
+        items: Sequence[_Work],
+        embeddings: Sequence[Sequence[float]],
+        usages: Sequence[dict[str, int]],
+        request_id: str | None,
+        plan: _Plan,
+    ) -> None:
+        """Finish a batch written to the active index only, in four round trips.
+
+        BEGIN, the assets locked, then one statement that holds the alias, completes the jobs
+        and writes the vectors, usage, provenance and the assets' state
+        (``memory_db.vectors.completion``), COMMIT. The rare extras (an asset deleted while the
+        batch was embedded) take statements of their own.
+        """
+        shape = plan.shapes[plan.active]
+        embedder = plan.embedder
+        mismatch: str | None = None
+        if shape.dimensions != embedder.dimensions:
+            mismatch = (
+                f"the active vector index {shape.name} holds {shape.dimensions}-d vectors, "
+                f"this worker's embedder makes {embedder.dimensions}-d ones"
+            )
+            log.error("worker_index_mismatch", worker=self.worker_id, index=shape.name)
+        finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
+        settled: Sequence[AssetSettled] = ()
+        done: frozenset[str] = frozenset()
+        async with self._services.database.unit_of_work() as uow:
+            # Lock the assets first (in id order, so concurrent batches cannot deadlock):
+            # deletion updates these rows, so it waits for us or we see 'deleting' and write
+            # nothing for that asset. The completion statement reads the assets' jobs after
+            # this lock (memory_db.vectors.completion says why it is a statement of its own).
+            current = await uow.assets.lock_many_for_owners(
+                [(item.job.owner_identity, item.job.asset_id) for item in items]
+            )
+            gone: list[_Work] = []
+            for item, embedding, usage in zip(items, embeddings, usages, strict=True):
+                asset = current.get((item.job.owner_identity, item.job.asset_id))
+                if asset is None or asset.status in ("deleting", "deleted"):
+                    gone.append(item)
+                    continue
+                finishing.append((item, embedding, usage, asset))
+            if gone:
+                # Held like the completion holds it; its mirrors are where a delete applies.
+                index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+                for item in gone:
+                    if await uow.jobs.cancel(item.job.id, self.worker_id, reason="asset deleted"):
+                        scope = VaultScope(item.asset.owner_identity, item.asset.vault)
+                        await index.delete_asset(scope, item.job.asset_id)
+            if mismatch is None and finishing:
+                completed = await complete_embeddings(
+                    uow.session,
+                    shape,
+                    self._services.vector_alias,
+                    self.worker_id,
+                    [
+                        _finished(asset, item, embedder.model, shape, embedding, usage, request_id)
+                        for item, embedding, usage, asset in finishing
+                    ],
+                )
+                if completed.alias_target != plan.active:
+                    # Switched while this batch was embedded: its vectors are of the old model,
+                    # and the statement wrote nothing.
+                    mismatch = (
+                        f"the vector index switched from {plan.active} to {completed.alias_target}"
+                    )
+                    log.info(
+                        "worker_index_switched",
+                        worker=self.worker_id,
+                        index=completed.alias_target,
+                    )
+                done, settled = completed.done, completed.settled
+        for change in settled:
+            metrics.count_settled(change.status, change.source_kind)
+        if mismatch is not None:
+            for item, _embedding, _usage, _asset in finishing:
+                await self._retry(item.job, "index_mismatch", mismatch)
+            return
+        for item, _embedding, _usage, _asset in finishing:
+            if item.job.id not in done:
+                log.warning("worker_lease_lost_at_completion", job_id=item.job.id)
+        if done:
+            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(done))
+
+    async def _complete_mirrored(
+        self,
+        items: Sequence[_Work],
+        embeddings: Sequence[Sequence[float]],
+        usages: Sequence[dict[str, int]],
+        request_id: str | None,
+        plan: _Plan,
+        targets: Sequence[Sequence[float]],
+    ) -> None:
+        """Finish a batch written to the active index and the rebuild filling beside it.
+
+        Only while a rebuild fills: the statements of :meth:`_complete_active` and, per
+        asset, the rebuild's vectors, in one transaction.
+        """
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
@@ -828,12 +938,10 @@ class EmbeddingWorker:
                 )
                 log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
             target: VectorIndex | None = None
-            if targets is not None and plan.target in index.mirrors:
+            if plan.target in index.mirrors:
                 target = await VectorIndex.open(uow.session, plan.target)
             target_vectors: dict[VaultScope, list[VectorRecord]] = {}
-            target_of = {
-                id(item): vector for item, vector in zip(items, targets or (), strict=False)
-            }
+            target_of = {id(item): vector for item, vector in zip(items, targets, strict=False)}
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
@@ -1027,6 +1135,44 @@ def _embed_provenance(
         "target_id": asset.id,
         "detail": detail,
     }
+
+
+def _finished(
+    asset: AssetRecord,
+    item: _Work,
+    model: str,
+    index: VectorIndex,
+    embedding: Sequence[float],
+    usage: Mapping[str, int],
+    request_id: str | None,
+) -> FinishedJob:
+    """One job's vector, usage and provenance, with the asset's placement as locked."""
+    job = item.job
+    representation = job.representation
+    if representation is None:  # the schema forbids it: every embed job names its representation
+        raise ValueError("an embedding job without a representation")
+    provenance = _embed_provenance(asset, job, model, index, usage, request_id, also=None)
+    return FinishedJob(
+        job_id=job.id,
+        owner_identity=job.owner_identity,
+        asset_id=asset.id,
+        vault=asset.vault,
+        object_id=asset.object_id,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
+        representation=representation,
+        model=model,
+        mime_type=item.object_mime,
+        source_kind=asset.source_kind,
+        created_at=asset.created_at,
+        embedding=embedding,
+        usage=usage,
+        usage_source="embed_image_document",
+        request_id=request_id,
+        provenance_operation=provenance["operation"],
+        provenance_actor=provenance["actor_identity"],
+        provenance_detail=provenance["detail"],
+    )
 
 
 def _record(

@@ -1453,59 +1453,7 @@ class AssetRepository:
         if not asset_ids:
             return []
         rows = await self._session.execute(
-            text(
-                """
-                WITH before AS (
-                    SELECT id, status FROM mem_assets
-                    WHERE owner_identity = :owner AND id = ANY(:ids)
-                ), latest AS (
-                    SELECT DISTINCT ON (asset_id, representation)
-                           asset_id, representation, status, last_error_code, last_error
-                    FROM mem_asset_embedding_jobs
-                    WHERE owner_identity = :owner AND asset_id = ANY(:ids)
-                      AND kind = 'embed' AND status <> 'cancelled'
-                    ORDER BY asset_id, representation, created_at DESC
-                ), agg AS (
-                    SELECT asset_id,
-                           max(status) FILTER (WHERE representation = 'visual') AS visual,
-                           max(status) FILTER (WHERE representation = 'fused') AS fused,
-                           bool_or(status = 'running') AS running,
-                           max(last_error_code) FILTER (WHERE representation = 'visual') AS code,
-                           max(last_error) FILTER (WHERE representation = 'visual') AS message
-                    FROM latest GROUP BY asset_id
-                ), changed AS (
-                UPDATE mem_assets AS a SET
-                    embedding_status = CASE
-                        WHEN agg.visual = 'failed' THEN 'failed'
-                        WHEN agg.visual = 'done' AND coalesce(agg.fused, 'done') = 'done'
-                            THEN 'ready'
-                        WHEN agg.visual = 'done' AND agg.fused = 'failed' THEN 'partial'
-                        WHEN agg.running THEN 'running'
-                        ELSE 'pending' END,
-                    status = CASE
-                        WHEN agg.visual = 'failed' THEN 'failed'
-                        WHEN agg.visual = 'done'
-                             AND coalesce(agg.fused, 'done') IN ('done', 'failed') THEN 'ready'
-                        ELSE a.status END,
-                    failure_code = CASE WHEN agg.visual = 'failed' THEN agg.code
-                        ELSE a.failure_code END,
-                    failure_message = CASE WHEN agg.visual = 'failed' THEN agg.message
-                        ELSE a.failure_message END,
-                    updated_at = now()
-                FROM agg
-                WHERE a.id = agg.asset_id AND a.owner_identity = :owner
-                  AND a.status IN ('processing', 'ready', 'failed')
-                  -- an image failed for its missing or changed bytes stays so, whatever
-                  -- a job that was under way when reconciliation found it does; lifting
-                  -- the quarantine is what settles it again
-                  AND NOT (a.status = 'failed' AND a.failure_code = ANY(:integrity))
-                RETURNING a.id, a.status, a.source_kind
-                )
-                SELECT pg_notify(:channel, changed.id), changed.id, changed.status,
-                       changed.source_kind, before.status AS was
-                FROM changed JOIN before ON before.id = changed.id
-                """
-            ),
+            text(_RECONCILE),
             {
                 "owner": owner,
                 "ids": list(asset_ids),
@@ -1520,8 +1468,78 @@ class AssetRepository:
         ]
 
 
+def settle_ctes(jobs: str) -> str:
+    """CTEs ``latest``, ``agg`` and ``changed``: assets settled from their embedding jobs.
+
+    ``jobs`` is a query of job rows (every column of ``mem_asset_embedding_jobs``) of the
+    assets to settle; ``changed`` returns each asset it updated (``id``, ``status``,
+    ``source_kind``). One definition for :meth:`AssetRepository.reconcile_many` and the
+    worker's completion statement (``memory_db.vectors.completion``), which passes its jobs
+    with the outcome it writes in the same statement (a statement does not see its own
+    updates). Binds ``:integrity`` (:data:`INTEGRITY_CODES`).
+    """
+    return f"""
+        latest AS (
+            SELECT DISTINCT ON (asset_id, representation)
+                   owner_identity, asset_id, representation, status, last_error_code,
+                   last_error
+            FROM ({jobs}) AS j
+            WHERE kind = 'embed' AND status <> 'cancelled'
+            ORDER BY asset_id, representation, created_at DESC
+        ), agg AS (
+            SELECT owner_identity, asset_id,
+                   max(status) FILTER (WHERE representation = 'visual') AS visual,
+                   max(status) FILTER (WHERE representation = 'fused') AS fused,
+                   bool_or(status = 'running') AS running,
+                   max(last_error_code) FILTER (WHERE representation = 'visual') AS code,
+                   max(last_error) FILTER (WHERE representation = 'visual') AS message
+            FROM latest GROUP BY owner_identity, asset_id
+        ), changed AS (
+        UPDATE mem_assets AS a SET
+            embedding_status = CASE
+                WHEN agg.visual = 'failed' THEN 'failed'
+                WHEN agg.visual = 'done' AND coalesce(agg.fused, 'done') = 'done'
+                    THEN 'ready'
+                WHEN agg.visual = 'done' AND agg.fused = 'failed' THEN 'partial'
+                WHEN agg.running THEN 'running'
+                ELSE 'pending' END,
+            status = CASE
+                WHEN agg.visual = 'failed' THEN 'failed'
+                WHEN agg.visual = 'done'
+                     AND coalesce(agg.fused, 'done') IN ('done', 'failed') THEN 'ready'
+                ELSE a.status END,
+            failure_code = CASE WHEN agg.visual = 'failed' THEN agg.code
+                ELSE a.failure_code END,
+            failure_message = CASE WHEN agg.visual = 'failed' THEN agg.message
+                ELSE a.failure_message END,
+            updated_at = now()
+        FROM agg
+        WHERE a.id = agg.asset_id AND a.owner_identity = agg.owner_identity
+          AND a.status IN ('processing', 'ready', 'failed')
+          -- an image failed for its missing or changed bytes stays so, whatever a job that
+          -- was under way when reconciliation found it does; lifting the quarantine is what
+          -- settles it again
+          AND NOT (a.status = 'failed' AND a.failure_code = ANY(:integrity))
+        RETURNING a.id, a.status, a.source_kind
+        )"""  # noqa: S608 (constant text; ``jobs`` is the callers' constant SQL)
+
+
+# AssetRepository.reconcile_many's statement.
+_RECONCILE = (
+    "WITH before AS (SELECT id, status FROM mem_assets "  # noqa: S608 (constant SQL)
+    "WHERE owner_identity = :owner AND id = ANY(:ids)), "
+    + settle_ctes(
+        "SELECT * FROM mem_asset_embedding_jobs "
+        "WHERE owner_identity = :owner AND asset_id = ANY(:ids)"
+    )
+    + " SELECT pg_notify(:channel, changed.id), changed.id, changed.status, "
+    "changed.source_kind, before.status AS was "
+    "FROM changed JOIN before ON before.id = changed.id"
+)
+
 __all__ = [
     "AssetRepository",
     "DuplicateObject",
     "ObjectRepository",
+    "settle_ctes",
 ]
