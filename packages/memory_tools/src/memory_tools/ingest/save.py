@@ -420,7 +420,11 @@ class AssetSaver:
         timeout = self._settings.asset_fetch_timeout_seconds
         deadline = anyio.current_time() + timeout + 60
         while True:
-            async with self.services.database.unit_of_work() as uow:
+            # Statements of their own, no BEGIN and COMMIT: reads of the target, and the
+            # reservation's insert (or the earlier one's read), which stands alone. Under READ
+            # COMMITTED the reads agreed no more inside a transaction; the commit checks the
+            # placement again under its locks.
+            async with self.services.database.single_statements() as uow:
                 target = await self.target(uow, caller, intent)
                 ask = ReservationAsk(
                     operation=OPERATION,
@@ -556,7 +560,10 @@ class AssetSaver:
         that asset (checked again under the namespace lock at commit).
         """
         owner, sha256 = plan.owner, plan.image.sha256
-        async with self.services.database.unit_of_work() as uow:
+        # Two statements of their own (no BEGIN and COMMIT): the read that decides, then the
+        # hold, which locks, checks the quota and moves the bytes in one statement. Nothing
+        # ties them together: the commit decides dedupe again under the namespace lock.
+        async with self.services.database.single_statements() as uow:
             if await self._repeat_of(uow, plan) is not None:
                 await reservations.hold(
                     uow, owner, plan.order.reservation_id, 0, caller=plan.order.actor
