@@ -22,7 +22,7 @@ from memory_db.schema import AssetNamespace, AssetUploadReservation, Identity
 
 # The owner's counters and an active reservation, locked: the namespace row first (it comes
 # first in the join, and rows are locked in that order), as every quota change does.
-_LOCK_WITH_RESERVATION = (
+LOCK_WITH_RESERVATION = (
     "SELECT n.namespace_id, n.used_bytes, n.reserved_bytes, i.quota_bytes, "
     "r.reserved_bytes AS held "
     "FROM mem_asset_namespaces n "
@@ -338,7 +338,7 @@ class QuotaRepository:
         """
         row = (
             await self._session.execute(
-                text(_LOCK_WITH_RESERVATION), {"owner": owner, "reservation": reservation_id}
+                text(LOCK_WITH_RESERVATION), {"owner": owner, "reservation": reservation_id}
             )
         ).one_or_none()
         if row is None:
@@ -390,7 +390,7 @@ class QuotaRepository:
         row = (
             await self._session.execute(
                 text(
-                    f"WITH locked AS ({_LOCK_WITH_RESERVATION}), counters AS ("  # noqa: S608 (constant SQL)
+                    f"WITH locked AS ({LOCK_WITH_RESERVATION}), counters AS ("  # noqa: S608 (constant SQL)
                     "UPDATE mem_asset_namespaces n SET "
                     "reserved_bytes = n.reserved_bytes + (:need - l.held), updated_at = now() "
                     "FROM locked l WHERE n.owner_identity = :owner "
