@@ -55,7 +55,6 @@ from memory_db.errors import (
     ChecksumMismatch,
     ConfigurationError,
     EmbeddingError,
-    NotFound,
     ProviderContractError,
     ProviderUnavailable,
 )
@@ -687,18 +686,16 @@ class EmbeddingWorker:
                 )
             )
             for owner, object_ids in sorted(objects.items()):
-                ids = sorted(object_ids)
-                visual = await index.vectors_of_objects(
-                    owner, ids, model=model, representation="visual", limit=len(ids)
-                )
-                for stored in visual:
-                    known.visual[(owner, stored.object_id)] = stored.embedding
-                if not fused_wanted.get(owner):
-                    continue
-                for stored in await index.vectors_of_objects(
-                    owner, sorted(fused_wanted[owner]), model=model, representation="fused"
+                # Both representations in one statement per owner.
+                for stored in await index.reusable_vectors(
+                    owner,
+                    sorted(object_ids),
+                    sorted(fused_wanted.get(owner, ())),
+                    model=model,
                 ):
-                    if (owner, stored.asset_id) not in batch:
+                    if stored.representation == "visual":
+                        known.visual[(owner, stored.object_id)] = stored.embedding
+                    elif (owner, stored.asset_id) not in batch:
                         fused[(owner, stored.asset_id)] = stored
             if not fused:
                 return known
@@ -733,7 +730,7 @@ class EmbeddingWorker:
         )
 
     async def _reload(self, jobs: Sequence[JobRecord]) -> list[_Loaded]:
-        """Reload assets and objects with owner predicates, two statements per batch.
+        """Reload assets and objects with owner predicates, one statement per batch.
 
         Jobs of assets in deletion are cancelled here. Outside a transaction: under READ
         COMMITTED each statement had its own snapshot anyway, and the completion locks the
@@ -741,27 +738,19 @@ class EmbeddingWorker:
         """
         loaded: list[tuple[JobRecord, AssetRecord, ObjectRecord]] = []
         async with self._services.database.single_statements() as uow:
-            # Two queries per batch, not two per job; every key carries the job's owner.
-            assets = await uow.assets.get_many_for_owners(
+            # One query per batch, not two per job; every key carries the job's owner. The
+            # composite foreign key makes every asset's object exist.
+            found = await uow.assets.get_many_with_objects(
                 [(job.owner_identity, job.asset_id) for job in jobs]
             )
-            live: list[tuple[JobRecord, AssetRecord]] = []
             for job in jobs:
-                asset = assets.get((job.owner_identity, job.asset_id))
-                if asset is None or asset.status in ("deleting", "deleted"):
+                pair = found.get((job.owner_identity, job.asset_id))
+                if pair is None or pair[0].status in ("deleting", "deleted"):
                     await uow.jobs.cancel(
                         job.id, self.worker_id, reason="the asset is being deleted"
                     )
                     continue
-                live.append((job, asset))
-            objects = await uow.objects.get_many(
-                [(job.owner_identity, asset.object_id) for job, asset in live]
-            )
-            for job, asset in live:
-                stored = objects.get((job.owner_identity, asset.object_id))
-                if stored is None:  # the foreign key makes this impossible; say so if it happens
-                    raise NotFound("object")
-                loaded.append((job, asset, stored))
+                loaded.append((job, *pair))
         return loaded
 
     async def _load(self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord) -> _Work | None:

@@ -1304,6 +1304,33 @@ class AssetRepository:
         )
         return {(row.owner_identity, row.id): asset_record(row) for row in rows}
 
+    async def get_many_with_objects(
+        self, keys: Sequence[tuple[str, str]]
+    ) -> dict[tuple[str, str], tuple[AssetRecord, ObjectRecord]]:
+        """Assets by ``(owner, asset_id)`` with their stored objects, in one query.
+
+        The worker's batch reload: every asset and its object under the job's owner (the
+        object is joined on the asset's owner too, as the composite foreign key holds it).
+        """
+        if not keys:
+            return {}
+        rows = await self._session.execute(
+            select(Asset, AssetObject)
+            .join(
+                AssetObject,
+                and_(
+                    AssetObject.owner_identity == Asset.owner_identity,
+                    AssetObject.id == Asset.object_id,
+                ),
+            )
+            .where(tuple_(Asset.owner_identity, Asset.id).in_(sorted(set(keys))))
+            .execution_options(populate_existing=True)
+        )
+        return {
+            (asset.owner_identity, asset.id): (asset_record(asset), _object(stored))
+            for asset, stored in rows
+        }
+
     async def lock_many_for_owners(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], AssetRecord]:
