@@ -469,13 +469,12 @@ class EmbeddingWorker:
         """
         try:
             async with self._services.database.unit_of_work() as uow:
-                key = (job.owner_identity, job.asset_id)
-                asset = (await uow.assets.lock_many_for_owners([key])).get(key)
+                # The asset locked and the job completed in one statement (if it lives).
+                asset, done = await uow.jobs.complete_locked(self.worker_id, job, result.usage)
                 if asset is None or asset.status in ("deleting", "deleted"):
                     await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted")
                     return
-                done = await uow.jobs.complete_many(self.worker_id, {job.id: result.usage})
-                if job.id not in done:
+                if not done:
                     log.warning("worker_lease_lost_at_completion", job_id=job.id)
                     return
                 if result.write is not None:
