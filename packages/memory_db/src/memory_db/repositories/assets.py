@@ -255,25 +255,11 @@ class ObjectRepository:
         """
         rows = (
             await self._session.execute(
-                text(
-                    "SELECT o.status, o.updated_at > now() - CAST(:within AS interval) AS recent, "
-                    "o.status = 'quarantined' AND EXISTS (SELECT 1 FROM mem_assets a "
-                    "WHERE a.owner_identity = o.owner_identity AND a.object_id = o.id "
-                    "AND a.status = 'failed' AND a.failure_code = ANY(:codes)) AS integrity "
-                    "FROM mem_asset_objects o WHERE o.owner_identity = :o AND o.sha256 = :s "
-                    "AND o.status IN ('available', 'deleting', 'quarantined')"
-                ),
+                text(COPIES_SQL),
                 {"o": owner, "s": sha256, "within": within, "codes": list(INTEGRITY_CODES)},
             )
         ).all()
-        live = any(row.status == "available" for row in rows)
-        recent = not live and any(row.status == "deleting" and row.recent for row in rows)
-        quarantined: QuarantineReason | None = None
-        if not live and not recent:
-            reasons = [row.integrity for row in rows if row.status == "quarantined"]
-            if reasons:
-                quarantined = "integrity" if reasons[0] else "unreadable"
-        return live, recent, quarantined
+        return copies_found([(row.status, row.recent, row.integrity) for row in rows])
 
     async def quarantine(self, owner: str, object_id: str) -> None:
         """Take an available object out of reuse and embedding (a provider could not read it)."""
@@ -1551,6 +1537,36 @@ def settle_ctes(jobs: str) -> str:
         )"""  # noqa: S608 (constant text; ``jobs`` is the callers' constant SQL)
 
 
+# What an owner stores of one SHA-256 (``:o``, ``:s``): each copy's status, whether a delete
+# took it out of use at most ``:within`` ago, and whether a quarantined copy waits for an
+# integrity repair (``:codes``, INTEGRITY_CODES). Read by ObjectRepository.copies, and by the
+# hold that decides with it in the same statement (QuotaRepository.reserve_for_copies).
+COPIES_SQL = (
+    "SELECT o.status, o.updated_at > now() - CAST(:within AS interval) AS recent, "
+    "o.status = 'quarantined' AND EXISTS (SELECT 1 FROM mem_assets a "
+    "WHERE a.owner_identity = o.owner_identity AND a.object_id = o.id "
+    "AND a.status = 'failed' AND a.failure_code = ANY(:codes)) AS integrity "
+    "FROM mem_asset_objects o WHERE o.owner_identity = :o AND o.sha256 = :s "
+    "AND o.status IN ('available', 'deleting', 'quarantined')"
+)
+
+
+def copies_found(
+    rows: Sequence[tuple[str, bool, bool]],
+) -> tuple[bool, bool, QuarantineReason | None]:
+    """``(live, recent, quarantined)`` from the rows of :data:`COPIES_SQL`."""
+    live = any(status == "available" for status, _recent, _integrity in rows)
+    recent = not live and any(
+        status == "deleting" and bool(was_recent) for status, was_recent, _integrity in rows
+    )
+    quarantined: QuarantineReason | None = None
+    if not live and not recent:
+        reasons = [integrity for status, _recent, integrity in rows if status == "quarantined"]
+        if reasons:
+            quarantined = "integrity" if reasons[0] else "unreadable"
+    return live, recent, quarantined
+
+
 # AssetRepository.reconcile_many's statement.
 _RECONCILE = (
     "WITH before AS (SELECT id, status FROM mem_assets "  # noqa: S608 (constant SQL)
@@ -1565,8 +1581,10 @@ _RECONCILE = (
 )
 
 __all__ = [
+    "COPIES_SQL",
     "AssetRepository",
     "DuplicateObject",
     "ObjectRepository",
+    "copies_found",
     "settle_ctes",
 ]

@@ -44,6 +44,7 @@ from memory_db import (
     Conflict,
     MemoryDbError,
     NotFound,
+    QuotaExceededError,
     StorageUnavailable,
     UnitOfWork,
     VaultScope,
@@ -567,25 +568,29 @@ class AssetSaver:
         A save that repeats an earlier scraper save (``repeat``) holds nothing: it returns
         that asset (checked again under the namespace lock at commit).
         """
-        owner, sha256 = plan.owner, plan.image.sha256
-        # Two statements of their own (no BEGIN and COMMIT): the read that decides, then the
-        # hold, which locks, checks the quota and moves the bytes in one statement. Nothing
-        # ties them together: the commit decides dedupe again under the namespace lock.
+        owner, order = plan.owner, plan.order
+        # A statement of its own (no BEGIN and COMMIT): the read that decides and the hold
+        # (lock, quota check, bytes moved) together. Nothing more ties them: the commit
+        # decides dedupe again under the namespace lock.
         async with self.services.database.single_statements() as uow:
             if await self._repeat_of(uow, plan) is not None:
-                await reservations.hold(
-                    uow, owner, plan.order.reservation_id, 0, caller=plan.order.actor
-                )
+                await reservations.hold(uow, owner, order.reservation_id, 0, caller=order.actor)
                 return dedupe(live=False, recently_deleted=False, quarantined=None, repeated=True)
-            # One read decides; the commit finds the object again under the namespace lock.
-            live, recent, quarantined = await uow.objects.copies(
-                owner, sha256, within=self._delete_grace
-            )
+            shared = plan.charge(deduplicated=True)
+            try:
+                live, recent, quarantined = await uow.quota.reserve_for_copies(
+                    owner,
+                    order.reservation_id,
+                    sha256=plan.image.sha256,
+                    within=self._delete_grace,
+                    new_bytes=plan.charge(deduplicated=False),
+                    shared_bytes=shared,
+                )
+            except QuotaExceededError as exc:
+                raise reservations.refused(exc, owner=owner, caller=order.actor) from None
+            # The statement held for the same rule (plan.dedupe's), or nothing for a
+            # quarantined copy, which dedupe refuses here.
             how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
-            need = plan.charge(deduplicated=how != "store")
-            await reservations.hold(
-                uow, owner, plan.order.reservation_id, need, caller=plan.order.actor
-            )
         return how
 
     async def store(self, plan: SavePlan) -> _Written:
