@@ -380,23 +380,24 @@ class EmbeddingWorker:
         await self._prepare()
         await self._release_stranded()
         # Statements of their own (no BEGIN and COMMIT round trips): a claim is one lease (two
-        # when it also takes a claimed asset's sibling jobs), and each lease stands alone.
+        # when it also takes a claimed asset's sibling jobs), and each lease stands alone. It
+        # reads each job's asset and object too, for all kinds of the batch at once.
         async with self._services.database.single_statements() as uow:
-            jobs = await uow.jobs.claim(
+            claimed = await uow.jobs.claim_with_subjects(
                 self.worker_id,
                 limit=self.config.batch_size,
                 lease_seconds=self.config.lease_seconds,
                 kinds=self._kinds,
             )
+        jobs = [job for job, _subject in claimed]
         if not jobs:
             return 0
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._heartbeat, [job.id for job in jobs])
                 try:
-                    # The batch's assets and objects are read once for all its kinds; each
-                    # completion locks its assets again and looks at their state.
-                    loaded = await self._reload(jobs)
+                    # Each completion locks its assets again and looks at their state.
+                    loaded = await self._live(claimed)
                     embeds = [one for one in loaded if one[0].kind == "embed"]
                     if embeds:
                         await self._process(embeds)
@@ -728,28 +729,27 @@ class EmbeddingWorker:
             [item], embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
         )
 
-    async def _reload(self, jobs: Sequence[JobRecord]) -> list[_Loaded]:
-        """Reload assets and objects with owner predicates, one statement per batch.
+    async def _live(
+        self, claimed: Sequence[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]
+    ) -> list[_Loaded]:
+        """The claimed jobs with their assets and objects; those of assets in deletion cancelled.
 
-        Jobs of assets in deletion are cancelled here. Outside a transaction: under READ
-        COMMITTED each statement had its own snapshot anyway, and the completion locks the
-        assets again and looks at their state.
+        The claim read the assets outside a transaction (under READ COMMITTED a reload was no
+        fresher), and the completion locks the assets again and looks at their state.
         """
-        loaded: list[tuple[JobRecord, AssetRecord, ObjectRecord]] = []
-        async with self._services.database.single_statements() as uow:
-            # One query per batch, not two per job; every key carries the job's owner. The
-            # composite foreign key makes every asset's object exist.
-            found = await uow.assets.get_many_with_objects(
-                [(job.owner_identity, job.asset_id) for job in jobs]
-            )
-            for job in jobs:
-                pair = found.get((job.owner_identity, job.asset_id))
-                if pair is None or pair[0].status in ("deleting", "deleted"):
+        loaded: list[_Loaded] = []
+        gone: list[JobRecord] = []
+        for job, subject in claimed:
+            if subject is None or subject[0].status in ("deleting", "deleted"):
+                gone.append(job)
+                continue
+            loaded.append((job, *subject))
+        if gone:
+            async with self._services.database.single_statements() as uow:
+                for job in gone:
                     await uow.jobs.cancel(
                         job.id, self.worker_id, reason="the asset is being deleted"
                     )
-                    continue
-                loaded.append((job, *pair))
         return loaded
 
     async def _load(self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord) -> _Work | None:

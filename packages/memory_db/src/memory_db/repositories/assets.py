@@ -75,7 +75,8 @@ class DuplicateObject(Conflict):
     """Another object of the same owner already holds these bytes (lost a concurrent race)."""
 
 
-def _object(row: AssetObject) -> ObjectRecord:
+def object_record(row: AssetObject) -> ObjectRecord:
+    """The record of an object row."""
     return ObjectRecord(
         id=row.id,
         owner_identity=row.owner_identity,
@@ -192,7 +193,7 @@ class ObjectRepository:
             )
             .with_for_update(read=True)
         )
-        return None if row is None else _object(row)
+        return None if row is None else object_record(row)
 
     async def find_recently_deleted(
         self, owner: str, sha256: str, *, within: timedelta
@@ -217,7 +218,7 @@ class ObjectRepository:
             .with_for_update()
             .execution_options(populate_existing=True)
         )
-        return None if row is None else _object(row)
+        return None if row is None else object_record(row)
 
     async def quarantine_reason(self, owner: str, sha256: str) -> QuarantineReason | None:
         """Why the owner's copy of these bytes is quarantined, or ``None`` when it is not.
@@ -284,7 +285,7 @@ class ObjectRepository:
         )
         if row is None:
             raise NotFound("object")
-        return _object(row)
+        return object_record(row)
 
     async def mark_deleting(self, owner: str, object_id: str) -> bool:
         """Take an object out of use before its bytes go; ``False`` if it was not in use."""
@@ -317,7 +318,7 @@ class ObjectRepository:
             .order_by(AssetObject.updated_at, AssetObject.id)
             .limit(limit)
         )
-        return [_object(row) for row in rows.all()]
+        return [object_record(row) for row in rows.all()]
 
     async def purge_due(self, owner: str, object_id: str, *, older_than: timedelta) -> bool:
         """Make a ``deleting`` object due for the purge now (a purge from the trash).
@@ -372,7 +373,7 @@ class ObjectRepository:
         row.deleted_at = now
         row.updated_at = now
         await self._session.flush()
-        return _object(row)
+        return object_record(row)
 
     async def get(self, owner: str, object_id: str) -> ObjectRecord:
         """One object of ``owner``."""
@@ -383,7 +384,7 @@ class ObjectRepository:
         )
         if row is None:
             raise NotFound("object")
-        return _object(row)
+        return object_record(row)
 
     async def for_storage_key(self, key: str) -> tuple[ObjectRecord, str | None] | None:
         """The object a storage key belongs to and its recorded SHA-256 for that key.
@@ -412,9 +413,9 @@ class ObjectRepository:
         if row is None:
             return None
         if row.storage_key == key and row.status == "available":
-            return _object(row), row.sha256
+            return object_record(row), row.sha256
         if row.preview_storage_key == key:
-            return _object(row), row.preview_sha256
+            return object_record(row), row.preview_sha256
         return None
 
     async def stored_keys(self, owner: str) -> set[str]:
@@ -437,7 +438,7 @@ class ObjectRepository:
                 tuple_(AssetObject.owner_identity, AssetObject.id).in_(sorted(set(keys)))
             )
         )
-        return {(row.owner_identity, row.id): _object(row) for row in rows}
+        return {(row.owner_identity, row.id): object_record(row) for row in rows}
 
     async def create(
         self,
@@ -493,7 +494,7 @@ class ObjectRepository:
         )
         if row is None:  # the dedupe index (_DEDUPE_INDEX) holds these bytes already
             raise DuplicateObject("the owner already stores these bytes")
-        return _object(row)
+        return object_record(row)
 
 
 def _branches(
@@ -1290,33 +1291,6 @@ class AssetRepository:
         )
         return {(row.owner_identity, row.id): asset_record(row) for row in rows}
 
-    async def get_many_with_objects(
-        self, keys: Sequence[tuple[str, str]]
-    ) -> dict[tuple[str, str], tuple[AssetRecord, ObjectRecord]]:
-        """Assets by ``(owner, asset_id)`` with their stored objects, in one query.
-
-        The worker's batch reload: every asset and its object under the job's owner (the
-        object is joined on the asset's owner too, as the composite foreign key holds it).
-        """
-        if not keys:
-            return {}
-        rows = await self._session.execute(
-            select(Asset, AssetObject)
-            .join(
-                AssetObject,
-                and_(
-                    AssetObject.owner_identity == Asset.owner_identity,
-                    AssetObject.id == Asset.object_id,
-                ),
-            )
-            .where(tuple_(Asset.owner_identity, Asset.id).in_(sorted(set(keys))))
-            .execution_options(populate_existing=True)
-        )
-        return {
-            (asset.owner_identity, asset.id): (asset_record(asset), _object(stored))
-            for asset, stored in rows
-        }
-
     async def lock_many_for_owners(
         self, keys: Sequence[tuple[str, str]]
     ) -> dict[tuple[str, str], AssetRecord]:
@@ -1586,5 +1560,6 @@ __all__ = [
     "DuplicateObject",
     "ObjectRepository",
     "copies_found",
+    "object_record",
     "settle_ctes",
 ]

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, tuple_, update
@@ -24,9 +24,9 @@ from sqlalchemy.orm import aliased
 
 from memory_db.ids import new_id
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
-from memory_db.repositories.assets import asset_record
-from memory_db.repositories.records import AssetRecord, JobRecord
-from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, Asset, AssetEmbeddingJob
+from memory_db.repositories.assets import asset_record, object_record
+from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord
+from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, Asset, AssetEmbeddingJob, AssetObject
 
 if TYPE_CHECKING:
     from memory_db.unit_of_work import Database
@@ -251,6 +251,27 @@ class JobRepository:
     ) -> list[JobRecord]:
         """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
 
+        :meth:`claim_with_subjects` without the assets and objects.
+        """
+        claimed = await self.claim_with_subjects(
+            lease_owner, limit=limit, lease_seconds=lease_seconds, kinds=kinds
+        )
+        return [job for job, _subject in claimed]
+
+    async def claim_with_subjects(
+        self,
+        lease_owner: str,
+        *,
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] = JOB_KINDS,
+    ) -> list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]:
+        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
+
+        Each job comes with its asset and stored object, read by the statement that leases it
+        under the job's owner (``None``: the asset is gone), so a worker reads nothing more
+        before its work.
+
         ``kinds``: the kinds the claiming worker can run; others are left to workers that can.
         The due embedding jobs of an asset whose embedding job was claimed come with it, even
         past ``limit``: a save's visual and fused jobs then share one batch, which sends their
@@ -276,7 +297,7 @@ class JobRepository:
             .scalar_subquery()
         )
         claimed = await self._lease(due, lease_owner, lease_seconds)
-        assets = sorted({(j.owner_identity, j.asset_id) for j in claimed if j.kind == "embed"})
+        assets = sorted({(j.owner_identity, j.asset_id) for j, _s in claimed if j.kind == "embed"})
         # Fewer than ``limit``: every due job not locked by another claim is in hand already
         # (the same now(), the same predicates), siblings included; looking again finds none.
         if assets and len(claimed) >= limit:
@@ -296,8 +317,10 @@ class JobRepository:
             claimed += await self._lease(siblings, lease_owner, lease_seconds)
         return claimed
 
-    async def _lease(self, ids: Any, lease_owner: str, lease_seconds: float) -> list[JobRecord]:
-        rows = await self._session.scalars(
+    async def _lease(
+        self, ids: Any, lease_owner: str, lease_seconds: float
+    ) -> list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]:
+        leased = (
             update(AssetEmbeddingJob)
             .where(AssetEmbeddingJob.id.in_(ids))
             .values(
@@ -307,10 +330,36 @@ class JobRepository:
                 attempts=AssetEmbeddingJob.attempts + 1,
                 updated_at=func.now(),
             )
-            .returning(AssetEmbeddingJob)
-            .execution_options(synchronize_session=False, populate_existing=True)
+            .returning(*AssetEmbeddingJob.__table__.c)
+            .cte("leased")
         )
-        return [_job(row) for row in rows]
+        job = aliased(AssetEmbeddingJob, leased)
+        rows = await self._session.execute(
+            select(job, Asset, AssetObject)
+            .outerjoin(
+                Asset, and_(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
+            )
+            .outerjoin(
+                AssetObject,
+                and_(
+                    AssetObject.owner_identity == Asset.owner_identity,
+                    AssetObject.id == Asset.object_id,
+                ),
+            )
+            .execution_options(populate_existing=True)
+        )
+        claimed: list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]] = []
+        for row in rows:
+            # Outer joins: a job whose asset is gone comes without one.
+            asset = cast("Asset | None", row[1])
+            stored = cast("AssetObject | None", row[2])
+            subject = (
+                None
+                if asset is None or stored is None
+                else (asset_record(asset), object_record(stored))
+            )
+            claimed.append((_job(row[0]), subject))
+        return claimed
 
     async def fail_abandoned(self, *, owner: str | None = None) -> list[tuple[str, str]]:
         """Fail running jobs whose lease expired after their last allowed attempt.
