@@ -58,15 +58,21 @@ from memory_db.errors import (
     ChecksumMismatch,
     ConfigurationError,
     EmbeddingError,
-    NotFound,
     ProviderContractError,
     ProviderUnavailable,
 )
 from memory_db.priority import background_priority, current_background_nice
-from memory_db.repositories import listen_for_jobs
+from memory_db.repositories import AssetSettled, listen_for_jobs
 from memory_db.runtime import prepare_vector_index
 from memory_db.settings import DEFAULT_WORKER_CONCURRENCY
-from memory_db.vectors import StoredVector, VectorIndex, VectorRecord, filling_rebuild
+from memory_db.vectors import (
+    FinishedJob,
+    StoredVector,
+    VectorIndex,
+    VectorRecord,
+    complete_embeddings,
+    filling_rebuild,
+)
 from memory_tools import metrics
 from memory_tools.artifacts import sweep_expired_artifacts
 from memory_tools.assets import read_preview
@@ -388,23 +394,24 @@ class EmbeddingWorker:
         await self._prepare()
         await self._release_stranded()
         # Statements of their own (no BEGIN and COMMIT round trips): a claim is one lease (two
-        # when it also takes a claimed asset's sibling jobs), and each lease stands alone.
+        # when it also takes a claimed asset's sibling jobs), and each lease stands alone. It
+        # reads each job's asset and object too, for all kinds of the batch at once.
         async with self._services.database.single_statements() as uow:
-            jobs = await uow.jobs.claim(
+            claimed = await uow.jobs.claim_with_subjects(
                 self.worker_id,
                 limit=self.config.batch_size,
                 lease_seconds=self.config.lease_seconds,
                 kinds=kinds,
             )
+        jobs = [job for job, _subject in claimed]
         if not jobs:
             return 0
         try:
             async with anyio.create_task_group() as group:
                 group.start_soon(self._heartbeat, [job.id for job in jobs])
                 try:
-                    # The batch's assets and objects are read once for all its kinds; each
-                    # completion locks its assets again and looks at their state.
-                    loaded = await self._reload(jobs)
+                    # Each completion locks its assets again and looks at their state.
+                    loaded = await self._live(claimed)
                     embeds = [one for one in loaded if one[0].kind == "embed"]
                     if embeds:
                         await self._process(embeds)
@@ -477,13 +484,12 @@ class EmbeddingWorker:
         """
         try:
             async with self._services.database.unit_of_work() as uow:
-                key = (job.owner_identity, job.asset_id)
-                asset = (await uow.assets.lock_many_for_owners([key])).get(key)
+                # The asset locked and the job completed in one statement (if it lives).
+                asset, done = await uow.jobs.complete_locked(self.worker_id, job, result.usage)
                 if asset is None or asset.status in ("deleting", "deleted"):
                     await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted")
                     return
-                done = await uow.jobs.complete_many(self.worker_id, {job.id: result.usage})
-                if job.id not in done:
+                if not done:
                     log.warning("worker_lease_lost_at_completion", job_id=job.id)
                     return
                 if result.write is not None:
@@ -694,18 +700,16 @@ class EmbeddingWorker:
                 )
             )
             for owner, object_ids in sorted(objects.items()):
-                ids = sorted(object_ids)
-                visual = await index.vectors_of_objects(
-                    owner, ids, model=model, representation="visual", limit=len(ids)
-                )
-                for stored in visual:
-                    known.visual[(owner, stored.object_id)] = stored.embedding
-                if not fused_wanted.get(owner):
-                    continue
-                for stored in await index.vectors_of_objects(
-                    owner, sorted(fused_wanted[owner]), model=model, representation="fused"
+                # Both representations in one statement per owner.
+                for stored in await index.reusable_vectors(
+                    owner,
+                    sorted(object_ids),
+                    sorted(fused_wanted.get(owner, ())),
+                    model=model,
                 ):
-                    if (owner, stored.asset_id) not in batch:
+                    if stored.representation == "visual":
+                        known.visual[(owner, stored.object_id)] = stored.embedding
+                    elif (owner, stored.asset_id) not in batch:
                         fused[(owner, stored.asset_id)] = stored
             if not fused:
                 return known
@@ -739,36 +743,27 @@ class EmbeddingWorker:
             [item], embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
         )
 
-    async def _reload(self, jobs: Sequence[JobRecord]) -> list[_Loaded]:
-        """Reload assets and objects with owner predicates, two statements per batch.
+    async def _live(
+        self, claimed: Sequence[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]
+    ) -> list[_Loaded]:
+        """The claimed jobs with their assets and objects; those of assets in deletion cancelled.
 
-        Jobs of assets in deletion are cancelled here. Outside a transaction: under READ
-        COMMITTED each statement had its own snapshot anyway, and the completion locks the
-        assets again and looks at their state.
+        The claim read the assets outside a transaction (under READ COMMITTED a reload was no
+        fresher), and the completion locks the assets again and looks at their state.
         """
-        loaded: list[tuple[JobRecord, AssetRecord, ObjectRecord]] = []
-        async with self._services.database.single_statements() as uow:
-            # Two queries per batch, not two per job; every key carries the job's owner.
-            assets = await uow.assets.get_many_for_owners(
-                [(job.owner_identity, job.asset_id) for job in jobs]
-            )
-            live: list[tuple[JobRecord, AssetRecord]] = []
-            for job in jobs:
-                asset = assets.get((job.owner_identity, job.asset_id))
-                if asset is None or asset.status in ("deleting", "deleted"):
+        loaded: list[_Loaded] = []
+        gone: list[JobRecord] = []
+        for job, subject in claimed:
+            if subject is None or subject[0].status in ("deleting", "deleted"):
+                gone.append(job)
+                continue
+            loaded.append((job, *subject))
+        if gone:
+            async with self._services.database.single_statements() as uow:
+                for job in gone:
                     await uow.jobs.cancel(
                         job.id, self.worker_id, reason="the asset is being deleted"
                     )
-                    continue
-                live.append((job, asset))
-            objects = await uow.objects.get_many(
-                [(job.owner_identity, asset.object_id) for job, asset in live]
-            )
-            for job, asset in live:
-                stored = objects.get((job.owner_identity, asset.object_id))
-                if stored is None:  # the foreign key makes this impossible; say so if it happens
-                    raise NotFound("object")
-                loaded.append((job, asset, stored))
         return loaded
 
     async def _load(self, job: JobRecord, asset: AssetRecord, stored: ObjectRecord) -> _Work | None:
@@ -819,6 +814,109 @@ class EmbeddingWorker:
         ``targets``: the same batch embedded for the rebuild filling beside the active index
         (new saves are embedded into both while a rebuild runs).
         """
+        if targets is None:
+            await self._complete_active(items, embeddings, usages, request_id, plan)
+            return
+        await self._complete_mirrored(items, embeddings, usages, request_id, plan, targets)
+
+    async def _complete_active(
+        self,
+        items: Sequence[_Work],
+        embeddings: Sequence[Sequence[float]],
+        usages: Sequence[dict[str, int]],
+        request_id: str | None,
+        plan: _Plan,
+    ) -> None:
+        """Finish a batch written to the active index only, in four round trips.
+
+        BEGIN, the assets locked, then one statement that holds the alias, completes the jobs
+        and writes the vectors, usage, provenance and the assets' state
+        (``memory_db.vectors.completion``), COMMIT. The rare extras (an asset deleted while the
+        batch was embedded) take statements of their own.
+        """
+        shape = plan.shapes[plan.active]
+        embedder = plan.embedder
+        mismatch: str | None = None
+        if shape.dimensions != embedder.dimensions:
+            mismatch = (
+                f"the active vector index {shape.name} holds {shape.dimensions}-d vectors, "
+                f"this worker's embedder makes {embedder.dimensions}-d ones"
+            )
+            log.error("worker_index_mismatch", worker=self.worker_id, index=shape.name)
+        finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
+        settled: Sequence[AssetSettled] = ()
+        done: frozenset[str] = frozenset()
+        async with self._services.database.unit_of_work() as uow:
+            # Lock the assets first (in id order, so concurrent batches cannot deadlock):
+            # deletion updates these rows, so it waits for us or we see 'deleting' and write
+            # nothing for that asset. The completion statement reads the assets' jobs after
+            # this lock (memory_db.vectors.completion says why it is a statement of its own).
+            current = await uow.assets.lock_many_for_owners(
+                [(item.job.owner_identity, item.job.asset_id) for item in items]
+            )
+            gone: list[_Work] = []
+            for item, embedding, usage in zip(items, embeddings, usages, strict=True):
+                asset = current.get((item.job.owner_identity, item.job.asset_id))
+                if asset is None or asset.status in ("deleting", "deleted"):
+                    gone.append(item)
+                    continue
+                finishing.append((item, embedding, usage, asset))
+            if gone:
+                # Held like the completion holds it; its mirrors are where a delete applies.
+                index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+                for item in gone:
+                    if await uow.jobs.cancel(item.job.id, self.worker_id, reason="asset deleted"):
+                        scope = VaultScope(item.asset.owner_identity, item.asset.vault)
+                        await index.delete_asset(scope, item.job.asset_id)
+            if mismatch is None and finishing:
+                completed = await complete_embeddings(
+                    uow.session,
+                    shape,
+                    self._services.vector_alias,
+                    self.worker_id,
+                    [
+                        _finished(asset, item, embedder.model, shape, embedding, usage, request_id)
+                        for item, embedding, usage, asset in finishing
+                    ],
+                )
+                if completed.alias_target != plan.active:
+                    # Switched while this batch was embedded: its vectors are of the old model,
+                    # and the statement wrote nothing.
+                    mismatch = (
+                        f"the vector index switched from {plan.active} to {completed.alias_target}"
+                    )
+                    log.info(
+                        "worker_index_switched",
+                        worker=self.worker_id,
+                        index=completed.alias_target,
+                    )
+                done, settled = completed.done, completed.settled
+        for change in settled:
+            metrics.count_settled(change.status, change.source_kind)
+        if mismatch is not None:
+            for item, _embedding, _usage, _asset in finishing:
+                await self._retry(item.job, "index_mismatch", mismatch)
+            return
+        for item, _embedding, _usage, _asset in finishing:
+            if item.job.id not in done:
+                log.warning("worker_lease_lost_at_completion", job_id=item.job.id)
+        if done:
+            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(done))
+
+    async def _complete_mirrored(
+        self,
+        items: Sequence[_Work],
+        embeddings: Sequence[Sequence[float]],
+        usages: Sequence[dict[str, int]],
+        request_id: str | None,
+        plan: _Plan,
+        targets: Sequence[Sequence[float]],
+    ) -> None:
+        """Finish a batch written to the active index and the rebuild filling beside it.
+
+        Only while a rebuild fills: the statements of :meth:`_complete_active` and, per
+        asset, the rebuild's vectors, in one transaction.
+        """
         async with self._services.database.unit_of_work() as uow:
             # Lock the assets first (in id order, so concurrent batches cannot deadlock):
             # deletion updates these rows, so it waits for us or we see 'deleting' and write
@@ -842,12 +940,10 @@ class EmbeddingWorker:
                 )
                 log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
             target: VectorIndex | None = None
-            if targets is not None and plan.target in index.mirrors:
+            if plan.target in index.mirrors:
                 target = await VectorIndex.open(uow.session, plan.target)
             target_vectors: dict[VaultScope, list[VectorRecord]] = {}
-            target_of = {
-                id(item): vector for item, vector in zip(items, targets or (), strict=False)
-            }
+            target_of = {id(item): vector for item, vector in zip(items, targets, strict=False)}
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
             vectors: dict[VaultScope, list[VectorRecord]] = {}
             ledger: list[dict[str, Any]] = []
@@ -1041,6 +1137,44 @@ def _embed_provenance(
         "target_id": asset.id,
         "detail": detail,
     }
+
+
+def _finished(
+    asset: AssetRecord,
+    item: _Work,
+    model: str,
+    index: VectorIndex,
+    embedding: Sequence[float],
+    usage: Mapping[str, int],
+    request_id: str | None,
+) -> FinishedJob:
+    """One job's vector, usage and provenance, with the asset's placement as locked."""
+    job = item.job
+    representation = job.representation
+    if representation is None:  # the schema forbids it: every embed job names its representation
+        raise ValueError("an embedding job without a representation")
+    provenance = _embed_provenance(asset, job, model, index, usage, request_id, also=None)
+    return FinishedJob(
+        job_id=job.id,
+        owner_identity=job.owner_identity,
+        asset_id=asset.id,
+        vault=asset.vault,
+        object_id=asset.object_id,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
+        representation=representation,
+        model=model,
+        mime_type=item.object_mime,
+        source_kind=asset.source_kind,
+        created_at=asset.created_at,
+        embedding=embedding,
+        usage=usage,
+        usage_source="embed_image_document",
+        request_id=request_id,
+        provenance_operation=provenance["operation"],
+        provenance_actor=provenance["actor_identity"],
+        provenance_detail=provenance["detail"],
+    )
 
 
 def _record(

@@ -23,9 +23,9 @@ from memory_tools.serving import build_http_server
 from memory_tools.worker import EmbeddingWorker
 
 # What a save with its worker's processing may cost at most (docs/performance.md#one-save-call):
-# 76 before issue 31's cuts, 42 after. Issue 31 aims at 15 with pings and key checks; what is
-# left is listed in docs/performance.md.
-SAVE_ROUND_TRIPS = 42
+# 76 before issue 31's cuts, 42 after the first round, 17 after the second. Issue 31 aims at 15
+# with pings and key checks; what is left is listed in docs/performance.md.
+SAVE_ROUND_TRIPS = 17
 
 
 def _png(width: int, height: int, shade: int) -> bytes:

@@ -15,7 +15,7 @@ import anyio
 import pytest
 from sqlalchemy import text
 
-from memory_db import JobRecord
+from memory_db import AssetRecord, JobRecord, ObjectRecord
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.ids import new_id
@@ -361,21 +361,25 @@ async def test_an_asset_deleted_during_work_gets_no_vectors(
     assert await embed_provenance(services, asset_id) == []  # no vector, no record of one
 
 
-async def lapsed_lease(services: MemoryServices) -> tuple[EmbeddingWorker, list[JobRecord]]:
+# A claimed job with its asset and object, as the worker's claim reads them.
+Claimed = tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]
+
+
+async def lapsed_lease(services: MemoryServices) -> tuple[EmbeddingWorker, list[Claimed]]:
     """A worker "slow" that claimed every job with a 0.2 s lease, which has now run out."""
     slow = EmbeddingWorker(services, replace(FAST, lease_seconds=0.2), name="slow")
     await slow.drain(limit=0)  # prepares the index only
     async with services.database.unit_of_work() as uow:
-        claimed = await uow.jobs.claim("slow", limit=10, lease_seconds=0.2)
+        claimed = await uow.jobs.claim_with_subjects("slow", limit=10, lease_seconds=0.2)
     await anyio.sleep(0.3)
     return slow, claimed
 
 
 async def finish_late(
-    services: MemoryServices, worker: EmbeddingWorker, claimed: list[JobRecord]
+    services: MemoryServices, worker: EmbeddingWorker, claimed: list[Claimed]
 ) -> None:
     """``worker`` wakes up and runs its batch to the end, as if nothing had happened."""
-    loaded = await worker._reload(claimed)
+    loaded = await worker._live(claimed)
     work = [w for w in [await worker._load(*row) for row in loaded] if w is not None]
     result = await services.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
     usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}

@@ -72,6 +72,7 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
+from memory_db.repositories.saves import NewImage, commit_new_image
 from memory_db.repositories.web_sessions import (
     WEB_SESSION_PREFIX,
     WebSessionCache,
@@ -120,6 +121,7 @@ __all__ = [
     "JobRepository",
     "MonthlyTokens",
     "NamespaceUsage",
+    "NewImage",
     "ObjectRecord",
     "ObjectRepository",
     "OcrState",
@@ -148,6 +150,7 @@ __all__ = [
     "WebSessionRepository",
     "WorkItem",
     "WorkRepository",
+    "commit_new_image",
     "drop_forbidden_characters",
     "has_forbidden_characters",
     "hash_api_key",

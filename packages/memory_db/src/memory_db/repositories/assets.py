@@ -75,7 +75,8 @@ class DuplicateObject(Conflict):
     """Another object of the same owner already holds these bytes (lost a concurrent race)."""
 
 
-def _object(row: AssetObject) -> ObjectRecord:
+def object_record(row: AssetObject) -> ObjectRecord:
+    """The record of an object row."""
     return ObjectRecord(
         id=row.id,
         owner_identity=row.owner_identity,
@@ -192,7 +193,7 @@ class ObjectRepository:
             )
             .with_for_update(read=True)
         )
-        return None if row is None else _object(row)
+        return None if row is None else object_record(row)
 
     async def find_recently_deleted(
         self, owner: str, sha256: str, *, within: timedelta
@@ -217,7 +218,7 @@ class ObjectRepository:
             .with_for_update()
             .execution_options(populate_existing=True)
         )
-        return None if row is None else _object(row)
+        return None if row is None else object_record(row)
 
     async def quarantine_reason(self, owner: str, sha256: str) -> QuarantineReason | None:
         """Why the owner's copy of these bytes is quarantined, or ``None`` when it is not.
@@ -255,25 +256,11 @@ class ObjectRepository:
         """
         rows = (
             await self._session.execute(
-                text(
-                    "SELECT o.status, o.updated_at > now() - CAST(:within AS interval) AS recent, "
-                    "o.status = 'quarantined' AND EXISTS (SELECT 1 FROM mem_assets a "
-                    "WHERE a.owner_identity = o.owner_identity AND a.object_id = o.id "
-                    "AND a.status = 'failed' AND a.failure_code = ANY(:codes)) AS integrity "
-                    "FROM mem_asset_objects o WHERE o.owner_identity = :o AND o.sha256 = :s "
-                    "AND o.status IN ('available', 'deleting', 'quarantined')"
-                ),
+                text(COPIES_SQL),
                 {"o": owner, "s": sha256, "within": within, "codes": list(INTEGRITY_CODES)},
             )
         ).all()
-        live = any(row.status == "available" for row in rows)
-        recent = not live and any(row.status == "deleting" and row.recent for row in rows)
-        quarantined: QuarantineReason | None = None
-        if not live and not recent:
-            reasons = [row.integrity for row in rows if row.status == "quarantined"]
-            if reasons:
-                quarantined = "integrity" if reasons[0] else "unreadable"
-        return live, recent, quarantined
+        return copies_found([(row.status, row.recent, row.integrity) for row in rows])
 
     async def quarantine(self, owner: str, object_id: str) -> None:
         """Take an available object out of reuse and embedding (a provider could not read it)."""
@@ -298,7 +285,7 @@ class ObjectRepository:
         )
         if row is None:
             raise NotFound("object")
-        return _object(row)
+        return object_record(row)
 
     async def mark_deleting(self, owner: str, object_id: str) -> bool:
         """Take an object out of use before its bytes go; ``False`` if it was not in use."""
@@ -331,7 +318,7 @@ class ObjectRepository:
             .order_by(AssetObject.updated_at, AssetObject.id)
             .limit(limit)
         )
-        return [_object(row) for row in rows.all()]
+        return [object_record(row) for row in rows.all()]
 
     async def purge_due(self, owner: str, object_id: str, *, older_than: timedelta) -> bool:
         """Make a ``deleting`` object due for the purge now (a purge from the trash).
@@ -386,7 +373,7 @@ class ObjectRepository:
         row.deleted_at = now
         row.updated_at = now
         await self._session.flush()
-        return _object(row)
+        return object_record(row)
 
     async def get(self, owner: str, object_id: str) -> ObjectRecord:
         """One object of ``owner``."""
@@ -397,7 +384,7 @@ class ObjectRepository:
         )
         if row is None:
             raise NotFound("object")
-        return _object(row)
+        return object_record(row)
 
     async def for_storage_key(self, key: str) -> tuple[ObjectRecord, str | None] | None:
         """The object a storage key belongs to and its recorded SHA-256 for that key.
@@ -426,9 +413,9 @@ class ObjectRepository:
         if row is None:
             return None
         if row.storage_key == key and row.status == "available":
-            return _object(row), row.sha256
+            return object_record(row), row.sha256
         if row.preview_storage_key == key:
-            return _object(row), row.preview_sha256
+            return object_record(row), row.preview_sha256
         return None
 
     async def stored_keys(self, owner: str) -> set[str]:
@@ -451,7 +438,7 @@ class ObjectRepository:
                 tuple_(AssetObject.owner_identity, AssetObject.id).in_(sorted(set(keys)))
             )
         )
-        return {(row.owner_identity, row.id): _object(row) for row in rows}
+        return {(row.owner_identity, row.id): object_record(row) for row in rows}
 
     async def create(
         self,
@@ -507,7 +494,7 @@ class ObjectRepository:
         )
         if row is None:  # the dedupe index (_DEDUPE_INDEX) holds these bytes already
             raise DuplicateObject("the owner already stores these bytes")
-        return _object(row)
+        return object_record(row)
 
 
 def _branches(
@@ -1453,59 +1440,7 @@ class AssetRepository:
         if not asset_ids:
             return []
         rows = await self._session.execute(
-            text(
-                """
-                WITH before AS (
-                    SELECT id, status FROM mem_assets
-                    WHERE owner_identity = :owner AND id = ANY(:ids)
-                ), latest AS (
-                    SELECT DISTINCT ON (asset_id, representation)
-                           asset_id, representation, status, last_error_code, last_error
-                    FROM mem_asset_embedding_jobs
-                    WHERE owner_identity = :owner AND asset_id = ANY(:ids)
-                      AND kind = 'embed' AND status <> 'cancelled'
-                    ORDER BY asset_id, representation, created_at DESC
-                ), agg AS (
-                    SELECT asset_id,
-                           max(status) FILTER (WHERE representation = 'visual') AS visual,
-                           max(status) FILTER (WHERE representation = 'fused') AS fused,
-                           bool_or(status = 'running') AS running,
-                           max(last_error_code) FILTER (WHERE representation = 'visual') AS code,
-                           max(last_error) FILTER (WHERE representation = 'visual') AS message
-                    FROM latest GROUP BY asset_id
-                ), changed AS (
-                UPDATE mem_assets AS a SET
-                    embedding_status = CASE
-                        WHEN agg.visual = 'failed' THEN 'failed'
-                        WHEN agg.visual = 'done' AND coalesce(agg.fused, 'done') = 'done'
-                            THEN 'ready'
-                        WHEN agg.visual = 'done' AND agg.fused = 'failed' THEN 'partial'
-                        WHEN agg.running THEN 'running'
-                        ELSE 'pending' END,
-                    status = CASE
-                        WHEN agg.visual = 'failed' THEN 'failed'
-                        WHEN agg.visual = 'done'
-                             AND coalesce(agg.fused, 'done') IN ('done', 'failed') THEN 'ready'
-                        ELSE a.status END,
-                    failure_code = CASE WHEN agg.visual = 'failed' THEN agg.code
-                        ELSE a.failure_code END,
-                    failure_message = CASE WHEN agg.visual = 'failed' THEN agg.message
-                        ELSE a.failure_message END,
-                    updated_at = now()
-                FROM agg
-                WHERE a.id = agg.asset_id AND a.owner_identity = :owner
-                  AND a.status IN ('processing', 'ready', 'failed')
-                  -- an image failed for its missing or changed bytes stays so, whatever
-                  -- a job that was under way when reconciliation found it does; lifting
-                  -- the quarantine is what settles it again
-                  AND NOT (a.status = 'failed' AND a.failure_code = ANY(:integrity))
-                RETURNING a.id, a.status, a.source_kind
-                )
-                SELECT pg_notify(:channel, changed.id), changed.id, changed.status,
-                       changed.source_kind, before.status AS was
-                FROM changed JOIN before ON before.id = changed.id
-                """
-            ),
+            text(_RECONCILE),
             {
                 "owner": owner,
                 "ids": list(asset_ids),
@@ -1520,8 +1455,111 @@ class AssetRepository:
         ]
 
 
+def settle_ctes(jobs: str) -> str:
+    """CTEs ``latest``, ``agg`` and ``changed``: assets settled from their embedding jobs.
+
+    ``jobs`` is a query of job rows (every column of ``mem_asset_embedding_jobs``) of the
+    assets to settle; ``changed`` returns each asset it updated (``id``, ``status``,
+    ``source_kind``). One definition for :meth:`AssetRepository.reconcile_many` and the
+    worker's completion statement (``memory_db.vectors.completion``), which passes its jobs
+    with the outcome it writes in the same statement (a statement does not see its own
+    updates). Binds ``:integrity`` (:data:`INTEGRITY_CODES`).
+    """
+    return f"""
+        latest AS (
+            SELECT DISTINCT ON (asset_id, representation)
+                   owner_identity, asset_id, representation, status, last_error_code,
+                   last_error
+            FROM ({jobs}) AS j
+            WHERE kind = 'embed' AND status <> 'cancelled'
+            ORDER BY asset_id, representation, created_at DESC
+        ), agg AS (
+            SELECT owner_identity, asset_id,
+                   max(status) FILTER (WHERE representation = 'visual') AS visual,
+                   max(status) FILTER (WHERE representation = 'fused') AS fused,
+                   bool_or(status = 'running') AS running,
+                   max(last_error_code) FILTER (WHERE representation = 'visual') AS code,
+                   max(last_error) FILTER (WHERE representation = 'visual') AS message
+            FROM latest GROUP BY owner_identity, asset_id
+        ), changed AS (
+        UPDATE mem_assets AS a SET
+            embedding_status = CASE
+                WHEN agg.visual = 'failed' THEN 'failed'
+                WHEN agg.visual = 'done' AND coalesce(agg.fused, 'done') = 'done'
+                    THEN 'ready'
+                WHEN agg.visual = 'done' AND agg.fused = 'failed' THEN 'partial'
+                WHEN agg.running THEN 'running'
+                ELSE 'pending' END,
+            status = CASE
+                WHEN agg.visual = 'failed' THEN 'failed'
+                WHEN agg.visual = 'done'
+                     AND coalesce(agg.fused, 'done') IN ('done', 'failed') THEN 'ready'
+                ELSE a.status END,
+            failure_code = CASE WHEN agg.visual = 'failed' THEN agg.code
+                ELSE a.failure_code END,
+            failure_message = CASE WHEN agg.visual = 'failed' THEN agg.message
+                ELSE a.failure_message END,
+            updated_at = now()
+        FROM agg
+        WHERE a.id = agg.asset_id AND a.owner_identity = agg.owner_identity
+          AND a.status IN ('processing', 'ready', 'failed')
+          -- an image failed for its missing or changed bytes stays so, whatever a job that
+          -- was under way when reconciliation found it does; lifting the quarantine is what
+          -- settles it again
+          AND NOT (a.status = 'failed' AND a.failure_code = ANY(:integrity))
+        RETURNING a.id, a.status, a.source_kind
+        )"""  # noqa: S608 (constant text; ``jobs`` is the callers' constant SQL)
+
+
+# What an owner stores of one SHA-256 (``:o``, ``:s``): each copy's status, whether a delete
+# took it out of use at most ``:within`` ago, and whether a quarantined copy waits for an
+# integrity repair (``:codes``, INTEGRITY_CODES). Read by ObjectRepository.copies, and by the
+# hold that decides with it in the same statement (QuotaRepository.reserve_for_copies).
+COPIES_SQL = (
+    "SELECT o.status, o.updated_at > now() - CAST(:within AS interval) AS recent, "
+    "o.status = 'quarantined' AND EXISTS (SELECT 1 FROM mem_assets a "
+    "WHERE a.owner_identity = o.owner_identity AND a.object_id = o.id "
+    "AND a.status = 'failed' AND a.failure_code = ANY(:codes)) AS integrity "
+    "FROM mem_asset_objects o WHERE o.owner_identity = :o AND o.sha256 = :s "
+    "AND o.status IN ('available', 'deleting', 'quarantined')"
+)
+
+
+def copies_found(
+    rows: Sequence[tuple[str, bool, bool]],
+) -> tuple[bool, bool, QuarantineReason | None]:
+    """``(live, recent, quarantined)`` from the rows of :data:`COPIES_SQL`."""
+    live = any(status == "available" for status, _recent, _integrity in rows)
+    recent = not live and any(
+        status == "deleting" and bool(was_recent) for status, was_recent, _integrity in rows
+    )
+    quarantined: QuarantineReason | None = None
+    if not live and not recent:
+        reasons = [integrity for status, _recent, integrity in rows if status == "quarantined"]
+        if reasons:
+            quarantined = "integrity" if reasons[0] else "unreadable"
+    return live, recent, quarantined
+
+
+# AssetRepository.reconcile_many's statement.
+_RECONCILE = (
+    "WITH before AS (SELECT id, status FROM mem_assets "  # noqa: S608 (constant SQL)
+    "WHERE owner_identity = :owner AND id = ANY(:ids)), "
+    + settle_ctes(
+        "SELECT * FROM mem_asset_embedding_jobs "
+        "WHERE owner_identity = :owner AND asset_id = ANY(:ids)"
+    )
+    + " SELECT pg_notify(:channel, changed.id), changed.id, changed.status, "
+    "changed.source_kind, before.status AS was "
+    "FROM changed JOIN before ON before.id = changed.id"
+)
+
 __all__ = [
+    "COPIES_SQL",
     "AssetRepository",
     "DuplicateObject",
     "ObjectRepository",
+    "copies_found",
+    "object_record",
+    "settle_ctes",
 ]

@@ -18,7 +18,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
 
 from memory_db.logs import get_logger
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
-from memory_db.repositories.assets import _object  # pyright: ignore[reportPrivateUsage]
+from memory_db.repositories.assets import object_record
 from memory_db.repositories.records import INTEGRITY_CODES, ObjectRecord
 from memory_db.schema import AssetEmbeddingJob, AssetNamespace, AssetObject, AssetUploadReservation
 
@@ -97,7 +97,7 @@ class IntegrityRepository:
             .order_by(AssetObject.id)
             .limit(limit)
         )
-        return [_object(row) for row in rows]
+        return [object_record(row) for row in rows]
 
     async def least_verified(
         self, owner: str, *, limit: int, after: str = ""
@@ -113,7 +113,7 @@ class IntegrityRepository:
             .order_by(AssetObject.verified_at.asc().nulls_first(), AssetObject.id)
             .limit(limit)
         )
-        return [_object(row) for row in rows]
+        return [object_record(row) for row in rows]
 
     async def mark_verified(self, owner: str, object_ids: Sequence[str]) -> None:
         """Record that these objects' bytes were just read and matched their hashes."""
@@ -189,7 +189,7 @@ class IntegrityRepository:
             .order_by(AssetObject.id)
             .limit(limit)
         )
-        return [_object(row) for row in rows]
+        return [object_record(row) for row in rows]
 
     async def lift(self, owner: str, object_id: str) -> list[str] | None:
         """Put a quarantined object back in use: its bytes are back and match.

@@ -14,17 +14,19 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import anyio
 from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.ext.asyncio import AsyncSession
+from sqlalchemy.orm import aliased
 
 from memory_db.ids import new_id
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
-from memory_db.repositories.records import JobRecord
-from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, AssetEmbeddingJob
+from memory_db.repositories.assets import asset_record, object_record
+from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord
+from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, Asset, AssetEmbeddingJob, AssetObject
 
 if TYPE_CHECKING:
     from memory_db.unit_of_work import Database
@@ -67,6 +69,20 @@ def _held_by(lease_owner: str, job_ids: Sequence[str]) -> ColumnElement[bool]:
         AssetEmbeddingJob.id.in_(list(job_ids)),
         AssetEmbeddingJob.lease_owner == lease_owner,
         AssetEmbeddingJob.status == "running",
+    )
+
+
+def _enrichment_ended(finished: Any) -> Any:
+    """A CTE notifying ``ASSET_STATE_CHANNEL`` of each asset whose non-embed job ``finished``.
+
+    Calls waiting on an asset's enrichments (``image_asset_get`` with ``waitFor``) wake when
+    this transaction commits; an embedding job's outcome wakes them through
+    ``AssetRepository.reconcile_many``. The caller's statement must read the CTE (a SELECT in
+    WITH runs only when read).
+    """
+    ended = select(finished.c.asset_id).where(finished.c.kind != "embed").distinct().subquery()
+    return select(func.pg_notify(ASSET_STATE_CHANNEL, ended.c.asset_id).label("sent")).cte(
+        "notified"
     )
 
 
@@ -245,6 +261,27 @@ class JobRepository:
     ) -> list[JobRecord]:
         """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
 
+        :meth:`claim_with_subjects` without the assets and objects.
+        """
+        claimed = await self.claim_with_subjects(
+            lease_owner, limit=limit, lease_seconds=lease_seconds, kinds=kinds
+        )
+        return [job for job, _subject in claimed]
+
+    async def claim_with_subjects(
+        self,
+        lease_owner: str,
+        *,
+        limit: int,
+        lease_seconds: float,
+        kinds: Sequence[str] = JOB_KINDS,
+    ) -> list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]:
+        """Lease up to ``limit`` due jobs, or running jobs whose lease expired, atomically.
+
+        Each job comes with its asset and stored object, read by the statement that leases it
+        under the job's owner (``None``: the asset is gone), so a worker reads nothing more
+        before its work.
+
         ``kinds``: the kinds the claiming worker can run; others are left to workers that can.
         Embedding jobs come first, then the other kinds, each oldest due first: an embedding
         makes a save searchable and takes milliseconds, so it never waits in a batch behind
@@ -278,7 +315,7 @@ class JobRepository:
             .scalar_subquery()
         )
         claimed = await self._lease(due, lease_owner, lease_seconds)
-        assets = sorted({(j.owner_identity, j.asset_id) for j in claimed if j.kind == "embed"})
+        assets = sorted({(j.owner_identity, j.asset_id) for j, _s in claimed if j.kind == "embed"})
         # Fewer than ``limit``: every due job not locked by another claim is in hand already
         # (the same now(), the same predicates), siblings included; looking again finds none.
         if assets and len(claimed) >= limit:
@@ -298,8 +335,10 @@ class JobRepository:
             claimed += await self._lease(siblings, lease_owner, lease_seconds)
         return claimed
 
-    async def _lease(self, ids: Any, lease_owner: str, lease_seconds: float) -> list[JobRecord]:
-        rows = await self._session.scalars(
+    async def _lease(
+        self, ids: Any, lease_owner: str, lease_seconds: float
+    ) -> list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]:
+        leased = (
             update(AssetEmbeddingJob)
             .where(AssetEmbeddingJob.id.in_(ids))
             .values(
@@ -309,10 +348,36 @@ class JobRepository:
                 attempts=AssetEmbeddingJob.attempts + 1,
                 updated_at=func.now(),
             )
-            .returning(AssetEmbeddingJob)
-            .execution_options(synchronize_session=False, populate_existing=True)
+            .returning(*AssetEmbeddingJob.__table__.c)
+            .cte("leased")
         )
-        return [_job(row) for row in rows]
+        job = aliased(AssetEmbeddingJob, leased)
+        rows = await self._session.execute(
+            select(job, Asset, AssetObject)
+            .outerjoin(
+                Asset, and_(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
+            )
+            .outerjoin(
+                AssetObject,
+                and_(
+                    AssetObject.owner_identity == Asset.owner_identity,
+                    AssetObject.id == Asset.object_id,
+                ),
+            )
+            .execution_options(populate_existing=True)
+        )
+        claimed: list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]] = []
+        for row in rows:
+            # Outer joins: a job whose asset is gone comes without one.
+            asset = cast("Asset | None", row[1])
+            stored = cast("AssetObject | None", row[2])
+            subject = (
+                None
+                if asset is None or stored is None
+                else (asset_record(asset), object_record(stored))
+            )
+            claimed.append((_job(row[0]), subject))
+        return claimed
 
     async def fail_abandoned(self, *, owner: str | None = None) -> list[tuple[str, str]]:
         """Fail running jobs whose lease expired after their last allowed attempt.
@@ -368,25 +433,68 @@ class JobRepository:
         if not job_ids:
             return set()
         ended = {"lease_owner": None, "lease_until": None, "updated_at": func.now()}
-        rows = (
-            await self._session.execute(
-                update(AssetEmbeddingJob)
-                .where(_held_by(holder, job_ids))
-                .values(**values, **ended)
-                .returning(AssetEmbeddingJob.id, AssetEmbeddingJob.asset_id, AssetEmbeddingJob.kind)
-                .execution_options(synchronize_session=False)
+        finished = (
+            update(AssetEmbeddingJob)
+            .where(_held_by(holder, job_ids))
+            .values(**values, **ended)
+            .returning(AssetEmbeddingJob.id, AssetEmbeddingJob.asset_id, AssetEmbeddingJob.kind)
+            .cte("finished")
+        )
+        # The wake-up in the same statement (no round trip of its own).
+        notified = _enrichment_ended(finished)
+        rows = await self._session.execute(
+            select(finished.c.id, select(func.count()).select_from(notified).scalar_subquery())
+        )
+        return {row[0] for row in rows}
+
+    async def complete_locked(
+        self, lease_owner: str, job: JobRecord, usage: Mapping[str, int]
+    ) -> tuple[AssetRecord | None, bool]:
+        """Lock a job's asset and complete the job if its asset lives, in one statement.
+
+        For a job of another kind than ``embed`` (an ``ocr`` or ``describe`` result): the
+        asset row is locked first (deletion updates it, so it waits for this transaction or
+        is seen), then the job is marked done only if ``lease_owner`` still holds it and the
+        asset is not being deleted, and waiters are woken as :meth:`complete_many` does.
+        Returns the asset as locked (``None``: gone) and whether the job was completed.
+        """
+        locked = (
+            select(Asset)
+            .where(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
+            .with_for_update()
+            .cte("locked")
+        )
+        live = select(locked.c.id).where(locked.c.status.not_in(("deleting", "deleted")))
+        finished = (
+            update(AssetEmbeddingJob)
+            .where(_held_by(lease_owner, [job.id]), live.exists())
+            .values(
+                status="done",
+                usage=literal(dict(usage), AssetEmbeddingJob.usage.type),
+                last_error_code=None,
+                last_error=None,
+                completed_at=func.now(),
+                lease_owner=None,
+                lease_until=None,
+                updated_at=func.now(),
             )
-        ).all()
-        enriched = sorted({row.asset_id for row in rows if row.kind != "embed"})
-        if enriched:
+            .returning(AssetEmbeddingJob.id, AssetEmbeddingJob.asset_id, AssetEmbeddingJob.kind)
+            .cte("finished")
+        )
+        notified = _enrichment_ended(finished)
+        asset = aliased(Asset, locked)
+        row = (
             await self._session.execute(
-                text(
-                    "SELECT pg_notify(:channel, asset_id) "
-                    "FROM unnest(CAST(:ids AS text[])) AS asset_id"
-                ),
-                {"channel": ASSET_STATE_CHANNEL, "ids": enriched},
+                select(
+                    asset,
+                    select(func.count()).select_from(finished).scalar_subquery(),
+                    select(func.count()).select_from(notified).scalar_subquery(),
+                ).execution_options(populate_existing=True)
             )
-        return {row.id for row in rows}
+        ).one_or_none()
+        if row is None:
+            return None, False
+        return asset_record(row[0]), bool(row[1])
 
     async def heartbeat(
         self, lease_owner: str, job_ids: Sequence[str], *, lease_seconds: float

@@ -7,8 +7,9 @@ owners never wait for each other.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
-from datetime import datetime
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import DateTime, func, or_, select, text, update
@@ -17,8 +18,28 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, NotFound, QuotaExceededError
 from memory_db.ids import new_id
-from memory_db.repositories.records import NamespaceUsage, ReservationRecord
+from memory_db.repositories.assets import COPIES_SQL, copies_found
+from memory_db.repositories.records import (
+    INTEGRITY_CODES,
+    NamespaceUsage,
+    QuarantineReason,
+    ReservationRecord,
+)
 from memory_db.schema import AssetNamespace, AssetUploadReservation, Identity
+
+# The owner's counters and an active reservation, locked: the namespace row first (it comes
+# first in the join, and rows are locked in that order), as every quota change does.
+LOCK_WITH_RESERVATION = (
+    "SELECT n.namespace_id, n.used_bytes, n.reserved_bytes, i.quota_bytes, "
+    "r.reserved_bytes AS held "
+    "FROM mem_asset_namespaces n "
+    "JOIN mem_identities i ON i.owner_identity = n.owner_identity "
+    "JOIN mem_asset_upload_reservations r "
+    "ON r.owner_identity = n.owner_identity AND r.id = :reservation "
+    "AND r.status = 'active' "
+    "WHERE n.owner_identity = :owner "
+    "FOR NO KEY UPDATE OF n FOR UPDATE OF r"
+)
 
 
 @dataclass(frozen=True)
@@ -324,18 +345,7 @@ class QuotaRepository:
         """
         row = (
             await self._session.execute(
-                text(
-                    "SELECT n.namespace_id, n.used_bytes, n.reserved_bytes, i.quota_bytes, "
-                    "r.reserved_bytes AS held "
-                    "FROM mem_asset_namespaces n "
-                    "JOIN mem_identities i ON i.owner_identity = n.owner_identity "
-                    "JOIN mem_asset_upload_reservations r "
-                    "ON r.owner_identity = n.owner_identity AND r.id = :reservation "
-                    "AND r.status = 'active' "
-                    "WHERE n.owner_identity = :owner "
-                    "FOR NO KEY UPDATE OF n FOR UPDATE OF r"
-                ),
-                {"owner": owner, "reservation": reservation_id},
+                text(LOCK_WITH_RESERVATION), {"owner": owner, "reservation": reservation_id}
             )
         ).one_or_none()
         if row is None:
@@ -378,22 +388,111 @@ class QuotaRepository:
     async def reserve(self, owner: str, reservation_id: str, nbytes: int) -> NamespaceUsage:
         """Hold ``nbytes`` for this reservation, refusing ``used + reserved + nbytes > quota``.
 
-        Two statements: lock and read both rows, then move the bytes. Returns the counters
-        after the change.
+        One statement, so that a save's hold needs no transaction of its own: it locks both
+        rows as :meth:`lock_reservation` does, and moves the bytes only when the quota allows
+        (each update reads the rows as the locks left them). Refused, it changes nothing and
+        raises ``QuotaExceededError`` with the locked numbers. Returns the counters after
+        the change.
         """
-        locked = await self._lock_with_reservation(owner, reservation_id)
-        usage = locked.usage
-        others = usage.reserved_bytes - locked.held
-        if usage.used_bytes + others + nbytes > usage.quota_bytes:
-            raise QuotaExceededError(
-                used=usage.used_bytes,
-                reserved=others,
-                requested=nbytes,
-                quota=usage.quota_bytes,
+        row = (
+            await self._session.execute(
+                text(
+                    f"WITH locked AS ({LOCK_WITH_RESERVATION}), counters AS ("  # noqa: S608 (constant SQL)
+                    "UPDATE mem_asset_namespaces n SET "
+                    "reserved_bytes = n.reserved_bytes + (:need - l.held), updated_at = now() "
+                    "FROM locked l WHERE n.owner_identity = :owner "
+                    "AND l.used_bytes + (l.reserved_bytes - l.held) + :need <= l.quota_bytes "
+                    "RETURNING n.reserved_bytes), held AS ("
+                    "UPDATE mem_asset_upload_reservations r "
+                    "SET reserved_bytes = :need, updated_at = now() "
+                    "FROM counters WHERE r.id = :reservation RETURNING r.id) "
+                    "SELECT l.namespace_id, l.used_bytes, l.reserved_bytes, l.quota_bytes, "
+                    "l.held, (SELECT reserved_bytes FROM counters) AS now_reserved, "
+                    "(SELECT count(*) FROM held) AS moved FROM locked l"
+                ),
+                {"owner": owner, "reservation": reservation_id, "need": nbytes},
             )
-        change = nbytes - locked.held
-        await self._move(owner, reservation_id, used=0, reserved=change, held=nbytes)
-        return replace(usage, reserved_bytes=usage.reserved_bytes + change)
+        ).one_or_none()
+        if row is None:
+            raise NotFound("upload reservation")
+        if not row.moved:
+            raise QuotaExceededError(
+                used=row.used_bytes,
+                reserved=row.reserved_bytes - row.held,
+                requested=nbytes,
+                quota=row.quota_bytes,
+            )
+        return NamespaceUsage(
+            owner, row.namespace_id, row.used_bytes, row.now_reserved, row.quota_bytes
+        )
+
+    async def reserve_for_copies(
+        self,
+        owner: str,
+        reservation_id: str,
+        *,
+        sha256: str,
+        within: timedelta,
+        new_bytes: int,
+        shared_bytes: int,
+    ) -> tuple[bool, bool, QuarantineReason | None]:
+        """Read what the owner stores of ``sha256`` and hold what a save of it adds, at once.
+
+        One statement: ``ObjectRepository.copies``'s read, then :meth:`reserve`'s hold of
+        ``shared_bytes`` when the owner has a copy in use or one deleted at most ``within``
+        ago (the save shares or takes it back), else ``new_bytes``. Nothing is held when the
+        only copies are quarantined: the save is refused for them. Returns the copies as
+        ``ObjectRepository.copies`` does; raises ``QuotaExceededError`` (nothing changed) and
+        ``NotFound`` (the reservation is not active) as :meth:`reserve` does.
+        """
+        row = (
+            await self._session.execute(
+                text(
+                    f"WITH copies AS ({COPIES_SQL}), want AS (SELECT CASE "  # noqa: S608 (constant SQL)
+                    "WHEN EXISTS (SELECT 1 FROM copies WHERE status = 'available' "
+                    "OR (status = 'deleting' AND recent)) THEN CAST(:shared AS bigint) "
+                    "WHEN EXISTS (SELECT 1 FROM copies WHERE status = 'quarantined') THEN NULL "
+                    "ELSE CAST(:new AS bigint) END AS need), "
+                    f"locked AS ({LOCK_WITH_RESERVATION}), counters AS ("
+                    "UPDATE mem_asset_namespaces n SET "
+                    "reserved_bytes = n.reserved_bytes + (w.need - l.held), updated_at = now() "
+                    "FROM locked l, want w WHERE n.owner_identity = :owner "
+                    "AND l.used_bytes + (l.reserved_bytes - l.held) + w.need <= l.quota_bytes "
+                    "RETURNING n.reserved_bytes), held AS ("
+                    "UPDATE mem_asset_upload_reservations r "
+                    "SET reserved_bytes = w.need, updated_at = now() "
+                    "FROM counters, want w WHERE r.id = :reservation RETURNING r.id) "
+                    "SELECT l.used_bytes, l.reserved_bytes, l.quota_bytes, l.held, "
+                    "(SELECT need FROM want) AS need, (SELECT count(*) FROM held) AS moved, "
+                    "(SELECT json_agg(json_build_array(status, recent, integrity)) "
+                    "FROM copies) AS copies FROM locked l"
+                ),
+                {
+                    "owner": owner,
+                    "reservation": reservation_id,
+                    "o": owner,
+                    "s": sha256,
+                    "within": within,
+                    "codes": list(INTEGRITY_CODES),
+                    "new": new_bytes,
+                    "shared": shared_bytes,
+                },
+            )
+        ).one_or_none()
+        if row is None:
+            raise NotFound("upload reservation")
+        copies = row.copies
+        if isinstance(copies, str):
+            copies = json.loads(copies)
+        found = copies_found([(str(c[0]), bool(c[1]), bool(c[2])) for c in copies or ()])
+        if row.need is not None and not row.moved:
+            raise QuotaExceededError(
+                used=row.used_bytes,
+                reserved=row.reserved_bytes - row.held,
+                requested=int(row.need),
+                quota=row.quota_bytes,
+            )
+        return found
 
     async def lock_reservation(self, owner: str, reservation_id: str) -> int:
         """Lock the owner's counters and an active reservation; the bytes it holds.

@@ -1,6 +1,7 @@
 """The versioned vector index (docs/design.md#vectors): tables, aliases, scoped upsert, ANN."""
 
 from memory_db.vectors.codes import CODE_SCHEME, vector_codes
+from memory_db.vectors.completion import Completed, FinishedJob, complete_embeddings
 from memory_db.vectors.ddl import (
     DEFAULT_ALIAS,
     WRITABLE_COLUMNS,
@@ -59,7 +60,9 @@ __all__ = [
     "WRITABLE_COLUMNS",
     "AliasMoved",
     "CacheFit",
+    "Completed",
     "ElementType",
+    "FinishedJob",
     "Metering",
     "NamedScope",
     "Ranked",
@@ -76,6 +79,7 @@ __all__ = [
     "cache_fit",
     "check_dimensions",
     "check_identifier",
+    "complete_embeddings",
     "count_assets",
     "create_index",
     "describe_index",

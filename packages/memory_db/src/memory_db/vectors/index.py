@@ -472,26 +472,68 @@ class VectorIndex:
             return []
         if representation not in REPRESENTATIONS:
             raise InvalidInput("representation must be visual or fused")
+        sql, params = self._of_objects(owner_identity, object_ids, representation, limit, "")
+        rows = await self._session.execute(text(sql), {**params, "m": model})
+        return [StoredVector(r[0], r[1], r[2], [float(x) for x in r[3]]) for r in rows]
+
+    async def reusable_vectors(
+        self,
+        owner_identity: str,
+        visual_objects: Sequence[str],
+        fused_objects: Sequence[str],
+        *,
+        model: str,
+        fused_limit: int = 64,
+    ) -> list[StoredVector]:
+        """:meth:`vectors_of_objects` for both representations, in one statement.
+
+        The visual vector of each of ``visual_objects`` and the newest ``fused_limit`` fused
+        vectors of ``fused_objects``: what a worker batch may reuse, in one round trip.
+        """
+        parts: list[str] = []
+        params: dict[str, object] = {"m": model}
+        for representation, objects, limit in (
+            ("visual", visual_objects, len(visual_objects)),
+            ("fused", fused_objects, fused_limit),
+        ):
+            if objects:
+                sql, own = self._of_objects(
+                    owner_identity, objects, representation, limit, f"_{representation}"
+                )
+                parts.append(f"({sql})")
+                params.update(own)
+        if not parts:
+            return []
+        rows = await self._session.execute(text(" UNION ALL ".join(parts)), params)
+        return [StoredVector(r[0], r[1], r[2], [float(x) for x in r[3]]) for r in rows]
+
+    def _of_objects(
+        self,
+        owner_identity: str,
+        object_ids: Sequence[str],
+        representation: str,
+        limit: int,
+        suffix: str,
+    ) -> tuple[str, dict[str, object]]:
+        """The query of :meth:`vectors_of_objects` (``:m`` the model), parameters named apart."""
         one_each = "DISTINCT ON (v.object_id) " if representation == "visual" else ""
         order = "v.object_id, v.asset_id" if one_each else "v.created_at DESC, v.asset_id"
-        rows = await self._session.execute(
-            text(
-                f"SELECT {one_each}v.asset_id, v.object_id, v.representation, "
-                f"CAST(CAST(v.embedding AS vector) AS real[]) FROM {self.name} v "
-                "WHERE v.asset_id IN (SELECT a.id FROM mem_assets a "
-                "WHERE a.owner_identity = :o AND a.object_id = ANY(:objects)) "
-                "AND v.owner_identity = :o AND v.object_id = ANY(:objects) AND v.model = :m "
-                f"AND v.representation = :r ORDER BY {order} LIMIT :limit"
-            ),
-            {
-                "o": owner_identity,
-                "objects": sorted(set(object_ids)),
-                "m": model,
-                "r": representation,
-                "limit": limit,
-            },
+        o, objects, r, n = (f":{name}{suffix}" for name in ("o", "objects", "r", "limit"))
+        sql = (
+            f"SELECT {one_each}v.asset_id, v.object_id, v.representation, "
+            f"CAST(CAST(v.embedding AS vector) AS real[]) FROM {self.name} v "
+            "WHERE v.asset_id IN (SELECT a.id FROM mem_assets a "
+            f"WHERE a.owner_identity = {o} AND a.object_id = ANY({objects})) "
+            f"AND v.owner_identity = {o} AND v.object_id = ANY({objects}) AND v.model = :m "
+            f"AND v.representation = {r} ORDER BY {order} LIMIT {n}"
         )
-        return [StoredVector(r[0], r[1], r[2], [float(x) for x in r[3]]) for r in rows]
+        params: dict[str, object] = {
+            f"o{suffix}": owner_identity,
+            f"objects{suffix}": sorted(set(object_ids)),
+            f"r{suffix}": representation,
+            f"limit{suffix}": limit,
+        }
+        return sql, params
 
     async def move_asset(
         self, scope: VaultScope, asset_id: str, project_id: str | None, folder_id: str | None

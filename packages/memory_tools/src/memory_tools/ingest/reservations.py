@@ -96,9 +96,14 @@ async def hold(
     try:
         await uow.quota.reserve(owner, reservation_id, nbytes)
     except QuotaExceededError as exc:
-        metrics.RESERVATION_FAILURES.labels("quota_exceeded").inc()
-        metrics.QUOTA_REJECTIONS.labels("save").inc()
-        raise over_quota(str(exc), owner=owner, caller=caller) from None
+        raise refused(exc, owner=owner, caller=caller) from None
+
+
+def refused(exc: QuotaExceededError, *, owner: str, caller: str) -> QuotaExceeded:
+    """A hold the quota refused, counted, as the caller is told (:func:`over_quota`)."""
+    metrics.RESERVATION_FAILURES.labels("quota_exceeded").inc()
+    metrics.QUOTA_REJECTIONS.labels("save").inc()
+    return over_quota(str(exc), owner=owner, caller=caller)
 
 
 async def release(database: Database, owner: str, reservation_id: str) -> None:

@@ -10,7 +10,12 @@ Transactions are short and never span the network:
 3. ``reserve``: lock the owner's namespace, decide dedupe, hold the bytes (``quota_exceeded``);
 4. ``store``: upload new immutable objects unless the owner already stores the same SHA-256;
 5. ``commit``: lock the namespace again, create (or reuse) the object, the asset and its jobs,
-   turn the reservation into used bytes, record provenance and notify workers, in one commit.
+   turn the reservation into used bytes, record provenance and notify workers, in one commit
+   (for new bytes with nothing to repeat or place, one statement:
+   ``memory_db.repositories.saves``).
+
+Steps 1 and 3 are statements of their own, outside any transaction (issue 31: a save with its
+worker's processing went from 42 round trips to 17, docs/performance.md).
 
 A failure after step 1 runs ``release``: the reserved bytes come back (a durable source, a
 staged upload, keeps its reservation after a failure that is not about its bytes, for a retry).
@@ -44,6 +49,7 @@ from memory_db import (
     Conflict,
     MemoryDbError,
     NotFound,
+    QuotaExceededError,
     StorageUnavailable,
     UnitOfWork,
     VaultScope,
@@ -51,7 +57,15 @@ from memory_db import (
     is_valid_id,
     new_id,
 )
-from memory_db.repositories import ArtifactRecord, AssetRecord, DuplicateObject, ObjectRecord
+from memory_db.embedding import Embedder
+from memory_db.repositories import (
+    ArtifactRecord,
+    AssetRecord,
+    DuplicateObject,
+    NewImage,
+    ObjectRecord,
+    commit_new_image,
+)
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
@@ -420,7 +434,11 @@ class AssetSaver:
         timeout = self._settings.asset_fetch_timeout_seconds
         deadline = anyio.current_time() + timeout + 60
         while True:
-            async with self.services.database.unit_of_work() as uow:
+            # Statements of their own, no BEGIN and COMMIT: reads of the target, and the
+            # reservation's insert (or the earlier one's read), which stands alone. Under READ
+            # COMMITTED the reads agreed no more inside a transaction; the commit checks the
+            # placement again under its locks.
+            async with self.services.database.single_statements() as uow:
                 target = await self.target(uow, caller, intent)
                 ask = ReservationAsk(
                     operation=OPERATION,
@@ -555,22 +573,29 @@ class AssetSaver:
         A save that repeats an earlier scraper save (``repeat``) holds nothing: it returns
         that asset (checked again under the namespace lock at commit).
         """
-        owner, sha256 = plan.owner, plan.image.sha256
-        async with self.services.database.unit_of_work() as uow:
+        owner, order = plan.owner, plan.order
+        # A statement of its own (no BEGIN and COMMIT): the read that decides and the hold
+        # (lock, quota check, bytes moved) together. Nothing more ties them: the commit
+        # decides dedupe again under the namespace lock.
+        async with self.services.database.single_statements() as uow:
             if await self._repeat_of(uow, plan) is not None:
-                await reservations.hold(
-                    uow, owner, plan.order.reservation_id, 0, caller=plan.order.actor
-                )
+                await reservations.hold(uow, owner, order.reservation_id, 0, caller=order.actor)
                 return dedupe(live=False, recently_deleted=False, quarantined=None, repeated=True)
-            # One read decides; the commit finds the object again under the namespace lock.
-            live, recent, quarantined = await uow.objects.copies(
-                owner, sha256, within=self._delete_grace
-            )
+            shared = plan.charge(deduplicated=True)
+            try:
+                live, recent, quarantined = await uow.quota.reserve_for_copies(
+                    owner,
+                    order.reservation_id,
+                    sha256=plan.image.sha256,
+                    within=self._delete_grace,
+                    new_bytes=plan.charge(deduplicated=False),
+                    shared_bytes=shared,
+                )
+            except QuotaExceededError as exc:
+                raise reservations.refused(exc, owner=owner, caller=order.actor) from None
+            # The statement held for the same rule (plan.dedupe's), or nothing for a
+            # quarantined copy, which dedupe refuses here.
             how = dedupe(live=live, recently_deleted=recent, quarantined=quarantined)
-            need = plan.charge(deduplicated=how != "store")
-            await reservations.hold(
-                uow, owner, plan.order.reservation_id, need, caller=plan.order.actor
-            )
         return how
 
     async def store(self, plan: SavePlan) -> _Written:
@@ -615,6 +640,19 @@ class AssetSaver:
         embedder = self.services.embedder
         if embedder is None:  # plans are only made with one; a half-built service has none
             raise Unavailable("this process has no embedder configured")
+        kinds = self._job_kinds(plan)
+        if (
+            how == "store"
+            and repeat_key(order.intent, image.sha256) is None
+            and target.project_id is None
+            and target.folder_id is None
+        ):
+            # New bytes, nothing to repeat, no placement to check: one statement
+            # (memory_db.repositories.saves); anything else, or a concurrent save of the same
+            # bytes, takes the transaction below.
+            committed = await self._commit_new(plan, written, embedder, kinds)
+            if committed is not None:
+                return committed, []
         async with self.services.database.unit_of_work() as uow:
             # The namespace and the reservation, locked in one statement; what it holds is
             # turned into used bytes below without reading it again.
@@ -657,17 +695,6 @@ class AssetSaver:
                 created_by=order.actor,
                 original_file_name=intent.file_name,
             )
-            kinds: list[tuple[str, str]] = []
-            if ocr_wanted(
-                self._settings.asset_ocr,
-                source_kind=intent.source_kind,
-                format_name=image.format.name,
-                data=plan.data,
-            ):
-                kinds.append(("ocr", OCR_ENGINE))
-            describer = self.services.describer
-            if describer is not None:  # generated context is on (docs/generated-context.md)
-                kinds.append(("describe", describer.model))
             # Every job of the new asset in one statement.
             queued = await uow.jobs.create_many(
                 owner,
@@ -703,6 +730,118 @@ class AssetSaver:
         job_ids = [job.id for job in jobs]
         result = _result(target, asset, stored, job_ids, deduplicated=deduplicated, replayed=False)
         return result, losers
+
+    def _job_kinds(self, plan: SavePlan) -> list[tuple[str, str]]:
+        """The asset's jobs besides its embeddings: OCR and a description, when wanted."""
+        intent, image = plan.order.intent, plan.image
+        kinds: list[tuple[str, str]] = []
+        if ocr_wanted(
+            self._settings.asset_ocr,
+            source_kind=intent.source_kind,
+            format_name=image.format.name,
+            data=plan.data,
+        ):
+            kinds.append(("ocr", OCR_ENGINE))
+        describer = self.services.describer
+        if describer is not None:  # generated context is on (docs/generated-context.md)
+            kinds.append(("describe", describer.model))
+        return kinds
+
+    async def _commit_new(
+        self,
+        plan: SavePlan,
+        written: _Written,
+        embedder: Embedder,
+        kinds: list[tuple[str, str]],
+    ) -> SaveResult | None:
+        """Step 5 for new bytes, in one statement; ``None`` if it wrote nothing.
+
+        Nothing is written when the reservation is no longer active or a concurrent save
+        committed the same bytes first: the transaction of :meth:`commit` then says which,
+        or shares that save's object.
+        """
+        order, image, intent = plan.order, plan.image, plan.order.intent
+        target, owner = order.target, plan.owner
+        asset_id = new_id("ast")
+        new = NewImage(
+            owner=owner,
+            reservation_id=order.reservation_id,
+            object_values={
+                "id": order.object_id,
+                "owner_identity": owner,
+                "namespace_id": target.namespace_id,
+                "sha256": image.sha256,
+                "storage_key": plan.original_key,
+                "preview_storage_key": plan.preview_key,
+                "preview_sha256": plan.preview_sha256,
+                "mime_type": image.format.mime_type,
+                "extension": image.format.extension,
+                "bytes": image.bytes,
+                "preview_bytes": len(image.preview),
+                "width": image.width,
+                "height": image.height,
+                "etag": written.etag,
+                "version_id": written.version_id,
+                "status": "available",
+            },
+            asset_values={
+                "id": asset_id,
+                "owner_identity": owner,
+                "vault": target.scope.physical_vault,
+                "project_id": None,
+                "folder_id": None,
+                "object_id": order.object_id,
+                "title": plan.title,
+                "description": intent.description,
+                "alt_text": intent.alt_text,
+                "source_url": intent.source_url,
+                "source_url_hash": (
+                    source_url_hash(intent.source_url) if intent.source_url else None
+                ),
+                "source_kind": intent.source_kind,
+                "source_ref": intent.source_ref,
+                "tags": intent.tags,
+                "metadata": plan.metadata(deduplicated=False),
+                "status": "processing",
+                "embedding_status": "pending",
+                "created_by": order.actor,
+                "updated_by": order.actor,
+                "original_file_name": intent.file_name,
+            },
+            jobs=[
+                *(("embed", r, embedder.model, embedder.dimensions) for r in plan.representations),
+                *((kind, None, model, None) for kind, model in kinds),
+            ],
+            used_bytes=plan.charge(deduplicated=False),
+            provenance_operation=OPERATION,
+            provenance_actor=order.actor,
+            provenance_detail=plan.provenance(deduplicated=False),
+        )
+        async with self.services.database.single_statements() as uow:
+            job_ids = await commit_new_image(uow.session, new)
+        if job_ids is None:
+            return None
+        log.info(
+            "asset_saved",
+            asset_id=asset_id,
+            object_id=order.object_id,
+            bytes=image.bytes,
+            deduplicated=False,
+        )
+        return SaveResult(
+            asset_id=asset_id,
+            object_id=order.object_id,
+            vault=target.display_vault,
+            status="processing",
+            embedding_status="pending",
+            deduplicated=False,
+            replayed=False,
+            job_ids=job_ids[: len(plan.representations)],
+            width=image.width,
+            height=image.height,
+            mime_type=image.format.mime_type,
+            bytes=image.bytes,
+        )
 
     async def _repeat_of(self, uow: UnitOfWork, plan: SavePlan) -> AssetRecord | None:
         """The live asset an earlier save of this scraper source made in the target vault."""
