@@ -7,7 +7,7 @@ from __future__ import annotations
 import base64
 from collections.abc import Callable, Generator
 from contextlib import contextmanager
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -18,13 +18,13 @@ from sqlalchemy.pool import QueuePool
 
 from memory_db import Database
 from memory_db.database import create_engine
-from memory_db.repositories.asset_states import StateSubscription
 from memory_tools import MemoryServices
 from memory_tools.assets import get_asset_waiting
 from memory_tools.mcp.tools import run_as_caller
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
+from ..state_waits import Waits, record_waits
 from ..tool_calls import call, error
 
 
@@ -67,33 +67,10 @@ async def worker_services(
         await database.close()
 
 
-@dataclass
-class Waits:
-    """Each time a call waited for a change of state, and how that wait ended."""
-
-    began: anyio.Event = field(default_factory=anyio.Event)  # set when a call first waits
-    # "notified": a change (or a new listener) ended it; "cancelled": its deadline did (or
-    # the caller's cancellation: get_asset_waiting cancels a wait for nothing else).
-    ended: list[str] = field(default_factory=list)
-
-
 @pytest.fixture
 async def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
-    """Records every ``StateSubscription.changed`` wait: how a call's wait ended, no clock."""
-    seen = Waits()
-    changed = StateSubscription.changed
-
-    async def recorded(subscription: StateSubscription) -> None:
-        seen.began.set()
-        try:
-            await changed(subscription)
-        except anyio.get_cancelled_exc_class():
-            seen.ended.append("cancelled")
-            raise
-        seen.ended.append("notified")
-
-    monkeypatch.setattr(StateSubscription, "changed", recorded)
-    return seen
+    """How each wait of the test's calls ended (made in the test's event loop)."""
+    return record_waits(monkeypatch)
 
 
 async def _until(condition: Callable[[], bool], within: float = 10.0) -> None:
