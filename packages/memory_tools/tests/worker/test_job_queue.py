@@ -35,6 +35,7 @@ from memory_tools.reconcile import reconcile_store
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..job_listener import until_a_worker_listens
+from ..locks import backend_pid, until_blocked_by
 from ..pictures import picture
 
 FAST = WorkerConfig(
@@ -356,8 +357,9 @@ async def test_a_cancel_racing_a_workers_claim_changes_nothing(
             claimed = await uow.jobs.claim(worker.worker_id, limit=8, lease_seconds=30)
             assert [j.id for j in claimed] == [row.id]
             # The cancel reads the job as queued, then waits on the claim's row lock.
+            holder = await backend_pid(uow.session)
             claimed_now.set()
-            await anyio.sleep(0.5)
+            await until_blocked_by(saving, holder)
             assert not outcome
         # The claim committed: the waiting update finds the job running and changes nothing.
     assert len(outcome) == 1 and "running now" in str(outcome[0])
