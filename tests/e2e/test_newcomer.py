@@ -53,7 +53,8 @@ def test_a_taken_port_is_one_line_and_status_2(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        started = time.monotonic()
+        # 120 s only guards against a hang: the refusal's promptness is shown below by what
+        # the command did not start, not by a clock.
         done = subprocess.run(
             [*SERVER, "serve", "--transport", "http", "--port", str(port)],
             env=_env(tmp_path),
@@ -66,9 +67,8 @@ def test_a_taken_port_is_one_line_and_status_2(tmp_path: Path) -> None:
     assert lines == [lines[0]] and f"127.0.0.1:{port} is already in use" in lines[0], done.stderr
     assert "--port" in lines[0]
     assert "MCP over streamable HTTP" not in done.stderr + done.stdout  # no banner
-    # Refused before anything was started: no database was created for nothing.
+    # Refused before anything was started: no database was created (or started) for nothing.
     assert not (tmp_path / "data" / "postgres").exists()
-    assert time.monotonic() - started < 20
 
 
 def _readme_example() -> str:

@@ -9,11 +9,13 @@ exactly once each, no lease is left held, and the worker still stops cleanly on 
 from __future__ import annotations
 
 import base64
+import json
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -85,6 +87,33 @@ async def own_postgres(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
         server.stop()
 
 
+def _completion_failed(line: dict[str, Any]) -> bool:
+    # A slot's batch (not the sweep) failed because the database was gone.
+    return line.get("event") == "worker_database_unavailable" and "slot" in line
+
+
+async def _until_logged(
+    data_dir: Path, wanted: Callable[[dict[str, Any]], bool], within: float
+) -> None:
+    """Until a worker's JSON log (``_start`` writes it in the data directory) has a line
+    ``wanted`` accepts."""
+
+    def logged() -> bool:
+        for log in data_dir.glob("worker-*.log"):
+            for text in log.read_text(errors="replace").splitlines():
+                try:
+                    line = json.loads(text)
+                except ValueError:
+                    continue  # a line still being written, or not JSON
+                if isinstance(line, dict) and wanted(cast(dict[str, Any], line)):
+                    return True
+        return False
+
+    with anyio.fail_after(within):
+        while not logged():
+            await anyio.sleep(0.1)
+
+
 async def test_a_database_restart_under_a_running_worker_loses_nothing(
     tmp_path: Path, own_postgres: EmbeddedPostgres, jina: JinaTestServer
 ) -> None:
@@ -119,7 +148,9 @@ async def test_a_database_restart_under_a_running_worker_loses_nothing(
         assert victim is not None
         os.kill(victim, signal.SIGKILL)
         _wait_dead(victim)
-        await anyio.sleep(3)  # the batch's completion meets the dead database
+        # The batch's completion meets the dead database: seen in the worker's log, not assumed
+        # after a sleep (the 60 s bound is a hang guard).
+        await _until_logged(Path(env["MEMORY_DATA_DIR"]), _completion_failed, 60)
         assert worker.poll() is None, "the worker exited when the database went away"
 
         await _restart(own_postgres)

@@ -24,6 +24,7 @@ from sqlalchemy import event, text
 
 from memory_db import Database, MemorySettings
 from memory_db.embedding import JinaEmbedder
+from memory_db.repositories.asset_states import StateSubscription
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_tools import MemoryServices, admin
@@ -35,6 +36,8 @@ pytestmark = pytest.mark.slow
 
 WORKER = [sys.executable, "-m", "memory_server", "worker"]
 OWNER = "crash@example.com"
+# An embedder answer held this long never comes within a test: the request stays in flight.
+HELD_SECONDS = 600.0
 
 
 def _png(seed: int) -> bytes:
@@ -115,6 +118,9 @@ async def test_a_killed_worker_loses_nothing_and_finishes_exactly_once(
     database: Database, env: dict[str, str], jina: JinaTestServer
 ) -> None:
     await _save_assets(database, env, jina, 6)  # 12 jobs: visual + fused each
+    # The embedder holds its answer far longer than the test lasts, so the batch is certainly
+    # in flight when the worker is killed, however slowly this machine runs the test.
+    jina.state.latency = HELD_SECONDS
     first = _start(env, "--batch-size", "32", "--lease-seconds", "4", "--concurrency", "1")
     try:
         # Wait until its batch is leased and the embedder call is in flight, then kill -9.
@@ -135,6 +141,7 @@ async def test_a_killed_worker_loses_nothing_and_finishes_exactly_once(
             first.kill()
     # Nothing finished: the batch was in flight.
     assert (await _query(database, "SELECT count(*) FROM mem_usage_ledger"))[0][0] == 0
+    jina.state.latency = 0.0  # the held answer stays held; the next requests are answered
     second = _start(env, "--batch-size", "32", "--lease-seconds", "4", "--concurrency", "1")
     try:
         await _wait_until(
@@ -185,9 +192,14 @@ async def test_two_worker_processes_share_the_queue_without_overlap(
 
 
 async def test_a_get_waits_for_a_worker_process_without_polling(
-    database: Database, env: dict[str, str], jina: JinaTestServer
+    database: Database, env: dict[str, str], jina: JinaTestServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The worker in another process settles the state; its NOTIFY ends this process's wait."""
+    """The worker in another process settles the state; its NOTIFY ends this process's wait.
+
+    The asset's row is locked by the test until the wait listens, so the worker (started
+    first: its start-up takes seconds) cannot change the state before; each time the wait
+    waits is recorded, and how it ended: by a notification, or by its deadline.
+    """
     jina.state.latency = 0.2
     await _save_assets(database, env, jina, 1)
     asset_id = (await _query(database, "SELECT id FROM mem_assets"))[0][0]
@@ -199,6 +211,20 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
     caller = Caller(OWNER, key.id, frozenset(key.scopes))
     answers: list[AssetView] = []
     statements: list[str] = []
+    waits: list[str] = []  # how each wait of the call ended
+    listening = anyio.Event()
+    changed = StateSubscription.changed
+
+    async def recorded(subscription: StateSubscription) -> None:
+        listening.set()
+        try:
+            await changed(subscription)
+        except anyio.get_cancelled_exc_class():
+            waits.append("deadline")
+            raise
+        waits.append("notified")
+
+    monkeypatch.setattr(StateSubscription, "changed", recorded)
 
     def record(*args: Any) -> None:
         statements.append(str(args[2]))
@@ -211,16 +237,26 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
         )
 
     worker: subprocess.Popen[str] | None = None
-    started = time.monotonic()
     try:
-        async with anyio.create_task_group() as group:
-            group.start_soon(wait)
-            with anyio.fail_after(10):
-                while database.asset_states.waiters == 0:
-                    await anyio.sleep(0.02)
-            await anyio.sleep(0.3)  # its first read is done: from here it only listens
-            event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+        async with anyio.create_task_group() as group, database.engine.connect() as lock:
+            await lock.execute(
+                text("SELECT 1 FROM mem_assets WHERE id = :id FOR UPDATE"), {"id": asset_id}
+            )
+            holder = (await lock.execute(text("SELECT pg_backend_pid()"))).scalar_one()
             worker = _start(env, "--concurrency", "1")
+            # Up and working: it waits on the test's lock to change the asset's state.
+            await _wait_until(
+                database,
+                f"SELECT count(*) > 0 FROM pg_stat_activity "
+                f"WHERE {int(holder)} = ANY(pg_blocking_pids(pid))",
+                True,
+                120,
+            )
+            group.start_soon(wait)
+            with anyio.fail_after(30):  # a hang guard: the wait reads once, then listens
+                await listening.wait()
+            event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+            await lock.rollback()  # the worker may go on now
     finally:
         if event.contains(database.engine.sync_engine, "before_cursor_execute", record):
             event.remove(database.engine.sync_engine, "before_cursor_execute", record)
@@ -228,9 +264,10 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
             worker.send_signal(signal.SIGTERM)
             worker.wait(timeout=30)
     assert answers[0].embedding_status == "ready"
-    assert time.monotonic() - started < 25
-    # A worker process takes seconds to start and embed; this process read the asset only
-    # when notified (a few reads: one per state change), never on a timer.
-    reads = [s for s in statements if "FROM mem_assets" in s]
-    assert 1 <= len(reads) <= 4, statements
+    # Every wait ended by a notification, none by the 30 s deadline; this process read the
+    # asset once per notification and at no other time (never on a timer).
+    assert waits and set(waits) == {"notified"}, waits
+    # Each read after a wait begins by checking the caller's key again: one check per read.
+    reads = [s for s in statements if "FROM mem_api_keys" in s]
+    assert len(reads) == len(waits), statements
     assert not database.asset_states.listening and database.asset_states.waiters == 0

@@ -30,6 +30,7 @@ from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.mcp import INSTRUCTIONS
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
+from ..job_listener import until_a_worker_listens
 from ..pictures import picture
 
 DOCS = Path(__file__).resolve().parents[4] / "docs" / "tools.md"
@@ -201,6 +202,8 @@ async def test_a_running_worker_listens_again_after_an_outage(
         os.kill(pid, signal.SIGKILL)
         await restart(embedded)
         await database.engine.dispose()
-        await anyio.sleep(2)  # the worker's listener notices and reconnects (retry 1 s)
+        # The worker's listener notices and listens again on the restarted server (whose
+        # activity shows no listener of before): seen, not assumed after a sleep.
+        await until_a_worker_listens(services)
         await saved_and_ready(2)  # woken by the NOTIFY of this save, not by polling
         group.cancel_scope.cancel()

@@ -18,6 +18,7 @@ from memory_tools import MemoryServices, admin, build_memory_server
 from memory_tools.changes import purge_deleted_objects
 from memory_tools.worker import EmbeddingWorker
 
+from ..locks import backend_pid, until_blocked_by
 from ..pictures import b64, picture, stored_files
 from ..tool_calls import call as _call
 from ..tool_calls import error as _error
@@ -548,8 +549,9 @@ async def test_a_save_racing_a_folder_deletion_never_lands_in_the_deleted_folder
                 scope = (await deleting.vaults.accessible("alice@example.com"))[0].scope
                 await deleting.folders.lock(scope, [folder["folderId"]])
                 await deleting.folders.mark_deleted(scope, [folder["folderId"]])
+                holder = await backend_pid(deleting.session)
                 started.set()
-                await anyio.sleep(1.0)
+                await until_blocked_by(saving, holder)
                 assert outcome == []  # the save waits for the deletion's locks
                 await deleting.session.commit()
         listed = await _call(client, "image_asset_list", {})

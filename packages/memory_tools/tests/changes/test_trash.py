@@ -16,6 +16,7 @@ from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices, ToolFailure, admin, changes, trash
 from memory_tools.access import authenticate
 
+from ..locks import backend_pid, until_blocked_by
 from ..pictures import b64, picture, stored_files
 from ..tool_calls import call as _call
 from ..workflow_calls import refused, run, run_outside
@@ -277,11 +278,13 @@ async def test_a_purge_waits_for_a_restore_in_progress_and_then_finds_the_image_
     files = stored_files(saving)
     results: dict[str, str] = {}
     restored, release = anyio.Event(), anyio.Event()
+    holder: list[int] = []
 
     async def restore_and_hold() -> None:
         async with saving.database.unit_of_work() as uow:
             caller = await authenticate(uow, alice.key)
             await changes.restore_asset(uow, caller, saving, asset_id=saved["assetId"])
+            holder.append(await backend_pid(uow.session))
             restored.set()
             await release.wait()  # commits when released
 
@@ -290,8 +293,8 @@ async def test_a_purge_waits_for_a_restore_in_progress_and_then_finds_the_image_
         await restored.wait()
         purge = run_outside(saving, alice.key, trash.purge_asset, asset_id=saved["assetId"])
         group.start_soon(_settle, purge, results, "purge")
-        await anyio.sleep(0.5)
-        assert results == {}  # still waiting for the restore's lock
+        await until_blocked_by(saving, holder[0])
+        assert results == {}  # waiting for the restore's lock
         release.set()
     assert results == {"purge": "not_found"}
     assert stored_files(saving) == files

@@ -24,6 +24,7 @@ from memory_tools.mcp.tools import run_as_caller
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
+from ..state_waits import Waits, record_waits
 from ..tool_calls import call, error
 
 
@@ -66,6 +67,12 @@ async def worker_services(
         await database.close()
 
 
+@pytest.fixture
+async def waits(monkeypatch: pytest.MonkeyPatch) -> Waits:
+    """How each wait of the test's calls ended (made in the test's event loop)."""
+    return record_waits(monkeypatch)
+
+
 async def _until(condition: Callable[[], bool], within: float = 10.0) -> None:
     with anyio.fail_after(within):
         while not condition():
@@ -77,6 +84,7 @@ async def test_a_wait_returns_when_the_worker_finishes_without_polling(
     alice: Any,
     saving: MemoryServices,
     worker_services: MemoryServices,
+    waits: Waits,
 ) -> None:
     watch = saving.database.asset_states
     async with client_as(alice.key) as client:
@@ -88,11 +96,10 @@ async def test_a_wait_returns_when_the_worker_finishes_without_polling(
                 await call(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 25})
             )
 
-        started = anyio.current_time()
         async with anyio.create_task_group() as group:
             group.start_soon(wait)
-            await _until(lambda: watch.waiters == 1)
-            await anyio.sleep(0.3)  # the first read is done; the call waits
+            with anyio.fail_after(30):  # a hang guard
+                await waits.began.wait()  # its reads are done; the call waits
             # While it waits: no statement at all, no pooled connection but the one
             # listener, and no admission turn.
             with _statements(saving.database) as idle:
@@ -102,48 +109,56 @@ async def test_a_wait_returns_when_the_worker_finishes_without_polling(
             assert saving.call_admission.running == 0
             # A worker started after the call began, on another engine, settles the state.
             await EmbeddingWorker(worker_services).drain()
-        waited = anyio.current_time() - started
     assert answers[0]["embeddingStatus"] == "ready" and answers[0]["status"] == "ready"
-    assert waited < 15, waited
+    # Ended by the worker's notifications, never by the call's 25 s deadline.
+    assert waits.ended and set(waits.ended) == {"notified"}, waits.ended
     assert watch.waiters == 0 and not watch.listening
     assert _checked_out(saving.database) == 0
 
 
 async def test_a_wait_times_out_with_the_state_then(
-    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices, waits: Waits
 ) -> None:
     async with client_as(alice.key) as client:
         asset_id = await _save(client, 12)
         started = anyio.current_time()
-        answer = await call(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 1})
+        # Nothing settles the state: only the call's own deadline can end it (60 s: hang guard).
+        with anyio.fail_after(60):
+            answer = await call(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 1})
         waited = anyio.current_time() - started
-        # A settled asset answers at once, whatever the wait.
+        timed_out = list(waits.ended)
+        # A settled asset answers at once, whatever the wait: it does not wait at all.
         await EmbeddingWorker(saving).drain()
         listened = saving.database.asset_states.generation
-        started = anyio.current_time()
         settled = await call(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 30})
-        at_once = anyio.current_time() - started
     assert answer["embeddingStatus"] == "pending"  # still pending: the time ran out
-    assert 1.0 <= waited < 5, waited
-    assert settled["embeddingStatus"] == "ready" and at_once < 2, at_once
+    assert timed_out == ["cancelled"]  # by its deadline
+    assert waited >= 1.0, waited  # not before it (a timer never fires early)
+    assert settled["embeddingStatus"] == "ready"
+    assert waits.ended == timed_out  # the settled asset's call never waited
     assert saving.database.asset_states.generation == listened  # answered without listening
     assert saving.database.asset_states.waiters == 0
     assert not saving.database.asset_states.listening
 
 
 async def test_a_wait_is_bounded_and_only_on_readable_assets(
-    client_as: Callable[[str], Client[Any]], alice: Any, bob: Any, saving: MemoryServices
+    client_as: Callable[[str], Client[Any]],
+    alice: Any,
+    bob: Any,
+    saving: MemoryServices,
+    waits: Waits,
 ) -> None:
     async with client_as(alice.key) as client:
         asset_id = await _save(client, 13)
         too_long = await error(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 31})
         negative = await error(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": -1})
+    listened = saving.database.asset_states.generation
     async with client_as(bob.key) as client:
-        started = anyio.current_time()
         theirs = await error(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 20})
-        refused_in = anyio.current_time() - started
     assert "waitSeconds" in too_long and "waitSeconds" in negative
-    assert theirs.startswith("not_found:") and refused_in < 3, refused_in
+    assert theirs.startswith("not_found:")
+    # Refused at its first read: it neither listened nor waited.
+    assert saving.database.asset_states.generation == listened and waits.ended == []
     assert saving.database.asset_states.waiters == 0
     assert _checked_out(saving.database) == 0
 
@@ -218,10 +233,9 @@ async def test_a_lost_listener_is_replaced_and_the_wait_still_ends(
 
 
 async def test_a_delete_ends_a_wait_at_once(
-    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices, waits: Waits
 ) -> None:
     """A deleted image is an answer (not_found), not something to wait for until the deadline."""
-    watch = saving.database.asset_states
     async with client_as(alice.key) as client:
         asset_id = await _save(client, 14)
         answers: list[str] = []
@@ -231,14 +245,13 @@ async def test_a_delete_ends_a_wait_at_once(
                 await error(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 25})
             )
 
-        started = anyio.current_time()
         async with anyio.create_task_group() as group:
             group.start_soon(wait)
-            await _until(lambda: watch.waiters == 1)
+            with anyio.fail_after(30):  # a hang guard
+                await waits.began.wait()
             await call(client, "image_asset_delete", {"assetId": asset_id})
-        waited = anyio.current_time() - started
     assert answers == ["not_found: asset not found"]
-    assert waited < 10, waited
+    assert waits.ended == ["notified"]  # by the delete, not by the 25 s deadline
 
 
 async def test_a_key_revoked_during_a_wait_gets_no_answer(

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -26,6 +25,7 @@ from memory_tools.testing.web_app import WebApp, WebClient, serve_web_app
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
+from ..state_waits import record_waits
 from ..web_routes import ALLOWED_NAMES, HOSTS
 
 
@@ -111,7 +111,10 @@ async def test_another_owners_vault_project_or_folder_is_not_found(
 
 
 async def test_three_files_upload_through_the_session_and_each_becomes_ready(
-    signed_in: WebClient, webapp: WebApp, make_person: Callable[..., Any]
+    signed_in: WebClient,
+    webapp: WebApp,
+    make_person: Callable[..., Any],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     alice = await make_person("alice@example.com")
     project_id, folder_id = await _project_and_folder(webapp, alice.key)
@@ -131,13 +134,16 @@ async def test_three_files_upload_through_the_session_and_each_becomes_ready(
         assert answer.status_code == 200, answer.text
         answers[asset_id] = answer.json()
 
-    began = time.monotonic()
+    waits = record_waits(monkeypatch)
     async with anyio.create_task_group() as group:
         for item in saved:
             group.start_soon(wait, item["assetId"])
-        await anyio.sleep(0.5)
+        with anyio.fail_after(30):  # a hang guard: every row's request is waiting
+            while waits.entered < len(saved):
+                await anyio.sleep(0.02)
         await EmbeddingWorker(webapp.services).drain()
-    assert time.monotonic() - began < 15
+    # Every wait was ended by the worker's notifications, none by the 20 s deadline.
+    assert waits.ended and set(waits.ended) == {"notified"}, waits.ended
     for item in saved:
         state = answers[item["assetId"]]
         assert state["embeddingStatus"] == "ready" and state["status"] == "ready"

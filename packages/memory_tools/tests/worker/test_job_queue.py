@@ -34,6 +34,8 @@ from memory_tools.job_queue import (
 from memory_tools.reconcile import reconcile_store
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
+from ..job_listener import until_a_worker_listens
+from ..locks import backend_pid, until_blocked_by
 from ..pictures import picture
 
 FAST = WorkerConfig(
@@ -116,20 +118,20 @@ async def test_an_owner_retries_a_failed_representation_and_the_worker_is_woken(
     saving: MemoryServices, alice: Caller
 ) -> None:
     asset_id = await failed_asset(saving, alice, 1)
-    # A worker that polls only every 30 s: only the retry's notification can wake it in time.
-    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=30, sweep_seconds=30))
+    # A worker that never polls within the test: only the retry's notification can wake it.
+    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=3600, sweep_seconds=3600))
     retried: Any = None
     async with anyio.create_task_group() as group:
         ready = anyio.Event()
         group.start_soon(lambda: worker.run(ready=ready))
         await ready.wait()
-        await anyio.sleep(0.3)  # the worker's first look found nothing due
+        await until_a_worker_listens(saving)
         retried = await call(
             saving, retry_asset_embedding, alice, asset_id=asset_id, representation="visual"
         )
         assert (retried.status, retried.embedding_status) == ("queued", "pending")
         assert await asset_state(saving, asset_id) == ("processing", "pending")
-        with anyio.fail_after(10):
+        with anyio.fail_after(120):  # a hang guard, far below the hour between polls
             while await asset_state(saving, asset_id) != ("ready", "ready"):
                 await anyio.sleep(0.05)
         group.cancel_scope.cancel()
@@ -355,8 +357,9 @@ async def test_a_cancel_racing_a_workers_claim_changes_nothing(
             claimed = await uow.jobs.claim(worker.worker_id, limit=8, lease_seconds=30)
             assert [j.id for j in claimed] == [row.id]
             # The cancel reads the job as queued, then waits on the claim's row lock.
+            holder = await backend_pid(uow.session)
             claimed_now.set()
-            await anyio.sleep(0.5)
+            await until_blocked_by(saving, holder)
             assert not outcome
         # The claim committed: the waiting update finds the job running and changes nothing.
     assert len(outcome) == 1 and "running now" in str(outcome[0])

@@ -40,6 +40,7 @@ from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_sub
 from memory_tools.reconcile import reconcile_store
 from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
+from ..job_listener import until_a_worker_listens
 from ..pictures import picture
 
 FAST = WorkerConfig(
@@ -479,14 +480,15 @@ async def test_two_workers_never_run_the_same_job(
 async def test_a_running_worker_wakes_on_notify(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
-    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=60, sweep_seconds=60))
+    # It never polls within the test: only the save's notification can wake it.
+    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=3600, sweep_seconds=3600))
     ready = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(lambda: worker.run(ready=ready))
         await ready.wait()
-        await anyio.sleep(0.3)  # let the listener subscribe
+        await until_a_worker_listens(saving)
         asset_id = await save(saving, alice_caller, 60)
-        with anyio.fail_after(10):
+        with anyio.fail_after(120):  # a hang guard, far below the hour between polls
             while (await asset_row(saving, asset_id))["embedding_status"] != "ready":
                 await anyio.sleep(0.05)
         group.cancel_scope.cancel()
