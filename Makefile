@@ -33,9 +33,14 @@ $(CURDIR)/.cache/tools/bin/uv:
 .PHONY: uv
 uv: $(UV) ## Make sure uv is available (installs it with pip when missing)
 
-.PHONY: install
-install: uv ## Install the workspace and dev tools from uv.lock, Chromium and Tesseract when missing
+# The workspace and its dev tools (pytest, ruff, pyright) from uv.lock, and nothing else: what
+# `make lint` and `make typecheck` need. No system packages, no root.
+.PHONY: install-python
+install-python: uv ## Install the workspace and dev tools from uv.lock only (what lint and typecheck need)
 	$(UV) sync --frozen --all-packages
+
+.PHONY: install
+install: install-python ## Install the workspace and dev tools from uv.lock, Chromium and Tesseract when missing
 	@./scripts/install-chromium.sh
 	@./scripts/install-tesseract.sh
 
@@ -113,12 +118,12 @@ test-packages: uv deps-node ## Check each library in an environment holding only
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: lint
-lint: install ## Ruff lint and format check
+lint: install-python ## Ruff lint and format check
 	$(UV) run --frozen ruff check .
 	$(UV) run --frozen ruff format --check .
 
 .PHONY: typecheck
-typecheck: install ## Pyright (strict) over packages and apps
+typecheck: install-python ## Pyright (strict) over packages and apps
 	$(UV) run --frozen pyright
 
 .PHONY: manifest

@@ -192,6 +192,16 @@ def test_make_run_installs_the_runtime_only(tmp_path: Path) -> None:
     assert len(packages) < 120
 
 
+@pytest.mark.parametrize("target", ["lint", "typecheck"])
+def test_make_lint_and_typecheck_need_only_the_python_environment(target: str) -> None:
+    """Checking the code needs the workspace and its dev tools from the lock, not the system
+    packages the tests need (Chromium, Tesseract: apt-get, root, minutes)."""
+    planned = _make("-n", target)
+    assert "sync --frozen --all-packages" in planned, planned
+    for installer in ("install-chromium", "install-tesseract", "apt-get"):
+        assert installer not in planned, (target, installer, planned)
+
+
 def test_make_help_says_where_it_listens_and_how_to_check_it() -> None:
     shown = _make("help")
     for promise in ("run", "stdio", "key", "PORT", "HOST", "/healthz"):

@@ -276,6 +276,32 @@ async def test_quota_is_refused_with_the_numbers_and_nothing_is_stored(
     }
 
 
+async def test_a_save_that_exactly_fills_the_quota_is_stored_and_one_byte_less_is_refused(
+    saving: MemoryServices, database: Any
+) -> None:
+    """The quota's boundary: ``used + reserved + bytes > quota`` is refused, so a save whose
+    charge (original, preview, vectors) is exactly what is left is stored and fills the quota;
+    the same save with one byte less of quota is refused and leaves nothing."""
+    saver = AssetSaver(saving)
+    await admin.create_identity(database, "meter@example.com", 10**9)
+    meter = Caller("meter@example.com", "akey_m", frozenset({"read", "write"}))
+    await saver.save(meter, SaveRequest(image_base64=b64(picture(8))))
+    charge = (await db_state(saving, "meter@example.com"))["used"]
+    assert charge > 0
+    await admin.create_identity(database, "exact@example.com", charge)
+    exact = Caller("exact@example.com", "akey_x", frozenset({"read", "write"}))
+    saved = await saver.save(exact, SaveRequest(image_base64=b64(picture(8))))
+    assert not saved.deduplicated
+    state = await db_state(saving, "exact@example.com")
+    assert (state["assets"], state["used"], state["reserved"]) == (1, charge, 0)
+    await admin.create_identity(database, "short@example.com", charge - 1)
+    short = Caller("short@example.com", "akey_s", frozenset({"read", "write"}))
+    with pytest.raises(QuotaExceeded, match=f"> {charge - 1}"):
+        await saver.save(short, SaveRequest(image_base64=b64(picture(8))))
+    state = await db_state(saving, "short@example.com")
+    assert (state["assets"], state["used"], state["reserved"]) == (0, 0, 0)
+
+
 async def test_every_hostile_url_is_refused_and_leaves_nothing(
     saving: MemoryServices, alice_caller: Caller, web: WebServer
 ) -> None:

@@ -25,12 +25,88 @@ from memory_tools import (
     trash,
     usage,
 )
+from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.mcp.tools import tools as memory_registry
 from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
 from ..workflow_calls import run, run_outside
 
 MISSING = "ast_" + "z" * 26
+
+# The rows of the matrix, for every registered tool (``memory_tools.mcp.tools``): a tool is
+# checked by the matrix tests below that name it. ``test_every_registered_tool_has_a_row``
+# enumerates the registry, so a new tool without a row here fails, naming it.
+#
+# The asset matrix: each cell kind and the tool it calls, in the order the cells run. Deletes
+# come last, as they change what the other cells see; restores after them (within the delete
+# grace window) bring the deleted images back, for exactly the callers a delete allows.
+ASSET_CELLS: dict[str, str] = {
+    "get": "image_asset_get",
+    "original": "image_asset_get",  # with the download link and a thumbnail
+    "similar": "image_asset_search",  # by the asset's own image
+    "list": "image_asset_list",
+    "search": "image_asset_search",
+    "move": "image_asset_move",
+    "update": "image_asset_update",
+    "enrich": "image_asset_enrich",
+    "delete": "image_asset_delete",
+    "restore": "image_asset_restore",
+}
+# The cells that find the asset in a page of results: one that may not be read is "absent".
+LISTING_CELLS = ("list", "search")
+# The vault matrix: each project, folder and save tool and the key scope it needs.
+VAULT_NEEDS: dict[str, str] = {
+    "image_project_list": "read",
+    "image_folder_list": "read",
+    "image_project_create": "write",
+    "image_folder_create": "write",
+    "image_asset_save": "write",
+    "image_project_archive": "write",
+    "image_folder_delete": "destructive",
+    "image_project_update": "write",
+    "image_folder_update": "write",
+}
+ROWS: dict[str, frozenset[str]] = {
+    "test_every_tool_caller_and_target": frozenset(ASSET_CELLS.values()),
+    "test_every_vault_tool_caller_and_target": frozenset(VAULT_NEEDS),
+    "test_vault_list_and_waiting_for_every_caller": frozenset(
+        {"image_vault_list", "image_asset_get"}
+    ),
+    "test_every_caller_saving_a_scraper_artifact": frozenset({"image_asset_save"}),
+}
+
+
+def rowless(registry: ToolRegistry) -> list[str]:
+    """The registered tools no matrix test has a row for, in declaration order."""
+    covered = set[str]().union(*ROWS.values())
+    return [spec.name for spec in registry.specs if spec.name not in covered]
+
+
+def test_every_registered_tool_has_a_row() -> None:
+    missing = rowless(memory_registry)
+    assert not missing, (
+        f"no row in the isolation matrix for {', '.join(missing)}: add its cells to "
+        "ASSET_CELLS or VAULT_NEEDS (or a matrix test of its own, named in ROWS)"
+    )
+    # And no row outlives its tool: every row names a registered tool.
+    registered = {spec.name for spec in memory_registry.specs}
+    stale = {name for names in ROWS.values() for name in names} - registered
+    assert not stale, f"rows for tools that are not registered: {sorted(stale)}"
+
+
+def test_a_tool_without_a_row_is_named() -> None:
+    registry = ToolRegistry()
+
+    async def image_asset_get() -> None:
+        """Has its rows."""
+
+    async def image_asset_frobnicate() -> None:
+        """A new tool nobody gave a row."""
+
+    registry.tool("Get", read_only=True, idempotent=True)(image_asset_get)
+    registry.tool("Frobnicate", read_only=False, idempotent=False)(image_asset_frobnicate)
+    assert rowless(registry) == ["image_asset_frobnicate"]
 
 
 @dataclass
@@ -121,21 +197,18 @@ async def test_every_tool_caller_and_target(
             return caller.grant in ("write", "admin")
         return readable(caller, target)
 
-    def expect(tool: str, caller: Caller, target: str) -> str:
+    read_only = {spec.name for spec in memory_registry.specs if spec.read_only}
+
+    def expect(cell: str, caller: Caller, target: str) -> str:
         if caller.revoked:
             return "unauthenticated"
         if not readable(caller, target):
-            return (
-                "not_found"
-                if tool
-                in ("get", "original", "similar", "move", "update", "enrich", "delete", "restore")
-                else "absent"
-            )
-        if tool in ("get", "original", "similar", "list", "search"):
+            return "absent" if cell in LISTING_CELLS else "not_found"
+        if ASSET_CELLS[cell] in read_only:
             return "ok"
         if not writable(caller, target):
             return "forbidden"
-        if tool in ("delete", "restore") and "destructive" not in caller.scopes:
+        if cell in ("delete", "restore") and "destructive" not in caller.scopes:
             return "forbidden"
         return "ok"
 
@@ -148,54 +221,39 @@ async def test_every_tool_caller_and_target(
 
     mismatches: list[str] = []
     checked = 0
-    # Deletes last: they change what the other cells see. Restores after them (within the
-    # delete grace window): the deleted images come back, for exactly the callers a delete
-    # allows.
-    tools = (
-        "get",
-        "original",
-        "similar",
-        "list",
-        "search",
-        "move",
-        "update",
-        "enrich",
-        "delete",
-        "restore",
-    )
-    for tool in tools:
+    for cell in ASSET_CELLS:
         for caller in callers:
             async with client(caller.key) as c:
                 for target in ("alice", "bob", "own"):
                     asset = asset_of(caller, target)
                     if asset is None:
                         continue
-                    wanted = expect(tool, caller, target)
-                    got = await _run(c, tool, asset)
+                    wanted = expect(cell, caller, target)
+                    got = await _run(c, cell, asset)
                     checked += 1
                     if got != wanted:
-                        mismatches.append(f"{tool} / {caller.name} / {target}: {got} != {wanted}")
+                        mismatches.append(f"{cell} / {caller.name} / {target}: {got} != {wanted}")
                     if wanted == "not_found":
                         # Indistinguishable from an id that never existed.
-                        missing = await _run(c, tool, MISSING)
+                        missing = await _run(c, cell, MISSING)
                         if missing != "not_found":
-                            mismatches.append(f"{tool} / {caller.name} / missing: {missing}")
+                            mismatches.append(f"{cell} / {caller.name} / missing: {missing}")
     assert mismatches == []
-    # 10 tools x (7 callers x 2 targets + 3 grantees x their own asset)
-    assert checked == len(tools) * (7 * 2 + 3), checked
+    # Every cell x (7 callers x 2 targets + 3 grantees x their own asset)
+    assert checked == len(ASSET_CELLS) * (7 * 2 + 3), checked
     async with client(alice.key) as c:
         kind, restored = await _outcome(c, "image_asset_get", {"assetId": alice_asset})
     assert kind == "ok" and restored["status"] == "processing", restored
 
 
-async def _run(client: Client[Any], tool: str, asset: str) -> str:
-    """Run one cell; ``ok``/``absent`` for list and search, else the outcome code."""
-    if tool == "get":
-        kind, result = await _outcome(client, "image_asset_get", {"assetId": asset})
-    elif tool == "original":
+async def _run(client: Client[Any], cell: str, asset: str) -> str:
+    """Run one cell of ``ASSET_CELLS``; ``ok``/``absent`` for list and search, else the
+    outcome code."""
+    tool = ASSET_CELLS[cell]
+    if cell == "original":
         # A download link and a thumbnail: only for an image the caller may read.
         arguments = {"assetId": asset, "includeOriginal": True, "includeThumbnails": True}
-        answer = await client.call_tool("image_asset_get", arguments, raise_on_error=False)
+        answer = await client.call_tool(tool, arguments, raise_on_error=False)
         if answer.is_error:
             return answer.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
         original = (answer.structured_content or {})["original"]
@@ -203,36 +261,24 @@ async def _run(client: Client[Any], tool: str, asset: str) -> str:
         if original["url"] is None or len(images) != 1:
             return "no download or thumbnail"
         return "ok"
-    elif tool == "similar":
-        kind, result = await _outcome(client, "image_asset_search", {"assetId": asset})
-        if kind == "ok" and result["results"][0]["assetId"] != asset:
-            return "wrong first result"
-    elif tool == "move":
-        kind, result = await _outcome(client, "image_asset_move", {"assetId": asset})
-    elif tool == "update":
-        # Tags only: the titles the search cells look for stay.
-        arguments = {"assetId": asset, "tags": ["edited"]}
-        kind, result = await _outcome(client, "image_asset_update", arguments)
-    elif tool == "enrich":
-        kind, result = await _outcome(client, "image_asset_enrich", {"assetId": asset})
-    elif tool == "delete":
-        kind, result = await _outcome(client, "image_asset_delete", {"assetId": asset})
-    elif tool == "restore":
-        kind, result = await _outcome(client, "image_asset_restore", {"assetId": asset})
-    else:
-        if tool == "list":
-            kind, result = await _outcome(client, "image_asset_list", {"limit": 100})
+    if cell in LISTING_CELLS:
+        if cell == "list":
+            kind, result = await _outcome(client, tool, {"limit": 100})
             items = result["items"] if kind == "ok" else []
         else:
             # "Lighthouse" is in every title (search returns only results with evidence) and
             # the pictures are alike: only the vaults the caller may read decide.
-            kind, result = await _outcome(
-                client, "image_asset_search", {"query": "lighthouse", "limit": 30}
-            )
+            kind, result = await _outcome(client, tool, {"query": "lighthouse", "limit": 30})
             items = result["results"] if kind == "ok" else []
         if kind != "ok":
             return kind
         return "ok" if asset in {item["assetId"] for item in items} else "absent"
+    arguments: dict[str, Any] = {"assetId": asset}
+    if cell == "update":
+        arguments["tags"] = ["edited"]  # tags only: the titles the search cells look for stay
+    kind, result = await _outcome(client, tool, arguments)
+    if cell == "similar" and kind == "ok" and result["results"][0]["assetId"] != asset:
+        return "wrong first result"
     return kind
 
 
@@ -278,17 +324,7 @@ async def test_every_vault_tool_caller_and_target(
         Caller("no destructive", alice_safe.key, "alice", frozenset(("read", "write"))),
         Caller("revoked", alice_old.key, "alice", frozenset(full), revoked=True),
     ]
-    needs = {
-        "image_project_list": "read",
-        "image_folder_list": "read",
-        "image_project_create": "write",
-        "image_folder_create": "write",
-        "image_asset_save": "write",
-        "image_project_archive": "write",
-        "image_folder_delete": "destructive",
-        "image_project_update": "write",
-        "image_folder_update": "write",
-    }
+    needs = VAULT_NEEDS
 
     def handle(caller: Caller, owner: str) -> str:
         return "Library" if caller.identity == owner else f"{owner}@example.com/Library"

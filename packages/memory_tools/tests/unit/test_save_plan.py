@@ -6,6 +6,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import example, given, reject
+from hypothesis import strategies as st
 
 from memory_db import VaultScope, new_id
 from memory_db.repositories.records import QuarantineReason
@@ -305,4 +307,98 @@ def test_a_callers_title_wins_over_the_file_name_which_wins_over_the_host() -> N
     assert (
         describe(replace(base, file_name="a.png"), source_kind="upload").fingerprint
         != describe(base, source_kind="upload").fingerprint
+    )
+
+
+# What a caller can type into a name, a title or a tag (NUL is refused before any plan).
+CALLER_TEXT = st.text(st.characters(exclude_characters="\x00"), min_size=1, max_size=40)
+
+
+@example(
+    owner="alice@example.com",
+    actor="bob@example.com",
+    vault="Holidays",
+    file_name="C:\\Users\\alice\\DCIM\\IMG_0423.JPG",
+    title="Pier at dusk",
+    description="for alice@example.com",
+    alt_text="a pier",
+    tags=["pier"],
+    fmt="png",
+    env="production",
+)
+@given(
+    owner=st.emails(),
+    actor=st.emails(),
+    vault=CALLER_TEXT,
+    file_name=CALLER_TEXT,
+    title=CALLER_TEXT,
+    description=CALLER_TEXT,
+    alt_text=CALLER_TEXT,
+    tags=st.lists(CALLER_TEXT, max_size=3),
+    fmt=st.sampled_from(sorted(FORMATS)),
+    env=st.from_regex(r"[a-z0-9][a-z0-9-]{0,31}", fullmatch=True),
+)
+def test_a_saves_object_keys_hold_no_caller_value(
+    owner: str,
+    actor: str,
+    vault: str,
+    file_name: str,
+    title: str,
+    description: str,
+    alt_text: str,
+    tags: list[str],
+    fmt: str,
+    env: str,
+) -> None:
+    """docs/acceptance.md criterion 4: whatever a caller says in a save (who they are, whose
+    vault, the file name, title, description, alt text, tags), the plan's object keys are built
+    from the owner's namespace id and the server's object id only."""
+    handle = f"{owner}/{vault}"
+    request = SaveRequest(
+        vault=handle,
+        title=title,
+        description=description,
+        alt_text=alt_text,
+        tags=tags,
+        file_name=file_name,
+    )
+    try:
+        intent = describe(request, source_kind="upload", data=b"image bytes")
+    except InvalidInputFailure:
+        reject()  # refused before any key is made (e.g. a tag of blanks only)
+    namespace, object_id = new_id("ans"), new_id("aob")
+    # A project and folder reach a save as their server ids, never by name.
+    project, folder = new_id("apr"), new_id("afl")
+    order = SaveOrder(
+        actor=actor,  # a grantee saving into the owner's vault
+        intent=replace(intent, project_id=project, folder_id=folder),
+        target=SaveTarget(
+            scope=VaultScope(owner, vault),
+            display_vault=handle,
+            namespace_id=namespace,
+            project_id=project,
+            folder_id=folder,
+            caller_is_owner=False,
+        ),
+        reservation_id=new_id("aur"),
+        object_id=object_id,
+    )
+    image = replace(IMAGE, format=FORMATS[fmt])
+    plan = plan_save(order, b"image bytes", image, env_prefix=env, vector_size=VECTOR)
+    shapes = (
+        f"{env}/tenants/{{ns}}/objects/{{obj}}/original.{image.format.extension}",
+        f"{env}/tenants/{{ns}}/objects/{{obj}}/preview.webp",
+    )
+    # Every caller value, as the plan holds it; one that is part of the fixed words of a key
+    # ("tenants", "original.png", the environment) cannot tell a leak and is not looked for.
+    said = [owner, actor, vault, handle, intent.file_name, intent.title, intent.description]
+    said += [intent.alt_text, *intent.tags, project, folder, order.reservation_id]
+    for key in plan.new_keys:
+        without_ids = key.replace(namespace, "{ns}").replace(object_id, "{obj}")
+        for value in said:
+            if value and not any(value in shape for shape in shapes):
+                assert value not in without_ids, f"{value!r} is in the object key {key!r}"
+    assert (
+        tuple(key.replace(namespace, "{ns}").replace(object_id, "{obj}") for key in plan.new_keys)
+        == shapes
     )

@@ -81,6 +81,19 @@ def test_a_few_assets_holding_every_word_come_first_and_many_do_not() -> None:
     assert common["m1"].relevance == pytest.approx(SECOND + SECOND + 0.4)
 
 
+def test_exactly_as_many_assets_holding_every_word_as_the_gate_allows_all_come_first() -> None:
+    """The gate's boundary: three assets holding every word are still precise (``<=``), so
+    each gets the bonus and all three outrank a closer vector that holds only some words."""
+    assert PRECISE_WORD_MATCHES == 3  # docs/tools.md: "at most three"
+    exact = [TextMatch(f"e{i}", 0.5, True) for i in range(PRECISE_WORD_MATCHES)]
+    close = [hit("x", "fused", 0.9), *(hit(f"e{i}", "fused", 0.3) for i in range(3))]
+    fusion = fuse_text(close, [*exact, TextMatch("x", 0.4, False)], [])
+    for i in range(PRECISE_WORD_MATCHES):
+        places = fusion[f"e{i}"].relevance - PRECISE_MATCH_BONUS
+        assert places == pytest.approx(1 / (RRF_K + 2 + i) + 1 / (RRF_K + 1 + i) + 0.3), i
+    assert best_first(fusion, evidence_floor=0.1, min_score=None) == ["e0", "e1", "e2", "x"]
+
+
 def evidence(relevance: float, similarity: float | None, *matched: str) -> Evidence:
     return Evidence(
         relevance=relevance, similarity=similarity, matched=set(matched), score=relevance / TEXT

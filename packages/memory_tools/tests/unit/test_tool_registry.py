@@ -58,8 +58,8 @@ def _defects(tool: Tool) -> list[str]:
 def test_every_tool_is_complete(services: MemoryServices) -> None:
     built = build_memory_tools(services)
     assert {tool.name: _defects(tool) for tool in built} == {tool.name: [] for tool in built}
+    # Every declared tool is built (default settings offer them all), in declaration order.
     assert [tool.name for tool in built] == [spec.name for spec in memory_registry.specs]
-    assert len(built) == 18
 
 
 def test_an_incomplete_tool_is_reported(services: MemoryServices) -> None:
