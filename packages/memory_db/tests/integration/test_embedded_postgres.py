@@ -9,7 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from memory_db.database import EmbeddedPostgres, start_embedded
+from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, create_engine, start_embedded
+from memory_db.migrate import current_revision, head_revision
+from memory_db.testing import copy_data_directory
 
 # A second process: attach to the server of a data directory, print the postmaster pid, and
 # (optionally) keep it until stdin closes.
@@ -139,3 +141,32 @@ async def test_a_start_does_not_wait_for_the_servers_of_other_data_directories(
     finally:
         holder.stdin.close()
         assert await asyncio.wait_for(holder.wait(), timeout=60) == 0
+
+
+def _owners(root: Path) -> set[tuple[Path, int]]:
+    return {(p.relative_to(root), p.lstat().st_uid) for p in root.rglob("*")}
+
+
+@pytest.mark.slow
+async def test_a_copy_of_the_migrated_data_directory_starts_at_head_owned_as_its_source(
+    tmp_path: Path, migrated_pgdata: Path
+) -> None:
+    """What ``embedded_data_dir`` hands the end-to-end tests: no initdb, nothing to migrate.
+
+    Owners are kept (run as root, PostgreSQL runs as a user of its own, who must own its files);
+    the source, shared by the worker's tests, is left stopped and unchanged.
+    """
+    copy = tmp_path / "data" / "postgres"
+    copy_data_directory(migrated_pgdata, copy)
+    copied = {(path, uid) for path, uid in _owners(migrated_pgdata) if path != Path("log")}
+    assert _owners(copy) == copied  # PostgreSQL's log is the copy's own
+    server = await start_embedded(copy)
+    try:
+        engine = create_engine(server.url(DEFAULT_DATABASE), pool_size=1)
+        try:
+            assert await current_revision(engine) == head_revision()
+        finally:
+            await engine.dispose()
+    finally:
+        server.stop()
+    assert _postmaster_pid(migrated_pgdata) is None
