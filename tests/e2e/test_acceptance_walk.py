@@ -54,7 +54,7 @@ def _b64(data: bytes) -> str:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
     env = _env(
         tmp_path,
         ASSET_SIGNED_GET_TTL_SECONDS="3",

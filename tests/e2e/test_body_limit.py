@@ -37,7 +37,9 @@ def _noise_png(nbytes: int) -> bytes:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
+def server(
+    tmp_path: Path, embedded_data_dir: Path
+) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
     env = _env(tmp_path)
     with serve_http(env, capture=False) as (url, process):
         yield url, env, process

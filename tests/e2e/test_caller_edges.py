@@ -28,6 +28,7 @@ def _truncated_jpeg() -> bytes:
     return whole[: len(whole) // 2]
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 async def test_json_log_format_gives_json_only_on_stderr(tmp_path: Path) -> None:
     env = _env(tmp_path)  # MEMORY_LOG_FORMAT=json
     with serve_http(env) as (url, process):
@@ -158,6 +159,7 @@ async def test_stdio_previews_say_why_when_no_link_can_be_served(
     assert "MEMORY_PUBLIC_BASE_URL" in preview["unavailable"]
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 async def test_stdio_previews_use_a_running_http_server_when_configured(tmp_path: Path) -> None:
     env = _env(tmp_path)  # the embedded default: both processes share its data directory
     with serve_http(env) as (url, _process):

@@ -109,6 +109,7 @@ async def _all_ready(client: Client, assets: list[str]) -> dict[str, str]:
     return statuses
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 async def test_embedded_postgres_killed_under_a_save_loop(tmp_path: Path) -> None:
     env = _env(tmp_path)
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
@@ -218,6 +219,7 @@ def _wait_gone(pid: int, seconds: float) -> bool:
     return False
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_a_crashed_server_does_not_keep_the_embedded_postgres_alive(tmp_path: Path) -> None:
     env = _env(tmp_path)
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"

@@ -90,6 +90,7 @@ def test_a_bad_entry_stops_the_server_naming_it(tmp_path: Path) -> None:
     assert "ASSET_FETCH_DEV_HOSTS: 'localhost': needs a port" in ended.stderr
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 async def test_a_local_page_is_scraped_and_nothing_else_is_reached(tmp_path: Path) -> None:
     with serve_web() as canary, serve_web() as site:
         _site_routes(site, canary)

@@ -29,7 +29,7 @@ BOB = "bob@example.com"
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
     env = _env(tmp_path)
     with serve_http(env, capture=False) as (url, _process):
         yield url, env
@@ -112,6 +112,7 @@ async def test_a_revoked_grant_refuses_the_grantees_next_call_in_the_same_sessio
     assert bad.returncode == 2 and "invalid choice: 'owner'" in bad.stderr
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 async def test_a_revoked_grant_refuses_the_grantees_next_call_over_stdio(tmp_path: Path) -> None:
     """The same over stdio: the grantee's server process keeps running across the revocation."""
     from mcp.client.stdio import StdioServerParameters, stdio_client

@@ -93,6 +93,7 @@ def started(argv: list[str], env: dict[str, str]) -> Generator[subprocess.Popen[
                 stream.close()
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_kill_9_of_the_http_server_stops_its_postgres(tmp_path: Path) -> None:
     env = _env(tmp_path)
     data_dir = Path(env["MEMORY_DATA_DIR"])
@@ -102,6 +103,7 @@ def test_kill_9_of_the_http_server_stops_its_postgres(tmp_path: Path) -> None:
     assert not (data_dir / "postgres" / "postmaster.pid").exists()
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_kill_9_of_the_stdio_server_stops_its_postgres_and_closes_its_stdout(
     tmp_path: Path,
 ) -> None:
@@ -135,6 +137,7 @@ def _dropped(users_file: Path, pid: int) -> bool:
     return pid not in users
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_kill_9_of_a_worker_stops_postgres_only_once_no_one_uses_it(tmp_path: Path) -> None:
     env = _env(tmp_path)
     data_dir = Path(env["MEMORY_DATA_DIR"])

@@ -130,6 +130,7 @@ def _start_server(env: dict[str, str], port: int, log_path: Path) -> subprocess.
             time.sleep(0.2)
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 async def test_a_whole_session_logs_no_bytes_base64_links_keys_or_owners(tmp_path: Path) -> None:
     env = _env(tmp_path)
     port = _free_port()

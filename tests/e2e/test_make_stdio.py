@@ -82,6 +82,7 @@ def _send(stdin: IO[str], message: dict[str, Any]) -> None:
     stdin.flush()
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_make_stdio_writes_only_json_rpc_to_stdout(tmp_path: Path) -> None:
     env = _client_env(tmp_path)
     env["MEMORY_API_KEY"] = _key(env, "stdio@example.com")

@@ -211,8 +211,14 @@ def serve_http(
 
 
 @pytest.fixture
-def http_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
-    """`memory-server serve --transport http` on the embedded default, in its own data dir."""
+def http_server(
+    tmp_path: Path, embedded_data_dir: Path
+) -> Iterator[tuple[str, dict[str, str], subprocess.Popen[str]]]:
+    """`memory-server serve --transport http` on the embedded default, in its own data dir.
+
+    That data dir holds a migrated database already (``embedded_data_dir``): the first start
+    (initdb, migrations) is tested in test_newcomer.py.
+    """
     env = _env(tmp_path)
     with serve_http(env) as (url, process):
         yield url, env, process

@@ -259,6 +259,7 @@ def _metric_values(text: str) -> dict[tuple[str, tuple[str, ...]], float]:
     return totals
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path) -> None:
     env = _env(tmp_path)
     with serve_processes(env) as processes:
@@ -341,6 +342,7 @@ def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path
                 assert status == 401 and reply["error"]["data"]["code"] == "unauthenticated"
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
     tmp_path: Path,
 ) -> None:
@@ -374,6 +376,7 @@ def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
             assert status == 405
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path) -> None:
     env = _env(tmp_path)
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
@@ -409,6 +412,7 @@ def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path)
         assert not (pgdata / "postmaster.pid").exists()  # the last user released PostgreSQL
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_a_killed_parent_takes_its_children_and_postgres_with_it(tmp_path: Path) -> None:
     env = _env(tmp_path)
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
@@ -427,6 +431,7 @@ def test_a_killed_parent_takes_its_children_and_postgres_with_it(tmp_path: Path)
             time.sleep(0.2)
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_more_processes_than_the_database_accepts_are_refused_at_start(tmp_path: Path) -> None:
     env = _env(tmp_path)
     port = _free_port()

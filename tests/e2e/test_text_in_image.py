@@ -48,7 +48,7 @@ def _blank() -> bytes:
 
 
 @pytest.fixture
-def server(tmp_path: Path) -> Iterator[tuple[str, str]]:
+def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, str]]:
     env = _env(tmp_path, ASSET_OCR="screenshots")
     key = _new_key(env, OWNER)
     with serve_http(env, capture=False) as (url, _process):

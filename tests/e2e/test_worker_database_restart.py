@@ -25,12 +25,11 @@ from memory_db.database import (
     DEFAULT_DATABASE,
     EmbeddedPostgres,
     create_engine,
-    ensure_database,
     start_embedded,
 )
 from memory_db.embedding import JinaEmbedder
-from memory_db.migrate import upgrade
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_db.testing import copy_data_directory
 from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
@@ -72,16 +71,14 @@ def jina() -> Iterator[JinaTestServer]:
 
 
 @pytest.fixture
-async def own_postgres(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
-    """A PostgreSQL of this test's own (the session's shared one must not be killed)."""
+async def own_postgres(tmp_path: Path, migrated_pgdata: Path) -> AsyncIterator[EmbeddedPostgres]:
+    """A PostgreSQL of this test's own (the session's shared one must not be killed).
+
+    Started on a copy of the session's migrated data directory: no initdb, no migrations.
+    """
+    copy_data_directory(migrated_pgdata, tmp_path / "own-pg")
     server = await start_embedded(tmp_path / "own-pg")
     try:
-        await ensure_database(server.admin_url(), DEFAULT_DATABASE)
-        engine = create_engine(server.url(DEFAULT_DATABASE), pool_size=1)
-        try:
-            await upgrade(engine)
-        finally:
-            await engine.dispose()
         yield server
     finally:
         server.stop()

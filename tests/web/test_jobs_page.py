@@ -30,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def idle_server(tmp_path: Path) -> Iterator[tuple[str, dict[str, str]]]:
+def idle_server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """`memory-server serve --transport http --no-worker`: jobs wait until a worker comes."""
     env = _env(tmp_path, ASSET_WORKER_SWEEP_SECONDS="1")
     port = _free_port()

@@ -10,6 +10,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
+import pytest
 import pyvips
 from fastmcp import Client as MCPClient
 from playwright.sync_api import Browser, JSHandle, Page, expect
@@ -327,6 +328,7 @@ def _save_and_read(url: str, key: str) -> str:
         return pool.submit(anyio.run, save).result(timeout=240)
 
 
+@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_a_words_only_search_shows_each_cards_score_above_zero_and_what_matched(
     browser: Browser, tmp_path: Path
 ) -> None:

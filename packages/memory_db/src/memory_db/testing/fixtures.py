@@ -1,7 +1,10 @@
-"""pytest fixtures: PostgreSQL (``postgres``, ``database_url``, ``database``) and S3 peers.
+"""pytest fixtures: PostgreSQL, data directories for server processes, and S3 peers.
 
-``postgres``, ``moto_peer`` and ``s3rver_peer`` live for the session (started on first use);
-``database_url`` and ``database`` are per test.
+PostgreSQL: ``postgres``, ``database_url``, ``database``. Data directories for ``memory-server``
+processes on the embedded default: ``migrated_pgdata``, ``embedded_data_dir``.
+
+``postgres``, ``migrated_pgdata``, ``moto_peer`` and ``s3rver_peer`` live for the session
+(made on first use); ``database_url``, ``database`` and ``embedded_data_dir`` are per test.
 
 Load them from a root ``conftest.py`` with ``pytest_plugins = ["memory_db.testing.fixtures"]``.
 """
@@ -15,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from memory_db.database import create_engine
-from memory_db.testing import PostgresForTests
+from memory_db.testing import PostgresForTests, copy_data_directory, make_migrated_data_directory
 from memory_db.testing.s3_peers import MotoPeer, S3Peer, S3rverPeer, find_s3rver
 from memory_db.unit_of_work import Database
 
@@ -33,6 +36,32 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTe
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def migrated_pgdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A stopped embedded-PostgreSQL data directory as a server's first start leaves it.
+
+    Made once per session (per pytest-xdist worker, under its own base temp dir); tests get
+    copies through ``embedded_data_dir``. Not durable, like ``postgres``.
+    """
+    pgdata = tmp_path_factory.mktemp("pg-migrated") / "postgres"
+    asyncio.run(make_migrated_data_directory(pgdata, durable=False))
+    return pgdata
+
+
+@pytest.fixture
+def embedded_data_dir(tmp_path: Path, migrated_pgdata: Path) -> Path:
+    """``tmp_path / "data"``, a ``MEMORY_DATA_DIR`` whose database is made and migrated already.
+
+    A ``memory-server`` process started on it skips initdb and the migrations (seconds each
+    time) and is otherwise what it is on its first start. Tests of that first start (initdb,
+    migrating an empty database) use an empty directory instead.
+    """
+    data_dir = tmp_path / "data"
+    data_dir.mkdir(mode=0o700)
+    copy_data_directory(migrated_pgdata, data_dir / "postgres")
+    return data_dir
 
 
 @pytest.fixture
