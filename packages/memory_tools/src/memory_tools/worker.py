@@ -1150,24 +1150,12 @@ def _finished(
 ) -> FinishedJob:
     """One job's vector, usage and provenance, with the asset's placement as locked."""
     job = item.job
-    representation = job.representation
-    if representation is None:  # the schema forbids it: every embed job names its representation
-        raise ValueError("an embedding job without a representation")
     provenance = _embed_provenance(asset, job, model, index, usage, request_id, also=None)
     return FinishedJob(
         job_id=job.id,
         owner_identity=job.owner_identity,
-        asset_id=asset.id,
         vault=asset.vault,
-        object_id=asset.object_id,
-        project_id=asset.project_id,
-        folder_id=asset.folder_id,
-        representation=representation,
-        model=model,
-        mime_type=item.object_mime,
-        source_kind=asset.source_kind,
-        created_at=asset.created_at,
-        embedding=embedding,
+        vector=_record(asset, item, model, embedding),
         usage=usage,
         usage_source="embed_image_document",
         request_id=request_id,

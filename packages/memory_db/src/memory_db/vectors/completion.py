@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from sqlalchemy import text
@@ -47,30 +46,21 @@ from memory_db.repositories.assets import settle_ctes
 from memory_db.repositories.records import INTEGRITY_CODES, AssetSettled
 from memory_db.schema import PROVENANCE_OPERATIONS, USAGE_SOURCES
 from memory_db.vectors.codes import vector_codes
-from memory_db.vectors.index import REPRESENTATIONS, VectorIndex, vector_id
+from memory_db.vectors.index import REPRESENTATIONS, VectorIndex, VectorRecord, vector_id
 
 
 @dataclass(frozen=True, slots=True)
 class FinishedJob:
     """One embedding job's outcome: its vector, where it goes, and what it is metered as.
 
-    The placement (vault, project, folder, object, source kind, creation time) is the asset's
-    as the caller locked it: it cannot change before the commit.
+    The placement (vault, and the vector's project, folder, object, source kind, creation
+    time) is the asset's as the caller locked it: it cannot change before the commit.
     """
 
     job_id: str
     owner_identity: str
-    asset_id: str
     vault: str
-    object_id: str
-    project_id: str | None
-    folder_id: str | None
-    representation: str
-    model: str
-    mime_type: str
-    source_kind: str
-    created_at: datetime
-    embedding: Sequence[float]
+    vector: VectorRecord
     # The job's usage as the queue records it, and the ledger's row for it.
     usage: Mapping[str, int]
     usage_source: str
@@ -109,12 +99,13 @@ async def complete_embeddings(
     """
     rows: list[dict[str, Any]] = []
     flat: list[float] = []
-    embeddings = [index.components(f.embedding) for f in finished]
+    embeddings = [index.components(f.vector.embedding) for f in finished]
     codes = vector_codes(embeddings, index.dimensions) if embeddings else []
     for n, (job, embedding, code) in enumerate(zip(finished, embeddings, codes, strict=True)):
-        if job.representation not in REPRESENTATIONS:
+        record = job.vector
+        if record.representation not in REPRESENTATIONS:
             raise InvalidInput("representation must be visual or fused")
-        if index.identity is not None and job.model != index.identity.model:
+        if index.identity is not None and record.model != index.identity.model:
             # One model per table: a search never compares vectors of two models.
             raise InvalidInput(f"{index.name} holds vectors of {index.identity.model} only")
         if job.usage_source not in USAGE_SOURCES:
@@ -127,18 +118,18 @@ async def complete_embeddings(
                 "n": n,
                 "job_id": job.job_id,
                 "owner": job.owner_identity,
-                "asset_id": job.asset_id,
+                "asset_id": record.asset_id,
                 "vault": job.vault,
-                "object_id": job.object_id,
-                "project_id": job.project_id,
-                "folder_id": job.folder_id,
-                "representation": job.representation,
-                "model": job.model,
-                "mime_type": job.mime_type,
-                "source_kind": job.source_kind,
-                "created_at": job.created_at.isoformat(),
+                "object_id": record.object_id,
+                "project_id": record.project_id,
+                "folder_id": record.folder_id,
+                "representation": record.representation,
+                "model": record.model,
+                "mime_type": record.mime_type,
+                "source_kind": record.source_kind,
+                "created_at": record.created_at.isoformat(),
                 "vector_id": vector_id(
-                    job.asset_id, job.representation, job.model, index.dimensions
+                    record.asset_id, record.representation, record.model, index.dimensions
                 ),
                 "bits": code,
                 "usage": dict(job.usage),
