@@ -106,11 +106,11 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 # embedded PostgreSQL (the session fixture, under its own base temp dir), its data dirs and
 # the ports it asks the system for; a test file runs whole on one worker, files handed out in
 # collection order (the slow end-to-end files first: conftest.py). TEST_WORKERS=1 runs in
-# one process.
+# one process. The 30 slowest tests are listed at the end, so every run says where its time went.
 TEST_WORKERS ?= 2
 
 test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
-	$(UV) run --frozen pytest $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+	$(UV) run --frozen pytest --durations=30 $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
 	UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages

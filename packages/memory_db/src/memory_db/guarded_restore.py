@@ -63,6 +63,12 @@ ACCESS_TRIGGERS = frozenset(
     for table in ("mem_api_keys", "mem_vault_grants", "mem_vaults")
     for suffix in ("", "_truncate")
 )
+# Revision 0022: ending a live web session, or changing one, is a change of access too.
+SESSIONS_ENDED_FUNCTION = "mem_web_sessions_ended()"
+SESSION_TRIGGERS = frozenset(
+    f"mem_web_sessions mem_web_sessions_{name}"
+    for name in ("ended", "access_changed", "access_changed_truncate")
+)
 # Longest first: "TABLE DATA" must not be read as "TABLE" with schema "DATA".
 _KINDS = ("FK CONSTRAINT", "TABLE DATA", "CONSTRAINT", "EXTENSION", "FUNCTION", "TRIGGER",
           "COMMENT", "INDEX", "TABLE")  # fmt: skip
@@ -126,9 +132,9 @@ def refusal(entry: TocEntry) -> str | None:
     elif schema != "public":
         allowed = False
     elif kind == "FUNCTION":
-        allowed = name in (FOLDER_TREE_FUNCTION, ACCESS_FUNCTION)
+        allowed = name in (FOLDER_TREE_FUNCTION, ACCESS_FUNCTION, SESSIONS_ENDED_FUNCTION)
     elif kind == "TRIGGER":
-        allowed = name == FOLDER_TREE_TRIGGER or name in ACCESS_TRIGGERS
+        allowed = name == FOLDER_TREE_TRIGGER or name in ACCESS_TRIGGERS or name in SESSION_TRIGGERS
     elif kind in ("TABLE", "TABLE DATA"):
         allowed = _our_table(name)
     elif kind in ("CONSTRAINT", "FK CONSTRAINT"):

@@ -67,11 +67,12 @@ def test_the_pool_is_sized_above_the_admitted_calls_and_the_worker(
 ) -> None:
     settings = load_settings()
     assert settings.memory_max_concurrent_calls == 8
-    # calls, worker slots and heartbeats, the worker's LISTEN and sweep, the waiters' LISTEN
-    assert settings.db_pool_size == 8 + 2 * 2 + 4
+    # calls, worker slots and the OCR lane with their heartbeats, the worker's LISTEN and
+    # sweep, the waiters' and the key cache's LISTEN
+    assert settings.db_pool_size == 8 + 2 * (2 + 1) + 4
     monkeypatch.setenv("MEMORY_MAX_CONCURRENT_CALLS", "20")
     monkeypatch.setenv("ASSET_EMBED_WORKER_CONCURRENCY", "4")
-    assert load_settings().db_pool_size == 20 + 2 * 4 + 4
+    assert load_settings().db_pool_size == 20 + 2 * (4 + 1) + 4
     monkeypatch.setenv("MEMORY_DB_POOL_SIZE", "5")
     assert load_settings().db_pool_size == 5
 
