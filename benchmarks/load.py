@@ -122,8 +122,8 @@ from memory_db.logs import configure_logging
 from memory_db.runtime import open_database, prepare_vector_index
 from memory_db.unit_of_work import Database
 from memory_db.vectors import DEFAULT_ALIAS
-from memory_tools import admin
 from memory_tools.ingest.save import VECTOR_HEADER_BYTES
+from memory_tools.operations import admin
 
 HERE = Path(__file__).parent
 SERVER = [sys.executable, "-m", "memory_server"]

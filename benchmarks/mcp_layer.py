@@ -22,7 +22,8 @@ from memory_db import Database, MemorySettings, VaultScope
 from memory_db.database import create_engine
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_db.testing import PostgresForTests
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import MemoryServices, build_memory_server
+from memory_tools.operations import admin
 
 ROUNDS = 5
 PER_ROUND = 60

@@ -1,6 +1,6 @@
 """CPU per OCR read: the warm engine (tesserocr children) against a tesseract process per call.
 
-What runs: ``memory_tools.ocr.read_text`` on two images, the two ways interleaved in one run
+What runs: ``memory_tools.jobs.ocr.read_text`` on two images, the two ways interleaved in one run
 (round by round, the order alternating), so a busy machine weighs on both alike:
 
 - a 64 x 48 PNG of random noise (a small save that cannot be skipped: it has edges);
@@ -25,9 +25,9 @@ from pathlib import Path
 import numpy as np
 import pyvips
 
-import memory_tools.ocr
-from memory_tools.ocr import read_text
-from memory_tools.ocr_engine import WarmEngines
+import memory_tools.jobs.ocr
+from memory_tools.jobs.ocr import read_text
+from memory_tools.jobs.ocr_engine import WarmEngines
 
 TICKS = os.sysconf("SC_CLK_TCK")
 LINES = [
@@ -64,7 +64,7 @@ def _proc_seconds(pid: int) -> float:
 
 def cpu_of_read(data: bytes, binding: str, engines: WarmEngines) -> float:
     """CPU seconds of one read: this process, and the engine's processes."""
-    memory_tools.ocr.ocr_binding = lambda: binding  # type: ignore[assignment]
+    memory_tools.jobs.ocr.ocr_binding = lambda: binding  # type: ignore[assignment]
     pids = engines.pids()
     warm_before = sum(_proc_seconds(pid) for pid in pids)
     own, children = time.process_time(), _children_seconds()
@@ -82,7 +82,7 @@ def main() -> None:
     images = {"64x48 noise PNG": noise(), "1280x800 screenshot": screenshot()}
     engines = WarmEngines()
     start = time.process_time()
-    memory_tools.ocr.ocr_binding = lambda: "tesserocr"  # type: ignore[assignment]
+    memory_tools.jobs.ocr.ocr_binding = lambda: "tesserocr"  # type: ignore[assignment]
     read_text(images["64x48 noise PNG"], timeout=600, engines=engines)
     [pid] = engines.pids()
     print(

@@ -31,11 +31,12 @@ from memory_db.embedding import JinaEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing import PostgresForTests
 from memory_db.testing.jina_server import MODEL, JinaTestServer
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.search import AssetSearcher, SearchRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 OWNER = "bench@example.com"
 CALLER = Caller(OWNER, "akey_b", frozenset({"read", "write"}))

@@ -85,7 +85,7 @@ from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
 from memory_db.unit_of_work import Database
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
-from memory_tools.search import OVERFETCH
+from memory_tools.workflows.search import OVERFETCH
 
 KINDS = ("text", "image", "list")
 TARGET_SIZE = 100_000

@@ -29,10 +29,11 @@ from memory_db.embedding import JinaEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing import PostgresForTests
 from memory_db.testing.jina_server import MODEL
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
 
 OWNER = "bench@example.com"
 _SERVER = """

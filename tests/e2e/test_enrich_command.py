@@ -16,9 +16,10 @@ from sqlalchemy import text
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.operations import admin
 
 pytestmark = pytest.mark.slow
 

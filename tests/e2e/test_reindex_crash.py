@@ -28,10 +28,11 @@ from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing.jina_server import JinaTestServer
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 
 from .test_worker_processes import _png  # pyright: ignore[reportPrivateUsage]
 

@@ -27,10 +27,11 @@ from memory_db.embedding import JinaEmbedder
 from memory_db.repositories.asset_states import StateSubscription
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing.jina_server import MODEL, JinaTestServer
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
-from memory_tools.assets import AssetView, get_asset_waiting
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.operations import admin
+from memory_tools.workflows.assets import AssetView, get_asset_waiting
 
 pytestmark = pytest.mark.slow
 

@@ -27,11 +27,12 @@ from memory_db.describing import ScriptedDescriber
 from memory_db.embedding import LocalEmbedder, ScriptedEmbedder
 from memory_db.errors import ProviderRejected
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.testing.web_app import WebApp, serve_web_app
-from memory_tools.worker import EmbeddingWorker
 from scraper_mcp.chromium import find_chromium
 
 from .conftest import ResponseLog

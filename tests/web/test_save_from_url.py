@@ -21,11 +21,12 @@ from playwright.async_api import Page, async_playwright, expect
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from memory_tools.testing.web_app import WebApp, serve_web_app
-from memory_tools.worker import EmbeddingWorker
 from scraper_mcp.chromium import find_chromium
 
 from .conftest import ResponseLog

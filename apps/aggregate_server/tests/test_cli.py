@@ -27,7 +27,7 @@ from fastmcp.exceptions import ToolError
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests
 from memory_db.unit_of_work import Database
-from memory_tools import admin
+from memory_tools.operations import admin
 
 pytestmark = pytest.mark.slow
 
@@ -234,7 +234,7 @@ async def test_no_worker_leaves_what_it_saves_pending(
 async def test_read_only_processes_offer_read_only_tools_and_refuse_uploads(
     postgres: PostgresForTests, tmp_path: Path
 ) -> None:
-    from memory_tools.toolsets import MEMORY, ToolSelection
+    from memory_tools.mcp.toolsets import MEMORY, ToolSelection
 
     name, key = await _database_with_key(postgres)
     port = _free_port()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory_server.cli import build_parser
-from memory_tools.toolsets import MEMORY, MEMORY_READ
+from memory_tools.mcp.toolsets import MEMORY, MEMORY_READ
 
 
 def test_the_default_is_every_memory_tool_and_read_only_is_a_switch() -> None:

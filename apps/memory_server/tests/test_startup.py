@@ -28,7 +28,7 @@ NOT_FOR_ADMIN = (
     "PIL",
     "httpx",
     "alembic",
-    "memory_tools.worker",
+    "memory_tools.jobs.worker",
     "memory_tools.ingest",
     "memory_db.embedding.factory",
     "memory_db.vectors",

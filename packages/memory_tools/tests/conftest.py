@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, settings
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from .web_routes import ALLOWED_NAMES, HOSTS, MAX_BYTES, SAVE_LIMIT, routes_for

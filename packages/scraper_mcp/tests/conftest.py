@@ -14,7 +14,8 @@ import pytest
 from fastmcp import Client
 
 from memory_db import Database
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.operations import admin
 from memory_tools.testing.mcp_http import serve_mcp_http
 from memory_tools.testing.web import WebServer, serve_web
 from scraper_mcp import build_aggregate_server

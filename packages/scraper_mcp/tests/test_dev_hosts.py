@@ -22,9 +22,10 @@ from structlog.testing import capture_logs
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.ingest import SafeFetcher
 from memory_tools.ingest.fetch import fetch_policy
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from scraper_mcp import build_aggregate_server
 

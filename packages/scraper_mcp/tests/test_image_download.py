@@ -20,8 +20,9 @@ from sqlalchemy import text
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.operations import admin
 from memory_tools.serving import build_http_server
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from scraper_mcp import build_aggregate_server

@@ -17,8 +17,9 @@ from fastmcp import Client
 
 from memory_db import Database, MemorySettings
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin, build_memory_server
-from memory_tools.toolsets import MEMORY, MEMORY_READ, ToolSelection
+from memory_tools import MemoryServices, build_memory_server
+from memory_tools.mcp.toolsets import MEMORY, MEMORY_READ, ToolSelection
+from memory_tools.operations import admin
 from scraper_mcp import SCRAPER, build_aggregate_server
 from scraper_mcp.manifest import listed_tools, listing_services, memory_tool_differences
 

@@ -18,7 +18,8 @@ from typing import Any
 from fastmcp import Client
 from sqlalchemy import text
 
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer
 
 from .test_scrape_page_images import html, png

@@ -29,9 +29,9 @@ from mcp.client.streamable_http import streamable_http_client
 from memory_db import Database
 from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
 from memory_tools.testing.web import Reply, WebServer
-from memory_tools.worker import EmbeddingWorker
 from scraper_mcp import build_aggregate_server
 from scraper_mcp.aggregate import AGGREGATE_SELECTION
 from scraper_mcp.chromium import system_chromium

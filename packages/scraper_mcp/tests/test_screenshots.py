@@ -36,9 +36,10 @@ from structlog.testing import capture_logs
 
 from memory_db import Database, MemorySettings
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.ingest.fetch import FetchPolicy, SafeFetcher
 from memory_tools.ingest.network import AddressPolicy, MappedResolver
+from memory_tools.operations import admin
 from memory_tools.serving.app import build_http_server, run_http
 from memory_tools.serving.bootstrap import bind_listening_socket
 from memory_tools.testing.web import Reply, WebServer, serve_web

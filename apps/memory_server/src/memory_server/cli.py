@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from memory_db import MemorySettings
+from memory_tools.mcp.toolsets import MEMORY_TOOLSETS, ToolSelection
 from memory_tools.serving import run_command
 from memory_tools.serving.admin_commands import add_admin_parser, admin_command
 from memory_tools.serving.arguments import (
@@ -31,7 +32,6 @@ from memory_tools.serving.operator_commands import (
 )
 from memory_tools.serving.reconcile_command import add_reconcile_parser, reconcile_command
 from memory_tools.serving.reindex_commands import add_reindex_parsers, reindex_command
-from memory_tools.toolsets import MEMORY_TOOLSETS, ToolSelection
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP

@@ -2,7 +2,8 @@
 
 A ``pg_dump`` archive is a list of SQL statements. Restored as PostgreSQL's superuser, a forged
 one runs anything: a materialized view calling a function that runs ``COPY ... TO PROGRAM``
-executes a program as the database's OS user. The backup's signature (``memory_tools.backup``)
+executes a program as the database's OS user. The backup's signature
+(``memory_tools.operations.backup``)
 keeps out dumps written by anyone without the key; this module is the second wall, for a
 signed dump that still holds more than our schema (a stolen key, a tampered source database):
 

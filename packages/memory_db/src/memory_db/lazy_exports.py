@@ -24,7 +24,7 @@ def lazy_exports(
 
     ``modules`` maps a module to the names it provides; a loaded name is stored in
     ``namespace`` (the package's ``globals()``) so the import happens once. ``submodules``
-    are the package's own modules reachable as attributes (``memory_tools.admin``).
+    are the package's own modules reachable as attributes (``memory_tools.operations.admin``).
     """
     by_name = {name: module for module, names in modules.items() for name in names}
 

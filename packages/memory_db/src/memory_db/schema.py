@@ -103,7 +103,7 @@ SEARCH_DOCUMENT_SQL = (
     # Generated context's whitelisted words (docs/generated-context.md), likewise (0018).
     "setweight(to_tsvector('english'::regconfig, coalesce(generated_text, '')), 'D')"
 )
-MAX_OCR_TEXT = 8000  # characters of read text kept per image (memory_tools.ocr cuts there)
+MAX_OCR_TEXT = 8000  # characters of read text kept per image (memory_tools.jobs.ocr cuts there)
 # Characters of an upload's original file name kept (memory_tools.ingest.inputs cuts there).
 MAX_FILE_NAME = 255
 # The most characters of generated context that reach the index (caption, visible text and

@@ -15,7 +15,6 @@ from memory_tools.errors import (
 )
 
 if TYPE_CHECKING:
-    from memory_tools import admin
     from memory_tools.access import (
         Caller,
         ResolvedVault,
@@ -40,7 +39,7 @@ _LAZY = {
     ),
     "memory_tools.services": ("MemoryServices",),
 }
-__getattr__ = lazy_exports(__name__, globals(), _LAZY, submodules=("admin",))
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 
 __all__ = [
@@ -56,7 +55,6 @@ __all__ = [
     "ResolvedVault",
     "ToolFailure",
     "Unauthenticated",
-    "admin",
     "authenticate",
     "build_memory_server",
     "build_memory_tools",

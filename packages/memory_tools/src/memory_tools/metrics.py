@@ -256,7 +256,8 @@ def denied() -> float:
     return REGISTRY.get_sample_value("memory_signed_reads_denied_total") or 0.0
 
 
-# --- reconciliation (memory_tools.reconcile) -----------------------------------------------------
+# --- reconciliation (memory_tools.operations.reconcile)
+# -----------------------------------------------------
 
 RECONCILE_FINDINGS = Counter(
     "memory_reconcile_findings",

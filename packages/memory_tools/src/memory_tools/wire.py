@@ -6,7 +6,7 @@ class docstring and the field descriptions are what a client reads.
 
 An answer may also carry thumbnails of its results (``with_thumbnails``): pictures an agent
 can see, sent as MCP image content beside the structured answer and never part of it or of
-its schema (:mod:`memory_tools.thumbnails` makes them, the tool registry sends them).
+its schema (:mod:`memory_tools.workflows.thumbnails` makes them, the tool registry sends them).
 """
 
 from __future__ import annotations

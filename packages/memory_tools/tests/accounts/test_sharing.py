@@ -1,4 +1,4 @@
-"""Sharing one's own vaults (``memory_tools.sharing``): only the owner lists, grants and
+"""Sharing one's own vaults (``memory_tools.workflows.sharing``): only the owner lists, grants and
 revokes; every change is recorded with the caller as actor; a revoked grantee is refused at once."""
 
 from __future__ import annotations
@@ -10,7 +10,9 @@ from typing import Any
 from fastmcp import Client
 from sqlalchemy import text
 
-from memory_tools import MemoryServices, admin, sharing
+from memory_tools import MemoryServices
+from memory_tools.operations import admin
+from memory_tools.workflows import sharing
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

@@ -1,4 +1,4 @@
-"""The caller's own usage (``memory_tools.usage``): counters, bytes by project and tokens by
+"""The caller's own usage (``memory_tools.workflows.usage``): counters, bytes by project and tokens by
 month, for the key's identity and never another owner's."""
 
 from __future__ import annotations
@@ -10,7 +10,8 @@ from typing import Any
 from fastmcp import Client
 from sqlalchemy import text
 
-from memory_tools import MemoryServices, usage
+from memory_tools import MemoryServices
+from memory_tools.workflows import usage
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

@@ -24,7 +24,7 @@ from memory_tools import MemoryServices, build_memory_server
 from memory_tools.capacity import CallAdmission
 from memory_tools.errors import Busy
 from memory_tools.ingest import MappedResolver, SafeFetcher
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

@@ -24,11 +24,12 @@ from memory_db import Database, DatabaseUnavailable, MemorySettings, open_databa
 from memory_db.database import EmbeddedPostgres, create_engine
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
-from memory_tools import CODES, MemoryServices, admin, build_memory_server
+from memory_tools import CODES, MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
 from memory_tools.mcp import INSTRUCTIONS
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
 
 from ..job_listener import until_a_worker_listens
 from ..pictures import picture

@@ -10,12 +10,14 @@ import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
-from memory_tools import MemoryServices, admin, assets, changes, projects
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import FeatureDisabled
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
-from memory_tools.search import AssetSearcher, SearchRequest
+from memory_tools.operations import admin
+from memory_tools.workflows import assets, changes, projects
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

@@ -14,9 +14,10 @@ from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
 from memory_db.testing.s3_peers import S3Peer
-from memory_tools import MemoryServices, admin, build_memory_server
-from memory_tools.changes import purge_deleted_objects
-from memory_tools.worker import EmbeddingWorker
+from memory_tools import MemoryServices, build_memory_server
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
+from memory_tools.workflows.changes import purge_deleted_objects
 
 from ..locks import backend_pid, until_blocked_by
 from ..pictures import b64, picture, stored_files

@@ -14,9 +14,11 @@ from sqlalchemy import text
 from memory_db import Database, FolderTreeError, NotFound
 from memory_db.embedding import EmbedResult, EmbedValue, Task
 from memory_db.embedding.types import Embedder
-from memory_tools import MemoryServices, admin, changes
+from memory_tools import MemoryServices
 from memory_tools.access import authenticate
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
+from memory_tools.workflows import changes
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

@@ -11,7 +11,7 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_tools import MemoryServices
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
 
 from ..pictures import b64, picture, stored_files
 from ..tool_calls import call as _call

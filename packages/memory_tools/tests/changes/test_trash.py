@@ -1,4 +1,4 @@
-"""The trash (``memory_tools.trash``): who sees which deleted images, restoring from it, and
+"""The trash (``memory_tools.workflows.trash``): who sees which deleted images, restoring from it, and
 purging one now without deleting bytes another image still needs."""
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, ToolFailure, admin, changes, trash
+from memory_tools import MemoryServices, ToolFailure
 from memory_tools.access import authenticate
+from memory_tools.operations import admin
+from memory_tools.workflows import changes, trash
 
 from ..locks import backend_pid, until_blocked_by
 from ..pictures import b64, picture, stored_files

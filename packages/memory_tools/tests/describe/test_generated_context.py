@@ -29,13 +29,13 @@ from memory_db.repositories import AssetFilter
 from memory_db.testing.vision_server import MODEL, VisionFault, VisionSeen, VisionTestServer
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
-from memory_tools.assets import get_asset
-from memory_tools.describe import review_context
 from memory_tools.errors import ConflictFailure
 from memory_tools.ingest.plan import asset_fused_text
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.search import AssetSearcher, SearchRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.describe import review_context
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.workflows.assets import get_asset
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture
 from ..tool_calls import call, error
@@ -67,7 +67,7 @@ def answer(caption: str, **fields: Any) -> dict[str, Any]:
 
 @pytest.fixture
 async def alice(database: Any) -> Caller:
-    from memory_tools import admin
+    from memory_tools.operations import admin
 
     await admin.create_identity(database, OWNER, 10**9)
     return Caller(OWNER, "akey_a", frozenset({"read", "write", "destructive"}))

@@ -20,7 +20,7 @@ from sqlalchemy import text
 from memory_db.testing.outage import OutageProxy
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
 
 from ..pictures import picture
 

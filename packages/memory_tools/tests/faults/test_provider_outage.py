@@ -21,10 +21,11 @@ from sqlalchemy import text
 from memory_db.embedding import JinaEmbedder
 from memory_db.testing.jina_server import MODEL, Fault, JinaTestServer
 from memory_db.testing.outage import OutageProxy
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
 
 from ..pictures import picture
 

@@ -19,7 +19,6 @@ from memory_db.ids import new_id
 from memory_db.storage import LocalAssetObjectStore, UrlSigner, build_artifact_key
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
-from memory_tools.artifacts import ArtifactView, store_artifact
 from memory_tools.errors import (
     Forbidden,
     InvalidImage,
@@ -27,7 +26,8 @@ from memory_tools.errors import (
     QuotaExceeded,
     ToolFailure,
 )
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.workflows.artifacts import ArtifactView, store_artifact
 
 from ..conftest import Person
 from ..pictures import picture, stored_files
@@ -383,7 +383,7 @@ async def test_reconciliation_keeps_live_artifacts_and_removes_rowless_ones(
     two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).timestamp()
     for key in (row["storage_key"], stray_old):  # a live artifact's age never matters
         os.utime(saving.store.root / key, (two_hours_ago, two_hours_ago))  # type: ignore[attr-defined]
-    from memory_tools.reconcile import reconcile_store
+    from memory_tools.operations.reconcile import reconcile_store
 
     report = await reconcile_store(saving, safety_window=timedelta(hours=1))
     assert (report.removed, report.waiting, report.foreign) == (1, 1, 0)

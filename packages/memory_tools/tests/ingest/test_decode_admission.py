@@ -12,14 +12,15 @@ import pytest
 import pyvips
 
 from memory_db import MemorySettings
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.admission import DecodeAdmission, trim_allocator
 from memory_tools.ingest.images import inspect_image, read_header
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.search import AssetSearcher, SearchRequest
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 MAX_PIXELS = 40_000_000
 EDGE = 256

@@ -23,9 +23,9 @@ from memory_db.errors import ProviderUnavailable
 from memory_db.storage import LocalAssetObjectStore, read_verified
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
-from memory_tools.job_queue import retry_asset_embedding
+from memory_tools.jobs.queue import retry_asset_embedding
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
 from memory_tools.testing.web import Reply, WebServer
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..pictures import b64, picture, stored_files
 from ..tool_calls import call, error

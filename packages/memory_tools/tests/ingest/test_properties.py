@@ -17,7 +17,6 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from memory_db.ids import new_id
-from memory_tools.assets import decode_cursor, encode_cursor
 from memory_tools.errors import InvalidImage, InvalidInputFailure, UnsafeUrl
 from memory_tools.ingest.addresses import blocked_reason
 from memory_tools.ingest.fetch import FetchPolicy, check_url
@@ -28,6 +27,7 @@ from memory_tools.ingest.network import (
     SafeNetworkBackend,
     UnsafeDestination,
 )
+from memory_tools.workflows.assets import decode_cursor, encode_cursor
 
 from ..pictures import picture
 

@@ -11,7 +11,7 @@ from sqlalchemy import text
 
 from memory_db import MemorySettings
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import (
     ConflictFailure,
@@ -24,6 +24,7 @@ from memory_tools.errors import (
     UnsafeUrl,
 )
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer
 
 from ..pictures import b64, picture, stored_files
@@ -383,7 +384,7 @@ async def test_bad_requests_are_refused_and_change_nothing(
 async def test_another_owners_project_is_not_found(
     saving: MemoryServices, alice_caller: Caller, bob_caller: Caller
 ) -> None:
-    from memory_tools import projects
+    from memory_tools.workflows import projects
 
     async with saving.database.unit_of_work() as uow:
         project = await projects.create_project(

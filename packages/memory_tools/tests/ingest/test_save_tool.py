@@ -97,8 +97,8 @@ async def test_a_read_only_key_cannot_save(
 async def test_save_by_url_over_mcp_becomes_ready(
     client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices, web: Any
 ) -> None:
+    from memory_tools.jobs.worker import EmbeddingWorker
     from memory_tools.testing.web import Reply
-    from memory_tools.worker import EmbeddingWorker
 
     web.routes["/cat.png"] = Reply(body=picture(23), headers={"Content-Type": "image/png"})
     arguments = {

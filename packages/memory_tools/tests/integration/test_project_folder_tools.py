@@ -11,7 +11,8 @@ import pytest
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_tools import ToolFailure, admin, build_memory_server
+from memory_tools import ToolFailure, build_memory_server
+from memory_tools.operations import admin
 
 Clients = Callable[[str | None], Any]
 # What a project, folder or vault name may not contain, as the refusal says it.

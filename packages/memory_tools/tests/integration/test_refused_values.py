@@ -12,9 +12,10 @@ from sqlalchemy import text
 
 from memory_db import Database
 from memory_db.repositories import AssetFilter
-from memory_tools import MemoryServices, ToolFailure, admin, build_memory_server
-from memory_tools.assets import FilterFields, check_filters
+from memory_tools import MemoryServices, ToolFailure, build_memory_server
 from memory_tools.errors import InvalidInputFailure, map_failures
+from memory_tools.operations import admin
+from memory_tools.workflows.assets import FilterFields, check_filters
 
 Clients = Callable[[str | None], Any]
 NUL = "\x00"

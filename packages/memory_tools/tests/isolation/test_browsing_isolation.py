@@ -1,4 +1,4 @@
-"""The web pages' views (memory_tools.browsing) over the isolation matrix's callers.
+"""The web pages' views (memory_tools.workflows.browsing) over the isolation matrix's callers.
 
 Callers: the owner, another owner, a shared reader and writer, and a revoked key. Targets: the
 owner's asset (shared with the grantees) and an id that never existed. A caller that may not
@@ -13,10 +13,12 @@ from typing import Any
 
 from fastmcp import Client
 
-from memory_tools import MemoryServices, admin, browsing
+from memory_tools import MemoryServices
 from memory_tools.access import authenticate
-from memory_tools.assets import ListRequest
 from memory_tools.errors import ToolFailure
+from memory_tools.operations import admin
+from memory_tools.workflows import browsing
+from memory_tools.workflows.assets import ListRequest
 
 from ..pictures import b64, picture
 from ..tool_calls import call

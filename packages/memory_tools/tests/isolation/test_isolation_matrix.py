@@ -16,18 +16,12 @@ from typing import Any
 
 from fastmcp import Client
 
-from memory_tools import (
-    MemoryServices,
-    ToolFailure,
-    admin,
-    build_memory_server,
-    sharing,
-    trash,
-    usage,
-)
+from memory_tools import MemoryServices, ToolFailure, build_memory_server
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.mcp.registry import ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.operations import admin
+from memory_tools.workflows import sharing, trash, usage
 
 from ..pictures import picture
 from ..workflow_calls import run, run_outside
@@ -520,7 +514,7 @@ async def test_every_caller_saving_a_scraper_artifact(
     included) is ``not_found`` exactly like an id that never existed; the owner's artifact
     saved into a shared vault follows that vault's grant."""
     from memory_tools.access import Caller as Identity
-    from memory_tools.artifacts import store_artifact
+    from memory_tools.workflows.artifacts import store_artifact
 
     database = saving.database
     full = ("read", "write", "destructive")

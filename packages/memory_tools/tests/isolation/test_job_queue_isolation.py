@@ -1,4 +1,4 @@
-"""The isolation matrix of the job queue workflows (memory_tools.job_queue): caller x target.
+"""The isolation matrix of the job queue workflows (memory_tools.jobs.queue): caller x target.
 
 An owner's retry reaches only images the caller may change: another owner's unshared image is
 ``not_found`` exactly like an id that never existed, a read grantee is ``forbidden``. The
@@ -13,18 +13,19 @@ from typing import Any
 
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderRejected
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import ToolFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.job_queue import (
+from memory_tools.jobs.queue import (
     cancel_job,
     job_details,
     list_jobs,
     retry_asset_embedding,
     retry_job,
 )
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 
 from ..pictures import picture
 

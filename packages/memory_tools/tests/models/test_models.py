@@ -33,7 +33,12 @@ from memory_db.testing.clip_model import (
     write_tiny_model,
 )
 from memory_tools.errors import ConflictFailure, FetchFailed, InvalidInputFailure, NotFoundFailure
-from memory_tools.models import fetch_model, list_models, resolve_model_directory, verify_model
+from memory_tools.operations.model_downloads import (
+    fetch_model,
+    list_models,
+    resolve_model_directory,
+    verify_model,
+)
 
 MODEL = "tiny-clip-pinned"
 

@@ -20,14 +20,15 @@ from sqlalchemy import text
 from memory_db import Database, MemorySettings, open_runtime
 from memory_db.ids import new_id
 from memory_db.storage import build_staging_key, content_type_for_key
-from memory_tools import MemoryServices, NotFoundFailure, admin
+from memory_tools import MemoryServices, NotFoundFailure
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
 from memory_tools.serving import admin_output
 from memory_tools.serving.admin_commands import add_admin_parser, admin_command
 from memory_tools.serving.admin_output import Progress
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..pictures import picture
 

@@ -30,14 +30,19 @@ from memory_db.dumps import DumpSnapshot, database_target, pg_dump, pg_tool
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_db.testing.s3_peers import S3Peer
-from memory_tools import ConflictFailure, MemoryServices, admin, build_memory_server
+from memory_tools import ConflictFailure, MemoryServices, build_memory_server
 from memory_tools.access import Caller
-from memory_tools.backup import create_backup, json_bytes
-from memory_tools.backup_key import SIGNATURE, load_or_create_backup_key, signature_document
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.operations.backup import create_backup, json_bytes
+from memory_tools.operations.backup_key import (
+    SIGNATURE,
+    load_or_create_backup_key,
+    signature_document,
+)
 from memory_tools.serving.operator_commands import add_operator_parsers, operator_command
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 from ..pictures import b64, picture
 from ..tool_calls import call

@@ -22,10 +22,11 @@ from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.repositories import AssetFilter
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, NotFoundFailure, admin, build_memory_server
+from memory_tools import MemoryServices, NotFoundFailure, build_memory_server
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.export import export_vault, import_vault
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.operations.export import export_vault, import_vault
 
 from ..pictures import b64, picture
 from ..tool_calls import call

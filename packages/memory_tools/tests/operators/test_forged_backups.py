@@ -38,9 +38,9 @@ from memory_db import MemorySettings, open_runtime
 from memory_db.database import to_plain_url
 from memory_db.dumps import pg_tool, tool_target
 from memory_db.guarded_restore import parse_toc_line, refusal
-from memory_tools.backup import create_backup, file_digest, json_bytes, restore_backup
-from memory_tools.backup_key import SIGNATURE
 from memory_tools.errors import InvalidInputFailure
+from memory_tools.operations.backup import create_backup, file_digest, json_bytes, restore_backup
+from memory_tools.operations.backup_key import SIGNATURE
 from memory_tools.serving.operator_commands import add_operator_parsers
 
 from .test_backup import cli, environment

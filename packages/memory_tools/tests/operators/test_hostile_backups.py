@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from memory_tools.backup import json_bytes, require_empty_directory, verify_backup
-from memory_tools.backup_key import (
+from memory_tools.errors import ConflictFailure, InvalidInputFailure
+from memory_tools.operations.backup import json_bytes, require_empty_directory, verify_backup
+from memory_tools.operations.backup_key import (
     SIGNATURE,
     load_or_create_backup_key,
     read_backup_key,
     signature_document,
 )
-from memory_tools.errors import ConflictFailure, InvalidInputFailure
 
 KEY = bytes(range(32))
 

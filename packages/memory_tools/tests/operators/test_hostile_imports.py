@@ -20,9 +20,10 @@ from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.repositories import AssetFilter
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.export import import_vault
+from memory_tools.operations import admin
+from memory_tools.operations.export import import_vault
 
 from ..pictures import picture
 

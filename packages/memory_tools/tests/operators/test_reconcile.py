@@ -32,14 +32,15 @@ from memory_db.ids import new_id
 from memory_db.repositories import namespace_lock
 from memory_db.storage import build_object_key, build_staging_key, content_type_for_key
 from memory_db.testing.s3_peers import S3Peer
-from memory_tools import MemoryServices, admin, metrics
+from memory_tools import MemoryServices, metrics
 from memory_tools.access import Caller
-from memory_tools.changes import delete_asset
 from memory_tools.errors import ConflictFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.reconcile import Reconciliation, reconcile_store
+from memory_tools.jobs.worker import ORPHAN_SAFETY_WINDOW, EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.operations.reconcile import Reconciliation, reconcile_store
 from memory_tools.serving.bootstrap import worker_config
-from memory_tools.worker import ORPHAN_SAFETY_WINDOW, EmbeddingWorker, WorkerConfig
+from memory_tools.workflows.changes import delete_asset
 
 from ..pictures import picture
 

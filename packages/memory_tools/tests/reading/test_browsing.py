@@ -1,4 +1,4 @@
-"""The web pages' views (memory_tools.browsing): a grid with preview links that pages both ways,
+"""The web pages' views (memory_tools.workflows.browsing): a grid with preview links that pages both ways,
 the library tree, an asset's page and its original link, refused exactly like the tools."""
 
 from __future__ import annotations
@@ -12,10 +12,12 @@ import pytest
 from fastmcp import Client
 
 from memory_db.repositories import AssetFilter
-from memory_tools import MemoryServices, admin, browsing
+from memory_tools import MemoryServices
 from memory_tools.access import authenticate
-from memory_tools.assets import ListRequest
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure
+from memory_tools.operations import admin
+from memory_tools.workflows import browsing
+from memory_tools.workflows.assets import ListRequest
 
 from ..pictures import b64, picture
 from ..tool_calls import call, error

@@ -18,8 +18,9 @@ from fastmcp import Client
 from mcp_types import ImageContent, TextContent
 
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, build_memory_server, metrics, thumbnails
-from memory_tools.worker import EmbeddingWorker
+from memory_tools import MemoryServices, build_memory_server, metrics
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.workflows import thumbnails
 
 from ..pictures import picture
 

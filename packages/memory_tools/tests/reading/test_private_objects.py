@@ -19,7 +19,7 @@ from fastmcp import Client
 
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
 
 from ..pictures import b64, picture
 from ..tool_calls import call

@@ -15,9 +15,10 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.wire import ANSWER_ITEMS_BUDGET, WireModel, fitting
-from memory_tools.worker import EmbeddingWorker
 
 from ..pictures import picture
 from ..tool_calls import error as _error
@@ -141,7 +142,7 @@ async def test_list_pages_newest_or_oldest_first_with_a_stable_cursor(
 
 
 def page_cursor(ids: list[str]) -> str:
-    from memory_tools.assets import encode_cursor
+    from memory_tools.workflows.assets import encode_cursor
 
     return encode_cursor(datetime.now(UTC), ids[0], "newest")
 

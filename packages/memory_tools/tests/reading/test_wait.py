@@ -19,9 +19,9 @@ from sqlalchemy.pool import QueuePool
 from memory_db import Database
 from memory_db.database import create_engine
 from memory_tools import MemoryServices
-from memory_tools.assets import get_asset_waiting
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.mcp.tools import run_as_caller
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.workflows.assets import get_asset_waiting
 
 from ..pictures import picture
 from ..state_waits import Waits, record_waits

@@ -1,4 +1,4 @@
-"""Switching the embedding model under load: ``memory_tools.reindex`` with a real worker.
+"""Switching the embedding model under load: ``memory_tools.operations.reindex`` with a real worker.
 
 The library starts on the local embedder (1,024-d); the rebuild moves it to the Jina client
 (256-d) against the Jina-protocol test server on 127.0.0.1, while images keep being saved and
@@ -23,12 +23,12 @@ from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_db.vectors import create_index, resolve_alias
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
-from memory_tools.changes import delete_asset
 from memory_tools.errors import ConflictFailure, EmbeddingUnavailable, InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.reindex import ReindexRequest, reindex
-from memory_tools.search import AssetSearcher, SearchRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations.reindex import ReindexRequest, reindex
+from memory_tools.workflows.changes import delete_asset
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import picture
 
@@ -53,7 +53,7 @@ def jina() -> Iterator[JinaTestServer]:
 
 @pytest.fixture
 async def library(services: MemoryServices, jina: JinaTestServer, database: Any) -> Any:
-    from memory_tools import admin
+    from memory_tools.operations import admin
 
     settings = services.settings.model_copy(
         update={"jina_api_keys": [SecretStr("test-key")], "jina_base_url": jina.base_url}
@@ -247,7 +247,7 @@ async def test_a_quarantined_object_does_not_block_the_switch(
     Once the bytes are back, reconciliation lifts the quarantine and re-queues its embedding
     into the index that is active then.
     """
-    from memory_tools.reconcile import reconcile_store
+    from memory_tools.operations.reconcile import reconcile_store
 
     services = library
     worker = EmbeddingWorker(services, FAST)
@@ -293,7 +293,7 @@ async def test_recall_counts_equally_near_duplicates_as_found(
     same ten: compared by id, a rebuild with the very same embedder measured a recall far below
     1 and was refused.
     """
-    from memory_tools import admin
+    from memory_tools.operations import admin
 
     await admin.create_identity(database, OWNER, 10**9)
     same = base64.b64encode(picture(1)).decode()
@@ -310,7 +310,7 @@ async def test_switching_to_a_local_clip_model(
 ) -> None:
     """``reindex --provider clip --model NAME``: the model's own dimension, found by name."""
     from memory_db.testing.clip_model import write_tiny_model
-    from memory_tools import admin
+    from memory_tools.operations import admin
 
     models = tmp_path_factory.mktemp("models")
     write_tiny_model(models / "tiny-clip")

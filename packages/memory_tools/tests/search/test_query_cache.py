@@ -16,10 +16,11 @@ from sqlalchemy import text
 from memory_db.embedding import EmbedderIdentity, JinaEmbedder
 from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_db.vectors import DEFAULT_ALIAS, create_index, switch_alias
-from memory_tools import MemoryServices, admin, metrics
+from memory_tools import MemoryServices, metrics
 from memory_tools.access import Caller
+from memory_tools.operations import admin
 from memory_tools.query_cache import QueryEmbeddingCache, QueryKey
-from memory_tools.search import AssetSearcher, SearchRequest
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 ALICE = Caller("alice@example.com", "akey_a", frozenset({"read", "write"}))
 BOB = Caller("bob@example.com", "akey_b", frozenset({"read", "write"}))

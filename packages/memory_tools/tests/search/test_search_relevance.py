@@ -18,7 +18,7 @@ import pyvips
 from fastmcp import Client
 
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
 
 from ..pictures import b64
 from ..tool_calls import call as _call

@@ -23,11 +23,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from memory_db.repositories import AssetFilter
 from memory_db.testing.round_trips import RoundTrips
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import NotFoundFailure
-from memory_tools.search import AssetSearcher, SearchRequest
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

@@ -15,7 +15,7 @@ from typing import Any
 from fastmcp import Client
 
 from memory_tools import MemoryServices
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.jobs.worker import EmbeddingWorker
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

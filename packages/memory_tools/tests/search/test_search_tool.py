@@ -18,12 +18,13 @@ from sqlalchemy import text
 from memory_db.embedding import JinaEmbedder
 from memory_db.repositories import FILTER_FIELDS
 from memory_db.testing.jina_server import Fault, JinaTestServer
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import authenticate
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.search import AssetSearcher, SearchRequest
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture, stored_files
 from ..tool_calls import call as _call

@@ -11,7 +11,8 @@ import pytest
 
 from memory_db import Database, MemorySettings
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.operations import admin
 from memory_tools.testing.mcp_http import serve_mcp_http
 
 

@@ -18,8 +18,8 @@ from mcp_types import CallToolResult, ImageContent, TextContent
 
 from memory_db.embedding import LocalEmbedder
 from memory_tools import MemoryServices, metrics
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
-from memory_tools.worker import EmbeddingWorker
 
 
 def _photo(seed: int) -> bytes:

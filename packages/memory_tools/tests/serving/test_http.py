@@ -13,7 +13,8 @@ from fastmcp import Client
 
 from memory_db.ids import new_id
 from memory_db.storage import build_object_key, build_staging_key
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.operations import admin
 from memory_tools.serving import build_http_server
 
 

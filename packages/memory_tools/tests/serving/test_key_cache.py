@@ -23,7 +23,8 @@ from memory_db.repositories import access_changes
 from memory_db.repositories.access_changes import ApiKeyCache
 from memory_db.repositories.identities import hash_api_key
 from memory_db.repositories.records import ApiKeyRecord
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.operations import admin
 from memory_tools.serving import build_http_server
 
 

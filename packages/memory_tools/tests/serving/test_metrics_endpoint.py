@@ -17,9 +17,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from memory_db.embedding import LocalEmbedder
 from memory_tools import MemoryServices
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
 from memory_tools.serving.metrics_route import is_loopback_only
-from memory_tools.worker import EmbeddingWorker
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -20,8 +20,8 @@ from sqlalchemy import text
 from memory_db.embedding import LocalEmbedder
 from memory_tools import MemoryServices
 from memory_tools.mcp.tools import tools as memory_registry
+from memory_tools.mcp.toolsets import MEMORY, ToolSelection
 from memory_tools.serving.app import build_http_server
-from memory_tools.toolsets import MEMORY, ToolSelection
 
 from .test_uploads import _png
 

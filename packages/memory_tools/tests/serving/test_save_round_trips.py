@@ -19,8 +19,8 @@ from fastmcp import Client
 from memory_db.embedding import LocalEmbedder
 from memory_db.testing.round_trips import RoundTrip, RoundTrips
 from memory_tools import MemoryServices
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
-from memory_tools.worker import EmbeddingWorker
 
 # What a save with its worker's processing may cost at most (docs/performance.md#one-save-call):
 # 76 before issue 31's cuts, 42 after the first round, 17 after the second. Issue 31 aims at 15

@@ -22,9 +22,10 @@ from sqlalchemy import text
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import S3AssetObjectStore
 from memory_db.testing.s3_peers import S3Peer
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.serving.app import build_http_server
-from memory_tools.worker import EmbeddingWorker
 
 
 def _png(seed: int = 1) -> bytes:

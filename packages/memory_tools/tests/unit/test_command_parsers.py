@@ -7,7 +7,7 @@ itself; this keeps the two equal.
 
 from __future__ import annotations
 
-from memory_tools.enrich import ENRICHERS
+from memory_tools.jobs.ocr_jobs import ENRICHERS
 from memory_tools.serving.operator_commands import ENRICHMENT_KINDS
 
 

@@ -1,11 +1,11 @@
-"""The request a batch sends (memory_tools.embed_reuse): pure planning, no provider."""
+"""The request a batch sends (memory_tools.jobs.embed_reuse): pure planning, no provider."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from memory_db.embedding import FusedInput, ImageInput, TextInput, Usage
-from memory_tools.embed_reuse import Known, Need, plan_request
+from memory_tools.jobs.embed_reuse import Known, Need, plan_request
 
 PNG = ImageInput(data=b"png")
 

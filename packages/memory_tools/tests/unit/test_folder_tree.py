@@ -8,7 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_db import FolderRecord
 from memory_tools.mcp.validation import describe
-from memory_tools.projects import folder_tree
+from memory_tools.workflows.projects import folder_tree
 
 NOW = datetime.now(UTC)
 

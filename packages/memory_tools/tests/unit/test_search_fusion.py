@@ -8,7 +8,7 @@ import pytest
 
 from memory_db.repositories import TextMatch
 from memory_db.vectors import VectorHit
-from memory_tools.search import (
+from memory_tools.workflows.search import (
     PRECISE_MATCH_BONUS,
     PRECISE_WORD_MATCHES,
     RRF_K,

@@ -21,7 +21,7 @@ from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server, build_memory_tools
 from memory_tools.mcp.registry import ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
-from memory_tools.projects import ProjectView
+from memory_tools.workflows.projects import ProjectView
 
 
 @pytest.fixture

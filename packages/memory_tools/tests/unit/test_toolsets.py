@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from memory_tools.mcp.tools import tools as memory_registry
-from memory_tools.toolsets import MEMORY, MEMORY_READ, MEMORY_TOOLSETS, ToolSelection, select
+from memory_tools.mcp.toolsets import MEMORY, MEMORY_READ, MEMORY_TOOLSETS, ToolSelection, select
 
 ALL = {spec.name for spec in memory_registry.specs}
 READ = {spec.name for spec in memory_registry.specs if spec.read_only}

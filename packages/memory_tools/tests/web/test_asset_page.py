@@ -13,10 +13,11 @@ from typing import Any
 from memory_db.describing import ScriptedDescriber
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderRejected
-from memory_tools import admin, browsing
 from memory_tools.access import Caller
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.testing.web_app import WebApp, WebClient
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.workflows import browsing
 
 from ..pictures import picture
 from .pictures import USER, save_picture

@@ -8,7 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from memory_tools import admin
+from memory_tools.operations import admin
 from memory_tools.testing.web_app import WebApp, WebClient
 
 from .pictures import save_picture

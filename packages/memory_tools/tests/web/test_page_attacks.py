@@ -10,9 +10,10 @@ from urllib.parse import unquote
 
 from sqlalchemy import event
 
-from memory_tools import admin, projects
 from memory_tools.access import authenticate
+from memory_tools.operations import admin
 from memory_tools.testing.web_app import WebApp, WebClient
+from memory_tools.workflows import projects
 
 from ..pictures import picture
 from .pictures import save_picture

@@ -8,11 +8,11 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from memory_tools import projects
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.testing.web_app import WebApp, WebClient
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.workflows import projects
 
 from ..pictures import picture
 

@@ -19,7 +19,7 @@ from memory_db import Database
 from memory_db.database import create_engine
 from memory_db.repositories import WebSessionRecord, hash_session_secret
 from memory_db.repositories.records import ApiKeyRecord
-from memory_tools import admin
+from memory_tools.operations import admin
 from memory_tools.sessions import sign_out
 from memory_tools.testing.web_app import WebApp, WebClient
 

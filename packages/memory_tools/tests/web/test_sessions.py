@@ -8,7 +8,7 @@ from typing import Any
 
 import httpx
 
-from memory_tools import admin
+from memory_tools.operations import admin
 from memory_tools.testing.web_app import WebApp, WebClient
 
 

@@ -14,10 +14,10 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_tools import build_memory_server
+from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.testing.web_app import WebApp, WebClient
-from memory_tools.usage import MonthTotal
 from memory_tools.web.usage import QUOTA_BAR_WIDTH, quota_bar, token_chart
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.workflows.usage import MonthTotal
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call

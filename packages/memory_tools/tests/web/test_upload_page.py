@@ -17,12 +17,14 @@ from sqlalchemy import text
 from memory_db import Database, MemorySettings
 from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin, projects
+from memory_tools import MemoryServices
 from memory_tools.access import authenticate
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.operations import admin
 from memory_tools.testing.web import Reply, WebServer
 from memory_tools.testing.web_app import WebApp, WebClient, serve_web_app
-from memory_tools.worker import EmbeddingWorker
+from memory_tools.workflows import projects
 
 from ..pictures import picture
 from ..state_waits import record_waits

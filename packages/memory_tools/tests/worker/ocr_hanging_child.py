@@ -1,7 +1,7 @@
 """A real warm OCR child that hangs on one read when told to (tests of time limits and crashes).
 
 Run as ``python ocr_hanging_child.py FLAG TESSDATA``: the engine is the real one
-(``memory_tools.ocr_child.serve``); while the file ``FLAG`` exists, the next image's first request (``osd``)
+(``memory_tools.jobs.ocr_child.serve``); while the file ``FLAG`` exists, the next image's first request (``osd``)
 removes it, writes this process's id to ``FLAG.hanging`` and never answers (until killed).
 """
 
@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from memory_tools.ocr_child import serve
+from memory_tools.jobs.ocr_child import serve
 
 
 def _requests(flag: Path, lines: Iterable[str]) -> Iterator[str]:

@@ -19,20 +19,21 @@ from sqlalchemy import text
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderRejected, StorageError
 from memory_db.storage import ListedObject, LocalAssetObjectStore, UrlSigner
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
-from memory_tools.changes import delete_asset, purge_deleted_objects
 from memory_tools.errors import ConflictFailure, Forbidden, InvalidInputFailure, NotFoundFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.job_queue import (
+from memory_tools.jobs.queue import (
     cancel_job,
     job_details,
     list_jobs,
     retry_asset_embedding,
     retry_job,
 )
-from memory_tools.reconcile import reconcile_store
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.operations.reconcile import reconcile_store
+from memory_tools.workflows.changes import delete_asset, purge_deleted_objects
 
 from ..job_listener import until_a_worker_listens
 from ..locks import backend_pid, until_blocked_by

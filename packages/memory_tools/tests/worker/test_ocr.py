@@ -23,15 +23,16 @@ import tesserocr
 from fastmcp import Client
 from sqlalchemy import text
 
-import memory_tools.ocr
-from memory_tools import MemoryServices, admin, build_memory_server
+import memory_tools.jobs.ocr
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
-from memory_tools.assets import get_asset
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.ocr import cannot_hold_text, ocr_wanted, read_text
-from memory_tools.ocr_engine import WarmEngines
-from memory_tools.search import AssetSearcher, SearchRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.ocr import cannot_hold_text, ocr_wanted, read_text
+from memory_tools.jobs.ocr_engine import WarmEngines
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.workflows.assets import get_asset
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call
@@ -304,7 +305,7 @@ def _engine(
 ) -> WarmEngines | None:
     """Make the OCR engine ``missing`` or ``failing``, as ``binding`` runs it."""
     if binding == "pytesseract":
-        monkeypatch.setattr(memory_tools.ocr, "ocr_binding", lambda: "pytesseract")
+        monkeypatch.setattr(memory_tools.jobs.ocr, "ocr_binding", lambda: "pytesseract")
         command = (
             str(tmp_path / "no-tesseract") if engine == "missing" else _failing_tesseract(tmp_path)
         )
@@ -315,7 +316,7 @@ def _engine(
         engines = WarmEngines(tessdata_dirs=())
     else:
         engines = _failing_engines(tmp_path)
-    monkeypatch.setattr(memory_tools.ocr, "warm_engines", lambda: engines)
+    monkeypatch.setattr(memory_tools.jobs.ocr, "warm_engines", lambda: engines)
     return engines
 
 

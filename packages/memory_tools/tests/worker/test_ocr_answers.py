@@ -19,13 +19,14 @@ import pytest
 from fastmcp import Client
 
 from memory_db import UnitOfWork
-from memory_tools import MemoryServices, admin, build_memory_server
+from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
-from memory_tools.assets import AssetView, get_asset
-from memory_tools.enrich import OcrHandler
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.job_handlers import JobResult, JobSubject
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.handlers import JobResult, JobSubject
+from memory_tools.jobs.ocr_jobs import OcrHandler
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.workflows.assets import AssetView, get_asset
 
 from ..pictures import b64
 from ..tool_calls import call, error
@@ -239,8 +240,8 @@ async def test_bad_wait_for_is_refused_and_changes_nothing(
 async def test_the_workflow_refuses_bad_wait_for_on_every_route(
     reading: MemoryServices, reader: Caller, wait_for: tuple[str, ...]
 ) -> None:
-    from memory_tools.assets import get_asset_waiting
     from memory_tools.errors import InvalidInputFailure
+    from memory_tools.workflows.assets import get_asset_waiting
 
     asset = await _saved_and_embedded(reading, reader, _no_text())
     with pytest.raises(InvalidInputFailure, match="waitFor"):

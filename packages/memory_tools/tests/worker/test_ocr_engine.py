@@ -1,10 +1,10 @@
-"""The warm OCR engine (memory_tools.ocr_engine, docs/ocr.md#the-engine).
+"""The warm OCR engine (memory_tools.jobs.ocr_engine, docs/ocr.md#the-engine).
 
 Tesseract stays loaded in child processes between images; these tests check what the process
 per image gave is kept: a read past its time limit kills its child, a child killed from
 outside fails only the job it was reading, children are retired after their images, the text
 is what the ``tesseract`` command reads, and no image bytes reach the logs. The children are
-real (``memory_tools.ocr_child`` with the real engine); the one that hangs on request is the
+real (``memory_tools.jobs.ocr_child`` with the real engine); the one that hangs on request is the
 same engine with a switch (``ocr_hanging_child.py``).
 """
 
@@ -25,13 +25,14 @@ import pyvips
 from sqlalchemy import text
 from structlog.testing import capture_logs
 
-import memory_tools.ocr
-from memory_tools import MemoryServices, admin
+import memory_tools.jobs.ocr
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.ocr import OcrError, ocr_binding, read_text
-from memory_tools.ocr_engine import WarmEngines
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.ocr import OcrError, ocr_binding, read_text
+from memory_tools.jobs.ocr_engine import WarmEngines
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
 
 from ..pictures import b64
 from .test_ocr import library
@@ -68,7 +69,7 @@ def flag(tmp_path: Path) -> Path:
 def engines(flag: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[WarmEngines]:
     """This process's warm engines for the test: real children that hang when ``flag`` is set."""
     pool = WarmEngines(command=[sys.executable, str(HANGING_CHILD), str(flag)])
-    monkeypatch.setattr(memory_tools.ocr, "warm_engines", lambda: pool)
+    monkeypatch.setattr(memory_tools.jobs.ocr, "warm_engines", lambda: pool)
     yield pool
     pool.close()
 
@@ -158,7 +159,7 @@ def test_the_warm_engine_reads_the_text_the_tesseract_command_reads(
     engines = WarmEngines()
     try:
         warm = [read_text(data, timeout=PATIENT, engines=engines) for data in images]
-        monkeypatch.setattr(memory_tools.ocr, "ocr_binding", lambda: "pytesseract")
+        monkeypatch.setattr(memory_tools.jobs.ocr, "ocr_binding", lambda: "pytesseract")
         command = [read_text(data, timeout=PATIENT) for data in images]
     finally:
         engines.close()

@@ -18,12 +18,13 @@ from sqlalchemy import text
 from memory_db.embedding import EmbedderIdentity, JinaEmbedder
 from memory_db.testing.jina_server import MODEL, Fault, JinaTestServer
 from memory_db.vectors import DEFAULT_ALIAS, create_index, resolve_alias, start_rebuild
-from memory_tools import MemoryServices, admin
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
-from memory_tools.edits import update_asset
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.reindex import ReindexRequest, reindex
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.operations.reindex import ReindexRequest, reindex
+from memory_tools.workflows.edits import update_asset
 
 from ..pictures import b64, picture
 

@@ -36,9 +36,9 @@ from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_subject_preview
-from memory_tools.reconcile import reconcile_store
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_preview
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations.reconcile import reconcile_store
 
 from ..job_listener import until_a_worker_listens
 from ..pictures import picture
@@ -55,7 +55,7 @@ FAST = WorkerConfig(
 
 @pytest.fixture
 async def alice_caller(database: Any) -> Caller:
-    from memory_tools import admin
+    from memory_tools.operations import admin
 
     await admin.create_identity(database, "alice@example.com", 10**9)
     return Caller("alice@example.com", "akey_a", frozenset({"read", "write", "destructive"}))
@@ -191,7 +191,7 @@ async def test_one_embedder_call_embeds_a_batch(
 async def test_a_batch_of_two_owners_is_reloaded_by_owner(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
-    from memory_tools import admin
+    from memory_tools.operations import admin
 
     await admin.create_identity(saving.database, "bob@example.com", 10**9)
     bob = Caller("bob@example.com", "akey_b", frozenset({"read", "write"}))

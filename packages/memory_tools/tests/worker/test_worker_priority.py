@@ -18,13 +18,14 @@ import pytest
 import pyvips
 
 import memory_db.embedding.local
-import memory_tools.ocr
-from memory_tools import MemoryServices, admin
+import memory_tools.jobs.ocr
+from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.ocr_engine import WarmEngines
-from memory_tools.search import AssetSearcher, SearchRequest
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.ocr_engine import WarmEngines
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.operations import admin
+from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64
 
@@ -73,7 +74,7 @@ async def test_ocr_and_embedding_run_niced_and_a_search_does_not(
     monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(memory_db.embedding.local, "embed_value", embed_value)
     engines = WarmEngines()  # none warm yet: the job starts its child
-    monkeypatch.setattr(memory_tools.ocr, "warm_engines", lambda: engines)
+    monkeypatch.setattr(memory_tools.jobs.ocr, "warm_engines", lambda: engines)
 
     request = SaveRequest(image_base64=b64(_screenshot()), title="a receipt")
     await AssetSaver(niced).save(caller, request)

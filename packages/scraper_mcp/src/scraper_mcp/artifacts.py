@@ -6,10 +6,11 @@ an expiry (``SCRAPER_ARTIFACT_TTL_SECONDS``) and returns its ``artifactId``, MIM
 dimensions and ``expiresAt``. ``image_asset_save`` with that ``artifactId`` saves it.
 
 Artifacts are rows and bytes of the asset plane, which the save handoff and the worker's sweep
-in ``memory_tools`` also read, so the implementation lives in :mod:`memory_tools.artifacts`;
+in ``memory_tools`` also read, so the implementation lives in
+:mod:`memory_tools.workflows.artifacts`;
 scraper tools import it from here.
 """
 
-from memory_tools.artifacts import ArtifactSourceKind, ArtifactView, store_artifact
+from memory_tools.workflows.artifacts import ArtifactSourceKind, ArtifactView, store_artifact
 
 __all__ = ["ArtifactSourceKind", "ArtifactView", "store_artifact"]

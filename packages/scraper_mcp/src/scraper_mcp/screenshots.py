@@ -28,8 +28,8 @@ from memory_tools.access import Caller, require_scope
 from memory_tools.errors import FetchFailed, ToolFailure
 from memory_tools.ingest.images import lock_down_libvips
 from memory_tools.services import MemoryServices
-from memory_tools.thumbnails import shrink
 from memory_tools.wire import Thumbnail
+from memory_tools.workflows.thumbnails import shrink
 from scraper_mcp.artifacts import ArtifactView, store_artifact
 from scraper_mcp.chromium import Chromium
 from scraper_mcp.page_images import clean
@@ -135,7 +135,8 @@ async def screenshot_page(
 async def top_thumbnail(services: MemoryServices, artifact: ArtifactView, png: bytes) -> Thumbnail:
     """A small JPEG of the top of the screenshot (at most as tall as it is wide).
 
-    Made like the thumbnails of search results (:func:`memory_tools.thumbnails.shrink`), from
+    Made like the thumbnails of search results (:func:`memory_tools.workflows.thumbnails.shrink`),
+    from
     the PNG that ``store_artifact`` has just validated, within the process's decode budget.
     """
     artifact_id = artifact.artifact_id

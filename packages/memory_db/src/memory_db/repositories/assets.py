@@ -1017,7 +1017,7 @@ class AssetRepository:
     async def reopen_failed(self, owner: str, asset_id: str) -> bool:
         """Return a ``failed`` asset to ``processing``, failure cleared; ``False`` if not failed.
 
-        Its failed representation was queued again (``memory_tools.job_queue``).
+        Its failed representation was queued again (``memory_tools.jobs.queue``).
 
         Waiters on the asset's state are woken when this commits, like :meth:`set_status`.
         """

@@ -286,7 +286,7 @@ class JobRepository:
         Embedding jobs come first, then the other kinds, each oldest due first: an embedding
         makes a save searchable and takes milliseconds, so it never waits in a batch behind
         OCR (a worker also runs the other kinds in a lane of their own, so they are not
-        starved: ``memory_tools.worker``). The due embedding jobs of an asset whose embedding
+        starved: ``memory_tools.jobs.worker``). The due embedding jobs of an asset whose embedding
         job was claimed come with it, even past ``limit``: a save's visual and fused jobs then
         share one batch, which sends their image once (two batches at once would each send it,
         neither vector being stored yet).

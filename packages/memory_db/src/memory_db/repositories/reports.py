@@ -2,7 +2,7 @@
 
 Operator commands (``memory-server admin list-* / usage``) read these for any owner; the web
 app's usage page reads ``bytes_by_project`` and ``tokens_by_month`` for the signed-in caller's
-own identity only (``memory_tools.usage``). Each report is one statement that PostgreSQL
+own identity only (``memory_tools.workflows.usage``). Each report is one statement that PostgreSQL
 aggregates, so its cost is one round trip whatever the number of rows it summarises.
 """
 

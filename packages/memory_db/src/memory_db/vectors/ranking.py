@@ -70,7 +70,8 @@ class NamedScope:
     ``vault_owner`` and ``vault_name``: a handle split as ``VaultRepository.resolve`` splits
     it (the owner lower-cased, the caller's own when the handle names none; the name
     lower-cased); both None when no vault is named. The project and the folder are looked for
-    in the first vault of the scope, as ``memory_tools.assets.resolve_filters`` does; a folder
+    in the first vault of the scope, as ``memory_tools.workflows.assets.resolve_filters`` does; a
+    folder
     only in the project named (none: a folder is never found).
     """
 
@@ -329,7 +330,7 @@ async def rank_and_meter(
 
     ``vector_filters`` restrict the vector list (fields with a vector column; asset ids for
     narrowed candidates); ``filters``, every exact filter, restrict the word list and the
-    reload. Candidates are the assets with evidence as ``memory_tools.search.best_first``
+    reload. Candidates are the assets with evidence as ``memory_tools.workflows.search.best_first``
     counts it (a similarity above ``evidence_floor`` or a word match, a similarity at all, at
     least ``min_score``), reloaded when ready, in scope and matching ``filters``. The
     provenance detail's ``results`` is how many were reloaded, at most ``limit``.

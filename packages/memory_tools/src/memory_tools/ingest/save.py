@@ -96,8 +96,8 @@ from memory_tools.ingest.plan import (
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
-from memory_tools.ocr import ENGINE as OCR_ENGINE
-from memory_tools.ocr import ocr_wanted
+from memory_tools.jobs.ocr import ENGINE as OCR_ENGINE
+from memory_tools.jobs.ocr import ocr_wanted
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel

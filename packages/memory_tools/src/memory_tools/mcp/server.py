@@ -9,9 +9,9 @@ from fastmcp.server.auth import AuthProvider
 
 from memory_tools.errors import CODES
 from memory_tools.mcp.tools import build_memory_tools
+from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.mcp.validation import InvalidInputMiddleware
 from memory_tools.services import MemoryServices
-from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 
 INSTRUCTIONS = (
     "Image memory: organise saved images in vaults, projects and folders, and find them again. "

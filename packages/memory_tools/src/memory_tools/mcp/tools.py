@@ -22,22 +22,23 @@ from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, UnitOfWork, get_logger
 from memory_db.repositories import AssetFilter
-from memory_tools import assets, changes, edits, enrich, projects, thumbnails, vaults
 from memory_tools.access import Caller, authenticate
-from memory_tools.assets import AssetListView, AssetView
-from memory_tools.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
-from memory_tools.edits import AssetEdit, FolderEdit, ProjectEdit
-from memory_tools.enrich import Enrichment
 from memory_tools.errors import ToolFailure, map_failures
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
+from memory_tools.jobs import ocr_jobs as enrich
+from memory_tools.jobs.ocr_jobs import Enrichment
 from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry, ToolSpec
 from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
 from memory_tools.progress import Progress, no_progress
-from memory_tools.projects import FolderTree, FolderView, ProjectList, ProjectView
-from memory_tools.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.services import MemoryServices
-from memory_tools.vaults import VaultList
+from memory_tools.workflows import assets, changes, edits, projects, thumbnails, vaults
+from memory_tools.workflows.assets import AssetListView, AssetView
+from memory_tools.workflows.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
+from memory_tools.workflows.edits import AssetEdit, FolderEdit, ProjectEdit
+from memory_tools.workflows.projects import FolderTree, FolderView, ProjectList, ProjectView
+from memory_tools.workflows.search import AssetSearcher, SearchRequest, SearchView
+from memory_tools.workflows.vaults import VaultList
 
 log = get_logger(__name__)
 

@@ -2,7 +2,7 @@
 
 An app adds them with :func:`add_admin_parser` and runs the parsed command with
 :func:`admin_command` inside ``run_command`` (so an unknown owner ends with one line on stderr
-and exit status 1, a bad setting with 2). The work is in :mod:`memory_tools.admin`.
+and exit status 1, a bad setting with 2). The work is in :mod:`memory_tools.operations.admin`.
 
 Every command prints a table (or a sentence) for people; ``--json`` prints one JSON object for
 scripts instead, with the camelCase keys listed in docs/runbooks/operating.md. A key's secret
@@ -22,7 +22,8 @@ from memory_db import (
     MemorySettings,
     open_database,
 )
-from memory_tools import ConflictFailure, admin
+from memory_tools import ConflictFailure
+from memory_tools.operations import admin
 from memory_tools.serving.admin_output import (
     human_bytes,
     print_json,

@@ -8,13 +8,13 @@ from fastmcp import FastMCP
 from starlette.middleware import Middleware
 
 from memory_tools.mcp import ApiKeyVerifier, build_memory_server
+from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
 from memory_tools.serving.http_routes import health_routes, object_routes
 from memory_tools.serving.metrics_route import metrics_routes
 from memory_tools.serving.request_context import RequestContext
 from memory_tools.serving.serve import BuildServer
 from memory_tools.serving.upload_routes import upload_routes
-from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
 
 
 def add_http_routes(

@@ -17,9 +17,9 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from memory_db import ConfigurationError, MemorySettings
+from memory_tools.mcp.toolsets import ToolSelection, Toolset, select
 from memory_tools.serving.commands import run_command
 from memory_tools.serving.defaults import DEFAULT_HOST, DEFAULT_PORT, MAX_PROCESSES
-from memory_tools.toolsets import ToolSelection, Toolset, select
 
 if TYPE_CHECKING:
     from memory_tools.serving.serve import ServerApp

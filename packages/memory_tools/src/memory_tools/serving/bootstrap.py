@@ -15,11 +15,11 @@ from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.ingest import SafeFetcher
 from memory_tools.ingest.fetch import fetch_policy
 from memory_tools.ingest.images import lock_down_libvips
+from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
 
 # Re-exported (links, serve): defined apart so that parsing a command line does not load this.
 from memory_tools.serving.defaults import DEFAULT_HOST as DEFAULT_HOST
 from memory_tools.serving.defaults import DEFAULT_PORT as DEFAULT_PORT
-from memory_tools.worker import EmbeddingWorker, WorkerConfig
 
 log = get_logger(__name__)
 

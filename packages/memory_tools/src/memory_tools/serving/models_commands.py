@@ -21,7 +21,7 @@ from memory_tools.errors import InvalidInputFailure
 from memory_tools.serving.admin_output import Progress, print_json, print_table
 
 if TYPE_CHECKING:
-    from memory_tools.models import VerifyReport
+    from memory_tools.operations.model_downloads import VerifyReport
 
 
 def add_models_parser(commands: Any) -> None:
@@ -77,7 +77,11 @@ async def models_command(settings: MemorySettings, args: argparse.Namespace) -> 
     """Run the parsed ``models`` subcommand (inside ``run_command``)."""
     # Loaded when a `models` command runs, not with the parser: it brings httpx and the clip
     # embedder (numpy, onnxruntime), which no other command needs.
-    from memory_tools.models import fetch_model, resolve_model_directory, verify_model
+    from memory_tools.operations.model_downloads import (
+        fetch_model,
+        resolve_model_directory,
+        verify_model,
+    )
 
     if args.models_command == "list":
         _list(settings, args)
@@ -126,7 +130,7 @@ async def models_command(settings: MemorySettings, args: argparse.Namespace) -> 
 
 
 def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_tools.models import describe, list_models
+    from memory_tools.operations.model_downloads import describe, list_models
 
     rows = list_models(settings, _catalog(args))
     if args.json:

@@ -4,7 +4,8 @@ An app adds them with :func:`add_operator_parsers` and runs the parsed command w
 :func:`operator_command` inside ``run_command`` (a refusal ends with one line on stderr and exit
 status 1). Each shows its progress on stderr (a bar on a terminal, plain lines otherwise) and
 prints a table at the end, or one JSON object with ``--json``. The work is in
-:mod:`memory_tools.backup`, :mod:`memory_tools.export` and :mod:`memory_tools.enrich`;
+:mod:`memory_tools.operations.backup`, :mod:`memory_tools.operations.export` and
+:mod:`memory_tools.jobs.ocr_jobs`;
 docs/runbooks/backup-restore.md, docs/runbooks/export-vault.md and docs/ocr.md describe them.
 """
 
@@ -23,7 +24,7 @@ from memory_tools.serving.admin_output import Progress, human_bytes, print_repor
 # other commands never use.
 
 OPERATOR_COMMANDS = ("backup", "restore", "export", "import", "enrich")
-# ``memory_tools.enrich.ENRICHERS``' keys, for the parser (a test keeps the two equal).
+# ``memory_tools.jobs.ocr_jobs.ENRICHERS``' keys, for the parser (a test keeps the two equal).
 ENRICHMENT_KINDS = ("ocr", "describe")
 
 
@@ -46,7 +47,7 @@ def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
 
 async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_db import open_runtime
-    from memory_tools.backup import create_backup, require_empty_directory
+    from memory_tools.operations.backup import create_backup, require_empty_directory
 
     # Checked before the database is opened (or started): a refusal is immediate.
     require_empty_directory(Path(args.dest), "backup destination")
@@ -105,7 +106,7 @@ async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 
 async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_tools.backup import restore_backup
+    from memory_tools.operations.backup import restore_backup
 
     # One bar for both phases (checking every file, then writing the objects): a terminal
     # shows one live display at a time.
@@ -141,7 +142,7 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
 async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_db import open_runtime
     from memory_tools import MemoryServices
-    from memory_tools.export import export_vault
+    from memory_tools.operations.export import export_vault
 
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
@@ -189,7 +190,7 @@ async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
 async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_db import open_runtime
     from memory_tools import MemoryServices
-    from memory_tools.export import import_vault
+    from memory_tools.operations.export import import_vault
 
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:
@@ -244,7 +245,7 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_db import open_runtime
     from memory_db.describing import build_describer
     from memory_tools import MemoryServices
-    from memory_tools.enrich import check_what, enrich_vault
+    from memory_tools.jobs.ocr_jobs import check_what, enrich_vault
 
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     # Only its model name is used here (it labels the describe jobs); workers make the calls.

@@ -1,6 +1,7 @@
 """``memory-server reconcile``: one reconciliation pass now, with its findings and integrity report.
 
-The checks are :mod:`memory_tools.reconcile`'s (the worker's sweep runs the same on a schedule).
+The checks are :mod:`memory_tools.operations.reconcile`'s (the worker's sweep runs the same on a
+schedule).
 Progress goes to stderr (a bar on a terminal, one plain line per namespace otherwise); at the end
 the findings table, the integrity report and the counter corrections are printed, or one JSON
 object with ``--json`` (keys in docs/runbooks/reconcile.md). ``admin reconcile`` is the same
@@ -16,7 +17,7 @@ from memory_db import MemorySettings
 from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
 
 if TYPE_CHECKING:
-    from memory_tools.reconcile import Reconciliation
+    from memory_tools.operations.reconcile import Reconciliation
 
 
 def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
@@ -53,9 +54,10 @@ async def reconcile_command(settings: MemorySettings, args: argparse.Namespace) 
     # Loaded here, not with the parser: the pass needs the store, the ingest code and the
     # worker's constants, which no other operator command does.
     from memory_db import open_runtime
-    from memory_tools import MemoryServices, admin
-    from memory_tools.reconcile import reconcile_store
-    from memory_tools.worker import ORPHAN_SAFETY_WINDOW
+    from memory_tools import MemoryServices
+    from memory_tools.jobs.worker import ORPHAN_SAFETY_WINDOW
+    from memory_tools.operations import admin
+    from memory_tools.operations.reconcile import reconcile_store
 
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     try:

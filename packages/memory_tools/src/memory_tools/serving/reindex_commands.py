@@ -1,6 +1,7 @@
 """``memory-server reindex`` and ``memory-server drop-index``: rebuilding the vector index.
 
-``reindex --to NAME`` runs :func:`memory_tools.reindex.reindex` with a progress bar on stderr
+``reindex --to NAME`` runs :func:`memory_tools.operations.reindex.reindex` with a progress bar on
+stderr
 (plain lines when stderr is not a terminal) and prints a table, or one JSON object with
 ``--json``. A refusal or failure ends with one line on stderr and exit status 1 (see
 ``run_command``); a crashed or interrupted run resumes when run again with the same ``--to``.
@@ -13,7 +14,7 @@ import argparse
 from typing import Any
 
 from memory_db import MemorySettings
-from memory_tools.reindex_defaults import (
+from memory_tools.operations.reindex_defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MIN_RECALL,
     DEFAULT_RECALL_QUERIES,
@@ -72,7 +73,7 @@ async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
     # Loaded when it runs, not with the parser: the embedders and the vector index.
     from memory_db import open_runtime
     from memory_tools import MemoryServices
-    from memory_tools.reindex import ReindexRequest, reindex
+    from memory_tools.operations.reindex import ReindexRequest, reindex
 
     request = ReindexRequest(
         target=args.target,
@@ -144,7 +145,7 @@ async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
 
 async def _drop(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_db import open_database
-    from memory_tools.reindex import drop_old_index
+    from memory_tools.operations.reindex import drop_old_index
 
     database, embedded = await open_database(settings, migrate=False)
     try:

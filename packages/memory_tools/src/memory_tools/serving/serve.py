@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from memory_db import MemorySettings, get_logger
+from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
 from memory_tools.serving.bootstrap import (
     DEFAULT_HOST,
@@ -30,8 +32,6 @@ from memory_tools.serving.bootstrap import (
     worker_config,
 )
 from memory_tools.serving.commands import notice, sigterm_cancels
-from memory_tools.toolsets import MEMORY_SELECTION, ToolSelection
-from memory_tools.worker import EmbeddingWorker
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP

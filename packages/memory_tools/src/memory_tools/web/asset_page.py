@@ -1,16 +1,17 @@
 """One image's page (docs/web.md#asset-page) and its actions.
 
 - ``GET /assets/{assetId}``: a large preview, metadata, tags, source and page context, and the
-  embedding state of each representation (:func:`memory_tools.browsing.asset_detail`).
+  embedding state of each representation (:func:`memory_tools.workflows.browsing.asset_detail`).
 - ``POST /assets/{assetId}/edit``: title, description and tags (``edits.update_asset``); a
   refusal redirects to the asset page (post-redirect-get), which shows the error beside the
   form, focused, with what was typed. ``GET`` of an action's address (a reload, a bookmark)
   redirects to the asset page.
 - ``POST /assets/{assetId}/move``: to a project or folder of its vault (``changes.move_asset``).
 - ``GET /assets/{assetId}/original``: a 303 to a freshly signed download link of the original
-  (:func:`memory_tools.browsing.original_link`); it changes nothing.
+  (:func:`memory_tools.workflows.browsing.original_link`); it changes nothing.
 - ``GET /app/previews/{assetId}``: a redirect to a freshly signed link of the preview
-  (:func:`memory_tools.browsing.preview_link`), for a live image or one in the trash. Every
+  (:func:`memory_tools.workflows.browsing.preview_link`), for a live image or one in the trash.
+  Every
   ``<img>`` of the pages points here, so an image scrolled into view after the signed links'
   lifetime still loads; the redirect may be cached for half that lifetime, never longer.
 - ``GET /assets/{assetId}/delete``: the confirmation page (the asset page asks in a dialog
@@ -31,18 +32,18 @@ from urllib.parse import quote
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from memory_tools.assets import RepresentationState
-from memory_tools.browsing import AssetDetail, asset_detail, original_link, preview_link
-from memory_tools.changes import delete_asset, move_asset
-from memory_tools.describe import review_context
-from memory_tools.edits import update_asset
 from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
-from memory_tools.job_queue import OPERATOR_CANCEL, retry_asset_embedding
+from memory_tools.jobs.describe import review_context
+from memory_tools.jobs.queue import OPERATOR_CANCEL, retry_asset_embedding
 from memory_tools.services import MemoryServices
 from memory_tools.web import security
 from memory_tools.web.handlers import WebRequest, action, endpoint, page
 from memory_tools.web.library import KIND_LABELS, badge
 from memory_tools.web.rendering import PREVIEW_ROUTE, Flash, read_flash
+from memory_tools.workflows.assets import RepresentationState
+from memory_tools.workflows.browsing import AssetDetail, asset_detail, original_link, preview_link
+from memory_tools.workflows.changes import delete_asset, move_asset
+from memory_tools.workflows.edits import update_asset
 
 # Embedding state of a representation → (label, badge class, icon).
 REPRESENTATION_BADGES = {

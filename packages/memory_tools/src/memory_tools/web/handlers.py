@@ -31,7 +31,6 @@ from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Re
 from starlette.routing import Route
 
 from memory_db import UnitOfWork, get_logger
-from memory_tools import thumbnails
 from memory_tools.access import Caller
 from memory_tools.errors import (
     Forbidden,
@@ -51,6 +50,7 @@ from memory_tools.web.rendering import (
     render_template,
     set_flash,
 )
+from memory_tools.workflows import thumbnails
 
 log = get_logger(__name__)
 

@@ -9,7 +9,7 @@
   fragment for the side panel.
 - ``POST /jobs/embedding/{id}/retry`` and ``.../cancel``: the operator's retry and cancel.
 
-Every one of them runs a :mod:`memory_tools.job_queue` workflow, which checks the ``admin``
+Every one of them runs a :mod:`memory_tools.jobs.queue` workflow, which checks the ``admin``
 scope: a key without it gets the forbidden page (or a 403 answer), never a row.
 """
 
@@ -22,7 +22,7 @@ from urllib.parse import urlencode
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from memory_tools.job_queue import (
+from memory_tools.jobs.queue import (
     JOB_STATUSES,
     JOB_TYPES,
     JobDetails,

@@ -1,8 +1,9 @@
 """The library (docs/web.md#library): vaults → projects → folders, and a grid of images.
 
-- ``GET /library``: the tree (:func:`memory_tools.browsing.library_tree`) beside a grid of one
+- ``GET /library``: the tree (:func:`memory_tools.workflows.browsing.library_tree`) beside a grid
+of one
   page of ``image_asset_list`` with a preview link per image
-  (:func:`memory_tools.browsing.asset_grid`). The query carries where to look (``vault``,
+  (:func:`memory_tools.workflows.browsing.asset_grid`). The query carries where to look (``vault``,
   ``project``, ``folder``), the tool's filters (``tags``, ``kind``, ``mime``), ``order`` and
   the page (``limit``, ``cursor``, and ``back=1`` for a previous page), so every view is a
   link. A filter the workflow refuses shows its error in place of the grid, beside the tree.
@@ -22,12 +23,12 @@ from starlette.routing import Route
 
 from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
-from memory_tools.assets import MIME_TYPES, ListRequest
-from memory_tools.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
 from memory_tools.errors import ToolFailure, http_status
-from memory_tools.projects import create_folder, create_project
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
+from memory_tools.workflows.assets import MIME_TYPES, ListRequest
+from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
+from memory_tools.workflows.projects import create_folder, create_project
 
 PAGE_SIZE = 24
 

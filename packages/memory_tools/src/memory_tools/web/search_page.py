@@ -28,25 +28,25 @@ from starlette.routing import Route
 
 from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
-from memory_tools.assets import MIME_TYPES
 from memory_tools.errors import InvalidInputFailure, ToolFailure, http_status
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import MAX_TAG_LENGTH, MAX_TAGS
-from memory_tools.projects import FolderView, ProjectView, list_folders, list_projects
-from memory_tools.search import (
+from memory_tools.services import MemoryServices
+from memory_tools.web import security
+from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
+from memory_tools.web.rendering import human_bytes
+from memory_tools.web.security import same_origin_link
+from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH
+from memory_tools.workflows.assets import MIME_TYPES
+from memory_tools.workflows.projects import FolderView, ProjectView, list_folders, list_projects
+from memory_tools.workflows.search import (
     MAX_SEARCH_LIMIT,
     AssetSearcher,
     SearchHit,
     SearchRequest,
     SearchView,
 )
-from memory_tools.services import MemoryServices
-from memory_tools.vaults import list_vaults
-from memory_tools.web import security
-from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
-from memory_tools.web.rendering import human_bytes
-from memory_tools.web.security import same_origin_link
-from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH
+from memory_tools.workflows.vaults import list_vaults
 
 SEARCH_PATH = "/search"
 DEFAULT_LIMIT = 10

@@ -1,10 +1,12 @@
 """The sharing page: who the caller's vaults are shared with; grant, revoke (docs/web.md#sharing).
 
 ``GET /sharing`` lists every vault the caller owns with its grants
-(:func:`memory_tools.sharing.list_sharing`). ``POST /sharing/grant`` shares a vault
-(:func:`memory_tools.sharing.grant_access`): a refusal shows the page again with the message
+(:func:`memory_tools.workflows.sharing.list_sharing`). ``POST /sharing/grant`` shares a vault
+(:func:`memory_tools.workflows.sharing.grant_access`): a refusal shows the page again with the
+message
 and what was typed. ``POST /sharing/revoke`` removes a grant
-(:func:`memory_tools.sharing.revoke_access`) and redirects back. Only the vault's owner may do
+(:func:`memory_tools.workflows.sharing.revoke_access`) and redirects back. Only the vault's owner
+may do
 either; a vault the caller cannot see is refused like one that does not exist.
 """
 
@@ -13,10 +15,10 @@ from __future__ import annotations
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memory_tools import sharing as sharing_workflows
 from memory_tools.errors import ToolFailure, http_status
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
+from memory_tools.workflows import sharing as sharing_workflows
 
 
 def _field(web: WebRequest, name: str) -> str:

@@ -1,12 +1,14 @@
 """The trash page: recently deleted images, restore, and purge now (docs/web.md#trash).
 
-``GET /trash`` lists the deleted images the caller could restore (:func:`memory_tools.trash.
+``GET /trash`` lists the deleted images the caller could restore
+(:func:`memory_tools.workflows.trash.
 list_trash`), most recently deleted first, with the time left before the purge. Two actions,
 each a POST with the CSRF token that redirects back with what happened:
 
-- ``POST /trash/{asset_id}/restore``: :func:`memory_tools.changes.restore_asset`, the workflow
+- ``POST /trash/{asset_id}/restore``: :func:`memory_tools.workflows.changes.restore_asset`, the
+workflow
   of ``image_asset_restore``;
-- ``POST /trash/{asset_id}/purge``: :func:`memory_tools.trash.purge_asset`, after a
+- ``POST /trash/{asset_id}/purge``: :func:`memory_tools.workflows.trash.purge_asset`, after a
   confirmation dialog (``confirmed=yes``); without it, a page that asks first.
 
 Another owner's image, or one no longer in the trash, is refused like an id that never existed.
@@ -19,10 +21,10 @@ from datetime import UTC, datetime, timedelta
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memory_tools import changes
-from memory_tools import trash as trash_workflows
 from memory_tools.services import MemoryServices
 from memory_tools.web.handlers import WebRequest, action, page
+from memory_tools.workflows import changes
+from memory_tools.workflows import trash as trash_workflows
 
 PAGE_SIZE = 24
 _PLACEMENTS = {

@@ -24,13 +24,11 @@ from pydantic import ConfigDict, Field
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from memory_tools.assets import MIME_TYPES, get_asset_waiting
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
-from memory_tools.projects import list_folders, list_projects
 from memory_tools.services import MemoryServices
 from memory_tools.serving.upload_routes import (
     UploadComplete,
@@ -41,12 +39,14 @@ from memory_tools.serving.upload_routes import (
     start_upload,
     ticket_out,
 )
-from memory_tools.vaults import list_vaults
 from memory_tools.web import security
 from memory_tools.web.handlers import WebRequest, endpoint, page
 from memory_tools.web.rendering import human_bytes
 from memory_tools.web.security import same_origin_link
 from memory_tools.wire import WireModel
+from memory_tools.workflows.assets import MIME_TYPES, get_asset_waiting
+from memory_tools.workflows.projects import list_folders, list_projects
+from memory_tools.workflows.vaults import list_vaults
 
 UPLOAD_PATH = "/upload"
 START_PATH = "/app/uploads"

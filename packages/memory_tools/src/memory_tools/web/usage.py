@@ -1,6 +1,6 @@
 """The usage page: quota, bytes by project and provider tokens by month (docs/web.md#usage).
 
-``GET /usage`` reads :func:`memory_tools.usage.my_usage` (the key's own identity, never
+``GET /usage`` reads :func:`memory_tools.workflows.usage.my_usage` (the key's own identity, never
 another owner's). The quota is a bar of used and reserved bytes with the numbers in text;
 bytes by project are ``<meter>`` bars; tokens by month are a small bar chart drawn here as
 inline SVG (no script, no library), with the same numbers in a table for screen readers and
@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memory_tools import usage as usage_workflows
 from memory_tools.services import MemoryServices
-from memory_tools.usage import MonthTotal
 from memory_tools.web.handlers import WebRequest, page
+from memory_tools.workflows import usage as usage_workflows
+from memory_tools.workflows.usage import MonthTotal
 
 QUOTA_BAR_WIDTH = 1000  # SVG user units; the bar scales to the page's width
 # The chart: the last months with tokens, at most this many bars.

@@ -1,7 +1,8 @@
 """The caller's own usage: quota, bytes by project and provider tokens by month.
 
 The same reports the operator reads (``memory-server admin usage``,
-:func:`memory_tools.admin.usage`), for the caller's identity only: whose key it is decides
+:func:`memory_tools.operations.admin.usage`), for the caller's identity only: whose key it is
+decides
 whose usage is shown, never an argument, so no caller sees another owner's numbers. Needs the
 ``read`` scope. Projects are those of the caller's own vaults (a shared vault's bytes count
 against its owner, not the caller).

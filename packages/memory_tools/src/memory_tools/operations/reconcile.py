@@ -55,8 +55,8 @@ from memory_db.repositories import namespace_lock
 from memory_db.storage import ListedObject, namespace_prefix, parse_storage_key
 from memory_db.vectors import VectorIndex
 from memory_tools import metrics
-from memory_tools.admin import unknown_identity
 from memory_tools.ingest.save import vector_bytes
+from memory_tools.operations.admin import unknown_identity
 from memory_tools.services import MemoryServices
 
 log = get_logger(__name__)

@@ -72,9 +72,6 @@ from memory_db.vectors import (
     start_rebuild,
     switch_alias,
 )
-from memory_tools.admin import OPERATOR
-from memory_tools.assets import read_preview
-from memory_tools.embed_reuse import Known, Need, plan_request
 from memory_tools.errors import (
     ConflictFailure,
     EmbeddingUnavailable,
@@ -83,13 +80,16 @@ from memory_tools.errors import (
     translate,
 )
 from memory_tools.ingest.plan import asset_fused_text
-from memory_tools.reindex_defaults import (
+from memory_tools.jobs.embed_reuse import Known, Need, plan_request
+from memory_tools.operations.admin import OPERATOR
+from memory_tools.operations.reindex_defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MIN_RECALL,
     DEFAULT_RECALL_QUERIES,
     RECALL_K,
 )
 from memory_tools.services import MemoryServices
+from memory_tools.workflows.assets import read_preview
 
 log = get_logger(__name__)
 
@@ -493,7 +493,7 @@ async def _embed_once(
     wanted: Sequence[tuple[AssetRecord, str, str]],
     values: Sequence[EmbedValue],
 ) -> list[list[float] | None]:
-    """One vector per value, each image sent once (memory_tools.embed_reuse, as the worker).
+    """One vector per value, each image sent once (memory_tools.jobs.embed_reuse, as the worker).
 
     The assets of one object share its image, and with an embedder that combines fused
     vectors (Jina's ``combine``) a fused value sends only its text. When the provider refuses

@@ -1,6 +1,6 @@
 """The warm OCR engine's child process: Tesseract loaded once, fed one image at a time.
 
-Started by :mod:`memory_tools.ocr_engine` as ``python .../ocr_child.py TESSDATA`` (by its path,
+Started by :mod:`memory_tools.jobs.ocr_engine` as ``python .../ocr_child.py TESSDATA`` (by its path,
 so that nothing but the standard library and the binding is loaded into it).
 It loads the ``tesserocr`` binding with the English and orientation (OSD) language data, then
 answers requests read from stdin, one JSON object per line, each with one JSON line on stdout:

@@ -3,7 +3,7 @@
 Who sees what: the trash of a vault is shown to those who could restore from it, the owner and
 grantees with ``write`` or ``admin`` permission (restoring needs write authority, like a
 delete); a ``read`` grantee sees nothing of it. Listing needs the ``read`` scope; restoring
-(:func:`memory_tools.changes.restore_asset`) and purging need ``destructive``.
+(:func:`memory_tools.workflows.changes.restore_asset`) and purging need ``destructive``.
 
 Purging now (:func:`purge_asset`) takes a deleted image out of the trash for good, before its
 delete grace window (``ASSET_DELETE_GRACE_HOURS``) ends. Only the vault's owner or an ``admin``
@@ -24,23 +24,23 @@ from memory_db import UnitOfWork, get_logger
 from memory_db.repositories import ObjectRecord, TrashedAsset
 from memory_tools import policy
 from memory_tools.access import Caller, readable_vaults
-from memory_tools.assets import (
+from memory_tools.errors import Forbidden, InvalidInputFailure, NotFoundFailure
+from memory_tools.services import MemoryServices
+from memory_tools.wire import WireModel
+from memory_tools.workflows.assets import (
     PreviewLink,
     decode_cursor,
     encode_cursor,
     signed_preview,
     vault_handles,
 )
-from memory_tools.changes import (
+from memory_tools.workflows.changes import (
     delete_grace,
     delete_stored_bytes,
     locate_asset,
     purge_wait,
     record_purged,
 )
-from memory_tools.errors import Forbidden, InvalidInputFailure, NotFoundFailure
-from memory_tools.services import MemoryServices
-from memory_tools.wire import WireModel
 
 log = get_logger(__name__)
 

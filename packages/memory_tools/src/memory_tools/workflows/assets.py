@@ -38,12 +38,12 @@ from memory_tools.access import (
     resolve_vault,
     still_authenticated,
 )
-from memory_tools.contexts import GeneratedContextView, context_view
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel, fitting
+from memory_tools.workflows.contexts import GeneratedContextView, context_view
 
 log = get_logger(__name__)
 
@@ -392,7 +392,7 @@ async def get_asset(
     context = context_view(await uow.contexts.get(asset.owner_identity, asset.id))
     if context is not None:
         view = view.model_copy(update={"generated_context": context})
-    # Made after the transaction (memory_tools.thumbnails.render), sent beside the answer.
+    # Made after the transaction (memory_tools.workflows.thumbnails.render), sent beside the answer.
     return view.with_thumbnails((Thumbnail.wanted(stored),)) if include_thumbnails else view
 
 
@@ -650,7 +650,7 @@ async def list_asset_rows(
     """``list_assets``, with the stored rows of the page's items (in the same order).
 
     For callers that hand out more than the summary, such as the web library's preview links
-    (:mod:`memory_tools.browsing`).
+    (:mod:`memory_tools.workflows.browsing`).
     """
     policy.require(services.settings)
     if not 1 <= request.limit <= MAX_LIST_LIMIT:

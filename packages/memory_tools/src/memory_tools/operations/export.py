@@ -34,19 +34,19 @@ import anyio
 from memory_db import MemoryDbError, NotFound, ObjectNotFound
 from memory_db.repositories import AssetFilter
 from memory_db.repositories.records import FolderRecord, StoredAsset, VaultRecord
-from memory_tools import admin
 from memory_tools.access import Caller
-from memory_tools.backup import (
+from memory_tools.errors import InvalidInputFailure, NotFoundFailure, ToolFailure
+from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.operations import admin
+from memory_tools.operations.backup import (
     absolute_path,
     clear_directory,
     file_digest,
     require_empty_directory,
     write_json_atomically,
 )
-from memory_tools.errors import InvalidInputFailure, NotFoundFailure, ToolFailure
-from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.projects import create_folder, create_project
 from memory_tools.services import MemoryServices
+from memory_tools.workflows.projects import create_folder, create_project
 
 EXPORT_FORMAT = "image-memory-vault-export"
 EXPORT_FORMAT_VERSION = 1

@@ -1,12 +1,13 @@
 """Enrichment: text read in images (OCR) as durable jobs, and re-running it (docs/ocr.md).
 
-- :class:`OcrHandler` runs an ``ocr`` job (:mod:`memory_tools.job_handlers`): it reads the
+- :class:`OcrHandler` runs an ``ocr`` job (:mod:`memory_tools.jobs.handlers`): it reads the
   sanitised preview (or, when the preview is too small to read, a larger rendition made from
   the verified original by the same sanitising decode as a save), runs Tesseract
-  (:mod:`memory_tools.ocr`) in a thread, and stores the verbatim text with its provenance on the
+  (:mod:`memory_tools.jobs.ocr`) in a thread, and stores the verbatim text with its provenance on
+  the
   asset. The text feeds the full-text document (its own field, below a person's words), the
   fused text (after a person's words, bounded) and ``image_asset_get``.
-- :func:`memory_tools.ocr.ocr_wanted` is the ``ASSET_OCR`` policy for new saves.
+- :func:`memory_tools.jobs.ocr.ocr_wanted` is the ``ASSET_OCR`` policy for new saves.
 - :func:`enrich_asset` (the ``image_asset_enrich`` tool) and :func:`enrich_vault` (the
   ``memory-server enrich`` command) queue the work again for one image or a whole vault.
   Enrichments are named (``what``): each name maps to an :class:`Enricher` (its feature switch
@@ -29,10 +30,8 @@ from memory_db import AssetRecord, MemoryDbError, UnitOfWork, VaultScope, get_lo
 from memory_db.errors import ChecksumMismatch, NotFound
 from memory_db.priority import run_cpu
 from memory_db.storage.integrity import read_verified
-from memory_tools import admin, policy
+from memory_tools import policy
 from memory_tools.access import Caller
-from memory_tools.changes import locate_asset
-from memory_tools.edits import reembed_fused
 from memory_tools.errors import (
     FeatureDisabled,
     InvalidInputFailure,
@@ -41,10 +40,13 @@ from memory_tools.errors import (
 )
 from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
-from memory_tools.job_handlers import JobFailed, JobResult, JobSubject, read_subject_preview
-from memory_tools.ocr import OcrError, OcrReading, queue_ocr, read_text
+from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_preview
+from memory_tools.jobs.ocr import OcrError, OcrReading, queue_ocr, read_text
+from memory_tools.operations import admin
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
+from memory_tools.workflows.changes import locate_asset
+from memory_tools.workflows.edits import reembed_fused
 
 log = get_logger(__name__)
 
@@ -59,7 +61,7 @@ OCR_ACTOR = "system:ocr"  # who re-queues the fused vector after text was read
 
 
 class OcrHandler:
-    """Runs ``ocr`` jobs (registered by :func:`memory_tools.job_handlers.build_job_handlers`)."""
+    """Runs ``ocr`` jobs (registered by :func:`memory_tools.jobs.handlers.build_job_handlers`)."""
 
     kind = "ocr"
 

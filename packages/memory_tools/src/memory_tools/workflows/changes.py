@@ -24,7 +24,6 @@ from memory_db.repositories import AssetRecord, ObjectRecord, VaultScope
 from memory_db.vectors import VectorIndex
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
-from memory_tools.assets import descendants
 from memory_tools.errors import (
     ConflictFailure,
     FeatureDisabled,
@@ -38,6 +37,7 @@ from memory_tools.ingest.save import check_placement, vector_bytes
 from memory_tools.progress import Progress, every, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
+from memory_tools.workflows.assets import descendants
 
 log = get_logger(__name__)
 

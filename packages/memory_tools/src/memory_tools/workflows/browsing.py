@@ -17,7 +17,9 @@ from memory_db import MemoryDbError, UnitOfWork
 from memory_db.repositories import FolderRecord
 from memory_tools import policy
 from memory_tools.access import Caller, readable_vaults
-from memory_tools.assets import (
+from memory_tools.errors import InvalidInputFailure, NotFoundFailure, Unavailable, translate
+from memory_tools.services import MemoryServices
+from memory_tools.workflows.assets import (
     AssetSummary,
     AssetView,
     DownloadLink,
@@ -29,17 +31,15 @@ from memory_tools.assets import (
     list_asset_rows,
     signed_preview,
 )
-from memory_tools.errors import InvalidInputFailure, NotFoundFailure, Unavailable, translate
-from memory_tools.projects import (
+from memory_tools.workflows.projects import (
     FolderView,
     ProjectView,
     folder_tree,
     list_folders,
     list_projects,
 )
-from memory_tools.services import MemoryServices
-from memory_tools.trash import trashed_preview
-from memory_tools.vaults import VaultView, list_vaults
+from memory_tools.workflows.trash import trashed_preview
+from memory_tools.workflows.vaults import VaultView, list_vaults
 
 ORDERS = ("newest", "oldest")
 

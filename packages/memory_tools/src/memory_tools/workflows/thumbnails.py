@@ -35,10 +35,10 @@ import anyio.to_thread
 import pyvips
 
 from memory_db import MemoryDbError, get_logger
-from memory_tools.assets import read_preview
 from memory_tools.ingest.images import lock_down_libvips
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel
+from memory_tools.workflows.assets import read_preview
 
 log = get_logger(__name__)
 

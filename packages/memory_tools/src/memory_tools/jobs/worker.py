@@ -9,7 +9,7 @@ lease writes nothing, and an asset that entered deletion gets no new vectors. Ve
 deterministic, so a repeated upsert replaces rather than duplicates.
 
 Jobs of other kinds (``ocr``, ``describe``) share the queue, its leases and failure policy; the
-worker hands each to the handler registered for its kind (:mod:`memory_tools.job_handlers`).
+worker hands each to the handler registered for its kind (:mod:`memory_tools.jobs.handlers`).
 A running worker claims them in a lane of their own, one batch at a time, beside its embedding
 slots: a save's embedding (what makes it searchable) never waits behind a slow OCR read, and a
 stream of saves never starves the OCR.
@@ -74,21 +74,21 @@ from memory_db.vectors import (
     filling_rebuild,
 )
 from memory_tools import metrics
-from memory_tools.artifacts import sweep_expired_artifacts
-from memory_tools.assets import read_preview
-from memory_tools.changes import purge_deleted_objects
-from memory_tools.embed_reuse import Known, Need, plan_request
 from memory_tools.ingest.plan import asset_fused_text
-from memory_tools.job_handlers import (
+from memory_tools.jobs.embed_reuse import Known, Need, plan_request
+from memory_tools.jobs.handlers import (
     JobFailed,
     JobHandler,
     JobResult,
     JobSubject,
     build_job_handlers,
 )
-from memory_tools.ocr import ocr_binding
-from memory_tools.reconcile import reconcile_store
+from memory_tools.jobs.ocr import ocr_binding
+from memory_tools.operations.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
+from memory_tools.workflows.artifacts import sweep_expired_artifacts
+from memory_tools.workflows.assets import read_preview
+from memory_tools.workflows.changes import purge_deleted_objects
 
 log = get_logger(__name__)
 
@@ -113,7 +113,8 @@ class WorkerConfig:
     heartbeat_seconds: float = 30.0
     poll_seconds: float = 5.0
     sweep_seconds: float = 30.0
-    # How often a sweep also lists the store against the accounts (see memory_tools.reconcile);
+    # How often a sweep also lists the store against the accounts (see
+    # memory_tools.operations.reconcile);
     # the first sweep of every worker does. None: never (ASSET_WORKER_RECONCILE_SECONDS=0, for
     # an operator who runs `memory-server reconcile` on a schedule of their own).
     reconcile_seconds: float | None = 600.0
@@ -297,7 +298,7 @@ class EmbeddingWorker:
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
         deletes orphaned uploads, purges the bytes of deleted images, deletes expired scraper
         artifacts (bytes, then rows) and, every
-        ``reconcile_seconds``, runs a reconciliation pass (``memory_tools.reconcile``).
+        ``reconcile_seconds``, runs a reconciliation pass (``memory_tools.operations.reconcile``).
         """
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
@@ -327,7 +328,7 @@ class EmbeddingWorker:
             )
 
     async def _reconcile(self) -> int:
-        """Reconcile (memory_tools.reconcile) when due; returns how many findings it had."""
+        """Reconcile the store when due; returns how many findings it had."""
         if self.config.reconcile_seconds is None or anyio.current_time() < self._reconcile_due:
             return 0
         report = await reconcile_store(

@@ -27,8 +27,8 @@ from typing import Protocol
 
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, UnitOfWork
 from memory_db.errors import ChecksumMismatch
-from memory_tools.assets import read_preview
 from memory_tools.services import MemoryServices
+from memory_tools.workflows.assets import read_preview
 
 Write = Callable[[UnitOfWork, AssetRecord], Awaitable[None]]
 
@@ -105,8 +105,8 @@ async def read_subject_preview(services: MemoryServices, subject: JobSubject) ->
 def build_job_handlers(services: MemoryServices) -> Mapping[str, JobHandler]:
     """The handlers this process runs, by kind, as the server's settings switch them on."""
     # Imported here: the handlers' modules build on this one.
-    from memory_tools.describe import DescribeHandler
-    from memory_tools.enrich import OcrHandler
+    from memory_tools.jobs.describe import DescribeHandler
+    from memory_tools.jobs.ocr_jobs import OcrHandler
 
     handlers: dict[str, JobHandler] = {}
     if services.settings.asset_ocr != "off":

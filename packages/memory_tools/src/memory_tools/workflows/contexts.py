@@ -8,7 +8,7 @@ document reads at its lowest weight and the fused text reads after the caller's 
 (:func:`memory_tools.ingest.plan.fused_text`). ``setting``, ``kind``, ``language`` and the
 safety flags are kept for people to read and never indexed. A caller's title and description
 are never replaced. The describe job and a person's review live in
-:mod:`memory_tools.describe`.
+:mod:`memory_tools.jobs.describe`.
 """
 
 from __future__ import annotations

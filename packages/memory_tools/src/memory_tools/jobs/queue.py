@@ -37,10 +37,10 @@ from memory_db import UnitOfWork
 from memory_db.repositories import JOB_WORK_KINDS, WORK_KINDS, JobRecord, WorkItem
 from memory_tools import policy
 from memory_tools.access import Caller
-from memory_tools.changes import PURGE_MARGIN, delete_grace, locate_asset
 from memory_tools.errors import ConflictFailure, Forbidden, InvalidInputFailure, NotFoundFailure
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
+from memory_tools.workflows.changes import PURGE_MARGIN, delete_grace, locate_asset
 
 ADMIN_SCOPE = "admin"
 JOB_TYPES = WORK_KINDS

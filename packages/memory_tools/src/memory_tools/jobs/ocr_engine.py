@@ -2,7 +2,7 @@
 
 Starting ``tesseract`` and loading its model costs about 0.2 s of CPU per image, more than
 reading a small screenshot. :class:`WarmEngines` keeps Tesseract loaded in child processes
-(:mod:`memory_tools.ocr_child`, through the ``tesserocr`` binding) and hands each read to an
+(:mod:`memory_tools.jobs.ocr_child`, through the ``tesserocr`` binding) and hands each read to an
 idle one, so what an image costs is the reading. What the process-per-image design gave is
 kept:
 
@@ -186,7 +186,8 @@ class WarmEngines:
     ) -> None:
         self.max_images = max_images
         # The child's command line, the language data directory appended (tests give their own).
-        # The module's file, not ``-m memory_tools.ocr_child``: importing the package would load
+        # The module's file, not ``-m memory_tools.jobs.ocr_child``: importing the package would
+        # load
         # the whole server into every child (about 90 MB and 0.4 s of CPU more per start).
         self.command = list(command or [sys.executable, str(CHILD_SCRIPT)])
         self.tessdata_dirs = tuple(tessdata_dirs)
@@ -254,7 +255,7 @@ class WarmEngines:
                 "Tesseract's language data is not installed (Debian packages "
                 "tesseract-ocr-eng and tesseract-ocr-osd)",
             )
-        # One OpenMP thread unless the operator said otherwise (see memory_tools.ocr).
+        # One OpenMP thread unless the operator said otherwise (see memory_tools.jobs.ocr).
         env = {**os.environ, "OMP_THREAD_LIMIT": os.environ.get("OMP_THREAD_LIMIT", "1")}
         process = subprocess.Popen(  # noqa: S603 (this interpreter, our own module)
             [*self.command, tessdata],

@@ -23,8 +23,6 @@ from memory_db import MemoryDbError, NotFound, UnitOfWork, VaultScope
 from memory_db.vectors import VectorIndex
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
-from memory_tools.assets import AssetView, get_asset
-from memory_tools.changes import locate_asset
 from memory_tools.errors import (
     ConflictFailure,
     FeatureDisabled,
@@ -36,8 +34,10 @@ from memory_tools.ingest import inputs
 from memory_tools.ingest.plan import NO_FUSED_TEXT, fused_text
 from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import vector_bytes
-from memory_tools.projects import FolderView, ProjectView, folder_view, project_view
 from memory_tools.services import MemoryServices
+from memory_tools.workflows.assets import AssetView, get_asset
+from memory_tools.workflows.changes import locate_asset
+from memory_tools.workflows.projects import FolderView, ProjectView, folder_view, project_view
 
 FUSED = "fused"
 MAX_PROJECT_DESCRIPTION = 2000

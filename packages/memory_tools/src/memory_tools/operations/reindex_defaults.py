@@ -1,4 +1,4 @@
-"""The defaults of a reindex run (:mod:`memory_tools.reindex`), on their own.
+"""The defaults of a reindex run (:mod:`memory_tools.operations.reindex`), on their own.
 
 ``memory-server`` shows them in its ``reindex --help`` and parses every command line with them;
 importing the reindex itself for that would load the embedders and the vector index into

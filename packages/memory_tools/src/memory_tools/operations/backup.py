@@ -11,7 +11,7 @@ A backup is a directory:
   database and store it came from, counts) and the size and SHA-256 of ``files.jsonl``. It is
   written last, atomically: a directory without it is not a backup.
 - ``manifest.hmac``: the manifest's HMAC-SHA256 under the backup key, which is kept outside
-  every backup (:mod:`memory_tools.backup_key`).
+  every backup (:mod:`memory_tools.operations.backup_key`).
 
 Consistency: the object list comes from the same snapshot ``pg_dump`` dumps, so every object row
 in the dump that should have bytes has them in the backup. Objects saved after the snapshot are
@@ -57,18 +57,18 @@ from memory_db.guarded_restore import DumpRefused
 from memory_db.logs import get_logger
 from memory_db.runtime import build_object_store, load_signing_secret
 from memory_db.storage import UrlSigner, content_type_for_key, validate_object_key
-from memory_tools.backup_key import (
-    SIGNATURE,
-    check_signature,
-    load_or_create_backup_key,
-    read_backup_key,
-    signature_document,
-)
 from memory_tools.errors import (
     ConflictFailure,
     InvalidInputFailure,
     ToolFailure,
     Unavailable,
+)
+from memory_tools.operations.backup_key import (
+    SIGNATURE,
+    check_signature,
+    load_or_create_backup_key,
+    read_backup_key,
+    signature_document,
 )
 
 log = get_logger(__name__)

@@ -1,6 +1,6 @@
 """Reading the text in an image with Tesseract (docs/ocr.md), offline and bounded.
 
-:func:`read_text` runs Tesseract in a warm child process (:mod:`memory_tools.ocr_engine`, the
+:func:`read_text` runs Tesseract in a warm child process (:mod:`memory_tools.jobs.ocr_engine`, the
 ``tesserocr`` binding with Debian's language data), fed one image at a time: the child is killed
 when a read overruns its time limit, and a crash in the engine cannot take the worker with it.
 Without the binding, the ``tesseract`` command does the same through pytesseract, one process
@@ -35,7 +35,7 @@ import pytesseract
 import pyvips
 
 from memory_db import UnitOfWork
-from memory_tools.ocr_engine import EngineChild, EngineFailure, WarmEngines
+from memory_tools.jobs.ocr_engine import EngineChild, EngineFailure, WarmEngines
 
 ENGINE = "tesseract"
 LANGUAGE = "eng"  # the language data Debian's tesseract-ocr-eng installs

@@ -55,16 +55,6 @@ from memory_db.vectors import (
 )
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable, require_scope
-from memory_tools.assets import (
-    FilterFields,
-    PreviewLink,
-    check_filters,
-    normalised_filters,
-    read_preview,
-    resolve_filters,
-    signed_preview,
-    vault_handles,
-)
 from memory_tools.errors import (
     EmbeddingFailed,
     EmbeddingUnavailable,
@@ -78,6 +68,16 @@ from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel, fitting
+from memory_tools.workflows.assets import (
+    FilterFields,
+    PreviewLink,
+    check_filters,
+    normalised_filters,
+    read_preview,
+    resolve_filters,
+    signed_preview,
+    vault_handles,
+)
 
 log = get_logger(__name__)
 
@@ -541,7 +541,8 @@ class AssetSearcher:
             good_match_score=thresholds.good,
         )
         if request.include_thumbnails:
-            # Made by the tool runner (memory_tools.thumbnails.render), sent beside the answer.
+            # Made by the tool runner (memory_tools.workflows.thumbnails.render), sent beside the
+            # answer.
             view = view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in rows))
         return view, len(fusion)
 

@@ -1,6 +1,6 @@
 """The describe job and a person's review of generated image context (docs/generated-context.md).
 
-A ``describe`` job runs in the durable queue (:mod:`memory_tools.job_handlers`): it reads the
+A ``describe`` job runs in the durable queue (:mod:`memory_tools.jobs.handlers`): it reads the
 asset's sanitised preview, asks the configured :class:`~memory_db.describing.Describer` for
 one JSON object, gates the answer (:mod:`memory_db.describing.gating`) and, when it passes,
 stores it bound to the preview's SHA-256 with its whitelisted words; what the call cost goes to
@@ -21,24 +21,24 @@ from memory_db.errors import ContextRefused, EmbeddingError
 from memory_db.logs import get_logger
 from memory_tools import policy
 from memory_tools.access import Caller
-from memory_tools.changes import locate_asset
-from memory_tools.contexts import (
-    GeneratedContextView,
-    context_view,
-    generated_words,
-    page_context,
-)
-from memory_tools.edits import reembed_fused
 from memory_tools.errors import ConflictFailure, InvalidInputFailure, NotFoundFailure
 from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
 from memory_tools.ingest.save import vector_bytes
-from memory_tools.job_handlers import (
+from memory_tools.jobs.handlers import (
     JobFailed,
     JobResult,
     JobSubject,
     read_subject_preview,
 )
 from memory_tools.services import MemoryServices
+from memory_tools.workflows.changes import locate_asset
+from memory_tools.workflows.contexts import (
+    GeneratedContextView,
+    context_view,
+    generated_words,
+    page_context,
+)
+from memory_tools.workflows.edits import reembed_fused
 
 log = get_logger(__name__)
 
