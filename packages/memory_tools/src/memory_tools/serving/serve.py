@@ -13,12 +13,11 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 
 from memory_db import MemorySettings, get_logger
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
 from memory_tools.serving.bootstrap import (
@@ -32,30 +31,12 @@ from memory_tools.serving.bootstrap import (
     worker_config,
 )
 from memory_tools.serving.commands import notice, sigterm_cancels
+from memory_tools.serving.job_worker import job_worker
 
 if TYPE_CHECKING:
-    from fastmcp import FastMCP
-    from fastmcp.server.auth import AuthProvider
+    from memory_tools.serving.app import BuildServer
 
 log = get_logger(__name__)
-
-
-class BuildServer(Protocol):
-    """Makes an app's MCP server from the services: ``build_memory_server`` or a superset."""
-
-    def __call__(
-        self,
-        services: MemoryServices,
-        *,
-        name: str,
-        auth: AuthProvider | None,
-        tools: ToolSelection,
-    ) -> FastMCP:
-        """A server named ``name`` on ``services`` offering ``tools``.
-
-        ``auth`` checks HTTP callers (stdio: None).
-        """
-        ...
 
 
 @dataclass(frozen=True)
@@ -254,7 +235,7 @@ async def run_worker(
         config = worker_config(
             settings, concurrency, batch_size=batch_size, lease_seconds=lease_seconds
         )
-        worker = EmbeddingWorker(services, config)
+        worker = job_worker(services, config)
         slots = config.concurrency
         notice(f"{app.name}: embedding worker {worker.worker_id} (concurrency {slots})")
         if metrics_address is None:
