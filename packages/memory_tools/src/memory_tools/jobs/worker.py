@@ -71,8 +71,6 @@ from memory_db.vectors import (
     StoredVector,
     VectorIndex,
     VectorRecord,
-    complete_embeddings,
-    filling_rebuild,
 )
 from memory_tools import metrics
 from memory_tools.ingest.plan import asset_fused_text
@@ -574,19 +572,15 @@ class JobWorker:
         """
         async with self._services.database.single_statements() as uow:
             # Nothing to hold outside a transaction: the completion holds the alias.
-            index = await VectorIndex.open_alias(
-                uow.session, self._services.vector_alias, hold=False
-            )
+            index = await uow.vector_indexes.open_alias(self._services.vector_alias, hold=False)
             # A filling rebuild's target is among the alias's mirrors: with none, there is none.
             rebuild = (
-                await filling_rebuild(uow.session, self._services.vector_alias)
+                await uow.vector_indexes.filling_rebuild(self._services.vector_alias)
                 if index.mirrors
                 else None
             )
             target = (
-                None
-                if rebuild is None
-                else await VectorIndex.open(uow.session, rebuild.target_index)
+                None if rebuild is None else await uow.vector_indexes.open(rebuild.target_index)
             )
         embedders = self._services.embedders
         # An index made before identities were recorded was filled by the configured embedder.
@@ -700,15 +694,9 @@ class JobWorker:
         async with self._services.database.single_statements() as uow:
             shape = shapes.get(index_name)
             index = (
-                await VectorIndex.open(uow.session, index_name)
+                await uow.vector_indexes.open(index_name)
                 if shape is None
-                else VectorIndex(
-                    uow.session,
-                    shape.name,
-                    shape.dimensions,
-                    shape.element,
-                    identity=shape.identity,
-                )
+                else uow.vector_indexes.bind(shape)
             )
             for owner, object_ids in sorted(objects.items()):
                 # Both representations in one statement per owner.
@@ -851,11 +839,10 @@ class JobWorker:
             finishing, gone = _sort_out(items, embedded, await _lock_assets(uow, items))
             if gone:
                 # Held like the completion holds it; its mirrors are where a delete applies.
-                index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+                index = await uow.vector_indexes.open_alias(self._services.vector_alias)
                 await self._cancel_deleted(uow, index, gone)
             if mismatch is None and finishing:
-                completed = await complete_embeddings(
-                    uow.session,
+                completed = await uow.vector_indexes.complete_embeddings(
                     shape,
                     self._services.vector_alias,
                     self.worker_id,
@@ -895,7 +882,7 @@ class JobWorker:
             current = await _lock_assets(uow, items)
             # The alias is resolved per batch, never cached: after a rebuild switches it, the
             # next batch writes to the new index (the switch waits for this one to commit).
-            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            index = await uow.vector_indexes.open_alias(self._services.vector_alias)
             if index.name != plan.active:
                 # Switched while this batch was embedded: its vectors are of the old model.
                 mismatch = self._switched(plan.active, index.name)
@@ -903,7 +890,7 @@ class JobWorker:
                 mismatch = self._dimension_mismatch(index, plan.embedder)
             target: VectorIndex | None = None
             if plan.target in index.mirrors:
-                target = await VectorIndex.open(uow.session, plan.target)
+                target = await uow.vector_indexes.open(plan.target)
             finishing, gone = _sort_out(items, embedded, current)
             await self._cancel_deleted(uow, index, gone)
             # On a mismatch nothing is written: the live jobs are retried after the commit.
