@@ -282,6 +282,22 @@ def _refusal(request: Request, services: MemoryServices, nonce: str, status: int
     return response
 
 
+async def _signed_in(
+    request: Request, services: MemoryServices, nonce: str
+) -> SessionCaller | Response:
+    """The browser's session, or what a page or action answers without one.
+
+    No session (or one that ended): to the sign-in page, back here after. The session could
+    not be read (the database is away, the server is busy): the error page.
+    """
+    try:
+        return await _resolve(request, services)
+    except Unauthenticated:
+        return security.secure_headers(_sign_in_redirect(request), nonce)
+    except ToolFailure as failure:
+        return error_page(request, services, nonce, None, failure)
+
+
 WebHandler = Callable[[WebRequest], Awaitable[Response]]
 
 
@@ -290,12 +306,9 @@ def page(path: str, handler: WebHandler, services: MemoryServices) -> Route:
 
     async def endpoint(request: Request) -> Response:
         nonce = security.new_nonce()
-        try:
-            who = await _resolve(request, services)
-        except Unauthenticated:
-            return security.secure_headers(_sign_in_redirect(request), nonce)
-        except ToolFailure as failure:
-            return error_page(request, services, nonce, None, failure)
+        who = await _signed_in(request, services, nonce)
+        if isinstance(who, Response):
+            return who
         web = WebRequest(request, services, who, nonce)
         try:
             with map_failures():  # an unexpected error is logged and shown as `internal`
@@ -326,12 +339,9 @@ def action(
         nonce = security.new_nonce()
         if not security.same_origin(request, services):
             return _refusal(request, services, nonce, 403, "cross-site request refused")
-        try:
-            who = await _resolve(request, services)
-        except Unauthenticated:
-            return security.secure_headers(_sign_in_redirect(request), nonce)
-        except ToolFailure as failure:
-            return error_page(request, services, nonce, None, failure)
+        who = await _signed_in(request, services, nonce)
+        if isinstance(who, Response):
+            return who
         try:
             form = await read_form(request, max_bytes)
         except ToolFailure as failure:
