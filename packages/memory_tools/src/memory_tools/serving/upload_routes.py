@@ -127,6 +127,17 @@ def _error(failure: ToolFailure, request: Request) -> Response:
     )
 
 
+def _refused(failure: ToolFailure, request: Request) -> Response:
+    """The JSON error of a refused call; logged when the fault is ours (database away, a bug).
+
+    Called while the failure is handled, so the log carries its cause (``map_failures`` in the
+    call runner chains what it translated).
+    """
+    if failure.code in ("unavailable", "internal"):
+        log.warning("upload_route_refused", code=failure.code, exc_info=True)
+    return _error(failure, request)
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -249,7 +260,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
         try:
             ticket = await answer(request, started)
         except ToolFailure as failure:
-            return _error(failure, request)
+            return _refused(failure, request)
         out = ticket_out(ticket, f"{_base(services, request)}/uploads/{ticket.upload_id}/complete")
         return JSONResponse(
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
@@ -264,7 +275,7 @@ def upload_routes(services: MemoryServices) -> list[Route]:
         try:
             result = await answer(request, completed)
         except ToolFailure as failure:
-            return _error(failure, request)
+            return _refused(failure, request)
         return JSONResponse(result.model_dump(mode="json"))
 
     return [
