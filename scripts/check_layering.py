@@ -25,6 +25,9 @@ An import inside ``if TYPE_CHECKING:`` is allowed: it exists only for the type c
 The SQLAlchemy session stays behind memory_db's unit of work: above memory_db no code reads a
 ``.session`` attribute or uses ``memory_db.unit_of_work.session_of`` (``session_violations``).
 
+scraper_mcp reaches memory_tools only through the package root and one public module,
+``memory_tools.mcp.for_scrapers`` (:func:`scraper_violations`).
+
 Usage: ``python scripts/check_layering.py [ROOT]`` (ROOT defaults to the repository); exits 1
 and names each offending import when a rule is broken.
 """
@@ -194,6 +197,7 @@ def violations(root: Path, rules: tuple[Rule, ...] | None = None) -> list[str]:
     found: list[str] = []
     if rules is None:
         rules = RULES + app_rules(root)
+        found.extend(scraper_violations(root))
         found.extend(dependency_violations(root))
         if (root / ROOMS_PACKAGE).is_dir():
             found.extend(room_violations(root))
@@ -383,6 +387,49 @@ def circle_violations(root: Path) -> list[str]:
         "module both import; an import inside a function only hides the circle)"
         for group in _circles(_import_graph(root))
     ]
+
+
+# scraper_mcp builds on memory_tools through its package root and one public module, so what
+# it relies on is listed in one place instead of reached for in modules whose insides change.
+SCRAPER_SOURCES = "packages/scraper_mcp/src"
+SCRAPER_DOOR = ("memory_tools", "memory_tools.mcp.for_scrapers")
+SCRAPER_REASON = (
+    "scraper_mcp imports memory_tools only from its root and memory_tools.mcp.for_scrapers: "
+    "export what it needs there"
+)
+
+
+def _submodules_imported(tree: ast.AST, root: Path) -> Iterator[tuple[int, str]]:
+    """``(line, module)`` of each memory_tools submodule a runtime import reaches.
+
+    ``from memory_tools import policy`` reaches the module ``memory_tools.policy``: a submodule
+    named through the package root is still that submodule. The root itself is not listed.
+    """
+    package = root / "packages/memory_tools/src/memory_tools"
+    through_root = {
+        node.lineno: [alias.name for alias in node.names]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module == "memory_tools"
+    }
+    for line, module in runtime_imports(tree):
+        if module == "memory_tools":
+            for name in through_root.get(line, []):
+                if (package / name).is_dir() or (package / f"{name}.py").is_file():
+                    yield line, f"memory_tools.{name}"
+        elif _matches(module, "memory_tools"):
+            yield line, module
+
+
+def scraper_violations(root: Path) -> list[str]:
+    """One line per scraper_mcp import of memory_tools that bypasses :data:`SCRAPER_DOOR`."""
+    found: list[str] = []
+    for path in sorted(root.glob(f"{SCRAPER_SOURCES}/**/*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, module in _submodules_imported(tree, root):
+            if module not in SCRAPER_DOOR:
+                relative = path.relative_to(root)
+                found.append(f"{relative}:{line}: imports {module} ({SCRAPER_REASON})")
+    return found
 
 
 def main(argv: list[str]) -> int:

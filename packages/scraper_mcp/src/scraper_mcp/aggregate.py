@@ -11,7 +11,7 @@ from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.mcp.toolsets import MEMORY, MEMORY_TOOLSETS, ToolSelection, Toolset
+from memory_tools.mcp.for_scrapers import MEMORY, MEMORY_TOOLSETS, ToolSelection, Toolset
 from scraper_mcp.chromium import system_chromium
 from scraper_mcp.tools import build_scraper_tools, scraper_tools
 

@@ -11,6 +11,6 @@ in ``memory_tools`` also read, so the implementation lives in
 scraper tools import it from here.
 """
 
-from memory_tools.workflows.artifacts import ArtifactSourceKind, ArtifactView, store_artifact
+from memory_tools.mcp.for_scrapers import ArtifactSourceKind, ArtifactView, store_artifact
 
 __all__ = ["ArtifactSourceKind", "ArtifactView", "store_artifact"]

@@ -51,7 +51,8 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import TimeoutError as PlaywrightTimeout
 
 from memory_db import MemorySettings, get_logger
-from memory_tools.errors import FetchFailed, ToolFailure
+from memory_tools import ToolFailure
+from memory_tools.mcp.for_scrapers import FetchFailed
 from scraper_mcp.page_requests import PageRequests
 
 log = get_logger(__name__)

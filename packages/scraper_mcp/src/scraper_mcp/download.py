@@ -9,12 +9,8 @@ downloads), then validated and stored by :func:`scraper_mcp.artifacts.store_arti
 
 from __future__ import annotations
 
-from memory_tools import policy
-from memory_tools.access import Caller, require_scope
-from memory_tools.errors import FeatureDisabled, InvalidInputFailure
-from memory_tools.ingest.inputs import scrub_url
-from memory_tools.ingest.sources import Download
-from memory_tools.services import MemoryServices
+from memory_tools import Caller, FeatureDisabled, InvalidInputFailure, MemoryServices
+from memory_tools.mcp.for_scrapers import Download, policy, require_scope, scrub_url
 from scraper_mcp.artifacts import ArtifactView, store_artifact
 
 MAX_URL_LENGTH = 4096

@@ -31,7 +31,7 @@ from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
+from memory_tools.mcp.for_scrapers import MEMORY_SELECTION, ToolSelection
 from scraper_mcp.aggregate import AGGREGATE_SELECTION, build_aggregate_server
 
 if TYPE_CHECKING:

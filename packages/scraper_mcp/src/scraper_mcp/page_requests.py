@@ -30,15 +30,18 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Route
 
 from memory_db import get_logger
-from memory_tools.errors import FetchFailed, ToolFailure, UnsafeUrl
-from memory_tools.ingest.fetch import (
+from memory_tools import ToolFailure
+from memory_tools.mcp.for_scrapers import (
     UNFOLLOWABLE_REDIRECT,
+    FetchFailed,
     FetchPolicy,
+    UnresolvableHost,
+    UnsafeDestination,
+    UnsafeUrl,
     check_url,
     destination_refusal,
     redirect_target,
 )
-from memory_tools.ingest.network import UnresolvableHost, UnsafeDestination
 
 log = get_logger(__name__)
 

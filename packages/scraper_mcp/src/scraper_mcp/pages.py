@@ -24,20 +24,25 @@ from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from memory_db import MemoryDbError
-from memory_tools import policy
-from memory_tools.access import Caller, resolve_vault
-from memory_tools.errors import (
+from memory_tools import (
+    Caller,
     FeatureDisabled,
     InvalidInputFailure,
-    NotHtml,
+    MemoryServices,
     ToolFailure,
+    resolve_vault,
+)
+from memory_tools.mcp.for_scrapers import (
+    MAX_SOURCE_REF_BYTES,
+    AssetSaver,
+    FetchedBody,
+    NotHtml,
+    SaveRequest,
+    WireModel,
+    check_placement,
+    policy,
     translate,
 )
-from memory_tools.ingest.fetch import FetchedBody
-from memory_tools.ingest.inputs import MAX_SOURCE_REF_BYTES
-from memory_tools.ingest.save import AssetSaver, SaveRequest, check_placement
-from memory_tools.services import MemoryServices
-from memory_tools.wire import WireModel
 from scraper_mcp import page_images
 from scraper_mcp.page_images import Candidate, SourceKind
 

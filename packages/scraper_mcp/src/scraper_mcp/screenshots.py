@@ -23,13 +23,15 @@ import pyvips
 from pydantic import Field
 
 from memory_db import get_logger
-from memory_tools import policy
-from memory_tools.access import Caller, require_scope
-from memory_tools.errors import FetchFailed, ToolFailure
-from memory_tools.ingest.images import lock_down_libvips
-from memory_tools.services import MemoryServices
-from memory_tools.wire import Thumbnail
-from memory_tools.workflows.thumbnails import shrink
+from memory_tools import Caller, MemoryServices, ToolFailure
+from memory_tools.mcp.for_scrapers import (
+    FetchFailed,
+    Thumbnail,
+    lock_down_libvips,
+    policy,
+    require_scope,
+    shrink,
+)
 from scraper_mcp.artifacts import ArtifactView, store_artifact
 from scraper_mcp.chromium import Chromium
 from scraper_mcp.page_images import clean

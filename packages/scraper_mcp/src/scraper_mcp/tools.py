@@ -4,8 +4,9 @@ The same registry as the memory tools (:mod:`memory_tools.mcp.registry`): the me
 the tool's name, its docstring the description, its parameters the input schema, its return
 model the output schema; the decorator states the title, the four hints (scraper tools reach
 the open web: ``open_world=True``) and the audited operation. A body is one call through
-``memory_tools.mcp.tools.run_authorised`` / ``run_as_caller``, so a scraper call is admitted,
-authenticated and refused exactly like a memory call.
+``run_as_caller``, the MCP face of the one call runner (``memory_tools.workflows.calls``), so a
+scraper call is admitted, authenticated and refused exactly like a memory call. Everything
+taken from ``memory_tools`` comes from its root or ``memory_tools.mcp.for_scrapers``.
 
 Adding a scraper tool: one method here, its workflow in a ``scraper_mcp`` module returning a
 ``memory_tools.wire.WireModel``, its entry in docs/tools.md.
@@ -19,11 +20,8 @@ from typing import Annotated
 from fastmcp.tools import Tool
 from pydantic import Field
 
-from memory_tools import MemoryServices
-from memory_tools.errors import FeatureDisabled
-from memory_tools.ingest.fetch import MAX_URL_LENGTH
-from memory_tools.mcp.registry import ToolRegistry, ToolSpec
-from memory_tools.mcp.tools import run_as_caller
+from memory_tools import FeatureDisabled, MemoryServices
+from memory_tools.mcp.for_scrapers import MAX_URL_LENGTH, ToolRegistry, ToolSpec, run_as_caller
 from scraper_mcp import page_images, pages, screenshots
 from scraper_mcp.artifacts import ArtifactView
 from scraper_mcp.chromium import Chromium

@@ -1,7 +1,8 @@
 """The memory tools: each is one method of ``MemoryTools`` declared with ``@tools.tool``.
 
-Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → one unit
-of work that authenticates, authorises and acts. The workflows check the feature switches
+Every call: presented key (HTTP bearer, else the stdio server's ``MEMORY_API_KEY``) → the one
+call runner every adapter uses (:mod:`memory_tools.workflows.calls`): one unit of work that
+authenticates, authorises and acts. The workflows check the feature switches
 themselves (:mod:`memory_tools.policy`), so every adapter gets the same answer. A failure rolls
 the transaction back and reaches the caller as ``ToolError("<code>: <message>")``.
 
@@ -12,18 +13,18 @@ operation) that returns its workflow's result model (a :class:`memory_tools.wire
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Annotated, Any, Concatenate, Literal, ParamSpec, TypeVar
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+from typing import Annotated, Any, Literal, ParamSpec, TypeVar
 
 from fastmcp.server.dependencies import get_access_token, get_context
 from fastmcp.tools import Tool
 from fastmcp.tools.tool_transform import ArgTransform
 from pydantic import Field, WithJsonSchema
 
-from memory_db import MemorySettings, UnitOfWork, get_logger
+from memory_db import MemorySettings, get_logger
 from memory_db.repositories import AssetFilter
-from memory_tools.access import Caller, authenticate
-from memory_tools.errors import ToolFailure, map_failures
+from memory_tools.errors import ToolFailure
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
 from memory_tools.jobs import ocr_jobs as enrich
@@ -32,8 +33,9 @@ from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry, ToolSpe
 from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
-from memory_tools.workflows import assets, changes, edits, projects, thumbnails, vaults
+from memory_tools.workflows import assets, changes, edits, projects, vaults
 from memory_tools.workflows.assets import AssetListView, AssetView
+from memory_tools.workflows.calls import ApiKey, AsCaller, InTransaction, invoke, invoke_as_caller
 from memory_tools.workflows.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
 from memory_tools.workflows.edits import AssetEdit, FolderEdit, ProjectEdit
 from memory_tools.workflows.projects import FolderTree, FolderView, ProjectList, ProjectView
@@ -113,62 +115,54 @@ def client_progress() -> Progress:
     return report
 
 
-def _presented_key(services: MemoryServices) -> str | None:
+def _presented_key(services: MemoryServices) -> ApiKey:
     token = get_access_token()
-    if token is not None:
-        return token.token
-    return services.default_api_key
+    return ApiKey(token.token if token is not None else services.default_api_key)
+
+
+@contextmanager
+def _refused_as(key: ApiKey) -> Generator[None]:
+    """A ``ToolFailure`` raised as ``Refused``, naming the caller once the key was checked."""
+    try:
+        yield
+    except ToolFailure as failure:
+        raise Refused(failure, key.caller) from None
 
 
 async def run_authorised(
     services: MemoryServices,
-    action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],
+    action: InTransaction[P, T],
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> T:
-    """Authenticate the caller and run ``action(uow, caller, services, ...)`` in one transaction.
+    """Run ``action(uow, caller, services, ...)`` as this call's key, in one transaction.
 
-    The call is admitted first (``MemoryServices.call_admission``): past the limit it waits its
-    turn, and past the admission wait it fails as ``busy`` without having done anything. A
-    failure is raised as ``Refused``; the tool's entry (:mod:`memory_tools.mcp.registry`)
-    answers it and audits a denial under the tool's operation. Thumbnails an answer asks for
-    (``includeThumbnails``) are made after the commit, still within the admitted call.
+    :func:`memory_tools.workflows.calls.invoke` with the key the call presented (the HTTP
+    bearer, else the stdio server's ``MEMORY_API_KEY``): admitted first, authenticated in the
+    transaction, thumbnails made after the commit. A failure is raised as ``Refused``; the
+    tool's entry (:mod:`memory_tools.mcp.registry`) answers it and audits a denial under the
+    tool's operation.
     """
-    caller: Caller | None = None
-    try:
-        with map_failures():
-            async with services.call_admission.admit():
-                async with services.database.unit_of_work() as uow:
-                    caller = await authenticate(uow, _presented_key(services))
-                    answer = await action(uow, caller, services, *args, **kwargs)
-                # Thumbnails the answer asked for, after the transaction, within the call.
-                return await thumbnails.render(services, answer)
-    except ToolFailure as failure:
-        raise Refused(failure, caller) from None
+    key = _presented_key(services)
+    with _refused_as(key):
+        return await invoke(services, key, action, *args, **kwargs)
 
 
 async def run_as_caller(
     services: MemoryServices,
-    action: Callable[Concatenate[Caller, P], Awaitable[T]],
+    action: AsCaller[P, T],
     *args: P.args,
     **kwargs: P.kwargs,
 ) -> T:
-    """Authenticate in one statement, then run ``action(caller, ...)`` outside any transaction.
+    """Run ``action(caller, ...)`` as this call's key, outside any transaction.
 
-    For work that must not hold a transaction open across network calls; ``action`` opens its
-    own. Admitted like ``run_authorised``, for the whole call. The key check is one statement,
-    so it needs no transaction around it.
+    :func:`memory_tools.workflows.calls.invoke_as_caller`, for work that must not hold a
+    transaction open across network calls (``action`` opens its own); refused like
+    :func:`run_authorised`.
     """
-    caller: Caller | None = None
-    try:
-        with map_failures():
-            async with services.call_admission.admit():
-                async with services.database.single_statements() as uow:
-                    caller = await authenticate(uow, _presented_key(services))
-                answer = await action(caller, *args, **kwargs)
-                return await thumbnails.render(services, answer)
-    except ToolFailure as failure:
-        raise Refused(failure, caller) from None
+    key = _presented_key(services)
+    with _refused_as(key):
+        return await invoke_as_caller(services, key, action, *args, **kwargs)
 
 
 tools = ToolRegistry()
@@ -218,7 +212,7 @@ class MemoryTools:
 
     async def authorised(
         self,
-        action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],
+        action: InTransaction[P, T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
@@ -227,7 +221,7 @@ class MemoryTools:
 
     async def as_caller(
         self,
-        action: Callable[Concatenate[Caller, P], Awaitable[T]],
+        action: AsCaller[P, T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:

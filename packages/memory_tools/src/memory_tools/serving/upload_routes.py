@@ -10,13 +10,14 @@ camelCase spelling to use, and no string may hold NUL. Errors are
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from memory_db import get_logger
-from memory_tools import MemoryServices, ToolFailure, authenticate
+from memory_tools import MemoryServices, ToolFailure
 from memory_tools.access import Caller
 from memory_tools.errors import (
     RETRY_AFTER_SECONDS,
@@ -24,9 +25,10 @@ from memory_tools.errors import (
     http_status,
     map_failures,
 )
-from memory_tools.ingest.save import AssetSaver
-from memory_tools.ingest.uploads import UploadFlow
+from memory_tools.ingest.save import AssetSaver, SaveResult
+from memory_tools.ingest.uploads import UploadFlow, UploadTicket
 from memory_tools.web.bodies import parse_body, read_body
+from memory_tools.workflows.calls import ApiKey, invoke_as_caller
 from memory_tools.workflows.uploads import (
     UploadComplete,
     UploadStart,
@@ -36,6 +38,8 @@ from memory_tools.workflows.uploads import (
 )
 
 log = get_logger(__name__)
+
+T = TypeVar("T")
 
 
 def _bearer_token(request: Request) -> str | None:
@@ -59,6 +63,17 @@ def _error(failure: ToolFailure, request: Request) -> Response:
         status_code=http_status(failure),
         headers=headers,
     )
+
+
+def _refused(failure: ToolFailure, request: Request) -> Response:
+    """The JSON error of a refused call; logged when the fault is ours (database away, a bug).
+
+    Called while the failure is handled, so the log carries its cause (``map_failures`` in the
+    call runner chains what it translated).
+    """
+    if failure.code in ("unavailable", "internal"):
+        log.warning("upload_route_refused", code=failure.code, exc_info=True)
+    return _error(failure, request)
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -87,16 +102,12 @@ def json_errors(handler: Handler) -> Handler:
     return guarded
 
 
-def _presented_token(request: Request) -> str:
+def _presented_key(request: Request) -> ApiKey:
+    """The bearer key; refused before the body is read when there is none."""
     token = _bearer_token(request)
     if token is None:
         raise Unauthenticated("send Authorization: Bearer <API key>")
-    return token
-
-
-async def _caller(services: MemoryServices, token: str) -> Caller:
-    async with services.database.single_statements() as uow:  # one statement, as the tools
-        return await authenticate(uow, token)
+    return ApiKey(token)
 
 
 def _base(services: MemoryServices, request: Request) -> str:
@@ -110,17 +121,26 @@ def upload_routes(services: MemoryServices) -> list[Route]:
     """The two upload routes bound to ``services``."""
     flow = UploadFlow(AssetSaver(services))
 
+    async def answer(request: Request, action: Callable[[Caller, bytes], Awaitable[T]]) -> T:
+        """``action(caller, body)`` through the call runner, as the bearer key's caller.
+
+        The body is read before the call takes its turn (a slow sender holds none); it is
+        parsed after the key was checked, so a request without a valid key is 401 whatever
+        its body.
+        """
+        key = _presented_key(request)
+        raw = await read_body(request)
+        return await invoke_as_caller(services, key, action, raw)
+
+    async def started(caller: Caller, raw: bytes) -> UploadTicket:
+        return await start_upload(caller, flow, parse_body(raw, UploadStart))
+
     @json_errors
     async def start(request: Request) -> Response:
         try:
-            token = _presented_token(request)
-            raw = await read_body(request)
-            async with services.call_admission.admit():
-                caller = await _caller(services, token)
-                body: UploadStart = parse_body(raw, UploadStart)
-                ticket = await start_upload(caller, flow, body)
+            ticket = await answer(request, started)
         except ToolFailure as failure:
-            return _error(failure, request)
+            return _refused(failure, request)
         out = ticket_out(ticket, f"{_base(services, request)}/uploads/{ticket.upload_id}/complete")
         return JSONResponse(
             out.model_dump(mode="json"), status_code=201, headers={"Cache-Control": "no-store"}
@@ -128,15 +148,14 @@ def upload_routes(services: MemoryServices) -> list[Route]:
 
     @json_errors
     async def complete(request: Request) -> Response:
+        async def completed(caller: Caller, raw: bytes) -> SaveResult:
+            body = parse_body(raw, UploadComplete)
+            return await complete_upload(caller, flow, request.path_params["upload_id"], body)
+
         try:
-            token = _presented_token(request)
-            raw = await read_body(request)
-            async with services.call_admission.admit():
-                caller = await _caller(services, token)
-                body: UploadComplete = parse_body(raw, UploadComplete)
-                result = await complete_upload(caller, flow, request.path_params["upload_id"], body)
+            result = await answer(request, completed)
         except ToolFailure as failure:
-            return _error(failure, request)
+            return _refused(failure, request)
         return JSONResponse(result.model_dump(mode="json"))
 
     return [

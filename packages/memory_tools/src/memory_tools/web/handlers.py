@@ -8,7 +8,9 @@ Each wraps a handler ``async def handler(web: WebRequest) -> Response``:
   session's CSRF token (a form's ``csrf`` field, or the ``X-CSRF-Token`` header from JS);
 - the handler calls workflows through :meth:`WebRequest.call` (``workflow(uow, caller,
   services, ...)`` in one transaction, admitted like a tool call, the session re-checked inside
-  it, so a key revoked meanwhile is refused) or :meth:`WebRequest.call_as_caller`;
+  it, so a key revoked meanwhile is refused) or :meth:`WebRequest.call_as_caller`: the one
+  call runner of every adapter (:mod:`memory_tools.workflows.calls`) with the session as the
+  credential;
 - a ``ToolFailure`` the handler does not catch becomes an error page (pages), a flash message
   on the page the form came from (actions) or ``{"error": {"code", "message"}}`` (endpoints);
 - every response carries the security headers and this request's CSP nonce.
@@ -20,7 +22,7 @@ import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Concatenate, ParamSpec, TypeVar
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import quote
 
 from starlette.datastructures import FormData
@@ -30,7 +32,7 @@ from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from memory_db import UnitOfWork, get_logger
+from memory_db import get_logger
 from memory_tools.access import Caller
 from memory_tools.errors import (
     Forbidden,
@@ -50,7 +52,13 @@ from memory_tools.web.rendering import (
     render_template,
     set_flash,
 )
-from memory_tools.workflows import thumbnails
+from memory_tools.workflows.calls import (
+    AsCaller,
+    InTransaction,
+    WebSession,
+    invoke,
+    invoke_as_caller,
+)
 
 log = get_logger(__name__)
 
@@ -89,35 +97,28 @@ class WebRequest:
 
     async def call(
         self,
-        action: Callable[Concatenate[UnitOfWork, Caller, MemoryServices, P], Awaitable[T]],
+        action: InTransaction[P, T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
-        """Run a workflow as the caller, exactly as an MCP tool call does (one transaction)."""
-        services = self.services
-        secret = security.session_secret(self.request, services)
-        with map_failures():
-            async with services.call_admission.admit():
-                async with services.database.unit_of_work() as uow:
-                    who = await session_caller(uow, secret)
-                    answer = await action(uow, who.caller, services, *args, **kwargs)
-                return await thumbnails.render(services, answer)
+        """Run a workflow as the caller, exactly as an MCP tool call does (one transaction).
+
+        :func:`memory_tools.workflows.calls.invoke` with this browser's session, re-checked in
+        the transaction (a key revoked since the page was resolved is refused).
+        """
+        return await invoke(self.services, self._session(), action, *args, **kwargs)
 
     async def call_as_caller(
         self,
-        action: Callable[Concatenate[Caller, P], Awaitable[T]],
+        action: AsCaller[P, T],
         *args: P.args,
         **kwargs: P.kwargs,
     ) -> T:
         """Run ``action(caller, ...)`` outside a transaction (work that makes network calls)."""
-        services = self.services
-        secret = security.session_secret(self.request, services)
-        with map_failures():
-            async with services.call_admission.admit():
-                async with services.database.unit_of_work() as uow:
-                    who = await session_caller(uow, secret)
-                answer = await action(who.caller, *args, **kwargs)
-                return await thumbnails.render(services, answer)
+        return await invoke_as_caller(self.services, self._session(), action, *args, **kwargs)
+
+    def _session(self) -> WebSession:
+        return WebSession(security.session_secret(self.request, self.services))
 
     def render(self, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         """Render a page of the signed-in app (the layout, navigation and flash included)."""
@@ -281,6 +282,22 @@ def _refusal(request: Request, services: MemoryServices, nonce: str, status: int
     return response
 
 
+async def _signed_in(
+    request: Request, services: MemoryServices, nonce: str
+) -> SessionCaller | Response:
+    """The browser's session, or what a page or action answers without one.
+
+    No session (or one that ended): to the sign-in page, back here after. The session could
+    not be read (the database is away, the server is busy): the error page.
+    """
+    try:
+        return await _resolve(request, services)
+    except Unauthenticated:
+        return security.secure_headers(_sign_in_redirect(request), nonce)
+    except ToolFailure as failure:
+        return error_page(request, services, nonce, None, failure)
+
+
 WebHandler = Callable[[WebRequest], Awaitable[Response]]
 
 
@@ -289,12 +306,9 @@ def page(path: str, handler: WebHandler, services: MemoryServices) -> Route:
 
     async def endpoint(request: Request) -> Response:
         nonce = security.new_nonce()
-        try:
-            who = await _resolve(request, services)
-        except Unauthenticated:
-            return security.secure_headers(_sign_in_redirect(request), nonce)
-        except ToolFailure as failure:
-            return error_page(request, services, nonce, None, failure)
+        who = await _signed_in(request, services, nonce)
+        if isinstance(who, Response):
+            return who
         web = WebRequest(request, services, who, nonce)
         try:
             with map_failures():  # an unexpected error is logged and shown as `internal`
@@ -325,12 +339,9 @@ def action(
         nonce = security.new_nonce()
         if not security.same_origin(request, services):
             return _refusal(request, services, nonce, 403, "cross-site request refused")
-        try:
-            who = await _resolve(request, services)
-        except Unauthenticated:
-            return security.secure_headers(_sign_in_redirect(request), nonce)
-        except ToolFailure as failure:
-            return error_page(request, services, nonce, None, failure)
+        who = await _signed_in(request, services, nonce)
+        if isinstance(who, Response):
+            return who
         try:
             form = await read_form(request, max_bytes)
         except ToolFailure as failure:

@@ -2,7 +2,7 @@
 
 ``includeThumbnails`` on ``image_asset_get``, ``image_asset_search`` and ``image_asset_list``:
 the workflow asks for one thumbnail per result (``Thumbnail.wanted``: its preview); the
-tool runner makes them after the transaction, still inside the call's admission
+call runner makes them after the transaction, still inside the call's admission
 (:func:`render`); the tool registry sends each as MCP image content, after a text line naming
 its ``assetId``, beside the unchanged structured answer.
 
