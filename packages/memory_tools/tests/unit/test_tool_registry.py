@@ -11,16 +11,15 @@ from typing import Any
 import pytest
 from fastmcp import Client
 from fastmcp.tools import Tool
-from pydantic.alias_generators import to_camel
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
-from memory_db.repositories import FILTER_FIELDS
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server, build_memory_tools
 from memory_tools.mcp.registry import ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
+from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import ProjectView
 
 
@@ -125,21 +124,18 @@ def test_the_base64_bound_follows_the_bound_servers_settings(tmp_path: Path) -> 
     assert "3000 bytes" in small["description"]
 
 
-# The scope parameters list and search share besides the filters.
-PLACEMENT = ("vault", "projectId", "folderId", "includeSubfolders")
-
-
 def test_list_and_search_declare_every_filter_alike(services: MemoryServices) -> None:
-    """The two tools spell each filter parameter out; this keeps the two declarations one.
+    """Both tools take the filter parameters spread from the one model, with one schema each.
 
-    Every filter the one definition (``FILTER_FIELDS``) lets a caller set, and the placement
-    parameters, must be a parameter of both tools with the same schema.
+    Every field of ``FilterParameters`` (where to look and every exact filter) must be a
+    parameter of both tools, under its camelCase name, with the same schema.
     """
     built = {tool.name: tool.parameters for tool in build_memory_tools(services)}
     listing, search = built["image_asset_list"], built["image_asset_search"]
-    names = [to_camel(name) for name, (_, field) in FILTER_FIELDS.items() if field.set_by_caller]
-    assert "untagged" in names and "createdBefore" in names
-    for name in (*PLACEMENT, *names):
+    names = [info.alias for info in FilterParameters.model_fields.values()]
+    assert "untagged" in names and "createdBefore" in names and "vault" in names
+    for name in names:
+        assert name in listing["properties"] and name in search["properties"], name
         assert listing["properties"][name] == search["properties"][name], name
     assert listing.get("$defs") == search.get("$defs")
 
