@@ -6,18 +6,22 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from fastmcp import Client
+from fastmcp.exceptions import ToolError
 from fastmcp.tools import Tool
+from pydantic import BaseModel, ConfigDict, Field
+from pydantic.alias_generators import to_camel
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server, build_memory_tools
-from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.errors import NotFoundFailure
+from memory_tools.mcp.registry import Spread, ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
 from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import ProjectView
@@ -138,6 +142,42 @@ def test_list_and_search_declare_every_filter_alike(services: MemoryServices) ->
         assert name in listing["properties"] and name in search["properties"], name
         assert listing["properties"][name] == search["properties"][name], name
     assert listing.get("$defs") == search.get("$defs")
+
+
+class _Window(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True)
+
+    first_row: Annotated[int, Field(ge=0)] = 0
+    row_count: int = 10
+
+
+async def test_a_spread_model_is_shown_as_its_fields_and_received_whole(
+    services: MemoryServices,
+) -> None:
+    registry = ToolRegistry()
+    received: list[_Window] = []
+
+    class Paged:
+        def __init__(self, services: MemoryServices) -> None:
+            self.services = services
+
+        @registry.tool("Paged", read_only=True, idempotent=True)
+        async def image_paged(
+            self,
+            query: str,
+            window: Annotated[_Window, Spread()] = _Window(),  # noqa: B008 - frozen default
+            verbose: bool = False,
+        ) -> ProjectView:
+            """Page through nothing."""
+            received.append(window)
+            raise NotFoundFailure("nothing here")
+
+    (tool,) = registry.bind(Paged(services))
+    assert list(tool.parameters["properties"]) == ["query", "firstRow", "rowCount", "verbose"]
+    assert tool.parameters["properties"]["firstRow"]["minimum"] == 0
+    with pytest.raises(ToolError, match="not_found"):
+        await tool.run({"query": "x", "firstRow": 3})
+    assert received == [_Window(first_row=3, row_count=10)]
 
 
 # The output schemas as tools/list showed them before the results became the workflows' own
