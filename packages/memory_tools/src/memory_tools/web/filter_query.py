@@ -62,6 +62,11 @@ def read_filters(
     return read
 
 
+def unset_filters(names: Iterable[str] | None = None) -> dict[str, Any]:
+    """Every parameter ``names`` (all by default) as :func:`read_filters` reads an empty form."""
+    return read_filters(ImmutableMultiDict(), names)
+
+
 def set_filters(read: Mapping[str, Any]) -> dict[str, Any]:
     """The values of ``read`` that narrow anything (blanks dropped), ready to be checked."""
     return {alias: value for alias, value in read.items() if value not in ("", [], False)}

@@ -25,7 +25,7 @@ from starlette.routing import Route
 from memory_db.schema import SOURCE_KINDS
 from memory_tools.errors import ToolFailure, http_status
 from memory_tools.services import MemoryServices
-from memory_tools.web.filter_query import filter_pairs, read_filters, set_filters
+from memory_tools.web.filter_query import filter_pairs, read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import WebRequest, action, page
 from memory_tools.workflows.assets import MIME_TYPES, ListRequest
 from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
@@ -65,7 +65,7 @@ FORMER_NAMES = {"kind": "sourceKinds", "mime": "mimeTypes"}
 
 
 def _no_filters() -> dict[str, Any]:
-    return read_filters(QueryParams(), FILTER_NAMES)
+    return unset_filters(FILTER_NAMES)
 
 
 @dataclass(frozen=True)

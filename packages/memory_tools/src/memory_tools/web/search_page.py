@@ -31,7 +31,7 @@ from memory_tools.errors import InvalidInputFailure, ToolFailure, http_status
 from memory_tools.ingest.images import FORMATS
 from memory_tools.services import MemoryServices
 from memory_tools.web import security
-from memory_tools.web.filter_query import read_filters, set_filters
+from memory_tools.web.filter_query import read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
 from memory_tools.web.rendering import human_bytes
 from memory_tools.web.security import same_origin_link
@@ -89,7 +89,7 @@ class SearchForm:
 
     query: str = ""
     asset_id: str = ""
-    filters: dict[str, Any] = field(default_factory=lambda: read_filters(ImmutableMultiDict()))
+    filters: dict[str, Any] = field(default_factory=unset_filters)
     created_from: str = ""
     created_until: str = ""
     limit: str = str(DEFAULT_LIMIT)
