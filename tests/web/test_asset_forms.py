@@ -110,7 +110,7 @@ def test_every_other_form_and_button_of_the_asset_library_and_upload_pages(
     page.locator("#filter-order").select_option("oldest")
     page.locator("#filter-mime").select_option("image/png")
     page.get_by_role("button", name="Apply").click()
-    expect(page).to_have_url(re.compile(r"mime=image%2Fpng.*order=oldest"))
+    expect(page).to_have_url(re.compile(r"mimeTypes=image%2Fpng.*order=oldest"))
     cards = page.locator(".library-card-link")
     expect(cards).to_have_count(2)
     oldest_first = [cards.nth(i).get_attribute("href") or "" for i in (0, 1)]

@@ -6,21 +6,24 @@ import hashlib
 import json
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import pytest
 from fastmcp import Client
+from fastmcp.exceptions import ToolError
 from fastmcp.tools import Tool
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
 from memory_db import Database, MemorySettings
 from memory_db.database import create_engine
-from memory_db.repositories import FILTER_FIELDS
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server, build_memory_tools
-from memory_tools.mcp.registry import ToolRegistry
+from memory_tools.errors import NotFoundFailure
+from memory_tools.mcp.registry import Spread, ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
+from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import ProjectView
 
 
@@ -125,23 +128,56 @@ def test_the_base64_bound_follows_the_bound_servers_settings(tmp_path: Path) -> 
     assert "3000 bytes" in small["description"]
 
 
-# The scope parameters list and search share besides the filters.
-PLACEMENT = ("vault", "projectId", "folderId", "includeSubfolders")
-
-
 def test_list_and_search_declare_every_filter_alike(services: MemoryServices) -> None:
-    """The two tools spell each filter parameter out; this keeps the two declarations one.
+    """Both tools take the filter parameters spread from the one model, with one schema each.
 
-    Every filter the one definition (``FILTER_FIELDS``) lets a caller set, and the placement
-    parameters, must be a parameter of both tools with the same schema.
+    Every field of ``FilterParameters`` (where to look and every exact filter) must be a
+    parameter of both tools, under its camelCase name, with the same schema.
     """
     built = {tool.name: tool.parameters for tool in build_memory_tools(services)}
     listing, search = built["image_asset_list"], built["image_asset_search"]
-    names = [to_camel(name) for name, (_, field) in FILTER_FIELDS.items() if field.set_by_caller]
-    assert "untagged" in names and "createdBefore" in names
-    for name in (*PLACEMENT, *names):
+    names = [info.alias for info in FilterParameters.model_fields.values()]
+    assert "untagged" in names and "createdBefore" in names and "vault" in names
+    for name in names:
+        assert name in listing["properties"] and name in search["properties"], name
         assert listing["properties"][name] == search["properties"][name], name
     assert listing.get("$defs") == search.get("$defs")
+
+
+class _Window(BaseModel):
+    model_config = ConfigDict(alias_generator=to_camel, validate_by_name=True)
+
+    first_row: Annotated[int, Field(ge=0)] = 0
+    row_count: int = 10
+
+
+async def test_a_spread_model_is_shown_as_its_fields_and_received_whole(
+    services: MemoryServices,
+) -> None:
+    registry = ToolRegistry()
+    received: list[_Window] = []
+
+    class Paged:
+        def __init__(self, services: MemoryServices) -> None:
+            self.services = services
+
+        @registry.tool("Paged", read_only=True, idempotent=True)
+        async def image_paged(
+            self,
+            query: str,
+            window: Annotated[_Window, Spread()] = _Window(),  # noqa: B008 - frozen default
+            verbose: bool = False,
+        ) -> ProjectView:
+            """Page through nothing."""
+            received.append(window)
+            raise NotFoundFailure("nothing here")
+
+    (tool,) = registry.bind(Paged(services))
+    assert list(tool.parameters["properties"]) == ["query", "firstRow", "rowCount", "verbose"]
+    assert tool.parameters["properties"]["firstRow"]["minimum"] == 0
+    with pytest.raises(ToolError, match="not_found"):
+        await tool.run({"query": "x", "firstRow": 3})
+    assert received == [_Window(first_row=3, row_count=10)]
 
 
 # The output schemas as tools/list showed them before the results became the workflows' own

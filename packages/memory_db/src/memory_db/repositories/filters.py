@@ -5,11 +5,11 @@ it does not filter, its SQL condition over an asset row (``mem_assets`` joined w
 ``mem_asset_objects`` row) and, when the vector tables carry the column, the same predicate
 over a vector table. Listing, the candidate reload of search, search's full-text list and the
 vector query all read these declarations, so a filter cannot mean one thing in a listing and
-another in a search. Adding a filter: a field here with its condition, and the tool parameter
-that sets it (named as the field, in camelCase: ``source_host`` is ``sourceHost``) in the
-signatures of both ``image_asset_list`` and ``image_asset_search``
-(:meth:`AssetFilter.from_parameters` maps it). A test runs every field a caller sets through
-both tools, and compares every vector predicate with its SQL condition.
+another in a search. Adding a filter: a field here with its condition, and the caller-facing
+parameter of the same name in ``memory_tools.workflows.filters.FilterParameters`` (its bounds,
+its description; callers send it in camelCase: ``source_host`` is ``sourceHost``), which both
+tools and both web pages read. Tests run every field a caller sets through every caller
+surface, and compare every vector predicate with its SQL condition.
 
 The vault scope (whose data, which vault) is not a filter: repositories and the vector index
 apply it to every query before any of these conditions.
@@ -17,12 +17,11 @@ apply it to every query before any of these conditions.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
-from pydantic.alias_generators import to_camel
 from sqlalchemy import ColumnElement, func, literal, literal_column
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import QueryableAttribute
@@ -156,22 +155,6 @@ class AssetFilter:
         vector="asset_id = ANY(:value)",
         set_by_caller=False,
     )
-
-    @classmethod
-    def from_parameters(cls, parameters: Mapping[str, Any]) -> AssetFilter:
-        """The filter a tool's parameters set: each field a caller sets, by its camelCase name.
-
-        ``None`` (an omitted parameter) leaves a field unset; a list becomes a tuple. The list
-        and search tools pass their parameters here, so the mapping exists once.
-        """
-        values: dict[str, Any] = {}
-        for declared in fields(cls):
-            if not declared.metadata["condition"].set_by_caller:
-                continue
-            value = parameters.get(to_camel(declared.name))
-            if value is not None:
-                values[declared.name] = tuple(value) if isinstance(value, list) else value
-        return cls(**values)
 
     def active(self) -> Iterator[tuple[str, Any, Condition]]:
         """``(name, value, condition)`` of every field that filters."""

@@ -13,6 +13,12 @@ its annotation; ``bind`` applies it with fastmcp's own argument transform for th
 settings, as pydantic-ai's ``prepare`` adapts a tool's advertised schema per run. The bound
 itself is enforced by the workflow, so every entry point refuses the same input.
 
+Parameters several tools share as a group (the filters of listing and search,
+:class:`memory_tools.workflows.filters.FilterParameters`) are one pydantic model, declared as
+one parameter annotated with :class:`Spread`: ``bind`` shows each of the model's fields as a
+tool parameter of its own, under its camelCase alias, in the parameter's place, and calls the
+method with the model built from them. The schema is that of the fields written out one by one.
+
 An answer that carries thumbnails (``WireModel.with_thumbnails``, asked for with
 ``includeThumbnails``) is sent as a ``ToolResult``: the declared model's structured content
 unchanged, then the thumbnails as MCP image content (``_shown_with_thumbnails``). The output
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import base64
 import functools
+import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -32,6 +39,7 @@ from fastmcp.exceptions import ToolError
 from fastmcp.tools import Tool, ToolResult
 from fastmcp.tools.tool_transform import ArgTransform
 from mcp_types import ContentBlock, ImageContent, TextContent, ToolAnnotations
+from pydantic import BaseModel
 
 from memory_db import MemorySettings, get_logger
 from memory_db.schema import PROVENANCE_OPERATIONS
@@ -54,6 +62,15 @@ class Advertised:
     """
 
     describe: Callable[[MemorySettings], ArgTransform]
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Annotation metadata: this parameter, a pydantic model, is shown as its fields.
+
+    Each field becomes a tool parameter named by its alias, with its own bounds and
+    description; the method receives the model validated from them.
+    """
 
 
 @dataclass(frozen=True)
@@ -158,7 +175,7 @@ class ToolRegistry:
                 continue
             method = getattr(toolset, spec.name)
             tool = Tool.from_function(
-                _entry(spec, method, toolset.services),
+                _spread(method, _entry(spec, method, toolset.services)),
                 title=spec.title,
                 annotations=spec.annotations(),
             )
@@ -185,6 +202,69 @@ def _entry(
         return answer
 
     return entry
+
+
+def _spread_model(hint: Any) -> type[BaseModel] | None:
+    """The model of a parameter annotated ``Annotated[Model, Spread()]``, else ``None``."""
+    if get_origin(hint) is not Annotated:
+        return None
+    model, *metadata = get_args(hint)
+    if not any(isinstance(item, Spread) for item in metadata):
+        return None
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        raise TypeError(f"Spread needs a pydantic model, not {model!r}")
+    return model
+
+
+def _spread(
+    method: Callable[..., Awaitable[Any]], entry: Callable[..., Awaitable[Any]]
+) -> Callable[..., Awaitable[Any]]:
+    """``entry`` with each ``Spread`` parameter of ``method`` shown as its model's fields.
+
+    The signature (what fastmcp builds the input schema from) has, in place of the parameter,
+    one parameter per field, named by its alias and annotated as the model declares it; a call
+    gathers those arguments back into the model. Without a ``Spread`` parameter: ``entry``.
+    """
+    hints = get_type_hints(method, include_extras=True)
+    parameters: list[inspect.Parameter] = []
+    groups: dict[str, tuple[type[BaseModel], tuple[str, ...]]] = {}
+    for name, parameter in inspect.signature(method).parameters.items():
+        model = _spread_model(hints.get(name))
+        if model is None:
+            parameters.append(parameter.replace(annotation=hints.get(name, parameter.annotation)))
+            continue
+        declared = get_type_hints(model, include_extras=True)
+        aliases: list[str] = []
+        for field_name, info in model.model_fields.items():
+            alias = info.alias or field_name
+            aliases.append(alias)
+            parameters.append(
+                inspect.Parameter(
+                    alias,
+                    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+                    default=info.get_default(call_default_factory=True),
+                    annotation=declared[field_name],
+                )
+            )
+        groups[name] = (model, tuple(aliases))
+    if not groups:
+        return entry
+
+    @functools.wraps(entry)
+    async def spread(**arguments: Any) -> Any:
+        for name, (model, aliases) in groups.items():
+            values = {alias: arguments.pop(alias) for alias in aliases if alias in arguments}
+            arguments[name] = model.model_validate(values)
+        return await entry(**arguments)
+
+    signature = inspect.Signature(
+        parameters, return_annotation=hints.get("return", inspect.Signature.empty)
+    )
+    spread.__signature__ = signature  # type: ignore[attr-defined]  # read by inspect.signature
+    spread.__annotations__ = {p.name: p.annotation for p in parameters} | {
+        "return": signature.return_annotation
+    }
+    return spread
 
 
 def _shown_with_thumbnails(answer: WireModel, thumbnails: tuple[Thumbnail, ...]) -> ToolResult:

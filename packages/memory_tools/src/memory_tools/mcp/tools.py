@@ -23,14 +23,12 @@ from fastmcp.tools.tool_transform import ArgTransform
 from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, get_logger
-from memory_db.repositories import AssetFilter
 from memory_tools.errors import ToolFailure
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
 from memory_tools.jobs import ocr_jobs as enrich
 from memory_tools.jobs.ocr_jobs import Enrichment
-from memory_tools.mcp.registry import Advertised, Refused, ToolRegistry, ToolSpec
-from memory_tools.mcp.schemas import CreatedAfterParam, CreatedBeforeParam
+from memory_tools.mcp.registry import Advertised, Refused, Spread, ToolRegistry, ToolSpec
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.workflows import assets, changes, edits, projects, vaults
@@ -38,6 +36,7 @@ from memory_tools.workflows.assets import AssetListView, AssetView
 from memory_tools.workflows.calls import ApiKey, AsCaller, InTransaction, invoke, invoke_as_caller
 from memory_tools.workflows.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
 from memory_tools.workflows.edits import AssetEdit, FolderEdit, ProjectEdit
+from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import FolderTree, FolderView, ProjectList, ProjectView
 from memory_tools.workflows.search import AssetSearcher, SearchRequest, SearchView
 from memory_tools.workflows.vaults import VaultList
@@ -61,27 +60,8 @@ ProjectIdParam = Annotated[
 ]
 NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
 AssetIdParam = Annotated[str, Field(min_length=1, max_length=64, description="ast_...")]
-OptionalVault = Annotated[
-    str | None,
-    Field(max_length=400, description="A vault handle; omit for every vault you may read."),
-]
-OptionalId = Annotated[str | None, Field(max_length=64)]
-TagsParam = Annotated[
-    list[Annotated[str, Field(max_length=64)]] | None,
-    Field(max_length=32, description="Every tag must be present."),
-]
-SourceKindsParam = Annotated[
-    list[str] | None,
-    Field(max_length=6, description="upload, scrape, screenshot, instagram, external_url, import."),
-]
-SourceHostParam = Annotated[
-    str | None, Field(max_length=253, description="Host the image came from, e.g. example.com.")
-]
-MimeTypesParam = Annotated[
-    list[str] | None,
-    Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
-]
-UntaggedParam = Annotated[bool, Field(description="Only assets without tags.")]
+# Where listing and search look and their exact filters: one model, each field a parameter.
+FiltersParam = Annotated[FilterParameters, Spread()]
 
 
 def advertised_base64(max_bytes: int) -> Any:
@@ -444,17 +424,7 @@ class MemoryTools:
     @tools.tool("List images", read_only=True, idempotent=True)
     async def image_asset_list(
         self,
-        vault: OptionalVault = None,
-        projectId: OptionalId = None,
-        folderId: OptionalId = None,
-        includeSubfolders: bool = False,
-        tags: TagsParam = None,
-        untagged: UntaggedParam = False,
-        sourceKinds: SourceKindsParam = None,
-        sourceHost: SourceHostParam = None,
-        mimeTypes: MimeTypesParam = None,
-        createdAfter: CreatedAfterParam = None,
-        createdBefore: CreatedBeforeParam = None,
+        filters: FiltersParam = FilterParameters(),  # noqa: B008 - frozen, shown spread
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
@@ -472,14 +442,8 @@ class MemoryTools:
         Newest first unless order is 'oldest'; page with nextCursor. Metadata only, plus
         small thumbnails with includeThumbnails; never the stored bytes.
         """
-        parameters = dict(locals())  # the call's parameters, before any other name
         request = assets.ListRequest(
-            vault=vault,
-            project_id=projectId,
-            folder_id=folderId,
-            include_subfolders=includeSubfolders,
-            # Every filter parameter, by its field's camelCase name (repositories/filters.py).
-            filters=AssetFilter.from_parameters(parameters),
+            **filters.request_fields(),
             order=order,
             limit=limit,
             cursor=cursor,
@@ -512,17 +476,7 @@ class MemoryTools:
                 description="Find images like the one at this public https URL (not stored).",
             ),
         ] = None,
-        vault: OptionalVault = None,
-        projectId: OptionalId = None,
-        folderId: OptionalId = None,
-        includeSubfolders: bool = False,
-        tags: TagsParam = None,
-        untagged: UntaggedParam = False,
-        sourceKinds: SourceKindsParam = None,
-        sourceHost: SourceHostParam = None,
-        mimeTypes: MimeTypesParam = None,
-        createdAfter: CreatedAfterParam = None,
-        createdBefore: CreatedBeforeParam = None,
+        filters: FiltersParam = FilterParameters(),  # noqa: B008 - frozen, shown spread
         limit: Annotated[int, Field(ge=1, le=30)] = 10,
         minScore: Annotated[
             float | None,
@@ -555,18 +509,12 @@ class MemoryTools:
         none; noGoodMatch is true when none is a good match (bestScore and goodMatchScore are
         similarities).
         """
-        parameters = dict(locals())  # the call's parameters, before any other name
         request = SearchRequest(
             query=query,
             asset_id=assetId,
             image_base64=imageBase64,
             source_url=sourceUrl,
-            vault=vault,
-            project_id=projectId,
-            folder_id=folderId,
-            include_subfolders=includeSubfolders,
-            # Every filter parameter, by its field's camelCase name (repositories/filters.py).
-            filters=AssetFilter.from_parameters(parameters),
+            **filters.request_fields(),
             limit=limit,
             min_score=minScore,
             include_preview=includePreview,

@@ -1,19 +1,20 @@
 """The library (docs/web.md#library): vaults → projects → folders, and a grid of images.
 
 - ``GET /library``: the tree (:func:`memory_tools.workflows.browsing.library_tree`) beside a grid
-of one
-  page of ``image_asset_list`` with a preview link per image
-  (:func:`memory_tools.workflows.browsing.asset_grid`). The query carries where to look (``vault``,
-  ``project``, ``folder``), the tool's filters (``tags``, ``kind``, ``mime``), ``order`` and
-  the page (``limit``, ``cursor``, and ``back=1`` for a previous page), so every view is a
-  link. A filter the workflow refuses shows its error in place of the grid, beside the tree.
+  of one page of ``image_asset_list`` with a preview link per image
+  (:func:`memory_tools.workflows.browsing.asset_grid`). The query carries where to look
+  (``vault``, ``project``, ``folder``), the tools' exact filters by their names (``tags``,
+  ``sourceKinds``, ``mimeTypes``, ...; the former ``kind`` and ``mime`` are still read),
+  ``order`` and the page (``limit``, ``cursor``, and ``back=1`` for a previous page), so every
+  view is a link. A filter refused (by its bounds or the workflow) shows its error in place of
+  the grid, beside the tree.
 - ``POST /library/projects`` and ``POST /library/folders``: create a project
   (``projects.create_project``) or a folder (``projects.create_folder``), then show it.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, cast
 from urllib.parse import urlencode
 
@@ -21,13 +22,14 @@ from starlette.datastructures import QueryParams
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
 from memory_tools.errors import ToolFailure, http_status
 from memory_tools.services import MemoryServices
+from memory_tools.web.filter_query import filter_pairs, read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import WebRequest, action, page
 from memory_tools.workflows.assets import MIME_TYPES, ListRequest
 from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
+from memory_tools.workflows.filters import FILTER_NAMES, FilterParameters
 from memory_tools.workflows.projects import create_folder, create_project
 
 PAGE_SIZE = 24
@@ -54,24 +56,31 @@ def badge(status: str) -> tuple[str, str, str]:
     return STATUS_BADGES.get(status, (status, "muted", "•"))
 
 
-def _values(params: QueryParams, name: str) -> tuple[str, ...]:
-    return tuple(v for v in params.getlist(name) if v != "")
-
-
 def _one(params: QueryParams, name: str) -> str | None:
     return params.get(name) or None
 
 
+# Links written before the library took the tools' names for its filters still work.
+FORMER_NAMES = {"kind": "sourceKinds", "mime": "mimeTypes"}
+
+
+def _no_filters() -> dict[str, Any]:
+    return unset_filters(FILTER_NAMES)
+
+
 @dataclass(frozen=True)
 class LibraryQuery:
-    """What a library URL asks for; :meth:`url` writes one back (a view is always a link)."""
+    """What a library URL asks for; :meth:`url` writes one back (a view is always a link).
+
+    Where to look (``vault``, ``project``, ``folder``) is the tree's choice; ``filters`` holds
+    every exact filter as typed, by the tools' camelCase names
+    (:func:`memory_tools.web.filter_query.read_filters`).
+    """
 
     vault: str | None = None
     project: str | None = None
     folder: str | None = None
-    tags: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = ()
-    mimes: tuple[str, ...] = ()
+    filters: dict[str, Any] = field(default_factory=_no_filters)
     order: str = "newest"
     limit: int = PAGE_SIZE
     cursor: str | None = None
@@ -79,15 +88,12 @@ class LibraryQuery:
 
     @classmethod
     def parse(cls, params: QueryParams) -> LibraryQuery:
-        """The query of ``GET /library``; values are checked by the workflow, not here."""
-        tags = tuple(tag.strip() for value in params.getlist("tags") for tag in value.split(","))
+        """The query of ``GET /library``; values are checked when the request is made."""
         return cls(
             vault=_one(params, "vault"),
             project=_one(params, "project"),
             folder=_one(params, "folder"),
-            tags=tuple(tag for tag in tags if tag),
-            kinds=_values(params, "kind"),
-            mimes=_values(params, "mime"),
+            filters=read_filters(params, FILTER_NAMES, former=FORMER_NAMES),
             order=params.get("order") or "newest",
             # Not a number: 0, which the workflow refuses with its own words.
             limit=int(limit) if (limit := params.get("limit", str(PAGE_SIZE))).isdigit() else 0,
@@ -98,15 +104,24 @@ class LibraryQuery:
     @property
     def filtered(self) -> bool:
         """Whether any filter narrows the grid (where to look is not a filter)."""
-        return bool(self.tags or self.kinds or self.mimes)
+        return bool(set_filters(self.filters))
+
+    @property
+    def active(self) -> int:
+        """How many filter values narrow the grid (each tag and each choice counts)."""
+        return len(filter_pairs(self.filters))
+
+    def kept_filters(self, shown: tuple[str, ...]) -> list[tuple[str, str]]:
+        """The filters the toolbar has no control for, as pairs its form keeps (hidden)."""
+        return [(name, value) for name, value in filter_pairs(self.filters) if name not in shown]
 
     def request(self) -> ListRequest:
-        """The ``image_asset_list`` request this view makes."""
+        """The ``image_asset_list`` request this view makes; ``invalid_input`` past a bound."""
+        place = {"vault": self.vault, "projectId": self.project, "folderId": self.folder}
+        chosen = {name: value for name, value in place.items() if value is not None}
+        parameters = FilterParameters.checked(chosen | set_filters(self.filters))
         return ListRequest(
-            vault=self.vault,
-            project_id=self.project,
-            folder_id=self.folder,
-            filters=AssetFilter(tags=self.tags, source_kinds=self.kinds, mime_types=self.mimes),
+            **parameters.request_fields(),
             order=cast(Literal["newest", "oldest"], self.order),  # the workflow checks it
             limit=self.limit,
             cursor=self.cursor,
@@ -125,10 +140,7 @@ class LibraryQuery:
         ):
             if value:
                 pairs.append((name, value))
-        if view.tags:
-            pairs.append(("tags", ", ".join(view.tags)))
-        pairs.extend(("kind", kind) for kind in view.kinds)
-        pairs.extend(("mime", mime) for mime in view.mimes)
+        pairs.extend(filter_pairs(view.filters))
         if view.order != "newest":
             pairs.append(("order", view.order))
         if view.limit != PAGE_SIZE:
@@ -179,7 +191,7 @@ async def show_library(web: WebRequest) -> Response:
         mime_types=MIME_TYPES,
         page_size=PAGE_SIZE,
         writable_vaults=writable_vaults,
-        reset_url=query.url(tags=(), kinds=(), mimes=(), order="newest"),
+        reset_url=query.url(filters=_no_filters(), order="newest"),
         here=str(web.request.url.path)
         + (f"?{web.request.url.query}" if web.request.url.query else ""),
     )

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
@@ -26,18 +26,18 @@ from starlette.datastructures import ImmutableMultiDict, UploadFile
 from starlette.responses import Response
 from starlette.routing import Route
 
-from memory_db.repositories import AssetFilter
 from memory_db.schema import SOURCE_KINDS
 from memory_tools.errors import InvalidInputFailure, ToolFailure, http_status
 from memory_tools.ingest.images import FORMATS
-from memory_tools.ingest.inputs import MAX_TAG_LENGTH, MAX_TAGS
 from memory_tools.services import MemoryServices
 from memory_tools.web import security
+from memory_tools.web.filter_query import read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import FORM_MAX_BYTES, WebRequest, action, page
 from memory_tools.web.rendering import human_bytes
 from memory_tools.web.security import same_origin_link
 from memory_tools.web.uploads import ASSET_PATH, UPLOAD_PATH
 from memory_tools.workflows.assets import MIME_TYPES
+from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import FolderView, ProjectView, list_folders, list_projects
 from memory_tools.workflows.search import (
     MAX_SEARCH_LIMIT,
@@ -51,7 +51,8 @@ from memory_tools.workflows.vaults import list_vaults
 SEARCH_PATH = "/search"
 DEFAULT_LIMIT = 10
 LIMITS = (10, 20, MAX_SEARCH_LIMIT)
-_TRUE = frozenset({"on", "true", "1", "yes"})
+# As the search tool bounds assetId.
+MAX_ID_LENGTH = 64
 
 
 @dataclass(frozen=True)
@@ -73,25 +74,22 @@ MATCHED = {
 }
 
 
+# The page's date controls stand for the time filters: a day in UTC, the end one inclusive.
+DAY_CONTROLS = {"createdAfter": "createdFrom", "createdBefore": "createdUntil"}
+
+
 @dataclass(frozen=True)
 class SearchForm:
     """The search form as filled in.
 
     Read from a query string or a POST body, drawn again with the results, and turned into the
-    search tool's request.
+    search tool's request. ``filters`` holds every filter parameter as typed, by its camelCase
+    name (:func:`memory_tools.web.filter_query.read_filters`).
     """
 
     query: str = ""
     asset_id: str = ""
-    vault: str = ""
-    project_id: str = ""
-    folder_id: str = ""
-    include_subfolders: bool = False
-    tags: str = ""
-    untagged: bool = False
-    source_kinds: tuple[str, ...] = ()
-    mime_types: tuple[str, ...] = ()
-    source_host: str = ""
+    filters: dict[str, Any] = field(default_factory=unset_filters)
     created_from: str = ""
     created_until: str = ""
     limit: str = str(DEFAULT_LIMIT)
@@ -105,23 +103,12 @@ class SearchForm:
             value = values.get(name)
             return value.strip() if isinstance(value, str) else ""
 
-        def many(name: str) -> tuple[str, ...]:
-            return tuple(v.strip() for v in values.getlist(name) if isinstance(v, str) and v)
-
         return cls(
             query=text("query"),
             asset_id=text("assetId"),
-            vault=text("vault"),
-            project_id=text("projectId"),
-            folder_id=text("folderId"),
-            include_subfolders=text("includeSubfolders").lower() in _TRUE,
-            tags=text("tags"),
-            untagged=text("untagged").lower() in _TRUE,
-            source_kinds=many("sourceKinds"),
-            mime_types=many("mimeTypes"),
-            source_host=text("sourceHost"),
-            created_from=text("createdFrom"),
-            created_until=text("createdUntil"),
+            filters=read_filters(values),
+            created_from=text(DAY_CONTROLS["createdAfter"]),
+            created_until=text(DAY_CONTROLS["createdBefore"]),
             limit=text("limit") or str(DEFAULT_LIMIT),
             min_score=text("minScore"),
         )
@@ -134,63 +121,37 @@ class SearchForm:
         """Whether anything beyond the words and the image is set (the filters show open)."""
         return self != replace(SearchForm(), query=self.query, asset_id=self.asset_id)
 
-    def tag_list(self) -> list[str]:
-        """The comma-separated tags as a list, blanks dropped."""
-        return [tag.strip() for tag in self.tags.split(",") if tag.strip()]
-
     def request(self, image: bytes | None, project_vaults: Mapping[str, str]) -> SearchRequest:
         """The search tool's request; ``invalid_input`` for what the tool's schema refuses.
 
         ``project_vaults``: each visible project's vault, so a project chosen under "All
         vaults" names its vault, as the workflow requires.
         """
-        for name, value, most in (
-            ("assetId", self.asset_id, 64),
-            ("vault", self.vault, 400),
-            ("projectId", self.project_id, 64),
-            ("folderId", self.folder_id, 64),
-            ("sourceHost", self.source_host, 253),
-        ):
-            if len(value) > most:
-                raise InvalidInputFailure(f"{name}: at most {most} characters")
-        tags = self.tag_list()
-        if len(tags) > MAX_TAGS:
-            raise InvalidInputFailure(f"tags: at most {MAX_TAGS} tags")
-        if any(len(tag) > MAX_TAG_LENGTH for tag in tags):
-            raise InvalidInputFailure(f"tags: a tag is longer than {MAX_TAG_LENGTH} characters")
-        if len(self.source_kinds) > len(SOURCE_KINDS):
-            raise InvalidInputFailure(f"sourceKinds: at most {len(SOURCE_KINDS)}")
-        if len(self.mime_types) > len(MIME_TYPES):
-            raise InvalidInputFailure(f"mimeTypes: at most {len(MIME_TYPES)}")
-        vault = self.vault or project_vaults.get(self.project_id) or None
-        filters = AssetFilter(
-            tags=tuple(tags),
-            untagged=self.untagged,
-            source_kinds=self.source_kinds,
-            source_host=self.source_host or None,
-            mime_types=self.mime_types,
-            created_after=_day(self.created_from, "createdFrom"),
-            created_before=_day(self.created_until, "createdUntil", next_day=True),
-        )
+        if len(self.asset_id) > MAX_ID_LENGTH:
+            raise InvalidInputFailure(f"assetId: at most {MAX_ID_LENGTH} characters")
+        values = set_filters(self.filters)
+        if self.created_from:
+            values["createdAfter"] = _day(self.created_from, DAY_CONTROLS["createdAfter"])
+        if self.created_until:
+            until = DAY_CONTROLS["createdBefore"]
+            values["createdBefore"] = _day(self.created_until, until, next_day=True)
+        project = str(values.get("projectId", ""))
+        if "vault" not in values and project in project_vaults:
+            values["vault"] = project_vaults[project]
+        filters = FilterParameters.checked(values)
         return SearchRequest(
             query=self.query or None,
             asset_id=self.asset_id or None,
             image_bytes=image,
-            vault=vault,
-            project_id=self.project_id or None,
-            folder_id=self.folder_id or None,
-            include_subfolders=self.include_subfolders,
-            filters=filters,
+            **filters.request_fields(),
             limit=_whole(self.limit, "limit"),
             min_score=_score(self.min_score) if self.min_score else None,
             include_preview=True,
         )
 
 
-def _day(value: str, name: str, *, next_day: bool = False) -> datetime | None:
+def _day(value: str, name: str, *, next_day: bool = False) -> datetime:
     """The start (UTC) of the day ``value`` names, or of the next day (an inclusive end)."""
-    if not value:
-        return None
     try:
         day = date.fromisoformat(value)
     except ValueError:
@@ -218,13 +179,13 @@ def _score(value: str) -> float:
 
 async def _query_image(form: Mapping[str, Any]) -> tuple[bytes | None, str | None]:
     """The query image of a POSTed form and a name to show for it; none when the field is empty."""
-    field = form.get("image")
-    if not isinstance(field, UploadFile):
+    upload = form.get("image")
+    if not isinstance(upload, UploadFile):
         return None, None
-    data = await field.read()
-    if not data and not field.filename:
+    data = await upload.read()
+    if not data and not upload.filename:
         return None, None  # the file field was left empty
-    return data, f"{field.filename or 'pasted image'} ({human_bytes(len(data))})"
+    return data, f"{upload.filename or 'pasted image'} ({human_bytes(len(data))})"
 
 
 def routes(services: MemoryServices) -> list[Route]:
@@ -239,7 +200,7 @@ def routes(services: MemoryServices) -> list[Route]:
         vaults = [v.vault for v in (await web.call(list_vaults)).vaults]
         projects = (await web.call(list_projects, vault=None, include_archived=False)).projects
         folders: list[FolderView] = []
-        chosen = [p for p in projects if p.project_id == form.project_id]
+        chosen = [p for p in projects if p.project_id == form.filters["projectId"]]
         if chosen:
             tree = await web.call(
                 list_folders, vault=chosen[0].vault, project_id=chosen[0].project_id
