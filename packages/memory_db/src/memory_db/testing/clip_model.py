@@ -22,6 +22,8 @@ from typing import Any
 
 import numpy as np
 
+from memory_db.testing.http_server import LocalHttpServer
+
 TINY_WORDS = (
     "a",
     "an",
@@ -299,7 +301,7 @@ def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> 
     return directory
 
 
-class ModelHubServer:
+class ModelHubServer(LocalHttpServer):
     """A model hub on 127.0.0.1 laid out like Hugging Face's, for ``models fetch`` tests.
 
     ``files`` maps a hub path (``/<repo>/resolve/<revision>/<file>``) to its bytes. A request for
@@ -318,7 +320,7 @@ class ModelHubServer:
     def __init__(self, files: dict[str, bytes]) -> None:
         import hashlib
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         self.files = dict(files)
         self.published = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
@@ -381,20 +383,7 @@ class ModelHubServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def start(self) -> ModelHubServer:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 def hub_files_for(entry: Any, directory: Path) -> dict[str, bytes]:
