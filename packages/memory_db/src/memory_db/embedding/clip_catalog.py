@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,17 +41,24 @@ _OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _OPENAI_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def _clip_preprocessing(side: int, mean: list[float], std: list[float]) -> dict[str, Any]:
+def clip_preprocessing(
+    side: int, mean: Sequence[float], std: Sequence[float], *, resize: int | None = None
+) -> dict[str, Any]:
+    """A CLIP-style ``preprocessor_config.json``: resize, centre crop, rescale, normalise.
+
+    The shorter side goes to ``resize`` (default ``side``), then the centre is cropped to
+    ``side`` x ``side``.
+    """
     return {
         "do_resize": True,
-        "size": {"shortest_edge": side},
+        "size": {"shortest_edge": resize or side},
         "do_center_crop": True,
         "crop_size": {"height": side, "width": side},
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": mean,
-        "image_std": std,
+        "image_mean": list(mean),
+        "image_std": list(std),
     }
 
 
@@ -171,7 +179,7 @@ def _openai_clip(
         repo=repo,
         revision=revision,
         files=files,
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
+        preprocessing=clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     )
 
 
@@ -190,7 +198,7 @@ def _laion_clip(
         repo=repo,
         revision=revision,
         files=_tower_folder_files(),
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
+        preprocessing=clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     )
 
 
@@ -275,7 +283,7 @@ CATALOG: tuple[CatalogModel, ...] = (
         # MobileCLIP resizes the shorter side to 256 and crops the centre, without normalising
         # (mean 0, std 1), not a squash: hub page (the S0 sibling's processor config)
         # https://huggingface.co/Xenova/mobileclip_s0/blob/9db4e77d9bbdeb1c1e8c1efa9702047e8d2d5ec2/preprocessor_config.json
-        preprocessing=_clip_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+        preprocessing=clip_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
     ),
     CatalogModel(
         name="jina-clip-v1",
@@ -291,7 +299,7 @@ CATALOG: tuple[CatalogModel, ...] = (
         # https://huggingface.co/jinaai/jina-clip-v1/tree/fd7f7158b59ba9347679ec009a6547936d2c7378/onnx
         revision="fd7f7158b59ba9347679ec009a6547936d2c7378",
         files=_onnx_folder_files(),
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
+        preprocessing=clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
         context_length=512,
         note="jina-clip-v2 (1,024-d) is CC-BY-NC-4.0: non-commercial, not listed",
     ),
@@ -413,6 +421,7 @@ __all__ = [
     "CatalogModel",
     "HubFile",
     "catalog_model",
+    "clip_preprocessing",
     "is_pinned",
     "load_catalog_file",
     "pin_problems",

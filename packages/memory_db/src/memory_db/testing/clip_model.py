@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from memory_db.embedding.clip_catalog import clip_preprocessing
 from memory_db.testing.http_server import LocalHttpServer
 
 TINY_WORDS = (
@@ -91,22 +92,6 @@ def write_tokenizer(path: Path, words: Sequence[str] = TINY_WORDS) -> dict[str, 
     return vocab
 
 
-def _preprocessor(resize: int, side: int, mean: Sequence[float], std: Sequence[float]) -> str:
-    return json.dumps(
-        {
-            "do_resize": True,
-            "size": {"shortest_edge": resize},
-            "do_center_crop": True,
-            "crop_size": {"height": side, "width": side},
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": list(mean),
-            "image_std": list(std),
-        }
-    )
-
-
 def _write_tiny_visual(path: Path, rng: np.random.Generator, dims: int, side: int) -> None:
     from onnx import TensorProto, helper
 
@@ -174,7 +159,8 @@ def write_tiny_model(
     _write_tiny_visual(directory / "visual.onnx", rng, dims, side)
     _write_tiny_textual(directory / "textual.onnx", rng, len(vocab), dims)
     (directory / "preprocessor_config.json").write_text(
-        _preprocessor(resize, side, TINY_MEAN, TINY_STD), encoding="utf-8"
+        json.dumps(clip_preprocessing(side, TINY_MEAN, TINY_STD, resize=resize)),
+        encoding="utf-8",
     )
     (directory / "model.json").write_text(
         json.dumps({"dimensions": dims, "context_length": TINY_CONTEXT}), encoding="utf-8"
@@ -290,8 +276,10 @@ def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> 
     _write_vit_textual(directory / "textual.onnx", rng, max(len(vocab), 49_408), dims)
     _write_vit_visual(directory / "visual.onnx", rng, dims)
     (directory / "preprocessor_config.json").write_text(
-        _preprocessor(
-            224, 224, (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+        json.dumps(
+            clip_preprocessing(
+                224, (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+            )
         ),
         encoding="utf-8",
     )
