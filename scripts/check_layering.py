@@ -64,6 +64,16 @@ RULES = (
         forbidden=("sqlalchemy", "asyncpg"),
         reason="SQL lives behind memory_db's repositories: add a repository method instead",
     ),
+    # A model provider keeps its request, its status table and its answer parser; keys,
+    # retries, backoff and the wire are memory_db.provider_http's, the same for every provider.
+    Rule(
+        sources=(
+            "packages/memory_db/src/memory_db/describing",
+            "packages/memory_db/src/memory_db/embedding",
+        ),
+        forbidden=("httpx",),
+        reason="a provider speaks HTTP only through memory_db.provider_http.ProviderHttpClient",
+    ),
 )
 
 

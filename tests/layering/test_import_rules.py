@@ -106,3 +106,23 @@ def test_the_script_exits_non_zero_and_names_the_import(tmp_path: Path) -> None:
     assert "packages/memory_tools/src/memory_tools/workflows/module.py:2: imports sqlalchemy" in (
         result.stdout
     )
+
+
+@pytest.mark.parametrize(
+    ("where", "source"),
+    [
+        ("packages/memory_db/src/memory_db/describing", "import httpx\n"),
+        ("packages/memory_db/src/memory_db/embedding", "from httpx import AsyncClient\n"),
+    ],
+    ids=["describing", "embedding"],
+)
+def test_a_provider_speaks_http_only_through_the_provider_client(
+    tmp_path: Path, where: str, source: str
+) -> None:
+    found = check.violations(_tree(tmp_path, source, where))
+    assert len(found) == 1 and "memory_db.provider_http" in found[0]
+
+
+def test_the_provider_client_itself_speaks_http(tmp_path: Path) -> None:
+    root = _tree(tmp_path, "import httpx\n", "packages/memory_db/src/memory_db")
+    assert check.violations(root) == []

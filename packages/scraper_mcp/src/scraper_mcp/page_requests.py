@@ -5,8 +5,9 @@ Chromium never reaches the network for a page: the browser context routes every 
 :func:`~memory_tools.ingest.fetch.check_url` (scheme, port, host), makes the request itself
 through a client of the server's :class:`~memory_tools.ingest.fetch.SafeFetcher` (which resolves
 the host once, refuses any non-public address and connects to the address it checked, so DNS
-rebinding between check and connect is impossible), follows redirects itself (each target
-checked again) and hands Chromium the answer with ``route.fulfill``. A refused request is
+rebinding between check and connect is impossible), follows redirects with the fetcher's
+:func:`~memory_tools.ingest.fetch.follow_redirects` (each target checked again) and hands
+Chromium the answer with ``route.fulfill``. A refused request is
 aborted; the page sees a network error.
 
 Why fulfil rather than let Chromium fetch after a check: Chromium resolves host names itself,
@@ -32,21 +33,18 @@ from playwright.async_api import Route
 from memory_db import get_logger
 from memory_tools import ToolFailure
 from memory_tools.mcp.for_scrapers import (
-    UNFOLLOWABLE_REDIRECT,
     FetchFailed,
     FetchPolicy,
-    UnresolvableHost,
-    UnsafeDestination,
     UnsafeUrl,
     check_url,
-    destination_refusal,
-    redirect_target,
+    follow_redirects,
+    redirect_location,
+    request_failures,
 )
 
 log = get_logger(__name__)
 
 MAX_REQUESTS = 300
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _METHODS = frozenset({"GET", "HEAD"})
 # What is sent upstream of the page's own request headers: no cookies, no referrer, no range.
 _FORWARDED = ("accept", "accept-language", "user-agent")
@@ -119,17 +117,15 @@ class PageRequests:
             raise UnsafeUrl(f"a page may only read ({method} refused)")
         url = check_url(raw_url, self.policy)
         sent = {name: headers[name] for name in _FORWARDED if name in headers}
-        seen = {str(url)}
-        for _ in range(self.policy.max_redirects + 1):
-            answer = await self._once(method.upper(), url, sent)
-            if isinstance(answer, PageResponse):
-                return answer
-            target = redirect_target(url, answer)
-            if str(target) in seen:
-                raise UnsafeUrl("the redirects form a loop")
-            seen.add(str(target))
-            url = check_url(str(target), self.policy)
-        raise UnsafeUrl(f"more than {self.policy.max_redirects} redirects")
+        return await follow_redirects(
+            url,
+            max_redirects=self.policy.max_redirects,
+            request=lambda target, _redirects: self._once(method.upper(), target, sent),
+            check=self._check,
+        )
+
+    async def _check(self, raw_url: str) -> httpx.URL:
+        return check_url(raw_url, self.policy)
 
     async def _once(
         self, method: str, url: httpx.URL, headers: dict[str, str]
@@ -142,12 +138,10 @@ class PageRequests:
             raise PageBudgetSpent("the screenshot's time is up")
         self.requests += 1
         try:
-            with anyio.fail_after(left):
+            with anyio.fail_after(left), request_failures(noun="request", timeout=FetchFailed):
                 async with self.client.stream(method, url, headers=headers) as response:
-                    if response.status_code in _REDIRECTS:
-                        location = response.headers.get("location")
-                        if not location:
-                            raise FetchFailed("the server redirected without a Location")
+                    location = redirect_location(response)
+                    if location is not None:
                         return location
                     body = await self._read(response)
                     kept = {
@@ -158,16 +152,6 @@ class PageRequests:
                     return PageResponse(str(url), response.status_code, kept, body)
         except TimeoutError:
             raise PageBudgetSpent("the screenshot's time is up") from None
-        except UnsafeDestination as exc:
-            raise UnsafeUrl(destination_refusal(exc)) from None
-        except UnresolvableHost:
-            raise FetchFailed("the host name could not be resolved") from None
-        except httpx.TimeoutException:
-            raise FetchFailed("the server was too slow to connect or to send") from None
-        except httpx.InvalidURL:  # raised while httpx prepares a redirect it will not follow
-            raise UnsafeUrl(UNFOLLOWABLE_REDIRECT) from None
-        except httpx.HTTPError as exc:
-            raise FetchFailed(f"the request failed ({type(exc).__name__})") from None
 
     async def _read(self, response: httpx.Response) -> bytes:
         encoding = response.headers.get("content-encoding", "identity").strip().lower()

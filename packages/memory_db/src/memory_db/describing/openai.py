@@ -1,34 +1,39 @@
 """``OpenAIDescriber``: an OpenAI-compatible chat-completions client for vision models.
 
 One request per image: the fixed system prompt, the image as a ``data:`` URL and the page
-context as a quoted data block (:mod:`memory_db.describing.prompt`). The same discipline as
-the Jina client: retries 429, 5xx, timeouts and connection failures with capped exponential
-backoff and jitter (honouring ``Retry-After``), rotates to the next key of the pool on rate
-limits, rests a key the provider rejects (401) for ``key_cooldown`` seconds and then tries it
-again (a key revoked by mistake and restored, or a provider's passing auth fault, must not stop
-describing until a restart); while every key rests, a request is ``ProviderUnavailable`` so the
-worker retries its job like an outage. Other 4xx are permanent. The answer body is
-read up to ``max_answer_bytes`` and refused past it, before anything parses it. Logs model,
-status, latency, request id and token counts; never the image, the page text or the answer.
+context as a quoted data block (:mod:`memory_db.describing.prompt`). The HTTP side is the
+providers' shared :class:`~memory_db.provider_http.ProviderHttpClient`, as for Jina: it retries
+429, 5xx, timeouts and connection failures with capped exponential backoff and jitter
+(honouring ``Retry-After``), rotates to the next key of the pool on rate limits, rests a key the
+provider rejects (401) for ``key_cooldown`` seconds and then tries it again (a key revoked by
+mistake and restored, or a provider's passing auth fault, must not stop describing until a
+restart); while every key rests, a request is ``ProviderUnavailable`` so the worker retries its
+job like an outage. This module keeps the describe endpoint's side: the request, the status
+table (other 4xx are permanent) and the answer's parser. The answer body is read up to
+``max_answer_bytes`` and refused past it, before anything parses it. Logs model, status,
+latency, request id and token counts; never the image, the page text or the answer.
 """
 
 from __future__ import annotations
 
 import json
-import random
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
-
-import anyio
-import httpx
+from collections.abc import Callable, Sequence
+from typing import Any, Unpack
 
 from memory_db.describing.prompt import chat_messages
 from memory_db.describing.types import DescribeAnswer, DescribeRequest
-from memory_db.embedding.jina import RETRYABLE_STATUSES, retry_after_seconds
 from memory_db.embedding.types import Usage
 from memory_db.errors import ProviderContractError, ProviderRejected, ProviderUnavailable
 from memory_db.logs import get_logger
+from memory_db.provider_http import (
+    RETRYABLE_STATUSES,
+    KeyRing,
+    ProviderAnswer,
+    ProviderHttpClient,
+    TransportDefaults,
+    TransportOptions,
+)
 
 log = get_logger(__name__)
 
@@ -40,8 +45,31 @@ DEFAULT_MAX_ANSWER_BYTES = 262_144
 DEFAULT_KEY_COOLDOWN_SECONDS = 300.0
 
 
-class _TooLarge(Exception):
-    pass
+_TRANSPORT_DEFAULTS = TransportDefaults(
+    timeout=60.0, max_attempts=4, backoff_base=1.0, backoff_cap=30.0
+)
+
+
+def _keys_exhausted(wait: float) -> ProviderUnavailable:
+    # Retryable: the worker waits it out like an outage while the keys rest.
+    return ProviderUnavailable(
+        "authentication",
+        f"every configured describe API key was rejected; the first is tried again in {wait:.0f} s",
+    )
+
+
+def _status_error(answer: ProviderAnswer) -> ProviderRejected | None:
+    """The describe endpoint's status table: the permanent refusals; ``None`` is retried."""
+    status = answer.status
+    if status == 401:  # only when no key was sent: a sent key rests instead
+        return ProviderRejected("authentication", "the describe endpoint needs an API key")
+    if status == 402:
+        return ProviderRejected("insufficient_balance", "the describe account has no balance")
+    if status == 403:
+        return ProviderRejected("forbidden", "the describe endpoint refused this key")
+    if status in RETRYABLE_STATUSES:
+        return None
+    return ProviderRejected("invalid_request", f"the describe endpoint answered HTTP {status}")
 
 
 def _answer_text(body: Any) -> str:
@@ -86,7 +114,11 @@ def _usage(body: dict[str, Any]) -> Usage:
 
 
 class OpenAIDescriber:
-    """Describes images with a vision model behind an OpenAI-compatible API."""
+    """Describes images with a vision model behind an OpenAI-compatible API.
+
+    ``transport`` takes the :class:`~memory_db.provider_http.TransportOptions` (timeout 60 s,
+    4 attempts, backoff from 1 s capped at 30 s unless given).
+    """
 
     def __init__(
         self,
@@ -94,41 +126,32 @@ class OpenAIDescriber:
         base_url: str,
         model: str,
         api_keys: Sequence[str] = (),
-        timeout: float = 60.0,
-        max_attempts: int = 4,
-        backoff_base: float = 1.0,
-        backoff_cap: float = 30.0,
         max_answer_bytes: int = DEFAULT_MAX_ANSWER_BYTES,
         max_tokens: int = 1200,
-        client: httpx.AsyncClient | None = None,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        rng: Callable[[], float] = random.random,
         key_cooldown: float = DEFAULT_KEY_COOLDOWN_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        **transport: Unpack[TransportOptions],
     ) -> None:
         if not model:
             raise ValueError("OpenAIDescriber needs a model name")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        self._keys = list(api_keys)
-        # A rejected key's index -> the clock reading after which it is tried again.
-        self._resting_keys: dict[int, float] = {}
-        self._key_cooldown = key_cooldown
-        self._clock = clock
-        self._next_key = 0
-        self._url = base_url.rstrip("/") + "/chat/completions"
         self._model = model
-        self._max_attempts = max_attempts
-        self._backoff_base = backoff_base
-        self._backoff_cap = backoff_cap
-        self._max_answer_bytes = max_answer_bytes
         self._max_tokens = max_tokens
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        self._http = ProviderHttpClient(
+            base_url.rstrip("/") + "/chat/completions",
+            name="describe",
+            who="the describe endpoint",
+            keys=KeyRing(
+                api_keys,
+                name="describe",
+                cooldown=key_cooldown,
+                exhausted=_keys_exhausted,
+                clock=clock,
+            ),
+            status_table=_status_error,
+            defaults=_TRANSPORT_DEFAULTS,
+            options=transport,
+            answer_limit=max_answer_bytes,
         )
-        self._sleep = sleep
-        self._rng = rng
 
     @property
     def model(self) -> str:
@@ -137,46 +160,7 @@ class OpenAIDescriber:
 
     async def close(self) -> None:
         """Close the HTTP client if this describer created it."""
-        if self._owns_client:
-            await self._client.aclose()
-
-    def _headers(self) -> tuple[int | None, dict[str, str]]:
-        if not self._keys:
-            return None, {}  # a local server without authentication
-        now = self._clock()
-        for index, until in list(self._resting_keys.items()):
-            if until <= now:
-                del self._resting_keys[index]
-                log.info("describe_key_retried", key_index=index)
-        live = [i for i in range(len(self._keys)) if i not in self._resting_keys]
-        if not live:
-            wait = max(0.0, min(self._resting_keys.values()) - now)
-            raise ProviderUnavailable(
-                "authentication",
-                "every configured describe API key was rejected; "
-                f"the first is tried again in {wait:.0f} s",
-            )
-        index = live[self._next_key % len(live)]
-        return index, {"Authorization": f"Bearer {self._keys[index]}"}
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self._backoff_cap)
-        ceiling = min(self._backoff_cap, self._backoff_base * (2 ** (attempt - 1)))
-        return ceiling / 2 + self._rng() * ceiling / 2  # "equal jitter"
-
-    async def _read_capped(self, response: httpx.Response) -> bytes:
-        declared = response.headers.get("content-length")
-        if declared and declared.isdigit() and int(declared) > self._max_answer_bytes:
-            raise _TooLarge
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > self._max_answer_bytes:
-                raise _TooLarge
-            chunks.append(chunk)
-        return b"".join(chunks)
+        await self._http.aclose()
 
     async def describe(self, request: DescribeRequest) -> DescribeAnswer:
         """The model's answer text for ``request`` (the caller gates it)."""
@@ -186,86 +170,8 @@ class OpenAIDescriber:
             "temperature": 0,
             "max_tokens": self._max_tokens,
         }
-        last_problem = "no attempt made"
-        attempt = 0
-        while attempt < self._max_attempts:
-            attempt += 1
-            key_index, headers = self._headers()
-            started = time.monotonic()
-            try:
-                async with self._client.stream(
-                    "POST", self._url, json=body, headers=headers
-                ) as response:
-                    status = response.status_code
-                    # An error's body is not read: its status says enough, and it is unbounded.
-                    raw = await self._read_capped(response) if status == 200 else b""
-            except _TooLarge:
-                raise ProviderContractError(
-                    "answer_too_large",
-                    f"the describe answer is larger than {self._max_answer_bytes} bytes",
-                ) from None
-            except httpx.TimeoutException:
-                last_problem = "timeout"
-                log.warning(
-                    "describe_request_retried", reason="timeout", attempt=attempt, exc_info=True
-                )
-                if attempt < self._max_attempts:
-                    await self._sleep(self._backoff(attempt, None))
-                continue
-            except httpx.TransportError as exc:
-                last_problem = f"connection failed ({type(exc).__name__})"
-                log.warning(
-                    "describe_request_retried", reason="connection", attempt=attempt, exc_info=True
-                )
-                if attempt < self._max_attempts:
-                    await self._sleep(self._backoff(attempt, None))
-                continue
-            latency_ms = round((time.monotonic() - started) * 1000, 1)
-            request_id = response.headers.get("x-request-id")
-            if status == 200:
-                return self._accept(raw, latency_ms, request_id)
-            log.warning(
-                "describe_request_failed",
-                status=status,
-                attempt=attempt,
-                model=self._model,
-                latency_ms=latency_ms,
-                request_id=request_id,
-            )
-            if status == 401 and key_index is not None:
-                # This key is refused now; the next one may not be, and this one may be again
-                # after the cool-down. Not counted as an attempt.
-                self._resting_keys[key_index] = self._clock() + self._key_cooldown
-                log.warning("describe_key_rested", key_index=key_index, seconds=self._key_cooldown)
-                attempt -= 1
-                continue
-            if status == 401:
-                raise ProviderRejected("authentication", "the describe endpoint needs an API key")
-            if status == 402:
-                raise ProviderRejected(
-                    "insufficient_balance", "the describe account has no balance"
-                )
-            if status == 403:
-                raise ProviderRejected("forbidden", "the describe endpoint refused this key")
-            if status in RETRYABLE_STATUSES:
-                last_problem = f"HTTP {status}"
-                if status == 429:
-                    self._next_key += 1  # rate limits are per key: spread the load
-                if attempt < self._max_attempts:
-                    wait = self._backoff(
-                        attempt,
-                        retry_after_seconds(response.headers.get("retry-after"), time.time()),
-                    )
-                    await self._sleep(wait)
-                continue
-            raise ProviderRejected(
-                "invalid_request", f"the describe endpoint answered HTTP {status}"
-            )
-        raise ProviderUnavailable(
-            "unavailable",
-            f"the describe endpoint did not answer after {self._max_attempts} attempts "
-            f"({last_problem})",
-        )
+        answer = await self._http.post(body, model=self._model)
+        return self._accept(answer.content, answer.latency_ms, answer.request_id)
 
     def _accept(self, raw: bytes, latency_ms: float, request_id: str | None) -> DescribeAnswer:
         try:

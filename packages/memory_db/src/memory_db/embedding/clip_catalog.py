@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,17 +41,24 @@ _OPENAI_MEAN = [0.48145466, 0.4578275, 0.40821073]
 _OPENAI_STD = [0.26862954, 0.26130258, 0.27577711]
 
 
-def _clip_preprocessing(side: int, mean: list[float], std: list[float]) -> dict[str, Any]:
+def clip_preprocessing(
+    side: int, mean: Sequence[float], std: Sequence[float], *, resize: int | None = None
+) -> dict[str, Any]:
+    """A CLIP-style ``preprocessor_config.json``: resize, centre crop, rescale, normalise.
+
+    The shorter side goes to ``resize`` (default ``side``), then the centre is cropped to
+    ``side`` x ``side``.
+    """
     return {
         "do_resize": True,
-        "size": {"shortest_edge": side},
+        "size": {"shortest_edge": resize or side},
         "do_center_crop": True,
         "crop_size": {"height": side, "width": side},
         "do_rescale": True,
         "rescale_factor": 1 / 255,
         "do_normalize": True,
-        "image_mean": mean,
-        "image_std": std,
+        "image_mean": list(mean),
+        "image_std": list(std),
     }
 
 
@@ -131,61 +139,103 @@ def is_pinned(model: CatalogModel) -> bool:
     return not pin_problems(model)
 
 
-# Where a value below came from: "hub page" comments name the huggingface.co page that showed it.
-# A file without a SHA-256 or size, or an entry without a commit, was not found on any stored
-# page: it stays unpinned (and so not fetchable) rather than guessed.
+# The repositories lay their files out in one of two ways: Xenova's ONNX exports (and jinaai's)
+# keep both towers in ``onnx/`` and the tokenizer at the top; immich-app's keep a folder a tower.
+def _onnx_folder_files(visual: HubFile | None = None) -> dict[str, HubFile]:
+    """The files of an ``onnx/`` layout; ``visual`` replaces the vision tower's (a pinned one)."""
+    return {
+        "visual.onnx": visual or HubFile("onnx/vision_model.onnx"),
+        "textual.onnx": HubFile("onnx/text_model.onnx"),
+        "tokenizer.json": HubFile("tokenizer.json"),
+    }
 
-CATALOG: tuple[CatalogModel, ...] = (
-    CatalogModel(
-        name="clip-vit-b-32-openai",
+
+def _tower_folder_files() -> dict[str, HubFile]:
+    """The files of a ``visual/`` + ``textual/`` layout (immich-app's exports); none pinned."""
+    return {
+        "visual.onnx": HubFile("visual/model.onnx"),
+        "textual.onnx": HubFile("textual/model.onnx"),
+        "tokenizer.json": HubFile("textual/tokenizer.json"),
+    }
+
+
+def _openai_clip(
+    name: str,
+    *,
+    imagenet_zero_shot: str,
+    repo: str,
+    revision: str | None,
+    files: dict[str, HubFile],
+) -> CatalogModel:
+    """An OpenAI CLIP ViT-B (512-d, MIT, OpenAI's preprocessing at 224 px)."""
+    return CatalogModel(
+        name=name,
         family="OpenAI CLIP",
         dimensions=512,
         size_mb=600,
         licence="MIT (the OpenAI CLIP repository's licence covers code and weights)",
         commercial="yes, by the licence; OpenAI's model card calls deployed use out of scope",
-        imagenet_zero_shot="63.2% (CLIP paper, ViT-B/32)",
-        repo="Xenova/clip-vit-base-patch32",
-        # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/tree/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx
-        revision="4c1807b705b1d015fb032789cc4d221b23025a6f",
-        files={
-            "visual.onnx": HubFile(
-                "onnx/vision_model.onnx",
-                # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/blob/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx/vision_model.onnx
-                # ("Git LFS Details", SHA256; "Size of remote file: 352 MB", rounded: a cap)
-                sha256="fd6e1402a588279d1723c7534d4bcba5bc0b14b47dfab0e46f8c47b8270d7d40",
-                max_size=353 * _MB,
-            ),
-            # No stored page gives text_model.onnx's SHA-256 at this commit, nor any SHA-256
-            # of tokenizer.json (a plain git file: its pages show no hash): not pinned.
-            "textual.onnx": HubFile("onnx/text_model.onnx"),
-            "tokenizer.json": HubFile("tokenizer.json"),
-        },
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
-    ),
-    CatalogModel(
-        name="clip-vit-b-16-openai",
-        family="OpenAI CLIP",
-        dimensions=512,
-        size_mb=600,
-        licence="MIT (the OpenAI CLIP repository's licence covers code and weights)",
-        commercial="yes, by the licence; OpenAI's model card calls deployed use out of scope",
-        imagenet_zero_shot="68.6% (CLIP paper, ViT-B/16)",
-        repo="Xenova/clip-vit-base-patch16",
-        revision=None,
-        files={
-            "visual.onnx": HubFile("onnx/vision_model.onnx"),
-            "textual.onnx": HubFile("onnx/text_model.onnx"),
-            "tokenizer.json": HubFile("tokenizer.json"),
-        },
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
-    ),
-    CatalogModel(
-        name="clip-vit-b-32-laion2b",
+        imagenet_zero_shot=imagenet_zero_shot,
+        repo=repo,
+        revision=revision,
+        files=files,
+        preprocessing=clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
+    )
+
+
+def _laion_clip(
+    name: str, *, imagenet_zero_shot: str, repo: str, revision: str | None
+) -> CatalogModel:
+    """An OpenCLIP ViT-B trained on LAION-2B (512-d, MIT, OpenAI's preprocessing at 224 px)."""
+    return CatalogModel(
+        name=name,
         family="LAION OpenCLIP",
         dimensions=512,
         size_mb=600,
         licence="MIT (OpenCLIP weights trained on LAION-2B)",
         commercial="yes",
+        imagenet_zero_shot=imagenet_zero_shot,
+        repo=repo,
+        revision=revision,
+        files=_tower_folder_files(),
+        preprocessing=clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
+    )
+
+
+# Where a value below came from: "hub page" comments name the huggingface.co page that showed it.
+# A file without a SHA-256 or size, or an entry without a commit, was not found on any stored
+# page: it stays unpinned (and so not fetchable) rather than guessed. The families with one
+# member (SigLIP, MobileCLIP, Jina CLIP) are written out as CatalogModel directly.
+
+CATALOG: tuple[CatalogModel, ...] = (
+    _openai_clip(
+        "clip-vit-b-32-openai",
+        imagenet_zero_shot="63.2% (CLIP paper, ViT-B/32)",
+        repo="Xenova/clip-vit-base-patch32",
+        # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/tree/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx
+        revision="4c1807b705b1d015fb032789cc4d221b23025a6f",
+        # No stored page gives text_model.onnx's SHA-256 at this commit, nor any SHA-256 of
+        # tokenizer.json (a plain git file: its pages show no hash): only the vision tower is
+        # pinned.
+        files=_onnx_folder_files(
+            visual=HubFile(
+                "onnx/vision_model.onnx",
+                # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/blob/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx/vision_model.onnx
+                # ("Git LFS Details", SHA256; "Size of remote file: 352 MB", rounded: a cap)
+                sha256="fd6e1402a588279d1723c7534d4bcba5bc0b14b47dfab0e46f8c47b8270d7d40",
+                max_size=353 * _MB,
+            )
+        ),
+    ),
+    _openai_clip(
+        "clip-vit-b-16-openai",
+        imagenet_zero_shot="68.6% (CLIP paper, ViT-B/16)",
+        repo="Xenova/clip-vit-base-patch16",
+        revision=None,
+        files=_onnx_folder_files(),
+    ),
+    _laion_clip(
+        "clip-vit-b-32-laion2b",
         imagenet_zero_shot="66.6% (OpenCLIP results table, ViT-B-32 laion2b_s34b_b79k)",
         # The hub spells the pretrained tag with hyphens ("laion2b-s34b-b79k"), not OpenCLIP's
         # underscores. hub page: https://huggingface.co/immich-app/ViT-B-32__laion2b-s34b-b79k/tree/927497311ca58ec911247a796e4ac5bb49efe4f0
@@ -194,29 +244,12 @@ CATALOG: tuple[CatalogModel, ...] = (
         # https://huggingface.co/immich-app/ViT-B-32__laion2b-s34b-b79k/blob/main/textual/tokenizer.json);
         # no stored page gives the SHA-256s of the files at this commit: not pinned.
         revision="927497311ca58ec911247a796e4ac5bb49efe4f0",
-        files={
-            "visual.onnx": HubFile("visual/model.onnx"),
-            "textual.onnx": HubFile("textual/model.onnx"),
-            "tokenizer.json": HubFile("textual/tokenizer.json"),
-        },
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     ),
-    CatalogModel(
-        name="clip-vit-b-16-laion2b",
-        family="LAION OpenCLIP",
-        dimensions=512,
-        size_mb=600,
-        licence="MIT (OpenCLIP weights trained on LAION-2B)",
-        commercial="yes",
+    _laion_clip(
+        "clip-vit-b-16-laion2b",
         imagenet_zero_shot="70.2% (OpenCLIP results table, ViT-B-16 laion2b_s34b_b88k)",
         repo="immich-app/ViT-B-16__laion2b-s34b-b88k",
         revision=None,
-        files={
-            "visual.onnx": HubFile("visual/model.onnx"),
-            "textual.onnx": HubFile("textual/model.onnx"),
-            "tokenizer.json": HubFile("textual/tokenizer.json"),
-        },
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
     ),
     CatalogModel(
         name="siglip-b-16-224",
@@ -231,11 +264,7 @@ CATALOG: tuple[CatalogModel, ...] = (
         # https://huggingface.co/immich-app/ViT-L-16-SigLIP-256__webli/blob/b1e296467ab83ba018270f05253f56888b7f1db9/visual/preprocess_cfg.json).
         repo="immich-app/ViT-B-16-SigLIP__webli",
         revision=None,
-        files={
-            "visual.onnx": HubFile("visual/model.onnx"),
-            "textual.onnx": HubFile("textual/model.onnx"),
-            "tokenizer.json": HubFile("textual/tokenizer.json"),
-        },
+        files=_tower_folder_files(),
         preprocessing=_squash_preprocessing(224, [0.5, 0.5, 0.5], [0.5, 0.5, 0.5]),
         context_length=64,
     ),
@@ -250,15 +279,11 @@ CATALOG: tuple[CatalogModel, ...] = (
         # No stored page of this repository was found: not pinned.
         repo="immich-app/MobileCLIP-S2-OpenCLIP",
         revision=None,
-        files={
-            "visual.onnx": HubFile("visual/model.onnx"),
-            "textual.onnx": HubFile("textual/model.onnx"),
-            "tokenizer.json": HubFile("textual/tokenizer.json"),
-        },
+        files=_tower_folder_files(),
         # MobileCLIP resizes the shorter side to 256 and crops the centre, without normalising
         # (mean 0, std 1), not a squash: hub page (the S0 sibling's processor config)
         # https://huggingface.co/Xenova/mobileclip_s0/blob/9db4e77d9bbdeb1c1e8c1efa9702047e8d2d5ec2/preprocessor_config.json
-        preprocessing=_clip_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
+        preprocessing=clip_preprocessing(256, [0.0, 0.0, 0.0], [1.0, 1.0, 1.0]),
     ),
     CatalogModel(
         name="jina-clip-v1",
@@ -273,12 +298,8 @@ CATALOG: tuple[CatalogModel, ...] = (
         # stored page gives the files' SHA-256s, so the entry stays unpinned. hub page:
         # https://huggingface.co/jinaai/jina-clip-v1/tree/fd7f7158b59ba9347679ec009a6547936d2c7378/onnx
         revision="fd7f7158b59ba9347679ec009a6547936d2c7378",
-        files={
-            "visual.onnx": HubFile("onnx/vision_model.onnx"),
-            "textual.onnx": HubFile("onnx/text_model.onnx"),
-            "tokenizer.json": HubFile("tokenizer.json"),
-        },
-        preprocessing=_clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
+        files=_onnx_folder_files(),
+        preprocessing=clip_preprocessing(224, _OPENAI_MEAN, _OPENAI_STD),
         context_length=512,
         note="jina-clip-v2 (1,024-d) is CC-BY-NC-4.0: non-commercial, not listed",
     ),
@@ -400,6 +421,7 @@ __all__ = [
     "CatalogModel",
     "HubFile",
     "catalog_model",
+    "clip_preprocessing",
     "is_pinned",
     "load_catalog_file",
     "pin_problems",

@@ -1,22 +1,21 @@
 """``JinaEmbedder``: the typed multimodal Jina client, httpx and async.
 
-Retries 429, 524, other 5xx, timeouts and connection failures with capped exponential backoff
-and jitter (honouring ``Retry-After``), rotating to the next key of the pool on rate limits and
-dropping a key that the provider rejects (401). Validation errors, exhausted balance (403
-``AUTHZ_INSUFFICIENT_BALANCE``) and unsupported media are permanent. Logs model, task, batch
-size, latency and the provider's request id; never inputs, image bytes or URLs.
+The HTTP side is the providers' shared :class:`~memory_db.provider_http.ProviderHttpClient`:
+it retries 429, 524, other 5xx, timeouts and connection failures with capped exponential
+backoff and jitter (honouring ``Retry-After``), rotating to the next key of the pool on rate
+limits and dropping a key that the provider rejects (401: its cool-down is infinite). This
+module keeps Jina's side: the request, the status table and the answer's validation.
+Validation errors, exhausted balance (403 ``AUTHZ_INSUFFICIENT_BALANCE``) and unsupported media
+are permanent. Logs model, task, batch size, latency and the provider's request id; never
+inputs, image bytes or URLs.
 """
 
 from __future__ import annotations
 
-import email.utils
-import random
-import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Literal
-
-import anyio
-import httpx
+import json
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal, Unpack
 
 from memory_db.embedding.jina_wire import input_item, parse_response, request_body
 from memory_db.embedding.types import (
@@ -29,38 +28,59 @@ from memory_db.embedding.types import (
     Usage,
 )
 from memory_db.embedding.validation import combine, validate_embeddings
-from memory_db.errors import ProviderContractError, ProviderRejected, ProviderUnavailable
+from memory_db.errors import ProviderContractError, ProviderRejected
 from memory_db.logs import get_logger
+from memory_db.provider_http import (
+    RETRYABLE_STATUSES,
+    KeyRing,
+    ProviderAnswer,
+    ProviderHttpClient,
+    TransportDefaults,
+    TransportOptions,
+)
 
 log = get_logger(__name__)
 
 JINA_MODEL = "jina-embeddings-v5-omni-small"
-RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504, 524})
 FusedMode = Literal["native", "combine"]
+_TRANSPORT_DEFAULTS = TransportDefaults(
+    timeout=30.0, max_attempts=5, backoff_base=0.5, backoff_cap=20.0
+)
 
 
-def retry_after_seconds(header: str | None, now: float) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delta seconds or an HTTP date)."""
-    if not header:
-        return None
-    header = header.strip()
-    if header.isdigit():
-        return float(header)
+def _error_code(content: bytes) -> tuple[str, str]:
+    """The ``code`` and (the start of) the ``detail`` of a Jina error body."""
     try:
-        when = email.utils.parsedate_to_datetime(header)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - now)
-
-
-def _error_code(response: httpx.Response) -> tuple[str, str]:
-    try:
-        body = response.json()
+        body = json.loads(content)
     except ValueError:
         return "", ""
     if not isinstance(body, dict):
         return "", ""
     return str(body.get("code") or ""), str(body.get("detail") or "")[:200]
+
+
+def _failure_fields(answer: ProviderAnswer) -> Mapping[str, Any]:
+    return {"code": _error_code(answer.content)[0]}
+
+
+def _keys_exhausted(wait: float) -> ProviderRejected:
+    # A refused Jina key never comes back (its cool-down is infinite): permanent.
+    return ProviderRejected("authentication", "every configured Jina API key was rejected")
+
+
+def _status_error(answer: ProviderAnswer) -> ProviderRejected | None:
+    """Jina's status table: the permanent refusals; ``None`` is retried."""
+    status = answer.status
+    code, detail = _error_code(answer.content)
+    if status == 403 and "BALANCE" in code.upper():
+        return ProviderRejected("insufficient_balance", "the Jina account has no balance left")
+    if status == 403:
+        return ProviderRejected("forbidden", detail or "the provider refused this key")
+    if status == 415 or "unsupported" in detail.lower():
+        return ProviderRejected("unsupported_media", detail or "unsupported media")
+    if status in RETRYABLE_STATUSES:
+        return None
+    return ProviderRejected("invalid_request", f"HTTP {status}: {detail or 'rejected'}")
 
 
 class JinaEmbedder:
@@ -73,37 +93,27 @@ class JinaEmbedder:
         base_url: str = "https://api.jina.ai/v1",
         model: str = JINA_MODEL,
         dimensions: int = 1024,
-        timeout: float = 30.0,
-        max_attempts: int = 5,
-        backoff_base: float = 0.5,
-        backoff_cap: float = 20.0,
         fused_mode: FusedMode = "combine",
         fused_image_weight: float = 0.5,
-        client: httpx.AsyncClient | None = None,
-        sleep: Callable[[float], Awaitable[None]] = anyio.sleep,
-        rng: Callable[[], float] = random.random,
+        **transport: Unpack[TransportOptions],
     ) -> None:
         if not api_keys:
             raise ValueError("JinaEmbedder needs at least one API key")
-        if max_attempts < 1:
-            raise ValueError("max_attempts must be at least 1")
-        self._keys = list(api_keys)
-        self._dead_keys: set[int] = set()
-        self._next_key = 0
-        self._url = base_url.rstrip("/") + "/embeddings"
         self._model = model
         self._dimensions = dimensions
-        self._max_attempts = max_attempts
-        self._backoff_base = backoff_base
-        self._backoff_cap = backoff_cap
         self._fused_mode: FusedMode = fused_mode
         self._fused_image_weight = fused_image_weight
-        self._owns_client = client is None
-        self._client = client or httpx.AsyncClient(
-            timeout=httpx.Timeout(timeout, connect=min(timeout, 10.0))
+        self._http = ProviderHttpClient(
+            base_url.rstrip("/") + "/embeddings",
+            name="jina",
+            who="Jina",
+            keys=KeyRing(api_keys, name="jina", cooldown=math.inf, exhausted=_keys_exhausted),
+            status_table=_status_error,
+            defaults=_TRANSPORT_DEFAULTS,
+            options=transport,
+            read_failures=True,  # the status table reads Jina's error code and detail
+            failure_fields=_failure_fields,
         )
-        self._sleep = sleep
-        self._rng = rng
 
     @property
     def model(self) -> str:
@@ -126,8 +136,7 @@ class JinaEmbedder:
 
     async def close(self) -> None:
         """Close the HTTP client if this embedder created it."""
-        if self._owns_client:
-            await self._client.aclose()
+        await self._http.aclose()
 
     async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
         """One validated, normalised vector per value, in order."""
@@ -187,115 +196,18 @@ class JinaEmbedder:
                 )
         return EmbedResult(out, self._model, self._dimensions, usage, request_id)
 
-    def _key(self) -> tuple[int, str]:
-        live = [i for i in range(len(self._keys)) if i not in self._dead_keys]
-        if not live:
-            raise ProviderRejected("authentication", "every configured Jina API key was rejected")
-        index = live[self._next_key % len(live)]
-        return index, self._keys[index]
-
-    def _rotate(self) -> None:
-        self._next_key += 1
-
-    def _backoff(self, attempt: int, retry_after: float | None) -> float:
-        if retry_after is not None:
-            return min(retry_after, self._backoff_cap)
-        ceiling = min(self._backoff_cap, self._backoff_base * (2 ** (attempt - 1)))
-        return ceiling / 2 + self._rng() * ceiling / 2  # "equal jitter"
-
     async def _call(
         self, items: list[dict[str, Any]], task: Task
     ) -> tuple[list[list[float]], Usage, str | None]:
         body = request_body(items, model=self._model, task=task, dimensions=self._dimensions)
-        last_problem = "no attempt made"
-        attempt = 0
-        while attempt < self._max_attempts:
-            attempt += 1
-            key_index, key = self._key()
-            started = time.monotonic()
-            try:
-                response = await self._client.post(
-                    self._url, json=body, headers={"Authorization": f"Bearer {key}"}
-                )
-            except httpx.TimeoutException:
-                last_problem = "timeout"
-                log.warning(
-                    "jina_request_retried",
-                    reason="timeout",
-                    attempt=attempt,
-                    task=task,
-                    exc_info=True,
-                )
-                if attempt < self._max_attempts:
-                    await self._sleep(self._backoff(attempt, None))
-                continue
-            except httpx.TransportError as exc:
-                last_problem = f"connection failed ({type(exc).__name__})"
-                log.warning(
-                    "jina_request_retried",
-                    reason="connection",
-                    attempt=attempt,
-                    task=task,
-                    exc_info=True,
-                )
-                if attempt < self._max_attempts:
-                    await self._sleep(self._backoff(attempt, None))
-                continue
-            latency_ms = round((time.monotonic() - started) * 1000, 1)
-            request_id = response.headers.get("x-request-id")
-            status = response.status_code
-            if status == 200:
-                return self._accept(response, len(items), task, latency_ms, request_id)
-            code, detail = _error_code(response)
-            log.warning(
-                "jina_request_failed",
-                status=status,
-                code=code,
-                attempt=attempt,
-                task=task,
-                latency_ms=latency_ms,
-                request_id=request_id,
-            )
-            if status == 401:
-                # This key is bad; the next one may not be. Not counted as an attempt.
-                self._dead_keys.add(key_index)
-                attempt -= 1
-                continue
-            if status == 403 and "BALANCE" in code.upper():
-                raise ProviderRejected(
-                    "insufficient_balance", "the Jina account has no balance left"
-                )
-            if status == 403:
-                raise ProviderRejected("forbidden", detail or "the provider refused this key")
-            if status == 415 or "unsupported" in detail.lower():
-                raise ProviderRejected("unsupported_media", detail or "unsupported media")
-            if status in RETRYABLE_STATUSES:
-                last_problem = f"HTTP {status}"
-                if status == 429:
-                    self._rotate()  # rate limits are per key: spread the load
-                if attempt < self._max_attempts:
-                    wait = self._backoff(
-                        attempt,
-                        retry_after_seconds(response.headers.get("retry-after"), time.time()),
-                    )
-                    await self._sleep(wait)
-                continue
-            raise ProviderRejected("invalid_request", f"HTTP {status}: {detail or 'rejected'}")
-        raise ProviderUnavailable(
-            "unavailable",
-            f"Jina did not answer after {self._max_attempts} attempts ({last_problem})",
-        )
+        answer = await self._http.post(body, task=task)
+        return self._accept(answer, len(items), task)
 
     def _accept(
-        self,
-        response: httpx.Response,
-        expected: int,
-        task: Task,
-        latency_ms: float,
-        request_id: str | None,
+        self, answer: ProviderAnswer, expected: int, task: Task
     ) -> tuple[list[list[float]], Usage, str | None]:
         try:
-            raw, usage = parse_response(response.json())
+            raw, usage = parse_response(json.loads(answer.content))
         except ValueError as exc:
             raise ProviderContractError("malformed_response", str(exc)) from exc
         vectors = validate_embeddings(raw, expected=expected, dimensions=self._dimensions)
@@ -309,11 +221,11 @@ class JinaEmbedder:
             model=self._model,
             task=task,
             inputs=expected,
-            latency_ms=latency_ms,
-            request_id=request_id,
+            latency_ms=answer.latency_ms,
+            request_id=answer.request_id,
             total_tokens=used.total_tokens,
         )
-        return vectors, used, request_id
+        return vectors, used, answer.request_id
 
 
-__all__ = ["JINA_MODEL", "RETRYABLE_STATUSES", "FusedMode", "JinaEmbedder", "retry_after_seconds"]
+__all__ = ["JINA_MODEL", "FusedMode", "JinaEmbedder"]

@@ -22,6 +22,9 @@ from typing import Any
 
 import numpy as np
 
+from memory_db.embedding.clip_catalog import clip_preprocessing
+from memory_db.testing.http_server import LocalHttpServer
+
 TINY_WORDS = (
     "a",
     "an",
@@ -87,22 +90,6 @@ def write_tokenizer(path: Path, words: Sequence[str] = TINY_WORDS) -> dict[str, 
     )
     tokenizer.save(str(path))
     return vocab
-
-
-def _preprocessor(resize: int, side: int, mean: Sequence[float], std: Sequence[float]) -> str:
-    return json.dumps(
-        {
-            "do_resize": True,
-            "size": {"shortest_edge": resize},
-            "do_center_crop": True,
-            "crop_size": {"height": side, "width": side},
-            "do_rescale": True,
-            "rescale_factor": 1 / 255,
-            "do_normalize": True,
-            "image_mean": list(mean),
-            "image_std": list(std),
-        }
-    )
 
 
 def _write_tiny_visual(path: Path, rng: np.random.Generator, dims: int, side: int) -> None:
@@ -172,7 +159,8 @@ def write_tiny_model(
     _write_tiny_visual(directory / "visual.onnx", rng, dims, side)
     _write_tiny_textual(directory / "textual.onnx", rng, len(vocab), dims)
     (directory / "preprocessor_config.json").write_text(
-        _preprocessor(resize, side, TINY_MEAN, TINY_STD), encoding="utf-8"
+        json.dumps(clip_preprocessing(side, TINY_MEAN, TINY_STD, resize=resize)),
+        encoding="utf-8",
     )
     (directory / "model.json").write_text(
         json.dumps({"dimensions": dims, "context_length": TINY_CONTEXT}), encoding="utf-8"
@@ -288,8 +276,10 @@ def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> 
     _write_vit_textual(directory / "textual.onnx", rng, max(len(vocab), 49_408), dims)
     _write_vit_visual(directory / "visual.onnx", rng, dims)
     (directory / "preprocessor_config.json").write_text(
-        _preprocessor(
-            224, 224, (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+        json.dumps(
+            clip_preprocessing(
+                224, (0.48145466, 0.4578275, 0.40821073), (0.26862954, 0.26130258, 0.27577711)
+            )
         ),
         encoding="utf-8",
     )
@@ -299,7 +289,7 @@ def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> 
     return directory
 
 
-class ModelHubServer:
+class ModelHubServer(LocalHttpServer):
     """A model hub on 127.0.0.1 laid out like Hugging Face's, for ``models fetch`` tests.
 
     ``files`` maps a hub path (``/<repo>/resolve/<revision>/<file>``) to its bytes. A request for
@@ -318,7 +308,7 @@ class ModelHubServer:
     def __init__(self, files: dict[str, bytes]) -> None:
         import hashlib
         import threading
-        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+        from http.server import BaseHTTPRequestHandler
 
         self.files = dict(files)
         self.published = {p: hashlib.sha256(b).hexdigest() for p, b in files.items()}
@@ -381,20 +371,7 @@ class ModelHubServer:
             def log_message(self, format: str, *args: Any) -> None:
                 return
 
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self._server.server_address[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    def start(self) -> ModelHubServer:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Stop serving and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
+        super().__init__(Handler)
 
 
 def hub_files_for(entry: Any, directory: Path) -> dict[str, bytes]:

@@ -9,15 +9,14 @@ apply to the next requests and read back what each request carried (key, size, t
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import threading
 import time
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from memory_db.embedding.fake import hashed_vector
+from memory_db.testing.http_server import JsonHandler, LocalHttpServer
 
 MODEL = "jina-embeddings-v5-omni-small"
 
@@ -98,30 +97,13 @@ def _vector_json(seed: str, dimensions: int) -> str:
     return json.dumps(hashed_vector(seed, dimensions))
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     state: JinaState
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default stderr access log."""
-
-    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None) -> None:
-        payload = json.dumps(body).encode()
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.send_header("x-request-id", hashlib.sha256(payload).hexdigest()[:16])
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (timeout tests)
 
     def _error(
         self, status: int, code: str, detail: str, headers: dict[str, str] | None = None
     ) -> None:
-        self._send(status, {"code": code, "detail": detail}, headers)
+        self.send_payload(status, json.dumps({"code": code, "detail": detail}).encode(), headers)
 
     def do_POST(self) -> None:
         """``POST /v1/embeddings``."""
@@ -129,11 +111,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/embeddings":
             self._error(404, "NOT_FOUND", "no such endpoint")
             return
-        auth = self.headers.get("Authorization", "")
-        key = auth.removeprefix("Bearer ").strip()
-        length = int(self.headers.get("Content-Length") or 0)
+        key = self.bearer_key()
         try:
-            body = json.loads(self.rfile.read(length) or b"null")
+            body = self.read_json()
         except ValueError:
             self._error(400, "INVALID_JSON", "body is not JSON")
             return
@@ -195,7 +175,7 @@ class _Handler(BaseHTTPRequestHandler):
                 for index, item in enumerate(inputs)
             ]
             head = json.dumps({"model": MODEL, "object": "list", "usage": usage})[:-1]
-            self._send_raw(f'{head},"data":[{",".join(entries)}]}}')
+            self.send_payload(200, f'{head},"data":[{",".join(entries)}]}}'.encode())
             return
         data = []
         for index, item in enumerate(inputs):
@@ -210,44 +190,12 @@ class _Handler(BaseHTTPRequestHandler):
         if fault.wrong_count:
             data = data[:-1]
         body_out = {"model": MODEL, "object": "list", "usage": usage, "data": data}
-        self._send_raw(json.dumps(body_out, allow_nan=True))
-
-    def _send_raw(self, payload: str) -> None:
-        encoded = payload.encode()
-        try:
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(encoded)))
-            self.send_header("x-request-id", hashlib.sha256(encoded).hexdigest()[:16])
-            self.end_headers()
-            self.wfile.write(encoded)
-        except (BrokenPipeError, ConnectionResetError):
-            pass
+        self.send_payload(200, json.dumps(body_out, allow_nan=True).encode())
 
 
-class JinaTestServer:
+class JinaTestServer(LocalHttpServer):
     """Start with ``start()``; ``base_url`` ends in ``/v1`` like the real API."""
 
     def __init__(self, keys: set[str], *, latency: float = 0.0) -> None:
         self.state = JinaState(keys=set(keys), latency=latency)
-        handler = type("Handler", (_Handler,), {"state": self.state})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>/v1``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> JinaTestServer:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Shut down and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(type("Handler", (_Handler,), {"state": self.state}))

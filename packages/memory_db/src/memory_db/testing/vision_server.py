@@ -17,8 +17,9 @@ import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from memory_db.testing.http_server import JsonHandler, LocalHttpServer
 
 MODEL = "test-vision-1"
 
@@ -116,28 +117,12 @@ def _parse_messages(body: Any, seen: VisionSeen) -> list[str]:
     return problems
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(JsonHandler):
     state: VisionState
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the default stderr access log."""
-
-    def _send(self, status: int, payload: bytes, headers: dict[str, str] | None = None) -> None:
-        try:
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(payload)))
-            self.send_header("x-request-id", hashlib.sha256(payload).hexdigest()[:16])
-            for name, value in (headers or {}).items():
-                self.send_header(name, value)
-            self.end_headers()
-            self.wfile.write(payload)
-        except (BrokenPipeError, ConnectionResetError):
-            pass  # the client gave up (size-cap tests)
 
     def _error(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
         body = {"error": {"message": message, "type": "invalid_request_error", "code": status}}
-        self._send(status, json.dumps(body).encode(), headers)
+        self.send_payload(status, json.dumps(body).encode(), headers)
 
     def do_POST(self) -> None:
         """``POST /v1/chat/completions``."""
@@ -145,10 +130,9 @@ class _Handler(BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/chat/completions":
             self._error(404, "no such endpoint")
             return
-        key = self.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-        length = int(self.headers.get("Content-Length") or 0)
+        key = self.bearer_key()
         try:
-            body = json.loads(self.rfile.read(length) or b"null")
+            body = self.read_json()
         except ValueError:
             self._error(400, "body is not JSON")
             return
@@ -174,7 +158,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._error(400, "; ".join(problems))
             return
         if fault and fault.malformed:
-            self._send(200, b'{"choices": "nope"}')
+            self.send_payload(200, b'{"choices": "nope"}')
             return
         content = state.answer(seen)
         words = len(" ".join([seen.system, *seen.texts]).split())
@@ -197,34 +181,12 @@ class _Handler(BaseHTTPRequestHandler):
         }
         if fault and fault.oversize_bytes:
             answer["padding"] = "x" * fault.oversize_bytes
-        self._send(200, json.dumps(answer).encode())
+        self.send_payload(200, json.dumps(answer).encode())
 
 
-class VisionTestServer:
+class VisionTestServer(LocalHttpServer):
     """Start with ``start()``; ``base_url`` ends in ``/v1`` like OpenAI's API."""
 
     def __init__(self, keys: set[str] | None = None) -> None:
         self.state = VisionState(keys=set(keys or ()))
-        handler = type("Handler", (_Handler,), {"state": self.state})
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
-        )
-
-    @property
-    def base_url(self) -> str:
-        """``http://127.0.0.1:<port>/v1``."""
-        host, port = self._server.server_address[:2]
-        return f"http://{host!s}:{port}/v1"
-
-    def start(self) -> VisionTestServer:
-        """Serve in a background thread."""
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        """Shut down and close the socket."""
-        self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(timeout=5)
+        super().__init__(type("Handler", (_Handler,), {"state": self.state}))

@@ -4,7 +4,9 @@ Every URL — the first and each redirect target — passes :func:`check_url` (s
 userinfo, no numeric-host tricks, no local names), and every connection goes through
 :class:`~memory_tools.ingest.network.SafeNetworkBackend`, which resolves the host once, refuses
 it if any address is not public and connects to the checked address. Redirects are followed by
-hand (at most ``max_redirects``), the body is never decompressed (``Accept-Encoding:
+hand (at most ``max_redirects``) in :func:`follow_redirects`, which a screenshot's page requests
+(``scraper_mcp.page_requests``) use too, and :func:`request_failures` says what a failed request
+means to the caller for both. The body is never decompressed (``Accept-Encoding:
 identity``; an encoded body is refused) and its size is enforced from ``Content-Length`` first
 and then while streaming. One deadline covers the whole download, redirects included.
 """
@@ -13,9 +15,10 @@ from __future__ import annotations
 
 import re
 import ssl
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeVar
 
 import anyio
 import httpcore
@@ -23,7 +26,7 @@ import httpx
 import structlog
 
 from memory_db import MemorySettings
-from memory_tools.errors import FetchFailed, UnsafeUrl
+from memory_tools.errors import FetchFailed, ToolFailure, UnsafeUrl
 from memory_tools.ingest.addresses import (
     IpAddress,
     blocked_reason,
@@ -49,6 +52,7 @@ _LOCAL_NAMES = frozenset(
     {"localhost", "metadata", "metadata.google.internal", "instance-data", "kubernetes"}
 )
 _NUMERIC_LABEL = re.compile(r"^(0x[0-9a-f]*|[0-9]+)$", re.IGNORECASE)
+_Answer = TypeVar("_Answer")  # what one request of a redirect chain produces besides a Location
 
 
 @dataclass(frozen=True)
@@ -326,27 +330,20 @@ class SafeFetcher:
             ) from None
 
     async def _follow(self, url: httpx.URL, read: _Read) -> FetchedBody:
-        seen = {str(url)}
-        for redirects in range(self._policy.max_redirects + 1):
-            location = await self._request(url, redirects, read)
-            if isinstance(location, FetchedBody):
-                return location
-            target = redirect_target(url, location)
-            if str(target) in seen:
-                raise UnsafeUrl("the redirects form a loop")
-            seen.add(str(target))
-            url = await self.check(str(target))
-        raise UnsafeUrl(f"more than {self._policy.max_redirects} redirects")
+        return await follow_redirects(
+            url,
+            max_redirects=self._policy.max_redirects,
+            request=lambda target, redirects: self._request(target, redirects, read),
+            check=self.check,
+        )
 
     async def _request(self, url: httpx.URL, redirects: int, read: _Read) -> FetchedBody | str:
         """The body, or the ``Location`` of a redirect."""
-        try:
-            headers = {"Accept": read.accept}
+        headers = {"Accept": read.accept}
+        with request_failures(noun="download"):
             async with self._client.stream("GET", url, headers=headers) as response:
-                if response.status_code in _REDIRECTS:
-                    location = response.headers.get("location")
-                    if not location:
-                        raise FetchFailed("the server redirected without a Location")
+                location = redirect_location(response)
+                if location is not None:
                     return location
                 if response.status_code != 200:
                     raise FetchFailed(f"the server answered HTTP {response.status_code}")
@@ -366,16 +363,6 @@ class SafeFetcher:
                     redirects=redirects,
                     truncated=truncated,
                 )
-        except UnsafeDestination as exc:
-            raise UnsafeUrl(destination_refusal(exc)) from None
-        except UnresolvableHost:
-            raise FetchFailed("the host name could not be resolved") from None
-        except httpx.TimeoutException:
-            raise UnsafeUrl("the server was too slow to connect or to send") from None
-        except httpx.InvalidURL:  # raised while httpx prepares a redirect it will not follow
-            raise UnsafeUrl(UNFOLLOWABLE_REDIRECT) from None
-        except httpx.HTTPError as exc:
-            raise FetchFailed(f"the download failed ({type(exc).__name__})") from None
 
     async def _read_body(self, response: httpx.Response, read: _Read) -> tuple[bytes, bool]:
         """The body and whether it was cut at ``read.max_bytes`` (only when it may be)."""
@@ -411,6 +398,67 @@ def destination_refusal(refused: UnsafeDestination) -> str:
     if refused.address is None:
         return refusal
     return _address_refusal(refusal, refused.address)
+
+
+def redirect_location(response: httpx.Response) -> str | None:
+    """The ``Location`` of a redirect answer, ``None`` for any other answer.
+
+    A redirect without a ``Location`` is :class:`FetchFailed`: there is nothing to follow.
+    """
+    if response.status_code not in _REDIRECTS:
+        return None
+    location = response.headers.get("location")
+    if not location:
+        raise FetchFailed("the server redirected without a Location")
+    return location
+
+
+async def follow_redirects(
+    url: httpx.URL,
+    *,
+    max_redirects: int,
+    request: Callable[[httpx.URL, int], Awaitable[_Answer | str]],
+    check: Callable[[str], Awaitable[httpx.URL]],
+) -> _Answer:
+    """``request(url, redirects so far)`` until it answers with something other than a Location.
+
+    Each redirect target is resolved against the URL that led to it and passes ``check`` (the
+    policy) before it is requested; a target seen before is a loop, and more than
+    ``max_redirects`` redirects are refused, both as :class:`UnsafeUrl`. The image fetch and a
+    screenshot's page requests follow redirects only through here.
+    """
+    seen = {str(url)}
+    for redirects in range(max_redirects + 1):
+        answer = await request(url, redirects)
+        if not isinstance(answer, str):
+            return answer
+        target = redirect_target(url, answer)
+        if str(target) in seen:
+            raise UnsafeUrl("the redirects form a loop")
+        seen.add(str(target))
+        url = await check(str(target))
+    raise UnsafeUrl(f"more than {max_redirects} redirects")
+
+
+@contextmanager
+def request_failures(*, noun: str, timeout: type[ToolFailure] = UnsafeUrl) -> Generator[None]:
+    """What a refused destination or a failed request of the fetch client tells the caller.
+
+    ``noun`` names the request in a transport failure ("the download failed (ConnectError)");
+    ``timeout`` is the error of a server too slow to connect or to send.
+    """
+    try:
+        yield
+    except UnsafeDestination as exc:
+        raise UnsafeUrl(destination_refusal(exc)) from None
+    except UnresolvableHost:
+        raise FetchFailed("the host name could not be resolved") from None
+    except httpx.TimeoutException:
+        raise timeout("the server was too slow to connect or to send") from None
+    except httpx.InvalidURL:  # raised while httpx prepares a redirect it will not follow
+        raise UnsafeUrl(UNFOLLOWABLE_REDIRECT) from None
+    except httpx.HTTPError as exc:
+        raise FetchFailed(f"the {noun} failed ({type(exc).__name__})") from None
 
 
 def fetch_policy(

@@ -26,16 +26,15 @@ from memory_tools.access import require_scope
 from memory_tools.errors import FetchFailed, NotHtml, UnsafeUrl, translate
 from memory_tools.ingest.fetch import (
     MAX_URL_LENGTH,
-    UNFOLLOWABLE_REDIRECT,
     FetchedBody,
     FetchPolicy,
     check_url,
-    destination_refusal,
-    redirect_target,
+    follow_redirects,
+    redirect_location,
+    request_failures,
 )
 from memory_tools.ingest.images import lock_down_libvips
 from memory_tools.ingest.inputs import MAX_SOURCE_REF_BYTES, scrub_url
-from memory_tools.ingest.network import UnresolvableHost, UnsafeDestination
 from memory_tools.ingest.save import AssetSaver, SaveRequest, check_placement
 from memory_tools.ingest.sources import Download
 from memory_tools.mcp.registry import ToolRegistry, ToolSpec
@@ -57,7 +56,6 @@ __all__ = [
     "MEMORY",
     "MEMORY_SELECTION",
     "MEMORY_TOOLSETS",
-    "UNFOLLOWABLE_REDIRECT",
     "ArtifactSourceKind",
     "ArtifactView",
     "AssetSaver",
@@ -72,16 +70,15 @@ __all__ = [
     "ToolSelection",
     "ToolSpec",
     "Toolset",
-    "UnresolvableHost",
-    "UnsafeDestination",
     "UnsafeUrl",
     "WireModel",
     "check_placement",
     "check_url",
-    "destination_refusal",
+    "follow_redirects",
     "lock_down_libvips",
     "policy",
-    "redirect_target",
+    "redirect_location",
+    "request_failures",
     "require_scope",
     "run_as_caller",
     "scrub_url",
