@@ -8,13 +8,11 @@ the server embeds what it saves in-process unless ``--no-worker``, takes ``--pro
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
 
 from memory_tools.serving import ServerApp
 from memory_tools.serving.arguments import server_commands
-from memory_tools.serving.subcommands import command_parser, run_parsed
+from memory_tools.serving.subcommands import CommandLine
 from scraper_mcp import AGGREGATE_TOOLSETS, build_aggregate_server
 
 PROG = "scraper-mcp-server"
@@ -39,15 +37,10 @@ COMMANDS = server_commands(
 """``serve`` and ``worker``."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface."""
-    return command_parser(PROG, "Aggregate MCP server.", COMMANDS)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``scraper-mcp-server``."""
-    return run_parsed(build_parser(), argv)
-
+COMMAND_LINE = CommandLine(PROG, "Aggregate MCP server.", COMMANDS)
+build_parser = COMMAND_LINE.parser
+main = COMMAND_LINE.main
+"""Entry point: parse the arguments, run the chosen command, return its exit status."""
 
 if __name__ == "__main__":
     sys.exit(main())

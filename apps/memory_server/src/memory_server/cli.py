@@ -12,9 +12,7 @@ only when their command runs; ``apps/memory_server/tests/test_startup.py`` check
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from memory_tools.mcp.toolsets import MEMORY_TOOLSETS, ToolSelection
@@ -24,7 +22,7 @@ from memory_tools.serving.models_commands import MODELS
 from memory_tools.serving.operator_commands import MIGRATE, OPERATOR_COMMANDS
 from memory_tools.serving.reconcile_command import RECONCILE
 from memory_tools.serving.reindex_commands import REINDEX_COMMANDS
-from memory_tools.serving.subcommands import command_parser, run_parsed
+from memory_tools.serving.subcommands import CommandLine
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
@@ -78,15 +76,10 @@ COMMANDS = (
 """Every command, in the order of ``--help``."""
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface."""
-    return command_parser(PROG, "Image memory MCP server.", COMMANDS)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``memory-server``."""
-    return run_parsed(build_parser(), argv)
-
+COMMAND_LINE = CommandLine(PROG, "Image memory MCP server.", COMMANDS)
+build_parser = COMMAND_LINE.parser
+main = COMMAND_LINE.main
+"""Entry point: parse the arguments, run the chosen command, return its exit status."""
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -30,7 +30,7 @@ from memory_tools.operations import admin
 from memory_tools.serving import admin_output
 from memory_tools.serving.admin_commands import ADMIN
 from memory_tools.serving.admin_output import Progress
-from memory_tools.serving.subcommands import command_parser, run_in_loop
+from memory_tools.serving.subcommands import CommandLine, run_in_loop
 
 from ..pictures import picture
 
@@ -47,7 +47,7 @@ def cli_settings(tmp_path: Path, database_url: str) -> MemorySettings:
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return command_parser("memory-server", "", (ADMIN,)).parse_args(["admin", *argv])
+    return CommandLine("memory-server", "", (ADMIN,)).parser().parse_args(["admin", *argv])
 
 
 async def run(settings: MemorySettings, capsys: pytest.CaptureFixture[str], *argv: str) -> str:

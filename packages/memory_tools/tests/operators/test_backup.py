@@ -43,7 +43,7 @@ from memory_tools.operations.backup_key import (
     signature_document,
 )
 from memory_tools.serving.operator_commands import OPERATOR_COMMANDS
-from memory_tools.serving.subcommands import command_parser, run_in_loop
+from memory_tools.serving.subcommands import CommandLine, run_in_loop
 
 from ..pictures import b64, picture
 from ..tool_calls import call
@@ -317,7 +317,7 @@ async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_buck
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    return command_parser("memory-server", "", OPERATOR_COMMANDS).parse_args(list(argv))
+    return CommandLine("memory-server", "", OPERATOR_COMMANDS).parser().parse_args(list(argv))
 
 
 def fake_backup(path: Path, revision: str, key: bytes) -> None:

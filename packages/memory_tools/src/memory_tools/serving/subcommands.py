@@ -4,14 +4,12 @@ A subcommand is a :class:`Subcommand`: its name and help, the arguments it adds,
 :class:`Opens` before its handler runs (the settings alone, the database, the migrated database
 or the whole runtime) and the handler, which receives what was opened and the parsed arguments.
 A :class:`CommandGroup` (``admin``, ``models``) holds subcommands of its own. An app lists its
-subcommands, builds its parser with :func:`command_parser` and runs the parsed one with
-:func:`run_parsed`; the opening, closing and exit statuses are :func:`run_command`'s, the same
-for every command::
+subcommands in a :class:`CommandLine`, whose ``main`` parses the arguments and runs the chosen
+command inside :func:`run_command` (settings, logging, exit statuses), the same for every
+command::
 
-    COMMANDS = (*server_commands(...), MIGRATE, ADMIN, ...)
-
-    def main(argv=None) -> int:
-        return run_parsed(command_parser(PROG, "Image memory MCP server.", COMMANDS), argv)
+    COMMAND_LINE = CommandLine(PROG, "Image memory MCP server.", (MIGRATE, ADMIN, ...))
+    main = COMMAND_LINE.main
 
 What a command opens is closed when its handler returns or fails, in the same order every
 time: the database pool, then the embedded PostgreSQL it started.
@@ -204,13 +202,35 @@ def add_commands(subparsers: Subparsers, commands: Sequence[Command]) -> None:
         command.add_to(subparsers)
 
 
-def command_parser(
-    prog: str, description: str, commands: Sequence[Command]
-) -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class CommandLine:
     """An app's whole command line: ``prog`` with one required subcommand of ``commands``."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
-    add_commands(parser.add_subparsers(dest="command", required=True), commands)
-    return parser
+
+    prog: str
+    description: str
+    commands: Sequence[Command]
+
+    def parser(self) -> argparse.ArgumentParser:
+        """The parser of every declared command (and group)."""
+        parser = argparse.ArgumentParser(prog=self.prog, description=self.description)
+        add_commands(parser.add_subparsers(dest="command", required=True), self.commands)
+        return parser
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """Parse ``argv`` and run the chosen command; the exit status.
+
+        0 success, 1 a refused operation, 2 invalid usage or configuration, 130 Ctrl+C.
+        """
+        args = self.parser().parse_args(argv)
+        command = declared(args)
+        if command.usage is not None:
+            problem = command.usage(args)
+            if problem is not None:
+                print(f"{self.prog}: error: {problem}", file=sys.stderr)
+                return 2
+        return run_command(
+            lambda settings: command.start(settings, args), operator=command.operator
+        )
 
 
 def declared(args: argparse.Namespace) -> Subcommand[Any]:
@@ -218,30 +238,15 @@ def declared(args: argparse.Namespace) -> Subcommand[Any]:
     return getattr(args, _DECLARED)
 
 
-def run_parsed(parser: argparse.ArgumentParser, argv: Sequence[str] | None = None) -> int:
-    """Parse ``argv`` with an app's ``parser`` and run the chosen command; the exit status.
-
-    0 success, 1 a refused operation, 2 invalid usage or configuration, 130 Ctrl+C.
-    """
-    args = parser.parse_args(argv)
-    command = declared(args)
-    if command.usage is not None:
-        problem = command.usage(args)
-        if problem is not None:
-            print(f"{parser.prog}: error: {problem}", file=sys.stderr)
-            return 2
-    return run_command(lambda settings: command.start(settings, args), operator=command.operator)
-
-
 async def run_in_loop(settings: MemorySettings, args: argparse.Namespace) -> None:
     """Run a parsed command that works in the event loop inside the caller's loop (tests).
 
-    What :func:`run_parsed` does in a loop of its own, without its settings, logging and exit
+    What :meth:`CommandLine.main` does in a loop of its own, without its settings, logging and exit
     statuses: a failure is raised.
     """
     outcome = declared(args).start(settings, args)
     if isinstance(outcome, int):
-        raise TypeError(f"{declared(args).name} runs no event loop: run it with run_parsed")
+        raise TypeError(f"{declared(args).name} runs no event loop: run it with main")
     await outcome
 
 
