@@ -37,11 +37,6 @@ def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _reconcile_arguments(parser: argparse.ArgumentParser) -> None:
-    add_reconcile_arguments(parser)
-    add_json_option(parser, "print one JSON object for scripts instead of tables")
-
-
 async def reconcile(runtime: Runtime, args: argparse.Namespace) -> None:
     """Run one pass and print it (inside ``run_command``, which maps its failures)."""
     # Loaded here, not with the parser: the pass needs the ingest code and the worker's
@@ -64,6 +59,11 @@ async def reconcile(runtime: Runtime, args: argparse.Namespace) -> None:
         print_json(report_document(report))
     else:
         print_report(report)
+
+
+def _reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    add_reconcile_arguments(parser)
+    add_json_option(parser, "print one JSON object for scripts instead of tables")
 
 
 RECONCILE = Subcommand(
