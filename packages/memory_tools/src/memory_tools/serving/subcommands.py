@@ -11,8 +11,9 @@ command::
     COMMAND_LINE = CommandLine(PROG, "Image memory MCP server.", (MIGRATE, ADMIN, ...))
     main = COMMAND_LINE.main
 
-What a command opens is closed when its handler returns or fails, in the same order every
-time: the database pool, then the embedded PostgreSQL it started.
+What a command opens is closed when its handler returns or fails, the same way for every
+command: the database pool, then the embedded PostgreSQL it started (``Runtime.close`` first
+closes the embedder and the store).
 """
 
 from __future__ import annotations
