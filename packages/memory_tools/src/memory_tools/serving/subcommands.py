@@ -40,7 +40,6 @@ Outcome = Coroutine[Any, Any, None] | int
 OPERATOR_BASE_URL = "http://127.0.0.1"
 # The attribute of the parsed arguments that holds the chosen subcommand's declaration.
 _DECLARED = "subcommand"
-Opened = TypeVar("Opened")
 
 
 @dataclass(frozen=True)
@@ -49,6 +48,10 @@ class OpenedDatabase:
 
     settings: MemorySettings
     database: Database
+
+
+# What a command's opener hands its handler: the settings, the database or the runtime.
+Opened = TypeVar("Opened")
 
 
 class Opens(ABC, Generic[Opened]):
