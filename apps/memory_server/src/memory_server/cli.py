@@ -1,5 +1,8 @@
 """``memory-server``: serve MCP (stdio or HTTP), migrate, reconcile, and administer identities.
 
+It only wires: every command is declared in ``memory_tools.serving`` (its arguments, what it
+opens, its handler) and listed here; :func:`main` parses and runs the chosen one.
+
 An operator command (``admin``, ``migrate``, ``backup`` ...) run against a running server's
 database spends most of its time starting Python: importing what it runs. So the command
 modules import their heavy parts (the serving runtime, the worker, the embedders, alembic)
@@ -9,29 +12,17 @@ only when their command runs; ``apps/memory_server/tests/test_startup.py`` check
 
 from __future__ import annotations
 
-import argparse
 import sys
-from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from memory_db import MemorySettings
 from memory_tools.mcp.toolsets import MEMORY_TOOLSETS, ToolSelection
-from memory_tools.serving import run_command
-from memory_tools.serving.admin_commands import add_admin_parser, admin_command
-from memory_tools.serving.arguments import (
-    add_serve_parser,
-    add_worker_parser,
-    serve_command,
-    worker_command,
-)
-from memory_tools.serving.models_commands import add_models_parser, models_command
-from memory_tools.serving.operator_commands import (
-    OPERATOR_COMMANDS,
-    add_operator_parsers,
-    operator_command,
-)
-from memory_tools.serving.reconcile_command import add_reconcile_parser, reconcile_command
-from memory_tools.serving.reindex_commands import add_reindex_parsers, reindex_command
+from memory_tools.serving.admin_commands import ADMIN
+from memory_tools.serving.arguments import server_commands
+from memory_tools.serving.models_commands import MODELS
+from memory_tools.serving.operator_commands import MIGRATE, OPERATOR_COMMANDS
+from memory_tools.serving.reconcile_command import RECONCILE
+from memory_tools.serving.reindex_commands import REINDEX_COMMANDS
+from memory_tools.serving.subcommands import CommandLine
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
@@ -65,67 +56,30 @@ def server_app() -> ServerApp:
     )
 
 
-async def _migrate(settings: MemorySettings) -> None:
-    from memory_db import open_database
-    from memory_db.migrate import current_revision
-
-    database, embedded = await open_database(settings, migrate=True)
-    try:
-        print(f"database schema at revision {await current_revision(database.engine)}")
-    finally:
-        await database.close()
-        if embedded is not None:
-            embedded.stop()
-
-
 PROG = "memory-server"
 
-
-def build_parser() -> argparse.ArgumentParser:
-    """The command-line interface."""
-    parser = argparse.ArgumentParser(prog=PROG, description="Image memory MCP server.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    add_serve_parser(
-        commands,
+COMMANDS = (
+    *server_commands(
+        server_app,
         prog=PROG,
         help="serve the memory tools over MCP",
         toolsets=MEMORY_TOOLSETS,
         default_toolsets=["memory"],
-    )
-    add_worker_parser(commands)
-    commands.add_parser("migrate", help="apply database migrations")
-    add_admin_parser(commands)
-    add_reindex_parsers(commands)
-    add_models_parser(commands)
-    add_reconcile_parser(commands)
-    add_operator_parsers(commands)
-    return parser
+    ),
+    MIGRATE,
+    ADMIN,
+    *REINDEX_COMMANDS,
+    MODELS,
+    RECONCILE,
+    *OPERATOR_COMMANDS,
+)
+"""Every command, in the order of ``--help``."""
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of ``memory-server``."""
-    args = build_parser().parse_args(argv)
-    if args.command == "serve":
-        return serve_command(args, server_app(), prog=PROG)
-    if args.command == "worker":
-        return worker_command(args, server_app())
-
-    async def command(settings: MemorySettings) -> None:
-        if args.command == "migrate":
-            await _migrate(settings)
-        elif args.command in ("reindex", "drop-index"):
-            await reindex_command(settings, args)
-        elif args.command == "models":
-            await models_command(settings, args)
-        elif args.command == "reconcile":
-            await reconcile_command(settings, args)
-        elif args.command in OPERATOR_COMMANDS:
-            await operator_command(settings, args)
-        else:
-            await admin_command(settings, args)
-
-    return run_command(command, operator=True)
-
+COMMAND_LINE = CommandLine(PROG, "Image memory MCP server.", COMMANDS)
+build_parser = COMMAND_LINE.parser
+main = COMMAND_LINE.main
+"""Entry point: parse the arguments, run the chosen command, return its exit status."""
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,8 @@
 """The operator commands (``memory-server admin ...``) against a real PostgreSQL.
 
-Each command is parsed by the same parser the app composes (``add_admin_parser``) and run by
-``admin_command`` on settings that point at the test's database; what it prints is read back.
+Each command is parsed by the same declarations the app composes (``ADMIN``) and run as the
+app runs it (``run_in_loop``: opened, run, closed) on settings that point at the test's
+database; what it prints is read back.
 Exit statuses and the whole process are covered by ``apps/memory_server/tests/test_admin_cli.py``.
 """
 
@@ -27,9 +28,10 @@ from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.serving import admin_output
-from memory_tools.serving.admin_commands import add_admin_parser, admin_command
+from memory_tools.serving.admin_commands import ADMIN
 from memory_tools.serving.admin_output import Progress
 from memory_tools.serving.job_worker import job_worker
+from memory_tools.serving.subcommands import CommandLine, run_in_loop
 
 from ..pictures import picture
 
@@ -46,14 +48,12 @@ def cli_settings(tmp_path: Path, database_url: str) -> MemorySettings:
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="memory-server")
-    add_admin_parser(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(["admin", *argv])
+    return CommandLine("memory-server", "", (ADMIN,)).parser().parse_args(["admin", *argv])
 
 
 async def run(settings: MemorySettings, capsys: pytest.CaptureFixture[str], *argv: str) -> str:
     capsys.readouterr()
-    await admin_command(settings, parse(*argv))
+    await run_in_loop(settings, parse(*argv))
     return capsys.readouterr().out
 
 
@@ -481,7 +481,7 @@ async def test_reconcile_runs_a_pass_as_the_operator_with_plain_progress_lines(
     finally:
         await runtime.close()
     capsys.readouterr()
-    await admin_command(cli_settings, parse("reconcile", "--json"))
+    await run_in_loop(cli_settings, parse("reconcile", "--json"))
     captured = capsys.readouterr()
     # Unconfigured structlog (no run_command here) logs store_reconciled to stdout; the real
     # command logs to stderr. The JSON document is what follows.

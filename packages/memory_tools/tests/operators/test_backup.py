@@ -43,7 +43,8 @@ from memory_tools.operations.backup_key import (
     signature_document,
 )
 from memory_tools.serving.job_worker import job_worker
-from memory_tools.serving.operator_commands import add_operator_parsers, operator_command
+from memory_tools.serving.operator_commands import OPERATOR_COMMANDS
+from memory_tools.serving.subcommands import CommandLine, run_in_loop
 
 from ..pictures import b64, picture
 from ..tool_calls import call
@@ -179,7 +180,7 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     # The commands as the CLI parses and runs them (in this process, to spare two process
     # starts; the refusal below runs as its own process and checks the exit status).
     capsys.readouterr()
-    await operator_command(source, parse("backup", str(backup), "--json"))
+    await run_in_loop(source, parse("backup", str(backup), "--json"))
     report = printed_json(capsys.readouterr().out)
     assert (report["objects"], report["files"], report["missingObjects"]) == (5, 11, [])
     assert report["database"] == "external" and report["objectsIncluded"] is True
@@ -189,7 +190,7 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
     restored_dir = tmp_path / "restored"
     target = MemorySettings(asset_ocr="off", memory_data_dir=restored_dir)
     key_file = str(source.backup_key_path)  # made by the first backup, outside the backup
-    await operator_command(target, parse("restore", str(backup), "--json", "--key-file", key_file))
+    await run_in_loop(target, parse("restore", str(backup), "--json", "--key-file", key_file))
     assert printed_json(capsys.readouterr().out)["objectFiles"] == 10
     # The restored data directory keeps the key: its own backups are signed alike.
     assert target.backup_key_path.read_bytes() == source.backup_key_path.read_bytes()
@@ -276,7 +277,7 @@ async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_buck
     await runtime.close()
 
     capsys.readouterr()
-    await operator_command(source, parse("backup", str(tmp_path / "backup"), "--json"))
+    await run_in_loop(source, parse("backup", str(tmp_path / "backup"), "--json"))
     report = printed_json(capsys.readouterr().out)
     assert (report["objectStore"], report["objectsIncluded"]) == ("s3", False)
     assert (report["objects"], report["files"], report["missingObjects"]) == (0, 1, [])
@@ -284,12 +285,12 @@ async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_buck
     manifest = json.loads((tmp_path / "backup" / "manifest.json").read_text())
     assert manifest["objectStore"]["bucket"] == bucket
     # A person reading the table is told what was not copied.
-    await operator_command(source, parse("backup", str(tmp_path / "table")))
+    await run_in_loop(source, parse("backup", str(tmp_path / "table")))
     assert "the S3 bucket was not copied" in capsys.readouterr().out
 
     target = MemorySettings(memory_data_dir=tmp_path / "restored", **s3)
     key_file = str(source.backup_key_path)
-    await operator_command(
+    await run_in_loop(
         target, parse("restore", str(tmp_path / "backup"), "--json", "--key-file", key_file)
     )
     assert printed_json(capsys.readouterr().out)["objectFiles"] == 0
@@ -317,9 +318,7 @@ async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_buck
 
 
 def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="memory-server")
-    add_operator_parsers(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(list(argv))
+    return CommandLine("memory-server", "", OPERATOR_COMMANDS).parser().parse_args(list(argv))
 
 
 def fake_backup(path: Path, revision: str, key: bytes) -> None:
@@ -355,7 +354,7 @@ async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path
     busy.mkdir()
     (busy / "notes.txt").write_text("keep me")
     with pytest.raises(ConflictFailure, match=r"backup destination .* is not empty"):
-        await operator_command(settings, parse("backup", str(busy)))
+        await run_in_loop(settings, parse("backup", str(busy)))
     assert [p.name for p in busy.iterdir()] == ["notes.txt"]
     assert not (tmp_path / "data").exists()  # refused before any database was started
 
@@ -363,17 +362,17 @@ async def test_backup_and_restore_refuse_what_they_must_not_touch(tmp_path: Path
     half.mkdir()
     (half / "database.dump").write_bytes(b"PGDMP")
     with pytest.raises(InvalidInputFailure, match=r"manifest\.json is missing"):
-        await operator_command(settings, parse("restore", str(half)))
+        await run_in_loop(settings, parse("restore", str(half)))
     newer = tmp_path / "newer"
     fake_backup(newer, "0999", key)
     with pytest.raises(InvalidInputFailure, match="newer than this build knows"):
-        await operator_command(settings, parse("restore", str(newer)))
+        await run_in_loop(settings, parse("restore", str(newer)))
     assert not (tmp_path / "data").exists()
 
     occupied = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "occupied")
     (occupied.memory_data_dir / "postgres").mkdir(parents=True)
     with pytest.raises(ConflictFailure, match="is not empty"):
-        await operator_command(occupied, parse("restore", str(newer)))
+        await run_in_loop(occupied, parse("restore", str(newer)))
     assert [p.name for p in occupied.memory_data_dir.iterdir()] == ["postgres"]
 
 

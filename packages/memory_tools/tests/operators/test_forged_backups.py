@@ -21,7 +21,6 @@ the payload is live.
 
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import subprocess
@@ -41,7 +40,6 @@ from memory_db.guarded_restore import parse_toc_line, refusal
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.operations.backup import create_backup, file_digest, json_bytes, restore_backup
 from memory_tools.operations.backup_key import SIGNATURE
-from memory_tools.serving.operator_commands import add_operator_parsers
 
 from .test_backup import cli, environment
 
@@ -85,12 +83,6 @@ def payload(source: str, marker: Path) -> str:
         f"IF current_database() <> '{source}' THEN "
         f"EXECUTE 'COPY (SELECT 1) TO PROGRAM ''touch {marker}'''; END IF;"
     )
-
-
-def parse(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="memory-server")
-    add_operator_parsers(parser.add_subparsers(dest="command", required=True))
-    return parser.parse_args(list(argv))
 
 
 def swap_dump(backup: Path, dump: Path) -> None:

@@ -1,7 +1,8 @@
 """MCP registration of the memory tools (fastmcp).
 
-The names below load on first use: the operator CLI imports ``memory_tools.mcp.toolsets`` to
-parse ``--toolsets`` and must not pay for fastmcp and the HTTP stack on every command.
+fastmcp loads on first use of these names, not with the package: ``mcp.toolsets`` (which tools a
+server offers) is imported by every app's command line, and an operator command (``admin``,
+``backup`` ...) must not pay for the HTTP stack (``apps/memory_server/tests/test_startup.py``).
 """
 
 from typing import TYPE_CHECKING
@@ -13,15 +14,12 @@ if TYPE_CHECKING:
     from memory_tools.mcp.server import INSTRUCTIONS, build_memory_server
     from memory_tools.mcp.tools import build_memory_tools
 
-__getattr__ = lazy_exports(
-    __name__,
-    globals(),
-    {
-        "memory_tools.mcp.auth": ("ApiKeyVerifier",),
-        "memory_tools.mcp.server": ("INSTRUCTIONS", "build_memory_server"),
-        "memory_tools.mcp.tools": ("build_memory_tools",),
-    },
-)
+_LAZY = {
+    "memory_tools.mcp.auth": ("ApiKeyVerifier",),
+    "memory_tools.mcp.server": ("INSTRUCTIONS", "build_memory_server"),
+    "memory_tools.mcp.tools": ("build_memory_tools",),
+}
+__getattr__ = lazy_exports(__name__, globals(), _LAZY)
 
 __all__ = [
     "INSTRUCTIONS",

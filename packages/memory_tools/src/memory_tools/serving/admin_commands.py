@@ -1,8 +1,8 @@
 """``memory-server admin ...``: the operator commands, their arguments, tables and ``--json``.
 
-An app adds them with :func:`add_admin_parser` and runs the parsed command with
-:func:`admin_command` inside ``run_command`` (so an unknown owner ends with one line on stderr
-and exit status 1, a bad setting with 2). The work is in :mod:`memory_tools.operations.admin`.
+An app lists :data:`ADMIN` among its commands; each runs inside ``run_command`` (so an unknown
+owner ends with one line on stderr and exit status 1, a bad setting with 2). The work is in
+:mod:`memory_tools.operations.admin`.
 
 Every command prints a table (or a sentence) for people; ``--json`` prints one JSON object for
 scripts instead, with the camelCase keys listed in docs/runbooks/operating.md. A key's secret
@@ -14,14 +14,8 @@ is printed only by ``create-key``, once. ``reconcile`` is ``memory-server reconc
 from __future__ import annotations
 
 import argparse
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Callable
 
-from memory_db import (
-    Database,
-    MemorySettings,
-    open_database,
-)
 from memory_tools import ConflictFailure
 from memory_tools.operations import admin
 from memory_tools.serving.admin_output import (
@@ -30,25 +24,31 @@ from memory_tools.serving.admin_output import (
     print_table,
     when,
 )
-from memory_tools.serving.reconcile_command import add_reconcile_arguments, reconcile_command
+from memory_tools.serving.reconcile_command import add_reconcile_arguments, reconcile
+from memory_tools.serving.subcommands import (
+    DATABASE,
+    RUNTIME,
+    CommandGroup,
+    OpenedDatabase,
+    Outcome,
+    Subcommand,
+    add_json_option,
+)
 
-# Most commands need the database only; `reconcile` opens the whole runtime (the store too).
-DatabaseCommand = Callable[[Database, MemorySettings, argparse.Namespace], Awaitable[None]]
-RuntimeCommand = Callable[[MemorySettings, argparse.Namespace], Awaitable[None]]
+# Every command needs the database only but `reconcile`, which opens the whole runtime (the
+# store too).
 
 
 # --- commands ----------------------------------------------------------------------------------
 
 
-async def _create_identity(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
+async def _create_identity(opened: OpenedDatabase, args: argparse.Namespace) -> None:
     quota = args.quota_bytes
     if quota is None:
-        quota = settings.memory_default_quota_bytes
+        quota = opened.settings.memory_default_quota_bytes
     owner = args.owner.strip().lower()
     try:
-        record = await admin.create_identity(database, args.owner, quota)
+        record = await admin.create_identity(opened.database, args.owner, quota)
     except ConflictFailure:
         if not args.exist_ok:
             raise
@@ -68,11 +68,9 @@ async def _create_identity(
         )
 
 
-async def _create_key(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
+async def _create_key(opened: OpenedDatabase, args: argparse.Namespace) -> None:
     scopes = [s for s in args.scopes.split(",") if s.strip()]
-    new = await admin.create_key(database, args.owner, scopes, args.label)
+    new = await admin.create_key(opened.database, args.owner, scopes, args.label)
     if args.json:
         print_json(
             {
@@ -92,18 +90,18 @@ async def _create_key(
     print(new.secret)
 
 
-async def _create_vault(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    record = await admin.create_vault(database, args.owner, args.name)
+async def _create_vault(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    record = await admin.create_vault(opened.database, args.owner, args.name)
     if args.json:
         print_json({"vaultId": record.id, "owner": record.owner_identity, "vault": record.handle})
     else:
         print(f"vault {record.handle} created for {record.owner_identity}")
 
 
-async def _grant(database: Database, settings: MemorySettings, args: argparse.Namespace) -> None:
-    record = await admin.grant(database, args.vault_owner, args.vault, args.to, args.permission)
+async def _grant(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    record = await admin.grant(
+        opened.database, args.vault_owner, args.vault, args.to, args.permission
+    )
     if args.json:
         print_json(
             {
@@ -119,10 +117,8 @@ async def _grant(database: Database, settings: MemorySettings, args: argparse.Na
         print(f"{grantee} now has {record.permission} access to {vault}")
 
 
-async def _revoke_grant(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    removed = await admin.revoke_grant(database, args.vault_owner, args.vault, args.grantee)
+async def _revoke_grant(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    removed = await admin.revoke_grant(opened.database, args.vault_owner, args.vault, args.grantee)
     owner = args.vault_owner.strip().lower()
     grantee = args.grantee.strip().lower()
     if args.json:
@@ -141,10 +137,8 @@ async def _revoke_grant(
         print(f"{grantee} no longer has {removed.permission} access to {removed.physical_vault}")
 
 
-async def _revoke_key(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    record = await admin.revoke_key(database, args.key_id)
+async def _revoke_key(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    record = await admin.revoke_key(opened.database, args.key_id)
     if args.json:
         print_json(
             {
@@ -157,10 +151,8 @@ async def _revoke_key(
         print(f"key {record.id} revoked")
 
 
-async def _list_identities(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    found = await admin.list_identities(database)
+async def _list_identities(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    found = await admin.list_identities(opened.database)
     if args.json:
         print_json(
             {
@@ -199,10 +191,8 @@ async def _list_identities(
     )
 
 
-async def _list_keys(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    keys = await admin.list_keys(database, args.owner, args.label)
+async def _list_keys(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    keys = await admin.list_keys(opened.database, args.owner, args.label)
     owner = args.owner.strip().lower()
     if args.json:
         print_json(
@@ -241,10 +231,8 @@ async def _list_keys(
     )
 
 
-async def _list_vaults(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    vaults = await admin.list_vaults(database, args.owner)
+async def _list_vaults(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    vaults = await admin.list_vaults(opened.database, args.owner)
     owner = args.owner.strip().lower()
     if args.json:
         print_json(
@@ -271,10 +259,8 @@ async def _list_vaults(
     )
 
 
-async def _list_grants(
-    database: Database, settings: MemorySettings, args: argparse.Namespace
-) -> None:
-    grants = await admin.list_grants(database, args.vault_owner, args.vault)
+async def _list_grants(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    grants = await admin.list_grants(opened.database, args.vault_owner, args.vault)
     owner = args.vault_owner.strip().lower()
     if args.json:
         print_json(
@@ -301,8 +287,8 @@ async def _list_grants(
     )
 
 
-async def _usage(database: Database, settings: MemorySettings, args: argparse.Namespace) -> None:
-    report = await admin.usage(database, args.owner)
+async def _usage(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    report = await admin.usage(opened.database, args.owner)
     c = report.counters
     available = max(0, c.quota_bytes - c.used_bytes - c.reserved_bytes)
     projects = [
@@ -386,76 +372,82 @@ async def _usage(database: Database, settings: MemorySettings, args: argparse.Na
 # --- arguments ---------------------------------------------------------------------------------
 
 
-def add_admin_parser(commands: Any) -> argparse.ArgumentParser:
-    """Add ``admin`` and its commands to an app's subcommands; each binds its handler."""
-    admin_parser: argparse.ArgumentParser = commands.add_parser(
-        "admin", help="identities, API keys, vaults, grants and usage"
-    )
-    sub = admin_parser.add_subparsers(dest="admin_command", required=True)
-    output = argparse.ArgumentParser(add_help=False)
-    output.add_argument(
-        "--json", action="store_true", help="print one JSON object for scripts instead of a table"
-    )
+def _command(
+    name: str,
+    run: Callable[[OpenedDatabase, argparse.Namespace], Outcome],
+    help_text: str,
+    arguments: Callable[[argparse.ArgumentParser], None] | None = None,
+) -> Subcommand[OpenedDatabase]:
+    """An ``admin`` command that needs the database only: ``--json``, then its ``arguments``."""
 
-    def command(
-        name: str,
-        handler: DatabaseCommand | RuntimeCommand,
-        help_text: str,
-        *,
-        runtime: bool = False,
-    ) -> argparse.ArgumentParser:
-        parser = sub.add_parser(name, help=help_text, parents=[output])
-        parser.set_defaults(admin=handler, admin_opens_runtime=runtime)
-        return parser
+    def add(parser: argparse.ArgumentParser) -> None:
+        _add_json(parser)
+        if arguments is not None:
+            arguments(parser)
 
-    ci = command("create-identity", _create_identity, "create an owner identity")
-    ci.add_argument("--owner", required=True, help="owner e-mail address")
-    ci.add_argument(
+    return Subcommand(name=name, help=help_text, arguments=add, opens=DATABASE, run=run)
+
+
+def _add_json(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, "print one JSON object for scripts instead of a table")
+
+
+def _owner(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--owner", required=True)
+
+
+def _vault(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--vault-owner", required=True)
+    parser.add_argument("--vault", required=True)
+
+
+def _create_identity_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--owner", required=True, help="owner e-mail address")
+    parser.add_argument(
         "--quota-bytes",
         type=_bytes_argument,
         default=None,
         help="storage quota in bytes (default MEMORY_DEFAULT_QUOTA_BYTES)",
     )
-    ci.add_argument("--exist-ok", action="store_true", help="succeed if the identity exists")
-    ck = command("create-key", _create_key, "create an API key (its secret is printed once)")
-    ck.add_argument("--owner", required=True)
-    ck.add_argument(
+    parser.add_argument("--exist-ok", action="store_true", help="succeed if the identity exists")
+
+
+def _create_key_arguments(parser: argparse.ArgumentParser) -> None:
+    _owner(parser)
+    parser.add_argument(
         "--scopes", default="read,write", help="comma-separated: read,write,destructive,admin"
     )
-    ck.add_argument("--label", default=None, help="a name for the key (at most 120 characters)")
-    cv = command("create-vault", _create_vault, "create another vault for an owner")
-    cv.add_argument("--owner", required=True)
-    cv.add_argument("--name", required=True)
-    gr = command("grant", _grant, "share a vault with another identity")
-    gr.add_argument("--vault-owner", required=True)
-    gr.add_argument("--vault", required=True)
-    gr.add_argument("--to", required=True)
-    gr.add_argument("--permission", required=True, choices=["read", "write", "admin"])
-    rg = command("revoke-grant", _revoke_grant, "stop sharing a vault with an identity")
-    rg.add_argument("--vault-owner", required=True)
-    rg.add_argument("--vault", required=True)
-    rg.add_argument("--grantee", required=True)
-    rk = command("revoke-key", _revoke_key, "revoke an API key by id")
-    rk.add_argument("key_id")
-    command("list-identities", _list_identities, "list identities with quota, usage and keys")
-    lk = command("list-keys", _list_keys, "list an owner's keys (never the secrets)")
-    lk.add_argument("--owner", required=True)
-    lk.add_argument("--label", default=None, help="only the keys with exactly this label")
-    lv = command("list-vaults", _list_vaults, "list an owner's vaults")
-    lv.add_argument("--owner", required=True)
-    lg = command("list-grants", _list_grants, "list who a vault is shared with")
-    lg.add_argument("--vault-owner", required=True)
-    lg.add_argument("--vault", required=True)
-    us = command("usage", _usage, "quota, bytes by project and provider tokens by month")
-    us.add_argument("--owner", required=True)
-    rc = command(
-        "reconcile",
-        reconcile_command,
-        "the same as `memory-server reconcile` (its older name)",
-        runtime=True,
-    )
-    add_reconcile_arguments(rc)
-    return admin_parser
+    parser.add_argument("--label", default=None, help="a name for the key (at most 120 characters)")
+
+
+def _create_vault_arguments(parser: argparse.ArgumentParser) -> None:
+    _owner(parser)
+    parser.add_argument("--name", required=True)
+
+
+def _grant_arguments(parser: argparse.ArgumentParser) -> None:
+    _vault(parser)
+    parser.add_argument("--to", required=True)
+    parser.add_argument("--permission", required=True, choices=["read", "write", "admin"])
+
+
+def _revoke_grant_arguments(parser: argparse.ArgumentParser) -> None:
+    _vault(parser)
+    parser.add_argument("--grantee", required=True)
+
+
+def _revoke_key_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("key_id")
+
+
+def _list_keys_arguments(parser: argparse.ArgumentParser) -> None:
+    _owner(parser)
+    parser.add_argument("--label", default=None, help="only the keys with exactly this label")
+
+
+def _reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    _add_json(parser)
+    add_reconcile_arguments(parser)
 
 
 def _bytes_argument(value: str) -> int:
@@ -468,15 +460,54 @@ def _bytes_argument(value: str) -> int:
     return number
 
 
-async def admin_command(settings: MemorySettings, args: argparse.Namespace) -> None:
-    """Run the parsed ``admin`` command (inside ``run_command``, which maps its failures)."""
-    if args.admin_opens_runtime:
-        await args.admin(settings, args)
-        return
-    database, embedded = await open_database(settings, migrate=False)
-    try:
-        await args.admin(database, settings, args)
-    finally:
-        await database.close()
-        if embedded is not None:
-            embedded.stop()
+ADMIN = CommandGroup(
+    name="admin",
+    help="identities, API keys, vaults, grants and usage",
+    dest="admin_command",
+    commands=(
+        _command(
+            "create-identity",
+            _create_identity,
+            "create an owner identity",
+            _create_identity_arguments,
+        ),
+        _command(
+            "create-key",
+            _create_key,
+            "create an API key (its secret is printed once)",
+            _create_key_arguments,
+        ),
+        _command(
+            "create-vault",
+            _create_vault,
+            "create another vault for an owner",
+            _create_vault_arguments,
+        ),
+        _command("grant", _grant, "share a vault with another identity", _grant_arguments),
+        _command(
+            "revoke-grant",
+            _revoke_grant,
+            "stop sharing a vault with an identity",
+            _revoke_grant_arguments,
+        ),
+        _command("revoke-key", _revoke_key, "revoke an API key by id", _revoke_key_arguments),
+        _command("list-identities", _list_identities, "list identities with quota, usage and keys"),
+        _command(
+            "list-keys",
+            _list_keys,
+            "list an owner's keys (never the secrets)",
+            _list_keys_arguments,
+        ),
+        _command("list-vaults", _list_vaults, "list an owner's vaults", _owner),
+        _command("list-grants", _list_grants, "list who a vault is shared with", _vault),
+        _command("usage", _usage, "quota, bytes by project and provider tokens by month", _owner),
+        Subcommand(
+            name="reconcile",
+            help="the same as `memory-server reconcile` (its older name)",
+            arguments=_reconcile_arguments,
+            opens=RUNTIME,
+            run=reconcile,
+        ),
+    ),
+)
+"""``admin`` and its commands, in the order of ``--help``."""

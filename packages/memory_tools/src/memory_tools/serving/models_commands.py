@@ -19,37 +19,36 @@ from memory_db import MemorySettings
 from memory_db.embedding.clip_catalog import CATALOG, HUB_URL, CatalogModel, load_catalog_file
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.serving.admin_output import Progress, print_json, print_table
+from memory_tools.serving.subcommands import SETTINGS, CommandGroup, Subcommand, add_json_option
 
 if TYPE_CHECKING:
     from memory_tools.operations.model_downloads import VerifyReport
 
 
-def add_models_parser(commands: Any) -> None:
-    """Add ``models`` (``list``, ``fetch``, ``verify``) to an app's subcommands."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "models", help="list, fetch and verify the clip provider's models"
-    )
-    actions = parser.add_subparsers(dest="models_command", required=True)
-    listing = actions.add_parser("list", help="the models this server can run, with licences")
-    listing.add_argument("--json", action="store_true", help="print one JSON object for scripts")
-    _add_catalog_option(listing)
-    fetch = actions.add_parser("fetch", help="download a model into ASSET_EMBED_MODEL_DIR")
-    fetch.add_argument("name", help="a model name from `models list`")
-    fetch.add_argument(
+def _list_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, _JSON_HELP)
+    _add_catalog_option(parser)
+
+
+def _fetch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="a model name from `models list`")
+    parser.add_argument(
         "--hub-url", default=HUB_URL, help=f"the model hub's address (default {HUB_URL})"
     )
-    fetch.add_argument("--force", action="store_true", help="replace an existing directory")
-    fetch.add_argument("--json", action="store_true", help="print one JSON object for scripts")
-    _add_catalog_option(fetch)
-    verify = actions.add_parser("verify", help="check a model directory and run it once")
-    verify.add_argument(
+    parser.add_argument("--force", action="store_true", help="replace an existing directory")
+    add_json_option(parser, _JSON_HELP)
+    _add_catalog_option(parser)
+
+
+def _verify_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
         "target",
         nargs="?",
         default=None,
         help="a model directory, or a model name under ASSET_EMBED_MODEL_DIR "
         "(default: ASSET_EMBED_MODEL)",
     )
-    verify.add_argument("--json", action="store_true", help="print one JSON object for scripts")
+    add_json_option(parser, _JSON_HELP)
 
 
 def _add_catalog_option(parser: argparse.ArgumentParser) -> None:
@@ -73,63 +72,59 @@ def _catalog(args: argparse.Namespace) -> tuple[CatalogModel, ...]:
         raise InvalidInputFailure(str(exc)) from None
 
 
-async def models_command(settings: MemorySettings, args: argparse.Namespace) -> None:
-    """Run the parsed ``models`` subcommand (inside ``run_command``)."""
+async def _fetch(settings: MemorySettings, args: argparse.Namespace) -> None:
     # Loaded when a `models` command runs, not with the parser: it brings httpx and the clip
     # embedder (numpy, onnxruntime), which no other command needs.
-    from memory_tools.operations.model_downloads import (
-        fetch_model,
-        resolve_model_directory,
-        verify_model,
+    from memory_tools.operations.model_downloads import fetch_model
+
+    catalog = _catalog(args)
+    with Progress(f"fetching {args.name}") as progress:
+        report = await fetch_model(
+            settings,
+            args.name,
+            hub_url=args.hub_url,
+            force=args.force,
+            progress=progress.advance,
+            catalog=catalog,
+        )
+    files = [
+        {"file": f.name, "bytes": f.size, "sha256": f.sha256, "matchesPin": True}
+        | {"source": f.source}
+        for f in report.files
+    ]
+    if args.json:
+        print_json(
+            {"model": report.name, "directory": str(report.directory), "files": files}
+            | {"verified": _verified(report.verified)}
+        )
+        return
+    print_table(
+        f"fetched {report.name} into {report.directory}",
+        ("file", "bytes", "sha256", "pinned SHA-256 and size"),
+        [(f.name, f.size, f.sha256, "match") for f in report.files],
+        empty="",
     )
-
-    if args.models_command == "list":
-        _list(settings, args)
-    elif args.models_command == "fetch":
-        catalog = _catalog(args)
-        with Progress(f"fetching {args.name}") as progress:
-            report = await fetch_model(
-                settings,
-                args.name,
-                hub_url=args.hub_url,
-                force=args.force,
-                progress=progress.advance,
-                catalog=catalog,
-            )
-        files = [
-            {"file": f.name, "bytes": f.size, "sha256": f.sha256, "matchesPin": True}
-            | {"source": f.source}
-            for f in report.files
-        ]
-        if args.json:
-            print_json(
-                {"model": report.name, "directory": str(report.directory), "files": files}
-                | {"verified": _verified(report.verified)}
-            )
-            return
-        print_table(
-            f"fetched {report.name} into {report.directory}",
-            ("file", "bytes", "sha256", "pinned SHA-256 and size"),
-            [(f.name, f.size, f.sha256, "match") for f in report.files],
-            empty="",
-        )
-        _print_verified(report.verified)
-    else:
-        directory = resolve_model_directory(settings, args.target)
-        verified = await verify_model(directory)
-        if args.json:
-            print_json({"directory": str(directory)} | _verified(verified))
-            return
-        print_table(
-            f"verified {directory}",
-            ("file", "check"),
-            sorted(verified.checked_files.items()),
-            empty="",
-        )
-        _print_verified(verified)
+    _print_verified(report.verified)
 
 
-def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
+async def _verify(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_tools.operations.model_downloads import resolve_model_directory, verify_model
+
+    directory = resolve_model_directory(settings, args.target)
+    verified = await verify_model(directory)
+    if args.json:
+        print_json({"directory": str(directory)} | _verified(verified))
+        return
+    print_table(
+        f"verified {directory}",
+        ("file", "check"),
+        sorted(verified.checked_files.items()),
+        empty="",
+    )
+    _print_verified(verified)
+
+
+async def _list(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_tools.operations.model_downloads import describe, list_models
 
     rows = list_models(settings, _catalog(args))
@@ -193,3 +188,36 @@ def _print_verified(report: VerifyReport) -> None:
         f"{report.image_seconds:.3f} s, one text ({report.context_length} tokens) in "
         f"{report.text_seconds:.3f} s"
     )
+
+
+_JSON_HELP = "print one JSON object for scripts"
+
+MODELS = CommandGroup(
+    name="models",
+    help="list, fetch and verify the clip provider's models",
+    dest="models_command",
+    commands=(
+        Subcommand(
+            name="list",
+            help="the models this server can run, with licences",
+            arguments=_list_arguments,
+            opens=SETTINGS,
+            run=_list,
+        ),
+        Subcommand(
+            name="fetch",
+            help="download a model into ASSET_EMBED_MODEL_DIR",
+            arguments=_fetch_arguments,
+            opens=SETTINGS,
+            run=_fetch,
+        ),
+        Subcommand(
+            name="verify",
+            help="check a model directory and run it once",
+            arguments=_verify_arguments,
+            opens=SETTINGS,
+            run=_verify,
+        ),
+    ),
+)
+"""``models list``, ``models fetch NAME`` and ``models verify [DIR]``."""

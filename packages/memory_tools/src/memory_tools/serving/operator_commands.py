@@ -1,11 +1,11 @@
 """``memory-server backup``, ``restore``, ``export``, ``import`` and ``enrich``: vault-wide work.
 
-An app adds them with :func:`add_operator_parsers` and runs the parsed command with
-:func:`operator_command` inside ``run_command`` (a refusal ends with one line on stderr and exit
-status 1). Each shows its progress on stderr (a bar on a terminal, plain lines otherwise) and
-prints a table at the end, or one JSON object with ``--json``. The work is in
-:mod:`memory_tools.operations.backup`, :mod:`memory_tools.operations.export` and
-:mod:`memory_tools.jobs.ocr_jobs`;
+Each is a :class:`~memory_tools.serving.subcommands.Subcommand` (an app lists
+:data:`OPERATOR_COMMANDS`), run inside ``run_command`` (a refusal ends with one line on stderr and
+exit status 1); ``migrate`` is declared here too. Each shows its progress on stderr (a bar on a
+terminal, plain lines otherwise) and prints a table at the end, or one JSON object with
+``--json``. The work is in :mod:`memory_tools.operations.backup`,
+:mod:`memory_tools.operations.export` and :mod:`memory_tools.jobs.ocr_jobs`;
 docs/runbooks/backup-restore.md, docs/runbooks/export-vault.md and docs/ocr.md describe them.
 """
 
@@ -14,16 +14,23 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from memory_db import MemorySettings
+from memory_db import MemorySettings, Runtime
 from memory_tools.serving.admin_output import Progress, human_bytes, print_report
+from memory_tools.serving.subcommands import (
+    MIGRATED_DATABASE,
+    RUNTIME,
+    SETTINGS,
+    OpenedDatabase,
+    Subcommand,
+    add_json_option,
+    operator_services,
+)
 
 # Each command imports its workflow (and the runtime) when it runs, not with the parser: the
 # enrichers alone load pyvips, OCR and the describers, which `memory-server admin ...` and the
 # other commands never use.
 
-OPERATOR_COMMANDS = ("backup", "restore", "export", "import", "enrich")
 # ``memory_tools.jobs.ocr_jobs.ENRICHERS``' keys, for the parser (a test keeps the two equal).
 ENRICHMENT_KINDS = ("ocr", "describe")
 
@@ -45,20 +52,17 @@ def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
     return advance
 
 
-async def _backup(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_db import open_runtime
-    from memory_tools.operations.backup import create_backup, require_empty_directory
+def _backup_destination_is_empty(args: argparse.Namespace) -> None:
+    from memory_tools.operations.backup import require_empty_directory
 
-    # Checked before the database is opened (or started): a refusal is immediate.
     require_empty_directory(Path(args.dest), "backup destination")
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
-    try:
-        with Progress("backing up") as progress:
-            report = await create_backup(
-                runtime, Path(args.dest), progress=_every_percent(progress)
-            )
-    finally:
-        await runtime.close()
+
+
+async def _backup(runtime: Runtime, args: argparse.Namespace) -> None:
+    from memory_tools.operations.backup import create_backup
+
+    with Progress("backing up") as progress:
+        report = await create_backup(runtime, Path(args.dest), progress=_every_percent(progress))
     document = {
         "destination": str(report.destination),
         "schemaRevision": report.schema_revision,
@@ -139,24 +143,17 @@ async def _restore(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
-async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_db import open_runtime
-    from memory_tools import MemoryServices
+async def _export(runtime: Runtime, args: argparse.Namespace) -> None:
     from memory_tools.operations.export import export_vault
 
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
-    try:
-        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
-        with Progress("exporting") as progress:
-            report = await export_vault(
-                services,
-                args.vault_owner,
-                args.vault,
-                Path(args.dest),
-                progress=_every_percent(progress),
-            )
-    finally:
-        await runtime.close()
+    with Progress("exporting") as progress:
+        report = await export_vault(
+            operator_services(runtime),
+            args.vault_owner,
+            args.vault,
+            Path(args.dest),
+            progress=_every_percent(progress),
+        )
     document = {
         "destination": str(report.destination),
         "vault": report.vault,
@@ -187,25 +184,14 @@ async def _export(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
-async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_db import open_runtime
-    from memory_tools import MemoryServices
+async def _import(runtime: Runtime, args: argparse.Namespace) -> None:
     from memory_tools.operations.export import import_vault
 
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
-    try:
-        services = MemoryServices(
-            database=runtime.database,
-            store=runtime.store,
-            settings=settings,
-            embedder=runtime.embedder,
+    services = operator_services(runtime, embedder=runtime.embedder)
+    with Progress("importing") as progress:
+        report = await import_vault(
+            services, args.owner, args.vault, Path(args.src), progress=_every_percent(progress)
         )
-        with Progress("importing") as progress:
-            report = await import_vault(
-                services, args.owner, args.vault, Path(args.src), progress=_every_percent(progress)
-            )
-    finally:
-        await runtime.close()
     document = {
         "owner": report.owner,
         "vault": report.vault,
@@ -241,20 +227,15 @@ async def _import(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
-async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_db import open_runtime
+async def _enrich(runtime: Runtime, args: argparse.Namespace) -> None:
     from memory_db.describing import build_describer
-    from memory_tools import MemoryServices
     from memory_tools.jobs.ocr_jobs import check_what
     from memory_tools.operations.enrich import enrich_vault
 
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     # Only its model name is used here (it labels the describe jobs); workers make the calls.
-    describer = build_describer(settings)
+    describer = build_describer(runtime.settings)
     try:
-        services = MemoryServices(
-            database=runtime.database, store=runtime.store, settings=settings, describer=describer
-        )
+        services = operator_services(runtime, describer=describer)
         what = check_what(args.what, services)
         with Progress("queueing") as progress:
             report = await enrich_vault(
@@ -267,7 +248,6 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
     finally:
         if describer is not None:
             await describer.close()
-        await runtime.close()
     document = {
         "vault": report.vault,
         "what": what,
@@ -287,68 +267,103 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
-def add_operator_parsers(commands: Any) -> None:
-    """Add ``backup``, ``restore``, ``export``, ``import`` and ``enrich`` to an app's commands."""
-    output = argparse.ArgumentParser(add_help=False)
-    output.add_argument(
-        "--json", action="store_true", help="print one JSON object for scripts instead of a table"
-    )
-    backup = commands.add_parser(
-        "backup",
-        parents=[output],
-        help="write a consistent backup (database dump, object bytes, manifest) to DEST",
-    )
-    backup.add_argument("dest", metavar="DEST", help="a new or empty directory")
-    backup.set_defaults(operator=_backup)
-    restore = commands.add_parser(
-        "restore",
-        parents=[output],
-        help="restore a backup into a new, empty data directory (MEMORY_DATA_DIR)",
-    )
-    restore.add_argument("src", metavar="SRC", help="a directory `memory-server backup` wrote")
-    restore.add_argument(
+async def _migrate(opened: OpenedDatabase, args: argparse.Namespace) -> None:
+    # alembic loads with this command only: an `admin` command against a database at head
+    # needs none of it.
+    from memory_db.migrate import current_revision
+
+    print(f"database schema at revision {await current_revision(opened.database.engine)}")
+
+
+MIGRATE = Subcommand(
+    name="migrate", help="apply database migrations", opens=MIGRATED_DATABASE, run=_migrate
+)
+
+_JSON_HELP = "print one JSON object for scripts instead of a table"
+
+
+def _backup_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, _JSON_HELP)
+    parser.add_argument("dest", metavar="DEST", help="a new or empty directory")
+
+
+def _restore_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, _JSON_HELP)
+    parser.add_argument("src", metavar="SRC", help="a directory `memory-server backup` wrote")
+    parser.add_argument(
         "--key-file",
         metavar="PATH",
         help="the backup key of the server that wrote the backup (default: "
         "MEMORY_BACKUP_KEY_FILE, else backup.key in MEMORY_DATA_DIR)",
     )
-    restore.set_defaults(operator=_restore)
-    export = commands.add_parser(
-        "export",
-        parents=[output],
-        help="write one vault (originals, assets.jsonl, vault.json) to DEST in an open format",
-    )
-    export.add_argument("--vault-owner", required=True, help="the owner of the vault")
-    export.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
-    export.add_argument("dest", metavar="DEST", help="a new or empty directory")
-    export.set_defaults(operator=_export)
-    imported = commands.add_parser(
-        "import",
-        parents=[output],
-        help="save a vault export into OWNER's vault (idempotent: a second run adds nothing)",
-    )
-    imported.add_argument("--owner", required=True, help="the identity that receives the images")
-    imported.add_argument(
+
+
+def _export_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, _JSON_HELP)
+    parser.add_argument("--vault-owner", required=True, help="the owner of the vault")
+    parser.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
+    parser.add_argument("dest", metavar="DEST", help="a new or empty directory")
+
+
+def _import_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, _JSON_HELP)
+    parser.add_argument("--owner", required=True, help="the identity that receives the images")
+    parser.add_argument(
         "--vault", default="Library", help="the vault to fill (made if missing; default Library)"
     )
-    imported.add_argument("src", metavar="SRC", help="a directory `memory-server export` wrote")
-    imported.set_defaults(operator=_import)
-    enrich = commands.add_parser(
-        "enrich",
-        parents=[output],
-        help="queue the enrichments (OCR, generated context) of every image of one vault again",
-    )
-    enrich.add_argument("--vault-owner", required=True, help="the owner of the vault")
-    enrich.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
-    enrich.add_argument(
+    parser.add_argument("src", metavar="SRC", help="a directory `memory-server export` wrote")
+
+
+def _enrich_arguments(parser: argparse.ArgumentParser) -> None:
+    add_json_option(parser, _JSON_HELP)
+    parser.add_argument("--vault-owner", required=True, help="the owner of the vault")
+    parser.add_argument("--vault", required=True, help="the vault's name, e.g. Library")
+    parser.add_argument(
         "--what",
         action="append",
         choices=list(ENRICHMENT_KINDS),
         help="an enrichment to run (repeatable; default: all the server has switched on)",
     )
-    enrich.set_defaults(operator=_enrich)
 
 
-async def operator_command(settings: MemorySettings, args: argparse.Namespace) -> None:
-    """Run the parsed operator command (inside ``run_command``, which maps its failures)."""
-    await args.operator(settings, args)
+OPERATOR_COMMANDS = (
+    Subcommand(
+        name="backup",
+        help="write a consistent backup (database dump, object bytes, manifest) to DEST",
+        arguments=_backup_arguments,
+        # Checked before the database is opened (or started): a refusal is immediate.
+        check=_backup_destination_is_empty,
+        opens=RUNTIME,
+        run=_backup,
+    ),
+    Subcommand(
+        name="restore",
+        help="restore a backup into a new, empty data directory (MEMORY_DATA_DIR)",
+        arguments=_restore_arguments,
+        # It fills an empty data directory: there is no database to open yet.
+        opens=SETTINGS,
+        run=_restore,
+    ),
+    Subcommand(
+        name="export",
+        help="write one vault (originals, assets.jsonl, vault.json) to DEST in an open format",
+        arguments=_export_arguments,
+        opens=RUNTIME,
+        run=_export,
+    ),
+    Subcommand(
+        name="import",
+        help="save a vault export into OWNER's vault (idempotent: a second run adds nothing)",
+        arguments=_import_arguments,
+        opens=RUNTIME,
+        run=_import,
+    ),
+    Subcommand(
+        name="enrich",
+        help="queue the enrichments (OCR, generated context) of every image of one vault again",
+        arguments=_enrich_arguments,
+        opens=RUNTIME,
+        run=_enrich,
+    ),
+)
+"""``backup``, ``restore``, ``export``, ``import`` and ``enrich``, in the order of ``--help``."""

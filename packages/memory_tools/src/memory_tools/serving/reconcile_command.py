@@ -13,8 +13,9 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from memory_db import MemorySettings
+from memory_db import Runtime
 from memory_tools.serving.admin_output import Progress, human_bytes, print_json, print_table
+from memory_tools.serving.subcommands import RUNTIME, Subcommand, add_json_option, operator_services
 
 if TYPE_CHECKING:
     from memory_tools.operations.reconcile import Reconciliation
@@ -36,48 +37,42 @@ def add_reconcile_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def add_reconcile_parser(commands: Any) -> argparse.ArgumentParser:
-    """Add ``reconcile`` to an app's subcommands."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "reconcile",
-        help="check the store, objects, vectors and counters against each other and repair",
-    )
-    add_reconcile_arguments(parser)
-    parser.add_argument(
-        "--json", action="store_true", help="print one JSON object for scripts instead of tables"
-    )
-    return parser
-
-
-async def reconcile_command(settings: MemorySettings, args: argparse.Namespace) -> None:
-    """Run one pass (inside ``run_command``, which maps its failures to one line and a status)."""
-    # Loaded here, not with the parser: the pass needs the store, the ingest code and the
-    # worker's constants, which no other operator command does.
-    from memory_db import open_runtime
-    from memory_tools import MemoryServices
+async def reconcile(runtime: Runtime, args: argparse.Namespace) -> None:
+    """Run one pass and print it (inside ``run_command``, which maps its failures)."""
+    # Loaded here, not with the parser: the pass needs the ingest code and the worker's
+    # constants, which no other operator command does.
     from memory_tools.jobs.worker import ORPHAN_SAFETY_WINDOW
     from memory_tools.operations import admin
     from memory_tools.operations.reconcile import reconcile_store
 
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
-    try:
-        services = MemoryServices(database=runtime.database, store=runtime.store, settings=settings)
-        with Progress("reconciling namespaces") as progress:
-            report = await reconcile_store(
-                services,
-                safety_window=ORPHAN_SAFETY_WINDOW,
-                progress=progress.advance,
-                actor=admin.OPERATOR,
-                dry_run=args.dry_run,
-                owner=args.owner,
-                verify_limit=None if args.verify_checksums else 0,
-            )
-    finally:
-        await runtime.close()
+    with Progress("reconciling namespaces") as progress:
+        report = await reconcile_store(
+            operator_services(runtime),
+            safety_window=ORPHAN_SAFETY_WINDOW,
+            progress=progress.advance,
+            actor=admin.OPERATOR,
+            dry_run=args.dry_run,
+            owner=args.owner,
+            verify_limit=None if args.verify_checksums else 0,
+        )
     if args.json:
         print_json(report_document(report))
     else:
         print_report(report)
+
+
+def _reconcile_arguments(parser: argparse.ArgumentParser) -> None:
+    add_reconcile_arguments(parser)
+    add_json_option(parser, "print one JSON object for scripts instead of tables")
+
+
+RECONCILE = Subcommand(
+    name="reconcile",
+    help="check the store, objects, vectors and counters against each other and repair",
+    arguments=_reconcile_arguments,
+    opens=RUNTIME,
+    run=reconcile,
+)
 
 
 def report_document(report: Reconciliation) -> dict[str, Any]:

@@ -11,9 +11,8 @@ The runbook is docs/runbooks/switch-models.md.
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from memory_db import MemorySettings
+from memory_db import Runtime
 from memory_tools.operations.reindex_defaults import (
     DEFAULT_BATCH_SIZE,
     DEFAULT_MIN_RECALL,
@@ -21,14 +20,17 @@ from memory_tools.operations.reindex_defaults import (
     RECALL_K,
 )
 from memory_tools.serving.admin_output import Progress, print_json, print_report
+from memory_tools.serving.subcommands import (
+    DATABASE,
+    RUNTIME,
+    OpenedDatabase,
+    Subcommand,
+    add_json_option,
+    operator_services,
+)
 
 
-def add_reindex_parsers(commands: Any) -> None:
-    """Add ``reindex`` and ``drop-index`` to an app's subcommands."""
-    parser: argparse.ArgumentParser = commands.add_parser(
-        "reindex",
-        help="re-embed every image into a new vector index, verify it, switch to it",
-    )
+def _reindex_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", required=True, dest="target", help="the new index's table name")
     parser.add_argument(
         "--provider", default=None, help="local, jina or clip (default: the active's)"
@@ -56,23 +58,16 @@ def add_reindex_parsers(commands: Any) -> None:
     parser.add_argument(
         "--drop-old", action="store_true", help="drop the old index after the switch"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object for scripts")
-    parser.set_defaults(reindex_handler=_reindex)
-    drop = commands.add_parser("drop-index", help="drop a vector index no alias points at")
-    drop.add_argument("name", help="the index's table name")
-    drop.add_argument("--json", action="store_true", help="print one JSON object for scripts")
-    drop.set_defaults(reindex_handler=_drop)
+    add_json_option(parser, _JSON_HELP)
 
 
-async def reindex_command(settings: MemorySettings, args: argparse.Namespace) -> None:
-    """Run the parsed ``reindex`` or ``drop-index`` (inside ``run_command``)."""
-    await args.reindex_handler(settings, args)
+def _drop_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("name", help="the index's table name")
+    add_json_option(parser, _JSON_HELP)
 
 
-async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
+async def _reindex(runtime: Runtime, args: argparse.Namespace) -> None:
     # Loaded when it runs, not with the parser: the embedders and the vector index.
-    from memory_db import open_runtime
-    from memory_tools import MemoryServices
     from memory_tools.operations.reindex import ReindexRequest, reindex
 
     request = ReindexRequest(
@@ -86,19 +81,13 @@ async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
         force=args.force,
         drop_old=args.drop_old,
     )
-    runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
-    services = MemoryServices(
-        database=runtime.database,
-        store=runtime.store,
-        settings=settings,
-        embedder=runtime.embedder,
-    )
+    services = operator_services(runtime, embedder=runtime.embedder)
     try:
         with Progress(f"re-embedding into {args.target}") as progress:
             report = await reindex(services, request, progress=progress.advance)
     finally:
+        # The embedders of other indexes it built on the way (the runtime closes its own).
         await services.embedders.close()
-        await runtime.close()
     document = {
         "index": report.target,
         "previous": report.source,
@@ -143,18 +132,32 @@ async def _reindex(settings: MemorySettings, args: argparse.Namespace) -> None:
     )
 
 
-async def _drop(settings: MemorySettings, args: argparse.Namespace) -> None:
-    from memory_db import open_database
+async def _drop(opened: OpenedDatabase, args: argparse.Namespace) -> None:
     from memory_tools.operations.reindex import drop_old_index
 
-    database, embedded = await open_database(settings, migrate=False)
-    try:
-        await drop_old_index(database, args.name)
-    finally:
-        await database.close()
-        if embedded is not None:
-            embedded.stop()
+    await drop_old_index(opened.database, args.name)
     if args.json:
         print_json({"dropped": args.name})
     else:
         print(f"dropped vector index {args.name}")
+
+
+_JSON_HELP = "print one JSON object for scripts"
+
+REINDEX_COMMANDS = (
+    Subcommand(
+        name="reindex",
+        help="re-embed every image into a new vector index, verify it, switch to it",
+        arguments=_reindex_arguments,
+        opens=RUNTIME,
+        run=_reindex,
+    ),
+    Subcommand(
+        name="drop-index",
+        help="drop a vector index no alias points at",
+        arguments=_drop_arguments,
+        opens=DATABASE,
+        run=_drop,
+    ),
+)
+"""``reindex`` and ``drop-index``."""
