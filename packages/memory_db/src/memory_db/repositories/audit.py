@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Insert, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
-from memory_db.repositories.records import ProvenanceRecord
+from memory_db.repositories._base import SessionRepository, record_from_row
+from memory_db.repositories.records import ProvenanceRecord, VaultScope
 from memory_db.schema import (
     PROVENANCE_OPERATIONS,
     PROVENANCE_OUTCOMES,
@@ -19,11 +19,8 @@ from memory_db.schema import (
 )
 
 
-class ProvenanceRepository:
+class ProvenanceRepository(SessionRepository):
     """Who did what to which target, and the outcome. Details must hold no secrets."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def record(
         self,
@@ -59,6 +56,31 @@ class ProvenanceRepository:
         await self._session.flush()
         return event_id
 
+    async def record_in_vault(
+        self,
+        operation: str,
+        scope: VaultScope,
+        target_kind: str,
+        target_id: str,
+        *,
+        actor_identity: str,
+        detail: dict[str, Any] | None = None,
+    ) -> str:
+        """:meth:`record` a succeeded event about one target of one vault.
+
+        The target is an asset, a folder, a project or the vault itself; the scope names the
+        owner and vault the event is filed under.
+        """
+        return await self.record(
+            operation,
+            actor_identity=actor_identity,
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            target_kind=target_kind,
+            target_id=target_id,
+            detail=detail,
+        )
+
     async def record_many(self, events: Sequence[dict[str, Any]]) -> None:
         """Append several succeeded events in one statement (the worker's batches).
 
@@ -87,20 +109,7 @@ class ProvenanceRepository:
             .order_by(ProvenanceEvent.created_at, ProvenanceEvent.id)
             .limit(limit)
         )
-        return [
-            ProvenanceRecord(
-                id=row.id,
-                operation=row.operation,
-                actor_identity=row.actor_identity,
-                owner_identity=row.owner_identity,
-                target_kind=row.target_kind,
-                target_id=row.target_id,
-                outcome=row.outcome,
-                detail=dict(row.detail),
-                created_at=row.created_at,
-            )
-            for row in rows
-        ]
+        return [record_from_row(ProvenanceRecord, row, detail=dict(row.detail)) for row in rows]
 
 
 def provenance_entry(operation: str, *, actor_identity: str, detail: ColumnElement[Any]) -> Insert:
@@ -149,11 +158,8 @@ def usage_entry(
     )
 
 
-class UsageRepository:
+class UsageRepository(SessionRepository):
     """Metered provider usage; pricing is derived elsewhere from a rate table."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def record(
         self,

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import asset_record, object_record
 from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord
@@ -36,27 +36,7 @@ JOB_CHANNEL = "memory_embedding_jobs"
 
 
 def _job(row: AssetJob) -> JobRecord:
-    return JobRecord(
-        id=row.id,
-        asset_id=row.asset_id,
-        owner_identity=row.owner_identity,
-        kind=row.kind,
-        representation=row.representation,
-        model=row.model,
-        dimensions=row.dimensions,
-        status=row.status,
-        attempts=row.attempts,
-        max_attempts=row.max_attempts,
-        run_after=row.run_after,
-        lease_owner=row.lease_owner,
-        lease_until=row.lease_until,
-        last_error_code=row.last_error_code,
-        last_error=row.last_error,
-        usage=dict(row.usage),
-        created_at=row.created_at,
-        completed_at=row.completed_at,
-        updated_at=row.updated_at,
-    )
+    return record_from_row(JobRecord, row, usage=dict(row.usage))
 
 
 def _held_by(lease_owner: str, job_ids: Sequence[str]) -> ColumnElement[bool]:
@@ -114,11 +94,8 @@ class QueueHealth:
     stale_leases: int  # running jobs whose lease ran out (their worker stopped renewing it)
 
 
-class JobRepository:
+class JobRepository(SessionRepository):
     """Durable jobs of every kind: creation, leasing, heartbeats and outcomes."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def create(
         self,
@@ -355,10 +332,7 @@ class JobRepository:
             )
             .outerjoin(
                 AssetObject,
-                and_(
-                    AssetObject.owner_identity == Asset.owner_identity,
-                    AssetObject.id == Asset.object_id,
-                ),
+                asset_object_join(),
             )
             .execution_options(populate_existing=True)
         )
@@ -679,27 +653,18 @@ class JobRepository:
         Returns ``None`` when the job is not failed or cancelled (any more): the row is updated
         only under that condition, so a concurrent change wins cleanly.
         """
-        row = await self._session.scalar(
-            update(AssetJob)
-            .where(
-                AssetJob.id == job_id,
-                AssetJob.status.in_(("failed", "cancelled")),
-            )
-            .values(
-                status="queued",
-                max_attempts=AssetJob.attempts + attempts,
-                run_after=func.now(),
-                lease_owner=None,
-                lease_until=None,
-                last_error_code=None,
-                last_error=None,
-                completed_at=None,
-                updated_at=func.now(),
-            )
-            .returning(AssetJob)
-            .execution_options(synchronize_session=False, populate_existing=True)
+        return await self._move(
+            job_id,
+            ("failed", "cancelled"),
+            status="queued",
+            max_attempts=AssetJob.attempts + attempts,
+            run_after=func.now(),
+            lease_owner=None,
+            lease_until=None,
+            last_error_code=None,
+            last_error=None,
+            completed_at=None,
         )
-        return None if row is None else _job(row)
 
     async def cancel_waiting(self, job_id: str, *, reason: str) -> JobRecord | None:
         """Cancel a job that waits (``queued`` or ``retry``); ``None`` if it does not wait.
@@ -708,19 +673,24 @@ class JobRepository:
         SKIP LOCKED``) and this update exclude each other, so either the job is cancelled before
         a worker takes it or this finds it running and changes nothing.
         """
+        return await self._move(
+            job_id,
+            ("queued", "retry"),
+            status="cancelled",
+            last_error_code="cancelled",
+            last_error=reason[:1000],
+            completed_at=func.now(),
+        )
+
+    async def _move(self, job_id: str, allowed: tuple[str, ...], **values: Any) -> JobRecord | None:
+        """Set a job's columns if its status is one of ``allowed``; ``None`` if it is not.
+
+        The status is the update's own condition, so a concurrent change wins cleanly.
+        """
         row = await self._session.scalar(
             update(AssetJob)
-            .where(
-                AssetJob.id == job_id,
-                AssetJob.status.in_(("queued", "retry")),
-            )
-            .values(
-                status="cancelled",
-                last_error_code="cancelled",
-                last_error=reason[:1000],
-                completed_at=func.now(),
-                updated_at=func.now(),
-            )
+            .where(AssetJob.id == job_id, AssetJob.status.in_(allowed))
+            .values(**values, updated_at=func.now())
             .returning(AssetJob)
             .execution_options(synchronize_session=False, populate_existing=True)
         )

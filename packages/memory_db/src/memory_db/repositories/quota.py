@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, func, or_, select, text, update
+from sqlalchemy import DateTime, Update, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, NotFound, QuotaExceededError
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories.assets import COPIES_SQL, copies_found
 from memory_db.repositories.records import (
     INTEGRITY_CODES,
@@ -51,27 +51,24 @@ class _Locked:
 
 
 def _reservation(row: AssetUploadReservation) -> ReservationRecord:
-    return ReservationRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        operation=row.operation,
-        idempotency_key=row.idempotency_key,
-        expected_bytes=row.expected_bytes,
-        reserved_bytes=row.reserved_bytes,
-        status=row.status,
-        asset_id=row.asset_id,
-        vault=row.vault,
-        object_id=row.object_id,
-        request=dict(row.request),
-        expires_at=row.expires_at,
+    return record_from_row(ReservationRecord, row, request=dict(row.request))
+
+
+def _shift_counters(owner: str, *, used: int, reserved: int) -> Update:
+    """The update that moves an owner's used and reserved byte counters by the given amounts."""
+    return (
+        update(AssetNamespace)
+        .where(AssetNamespace.owner_identity == owner)
+        .values(
+            used_bytes=AssetNamespace.used_bytes + used,
+            reserved_bytes=AssetNamespace.reserved_bytes + reserved,
+            updated_at=func.now(),
+        )
     )
 
 
-class QuotaRepository:
+class QuotaRepository(SessionRepository):
     """Byte accounting of owner namespaces."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def usage(self, owner: str, *, lock: bool = False) -> NamespaceUsage:
         """The owner's counters and quota; ``lock`` serialises against other quota changes."""
@@ -96,15 +93,7 @@ class QuotaRepository:
         )
 
     async def _shift(self, owner: str, *, used: int = 0, reserved: int = 0) -> None:
-        await self._session.execute(
-            update(AssetNamespace)
-            .where(AssetNamespace.owner_identity == owner)
-            .values(
-                used_bytes=AssetNamespace.used_bytes + used,
-                reserved_bytes=AssetNamespace.reserved_bytes + reserved,
-                updated_at=func.now(),
-            )
-        )
+        await self._session.execute(_shift_counters(owner, used=used, reserved=reserved))
 
     async def _set(self, reservation_id: str, **values: Any) -> None:
         await self._session.execute(
@@ -367,13 +356,7 @@ class QuotaRepository:
     ) -> None:
         """Shift the owner's counters and set the reservation's held bytes, in one statement."""
         counters = (
-            update(AssetNamespace)
-            .where(AssetNamespace.owner_identity == owner)
-            .values(
-                used_bytes=AssetNamespace.used_bytes + used,
-                reserved_bytes=AssetNamespace.reserved_bytes + reserved,
-                updated_at=func.now(),
-            )
+            _shift_counters(owner, used=used, reserved=reserved)
             .returning(AssetNamespace.owner_identity)
             .cte("counters")
         )

@@ -289,13 +289,12 @@ async def enrich_asset(
         (queued if made else waiting).append(kind)
     if queued:
         await uow.jobs.notify()
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_enrich",
+        resolved.record.scope,
+        "asset",
+        asset_id,
         actor_identity=caller.identity,
-        owner_identity=record.owner_identity,
-        vault=resolved.record.scope.physical_vault,
-        target_kind="asset",
-        target_id=asset_id,
         detail={"queued": queued, "alreadyQueued": waiting},
     )
     return Enrichment(asset_id=asset_id, queued=queued, already_queued=waiting)

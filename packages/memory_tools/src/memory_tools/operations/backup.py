@@ -53,6 +53,7 @@ from memory_db.dumps import (
     revision_is_known,
 )
 from memory_db.errors import InvalidStorageKey, ObjectNotFound, StorageError
+from memory_db.files import fsync_dir
 from memory_db.guarded_restore import DumpRefused
 from memory_db.logs import get_logger
 from memory_db.runtime import build_object_store, load_signing_secret
@@ -70,6 +71,7 @@ from memory_tools.operations.backup_key import (
     read_backup_key,
     signature_document,
 )
+from memory_tools.progress import ProgressCallback, no_progress_bar
 
 log = get_logger(__name__)
 
@@ -81,13 +83,6 @@ FILES = "files.jsonl"
 DUMP = "database.dump"
 OBJECTS = "objects"
 _CHUNK = 1 << 20
-
-# done, total, detail: what a progress bar hears.
-ProgressCallback = Callable[[int, int, str], None]
-
-
-def _no_progress(done: int, total: int, detail: str = "") -> None:
-    del done, total, detail
 
 
 @dataclass
@@ -161,14 +156,6 @@ def clear_directory(path: Path, created: bool) -> None:
                     os.unlink(entry.path)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def json_bytes(document: dict[str, Any]) -> bytes:
     """``document`` as the indented UTF-8 JSON a backup writes."""
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
@@ -183,7 +170,7 @@ def write_bytes_atomically(path: Path, content: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(draft, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_json_atomically(path: Path, document: dict[str, Any]) -> None:
@@ -237,7 +224,7 @@ class _FileList:
 
 
 async def create_backup(
-    runtime: Runtime, destination: Path, *, progress: ProgressCallback = _no_progress
+    runtime: Runtime, destination: Path, *, progress: ProgressCallback = no_progress_bar
 ) -> BackupReport:
     """Write a backup of the server ``runtime`` opens into ``destination`` (new or empty).
 
@@ -482,7 +469,7 @@ def _plain_file(source: Path, relative: str) -> bool:
 
 
 def verify_backup(
-    source: Path, key: bytes, *, progress: ProgressCallback = _no_progress
+    source: Path, key: bytes, *, progress: ProgressCallback = no_progress_bar
 ) -> dict[str, Any]:
     """Check the manifest's signature under ``key``, then every file against the manifest.
 
@@ -525,8 +512,8 @@ async def restore_backup(
     source: Path,
     *,
     key_file: Path | None = None,
-    verify_progress: ProgressCallback = _no_progress,
-    restore_progress: ProgressCallback = _no_progress,
+    verify_progress: ProgressCallback = no_progress_bar,
+    restore_progress: ProgressCallback = no_progress_bar,
 ) -> RestoreReport:
     """Restore the backup in ``source`` into the new, empty data directory the settings name.
 

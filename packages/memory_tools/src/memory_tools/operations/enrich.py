@@ -61,13 +61,12 @@ async def enrich_vault(
                     waiting += not made
             queued += made_now
             await uow.jobs.notify()
-            await uow.provenance.record(
+            await uow.provenance.record_in_vault(
                 "asset_enrich",
+                scope,
+                "vault",
+                scope.physical_vault,
                 actor_identity=admin.OPERATOR,
-                owner_identity=scope.owner_identity,
-                vault=scope.physical_vault,
-                target_kind="vault",
-                target_id=scope.physical_vault,
                 detail={"what": kinds, "assets": len(chunk), "queued": made_now},
             )
         if progress is not None:

@@ -36,7 +36,7 @@ from memory_tools.ingest.save import vector_bytes
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
 from memory_tools.workflows.assets import AssetView, get_asset
-from memory_tools.workflows.changes import locate_asset
+from memory_tools.workflows.changes import lock_live_asset
 from memory_tools.workflows.projects import FolderView, ProjectView, folder_view, project_view
 
 FUSED = "fused"
@@ -98,14 +98,8 @@ async def update_asset(
     given_description = inputs.clean_text(description, "description", inputs.MAX_DESCRIPTION)
     given_alt = inputs.clean_text(alt_text, "altText", inputs.MAX_ALT_TEXT)
     new_tags = None if tags is None else inputs.canonical_tags(tags)
-    resolved, record = await locate_asset(uow, caller, asset_id, "write")
-    if record.status in ("deleting", "deleted"):
-        raise NotFoundFailure("asset not found")
-    scope = resolved.record.scope
+    scope, asset = await lock_live_asset(uow, caller, asset_id)
     owner = scope.owner_identity
-    asset = await uow.assets.lock(scope, asset_id)
-    if asset is None:
-        raise NotFoundFailure("asset not found")
     title_source = str(asset.metadata.get("titleSource", "derived"))
     after: dict[str, Any] = {
         "title": asset.title if new_title is None else new_title,
@@ -150,13 +144,12 @@ async def update_asset(
         )
         if requeue:
             await uow.assets.reconcile_embedding(owner, asset_id)
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_update",
+            scope,
+            "asset",
+            asset_id,
             actor_identity=caller.identity,
-            owner_identity=owner,
-            vault=scope.physical_vault,
-            target_kind="asset",
-            target_id=asset_id,
             # Which fields, never their words (provenance holds no caller text).
             detail={"changed": changed, "fusedRequeued": requeue},
         )
@@ -279,13 +272,12 @@ async def update_project(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     if changed:
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_project_update",
+            scope,
+            "project",
+            project_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="project",
-            target_id=project_id,
             detail={"changed": changed, "archived": after["archived"]},
         )
     return ProjectEdit(**dict(project_view(record, resolved)), changed=changed)
@@ -338,13 +330,12 @@ async def update_folder(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     if changed:
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_folder_update",
+            scope,
+            "folder",
+            folder_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="folder",
-            target_id=folder_id,
             detail={
                 "projectId": project_id,
                 "changed": changed,

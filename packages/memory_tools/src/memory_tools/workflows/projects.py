@@ -75,14 +75,19 @@ def project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
 
 def folder_view(record: FolderRecord, vault: str, lineage: Sequence[FolderRecord]) -> FolderView:
     """A folder with the path its ``lineage`` (root first, the folder last) spells."""
+    path = "".join(f"/{folder.name}" for folder in lineage)
+    return _placed_folder(record, vault, path, len(lineage))
+
+
+def _placed_folder(record: FolderRecord, vault: str, path: str, depth: int) -> FolderView:
     return FolderView(
         folder_id=record.id,
         project_id=record.project_id,
         parent_id=record.parent_id,
         vault=vault,
         name=record.name,
-        path="".join(f"/{folder.name}" for folder in lineage),
-        depth=len(lineage),
+        path=path,
+        depth=depth,
         created_at=record.created_at,
     )
 
@@ -99,18 +104,7 @@ def folder_tree(folders: Sequence[FolderRecord], vault: str) -> list[FolderView]
     def walk(parent: str | None, prefix: str, depth: int) -> None:
         for folder in children.get(parent, []):
             path = f"{prefix}/{folder.name}"
-            ordered.append(
-                FolderView(
-                    folder_id=folder.id,
-                    project_id=folder.project_id,
-                    parent_id=folder.parent_id,
-                    vault=vault,
-                    name=folder.name,
-                    path=path,
-                    depth=depth,
-                    created_at=folder.created_at,
-                )
-            )
+            ordered.append(_placed_folder(folder, vault, path, depth))
             walk(folder.id, path, depth + 1)
 
     walk(None, "", 1)
@@ -138,13 +132,12 @@ async def create_project(
         )
     except MemoryDbError as exc:
         raise translate(exc) from exc
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_project_create",
+        resolved.record.scope,
+        "project",
+        record.id,
         actor_identity=caller.identity,
-        owner_identity=resolved.record.owner_identity,
-        vault=resolved.record.physical_vault,
-        target_kind="project",
-        target_id=record.id,
     )
     return project_view(record, resolved)
 
@@ -194,13 +187,12 @@ async def create_folder(
         lineage = await uow.folders.lineage(scope, record.id)
     except MemoryDbError as exc:
         raise translate(exc) from exc
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_folder_create",
+        scope,
+        "folder",
+        record.id,
         actor_identity=caller.identity,
-        owner_identity=scope.owner_identity,
-        vault=scope.physical_vault,
-        target_kind="folder",
-        target_id=record.id,
         detail={"projectId": project_id},
     )
     return folder_view(record, resolved.display_handle, lineage)
@@ -237,12 +229,11 @@ async def archive_project(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     if before.status != "archived":
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_project_archive",
+            scope,
+            "project",
+            project_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="project",
-            target_id=project_id,
         )
     return project_view(record, resolved)
