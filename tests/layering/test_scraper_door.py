@@ -77,7 +77,9 @@ def test_what_the_scraper_may_import(tmp_path: Path, source: str) -> None:
 
 def test_memory_tools_itself_is_not_held_to_the_door(tmp_path: Path) -> None:
     root = _workspace(tmp_path, "")
-    (root / MEMORY_TOOLS / "module.py").write_text(
+    # A workflow (a module of memory_tools sits in a room: the rooms rule refuses one in none).
+    (root / MEMORY_TOOLS / "workflows").mkdir()
+    (root / MEMORY_TOOLS / "workflows" / "module.py").write_text(
         "from memory_tools.ingest.fetch import check_url\n", encoding="utf-8"
     )
     assert check.violations(root) == []

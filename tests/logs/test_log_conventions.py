@@ -3,7 +3,9 @@
 Read from the source (``ast``), so a new log line is checked the day it is written:
 
 - the event name is one snake_case ``<subject>_<what happened>`` (``asset_saved``,
-  ``worker_job_failed``), never dotted or free text;
+  ``worker_job_failed``), never dotted or free text; it is a literal at the call, or, in the
+  shared provider client, a field of ``self._events``: a ``ProviderEvents`` that every provider
+  declares with literal names (checked below where it is declared);
 - a warning, error or critical log written while handling an exception carries the exception
   (``exc_info``), or is ``log.exception``.
 """
@@ -62,11 +64,50 @@ def test_event_names_follow_one_scheme(path: Path) -> None:
     wrong: list[str] = []
     for call, _level, _in_handler in _log_calls(ast.parse(path.read_text())):
         first = call.args[0] if call.args else None
+        if _provider_event(first):
+            continue  # declared with literal names: test_provider_events_are_literal_names
         if not (isinstance(first, ast.Constant) and isinstance(first.value, str)):
             wrong.append(f"{_where(path, call)}: the event is not a literal name")
         elif not EVENT_NAME.fullmatch(first.value):
             wrong.append(f"{_where(path, call)}: {first.value!r}")
     assert wrong == []
+
+
+def _provider_event(node: ast.expr | None) -> bool:
+    """``self._events.<name>``: an event a provider declared (``ProviderEvents``)."""
+    return (
+        isinstance(node, ast.Attribute)
+        and isinstance(node.value, ast.Attribute)
+        and node.value.attr == "_events"
+        and isinstance(node.value.value, ast.Name)
+        and node.value.value.id == "self"
+    )
+
+
+def _provider_events(tree: ast.AST) -> Iterator[ast.Call]:
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (
+            (isinstance(node.func, ast.Name) and node.func.id == "ProviderEvents")
+            or (isinstance(node.func, ast.Attribute) and node.func.attr == "ProviderEvents")
+        ):
+            yield node
+
+
+def test_provider_events_are_literal_names() -> None:
+    declared = [(p, c) for p in SOURCES for c in _provider_events(ast.parse(p.read_text()))]
+    assert len(declared) >= 2  # the describe endpoint and Jina
+    wrong = [
+        f"{_where(path, call)}: {keyword.arg}"
+        for path, call in declared
+        for keyword in call.keywords
+        if not (
+            isinstance(keyword.value, ast.Constant)
+            and isinstance(keyword.value.value, str)
+            and EVENT_NAME.fullmatch(keyword.value.value)
+        )
+    ]
+    assert wrong == []
+    assert all(not call.args for _path, call in declared)  # by keyword: each name says its role
 
 
 @pytest.mark.parametrize("path", SOURCES, ids=lambda p: str(p.relative_to(ROOT)))

@@ -109,6 +109,20 @@ class RetryPolicy:
             await self.sleep(self.backoff(attempt, retry_after))
 
 
+@dataclass(frozen=True, slots=True)
+class ProviderEvents:
+    """The log events of one provider, written out as literals where the provider is declared.
+
+    An operator greps for the whole name (``jina_request_failed``, docs/runbooks): names built
+    at run time could not be found in the code, so each provider spells out its own.
+    """
+
+    key_retried: str
+    key_rested: str
+    request_retried: str
+    request_failed: str
+
+
 class KeyRing:
     """A provider's API keys: which one the next request sends, and which ones rest.
 
@@ -122,13 +136,13 @@ class KeyRing:
         self,
         keys: Sequence[str],
         *,
-        name: str,
+        events: ProviderEvents,
         cooldown: float,
         exhausted: Callable[[float], EmbeddingError],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._keys = list(keys)
-        self._name = name
+        self._events = events
         self._cooldown = cooldown
         self._exhausted = exhausted
         self._clock = clock
@@ -144,7 +158,7 @@ class KeyRing:
         for index, until in list(self._resting.items()):
             if until <= now:
                 del self._resting[index]
-                log.info(f"{self._name}_key_retried", key_index=index)
+                log.info(self._events.key_retried, key_index=index)
         live = [i for i in range(len(self._keys)) if i not in self._resting]
         if not live:
             raise self._exhausted(max(0.0, min(self._resting.values()) - now))
@@ -158,7 +172,7 @@ class KeyRing:
     def rest(self, index: int) -> None:
         """The provider refused key ``index``: rest it for the cool-down."""
         self._resting[index] = self._clock() + self._cooldown
-        log.warning(f"{self._name}_key_rested", key_index=index, seconds=self._cooldown)
+        log.warning(self._events.key_rested, key_index=index, seconds=self._cooldown)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +201,12 @@ class _TooLarge(Exception):
 class ProviderHttpClient:
     """POSTs JSON to one provider endpoint with the key ring and the retry policy.
 
-    ``name`` prefixes the log events; ``who`` names the endpoint in errors ("the describe
-    endpoint did not answer after 4 attempts (timeout)"). ``answer_limit`` bounds the bytes of
-    an answer read (``None``: unbounded); ``read_failures`` says whether a failed answer's body
-    is read for ``status_table`` (else it is left unread: it is unbounded, and its status says
-    enough). ``failure_fields`` adds provider fields to the ``_request_failed`` log.
+    ``name`` names the provider in size errors and ``events`` its log events; ``who`` names
+    the endpoint in errors ("the describe endpoint did not answer after 4 attempts
+    (timeout)"). ``answer_limit`` bounds the bytes of an answer read (``None``: unbounded);
+    ``read_failures`` says whether a failed answer's body is read for ``status_table`` (else it
+    is left unread: it is unbounded, and its status says enough). ``failure_fields`` adds
+    provider fields to the ``request_failed`` log.
     """
 
     def __init__(
@@ -199,6 +214,7 @@ class ProviderHttpClient:
         url: str,
         *,
         name: str,
+        events: ProviderEvents,
         who: str,
         keys: KeyRing,
         status_table: StatusTable,
@@ -210,6 +226,7 @@ class ProviderHttpClient:
     ) -> None:
         self._url = url
         self._name = name
+        self._events = events
         self._who = who
         self._keys = keys
         self._status_table = status_table
@@ -314,7 +331,7 @@ class ProviderHttpClient:
 
     def _log_retry(self, reason: str, attempt: int, fields: Mapping[str, Any]) -> None:
         log.warning(
-            f"{self._name}_request_retried",
+            self._events.request_retried,
             reason=reason,
             attempt=attempt,
             exc_info=True,
@@ -324,7 +341,7 @@ class ProviderHttpClient:
     def _log_failure(self, answer: ProviderAnswer, attempt: int, fields: Mapping[str, Any]) -> None:
         extra = self._failure_fields(answer) if self._failure_fields else {}
         log.warning(
-            f"{self._name}_request_failed",
+            self._events.request_failed,
             status=answer.status,
             attempt=attempt,
             latency_ms=answer.latency_ms,
@@ -338,6 +355,7 @@ __all__ = [
     "RETRYABLE_STATUSES",
     "KeyRing",
     "ProviderAnswer",
+    "ProviderEvents",
     "ProviderHttpClient",
     "RetryPolicy",
     "StatusTable",

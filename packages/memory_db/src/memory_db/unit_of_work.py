@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
+from typing import TYPE_CHECKING
 
 from sqlalchemy.ext.asyncio import AsyncEngine, AsyncSession, async_sessionmaker
 
@@ -36,7 +37,9 @@ from memory_db.repositories import (
     WorkRepository,
 )
 from memory_db.repositories.access_changes import ACCESS_CHANGED, settle_access_change
-from memory_db.vectors.repository import VectorIndexRepository
+
+if TYPE_CHECKING:
+    from memory_db.vectors.repository import VectorIndexRepository
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
 # variables are copied into child tasks, so a task started inside a unit of work sees it too.
@@ -86,8 +89,21 @@ class UnitOfWork:
         self.web_sessions = WebSessionRepository(session, session_cache)
         self.contexts = ContextRepository(session)
         self.saves = SaveRepository(session)
-        self.vector_indexes = VectorIndexRepository(session)
+        self._vector_indexes: VectorIndexRepository | None = None
         self._after_commit: list[Callable[[], None]] = []
+
+    @property
+    def vector_indexes(self) -> VectorIndexRepository:
+        """The vector indexes: the active one, rebuilds, searches and completions.
+
+        Made on first use: it brings numpy, pgvector and the index DDL, which an operator
+        command on identities or keys never needs (``apps/memory_server/tests/test_startup.py``).
+        """
+        if self._vector_indexes is None:
+            from memory_db.vectors.repository import VectorIndexRepository
+
+            self._vector_indexes = VectorIndexRepository(self._session)
+        return self._vector_indexes
 
     def after_commit(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` once this unit's transaction has committed (never on a rollback).

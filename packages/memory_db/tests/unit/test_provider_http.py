@@ -15,11 +15,19 @@ from memory_db.errors import ProviderRejected, ProviderUnavailable
 from memory_db.provider_http import (
     KeyRing,
     ProviderAnswer,
+    ProviderEvents,
     ProviderHttpClient,
     RetryPolicy,
     TransportDefaults,
     TransportOptions,
     retry_after_seconds,
+)
+
+EVENTS = ProviderEvents(
+    key_retried="test_key_retried",
+    key_rested="test_key_rested",
+    request_retried="test_request_retried",
+    request_failed="test_request_failed",
 )
 
 
@@ -37,7 +45,7 @@ def _unavailable(wait: float) -> ProviderUnavailable:
 
 def test_the_ring_rotates_rests_and_brings_a_key_back() -> None:
     clock = Clock()
-    ring = KeyRing(["a", "b"], name="test", cooldown=30.0, exhausted=_unavailable, clock=clock)
+    ring = KeyRing(["a", "b"], events=EVENTS, cooldown=30.0, exhausted=_unavailable, clock=clock)
     assert ring.headers() == (0, {"Authorization": "Bearer a"})
     ring.rotate()
     assert ring.headers()[0] == 1
@@ -55,7 +63,7 @@ def test_an_infinite_cool_down_never_brings_a_key_back() -> None:
     clock = Clock()
     ring = KeyRing(
         ["a"],
-        name="test",
+        events=EVENTS,
         cooldown=math.inf,
         exhausted=lambda _: ProviderRejected("authentication", "gone"),
         clock=clock,
@@ -67,7 +75,7 @@ def test_an_infinite_cool_down_never_brings_a_key_back() -> None:
 
 
 def test_no_keys_send_no_authorization() -> None:
-    ring = KeyRing([], name="test", cooldown=1.0, exhausted=_unavailable)
+    ring = KeyRing([], events=EVENTS, cooldown=1.0, exhausted=_unavailable)
     assert ring.headers() == (None, {})
 
 
@@ -108,8 +116,9 @@ async def test_a_transient_status_is_retried_and_a_permanent_one_raised() -> Non
     http = ProviderHttpClient(
         "http://provider.test/v1/x",
         name="test",
+        events=EVENTS,
         who="the test endpoint",
-        keys=KeyRing(["k1", "k2"], name="test", cooldown=1.0, exhausted=_unavailable),
+        keys=KeyRing(["k1", "k2"], events=EVENTS, cooldown=1.0, exhausted=_unavailable),
         status_table=table,
         defaults=TransportDefaults(timeout=5.0, max_attempts=3, backoff_base=1.0, backoff_cap=8.0),
         options=options,

@@ -30,6 +30,7 @@ from memory_db.provider_http import (
     RETRYABLE_STATUSES,
     KeyRing,
     ProviderAnswer,
+    ProviderEvents,
     ProviderHttpClient,
     TransportDefaults,
     TransportOptions,
@@ -47,6 +48,14 @@ DEFAULT_KEY_COOLDOWN_SECONDS = 300.0
 
 _TRANSPORT_DEFAULTS = TransportDefaults(
     timeout=60.0, max_attempts=4, backoff_base=1.0, backoff_cap=30.0
+)
+
+# Literal names: the runbooks grep for them (docs/runbooks/provider-outage.md).
+_EVENTS = ProviderEvents(
+    key_retried="describe_key_retried",
+    key_rested="describe_key_rested",
+    request_retried="describe_request_retried",
+    request_failed="describe_request_failed",
 )
 
 
@@ -139,10 +148,11 @@ class OpenAIDescriber:
         self._http = ProviderHttpClient(
             base_url.rstrip("/") + "/chat/completions",
             name="describe",
+            events=_EVENTS,
             who="the describe endpoint",
             keys=KeyRing(
                 api_keys,
-                name="describe",
+                events=_EVENTS,
                 cooldown=key_cooldown,
                 exhausted=_keys_exhausted,
                 clock=clock,

@@ -34,6 +34,7 @@ from memory_db.provider_http import (
     RETRYABLE_STATUSES,
     KeyRing,
     ProviderAnswer,
+    ProviderEvents,
     ProviderHttpClient,
     TransportDefaults,
     TransportOptions,
@@ -45,6 +46,14 @@ JINA_MODEL = "jina-embeddings-v5-omni-small"
 FusedMode = Literal["native", "combine"]
 _TRANSPORT_DEFAULTS = TransportDefaults(
     timeout=30.0, max_attempts=5, backoff_base=0.5, backoff_cap=20.0
+)
+
+# Literal names: the runbooks grep for them (docs/runbooks/provider-outage.md).
+_EVENTS = ProviderEvents(
+    key_retried="jina_key_retried",
+    key_rested="jina_key_rested",
+    request_retried="jina_request_retried",
+    request_failed="jina_request_failed",
 )
 
 
@@ -106,8 +115,9 @@ class JinaEmbedder:
         self._http = ProviderHttpClient(
             base_url.rstrip("/") + "/embeddings",
             name="jina",
+            events=_EVENTS,
             who="Jina",
-            keys=KeyRing(api_keys, name="jina", cooldown=math.inf, exhausted=_keys_exhausted),
+            keys=KeyRing(api_keys, events=_EVENTS, cooldown=math.inf, exhausted=_keys_exhausted),
             status_table=_status_error,
             defaults=_TRANSPORT_DEFAULTS,
             options=transport,
