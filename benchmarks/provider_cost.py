@@ -34,8 +34,9 @@ from memory_db.testing.jina_server import MODEL, JinaTestServer
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 OWNER = "bench@example.com"
@@ -133,7 +134,7 @@ async def _run(
     try:
         await admin.create_identity(database, OWNER, 10**12)
         saver = AssetSaver(services)
-        worker = EmbeddingWorker(services, WorkerConfig(batch_size=16), reuse_vectors=reuse)
+        worker = job_worker(services, WorkerConfig(batch_size=16), reuse_vectors=reuse)
         dedup_assets: list[str] = []
         mark = len(server.state.seen)
         for index, (seed, title, again) in enumerate(work.saves):

@@ -32,8 +32,9 @@ from memory_db.testing.jina_server import MODEL
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import JobWorker, WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 
 OWNER = "bench@example.com"
 _SERVER = """
@@ -94,7 +95,7 @@ async def _reset(database: Database) -> None:
         await conn.execute(text("TRUNCATE memory_assets_v1"))
 
 
-async def _timed(worker: EmbeddingWorker, slots: int, limit: int | None) -> tuple[int, float]:
+async def _timed(worker: JobWorker, slots: int, limit: int | None) -> tuple[int, float]:
     start = time.perf_counter()
     if slots == 1:
         done = await worker.drain(limit=limit)
@@ -123,7 +124,7 @@ async def run(assets: int, latency: float, naive_jobs: int, base_url: str) -> No
             await _seed(services, assets)
             # Every asset here shares one stored image: with vector reuse the worker would copy
             # its vector instead of asking the provider, and this measures the provider path.
-            naive = EmbeddingWorker(
+            naive = job_worker(
                 services,
                 WorkerConfig(batch_size=1, concurrency=1),
                 name="naive",
@@ -133,7 +134,7 @@ async def run(assets: int, latency: float, naive_jobs: int, base_url: str) -> No
             await _reset(database)
             naive_done, naive_seconds = await _timed(naive, 1, naive_jobs)
             await _reset(database)
-            batched = EmbeddingWorker(
+            batched = job_worker(
                 services,
                 WorkerConfig(batch_size=32, concurrency=4),
                 name="ours",

@@ -12,6 +12,13 @@ apps share (serving MCP over HTTP, the object and upload routes, the worker) liv
 added later is held to this without editing the script; an app's ``pyproject.toml`` may not
 declare another app as a dependency either.
 
+Inside ``memory_tools`` the modules live in rooms by role, and an import may only run down
+(:data:`ROOMS`, bottom to top): the base modules, then ``ingest/`` (the input pipeline),
+``workflows/``, ``jobs/``, ``operations/``, the adapters ``mcp/`` and ``web/`` (side by side:
+neither imports the other), ``serving/`` (composes everything) and ``testing/`` (may import
+anything). An import inside a function counts too: moving it there would hide a circle, not
+remove it.
+
 An import inside ``if TYPE_CHECKING:`` is allowed: it exists only for the type checker.
 
 Usage: ``python scripts/check_layering.py [ROOT]`` (ROOT defaults to the repository); exits 1
@@ -134,12 +141,15 @@ def _matches(module: str, forbidden: str) -> bool:
 def violations(root: Path, rules: tuple[Rule, ...] | None = None) -> list[str]:
     """One line per import or dependency that breaks a rule: ``path:line: imports module (reason)``.
 
-    ``rules`` defaults to :data:`RULES` plus the app rules found under ``root``.
+    ``rules`` defaults to :data:`RULES` plus the app rules found under ``root``, and then the
+    rooms of ``memory_tools`` (:func:`room_violations`) are checked too.
     """
     found: list[str] = []
     if rules is None:
         rules = RULES + app_rules(root)
         found.extend(dependency_violations(root))
+        if (root / ROOMS_PACKAGE).is_dir():
+            found.extend(room_violations(root))
     for rule in rules:
         files = sorted(
             {path for pattern in rule.sources for path in root.glob(f"{pattern}/**/*.py")}
@@ -150,6 +160,105 @@ def violations(root: Path, rules: tuple[Rule, ...] | None = None) -> list[str]:
                 if any(_matches(module, name) for name in rule.forbidden):
                     relative = path.relative_to(root)
                     found.append(f"{relative}:{line}: imports {module} ({rule.reason})")
+    return found
+
+
+@dataclass(frozen=True)
+class Room:
+    """Modules of ``memory_tools`` (dotted prefixes) that share a role, at a height.
+
+    A module may import its own room and any room lower than its own; rooms at the same height
+    (the two adapters) may not import each other.
+    """
+
+    name: str
+    height: int
+    modules: tuple[str, ...]
+
+
+# The rooms of memory_tools, bottom to top. The base is split finer because its modules import
+# each other in one direction only: the foundations (errors, the wire models, admission,
+# metrics ...) import nothing of memory_tools but errors; access checks keys and vault handles;
+# the services bundle what a call needs; ingest (the input pipeline) saves under an access and
+# with the services. Everything above the base is a role: a workflow is a caller's action, a
+# job runs later on the worker, an operation is an operator's task over every tenant, an adapter
+# turns a protocol into workflow calls, and serving composes the lot into a process.
+ROOMS = (
+    Room(
+        "base",
+        0,
+        (
+            "memory_tools.errors",
+            "memory_tools.wire",
+            "memory_tools.text",
+            "memory_tools.progress",
+            "memory_tools.metrics",
+            "memory_tools.policy",
+            "memory_tools.capacity",
+            "memory_tools.query_cache",
+        ),
+    ),
+    Room("access", 1, ("memory_tools.access", "memory_tools.sessions")),
+    Room("services", 2, ("memory_tools.services",)),
+    Room("ingest", 3, ("memory_tools.ingest",)),
+    Room("workflows", 4, ("memory_tools.workflows",)),
+    Room("jobs", 5, ("memory_tools.jobs",)),
+    Room("operations", 6, ("memory_tools.operations",)),
+    Room("mcp", 7, ("memory_tools.mcp",)),
+    Room("web", 7, ("memory_tools.web",)),
+    Room("serving", 8, ("memory_tools.serving",)),
+    Room("testing", 9, ("memory_tools.testing",)),
+)
+ROOMS_PACKAGE = "packages/memory_tools/src/memory_tools"
+# The package itself: its ``__init__`` imports only errors and loads the rest on first use, so
+# ``from memory_tools import Forbidden`` is as low as ``memory_tools.errors``.
+_PACKAGE_ROOM = ROOMS[0]
+
+
+def room_of(module: str, rooms: tuple[Room, ...] = ROOMS) -> Room | None:
+    """The room a ``memory_tools`` module belongs to (longest prefix), ``None`` outside it."""
+    if module == "memory_tools":
+        return _PACKAGE_ROOM
+    best: tuple[int, Room] | None = None
+    for room in rooms:
+        for prefix in room.modules:
+            if _matches(module, prefix) and (best is None or len(prefix) > best[0]):
+                best = (len(prefix), room)
+    return None if best is None else best[1]
+
+
+def _module_name(root: Path, path: Path) -> str:
+    parts = path.relative_to(root / ROOMS_PACKAGE).with_suffix("").parts
+    if parts and parts[-1] == "__init__":
+        parts = parts[:-1]
+    return ".".join(("memory_tools", *parts))
+
+
+def room_violations(root: Path, rooms: tuple[Room, ...] = ROOMS) -> list[str]:
+    """One line per ``memory_tools`` import that runs up or sideways between rooms.
+
+    A module outside every room is reported too, so a new top-level module or sub-package is
+    placed on purpose rather than escaping the rule.
+    """
+    package = root / ROOMS_PACKAGE
+    found: list[str] = []
+    for path in sorted(package.glob("**/*.py")):
+        relative = path.relative_to(root)
+        module = _module_name(root, path)
+        source = room_of(module, rooms)
+        if source is None:
+            found.append(f"{relative}:1: {module} is in no room (add it to ROOMS)")
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, imported in runtime_imports(tree):
+            target = room_of(imported, rooms)
+            if target is None or target is source or target.height < source.height:
+                continue
+            way = "sideways" if target.height == source.height else "up"
+            found.append(
+                f"{relative}:{line}: imports {imported} ({source.name} may not import "
+                f"{target.name}: imports run down the rooms, this one runs {way})"
+            )
     return found
 
 

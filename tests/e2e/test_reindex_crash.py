@@ -31,8 +31,8 @@ from memory_db.testing.jina_server import JinaTestServer
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 
 from .test_worker_processes import _png  # pyright: ignore[reportPrivateUsage]
 
@@ -79,7 +79,7 @@ async def _library(database: Database, env: dict[str, str]) -> None:
             image_base64=base64.b64encode(_png(seed)).decode(), title=f"image {seed}"
         )
         await AssetSaver(services).save(caller, request)
-    await EmbeddingWorker(services).drain()
+    await job_worker(services).drain()
 
 
 async def _one(database: Database, sql: str) -> Any:

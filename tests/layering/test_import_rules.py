@@ -27,7 +27,9 @@ def _load_check() -> ModuleType:
 check = _load_check()
 
 
-def _tree(root: Path, source: str, where: str = "packages/memory_tools/src/memory_tools") -> Path:
+def _tree(
+    root: Path, source: str, where: str = "packages/memory_tools/src/memory_tools/workflows"
+) -> Path:
     package = root / where
     package.mkdir(parents=True, exist_ok=True)
     (package / "module.py").write_text(textwrap.dedent(source), encoding="utf-8")
@@ -57,7 +59,7 @@ def test_the_repository_keeps_its_import_rules() -> None:
 def test_sql_imported_above_memory_db_is_refused(tmp_path: Path, source: str) -> None:
     found = check.violations(_tree(tmp_path, source))
     assert len(found) == 1
-    assert found[0].startswith("packages/memory_tools/src/memory_tools/module.py:")
+    assert found[0].startswith("packages/memory_tools/src/memory_tools/workflows/module.py:")
     assert "repository" in found[0]
 
 
@@ -101,6 +103,6 @@ def test_the_script_exits_non_zero_and_names_the_import(tmp_path: Path) -> None:
         [sys.executable, str(SCRIPT), str(root)], capture_output=True, text=True, check=False
     )
     assert result.returncode == 1
-    assert "packages/memory_tools/src/memory_tools/module.py:2: imports sqlalchemy" in (
+    assert "packages/memory_tools/src/memory_tools/workflows/module.py:2: imports sqlalchemy" in (
         result.stdout
     )

@@ -30,8 +30,8 @@ from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web_app import WebApp, serve_web_app
 from scraper_mcp.chromium import find_chromium
 
@@ -106,10 +106,10 @@ async def test_retry_describe_review_jobs_and_search_buttons(
         ),
     )
     stubborn = await _save(failing, key.record.id, 1, "Stubborn")
-    await EmbeddingWorker(failing).drain()
+    await job_worker(failing).drain()
     describing = replace(app.services, describer=ScriptedDescriber(default=_described))
     heron = await _save(describing, key.record.id, 2, "Heron")
-    await EmbeddingWorker(describing).drain()
+    await job_worker(describing).drain()
 
     chromium, why = find_chromium(MemorySettings())
     if chromium is None:

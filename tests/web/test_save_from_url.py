@@ -23,8 +23,8 @@ from memory_db.embedding import LocalEmbedder
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web import Reply, WebServer, serve_web
 from memory_tools.testing.web_app import WebApp, serve_web_app
 from scraper_mcp.chromium import find_chromium
@@ -146,7 +146,7 @@ async def test_save_from_url_saves_the_image_and_a_refused_address_says_why(
     # The real worker embeds what is saved, so the row reaches Ready. It is cancelled only
     # after the browser part has ended, so a failure there is reported, not cancelled away.
     async with anyio.create_task_group() as worker:
-        worker.start_soon(EmbeddingWorker(fetching_app.services).run)
+        worker.start_soon(job_worker(fetching_app.services).run)
         try:
             await press_the_buttons()
         finally:

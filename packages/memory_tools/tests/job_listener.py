@@ -18,7 +18,7 @@ _LISTENERS = text(
 async def until_a_worker_listens(services: MemoryServices) -> None:
     """Return once a worker listens for new jobs: a job queued from now on wakes it.
 
-    ``EmbeddingWorker.run`` sets its ``ready`` event before its listener has subscribed.
+    ``JobWorker.run`` sets its ``ready`` event before its listener has subscribed.
     The 30 s bound only guards against a hang.
     """
     with anyio.fail_after(30):

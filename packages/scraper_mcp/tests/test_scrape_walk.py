@@ -29,8 +29,8 @@ from mcp.client.streamable_http import streamable_http_client
 from memory_db import Database
 from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web import Reply, WebServer
 from scraper_mcp import build_aggregate_server
 from scraper_mcp.aggregate import AGGREGATE_SELECTION
@@ -152,7 +152,7 @@ async def test_scrape_save_find_through_the_aggregate_server(
         second = await _call(session, "image_asset_save", {"artifactId": artifact["artifactId"]})
         kept = await _call(session, "image_asset_get", {"assetId": second["assetId"]})
         assert kept["sourceKind"] == "scrape" and kept["sourceRef"]["pageUrl"] == url
-        await EmbeddingWorker(services).drain()
+        await job_worker(services).drain()
 
         # 3. Find one by its alt text, the other by a similar image.
         by_words = await _call(
@@ -172,7 +172,7 @@ async def test_scrape_save_find_through_the_aggregate_server(
         screenshot = await _call(session, "image_asset_save", {"artifactId": shot["artifactId"]})
         shown = await _call(session, "image_asset_get", {"assetId": screenshot["assetId"]})
         assert shown["sourceKind"] == "screenshot"
-        await EmbeddingWorker(services).drain()
+        await job_worker(services).drain()
         by_title = await _call(
             session, "image_asset_search", {"query": "Harbour lighthouse gallery"}
         )

@@ -650,7 +650,7 @@ class Asset(Base):
     )
 
 
-class AssetEmbeddingJob(Base):
+class AssetJob(Base):
     """A durable job of one asset (docs/design.md#jobs): an embedding, or another ``kind``.
 
     The table keeps its historical name: embedding jobs came first, and every kind shares the

@@ -13,7 +13,7 @@ from typing import Literal
 
 from memory_db import NotFound, UnitOfWork, VaultRecord
 from memory_tools.errors import Forbidden, NotFoundFailure, Unauthenticated
-from memory_tools.ingest.inputs import refuse_nul
+from memory_tools.text import refuse_nul
 
 Need = Literal["read", "write", "destructive"]
 

@@ -10,8 +10,7 @@ from memory_db.describing import Describer
 from memory_db.embedding import Embedder, Embedders
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
-from memory_tools.capacity import CallAdmission
-from memory_tools.ingest.admission import DecodeAdmission
+from memory_tools.capacity import CallAdmission, DecodeAdmission
 from memory_tools.query_cache import QueryEmbeddingCache
 
 if TYPE_CHECKING:

@@ -7,15 +7,19 @@ class docstring and the field descriptions are what a client reads.
 An answer may also carry thumbnails of its results (``with_thumbnails``): pictures an agent
 can see, sent as MCP image content beside the structured answer and never part of it or of
 its schema (:mod:`memory_tools.workflows.thumbnails` makes them, the tool registry sends them).
+
+What arrives on the wire and fails its model is told back by :func:`describe`, the same way on
+every adapter (the MCP tools' arguments, the upload routes' JSON bodies).
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import Self
 
 from pydantic import BaseModel, ConfigDict, PrivateAttr
+from pydantic import ValidationError as PydanticValidationError
 from pydantic.alias_generators import to_camel
 
 from memory_db.repositories import StoredAsset
@@ -87,3 +91,39 @@ def fitting(items: Sequence[WireModel], budget: int = ANSWER_ITEMS_BUDGET) -> in
         if used > budget and count > 0:
             return count
     return len(items)
+
+
+# pydantic error types, said the way a caller reads them.
+_MESSAGES = {
+    "unexpected_keyword_argument": "is not a known field",
+    "missing_argument": "is required",
+    "missing": "is required",
+    "extra_forbidden": "is not a known field",
+}
+
+
+_UNKNOWN_FIELD = frozenset({"unexpected_keyword_argument", "extra_forbidden"})
+
+
+def describe(error: PydanticValidationError, known_fields: Collection[str] = ()) -> str:
+    """``field: problem; field: problem`` without echoing the submitted values.
+
+    An unknown snake_case field whose camelCase spelling is one of ``known_fields`` gets a
+    suggestion: ``image_base64: is not a known field; did you mean `imageBase64`?``.
+    """
+    parts: list[str] = []
+    for item in error.errors(include_input=False, include_url=False):
+        field = ".".join(str(p) for p in item["loc"]) or "arguments"
+        message = _MESSAGES.get(item["type"], str(item["msg"]))
+        if item["type"] in _UNKNOWN_FIELD:
+            message = unknown_field(field, known_fields)
+        parts.append(f"{field}: {message}")
+    return "; ".join(parts)
+
+
+def unknown_field(field: str, known_fields: Collection[str]) -> str:
+    """What is said of an unknown field: with its camelCase spelling when that one is known."""
+    camel = to_camel(field)
+    if camel != field and camel in known_fields:
+        return f"is not a known field; did you mean `{camel}`?"
+    return "is not a known field"

@@ -24,7 +24,7 @@ from memory_tools import MemoryServices, build_memory_server
 from memory_tools.capacity import CallAdmission
 from memory_tools.errors import Busy
 from memory_tools.ingest import MappedResolver, SafeFetcher
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call
@@ -60,7 +60,7 @@ async def test_four_times_the_pool_of_concurrent_callers_all_finish_without_a_ti
             await _call(
                 client, "image_asset_save", {"imageBase64": b64(picture(seed)), "title": "harbour"}
             )
-    await EmbeddingWorker(services).drain()
+    await job_worker(services).drain()
 
     failures: list[str] = []
     calls = 0

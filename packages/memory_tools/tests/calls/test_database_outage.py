@@ -27,9 +27,10 @@ from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, U
 from memory_tools import CODES, MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.mcp import INSTRUCTIONS
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 
 from ..job_listener import until_a_worker_listens
 from ..pictures import picture
@@ -141,7 +142,7 @@ async def test_a_batch_cut_short_by_an_outage_is_handed_back(
     alice = Caller("alice@example.com", "akey_a", frozenset({"read", "write"}))
     request = SaveRequest(image_base64=base64.b64encode(picture(3)).decode(), title="cut short")
     asset_id = (await AssetSaver(services).save(alice, request)).asset_id
-    worker = EmbeddingWorker(services, FAST, name="w")
+    worker = job_worker(services, FAST, name="w")
 
     with pytest.raises(Exception) as caught:  # the batch dies with the database
         await worker.run_once()
@@ -178,7 +179,7 @@ async def test_a_running_worker_listens_again_after_an_outage(
     await admin.create_identity(database, "alice@example.com", 10**9)
     alice = Caller("alice@example.com", "akey_a", frozenset({"read", "write"}))
     # Polling is too slow to matter here: only a NOTIFY wakes this worker in time.
-    worker = EmbeddingWorker(services, replace(FAST, poll_seconds=120), name="listening")
+    worker = job_worker(services, replace(FAST, poll_seconds=120), name="listening")
 
     async def status(asset_id: str) -> str | None:
         async with database.unit_of_work() as uow:

@@ -15,8 +15,8 @@ from sqlalchemy import text
 from memory_db.storage import LocalAssetObjectStore
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.changes import purge_deleted_objects
 
 from ..locks import backend_pid, until_blocked_by
@@ -70,7 +70,7 @@ async def test_move_changes_placement_and_vector_metadata_but_not_the_object(
         saved = await _call(
             client, "image_asset_save", {"imageBase64": b64(picture(1)), "title": "Harbour"}
         )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         files = stored_files(saving)
         moved = await _call(
             client,
@@ -138,7 +138,7 @@ async def test_a_move_on_s3_writes_no_object_and_keeps_its_keys(
             saved = await _call(
                 client, "image_asset_save", {"imageBase64": b64(picture(8)), "title": "Quay"}
             )
-            await EmbeddingWorker(services).drain()
+            await job_worker(services).drain()
             before = _versions(moto_peer, bucket)
             shown = await _call(
                 client, "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
@@ -245,7 +245,7 @@ async def test_delete_removes_vectors_at_once_and_bytes_on_the_next_sweep(
         saved = await _call(
             client, "image_asset_save", {"imageBase64": b64(picture(3)), "title": "Harbour"}
         )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         assert len(await _vectors(saving, saved["assetId"])) == 2
         used_before = await _used(saving, "alice@example.com")
         assert used_before > 0 and len(stored_files(saving)) == 2
@@ -256,7 +256,7 @@ async def test_delete_removes_vectors_at_once_and_bytes_on_the_next_sweep(
         gone = await _error(client, "image_asset_get", {"assetId": saved["assetId"]})
         listed = await _call(client, "image_asset_list", {})
         found = await _call(client, "image_asset_search", {"imageBase64": b64(picture(3))})
-        await EmbeddingWorker(saving).sweep()
+        await job_worker(saving).sweep()
         repeat = await _call(client, "image_asset_delete", {"assetId": saved["assetId"]})
     assert deleted == {
         "assetId": saved["assetId"],
@@ -293,7 +293,7 @@ async def test_deleting_a_pending_asset_cancels_its_jobs(
         )
         deleted = await _call(client, "image_asset_delete", {"assetId": saved["assetId"]})
     assert deleted["jobsCancelled"] == 2 and deleted["vectorsRemoved"] == 0
-    assert await EmbeddingWorker(saving).drain() == 0
+    assert await job_worker(saving).drain() == 0
     statuses = await _scalar(
         saving,
         "SELECT array_agg(DISTINCT status) FROM mem_asset_embedding_jobs WHERE asset_id = :a",
@@ -310,7 +310,7 @@ async def test_shared_bytes_stay_until_the_last_asset_using_them_is_deleted(
         first = await _call(client, "image_asset_save", {"imageBase64": b64(picture(5))})
         second = await _call(client, "image_asset_save", {"imageBase64": b64(picture(5))})
         assert second["deduplicated"] is True and first["objectId"] == second["objectId"]
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         one = await _call(client, "image_asset_delete", {"assetId": first["assetId"]})
         await purge_deleted_objects(saving)
         assert len(stored_files(saving)) == 2
@@ -433,7 +433,7 @@ async def test_folder_deletion_empty_refused_or_recursive_after_a_dry_run(
             )
             for seed, folder in ((11, top["folderId"]), (12, sub["folderId"]))
         ]
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         base = {"projectId": pid}
         removed_empty = await _call(
             client, "image_folder_delete", {**base, "folderId": empty["folderId"]}

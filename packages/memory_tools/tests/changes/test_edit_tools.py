@@ -16,8 +16,8 @@ from memory_db.embedding import EmbedResult, EmbedValue, Task
 from memory_db.embedding.types import Embedder
 from memory_tools import MemoryServices
 from memory_tools.access import authenticate
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows import changes
 
 from ..pictures import b64, picture
@@ -82,7 +82,7 @@ async def test_edit_sets_words_requeues_only_fused_and_full_text_follows(
             {"imageBase64": b64(picture(1)), "title": "Harbour dawn", "tags": ["sea"]},
         )
         asset = saved["assetId"]
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         before = await _call(client, "image_asset_search", {"query": "harbour"})
         edited = await _call(
             client,
@@ -98,7 +98,7 @@ async def test_edit_sets_words_requeues_only_fused_and_full_text_follows(
         vectors_after_edit = await _vectors(saving, asset)
         by_new = await _call(client, "image_asset_search", {"query": "zeppelin"})
         by_old = await _call(client, "image_asset_search", {"query": "harbour"})
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         got = await _call(client, "image_asset_get", {"assetId": asset})
     assert _found(before) == [asset]
     assert edited["changed"] == ["title", "description", "tags"]
@@ -135,7 +135,7 @@ async def test_an_edit_that_changes_nothing_writes_nothing(
             {"imageBase64": b64(picture(2)), "title": "Harbour", "tags": ["sea"]},
         )
         asset = saved["assetId"]
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         first = await _call(client, "image_asset_get", {"assetId": asset})
         same = await _call(
             client, "image_asset_update", {"assetId": asset, "title": "Harbour", "tags": ["SEA"]}
@@ -161,7 +161,7 @@ async def test_clearing_the_fused_words_drops_the_fused_vector_and_adding_them_c
         described = await _call(
             client, "image_asset_save", {"imageBase64": b64(picture(4)), "description": "Dunes"}
         )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         used = await _used(saving)
         # Words for an image that had none: its first fused vector, charged like a save's.
         added = await _call(
@@ -171,7 +171,7 @@ async def test_clearing_the_fused_words_drops_the_fused_vector_and_adding_them_c
         cleared = await _call(
             client, "image_asset_update", {"assetId": described["assetId"], "description": ""}
         )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         got = await _call(client, "image_asset_get", {"assetId": untitled["assetId"]})
     assert len(untitled["jobIds"]) == 1  # visual only: no words, no fused vector
     assert added["changed"] == ["altText"] and added["fusedNote"] is None
@@ -290,7 +290,7 @@ async def test_an_edit_racing_the_worker_never_leaves_the_old_vector_as_the_new_
         )
         asset = saved["assetId"]
         gated = GatedEmbedder(saving.embedder)
-        worker = EmbeddingWorker(replace(saving, embedder=gated))
+        worker = job_worker(replace(saving, embedder=gated))
         edited: dict[str, Any] = {}
         async with anyio.create_task_group() as group:
             group.start_soon(worker.run_once)
@@ -303,7 +303,7 @@ async def test_an_edit_racing_the_worker_never_leaves_the_old_vector_as_the_new_
         after_race = await _jobs(saving, asset)
         fused_after_race = await _fused_vectors(saving, asset)
         got = await _call(client, "image_asset_get", {"assetId": asset})
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         final = await _call(client, "image_asset_get", {"assetId": asset})
     assert edited["changed"] == ["title"]
     # The racing worker finished the visual job; its fused job lost its lease to the edit and
@@ -687,7 +687,7 @@ async def test_a_first_fused_vector_that_does_not_fit_the_quota_is_refused(
     async with client_as(alice.key) as client:
         saved = await _call(client, "image_asset_save", {"imageBase64": b64(picture(9))})
         asset = saved["assetId"]
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         async with saving.database.engine.begin() as conn:
             await conn.execute(
                 text(
@@ -715,7 +715,7 @@ async def test_giving_the_derived_title_as_ones_own_makes_it_fused_text(
     async with client_as(alice.key) as client:
         saved = await _call(client, "image_asset_save", {"imageBase64": b64(picture(11))})
         asset = saved["assetId"]
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         derived = await _call(client, "image_asset_get", {"assetId": asset})
         owned = await _call(
             client, "image_asset_update", {"assetId": asset, "title": derived["title"]}

@@ -11,7 +11,7 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64, picture, stored_files
 from ..tool_calls import call as _call
@@ -60,7 +60,7 @@ async def _age_deletion(services: MemoryServices, hours: float) -> None:
 async def test_a_deleted_image_is_restored_within_the_window_and_embedded_again(
     saving: MemoryServices, client_as: Callable[[str], Client[Any]], alice: Any
 ) -> None:
-    worker = EmbeddingWorker(saving)
+    worker = job_worker(saving)
     async with client_as(alice.key) as client:
         pid = (await _call(client, "image_project_create", {"name": "Coast"}))["projectId"]
         fid = (await _call(client, "image_folder_create", {"projectId": pid, "name": "North"}))[
@@ -129,7 +129,7 @@ async def test_a_deleted_image_is_restored_within_the_window_and_embedded_again(
 async def test_after_the_window_the_bytes_are_purged_and_restore_is_not_found(
     saving: MemoryServices, client_as: Callable[[str], Client[Any]], alice: Any
 ) -> None:
-    worker = EmbeddingWorker(saving)
+    worker = job_worker(saving)
     grace = saving.settings.asset_delete_grace_hours
     async with client_as(alice.key) as client:
         asset = (
@@ -202,7 +202,7 @@ async def test_the_same_bytes_saved_within_the_window_take_the_deleted_copy_back
     """A deleted image's bytes are still stored and counted during the window: saving them
     again shares that copy (no second copy, no second charge), a restore shares it too, and
     the purge after the window leaves it alone because it is in use."""
-    worker = EmbeddingWorker(saving)
+    worker = job_worker(saving)
     data = b64(picture(5))
     async with client_as(alice.key) as client:
         first = await _call(client, "image_asset_save", {"imageBase64": data})

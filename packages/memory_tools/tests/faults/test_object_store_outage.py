@@ -20,7 +20,7 @@ from sqlalchemy import text
 from memory_db.testing.outage import OutageProxy
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import picture
 
@@ -110,7 +110,7 @@ async def test_a_save_while_the_object_store_is_down(
                     "UPDATE mem_asset_orphan_candidates SET created_at = now() - interval '2 hours'"
                 )
             )
-        await EmbeddingWorker(services).sweep()
+        await job_worker(services).sweep()
         assert await _open_candidates(services) == set()
         stored = {
             item["Key"] for item in moto_peer.client().list_objects_v2(Bucket=bucket)["Contents"]

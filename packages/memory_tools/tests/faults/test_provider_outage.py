@@ -24,8 +24,9 @@ from memory_db.testing.outage import OutageProxy
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import JobWorker, WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import picture
 
@@ -55,7 +56,7 @@ def _files(root: Path) -> dict[str, float]:
     return {str(path): path.stat().st_mtime for path in root.rglob("*") if path.is_file()}
 
 
-async def _tries(worker: EmbeddingWorker, rounds: int) -> None:
+async def _tries(worker: JobWorker, rounds: int) -> None:
     """Let the worker try every due job ``rounds`` times (the backoff here is milliseconds)."""
     for _ in range(rounds):
         await worker.run_once()
@@ -92,7 +93,7 @@ async def test_assets_wait_out_a_provider_outage_and_become_ready(
         ]
         objects = await _rows(services, "SELECT id, storage_key, etag FROM mem_asset_objects")
         stored = _files(tmp_path / "objects")
-        worker = EmbeddingWorker(services, FAST)
+        worker = job_worker(services, FAST)
 
         # The provider answers 503 to everything, then nothing listens at its address: far more
         # tries than a job's attempt budget (5).

@@ -26,7 +26,8 @@ from memory_tools.errors import (
     QuotaExceeded,
     ToolFailure,
 )
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.artifacts import ArtifactView, store_artifact
 
 from ..conftest import Person
@@ -359,7 +360,7 @@ async def test_the_sweep_deletes_expired_artifacts_rows_and_bytes(
     )
     expiring = await stored(brief, alice, 12)
     live = await stored(saving, alice, 13)
-    worker = EmbeddingWorker(saving, SWEEP)
+    worker = job_worker(saving, SWEEP)
     await worker.sweep()
     assert len(await rows(saving, A)) == 2  # nothing has expired yet
     await anyio.sleep(1.2)

@@ -11,8 +11,8 @@ from dataclasses import dataclass
 import pytest
 import pyvips
 
+from memory_tools.capacity import DecodeAdmission
 from memory_tools.errors import InvalidImage
-from memory_tools.ingest.admission import DecodeAdmission
 from memory_tools.ingest.images import (
     FORMATS,
     ImageHeader,

@@ -24,7 +24,8 @@ from memory_db.storage import LocalAssetObjectStore, read_verified
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.jobs.queue import retry_asset_embedding
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web import Reply, WebServer
 
 from ..pictures import b64, picture, stored_files
@@ -103,7 +104,7 @@ async def test_an_image_saved_by_url_outlives_its_source(
         gone = await error(client, "image_asset_save", {"sourceUrl": url})
         assert gone.startswith("fetch_failed: ")
         # ... and the worker embeds it all the same, from the stored preview.
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         got = await call(client, "image_asset_get", {"assetId": saved["assetId"]})
         by_image = await call(client, "image_asset_search", {"imageBase64": b64(data)})
         by_words = await call(client, "image_asset_search", {"query": "lighthouse"})
@@ -148,7 +149,7 @@ async def test_a_failed_embedding_is_retried_from_the_stored_bytes(
         await uow.session.execute(
             text("UPDATE mem_asset_embedding_jobs SET created_at = now() - interval '2 days'")
         )
-    worker = EmbeddingWorker(failing, FAST)
+    worker = job_worker(failing, FAST)
     for _ in range(12):
         await worker.run_once()
         await anyio.sleep(0.03)
@@ -166,7 +167,7 @@ async def test_a_failed_embedding_is_retried_from_the_stored_bytes(
                 uow, caller, saving, asset_id=saved["assetId"], representation=representation
             )
         assert retried.status == "queued"
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     async with saving.database.unit_of_work() as uow:
         ready = await uow.assets.get_for_owner(alice.email, saved["assetId"])
     assert ready is not None and (ready.status, ready.embedding_status) == ("ready", "ready")

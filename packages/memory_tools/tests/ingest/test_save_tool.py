@@ -97,7 +97,7 @@ async def test_a_read_only_key_cannot_save(
 async def test_save_by_url_over_mcp_becomes_ready(
     client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices, web: Any
 ) -> None:
-    from memory_tools.jobs.worker import EmbeddingWorker
+    from memory_tools.serving.job_worker import job_worker
     from memory_tools.testing.web import Reply
 
     web.routes["/cat.png"] = Reply(body=picture(23), headers={"Content-Type": "image/png"})
@@ -109,7 +109,7 @@ async def test_save_by_url_over_mcp_becomes_ready(
     async with client_as(alice.key) as client:
         first = (await client.call_tool("image_asset_save", arguments)).structured_content
         assert first is not None and first["embeddingStatus"] == "pending"
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         again = (await client.call_tool("image_asset_save", arguments)).structured_content
     assert again is not None
     assert again["assetId"] == first["assetId"] and again["replayed"] is True

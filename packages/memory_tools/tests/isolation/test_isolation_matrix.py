@@ -17,10 +17,10 @@ from typing import Any
 from fastmcp import Client
 
 from memory_tools import MemoryServices, ToolFailure, build_memory_server
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.mcp.registry import ToolRegistry
 from memory_tools.mcp.tools import tools as memory_registry
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows import sharing, trash, usage
 
 from ..pictures import picture
@@ -165,7 +165,7 @@ async def test_every_tool_caller_and_target(
         f"shared {names[p]}": await save(person.key, 10 + i, f"Own {p} lighthouse")
         for i, (p, person) in enumerate(grantees.items())
     }
-    await EmbeddingWorker(saving, handlers={}).drain()
+    await job_worker(saving, handlers={}).drain()
     await admin.revoke_key(database, alice_old.key_id)
 
     callers = [
@@ -438,7 +438,7 @@ async def test_vault_list_and_waiting_for_every_caller(
             kind, saved = await _outcome(c, "image_asset_save", {"imageBase64": b64(picture(seed))})
             assert kind == "ok", saved
             assets[owner] = saved["assetId"]
-    await EmbeddingWorker(saving).drain()
+    await job_worker(saving).drain()
 
     callers = [
         Caller("owner", alice.key, "alice", frozenset(full)),

@@ -24,8 +24,8 @@ from memory_tools.jobs.queue import (
     retry_asset_embedding,
     retry_job,
 )
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import picture
 
@@ -54,7 +54,7 @@ async def _failed(services: MemoryServices, caller: Caller, seed: int) -> str:
     failing = replace(services, embedder=embedder)
     request = SaveRequest(image_base64=base64.b64encode(picture(seed)).decode())
     asset_id = (await AssetSaver(failing).save(caller, request)).asset_id
-    await EmbeddingWorker(failing).drain()
+    await job_worker(failing).drain()
     return asset_id
 
 
@@ -92,7 +92,7 @@ async def test_retry_and_operator_workflows_by_caller(saving: MemoryServices) ->
         )
         if got != expected[name]:
             mismatches.append(f"retry / {name}: {got} != {expected[name]}")
-        await EmbeddingWorker(saving).drain()  # the next image fails alone
+        await job_worker(saving).drain()  # the next image fails alone
         if expected[name] == "not_found":
             missing = await _code(
                 saving, retry_asset_embedding, caller, asset_id=MISSING, representation="visual"

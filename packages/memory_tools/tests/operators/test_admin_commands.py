@@ -24,11 +24,12 @@ from memory_tools import MemoryServices, NotFoundFailure
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.serving import admin_output
 from memory_tools.serving.admin_commands import add_admin_parser, admin_command
 from memory_tools.serving.admin_output import Progress
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import picture
 
@@ -409,7 +410,7 @@ async def test_usage_reports_quota_bytes_by_project_and_tokens_by_month(
             project_id=project,
         )
         await saver.save(caller, request)
-    assert await EmbeddingWorker(saving, FAST).drain() == 6  # visual + fused per image
+    assert await job_worker(saving, FAST).drain() == 6  # visual + fused per image
 
     report = await run_json(cli_settings, capsys, "usage", "--owner", ALICE)
     async with saving.database.engine.connect() as conn:

@@ -34,7 +34,7 @@ from memory_tools import ConflictFailure, MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.operations.backup import create_backup, json_bytes
 from memory_tools.operations.backup_key import (
@@ -42,6 +42,7 @@ from memory_tools.operations.backup_key import (
     load_or_create_backup_key,
     signature_document,
 )
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.serving.operator_commands import add_operator_parsers, operator_command
 
 from ..pictures import b64, picture
@@ -166,7 +167,7 @@ async def test_a_backup_restores_into_a_new_data_directory_with_every_image(
         await call(bob, "image_asset_save", {"imageBase64": b64(picture(1)), "title": "harbour"})
         trashed = saved[2]["assetId"]
         await call(alice, "image_asset_delete", {"assetId": trashed})
-    assert await EmbeddingWorker(services, FAST).drain() > 0
+    assert await job_worker(services, FAST).drain() > 0
     before_rows = await table_counts(database)
     before_files = object_files(source.objects_dir)
     async with client(alice_key, services) as alice:
@@ -271,7 +272,7 @@ async def test_with_an_s3_store_the_backup_holds_the_database_and_names_the_buck
         )
         for seed in (1, 2)
     ]
-    assert await EmbeddingWorker(services, FAST).drain() > 0
+    assert await job_worker(services, FAST).drain() > 0
     await runtime.close()
 
     capsys.readouterr()

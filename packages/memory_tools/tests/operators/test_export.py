@@ -24,9 +24,10 @@ from memory_db.repositories import AssetFilter
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, NotFoundFailure, build_memory_server
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.operations.export import export_vault, import_vault
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64, picture
 from ..tool_calls import call
@@ -146,7 +147,7 @@ async def test_a_vault_exported_and_imported_by_another_owner_is_found_there(
     assert (again.saved, again.replayed, again.projects_created, again.folders_created) == (
         0, 3, 0, 0,
     )  # fmt: skip
-    assert await EmbeddingWorker(services, FAST).drain() > 0
+    assert await job_worker(services, FAST).drain() > 0
 
     async with client(bob_key) as bob:
         assert await described(bob, "From Alice") == expected

@@ -36,10 +36,11 @@ from memory_tools import MemoryServices, metrics
 from memory_tools.access import Caller
 from memory_tools.errors import ConflictFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import ORPHAN_SAFETY_WINDOW, EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import ORPHAN_SAFETY_WINDOW, WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.operations.reconcile import Reconciliation, reconcile_store
 from memory_tools.serving.bootstrap import worker_config
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.changes import delete_asset
 
 from ..pictures import picture
@@ -131,7 +132,7 @@ async def test_a_mixed_store_is_reported_then_repaired_once_and_nothing_live_is_
     crashed = await save(services, ALICE, 5)  # deleted, but its vectors stayed behind
     unembedded = await save(services, ALICE, 6)  # ready, but its visual vector is gone
     bobs = await save(services, BOB, 7)
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     abandoned = await save(services, ALICE, 8)  # its worker died on the last attempt
     async with services.database.unit_of_work() as uow:
         await delete_asset(uow, caller(ALICE), services, asset_id=trashed)
@@ -461,7 +462,7 @@ async def test_the_worker_sweep_reconciles_and_verifies_a_bounded_window_per_pas
         (root / stored.storage_key).write_bytes(picture(98))
     await execute(services, "UPDATE mem_asset_namespaces SET used_bytes = used_bytes + 1")
     config = replace(FAST, reconcile_seconds=0, verify_objects_per_pass=1)
-    worker = EmbeddingWorker(services, config)
+    worker = job_worker(services, config)
 
     await worker.sweep()
     corrupt = await rows(
@@ -486,7 +487,7 @@ async def test_the_worker_sweep_reconciles_and_verifies_a_bounded_window_per_pas
     off = worker_config(services.settings.model_copy(update={"asset_worker_reconcile_seconds": 0}))
     assert off.reconcile_seconds is None
     assert worker_config(services.settings).reconcile_seconds == 600
-    await EmbeddingWorker(services, replace(off, verify_objects_per_pass=1)).sweep()
+    await job_worker(services, replace(off, verify_objects_per_pass=1)).sweep()
     assert await rows(
         services,
         "SELECT count(*) FROM mem_provenance WHERE operation = 'asset_reconcile' "

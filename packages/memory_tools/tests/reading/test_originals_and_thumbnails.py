@@ -19,7 +19,7 @@ from mcp_types import ImageContent, TextContent
 
 from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices, build_memory_server, metrics
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows import thumbnails
 
 from ..pictures import picture
@@ -128,7 +128,7 @@ async def test_thumbnails_on_get_search_and_list_leave_the_structured_answer_alo
         wide = await _save(client, photo(1), title="Harbour wide")
         tall = await _save(client, photo(2, 300, 500), title="Harbour tall")
         small = await _save(client, picture(3), title="Harbour small")
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         calls = {
             "image_asset_get": {"assetId": wide},
             "image_asset_search": {"query": "harbour"},

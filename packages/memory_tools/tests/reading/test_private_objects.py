@@ -19,7 +19,7 @@ from fastmcp import Client
 
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64, picture
 from ..tool_calls import call
@@ -35,7 +35,7 @@ async def test_no_stored_object_is_readable_without_a_signed_link(
             saved = await call(
                 client, "image_asset_save", {"imageBase64": b64(picture(41)), "title": "Dock"}
             )
-            await EmbeddingWorker(services).drain()
+            await job_worker(services).drain()
             shown = await call(
                 client, "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
             )

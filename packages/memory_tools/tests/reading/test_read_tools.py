@@ -16,8 +16,8 @@ from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.wire import ANSWER_ITEMS_BUDGET, WireModel, fitting
 
 from ..pictures import picture
@@ -45,7 +45,7 @@ async def test_get_shows_embedding_state_and_a_working_preview(
             "fused": "queued",
             "visual": "queued",
         }
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         ready = (
             await client.call_tool(
                 "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}

@@ -19,8 +19,8 @@ from sqlalchemy.pool import QueuePool
 from memory_db import Database
 from memory_db.database import create_engine
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.mcp.tools import run_as_caller
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.assets import get_asset_waiting
 
 from ..pictures import picture
@@ -108,7 +108,7 @@ async def test_a_wait_returns_when_the_worker_finishes_without_polling(
             assert _checked_out(saving.database) == 1 and watch.listening
             assert saving.call_admission.running == 0
             # A worker started after the call began, on another engine, settles the state.
-            await EmbeddingWorker(worker_services).drain()
+            await job_worker(worker_services).drain()
     assert answers[0]["embeddingStatus"] == "ready" and answers[0]["status"] == "ready"
     # Ended by the worker's notifications, never by the call's 25 s deadline.
     assert waits.ended and set(waits.ended) == {"notified"}, waits.ended
@@ -128,7 +128,7 @@ async def test_a_wait_times_out_with_the_state_then(
         waited = anyio.current_time() - started
         timed_out = list(waits.ended)
         # A settled asset answers at once, whatever the wait: it does not wait at all.
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         listened = saving.database.asset_states.generation
         settled = await call(client, "image_asset_get", {"assetId": asset_id, "waitSeconds": 30})
     assert answer["embeddingStatus"] == "pending"  # still pending: the time ran out
@@ -226,7 +226,7 @@ async def test_a_lost_listener_is_replaced_and_the_wait_still_ends(
                 ).scalar_one()
             assert killed == 1
             await _until(lambda: watch.generation > first and watch.listening)
-            await EmbeddingWorker(worker_services).drain()
+            await job_worker(worker_services).drain()
     assert answers[0]["embeddingStatus"] == "ready"
     assert watch.waiters == 0 and not watch.listening
     assert _checked_out(saving.database) == 0

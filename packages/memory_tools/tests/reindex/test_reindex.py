@@ -25,8 +25,9 @@ from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import ConflictFailure, EmbeddingUnavailable, InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations.reindex import ReindexRequest, reindex
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.changes import delete_asset
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
@@ -103,7 +104,7 @@ async def test_switching_models_under_saves_and_searches(
 ) -> None:
     services = library
     searcher = AssetSearcher(services)
-    worker = EmbeddingWorker(services, FAST)
+    worker = job_worker(services, FAST)
     before = [await _save(services, seed) for seed in range(12)]
     during: list[str] = []
     seen_models: list[str] = []
@@ -250,7 +251,7 @@ async def test_a_quarantined_object_does_not_block_the_switch(
     from memory_tools.operations.reconcile import reconcile_store
 
     services = library
-    worker = EmbeddingWorker(services, FAST)
+    worker = job_worker(services, FAST)
     kept, broken = await _save(services, 0), await _save(services, 1)
     await worker.drain()
     await _until_ready(services, [kept, broken])
@@ -300,7 +301,7 @@ async def test_recall_counts_equally_near_duplicates_as_found(
     saver = AssetSaver(services)
     for copy in range(30):
         await saver.save(CALLER, SaveRequest(image_base64=same, title=f"copy {WORDS[copy]}"))
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     report = await reindex(services, ReindexRequest("copies_v2", provider="local", min_recall=1.0))
     assert report.switched and report.recall == 1.0
 
@@ -319,7 +320,7 @@ async def test_switching_to_a_local_clip_model(
     )
     await admin.create_identity(database, OWNER, 10**9)
     ids = [await _save(services, seed) for seed in range(4)]
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     for request, message in [
         (ReindexRequest("clip_v2", provider="clip"), "--provider clip needs --model"),
         (ReindexRequest("clip_v2", provider="clip", model="absent"), "no model directory"),

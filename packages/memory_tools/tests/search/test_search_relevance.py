@@ -18,7 +18,7 @@ import pyvips
 from fastmcp import Client
 
 from memory_tools import MemoryServices, build_memory_server
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64
 from ..tool_calls import call as _call
@@ -103,7 +103,7 @@ async def test_variants_and_descriptions_find_the_right_photo_first(
         deleted = await _call(
             client, "image_asset_save", {"imageBase64": b64(_jpeg(_image("camera")))}
         )
-        await EmbeddingWorker(services).drain()
+        await job_worker(services).drain()
         await _call(client, "image_asset_delete", {"assetId": deleted["assetId"]})
         pending = await _call(
             client, "image_asset_save", {"imageBase64": b64(_jpeg(_image("page")))}

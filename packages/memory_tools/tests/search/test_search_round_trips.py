@@ -26,8 +26,8 @@ from memory_db.testing.round_trips import RoundTrips
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import NotFoundFailure
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture
@@ -61,7 +61,7 @@ async def test_one_search_makes_at_most_four_round_trips_text_or_image(
             await _call(
                 client, "image_asset_save", {"imageBase64": b64(picture(seed)), "title": title}
             )
-    await EmbeddingWorker(saving).drain()
+    await job_worker(saving).drain()
     caller = Caller(alice.email, alice.key_id, frozenset({"read"}))
     # Wrapping closes the pooled connections: before the warm-up, so it prepares on them.
     counter = RoundTrips(saving.database.engine)
@@ -111,7 +111,7 @@ async def test_a_search_naming_its_vault_project_or_folder_makes_at_most_four_ro
                     "tags": ["trip", f"s{seed}"],
                 },
             )
-    await EmbeddingWorker(saving).drain()
+    await job_worker(saving).drain()
     await admin.grant(saving.database, alice.email, "Library", bob.email, "read")
     alices = Caller(alice.email, alice.key_id, frozenset({"read"}))
     bobs = Caller(bob.email, bob.key_id, frozenset({"read"}))

@@ -15,7 +15,7 @@ from typing import Any
 from fastmcp import Client
 
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64, picture
 from ..tool_calls import call as _call
@@ -43,7 +43,7 @@ async def test_a_words_only_search_scores_tag_and_ocr_matches_above_zero_in_orde
             await _call(
                 client, "image_asset_save", {"imageBase64": b64(picture(seed)), "title": title}
             )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         # After embedding, as an OCR job finishing later does: only the words can find it.
         await _read_text(saving, read["assetId"], "LIGHTHOUSE TOURS daily from the pier")
         one_word = await _call(client, "image_asset_search", {"query": "lighthouse"})

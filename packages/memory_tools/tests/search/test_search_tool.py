@@ -21,8 +21,8 @@ from memory_db.testing.jina_server import Fault, JinaTestServer
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import authenticate
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web import Reply, WebServer
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
@@ -64,7 +64,7 @@ async def _library(client: Client[Any], services: MemoryServices) -> dict[int, s
             {"imageBase64": b64(picture(seed)), "title": title, "tags": [f"t{seed % 2}"]},
         )
         ids[seed] = saved["assetId"]
-    await EmbeddingWorker(services).drain()
+    await job_worker(services).drain()
     return ids
 
 
@@ -197,7 +197,7 @@ async def test_exact_filters_narrow_the_results(
         unfiled = await _call(
             client, "image_asset_save", {"imageBase64": b64(picture(23)), "title": "Trip photo"}
         )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
 
         async def ids(**filters: Any) -> set[str]:
             answer = await _call(
@@ -297,7 +297,7 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
                 client, "image_asset_save", {"title": f"Agreeable {seed}", **arguments}
             )
             ids.append(saved["assetId"])
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         samples: dict[str, dict[str, Any]] = {
             "vault": {"vault": "Work"},
             "projectId": {"vault": "Library", "projectId": pid},
@@ -528,7 +528,7 @@ async def test_the_full_text_list_ranks_a_bounded_pool_every_word_first(
             await _call(
                 client, "image_asset_save", {"imageBase64": b64(picture(seed)), "title": title}
             )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
     async with saving.database.unit_of_work() as uow:
         scope = (await uow.vaults.accessible("alice@example.com"))[0].scope
         wide = await uow.assets.search_text([scope], AssetFilter(), "red harbour", limit=10)
@@ -571,7 +571,7 @@ async def test_the_one_asset_holding_every_word_outranks_denser_partial_matches(
                     "tags": ["harbour", "lantern"],
                 },
             )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
     async with saving.database.unit_of_work() as uow:
         scope = (await uow.vaults.accessible("alice@example.com"))[0].scope
         found = await uow.assets.search_text(
@@ -611,7 +611,7 @@ async def test_the_only_asset_holding_every_word_comes_first_over_closer_vectors
                 "image_asset_save",
                 {"imageBase64": b64(picture(seed)), "title": "harbour lantern number"},
             )
-        await EmbeddingWorker(saving).drain()
+        await job_worker(saving).drain()
         answer = await _call(
             client, "image_asset_search", {"query": "harbour lantern number quillet", "limit": 2}
         )

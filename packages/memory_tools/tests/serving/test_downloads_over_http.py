@@ -18,8 +18,8 @@ from mcp_types import CallToolResult, ImageContent, TextContent
 
 from memory_db.embedding import LocalEmbedder
 from memory_tools import MemoryServices, metrics
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
+from memory_tools.serving.job_worker import job_worker
 
 
 def _photo(seed: int) -> bytes:
@@ -83,7 +83,7 @@ async def test_original_download_and_thumbnails_over_http(
             )
             assert saved.structured_content is not None
             asset_id = saved.structured_content["assetId"]
-            await EmbeddingWorker(services).drain()
+            await job_worker(services).drain()
             issued = metrics.issued("original")
             got = await _call(
                 session,

@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from memory_db.embedding import LocalEmbedder
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.serving.metrics_route import is_loopback_only
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
@@ -105,7 +105,7 @@ async def test_metrics_access_and_what_a_session_counts(
             assert _value(queued, "memory_embedding_queue_oldest_age_seconds") > 0
             assert _value(queued, "memory_embedding_stale_leases") == 0
 
-            await EmbeddingWorker(services).drain()
+            await job_worker(services).drain()
             found = await session.call_tool("image_asset_search", {"query": "harbour"})
             assert not found.is_error
             nothing = await session.call_tool(

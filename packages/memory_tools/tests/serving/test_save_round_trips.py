@@ -19,8 +19,8 @@ from fastmcp import Client
 from memory_db.embedding import LocalEmbedder
 from memory_db.testing.round_trips import RoundTrip, RoundTrips
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.serving import build_http_server
+from memory_tools.serving.job_worker import job_worker
 
 # What a save with its worker's processing may cost at most (docs/performance.md#one-save-call):
 # 76 before issue 31's cuts, 42 after the first round, 17 after the second. Issue 31 aims at 15
@@ -77,7 +77,7 @@ async def test_a_small_image_save_with_its_worker_costs_few_round_trips(
     settings = services.settings.model_copy(update={"asset_ocr": "screenshots"})
     services = replace(services, embedder=LocalEmbedder(), settings=settings)
     key = await make_key("alice@example.com")
-    worker = EmbeddingWorker(services)
+    worker = job_worker(services)
     trips = RoundTrips(services.database.engine)
     await trips.start()
     try:

@@ -23,9 +23,9 @@ from memory_db.embedding import LocalEmbedder
 from memory_db.storage import S3AssetObjectStore
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
 from memory_tools.serving.app import build_http_server
+from memory_tools.serving.job_worker import job_worker
 
 
 def _png(seed: int = 1) -> bytes:
@@ -422,7 +422,7 @@ async def test_a_finished_upload_link_never_changes_a_byte_and_nothing_stays_una
             outcome: (await _put(http, base, ticket, _other_bytes(length))).status_code
             for outcome, (_key, ticket, length) in tickets.items()
         }
-        await EmbeddingWorker(services).sweep()
+        await job_worker(services).sweep()
         # Completing again still answers with the asset the validated bytes made.
         again = await _complete(http, base, big, tickets["completed"][1])
         assert again.status_code == 200 and again.json()["replayed"] is True

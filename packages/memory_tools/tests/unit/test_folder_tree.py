@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from memory_db import FolderRecord
-from memory_tools.mcp.validation import describe
+from memory_tools.wire import describe
 from memory_tools.workflows.projects import folder_tree
 
 NOW = datetime.now(UTC)

@@ -14,8 +14,8 @@ from memory_db.describing import ScriptedDescriber
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderRejected
 from memory_tools.access import Caller
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web_app import WebApp, WebClient
 from memory_tools.workflows import browsing
 
@@ -268,7 +268,7 @@ async def test_a_failed_representation_shows_its_reason_and_retries(
         ),
     )
     asset_id = await save_picture(failing, alice, 8, title="Stubborn")
-    await EmbeddingWorker(failing).drain()
+    await job_worker(failing).drain()
     page = await signed_in.get(f"/assets/{asset_id}")
     assert "✕</span> Failed" in page.text and "wrong_dimensions" in page.text
     retry = re.search(r'name="representation" value="(\w+)">\s*<button[^>]*>Retry', page.text)
@@ -337,7 +337,7 @@ async def test_the_generated_description_is_shown_and_a_person_accepts_or_clears
     )
     describing = replace(webapp.services, describer=model)
     asset_id = await save_picture(describing, alice, 9, title="IMG_9.png")
-    await EmbeddingWorker(describing).drain()
+    await job_worker(describing).drain()
     page = await signed_in.get(f"/assets/{asset_id}")
     assert "Generated description" in page.text and "Not reviewed" in page.text
     assert "A &lt;b&gt;heron&lt;/b&gt; standing in reeds" in page.text  # escaped, as any text

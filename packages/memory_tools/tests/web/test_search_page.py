@@ -10,7 +10,7 @@ from typing import Any
 
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web_app import WebApp, WebClient
 from memory_tools.workflows import projects
 
@@ -30,7 +30,7 @@ async def _library(webapp: WebApp, owner: str = "alice@example.com") -> dict[int
             tags=["even" if seed % 2 == 0 else "odd"],
         )
         ids[seed] = (await saver.save(caller, request)).asset_id
-    await EmbeddingWorker(webapp.services).drain()
+    await job_worker(webapp.services).drain()
     return ids
 
 

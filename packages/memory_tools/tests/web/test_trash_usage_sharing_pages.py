@@ -14,7 +14,7 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_tools import build_memory_server
-from memory_tools.jobs.worker import EmbeddingWorker
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web_app import WebApp, WebClient
 from memory_tools.web.usage import QUOTA_BAR_WIDTH, quota_bar, token_chart
 from memory_tools.workflows.usage import MonthTotal
@@ -144,7 +144,7 @@ async def test_the_usage_page_shows_the_callers_own_numbers(
             "image_asset_save",
             {"imageBase64": b64(picture(4)), "projectId": project["projectId"]},
         )
-    await EmbeddingWorker(webapp.services).drain()  # the local embedder meters its tokens
+    await job_worker(webapp.services).drain()  # the local embedder meters its tokens
     page = await alice_web.get("/usage")
     assert page.status_code == 200
     assert 'role="img" aria-labelledby="usage-total"' in page.text and "Coastline" in page.text

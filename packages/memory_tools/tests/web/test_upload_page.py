@@ -20,8 +20,8 @@ from memory_db.storage import LocalAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices
 from memory_tools.access import authenticate
 from memory_tools.ingest import AddressPolicy, FetchPolicy, MappedResolver, SafeFetcher
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web import Reply, WebServer
 from memory_tools.testing.web_app import WebApp, WebClient, serve_web_app
 from memory_tools.workflows import projects
@@ -143,7 +143,7 @@ async def test_three_files_upload_through_the_session_and_each_becomes_ready(
         with anyio.fail_after(30):  # a hang guard: every row's request is waiting
             while waits.entered < len(saved):
                 await anyio.sleep(0.02)
-        await EmbeddingWorker(webapp.services).drain()
+        await job_worker(webapp.services).drain()
     # Every wait was ended by the worker's notifications, none by the 20 s deadline.
     assert waits.ended and set(waits.ended) == {"notified"}, waits.ended
     for item in saved:

@@ -30,9 +30,10 @@ from memory_tools.jobs.queue import (
     retry_asset_embedding,
     retry_job,
 )
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.operations.reconcile import reconcile_store
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.changes import delete_asset, purge_deleted_objects
 
 from ..job_listener import until_a_worker_listens
@@ -107,7 +108,7 @@ async def failed_asset(services: MemoryServices, caller: Caller, seed: int) -> s
     """A saved image whose visual embedding failed for good."""
     failing = rejecting(services)
     asset_id = await save(failing, caller, seed)
-    await EmbeddingWorker(failing, FAST).drain()
+    await job_worker(failing, FAST).drain()
     assert await asset_state(services, asset_id) == ("failed", "failed")
     return asset_id
 
@@ -120,7 +121,7 @@ async def test_an_owner_retries_a_failed_representation_and_the_worker_is_woken(
 ) -> None:
     asset_id = await failed_asset(saving, alice, 1)
     # A worker that never polls within the test: only the retry's notification can wake it.
-    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=3600, sweep_seconds=3600))
+    worker = job_worker(saving, replace(FAST, poll_seconds=3600, sweep_seconds=3600))
     retried: Any = None
     async with anyio.create_task_group() as group:
         ready = anyio.Event()
@@ -149,7 +150,7 @@ async def test_an_owner_retry_refuses_when_nothing_failed_or_the_image_is_delete
     saving: MemoryServices, alice: Caller
 ) -> None:
     ready = await save(saving, alice, 2)
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     with pytest.raises(ConflictFailure, match="nothing to retry: its visual embedding is done"):
         await call(saving, retry_asset_embedding, alice, asset_id=ready, representation="visual")
     with pytest.raises(ConflictFailure, match="no fused vector"):
@@ -246,7 +247,7 @@ async def test_purges_and_reconciliation_passes_are_listed_as_they_happened(
     saving: MemoryServices, alice: Caller, operator: Caller
 ) -> None:
     asset_id = await save(saving, alice, 11)
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     await call(saving, delete_asset, alice, asset_id=asset_id)
     waiting = (await call(saving, list_jobs, operator, type="purge")).jobs
     assert [(r.status, r.owner_identity) for r in waiting] == [("queued", alice.identity)]
@@ -306,7 +307,7 @@ async def test_an_operator_retries_a_failed_job_and_its_details_tell_the_story(
     assert changed.job.max_attempts == job.attempts + 5
     with pytest.raises(ConflictFailure, match="the job is queued"):
         await call(saving, retry_job, operator, job_id=job.id)
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     assert await asset_state(saving, asset_id) == ("ready", "ready")
     details = await call(saving, job_details, operator, type="embedding", job_id=job.id)
     assert details.job.owner_identity == alice.identity and details.job.asset_id == asset_id
@@ -321,7 +322,7 @@ async def test_cancel_refuses_a_running_job_and_the_workers_completion_stands(
     saving: MemoryServices, alice: Caller, operator: Caller
 ) -> None:
     asset_id = await save(saving, alice, 13)
-    worker = EmbeddingWorker(saving, FAST)
+    worker = job_worker(saving, FAST)
     async with saving.database.unit_of_work() as uow:
         (job,) = await uow.jobs.claim(worker.worker_id, limit=8, lease_seconds=30)
     with pytest.raises(ConflictFailure, match="running"):
@@ -339,7 +340,7 @@ async def test_a_cancel_racing_a_workers_claim_changes_nothing(
     saving: MemoryServices, alice: Caller, operator: Caller
 ) -> None:
     await save(saving, alice, 14)
-    worker = EmbeddingWorker(saving, FAST)
+    worker = job_worker(saving, FAST)
     (row,) = (await call(saving, list_jobs, operator)).jobs
     outcome: list[BaseException] = []
     claimed_now = anyio.Event()
@@ -379,7 +380,7 @@ async def test_a_cancelled_job_is_never_claimed_and_can_be_retried(
             await call(saving, cancel_job, operator, job_id=row.id, reason=reason)
     changed = await call(saving, cancel_job, operator, job_id=row.id, reason="provider outage")
     assert (changed.job.status, changed.job.error) == ("cancelled", "provider outage")
-    assert await EmbeddingWorker(saving, FAST).drain() == 0
+    assert await job_worker(saving, FAST).drain() == 0
     with pytest.raises(ConflictFailure, match="the job is cancelled"):
         await call(saving, cancel_job, operator, job_id=row.id, reason="again")
     # The image waits without a vector until its owner (or an operator) retries it.
@@ -387,7 +388,7 @@ async def test_a_cancelled_job_is_never_claimed_and_can_be_retried(
         saving, retry_asset_embedding, alice, asset_id=asset_id, representation="visual"
     )
     assert retried.job_id == row.id
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     assert await asset_state(saving, asset_id) == ("ready", "ready")
     details = await call(saving, job_details, operator, type="embedding", job_id=row.id)
     assert [e.event for e in details.timeline] == ["created", "cancelled", "retried", "done"]

@@ -26,11 +26,13 @@ from sqlalchemy import text
 import memory_tools.jobs.ocr
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
+from memory_tools.ingest.plan import ocr_wanted
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.ocr import cannot_hold_text, ocr_wanted, read_text
+from memory_tools.jobs.ocr import cannot_hold_text, read_text
 from memory_tools.jobs.ocr_engine import WarmEngines
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.assets import get_asset
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
@@ -181,7 +183,7 @@ async def _drain_in_parallel(services: MemoryServices, workers: int = 2) -> None
     """Run the queue empty with a few workers (OCR is CPU bound; there are two cores)."""
     async with anyio.create_task_group() as group:
         for n in range(workers):
-            group.start_soon(EmbeddingWorker(services, FAST, name=f"w{n}").drain)
+            group.start_soon(job_worker(services, FAST, name=f"w{n}").drain)
 
 
 async def test_words_in_rendered_screenshots_charts_and_photos_are_found_with_ocr(
@@ -190,7 +192,7 @@ async def test_words_in_rendered_screenshots_charts_and_photos_are_found_with_oc
     images = library()
     ids = [await _save(reading, alice, data) for _word, data in images]
     # Embeddings first (no OCR handler): the figure without OCR.
-    await EmbeddingWorker(reading, FAST, handlers={}).drain()
+    await job_worker(reading, FAST, handlers={}).drain()
     queries = [(word, asset) for (word, _), asset in zip(images, ids, strict=True) if word]
     before = [await _top1(reading, alice, word) == asset for word, asset in queries]
     await _drain_in_parallel(reading)  # OCR, then the fused vectors of the text read
@@ -345,7 +347,7 @@ async def test_a_missing_or_failing_tesseract_is_a_recorded_failure_and_the_imag
     engines = _engine(monkeypatch, tmp_path, binding, engine)
     asset = await _save(reading, alice, _screenshot(1, "Harbour ferry timetable"))
     try:
-        await EmbeddingWorker(reading, FAST).drain()
+        await job_worker(reading, FAST).drain()
     finally:
         if engines is not None:
             engines.close()
@@ -378,7 +380,7 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
         )
         asset = saved["assetId"]
         disabled = await _error(c, "image_asset_enrich", {"assetId": asset})
-    await EmbeddingWorker(reading, FAST).drain()
+    await job_worker(reading, FAST).drain()
     async with client(reading, stranger.key) as c:
         unknown = await _error(c, "image_asset_enrich", {"assetId": asset})
     async with client(reading, reader.key) as c:
@@ -388,7 +390,7 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
         first = await _call(c, "image_asset_enrich", {"assetId": asset, "what": ["ocr"]})
         second = await _call(c, "image_asset_enrich", {"assetId": asset})
         bad = await _error(c, "image_asset_enrich", {"assetId": asset, "what": ["poetry"]})
-        await EmbeddingWorker(reading, FAST).drain()
+        await job_worker(reading, FAST).drain()
         got = await _call(c, "image_asset_get", {"assetId": asset})
         found = await _call(c, "image_asset_search", {"query": "warranty"})
     assert disabled.startswith("feature_disabled")
@@ -421,7 +423,7 @@ async def test_a_preview_too_small_to_read_is_replaced_by_a_larger_rendition(
     mask = _words("Lighthouse keeper rota for December", FONTS[0], 22)
     page = _on(_flat(1200, 300, (250, 250, 250)), mask, 40, 120).pngsave_buffer()
     asset = await _save(small, alice, page)
-    await EmbeddingWorker(small, FAST).drain()
+    await job_worker(small, FAST).drain()
     row = await _row(small, "SELECT ocr_text, ocr FROM mem_assets WHERE id = :a", a=asset)
     assert row.ocr["input"] == "rendition"
     assert "keeper" in row.ocr_text
@@ -473,7 +475,7 @@ async def test_an_image_that_cannot_hold_text_is_not_given_to_tesseract_and_says
     engines = _engine(monkeypatch, tmp_path, binding, "failing")
     asset = await _save(reading, alice, image.copy(interpretation="srgb").pngsave_buffer())
     try:
-        await EmbeddingWorker(reading, FAST).drain()
+        await job_worker(reading, FAST).drain()
     finally:
         if engines is not None:
             engines.close()

@@ -24,8 +24,9 @@ from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.handlers import JobResult, JobSubject
 from memory_tools.jobs.ocr_jobs import OcrHandler
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.assets import AssetView, get_asset
 
 from ..pictures import b64
@@ -52,7 +53,7 @@ async def reader(database: Any) -> Caller:
 async def _saved_and_embedded(services: MemoryServices, caller: Caller, data: bytes) -> str:
     """A saved image whose embeddings are done and whose OCR job is still queued."""
     saved = await AssetSaver(services).save(caller, SaveRequest(image_base64=b64(data)))
-    await EmbeddingWorker(services, FAST, handlers={}).drain()
+    await job_worker(services, FAST, handlers={}).drain()
     return saved.asset_id
 
 
@@ -111,7 +112,7 @@ async def _read_with_commit_at(
     calls = 0
 
     async def work() -> None:
-        await EmbeddingWorker(services, FAST, handlers={"ocr": gate}).drain()
+        await job_worker(services, FAST, handlers={"ocr": gate}).drain()
         committed.set()
 
     async def before() -> None:
@@ -153,7 +154,7 @@ async def test_done_always_comes_with_the_text_wherever_the_workers_commit_lands
 
 async def test_an_image_without_text_says_so(reading: MemoryServices, reader: Caller) -> None:
     asset = await _saved_and_embedded(reading, reader, _no_text())
-    await EmbeddingWorker(reading, FAST).drain()
+    await job_worker(reading, FAST).drain()
     async with reading.database.unit_of_work() as uow:
         view = await get_asset(uow, reader, reading, asset_id=asset, include_preview=False)
     ocr = view.text_in_image
@@ -177,7 +178,7 @@ async def test_wait_for_ocr_answers_when_the_text_is_read(
         )
         asset = saved["assetId"]
         # Embedding only: the OCR job stays queued, so a wait for it runs out.
-        await EmbeddingWorker(reading, FAST, handlers={}).drain()
+        await job_worker(reading, FAST, handlers={}).drain()
         embedded = await call(
             client, "image_asset_get", {"assetId": asset, "waitSeconds": 20}
         )  # settled at once: embedding is the default
@@ -198,7 +199,7 @@ async def test_wait_for_ocr_answers_when_the_text_is_read(
             with anyio.fail_after(10):
                 while watch.waiters != 1:
                     await anyio.sleep(0.02)
-            await EmbeddingWorker(reading, FAST).drain()  # OCR, then the fused vector again
+            await job_worker(reading, FAST).drain()  # OCR, then the fused vector again
     assert embedded["embeddingStatus"] == "ready"
     assert embedded["textInImage"]["status"] == "queued"
     assert timed_out["textInImage"]["status"] == "queued"  # the time ran out

@@ -31,8 +31,9 @@ from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.ocr import OcrError, ocr_binding, read_text
 from memory_tools.jobs.ocr_engine import WarmEngines
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 
 from ..pictures import b64
 from .test_ocr import library
@@ -183,7 +184,7 @@ async def test_a_killed_child_fails_only_its_job_and_the_next_job_works(
         first = (await saver.save(alice, SaveRequest(image_base64=b64(page)))).asset_id
         hanging = anyio.Path(flag.with_suffix(".hanging"))
         async with anyio.create_task_group() as group:
-            group.start_soon(EmbeddingWorker(reading, FAST).drain)
+            group.start_soon(job_worker(reading, FAST).drain)
             with anyio.fail_after(PATIENT):
                 while not await hanging.exists():  # the child took the image and will not answer
                     await anyio.sleep(0.05)
@@ -191,7 +192,7 @@ async def test_a_killed_child_fails_only_its_job_and_the_next_job_works(
         killed = await _ocr_job(reading, first)
         second_page = _page("Harbour ferry timetable")
         second = (await saver.save(alice, SaveRequest(image_base64=b64(second_page)))).asset_id
-        await EmbeddingWorker(reading, FAST).drain()
+        await job_worker(reading, FAST).drain()
         read = await _ocr_job(reading, second)
     assert (killed.status, killed.last_error_code, killed.asset) == (
         "failed",

@@ -21,9 +21,10 @@ from memory_db.vectors import DEFAULT_ALIAS, create_index, resolve_alias, start_
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.operations.reindex import ReindexRequest, reindex
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.edits import update_asset
 
 from ..pictures import b64, picture
@@ -98,7 +99,7 @@ async def _vector(services: MemoryServices, asset_id: str, representation: str) 
 async def test_each_image_is_sent_once_and_deduplicated_bytes_reuse_their_vector(
     paid: MemoryServices, jina: JinaTestServer
 ) -> None:
-    worker = EmbeddingWorker(paid, FAST)
+    worker = job_worker(paid, FAST)
 
     # One save with a title: one request, the image once (the fused vector reuses it).
     first = await _save(paid, ALICE, 1, "a red harbour")
@@ -167,7 +168,7 @@ async def test_each_image_is_sent_once_and_deduplicated_bytes_reuse_their_vector
 async def test_a_retry_after_the_visual_part_succeeded_sends_no_image(
     paid: MemoryServices, jina: JinaTestServer
 ) -> None:
-    worker = EmbeddingWorker(paid, FAST)
+    worker = job_worker(paid, FAST)
     await _save(paid, ALICE, 4, "a red barn")
     # The batch is refused (one bad item must not fail the rest: each job is embedded alone,
     # the visual one first); the visual job succeeds, the fused job meets an outage.
@@ -192,7 +193,7 @@ async def test_native_mode_sends_one_grouped_input_and_still_copies_visual_vecto
     services = replace(saving, embedder=embedder)
     await admin.create_identity(services.database, ALICE.identity, 10**9)
     try:
-        worker = EmbeddingWorker(services, FAST)
+        worker = job_worker(services, FAST)
         await _save(services, ALICE, 5, "a green field")
         await worker.drain()
         assert _kinds(jina, 0) == [["content", "image"]]
@@ -209,7 +210,7 @@ async def test_without_reuse_every_job_sends_its_own_inputs(
     paid: MemoryServices, jina: JinaTestServer
 ) -> None:
     """The benchmark's baseline switch restores the old behaviour (and shows what it cost)."""
-    worker = EmbeddingWorker(paid, FAST, reuse_vectors=False)
+    worker = job_worker(paid, FAST, reuse_vectors=False)
     await _save(paid, ALICE, 6, "a stone bridge")
     await _save(paid, ALICE, 6, "a stone bridge")
     await worker.drain()
@@ -225,7 +226,7 @@ async def test_while_a_rebuild_fills_the_new_model_gets_each_image_once(
     )
     services = replace(saving, settings=settings)  # active: the local embedder
     await admin.create_identity(services.database, ALICE.identity, 10**9)
-    worker = EmbeddingWorker(services, FAST)
+    worker = job_worker(services, FAST)
     try:
         await worker.drain(limit=0)  # creates the active index
         async with services.database.unit_of_work() as uow:
@@ -269,7 +270,7 @@ async def test_a_reindex_sends_each_image_once_and_fused_vectors_only_their_text
         first = await _save(services, ALICE, 9, "a lighthouse")
         again = await _save(services, ALICE, 9, "a lighthouse at night")  # the same bytes
         plain = await _save(services, ALICE, 10, None)  # no text: a visual vector only
-        await EmbeddingWorker(services, FAST).drain()
+        await job_worker(services, FAST).drain()
         assert jina.state.seen == []
         report = await reindex(
             services,

@@ -37,8 +37,9 @@ from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_preview
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import JobWorker, WorkerConfig
 from memory_tools.operations.reconcile import reconcile_store
+from memory_tools.serving.job_worker import job_worker
 
 from ..job_listener import until_a_worker_listens
 from ..pictures import picture
@@ -102,7 +103,7 @@ async def test_a_saved_image_becomes_ready_with_both_representations(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     asset_id = await save(saving, alice_caller, 1, title="Sunset over the harbour")
-    worker = EmbeddingWorker(saving, FAST)
+    worker = job_worker(saving, FAST)
     assert await worker.drain() == 2
     row = await asset_row(saving, asset_id)
     assert (row["status"], row["embedding_status"]) == ("ready", "ready")
@@ -136,7 +137,7 @@ async def test_each_vector_the_worker_writes_has_asset_embed_provenance(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     asset_id = await save(saving, alice_caller, 3, title="Lighthouse at dusk")
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     async with saving.database.unit_of_work() as uow:
         jobs = {
             job.representation: job
@@ -170,7 +171,7 @@ async def test_no_text_means_visual_only_and_ready(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     asset_id = await save(saving, alice_caller, 2)
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     row = await asset_row(saving, asset_id)
     assert row["embedding_status"] == "ready"
     assert row["metadata"]["embedding"]["fused"].startswith("skipped")
@@ -184,7 +185,7 @@ async def test_one_embedder_call_embeds_a_batch(
     services = replace(saving, embedder=embedder)
     for seed in range(6):
         await save(services, alice_caller, 10 + seed)
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     assert embedder.calls == [("retrieval.passage", 6)]
 
 
@@ -224,7 +225,7 @@ async def test_a_batch_of_two_owners_is_reloaded_by_owner(
         }
         assert await uow.assets.get_many_for_owners([]) == {}
         assert await uow.objects.get_many([]) == {}
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     assert embedder.calls == [("retrieval.passage", 4)]  # one batch across both owners
     for asset_id in alices + bobs:
         assert (await asset_row(services, asset_id))["embedding_status"] == "ready"
@@ -239,7 +240,7 @@ async def test_transient_failures_retry_with_backoff_then_succeed(
     )
     services = replace(saving, embedder=embedder)
     asset_id = await save(services, alice_caller, 20)
-    worker = EmbeddingWorker(services, FAST)
+    worker = job_worker(services, FAST)
     await worker.run_once()
     async with services.database.unit_of_work() as uow:
         (job,) = await uow.jobs.for_asset("alice@example.com", asset_id)
@@ -264,7 +265,7 @@ async def test_attempts_are_capped_at_five(saving: MemoryServices, alice_caller:
         await conn.execute(
             text("UPDATE mem_asset_embedding_jobs SET created_at = now() - interval '2 days'")
         )
-    worker = EmbeddingWorker(services, FAST)
+    worker = job_worker(services, FAST)
     for _ in range(12):
         await worker.run_once()
         await anyio.sleep(0.03)
@@ -288,7 +289,7 @@ async def test_unsupported_media_fails_the_asset_and_quarantines_the_object(
     )
     services = replace(saving, embedder=embedder)
     asset_id = await save(services, alice_caller, 22)
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     row = await asset_row(services, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "unsupported_media")
     assert await vectors_of(services, asset_id) == 0
@@ -307,7 +308,7 @@ async def test_a_broken_provider_contract_fails_permanently(
     embedder = ScriptedEmbedder(model_name="local-hash-v1", script=[[[0.5] * 7]])
     services = replace(saving, embedder=embedder)
     asset_id = await save(services, alice_caller, 26)
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     row = await asset_row(services, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "wrong_dimensions")
     assert len(embedder.calls) == 1  # not retried
@@ -329,7 +330,7 @@ async def test_a_failed_fused_representation_is_partial(
 ) -> None:
     services = replace(saving, embedder=_FailFused(model_name="local-hash-v1"))
     asset_id = await save(services, alice_caller, 23, alt_text="a red square")
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     row = await asset_row(services, asset_id)
     assert (row["status"], row["embedding_status"]) == ("ready", "partial")
     assert await vectors_of(services, asset_id) == 1
@@ -353,7 +354,7 @@ async def test_an_asset_deleted_during_work_gets_no_vectors(
     services = replace(saving, embedder=embedder)
     embedder.services = services
     asset_id = await save(services, alice_caller, 24, title="doomed")
-    await EmbeddingWorker(services, FAST).drain()
+    await job_worker(services, FAST).drain()
     assert await vectors_of(services, asset_id) == 0
     async with services.database.unit_of_work() as uow:
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
@@ -366,9 +367,9 @@ async def test_an_asset_deleted_during_work_gets_no_vectors(
 Claimed = tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]
 
 
-async def lapsed_lease(services: MemoryServices) -> tuple[EmbeddingWorker, list[Claimed]]:
+async def lapsed_lease(services: MemoryServices) -> tuple[JobWorker, list[Claimed]]:
     """A worker "slow" that claimed every job with a 0.2 s lease, which has now run out."""
-    slow = EmbeddingWorker(services, replace(FAST, lease_seconds=0.2), name="slow")
+    slow = job_worker(services, replace(FAST, lease_seconds=0.2), name="slow")
     await slow.drain(limit=0)  # prepares the index only
     async with services.database.unit_of_work() as uow:
         claimed = await uow.jobs.claim_with_subjects("slow", limit=10, lease_seconds=0.2)
@@ -376,9 +377,7 @@ async def lapsed_lease(services: MemoryServices) -> tuple[EmbeddingWorker, list[
     return slow, claimed
 
 
-async def finish_late(
-    services: MemoryServices, worker: EmbeddingWorker, claimed: list[Claimed]
-) -> None:
+async def finish_late(services: MemoryServices, worker: JobWorker, claimed: list[Claimed]) -> None:
     """``worker`` wakes up and runs its batch to the end, as if nothing had happened."""
     loaded = await worker._live(claimed)
     work = [w for w in [await worker._load(*row) for row in loaded] if w is not None]
@@ -393,7 +392,7 @@ async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(
     asset_id = await save(saving, alice_caller, 25, title="reclaimed")
     slow, claimed = await lapsed_lease(saving)
     assert len(claimed) == 2
-    fast = EmbeddingWorker(saving, FAST, name="fast")
+    fast = job_worker(saving, FAST, name="fast")
     assert await fast.drain() == 2
     # The first worker wakes up and tries to finish: its lease is gone.
     await finish_late(saving, slow, claimed)
@@ -454,11 +453,11 @@ async def test_two_workers_never_run_the_same_job(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     ids = [await save(saving, alice_caller, 40 + seed, title=f"t{seed}") for seed in range(20)]
-    first = EmbeddingWorker(saving, replace(FAST, batch_size=3), name="w1")
-    second = EmbeddingWorker(saving, replace(FAST, batch_size=3), name="w2")
+    first = job_worker(saving, replace(FAST, batch_size=3), name="w1")
+    second = job_worker(saving, replace(FAST, batch_size=3), name="w2")
     counts: list[int] = []
 
-    async def run(worker: EmbeddingWorker) -> None:
+    async def run(worker: JobWorker) -> None:
         counts.append(await worker.drain())
 
     async with anyio.create_task_group() as group:
@@ -481,7 +480,7 @@ async def test_a_running_worker_wakes_on_notify(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     # It never polls within the test: only the save's notification can wake it.
-    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=3600, sweep_seconds=3600))
+    worker = job_worker(saving, replace(FAST, poll_seconds=3600, sweep_seconds=3600))
     ready = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(lambda: worker.run(ready=ready))
@@ -509,7 +508,7 @@ async def test_a_running_worker_follows_an_alias_switch(
             while (await asset_row(saving, asset_id))["embedding_status"] != "ready":
                 await anyio.sleep(0.05)
 
-    worker = EmbeddingWorker(saving, replace(FAST, poll_seconds=0.1, sweep_seconds=60))
+    worker = job_worker(saving, replace(FAST, poll_seconds=0.1, sweep_seconds=60))
     ready = anyio.Event()
     old = before = after = ""
     async with anyio.create_task_group() as group:
@@ -533,7 +532,7 @@ async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     """An alias switched to an index the embedder does not fit: the job waits, nothing lands."""
-    worker = EmbeddingWorker(saving, FAST)
+    worker = job_worker(saving, FAST)
     await worker.drain()  # creates the first index
     async with saving.database.unit_of_work() as uow:
         await create_index(uow.session, "other_dims", dimensions=8)
@@ -557,7 +556,7 @@ async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(
                 "lease_owner = 'dead', lease_until = now() - interval '1 second'"
             )
         )
-    await EmbeddingWorker(saving, FAST).sweep()
+    await job_worker(saving, FAST).sweep()
     row = await asset_row(saving, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "lease_expired")
 
@@ -574,7 +573,7 @@ async def test_the_sweep_removes_old_orphans_but_never_claimed_bytes(
     await saving.store.put(orphan, b"\x89PNG leftover", content_type="image/png")
     async with saving.database.unit_of_work() as uow:
         await uow.orphans.record("alice@example.com", [orphan, stored.storage_key], reason="test")
-    worker = EmbeddingWorker(saving, FAST)
+    worker = job_worker(saving, FAST)
     await worker.sweep()  # too young: nothing happens
     assert (await saving.store.head(orphan)).exists
     async with saving.database.engine.begin() as conn:
@@ -619,7 +618,7 @@ async def test_reconciliation_deletes_bytes_nothing_accounts_for_with_provenance
     path = saving.store.root / old_stray  # type: ignore[attr-defined]
     two_hours_ago = (datetime.now(UTC) - timedelta(hours=2)).timestamp()
     os.utime(path, (two_hours_ago, two_hours_ago))
-    await EmbeddingWorker(saving, FAST).sweep()
+    await job_worker(saving, FAST).sweep()
     kept = [stored.storage_key, stored.preview_storage_key, young_stray, open_staging]
     for key in kept:
         assert key is not None and (await saving.store.head(key)).exists, key
@@ -655,7 +654,7 @@ async def test_the_worker_never_embeds_a_preview_that_fails_the_database_hash(
     preview.write_bytes(replaced)  # the sidecar still names the old hash; the database decides
     sidecar = preview.with_name(preview.name + ".json")
     sidecar.write_text(json.dumps({"sha256": hashlib.sha256(replaced).hexdigest()}))
-    await EmbeddingWorker(saving, FAST).drain()
+    await job_worker(saving, FAST).drain()
     row = await asset_row(saving, asset_id)
     assert (row["status"], row["failure_code"]) == ("failed", "integrity_failure")
     assert await vectors_of(saving, asset_id) == 0
@@ -725,7 +724,7 @@ async def test_a_job_of_another_kind_runs_through_its_handler_after_the_lease_ch
 ) -> None:
     asset_id = await save(saving, alice_caller, 81)
     handler = RecordingHandler(saving)
-    worker = EmbeddingWorker(saving, FAST, handlers={"ocr": handler})
+    worker = job_worker(saving, FAST, handlers={"ocr": handler})
     await worker.drain()
     job_id = await queue_kind(saving, asset_id)
     assert job_id is not None
@@ -756,7 +755,7 @@ async def test_a_failed_job_of_another_kind_records_its_reason_and_the_image_sta
         JobFailed("engine_broken", "the engine cannot read it"),
     ]
     handler = RecordingHandler(saving, failures)
-    worker = EmbeddingWorker(saving, FAST, handlers={"ocr": handler})
+    worker = job_worker(saving, FAST, handlers={"ocr": handler})
     await worker.drain()
     job_id = await queue_kind(saving, asset_id)
     assert job_id is not None
@@ -787,9 +786,9 @@ async def test_a_worker_without_a_handler_leaves_the_kind_to_workers_that_have_o
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
     asset_id = await save(saving, alice_caller, 83)
-    await EmbeddingWorker(saving, FAST, handlers={}).drain()
+    await job_worker(saving, FAST, handlers={}).drain()
     job_id = await queue_kind(saving, asset_id)
-    assert await EmbeddingWorker(saving, FAST, handlers={}).drain() == 0
+    assert await job_worker(saving, FAST, handlers={}).drain() == 0
     async with saving.database.unit_of_work() as uow:
         job = await uow.jobs.get(job_id or "")
     assert job is not None and job.status == "queued"
@@ -819,7 +818,7 @@ async def test_a_saves_embedding_never_waits_behind_ocr_work(
     ocr_on = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
     handler = HeldHandler()
     config = replace(FAST, concurrency=1, sweep_seconds=60)
-    worker = EmbeddingWorker(ocr_on, config, handlers={"ocr": handler})
+    worker = job_worker(ocr_on, config, handlers={"ocr": handler})
     ready = anyio.Event()
     async with anyio.create_task_group() as group:
         group.start_soon(lambda: worker.run(ready=ready))

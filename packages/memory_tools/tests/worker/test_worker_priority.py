@@ -23,8 +23,9 @@ from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.ocr_engine import WarmEngines
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
+from memory_tools.serving.job_worker import job_worker
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64
@@ -80,7 +81,7 @@ async def test_ocr_and_embedding_run_niced_and_a_search_does_not(
     await AssetSaver(niced).save(caller, request)
     config = WorkerConfig(batch_size=8, retry_base_seconds=0.01, retry_max_seconds=0.02)
     try:
-        assert await EmbeddingWorker(niced, config).drain() >= 2  # the embed and the ocr job
+        assert await job_worker(niced, config).drain() >= 2  # the embed and the ocr job
     finally:
         engines.close()
     assert engines.started == 1

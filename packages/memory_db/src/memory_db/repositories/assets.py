@@ -56,7 +56,7 @@ from memory_db.repositories.records import (
     TrashedAsset,
     VaultScope,
 )
-from memory_db.schema import Asset, AssetEmbeddingJob, AssetObject
+from memory_db.schema import Asset, AssetJob, AssetObject
 from memory_db.storage.keys import parse_storage_key
 
 _DEDUPE_INDEX = "uq_mem_asset_objects_owner_sha256_active"
@@ -1355,13 +1355,13 @@ class AssetRepository:
         second and not in the first: ``done`` with no text yet (issue 30).
         """
         newest = (
-            select(AssetEmbeddingJob.status, AssetEmbeddingJob.last_error_code)
+            select(AssetJob.status, AssetJob.last_error_code)
             .where(
-                AssetEmbeddingJob.owner_identity == Asset.owner_identity,
-                AssetEmbeddingJob.asset_id == Asset.id,
-                AssetEmbeddingJob.kind == "ocr",
+                AssetJob.owner_identity == Asset.owner_identity,
+                AssetJob.asset_id == Asset.id,
+                AssetJob.kind == "ocr",
             )
-            .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
+            .order_by(AssetJob.created_at.desc(), AssetJob.id.desc())
             .limit(1)
             .lateral("newest")
         )

@@ -20,7 +20,7 @@ from memory_db.logs import get_logger
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import object_record
 from memory_db.repositories.records import INTEGRITY_CODES, ObjectRecord
-from memory_db.schema import AssetEmbeddingJob, AssetNamespace, AssetObject, AssetUploadReservation
+from memory_db.schema import AssetJob, AssetNamespace, AssetObject, AssetUploadReservation
 
 log = get_logger(__name__)
 
@@ -303,13 +303,13 @@ class IntegrityRepository:
         """``(model, dimensions)`` of the image's newest visual job, if it has one."""
         row = (
             await self._session.execute(
-                select(AssetEmbeddingJob.model, AssetEmbeddingJob.dimensions)
+                select(AssetJob.model, AssetJob.dimensions)
                 .where(
-                    AssetEmbeddingJob.owner_identity == owner,
-                    AssetEmbeddingJob.asset_id == asset_id,
-                    AssetEmbeddingJob.representation == "visual",
+                    AssetJob.owner_identity == owner,
+                    AssetJob.asset_id == asset_id,
+                    AssetJob.representation == "visual",
                 )
-                .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
+                .order_by(AssetJob.created_at.desc(), AssetJob.id.desc())
                 .limit(1)
             )
         ).one_or_none()
@@ -343,13 +343,11 @@ class IntegrityRepository:
             await self._session.execute(
                 select(
                     func.count(),
-                    func.count().filter(
-                        AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts
-                    ),
+                    func.count().filter(AssetJob.attempts >= AssetJob.max_attempts),
                 ).where(
-                    AssetEmbeddingJob.owner_identity == owner,
-                    AssetEmbeddingJob.status == "running",
-                    AssetEmbeddingJob.lease_until < func.now(),
+                    AssetJob.owner_identity == owner,
+                    AssetJob.status == "running",
+                    AssetJob.lease_until < func.now(),
                 )
             )
         ).one()

@@ -26,7 +26,7 @@ from memory_db.ids import new_id
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import asset_record, object_record
 from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord
-from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, Asset, AssetEmbeddingJob, AssetObject
+from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, Asset, AssetJob, AssetObject
 
 if TYPE_CHECKING:
     from memory_db.unit_of_work import Database
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 JOB_CHANNEL = "memory_embedding_jobs"
 
 
-def _job(row: AssetEmbeddingJob) -> JobRecord:
+def _job(row: AssetJob) -> JobRecord:
     return JobRecord(
         id=row.id,
         asset_id=row.asset_id,
@@ -66,9 +66,9 @@ def _held_by(lease_owner: str, job_ids: Sequence[str]) -> ColumnElement[bool]:
     writes the new worker's name; from then on the old worker changes nothing.
     """
     return and_(
-        AssetEmbeddingJob.id.in_(list(job_ids)),
-        AssetEmbeddingJob.lease_owner == lease_owner,
-        AssetEmbeddingJob.status == "running",
+        AssetJob.id.in_(list(job_ids)),
+        AssetJob.lease_owner == lease_owner,
+        AssetJob.status == "running",
     )
 
 
@@ -89,8 +89,8 @@ def _enrichment_ended(finished: Any) -> Any:
 def _lapsed() -> ColumnElement[bool]:
     """Running jobs whose lease ran out: their worker stopped renewing it."""
     return and_(
-        AssetEmbeddingJob.status == "running",
-        AssetEmbeddingJob.lease_until < func.now(),
+        AssetJob.status == "running",
+        AssetJob.lease_until < func.now(),
     )
 
 
@@ -101,7 +101,7 @@ def _embeddings_first(kinds: Sequence[str]) -> tuple[ColumnElement[int], ...]:
     """
     if "embed" not in kinds or len(set(kinds)) < 2:
         return ()
-    return (case((AssetEmbeddingJob.kind == "embed", 0), else_=1),)
+    return (case((AssetJob.kind == "embed", 0), else_=1),)
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +131,7 @@ class JobRepository:
         max_attempts: int = 5,
     ) -> JobRecord:
         """A queued job (one active job per asset, representation, model and dimension)."""
-        row = AssetEmbeddingJob(
+        row = AssetJob(
             id=new_id("aej"),
             asset_id=asset_id,
             owner_identity=owner,
@@ -180,7 +180,7 @@ class JobRepository:
         if not wanted:
             return []
         rows = await self._session.scalars(
-            insert(AssetEmbeddingJob)
+            insert(AssetJob)
             .values(
                 [
                     {
@@ -193,7 +193,7 @@ class JobRepository:
                     for row in wanted
                 ]
             )
-            .returning(AssetEmbeddingJob)
+            .returning(AssetJob)
             .execution_options(populate_existing=True)
         )
         made = {row.id: _job(row) for row in rows}
@@ -210,7 +210,7 @@ class JobRepository:
         if kind == "embed" or kind not in JOB_KINDS:
             raise ValueError(f"not a job kind for create_kind: {kind}")
         row = await self._session.scalar(
-            insert(AssetEmbeddingJob)
+            insert(AssetJob)
             .values(
                 id=new_id("aej"),
                 asset_id=asset_id,
@@ -224,7 +224,7 @@ class JobRepository:
                 index_elements=["asset_id", "kind"],
                 index_where=text("kind <> 'embed' AND status IN ('queued', 'running', 'retry')"),
             )
-            .returning(AssetEmbeddingJob)
+            .returning(AssetJob)
             .execution_options(populate_existing=True)
         )
         return None if row is None else _job(row)
@@ -232,14 +232,12 @@ class JobRepository:
     async def for_asset(self, owner: str, asset_id: str) -> list[JobRecord]:
         """Every job of one asset, oldest first."""
         rows = await self._session.scalars(
-            select(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.owner_identity == owner, AssetEmbeddingJob.asset_id == asset_id
-            )
+            select(AssetJob)
+            .where(AssetJob.owner_identity == owner, AssetJob.asset_id == asset_id)
             .order_by(
-                AssetEmbeddingJob.created_at,
-                AssetEmbeddingJob.kind,
-                AssetEmbeddingJob.representation,
+                AssetJob.created_at,
+                AssetJob.kind,
+                AssetJob.representation,
             )
             .execution_options(populate_existing=True)
         )
@@ -292,23 +290,23 @@ class JobRepository:
         neither vector being stored yet).
         """
         due = (
-            select(AssetEmbeddingJob.id)
+            select(AssetJob.id)
             .where(
-                AssetEmbeddingJob.kind.in_(list(kinds)),
+                AssetJob.kind.in_(list(kinds)),
                 or_(
                     and_(
-                        AssetEmbeddingJob.status.in_(("queued", "retry")),
-                        AssetEmbeddingJob.run_after <= func.now(),
+                        AssetJob.status.in_(("queued", "retry")),
+                        AssetJob.run_after <= func.now(),
                     ),
-                    and_(_lapsed(), AssetEmbeddingJob.attempts < AssetEmbeddingJob.max_attempts),
+                    and_(_lapsed(), AssetJob.attempts < AssetJob.max_attempts),
                 ),
             )
             # A save's jobs share run_after: its visual job ("visual" > "fused") is claimed
             # no later than its fused one, whose image vector then comes from it.
             .order_by(
                 *_embeddings_first(kinds),
-                AssetEmbeddingJob.run_after,
-                AssetEmbeddingJob.representation.desc(),
+                AssetJob.run_after,
+                AssetJob.representation.desc(),
             )
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -320,14 +318,12 @@ class JobRepository:
         # (the same now(), the same predicates), siblings included; looking again finds none.
         if assets and len(claimed) >= limit:
             siblings = (
-                select(AssetEmbeddingJob.id)
+                select(AssetJob.id)
                 .where(
-                    AssetEmbeddingJob.kind == "embed",
-                    AssetEmbeddingJob.status.in_(("queued", "retry")),
-                    AssetEmbeddingJob.run_after <= func.now(),
-                    tuple_(AssetEmbeddingJob.owner_identity, AssetEmbeddingJob.asset_id).in_(
-                        assets
-                    ),
+                    AssetJob.kind == "embed",
+                    AssetJob.status.in_(("queued", "retry")),
+                    AssetJob.run_after <= func.now(),
+                    tuple_(AssetJob.owner_identity, AssetJob.asset_id).in_(assets),
                 )
                 .with_for_update(skip_locked=True)
                 .scalar_subquery()
@@ -339,19 +335,19 @@ class JobRepository:
         self, ids: Any, lease_owner: str, lease_seconds: float
     ) -> list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]:
         leased = (
-            update(AssetEmbeddingJob)
-            .where(AssetEmbeddingJob.id.in_(ids))
+            update(AssetJob)
+            .where(AssetJob.id.in_(ids))
             .values(
                 status="running",
                 lease_owner=lease_owner,
                 lease_until=func.now() + timedelta(seconds=lease_seconds),
-                attempts=AssetEmbeddingJob.attempts + 1,
+                attempts=AssetJob.attempts + 1,
                 updated_at=func.now(),
             )
-            .returning(*AssetEmbeddingJob.__table__.c)
+            .returning(*AssetJob.__table__.c)
             .cte("leased")
         )
-        job = aliased(AssetEmbeddingJob, leased)
+        job = aliased(AssetJob, leased)
         rows = await self._session.execute(
             select(job, Asset, AssetObject)
             .outerjoin(
@@ -385,13 +381,11 @@ class JobRepository:
         Returns ``(owner, asset_id)`` pairs whose status needs reconciling. ``owner`` limits it
         to one namespace (``memory-server reconcile --owner``).
         """
-        only = () if owner is None else (AssetEmbeddingJob.owner_identity == owner,)
+        only = () if owner is None else (AssetJob.owner_identity == owner,)
         rows = (
             await self._session.execute(
-                update(AssetEmbeddingJob)
-                .where(
-                    _lapsed(), AssetEmbeddingJob.attempts >= AssetEmbeddingJob.max_attempts, *only
-                )
+                update(AssetJob)
+                .where(_lapsed(), AssetJob.attempts >= AssetJob.max_attempts, *only)
                 .values(
                     status="failed",
                     lease_owner=None,
@@ -401,7 +395,7 @@ class JobRepository:
                     completed_at=func.now(),
                     updated_at=func.now(),
                 )
-                .returning(AssetEmbeddingJob.owner_identity, AssetEmbeddingJob.asset_id)
+                .returning(AssetJob.owner_identity, AssetJob.asset_id)
                 .execution_options(synchronize_session=False)
             )
         ).all()
@@ -414,10 +408,10 @@ class JobRepository:
         if not job_ids:
             return set()
         rows = await self._session.scalars(
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(_held_by(holder, job_ids))
             .values(**values)
-            .returning(AssetEmbeddingJob.id)
+            .returning(AssetJob.id)
             .execution_options(synchronize_session=False)
         )
         return set(rows)
@@ -434,10 +428,10 @@ class JobRepository:
             return set()
         ended = {"lease_owner": None, "lease_until": None, "updated_at": func.now()}
         finished = (
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(_held_by(holder, job_ids))
             .values(**values, **ended)
-            .returning(AssetEmbeddingJob.id, AssetEmbeddingJob.asset_id, AssetEmbeddingJob.kind)
+            .returning(AssetJob.id, AssetJob.asset_id, AssetJob.kind)
             .cte("finished")
         )
         # The wake-up in the same statement (no round trip of its own).
@@ -466,11 +460,11 @@ class JobRepository:
         )
         live = select(locked.c.id).where(locked.c.status.not_in(("deleting", "deleted")))
         finished = (
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(_held_by(lease_owner, [job.id]), live.exists())
             .values(
                 status="done",
-                usage=literal(dict(usage), AssetEmbeddingJob.usage.type),
+                usage=literal(dict(usage), AssetJob.usage.type),
                 last_error_code=None,
                 last_error=None,
                 completed_at=func.now(),
@@ -478,7 +472,7 @@ class JobRepository:
                 lease_until=None,
                 updated_at=func.now(),
             )
-            .returning(AssetEmbeddingJob.id, AssetEmbeddingJob.asset_id, AssetEmbeddingJob.kind)
+            .returning(AssetJob.id, AssetJob.asset_id, AssetJob.kind)
             .cte("finished")
         )
         notified = _enrichment_ended(finished)
@@ -514,7 +508,7 @@ class JobRepository:
             lease_owner,
             job_ids,
             status="retry",
-            attempts=func.greatest(AssetEmbeddingJob.attempts - 1, 0),
+            attempts=func.greatest(AssetJob.attempts - 1, 0),
             run_after=func.now(),
         )
 
@@ -529,11 +523,8 @@ class JobRepository:
         if not usages:
             return set()
         usage = case(
-            {
-                job_id: literal(value, AssetEmbeddingJob.usage.type)
-                for job_id, value in usages.items()
-            },
-            value=AssetEmbeddingJob.id,
+            {job_id: literal(value, AssetJob.usage.type) for job_id, value in usages.items()},
+            value=AssetJob.id,
         )
         return await self._finish(
             lease_owner,
@@ -565,7 +556,7 @@ class JobRepository:
             return await self.fail(job.id, lease_owner, code=code, message=message)
         extra: dict[str, Any] = {}
         if not spend_attempt:
-            extra["max_attempts"] = AssetEmbeddingJob.max_attempts + 1
+            extra["max_attempts"] = AssetJob.max_attempts + 1
         finished = await self._finish(
             lease_owner,
             [job.id],
@@ -603,11 +594,11 @@ class JobRepository:
     async def cancel_for_asset(self, owner: str, asset_id: str) -> int:
         """Cancel every active job of an asset (deletion); running ones lose their lease."""
         result = await self._session.execute(
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(
-                AssetEmbeddingJob.owner_identity == owner,
-                AssetEmbeddingJob.asset_id == asset_id,
-                AssetEmbeddingJob.status.in_(ACTIVE_JOB_STATUSES),
+                AssetJob.owner_identity == owner,
+                AssetJob.asset_id == asset_id,
+                AssetJob.status.in_(ACTIVE_JOB_STATUSES),
             )
             .values(
                 status="cancelled",
@@ -629,19 +620,19 @@ class JobRepository:
         Returns how many jobs changed.
         """
         result = await self._session.execute(
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(
-                AssetEmbeddingJob.owner_identity == owner,
-                AssetEmbeddingJob.asset_id == asset_id,
-                AssetEmbeddingJob.representation == representation,
-                AssetEmbeddingJob.status != "cancelled",
+                AssetJob.owner_identity == owner,
+                AssetJob.asset_id == asset_id,
+                AssetJob.representation == representation,
+                AssetJob.status != "cancelled",
             )
             .values(
                 status="cancelled",
                 lease_owner=None,
                 lease_until=None,
                 last_error="superseded: the asset's text changed",
-                completed_at=func.coalesce(AssetEmbeddingJob.completed_at, func.now()),
+                completed_at=func.coalesce(AssetJob.completed_at, func.now()),
                 updated_at=func.now(),
             )
             .execution_options(synchronize_session=False)
@@ -651,9 +642,7 @@ class JobRepository:
     async def get(self, job_id: str) -> JobRecord | None:
         """One job of any owner (operators; the workflow checks the ``admin`` scope)."""
         row = await self._session.scalar(
-            select(AssetEmbeddingJob)
-            .where(AssetEmbeddingJob.id == job_id)
-            .execution_options(populate_existing=True)
+            select(AssetJob).where(AssetJob.id == job_id).execution_options(populate_existing=True)
         )
         return None if row is None else _job(row)
 
@@ -665,19 +654,19 @@ class JobRepository:
         Whatever its status. ``representation`` is ``None`` exactly for kinds but ``embed``.
         """
         same = (
-            AssetEmbeddingJob.representation.is_(None)
+            AssetJob.representation.is_(None)
             if representation is None
-            else AssetEmbeddingJob.representation == representation
+            else AssetJob.representation == representation
         )
         row = await self._session.scalar(
-            select(AssetEmbeddingJob)
+            select(AssetJob)
             .where(
-                AssetEmbeddingJob.owner_identity == owner,
-                AssetEmbeddingJob.asset_id == asset_id,
-                AssetEmbeddingJob.kind == kind,
+                AssetJob.owner_identity == owner,
+                AssetJob.asset_id == asset_id,
+                AssetJob.kind == kind,
                 same,
             )
-            .order_by(AssetEmbeddingJob.created_at.desc(), AssetEmbeddingJob.id.desc())
+            .order_by(AssetJob.created_at.desc(), AssetJob.id.desc())
             .limit(1)
             .execution_options(populate_existing=True)
         )
@@ -691,14 +680,14 @@ class JobRepository:
         only under that condition, so a concurrent change wins cleanly.
         """
         row = await self._session.scalar(
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(
-                AssetEmbeddingJob.id == job_id,
-                AssetEmbeddingJob.status.in_(("failed", "cancelled")),
+                AssetJob.id == job_id,
+                AssetJob.status.in_(("failed", "cancelled")),
             )
             .values(
                 status="queued",
-                max_attempts=AssetEmbeddingJob.attempts + attempts,
+                max_attempts=AssetJob.attempts + attempts,
                 run_after=func.now(),
                 lease_owner=None,
                 lease_until=None,
@@ -707,7 +696,7 @@ class JobRepository:
                 completed_at=None,
                 updated_at=func.now(),
             )
-            .returning(AssetEmbeddingJob)
+            .returning(AssetJob)
             .execution_options(synchronize_session=False, populate_existing=True)
         )
         return None if row is None else _job(row)
@@ -720,10 +709,10 @@ class JobRepository:
         a worker takes it or this finds it running and changes nothing.
         """
         row = await self._session.scalar(
-            update(AssetEmbeddingJob)
+            update(AssetJob)
             .where(
-                AssetEmbeddingJob.id == job_id,
-                AssetEmbeddingJob.status.in_(("queued", "retry")),
+                AssetJob.id == job_id,
+                AssetJob.status.in_(("queued", "retry")),
             )
             .values(
                 status="cancelled",
@@ -732,7 +721,7 @@ class JobRepository:
                 completed_at=func.now(),
                 updated_at=func.now(),
             )
-            .returning(AssetEmbeddingJob)
+            .returning(AssetJob)
             .execution_options(synchronize_session=False, populate_existing=True)
         )
         return None if row is None else _job(row)
@@ -743,7 +732,7 @@ class JobRepository:
         Reads only rows of the partial index on active statuses, so its cost follows the queue's
         length, not the table's.
         """
-        job = AssetEmbeddingJob
+        job = AssetJob
         waiting = job.status.in_(("queued", "retry"))
         row = (
             await self._session.execute(
@@ -765,7 +754,7 @@ class JobRepository:
     async def counts(self) -> dict[str, int]:
         """Jobs per status (operators, benchmarks)."""
         rows = await self._session.execute(
-            select(AssetEmbeddingJob.status, func.count()).group_by(AssetEmbeddingJob.status)
+            select(AssetJob.status, func.count()).group_by(AssetJob.status)
         )
         return {status: int(count) for status, count in rows.all()}
 

@@ -50,7 +50,7 @@ from memory_db.repositories.quota import LOCK_WITH_RESERVATION
 from memory_db.schema import (
     PROVENANCE_OPERATIONS,
     Asset,
-    AssetEmbeddingJob,
+    AssetJob,
     AssetNamespace,
     AssetObject,
     AssetUploadReservation,
@@ -135,12 +135,12 @@ async def commit_new_image(session: AsyncSession, image: NewImage) -> list[str] 
     ctes: list[CTE] = [locked, stored, asset]
     if job_rows:
         jobs = (
-            insert(AssetEmbeddingJob)
+            insert(AssetJob)
             .from_select(
                 list(job_rows[0]),
-                union_all(*(_row(AssetEmbeddingJob, row, asset) for row in job_rows)),
+                union_all(*(_row(AssetJob, row, asset) for row in job_rows)),
             )
-            .returning(AssetEmbeddingJob.id)
+            .returning(AssetJob.id)
             .cte("jobs")
         )
         ctes.append(jobs)

@@ -33,7 +33,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
 from memory_db.repositories.records import ReconcileRunRecord, WorkItem
-from memory_db.schema import AssetEmbeddingJob, AssetObject, ReconcileRun
+from memory_db.schema import AssetJob, AssetObject, ReconcileRun
 
 # A queued job's row kind is its job kind, but ``embedding`` for ``embed`` (the name the Jobs
 # page always used); purges and reconciliation passes are the sweep's.
@@ -64,7 +64,7 @@ def _text(value: Any = None) -> Any:
 
 
 def _jobs(kinds: Sequence[str]) -> Select[*tuple[Any, ...]]:
-    job = AssetEmbeddingJob
+    job = AssetJob
     return select(
         case((job.kind == "embed", literal("embedding", Text)), else_=job.kind).label("kind"),
         job.id.label("id"),

@@ -1,13 +1,11 @@
 """Saving images (docs/design.md#saving): safe fetching, validation, previews, the workflow."""
 
 from memory_tools.ingest.addresses import blocked_reason, is_public_address
-from memory_tools.ingest.admission import DecodeAdmission
 from memory_tools.ingest.fetch import FetchedBody, FetchPolicy, SafeFetcher, check_url
 from memory_tools.ingest.network import AddressPolicy, MappedResolver, Resolver, SystemResolver
 
 __all__ = [
     "AddressPolicy",
-    "DecodeAdmission",
     "FetchPolicy",
     "FetchedBody",
     "MappedResolver",

@@ -17,7 +17,7 @@ reach an SVG, PDF, TIFF or HEIF parser whatever the bytes say. For each upload:
 
 Steps 1-4 are :func:`read_header`, cheap in memory; step 5 is :func:`decode_preview`. Both are
 CPU-bound and synchronous. :func:`inspect_image` runs them in worker threads and holds the
-decode to a budget of pixels in flight (:class:`~memory_tools.ingest.admission.DecodeAdmission`).
+decode to a budget of pixels in flight (:class:`~memory_tools.capacity.DecodeAdmission`).
 
 Decoders are strict: ``fail_on`` is ``"warning"`` for JPEG, because libjpeg reports corrupt
 entropy data and scans cut short ("premature end of data segment", "bad Huffman code") only as
@@ -38,9 +38,9 @@ from typing import Any
 import anyio.to_thread
 import pyvips
 
+from memory_tools.capacity import TRIM_AFTER_PIXELS, DecodeAdmission, trim_allocator
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest import structure
-from memory_tools.ingest.admission import TRIM_AFTER_PIXELS, DecodeAdmission, trim_allocator
 
 MIN_LIBVIPS = (8, 18, 3)
 PREVIEW_QUALITY = 82

@@ -10,7 +10,8 @@ here is unit-tested on its own (``tests/unit/test_save_plan.py`` of this package
 - :class:`SavePlan`: an order with its inspected bytes, object keys, text and representations;
 - :func:`dedupe`: whether the save repeats an earlier scraper save (its asset is returned), or
   the owner's stored copy is shared, taken back, or new bytes stored;
-- :func:`repeat_key`: what makes a scraper save the same as an earlier one.
+- :func:`repeat_key`: what makes a scraper save the same as an earlier one;
+- :func:`ocr_wanted`: whether a new save gets an OCR job (``ASSET_OCR``), which the jobs run.
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ SCRAPER_SOURCE_KINDS: tuple[SourceKind, ...] = ("scrape", "screenshot")
 
 # Characters of the text read in an image that join its fused text (after a person's words).
 MAX_FUSED_OCR_CHARS = 1000
+# The engine an OCR job is queued under (the worker reads with it: memory_tools.jobs.ocr).
+OCR_ENGINE = "tesseract"
 NO_FUSED_TEXT = "skipped: no caller title, alt text, description or page title"
 
 
@@ -301,3 +304,24 @@ def dedupe(
             "that copy from a backup"
         )
     return "store"
+
+
+def ocr_wanted(setting: str, *, source_kind: str, format_name: str, data: bytes) -> bool:
+    """Whether a new save gets an OCR job under ``ASSET_OCR`` (``setting``).
+
+    ``screenshots``: images saved from a page screenshot, and lossless PNG or WebP files (what
+    screen captures, charts and diagrams are saved as); photos (JPEG, HEIC, lossy WebP...) are
+    skipped, since they rarely hold text worth the CPU.
+    """
+    if setting == "all":
+        return True
+    if setting != "screenshots":
+        return False
+    if source_kind == "screenshot" or format_name == "png":
+        return True
+    return format_name == "webp" and _lossless_webp(data)
+
+
+def _lossless_webp(data: bytes) -> bool:
+    # A lossless WebP's image chunk is VP8L (right after the header, or after VP8X's chunks).
+    return b"VP8L" in data[12:4096]

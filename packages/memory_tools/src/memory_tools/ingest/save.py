@@ -82,6 +82,7 @@ from memory_tools.errors import (
 from memory_tools.ingest import inputs, reservations
 from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import (
+    OCR_ENGINE,
     SCRAPER_SOURCE_KINDS,
     Dedupe,
     SaveIntent,
@@ -90,14 +91,13 @@ from memory_tools.ingest.plan import (
     SaveTarget,
     SourceKind,
     dedupe,
+    ocr_wanted,
     plan_save,
     repeat_key,
     source_url_hash,
 )
 from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
-from memory_tools.jobs.ocr import ENGINE as OCR_ENGINE
-from memory_tools.jobs.ocr import ocr_wanted
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel

@@ -15,13 +15,14 @@ backoff when ``retryable`` (an ``outage`` spends no attempt for a day, like a pr
 of the embedder), failed for good otherwise. Neither changes the asset's status: an image is
 ``ready`` for visual search whatever becomes of its other jobs.
 
-To add a kind: write a handler, and return it from :func:`build_job_handlers` when the
+To add a kind: write a handler, and return it from
+:func:`memory_tools.serving.job_worker.build_job_handlers` (where the app is composed) when the
 server's settings switch it on.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -102,25 +103,10 @@ async def read_subject_preview(services: MemoryServices, subject: JobSubject) ->
         ) from exc
 
 
-def build_job_handlers(services: MemoryServices) -> Mapping[str, JobHandler]:
-    """The handlers this process runs, by kind, as the server's settings switch them on."""
-    # Imported here: the handlers' modules build on this one.
-    from memory_tools.jobs.describe import DescribeHandler
-    from memory_tools.jobs.ocr_jobs import OcrHandler
-
-    handlers: dict[str, JobHandler] = {}
-    if services.settings.asset_ocr != "off":
-        handlers["ocr"] = OcrHandler(services)
-    if services.describer is not None:
-        handlers["describe"] = DescribeHandler(services, services.describer)
-    return handlers
-
-
 __all__ = [
     "JobFailed",
     "JobHandler",
     "JobResult",
     "JobSubject",
-    "build_job_handlers",
     "read_subject_preview",
 ]

@@ -35,9 +35,10 @@ import pytesseract
 import pyvips
 
 from memory_db import UnitOfWork
+from memory_tools.ingest.plan import OCR_ENGINE
 from memory_tools.jobs.ocr_engine import EngineChild, EngineFailure, WarmEngines
 
-ENGINE = "tesseract"
+ENGINE = OCR_ENGINE
 LANGUAGE = "eng"  # the language data Debian's tesseract-ocr-eng installs
 MIN_WORD_CONFIDENCE = 50.0  # percent, as Tesseract reports it per word
 MAX_TEXT_CHARS = 8000
@@ -79,27 +80,6 @@ TSV_COLUMNS = (
     "conf",
     "text",
 )
-
-
-def ocr_wanted(setting: str, *, source_kind: str, format_name: str, data: bytes) -> bool:
-    """Whether a new save gets an OCR job under ``ASSET_OCR`` (``setting``).
-
-    ``screenshots``: images saved from a page screenshot, and lossless PNG or WebP files (what
-    screen captures, charts and diagrams are saved as); photos (JPEG, HEIC, lossy WebP...) are
-    skipped, since they rarely hold text worth the CPU.
-    """
-    if setting == "all":
-        return True
-    if setting != "screenshots":
-        return False
-    if source_kind == "screenshot" or format_name == "png":
-        return True
-    return format_name == "webp" and _lossless_webp(data)
-
-
-def _lossless_webp(data: bytes) -> bool:
-    # A lossless WebP's image chunk is VP8L (right after the header, or after VP8X's chunks).
-    return b"VP8L" in data[12:4096]
 
 
 async def queue_ocr(uow: UnitOfWork, owner: str, asset_id: str) -> bool:
@@ -410,7 +390,6 @@ __all__ = [
     "cannot_hold_text",
     "engine_version",
     "ocr_binding",
-    "ocr_wanted",
     "queue_ocr",
     "read_text",
     "warm_engines",

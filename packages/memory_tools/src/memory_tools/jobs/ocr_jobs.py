@@ -7,9 +7,9 @@
   the
   asset. The text feeds the full-text document (its own field, below a person's words), the
   fused text (after a person's words, bounded) and ``image_asset_get``.
-- :func:`memory_tools.jobs.ocr.ocr_wanted` is the ``ASSET_OCR`` policy for new saves.
-- :func:`enrich_asset` (the ``image_asset_enrich`` tool) and :func:`enrich_vault` (the
-  ``memory-server enrich`` command) queue the work again for one image or a whole vault.
+- :func:`memory_tools.ingest.plan.ocr_wanted` is the ``ASSET_OCR`` policy for new saves.
+- :func:`enrich_asset` (the ``image_asset_enrich`` tool) queues the work again for one image
+  (``memory-server enrich`` does it for a whole vault: :mod:`memory_tools.operations.enrich`).
   Enrichments are named (``what``): each name maps to an :class:`Enricher` (its feature switch
   and the function that queues its job), so a new kind is one more entry in :data:`ENRICHERS`.
 """
@@ -27,7 +27,7 @@ import pyvips
 from pydantic import Field
 
 from memory_db import AssetRecord, MemoryDbError, UnitOfWork, VaultScope, get_logger
-from memory_db.errors import ChecksumMismatch, NotFound
+from memory_db.errors import ChecksumMismatch
 from memory_db.priority import run_cpu
 from memory_db.storage.integrity import read_verified
 from memory_tools import policy
@@ -42,7 +42,6 @@ from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
 from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_preview
 from memory_tools.jobs.ocr import OcrError, OcrReading, queue_ocr, read_text
-from memory_tools.operations import admin
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
 from memory_tools.workflows.changes import locate_asset
@@ -212,7 +211,7 @@ async def _queue_describe(
     uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str
 ) -> bool:
     describer = services.describer
-    if describer is None:  # _require_on refused it already
+    if describer is None:  # require_on refused it already
         raise FeatureDisabled(_describe_off(services) or "generated context is off")
     job = await uow.jobs.create_kind(owner, asset_id, kind="describe", model=describer.model)
     return job is not None
@@ -230,7 +229,7 @@ def _switched_on(services: MemoryServices) -> list[str]:
     return [kind for kind, enricher in ENRICHERS.items() if enricher.switched_off(services) is None]
 
 
-def _require_on(services: MemoryServices, kinds: Sequence[str]) -> None:
+def require_on(services: MemoryServices, kinds: Sequence[str]) -> None:
     """``feature_disabled`` before anything is read when an asked enrichment is off."""
     for kind in kinds:
         why = ENRICHERS[kind].switched_off(services)
@@ -279,7 +278,7 @@ async def enrich_asset(
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     kinds = check_what(what, services)
-    _require_on(services, kinds)
+    require_on(services, kinds)
     resolved, record = await locate_asset(uow, caller, asset_id, "write")
     if record.status in ("deleting", "deleted"):
         raise NotFoundFailure("asset not found")
@@ -302,81 +301,12 @@ async def enrich_asset(
     return Enrichment(asset_id=asset_id, queued=queued, already_queued=waiting)
 
 
-@dataclass(frozen=True)
-class VaultEnrichment:
-    """What ``memory-server enrich`` queued for one vault."""
-
-    vault: str
-    assets: int
-    queued: int
-    already_queued: int
-
-
-async def enrich_vault(
-    services: MemoryServices,
-    owner: str,
-    vault: str,
-    what: Sequence[str] | None = None,
-    *,
-    batch: int = 200,
-    progress: Callable[[int, int], None] | None = None,
-) -> VaultEnrichment:
-    """Queue the enrichments of every live image of ``owner``'s vault ``vault`` (operators).
-
-    Batch by batch, each in its own transaction with its provenance; ``progress(done, total)``
-    is called after each. An unknown owner or a vault the owner does not own is ``not_found``.
-    """
-    policy.require(services.settings)
-    policy.require_writable(services.read_only)
-    kinds = check_what(what, services)
-    _require_on(services, kinds)
-    async with services.database.unit_of_work() as uow:
-        identity = await admin.require_identity(uow, owner)
-        try:
-            record = await uow.vaults.resolve(identity.owner_identity, vault)
-        except NotFound:
-            raise admin.unknown_vault(identity.owner_identity, vault) from None
-        if not record.is_owner or "/" in vault:
-            raise admin.unknown_vault(identity.owner_identity, vault)
-        scope = record.scope
-        ids = await uow.assets.live_ids(scope)
-    queued = waiting = 0
-    for start in range(0, len(ids), batch):
-        chunk = ids[start : start + batch]
-        async with services.database.unit_of_work() as uow:
-            made_now = 0
-            for asset_id in chunk:
-                for kind in kinds:
-                    made = await ENRICHERS[kind].queue(
-                        uow, services, scope.owner_identity, asset_id
-                    )
-                    made_now += made
-                    waiting += not made
-            queued += made_now
-            await uow.jobs.notify()
-            await uow.provenance.record(
-                "asset_enrich",
-                actor_identity=admin.OPERATOR,
-                owner_identity=scope.owner_identity,
-                vault=scope.physical_vault,
-                target_kind="vault",
-                target_id=scope.physical_vault,
-                detail={"what": kinds, "assets": len(chunk), "queued": made_now},
-            )
-        if progress is not None:
-            progress(min(start + batch, len(ids)), len(ids))
-    return VaultEnrichment(
-        vault=record.handle, assets=len(ids), queued=queued, already_queued=waiting
-    )
-
-
 __all__ = [
     "ENRICHERS",
     "Enricher",
     "Enrichment",
     "OcrHandler",
-    "VaultEnrichment",
     "check_what",
     "enrich_asset",
-    "enrich_vault",
+    "require_on",
 ]

@@ -29,7 +29,7 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -81,10 +81,8 @@ from memory_tools.jobs.handlers import (
     JobHandler,
     JobResult,
     JobSubject,
-    build_job_handlers,
 )
 from memory_tools.jobs.ocr import ocr_binding
-from memory_tools.operations.reconcile import reconcile_store
 from memory_tools.services import MemoryServices
 from memory_tools.workflows.artifacts import sweep_expired_artifacts
 from memory_tools.workflows.assets import read_preview
@@ -101,6 +99,12 @@ ORPHAN_SAFETY_WINDOW = timedelta(hours=1)
 # failing every image saved during an hour-long outage would leave them all to be retried by
 # hand. Older jobs spend attempts again, so a provider gone for good fails them in the end.
 OUTAGE_PATIENCE = timedelta(days=1)
+
+# The store check a sweep runs every ``reconcile_seconds``: given the services, the safety
+# window for unclaimed bytes and how many objects' bytes to verify, how many findings it had.
+# It is an operator task (memory_tools.operations.reconcile) that serving passes in, so the
+# worker does not import a room above its own.
+StoreCheck = Callable[[MemoryServices, timedelta, int], Awaitable[int]]
 
 
 @dataclass(frozen=True)
@@ -180,8 +184,12 @@ def retry_delay(attempt: int, config: WorkerConfig) -> float:
     return ceiling / 2 + random.uniform(0, ceiling / 2)  # noqa: S311 (jitter, not security)
 
 
-class EmbeddingWorker:
-    """Embeds queued representations; run any number of these, in one process or many."""
+class JobWorker:
+    """Runs queued jobs; run any number of these, in one process or many.
+
+    It embeds representations in batches itself and hands a job of any other kind (OCR,
+    describe) to the handler it was given for that kind.
+    """
 
     def __init__(
         self,
@@ -191,6 +199,7 @@ class EmbeddingWorker:
         name: str = "",
         reuse_vectors: bool = True,
         handlers: Mapping[str, JobHandler] | None = None,
+        store_check: StoreCheck | None = None,
     ) -> None:
         if services.embedder is None:
             raise ValueError("the worker needs an embedder")
@@ -200,7 +209,9 @@ class EmbeddingWorker:
         # sends its own inputs, images included, as before reuse existed.
         self.reuse_vectors = reuse_vectors
         # The kinds besides ``embed`` this worker runs; it claims only jobs it can run.
-        self._handlers = dict(build_job_handlers(services) if handlers is None else handlers)
+        # Built where the app is composed (memory_tools.serving.job_worker); none: embed only.
+        self._handlers = dict(handlers or {})
+        self._store_check = store_check
         self._kinds = ("embed", *sorted(self._handlers))
         self.config = config or WorkerConfig()
         suffix = secrets.token_hex(4)
@@ -298,7 +309,8 @@ class EmbeddingWorker:
         Releases expired upload reservations, fails jobs abandoned on their last attempt,
         deletes orphaned uploads, purges the bytes of deleted images, deletes expired scraper
         artifacts (bytes, then rows) and, every
-        ``reconcile_seconds``, runs a reconciliation pass (``memory_tools.operations.reconcile``).
+        ``reconcile_seconds``, runs the store check it was given (a reconciliation pass,
+        ``memory_tools.operations.reconcile``, when serving composed it).
         """
         async with self._services.database.unit_of_work() as uow:
             expired = await uow.quota.release_expired()
@@ -329,15 +341,14 @@ class EmbeddingWorker:
 
     async def _reconcile(self) -> int:
         """Reconcile the store when due; returns how many findings it had."""
-        if self.config.reconcile_seconds is None or anyio.current_time() < self._reconcile_due:
+        check, every = self._store_check, self.config.reconcile_seconds
+        if check is None or every is None or anyio.current_time() < self._reconcile_due:
             return 0
-        report = await reconcile_store(
-            self._services,
-            safety_window=ORPHAN_SAFETY_WINDOW,
-            verify_limit=self.config.verify_objects_per_pass,
+        findings = await check(
+            self._services, ORPHAN_SAFETY_WINDOW, self.config.verify_objects_per_pass
         )
-        self._reconcile_due = anyio.current_time() + self.config.reconcile_seconds
-        return report.total
+        self._reconcile_due = anyio.current_time() + every
+        return findings
 
     async def _remove_orphans(self) -> int:
         """Delete bytes whose save never committed, once no save can still claim them."""

@@ -3,49 +3,15 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
 from typing import Any
 
 from fastmcp.exceptions import ToolError, ValidationError
 from fastmcp.server.middleware import CallNext, Middleware, MiddlewareContext
 from pydantic import ValidationError as PydanticValidationError
-from pydantic.alias_generators import to_camel
 
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.ingest.inputs import refuse_nul_anywhere
-
-_MESSAGES = {
-    "unexpected_keyword_argument": "is not a known field",
-    "missing_argument": "is required",
-    "missing": "is required",
-    "extra_forbidden": "is not a known field",
-}
-
-
-_UNKNOWN_FIELD = frozenset({"unexpected_keyword_argument", "extra_forbidden"})
-
-
-def describe(error: PydanticValidationError, known_fields: Collection[str] = ()) -> str:
-    """``field: problem; field: problem`` without echoing the submitted values.
-
-    An unknown snake_case field whose camelCase spelling is one of ``known_fields`` gets a
-    suggestion: ``image_base64: is not a known field; did you mean `imageBase64`?``.
-    """
-    parts: list[str] = []
-    for item in error.errors(include_input=False, include_url=False):
-        field = ".".join(str(p) for p in item["loc"]) or "arguments"
-        message = _MESSAGES.get(item["type"], str(item["msg"]))
-        if item["type"] in _UNKNOWN_FIELD:
-            message = _unknown(field, known_fields)
-        parts.append(f"{field}: {message}")
-    return "; ".join(parts)
-
-
-def _unknown(field: str, known_fields: Collection[str]) -> str:
-    camel = to_camel(field)
-    if camel != field and camel in known_fields:
-        return f"is not a known field; did you mean `{camel}`?"
-    return "is not a known field"
+from memory_tools.text import refuse_nul_anywhere
+from memory_tools.wire import describe, unknown_field
 
 
 async def _tool_fields(context: MiddlewareContext[Any]) -> frozenset[str]:
@@ -78,7 +44,7 @@ class InvalidInputMiddleware(Middleware):
         known = await _tool_fields(context)
         unknown = [name for name in arguments if known and name not in known]
         if unknown:
-            detail = "; ".join(f"{name}: {_unknown(name, known)}" for name in unknown)
+            detail = "; ".join(f"{name}: {unknown_field(name, known)}" for name in unknown)
             raise ToolError(f"invalid_input: {detail}", log_level=logging.DEBUG)
         try:
             return await call_next(context)

@@ -28,7 +28,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_db import MemorySettings, get_logger
-from memory_tools.ingest.admission import DecodeAdmission, trim_allocator
+from memory_tools.capacity import DecodeAdmission, trim_allocator
 
 log = get_logger(__name__)
 

@@ -15,11 +15,12 @@ from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.ingest import SafeFetcher
 from memory_tools.ingest.fetch import fetch_policy
 from memory_tools.ingest.images import lock_down_libvips
-from memory_tools.jobs.worker import EmbeddingWorker, WorkerConfig
+from memory_tools.jobs.worker import JobWorker, WorkerConfig
 
 # Re-exported (links, serve): defined apart so that parsing a command line does not load this.
 from memory_tools.serving.defaults import DEFAULT_HOST as DEFAULT_HOST
 from memory_tools.serving.defaults import DEFAULT_PORT as DEFAULT_PORT
+from memory_tools.serving.job_worker import job_worker
 
 log = get_logger(__name__)
 
@@ -200,9 +201,9 @@ def worker_config(
 @asynccontextmanager
 async def background_worker(
     services: MemoryServices, config: WorkerConfig
-) -> AsyncGenerator[EmbeddingWorker, None]:
+) -> AsyncGenerator[JobWorker, None]:
     """Run an embedding worker beside the server for the lifetime of the block."""
-    worker = EmbeddingWorker(services, config)
+    worker = job_worker(services, config)
     async with anyio.create_task_group() as group:
         ready = anyio.Event()
         group.start_soon(lambda: worker.run(ready=ready))

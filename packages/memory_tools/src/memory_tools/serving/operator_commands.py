@@ -245,7 +245,8 @@ async def _enrich(settings: MemorySettings, args: argparse.Namespace) -> None:
     from memory_db import open_runtime
     from memory_db.describing import build_describer
     from memory_tools import MemoryServices
-    from memory_tools.jobs.ocr_jobs import check_what, enrich_vault
+    from memory_tools.jobs.ocr_jobs import check_what
+    from memory_tools.operations.enrich import enrich_vault
 
     runtime = await open_runtime(settings, public_base_url="http://127.0.0.1")
     # Only its model name is used here (it labels the describe jobs); workers make the calls.

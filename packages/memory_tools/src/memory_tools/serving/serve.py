@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Protocol
 import anyio
 
 from memory_db import MemorySettings, get_logger
-from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
 from memory_tools.serving.bootstrap import (
@@ -32,6 +31,7 @@ from memory_tools.serving.bootstrap import (
     worker_config,
 )
 from memory_tools.serving.commands import notice, sigterm_cancels
+from memory_tools.serving.job_worker import job_worker
 
 if TYPE_CHECKING:
     from fastmcp import FastMCP
@@ -254,7 +254,7 @@ async def run_worker(
         config = worker_config(
             settings, concurrency, batch_size=batch_size, lease_seconds=lease_seconds
         )
-        worker = EmbeddingWorker(services, config)
+        worker = job_worker(services, config)
         slots = config.concurrency
         notice(f"{app.name}: embedding worker {worker.worker_id} (concurrency {slots})")
         if metrics_address is None:

@@ -10,10 +10,7 @@ camelCase spelling to use, and no string may hold NUL. Errors are
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from datetime import datetime
-from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, ValidationError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -23,82 +20,22 @@ from memory_tools import MemoryServices, ToolFailure, authenticate
 from memory_tools.access import Caller
 from memory_tools.errors import (
     RETRY_AFTER_SECONDS,
-    InvalidInputFailure,
     Unauthenticated,
     http_status,
     map_failures,
 )
-from memory_tools.ingest.inputs import MAX_FILE_NAME_INPUT, refuse_nul, refuse_nul_anywhere
-from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
-from memory_tools.ingest.uploads import UploadFlow, UploadTicket
-from memory_tools.mcp.validation import describe
-from memory_tools.wire import WireModel
+from memory_tools.ingest.save import AssetSaver
+from memory_tools.ingest.uploads import UploadFlow
+from memory_tools.web.bodies import parse_body, read_body
+from memory_tools.workflows.uploads import (
+    UploadComplete,
+    UploadStart,
+    complete_upload,
+    start_upload,
+    ticket_out,
+)
 
 log = get_logger(__name__)
-
-MAX_BODY = 64 * 1024
-
-
-class UploadStart(WireModel):
-    """``POST /uploads``: what will be uploaded and how to file it."""
-
-    model_config = ConfigDict(strict=True)
-
-    content_type: str = Field(description="image/jpeg, image/png, image/webp or image/gif.")
-    content_length: int = Field(ge=1, description="Exact size of the body you will PUT.")
-    vault: str = Field(default="Library", min_length=1, max_length=400)
-    project_id: str | None = Field(default=None, max_length=64)
-    folder_id: str | None = Field(default=None, max_length=64)
-    title: str | None = Field(default=None, max_length=240)
-    description: str | None = Field(default=None, max_length=4000)
-    alt_text: str | None = Field(default=None, max_length=2000)
-    tags: Annotated[list[str], Field(max_length=32)] = Field(default_factory=list[str])
-    source_ref: dict[str, str | int | float | bool | None] = Field(default_factory=dict[str, Any])
-    idempotency_key: str | None = Field(default=None, max_length=200)
-    file_name: str | None = Field(
-        default=None,
-        max_length=MAX_FILE_NAME_INPUT,
-        description="The file's name: kept with the image; its stem is the default title.",
-    )
-
-    def save_request(self) -> SaveRequest:
-        """The save this upload will be, as ``UploadFlow.initiate`` takes it."""
-        return SaveRequest(
-            vault=self.vault,
-            title=self.title,
-            description=self.description,
-            alt_text=self.alt_text,
-            tags=list(self.tags),
-            source_ref=dict(self.source_ref),
-            project_id=self.project_id,
-            folder_id=self.folder_id,
-            idempotency_key=self.idempotency_key,
-            file_name=self.file_name,
-        )
-
-
-class UploadComplete(WireModel):
-    """``POST /uploads/{id}/complete``."""
-
-    model_config = ConfigDict(strict=True)
-
-    vault: str | None = Field(
-        default=None,
-        min_length=1,
-        max_length=400,
-        description="The vault the upload was started in; by default the one named then.",
-    )
-
-
-class UploadTicketOut(WireModel):
-    """Where to PUT the bytes, then where to finalise."""
-
-    upload_id: str
-    url: str
-    method: str
-    headers: dict[str, str]
-    expires_at: datetime
-    complete_url: str
 
 
 def _bearer_token(request: Request) -> str | None:
@@ -162,69 +99,11 @@ async def _caller(services: MemoryServices, token: str) -> Caller:
         return await authenticate(uow, token)
 
 
-async def read_body(request: Request) -> bytes:
-    """The request body, read before the call takes its turn (a slow sender holds none).
-
-    Read in chunks and refused as soon as it passes ``MAX_BODY``: a huge body is never held.
-    """
-    too_large = InvalidInputFailure(f"the request body is larger than {MAX_BODY} bytes")
-    declared = request.headers.get("content-length", "")
-    if declared.isascii() and declared.isdigit() and int(declared) > MAX_BODY:
-        raise too_large
-    raw = bytearray()
-    async for chunk in request.stream():
-        raw.extend(chunk)
-        if len(raw) > MAX_BODY:
-            raise too_large
-    return bytes(raw)
-
-
-def parse_body(raw: bytes, model: type[WireModel]) -> Any:
-    """The body as ``model``: camelCase names only, no coercion, no NUL in any string."""
-    try:
-        body = model.model_validate_json(raw or b"{}", by_alias=True, by_name=False)
-    except ValidationError as exc:
-        known = {field.alias or name for name, field in model.model_fields.items()}
-        raise InvalidInputFailure(describe(exc, known)) from None
-    refuse_nul_anywhere(body.model_dump(by_alias=True))
-    return body
-
-
 def _base(services: MemoryServices, request: Request) -> str:
     """The public base of this server (as in ``url`` for the local store), without a slash."""
     if services.public_base_url:
         return services.public_base_url.rstrip("/")
     return str(request.base_url).rstrip("/")  # built without a bootstrap (tests, embedding)
-
-
-async def start_upload(caller: Caller, flow: UploadFlow, body: UploadStart) -> UploadTicket:
-    """Start one upload for ``caller``: every route that starts uploads (bearer, web) calls this."""
-    return await flow.initiate(
-        caller,
-        body.save_request(),
-        content_type=body.content_type,
-        content_length=body.content_length,
-    )
-
-
-async def complete_upload(
-    caller: Caller, flow: UploadFlow, upload_id: str, body: UploadComplete
-) -> SaveResult:
-    """Finish ``caller``'s upload ``upload_id``: validate the bytes and save the asset."""
-    refuse_nul(upload_id, "uploadId")
-    return await flow.complete(caller, upload_id, vault=body.vault)
-
-
-def ticket_out(ticket: UploadTicket, complete_url: str) -> UploadTicketOut:
-    """The answer to a started upload: where to PUT the bytes, and ``complete_url`` after."""
-    return UploadTicketOut(
-        upload_id=ticket.upload_id,
-        url=ticket.url,
-        method=ticket.method,
-        headers=ticket.headers,
-        expires_at=ticket.expires_at,
-        complete_url=complete_url,
-    )
 
 
 def upload_routes(services: MemoryServices) -> list[Route]:

@@ -12,7 +12,7 @@
 
 The page never holds an API key: these are session endpoints (the ``X-CSRF-Token`` header on
 the POSTs) that call the same functions as the bearer routes of
-:mod:`memory_tools.serving.upload_routes` (``start_upload``, ``complete_upload``). Between
+:mod:`memory_tools.workflows.uploads` (``start_upload``, ``complete_upload``). Between
 start and complete, ``upload.js`` PUTs each file to its signed link with its own progress bar.
 """
 
@@ -26,26 +26,25 @@ from starlette.routing import Route
 
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure
 from memory_tools.ingest.images import FORMATS
-from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.ingest.uploads import UploadFlow
 from memory_tools.services import MemoryServices
-from memory_tools.serving.upload_routes import (
-    UploadComplete,
-    UploadStart,
-    complete_upload,
-    parse_body,
-    read_body,
-    start_upload,
-    ticket_out,
-)
+from memory_tools.text import refuse_nul
 from memory_tools.web import security
+from memory_tools.web.bodies import parse_body, read_body
 from memory_tools.web.handlers import WebRequest, endpoint, page
 from memory_tools.web.rendering import human_bytes
 from memory_tools.web.security import same_origin_link
 from memory_tools.wire import WireModel
 from memory_tools.workflows.assets import MIME_TYPES, get_asset_waiting
 from memory_tools.workflows.projects import list_folders, list_projects
+from memory_tools.workflows.uploads import (
+    UploadComplete,
+    UploadStart,
+    complete_upload,
+    start_upload,
+    ticket_out,
+)
 from memory_tools.workflows.vaults import list_vaults
 
 UPLOAD_PATH = "/upload"

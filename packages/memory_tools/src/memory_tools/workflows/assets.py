@@ -40,8 +40,8 @@ from memory_tools.access import (
 )
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
-from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
+from memory_tools.text import refuse_nul
 from memory_tools.wire import Thumbnail, WireModel, fitting
 from memory_tools.workflows.contexts import GeneratedContextView, context_view
 

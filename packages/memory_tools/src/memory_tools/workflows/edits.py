@@ -35,6 +35,7 @@ from memory_tools.ingest.plan import NO_FUSED_TEXT, fused_text
 from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import vector_bytes
 from memory_tools.services import MemoryServices
+from memory_tools.text import refuse_nul
 from memory_tools.workflows.assets import AssetView, get_asset
 from memory_tools.workflows.changes import locate_asset
 from memory_tools.workflows.projects import FolderView, ProjectView, folder_view, project_view
@@ -250,7 +251,7 @@ async def update_project(
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     if name is not None:
-        inputs.refuse_nul(name, "name")
+        refuse_nul(name, "name")
     new_description = inputs.clean_text(description, "description", MAX_PROJECT_DESCRIPTION)
     resolved = await resolve_vault(uow, caller, vault, "write")
     scope = resolved.record.scope
@@ -310,7 +311,7 @@ async def update_folder(
         raise InvalidInputFailure("toRoot: give either parentId or toRoot=true, not both")
     for value, field in ((name, "name"), (parent_id, "parentId")):
         if value is not None:
-            inputs.refuse_nul(value, field)
+            refuse_nul(value, field)
     if parent_id is not None and parent_id == folder_id:
         raise InvalidInputFailure("parentId: a folder cannot be moved under itself")
     resolved = await resolve_vault(uow, caller, vault, "write")

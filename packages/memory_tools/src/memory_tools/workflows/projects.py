@@ -16,8 +16,8 @@ from memory_db import (
 from memory_tools import policy
 from memory_tools.access import Caller, ResolvedVault, readable_vaults, resolve_vault
 from memory_tools.errors import translate
-from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
+from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
 
 

@@ -64,9 +64,9 @@ from memory_tools.errors import (
 )
 from memory_tools.ingest import inputs
 from memory_tools.ingest.images import inspect_image
-from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.query_cache import QueryKey
 from memory_tools.services import MemoryServices
+from memory_tools.text import refuse_nul
 from memory_tools.wire import Thumbnail, WireModel, fitting
 from memory_tools.workflows.assets import (
     FilterFields,

@@ -27,8 +27,8 @@ from memory_db.repositories import GrantRecord, normalise_identity
 from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import Forbidden, InvalidInputFailure, NotFoundFailure
-from memory_tools.ingest.inputs import refuse_nul
 from memory_tools.services import MemoryServices
+from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
 
 Permission = Literal["read", "write", "admin"]

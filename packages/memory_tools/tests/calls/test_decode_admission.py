@@ -14,8 +14,8 @@ import pyvips
 from memory_db import MemorySettings
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
+from memory_tools.capacity import DecodeAdmission, trim_allocator
 from memory_tools.errors import InvalidImage
-from memory_tools.ingest.admission import DecodeAdmission, trim_allocator
 from memory_tools.ingest.images import inspect_image, read_header
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.operations import admin
