@@ -29,7 +29,7 @@ import os
 import random
 import secrets
 import socket
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -43,6 +43,7 @@ from memory_db import (
     JobRecord,
     MemoryDbError,
     ObjectRecord,
+    UnitOfWork,
     VaultScope,
     get_logger,
 )
@@ -848,38 +849,18 @@ class JobWorker:
         """
         shape = plan.shapes[plan.active]
         embedder = plan.embedder
-        mismatch: str | None = None
-        if shape.dimensions != embedder.dimensions:
-            mismatch = (
-                f"the active vector index {shape.name} holds {shape.dimensions}-d vectors, "
-                f"this worker's embedder makes {embedder.dimensions}-d ones"
-            )
-            log.error("worker_index_mismatch", worker=self.worker_id, index=shape.name)
-        finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
+        mismatch = self._dimension_mismatch(shape, embedder)
+        finishing: list[_Finishing] = []
         settled: Sequence[AssetSettled] = ()
         done: frozenset[str] = frozenset()
         async with self._services.database.unit_of_work() as uow:
-            # Lock the assets first (in id order, so concurrent batches cannot deadlock):
-            # deletion updates these rows, so it waits for us or we see 'deleting' and write
-            # nothing for that asset. The completion statement reads the assets' jobs after
-            # this lock (memory_db.vectors.completion says why it is a statement of its own).
-            current = await uow.assets.lock_many_for_owners(
-                [(item.job.owner_identity, item.job.asset_id) for item in items]
-            )
-            gone: list[_Work] = []
-            for item, embedding, usage in zip(items, embeddings, usages, strict=True):
-                asset = current.get((item.job.owner_identity, item.job.asset_id))
-                if asset is None or asset.status in ("deleting", "deleted"):
-                    gone.append(item)
-                    continue
-                finishing.append((item, embedding, usage, asset))
+            # The completion statement reads the assets' jobs after this lock
+            # (memory_db.vectors.completion says why it is a statement of its own).
+            finishing, gone = _sort_out(items, embeddings, usages, await _lock_assets(uow, items))
             if gone:
                 # Held like the completion holds it; its mirrors are where a delete applies.
                 index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
-                for item in gone:
-                    if await uow.jobs.cancel(item.job.id, self.worker_id, reason="asset deleted"):
-                        scope = VaultScope(item.asset.owner_identity, item.asset.vault)
-                        await index.delete_asset(scope, item.job.asset_id)
+                await self._cancel_deleted(uow, index, gone)
             if mismatch is None and finishing:
                 completed = await complete_embeddings(
                     uow.session,
@@ -887,33 +868,18 @@ class JobWorker:
                     self._services.vector_alias,
                     self.worker_id,
                     [
-                        _finished(asset, item, embedder.model, shape, embedding, usage, request_id)
-                        for item, embedding, usage, asset in finishing
+                        _finished(
+                            f.asset, f.item, embedder.model, shape, f.embedding, f.usage, request_id
+                        )
+                        for f in finishing
                     ],
                 )
                 if completed.alias_target != plan.active:
                     # Switched while this batch was embedded: its vectors are of the old model,
                     # and the statement wrote nothing.
-                    mismatch = (
-                        f"the vector index switched from {plan.active} to {completed.alias_target}"
-                    )
-                    log.info(
-                        "worker_index_switched",
-                        worker=self.worker_id,
-                        index=completed.alias_target,
-                    )
+                    mismatch = self._switched(plan.active, completed.alias_target)
                 done, settled = completed.done, completed.settled
-        for change in settled:
-            metrics.count_settled(change.status, change.source_kind)
-        if mismatch is not None:
-            for item, _embedding, _usage, _asset in finishing:
-                await self._retry(item.job, "index_mismatch", mismatch)
-            return
-        for item, _embedding, _usage, _asset in finishing:
-            if item.job.id not in done:
-                log.warning("worker_lease_lost_at_completion", job_id=item.job.id)
-        if done:
-            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(done))
+        await self._report(finishing, done, settled, mismatch)
 
     async def _complete_mirrored(
         self,
@@ -930,113 +896,79 @@ class JobWorker:
         asset, the rebuild's vectors, in one transaction.
         """
         async with self._services.database.unit_of_work() as uow:
-            # Lock the assets first (in id order, so concurrent batches cannot deadlock):
-            # deletion updates these rows, so it waits for us or we see 'deleting' and write
-            # nothing for that asset.
-            current = await uow.assets.lock_many_for_owners(
-                [(item.job.owner_identity, item.job.asset_id) for item in items]
-            )
+            current = await _lock_assets(uow, items)
             # The alias is resolved per batch, never cached: after a rebuild switches it, the
             # next batch writes to the new index (the switch waits for this one to commit).
             index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
-            embedder = plan.embedder
-            mismatch: str | None = None
             if index.name != plan.active:
                 # Switched while this batch was embedded: its vectors are of the old model.
-                mismatch = f"the vector index switched from {plan.active} to {index.name}"
-                log.info("worker_index_switched", worker=self.worker_id, index=index.name)
-            elif index.dimensions != embedder.dimensions:
-                mismatch = (
-                    f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
-                    f"this worker's embedder makes {embedder.dimensions}-d ones"
-                )
-                log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
+                mismatch = self._switched(plan.active, index.name)
+            else:
+                mismatch = self._dimension_mismatch(index, plan.embedder)
             target: VectorIndex | None = None
             if plan.target in index.mirrors:
                 target = await VectorIndex.open(uow.session, plan.target)
-            target_vectors: dict[VaultScope, list[VectorRecord]] = {}
-            target_of = {id(item): vector for item, vector in zip(items, targets, strict=False)}
-            stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)
-            vectors: dict[VaultScope, list[VectorRecord]] = {}
-            ledger: list[dict[str, Any]] = []
-            embedded: list[dict[str, Any]] = []  # asset_embed provenance, one per vector
-            mirrored = (
-                target.name if target is not None and plan.target_embedder is not None else None
-            )
-            touched: dict[str, set[str]] = {}
-            finishing: list[tuple[_Work, Sequence[float], dict[str, int], AssetRecord]] = []
-            for item, embedding, usage in zip(items, embeddings, usages, strict=True):
-                job = item.job
-                asset = current.get((job.owner_identity, job.asset_id))
-                if asset is None or asset.status in ("deleting", "deleted"):
-                    if await uow.jobs.cancel(job.id, self.worker_id, reason="asset deleted"):
-                        scope = VaultScope(item.asset.owner_identity, item.asset.vault)
-                        await index.delete_asset(scope, job.asset_id)
-                    continue
-                if mismatch is not None:
-                    stale.append(item)
-                    continue
-                finishing.append((item, embedding, usage, asset))
+            finishing, gone = _sort_out(items, embeddings, usages, current)
+            await self._cancel_deleted(uow, index, gone)
+            # On a mismatch nothing is written: the live jobs are retried after the commit.
+            completing = finishing if mismatch is None else []
             done = await uow.jobs.complete_many(
-                self.worker_id, {item.job.id: usage for item, _e, usage, _a in finishing}
+                self.worker_id, {f.item.job.id: f.usage for f in completing}
             )
-            for item, embedding, usage, asset in finishing:
-                job = item.job
-                if job.id not in done:
-                    log.warning("worker_lease_lost_at_completion", job_id=job.id)
-                    continue
-                scope = VaultScope(asset.owner_identity, asset.vault)
-                # Labelled with the model that made it (the job's label is the one asked for
-                # at save time; an index switch may have changed the model since).
-                vectors.setdefault(scope, []).append(
-                    _record(asset, item, embedder.model, embedding)
-                )
-                if target is not None and plan.target_embedder is not None:
-                    target_vectors.setdefault(scope, []).append(
-                        _record(asset, item, plan.target_embedder.model, target_of[id(item)])
-                    )
-                ledger.append(
-                    {
-                        "owner_identity": job.owner_identity,
-                        "source": "embed_image_document",
-                        "model": embedder.model,
-                        **usage,
-                        "asset_id": job.asset_id,
-                        "job_id": job.id,
-                        "request_id": request_id,
-                    }
-                )
-                embedded.append(
-                    _embed_provenance(
-                        asset,
-                        job,
-                        embedder.model,
-                        index,
-                        usage,
-                        request_id,
-                        also=mirrored,
-                    )
-                )
-                touched.setdefault(job.owner_identity, set()).add(job.asset_id)
-            for scope, records in vectors.items():
-                await index.upsert(scope, records)
-            if target is not None:
-                for scope, records in target_vectors.items():
-                    await target.upsert(scope, records)
-            await uow.usage.record_many(ledger)
-            # Who wrote which vector with what, committed with the vectors themselves.
-            await uow.provenance.record_many(embedded)
-            settled = [
-                change
-                for owner, ids in sorted(touched.items())
-                for change in await uow.assets.reconcile_many(owner, sorted(ids))
-            ]
+            writes = _mirrored_writes(
+                [f for f in completing if f.item.job.id in done],
+                plan,
+                index,
+                target,
+                dict(zip((id(item) for item in items), targets, strict=False)),
+                request_id,
+            )
+            settled = await _write_mirrored(uow, index, target, writes)
+        await self._report(finishing, done, settled, mismatch)
+
+    async def _cancel_deleted(
+        self, uow: UnitOfWork, index: VectorIndex, gone: Sequence[_Work]
+    ) -> None:
+        """Cancel the jobs of assets deleted while their batch was embedded, and their vectors."""
+        for item in gone:
+            if await uow.jobs.cancel(item.job.id, self.worker_id, reason="asset deleted"):
+                scope = VaultScope(item.asset.owner_identity, item.asset.vault)
+                await index.delete_asset(scope, item.job.asset_id)
+
+    def _dimension_mismatch(self, index: VectorIndex, embedder: Embedder) -> str | None:
+        """Why the batch cannot be written to ``index`` (its vectors' length), or ``None``."""
+        if index.dimensions == embedder.dimensions:
+            return None
+        log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
+        return (
+            f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
+            f"this worker's embedder makes {embedder.dimensions}-d ones"
+        )
+
+    def _switched(self, planned: str, now: str | None) -> str:
+        """Why the batch cannot be written: the alias moved from ``planned`` to ``now``."""
+        log.info("worker_index_switched", worker=self.worker_id, index=now)
+        return f"the vector index switched from {planned} to {now}"
+
+    async def _report(
+        self,
+        finishing: Sequence[_Finishing],
+        done: Collection[str],
+        settled: Iterable[AssetSettled],
+        mismatch: str | None,
+    ) -> None:
+        """After the commit: count the settled assets, retry a mismatched batch, log the rest."""
         for change in settled:
             metrics.count_settled(change.status, change.source_kind)
-        for item in stale:
-            await self._retry(item.job, "index_mismatch", mismatch or "")
-        if ledger:
-            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(ledger))
+        if mismatch is not None:
+            for f in finishing:
+                await self._retry(f.item.job, "index_mismatch", mismatch)
+            return
+        for f in finishing:
+            if f.item.job.id not in done:
+                log.warning("worker_lease_lost_at_completion", job_id=f.item.job.id)
+        if done:
+            log.info("worker_jobs_done", worker=self.worker_id, jobs=len(done))
 
     async def _failed(self, item: _Work, exc: EmbeddingError) -> None:
         """Apply the failure policy (docs/design.md#worker-failures) to one job."""
@@ -1110,6 +1042,126 @@ def _job_context(job: JobRecord) -> contextlib.AbstractContextManager[Any]:
         model=job.model,
         representation=job.representation,
     )
+
+
+@dataclass(frozen=True)
+class _Finishing:
+    """A job of a batch whose asset is still live, with its vector and its share of the usage."""
+
+    item: _Work
+    embedding: Sequence[float]
+    usage: dict[str, int]
+    asset: AssetRecord  # as locked for the completion
+
+
+@dataclass
+class _MirroredWrites:
+    """What a completion writes while a rebuild fills: vectors of both indexes, the ledgers."""
+
+    vectors: dict[VaultScope, list[VectorRecord]] = field(
+        default_factory=dict[VaultScope, list[VectorRecord]]
+    )
+    target_vectors: dict[VaultScope, list[VectorRecord]] = field(
+        default_factory=dict[VaultScope, list[VectorRecord]]
+    )
+    ledger: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
+    embedded: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # provenance
+    touched: dict[str, set[str]] = field(default_factory=dict[str, set[str]])  # owner: asset ids
+
+
+async def _lock_assets(
+    uow: UnitOfWork, items: Sequence[_Work]
+) -> Mapping[tuple[str, str], AssetRecord]:
+    """Lock the batch's assets, in id order so concurrent batches cannot deadlock.
+
+    Deletion updates these rows, so it waits for the completion, or the completion sees
+    ``deleting`` and writes nothing for that asset.
+    """
+    return await uow.assets.lock_many_for_owners(
+        [(item.job.owner_identity, item.job.asset_id) for item in items]
+    )
+
+
+def _sort_out(
+    items: Sequence[_Work],
+    embeddings: Sequence[Sequence[float]],
+    usages: Sequence[dict[str, int]],
+    current: Mapping[tuple[str, str], AssetRecord],
+) -> tuple[list[_Finishing], list[_Work]]:
+    """The jobs whose asset is live (to finish), and those whose asset was deleted meanwhile."""
+    finishing: list[_Finishing] = []
+    gone: list[_Work] = []
+    for item, embedding, usage in zip(items, embeddings, usages, strict=True):
+        asset = current.get((item.job.owner_identity, item.job.asset_id))
+        if asset is None or asset.status in ("deleting", "deleted"):
+            gone.append(item)
+        else:
+            finishing.append(_Finishing(item, embedding, usage, asset))
+    return finishing, gone
+
+
+def _mirrored_writes(
+    completed: Sequence[_Finishing],
+    plan: _Plan,
+    index: VectorIndex,
+    target: VectorIndex | None,
+    target_of: Mapping[int, Sequence[float]],
+    request_id: str | None,
+) -> _MirroredWrites:
+    """The rows a mirrored completion writes for the jobs it completed (no I/O).
+
+    ``target_of`` maps each item (by ``id``) to its vector of the rebuild's embedder.
+    """
+    embedder, target_embedder = plan.embedder, plan.target_embedder
+    mirrored = target.name if target is not None and target_embedder is not None else None
+    writes = _MirroredWrites()
+    for f in completed:
+        job, asset = f.item.job, f.asset
+        scope = VaultScope(asset.owner_identity, asset.vault)
+        # Labelled with the model that made it (the job's label is the one asked for at save
+        # time; an index switch may have changed the model since).
+        writes.vectors.setdefault(scope, []).append(
+            _record(asset, f.item, embedder.model, f.embedding)
+        )
+        if target is not None and target_embedder is not None:
+            writes.target_vectors.setdefault(scope, []).append(
+                _record(asset, f.item, target_embedder.model, target_of[id(f.item)])
+            )
+        writes.ledger.append(
+            {
+                "owner_identity": job.owner_identity,
+                "source": "embed_image_document",
+                "model": embedder.model,
+                **f.usage,
+                "asset_id": job.asset_id,
+                "job_id": job.id,
+                "request_id": request_id,
+            }
+        )
+        writes.embedded.append(
+            _embed_provenance(asset, job, embedder.model, index, f.usage, request_id, also=mirrored)
+        )
+        writes.touched.setdefault(job.owner_identity, set()).add(job.asset_id)
+    return writes
+
+
+async def _write_mirrored(
+    uow: UnitOfWork, index: VectorIndex, target: VectorIndex | None, writes: _MirroredWrites
+) -> list[AssetSettled]:
+    """Write a mirrored completion's rows; the assets it settled."""
+    for scope, records in writes.vectors.items():
+        await index.upsert(scope, records)
+    if target is not None:
+        for scope, records in writes.target_vectors.items():
+            await target.upsert(scope, records)
+    await uow.usage.record_many(writes.ledger)
+    # Who wrote which vector with what, committed with the vectors themselves.
+    await uow.provenance.record_many(writes.embedded)
+    return [
+        change
+        for owner, ids in sorted(writes.touched.items())
+        for change in await uow.assets.reconcile_many(owner, sorted(ids))
+    ]
 
 
 def _embed_provenance(

@@ -83,17 +83,68 @@ def object_routes(services: MemoryServices) -> list[Route]:
     store = services.store
     if not isinstance(store, HmacLinks):
         return []  # S3 links go to the bucket's own endpoint
-    uploads = UploadFlow(AssetSaver(services))
+    routes = _ObjectRoutes(services, store)
+    path = OBJECTS_ROUTE + "/{key:path}"
+    return [
+        Route(path, plain_errors(routes.get), methods=["GET"]),
+        Route(path, plain_errors(routes.put), methods=["PUT"]),
+    ]
 
-    @plain_errors
-    async def get_object(request: Request) -> Response:
+
+class _Refused(Exception):
+    """A step of an object route refuses the request: answered as plain ``status``."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+
+
+def _refusing(handler: Handler) -> Handler:
+    """Answer a step's :class:`_Refused` with its plain status and message."""
+
+    async def answered(request: Request) -> Response:
+        try:
+            return await handler(request)
+        except _Refused as refused:
+            return _refuse(refused.status, refused.message)
+
+    return answered
+
+
+class _ObjectRoutes:
+    """The signed GET and PUT of one HMAC-signing store, each a short list of named steps."""
+
+    def __init__(self, services: MemoryServices, links: HmacLinks) -> None:
+        self._services = services
+        self._store = services.store  # the same store: ``links`` is its signing side
+        self._links = links
+        self._uploads = UploadFlow(AssetSaver(services))
+        self.get = _refusing(self._get)
+        self.put = _refusing(self._put)
+
+    # --- GET: switched on, signed, then the bytes the database vouches for ------------------
+
+    async def _get(self, request: Request) -> Response:
         key = request.path_params["key"]
         try:
-            policy.require(services.settings)
+            policy.require(self._services.settings)
         except ToolFailure as failure:
-            return _refuse(503, failure.message)
+            raise _Refused(503, failure.message) from None
+        served = self._verify_signed_get(key, request)
+        async with self._services.call_admission.admit():
+            body = await self._read_verified(key)
+        # What the signature bound: a preview inline, an original only as a download.
+        return Response(
+            body,
+            media_type=served.content_type,
+            headers={**SAFE_HEADERS, "Content-Disposition": served.disposition},
+        )
+
+    def _verify_signed_get(self, key: str, request: Request) -> ServedAs:
+        """How the link serves ``key``, when its signature holds."""
         try:
-            served = store.verify_signed_get(
+            return self._links.verify_signed_get(
                 key,
                 request.query_params.get("expires", ""),
                 request.query_params.get("signature", ""),
@@ -102,29 +153,27 @@ def object_routes(services: MemoryServices) -> list[Route]:
         except (SignatureError, InvalidStorageKey):
             log.info("signed_read_denied")
             metrics.SIGNED_READS_DENIED.inc()
-            return _refuse(403, "the link is invalid or has expired")
-        async with services.call_admission.admit():
-            return await _serve_verified(key, served)
+            raise _Refused(403, "the link is invalid or has expired") from None
 
-    async def _serve_verified(key: str, served: ServedAs) -> Response:
-        # Integrity is the database's: the SHA-256 recorded when the bytes were validated, not
-        # whatever the store (or its sidecar) says about itself.
-        async with services.database.unit_of_work() as uow:
+    async def _read_verified(self, key: str) -> bytes:
+        """The bytes of ``key``, only if they hash to the SHA-256 the database recorded.
+
+        Integrity is the database's: the SHA-256 recorded when the bytes were validated, not
+        whatever the store (or its sidecar) says about itself.
+        """
+        async with self._services.database.unit_of_work() as uow:
             found = await uow.objects.for_storage_key(key)
         if found is None:
-            return _refuse(404, "not found")
+            raise _Refused(404, "not found")
         record, expected = found
         try:
             if expected is None:  # a preview stored before previews were hashed (rev. 0007)
-                head = await store.head(key)
-                expected = head.checksum_sha256
-                if not head.exists or expected is None:
-                    return _refuse(404, "not found")
-            body = await read_verified(
-                store, key, expected, max_bytes=services.settings.asset_max_bytes * 2
+                expected = await self._stored_checksum(key)
+            return await read_verified(
+                self._store, key, expected, max_bytes=self._services.settings.asset_max_bytes * 2
             )
         except ObjectNotFound:
-            return _refuse(404, "not found")
+            raise _Refused(404, "not found") from None
         except ChecksumMismatch:
             log.error(
                 "object_integrity_failed",
@@ -132,26 +181,47 @@ def object_routes(services: MemoryServices) -> list[Route]:
                 variant=_variant(key),
                 exc_info=True,
             )
-            return _refuse(500, "the object failed its integrity check")
-        # What the signature bound: a preview inline, an original only as a download.
-        return Response(
-            body,
-            media_type=served.content_type,
-            headers={**SAFE_HEADERS, "Content-Disposition": served.disposition},
-        )
+            raise _Refused(500, "the object failed its integrity check") from None
 
-    @plain_errors
-    async def put_object(request: Request) -> Response:
+    async def _stored_checksum(self, key: str) -> str:
+        head = await self._store.head(key)
+        if not head.exists or head.checksum_sha256 is None:
+            raise _Refused(404, "not found")
+        return head.checksum_sha256
+
+    # --- PUT: a signed length and type, the whole body, then staged --------------------------
+
+    async def _put(self, request: Request) -> Response:
         key = request.path_params["key"]
         content_type = request.headers.get("content-type", "")
-        length_header = request.headers.get("content-length", "")
-        if not (length_header.isascii() and length_header.isdigit()):
-            return _refuse(411, "Content-Length is required")
-        length = int(length_header)
-        if length > services.settings.asset_max_bytes:
-            return _refuse(413, "too large")
+        length = self._declared_length(request)
+        self._verify_signed_put(key, content_type, length, request)
+        body = await _read_exactly(request, length)
         try:
-            store.verify_signed_put(
+            async with self._services.call_admission.admit():
+                await self._uploads.stage(key, body, content_type=content_type)
+        except Busy:
+            raise  # a plain 503 with Retry-After, from plain_errors
+        except ToolFailure as failure:
+            raise _Refused(_PUT_STATUS.get(failure.code, 400), failure.message) from None
+        return Response(status_code=200, headers=SAFE_HEADERS)
+
+    def _declared_length(self, request: Request) -> int:
+        """The request's Content-Length: required, and within the largest image accepted."""
+        header = request.headers.get("content-length", "")
+        if not (header.isascii() and header.isdigit()):
+            raise _Refused(411, "Content-Length is required")
+        length = int(header)
+        if length > self._services.settings.asset_max_bytes:
+            raise _Refused(413, "too large")
+        return length
+
+    def _verify_signed_put(
+        self, key: str, content_type: str, length: int, request: Request
+    ) -> None:
+        """Refuse unless the link signed exactly this key, content type and length."""
+        try:
+            self._links.verify_signed_put(
                 key,
                 content_type,
                 length,
@@ -160,28 +230,19 @@ def object_routes(services: MemoryServices) -> list[Route]:
             )
         except (SignatureError, InvalidStorageKey):
             log.info("signed_write_denied")
-            return _refuse(403, "the link is invalid or has expired")
-        body = bytearray()
-        async for chunk in request.stream():
-            body.extend(chunk)
-            if len(body) > length:
-                return _refuse(400, "body is longer than the signed Content-Length")
-        if len(body) != length:
-            return _refuse(400, "body is shorter than the signed Content-Length")
-        try:
-            async with services.call_admission.admit():
-                await uploads.stage(key, bytes(body), content_type=content_type)
-        except Busy:
-            raise  # a plain 503 with Retry-After, from plain_errors
-        except ToolFailure as failure:
-            return _refuse(_PUT_STATUS.get(failure.code, 400), failure.message)
-        return Response(status_code=200, headers=SAFE_HEADERS)
+            raise _Refused(403, "the link is invalid or has expired") from None
 
-    path = OBJECTS_ROUTE + "/{key:path}"
-    return [
-        Route(path, get_object, methods=["GET"]),
-        Route(path, put_object, methods=["PUT"]),
-    ]
+
+async def _read_exactly(request: Request, length: int) -> bytes:
+    """The body, refused as soon as it passes the signed ``length`` or when it falls short."""
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > length:
+            raise _Refused(400, "body is longer than the signed Content-Length")
+    if len(body) != length:
+        raise _Refused(400, "body is shorter than the signed Content-Length")
+    return bytes(body)
 
 
 def _variant(key: str) -> str:
