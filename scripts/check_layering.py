@@ -17,7 +17,8 @@ Inside ``memory_tools`` the modules live in rooms by role, and an import may onl
 ``workflows/``, ``jobs/``, ``operations/``, the adapters ``mcp/`` and ``web/`` (side by side:
 neither imports the other), ``serving/`` (composes everything) and ``testing/`` (may import
 anything). An import inside a function counts too: moving it there would hide a circle, not
-remove it.
+remove it. For the same reason no two modules of ``memory_tools`` may import each other, directly
+or round a longer circle, even within one room.
 
 An import inside ``if TYPE_CHECKING:`` is allowed: it exists only for the type checker.
 
@@ -67,19 +68,26 @@ def _is_type_checking(test: ast.expr) -> bool:
     return isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
 
 
-def runtime_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
-    """``(line, module)`` of every absolute import that runs (not under ``TYPE_CHECKING``)."""
+def _runtime_import_nodes(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement that runs (not under ``TYPE_CHECKING``), functions included."""
     for node in ast.iter_child_nodes(tree):
         if isinstance(node, ast.If) and _is_type_checking(node.test):
             for branch in node.orelse:  # the else branch runs
-                yield from runtime_imports(ast.Module(body=[branch], type_ignores=[]))
+                yield from _runtime_import_nodes(ast.Module(body=[branch], type_ignores=[]))
             continue
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            yield node
+        yield from _runtime_import_nodes(node)
+
+
+def runtime_imports(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``(line, module)`` of every absolute import that runs (not under ``TYPE_CHECKING``)."""
+    for node in _runtime_import_nodes(tree):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 yield node.lineno, alias.name
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module is not None:
+        elif node.level == 0 and node.module is not None:
             yield node.lineno, node.module
-        yield from runtime_imports(node)
 
 
 APP_REASON = "apps only wire libraries: what two apps share belongs in a library"
@@ -150,6 +158,7 @@ def violations(root: Path, rules: tuple[Rule, ...] | None = None) -> list[str]:
         found.extend(dependency_violations(root))
         if (root / ROOMS_PACKAGE).is_dir():
             found.extend(room_violations(root))
+            found.extend(circle_violations(root))
     for rule in rules:
         files = sorted(
             {path for pattern in rule.sources for path in root.glob(f"{pattern}/**/*.py")}
@@ -260,6 +269,80 @@ def room_violations(root: Path, rooms: tuple[Room, ...] = ROOMS) -> list[str]:
                 f"{target.name}: imports run down the rooms, this one runs {way})"
             )
     return found
+
+
+def _imported_names(tree: ast.AST) -> Iterator[str]:
+    """What each running import may load: ``from a import b`` names ``a`` and ``a.b``."""
+    for node in _runtime_import_nodes(tree):
+        if isinstance(node, ast.Import):
+            yield from (alias.name for alias in node.names)
+        elif node.level == 0 and node.module is not None:
+            yield node.module
+            yield from (f"{node.module}.{alias.name}" for alias in node.names)
+
+
+def _import_graph(root: Path) -> dict[str, set[str]]:
+    """Each ``memory_tools`` module and the ``memory_tools`` modules it imports when it runs.
+
+    An import of a module's own package (``from memory_tools import Forbidden``) is left out:
+    a package's ``__init__`` runs before any of its modules, which is how packages load.
+    """
+    package = root / ROOMS_PACKAGE
+    files = {_module_name(root, path): path for path in sorted(package.glob("**/*.py"))}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        targets = {name for name in _imported_names(tree) if name in files}
+        graph[module] = {t for t in targets if t != module and not _matches(module, t)}
+    return graph
+
+
+def _circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), each sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        on_stack.add(module)
+        for target in sorted(graph[module]):
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in on_stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == module:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in sorted(graph):
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
+def circle_violations(root: Path) -> list[str]:
+    """One line per import circle among ``memory_tools`` modules.
+
+    Imports inside functions count: that is where a circle hides, and the code it needs
+    belongs in a module both sides can import (or the map built where the app is composed).
+    """
+    return [
+        f"{ROOMS_PACKAGE}: import circle {' <-> '.join(group)} (move the shared code to one "
+        "module both import; an import inside a function only hides the circle)"
+        for group in _circles(_import_graph(root))
+    ]
 
 
 def main(argv: list[str]) -> int:

@@ -126,7 +126,9 @@ def test_imports_down_the_rooms_are_allowed(tmp_path: Path, where: str, source: 
 
 def test_a_module_in_no_room_is_reported(tmp_path: Path) -> None:
     found = check.violations(_module(tmp_path, "helpers.py", "x = 1\n"))
-    assert found == [f"{PACKAGE}/helpers.py:1: memory_tools.helpers is in no room (add it to ROOMS)"]
+    assert found == [
+        f"{PACKAGE}/helpers.py:1: memory_tools.helpers is in no room (add it to ROOMS)"
+    ]
 
 
 def test_every_room_is_below_serving_but_testing() -> None:
@@ -147,3 +149,40 @@ def test_the_script_names_the_import_that_runs_up(tmp_path: Path) -> None:
     assert (
         f"{PACKAGE}/jobs/worker.py:2: imports memory_tools.serving (jobs may not import serving"
     ) in result.stdout
+
+
+def test_a_circle_hidden_in_a_function_is_refused(tmp_path: Path) -> None:
+    _module(tmp_path, "jobs/describe.py", "from memory_tools.jobs.handlers import JobFailed\n")
+    root = _module(
+        tmp_path,
+        "jobs/handlers.py",
+        "class JobFailed(Exception):\n    pass\n\n"
+        "def build():\n    from memory_tools.jobs.describe import DescribeHandler\n"
+        "    return DescribeHandler\n",
+    )
+    assert check.violations(root) == [
+        f"{PACKAGE}: import circle memory_tools.jobs.describe <-> memory_tools.jobs.handlers "
+        "(move the shared code to one module both import; an import inside a function only "
+        "hides the circle)"
+    ]
+
+
+def test_a_longer_circle_is_refused(tmp_path: Path) -> None:
+    _module(
+        tmp_path, "serving/serve.py", "def later():\n    from memory_tools.serving import app\n"
+    )
+    _module(tmp_path, "serving/app.py", "from memory_tools.serving.links import stdio\n")
+    root = _module(tmp_path, "serving/links.py", "import memory_tools.serving.serve\n")
+    found = check.violations(root)
+    assert len(found) == 1
+    assert (
+        "memory_tools.serving.app <-> memory_tools.serving.links <-> memory_tools.serving.serve"
+        in (found[0])
+    )
+
+
+def test_a_package_and_its_modules_are_no_circle(tmp_path: Path) -> None:
+    _module(tmp_path, "web/__init__.py", "from memory_tools.web.handlers import page\n")
+    _module(tmp_path, "web/security.py", "from memory_tools import Forbidden\n")
+    root = _module(tmp_path, "web/handlers.py", "from memory_tools.web import security\n")
+    assert check.violations(root) == []

@@ -30,10 +30,14 @@ from memory_tools.serving.commands import (
 from memory_tools.serving.defaults import DEFAULT_HOST, DEFAULT_PORT
 
 if TYPE_CHECKING:
-    from memory_tools.serving.app import add_http_routes, build_http_server, run_http
+    from memory_tools.serving.app import (
+        BuildServer,
+        add_http_routes,
+        build_http_server,
+        run_http,
+    )
     from memory_tools.serving.bootstrap import public_base_url, running, stdio_api_key
     from memory_tools.serving.serve import (
-        BuildServer,
         ServerApp,
         banner,
         run_worker,
@@ -45,10 +49,14 @@ if TYPE_CHECKING:
 # Loaded on first use, so an operator command (`admin`, `backup` ...) imports neither the HTTP
 # app (fastmcp, starlette) nor what serving needs (the worker, the ingest pipeline, pyvips).
 _LAZY = {
-    "memory_tools.serving.app": ("add_http_routes", "build_http_server", "run_http"),
+    "memory_tools.serving.app": (
+        "BuildServer",
+        "add_http_routes",
+        "build_http_server",
+        "run_http",
+    ),
     "memory_tools.serving.bootstrap": ("public_base_url", "running", "stdio_api_key"),
     "memory_tools.serving.serve": (
-        "BuildServer",
         "ServerApp",
         "banner",
         "run_worker",

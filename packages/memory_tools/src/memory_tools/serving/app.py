@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import socket
+from typing import Protocol
 
 from fastmcp import FastMCP
+from fastmcp.server.auth import AuthProvider
 from starlette.middleware import Middleware
 
 from memory_tools.mcp import ApiKeyVerifier, build_memory_server
@@ -13,8 +15,25 @@ from memory_tools.services import MemoryServices
 from memory_tools.serving.http_routes import health_routes, object_routes
 from memory_tools.serving.metrics_route import metrics_routes
 from memory_tools.serving.request_context import RequestContext
-from memory_tools.serving.serve import BuildServer
 from memory_tools.serving.upload_routes import upload_routes
+
+
+class BuildServer(Protocol):
+    """Makes an app's MCP server from the services: ``build_memory_server`` or a superset."""
+
+    def __call__(
+        self,
+        services: MemoryServices,
+        *,
+        name: str,
+        auth: AuthProvider | None,
+        tools: ToolSelection,
+    ) -> FastMCP:
+        """A server named ``name`` on ``services`` offering ``tools``.
+
+        ``auth`` checks HTTP callers (stdio: None).
+        """
+        ...
 
 
 def add_http_routes(

@@ -13,7 +13,7 @@ import os
 import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import anyio
 
@@ -34,28 +34,9 @@ from memory_tools.serving.commands import notice, sigterm_cancels
 from memory_tools.serving.job_worker import job_worker
 
 if TYPE_CHECKING:
-    from fastmcp import FastMCP
-    from fastmcp.server.auth import AuthProvider
+    from memory_tools.serving.app import BuildServer
 
 log = get_logger(__name__)
-
-
-class BuildServer(Protocol):
-    """Makes an app's MCP server from the services: ``build_memory_server`` or a superset."""
-
-    def __call__(
-        self,
-        services: MemoryServices,
-        *,
-        name: str,
-        auth: AuthProvider | None,
-        tools: ToolSelection,
-    ) -> FastMCP:
-        """A server named ``name`` on ``services`` offering ``tools``.
-
-        ``auth`` checks HTTP callers (stdio: None).
-        """
-        ...
 
 
 @dataclass(frozen=True)
