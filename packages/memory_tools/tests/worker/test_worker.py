@@ -37,7 +37,7 @@ from memory_tools.access import Caller
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_preview
-from memory_tools.jobs.worker import JobWorker, WorkerConfig
+from memory_tools.jobs.worker import JobWorker, WorkerConfig, _Embedded
 from memory_tools.operations.reconcile import reconcile_store
 from memory_tools.serving.job_worker import job_worker
 
@@ -383,7 +383,8 @@ async def finish_late(services: MemoryServices, worker: JobWorker, claimed: list
     work = [w for w in [await worker._load(*row) for row in loaded] if w is not None]
     result = await services.embedder.embed([w.value for w in work], "retrieval.passage")  # type: ignore[union-attr]
     usage = {"total_tokens": 1, "prompt_tokens": 0, "image_tokens": 1}
-    await worker._complete(work, result.embeddings, [usage] * len(work), None, await worker._plan())
+    embedded = _Embedded(result.embeddings, [usage] * len(work), None)
+    await worker._complete(work, embedded, await worker._plan())
 
 
 async def test_an_expired_lease_is_reclaimed_and_the_old_worker_writes_nothing(

@@ -564,9 +564,7 @@ class JobWorker:
                 )
             return
         targets = await self._embed_target(plan, work)
-        await self._complete(
-            work, embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
-        )
+        await self._complete(work, embedded, plan, targets)
 
     async def _plan(self) -> _Plan:
         """The active index and the rebuild filling beside it, with their embedders.
@@ -752,9 +750,7 @@ class JobWorker:
             await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
             return
         targets = await self._embed_target(plan, [item])
-        await self._complete(
-            [item], embedded.embeddings, embedded.usages, embedded.request_id, plan, targets
-        )
+        await self._complete([item], embedded, plan, targets)
 
     async def _live(
         self, claimed: Sequence[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]
@@ -816,9 +812,7 @@ class JobWorker:
     async def _complete(
         self,
         items: Sequence[_Work],
-        embeddings: Sequence[Sequence[float]],
-        usages: Sequence[dict[str, int]],
-        request_id: str | None,
+        embedded: _Embedded,
         plan: _Plan,
         targets: Sequence[Sequence[float]] | None = None,
     ) -> None:
@@ -828,16 +822,14 @@ class JobWorker:
         (new saves are embedded into both while a rebuild runs).
         """
         if targets is None:
-            await self._complete_active(items, embeddings, usages, request_id, plan)
+            await self._complete_active(items, embedded, plan)
             return
-        await self._complete_mirrored(items, embeddings, usages, request_id, plan, targets)
+        await self._complete_mirrored(items, embedded, plan, targets)
 
     async def _complete_active(
         self,
         items: Sequence[_Work],
-        embeddings: Sequence[Sequence[float]],
-        usages: Sequence[dict[str, int]],
-        request_id: str | None,
+        embedded: _Embedded,
         plan: _Plan,
     ) -> None:
         """Finish a batch written to the active index only, in four round trips.
@@ -856,7 +848,7 @@ class JobWorker:
         async with self._services.database.unit_of_work() as uow:
             # The completion statement reads the assets' jobs after this lock
             # (memory_db.vectors.completion says why it is a statement of its own).
-            finishing, gone = _sort_out(items, embeddings, usages, await _lock_assets(uow, items))
+            finishing, gone = _sort_out(items, embedded, await _lock_assets(uow, items))
             if gone:
                 # Held like the completion holds it; its mirrors are where a delete applies.
                 index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
@@ -869,7 +861,13 @@ class JobWorker:
                     self.worker_id,
                     [
                         _finished(
-                            f.asset, f.item, embedder.model, shape, f.embedding, f.usage, request_id
+                            f.asset,
+                            f.item,
+                            embedder.model,
+                            shape,
+                            f.embedding,
+                            f.usage,
+                            embedded.request_id,
                         )
                         for f in finishing
                     ],
@@ -884,9 +882,7 @@ class JobWorker:
     async def _complete_mirrored(
         self,
         items: Sequence[_Work],
-        embeddings: Sequence[Sequence[float]],
-        usages: Sequence[dict[str, int]],
-        request_id: str | None,
+        embedded: _Embedded,
         plan: _Plan,
         targets: Sequence[Sequence[float]],
     ) -> None:
@@ -908,7 +904,7 @@ class JobWorker:
             target: VectorIndex | None = None
             if plan.target in index.mirrors:
                 target = await VectorIndex.open(uow.session, plan.target)
-            finishing, gone = _sort_out(items, embeddings, usages, current)
+            finishing, gone = _sort_out(items, embedded, current)
             await self._cancel_deleted(uow, index, gone)
             # On a mismatch nothing is written: the live jobs are retried after the commit.
             completing = finishing if mismatch is None else []
@@ -921,7 +917,7 @@ class JobWorker:
                 index,
                 target,
                 dict(zip((id(item) for item in items), targets, strict=False)),
-                request_id,
+                embedded.request_id,
             )
             settled = await _write_mirrored(uow, index, target, writes)
         await self._report(finishing, done, settled, mismatch)
@@ -1083,15 +1079,12 @@ async def _lock_assets(
 
 
 def _sort_out(
-    items: Sequence[_Work],
-    embeddings: Sequence[Sequence[float]],
-    usages: Sequence[dict[str, int]],
-    current: Mapping[tuple[str, str], AssetRecord],
+    items: Sequence[_Work], embedded: _Embedded, current: Mapping[tuple[str, str], AssetRecord]
 ) -> tuple[list[_Finishing], list[_Work]]:
     """The jobs whose asset is live (to finish), and those whose asset was deleted meanwhile."""
     finishing: list[_Finishing] = []
     gone: list[_Work] = []
-    for item, embedding, usage in zip(items, embeddings, usages, strict=True):
+    for item, embedding, usage in zip(items, embedded.embeddings, embedded.usages, strict=True):
         asset = current.get((item.job.owner_identity, item.job.asset_id))
         if asset is None or asset.status in ("deleting", "deleted"):
             gone.append(item)

@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from memory_db.errors import NotFound
 from memory_tools import policy
 from memory_tools.jobs import ocr_jobs
 from memory_tools.operations import admin
@@ -45,13 +44,7 @@ async def enrich_vault(
     kinds = ocr_jobs.check_what(what, services)
     ocr_jobs.require_on(services, kinds)
     async with services.database.unit_of_work() as uow:
-        identity = await admin.require_identity(uow, owner)
-        try:
-            record = await uow.vaults.resolve(identity.owner_identity, vault)
-        except NotFound:
-            raise admin.unknown_vault(identity.owner_identity, vault) from None
-        if not record.is_owner or "/" in vault:
-            raise admin.unknown_vault(identity.owner_identity, vault)
+        record = await admin.require_owned_vault(uow, owner, vault)
         scope = record.scope
         ids = await uow.assets.live_ids(scope)
     queued = waiting = 0
