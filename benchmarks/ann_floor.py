@@ -58,7 +58,7 @@ from vector_search import DIMS, MODEL, VAULTS, load_vectors, make_dataset, make_
 from memory_db.database import create_engine, start_embedded, to_plain_url
 from memory_db.repositories import VaultScope
 from memory_db.testing import PostgresForTests
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import WRITABLE_COLUMNS, SearchTuning, VectorIndex, create_index
 from memory_db.vectors.codes import vector_codes
 
@@ -320,7 +320,7 @@ async def run(args: argparse.Namespace) -> None:
             await admin.close()
             database = Database(create_engine(url, pool_size=1, max_overflow=0))
             async with database.unit_of_work() as uow:
-                await create_index(uow.session, TABLE, dimensions=DIMS, element="halfvec")
+                await create_index(session_of(uow), TABLE, dimensions=DIMS, element="halfvec")
             await database.close()
             started = time.perf_counter()
             await load_vectors(url, TABLE, "halfvec", vectors, vaults)
@@ -381,7 +381,7 @@ async def run(args: argparse.Namespace) -> None:
                             started = time.perf_counter()
                             if which == "pgvector":
                                 async with database.unit_of_work() as uow:
-                                    index = await VectorIndex.open(uow.session, TABLE)
+                                    index = await VectorIndex.open(session_of(uow), TABLE)
                                     hits = await index.search(
                                         q, scopes[:n], model=MODEL, limit=10, tuning=tuning
                                     )

@@ -28,7 +28,7 @@ from sqlalchemy import text
 
 from memory_db.database import to_plain_url
 from memory_db.embedding import Embedder, TextInput
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import WRITABLE_COLUMNS, resolve_alias, vector_codes, vector_id
 
 WORDS = [
@@ -108,8 +108,8 @@ def _halfvec(value: Any) -> bytes:
 async def library_target(database: Database, alias: str, owner: str) -> tuple[str, str]:
     """The physical vector index behind ``alias`` and the owner's storage namespace."""
     async with database.unit_of_work() as uow:
-        index = await resolve_alias(uow.session, alias)
-        namespace = await uow.session.scalar(
+        index = await resolve_alias(session_of(uow), alias)
+        namespace = await session_of(uow).scalar(
             text("SELECT namespace_id FROM mem_asset_namespaces WHERE owner_identity = :o"),
             {"o": owner},
         )

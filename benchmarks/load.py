@@ -120,7 +120,7 @@ from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import LocalEmbedder
 from memory_db.logs import configure_logging
 from memory_db.runtime import open_database, prepare_vector_index
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.ingest.save import VECTOR_HEADER_BYTES
 from memory_tools.operations import admin
@@ -228,7 +228,7 @@ async def library_database(
     try:
         async with database.unit_of_work() as uow:
             for name, value in system.items():
-                shown = (await uow.session.execute(text(f"SHOW {name}"))).scalar()
+                shown = (await session_of(uow).execute(text(f"SHOW {name}"))).scalar()
                 if shown != value:
                     raise RuntimeError(f"{name} did not become {value!r} ({shown!r})")
         embedder = LocalEmbedder()
@@ -422,7 +422,7 @@ async def run_phase(
 async def _ocr_jobs(database: Database) -> int:
     """How many OCR jobs exist, whatever their state (saves only ever add them)."""
     async with database.unit_of_work() as uow:
-        count = await uow.session.scalar(
+        count = await session_of(uow).scalar(
             text("SELECT count(*) FROM mem_asset_embedding_jobs WHERE kind = 'ocr'")
         )
     return int(count or 0)
@@ -459,7 +459,7 @@ async def _searchable(
     deadline = time.monotonic() + settle
     while time.monotonic() < deadline:
         async with database.unit_of_work() as uow:
-            if not (await uow.session.execute(waiting, {"o": OWNER})).scalar():
+            if not (await session_of(uow).execute(waiting, {"o": OWNER})).scalar():
                 break
         await anyio.sleep(0.5)
     ready = text(
@@ -467,7 +467,7 @@ async def _searchable(
         " WHERE id = ANY(:ids) AND status = 'ready'"
     )
     async with database.unit_of_work() as uow:
-        rows = (await uow.session.execute(ready, {"ids": list(saves)})).all()
+        rows = (await session_of(uow).execute(ready, {"ids": list(saves)})).all()
     delays = [float(committed) - saves[asset] for asset, committed in rows]
     phase.saves = len(saves)
     phase.never_searchable = len(saves) - len(delays)
@@ -490,18 +490,18 @@ async def counter_drift(database: Database, index: str, settings: MemorySettings
     element = 2 if settings.asset_embed_vector_type == "halfvec" else 4
     per_vector = settings.asset_embed_dim * element + VECTOR_HEADER_BYTES
     async with database.unit_of_work() as uow:
-        used = await uow.session.scalar(
+        used = await session_of(uow).scalar(
             text("SELECT used_bytes FROM mem_asset_namespaces WHERE owner_identity = :o"),
             {"o": OWNER},
         )
-        stored = await uow.session.scalar(
+        stored = await session_of(uow).scalar(
             text(
                 "SELECT coalesce(sum(bytes + coalesce(preview_bytes, 0)), 0) "
                 "FROM mem_asset_objects WHERE owner_identity = :o AND deleted_at IS NULL"
             ),
             {"o": OWNER},
         )
-        vectors = await uow.session.scalar(
+        vectors = await session_of(uow).scalar(
             text(f"SELECT count(*) FROM {index} WHERE owner_identity = :o"), {"o": OWNER}
         )
     return int(used or 0) - int(stored or 0) - int(vectors or 0) * per_vector
@@ -510,7 +510,7 @@ async def counter_drift(database: Database, index: str, settings: MemorySettings
 async def reserved_bytes(database: Database) -> int:
     """Bytes still reserved by saves in flight (none once every save has answered)."""
     async with database.unit_of_work() as uow:
-        value = await uow.session.scalar(
+        value = await session_of(uow).scalar(
             text("SELECT reserved_bytes FROM mem_asset_namespaces WHERE owner_identity = :o"),
             {"o": OWNER},
         )

@@ -48,7 +48,7 @@ from vector_search import DIMS, MODEL, VAULTS, load_vectors, make_dataset, make_
 from memory_db.database import create_engine, to_plain_url
 from memory_db.repositories import VaultScope
 from memory_db.testing import PostgresForTests
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import SearchTuning, VectorIndex, create_index
 from memory_db.vectors.ddl import HNSW_EF_CONSTRUCTION, HNSW_M, hnsw_index_sql
 
@@ -121,7 +121,7 @@ async def _search_all(
             for k in [*range(shift, len(tunings)), *range(shift)]:
                 tuning = tunings[k]
                 async with database.unit_of_work() as uow:
-                    index = await VectorIndex.open(uow.session, TABLE)
+                    index = await VectorIndex.open(session_of(uow), TABLE)
                     started = time.perf_counter()
                     hits = await index.search(q, scopes[:n], model=MODEL, limit=10, tuning=tuning)
                     times[k].append(time.perf_counter() - started)
@@ -160,7 +160,7 @@ async def measure(
     results: list[dict[str, float]] = []
     try:
         async with database.unit_of_work() as uow:
-            await create_index(uow.session, TABLE, dimensions=DIMS, element="halfvec")
+            await create_index(session_of(uow), TABLE, dimensions=DIMS, element="halfvec")
         started = time.perf_counter()
         await load_vectors(url, TABLE, "halfvec", vectors, vaults, build_graph=False)
         copy_s = time.perf_counter() - started
@@ -174,13 +174,13 @@ async def measure(
                     ("hnsw_bytes", f"SELECT pg_relation_size('{TABLE}_hnsw')"),
                     ("indexes_bytes", f"SELECT pg_indexes_size('{TABLE}')"),
                 ):
-                    sizes[key] = float(await database_scalar(uow.session, sql))
+                    sizes[key] = float(await database_scalar(session_of(uow), sql))
             searched = await _search_all(database, queries, stored, vaults, scopes, tunings)
             pss = float(_postgres_pss(pgdata))
             async with database.unit_of_work() as uow:
                 estimate = float(
                     await database_scalar(
-                        uow.session,
+                        session_of(uow),
                         f"SELECT reltuples FROM pg_class WHERE oid = '{TABLE}'::regclass",
                     )
                 )

@@ -83,7 +83,7 @@ from memory_db import MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
 from memory_tools.workflows.search import OVERFETCH
 
@@ -301,7 +301,7 @@ async def _bare_ann(
     times: list[float] = []
     for vector in vectors:
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, index_name)
+            index = await VectorIndex.open(session_of(uow), index_name)
             started = time.perf_counter()
             await index.search(vector, scopes, model=model, limit=OVERFETCH)
             times.append((time.perf_counter() - started) * 1000)

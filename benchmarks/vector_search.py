@@ -40,7 +40,7 @@ from sqlalchemy import text
 from memory_db.database import create_engine, to_plain_url
 from memory_db.repositories import VaultScope
 from memory_db.testing import PostgresForTests
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import (
     WRITABLE_COLUMNS,
     SearchTuning,
@@ -153,14 +153,14 @@ async def _timed_search(
     seqscan_only: bool = False,
 ) -> tuple[float, set[str]]:
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, table)
+        index = await VectorIndex.open(session_of(uow), table)
         if seqscan_only:
             # The baseline: an exact scan reading the whole table (its own SQL text, so no
             # plan it leaves in the statement cache can be reused by the measured queries).
-            await uow.session.execute(text("SET LOCAL enable_indexscan = off"))
-            await uow.session.execute(text("SET LOCAL enable_bitmapscan = off"))
+            await session_of(uow).execute(text("SET LOCAL enable_indexscan = off"))
+            await session_of(uow).execute(text("SET LOCAL enable_bitmapscan = off"))
             start = time.perf_counter()
-            rows = await uow.session.execute(
+            rows = await session_of(uow).execute(
                 text(
                     f"SELECT id FROM {table} WHERE vault = ANY(:v) AND model = :m "
                     f"ORDER BY embedding <=> CAST(:q AS halfvec({DIMS})) LIMIT 10"
@@ -333,13 +333,15 @@ async def run(
             for element in elements:
                 table = f"bench_{element}"
                 async with database.unit_of_work() as uow:
-                    await create_index(uow.session, table, dimensions=DIMS, element=element)  # type: ignore[arg-type]
+                    await create_index(session_of(uow), table, dimensions=DIMS, element=element)  # type: ignore[arg-type]
                 started = time.perf_counter()
                 await load_vectors(url, table, element, vectors, vaults)
                 load_seconds = time.perf_counter() - started
                 async with database.unit_of_work() as uow:
-                    table_bytes = await uow.session.scalar(text(f"SELECT pg_table_size('{table}')"))
-                    index_bytes = await uow.session.scalar(
+                    table_bytes = await session_of(uow).scalar(
+                        text(f"SELECT pg_table_size('{table}')")
+                    )
+                    index_bytes = await session_of(uow).scalar(
                         text(f"SELECT pg_relation_size('{table}_hnsw')")
                     )
                 measured = []

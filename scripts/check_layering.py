@@ -14,6 +14,9 @@ declare another app as a dependency either.
 
 An import inside ``if TYPE_CHECKING:`` is allowed: it exists only for the type checker.
 
+The SQLAlchemy session stays behind memory_db's unit of work: above memory_db no code reads a
+``.session`` attribute or uses ``memory_db.unit_of_work.session_of`` (``session_violations``).
+
 Usage: ``python scripts/check_layering.py [ROOT]`` (ROOT defaults to the repository); exits 1
 and names each offending import when a rule is broken.
 """
@@ -127,6 +130,42 @@ def dependency_violations(root: Path) -> list[str]:
     return found
 
 
+# The SQLAlchemy session stays behind the unit of work: above memory_db nothing reads a
+# ``session`` attribute (``uow.session``, ``uow._session``) or imports ``session_of``, so every
+# statement goes through a repository method. Calling a method named ``session`` (an OCR
+# engine pool's ``engines.session(deadline)``) is not a read of one.
+SESSION_SOURCES = RULES[0].sources
+SESSION_ATTRIBUTES = ("session", "_session")
+SESSION_REASON = "the session stays behind the unit of work: add a repository method instead"
+
+
+def session_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
+    """``(line, what)`` of every ``session`` attribute read and every ``session_of`` import."""
+    called = {id(node.func) for node in ast.walk(tree) if isinstance(node, ast.Call)}
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Attribute)
+            and node.attr in SESSION_ATTRIBUTES
+            and id(node) not in called
+        ):
+            yield node.lineno, f"reads .{node.attr}"
+        elif isinstance(node, ast.Attribute) and node.attr == "session_of":
+            yield node.lineno, "uses session_of"
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "session_of" for a in node.names):
+            yield node.lineno, "imports session_of"
+
+
+def session_violations(root: Path) -> list[str]:
+    """One line per read of the unit of work's session above memory_db."""
+    found: list[str] = []
+    files = {path for pattern in SESSION_SOURCES for path in root.glob(f"{pattern}/**/*.py")}
+    for path in sorted(files):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for line, what in session_reads(tree):
+            found.append(f"{path.relative_to(root)}:{line}: {what} ({SESSION_REASON})")
+    return found
+
+
 def _matches(module: str, forbidden: str) -> bool:
     return module == forbidden or module.startswith(forbidden + ".")
 
@@ -140,6 +179,7 @@ def violations(root: Path, rules: tuple[Rule, ...] | None = None) -> list[str]:
     if rules is None:
         rules = RULES + app_rules(root)
         found.extend(dependency_violations(root))
+        found.extend(session_violations(root))
     for rule in rules:
         files = sorted(
             {path for pattern in rule.sources for path in root.glob(f"{pattern}/**/*.py")}

@@ -36,6 +36,7 @@ from structlog.testing import capture_logs
 
 from memory_db import Database, MemorySettings
 from memory_db.storage import LocalAssetObjectStore, UrlSigner
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.ingest.fetch import FetchPolicy, SafeFetcher
 from memory_tools.ingest.network import AddressPolicy, MappedResolver
@@ -554,7 +555,7 @@ async def test_every_caller_gets_its_own_artifact_or_a_refusal(
     assert outcomes == expected
     async with database.unit_of_work() as uow:
         assert (await uow.artifacts.live_usage("alice@example.com")).count == 2
-        recorded = await uow.session.execute(
+        recorded = await session_of(uow).execute(
             text(
                 "SELECT outcome, count(*) FROM mem_provenance "
                 "WHERE operation = 'artifact_store' GROUP BY outcome"

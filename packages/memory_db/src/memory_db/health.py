@@ -17,7 +17,7 @@ from sqlalchemy import text
 from memory_db.errors import MemoryDbError
 from memory_db.logs import get_logger
 from memory_db.storage import AssetObjectStore, LocalAssetObjectStore, build_object_key
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 
 log = get_logger(__name__)
 
@@ -55,7 +55,7 @@ async def probe_database(database: Database) -> str:
     try:
         with anyio.fail_after(PROBE_TIMEOUT_SECONDS):
             async with database.unit_of_work() as uow:
-                await uow.session.execute(text("SELECT 1"))
+                await session_of(uow).execute(text("SELECT 1"))
     except TimeoutError:
         return "timeout"
     except Exception as exc:

@@ -263,19 +263,18 @@ async def prepare_vector_index(
     model or dimension, a process configured for the old one keeps working, and says so once.
     """
     from memory_db.embedding import EmbedderIdentity
-    from memory_db.vectors import DEFAULT_ALIAS, ensure_default_index, index_identity
+    from memory_db.vectors import DEFAULT_ALIAS
 
     identity = EmbedderIdentity(settings.asset_embed_provider, embedder.model, embedder.dimensions)
     async with database.unit_of_work() as uow:
-        name = await ensure_default_index(
-            uow.session,
+        name = await uow.vector_indexes.ensure_default(
             settings.asset_embed_index,
             dimensions=embedder.dimensions,
             alias=DEFAULT_ALIAS,
             element=settings.asset_embed_vector_type,
             identity=identity,
         )
-        active = await index_identity(uow.session, name)
+        active = await uow.vector_indexes.identity(name)
     if active is not None and active != identity:
         log.info(
             "vector_index_embedder_differs",
@@ -297,10 +296,8 @@ async def warn_if_index_outgrows_buffers(database: Database, name: str, *, embed
     100,000 images (520 MB graph, 128 MB buffers), 9-13 ms of PostgreSQL CPU per text search
     (docs/scaling.md). Returns whether it warned.
     """
-    from memory_db.vectors import cache_fit
-
     async with database.unit_of_work() as uow:
-        fit = await cache_fit(uow.session, name)
+        fit = await uow.vector_indexes.cache_fit(name)
     if fit.graph_fits:
         return False
     wanted_mb = -(-(fit.graph_bytes + fit.table_bytes) // MIB)  # the graph and the hot table

@@ -32,9 +32,11 @@ from memory_db.repositories import (
     VaultRepository,
     WebSessionCache,
     WebSessionRepository,
+    SaveRepository,
     WorkRepository,
 )
 from memory_db.repositories.access_changes import ACCESS_CHANGED, settle_access_change
+from memory_db.vectors.repository import VectorIndexRepository
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
 # variables are copied into child tasks, so a task started inside a unit of work sees it too.
@@ -51,7 +53,12 @@ class NestedUnitOfWork(RuntimeError):
 
 
 class UnitOfWork:
-    """Repositories sharing one session and one transaction."""
+    """Repositories sharing one session and one transaction.
+
+    The session is private: the layers above memory_db reach the database only through the
+    repositories (``scripts/check_layering.py`` refuses a ``.session`` read there). memory_db's
+    own code and the tests read it with :func:`session_of`.
+    """
 
     def __init__(
         self,
@@ -59,7 +66,7 @@ class UnitOfWork:
         key_cache: ApiKeyCache | None = None,
         session_cache: WebSessionCache | None = None,
     ) -> None:
-        self.session = session
+        self._session = session
         self.identities = IdentityRepository(session)
         self.api_keys = ApiKeyRepository(session, key_cache)
         self.vaults = VaultRepository(session)
@@ -78,6 +85,8 @@ class UnitOfWork:
         self.work = WorkRepository(session)
         self.web_sessions = WebSessionRepository(session, session_cache)
         self.contexts = ContextRepository(session)
+        self.saves = SaveRepository(session)
+        self.vector_indexes = VectorIndexRepository(session)
         self._after_commit: list[Callable[[], None]] = []
 
     def after_commit(self, callback: Callable[[], None]) -> None:
@@ -91,6 +100,25 @@ class UnitOfWork:
     def _committed(self) -> None:
         for callback in self._after_commit:
             callback()
+
+    @asynccontextmanager
+    async def savepoint(self) -> AsyncGenerator[None, None]:
+        """A savepoint: when the block raises, only what it wrote is rolled back.
+
+        The exception still leaves the block; the unit's transaction goes on with what was
+        written before it, so a caller can catch the error and carry on.
+        """
+        async with self._session.begin_nested():
+            yield
+
+
+def session_of(unit: UnitOfWork) -> AsyncSession:
+    """The SQLAlchemy session of ``unit``: for memory_db's own statements and for tests.
+
+    Never above memory_db, where SQL belongs behind a repository method
+    (``scripts/check_layering.py`` refuses this import there).
+    """
+    return unit._session  # pyright: ignore[reportPrivateUsage]
 
 
 @asynccontextmanager

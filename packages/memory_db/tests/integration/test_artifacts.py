@@ -14,6 +14,7 @@ from memory_db import Database, new_id
 from memory_db.repositories import ArtifactRecord
 from memory_db.repositories._errors import constraint_name
 from memory_db.storage import build_artifact_key
+from memory_db.unit_of_work import session_of
 
 A, B = "alice@example.com", "bob@example.com"
 SHA = "ab" * 32
@@ -124,7 +125,7 @@ async def test_an_owners_artifacts_go_with_their_identity(database: Database) ->
     ns = await _namespaces(database)
     await _create(database, A, ns[A])
     async with database.unit_of_work() as uow:
-        await uow.session.execute(
+        await session_of(uow).execute(
             text("DELETE FROM mem_identities WHERE owner_identity = :o"), {"o": A}
         )
         assert (await uow.artifacts.live_usage(A)).count == 0

@@ -11,6 +11,7 @@ from sqlalchemy.exc import IntegrityError
 from memory_db import Database, new_id
 from memory_db.repositories import VaultScope
 from memory_db.repositories._errors import constraint_name
+from memory_db.unit_of_work import session_of
 
 A = "alice@example.com"
 B = "bob@example.com"
@@ -28,7 +29,7 @@ async def _seed(database: Database) -> dict[str, Any]:
                 scope, project_id=project.id, parent_id=None, name="F"
             )
             object_id = new_id("aob")
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text(
                     "INSERT INTO mem_asset_objects (id, owner_identity, namespace_id, sha256, "
                     "storage_key, mime_type, extension, bytes, width, height, status) VALUES "
@@ -43,7 +44,7 @@ async def _seed(database: Database) -> dict[str, Any]:
                 },
             )
             asset_id = new_id("ast")
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text(
                     "INSERT INTO mem_assets (id, owner_identity, vault, project_id, folder_id, "
                     "object_id, title, source_kind, created_by, updated_by) VALUES "
@@ -73,13 +74,13 @@ async def _seed(database: Database) -> dict[str, Any]:
 async def _refused(database: Database, sql: str, params: dict[str, Any]) -> IntegrityError:
     with pytest.raises(IntegrityError) as caught:
         async with database.unit_of_work() as uow:
-            await uow.session.execute(text(sql), params)
+            await session_of(uow).execute(text(sql), params)
     return caught.value
 
 
 async def _count(database: Database, table: str) -> int:
     async with database.unit_of_work() as uow:
-        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+        return int(await session_of(uow).scalar(text(f"SELECT count(*) FROM {table}")) or 0)
 
 
 async def test_folder_cannot_link_to_another_owners_project(database: Database) -> None:
@@ -235,7 +236,7 @@ async def test_duplicate_active_job_is_refused(database: Database) -> None:
         "model, dimensions) VALUES (:id, :asset, :owner, 'visual', 'm', 1024)"
     )
     async with database.unit_of_work() as uow:
-        await uow.session.execute(
+        await session_of(uow).execute(
             text(insert), {"id": new_id("aej"), "asset": ids[A]["asset"], "owner": A}
         )
     await _refused(database, insert, {"id": new_id("aej"), "asset": ids[A]["asset"], "owner": A})
@@ -252,7 +253,7 @@ async def test_same_sha256_object_is_unique_per_owner_only(database: Database) -
     async with database.unit_of_work() as uow:
         for owner in (A, B):  # different owners: never deduplicated across them
             object_id = new_id("aob")
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text(insert),
                 {
                     "id": object_id,
@@ -335,11 +336,11 @@ async def test_sibling_and_project_names_unique_case_insensitively(database: Dat
     )
     # a deleted project frees its name; another owner may use the same name anyway
     async with database.unit_of_work() as uow:
-        await uow.session.execute(
+        await session_of(uow).execute(
             text("UPDATE mem_asset_projects SET status = 'deleted' WHERE id = :id"),
             {"id": ids[A]["project"]},
         )
-        await uow.session.execute(
+        await session_of(uow).execute(
             text(
                 "INSERT INTO mem_asset_projects (id, owner_identity, vault, name, created_by) "
                 "VALUES (:id, :owner, :vault, 'P', :owner)"

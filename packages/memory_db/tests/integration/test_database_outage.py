@@ -29,6 +29,7 @@ from memory_db.database import (
 )
 from memory_db.health import probe_database, probe_store
 from memory_db.storage import LocalAssetObjectStore, S3AssetObjectStore, UrlSigner
+from memory_db.unit_of_work import session_of
 
 # A second process that attaches to the server of a data directory and holds it until killed.
 HOLD = """
@@ -86,7 +87,7 @@ async def test_an_unreachable_database_is_database_unavailable(tmp_path: Path) -
     try:
         with pytest.raises(DatabaseUnavailable) as caught:
             async with database.unit_of_work() as uow:
-                await uow.session.execute(text("SELECT 1"))
+                await session_of(uow).execute(text("SELECT 1"))
         assert is_connection_failure(caught.value.__cause__)  # type: ignore[arg-type]
         assert await probe_database(database) == "unavailable"
     finally:
@@ -96,7 +97,7 @@ async def test_an_unreachable_database_is_database_unavailable(tmp_path: Path) -
 async def test_other_errors_are_not_taken_for_an_outage(database: Database, tmp_path: Path) -> None:
     with pytest.raises(ProgrammingError):
         async with database.unit_of_work() as uow:
-            await uow.session.execute(text("SELECT * FROM no_such_table"))
+            await session_of(uow).execute(text("SELECT * FROM no_such_table"))
     # An OSError that did not come from the driver (a file, the object store) is no outage.
     missing = anyio.Path(tmp_path / "missing")
     with pytest.raises(FileNotFoundError) as caught:
@@ -111,8 +112,8 @@ async def test_a_killed_postmaster_is_noticed_and_restarted(own_server: Embedded
     database = Database(create_engine(own_server.url("postgres"), pool_size=2))
     try:
         async with database.unit_of_work() as uow:
-            await uow.session.execute(text("CREATE TABLE kept (n int)"))
-            await uow.session.execute(text("INSERT INTO kept VALUES (7)"))
+            await session_of(uow).execute(text("CREATE TABLE kept (n int)"))
+            await session_of(uow).execute(text("INSERT INTO kept VALUES (7)"))
         victim = own_server.postmaster_pid()
         assert victim is not None and own_server.alive()
         os.kill(victim, signal.SIGKILL)
@@ -122,14 +123,14 @@ async def test_a_killed_postmaster_is_noticed_and_restarted(own_server: Embedded
         assert not own_server.alive()  # a killed, unreaped postmaster (a zombie) counts as dead
         with pytest.raises(DatabaseUnavailable):
             async with database.unit_of_work() as uow:
-                await uow.session.execute(text("SELECT 1"))
+                await session_of(uow).execute(text("SELECT 1"))
 
         await _restart(own_server)
         assert own_server.alive() and own_server.postmaster_pid() != victim
         assert await anyio.to_thread.run_sync(own_server.restart) is False  # nothing to do
         await database.engine.dispose()
         async with database.unit_of_work() as uow:  # the committed row survived the crash
-            assert (await uow.session.execute(text("SELECT n FROM kept"))).scalar_one() == 7
+            assert (await session_of(uow).execute(text("SELECT n FROM kept"))).scalar_one() == 7
     finally:
         await database.close()
 

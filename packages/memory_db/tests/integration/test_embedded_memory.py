@@ -16,6 +16,7 @@ from memory_db.pg_memory import CONF_FILE, SMALL, PostgresMemory
 from memory_db.runtime import open_database, open_runtime, warn_if_index_outgrows_buffers
 from memory_db.settings import MemorySettings
 from memory_db.testing import PostgresForTests
+from memory_db.unit_of_work import session_of
 
 SETTINGS = ("shared_buffers", "effective_cache_size", "work_mem", "maintenance_work_mem")
 
@@ -123,7 +124,7 @@ async def test_a_vector_index_larger_than_shared_buffers_is_logged_at_start(
         assert not _warnings(logs)  # an empty index fits
         async with runtime.database.unit_of_work() as uow:
             for statement in _fill(runtime.vector_index, 2500):
-                await uow.session.execute(text(statement))
+                await session_of(uow).execute(text(statement))
         fit = await warn_if_index_outgrows_buffers(
             runtime.database, runtime.vector_index, embedded=True
         )

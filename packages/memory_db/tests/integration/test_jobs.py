@@ -12,6 +12,7 @@ from sqlalchemy.exc import DBAPIError
 
 from memory_db import Database, JobRecord, VaultScope, new_id
 from memory_db.repositories import JOB_CHANNEL, listen_for_jobs
+from memory_db.unit_of_work import session_of
 
 A = "alice@example.com"
 B = "bob@example.com"
@@ -125,7 +126,7 @@ async def test_listening_wakes_at_once_on_each_notify_and_ends_with_its_connecti
             await woken.wait()
         assert wakes == 2
         async with database.unit_of_work() as uow:  # the server drops the listening session
-            killed = await uow.session.scalar(
+            killed = await session_of(uow).scalar(
                 text(
                     "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
@@ -221,7 +222,7 @@ async def test_a_lapsed_lease_is_claimed_again_or_failed_after_the_last_attempt(
     async with database.unit_of_work() as uow:
         await uow.jobs.claim("w1", limit=10, lease_seconds=30)
         assert await uow.jobs.claim("w2", limit=10, lease_seconds=30) == []  # still leased
-        await uow.session.execute(
+        await session_of(uow).execute(
             text(
                 "UPDATE mem_asset_embedding_jobs SET lease_until = now() - interval '1 second', "
                 "attempts = CASE WHEN id = :last THEN max_attempts ELSE attempts END"

@@ -27,6 +27,7 @@ from memory_db.testing.library_rows import (
     listing_shapes,
     unbounded_reads,
 )
+from memory_db.unit_of_work import session_of
 
 OWNER, OTHER = "lister@example.com", "sharer@example.com"
 
@@ -37,8 +38,8 @@ async def test_every_listing_reads_an_index_range_or_a_bounded_set(database: Dat
     problems: dict[str, list[str]] = {}
     async with database.unit_of_work() as uow:
         # The fill really holds what the shapes filter on (not an empty table's plans).
-        assert await uow.session.scalar(text("SELECT count(*) FROM mem_assets")) == 10_000
-        connection = await uow.session.connection()
+        assert await session_of(uow).scalar(text("SELECT count(*) FROM mem_assets")) == 10_000
+        connection = await session_of(uow).connection()
         driver: Any = (await connection.get_raw_connection()).driver_connection
         for shape in listing_shapes(filled, shared):
             for generic in (False, True):
@@ -107,10 +108,13 @@ async def test_a_tag_listing_is_planned_with_its_values(database: Database) -> N
     async with database.unit_of_work() as uow:
         mode = text("SELECT current_setting('plan_cache_mode')")
         await uow.assets.list_visible([library.scope], AssetFilter(), newest_first=True, limit=5)
-        assert await uow.session.scalar(mode) == "auto"
+        assert await session_of(uow).scalar(mode) == "auto"
         tagged = AssetFilter(tags=(ABSENT_TAG,))
         found = await uow.assets.list_visible([library.scope], tagged, newest_first=True, limit=5)
         assert found == []
-        assert await uow.session.scalar(mode) == "force_custom_plan"
+        assert await session_of(uow).scalar(mode) == "force_custom_plan"
     async with database.unit_of_work() as uow:  # transaction-local: the next one plans as usual
-        assert await uow.session.scalar(text("SELECT current_setting('plan_cache_mode')")) == "auto"
+        assert (
+            await session_of(uow).scalar(text("SELECT current_setting('plan_cache_mode')"))
+            == "auto"
+        )

@@ -7,6 +7,7 @@ from datetime import datetime
 from sqlalchemy import text
 
 from memory_db import Database
+from memory_db.unit_of_work import session_of
 
 A, B, C = "alice@example.com", "bob@example.com", "carol@example.com"
 
@@ -62,7 +63,7 @@ async def test_tokens_by_month_sum_the_ledger_per_utc_month_source_and_model(
                 prompt_tokens=prompt,
                 image_tokens=image,
             )
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text("UPDATE mem_usage_ledger SET created_at = :w WHERE id = :i"),
                 {"w": datetime.fromisoformat(when), "i": entry},
             )

@@ -7,6 +7,7 @@ from sqlalchemy import event, text
 
 from memory_db import Conflict, Database, FolderTreeError, InvalidInput, NotFound, VaultScope
 from memory_db.ids import is_valid_id
+from memory_db.unit_of_work import session_of
 
 A, B, C = "alice@example.com", "bob@example.com", "carol@example.com"
 SA = VaultScope(A, f"{A}/Library")
@@ -52,7 +53,7 @@ async def test_api_key_lifecycle(database: Database) -> None:
     assert secret.startswith("mk_") and len(secret) > 40
     assert record.scopes == ("read", "write")
     async with database.unit_of_work() as uow:
-        stored = await uow.session.execute(
+        stored = await session_of(uow).execute(
             __import__("sqlalchemy").text("SELECT key_hash FROM mem_api_keys")
         )
         hashes = [row[0] for row in stored]
@@ -101,7 +102,7 @@ async def test_using_a_key_resolves_and_marks_it_used_in_one_statement(
     async with database.unit_of_work() as uow:
         (listed,) = await uow.api_keys.list_for(A)
         assert listed.last_used_at == first_use  # at most one write a minute
-        await uow.session.execute(
+        await session_of(uow).execute(
             text("UPDATE mem_api_keys SET last_used_at = now() - interval '2 minutes'")
         )
     async with database.unit_of_work() as uow:

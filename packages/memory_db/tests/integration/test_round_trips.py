@@ -11,6 +11,7 @@ from sqlalchemy import text
 
 from memory_db import Database, DatabaseUnavailable, NestedUnitOfWork
 from memory_db.database import create_engine, to_plain_url
+from memory_db.unit_of_work import session_of
 
 
 def _simple_queries(driver: Any) -> list[str]:
@@ -46,7 +47,7 @@ async def test_a_connection_the_server_ended_is_replaced_at_checkout(database_ur
     database = Database(create_engine(database_url, pool_size=1))
     try:
         async with database.unit_of_work() as uow:
-            first = (await uow.session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            first = (await session_of(uow).execute(text("SELECT pg_backend_pid()"))).scalar_one()
         admin: Any = await asyncpg.connect(to_plain_url(database_url))
         try:
             assert await admin.fetchval("SELECT pg_terminate_backend($1)", first)
@@ -54,7 +55,7 @@ async def test_a_connection_the_server_ended_is_replaced_at_checkout(database_ur
             await admin.close()
         await anyio.sleep(0.2)  # the pooled connection's socket is closed by the server
         async with database.unit_of_work() as uow:
-            second = (await uow.session.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            second = (await session_of(uow).execute(text("SELECT pg_backend_pid()"))).scalar_one()
         assert second != first
     finally:
         await database.close()
@@ -66,7 +67,7 @@ async def test_a_single_statement_is_sent_without_begin_or_commit(database_url: 
         async with database.unit_of_work() as uow:
             await uow.identities.create("a@example.com", 10)
             _key, secret = await uow.api_keys.create("a@example.com", ["read"])
-            connection = await uow.session.connection()
+            connection = await session_of(uow).connection()
             driver: Any = (await connection.get_raw_connection()).driver_connection
         sent = _simple_queries(driver)
         async with database.single_statements() as uow:
@@ -120,6 +121,6 @@ async def test_single_statements_are_one_checkout_per_task_like_a_unit_of_work(
                     async with database.unit_of_work():
                         pass
             async with database.single_statements() as uow:  # the marker was cleared
-                assert (await uow.session.execute(text("SELECT 1"))).scalar_one() == 1
+                assert (await session_of(uow).execute(text("SELECT 1"))).scalar_one() == 1
     finally:
         await database.close()

@@ -14,6 +14,7 @@ from memory_db import Database, QuotaExceededError
 from memory_db.ids import new_id
 from memory_db.repositories import NewImage, commit_new_image
 from memory_db.testing.round_trips import RoundTrip, RoundTrips
+from memory_db.unit_of_work import session_of
 
 A = "alice@example.com"
 SHA = "ab" * 32
@@ -213,7 +214,7 @@ async def test_a_commit_of_new_bytes_is_one_statement_and_writes_nothing_after_a
     object_id, asset_id = new_id("aob"), new_id("ast")
     image = _image(namespace, reservation, object_id, asset_id)
     async with _counted(database) as sent, database.single_statements() as uow:
-        jobs = await commit_new_image(uow.session, image())
+        jobs = await commit_new_image(session_of(uow), image())
     assert len([t for t in sent if not t.is_ping and t.call != "prepare"]) == 1  # one statement
     assert jobs is not None and len(jobs) == 3
     assert await _state(database) == (2_400, 0)  # the hold became used bytes
@@ -239,7 +240,7 @@ async def test_a_commit_of_new_bytes_is_one_statement_and_writes_nothing_after_a
         await uow.quota.reserve(A, again, 3_000)
     other = _image(namespace, again, new_id("aob"), new_id("ast"))
     async with database.single_statements() as uow:
-        assert await commit_new_image(uow.session, other()) is None
+        assert await commit_new_image(session_of(uow), other()) is None
     assert await _state(database) == (2_400, 3_000)
     async with database.engine.connect() as conn:
         counts = (

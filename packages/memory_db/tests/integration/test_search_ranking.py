@@ -13,6 +13,7 @@ from sqlalchemy import text
 
 from memory_db import Database, VaultScope
 from memory_db.repositories import AssetFilter
+from memory_db.unit_of_work import session_of
 from memory_db.vectors import (
     DEFAULT_ALIAS,
     SearchTuning,
@@ -36,9 +37,9 @@ def _unit(rng: np.random.Generator, n: int) -> np.ndarray[Any, Any]:
 async def _library(database: Database) -> list[float]:
     rng = np.random.default_rng(5)
     async with database.unit_of_work() as uow:
-        await ensure_default_index(uow.session, "memory_assets_v1", dimensions=1024)
+        await ensure_default_index(session_of(uow), "memory_assets_v1", dimensions=1024)
         await uow.identities.create(OWNERS[0], 10)
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         for v, scope in enumerate(SCOPES):
             records = [
                 VectorRecord(
@@ -84,9 +85,9 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
     tuning = SearchTuning(scan_max_rows=scan_max_rows)
     graph_scans = text("SELECT pg_stat_get_xact_numscans('memory_assets_v1_hnsw'::regclass)")
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         start = await start_search(
-            uow.session,
+            session_of(uow),
             index,
             DEFAULT_ALIAS,
             viewer=None,
@@ -96,11 +97,11 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
         )
         assert start.strategy == strategy
         # The graph walk is planned without sorts (the filter estimate would pick a sort).
-        assert await uow.session.scalar(text("SHOW enable_sort")) == (
+        assert await session_of(uow).scalar(text("SHOW enable_sort")) == (
             "off" if strategy == "ann" else "on"
         )
         ranked = await rank_and_meter(
-            uow.session,
+            session_of(uow),
             index,
             start,
             SCOPES[:3],
@@ -117,13 +118,13 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
             tuning=tuning,
             metering=_metering(),
         )
-        assert await uow.session.scalar(graph_scans) == walks
+        assert await session_of(uow).scalar(graph_scans) == walks
         exact = await index.search(query, SCOPES[:3], model=MODEL, limit=10, strategy="exact")
     assert [h.distance for h in ranked.hits] == sorted(h.distance for h in ranked.hits)
     assert len({h.vector_id for h in ranked.hits} & {h.vector_id for h in exact}) >= 8
     assert {h.asset_id[:6] for h in ranked.hits} <= {"ast_0x", "ast_1x", "ast_2x"}
     async with database.unit_of_work() as uow:
-        written = await uow.session.scalar(
+        written = await session_of(uow).scalar(
             text("SELECT detail FROM mem_provenance WHERE operation = 'asset_search'")
         )
     # No asset rows exist here, so none is reloaded: the count the statement wrote.
@@ -133,11 +134,11 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
 async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Database) -> None:
     await _library(database)
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
-        moved = VectorIndex(uow.session, "memory_assets_v9", 1024, "halfvec")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
+        moved = VectorIndex(session_of(uow), "memory_assets_v9", 1024, "halfvec")
         with pytest.raises(AliasMoved):  # its table does not exist (dropped after a switch)
             await start_search(
-                uow.session,
+                session_of(uow),
                 moved,
                 DEFAULT_ALIAS,
                 viewer=OWNERS[0],
@@ -146,11 +147,11 @@ async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Data
                 tuning=SearchTuning(),
             )
     async with database.unit_of_work() as uow:
-        await create_index(uow.session, "memory_assets_v2", dimensions=1024)
-        other = await VectorIndex.open(uow.session, "memory_assets_v2")
+        await create_index(session_of(uow), "memory_assets_v2", dimensions=1024)
+        other = await VectorIndex.open(session_of(uow), "memory_assets_v2")
         with pytest.raises(AliasMoved):  # the alias points at v1
             await start_search(
-                uow.session,
+                session_of(uow),
                 other,
                 DEFAULT_ALIAS,
                 viewer=OWNERS[0],
@@ -159,8 +160,8 @@ async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Data
                 tuning=SearchTuning(),
             )
         start = await start_search(
-            uow.session,
-            index.bound(uow.session),
+            session_of(uow),
+            index.bound(session_of(uow)),
             DEFAULT_ALIAS,
             viewer=OWNERS[0],
             scopes=[],
@@ -177,9 +178,9 @@ async def test_the_ranking_start_sizes_the_graph_walk_to_the_table(database: Dat
 
     async def breadth() -> str:
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             await start_search(
-                uow.session,
+                session_of(uow),
                 index,
                 DEFAULT_ALIAS,
                 viewer=None,
@@ -187,7 +188,7 @@ async def test_the_ranking_start_sizes_the_graph_walk_to_the_table(database: Dat
                 filters=AssetFilter(),
                 tuning=SearchTuning(),
             )
-            return str(await uow.session.scalar(text("SHOW hnsw.ef_search")))
+            return str(await session_of(uow).scalar(text("SHOW hnsw.ef_search")))
 
     assert await breadth() == "250"
     async with database.engine.connect() as conn:

@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from memory_db import Database, NestedUnitOfWork
 from memory_db.database import create_engine
+from memory_db.unit_of_work import session_of
 
 
 @pytest.fixture
@@ -27,7 +28,7 @@ async def one_connection(database_url: str) -> AsyncIterator[Database]:
 
 async def _select_one(database: Database) -> int:
     async with database.unit_of_work() as uow:
-        return int((await uow.session.execute(text("SELECT 1"))).scalar_one())
+        return int((await session_of(uow).execute(text("SELECT 1"))).scalar_one())
 
 
 async def test_a_unit_of_work_inside_another_is_refused_and_the_outer_one_still_works(
@@ -37,7 +38,7 @@ async def test_a_unit_of_work_inside_another_is_refused_and_the_outer_one_still_
         async with one_connection.unit_of_work() as outer:
             with pytest.raises(NestedUnitOfWork):
                 await _select_one(one_connection)
-            assert (await outer.session.execute(text("SELECT 2"))).scalar_one() == 2
+            assert (await session_of(outer).execute(text("SELECT 2"))).scalar_one() == 2
         assert await _select_one(one_connection) == 1  # sequential units of work are fine
 
 
@@ -85,7 +86,7 @@ async def test_after_commit_runs_only_when_the_transaction_committed(
     ran: list[str] = []
     async with one_connection.unit_of_work() as uow:
         uow.after_commit(lambda: ran.append("committed"))
-        await uow.session.execute(text("SELECT 1"))
+        await session_of(uow).execute(text("SELECT 1"))
         assert ran == []  # not before the commit
     assert ran == ["committed"]
     with pytest.raises(RuntimeError, match="boom"):
@@ -96,13 +97,13 @@ async def test_after_commit_runs_only_when_the_transaction_committed(
     with pytest.raises(Exception, match="violates"):
         async with one_connection.unit_of_work() as uow:
             uow.after_commit(lambda: ran.append("refused at commit"))
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text(
                     "CREATE TEMP TABLE t_after (v int CONSTRAINT one UNIQUE "
                     "DEFERRABLE INITIALLY DEFERRED) ON COMMIT DROP"
                 )
             )
-            await uow.session.execute(text("INSERT INTO t_after VALUES (1), (1)"))
+            await session_of(uow).execute(text("INSERT INTO t_after VALUES (1), (1)"))
     async with one_connection.single_statements() as uow:
         uow.after_commit(lambda: ran.append("autocommitted"))
     assert ran == ["committed", "autocommitted"]

@@ -17,6 +17,7 @@ from memory_db.migrate import downgrade, upgrade
 from memory_db.repositories import FILTER_FIELDS, AssetFilter
 from memory_db.storage import build_object_key
 from memory_db.testing import PostgresForTests
+from memory_db.unit_of_work import session_of
 from memory_db.vectors import (
     SearchTuning,
     VectorIndex,
@@ -60,7 +61,7 @@ def _record(
 
 async def _index(database: Database, name: str = "memory_assets_v1") -> None:
     async with database.unit_of_work() as uow:
-        await ensure_default_index(uow.session, name, dimensions=1024)
+        await ensure_default_index(session_of(uow), name, dimensions=1024)
 
 
 def test_vector_id_is_the_spec_formula() -> None:
@@ -71,50 +72,51 @@ def test_vector_id_is_the_spec_formula() -> None:
 async def test_registry_aliases_and_names(database: Database) -> None:
     await _index(database)
     async with database.unit_of_work() as uow:
-        assert await resolve_alias(uow.session) == "memory_assets_v1"
+        assert await resolve_alias(session_of(uow)) == "memory_assets_v1"
         assert (
-            await ensure_default_index(uow.session, "other", dimensions=1024) == "memory_assets_v1"
+            await ensure_default_index(session_of(uow), "other", dimensions=1024)
+            == "memory_assets_v1"
         )
         with pytest.raises(Conflict):
-            await create_index(uow.session, "memory_assets_v1", dimensions=1024)
+            await create_index(session_of(uow), "memory_assets_v1", dimensions=1024)
         # SQL keywords, and names too long for their indexes' names (PostgreSQL cuts those at
         # 63 bytes, onto the table's own name), are refused before any SQL runs.
         bad_names = ("Memory", "1abc", "mem_assets", "pg_x", "a-b", "x" * 64, "drop table x")
         for bad in (*bad_names, "order", "user", "select", "x" * 50):
             with pytest.raises(InvalidInput):
-                await create_index(uow.session, bad, dimensions=1024)
-        await create_index(uow.session, "taken_asset", dimensions=8, element="vector")
+                await create_index(session_of(uow), bad, dimensions=1024)
+        await create_index(session_of(uow), "taken_asset", dimensions=8, element="vector")
         with pytest.raises(Conflict, match="taken_asset"):  # would be the new one's asset index
-            await create_index(uow.session, "taken", dimensions=8, element="vector")
+            await create_index(session_of(uow), "taken", dimensions=8, element="vector")
         with pytest.raises(InvalidInput):
-            await create_index(uow.session, "too_big", dimensions=2001, element="vector")
-        await create_index(uow.session, "memory_assets_v2", dimensions=1024, element="vector")
+            await create_index(session_of(uow), "too_big", dimensions=2001, element="vector")
+        await create_index(session_of(uow), "memory_assets_v2", dimensions=1024, element="vector")
         with pytest.raises(Conflict):  # an alias still points at v1
-            await drop_index(uow.session, "memory_assets_v1")
-        await switch_alias(uow.session, "memory_assets", "memory_assets_v2")
-        assert await resolve_alias(uow.session) == "memory_assets_v2"
-        await drop_index(uow.session, "memory_assets_v1")
+            await drop_index(session_of(uow), "memory_assets_v1")
+        await switch_alias(session_of(uow), "memory_assets", "memory_assets_v2")
+        assert await resolve_alias(session_of(uow)) == "memory_assets_v2"
+        await drop_index(session_of(uow), "memory_assets_v1")
         with pytest.raises(NotFound):
-            await VectorIndex.open(uow.session, "memory_assets_v1")
+            await VectorIndex.open(session_of(uow), "memory_assets_v1")
         with pytest.raises(NotFound):
-            await switch_alias(uow.session, "memory_assets", "never_made")
+            await switch_alias(session_of(uow), "memory_assets", "never_made")
         # Alias and index names never overlap: each command taking a name means one thing.
         with pytest.raises(Conflict, match="name of an alias"):
-            await create_index(uow.session, "memory_assets", dimensions=8, element="vector")
+            await create_index(session_of(uow), "memory_assets", dimensions=8, element="vector")
         with pytest.raises(Conflict, match="name of an index"):
-            await switch_alias(uow.session, "memory_assets_v2", "memory_assets_v2")
+            await switch_alias(session_of(uow), "memory_assets_v2", "memory_assets_v2")
 
 
 async def test_alias_switch_is_atomic(database: Database) -> None:
     await _index(database)
     async with database.unit_of_work() as uow:
-        await create_index(uow.session, "memory_assets_v2", dimensions=1024)
+        await create_index(session_of(uow), "memory_assets_v2", dimensions=1024)
     with pytest.raises(RuntimeError):
         async with database.unit_of_work() as uow:
-            await switch_alias(uow.session, "memory_assets", "memory_assets_v2")
+            await switch_alias(session_of(uow), "memory_assets", "memory_assets_v2")
             raise RuntimeError("verification failed after the switch")
     async with database.unit_of_work() as uow:
-        assert await resolve_alias(uow.session) == "memory_assets_v1"
+        assert await resolve_alias(session_of(uow)) == "memory_assets_v1"
 
 
 async def test_upsert_is_idempotent_and_scoped(database: Database) -> None:
@@ -122,7 +124,7 @@ async def test_upsert_is_idempotent_and_scoped(database: Database) -> None:
     rng = np.random.default_rng(1)
     v1, v2 = _unit(rng, 2)
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         ids = await index.upsert(A, [_record("ast_one", v1), _record("ast_one", v1, "fused")])
         again = await index.upsert(A, [_record("ast_one", v2)])
         assert again[0] == ids[0] == vector_id("ast_one", "visual", MODEL, 1024)
@@ -130,7 +132,7 @@ async def test_upsert_is_idempotent_and_scoped(database: Database) -> None:
         assert await index.count_asset(B, "ast_one") == 0  # not visible from another scope
         # the same vector id cannot be re-homed into another owner's vault
         await index.upsert(B, [_record("ast_one", v1)])
-        owner = await uow.session.scalar(
+        owner = await session_of(uow).scalar(
             text("SELECT owner_identity FROM memory_assets_v1 WHERE id = :i"), {"i": ids[0]}
         )
         assert owner == A.owner_identity
@@ -158,7 +160,7 @@ async def test_malformed_vectors_are_refused(
 ) -> None:
     await _index(database)
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         with pytest.raises(InvalidInput, match=message):
             await index.upsert(A, [_record("ast_bad", embedding)])
         with pytest.raises(InvalidInput, match=message):
@@ -173,7 +175,7 @@ async def test_a_query_for_vault_a_never_returns_vault_b(database: Database) -> 
     rng = np.random.default_rng(2)
     vectors = _unit(rng, 40)
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(vectors[:20])])
         await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(vectors[20:])])
         for query in vectors[20:]:  # each query is *identical* to one of bob's vectors
@@ -199,12 +201,12 @@ async def test_graph_nearest_ranks_as_the_graph_does_ties_included(database: Dat
     vectors = _unit(rng, 40)
     copies = [vectors[0]] * 12
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         await index.upsert(A, [_record(f"ast_c{i}", v) for i, v in enumerate(copies)])
         await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(vectors[1:30])])
         await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(vectors[30:])])
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         tied = await index.graph_nearest(list(vectors[0]), A, model=MODEL, limit=10)
         assert tied == {vector_id(f"ast_c{i}", "visual", MODEL, 1024) for i in range(12)}
         for query in vectors[1:40]:
@@ -225,16 +227,16 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
     crowd = _unit(rng, 1500)
     few = _unit(rng, 15)
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         await index.upsert(A, [_record(f"ast_c{i}", v) for i, v in enumerate(crowd)])
         await index.upsert(
             B, [_record(f"ast_f{i}", v, project="apr_small") for i, v in enumerate(few)]
         )
-        await uow.session.execute(text("ANALYZE memory_assets_v1"))
+        await session_of(uow).execute(text("ANALYZE memory_assets_v1"))
     query = list(_unit(rng, 1)[0])
     expected = [f"ast_f{i}" for i in np.argsort(-(few @ np.array(query)))[:10]]
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         approximate = await index.search(query, [B], model=MODEL, limit=10, strategy="ann")
         exact = await index.search(
             query,
@@ -245,12 +247,12 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
             filters=AssetFilter(project_id="apr_small"),
         )
         auto = await index.search(query, [B], model=MODEL, limit=10)  # 15 rows: exact
-        seqscan = await uow.session.scalar(text("SELECT current_setting('enable_seqscan')"))
+        seqscan = await session_of(uow).scalar(text("SELECT current_setting('enable_seqscan')"))
         # Small tables make a sequential scan cheaper; forbid it to prove the index is usable.
-        await uow.session.execute(text("SET LOCAL enable_seqscan = off"))
+        await session_of(uow).execute(text("SET LOCAL enable_seqscan = off"))
         plan = "\n".join(
             row[0]
-            for row in await uow.session.execute(
+            for row in await session_of(uow).execute(
                 text(
                     "EXPLAIN SELECT id FROM memory_assets_v1 ORDER BY embedding <=> "
                     "CAST(:q AS halfvec(1024)) LIMIT 10"
@@ -292,10 +294,10 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
     crowd = centers[rng.integers(0, 12, 600)] + rng.standard_normal((600, 1024)) * 0.02
     crowd /= np.linalg.norm(crowd, axis=1, keepdims=True)
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         await index.upsert(A, [_record(f"ast_a{i}", v) for i, v in enumerate(crowd[:400])])
         await index.upsert(B, [_record(f"ast_b{i}", v) for i, v in enumerate(crowd[400:])])
-        codes = await uow.session.scalar(
+        codes = await session_of(uow).scalar(
             text("SELECT embedding_bits::text FROM memory_assets_v1 WHERE asset_id = 'ast_a0'")
         )
     # Steady state (autovacuum's visibility map), so index-only scans are what they cost.
@@ -308,7 +310,7 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
     for query in _unit(rng, 5) * 0.2 + centers[:5]:
         q = [float(x) for x in query / np.linalg.norm(query)]
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             exact = await index.search(q, [A], model=MODEL, limit=10, strategy="exact")
             scan = await index.search(q, [A], model=MODEL, limit=10, strategy="scan")
             auto = await index.search(q, [A], model=MODEL, limit=10)  # 400 rows: the scan
@@ -323,11 +325,11 @@ async def test_scan_reads_codes_index_only_and_matches_the_exact_result(
                 assert hit.distance == pytest.approx(truth[hit.vector_id], abs=1e-6)
         assert all(h.asset_id.startswith("ast_a") for h in scan)
     async with database.unit_of_work() as uow:
-        await uow.session.execute(text("SET LOCAL enable_seqscan = off"))
-        await uow.session.execute(text("SET LOCAL enable_bitmapscan = off"))
+        await session_of(uow).execute(text("SET LOCAL enable_seqscan = off"))
+        await session_of(uow).execute(text("SET LOCAL enable_bitmapscan = off"))
         plan = "\n".join(
             row[0]
-            for row in await uow.session.execute(
+            for row in await session_of(uow).execute(
                 text(
                     "EXPLAIN SELECT id FROM memory_assets_v1 WHERE vault = :v AND "
                     "owner_identity = :o AND model = :m AND mime_type = 'image/png' "
@@ -350,7 +352,7 @@ async def test_ann_walks_the_graph_whatever_the_filter_estimate(database: Databa
     rng = np.random.default_rng(5)
     scopes = [VaultScope(f"o{v}@example.com", f"o{v}@example.com/Library") for v in range(10)]
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         for v, scope in enumerate(scopes):
             rows = _unit(rng, 60)
             await index.upsert(scope, [_record(f"ast_{v}x{i}", x) for i, x in enumerate(rows)])
@@ -361,12 +363,12 @@ async def test_ann_walks_the_graph_whatever_the_filter_estimate(database: Databa
     graph_scans = text("SELECT pg_stat_get_xact_numscans('memory_assets_v1_hnsw'::regclass)")
     query = [float(x) for x in _unit(rng, 1)[0]]
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         walked = await index.search(query, scopes[:3], model=MODEL, limit=10, strategy="ann")
-        assert await uow.session.scalar(graph_scans) == 1
-        assert await uow.session.scalar(text("SHOW enable_sort")) == "on"
+        assert await session_of(uow).scalar(graph_scans) == 1
+        assert await session_of(uow).scalar(text("SHOW enable_sort")) == "on"
         exact = await index.search(query, scopes[:3], model=MODEL, limit=10, strategy="exact")
-        assert await uow.session.scalar(graph_scans) == 1
+        assert await session_of(uow).scalar(graph_scans) == 1
     assert len(walked) == 10
     assert len({h.vector_id for h in walked} & {h.vector_id for h in exact}) >= 8
     assert {h.asset_id[:6] for h in walked} <= {"ast_0x", "ast_1x", "ast_2x"}
@@ -381,7 +383,7 @@ async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Databa
     rng = np.random.default_rng(8)
     scopes = [VaultScope(f"o{v}@example.com", f"o{v}@example.com/Library") for v in range(3)]
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         for v, scope in enumerate(scopes):
             rows = _unit(rng, 20)
             await index.upsert(scope, [_record(f"ast_{v}y{i}", x) for i, x in enumerate(rows)])
@@ -389,13 +391,13 @@ async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Databa
 
     async def breadth(tuning: SearchTuning | None = None) -> str:
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             hits = await index.search(
                 query, scopes, model=MODEL, limit=10, strategy="ann", tuning=tuning
             )
             assert len(hits) == 10
             # SET LOCAL: what the search's statements ran with, until this transaction ends.
-            return str(await uow.session.scalar(text("SHOW hnsw.ef_search")))
+            return str(await session_of(uow).scalar(text("SHOW hnsw.ef_search")))
 
     async def estimate(rows: int) -> None:
         # The planner's estimate of a library this test cannot afford to write.
@@ -427,7 +429,7 @@ async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresF
         await upgrade(engine)
         await _index(database)
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             await index.upsert(A, [_record("ast_old", vector)])
         await downgrade(engine, "0004")  # the table as revision 0004 left it: no codes
         async with engine.connect() as conn:
@@ -444,16 +446,16 @@ async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresF
         assert "embedding_bits" not in columns and "embedding" in columns
         await upgrade(engine)
         async with database.unit_of_work() as uow:
-            codes = await uow.session.scalar(
+            codes = await session_of(uow).scalar(
                 text("SELECT embedding_bits::text FROM memory_assets_v1 WHERE asset_id = 'ast_old'")
             )
-            definition = await uow.session.scalar(
+            definition = await session_of(uow).scalar(
                 text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_scope'")
             )
-            keys = await uow.session.scalar(
+            keys = await session_of(uow).scalar(
                 text("SELECT to_regclass('memory_assets_v1_scope_keys')")
             )
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             hits = await index.search(list(vector), [A], model=MODEL, limit=1, strategy="scan")
         # Revision 0006 wrote the code of the stored (half precision) vector.
         stored = vector.astype(np.float32).astype(np.float16).astype(np.float32)
@@ -481,7 +483,7 @@ async def test_start_up_prepares_the_configured_index(database: Database, tmp_pa
         "memory_assets_v1"
     )
     async with database.unit_of_work() as uow:
-        assert await index_identity(uow.session, "memory_assets_v1") == EmbedderIdentity(
+        assert await index_identity(session_of(uow), "memory_assets_v1") == EmbedderIdentity(
             "local", "local-hash-v1", 1024
         )
 
@@ -519,7 +521,7 @@ async def test_migration_rewrites_element_sign_codes_as_projection_codes(
         await upgrade(engine)
         await _index(database)
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             await index.upsert(A, [_record(f"ast_{i}", v) for i, v in enumerate(vectors)])
         generated, nullable, codes = await column()
         assert (generated, nullable) == ("NEVER", "NO")
@@ -537,14 +539,14 @@ async def test_migration_rewrites_element_sign_codes_as_projection_codes(
         assert (generated, nullable) == ("NEVER", "NO")
         assert codes == {f"ast_{i}": vector_codes([v], 1024)[0] for i, v in enumerate(stored)}
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             for i, vector in enumerate(vectors):
                 (hit,) = await index.search(list(vector), [A], model=MODEL, limit=1)
                 assert hit.asset_id == f"ast_{i}"
-            definition = await uow.session.scalar(
+            definition = await session_of(uow).scalar(
                 text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_scope'")
             )
-            graph = await uow.session.scalar(
+            graph = await session_of(uow).scalar(
                 text("SELECT indexdef FROM pg_indexes WHERE indexname = 'memory_assets_v1_hnsw'")
             )
             ann = await index.search(list(vectors[0]), [A], model=MODEL, limit=1, strategy="ann")
@@ -616,7 +618,7 @@ async def test_every_vector_predicate_passes_the_assets_its_sql_condition_passes
                 created_by=owner,
             )
             created = NOW - timedelta(hours=i)
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text("UPDATE mem_assets SET created_at = :t WHERE id = :id"),
                 {"t": created, "id": asset.id},
             )
@@ -635,7 +637,7 @@ async def test_every_vector_predicate_passes_the_assets_its_sql_condition_passes
                     embedding=[float(x) for x in vector],
                 )
             )
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         await index.upsert(scope, records)
     split = NOW - timedelta(hours=2, minutes=30)
     samples: dict[str, Any] = {
@@ -649,7 +651,7 @@ async def test_every_vector_predicate_passes_the_assets_its_sql_condition_passes
     }
     query = [float(x) for x in _unit(rng, 1)[0]]
     async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(uow.session, "memory_assets_v1")
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         for name, (unset, declared) in FILTER_FIELDS.items():
             if declared.vector is None:
                 some: Any = True if unset is False else ("x",) if unset == () else "x"
@@ -732,20 +734,20 @@ async def test_a_note_index_named_memory_in_the_same_database_is_left_alone(
         await upgrade(engine)
         await _index(database)
         async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(uow.session, "memory_assets_v1")
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
             (vector,) = _unit(rng, 1)
             await index.upsert(A, [_record("ast_one", vector)])
             (hit,) = await index.search(list(vector), [A], model=MODEL, limit=5)
             assert hit.asset_id == "ast_one"
         async with database.unit_of_work() as uow:
             with pytest.raises(Conflict):
-                await create_index(uow.session, "memory", dimensions=1024)
+                await create_index(session_of(uow), "memory", dimensions=1024)
             with pytest.raises(Conflict):  # a configured ASSET_EMBED_INDEX=memory: refused
-                await ensure_default_index(uow.session, "memory", dimensions=1024, alias="x")
+                await ensure_default_index(session_of(uow), "memory", dimensions=1024, alias="x")
             with pytest.raises(NotFound):
-                await drop_index(uow.session, "memory")
+                await drop_index(session_of(uow), "memory")
             with pytest.raises(NotFound):
-                await switch_alias(uow.session, "memory_assets", "memory")
+                await switch_alias(session_of(uow), "memory_assets", "memory")
         assert await _note_index(engine) == before
         await downgrade(engine, "base")
         assert await _note_index(engine) == before

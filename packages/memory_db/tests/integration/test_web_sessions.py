@@ -10,6 +10,7 @@ from sqlalchemy import delete, select
 from memory_db import Database
 from memory_db.repositories import WEB_SESSION_PREFIX, hash_session_secret
 from memory_db.schema import ApiKey, WebSession
+from memory_db.unit_of_work import session_of
 
 
 async def _key(database: Database, owner: str = "alice@example.com") -> str:
@@ -26,7 +27,7 @@ async def test_a_session_resolves_to_its_key_and_stores_only_a_hash(database: Da
     assert secret.startswith(WEB_SESSION_PREFIX)
     async with database.unit_of_work() as uow:
         found = await uow.web_sessions.resolve(secret)
-        row = await uow.session.scalar(select(WebSession).where(WebSession.id == session_id))
+        row = await session_of(uow).scalar(select(WebSession).where(WebSession.id == session_id))
     assert found is not None and found.id == session_id and found.key.id == key_id
     assert found.key.owner_identity == "alice@example.com" and found.key.scopes == ("read",)
     assert row is not None and row.token_hash == hash_session_secret(secret)
@@ -50,7 +51,7 @@ async def test_unknown_malformed_and_expired_secrets_resolve_to_nothing(
         assert await uow.web_sessions.resolve(secret) is None
         # The next sign-in deletes what has expired.
         await uow.web_sessions.create(key_id, lifetime=timedelta(hours=1))
-        left = (await uow.session.scalars(select(WebSession))).all()
+        left = (await session_of(uow).scalars(select(WebSession))).all()
     assert len(left) == 1
 
 
@@ -68,5 +69,5 @@ async def test_sign_out_and_revocation_end_a_session(database: Database) -> None
     async with database.unit_of_work() as uow:
         assert await uow.web_sessions.resolve(second) is None
         # Deleting the key deletes its sessions.
-        await uow.session.execute(delete(ApiKey).where(ApiKey.id == key_id))
-        assert (await uow.session.scalars(select(WebSession))).all() == []
+        await session_of(uow).execute(delete(ApiKey).where(ApiKey.id == key_id))
+        assert (await session_of(uow).scalars(select(WebSession))).all() == []

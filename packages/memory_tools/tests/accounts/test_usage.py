@@ -10,6 +10,7 @@ from typing import Any
 from fastmcp import Client
 from sqlalchemy import text
 
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.workflows import usage
 
@@ -27,7 +28,7 @@ async def _tokens(
         entry = await uow.usage.record(
             owner_identity=owner, source="embed_image_document", model=model, total_tokens=total
         )
-        await uow.session.execute(
+        await session_of(uow).execute(
             text("UPDATE mem_usage_ledger SET created_at = :w WHERE id = :i"),
             {"w": datetime.fromisoformat(when), "i": entry},
         )

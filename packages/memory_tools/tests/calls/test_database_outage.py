@@ -24,6 +24,7 @@ from memory_db import Database, DatabaseUnavailable, MemorySettings, open_databa
 from memory_db.database import EmbeddedPostgres, create_engine
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
+from memory_db.unit_of_work import session_of
 from memory_tools import CODES, MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
@@ -157,7 +158,7 @@ async def test_a_batch_cut_short_by_an_outage_is_handed_back(
     assert await worker.drain() == 2
     async with database.unit_of_work() as uow:
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
-        status = await uow.session.scalar(
+        status = await session_of(uow).scalar(
             text("SELECT status FROM mem_assets WHERE id = :i"), {"i": asset_id}
         )
     assert {(job.status, job.attempts) for job in jobs} == {("done", 1)}
@@ -182,7 +183,7 @@ async def test_a_running_worker_listens_again_after_an_outage(
 
     async def status(asset_id: str) -> str | None:
         async with database.unit_of_work() as uow:
-            return await uow.session.scalar(
+            return await session_of(uow).scalar(
                 text("SELECT status FROM mem_assets WHERE id = :i"), {"i": asset_id}
             )
 

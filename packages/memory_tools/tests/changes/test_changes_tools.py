@@ -14,6 +14,7 @@ from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
 from memory_db.testing.s3_peers import S3Peer
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.jobs.worker import EmbeddingWorker
 from memory_tools.operations import admin
@@ -550,11 +551,11 @@ async def test_a_save_racing_a_folder_deletion_never_lands_in_the_deleted_folder
                 scope = (await deleting.vaults.accessible("alice@example.com"))[0].scope
                 await deleting.folders.lock(scope, [folder["folderId"]])
                 await deleting.folders.mark_deleted(scope, [folder["folderId"]])
-                holder = await backend_pid(deleting.session)
+                holder = await backend_pid(session_of(deleting))
                 started.set()
                 await until_blocked_by(saving, holder)
                 assert outcome == []  # the save waits for the deletion's locks
-                await deleting.session.commit()
+                await session_of(deleting).commit()
         listed = await _call(client, "image_asset_list", {})
     assert outcome == ["not_found: folder not found"]
     assert listed["items"] == []

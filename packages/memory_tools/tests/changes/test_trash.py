@@ -13,6 +13,7 @@ from fastmcp import Client
 from sqlalchemy import text
 
 from memory_db.storage import LocalAssetObjectStore
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices, ToolFailure
 from memory_tools.access import authenticate
 from memory_tools.operations import admin
@@ -286,7 +287,7 @@ async def test_a_purge_waits_for_a_restore_in_progress_and_then_finds_the_image_
         async with saving.database.unit_of_work() as uow:
             caller = await authenticate(uow, alice.key)
             await changes.restore_asset(uow, caller, saving, asset_id=saved["assetId"])
-            holder.append(await backend_pid(uow.session))
+            holder.append(await backend_pid(session_of(uow)))
             restored.set()
             await release.wait()  # commits when released
 

@@ -21,6 +21,7 @@ from sqlalchemy import text
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderUnavailable
 from memory_db.storage import LocalAssetObjectStore, read_verified
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.access import Caller
 from memory_tools.jobs.queue import retry_asset_embedding
@@ -145,7 +146,7 @@ async def test_a_failed_embedding_is_retried_from_the_stored_bytes(
     # An outage spends no attempts while a job is young (the worker waits it out); a job past
     # that patience spends them again, so this one fails after its five.
     async with saving.database.unit_of_work() as uow:
-        await uow.session.execute(
+        await session_of(uow).execute(
             text("UPDATE mem_asset_embedding_jobs SET created_at = now() - interval '2 days'")
         )
     worker = EmbeddingWorker(failing, FAST)

@@ -11,6 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from memory_db import Database
+from memory_db.unit_of_work import session_of
 from memory_tools import ToolFailure, build_memory_server
 from memory_tools.operations import admin
 
@@ -31,7 +32,7 @@ async def _call(client: Any, tool: str, args: dict[str, Any]) -> Any:
 
 async def _count(database: Database, table: str) -> int:
     async with database.unit_of_work() as uow:
-        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+        return int(await session_of(uow).scalar(text(f"SELECT count(*) FROM {table}")) or 0)
 
 
 async def test_create_and_list_projects_and_folders(client_for: Clients, alice: Any) -> None:
@@ -129,10 +130,10 @@ async def test_shared_vault_reader_and_writer(
         )
         assert folder["vault"] == handle and folder["path"] == "/W"
     async with database.unit_of_work() as uow:
-        denied = await uow.session.scalar(
+        denied = await session_of(uow).scalar(
             text("SELECT count(*) FROM mem_provenance WHERE outcome = 'denied'")
         )
-        created_by = await uow.session.scalar(
+        created_by = await session_of(uow).scalar(
             text(
                 "SELECT actor_identity FROM mem_provenance WHERE operation = 'asset_folder_create' AND outcome = 'succeeded'"
             )

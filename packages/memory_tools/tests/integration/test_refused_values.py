@@ -12,6 +12,7 @@ from sqlalchemy import text
 
 from memory_db import Database
 from memory_db.repositories import AssetFilter
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices, ToolFailure, build_memory_server
 from memory_tools.errors import InvalidInputFailure, map_failures
 from memory_tools.operations import admin
@@ -29,7 +30,7 @@ async def _error(client: Any, tool: str, args: dict[str, Any]) -> str:
 
 async def _count(database: Database, table: str) -> int:
     async with database.unit_of_work() as uow:
-        return int(await uow.session.scalar(text(f"SELECT count(*) FROM {table}")) or 0)
+        return int(await session_of(uow).scalar(text(f"SELECT count(*) FROM {table}")) or 0)
 
 
 @pytest.mark.parametrize(
@@ -97,11 +98,13 @@ async def test_a_nul_the_database_refuses_becomes_invalid_input(
     """Defence in depth: a NUL that slipped past validation is the caller's error, not a 500."""
     with pytest.raises(InvalidInputFailure) as refused, map_failures():
         async with services.database.unit_of_work() as uow:
-            await uow.session.execute(text("SELECT CAST(:v AS text)"), {"v": f"a{NUL}b"})
+            await session_of(uow).execute(text("SELECT CAST(:v AS text)"), {"v": f"a{NUL}b"})
     assert refused.value.message == ("a value contains a character the database cannot store (NUL)")
     with pytest.raises(InvalidInputFailure), map_failures():
         async with services.database.unit_of_work() as uow:
-            await uow.session.execute(text("SELECT CAST(:v AS jsonb)"), {"v": '{"a": "\\u0000"}'})
+            await session_of(uow).execute(
+                text("SELECT CAST(:v AS jsonb)"), {"v": '{"a": "\\u0000"}'}
+            )
 
 
 @pytest.mark.parametrize(

@@ -20,6 +20,7 @@ from pydantic import SecretStr
 from sqlalchemy import text
 
 from memory_db.testing.jina_server import MODEL, JinaTestServer
+from memory_db.unit_of_work import session_of
 from memory_db.vectors import create_index, resolve_alias
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
@@ -182,7 +183,7 @@ async def test_switching_models_under_saves_and_searches(
     # Refusals change nothing: the current index, an existing name, an unknown provider, a
     # dimension out of range.
     async with services.database.unit_of_work() as uow:
-        await create_index(uow.session, "taken_v1", dimensions=8)
+        await create_index(session_of(uow), "taken_v1", dimensions=8)
     async with services.database.engine.connect() as conn:
         tables = (await conn.execute(text("SELECT count(*) FROM mem_vector_indexes"))).scalar_one()
     for request, failure, message in [
@@ -234,7 +235,7 @@ async def _vectors(services: MemoryServices, table: str, asset_id: str) -> int:
 
 async def _alias(services: MemoryServices) -> str:
     async with services.database.unit_of_work() as uow:
-        return await resolve_alias(uow.session)
+        return await resolve_alias(session_of(uow))
 
 
 async def test_a_quarantined_object_does_not_block_the_switch(

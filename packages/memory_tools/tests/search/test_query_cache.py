@@ -15,6 +15,7 @@ from sqlalchemy import text
 
 from memory_db.embedding import EmbedderIdentity, JinaEmbedder
 from memory_db.testing.jina_server import MODEL, JinaTestServer
+from memory_db.unit_of_work import session_of
 from memory_db.vectors import DEFAULT_ALIAS, create_index, switch_alias
 from memory_tools import MemoryServices, metrics
 from memory_tools.access import Caller
@@ -78,12 +79,12 @@ async def test_repeated_queries_are_embedded_once_and_never_across_a_model_switc
         # 1,024-d vectors of the old index are never used for it.
         async with searching.database.unit_of_work() as uow:
             await create_index(
-                uow.session,
+                session_of(uow),
                 "assets_jina_512",
                 dimensions=512,
                 identity=EmbedderIdentity("jina", MODEL, 512),
             )
-            await switch_alias(uow.session, DEFAULT_ALIAS, "assets_jina_512")
+            await switch_alias(session_of(uow), DEFAULT_ALIAS, "assets_jina_512")
         await searcher.search(ALICE, SearchRequest(query="a red harbour at dawn"))
         assert len(server.state.seen) == 3
 

@@ -23,6 +23,7 @@ from memory_db.repositories import access_changes
 from memory_db.repositories.access_changes import ApiKeyCache
 from memory_db.repositories.identities import hash_api_key
 from memory_db.repositories.records import ApiKeyRecord
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.operations import admin
 from memory_tools.serving import build_http_server
@@ -187,7 +188,7 @@ async def test_while_nothing_listens_the_cache_is_not_believed(
         assert database.key_cache.get(hash_api_key(key)) is not None
         # The listening connection is lost (here: ended by the server, as in a restart).
         async with other_process.unit_of_work() as uow:
-            ended = await uow.session.execute(
+            ended = await session_of(uow).execute(
                 text(
                     "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                     "WHERE datname = current_database() AND application_name LIKE 'memory-access:%'"
@@ -200,7 +201,7 @@ async def test_while_nothing_listens_the_cache_is_not_believed(
         # while this process listens to nothing) is refused on the next call.
         assert database.key_cache.get(hash_api_key(key)) is None
         async with other_process.unit_of_work() as uow:
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text("UPDATE mem_api_keys SET revoked_at = now() WHERE key_hash = :h"),
                 {"h": hash_api_key(key)},
             )

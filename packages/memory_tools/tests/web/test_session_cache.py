@@ -19,6 +19,7 @@ from memory_db import Database
 from memory_db.database import create_engine
 from memory_db.repositories import WebSessionRecord, hash_session_secret
 from memory_db.repositories.records import ApiKeyRecord
+from memory_db.unit_of_work import session_of
 from memory_tools.operations import admin
 from memory_tools.sessions import sign_out
 from memory_tools.testing.web_app import WebApp, WebClient
@@ -116,20 +117,20 @@ async def test_a_sign_in_sweeping_expired_sessions_notifies_nothing(
     alice = await make_person("alice@example.com")
     async with database.unit_of_work() as uow:
         await uow.web_sessions.create(alice.key_id, lifetime=timedelta(hours=1))
-        await uow.session.execute(_EXPIRE_ALL)
+        await session_of(uow).execute(_EXPIRE_ALL)
     async with database.unit_of_work() as uow:
-        before = (await uow.session.execute(_EPOCH)).scalar_one()
+        before = (await session_of(uow).execute(_EPOCH)).scalar_one()
         # A sign-in deletes expired sessions on its way: no live session ends, no cache clears.
         await uow.web_sessions.create(alice.key_id, lifetime=timedelta(hours=1))
     async with database.unit_of_work() as uow:
-        assert (await uow.session.execute(_EPOCH)).scalar_one() == before
+        assert (await session_of(uow).execute(_EPOCH)).scalar_one() == before
         ended = await uow.web_sessions.end("wss_unknown")
         assert not ended
     async with database.unit_of_work() as uow:
         # Deleting a live session by hand is heard.
-        await uow.session.execute(_DELETE_ALL)
+        await session_of(uow).execute(_DELETE_ALL)
     async with database.unit_of_work() as uow:
-        assert (await uow.session.execute(_EPOCH)).scalar_one() == before + 1
+        assert (await session_of(uow).execute(_EPOCH)).scalar_one() == before + 1
 
 
 class _State:

@@ -10,6 +10,7 @@ import pytest
 from sqlalchemy import text
 
 from memory_db import MemorySettings
+from memory_db.unit_of_work import session_of
 from memory_tools.testing.web_app import WebApp, WebClient
 
 LIFETIME = 900  # not the default (43,200), so the test shows the setting is what is read
@@ -29,7 +30,7 @@ async def test_the_configured_lifetime_bounds_cookie_and_session(
         cookies = [c for c in answer.headers.get_list("set-cookie") if c.startswith("mem_session=")]
         assert len(cookies) == 1 and f"max-age={LIFETIME}" in cookies[0].lower()
         async with webapp.services.database.unit_of_work() as uow:
-            lifetime = await uow.session.scalar(
+            lifetime = await session_of(uow).scalar(
                 text(
                     "SELECT extract(epoch FROM expires_at - created_at) FROM mem_web_sessions "
                     "WHERE key_id = :key"
@@ -42,7 +43,7 @@ async def test_the_configured_lifetime_bounds_cookie_and_session(
         # The lifetime has passed (moved back rather than waited for): the cookie, which a
         # browser might still send, opens nothing and the sign-in page asks for the key again.
         async with webapp.services.database.unit_of_work() as uow:
-            await uow.session.execute(
+            await session_of(uow).execute(
                 text(
                     "UPDATE mem_web_sessions SET created_at = created_at - make_interval("
                     "secs => :s), expires_at = expires_at - make_interval(secs => :s) "

@@ -19,6 +19,7 @@ from sqlalchemy import text
 from memory_db.embedding import ScriptedEmbedder
 from memory_db.errors import ProviderRejected, StorageError
 from memory_db.storage import ListedObject, LocalAssetObjectStore, UrlSigner
+from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.errors import ConflictFailure, Forbidden, InvalidInputFailure, NotFoundFailure
@@ -358,7 +359,7 @@ async def test_a_cancel_racing_a_workers_claim_changes_nothing(
             claimed = await uow.jobs.claim(worker.worker_id, limit=8, lease_seconds=30)
             assert [j.id for j in claimed] == [row.id]
             # The cancel reads the job as queued, then waits on the claim's row lock.
-            holder = await backend_pid(uow.session)
+            holder = await backend_pid(session_of(uow))
             claimed_now.set()
             await until_blocked_by(saving, holder)
             assert not outcome

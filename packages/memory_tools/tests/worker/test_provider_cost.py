@@ -17,6 +17,7 @@ from sqlalchemy import text
 
 from memory_db.embedding import EmbedderIdentity, JinaEmbedder
 from memory_db.testing.jina_server import MODEL, Fault, JinaTestServer
+from memory_db.unit_of_work import session_of
 from memory_db.vectors import DEFAULT_ALIAS, create_index, resolve_alias, start_rebuild
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
@@ -229,15 +230,15 @@ async def test_while_a_rebuild_fills_the_new_model_gets_each_image_once(
     try:
         await worker.drain(limit=0)  # creates the active index
         async with services.database.unit_of_work() as uow:
-            source = await resolve_alias(uow.session, DEFAULT_ALIAS)
+            source = await resolve_alias(session_of(uow), DEFAULT_ALIAS)
             await create_index(
-                uow.session,
+                session_of(uow),
                 "assets_jina_v2",
                 dimensions=256,
                 identity=EmbedderIdentity("jina", MODEL, 256),
             )
             await start_rebuild(
-                uow.session, alias=DEFAULT_ALIAS, target="assets_jina_v2", source=source
+                session_of(uow), alias=DEFAULT_ALIAS, target="assets_jina_v2", source=source
             )
         first = await _save(services, ALICE, 8, "a windmill")
         await worker.drain()

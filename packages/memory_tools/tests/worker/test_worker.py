@@ -25,6 +25,7 @@ from memory_db.storage import (
     content_type_for_key,
 )
 from memory_db.testing.s3_peers import S3Peer
+from memory_db.unit_of_work import session_of
 from memory_db.vectors import (
     DEFAULT_ALIAS,
     create_index,
@@ -89,9 +90,9 @@ async def scalar(services: MemoryServices, sql: str, **params: Any) -> Any:
 
 async def vectors_of(services: MemoryServices, asset_id: str) -> int:
     async with services.database.unit_of_work() as uow:
-        name = await resolve_alias(uow.session)
+        name = await resolve_alias(session_of(uow))
         return int(
-            await uow.session.scalar(
+            await session_of(uow).scalar(
                 text(f"SELECT count(*) FROM {name} WHERE asset_id = :a"), {"a": asset_id}
             )
             or 0
@@ -142,7 +143,7 @@ async def test_each_vector_the_worker_writes_has_asset_embed_provenance(
             job.representation: job
             for job in await uow.jobs.for_asset("alice@example.com", asset_id)
         }
-        index = await resolve_alias(uow.session)
+        index = await resolve_alias(session_of(uow))
         vault = (await uow.assets.get_for_owner("alice@example.com", asset_id)).vault  # type: ignore[union-attr]
     events = await embed_provenance(saving, asset_id)
     embedder = saving.embedder
@@ -518,10 +519,12 @@ async def test_a_running_worker_follows_an_alias_switch(
         before = await save(saving, alice_caller, 61)
         await until_ready(before)
         async with saving.database.unit_of_work() as uow:
-            old = await resolve_alias(uow.session)
-            dimensions, element = await describe_index(uow.session, old)
-            await create_index(uow.session, "rebuilt_v2", dimensions=dimensions, element=element)
-            await switch_alias(uow.session, DEFAULT_ALIAS, "rebuilt_v2")
+            old = await resolve_alias(session_of(uow))
+            dimensions, element = await describe_index(session_of(uow), old)
+            await create_index(
+                session_of(uow), "rebuilt_v2", dimensions=dimensions, element=element
+            )
+            await switch_alias(session_of(uow), DEFAULT_ALIAS, "rebuilt_v2")
         after = await save(saving, alice_caller, 62)
         await until_ready(after)
         group.cancel_scope.cancel()
@@ -536,8 +539,8 @@ async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
     worker = EmbeddingWorker(saving, FAST)
     await worker.drain()  # creates the first index
     async with saving.database.unit_of_work() as uow:
-        await create_index(uow.session, "other_dims", dimensions=8)
-        await switch_alias(uow.session, DEFAULT_ALIAS, "other_dims")
+        await create_index(session_of(uow), "other_dims", dimensions=8)
+        await switch_alias(session_of(uow), DEFAULT_ALIAS, "other_dims")
     asset_id = await save(saving, alice_caller, 63)
     await worker.run_once()
     async with saving.database.unit_of_work() as uow:
@@ -708,7 +711,7 @@ class RecordingHandler:
 
         async def write(uow: Any, asset: Any) -> None:
             # Inside the completion's transaction: the asset row is locked by now.
-            assert uow.session.in_transaction()
+            assert session_of(uow).in_transaction()
             self.written.append((asset.id, len(preview)))
 
         return JobResult(write=write, usage={"characters": 7})

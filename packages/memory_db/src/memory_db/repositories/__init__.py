@@ -72,7 +72,7 @@ from memory_db.repositories.reports import (
     ReportRepository,
     VaultSummary,
 )
-from memory_db.repositories.saves import NewImage, commit_new_image
+from memory_db.repositories.saves import NewImage, SaveRepository, commit_new_image
 from memory_db.repositories.web_sessions import (
     WEB_SESSION_PREFIX,
     WebSessionCache,
@@ -136,6 +136,7 @@ __all__ = [
     "ReconcileRunRecord",
     "ReportRepository",
     "ReservationRecord",
+    "SaveRepository",
     "StateSubscription",
     "StoredAsset",
     "TextMatch",

@@ -86,6 +86,17 @@ def _row(model: Any, values: Mapping[str, Any], after: CTE) -> Select[Any]:
     ).select_from(after)
 
 
+class SaveRepository:
+    """The one-statement save on a unit's session (``Database.single_statements``)."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+    async def commit_new_image(self, image: NewImage) -> list[str] | None:
+        """Commit ``image`` in one statement (:func:`commit_new_image`); its jobs' ids or ``None``."""
+        return await commit_new_image(self._session, image)
+
+
 async def commit_new_image(session: AsyncSession, image: NewImage) -> list[str] | None:
     """Commit ``image`` in one statement; the ids of its jobs, or ``None`` if nothing was written.
 

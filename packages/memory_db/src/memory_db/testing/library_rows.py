@@ -27,7 +27,7 @@ from memory_db.ids import new_id
 from memory_db.repositories.assets import AnySelect, AssetRepository
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import VaultScope
-from memory_db.unit_of_work import Database
+from memory_db.unit_of_work import Database, session_of
 
 TAGS = tuple(f"tag{n:02d}" for n in range(40))
 # Tagged on one asset in a thousand: a filter the ordered walk meets rarely.
@@ -109,10 +109,10 @@ async def fill_library(
                 folders.append((project.id, folder.id, child.id))
             filled.append(FilledVault(scope, count, moment, tuple(projects), tuple(folders)))
         for vault in filled:
-            await _insert_rows(uow.session, identity.namespace_id, vault, moment)
+            await _insert_rows(session_of(uow), identity.namespace_id, vault, moment)
     async with database.unit_of_work() as uow:
-        await uow.session.execute(text("ANALYZE mem_assets"))
-        await uow.session.execute(text("ANALYZE mem_asset_objects"))
+        await session_of(uow).execute(text("ANALYZE mem_assets"))
+        await session_of(uow).execute(text("ANALYZE mem_asset_objects"))
     return filled
 
 

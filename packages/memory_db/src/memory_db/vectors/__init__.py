@@ -37,6 +37,7 @@ from memory_db.vectors.ranking import (
     rank_and_meter,
     start_search,
 )
+from memory_db.vectors.repository import VectorIndexRepository
 from memory_db.vectors.rebuilds import (
     WALK_DONE,
     Rebuild,
@@ -73,6 +74,7 @@ __all__ = [
     "StoredVector",
     "VectorHit",
     "VectorIndex",
+    "VectorIndexRepository",
     "VectorRecord",
     "abandon_rebuild",
     "advance_rebuild",

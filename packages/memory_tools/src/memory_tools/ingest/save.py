@@ -64,7 +64,6 @@ from memory_db.repositories import (
     DuplicateObject,
     NewImage,
     ObjectRecord,
-    commit_new_image,
 )
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, resolve_vault
@@ -818,7 +817,7 @@ class AssetSaver:
             provenance_detail=plan.provenance(deduplicated=False),
         )
         async with self.services.database.single_statements() as uow:
-            job_ids = await commit_new_image(uow.session, new)
+            job_ids = await uow.saves.commit_new_image(new)
         if job_ids is None:
             return None
         log.info(

@@ -164,7 +164,7 @@ async def _store_reading(
     if before != after:
         scope = VaultScope(asset.owner_identity, asset.vault)
         try:
-            async with uow.session.begin_nested():
+            async with uow.savepoint():
                 await reembed_fused(uow, services, scope, asset.id, after, OCR_ACTOR)
         except ToolFailure:
             # No room in the quota for a first fused vector, or no embedder here: the text is

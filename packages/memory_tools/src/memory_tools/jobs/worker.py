@@ -70,8 +70,6 @@ from memory_db.vectors import (
     StoredVector,
     VectorIndex,
     VectorRecord,
-    complete_embeddings,
-    filling_rebuild,
 )
 from memory_tools import metrics
 from memory_tools.ingest.plan import asset_fused_text
@@ -564,19 +562,15 @@ class EmbeddingWorker:
         """
         async with self._services.database.single_statements() as uow:
             # Nothing to hold outside a transaction: the completion holds the alias.
-            index = await VectorIndex.open_alias(
-                uow.session, self._services.vector_alias, hold=False
-            )
+            index = await uow.vector_indexes.open_alias(self._services.vector_alias, hold=False)
             # A filling rebuild's target is among the alias's mirrors: with none, there is none.
             rebuild = (
-                await filling_rebuild(uow.session, self._services.vector_alias)
+                await uow.vector_indexes.filling_rebuild(self._services.vector_alias)
                 if index.mirrors
                 else None
             )
             target = (
-                None
-                if rebuild is None
-                else await VectorIndex.open(uow.session, rebuild.target_index)
+                None if rebuild is None else await uow.vector_indexes.open(rebuild.target_index)
             )
         embedders = self._services.embedders
         # An index made before identities were recorded was filled by the configured embedder.
@@ -690,15 +684,9 @@ class EmbeddingWorker:
         async with self._services.database.single_statements() as uow:
             shape = shapes.get(index_name)
             index = (
-                await VectorIndex.open(uow.session, index_name)
+                await uow.vector_indexes.open(index_name)
                 if shape is None
-                else VectorIndex(
-                    uow.session,
-                    shape.name,
-                    shape.dimensions,
-                    shape.element,
-                    identity=shape.identity,
-                )
+                else uow.vector_indexes.bind(shape)
             )
             for owner, object_ids in sorted(objects.items()):
                 # Both representations in one statement per owner.
@@ -864,14 +852,13 @@ class EmbeddingWorker:
                 finishing.append((item, embedding, usage, asset))
             if gone:
                 # Held like the completion holds it; its mirrors are where a delete applies.
-                index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+                index = await uow.vector_indexes.open_alias(self._services.vector_alias)
                 for item in gone:
                     if await uow.jobs.cancel(item.job.id, self.worker_id, reason="asset deleted"):
                         scope = VaultScope(item.asset.owner_identity, item.asset.vault)
                         await index.delete_asset(scope, item.job.asset_id)
             if mismatch is None and finishing:
-                completed = await complete_embeddings(
-                    uow.session,
+                completed = await uow.vector_indexes.complete_embeddings(
                     shape,
                     self._services.vector_alias,
                     self.worker_id,
@@ -927,7 +914,7 @@ class EmbeddingWorker:
             )
             # The alias is resolved per batch, never cached: after a rebuild switches it, the
             # next batch writes to the new index (the switch waits for this one to commit).
-            index = await VectorIndex.open_alias(uow.session, self._services.vector_alias)
+            index = await uow.vector_indexes.open_alias(self._services.vector_alias)
             embedder = plan.embedder
             mismatch: str | None = None
             if index.name != plan.active:
@@ -942,7 +929,7 @@ class EmbeddingWorker:
                 log.error("worker_index_mismatch", worker=self.worker_id, index=index.name)
             target: VectorIndex | None = None
             if plan.target in index.mirrors:
-                target = await VectorIndex.open(uow.session, plan.target)
+                target = await uow.vector_indexes.open(plan.target)
             target_vectors: dict[VaultScope, list[VectorRecord]] = {}
             target_of = {id(item): vector for item, vector in zip(items, targets, strict=False)}
             stale: list[_Work] = []  # jobs to retry (by a worker that fits the index)

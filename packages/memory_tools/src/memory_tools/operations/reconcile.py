@@ -53,7 +53,6 @@ from memory_db import (
 from memory_db.errors import ObjectNotFound
 from memory_db.repositories import namespace_lock
 from memory_db.storage import ListedObject, namespace_prefix, parse_storage_key
-from memory_db.vectors import VectorIndex
 from memory_tools import metrics
 from memory_tools.ingest.save import vector_bytes
 from memory_tools.operations.admin import unknown_identity
@@ -556,7 +555,7 @@ class _Pass:
         alias = self.services.vector_alias
         try:
             async with self.services.database.unit_of_work() as uow:
-                index = (await VectorIndex.open_alias(uow.session, alias)).name
+                index = (await uow.vector_indexes.open_alias(alias)).name
         except NotFound:
             return  # no index yet: nothing was ever embedded
         await self._missing_vectors(owner, index)

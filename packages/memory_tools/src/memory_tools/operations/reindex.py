@@ -52,25 +52,9 @@ from memory_db.runtime import warn_if_index_outgrows_buffers
 from memory_db.vectors import (
     WALK_DONE,
     Rebuild,
-    VectorIndex,
     VectorRecord,
-    abandon_rebuild,
-    advance_rebuild,
     check_dimensions,
     check_identifier,
-    count_assets,
-    create_index,
-    drop_index,
-    get_rebuild,
-    index_exists,
-    index_identity,
-    lock_alias,
-    mark_switched,
-    missing_assets,
-    resolve_alias,
-    sample_vectors,
-    start_rebuild,
-    switch_alias,
 )
 from memory_tools.errors import (
     ConflictFailure,
@@ -228,8 +212,8 @@ async def drop_old_index(database: Database, name: str) -> None:
 async def _drop(database: Database, name: str) -> None:
     check_identifier(name)
     async with database.unit_of_work() as uow:
-        await abandon_rebuild(uow.session, name)
-        await drop_index(uow.session, name)
+        await uow.vector_indexes.abandon_rebuild(name)
+        await uow.vector_indexes.drop(name)
         await uow.provenance.record(
             "vector_index_switch",
             actor_identity=OPERATOR,
@@ -278,21 +262,21 @@ async def _start(
         raise InvalidInputFailure(f"--to: {exc}") from None
     element = services.settings.asset_embed_vector_type
     async with services.database.unit_of_work() as uow:
-        current = await resolve_alias(uow.session, alias)
-        active = await index_identity(uow.session, current)
+        current = await uow.vector_indexes.resolve_alias(alias)
+        active = await uow.vector_indexes.identity(current)
         if target == current:
             raise InvalidInputFailure(f"{target} is the index {alias} points at already")
-        existing = await get_rebuild(uow.session, target)
+        existing = await uow.vector_indexes.rebuild(target)
         if existing is not None and existing.state == "filling" and existing.alias == alias:
-            identity = await index_identity(uow.session, target)
+            identity = await uow.vector_indexes.identity(target)
             if identity is None or _differs(identity, request):
                 raise ConflictFailure(
                     f"{target} is being rebuilt for {identity}; run again without "
                     "--provider/--model/--dim (or with the same) to resume it"
                 )
             return existing, identity, True
-        kept = await get_rebuild(uow.session, current)
-        registered = await index_exists(uow.session, target)
+        kept = await uow.vector_indexes.rebuild(current)
+        registered = await uow.vector_indexes.exists(target)
         if (
             registered
             and kept is not None
@@ -301,12 +285,12 @@ async def _start(
         ):
             # Switching back to the index this one replaced: kept in step for deletes and
             # moves, it lacks only what was saved since; the catch-up embeds those.
-            identity = await index_identity(uow.session, target)
+            identity = await uow.vector_indexes.identity(target)
             if identity is None or _differs(identity, request):
                 raise ConflictFailure(f"{target} was filled by another embedder than asked")
             _embedder(services, identity)
-            rebuild = await start_rebuild(
-                uow.session, alias=alias, target=target, source=current, cursor=WALK_DONE
+            rebuild = await uow.vector_indexes.start_rebuild(
+                alias=alias, target=target, source=current, cursor=WALK_DONE
             )
             return rebuild, identity, False
         if registered:
@@ -320,10 +304,10 @@ async def _start(
         except (ConfigurationError, MemoryDbError) as exc:
             raise InvalidInputFailure(str(exc)) from None
         _embedder(services, identity)  # this process must be able to embed with it
-        await create_index(
-            uow.session, target, dimensions=identity.dimensions, element=element, identity=identity
+        await uow.vector_indexes.create(
+            target, dimensions=identity.dimensions, element=element, identity=identity
         )
-        rebuild = await start_rebuild(uow.session, alias=alias, target=target, source=current)
+        rebuild = await uow.vector_indexes.start_rebuild(alias=alias, target=target, source=current)
     log.info("vector_index_rebuild_started", target=target, source=current, embedder=str(identity))
     return rebuild, identity, False
 
@@ -345,7 +329,7 @@ def _embedder(services: MemoryServices, identity: EmbedderIdentity) -> Embedder:
 
 async def _load(services: MemoryServices, target: str) -> Rebuild:
     async with services.database.unit_of_work() as uow:
-        rebuild = await get_rebuild(uow.session, target)
+        rebuild = await uow.vector_indexes.rebuild(target)
     if rebuild is None:
         raise ConflictFailure(f"the rebuild into {target} was abandoned meanwhile")
     return rebuild
@@ -381,8 +365,8 @@ async def _walk(
         if progress is not None:
             progress(done, total, f"{embedded} embedded, {skipped} skipped")
     async with services.database.unit_of_work() as uow:
-        await advance_rebuild(
-            uow.session, rebuild.target_index, cursor=WALK_DONE, embedded=0, skipped=0
+        await uow.vector_indexes.advance_rebuild(
+            rebuild.target_index, cursor=WALK_DONE, embedded=0, skipped=0
         )
 
 
@@ -393,9 +377,9 @@ async def _catch_up(
     after: str | None = None
     while True:
         async with services.database.unit_of_work() as uow:
-            source = await resolve_alias(uow.session, rebuild.alias)
-            keys = await missing_assets(
-                uow.session, source, rebuild.target_index, after=after, limit=batch_size
+            source = await uow.vector_indexes.resolve_alias(rebuild.alias)
+            keys = await uow.vector_indexes.missing_assets(
+                source, rebuild.target_index, after=after, limit=batch_size
             )
             assets = await uow.assets.get_many_for_owners(keys)
         if not keys:
@@ -451,10 +435,10 @@ async def _fill(
         current = await uow.assets.lock_many_for_owners(
             sorted({(a.owner_identity, a.id) for a, _r, _m in wanted})
         )
-        state = await get_rebuild(uow.session, rebuild.target_index, lock=True)
+        state = await uow.vector_indexes.rebuild(rebuild.target_index, lock=True)
         if state is None or state.state != "filling":
             raise ConflictFailure(f"the rebuild into {rebuild.target_index} is no longer filling")
-        index = await VectorIndex.open(uow.session, rebuild.target_index)
+        index = await uow.vector_indexes.open(rebuild.target_index)
         done: set[str] = set()
         for (asset, representation, mime), embedding in zip(wanted, embeddings, strict=True):
             now = current.get((asset.owner_identity, asset.id))
@@ -478,8 +462,7 @@ async def _fill(
         for scope, rows in records.items():
             await index.upsert(scope, rows)
         skipped += len({a.id for a, _r, _m in wanted} - done)
-        await advance_rebuild(
-            uow.session,
+        await uow.vector_indexes.advance_rebuild(
             rebuild.target_index,
             cursor=cursor,
             embedded=len(done),
@@ -557,13 +540,13 @@ async def _verify(
     ``None`` when the target holds no vector.
     """
     async with services.database.unit_of_work() as uow:
-        source = await resolve_alias(uow.session, rebuild.alias)
+        source = await uow.vector_indexes.resolve_alias(rebuild.alias)
         counts = (
-            await count_assets(uow.session, source),
-            await count_assets(uow.session, rebuild.target_index),
+            await uow.vector_indexes.count_assets(source),
+            await uow.vector_indexes.count_assets(rebuild.target_index),
         )
-        index = await VectorIndex.open(uow.session, rebuild.target_index)
-        sample = await sample_vectors(uow.session, rebuild.target_index, queries)
+        index = await uow.vector_indexes.open(rebuild.target_index)
+        sample = await uow.vector_indexes.sample_vectors(rebuild.target_index, queries)
         found = 0
         wanted = 0
         for query in sample:
@@ -596,18 +579,20 @@ async def _switch(
     Returns ``False`` (nothing changed) when assets are still missing.
     """
     async with services.database.unit_of_work() as uow:
-        current = await lock_alias(uow.session, rebuild.alias)
+        current = await uow.vector_indexes.lock_alias(rebuild.alias)
         if current != rebuild.source_index:
             raise ConflictFailure(
                 f"{rebuild.alias} points at {current} now, not at {rebuild.source_index}"
             )
-        state = await get_rebuild(uow.session, rebuild.target_index, lock=True)
+        state = await uow.vector_indexes.rebuild(rebuild.target_index, lock=True)
         if state is None or state.state != "filling":
             raise ConflictFailure(f"the rebuild into {rebuild.target_index} is no longer filling")
-        if await missing_assets(uow.session, current, rebuild.target_index, after=None, limit=1):
+        if await uow.vector_indexes.missing_assets(
+            current, rebuild.target_index, after=None, limit=1
+        ):
             return False
-        await switch_alias(uow.session, rebuild.alias, rebuild.target_index)
-        await mark_switched(uow.session, rebuild.target_index)
+        await uow.vector_indexes.switch_alias(rebuild.alias, rebuild.target_index)
+        await uow.vector_indexes.mark_switched(rebuild.target_index)
         await uow.provenance.record(
             "vector_index_switch",
             actor_identity=OPERATOR,

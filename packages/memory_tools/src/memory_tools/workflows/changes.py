@@ -139,7 +139,7 @@ async def _index(uow: UnitOfWork, services: MemoryServices) -> VectorIndex | Non
     beside it, so a move or delete reaches them too.
     """
     try:
-        return await VectorIndex.open_alias(uow.session, services.vector_alias)
+        return await uow.vector_indexes.open_alias(services.vector_alias)
     except NotFound:
         return None
 

@@ -20,7 +20,6 @@ from typing import Any
 from pydantic import Field
 
 from memory_db import MemoryDbError, NotFound, UnitOfWork, VaultScope
-from memory_db.vectors import VectorIndex
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import (
@@ -207,7 +206,7 @@ async def reembed_fused(
     await uow.jobs.supersede(owner, asset_id, FUSED)
     try:
         # Held FOR SHARE like the worker's: an index rebuild's switch waits for this edit.
-        index = await VectorIndex.open_alias(uow.session, services.vector_alias)
+        index = await uow.vector_indexes.open_alias(services.vector_alias)
     except NotFound:
         pass  # no vector was ever written
     else:

@@ -50,8 +50,6 @@ from memory_db.vectors import (
     SearchTuning,
     VectorHit,
     VectorIndex,
-    rank_and_meter,
-    start_search,
 )
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable, require_scope
@@ -565,8 +563,8 @@ class AssetSearcher:
     async def _read_alias(self) -> VectorIndex:
         """The index the alias points at now (remembered: the next search embeds for it)."""
         async with self.services.database.single_statements() as uow:
-            self._active = await VectorIndex.open_alias(
-                uow.session, self.services.vector_alias, hold=False
+            self._active = await uow.vector_indexes.open_alias(
+                self.services.vector_alias, hold=False
             )
         return self._active
 
@@ -698,7 +696,7 @@ class AssetSearcher:
         filters = given.filters if given is not None else normalised_filters(request)
         tuning = SearchTuning()
         async with self.services.database.unit_of_work() as uow:
-            index = active.bound(uow.session)
+            index = uow.vector_indexes.bind(active)
             restricted: tuple[str, ...] | None = None
             overfetch = OVERFETCH
             if given is not None and filters.outside_vectors():
@@ -715,8 +713,7 @@ class AssetSearcher:
             if given is None:
                 filters = replace(filters, project_id=request.project_id)
             vector_filters = replace(filters.for_vectors(), asset_ids=restricted)
-            start = await start_search(
-                uow.session,
+            start = await uow.vector_indexes.start_search(
                 index,
                 self.services.vector_alias,
                 viewer=None if given is not None else caller.identity,
@@ -742,8 +739,7 @@ class AssetSearcher:
             if start.folder_ids is not None:
                 filters = replace(filters, folder_ids=start.folder_ids)
                 vector_filters = replace(vector_filters, folder_ids=start.folder_ids)
-            ranked = await rank_and_meter(
-                uow.session,
+            ranked = await uow.vector_indexes.rank_and_meter(
                 index,
                 start,
                 [v.record.scope for v in vaults],
