@@ -28,11 +28,11 @@ from memory_db.repositories import (
     ProvenanceRepository,
     QuotaRepository,
     ReportRepository,
+    SaveRepository,
     UsageRepository,
     VaultRepository,
     WebSessionCache,
     WebSessionRepository,
-    SaveRepository,
     WorkRepository,
 )
 from memory_db.repositories.access_changes import ACCESS_CHANGED, settle_access_change

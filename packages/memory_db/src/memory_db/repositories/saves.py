@@ -93,7 +93,7 @@ class SaveRepository:
         self._session = session
 
     async def commit_new_image(self, image: NewImage) -> list[str] | None:
-        """Commit ``image`` in one statement (:func:`commit_new_image`); its jobs' ids or ``None``."""
+        """Commit ``image`` in one statement (:func:`commit_new_image`): job ids, or ``None``."""
         return await commit_new_image(self._session, image)
 
 

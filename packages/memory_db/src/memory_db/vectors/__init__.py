@@ -37,7 +37,6 @@ from memory_db.vectors.ranking import (
     rank_and_meter,
     start_search,
 )
-from memory_db.vectors.repository import VectorIndexRepository
 from memory_db.vectors.rebuilds import (
     WALK_DONE,
     Rebuild,
@@ -53,6 +52,7 @@ from memory_db.vectors.rebuilds import (
     sample_vectors,
     start_rebuild,
 )
+from memory_db.vectors.repository import VectorIndexRepository
 
 __all__ = [
     "CODE_SCHEME",

@@ -14,37 +14,12 @@ from functools import partial
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.embedding.factory import EmbedderIdentity
+from memory_db.vectors import ddl, rebuilds
 from memory_db.vectors.completion import complete_embeddings
-from memory_db.vectors.ddl import (
-    DEFAULT_ALIAS,
-    CacheFit,
-    ElementType,
-    cache_fit,
-    create_index,
-    describe_index,
-    drop_index,
-    ensure_default_index,
-    index_exists,
-    index_identity,
-    resolve_alias,
-    switch_alias,
-)
+from memory_db.vectors.ddl import DEFAULT_ALIAS, CacheFit, ElementType
 from memory_db.vectors.index import VectorIndex
 from memory_db.vectors.ranking import rank_and_meter, start_search
-from memory_db.vectors.rebuilds import (
-    Rebuild,
-    SampledVector,
-    abandon_rebuild,
-    advance_rebuild,
-    count_assets,
-    filling_rebuild,
-    get_rebuild,
-    lock_alias,
-    mark_switched,
-    missing_assets,
-    sample_vectors,
-    start_rebuild,
-)
+from memory_db.vectors.rebuilds import Rebuild, SampledVector
 
 
 class VectorIndexRepository:
@@ -77,15 +52,15 @@ class VectorIndexRepository:
 
     async def resolve_alias(self, alias: str = DEFAULT_ALIAS) -> str:
         """The name of the index ``alias`` points at."""
-        return await resolve_alias(self._session, alias)
+        return await ddl.resolve_alias(self._session, alias)
 
     async def lock_alias(self, alias: str) -> str:
         """The index ``alias`` points at, its row locked ``FOR UPDATE`` until the commit."""
-        return await lock_alias(self._session, alias)
+        return await rebuilds.lock_alias(self._session, alias)
 
     async def switch_alias(self, alias: str, name: str) -> None:
         """Point ``alias`` at the index ``name``."""
-        await switch_alias(self._session, alias, name)
+        await ddl.switch_alias(self._session, alias, name)
 
     async def create(
         self,
@@ -96,7 +71,7 @@ class VectorIndexRepository:
         identity: EmbedderIdentity | None = None,
     ) -> None:
         """Create and register the index table ``name`` (``Conflict`` if the name is taken)."""
-        await create_index(
+        await ddl.create_index(
             self._session, name, dimensions=dimensions, element=element, identity=identity
         )
 
@@ -110,7 +85,7 @@ class VectorIndexRepository:
         identity: EmbedderIdentity,
     ) -> str:
         """Create ``name`` if missing and point an unset ``alias`` at it; the alias's target."""
-        return await ensure_default_index(
+        return await ddl.ensure_default_index(
             self._session,
             name,
             dimensions=dimensions,
@@ -121,39 +96,39 @@ class VectorIndexRepository:
 
     async def drop(self, name: str) -> None:
         """Drop the index ``name`` (refused while an alias points at it)."""
-        await drop_index(self._session, name)
+        await ddl.drop_index(self._session, name)
 
     async def exists(self, name: str) -> bool:
         """Whether an index ``name`` is registered."""
-        return await index_exists(self._session, name)
+        return await ddl.index_exists(self._session, name)
 
     async def identity(self, name: str) -> EmbedderIdentity | None:
         """The embedder recorded for the index ``name`` (``None``: made before they were)."""
-        return await index_identity(self._session, name)
+        return await ddl.index_identity(self._session, name)
 
     async def describe(self, name: str) -> tuple[int, ElementType]:
         """The dimensions and element type of the index ``name``."""
-        return await describe_index(self._session, name)
+        return await ddl.describe_index(self._session, name)
 
     async def cache_fit(self, name: str) -> CacheFit:
         """How the index ``name``'s graph and table compare with the shared buffers."""
-        return await cache_fit(self._session, name)
+        return await ddl.cache_fit(self._session, name)
 
     # --- rebuilds -----------------------------------------------------------------------------
 
     async def rebuild(self, target: str, *, lock: bool = False) -> Rebuild | None:
         """The rebuild into ``target``, if any; ``lock`` holds its row until the commit."""
-        return await get_rebuild(self._session, target, lock=lock)
+        return await rebuilds.get_rebuild(self._session, target, lock=lock)
 
     async def filling_rebuild(self, alias: str) -> Rebuild | None:
         """The rebuild filling beside the index ``alias`` points at, if any."""
-        return await filling_rebuild(self._session, alias)
+        return await rebuilds.filling_rebuild(self._session, alias)
 
     async def start_rebuild(
         self, *, alias: str, target: str, source: str, cursor: str | None = None
     ) -> Rebuild:
         """Record a rebuild of ``alias`` from ``source`` into ``target`` (``Conflict`` if busy)."""
-        return await start_rebuild(
+        return await rebuilds.start_rebuild(
             self._session, alias=alias, target=target, source=source, cursor=cursor
         )
 
@@ -161,28 +136,30 @@ class VectorIndexRepository:
         self, target: str, *, cursor: str | None, embedded: int, skipped: int
     ) -> None:
         """Add a batch's counts to the rebuild into ``target`` and move its cursor."""
-        await advance_rebuild(
+        await rebuilds.advance_rebuild(
             self._session, target, cursor=cursor, embedded=embedded, skipped=skipped
         )
 
     async def mark_switched(self, target: str) -> None:
         """Record that the alias now points at the rebuild's ``target``."""
-        await mark_switched(self._session, target)
+        await rebuilds.mark_switched(self._session, target)
 
     async def abandon_rebuild(self, target: str) -> bool:
         """Forget a rebuild into ``target`` that never switched; whether there was one."""
-        return await abandon_rebuild(self._session, target)
+        return await rebuilds.abandon_rebuild(self._session, target)
 
     async def count_assets(self, name: str) -> int:
         """How many assets have a vector in the index ``name``."""
-        return await count_assets(self._session, name)
+        return await rebuilds.count_assets(self._session, name)
 
     async def missing_assets(
         self, source: str, target: str, *, after: str | None, limit: int
     ) -> list[tuple[str, str]]:
         """``(owner, asset id)`` of assets with vectors in ``source`` and none in ``target``."""
-        return await missing_assets(self._session, source, target, after=after, limit=limit)
+        return await rebuilds.missing_assets(
+            self._session, source, target, after=after, limit=limit
+        )
 
     async def sample_vectors(self, name: str, size: int) -> list[SampledVector]:
         """About ``size`` stored vectors of the index ``name`` (from a random point), for recall."""
-        return await sample_vectors(self._session, name, size)
+        return await rebuilds.sample_vectors(self._session, name, size)
