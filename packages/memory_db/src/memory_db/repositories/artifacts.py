@@ -12,35 +12,18 @@ from datetime import timedelta
 from typing import Any
 
 from sqlalchemy import delete, func, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories.records import ArtifactRecord, ArtifactUsage
 from memory_db.schema import ScrapeArtifact
 
 
 def _record(row: ScrapeArtifact) -> ArtifactRecord:
-    return ArtifactRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        namespace_id=row.namespace_id,
-        storage_key=row.storage_key,
-        sha256=row.sha256,
-        mime_type=row.mime_type,
-        bytes=row.bytes,
-        width=row.width,
-        height=row.height,
-        source_kind=row.source_kind,
-        source_ref=dict(row.source_ref),
-        created_at=row.created_at,
-        expires_at=row.expires_at,
-    )
+    return record_from_row(ArtifactRecord, row, source_ref=dict(row.source_ref))
 
 
-class ArtifactRepository:
+class ArtifactRepository(SessionRepository):
     """Artifacts of one owner: create, read while live, list and delete expired ones."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def create(
         self,

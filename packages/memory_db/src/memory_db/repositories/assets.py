@@ -19,7 +19,6 @@ from sqlalchemy import (
     Select,
     Subquery,
     Text,
-    and_,
     any_,
     case,
     cast,
@@ -37,11 +36,11 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import QueryableAttribute
 
 from memory_db.errors import Conflict, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
+from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import (
@@ -77,23 +76,7 @@ class DuplicateObject(Conflict):
 
 def object_record(row: AssetObject) -> ObjectRecord:
     """The record of an object row."""
-    return ObjectRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        namespace_id=row.namespace_id,
-        sha256=row.sha256,
-        storage_key=row.storage_key,
-        preview_storage_key=row.preview_storage_key,
-        mime_type=row.mime_type,
-        extension=row.extension,
-        bytes=row.bytes,
-        preview_bytes=row.preview_bytes,
-        width=row.width,
-        height=row.height,
-        status=row.status,
-        created_at=row.created_at,
-        preview_sha256=row.preview_sha256,
-    )
+    return record_from_row(ObjectRecord, row)
 
 
 def table_valued(model: type[Asset]) -> Any:
@@ -147,40 +130,18 @@ def stored_from_json(row: dict[str, Any]) -> StoredAsset:
 
 def asset_record(row: Asset) -> AssetRecord:
     """The record of an asset row."""
-    return AssetRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        vault=row.vault,
-        project_id=row.project_id,
-        folder_id=row.folder_id,
-        object_id=row.object_id,
-        title=row.title,
-        description=row.description,
-        alt_text=row.alt_text,
-        source_url=row.source_url,
-        source_kind=row.source_kind,
+    return record_from_row(
+        AssetRecord,
+        row,
         source_ref=dict(row.source_ref),
         tags=list(row.tags),
         metadata=dict(row.metadata_),
-        status=row.status,
-        embedding_status=row.embedding_status,
-        failure_code=row.failure_code,
-        failure_message=row.failure_message,
-        created_by=row.created_by,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-        generated_text=row.generated_text,
-        ocr_text=row.ocr_text,
         ocr=None if row.ocr is None else dict(row.ocr),
-        original_file_name=row.original_file_name,
     )
 
 
-class ObjectRepository:
+class ObjectRepository(SessionRepository):
     """Owner-scoped immutable objects."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def find_reusable(self, owner: str, sha256: str) -> ObjectRecord | None:
         """The owner's available object with these bytes, locked against deletion meanwhile."""
@@ -518,11 +479,17 @@ def _branches(
     return split
 
 
-class AssetRepository:
-    """Assets of one owner and vault."""
+def _one_asset(scope: VaultScope, asset_id: str) -> tuple[ColumnElement[bool], ...]:
+    """The conditions that name one asset of one vault, deleted or not."""
+    return (
+        Asset.owner_identity == scope.owner_identity,
+        Asset.vault == scope.physical_vault,
+        Asset.id == asset_id,
+    )
 
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
+
+class AssetRepository(SessionRepository):
+    """Assets of one owner and vault."""
 
     async def create(
         self,
@@ -587,15 +554,22 @@ class AssetRepository:
             raise NotFound("asset")
         row = await self._session.scalar(
             select(Asset).where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
+                *_one_asset(scope, asset_id),
                 Asset.status != "deleted",
             )
         )
         if row is None:
             raise NotFound("asset")
         return asset_record(row)
+
+    async def _update(self, scope: VaultScope, asset_id: str, **values: Any) -> None:
+        """Set columns of one asset of this vault, stamping ``updated_at`` by the database clock."""
+        await self._session.execute(
+            update(Asset)
+            .where(*_one_asset(scope, asset_id))
+            .values(**values, updated_at=func.now())
+            .execution_options(synchronize_session=False)
+        )
 
     @staticmethod
     def _visible(
@@ -606,10 +580,7 @@ class AssetRepository:
             select(Asset, AssetObject)
             .join(
                 AssetObject,
-                and_(
-                    AssetObject.id == Asset.object_id,
-                    AssetObject.owner_identity == Asset.owner_identity,
-                ),
+                asset_object_join(),
             )
             .where(
                 tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
@@ -800,10 +771,7 @@ class AssetRepository:
             if filters.reads_objects():
                 matches = matches.join(
                     AssetObject,
-                    and_(
-                        AssetObject.id == Asset.object_id,
-                        AssetObject.owner_identity == Asset.owner_identity,
-                    ),
+                    asset_object_join(),
                 )
             return matches
 
@@ -921,9 +889,7 @@ class AssetRepository:
         if not is_valid_id(asset_id, "ast"):
             return None
         query = select(Asset).where(
-            Asset.owner_identity == scope.owner_identity,
-            Asset.vault == scope.physical_vault,
-            Asset.id == asset_id,
+            *_one_asset(scope, asset_id),
         )
         if not include_deleted:
             query = query.where(Asset.status.in_(VISIBLE_STATUSES))
@@ -942,20 +908,10 @@ class AssetRepository:
         actor: str,
     ) -> AssetRecord:
         """Set an asset's project and folder (the composite keys keep both in its vault)."""
-        await self._session.execute(
-            update(Asset)
-            .where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
-            )
-            .values(
-                project_id=project_id, folder_id=folder_id, updated_by=actor, updated_at=func.now()
-            )
-            .execution_options(synchronize_session=False)
+        await self._update(
+            scope, asset_id, project_id=project_id, folder_id=folder_id, updated_by=actor
         )
-        record = await self.get(scope, asset_id)
-        return record
+        return await self.get(scope, asset_id)
 
     async def edit(
         self,
@@ -970,23 +926,15 @@ class AssetRepository:
         actor: str,
     ) -> AssetRecord:
         """Set an asset's words (its full-text document, a generated column, follows)."""
-        await self._session.execute(
-            update(Asset)
-            .where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
-            )
-            .values(
-                title=title,
-                description=description,
-                alt_text=alt_text,
-                tags=tags,
-                metadata_=metadata,
-                updated_by=actor,
-                updated_at=func.now(),
-            )
-            .execution_options(synchronize_session=False)
+        await self._update(
+            scope,
+            asset_id,
+            title=title,
+            description=description,
+            alt_text=alt_text,
+            tags=tags,
+            metadata_=metadata,
+            updated_by=actor,
         )
         return await self.get(scope, asset_id)
 
@@ -996,19 +944,10 @@ class AssetRepository:
         Calls waiting on the asset's state (``ASSET_STATE_CHANNEL``) are woken when this
         commits: a deleted asset is an answer (``not_found``), not something to wait for.
         """
-        values: dict[str, Any] = {"status": status, "updated_by": actor, "updated_at": func.now()}
+        values: dict[str, Any] = {"status": status, "updated_by": actor}
         if status == "deleted":
             values["deleted_at"] = func.now()
-        await self._session.execute(
-            update(Asset)
-            .where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
-            )
-            .values(**values)
-            .execution_options(synchronize_session=False)
-        )
+        await self._update(scope, asset_id, **values)
         await self._session.execute(
             text("SELECT pg_notify(:channel, :asset_id)"),
             {"channel": ASSET_STATE_CHANNEL, "asset_id": asset_id},
@@ -1051,9 +990,7 @@ class AssetRepository:
         """
         found = await self._session.scalar(
             select(Asset.id).where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
+                *_one_asset(scope, asset_id),
                 Asset.status == "deleted",
                 Asset.purged_at.is_(None),
                 Asset.deleted_at > func.now() - window,
@@ -1128,9 +1065,7 @@ class AssetRepository:
         await self._session.execute(
             update(Asset)
             .where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
+                *_one_asset(scope, asset_id),
                 Asset.status == "deleted",
             )
             .values(purged_at=func.now(), updated_by=actor, updated_at=func.now())
@@ -1174,9 +1109,7 @@ class AssetRepository:
         row = await self._session.scalar(
             update(Asset)
             .where(
-                Asset.owner_identity == scope.owner_identity,
-                Asset.vault == scope.physical_vault,
-                Asset.id == asset_id,
+                *_one_asset(scope, asset_id),
                 Asset.status == "deleted",
             )
             .values(
@@ -1259,10 +1192,7 @@ class AssetRepository:
             select(Asset)
             .join(
                 AssetObject,
-                and_(
-                    AssetObject.id == Asset.object_id,
-                    AssetObject.owner_identity == Asset.owner_identity,
-                ),
+                asset_object_join(),
             )
             .where(
                 Asset.owner_identity == scope.owner_identity,

@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import ColumnElement, Insert, insert, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories.records import ProvenanceRecord
 from memory_db.schema import (
     PROVENANCE_OPERATIONS,
@@ -19,11 +19,8 @@ from memory_db.schema import (
 )
 
 
-class ProvenanceRepository:
+class ProvenanceRepository(SessionRepository):
     """Who did what to which target, and the outcome. Details must hold no secrets."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def record(
         self,
@@ -87,20 +84,7 @@ class ProvenanceRepository:
             .order_by(ProvenanceEvent.created_at, ProvenanceEvent.id)
             .limit(limit)
         )
-        return [
-            ProvenanceRecord(
-                id=row.id,
-                operation=row.operation,
-                actor_identity=row.actor_identity,
-                owner_identity=row.owner_identity,
-                target_kind=row.target_kind,
-                target_id=row.target_id,
-                outcome=row.outcome,
-                detail=dict(row.detail),
-                created_at=row.created_at,
-            )
-            for row in rows
-        ]
+        return [record_from_row(ProvenanceRecord, row, detail=dict(row.detail)) for row in rows]
 
 
 def provenance_entry(operation: str, *, actor_identity: str, detail: ColumnElement[Any]) -> Insert:
@@ -149,11 +133,8 @@ def usage_entry(
     )
 
 
-class UsageRepository:
+class UsageRepository(SessionRepository):
     """Metered provider usage; pricing is derived elsewhere from a rate table."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def record(
         self,

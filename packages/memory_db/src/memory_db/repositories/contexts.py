@@ -13,34 +13,18 @@ from typing import Any
 
 from sqlalchemy import and_, delete, func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.records import ContextRecord
 from memory_db.schema import MAX_GENERATED_TEXT, Asset, AssetContext, AssetObject
 
 
 def _record(row: AssetContext, current: bool) -> ContextRecord:
-    return ContextRecord(
-        asset_id=row.asset_id,
-        owner_identity=row.owner_identity,
-        object_id=row.object_id,
-        source_sha256=row.source_sha256,
-        model=row.model,
-        context=dict(row.context),
-        generated_at=row.generated_at,
-        job_id=row.job_id,
-        review=row.review,
-        reviewed_by=row.reviewed_by,
-        reviewed_at=row.reviewed_at,
-        current=current,
-    )
+    return record_from_row(ContextRecord, row, context=dict(row.context), current=current)
 
 
-class ContextRepository:
+class ContextRepository(SessionRepository):
     """Owner-scoped generated contexts; callers lock the asset row first (like a completion)."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def put(
         self,
@@ -93,10 +77,7 @@ class ContextRepository:
             )
             .join(
                 AssetObject,
-                and_(
-                    AssetObject.id == Asset.object_id,
-                    AssetObject.owner_identity == Asset.owner_identity,
-                ),
+                asset_object_join(),
             )
             .where(AssetContext.owner_identity == owner, AssetContext.asset_id == asset_id)
             .execution_options(populate_existing=True)

@@ -19,6 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, InvalidInput, NotFound
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import has_forbidden_characters
 from memory_db.repositories.access_changes import (
@@ -93,48 +94,23 @@ def _validate_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
 
 def key_record(row: ApiKey) -> ApiKeyRecord:
     """The record of a key row (without its secret, which is never stored)."""
-    return ApiKeyRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        label=row.label,
-        scopes=tuple(row.scopes),
-        created_at=row.created_at,
-        revoked_at=row.revoked_at,
-        last_used_at=row.last_used_at,
-    )
+    return record_from_row(ApiKeyRecord, row, scopes=tuple(row.scopes))
 
 
 def _vault_record(row: Vault, permission: str) -> VaultRecord:
-    return VaultRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        handle=row.handle,
-        physical_vault=row.physical_vault,
-        permission=permission,
-        created_at=row.created_at,
-    )
+    return record_from_row(VaultRecord, row, permission=permission)
 
 
 def _grant_record(row: VaultGrant) -> GrantRecord:
-    return GrantRecord(
-        row.id,
-        row.owner_identity,
-        row.physical_vault,
-        row.grantee_identity,
-        row.permission,
-        row.created_at,
-    )
+    return record_from_row(GrantRecord, row)
 
 
 # The largest quota the bigint column holds.
 MAX_QUOTA_BYTES = 2**63 - 1
 
 
-class IdentityRepository:
+class IdentityRepository(SessionRepository):
     """Owner identities, their namespaces and their default vault."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def create(self, owner_identity: str, quota_bytes: int) -> IdentityRecord:
         """Create an identity with its opaque namespace and a default vault ``Library``."""
@@ -178,14 +154,14 @@ class IdentityRepository:
         )
 
 
-class ApiKeyRepository:
+class ApiKeyRepository(SessionRepository):
     """API keys: created once (the secret is shown once), resolved by hash, revocable.
 
     ``cache``: this process's :class:`ApiKeyCache`, which :meth:`use` reads first.
     """
 
     def __init__(self, session: AsyncSession, cache: ApiKeyCache | None = None) -> None:
-        self._session = session
+        super().__init__(session)
         self._cache = cache
 
     async def create(
@@ -342,11 +318,8 @@ def vault_from_json(row: list[Any]) -> VaultRecord:
     )
 
 
-class VaultRepository:
+class VaultRepository(SessionRepository):
     """Vaults, grants, and the resolution of a caller-visible handle."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def create(self, owner_identity: str, handle: str) -> VaultRecord:
         """Create a vault ``handle`` for ``owner_identity``."""

@@ -14,9 +14,10 @@ from datetime import datetime
 
 import anyio
 from sqlalchemy import func, select, text, update
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, AsyncSession
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory_db.logs import get_logger
+from memory_db.repositories._base import SessionRepository
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import object_record
 from memory_db.repositories.records import INTEGRITY_CODES, ObjectRecord
@@ -71,11 +72,8 @@ async def _unlock(connection: AsyncConnection, key: dict[str, str]) -> None:
         await connection.invalidate()
 
 
-class IntegrityRepository:
+class IntegrityRepository(SessionRepository):
     """Objects against their bytes, assets against their vectors, counters against rows."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     # --- objects -------------------------------------------------------------------------------
 

@@ -19,10 +19,10 @@ from typing import TYPE_CHECKING, Any, cast
 import anyio
 from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, tuple_, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import asset_record, object_record
 from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord
@@ -36,27 +36,7 @@ JOB_CHANNEL = "memory_embedding_jobs"
 
 
 def _job(row: AssetEmbeddingJob) -> JobRecord:
-    return JobRecord(
-        id=row.id,
-        asset_id=row.asset_id,
-        owner_identity=row.owner_identity,
-        kind=row.kind,
-        representation=row.representation,
-        model=row.model,
-        dimensions=row.dimensions,
-        status=row.status,
-        attempts=row.attempts,
-        max_attempts=row.max_attempts,
-        run_after=row.run_after,
-        lease_owner=row.lease_owner,
-        lease_until=row.lease_until,
-        last_error_code=row.last_error_code,
-        last_error=row.last_error,
-        usage=dict(row.usage),
-        created_at=row.created_at,
-        completed_at=row.completed_at,
-        updated_at=row.updated_at,
-    )
+    return record_from_row(JobRecord, row, usage=dict(row.usage))
 
 
 def _held_by(lease_owner: str, job_ids: Sequence[str]) -> ColumnElement[bool]:
@@ -114,11 +94,8 @@ class QueueHealth:
     stale_leases: int  # running jobs whose lease ran out (their worker stopped renewing it)
 
 
-class JobRepository:
+class JobRepository(SessionRepository):
     """Durable jobs of every kind: creation, leasing, heartbeats and outcomes."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def create(
         self,
@@ -359,10 +336,7 @@ class JobRepository:
             )
             .outerjoin(
                 AssetObject,
-                and_(
-                    AssetObject.owner_identity == Asset.owner_identity,
-                    AssetObject.id == Asset.object_id,
-                ),
+                asset_object_join(),
             )
             .execution_options(populate_existing=True)
         )

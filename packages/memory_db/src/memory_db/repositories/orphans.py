@@ -12,17 +12,14 @@ from datetime import timedelta
 
 from sqlalchemy import func, select, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository
 from memory_db.schema import AssetObject, OrphanCandidate, ScrapeArtifact
 
 
-class OrphanRepository:
+class OrphanRepository(SessionRepository):
     """Keys written to the store whose database commit failed."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def record(self, owner: str, keys: Sequence[str], *, reason: str) -> None:
         """Remember ``keys`` for reconciliation (idempotent per key)."""

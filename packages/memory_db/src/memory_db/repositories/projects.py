@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 
 from sqlalchemy import Select, func, literal, select, tuple_, update
 from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import aliased
 
 from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
 from memory_db.ids import is_valid_id, new_id
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import FORBIDDEN_CHARACTERS_RULE, has_forbidden_characters
 from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
@@ -48,30 +48,11 @@ def validate_folder_name(value: str) -> str:
 
 
 def _project(row: AssetProject) -> ProjectRecord:
-    return ProjectRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        vault=row.vault,
-        name=row.name,
-        description=row.description,
-        status=row.status,
-        created_by=row.created_by,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return record_from_row(ProjectRecord, row)
 
 
 def _folder(row: AssetFolder) -> FolderRecord:
-    return FolderRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        vault=row.vault,
-        project_id=row.project_id,
-        parent_id=row.parent_id,
-        name=row.name,
-        created_at=row.created_at,
-        updated_at=row.updated_at,
-    )
+    return record_from_row(FolderRecord, row)
 
 
 def _in_scope_projects(scope: VaultScope) -> Select[AssetProject]:
@@ -82,11 +63,8 @@ def _in_scope_projects(scope: VaultScope) -> Select[AssetProject]:
     )
 
 
-class ProjectRepository:
+class ProjectRepository(SessionRepository):
     """Projects of one vault."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def create(
         self, scope: VaultScope, *, name: str, description: str | None, created_by: str
@@ -226,11 +204,8 @@ class ProjectRepository:
         return _project(row)
 
 
-class FolderRepository:
+class FolderRepository(SessionRepository):
     """Folders of one project; depth and cycles are also enforced by a database trigger."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     def _scoped(self, scope: VaultScope) -> Select[AssetFolder]:
         return select(AssetFolder).where(

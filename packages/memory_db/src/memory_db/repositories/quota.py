@@ -14,10 +14,10 @@ from typing import Any
 
 from sqlalchemy import DateTime, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, NotFound, QuotaExceededError
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories.assets import COPIES_SQL, copies_found
 from memory_db.repositories.records import (
     INTEGRITY_CODES,
@@ -51,27 +51,11 @@ class _Locked:
 
 
 def _reservation(row: AssetUploadReservation) -> ReservationRecord:
-    return ReservationRecord(
-        id=row.id,
-        owner_identity=row.owner_identity,
-        operation=row.operation,
-        idempotency_key=row.idempotency_key,
-        expected_bytes=row.expected_bytes,
-        reserved_bytes=row.reserved_bytes,
-        status=row.status,
-        asset_id=row.asset_id,
-        vault=row.vault,
-        object_id=row.object_id,
-        request=dict(row.request),
-        expires_at=row.expires_at,
-    )
+    return record_from_row(ReservationRecord, row, request=dict(row.request))
 
 
-class QuotaRepository:
+class QuotaRepository(SessionRepository):
     """Byte accounting of owner namespaces."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def usage(self, owner: str, *, lock: bool = False) -> NamespaceUsage:
         """The owner's counters and quota; ``lock`` serialises against other quota changes."""

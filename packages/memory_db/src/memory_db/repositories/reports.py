@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from sqlalchemy import Integer, String, and_, func, literal, select
-from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_db.repositories._base import SessionRepository, asset_object_join
 from memory_db.schema import (
     ApiKey,
     Asset,
@@ -83,11 +83,8 @@ class MonthlyTokens:
     image_tokens: int
 
 
-class ReportRepository:
+class ReportRepository(SessionRepository):
     """Read-only summaries for operators; nothing here is scoped to a caller."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def identities(self) -> list[IdentitySummary]:
         """Every identity with its counters and key and vault counts, by e-mail address."""
@@ -178,10 +175,7 @@ class ReportRepository:
             )
             .join(
                 AssetObject,
-                and_(
-                    AssetObject.id == Asset.object_id,
-                    AssetObject.owner_identity == Asset.owner_identity,
-                ),
+                asset_object_join(),
             )
             .outerjoin(
                 AssetProject,

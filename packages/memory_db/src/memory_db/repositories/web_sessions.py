@@ -21,6 +21,7 @@ from sqlalchemy import delete, func, select, update
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository
 from memory_db.repositories.access_changes import AccessCache, mark_access_changed
 from memory_db.repositories.identities import key_record, touch_keys
 from memory_db.repositories.records import ApiKeyRecord
@@ -54,14 +55,14 @@ class WebSessionCache(AccessCache[WebSessionRecord]):
     """Live sessions by the hash of their secret, each kept no longer than it lives."""
 
 
-class WebSessionRepository:
+class WebSessionRepository(SessionRepository):
     """Create, resolve and end web sessions.
 
     ``cache``: this process's :class:`WebSessionCache`, which :meth:`use` reads first.
     """
 
     def __init__(self, session: AsyncSession, cache: WebSessionCache | None = None) -> None:
-        self._session = session
+        super().__init__(session)
         self._cache = cache
 
     async def create(self, key_id: str, *, lifetime: timedelta) -> tuple[str, str]:

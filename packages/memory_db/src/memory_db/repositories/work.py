@@ -29,9 +29,9 @@ from sqlalchemy import (
     tuple_,
     union_all,
 )
-from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import SessionRepository, record_from_row
 from memory_db.repositories.records import ReconcileRunRecord, WorkItem
 from memory_db.schema import AssetEmbeddingJob, AssetObject, ReconcileRun
 
@@ -42,21 +42,7 @@ WORK_KINDS = (*JOB_WORK_KINDS, "purge", "reconcile")
 
 
 def _run(row: ReconcileRun) -> ReconcileRunRecord:
-    return ReconcileRunRecord(
-        id=row.id,
-        actor_identity=row.actor_identity,
-        status=row.status,
-        namespaces=row.namespaces,
-        listed=row.listed,
-        removed=row.removed,
-        removed_bytes=row.removed_bytes,
-        waiting=row.waiting,
-        foreign_keys=row.foreign_keys,
-        error_code=row.error_code,
-        error=row.error,
-        started_at=row.started_at,
-        finished_at=row.finished_at,
-    )
+    return record_from_row(ReconcileRunRecord, row)
 
 
 def _text(value: Any = None) -> Any:
@@ -132,11 +118,8 @@ def _reconcile() -> Select[*tuple[Any, ...]]:
     )
 
 
-class WorkRepository:
+class WorkRepository(SessionRepository):
     """Every owner's work, for operators; and the record of reconciliation passes."""
-
-    def __init__(self, session: AsyncSession) -> None:
-        self._session = session
 
     async def list(
         self,

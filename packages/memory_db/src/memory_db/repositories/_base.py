@@ -1,0 +1,57 @@
+"""What the session-bound repositories share: the session they run in, and the joins they repeat.
+
+A repository never commits, opens or closes its session: the unit of work that made it does
+(``memory_db.unit_of_work``), so every repository of one unit of work sees the same transaction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from functools import cache
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from sqlalchemy import ColumnElement, and_
+from sqlalchemy.ext.asyncio import AsyncSession
+
+from memory_db.schema import Asset, AssetObject
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+RecordT = TypeVar("RecordT", bound="DataclassInstance")
+
+
+class SessionRepository:
+    """A repository bound to the session of one unit of work."""
+
+    def __init__(self, session: AsyncSession) -> None:
+        self._session = session
+
+
+def asset_object_join() -> ColumnElement[bool]:
+    """The join from an asset to its stored object.
+
+    Objects are the owner's, so the owner is part of the key: an asset can only ever reach the
+    bytes of its own owner (the composite foreign key holds the same rule in the database).
+    """
+    return and_(
+        AssetObject.id == Asset.object_id,
+        AssetObject.owner_identity == Asset.owner_identity,
+    )
+
+
+@cache
+def _field_names(record_type: type[DataclassInstance]) -> tuple[str, ...]:
+    return tuple(field.name for field in fields(record_type))
+
+
+def record_from_row(record_type: type[RecordT], row: object, **given: Any) -> RecordT:
+    """A record filled from the same-named attributes of an ORM row, except the ``given`` fields.
+
+    Records (``records.py``) name their fields after their table's columns, so the mapping is
+    by name. ``given`` holds the fields that are not a plain copy: JSON and array values copied
+    out of the row (a record must not share mutable state with the session), a renamed
+    column, or a value the row does not hold.
+    """
+    values = {name: getattr(row, name) for name in _field_names(record_type) if name not in given}
+    return record_type(**values, **given)
