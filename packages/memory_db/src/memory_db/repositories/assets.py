@@ -19,6 +19,7 @@ from sqlalchemy import (
     Select,
     Subquery,
     Text,
+    Update,
     any_,
     case,
     cast,
@@ -140,6 +141,25 @@ def asset_record(row: Asset) -> AssetRecord:
     )
 
 
+def object_transition(
+    owner: str, object_id: str, statuses: tuple[str, ...], **values: Any
+) -> Update:
+    """The update that sets ``values`` on an object of ``owner`` whose status is in ``statuses``.
+
+    Nothing changes when the object is in another status, so the update itself is the check.
+    """
+    return (
+        update(AssetObject)
+        .where(
+            AssetObject.owner_identity == owner,
+            AssetObject.id == object_id,
+            AssetObject.status.in_(statuses),
+        )
+        .values(**values)
+        .execution_options(synchronize_session=False)
+    )
+
+
 class ObjectRepository(SessionRepository):
     """Owner-scoped immutable objects."""
 
@@ -225,15 +245,8 @@ class ObjectRepository(SessionRepository):
 
     async def quarantine(self, owner: str, object_id: str) -> None:
         """Take an available object out of reuse and embedding (a provider could not read it)."""
-        await self._session.execute(
-            update(AssetObject)
-            .where(
-                AssetObject.owner_identity == owner,
-                AssetObject.id == object_id,
-                AssetObject.status == "available",
-            )
-            .values(status="quarantined", updated_at=func.now())
-            .execution_options(synchronize_session=False)
+        await self._transition(
+            owner, object_id, ("available",), status="quarantined", updated_at=func.now()
         )
 
     async def lock(self, owner: str, object_id: str) -> ObjectRecord:
@@ -250,17 +263,13 @@ class ObjectRepository(SessionRepository):
 
     async def mark_deleting(self, owner: str, object_id: str) -> bool:
         """Take an object out of use before its bytes go; ``False`` if it was not in use."""
-        result = await self._session.execute(
-            update(AssetObject)
-            .where(
-                AssetObject.owner_identity == owner,
-                AssetObject.id == object_id,
-                AssetObject.status.in_(("available", "quarantined", "pending")),
-            )
-            .values(status="deleting", updated_at=func.now())
-            .execution_options(synchronize_session=False)
+        return await self._transition(
+            owner,
+            object_id,
+            ("available", "quarantined", "pending"),
+            status="deleting",
+            updated_at=func.now(),
         )
-        return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def deleting(
         self, *, limit: int = 100, older_than: timedelta = timedelta(0)
@@ -289,29 +298,26 @@ class ObjectRepository(SessionRepository):
         (:meth:`find_recently_deleted` looks only within the grace window). ``False`` if the
         object was not ``deleting``.
         """
-        return await self._update_deleting(owner, object_id, updated_at=func.now() - older_than)
+        return await self._transition(
+            owner, object_id, ("deleting",), updated_at=func.now() - older_than
+        )
 
     async def take_back(self, owner: str, object_id: str) -> bool:
         """Return an object marked ``deleting`` to use (a restore); ``False`` if it was not."""
-        return await self._update_deleting(
-            owner, object_id, status="available", updated_at=func.now()
+        return await self._transition(
+            owner, object_id, ("deleting",), status="available", updated_at=func.now()
         )
 
-    async def _update_deleting(self, owner: str, object_id: str, **values: Any) -> bool:
-        """Set ``values`` on one of ``owner``'s objects only while it is ``deleting``.
+    async def _transition(
+        self, owner: str, object_id: str, statuses: tuple[str, ...], **values: Any
+    ) -> bool:
+        """Set ``values`` on one of ``owner``'s objects only while its status is in ``statuses``.
 
-        The status guard is what makes a purge-now and a restore racing each other safe: the
-        one that commits second finds the object no longer ``deleting`` and changes nothing.
+        The status guard is what makes racing changes safe (a purge-now and a restore, say): the
+        one that commits second finds the object no longer in that status and changes nothing.
         """
         result = await self._session.execute(
-            update(AssetObject)
-            .where(
-                AssetObject.owner_identity == owner,
-                AssetObject.id == object_id,
-                AssetObject.status == "deleting",
-            )
-            .values(**values)
-            .execution_options(synchronize_session=False)
+            object_transition(owner, object_id, statuses, **values)
         )
         return bool(result.rowcount)  # pyright: ignore[reportAttributeAccessIssue]
 

@@ -9,7 +9,7 @@ from sqlalchemy import ColumnElement, Insert, insert, select
 
 from memory_db.ids import new_id
 from memory_db.repositories._base import SessionRepository, record_from_row
-from memory_db.repositories.records import ProvenanceRecord
+from memory_db.repositories.records import ProvenanceRecord, VaultScope
 from memory_db.schema import (
     PROVENANCE_OPERATIONS,
     PROVENANCE_OUTCOMES,
@@ -55,6 +55,31 @@ class ProvenanceRepository(SessionRepository):
         )
         await self._session.flush()
         return event_id
+
+    async def record_in_vault(
+        self,
+        operation: str,
+        scope: VaultScope,
+        target_kind: str,
+        target_id: str,
+        *,
+        actor_identity: str,
+        detail: dict[str, Any] | None = None,
+    ) -> str:
+        """:meth:`record` a succeeded event about one target of one vault.
+
+        The target is an asset, a folder, a project or the vault itself; the scope names the
+        owner and vault the event is filed under.
+        """
+        return await self.record(
+            operation,
+            actor_identity=actor_identity,
+            owner_identity=scope.owner_identity,
+            vault=scope.physical_vault,
+            target_kind=target_kind,
+            target_id=target_id,
+            detail=detail,
+        )
 
     async def record_many(self, events: Sequence[dict[str, Any]]) -> None:
         """Append several succeeded events in one statement (the worker's batches).

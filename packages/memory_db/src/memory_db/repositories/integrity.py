@@ -19,7 +19,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from memory_db.logs import get_logger
 from memory_db.repositories._base import SessionRepository
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
-from memory_db.repositories.assets import object_record
+from memory_db.repositories.assets import object_record, object_transition
 from memory_db.repositories.records import INTEGRITY_CODES, ObjectRecord
 from memory_db.schema import AssetEmbeddingJob, AssetNamespace, AssetObject, AssetUploadReservation
 
@@ -145,15 +145,9 @@ class IntegrityRepository(SessionRepository):
         is not available (any more).
         """
         changed = await self._session.scalar(
-            update(AssetObject)
-            .where(
-                AssetObject.owner_identity == owner,
-                AssetObject.id == object_id,
-                AssetObject.status == "available",
-            )
-            .values(status="quarantined", updated_at=func.now())
-            .returning(AssetObject.id)
-            .execution_options(synchronize_session=False)
+            object_transition(
+                owner, object_id, ("available",), status="quarantined", updated_at=func.now()
+            ).returning(AssetObject.id)
         )
         if changed is None:
             return None
@@ -197,15 +191,14 @@ class IntegrityRepository(SessionRepository):
         ``None`` (and changes nothing) when the object is not quarantined (any more).
         """
         changed = await self._session.scalar(
-            update(AssetObject)
-            .where(
-                AssetObject.owner_identity == owner,
-                AssetObject.id == object_id,
-                AssetObject.status == "quarantined",
-            )
-            .values(status="available", verified_at=func.now(), updated_at=func.now())
-            .returning(AssetObject.id)
-            .execution_options(synchronize_session=False)
+            object_transition(
+                owner,
+                object_id,
+                ("quarantined",),
+                status="available",
+                verified_at=func.now(),
+                updated_at=func.now(),
+            ).returning(AssetObject.id)
         )
         if changed is None:
             return None

@@ -664,27 +664,18 @@ class JobRepository(SessionRepository):
         Returns ``None`` when the job is not failed or cancelled (any more): the row is updated
         only under that condition, so a concurrent change wins cleanly.
         """
-        row = await self._session.scalar(
-            update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.id == job_id,
-                AssetEmbeddingJob.status.in_(("failed", "cancelled")),
-            )
-            .values(
-                status="queued",
-                max_attempts=AssetEmbeddingJob.attempts + attempts,
-                run_after=func.now(),
-                lease_owner=None,
-                lease_until=None,
-                last_error_code=None,
-                last_error=None,
-                completed_at=None,
-                updated_at=func.now(),
-            )
-            .returning(AssetEmbeddingJob)
-            .execution_options(synchronize_session=False, populate_existing=True)
+        return await self._move(
+            job_id,
+            ("failed", "cancelled"),
+            status="queued",
+            max_attempts=AssetEmbeddingJob.attempts + attempts,
+            run_after=func.now(),
+            lease_owner=None,
+            lease_until=None,
+            last_error_code=None,
+            last_error=None,
+            completed_at=None,
         )
-        return None if row is None else _job(row)
 
     async def cancel_waiting(self, job_id: str, *, reason: str) -> JobRecord | None:
         """Cancel a job that waits (``queued`` or ``retry``); ``None`` if it does not wait.
@@ -693,19 +684,24 @@ class JobRepository(SessionRepository):
         SKIP LOCKED``) and this update exclude each other, so either the job is cancelled before
         a worker takes it or this finds it running and changes nothing.
         """
+        return await self._move(
+            job_id,
+            ("queued", "retry"),
+            status="cancelled",
+            last_error_code="cancelled",
+            last_error=reason[:1000],
+            completed_at=func.now(),
+        )
+
+    async def _move(self, job_id: str, allowed: tuple[str, ...], **values: Any) -> JobRecord | None:
+        """Set a job's columns if its status is one of ``allowed``; ``None`` if it is not.
+
+        The status is the update's own condition, so a concurrent change wins cleanly.
+        """
         row = await self._session.scalar(
             update(AssetEmbeddingJob)
-            .where(
-                AssetEmbeddingJob.id == job_id,
-                AssetEmbeddingJob.status.in_(("queued", "retry")),
-            )
-            .values(
-                status="cancelled",
-                last_error_code="cancelled",
-                last_error=reason[:1000],
-                completed_at=func.now(),
-                updated_at=func.now(),
-            )
+            .where(AssetEmbeddingJob.id == job_id, AssetEmbeddingJob.status.in_(allowed))
+            .values(**values, updated_at=func.now())
             .returning(AssetEmbeddingJob)
             .execution_options(synchronize_session=False, populate_existing=True)
         )

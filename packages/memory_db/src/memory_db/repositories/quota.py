@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import DateTime, func, or_, select, text, update
+from sqlalchemy import DateTime, Update, func, or_, select, text, update
 from sqlalchemy.dialects.postgresql import insert
 
 from memory_db.errors import Conflict, NotFound, QuotaExceededError
@@ -54,6 +54,19 @@ def _reservation(row: AssetUploadReservation) -> ReservationRecord:
     return record_from_row(ReservationRecord, row, request=dict(row.request))
 
 
+def _shift_counters(owner: str, *, used: int, reserved: int) -> Update:
+    """The update that moves an owner's used and reserved byte counters by the given amounts."""
+    return (
+        update(AssetNamespace)
+        .where(AssetNamespace.owner_identity == owner)
+        .values(
+            used_bytes=AssetNamespace.used_bytes + used,
+            reserved_bytes=AssetNamespace.reserved_bytes + reserved,
+            updated_at=func.now(),
+        )
+    )
+
+
 class QuotaRepository(SessionRepository):
     """Byte accounting of owner namespaces."""
 
@@ -80,15 +93,7 @@ class QuotaRepository(SessionRepository):
         )
 
     async def _shift(self, owner: str, *, used: int = 0, reserved: int = 0) -> None:
-        await self._session.execute(
-            update(AssetNamespace)
-            .where(AssetNamespace.owner_identity == owner)
-            .values(
-                used_bytes=AssetNamespace.used_bytes + used,
-                reserved_bytes=AssetNamespace.reserved_bytes + reserved,
-                updated_at=func.now(),
-            )
-        )
+        await self._session.execute(_shift_counters(owner, used=used, reserved=reserved))
 
     async def _set(self, reservation_id: str, **values: Any) -> None:
         await self._session.execute(
@@ -351,13 +356,7 @@ class QuotaRepository(SessionRepository):
     ) -> None:
         """Shift the owner's counters and set the reservation's held bytes, in one statement."""
         counters = (
-            update(AssetNamespace)
-            .where(AssetNamespace.owner_identity == owner)
-            .values(
-                used_bytes=AssetNamespace.used_bytes + used,
-                reserved_bytes=AssetNamespace.reserved_bytes + reserved,
-                updated_at=func.now(),
-            )
+            _shift_counters(owner, used=used, reserved=reserved)
             .returning(AssetNamespace.owner_identity)
             .cte("counters")
         )

@@ -212,13 +212,12 @@ async def review_context(
     else:
         await refresh_fused(uow, services, asset, None)
         await uow.contexts.clear(owner, asset_id)
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_context_review",
+        scope,
+        "asset",
+        asset_id,
         actor_identity=caller.identity,
-        owner_identity=owner,
-        vault=scope.physical_vault,
-        target_kind="asset",
-        target_id=asset_id,
         detail={"decision": decision, "model": stored.model},
     )
     return context_view(await uow.contexts.get(owner, asset_id))

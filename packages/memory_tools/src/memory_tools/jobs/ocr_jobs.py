@@ -290,13 +290,12 @@ async def enrich_asset(
         (queued if made else waiting).append(kind)
     if queued:
         await uow.jobs.notify()
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_enrich",
+        resolved.record.scope,
+        "asset",
+        asset_id,
         actor_identity=caller.identity,
-        owner_identity=record.owner_identity,
-        vault=resolved.record.scope.physical_vault,
-        target_kind="asset",
-        target_id=asset_id,
         detail={"queued": queued, "alreadyQueued": waiting},
     )
     return Enrichment(asset_id=asset_id, queued=queued, already_queued=waiting)
@@ -354,13 +353,12 @@ async def enrich_vault(
                     waiting += not made
             queued += made_now
             await uow.jobs.notify()
-            await uow.provenance.record(
+            await uow.provenance.record_in_vault(
                 "asset_enrich",
+                scope,
+                "vault",
+                scope.physical_vault,
                 actor_identity=admin.OPERATOR,
-                owner_identity=scope.owner_identity,
-                vault=scope.physical_vault,
-                target_kind="vault",
-                target_id=scope.physical_vault,
                 detail={"what": kinds, "assets": len(chunk), "queued": made_now},
             )
         if progress is not None:

@@ -177,13 +177,12 @@ async def move_asset(
         index = await _index(uow, services)
         if index is not None:
             await index.move_asset(scope, asset_id, project_id, folder_id)
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_move",
+            scope,
+            "asset",
+            asset_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="asset",
-            target_id=asset_id,
             detail={
                 "from": {"projectId": locked.project_id, "folderId": locked.folder_id},
                 "to": {"projectId": project_id, "folderId": folder_id},
@@ -225,13 +224,12 @@ async def _remove(
     refund = vector_bytes(services, len(representations))
     if refund:
         await uow.quota.add_used(owner, -refund)
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_delete",
+        scope,
+        "asset",
+        asset_id,
         actor_identity=caller.identity,
-        owner_identity=owner,
-        vault=scope.physical_vault,
-        target_kind="asset",
-        target_id=asset_id,
         detail={"jobsCancelled": cancelled, "vectorsRemoved": removed},
     )
     # Lock the object first: a concurrent save reusing it either commits before (and is
@@ -363,13 +361,12 @@ async def restore_asset(
         )
         for representation in representations
     ]
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_restore",
+        scope,
+        "asset",
+        asset_id,
         actor_identity=caller.identity,
-        owner_identity=owner,
-        vault=scope.physical_vault,
-        target_kind="asset",
-        target_id=asset_id,
         detail={
             "placement": placement,
             "projectId": project_id,
@@ -587,13 +584,12 @@ async def delete_folder(
         if done % step == 0 or done == total:
             await progress(done, total, f"deleting images: {done} of {total} done")
     await uow.folders.mark_deleted(scope, subtree)
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_folder_delete",
+        scope,
+        "folder",
+        folder_id,
         actor_identity=caller.identity,
-        owner_identity=scope.owner_identity,
-        vault=scope.physical_vault,
-        target_kind="folder",
-        target_id=folder_id,
         detail={"projectId": project_id, "folders": len(subtree), "assets": len(contents)},
     )
     return summary(True)

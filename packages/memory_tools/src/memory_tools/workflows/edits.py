@@ -150,13 +150,12 @@ async def update_asset(
         )
         if requeue:
             await uow.assets.reconcile_embedding(owner, asset_id)
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_update",
+            scope,
+            "asset",
+            asset_id,
             actor_identity=caller.identity,
-            owner_identity=owner,
-            vault=scope.physical_vault,
-            target_kind="asset",
-            target_id=asset_id,
             # Which fields, never their words (provenance holds no caller text).
             detail={"changed": changed, "fusedRequeued": requeue},
         )
@@ -279,13 +278,12 @@ async def update_project(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     if changed:
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_project_update",
+            scope,
+            "project",
+            project_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="project",
-            target_id=project_id,
             detail={"changed": changed, "archived": after["archived"]},
         )
     return ProjectEdit(**dict(project_view(record, resolved)), changed=changed)
@@ -338,13 +336,12 @@ async def update_folder(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     if changed:
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_folder_update",
+            scope,
+            "folder",
+            folder_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="folder",
-            target_id=folder_id,
             detail={
                 "projectId": project_id,
                 "changed": changed,

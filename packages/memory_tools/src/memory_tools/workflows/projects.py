@@ -138,13 +138,12 @@ async def create_project(
         )
     except MemoryDbError as exc:
         raise translate(exc) from exc
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_project_create",
+        resolved.record.scope,
+        "project",
+        record.id,
         actor_identity=caller.identity,
-        owner_identity=resolved.record.owner_identity,
-        vault=resolved.record.physical_vault,
-        target_kind="project",
-        target_id=record.id,
     )
     return project_view(record, resolved)
 
@@ -194,13 +193,12 @@ async def create_folder(
         lineage = await uow.folders.lineage(scope, record.id)
     except MemoryDbError as exc:
         raise translate(exc) from exc
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_folder_create",
+        scope,
+        "folder",
+        record.id,
         actor_identity=caller.identity,
-        owner_identity=scope.owner_identity,
-        vault=scope.physical_vault,
-        target_kind="folder",
-        target_id=record.id,
         detail={"projectId": project_id},
     )
     return folder_view(record, resolved.display_handle, lineage)
@@ -237,12 +235,11 @@ async def archive_project(
     except MemoryDbError as exc:
         raise translate(exc) from exc
     if before.status != "archived":
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "asset_project_archive",
+            scope,
+            "project",
+            project_id,
             actor_identity=caller.identity,
-            owner_identity=scope.owner_identity,
-            vault=scope.physical_vault,
-            target_kind="project",
-            target_id=project_id,
         )
     return project_view(record, resolved)

@@ -225,13 +225,12 @@ async def _take_out_of_trash(
         due = stored
     elif stored.status != "deleted":
         kept = "the bytes are in use"
-    await uow.provenance.record(
+    await uow.provenance.record_in_vault(
         "asset_purge",
+        scope,
+        "asset",
+        asset_id,
         actor_identity=caller.identity,
-        owner_identity=owner,
-        vault=scope.physical_vault,
-        target_kind="asset",
-        target_id=asset_id,
         detail={"objectId": stored.id, "bytesKept": due is None, "otherImages": others},
     )
     result = PurgeResult(
