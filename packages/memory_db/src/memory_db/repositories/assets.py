@@ -584,10 +584,7 @@ class AssetRepository(SessionRepository):
         pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
         return (
             select(Asset, AssetObject)
-            .join(
-                AssetObject,
-                asset_object_join(),
-            )
+            .join(AssetObject, asset_object_join())
             .where(
                 tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
                 # Constants, not parameters: the listing indexes are partial on the visible
@@ -775,10 +772,7 @@ class AssetRepository(SessionRepository):
                 *filters.conditions(),
             )
             if filters.reads_objects():
-                matches = matches.join(
-                    AssetObject,
-                    asset_object_join(),
-                )
+                matches = matches.join(AssetObject, asset_object_join())
             return matches
 
         def ranked(pooled: Subquery, ranked_limit: Any) -> Select[Any, Any]:
@@ -1196,10 +1190,7 @@ class AssetRepository(SessionRepository):
         )
         row = await self._session.scalar(
             select(Asset)
-            .join(
-                AssetObject,
-                asset_object_join(),
-            )
+            .join(AssetObject, asset_object_join())
             .where(
                 Asset.owner_identity == scope.owner_identity,
                 Asset.vault == scope.physical_vault,

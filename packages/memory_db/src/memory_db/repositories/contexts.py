@@ -75,10 +75,7 @@ class ContextRepository(SessionRepository):
                     Asset.owner_identity == AssetContext.owner_identity,
                 ),
             )
-            .join(
-                AssetObject,
-                asset_object_join(),
-            )
+            .join(AssetObject, asset_object_join())
             .where(AssetContext.owner_identity == owner, AssetContext.asset_id == asset_id)
             .execution_options(populate_existing=True)
         )

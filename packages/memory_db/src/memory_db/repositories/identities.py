@@ -447,15 +447,7 @@ class VaultRepository(SessionRepository):
         owner = owner.strip().lower() or viewer
         if not name or len(handle) > 400:
             raise NotFound("vault")
-        row = (
-            await self._session.execute(
-                select(Vault).where(
-                    Vault.owner_identity == owner, func.lower(Vault.handle) == name.lower()
-                )
-            )
-        ).scalar_one_or_none()
-        if row is None:
-            raise NotFound("vault")
+        row = await self._owned(owner, name)
         if owner == viewer:
             return _vault_record(row, "owner")
         permission = (

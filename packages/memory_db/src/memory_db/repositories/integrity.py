@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import AsyncGenerator, Sequence
 from contextlib import asynccontextmanager
 from datetime import datetime
+from typing import Any
 
 import anyio
-from sqlalchemy import func, select, text, update
+from sqlalchemy import TextClause, Update, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from memory_db.logs import get_logger
@@ -144,14 +145,10 @@ class IntegrityRepository(SessionRepository):
         Returns the ids of the images changed, or ``None`` (and changes nothing) when the object
         is not available (any more).
         """
-        changed = await self._session.scalar(
+        return await self._move_with_images(
             object_transition(
                 owner, object_id, ("available",), status="quarantined", updated_at=func.now()
-            ).returning(AssetObject.id)
-        )
-        if changed is None:
-            return None
-        rows = await self._session.execute(
+            ),
             text(
                 "UPDATE mem_assets SET status = 'failed', failure_code = :c, "
                 "failure_message = :m, updated_at = now() "
@@ -160,9 +157,6 @@ class IntegrityRepository(SessionRepository):
             ),
             {"o": owner, "b": object_id, "c": code, "m": message},
         )
-        ids = [str(asset_id) for (asset_id,) in rows.all()]
-        await self._notify(ids)
-        return ids
 
     async def quarantined_by_reconcile(self, owner: str, *, limit: int) -> list[ObjectRecord]:
         """Quarantined objects whose images reconciliation failed (their bytes may be back)."""
@@ -190,7 +184,7 @@ class IntegrityRepository(SessionRepository):
         cleared (the caller derives their status from their jobs again). Returns their ids, or
         ``None`` (and changes nothing) when the object is not quarantined (any more).
         """
-        changed = await self._session.scalar(
+        return await self._move_with_images(
             object_transition(
                 owner,
                 object_id,
@@ -198,11 +192,7 @@ class IntegrityRepository(SessionRepository):
                 status="available",
                 verified_at=func.now(),
                 updated_at=func.now(),
-            ).returning(AssetObject.id)
-        )
-        if changed is None:
-            return None
-        rows = await self._session.execute(
+            ),
             text(
                 "UPDATE mem_assets SET status = 'processing', failure_code = NULL, "
                 "failure_message = NULL, updated_at = now() "
@@ -211,6 +201,18 @@ class IntegrityRepository(SessionRepository):
             ),
             {"o": owner, "b": object_id},
         )
+
+    async def _move_with_images(
+        self, object_change: Update, images_change: TextClause, params: dict[str, Any]
+    ) -> list[str] | None:
+        """Change an object, then its images, waking calls that wait on the images' state.
+
+        ``images_change`` returns the ids of the images it changed, and runs only when
+        ``object_change`` changed the object: ``None`` (and nothing changed) otherwise.
+        """
+        if await self._session.scalar(object_change.returning(AssetObject.id)) is None:
+            return None
+        rows = await self._session.execute(images_change, params)
         ids = [str(asset_id) for (asset_id,) in rows.all()]
         await self._notify(ids)
         return ids

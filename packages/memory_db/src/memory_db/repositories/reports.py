@@ -173,10 +173,7 @@ class ReportRepository(SessionRepository):
                     Vault.physical_vault == Asset.vault,
                 ),
             )
-            .join(
-                AssetObject,
-                asset_object_join(),
-            )
+            .join(AssetObject, asset_object_join())
             .outerjoin(
                 AssetProject,
                 and_(

@@ -95,22 +95,29 @@ def build_object_key(
 
 def build_staging_key(env: str, namespace_id: str, reservation_id: str, extension: str) -> str:
     """Build the staging key a direct upload's signed PUT writes to."""
-    _check_common(env, namespace_id)
-    if not is_valid_id(reservation_id, "aur"):
-        raise InvalidStorageKey("reservation id is not a server-generated reservation id")
-    if extension not in ORIGINAL_EXTENSIONS:
-        raise InvalidStorageKey(f"upload extension must be one of {ORIGINAL_EXTENSIONS}")
-    return f"{env}/tenants/{namespace_id}/uploads/{reservation_id}/upload.{extension}"
+    return _tenant_file_key(env, namespace_id, "uploads", reservation_id, "reservation", extension)
 
 
 def build_artifact_key(env: str, namespace_id: str, artifact_id: str, extension: str) -> str:
     """Build the key of one artifact's bytes."""
+    return _tenant_file_key(env, namespace_id, "artifacts", artifact_id, "artifact", extension)
+
+
+# What each kind of single-file key is called: its id's prefix and its file's stem.
+_SINGLE_FILES = {"reservation": ("aur", "upload"), "artifact": ("art", "artifact")}
+
+
+def _tenant_file_key(
+    env: str, namespace_id: str, folder: str, item_id: str, noun: str, extension: str
+) -> str:
+    """The key of the one file an upload reservation or an artifact holds."""
     _check_common(env, namespace_id)
-    if not is_valid_id(artifact_id, "art"):
-        raise InvalidStorageKey("artifact id is not a server-generated artifact id")
+    id_prefix, stem = _SINGLE_FILES[noun]
+    if not is_valid_id(item_id, id_prefix):
+        raise InvalidStorageKey(f"{noun} id is not a server-generated {noun} id")
     if extension not in ORIGINAL_EXTENSIONS:
-        raise InvalidStorageKey(f"artifact extension must be one of {ORIGINAL_EXTENSIONS}")
-    return f"{env}/tenants/{namespace_id}/artifacts/{artifact_id}/artifact.{extension}"
+        raise InvalidStorageKey(f"{stem} extension must be one of {ORIGINAL_EXTENSIONS}")
+    return f"{env}/tenants/{namespace_id}/{folder}/{item_id}/{stem}.{extension}"
 
 
 def validate_object_key(key: str) -> str:

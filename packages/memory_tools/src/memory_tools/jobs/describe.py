@@ -31,7 +31,7 @@ from memory_tools.jobs.handlers import (
     read_subject_preview,
 )
 from memory_tools.services import MemoryServices
-from memory_tools.workflows.changes import locate_asset
+from memory_tools.workflows.changes import lock_live_asset
 from memory_tools.workflows.contexts import (
     GeneratedContextView,
     context_view,
@@ -192,14 +192,8 @@ async def review_context(
     policy.require_writable(services.read_only)
     if decision not in REVIEW_DECISIONS:
         raise InvalidInputFailure(f"decision: one of {', '.join(REVIEW_DECISIONS)}")
-    resolved, record = await locate_asset(uow, caller, asset_id, "write")
-    if record.status in ("deleting", "deleted"):
-        raise NotFoundFailure("asset not found")
-    scope = resolved.record.scope
+    scope, asset = await lock_live_asset(uow, caller, asset_id)
     owner = scope.owner_identity
-    asset = await uow.assets.lock(scope, asset_id)
-    if asset is None:
-        raise NotFoundFailure("asset not found")
     stored = await uow.contexts.get(owner, asset_id)
     if stored is None:
         raise NotFoundFailure("the image has no generated context")

@@ -132,6 +132,24 @@ async def locate_asset(
     return resolved, record
 
 
+async def lock_live_asset(
+    uow: UnitOfWork, caller: Caller, asset_id: str
+) -> tuple[VaultScope, AssetRecord]:
+    """The asset, locked for a change, in a vault the caller may write; and its vault's scope.
+
+    A deleted asset answers ``not_found`` like a missing one: it must be restored before it
+    can be changed.
+    """
+    resolved, record = await locate_asset(uow, caller, asset_id, "write")
+    if record.status in ("deleting", "deleted"):
+        raise NotFoundFailure("asset not found")
+    scope = resolved.record.scope
+    asset = await uow.assets.lock(scope, asset_id)
+    if asset is None:
+        raise NotFoundFailure("asset not found")
+    return scope, asset
+
+
 async def _index(uow: UnitOfWork, services: MemoryServices) -> VectorIndex | None:
     """The aliased vector index; ``None`` before the first vector was ever written.
 

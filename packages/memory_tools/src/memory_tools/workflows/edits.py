@@ -36,7 +36,7 @@ from memory_tools.ingest.reservations import over_quota
 from memory_tools.ingest.save import vector_bytes
 from memory_tools.services import MemoryServices
 from memory_tools.workflows.assets import AssetView, get_asset
-from memory_tools.workflows.changes import locate_asset
+from memory_tools.workflows.changes import lock_live_asset
 from memory_tools.workflows.projects import FolderView, ProjectView, folder_view, project_view
 
 FUSED = "fused"
@@ -98,14 +98,8 @@ async def update_asset(
     given_description = inputs.clean_text(description, "description", inputs.MAX_DESCRIPTION)
     given_alt = inputs.clean_text(alt_text, "altText", inputs.MAX_ALT_TEXT)
     new_tags = None if tags is None else inputs.canonical_tags(tags)
-    resolved, record = await locate_asset(uow, caller, asset_id, "write")
-    if record.status in ("deleting", "deleted"):
-        raise NotFoundFailure("asset not found")
-    scope = resolved.record.scope
+    scope, asset = await lock_live_asset(uow, caller, asset_id)
     owner = scope.owner_identity
-    asset = await uow.assets.lock(scope, asset_id)
-    if asset is None:
-        raise NotFoundFailure("asset not found")
     title_source = str(asset.metadata.get("titleSource", "derived"))
     after: dict[str, Any] = {
         "title": asset.title if new_title is None else new_title,

@@ -152,13 +152,12 @@ async def grant_access(
     record = await uow.vaults.grant(caller.identity, owned.handle, who, permission)
     changed = before.get(who) != permission
     if changed:
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "vault_grant",
+            owned.scope,
+            "vault_grant",
+            record.id,
             actor_identity=caller.identity,
-            owner_identity=record.owner_identity,
-            vault=record.physical_vault,
-            target_kind="vault_grant",
-            target_id=record.id,
             detail={"permission": record.permission, "previous": before.get(who)},
         )
     return GrantResult(vault=owned.handle, grantee=who, permission=permission, changed=changed)
@@ -175,13 +174,12 @@ async def revoke_access(
     who = _grantee(grantee)
     removed = await uow.vaults.revoke_grant(caller.identity, owned.handle, who)
     if removed is not None:
-        await uow.provenance.record(
+        await uow.provenance.record_in_vault(
             "vault_grant_revoke",
+            owned.scope,
+            "vault_grant",
+            removed.id,
             actor_identity=caller.identity,
-            owner_identity=removed.owner_identity,
-            vault=removed.physical_vault,
-            target_kind="vault_grant",
-            target_id=removed.id,
             detail={"permission": removed.permission},
         )
     return RevokeResult(vault=owned.handle, grantee=who, revoked=removed is not None)
