@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
 import secrets
 import time
 from dataclasses import dataclass, field
@@ -20,6 +18,7 @@ from memory_db.database import (
     start_embedded,
 )
 from memory_db.errors import ConfigurationError
+from memory_db.files import create_secret_file
 from memory_db.logs import get_logger
 from memory_db.migrate import current_revision, head_revision, upgrade
 from memory_db.settings import MemorySettings
@@ -46,28 +45,11 @@ def load_signing_secret(settings: MemorySettings) -> bytes:
     path = settings.memory_data_dir / "signing.key"
     settings.memory_data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     if not path.exists():
-        _create_signing_key(path)
+        create_secret_file(path, secrets.token_urlsafe(48).encode("ascii"))
     value = path.read_bytes().strip()
     if len(value) < 32:
         raise ConfigurationError(f"signing key file {path.name} is too short")
     return value
-
-
-def _create_signing_key(path: Path) -> None:
-    # Written in full under a private name, then linked into place: processes starting at
-    # once on a new data directory never read a half-written key, and the first link wins
-    # (the others find the key there and use it).
-    draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(secrets.token_urlsafe(48).encode("ascii"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        with contextlib.suppress(FileExistsError):
-            os.link(draft, path)
-    finally:
-        draft.unlink()
 
 
 def build_object_store(

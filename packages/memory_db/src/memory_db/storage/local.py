@@ -22,6 +22,7 @@ from pathlib import Path
 import anyio
 
 from memory_db.errors import InvalidStorageKey, ObjectNotFound, StorageError
+from memory_db.files import fsync_dir
 from memory_db.storage._common import check_put, refuse_overwrite
 from memory_db.storage.keys import (
     content_type_for_key,
@@ -33,14 +34,6 @@ from memory_db.storage.protocol import HeadResult, ListedObject, PutResult
 from memory_db.storage.signing import HmacLinks, UrlSigner
 
 OBJECTS_ROUTE = "/objects"
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _private_dirs(root: Path, directory: Path) -> None:
@@ -73,7 +66,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
     tmp = _temporary(path, data)
     try:
         os.replace(tmp, path)
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -102,7 +95,7 @@ def _create_only(path: Path, data: bytes, digest: str) -> bool:
         return False
     finally:
         tmp.unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     return True
 
 

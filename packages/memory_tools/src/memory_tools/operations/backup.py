@@ -53,6 +53,7 @@ from memory_db.dumps import (
     revision_is_known,
 )
 from memory_db.errors import InvalidStorageKey, ObjectNotFound, StorageError
+from memory_db.files import fsync_dir
 from memory_db.guarded_restore import DumpRefused
 from memory_db.logs import get_logger
 from memory_db.runtime import build_object_store, load_signing_secret
@@ -161,14 +162,6 @@ def clear_directory(path: Path, created: bool) -> None:
                     os.unlink(entry.path)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def json_bytes(document: dict[str, Any]) -> bytes:
     """``document`` as the indented UTF-8 JSON a backup writes."""
     return (json.dumps(document, indent=2, ensure_ascii=False) + "\n").encode("utf-8")
@@ -183,7 +176,7 @@ def write_bytes_atomically(path: Path, content: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(draft, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def write_json_atomically(path: Path, document: dict[str, Any]) -> None:

@@ -11,16 +11,15 @@ The signature is ``manifest.hmac`` beside the manifest; since the manifest holds
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import hmac
 import json
-import os
 import secrets
 import stat
 from pathlib import Path
 from typing import Any
 
+from memory_db.files import create_secret_file
 from memory_tools.errors import InvalidInputFailure
 
 SIGNATURE = "manifest.hmac"
@@ -66,19 +65,8 @@ def load_or_create_backup_key(path: Path) -> bytes:
     """The key in ``path``, created (random, ``0600``) when there is none yet."""
     if not path.exists() and not path.is_symlink():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        # Written in full under a private name, then linked into place: two backups starting
-        # at once on a new data directory agree on one key (the first link wins).
-        draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-        fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            with os.fdopen(fd, "w", encoding="ascii") as handle:
-                handle.write(secrets.token_hex(_KEY_BYTES) + "\n")
-                handle.flush()
-                os.fsync(handle.fileno())
-            with contextlib.suppress(FileExistsError):
-                os.link(draft, path)
-        finally:
-            draft.unlink()
+        # Two backups starting at once on a new data directory agree on one key.
+        create_secret_file(path, f"{secrets.token_hex(_KEY_BYTES)}\n".encode("ascii"))
     return read_backup_key(path)
 
 
