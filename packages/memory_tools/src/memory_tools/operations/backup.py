@@ -71,6 +71,7 @@ from memory_tools.operations.backup_key import (
     read_backup_key,
     signature_document,
 )
+from memory_tools.progress import ProgressCallback, no_progress_bar
 
 log = get_logger(__name__)
 
@@ -82,13 +83,6 @@ FILES = "files.jsonl"
 DUMP = "database.dump"
 OBJECTS = "objects"
 _CHUNK = 1 << 20
-
-# done, total, detail: what a progress bar hears.
-ProgressCallback = Callable[[int, int, str], None]
-
-
-def _no_progress(done: int, total: int, detail: str = "") -> None:
-    del done, total, detail
 
 
 @dataclass
@@ -230,7 +224,7 @@ class _FileList:
 
 
 async def create_backup(
-    runtime: Runtime, destination: Path, *, progress: ProgressCallback = _no_progress
+    runtime: Runtime, destination: Path, *, progress: ProgressCallback = no_progress_bar
 ) -> BackupReport:
     """Write a backup of the server ``runtime`` opens into ``destination`` (new or empty).
 
@@ -475,7 +469,7 @@ def _plain_file(source: Path, relative: str) -> bool:
 
 
 def verify_backup(
-    source: Path, key: bytes, *, progress: ProgressCallback = _no_progress
+    source: Path, key: bytes, *, progress: ProgressCallback = no_progress_bar
 ) -> dict[str, Any]:
     """Check the manifest's signature under ``key``, then every file against the manifest.
 
@@ -518,8 +512,8 @@ async def restore_backup(
     source: Path,
     *,
     key_file: Path | None = None,
-    verify_progress: ProgressCallback = _no_progress,
-    restore_progress: ProgressCallback = _no_progress,
+    verify_progress: ProgressCallback = no_progress_bar,
+    restore_progress: ProgressCallback = no_progress_bar,
 ) -> RestoreReport:
     """Restore the backup in ``source`` into the new, empty data directory the settings name.
 

@@ -22,7 +22,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from importlib.metadata import version
@@ -45,6 +45,7 @@ from memory_tools.operations.backup import (
     require_empty_directory,
     write_json_atomically,
 )
+from memory_tools.progress import ProgressCallback, no_progress_bar
 from memory_tools.services import MemoryServices
 from memory_tools.workflows.projects import create_folder, create_project
 
@@ -55,12 +56,6 @@ ASSETS_FILE = "assets.jsonl"
 ORIGINALS = "originals"
 _PAGE = 200
 _EXTENSIONS = {"image/jpeg": "jpg", "image/png": "png", "image/webp": "webp", "image/gif": "gif"}
-
-ProgressCallback = Callable[[int, int, str], None]
-
-
-def _no_progress(done: int, total: int, detail: str = "") -> None:
-    del done, total, detail
 
 
 @dataclass
@@ -129,7 +124,7 @@ async def export_vault(
     vault: str,
     destination: Path,
     *,
-    progress: ProgressCallback = _no_progress,
+    progress: ProgressCallback = no_progress_bar,
 ) -> ExportReport:
     """Write ``owner``'s vault ``vault`` to ``destination`` (new or empty).
 
@@ -425,7 +420,7 @@ async def import_vault(
     vault: str,
     source: Path,
     *,
-    progress: ProgressCallback = _no_progress,
+    progress: ProgressCallback = no_progress_bar,
 ) -> ImportReport:
     """Save every image of the export in ``source`` into ``owner``'s vault ``vault``.
 

@@ -24,7 +24,6 @@ import json
 import secrets
 import shutil
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -52,12 +51,11 @@ from memory_db.embedding.clip_catalog import (
 )
 from memory_db.errors import EmbeddingError
 from memory_tools.errors import ConflictFailure, FetchFailed, InvalidInputFailure, NotFoundFailure
+from memory_tools.progress import ProgressCallback
 
 log = get_logger(__name__)
 
 _CHUNK = 1 << 20
-
-ProgressCallback = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True, slots=True)
