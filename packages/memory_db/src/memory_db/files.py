@@ -22,6 +22,22 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def write_new_file(path: Path, content: bytes) -> None:
+    """Create ``path`` (``0600``; it must not exist yet) holding ``content``, flushed to disk.
+
+    On any failure the partial file is removed.
+    """
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(content)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except BaseException:
+        path.unlink(missing_ok=True)
+        raise
+
+
 def create_secret_file(path: Path, content: bytes) -> None:
     """Create ``path`` (``0600``) holding ``content``, unless another process created it first.
 
@@ -29,12 +45,8 @@ def create_secret_file(path: Path, content: bytes) -> None:
     ``content`` to be the one that won.
     """
     draft = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
-    fd = os.open(draft, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    write_new_file(draft, content)
     try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(content)
-            handle.flush()
-            os.fsync(handle.fileno())
         with contextlib.suppress(FileExistsError):
             os.link(draft, path)
     finally:

@@ -22,7 +22,7 @@ from pathlib import Path
 import anyio
 
 from memory_db.errors import InvalidStorageKey, ObjectNotFound, StorageError
-from memory_db.files import fsync_dir
+from memory_db.files import fsync_dir, write_new_file
 from memory_db.storage._common import check_put, refuse_overwrite
 from memory_db.storage.keys import (
     content_type_for_key,
@@ -49,15 +49,7 @@ def _private_dirs(root: Path, directory: Path) -> None:
 def _temporary(path: Path, data: bytes) -> Path:
     """Write ``data`` to a fresh, fsynced temporary file next to ``path``."""
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_new_file(tmp, data)
     return tmp
 
 

@@ -27,7 +27,7 @@ import pyvips
 from pydantic import Field
 
 from memory_db import AssetRecord, MemoryDbError, UnitOfWork, VaultScope, get_logger
-from memory_db.errors import ChecksumMismatch, NotFound
+from memory_db.errors import ChecksumMismatch
 from memory_db.priority import run_cpu
 from memory_db.storage.integrity import read_verified
 from memory_tools import policy
@@ -330,13 +330,7 @@ async def enrich_vault(
     kinds = check_what(what, services)
     _require_on(services, kinds)
     async with services.database.unit_of_work() as uow:
-        identity = await admin.require_identity(uow, owner)
-        try:
-            record = await uow.vaults.resolve(identity.owner_identity, vault)
-        except NotFound:
-            raise admin.unknown_vault(identity.owner_identity, vault) from None
-        if not record.is_owner or "/" in vault:
-            raise admin.unknown_vault(identity.owner_identity, vault)
+        record = await admin.require_owned_vault(uow, owner, vault)
         scope = record.scope
         ids = await uow.assets.live_ids(scope)
     queued = waiting = 0

@@ -72,6 +72,21 @@ async def require_identity(uow: UnitOfWork, owner: str) -> IdentityRecord:
         raise unknown_identity(normalised) from None
 
 
+async def require_owned_vault(uow: UnitOfWork, owner: str, vault: str) -> VaultRecord:
+    """``owner``'s own vault ``vault`` (not one merely shared with them), or :func:`unknown_vault`.
+
+    Operator commands (export, import, enrich) name an owner and one of the owner's vaults.
+    """
+    identity = await require_identity(uow, owner)
+    try:
+        record = await uow.vaults.resolve(identity.owner_identity, vault)
+    except NotFound:
+        raise unknown_vault(identity.owner_identity, vault) from None
+    if not record.is_owner or "/" in vault:
+        raise unknown_vault(identity.owner_identity, vault)
+    return record
+
+
 async def _audited(
     database: Database,
     operation: str,

@@ -31,7 +31,7 @@ from typing import Any
 
 import anyio
 
-from memory_db import MemoryDbError, NotFound, ObjectNotFound
+from memory_db import MemoryDbError, ObjectNotFound
 from memory_db.repositories import AssetFilter
 from memory_db.repositories.records import FolderRecord, StoredAsset, VaultRecord
 from memory_tools.access import Caller
@@ -92,14 +92,7 @@ class ImportReport:
 async def _owned_vault(services: MemoryServices, owner: str, vault: str) -> VaultRecord:
     """The vault ``vault`` of ``owner`` (owned, not merely shared), or ``not_found``."""
     async with services.database.unit_of_work() as uow:
-        identity = await admin.require_identity(uow, owner)
-        try:
-            record = await uow.vaults.resolve(identity.owner_identity, vault)
-        except NotFound:
-            raise admin.unknown_vault(identity.owner_identity, vault) from None
-    if not record.is_owner or "/" in vault:
-        raise admin.unknown_vault(identity.owner_identity, vault)
-    return record
+        return await admin.require_owned_vault(uow, owner, vault)
 
 
 def _folder_paths(folders: list[FolderRecord]) -> dict[str, str]:
