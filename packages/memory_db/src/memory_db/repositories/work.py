@@ -161,6 +161,12 @@ class WorkRepository(SessionRepository):
         row = (await self._session.execute(part)).mappings().first()
         return None if row is None else WorkItem(**dict(row))
 
+    async def reconcile(self, run_id: str) -> WorkItem | None:
+        """One recorded reconciliation pass as the work list shows it."""
+        part = _reconcile().where(ReconcileRun.id == run_id)
+        row = (await self._session.execute(part)).mappings().first()
+        return None if row is None else WorkItem(**dict(row))
+
     async def record_reconcile_run(
         self,
         *,

@@ -280,32 +280,12 @@ async def job_details(
             raise NotFoundFailure("job not found")
         return await _purge_details(uow, item)
     run = await uow.work.reconcile_run(job_id)
-    if run is None:
+    item = await uow.work.reconcile(job_id)
+    if run is None or item is None:
         raise NotFoundFailure("job not found")
-    row = JobRow(
-        type="reconcile",
-        id=run.id,
-        status=run.status,
-        created_at=run.started_at,
-        owner_identity=None,
-        asset_id=None,
-        object_id=None,
-        representation=None,
-        attempts=1,
-        max_attempts=1,
-        due_at=None,
-        lease_owner=None,
-        lease_until=None,
-        error_code=run.error_code,
-        error=run.error,
-        finished_at=run.finished_at,
-        bytes=run.removed_bytes,
-        can_retry=False,
-        can_cancel=False,
-    )
     ended = "finished" if run.status == "done" else "stopped"
     return JobDetails(
-        job=row,
+        job=_row(item),
         timeline=[
             TimelineEntry(at=run.started_at, event="started", actor=run.actor_identity),
             TimelineEntry(

@@ -75,14 +75,19 @@ def project_view(record: ProjectRecord, vault: ResolvedVault) -> ProjectView:
 
 def folder_view(record: FolderRecord, vault: str, lineage: Sequence[FolderRecord]) -> FolderView:
     """A folder with the path its ``lineage`` (root first, the folder last) spells."""
+    path = "".join(f"/{folder.name}" for folder in lineage)
+    return _placed_folder(record, vault, path, len(lineage))
+
+
+def _placed_folder(record: FolderRecord, vault: str, path: str, depth: int) -> FolderView:
     return FolderView(
         folder_id=record.id,
         project_id=record.project_id,
         parent_id=record.parent_id,
         vault=vault,
         name=record.name,
-        path="".join(f"/{folder.name}" for folder in lineage),
-        depth=len(lineage),
+        path=path,
+        depth=depth,
         created_at=record.created_at,
     )
 
@@ -99,18 +104,7 @@ def folder_tree(folders: Sequence[FolderRecord], vault: str) -> list[FolderView]
     def walk(parent: str | None, prefix: str, depth: int) -> None:
         for folder in children.get(parent, []):
             path = f"{prefix}/{folder.name}"
-            ordered.append(
-                FolderView(
-                    folder_id=folder.id,
-                    project_id=folder.project_id,
-                    parent_id=folder.parent_id,
-                    vault=vault,
-                    name=folder.name,
-                    path=path,
-                    depth=depth,
-                    created_at=folder.created_at,
-                )
-            )
+            ordered.append(_placed_folder(folder, vault, path, depth))
             walk(folder.id, path, depth + 1)
 
     walk(None, "", 1)
