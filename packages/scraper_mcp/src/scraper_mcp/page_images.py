@@ -99,6 +99,26 @@ class Found:
     height: str | None = None
 
 
+def _as_written(
+    kind: SourceKind,
+    position: int,
+    attrs: dict[str, str | None],
+    alt: str | None,
+    caption: str | None,
+) -> Found:
+    """An ``<img>`` or ``<source>`` as written: its src, srcset and declared size."""
+    return Found(
+        kind,
+        position,
+        src=attrs.get("src"),
+        srcset=attrs.get("srcset"),
+        alt=alt,
+        caption=caption,
+        width=attrs.get("width"),
+        height=attrs.get("height"),
+    )
+
+
 @dataclass(frozen=True)
 class PageFacts:
     """What :func:`walk` read from a page."""
@@ -248,31 +268,11 @@ def walk(html: str, *, max_elements: int = MAX_ELEMENTS) -> PageFacts:
         attrs = node.attributes
         position = examined - 1
         if tag == "img":
-            found.append(
-                Found(
-                    "img",
-                    position,
-                    src=attrs.get("src"),
-                    srcset=attrs.get("srcset"),
-                    alt=clean(attrs.get("alt")),
-                    caption=captions.of(node),
-                    width=attrs.get("width"),
-                    height=attrs.get("height"),
-                )
-            )
+            alt = clean(attrs.get("alt"))
+            found.append(_as_written("img", position, attrs, alt, captions.of(node)))
         elif tag == "source":
-            found.append(
-                Found(
-                    "picture_source",
-                    position,
-                    srcset=attrs.get("srcset"),
-                    src=attrs.get("src"),
-                    alt=_picture_alt(node),
-                    caption=captions.of(node),
-                    width=attrs.get("width"),
-                    height=attrs.get("height"),
-                )
-            )
+            alt = _picture_alt(node)
+            found.append(_as_written("picture_source", position, attrs, alt, captions.of(node)))
         elif tag == "meta":
             key = _meta_key(attrs)
             content = attrs.get("content")
