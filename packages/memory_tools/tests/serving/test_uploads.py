@@ -549,16 +549,41 @@ async def test_a_completion_keeps_its_claim_while_it_works_and_a_dead_claim_laps
     make_key: Callable[..., Any],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from memory_db.repositories import QuotaRepository
     from memory_tools.ingest import uploads
 
-    monkeypatch.setattr(uploads, "_CLAIM_SECONDS", 1.0)
-    monkeypatch.setattr(uploads, "_RENEW_SECONDS", 0.2)
+    # Waits for events, not for time: every claim attempt is recorded, and the test moves on
+    # when the attempts it waits for have happened. The claim lasts 3 s and is renewed every
+    # 0.1 s, so only an event loop stalled for most of 3 s could lose it.
+    claim_seconds = 3.0
+    monkeypatch.setattr(uploads, "_CLAIM_SECONDS", claim_seconds)
+    monkeypatch.setattr(uploads, "_RENEW_SECONDS", 0.1)
+    attempts: list[tuple[float, str, bool]] = []  # (loop time, token, claimed)
+    attempted = anyio.Event()
+    claim = QuotaRepository.claim_completion
+
+    async def recorded(
+        self: QuotaRepository, owner: str, reservation_id: str, *, token: str, seconds: float
+    ) -> bool:
+        nonlocal attempted
+        claimed = await claim(self, owner, reservation_id, token=token, seconds=seconds)
+        attempts.append((anyio.current_time(), token, claimed))
+        attempted.set()
+        attempted = anyio.Event()
+        return claimed
+
+    async def until(condition: Callable[[], bool]) -> None:
+        with anyio.fail_after(60):  # generous: a loaded machine only makes this slower
+            while not condition():
+                await attempted.wait()
+
+    monkeypatch.setattr(QuotaRepository, "claim_completion", recorded)
     key = await make_key("claims@example.com")
     data = _png(9)
     admission = uploading.decode_admission
     async with (
         serve_http(build_http_server(uploading)) as mcp_url,
-        httpx.AsyncClient(timeout=60) as http,
+        httpx.AsyncClient(timeout=120) as http,
     ):
         base = mcp_url.removesuffix("/mcp")
         ticket = await _start(http, base, key, len(data))
@@ -573,16 +598,33 @@ async def test_a_completion_keeps_its_claim_while_it_works_and_a_dead_claim_laps
         async def complete() -> None:
             answers.append(await _complete(http, base, key, ticket))
 
+        def holder() -> str | None:
+            """The token of the completion that took the upload over from the dead claim."""
+            taken = [token for _at, token, claimed in attempts if claimed and token != "gone"]
+            return taken[0] if taken else None
+
+        def refused_after_a_claim_lifetime() -> bool:
+            """The second completion was refused later than the holder's first claim lapses."""
+            first = next(at for at, token, claimed in attempts if claimed and token == holder())
+            return any(
+                not claimed and token not in (holder(), "gone") and at > first + claim_seconds
+                for at, token, claimed in attempts
+            )
+
         # The decode budget is held, so the completion that takes over waits inside its
         # claim for longer than a claim lasts: it must keep it, so a second one waits.
         async with anyio.create_task_group() as group, admission.admit(admission.budget):
             group.start_soon(complete)
-            await anyio.sleep(2.5)
+            await until(lambda: holder() is not None)  # the dead claim lapsed and was taken
             group.start_soon(complete)
-            await anyio.sleep(2.5)
+            await until(refused_after_a_claim_lifetime)
     assert [a.status_code for a in answers] == [200, 200], [a.text for a in answers]
     assert answers[0].json()["assetId"] == answers[1].json()["assetId"]
     assert sorted(a.json()["replayed"] for a in answers) == [False, True]
+    # From taking it over on, the holder renewed its claim, never refused, while it waited.
+    mine = [claimed for _at, token, claimed in attempts if token == holder()]
+    renewals = mine[mine.index(True) :]
+    assert len(renewals) > 2 and all(renewals), attempts
 
 
 async def test_concurrent_starts_of_one_owner_all_get_their_link(
