@@ -27,8 +27,11 @@ class VectorIndexRepository:
 
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
-        # A search's two statements and a worker's completion take many arguments, documented
-        # on their functions; bound here as they are, so their signatures have one home.
+        # The functions with many keyword arguments, documented on them, are bound here as
+        # they are, so their signatures have one home: creating an index (and the default one
+        # at start-up), a search's two statements and a worker's completion.
+        self.create = partial(ddl.create_index, session)
+        self.ensure_default = partial(ddl.ensure_default_index, session)
         self.start_search = partial(start_search, session)
         self.rank_and_meter = partial(rank_and_meter, session)
         self.complete_embeddings = partial(complete_embeddings, session)
@@ -61,38 +64,6 @@ class VectorIndexRepository:
     async def switch_alias(self, alias: str, name: str) -> None:
         """Point ``alias`` at the index ``name``."""
         await ddl.switch_alias(self._session, alias, name)
-
-    async def create(
-        self,
-        name: str,
-        *,
-        dimensions: int,
-        element: ElementType = "halfvec",
-        identity: EmbedderIdentity | None = None,
-    ) -> None:
-        """Create and register the index table ``name`` (``Conflict`` if the name is taken)."""
-        await ddl.create_index(
-            self._session, name, dimensions=dimensions, element=element, identity=identity
-        )
-
-    async def ensure_default(
-        self,
-        name: str,
-        *,
-        dimensions: int,
-        alias: str,
-        element: ElementType,
-        identity: EmbedderIdentity,
-    ) -> str:
-        """Create ``name`` if missing and point an unset ``alias`` at it; the alias's target."""
-        return await ddl.ensure_default_index(
-            self._session,
-            name,
-            dimensions=dimensions,
-            alias=alias,
-            element=element,
-            identity=identity,
-        )
 
     async def drop(self, name: str) -> None:
         """Drop the index ``name`` (refused while an alias points at it)."""
