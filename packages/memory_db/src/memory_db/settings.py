@@ -14,7 +14,14 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 from urllib.parse import urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from memory_db.datadir import check_data_dir
@@ -28,6 +35,20 @@ def default_data_dir() -> Path:
     xdg = os.environ.get("XDG_DATA_HOME")
     base = Path(xdg) if xdg else Path.home() / ".local" / "share"
     return base / "mcp-memory"
+
+
+# Settings that become part of a name (an object key, an SQL identifier): field -> the
+# pattern it must match whole, and what a mismatch says.
+_NAME_PATTERNS = {
+    "asset_storage_env_prefix": (
+        r"[a-z0-9][a-z0-9-]{0,31}",
+        "must be 1-32 lowercase letters, digits or '-' (it starts every key)",
+    ),
+    "asset_embed_index": (
+        r"[a-z][a-z0-9_]{0,62}",
+        "must be a lowercase SQL identifier of at most 63 characters",
+    ),
+}
 
 
 def _is_loopback_host(host: str | None) -> bool:
@@ -188,18 +209,12 @@ class MemorySettings(BaseSettings):
     jina_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     jina_base_url: str = "https://api.jina.ai/v1"
 
-    @field_validator("asset_storage_env_prefix")
+    @field_validator(*_NAME_PATTERNS)
     @classmethod
-    def _env_prefix(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", value):
-            raise ValueError("must be 1-32 lowercase letters, digits or '-' (it starts every key)")
-        return value
-
-    @field_validator("asset_embed_index")
-    @classmethod
-    def _index_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", value):
-            raise ValueError("must be a lowercase SQL identifier of at most 63 characters")
+    def _name_pattern(cls, value: str, info: ValidationInfo) -> str:
+        pattern, message = _NAME_PATTERNS[str(info.field_name)]
+        if not re.fullmatch(pattern, value):
+            raise ValueError(message)
         return value
 
     @field_validator("asset_s3_endpoint", "memory_public_base_url")
@@ -226,16 +241,12 @@ class MemorySettings(BaseSettings):
             raise ValueError("must be an https URL (http is allowed only for a loopback host)")
         return value.rstrip("/")
 
-    @field_validator("jina_api_keys", "asset_describe_api_key", mode="before")
+    @field_validator(
+        "jina_api_keys", "asset_describe_api_key", "asset_fetch_allowed_ports", mode="before"
+    )
     @classmethod
-    def _split_keys(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("asset_fetch_allowed_ports", mode="before")
-    @classmethod
-    def _split_ports(cls, value: Any) -> Any:
+    def _split_commas(cls, value: Any) -> Any:
+        # A list from the environment is written comma-separated: "k1,k2", "443,8443".
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
