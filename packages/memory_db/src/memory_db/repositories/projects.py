@@ -63,6 +63,14 @@ def _in_scope_projects(scope: VaultScope) -> Select[AssetProject]:
     )
 
 
+def _project_name(name: str, description: str | None) -> str:
+    """The checked name of a project being created or updated; its description is bounded."""
+    checked = validate_name(name, "project")
+    if description is not None and len(description) > 2000:
+        raise InvalidInput("project description must be at most 2000 characters")
+    return checked
+
+
 class ProjectRepository(SessionRepository):
     """Projects of one vault."""
 
@@ -70,9 +78,7 @@ class ProjectRepository(SessionRepository):
         self, scope: VaultScope, *, name: str, description: str | None, created_by: str
     ) -> ProjectRecord:
         """Create an active project; names are unique per vault, case-insensitively."""
-        checked = validate_name(name, "project")
-        if description is not None and len(description) > 2000:
-            raise InvalidInput("project description must be at most 2000 characters")
+        checked = _project_name(name, description)
         row = AssetProject(
             id=new_id("apr"),
             owner_identity=scope.owner_identity,
@@ -81,16 +87,7 @@ class ProjectRepository(SessionRepository):
             description=description,
             created_by=created_by,
         )
-        try:
-            async with self._session.begin_nested():
-                self._session.add(row)
-                await self._session.flush()
-        except IntegrityError as exc:
-            if constraint_name(exc) == "uq_mem_asset_projects_active_name":
-                raise Conflict(f"a project named {checked!r} already exists in this vault") from exc
-            raise
-        await self._session.refresh(row)
-        return _project(row)
+        return await self._write(row, lambda: self._session.add(row), checked)
 
     async def get(
         self, scope: VaultScope, project_id: str, *, key_share: bool = False
@@ -177,9 +174,7 @@ class ProjectRepository(SessionRepository):
 
         Names are unique per vault, case-insensitively: another project's name is ``Conflict``.
         """
-        checked = validate_name(name, "project")
-        if description is not None and len(description) > 2000:
-            raise InvalidInput("project description must be at most 2000 characters")
+        checked = _project_name(name, description)
         if status not in ("active", "archived"):
             raise InvalidInput("project status must be active or archived")
         row = (
@@ -189,16 +184,30 @@ class ProjectRepository(SessionRepository):
         ).scalar_one_or_none()
         if row is None:
             raise NotFound("project")
+
+        def apply() -> None:
+            row.name = checked
+            row.description = description
+            row.status = status
+            row.updated_at = datetime.now(UTC)
+
+        return await self._write(row, apply, checked)
+
+    async def _write(
+        self, row: AssetProject, change: Callable[[], None], name: str
+    ) -> ProjectRecord:
+        """Apply ``change`` in a savepoint and return the project as written.
+
+        Names are unique among a vault's active projects (a partial unique index): a taken
+        name is a ``Conflict``.
+        """
         try:
             async with self._session.begin_nested():
-                row.name = checked
-                row.description = description
-                row.status = status
-                row.updated_at = datetime.now(UTC)
+                change()
                 await self._session.flush()
         except IntegrityError as exc:
             if constraint_name(exc) == "uq_mem_asset_projects_active_name":
-                raise Conflict(f"a project named {checked!r} already exists in this vault") from exc
+                raise Conflict(f"a project named {name!r} already exists in this vault") from exc
             raise
         await self._session.refresh(row)
         return _project(row)
