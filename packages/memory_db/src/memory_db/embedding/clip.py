@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from memory_db.embedding.in_process import InProcessEmbedder
+from memory_db.embedding.pixels import srgb_thumbnail
 from memory_db.embedding.types import (
     EmbedValue,
     ImageInput,
@@ -187,12 +188,7 @@ def preprocess_image(data: bytes, steps: Preprocessing) -> np.ndarray[Any, Any]:
                 height = steps.shortest_edge
         else:
             width, height = steps.width, steps.height
-        image = pyvips.Image.thumbnail_buffer(data, width, height=height, size="force")
-        if image.hasalpha():
-            image = image.flatten(background=[255, 255, 255])
-        image = image.colourspace("srgb")
-        if image.bands > 3:
-            image = image.extract_band(0, n=3)
+        image = srgb_thumbnail(data, width, height)
         if image.format != "uchar":
             image = image.cast("uchar")
         pixels: np.ndarray[Any, Any] = image.numpy()

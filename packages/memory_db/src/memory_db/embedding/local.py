@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from memory_db.embedding.in_process import InProcessEmbedder
+from memory_db.embedding.pixels import srgb_thumbnail
 from memory_db.embedding.types import (
     EmbedValue,
     ImageInput,
@@ -116,12 +117,7 @@ def _load_lab(data: bytes, size: int) -> np.ndarray[Any, Any]:
     import pyvips  # imported lazily: libvips loads a few MB of shared libraries
 
     try:
-        image = pyvips.Image.thumbnail_buffer(data, size, height=size, size="force")
-        if image.hasalpha():
-            image = image.flatten(background=[255, 255, 255])
-        image = image.colourspace("srgb")
-        if image.bands > 3:
-            image = image.extract_band(0, n=3)
+        image = srgb_thumbnail(data, size, size)
         lab = image.colourspace("lab")
         array: np.ndarray[Any, Any] = lab.numpy()
     except pyvips.Error as exc:
