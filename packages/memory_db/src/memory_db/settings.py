@@ -10,9 +10,10 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from pydantic import (
     Field,
@@ -49,6 +50,35 @@ _NAME_PATTERNS = {
         "must be a lowercase SQL identifier of at most 63 characters",
     ),
 }
+
+
+def _checked_url(value: str | None, problem: Callable[[SplitResult], str | None]) -> str | None:
+    """A URL setting: unset stays unset, a good one loses its trailing slash.
+
+    ``problem`` says what is wrong with the URL (the validation error), or ``None``.
+    """
+    if value is None:
+        return None
+    found = problem(urlsplit(value))
+    if found is not None:
+        raise ValueError(found)
+    return value.rstrip("/")
+
+
+def _http_url_problem(parts: SplitResult) -> str | None:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http(s) URL with a host"
+    if parts.username or parts.password:
+        return "must not contain credentials"
+    return None
+
+
+def _provider_url_problem(parts: SplitResult) -> str | None:
+    if parts.scheme == "http" and _is_loopback_host(parts.hostname):
+        return None
+    if parts.scheme != "https" or not parts.hostname:
+        return "must be an https URL (http is allowed only for a loopback host)"
+    return None
 
 
 def _is_loopback_host(host: str | None) -> bool:
@@ -220,26 +250,12 @@ class MemorySettings(BaseSettings):
     @field_validator("asset_s3_endpoint", "memory_public_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http(s) URL with a host")
-        if parts.username or parts.password:
-            raise ValueError("must not contain credentials")
-        return value.rstrip("/")
+        return _checked_url(value, _http_url_problem)
 
     @field_validator("jina_base_url", "asset_describe_base_url")
     @classmethod
     def _provider_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme == "http" and _is_loopback_host(parts.hostname):
-            return value.rstrip("/")
-        if parts.scheme != "https" or not parts.hostname:
-            raise ValueError("must be an https URL (http is allowed only for a loopback host)")
-        return value.rstrip("/")
+        return _checked_url(value, _provider_url_problem)
 
     @field_validator(
         "jina_api_keys", "asset_describe_api_key", "asset_fetch_allowed_ports", mode="before"

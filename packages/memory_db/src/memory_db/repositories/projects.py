@@ -6,13 +6,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import Select, func, literal, select, tuple_, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 
 from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._base import SessionRepository, record_from_row
-from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import FORBIDDEN_CHARACTERS_RULE, has_forbidden_characters
 from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
 from memory_db.schema import MAX_FOLDER_DEPTH, MAX_NAME_LENGTH, AssetFolder, AssetProject
@@ -201,14 +199,8 @@ class ProjectRepository(SessionRepository):
         Names are unique among a vault's active projects (a partial unique index): a taken
         name is a ``Conflict``.
         """
-        try:
-            async with self._session.begin_nested():
-                change()
-                await self._session.flush()
-        except IntegrityError as exc:
-            if constraint_name(exc) == "uq_mem_asset_projects_active_name":
-                raise Conflict(f"a project named {name!r} already exists in this vault") from exc
-            raise
+        taken = Conflict(f"a project named {name!r} already exists in this vault")
+        await self._flush_refusing(change, {"uq_mem_asset_projects_active_name": taken})
         await self._session.refresh(row)
         return _project(row)
 
@@ -420,21 +412,19 @@ class FolderRepository(SessionRepository):
         return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def _write(self, change: Callable[[], None], name: str) -> None:
-        try:
-            async with self._session.begin_nested():
-                change()
-                await self._session.flush()
-        except IntegrityError as exc:
-            constraint = constraint_name(exc)
-            if constraint == "uq_mem_asset_folders_active_sibling_name":
-                raise Conflict(f"a folder named {name!r} already exists here") from exc
-            if constraint == "folder_depth":
-                raise FolderTreeError("folders can be nested at most 8 deep") from exc
-            if constraint == "folder_cycle":
-                raise FolderTreeError(
+        # The tree's rules are the database's too (a unique index, the folder-tree trigger).
+        await self._flush_refusing(
+            change,
+            {
+                "uq_mem_asset_folders_active_sibling_name": Conflict(
+                    f"a folder named {name!r} already exists here"
+                ),
+                "folder_depth": FolderTreeError("folders can be nested at most 8 deep"),
+                "folder_cycle": FolderTreeError(
                     "a folder cannot be moved under itself or one of its subfolders"
-                ) from exc
-            raise
+                ),
+            },
+        )
 
 
 def folder_depth(folder_id: str, parents: dict[str, str | None]) -> list[str] | None:
