@@ -21,7 +21,6 @@ from pathlib import Path
 from types import TracebackType
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit, urlunsplit
 
-import anyio
 from sqlalchemy import func, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -33,7 +32,7 @@ from memory_db.database import (
     start_embedded,
 )
 from memory_db.errors import MemoryDbError
-from memory_db.guarded_restore import check_table_of_contents, restore_guarded
+from memory_db.guarded_restore import check_table_of_contents, restore_guarded, tool_output
 from memory_db.migrate import current_revision, upgrade
 from memory_db.schema import Asset, AssetObject
 from memory_db.settings import MemorySettings
@@ -92,21 +91,13 @@ def tool_target(url: str) -> ToolTarget:
     return ToolTarget(url=urlunsplit(plain), env=env)
 
 
-async def _run_tool(argv: list[str], env: Mapping[str, str]) -> None:
-    result = await anyio.run_process(argv, env=dict(env), check=False)
-    if result.returncode != 0:
-        lines = [line for line in result.stderr.decode(errors="replace").splitlines() if line]
-        last = lines[-1] if lines else f"exit status {result.returncode}"
-        raise DumpFailed(f"{Path(argv[0]).name} failed: {last}")
-
-
 async def pg_dump(target: ToolTarget, destination: Path, *, snapshot: str | None) -> None:
     """Dump the database in ``pg_dump``'s custom format to ``destination``."""
     argv = [str(pg_tool("pg_dump")), "--format=custom", "--no-owner", "--no-privileges"]
     if snapshot is not None:
         argv.append(f"--snapshot={snapshot}")
     argv += ["--file", str(destination), "--dbname", target.url]
-    await _run_tool(argv, target.env)
+    await tool_output(argv, target.env)
 
 
 @dataclass(frozen=True, slots=True)

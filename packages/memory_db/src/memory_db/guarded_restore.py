@@ -149,8 +149,12 @@ def refusal(entry: TocEntry) -> str | None:
     return f"the dump holds {what}, which this server's schema never creates"
 
 
-async def _tool_output(argv: list[str], env: Mapping[str, str]) -> str:
-    from memory_db.dumps import DumpFailed
+async def tool_output(argv: list[str], env: Mapping[str, str]) -> str:
+    """Run a PostgreSQL client tool (``pg_dump``, ``pg_restore``) and return what it printed.
+
+    A failure is ``DumpFailed`` naming the tool and the last line it wrote to stderr.
+    """
+    from memory_db.dumps import DumpFailed  # dumps imports this module
 
     result = await anyio.run_process(argv, env=dict(env), check=False)
     if result.returncode != 0:
@@ -164,7 +168,7 @@ async def check_table_of_contents(dump: Path) -> list[TocEntry]:
     """The dump's entries, or ``DumpRefused`` naming the first our schema never creates."""
     from memory_db.dumps import pg_tool
 
-    listing = await _tool_output([str(pg_tool("pg_restore")), "--list", str(dump)], {})
+    listing = await tool_output([str(pg_tool("pg_restore")), "--list", str(dump)], {})
     entries = [entry for line in listing.splitlines() if (entry := parse_toc_line(line))]
     for entry in entries:
         reason = refusal(entry)
@@ -242,7 +246,7 @@ async def _schema_text(url: str) -> str:
     target = tool_target(url)
     argv = [str(pg_tool("pg_dump")), "--schema-only", "--no-owner", "--no-privileges",
             "--dbname", target.url]  # fmt: skip
-    return await _tool_output(argv, target.env)
+    return await tool_output(argv, target.env)
 
 
 async def _reference_schema(
@@ -275,7 +279,7 @@ async def _reference_schema(
             await ensure_database(admin, REFERENCE_DATABASE)
             target = tool_target(url)
             # Our own schema, just made: restored as the superuser.
-            await _tool_output(
+            await tool_output(
                 [str(pg_tool("pg_restore")), "--no-owner", "--no-privileges", "--exit-on-error",
                  "--single-transaction", "--schema-only", "--dbname", target.url, str(dump)],
                 target.env,
@@ -322,7 +326,7 @@ async def restore_guarded(
         listing = Path(scratch) / "restore.list"
         listing.write_text("\n".join(kept) + "\n", encoding="utf-8")
         target = tool_target(_as_role(admin, RESTORE_ROLE))
-        await _tool_output(
+        await tool_output(
             [str(pg_tool("pg_restore")), "--no-owner", "--no-privileges", "--exit-on-error",
              "--single-transaction", f"--use-list={listing}", "--dbname", target.url, str(dump)],
             target.env,

@@ -10,11 +10,19 @@ from __future__ import annotations
 import ipaddress
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import (
+    Field,
+    SecretStr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from memory_db.datadir import check_data_dir
@@ -28,6 +36,49 @@ def default_data_dir() -> Path:
     xdg = os.environ.get("XDG_DATA_HOME")
     base = Path(xdg) if xdg else Path.home() / ".local" / "share"
     return base / "mcp-memory"
+
+
+# Settings that become part of a name (an object key, an SQL identifier): field -> the
+# pattern it must match whole, and what a mismatch says.
+_NAME_PATTERNS = {
+    "asset_storage_env_prefix": (
+        r"[a-z0-9][a-z0-9-]{0,31}",
+        "must be 1-32 lowercase letters, digits or '-' (it starts every key)",
+    ),
+    "asset_embed_index": (
+        r"[a-z][a-z0-9_]{0,62}",
+        "must be a lowercase SQL identifier of at most 63 characters",
+    ),
+}
+
+
+def _checked_url(value: str | None, problem: Callable[[SplitResult], str | None]) -> str | None:
+    """A URL setting: unset stays unset, a good one loses its trailing slash.
+
+    ``problem`` says what is wrong with the URL (the validation error), or ``None``.
+    """
+    if value is None:
+        return None
+    found = problem(urlsplit(value))
+    if found is not None:
+        raise ValueError(found)
+    return value.rstrip("/")
+
+
+def _http_url_problem(parts: SplitResult) -> str | None:
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "must be an http(s) URL with a host"
+    if parts.username or parts.password:
+        return "must not contain credentials"
+    return None
+
+
+def _provider_url_problem(parts: SplitResult) -> str | None:
+    if parts.scheme == "http" and _is_loopback_host(parts.hostname):
+        return None
+    if parts.scheme != "https" or not parts.hostname:
+        return "must be an https URL (http is allowed only for a loopback host)"
+    return None
 
 
 def _is_loopback_host(host: str | None) -> bool:
@@ -188,54 +239,30 @@ class MemorySettings(BaseSettings):
     jina_api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
     jina_base_url: str = "https://api.jina.ai/v1"
 
-    @field_validator("asset_storage_env_prefix")
+    @field_validator(*_NAME_PATTERNS)
     @classmethod
-    def _env_prefix(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z0-9][a-z0-9-]{0,31}", value):
-            raise ValueError("must be 1-32 lowercase letters, digits or '-' (it starts every key)")
-        return value
-
-    @field_validator("asset_embed_index")
-    @classmethod
-    def _index_name(cls, value: str) -> str:
-        if not re.fullmatch(r"[a-z][a-z0-9_]{0,62}", value):
-            raise ValueError("must be a lowercase SQL identifier of at most 63 characters")
+    def _name_pattern(cls, value: str, info: ValidationInfo) -> str:
+        pattern, message = _NAME_PATTERNS[str(info.field_name)]
+        if not re.fullmatch(pattern, value):
+            raise ValueError(message)
         return value
 
     @field_validator("asset_s3_endpoint", "memory_public_base_url")
     @classmethod
     def _http_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError("must be an http(s) URL with a host")
-        if parts.username or parts.password:
-            raise ValueError("must not contain credentials")
-        return value.rstrip("/")
+        return _checked_url(value, _http_url_problem)
 
     @field_validator("jina_base_url", "asset_describe_base_url")
     @classmethod
     def _provider_url(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        parts = urlsplit(value)
-        if parts.scheme == "http" and _is_loopback_host(parts.hostname):
-            return value.rstrip("/")
-        if parts.scheme != "https" or not parts.hostname:
-            raise ValueError("must be an https URL (http is allowed only for a loopback host)")
-        return value.rstrip("/")
+        return _checked_url(value, _provider_url_problem)
 
-    @field_validator("jina_api_keys", "asset_describe_api_key", mode="before")
+    @field_validator(
+        "jina_api_keys", "asset_describe_api_key", "asset_fetch_allowed_ports", mode="before"
+    )
     @classmethod
-    def _split_keys(cls, value: Any) -> Any:
-        if isinstance(value, str):
-            return [part.strip() for part in value.split(",") if part.strip()]
-        return value
-
-    @field_validator("asset_fetch_allowed_ports", mode="before")
-    @classmethod
-    def _split_ports(cls, value: Any) -> Any:
+    def _split_commas(cls, value: Any) -> Any:
+        # A list from the environment is written comma-separated: "k1,k2", "443,8443".
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value

@@ -38,18 +38,16 @@ from typing import Any
 
 import numpy as np
 
+from memory_db.embedding.in_process import InProcessEmbedder
+from memory_db.embedding.pixels import srgb_thumbnail
 from memory_db.embedding.types import (
-    TASKS,
-    EmbedResult,
     EmbedValue,
     ImageInput,
-    Task,
     TextInput,
     Usage,
 )
-from memory_db.embedding.validation import combine, validate_embeddings
+from memory_db.embedding.validation import combine
 from memory_db.errors import ConfigurationError, ProviderRejected
-from memory_db.priority import run_cpu
 
 VISUAL_FILE = "visual.onnx"
 TEXTUAL_FILE = "textual.onnx"
@@ -190,12 +188,7 @@ def preprocess_image(data: bytes, steps: Preprocessing) -> np.ndarray[Any, Any]:
                 height = steps.shortest_edge
         else:
             width, height = steps.width, steps.height
-        image = pyvips.Image.thumbnail_buffer(data, width, height=height, size="force")
-        if image.hasalpha():
-            image = image.flatten(background=[255, 255, 255])
-        image = image.colourspace("srgb")
-        if image.bands > 3:
-            image = image.extract_band(0, n=3)
+        image = srgb_thumbnail(data, width, height)
         if image.format != "uchar":
             image = image.cast("uchar")
         pixels: np.ndarray[Any, Any] = image.numpy()
@@ -446,7 +439,7 @@ def _image_bytes(value: ImageInput) -> bytes:
     return value.data
 
 
-class ClipEmbedder:
+class ClipEmbedder(InProcessEmbedder):
     """An ONNX CLIP-family model from ``ASSET_EMBED_MODEL_DIR/<model>`` (unit-length vectors)."""
 
     def __init__(
@@ -530,18 +523,6 @@ class ClipEmbedder:
         if text is None:
             return [float(x) for x in unit_image]
         return combine(unit_image.tolist(), text.tolist(), self._fused_image_weight)
-
-    async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
-        """Embed in a worker thread (decoding and ONNX Runtime would block the event loop)."""
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}")
-        batch = list(values)
-        if not batch:
-            return EmbedResult([], self.model, self.dimensions, Usage(), None)
-        # Niced when the worker embeds (memory_db.priority); a search's query is not.
-        vectors = await run_cpu(lambda: self.embed_blocking(batch))
-        checked = validate_embeddings(vectors, expected=len(batch), dimensions=self.dimensions)
-        return EmbedResult(checked, self.model, self.dimensions, self._usage(batch), None)
 
     def _usage(self, values: Sequence[EmbedValue]) -> Usage:
         texts = [v.text for v in values if not isinstance(v, ImageInput) and v.text]

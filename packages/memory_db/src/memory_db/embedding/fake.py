@@ -8,13 +8,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from memory_db.embedding.types import (
-    TASKS,
     EmbedResult,
     EmbedValue,
     ImageInput,
     Task,
     TextInput,
     Usage,
+    check_task,
 )
 from memory_db.embedding.validation import validate_embeddings
 from memory_db.errors import EmbeddingError
@@ -67,8 +67,7 @@ class ScriptedEmbedder:
 
     async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
         """Follow the script, else hash each value into a vector."""
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}")
+        check_task(task)
         self.calls.append((task, len(values)))
         raw: list[list[float]]
         if self.script:

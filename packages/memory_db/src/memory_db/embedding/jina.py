@@ -19,13 +19,13 @@ from typing import Any, Literal, Unpack
 
 from memory_db.embedding.jina_wire import input_item, parse_response, request_body
 from memory_db.embedding.types import (
-    TASKS,
     EmbedResult,
     EmbedValue,
     FusedInput,
     Task,
     TextInput,
     Usage,
+    check_task,
 )
 from memory_db.embedding.validation import combine, validate_embeddings
 from memory_db.errors import ProviderContractError, ProviderRejected
@@ -150,8 +150,7 @@ class JinaEmbedder:
 
     async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
         """One validated, normalised vector per value, in order."""
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}")
+        check_task(task)
         if not values:
             return EmbedResult([], self._model, self._dimensions)
         if self._fused_mode == "native" or not any(isinstance(v, FusedInput) for v in values):

@@ -28,18 +28,15 @@ from typing import Any
 
 import numpy as np
 
+from memory_db.embedding.in_process import InProcessEmbedder
+from memory_db.embedding.pixels import srgb_thumbnail
 from memory_db.embedding.types import (
-    TASKS,
-    EmbedResult,
     EmbedValue,
     ImageInput,
-    Task,
     TextInput,
     Usage,
 )
-from memory_db.embedding.validation import validate_embeddings
 from memory_db.errors import ProviderContractError, ProviderRejected
-from memory_db.priority import run_cpu
 
 LOCAL_MODEL = "local-hash-v1"
 DIMENSIONS = 1024
@@ -120,12 +117,7 @@ def _load_lab(data: bytes, size: int) -> np.ndarray[Any, Any]:
     import pyvips  # imported lazily: libvips loads a few MB of shared libraries
 
     try:
-        image = pyvips.Image.thumbnail_buffer(data, size, height=size, size="force")
-        if image.hasalpha():
-            image = image.flatten(background=[255, 255, 255])
-        image = image.colourspace("srgb")
-        if image.bands > 3:
-            image = image.extract_band(0, n=3)
+        image = srgb_thumbnail(data, size, size)
         lab = image.colourspace("lab")
         array: np.ndarray[Any, Any] = lab.numpy()
     except pyvips.Error as exc:
@@ -210,21 +202,7 @@ def embed_value(value: EmbedValue) -> list[float]:
     return [float(x) for x in vector]
 
 
-def _usage(values: Sequence[EmbedValue]) -> Usage:
-    prompt = 0
-    images = 0
-    for value in values:
-        if isinstance(value, TextInput):
-            prompt += len(_normalise_text(value.text))
-        elif isinstance(value, ImageInput):
-            images += 1
-        else:
-            prompt += len(_normalise_text(value.text))
-            images += len(value.images)
-    return Usage(total_tokens=prompt + images, prompt_tokens=prompt, image_tokens=images)
-
-
-class LocalEmbedder:
+class LocalEmbedder(InProcessEmbedder):
     """Deterministic offline embeddings (``local-hash-v1``, 1,024-d, unit length)."""
 
     @property
@@ -237,15 +215,22 @@ class LocalEmbedder:
         """Always 1,024."""
         return DIMENSIONS
 
-    async def embed(self, values: Sequence[EmbedValue], task: Task) -> EmbedResult:
-        """Embed in a worker thread (pyvips and numpy would block the event loop)."""
-        if task not in TASKS:
-            raise ValueError(f"task must be one of {TASKS}")
-        batch = list(values)
-        # Niced when the worker embeds (memory_db.priority); a search's query is not.
-        vectors = await run_cpu(lambda: [embed_value(v) for v in batch])
-        checked = validate_embeddings(vectors, expected=len(batch), dimensions=DIMENSIONS)
-        return EmbedResult(checked, LOCAL_MODEL, DIMENSIONS, _usage(batch), None)
+    def embed_blocking(self, values: Sequence[EmbedValue]) -> list[list[float]]:
+        """One vector per value (pyvips and numpy: run by ``embed`` in a worker thread)."""
+        return [embed_value(v) for v in values]
+
+    def _usage(self, values: Sequence[EmbedValue]) -> Usage:
+        prompt = 0
+        images = 0
+        for value in values:
+            if isinstance(value, TextInput):
+                prompt += len(_normalise_text(value.text))
+            elif isinstance(value, ImageInput):
+                images += 1
+            else:
+                prompt += len(_normalise_text(value.text))
+                images += len(value.images)
+        return Usage(total_tokens=prompt + images, prompt_tokens=prompt, image_tokens=images)
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -10,6 +10,12 @@ Task = Literal["retrieval.query", "retrieval.passage"]
 TASKS: tuple[Task, ...] = ("retrieval.query", "retrieval.passage")
 
 
+def check_task(task: str) -> None:
+    """Refuse a task that is not one of ``TASKS`` (a programming error, not a caller's)."""
+    if task not in TASKS:
+        raise ValueError(f"task must be one of {TASKS}")
+
+
 @dataclass(frozen=True, slots=True)
 class TextInput:
     """Text to embed."""

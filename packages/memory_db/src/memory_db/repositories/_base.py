@@ -6,13 +6,17 @@ A repository never commits, opens or closes its session: the unit of work that m
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import fields
 from functools import cache
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy import ColumnElement, and_
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
+from memory_db.errors import MemoryDbError
+from memory_db.repositories._errors import constraint_name
 from memory_db.schema import Asset, AssetObject
 
 if TYPE_CHECKING:
@@ -26,6 +30,24 @@ class SessionRepository:
 
     def __init__(self, session: AsyncSession) -> None:
         self._session = session
+
+    async def _flush_refusing(
+        self, change: Callable[[], None], refusals: Mapping[str, MemoryDbError]
+    ) -> None:
+        """Apply ``change`` and flush it in a savepoint; the transaction goes on either way.
+
+        A constraint the flush breaks that ``refusals`` names raises its error instead (a
+        taken name is a ``Conflict``); any other integrity error is raised as it is.
+        """
+        try:
+            async with self._session.begin_nested():
+                change()
+                await self._session.flush()
+        except IntegrityError as exc:
+            refusal = refusals.get(constraint_name(exc) or "")
+            if refusal is not None:
+                raise refusal from exc
+            raise
 
 
 def asset_object_join() -> ColumnElement[bool]:

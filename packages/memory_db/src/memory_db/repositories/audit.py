@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, NotRequired, TypedDict, Unpack
 
 from sqlalchemy import ColumnElement, Insert, insert, select
 
@@ -128,76 +128,48 @@ def provenance_entry(operation: str, *, actor_identity: str, detail: ColumnEleme
     )
 
 
-def usage_entry(
-    *,
-    owner_identity: str,
-    source: str,
-    model: str,
-    total_tokens: int,
-    prompt_tokens: int = 0,
-    image_tokens: int = 0,
-    request_id: str | None = None,
-    asset_id: str | None = None,
-    job_id: str | None = None,
-    entry_id: str | None = None,
-) -> Insert:
-    """One usage entry as an INSERT (run alone, or by a caller's statement: a search's CTE)."""
+class UsageFields(TypedDict):
+    """One usage entry's columns, as ``usage_entry`` and ``UsageRepository.record`` take them."""
+
+    owner_identity: str
+    source: str
+    model: str
+    total_tokens: int
+    prompt_tokens: NotRequired[int]
+    image_tokens: NotRequired[int]
+    request_id: NotRequired[str | None]
+    asset_id: NotRequired[str | None]
+    job_id: NotRequired[str | None]
+
+
+def _check_source(source: str) -> None:
     if source not in USAGE_SOURCES:
         raise ValueError(f"unknown usage source {source!r}")
-    return insert(UsageLedgerEntry).values(
-        id=entry_id or new_id("aul"),
-        owner_identity=owner_identity,
-        source=source,
-        model=model,
-        total_tokens=total_tokens,
-        prompt_tokens=prompt_tokens,
-        image_tokens=image_tokens,
-        asset_id=asset_id,
-        job_id=job_id,
-        request_id=request_id,
-    )
+
+
+def usage_entry(*, entry_id: str | None = None, **fields: Unpack[UsageFields]) -> Insert:
+    """One usage entry as an INSERT (run alone, or by a caller's statement: a search's CTE).
+
+    Token counts left out are 0 (the columns' default); ids left out are null.
+    """
+    _check_source(fields["source"])
+    return insert(UsageLedgerEntry).values(id=entry_id or new_id("aul"), **fields)
 
 
 class UsageRepository(SessionRepository):
     """Metered provider usage; pricing is derived elsewhere from a rate table."""
 
-    async def record(
-        self,
-        *,
-        owner_identity: str,
-        source: str,
-        model: str,
-        total_tokens: int,
-        prompt_tokens: int = 0,
-        image_tokens: int = 0,
-        asset_id: str | None = None,
-        job_id: str | None = None,
-        request_id: str | None = None,
-    ) -> str:
+    async def record(self, **fields: Unpack[UsageFields]) -> str:
         """Append one usage entry and return its id."""
         entry_id = new_id("aul")
-        await self._session.execute(
-            usage_entry(
-                owner_identity=owner_identity,
-                source=source,
-                model=model,
-                total_tokens=total_tokens,
-                prompt_tokens=prompt_tokens,
-                image_tokens=image_tokens,
-                asset_id=asset_id,
-                job_id=job_id,
-                request_id=request_id,
-                entry_id=entry_id,
-            )
-        )
+        await self._session.execute(usage_entry(entry_id=entry_id, **fields))
         return entry_id
 
     async def record_many(self, entries: Sequence[dict[str, Any]]) -> None:
         """Append several entries in one statement (the worker's batches)."""
         rows = []
         for entry in entries:
-            if entry["source"] not in USAGE_SOURCES:
-                raise ValueError(f"unknown usage source {entry['source']!r}")
+            _check_source(entry["source"])
             rows.append({"id": new_id("aul"), **entry})
         if rows:
             await self._session.execute(insert(UsageLedgerEntry), rows)

@@ -14,13 +14,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import ColumnElement, Update, func, select, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, InvalidInput, NotFound
 from memory_db.ids import new_id
 from memory_db.repositories._base import SessionRepository, record_from_row
-from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import has_forbidden_characters
 from memory_db.repositories.access_changes import (
     ApiKeyCache,
@@ -333,17 +331,11 @@ class VaultRepository(SessionRepository):
             handle=handle,
             physical_vault=f"{owner}/{handle}",
         )
-        try:
-            async with self._session.begin_nested():
-                self._session.add(row)
-                await self._session.flush()
-        except IntegrityError as exc:
-            if constraint_name(exc) in (
-                "uq_mem_vaults_owner_handle",
-                "uq_mem_vaults_physical_vault",
-            ):
-                raise Conflict(f"a vault named {handle!r} already exists") from exc
-            raise
+        taken = Conflict(f"a vault named {handle!r} already exists")
+        await self._flush_refusing(
+            lambda: self._session.add(row),
+            {"uq_mem_vaults_owner_handle": taken, "uq_mem_vaults_physical_vault": taken},
+        )
         await self._session.refresh(row)
         return _vault_record(row, "owner")
 

@@ -6,13 +6,11 @@ from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 
 from sqlalchemy import Select, func, literal, select, tuple_, update
-from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import aliased
 
 from memory_db.errors import Conflict, FolderTreeError, InvalidInput, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._base import SessionRepository, record_from_row
-from memory_db.repositories._errors import constraint_name
 from memory_db.repositories._text import FORBIDDEN_CHARACTERS_RULE, has_forbidden_characters
 from memory_db.repositories.records import FolderRecord, ProjectRecord, VaultScope
 from memory_db.schema import MAX_FOLDER_DEPTH, MAX_NAME_LENGTH, AssetFolder, AssetProject
@@ -63,6 +61,14 @@ def _in_scope_projects(scope: VaultScope) -> Select[AssetProject]:
     )
 
 
+def _project_name(name: str, description: str | None) -> str:
+    """The checked name of a project being created or updated; its description is bounded."""
+    checked = validate_name(name, "project")
+    if description is not None and len(description) > 2000:
+        raise InvalidInput("project description must be at most 2000 characters")
+    return checked
+
+
 class ProjectRepository(SessionRepository):
     """Projects of one vault."""
 
@@ -70,9 +76,7 @@ class ProjectRepository(SessionRepository):
         self, scope: VaultScope, *, name: str, description: str | None, created_by: str
     ) -> ProjectRecord:
         """Create an active project; names are unique per vault, case-insensitively."""
-        checked = validate_name(name, "project")
-        if description is not None and len(description) > 2000:
-            raise InvalidInput("project description must be at most 2000 characters")
+        checked = _project_name(name, description)
         row = AssetProject(
             id=new_id("apr"),
             owner_identity=scope.owner_identity,
@@ -81,16 +85,7 @@ class ProjectRepository(SessionRepository):
             description=description,
             created_by=created_by,
         )
-        try:
-            async with self._session.begin_nested():
-                self._session.add(row)
-                await self._session.flush()
-        except IntegrityError as exc:
-            if constraint_name(exc) == "uq_mem_asset_projects_active_name":
-                raise Conflict(f"a project named {checked!r} already exists in this vault") from exc
-            raise
-        await self._session.refresh(row)
-        return _project(row)
+        return await self._write(row, lambda: self._session.add(row), checked)
 
     async def get(
         self, scope: VaultScope, project_id: str, *, key_share: bool = False
@@ -177,9 +172,7 @@ class ProjectRepository(SessionRepository):
 
         Names are unique per vault, case-insensitively: another project's name is ``Conflict``.
         """
-        checked = validate_name(name, "project")
-        if description is not None and len(description) > 2000:
-            raise InvalidInput("project description must be at most 2000 characters")
+        checked = _project_name(name, description)
         if status not in ("active", "archived"):
             raise InvalidInput("project status must be active or archived")
         row = (
@@ -189,17 +182,25 @@ class ProjectRepository(SessionRepository):
         ).scalar_one_or_none()
         if row is None:
             raise NotFound("project")
-        try:
-            async with self._session.begin_nested():
-                row.name = checked
-                row.description = description
-                row.status = status
-                row.updated_at = datetime.now(UTC)
-                await self._session.flush()
-        except IntegrityError as exc:
-            if constraint_name(exc) == "uq_mem_asset_projects_active_name":
-                raise Conflict(f"a project named {checked!r} already exists in this vault") from exc
-            raise
+
+        def apply() -> None:
+            row.name = checked
+            row.description = description
+            row.status = status
+            row.updated_at = datetime.now(UTC)
+
+        return await self._write(row, apply, checked)
+
+    async def _write(
+        self, row: AssetProject, change: Callable[[], None], name: str
+    ) -> ProjectRecord:
+        """Apply ``change`` in a savepoint and return the project as written.
+
+        Names are unique among a vault's active projects (a partial unique index): a taken
+        name is a ``Conflict``.
+        """
+        taken = Conflict(f"a project named {name!r} already exists in this vault")
+        await self._flush_refusing(change, {"uq_mem_asset_projects_active_name": taken})
         await self._session.refresh(row)
         return _project(row)
 
@@ -411,21 +412,19 @@ class FolderRepository(SessionRepository):
         return int(result.rowcount or 0)  # pyright: ignore[reportAttributeAccessIssue]
 
     async def _write(self, change: Callable[[], None], name: str) -> None:
-        try:
-            async with self._session.begin_nested():
-                change()
-                await self._session.flush()
-        except IntegrityError as exc:
-            constraint = constraint_name(exc)
-            if constraint == "uq_mem_asset_folders_active_sibling_name":
-                raise Conflict(f"a folder named {name!r} already exists here") from exc
-            if constraint == "folder_depth":
-                raise FolderTreeError("folders can be nested at most 8 deep") from exc
-            if constraint == "folder_cycle":
-                raise FolderTreeError(
+        # The tree's rules are the database's too (a unique index, the folder-tree trigger).
+        await self._flush_refusing(
+            change,
+            {
+                "uq_mem_asset_folders_active_sibling_name": Conflict(
+                    f"a folder named {name!r} already exists here"
+                ),
+                "folder_depth": FolderTreeError("folders can be nested at most 8 deep"),
+                "folder_cycle": FolderTreeError(
                     "a folder cannot be moved under itself or one of its subfolders"
-                ) from exc
-            raise
+                ),
+            },
+        )
 
 
 def folder_depth(folder_id: str, parents: dict[str, str | None]) -> list[str] | None:

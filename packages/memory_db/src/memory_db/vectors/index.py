@@ -149,6 +149,14 @@ def _identity(provider: object, model: object, dimensions: object) -> EmbedderId
     return EmbedderIdentity(str(provider), str(model), int(str(dimensions)))
 
 
+async def _registry_row(session: AsyncSession, sql: str, key: str, what: str) -> Sequence[Any]:
+    """The one registry row ``sql`` finds for ``:key``, else ``NotFound(what, key)``."""
+    row = (await session.execute(text(sql), {"key": key})).one_or_none()
+    if row is None:
+        raise NotFound(what, key)
+    return row
+
+
 def _components(embedding: Sequence[float], dimensions: int, element: ElementType) -> list[float]:
     """The vector as a list of floats, sent as a binary ``real[]`` parameter.
 
@@ -281,19 +289,14 @@ class VectorIndex:
     @classmethod
     async def open(cls, session: AsyncSession, name: str) -> VectorIndex:
         """Bind to a registered index."""
-        row = (
-            await session.execute(
-                text(
-                    "SELECT dimensions, element_type, provider, model FROM mem_vector_indexes "
-                    "WHERE name = :n"
-                ),
-                {"n": name},
-            )
-        ).one_or_none()
-        if row is None:
-            raise NotFound("vector index", name)
-        element: ElementType = "vector" if row[1] == "vector" else "halfvec"
-        return cls(session, name, int(row[0]), element, identity=_identity(row[2], row[3], row[0]))
+        row = await _registry_row(
+            session,
+            "SELECT name, dimensions, element_type, provider, model FROM mem_vector_indexes "
+            "WHERE name = :key",
+            name,
+            "vector index",
+        )
+        return cls._bound(session, row)
 
     @classmethod
     async def open_alias(
@@ -318,25 +321,28 @@ class VectorIndex:
             )
             if locked is None:
                 raise NotFound("vector index alias", alias)
-        row = (
-            await session.execute(
-                text(
-                    "SELECT i.name, i.dimensions, i.element_type, i.provider, i.model, "
-                    # Mirrors: the rebuild filling beside it, and the index it replaced
-                    # (kept in step until dropped, so switching back stays possible).
-                    "ARRAY(SELECT r.target_index FROM mem_vector_rebuilds r "
-                    "WHERE r.alias = a.alias AND r.state = 'filling' "
-                    "UNION SELECT r.source_index FROM mem_vector_rebuilds r "
-                    "WHERE r.target_index = a.index_name AND r.state = 'switched' ORDER BY 1) "
-                    "FROM mem_vector_index_aliases a "
-                    "JOIN mem_vector_indexes i ON i.name = a.index_name "
-                    "WHERE a.alias = :a"
-                ),
-                {"a": alias},
-            )
-        ).one_or_none()
-        if row is None:
-            raise NotFound("vector index alias", alias)
+        row = await _registry_row(
+            session,
+            "SELECT i.name, i.dimensions, i.element_type, i.provider, i.model, "
+            # Mirrors: the rebuild filling beside it, and the index it replaced
+            # (kept in step until dropped, so switching back stays possible).
+            "ARRAY(SELECT r.target_index FROM mem_vector_rebuilds r "
+            "WHERE r.alias = a.alias AND r.state = 'filling' "
+            "UNION SELECT r.source_index FROM mem_vector_rebuilds r "
+            "WHERE r.target_index = a.index_name AND r.state = 'switched' ORDER BY 1) "
+            "FROM mem_vector_index_aliases a "
+            "JOIN mem_vector_indexes i ON i.name = a.index_name "
+            "WHERE a.alias = :key",
+            alias,
+            "vector index alias",
+        )
+        return cls._bound(session, row, mirrors=[str(m) for m in row[5] or ()])
+
+    @classmethod
+    def _bound(
+        cls, session: AsyncSession, row: Sequence[Any], mirrors: Sequence[str] = ()
+    ) -> VectorIndex:
+        """A registry row (name, dimensions, element_type, provider, model) bound to ``session``."""
         element: ElementType = "vector" if row[2] == "vector" else "halfvec"
         return cls(
             session,
@@ -344,7 +350,7 @@ class VectorIndex:
             int(row[1]),
             element,
             identity=_identity(row[3], row[4], row[1]),
-            mirrors=[str(m) for m in row[5] or ()],
+            mirrors=mirrors,
         )
 
     def _tables(self) -> tuple[str, ...]:

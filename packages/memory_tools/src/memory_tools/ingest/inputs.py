@@ -232,21 +232,33 @@ def decode_base64(value: str, limit: int, *, searching: bool = False) -> bytes:
         data = base64.b64decode(text, validate=True)
     except (binascii.Error, ValueError):
         raise InvalidInputFailure("imageBase64: not valid base64") from None
-    if not data:
-        raise InvalidInputFailure("imageBase64: empty")
-    if len(data) > limit:
-        too_large = too_large_for_base64(limit, searching=searching)
-        raise InvalidInputFailure(f"imageBase64: {len(data)} bytes decoded; {too_large}")
-    return data
+    return _bounded(
+        data,
+        limit,
+        empty="imageBase64: empty",
+        size="imageBase64: {} bytes decoded",
+        searching=searching,
+    )
 
 
 def query_image_bytes(data: bytes, limit: int) -> bytes:
     """A query image given as bytes (a file field): not empty, at most ``limit`` bytes."""
+    return _bounded(
+        data, limit, empty="image: the file is empty", size="image: {} bytes", searching=True
+    )
+
+
+def _bounded(data: bytes, limit: int, *, empty: str, size: str, searching: bool) -> bytes:
+    """``data`` unless it is empty or over ``limit`` bytes.
+
+    The refusals begin with ``empty``, and with ``size`` given the byte count: each input
+    names its own field.
+    """
     if not data:
-        raise InvalidInputFailure("image: the file is empty")
+        raise InvalidInputFailure(empty)
     if len(data) > limit:
-        too_large = too_large_for_base64(limit, searching=True)
-        raise InvalidInputFailure(f"image: {len(data)} bytes; {too_large}")
+        too_large = too_large_for_base64(limit, searching=searching)
+        raise InvalidInputFailure(f"{size.format(len(data))}; {too_large}")
     return data
 
 

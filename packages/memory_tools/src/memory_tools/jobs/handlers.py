@@ -91,15 +91,26 @@ async def read_subject_preview(services: MemoryServices, subject: JobSubject) ->
     stored = subject.stored
     if stored.status != "available" or stored.preview_storage_key is None:
         raise JobFailed("object_unavailable", f"the stored image is {stored.status}")
+    return await read_for_job(
+        "preview", read_preview(services, stored.preview_storage_key, stored.preview_sha256)
+    )
+
+
+async def read_for_job(what: str, read: Awaitable[bytes]) -> bytes:
+    """The stored ``what`` (``preview``, ``original``) that ``read`` verifies, for a job.
+
+    Bytes that do not match their recorded SHA-256 fail the job (``integrity_failure``); a
+    store that does not answer fails it retryably (``store_unavailable``).
+    """
     try:
-        return await read_preview(services, stored.preview_storage_key, stored.preview_sha256)
+        return await read
     except ChecksumMismatch as exc:
         raise JobFailed(
-            "integrity_failure", "the stored preview does not match its recorded SHA-256"
+            "integrity_failure", f"the stored {what} does not match its recorded SHA-256"
         ) from exc
     except MemoryDbError as exc:
         raise JobFailed(
-            "store_unavailable", f"the preview could not be read ({exc})", retryable=True
+            "store_unavailable", f"the {what} could not be read ({exc})", retryable=True
         ) from exc
 
 
@@ -108,5 +119,6 @@ __all__ = [
     "JobHandler",
     "JobResult",
     "JobSubject",
+    "read_for_job",
     "read_subject_preview",
 ]

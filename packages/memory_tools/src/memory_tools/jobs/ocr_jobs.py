@@ -26,8 +26,7 @@ import anyio
 import pyvips
 from pydantic import Field
 
-from memory_db import AssetRecord, MemoryDbError, UnitOfWork, VaultScope, get_logger
-from memory_db.errors import ChecksumMismatch
+from memory_db import AssetRecord, UnitOfWork, VaultScope, get_logger
 from memory_db.priority import run_cpu
 from memory_db.storage.integrity import read_verified
 from memory_tools import policy
@@ -40,7 +39,13 @@ from memory_tools.errors import (
 )
 from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import NO_FUSED_TEXT, asset_fused_text
-from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_preview
+from memory_tools.jobs.handlers import (
+    JobFailed,
+    JobResult,
+    JobSubject,
+    read_for_job,
+    read_subject_preview,
+)
 from memory_tools.jobs.ocr import OcrError, OcrReading, queue_ocr, read_text
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
@@ -93,21 +98,15 @@ class OcrHandler:
         if edge >= OCR_MIN_EDGE or max(stored.width, stored.height) <= edge:
             return preview, "preview"
         settings = self._services.settings
-        try:
-            original = await read_verified(
+        original = await read_for_job(
+            "original",
+            read_verified(
                 self._services.store,
                 stored.storage_key,
                 stored.sha256,
                 max_bytes=settings.asset_max_bytes,
-            )
-        except ChecksumMismatch as exc:
-            raise JobFailed(
-                "integrity_failure", "the stored original does not match its recorded SHA-256"
-            ) from exc
-        except MemoryDbError as exc:
-            raise JobFailed(
-                "store_unavailable", f"the original could not be read ({exc})", retryable=True
-            ) from exc
+            ),
+        )
         try:
             # The save's sanitising decode, waiting for room in this process's decode budget
             # (ASSET_DECODE_BUDGET_PIXELS) like every other decode of an untrusted image.

@@ -10,7 +10,6 @@ there is no OAuth here.
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from fastmcp.server.auth import AccessToken, TokenVerifier
@@ -19,6 +18,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_db import Database, DatabaseUnavailable, get_logger
 from memory_tools.errors import Unauthenticated
+from memory_tools.mcp.refusals import send_jsonrpc_error
 
 log = get_logger(__name__)
 
@@ -113,27 +113,13 @@ class ExplainUnauthenticated:
         else:
             failure = MISSING_KEY
             challenge = "Bearer"  # RFC 6750, section 3.1: no error attribute without credentials
-        body = json.dumps(
+        await send_jsonrpc_error(
+            send,
+            401,
             {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": JSONRPC_UNAUTHENTICATED,
-                    "message": str(failure),
-                    "data": {"code": failure.code, "message": failure.message},
-                },
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 401,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"www-authenticate", challenge.encode()),
-                    (b"cache-control", b"no-store"),
-                ],
-            }
+                "code": JSONRPC_UNAUTHENTICATED,
+                "message": str(failure),
+                "data": {"code": failure.code, "message": failure.message},
+            },
+            [(b"www-authenticate", challenge.encode()), (b"cache-control", b"no-store")],
         )
-        await send({"type": "http.response.body", "body": body})

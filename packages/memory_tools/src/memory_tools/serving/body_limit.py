@@ -19,7 +19,6 @@ default) needs about 27 MiB. This middleware, in front of every ``/mcp`` request
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import anyio
@@ -29,6 +28,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from memory_db import MemorySettings, get_logger
 from memory_tools.capacity import DecodeAdmission, trim_allocator
+from memory_tools.mcp.refusals import send_jsonrpc_error
 
 log = get_logger(__name__)
 
@@ -154,33 +154,20 @@ class McpBodyLimit:
             "of imageBase64; images over ASSET_MAX_BYTES are refused on every route."
         )
         log.info("mcp_body_refused", declared=declared, limit=self.limit)
-        body = json.dumps(
+        await send_jsonrpc_error(
+            send,
+            413,
             {
-                "jsonrpc": "2.0",
-                "id": None,
-                "error": {
-                    "code": INVALID_REQUEST,
-                    "message": message,
-                    "data": {
-                        "limitBytes": self.limit,
-                        "maxImageBytes": self.max_image_bytes,
-                        "uploadRoute": UPLOAD_ROUTE,
-                    },
+                "code": INVALID_REQUEST,
+                "message": message,
+                "data": {
+                    "limitBytes": self.limit,
+                    "maxImageBytes": self.max_image_bytes,
+                    "uploadRoute": UPLOAD_ROUTE,
                 },
-            }
-        ).encode()
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 413,
-                "headers": [
-                    (b"content-type", b"application/json"),
-                    (b"content-length", str(len(body)).encode()),
-                    (b"connection", b"close"),
-                ],
-            }
+            },
+            [(b"connection", b"close")],
         )
-        await send({"type": "http.response.body", "body": body})
 
 
 async def _drain(receive: Receive, budget: int | None = None) -> None:

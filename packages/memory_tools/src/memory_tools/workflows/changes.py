@@ -331,17 +331,8 @@ async def restore_asset(
         raise NotFoundFailure("asset not found")
     if asset.status != "deleted":
         jobs = await uow.jobs.for_asset(owner, asset_id)
-        return RestoreResult(
-            asset_id=asset_id,
-            vault=resolved.display_handle,
-            status=asset.status,
-            embedding_status=asset.embedding_status,
-            already_active=True,
-            project_id=asset.project_id,
-            folder_id=asset.folder_id,
-            placement="original",
-            job_ids=[job.id for job in jobs if job.status in ("queued", "running", "retry")],
-        )
+        pending = [job.id for job in jobs if job.status in ("queued", "running", "retry")]
+        return _restored(asset, resolved.display_handle, "original", pending, already_active=True)
     if not await uow.assets.deleted_within(scope, asset_id, delete_grace(services)):
         raise NotFoundFailure("asset not found (its delete grace window has passed)")
     # Lock order as in a delete (asset, namespace, object), so the two never deadlock.
@@ -395,16 +386,25 @@ async def restore_asset(
     )
     await uow.jobs.notify()
     log.info("asset_restored", placement=placement, representations=len(representations))
+    return _restored(
+        restored, resolved.display_handle, placement, [job.id for job in jobs], already_active=False
+    )
+
+
+def _restored(
+    asset: AssetRecord, vault: str, placement: str, job_ids: list[str], *, already_active: bool
+) -> RestoreResult:
+    """The answer of a restore: the image as it is now (restored, or found already active)."""
     return RestoreResult(
-        asset_id=asset_id,
-        vault=resolved.display_handle,
-        status=restored.status,
-        embedding_status=restored.embedding_status,
-        already_active=False,
-        project_id=project_id,
-        folder_id=folder_id,
+        asset_id=asset.id,
+        vault=vault,
+        status=asset.status,
+        embedding_status=asset.embedding_status,
+        already_active=already_active,
+        project_id=asset.project_id,
+        folder_id=asset.folder_id,
         placement=placement,
-        job_ids=[job.id for job in jobs],
+        job_ids=job_ids,
     )
 
 
