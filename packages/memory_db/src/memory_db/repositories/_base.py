@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from functools import cache
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 from sqlalchemy import ColumnElement, and_
 from sqlalchemy.exc import IntegrityError
@@ -19,10 +19,19 @@ from memory_db.errors import MemoryDbError
 from memory_db.repositories._errors import constraint_name
 from memory_db.schema import Asset, AssetObject
 
-if TYPE_CHECKING:
-    from _typeshed import DataclassInstance
 
-RecordT = TypeVar("RecordT", bound="DataclassInstance")
+class DataclassInstance(Protocol):
+    """Any dataclass instance: what ``dataclasses.fields`` takes.
+
+    Spelled here because typeshed's own (``_typeshed``) exists only for type checkers, and the
+    isolated-package check (``scripts/check_imports.py``) resolves every import, even those
+    under ``TYPE_CHECKING``.
+    """
+
+    __dataclass_fields__: ClassVar[dict[str, Any]]
+
+
+RecordT = TypeVar("RecordT", bound=DataclassInstance)
 
 
 class SessionRepository:
