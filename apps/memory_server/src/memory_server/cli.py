@@ -1,4 +1,4 @@
-"""``memory-server``: serve MCP (stdio or HTTP), migrate, reconcile, and administer identities.
+"""``memory-server``: serve MCP (stdio or HTTP), migrate, reconcile, administer, connect clients.
 
 It only wires: every command is declared in ``memory_tools.serving`` (its arguments, what it
 opens, its handler) and listed here; :func:`main` parses and runs the chosen one.
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from memory_tools.mcp.toolsets import MEMORY_TOOLSETS, ToolSelection
 from memory_tools.serving.admin_commands import ADMIN
 from memory_tools.serving.arguments import server_commands
+from memory_tools.serving.connect_command import connect_command
 from memory_tools.serving.models_commands import MODELS
 from memory_tools.serving.operator_commands import MIGRATE, OPERATOR_COMMANDS
 from memory_tools.serving.reconcile_command import RECONCILE
@@ -68,6 +69,7 @@ COMMANDS = (
     ),
     MIGRATE,
     ADMIN,
+    connect_command(prog=PROG, module="memory_server"),
     *REINDEX_COMMANDS,
     MODELS,
     RECONCILE,
