@@ -97,6 +97,21 @@ key: install-runtime ## Create an identity and a key: make key OWNER=you@example
 	$(UV) run --frozen --no-sync memory-server admin create-identity --owner "$(OWNER)" --exist-ok
 	$(UV) run --frozen --no-sync memory-server admin create-key --owner "$(OWNER)" --scopes read,write,destructive
 
+# `connect` is `memory-server connect` (docs/connect.md): the identity first (as `make key`),
+# then a key for the client and its configuration, printed (ARGS=--write merges it into the
+# client's file); stdout carries only what `connect` prints (the install step goes to stderr).
+# The URL is the server's MEMORY_PUBLIC_BASE_URL, else `make run`'s HOST:PORT
+# when either is given here (0.0.0.0 listens everywhere; a client on this machine uses 127.0.0.1).
+CONNECT_HOST = $(if $(filter 0.0.0.0 ::,$(HOST)),127.0.0.1,$(HOST))
+CONNECT_URL = $(if $(filter command line environment,$(origin HOST) $(origin PORT)),--url http://$(CONNECT_HOST):$(PORT))
+
+.PHONY: connect
+connect: ## Set up an MCP client: make connect CLIENT=cursor OWNER=you@example.com [ARGS=--write]
+	@test -n "$(CLIENT)" -a -n "$(OWNER)" || { echo "usage: make connect CLIENT=claude-code|claude-desktop|cursor|vscode|codex|windsurf|generic OWNER=you@example.com [ARGS=--write]" >&2; exit 2; }
+	@$(MAKE) --no-print-directory install-runtime >&2
+	@$(UV) run --frozen --no-sync memory-server admin create-identity --owner "$(OWNER)" --exist-ok >&2
+	@$(UV) run --frozen --no-sync memory-server connect "$(CLIENT)" --owner "$(OWNER)" $(CONNECT_URL) $(ARGS)
+
 .PHONY: migrate
 migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or the embedded default)
 	$(UV) run --frozen --no-sync memory-server migrate

@@ -359,6 +359,22 @@ def test_codex_toml_keeps_comments_and_other_tables(tmp_path: Path) -> None:
     }
 
 
+def test_codex_toml_with_dotted_keys_keeps_every_key_in_its_table(tmp_path: Path) -> None:
+    """A key after the servers stays where it was (appending a table must not capture it)."""
+    setup = _setup(tmp_path, "codex")
+    setup.path.parent.mkdir(parents=True)
+    setup.path.write_text('mcp_servers.docs.url = "u"\nmodel = "m"\n', encoding="utf-8")
+    for _ in range(2):  # the second run gives the same text
+        existing = read_config(setup, setup.path)
+        write_config(existing, merged_text(setup, existing), holds_secret=False)
+        text = setup.path.read_text(encoding="utf-8")
+        assert tomllib.loads(text) == {
+            "model": "m",
+            "mcp_servers": {"docs": {"url": "u"}, "image-memory": setup.entry},
+        }
+    assert len(list(setup.path.parent.glob("config.toml.bak-*"))) == 1
+
+
 @pytest.mark.parametrize(
     ("client", "text", "says"),
     [
@@ -369,6 +385,7 @@ def test_codex_toml_keeps_comments_and_other_tables(tmp_path: Path) -> None:
         ("vscode", '{"servers": {}, "inputs": {}}', "'inputs' is not a list"),
         ("codex", "[mcp_servers\nurl = 1", "not valid TOML"),
         ("codex", "mcp_servers = 3\n", "is not a table of servers"),
+        ("codex", 'mcp_servers = { docs = { url = "u" } }\n', "cannot take a [mcp_servers."),
     ],
 )
 def test_a_file_that_cannot_be_merged_is_refused_and_left_alone(
@@ -378,7 +395,7 @@ def test_a_file_that_cannot_be_merged_is_refused_and_left_alone(
     setup.path.parent.mkdir(parents=True)
     setup.path.write_text(text, encoding="utf-8")
     with pytest.raises(InvalidInputFailure) as refused:
-        read_config(setup, setup.path)
+        merged_text(setup, read_config(setup, setup.path))
     message = str(refused.value)
     assert says in message and "nothing was changed" in message and "\n" not in message
     assert message.startswith("invalid_input: ")

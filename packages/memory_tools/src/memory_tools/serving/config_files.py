@@ -19,6 +19,7 @@ import json
 import os
 import stat
 import tempfile
+import tomllib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -28,7 +29,7 @@ import tomlkit
 from tomlkit.exceptions import TOMLKitError
 
 from memory_tools.errors import InvalidInputFailure
-from memory_tools.serving.client_configs import ClientSetup, toml_table
+from memory_tools.serving.client_configs import ClientSetup, toml_snippet
 
 # A new file that holds no key: readable by others, as the clients themselves create theirs.
 NEW_FILE_MODE = 0o644
@@ -114,14 +115,7 @@ def merged_text(setup: ClientSetup, existing: ExistingConfig) -> str:
     """``existing`` with ``setup``'s entry in place of any entry of the same name."""
     document = existing.document
     if setup.file_format == "toml":
-        servers = document.get(setup.section)
-        if servers is None:
-            servers = tomlkit.table(is_super_table=True)
-            document.add(setup.section, servers)
-        if setup.name in servers:
-            del servers[setup.name]
-        servers.add(setup.name, toml_table(setup.entry))
-        return tomlkit.dumps(document)  # pyright: ignore[reportUnknownMemberType]
+        return _merged_toml(setup, existing)
     servers = document.setdefault(setup.section, {})
     servers[setup.name] = setup.entry
     if setup.inputs:
@@ -133,6 +127,36 @@ def merged_text(setup: ClientSetup, existing: ExistingConfig) -> str:
         ]
         document["inputs"] = [*kept, *setup.inputs]
     return json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+
+
+def _merged_toml(setup: ClientSetup, existing: ExistingConfig) -> str:
+    """The TOML text with this server's table last, everything else as the user wrote it.
+
+    TOML can spread a table over dotted keys, inline tables and headers; editing it in place
+    can move a key into the wrong table (a top-level key written after a new header belongs to
+    that header). So the old entry is removed, the new one appended as its own
+    ``[section.name]`` table, and the result parsed back: it must hold exactly what the file held,
+    with this server's entry replaced, or nothing is written.
+    """
+    document = existing.document
+    servers = document.get(setup.section)
+    if servers is not None and setup.name in servers:
+        del servers[setup.name]
+    kept = tomlkit.dumps(document).rstrip("\n")  # pyright: ignore[reportUnknownMemberType]
+    added = toml_snippet(setup.section, setup.name, setup.entry)
+    text = f"{kept}\n\n{added}" if kept else added
+    expected: dict[str, Any] = tomllib.loads(existing.text or "")
+    expected.setdefault(setup.section, {})[setup.name] = setup.entry
+    try:
+        merged = tomllib.loads(text)
+    except tomllib.TOMLDecodeError:
+        merged = None
+    if merged != expected:
+        raise ConfigFileRefused(
+            f"{existing.path}: its {setup.section!r} cannot take a [{setup.section}.{setup.name}] "
+            "table (an inline table?); add the entry by hand, nothing was changed"
+        )
+    return text
 
 
 def write_config(existing: ExistingConfig, text: str, *, holds_secret: bool) -> Written:

@@ -195,7 +195,7 @@ def _check_file(
             _connection(args, _NO_KEY_YET, "http://x/mcp", stdio_command(), {}),
             _places(),
         )
-        read_config(setup, args.path or _default_path(setup))
+        merged_text(setup, read_config(setup, args.path or _default_path(setup)))
 
     return check
 
