@@ -252,7 +252,7 @@ async def _connect(
             written = write_config(
                 existing, merged_text(setup, existing), holds_secret=holds_secret
             )
-        except BaseException:
+        except Exception:
             # Nobody holds the new key: revoke it rather than leave it working unseen.
             await admin.revoke_key(opened.database, new.record.id)
             print(f"key {new.record.id} revoked: its configuration was not written")
