@@ -236,7 +236,6 @@ async def test_a_key_the_database_does_not_know_stops_the_start_naming_the_setti
     manifest = json.loads((unpacked / "manifest.json").read_text(encoding="utf-8"))
     home = tmp_path / "home"
     home.mkdir()
-    _key(home)
     variables, env = _host(manifest, unpacked, home, "mk_" + "x" * 40)
     config = manifest["server"]["mcp_config"]
     done = subprocess.run(
