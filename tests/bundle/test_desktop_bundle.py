@@ -1,4 +1,4 @@
-"""The desktop bundle installs and serves as a desktop host runs it (issue 34 §2).
+"""The desktop bundle installs and serves as a desktop host runs it.
 
 The ``.mcpb`` is built as ``make bundle`` builds it (``scripts/stage_bundle.py``, then
 ``mcpb pack``) and opened into a clean directory by the official ``mcpb unpack``. Then the server
