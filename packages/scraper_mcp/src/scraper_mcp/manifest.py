@@ -165,11 +165,11 @@ BUNDLE_DEFAULT_DATA_DIR = "${HOME}/.local/share/mcp-memory"
 # has no Intel-Mac wheel; onnxruntime, pyvips-binary: manylinux_2_28), measured sizes.
 BUNDLE_REQUIREMENTS = (
     'Needs a host that runs MCPB "uv" bundles (manifest 0.4; e.g. Claude Desktop with its '
-    "uv runtime) or uv on the PATH, on macOS 15 or later on Apple silicon or on Linux (x86-64 or arm64, glibc "
-    "2.28 or later); Intel Macs and Windows are not supported. The first start downloads the "
-    "locked dependencies (about 200 MB; 600 MB installed) and, if needed, Python 3.11. OCR "
-    "needs Tesseract's language data and page screenshots need Chromium on the machine; "
-    "without them those two features do not work, and the rest does."
+    "uv runtime) or uv on the PATH, on macOS 15 or later on Apple silicon or on Linux "
+    "(x86-64 or arm64, glibc 2.28 or later); Intel Macs and Windows are not supported. The "
+    "first start downloads the locked dependencies (about 200 MB; 600 MB installed) and, if "
+    "needed, Python 3.11. OCR needs Tesseract's language data and page screenshots need "
+    "Chromium on the machine; without them those two features do not work, and the rest does."
 )
 
 
