@@ -17,9 +17,9 @@ directory must be the command's, or that key is unknown to the bundle's server.
 
 Hermetic: its own ``HOME``; uv offline (``UV_OFFLINE``) from the cache ``make install`` filled,
 with the Python running the tests (``UV_PYTHON``), so nothing is downloaded. Measured on the
-shared 2-core machine: about 10 s building and unpacking, 6 s for the first start (uv installs
-the locked runtime dependencies from its cache, the embedded PostgreSQL is created), 25-40 s for
-the whole file.
+shared 2-core machine under a load of 7-8: 94-105 s of wall time for the file, 27 s of CPU; by
+hand, the first start (uv installs the locked runtime dependencies from its cache into a new
+environment, the embedded PostgreSQL is created) answered ``initialize`` after 6 s.
 """
 
 from __future__ import annotations
