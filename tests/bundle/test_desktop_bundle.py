@@ -11,7 +11,7 @@ gives only the API key; the data directory and database URL keep their defaults)
   itself and ignores that command line does (the MCPB spec leaves it to the host).
 
 The official MCP SDK client talks to it over stdio: it lists the manifest's tools, saves an
-image, and (from the second start) gets it back. The key is made beforehand by
+image and gets it, and the second start finds it again. The key is made beforehand by
 ``memory-server admin create-key`` with nothing but the same ``HOME``: the bundle's default data
 directory must be the command's, or that key is unknown to the bundle's server.
 
