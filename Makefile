@@ -145,12 +145,12 @@ typecheck: install-python ## Pyright (strict) over packages and apps
 manifest: install ## Regenerate docs/mcp-tool-manifest.generated.json and bundle/manifest.json
 	$(UV) run --frozen python scripts/write_manifest.py
 
-# The bundle is the committed tree (git archive HEAD) with bundle/manifest.json at its root.
+# The bundle is the tracked tree (scripts/stage_bundle.py) with bundle/manifest.json at its root;
+# a desktop host installs its dependencies with uv (docs/runbooks/desktop-bundle.md).
 .PHONY: bundle
-bundle: $(MCPB) ## Pack the committed tree as an MCPB bundle for desktop clients: dist/image-memory.mcpb
-	rm -rf .cache/bundle && mkdir -p .cache/bundle dist
-	git archive HEAD | tar -x -C .cache/bundle
-	cp bundle/manifest.json bundle/.mcpbignore .cache/bundle/
+bundle: $(MCPB) ## Pack the tracked tree as an MCPB bundle for desktop clients: dist/image-memory.mcpb
+	rm -rf .cache/bundle && mkdir -p dist
+	$(PYTHON) scripts/stage_bundle.py .cache/bundle
 	$(MCPB) pack .cache/bundle dist/image-memory.mcpb
 
 .PHONY: bench

@@ -105,10 +105,20 @@ async def test_the_bundle_runs_the_aggregate_server_as_the_configured_key() -> N
     assert server["type"] == "uv" and (ROOT / server["entry_point"]).is_file()
     config = server["mcp_config"]
     assert config["command"] == "uv"
-    assert config["args"][-4:] == ["scraper-mcp-server", "serve", "--transport", "stdio"]
+    assert config["args"][:3] == ["run", "--directory", "${__dirname}"]
+    assert config["args"][-1] == server["entry_point"]
+    # The same for a host that runs `uv run ENTRY_POINT` itself: locked, no dev tools.
+    assert {"UV_FROZEN": "1", "UV_NO_DEV": "1"}.items() <= config["env"].items()
     assert config["env"]["MEMORY_API_KEY"] == "${user_config.api_key}"
-    api_key = bundle["user_config"]["api_key"]
-    assert api_key["sensitive"] is True and api_key["required"] is True
+    assert config["env"]["MEMORY_DATA_DIR"] == "${user_config.data_directory}"
+    assert config["env"]["MEMORY_DATABASE_URL"] == "${user_config.database_url}"
+    options = bundle["user_config"]
+    assert options["api_key"]["sensitive"] is True and options["api_key"]["required"] is True
+    assert options["database_url"]["sensitive"] is True and options["database_url"]["default"] == ""
+    # The data directory's default is the memory-server command's (without XDG_DATA_HOME).
+    data = options["data_directory"]
+    assert data["type"] == "directory" and not data["required"]
+    assert data["default"] == "${HOME}/.local/share/mcp-memory"
     # Its tool list is the aggregate server's, as the generated manifest lists it.
     aggregate = next(s for s in tools["servers"] if s["name"] == "mcp-scraper")
     assert bundle["tools"] == [

@@ -153,13 +153,36 @@ async def tool_manifest() -> dict[str, Any]:
     }
 
 
+# The bundle's entry point (bundle/server.py in the tree): `scraper-mcp-server serve --transport
+# stdio`, whatever arguments the host gives.
+BUNDLE_ENTRY_POINT = "bundle/server.py"
+# Where the data lives unless the user picks another directory: the CLI's own default
+# (MemorySettings.memory_data_dir without XDG_DATA_HOME), so `memory-server admin create-key`
+# run in a terminal writes its key into the database the bundle then opens.
+BUNDLE_DEFAULT_DATA_DIR = "${HOME}/.local/share/mcp-memory"
+# What the host machine needs, said in the manifest (and docs/runbooks/desktop-bundle.md): the
+# oldest platforms every locked runtime wheel covers (tesserocr: macosx_15_0_arm64; onnxruntime
+# has no Intel-Mac wheel; onnxruntime, pyvips-binary: manylinux_2_28), measured sizes.
+BUNDLE_REQUIREMENTS = (
+    'Needs a host that runs MCPB "uv" bundles (manifest 0.4; e.g. Claude Desktop with its '
+    "uv runtime) or uv on the PATH, on macOS 15 or later on Apple silicon or on Linux "
+    "(x86-64 or arm64, glibc 2.28 or later); Intel Macs and Windows are not supported. The "
+    "first start downloads the locked dependencies (about 200 MB; 600 MB installed) and, if "
+    "needed, Python 3.11. OCR needs Tesseract's language data and page screenshots need "
+    "Chromium on the machine; without them those two features do not work, and the rest does."
+)
+
+
 def bundle_manifest(tools: dict[str, Any]) -> dict[str, Any]:
     """The MCPB ``manifest.json`` of the aggregate server, its tools from ``tools``.
 
-    A ``uv`` server: the host runs the workspace's ``scraper-mcp-server`` over stdio with uv
-    from the bundle's directory (a checkout of this repository holding this manifest at its
-    root: ``make bundle``). The API key is a sensitive setting, handed to the server as
-    ``MEMORY_API_KEY``; the optional database URL as ``MEMORY_DATABASE_URL``.
+    A ``uv`` server (MCPB manifest 0.4): the bundle is this workspace's tracked tree
+    (``make bundle``) and holds no environment; the host installs the locked dependencies with
+    uv and runs :data:`BUNDLE_ENTRY_POINT` over stdio. ``mcp_config`` says the same as a command
+    line for hosts that use it (``uv run --directory ${__dirname} --frozen --no-dev ...``) and
+    carries the environment every host passes: the API key (sensitive) as ``MEMORY_API_KEY``,
+    the data directory as ``MEMORY_DATA_DIR``, the optional database URL (sensitive; empty: the
+    embedded PostgreSQL in the data directory) as ``MEMORY_DATABASE_URL``.
     """
     aggregate = next(s for s in tools["servers"] if s["name"] == "mcp-scraper")
     return {
@@ -172,13 +195,15 @@ def bundle_manifest(tools: dict[str, Any]) -> dict[str, Any]:
             "The aggregate MCP server of the image memory: the memory tools (save images by "
             "URL or base64, organise them in vaults, projects and folders, find them by words "
             "or by a similar image) and the scraper tools. It runs locally over stdio as the "
-            "identity of your API key (create one with `memory-server admin create-key`)."
+            "identity of your API key (create one with `memory-server admin create-key`), on "
+            "the embedded PostgreSQL in its data directory unless you give a database URL.\n\n"
+            + BUNDLE_REQUIREMENTS
         ),
         "author": {"name": "Image memory contributors"},
         "keywords": ["images", "memory", "search", "scraper", "mcp"],
         "server": {
             "type": "uv",
-            "entry_point": "apps/aggregate_server/src/aggregate_server/__main__.py",
+            "entry_point": BUNDLE_ENTRY_POINT,
             "mcp_config": {
                 "command": "uv",
                 "args": [
@@ -187,13 +212,16 @@ def bundle_manifest(tools: dict[str, Any]) -> dict[str, Any]:
                     "${__dirname}",
                     "--frozen",
                     "--no-dev",
-                    "scraper-mcp-server",
-                    "serve",
-                    "--transport",
-                    "stdio",
+                    BUNDLE_ENTRY_POINT,
                 ],
+                # UV_FROZEN, UV_NO_DEV: the same as the flags above, for a host that runs
+                # `uv run ENTRY_POINT` itself with this environment: the locked versions, and
+                # not the workspace's dev tools (about 800 MB more).
                 "env": {
+                    "UV_FROZEN": "1",
+                    "UV_NO_DEV": "1",
                     "MEMORY_API_KEY": "${user_config.api_key}",
+                    "MEMORY_DATA_DIR": "${user_config.data_directory}",
                     "MEMORY_DATABASE_URL": "${user_config.database_url}",
                 },
             },
@@ -203,15 +231,23 @@ def bundle_manifest(tools: dict[str, Any]) -> dict[str, Any]:
                 "type": "string",
                 "title": "API key",
                 "description": "Your image memory API key (mk_...); the server acts as its "
-                "identity.",
+                "identity. Make one with `memory-server admin create-key`.",
                 "sensitive": True,
                 "required": True,
+            },
+            "data_directory": {
+                "type": "directory",
+                "title": "Data directory",
+                "description": "Where images and the embedded database live (MEMORY_DATA_DIR); "
+                "the default is the memory-server command's.",
+                "required": False,
+                "default": BUNDLE_DEFAULT_DATA_DIR,
             },
             "database_url": {
                 "type": "string",
                 "title": "Database URL",
                 "description": "MEMORY_DATABASE_URL of a PostgreSQL with pgvector; leave empty "
-                "for the embedded database under the data directory.",
+                "for the embedded database in the data directory.",
                 "sensitive": True,
                 "required": False,
                 "default": "",

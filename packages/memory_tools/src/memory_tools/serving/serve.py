@@ -62,6 +62,12 @@ def offering(tools: ToolSelection) -> str:
     return f"toolsets {chosen}" + (" (read-only: only read-only tools)" if tools.read_only else "")
 
 
+def where_data_lives(settings: MemorySettings) -> str:
+    """``data directory DIR (embedded PostgreSQL)``, or ``(... MEMORY_DATABASE_URL)``."""
+    database = "embedded PostgreSQL" if settings.uses_embedded_database else "MEMORY_DATABASE_URL"
+    return f"data directory {settings.memory_data_dir} (database: {database})"
+
+
 def banner(
     settings: MemorySettings,
     name: str,
@@ -102,6 +108,8 @@ async def serve_stdio(settings: MemorySettings, app: ServerApp, *, with_worker: 
     ):
         server = app.build_server(services, name=app.name, auth=None, tools=app.tools)
         notice(f"{app.name}: serving MCP over stdio ({offering(app.tools)})")
+        # A desktop host shows only this stderr: say where the data lives (docs/runbooks).
+        notice(f"{app.name}: {where_data_lives(settings)}")
         if links.listener is not None:
             notice(f"{app.name}: preview links served at {links.base_url}")
         elif links.unavailable is not None:
