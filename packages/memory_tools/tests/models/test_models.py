@@ -122,7 +122,7 @@ async def test_fetch_refusals_change_nothing(
     ):
         await verify_model(directory)
     unreachable = "http://127.0.0.1:9"
-    with pytest.raises(FetchFailed, match="download failed"):
+    with pytest.raises(FetchFailed, match=re.escape("cannot reach the model hub 127.0.0.1 ")):
         await fetch_model(settings, MODEL, hub_url=unreachable, force=True, catalog=catalog)
 
 

@@ -166,13 +166,16 @@ def _openai_clip(
     repo: str,
     revision: str | None,
     files: dict[str, HubFile],
+    size_mb: int = 600,
+    note: str = "",
 ) -> CatalogModel:
     """An OpenAI CLIP ViT-B (512-d, MIT, OpenAI's preprocessing at 224 px)."""
     return CatalogModel(
         name=name,
         family="OpenAI CLIP",
         dimensions=512,
-        size_mb=600,
+        size_mb=size_mb,
+        note=note,
         licence="MIT (the OpenAI CLIP repository's licence covers code and weights)",
         commercial="yes, by the licence; OpenAI's model card calls deployed use out of scope",
         imagenet_zero_shot=imagenet_zero_shot,
@@ -202,6 +205,12 @@ def _laion_clip(
     )
 
 
+# What `memory-server models install` (and `make model`) installs when no name is given: the
+# OpenAI CLIP ViT-B/32 with int8 weights. Chosen for a CPU: MIT, commercially usable, and the
+# fastest candidate measured with random weights of each architecture (benchmarks/
+# clip_candidates.py; docs/embeddings.md#choosing-the-recommended-model).
+RECOMMENDED_MODEL = "clip-vit-b-32-openai-int8"
+
 # Where a value below came from: "hub page" comments name the huggingface.co page that showed it.
 # A file without a SHA-256 or size, or an entry without a commit, was not found on any stored
 # page: it stays unpinned (and so not fetchable) rather than guessed. The families with one
@@ -226,6 +235,35 @@ CATALOG: tuple[CatalogModel, ...] = (
                 max_size=353 * _MB,
             )
         ),
+    ),
+    _openai_clip(
+        RECOMMENDED_MODEL,
+        imagenet_zero_shot="63.2% (CLIP paper, ViT-B/32; int8 weights not evaluated by OpenAI)",
+        repo="Xenova/clip-vit-base-patch32",
+        # The same commit as clip-vit-b-32-openai: its onnx/ folder holds the int8 exports
+        # (dynamically quantized by Xenova, "Upload 4 files", 6ef1ebc) beside the fp32 ones.
+        # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/tree/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx
+        # (vision_model_quantized.onnx 89.1 MB, text_model_quantized.onnx 64.5 MB).
+        revision="4c1807b705b1d015fb032789cc4d221b23025a6f",
+        files={
+            # No stored page shows vision_model_quantized.onnx's SHA-256 (only its rounded
+            # size on the tree page above): not pinned.
+            "visual.onnx": HubFile("onnx/vision_model_quantized.onnx"),
+            "textual.onnx": HubFile(
+                "onnx/text_model_quantized.onnx",
+                # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/blob/b8b103f67eef16b29539311ff78dde6c4a754370/onnx/text_model_quantized.onnx
+                # ("Git LFS Details", SHA256; last changed by 6ef1ebc "Upload 4 files", the
+                # commit the tree page at 4c1807b names for it; "64.5 MB", rounded: a cap)
+                sha256="73baab855d406190da9faa498cfedf65f15cf309f4cc7385b7b032e6d08e5c3a",
+                max_size=65 * _MB,
+            ),
+            # A plain git file: its pages show no SHA-256, and no stored page of another
+            # repository shows this tokenizer stored with Git LFS.
+            "tokenizer.json": HubFile("tokenizer.json"),
+        },
+        size_mb=154,
+        note="the recommended model (`models install`): int8 weights, about 2.7x the fp32 "
+        "throughput on a CPU (docs/embeddings.md#choosing-the-recommended-model)",
     ),
     _openai_clip(
         "clip-vit-b-16-openai",
@@ -418,6 +456,7 @@ def load_catalog_file(path: Path) -> tuple[CatalogModel, ...]:
 __all__ = [
     "CATALOG",
     "HUB_URL",
+    "RECOMMENDED_MODEL",
     "CatalogModel",
     "HubFile",
     "catalog_model",

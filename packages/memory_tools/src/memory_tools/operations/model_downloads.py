@@ -149,6 +149,14 @@ async def _download(
                         progress(size, limit, name)
             if progress is not None:
                 progress(size, limit, name)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        # The usual case on a machine without the network: say so, and what it means.
+        host = httpx.URL(source).host
+        raise FetchFailed(
+            f"cannot reach the model hub {host} ({type(exc).__name__}: {exc}); nothing was "
+            "installed (without network access, install a model by hand: "
+            "docs/embeddings.md#installing-a-model-by-hand)"
+        ) from None
     except httpx.HTTPError as exc:
         raise FetchFailed(f"{name}: download failed ({type(exc).__name__}: {exc})") from None
     if pin.size is not None and size != pin.size:

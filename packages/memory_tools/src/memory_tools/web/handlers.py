@@ -52,6 +52,7 @@ from memory_tools.web.rendering import (
     render_template,
     set_flash,
 )
+from memory_tools.workflows import meaning
 from memory_tools.workflows.calls import (
     AsCaller,
     InTransaction,
@@ -79,6 +80,8 @@ class WebRequest:
     who: SessionCaller
     nonce: str
     form_data: FormData | None = None
+    # The operator's one line while search understands words only (workflows.meaning).
+    operator_notice: str | None = None
     _flash: Flash | None = field(default=None, repr=False)
 
     @property
@@ -129,6 +132,7 @@ class WebRequest:
             nonce=self.nonce,
             who=self.who,
             status=status,
+            operator_notice=self.operator_notice,
             **context,
         )
 
@@ -312,6 +316,7 @@ def page(path: str, handler: WebHandler, services: MemoryServices) -> Route:
         web = WebRequest(request, services, who, nonce)
         try:
             with map_failures():  # an unexpected error is logged and shown as `internal`
+                web.operator_notice = await meaning.operator_notice(services, who.caller)
                 response = await handler(web)
         except Unauthenticated:
             return security.secure_headers(_sign_in_redirect(request), nonce)
