@@ -186,9 +186,14 @@ def render_page(
     nonce: str,
     who: SessionCaller | None,
     status: int = 200,
+    operator_notice: str | None = None,
     **context: Any,
 ) -> HTMLResponse:
-    """Render ``template`` with the layout's context; shows and clears a pending flash."""
+    """Render ``template`` with the layout's context; shows and clears a pending flash.
+
+    ``operator_notice``: the line the layout shows an operator (:mod:`memory_tools.workflows
+    .meaning`), resolved by :func:`page` for the signed-in caller.
+    """
     flash = read_flash(request)
     body = render_template(
         template,
@@ -199,6 +204,7 @@ def render_page(
             "is_admin": bool(who and who.caller.has_scope("admin")),
             "path": request.url.path,
             "flash": flash,
+            "operator_notice": operator_notice,
             # A store link as the page shows it (a path for the local store: see the function).
             "store_link": partial(security.same_origin_link, services),
             **context,

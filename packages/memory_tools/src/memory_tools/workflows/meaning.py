@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from memory_db import MemoryDbError
 from memory_db.embedding import understands_meaning
+from memory_db.errors import NotFound
 from memory_tools.access import Caller
 from memory_tools.errors import translate
 from memory_tools.services import MemoryServices
@@ -23,8 +24,8 @@ _WORDS_ONLY = "search here understands words, colours and layout only, not meani
 SEARCH_REASON = f"{_WORDS_ONLY}; an operator can run `make model` to search by meaning"
 """``noGoodMatchReason`` of a weak search while the active model understands words only."""
 OPERATOR_NOTICE = (
-    "Search understands words, colours and layout only, not meaning: run `make model` "
-    "(memory-server models install) to search by meaning."
+    "Search understands words, colours and layout only, not meaning. To search by meaning, "
+    "run: make model (memory-server models install)."
 )
 """The line the web app shows its operator while the active model understands words only."""
 
@@ -38,14 +39,19 @@ def search_reason(model: str, *, good_match: bool) -> str | None:
 
 async def active_model(services: MemoryServices) -> str:
     """The model of the vector index the alias points at (what every search embeds with)."""
+    identity = None
     try:
         async with services.database.single_statements() as uow:
-            index = await uow.vector_indexes.open_alias(services.vector_alias, hold=False)
+            identity = await uow.vector_indexes.identity(
+                await uow.vector_indexes.resolve_alias(services.vector_alias)
+            )
+    except NotFound:
+        pass  # no index yet: the first save or search makes it with the configured embedder
     except MemoryDbError as exc:
         raise translate(exc) from None
-    if index.identity is not None:
-        return index.identity.model
-    # An index made before identities were recorded: the process's configured embedder.
+    if identity is not None:
+        return identity.model
+    # No index yet, or one made before identities were recorded: the configured embedder.
     return services.embedder.model if services.embedder is not None else ""
 
 
