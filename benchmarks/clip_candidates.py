@@ -12,7 +12,8 @@ time), and run with ONNX Runtime on the CPU as the clip embedder runs them (all 
   of a 2,048-px WebP decode: benchmarks/clip_embedder.py);
 - texts/s: the text encoder on texts padded to the model's context, batch 1 (a search query).
 
-Medians of ``--rounds`` timed runs after a warm-up. Not part of the test suite: it writes about
+Medians of ``--rounds`` timed runs after a warm-up, fp32 and int8 timed in turns (so that
+other work on a shared machine slows both alike: compare the two within a run). Not part of the test suite: it writes about
 2.5 GB of models into a temporary directory and takes minutes on two cores.
 
     uv run --frozen python benchmarks/clip_candidates.py [--only clip-vit-b-32] [--rounds 5]
@@ -79,14 +80,17 @@ CANDIDATES = (
 )
 
 
-def _median(action: Callable[[], Any], rounds: int) -> float:
-    action()  # warm-up: first-run allocations and thread pools
-    times: list[float] = []
+def _interleaved(actions: dict[str, Callable[[], Any]], rounds: int) -> dict[str, float]:
+    """Median seconds of each action, timed in turns: load from other work hits all alike."""
+    for action in actions.values():
+        action()  # warm-up: first-run allocations and thread pools
+    times: dict[str, list[float]] = {label: [] for label in actions}
     for _ in range(rounds):
-        start = time.perf_counter()
-        action()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        for label, action in actions.items():
+            start = time.perf_counter()
+            action()
+            times[label].append(time.perf_counter() - start)
+    return {label: statistics.median(spent) for label, spent in times.items()}
 
 
 def _write(candidate: Candidate, directory: Path) -> tuple[Path, Path]:
@@ -120,22 +124,34 @@ def _session(path: Path) -> Any:
     return ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
 
-def _measure(candidate: Candidate, visual: Path, textual: Path, rounds: int) -> dict[str, float]:
-    image_session = _session(visual)
-    text_session = _session(textual)
+def _measure(
+    candidate: Candidate, towers: dict[str, tuple[Path, Path]], rounds: int
+) -> dict[str, dict[str, float]]:
+    """images/s at batch 1 and 16, texts/s at batch 1, and size, for each precision."""
     rng = np.random.default_rng(1)
     pixels = rng.normal(0, 1, (16, 3, candidate.side, candidate.side)).astype(np.float32)
     tokens = rng.integers(0, candidate.vocab, (1, candidate.context), dtype=np.int64)
-    image_input = image_session.get_inputs()[0].name
-    text_input = text_session.get_inputs()[0].name
-    batch1 = _median(lambda: image_session.run(None, {image_input: pixels[:1]}), rounds)
-    batch16 = _median(lambda: image_session.run(None, {image_input: pixels}), max(2, rounds // 2))
-    text = _median(lambda: text_session.run(None, {text_input: tokens}), rounds)
+    sessions = {p: (_session(v), _session(t)) for p, (v, t) in towers.items()}
+
+    def image(session: Any, batch: np.ndarray[Any, Any]) -> Callable[[], Any]:
+        return lambda: session.run(None, {session.get_inputs()[0].name: batch})
+
+    def words(session: Any) -> Callable[[], Any]:
+        return lambda: session.run(None, {session.get_inputs()[0].name: tokens})
+
+    one = _interleaved({p: image(v, pixels[:1]) for p, (v, _t) in sessions.items()}, rounds)
+    sixteen = _interleaved(
+        {p: image(v, pixels) for p, (v, _t) in sessions.items()}, max(2, rounds // 2)
+    )
+    texts = _interleaved({p: words(t) for p, (_v, t) in sessions.items()}, rounds)
     return {
-        "images/s b1": 1 / batch1,
-        "images/s b16": 16 / batch16,
-        "texts/s b1": 1 / text,
-        "MB": (visual.stat().st_size + textual.stat().st_size) / 1e6,
+        p: {
+            "images/s b1": 1 / one[p],
+            "images/s b16": 16 / sixteen[p],
+            "texts/s b1": 1 / texts[p],
+            "MB": (v.stat().st_size + t.stat().st_size) / 1e6,
+        }
+        for p, (v, t) in towers.items()
     }
 
 
@@ -155,8 +171,7 @@ def main() -> None:
             directory.mkdir()
             visual, textual = _write(candidate, directory)
             towers = {"fp32": (visual, textual), "int8": (_quantized(visual), _quantized(textual))}
-            for precision, (image_tower, text_tower) in towers.items():
-                row = _measure(candidate, image_tower, text_tower, args.rounds)
+            for precision, row in _measure(candidate, towers, args.rounds).items():
                 print(
                     f"{candidate.name:<18}{precision:<8}{row['MB']:>7.0f}"
                     f"{row['images/s b1']:>10.1f}{row['images/s b16']:>11.1f}"

@@ -26,7 +26,12 @@ from sqlalchemy import text
 
 from memory_db import Database
 from memory_db.database import create_engine
-from memory_db.embedding.clip_catalog import CATALOG, catalog_model, load_catalog_file
+from memory_db.embedding.clip_catalog import (
+    CATALOG,
+    RECOMMENDED_MODEL,
+    catalog_model,
+    load_catalog_file,
+)
 from memory_db.testing import PostgresForTests
 from memory_db.testing.clip_model import (
     ModelHubServer,
@@ -199,16 +204,23 @@ async def test_install_without_the_network_fails_in_one_line_and_changes_nothing
     assert await _indexes(database_url) == before  # no new index, the alias where it was
 
 
-def test_install_of_an_unpinned_entry_is_refused_before_any_request(
+def test_install_refuses_an_unpinned_entry_and_defaults_to_the_recommended_one(
     tmp_path: Path, hub: ModelHubServer
 ) -> None:
     env = environment(tmp_path)
+    models = Path(env["MEMORY_DATA_DIR"]) / "models"
     requests = len(hub.requests)
-    # The built-in recommended entry is not fully pinned yet (docs/embeddings.md): refused.
-    refused = cli(env, "models", "install", "--hub-url", hub.url)
+    # A built-in entry without full pins is refused before any request, saying what to do.
+    refused = cli(env, "models", "install", "clip-vit-b-16-openai", "--hub-url", hub.url)
     assert refused.returncode == 1
-    assert "is not pinned" in refused.stderr and "install it by hand" in refused.stderr.lower()
+    assert "clip-vit-b-16-openai is not pinned" in refused.stderr
+    assert "install it by hand" in refused.stderr.lower()
     assert len(hub.requests) == requests
-    assert not (Path(env["MEMORY_DATA_DIR"]) / "models").exists() or not list(
-        (Path(env["MEMORY_DATA_DIR"]) / "models").iterdir()
-    )
+    # No name: the recommended entry, fetched at its pinned commit (this hub lacks it: 404).
+    default = cli(env, "models", "install", "--hub-url", hub.url)
+    assert default.returncode == 1 and "HTTP 404" in default.stderr
+    entry = catalog_model(RECOMMENDED_MODEL)
+    assert entry is not None
+    first = next(iter(entry.files.values())).path
+    assert f"/{entry.repo}/resolve/{entry.revision}/{first}" in hub.requests[requests:]
+    assert not models.exists() or list(models.iterdir()) == []
