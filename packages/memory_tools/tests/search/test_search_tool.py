@@ -515,6 +515,7 @@ async def test_provider_failures_become_clear_errors(alice: Any, saving: MemoryS
         "noGoodMatch": True,
         "bestScore": None,  # nothing was compared
         "goodMatchScore": 0.3,  # Jina's published noise floor
+        "noGoodMatchReason": None,  # a learned model: nothing to excuse
     }
 
 
