@@ -217,6 +217,8 @@ async def fetch_model(
             f"{destination} exists: verify it (memory-server models verify {entry.name}) "
             "or fetch again with --force to replace it"
         )
+    # A failed first fetch leaves no trace: not even the models directory it had to make.
+    made_model_dir = not settings.model_dir.exists()
     settings.model_dir.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(4)
     partial = settings.model_dir / f".{entry.name}.partial-{token}"
@@ -260,6 +262,8 @@ async def fetch_model(
         for leftover in (partial, previous):
             if leftover.exists():
                 shutil.rmtree(leftover, ignore_errors=True)
+        if made_model_dir and not any(settings.model_dir.iterdir()):
+            settings.model_dir.rmdir()
     log.info("clip_model_fetched", model=entry.name, files=len(files), revision=entry.revision)
     return FetchReport(entry.name, destination, files, verified)
 

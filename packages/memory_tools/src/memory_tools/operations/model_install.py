@@ -103,8 +103,12 @@ class InstallReport:
 
 
 def index_name(model: str) -> str:
-    """The vector index a model is installed into: ``clip_<name>`` as a table name."""
-    stem = re.sub(r"[^a-z0-9_]", "_", model.lower())
+    """The vector index a model is installed into: ``clip_<name>`` as a table name.
+
+    ``clip-vit-b-32-openai-int8`` → ``clip_vit_b_32_openai_int8`` (the name's own ``clip``
+    prefix is not repeated).
+    """
+    stem = re.sub(r"[^a-z0-9_]", "_", model.lower()).removeprefix(f"{PROVIDER}_")
     return check_identifier(f"{PROVIDER}_{stem}"[:_INDEX_NAME_LENGTH])
 
 
