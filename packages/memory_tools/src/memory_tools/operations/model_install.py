@@ -90,7 +90,7 @@ class InstallReport:
 
     name: str
     directory: Path
-    index: str
+    index: str  # the index now active: the new one, or the one that already was
     identity: EmbedderIdentity
     fetched: FetchReport | None  # None: the directory was there already
     verified: VerifyReport | None  # None when nothing needed checking (already active)
@@ -120,11 +120,12 @@ def _entry(request: InstallRequest) -> CatalogModel:
     return entry
 
 
-async def _active(services: MemoryServices) -> EmbedderIdentity | None:
+async def _active(services: MemoryServices) -> tuple[str, EmbedderIdentity | None]:
+    """The index the alias points at, and its embedder."""
     try:
         async with services.database.unit_of_work() as uow:
             current = await uow.vector_indexes.resolve_alias(services.vector_alias)
-            return await uow.vector_indexes.identity(current)
+            return current, await uow.vector_indexes.identity(current)
     except MemoryDbError as exc:
         raise translate(exc) from None
 
@@ -157,9 +158,11 @@ async def install_model(
     identity = EmbedderIdentity(PROVIDER, entry.name, entry.dimensions)
     target = index_name(entry.name)
     async with open_services() as services:
-        if await _active(services) == identity:
-            log.info("clip_model_already_active", model=entry.name)
-            return InstallReport(entry.name, directory, target, identity, fetched, None, None)
+        current, active = await _active(services)
+        if active == identity:
+            # Whatever that index is called (an install by hand, a `reindex --to` of its own).
+            log.info("clip_model_already_active", model=entry.name, index=current)
+            return InstallReport(entry.name, directory, current, identity, fetched, None, None)
         verified = (
             fetched.verified
             if fetched is not None
