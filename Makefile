@@ -112,6 +112,12 @@ connect: ## Set up an MCP client: make connect CLIENT=cursor OWNER=you@example.c
 	@$(UV) run --frozen --no-sync memory-server admin create-identity --owner "$(OWNER)" --exist-ok >&2
 	@$(UV) run --frozen --no-sync memory-server connect "$(CLIENT)" --owner "$(OWNER)" $(CONNECT_URL) $(ARGS)
 
+# Search by meaning in one command: fetch the recommended local model (pinned, verified), then
+# re-embed every image with it and switch the active index (no downtime). MODEL=NAME for another.
+.PHONY: model
+model: install-runtime ## Search by meaning: install the recommended local model and switch to it (MODEL=NAME for another)
+	$(UV) run --frozen --no-sync memory-server models install $(MODEL)
+
 .PHONY: migrate
 migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or the embedded default)
 	$(UV) run --frozen --no-sync memory-server migrate

@@ -122,7 +122,7 @@ async def test_fetch_refusals_change_nothing(
     ):
         await verify_model(directory)
     unreachable = "http://127.0.0.1:9"
-    with pytest.raises(FetchFailed, match="download failed"):
+    with pytest.raises(FetchFailed, match=re.escape("cannot reach the model hub 127.0.0.1 ")):
         await fetch_model(settings, MODEL, hub_url=unreachable, force=True, catalog=catalog)
 
 
@@ -138,7 +138,7 @@ async def test_wrong_bytes_are_refused_even_when_the_hub_headers_vouch_for_them(
     hub.sizes[victim] = len(other)
     with pytest.raises(FetchFailed, match=re.escape("visual.onnx: SHA-256 mismatch (pinned ")):
         await fetch_model(settings, MODEL, hub_url=hub.url, catalog=catalog)
-    assert not settings.model_dir.exists() or list(settings.model_dir.iterdir()) == []
+    assert not settings.model_dir.exists()  # nothing left, not even the models directory
 
 
 async def test_a_redirect_to_another_host_serving_other_bytes_is_refused(

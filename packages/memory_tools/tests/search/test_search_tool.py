@@ -24,6 +24,7 @@ from memory_tools.errors import InvalidInputFailure
 from memory_tools.operations import admin
 from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web import Reply, WebServer
+from memory_tools.workflows.meaning import SEARCH_REASON
 from memory_tools.workflows.search import AssetSearcher, SearchRequest
 
 from ..pictures import b64, picture, stored_files
@@ -90,6 +91,7 @@ async def test_text_search_finds_the_asset_by_its_words_with_scores_and_evidence
     # evidence floor (0.2); the other four images (0.0 or hash noise) are not padded in.
     assert [r["assetId"] for r in found["results"]] == [ids[3]]
     assert found["noGoodMatch"] is False and found["goodMatchScore"] == 0.3
+    assert found["noGoodMatchReason"] is None  # a good match needs no excuse
     assert found["bestScore"] == first["similarity"] > 0.3
     # English stemming in the metadata list: "charts" finds "chart".
     assert chart["results"][0]["assetId"] == ids[4]
@@ -108,6 +110,9 @@ async def test_a_query_with_no_evidence_returns_nothing_and_says_so(
     # Before: five unrelated images at score 0.0 filled the limit.
     assert nothing["results"] == []
     assert nothing["noGoodMatch"] is True
+    # local-hash-v1 understands words only: the answer says so, naming what the operator runs.
+    assert nothing["noGoodMatchReason"] == SEARCH_REASON and "make model" in SEARCH_REASON
+    assert weak["noGoodMatchReason"] == SEARCH_REASON
     assert nothing["bestScore"] is not None and nothing["bestScore"] < 0.2
     # An image query finds look-alikes (evidence) but none near the good-match line (0.85).
     assert 0 < len(weak["results"]) <= 3
@@ -510,6 +515,7 @@ async def test_provider_failures_become_clear_errors(alice: Any, saving: MemoryS
         "noGoodMatch": True,
         "bestScore": None,  # nothing was compared
         "goodMatchScore": 0.3,  # Jina's published noise floor
+        "noGoodMatchReason": None,  # a learned model: nothing to excuse
     }
 
 

@@ -19,7 +19,11 @@ if TYPE_CHECKING:
     from memory_db.embedding.fake import ScriptedEmbedder, hashed_vector
     from memory_db.embedding.jina import JINA_MODEL, JinaEmbedder
     from memory_db.embedding.local import LOCAL_MODEL, LocalEmbedder
-    from memory_db.embedding.thresholds import MatchThresholds, match_thresholds
+    from memory_db.embedding.thresholds import (
+        MatchThresholds,
+        match_thresholds,
+        understands_meaning,
+    )
     from memory_db.embedding.types import (
         TASKS,
         Embedder,
@@ -64,6 +68,7 @@ _LAZY = {
     "memory_db.embedding.thresholds": (
         "MatchThresholds",
         "match_thresholds",
+        "understands_meaning",
     ),
     "memory_db.embedding.types": (
         "TASKS",
@@ -116,5 +121,6 @@ __all__ = [
     "hashed_vector",
     "match_thresholds",
     "normalize",
+    "understands_meaning",
     "validate_embeddings",
 ]

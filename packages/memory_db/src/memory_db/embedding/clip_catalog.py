@@ -166,13 +166,16 @@ def _openai_clip(
     repo: str,
     revision: str | None,
     files: dict[str, HubFile],
+    size_mb: int = 600,
+    note: str = "",
 ) -> CatalogModel:
     """An OpenAI CLIP ViT-B (512-d, MIT, OpenAI's preprocessing at 224 px)."""
     return CatalogModel(
         name=name,
         family="OpenAI CLIP",
         dimensions=512,
-        size_mb=600,
+        size_mb=size_mb,
+        note=note,
         licence="MIT (the OpenAI CLIP repository's licence covers code and weights)",
         commercial="yes, by the licence; OpenAI's model card calls deployed use out of scope",
         imagenet_zero_shot=imagenet_zero_shot,
@@ -202,6 +205,12 @@ def _laion_clip(
     )
 
 
+# What `memory-server models install` (and `make model`) installs when no name is given: the
+# OpenAI CLIP ViT-B/32 with int8 weights. Chosen for a CPU: MIT, commercially usable, and the
+# fastest candidate measured with random weights of each architecture (benchmarks/
+# clip_candidates.py; docs/embeddings.md#choosing-the-recommended-model).
+RECOMMENDED_MODEL = "clip-vit-b-32-openai-int8"
+
 # Where a value below came from: "hub page" comments name the huggingface.co page that showed it.
 # A file without a SHA-256 or size, or an entry without a commit, was not found on any stored
 # page: it stays unpinned (and so not fetchable) rather than guessed. The families with one
@@ -226,6 +235,51 @@ CATALOG: tuple[CatalogModel, ...] = (
                 max_size=353 * _MB,
             )
         ),
+    ),
+    _openai_clip(
+        RECOMMENDED_MODEL,
+        imagenet_zero_shot="63.2% (CLIP paper, ViT-B/32; int8 weights not evaluated by OpenAI)",
+        repo="Xenova/clip-vit-base-patch32",
+        # The int8 exports (dynamically quantized by Xenova, added by 6ef1ebc "Upload 4 files")
+        # beside the fp32 ones. hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/tree/4c1807b705b1d015fb032789cc4d221b23025a6f/onnx
+        # (vision_model_quantized.onnx 89.1 MB, text_model_quantized.onnx 64.5 MB, both last
+        # changed by "Upload 4 files"). The commit below is the one at which the public
+        # repositories quoted for the vision tower and the tokenizer fetch and check all three
+        # files; no stored hub page names it.
+        revision="d15189d7028b43f1d3e65039190477f6af591c2a",
+        files={
+            "visual.onnx": HubFile(
+                "onnx/vision_model_quantized.onnx",
+                # No stored hub page shows this file's SHA-256 (the tree page above shows
+                # "89.1 MB"). The SHA-256 and exact size are the ones at least five unrelated
+                # public repositories (source corpus) pin and check when they download this
+                # file at this commit (or at 6ef1ebc), all alike; the size agrees with the
+                # hub's rounded 89.1 MB. A wrong pin can only refuse a download, never accept
+                # other bytes.
+                sha256="583fd1110a514667812fee7d684952aaf82a99b959760c8d7dca7e0ab9839299",
+                size=89_117_001,
+            ),
+            "textual.onnx": HubFile(
+                "onnx/text_model_quantized.onnx",
+                # hub page: https://huggingface.co/Xenova/clip-vit-base-patch32/blob/b8b103f67eef16b29539311ff78dde6c4a754370/onnx/text_model_quantized.onnx
+                # ("Git LFS Details", SHA256; "64.5 MB"). The exact size is the one the same
+                # public repositories pin beside that SHA-256.
+                sha256="73baab855d406190da9faa498cfedf65f15cf309f4cc7385b7b032e6d08e5c3a",
+                size=64_504_507,
+            ),
+            "tokenizer.json": HubFile(
+                "tokenizer.json",
+                # A plain git file: no hub page shows a SHA-256 of it, and no stored page shows
+                # this tokenizer stored with Git LFS elsewhere. The SHA-256 and size are those
+                # the same public repositories pin at this commit, all alike (one also pins its
+                # git blob id, bc1f77d20440541dd073ebae6f6c401087c7d34e).
+                sha256="f7f3b7af117d467b58374797691a6438d3e6b9e9cef800dfd5dced7f697a90cd",
+                size=2_224_119,
+            ),
+        },
+        size_mb=156,
+        note="the recommended model (`models install`): int8 weights, a quarter of the "
+        "download (docs/embeddings.md#the-recommended-model)",
     ),
     _openai_clip(
         "clip-vit-b-16-openai",
@@ -418,6 +472,7 @@ def load_catalog_file(path: Path) -> tuple[CatalogModel, ...]:
 __all__ = [
     "CATALOG",
     "HUB_URL",
+    "RECOMMENDED_MODEL",
     "CatalogModel",
     "HubFile",
     "catalog_model",

@@ -55,3 +55,12 @@ def match_thresholds(model: str, kind: QueryKind) -> MatchThresholds:
     if model == JINA_MODEL:
         return _JINA
     return _UNKNOWN
+
+
+def understands_meaning(model: str) -> bool:
+    """Whether ``model`` embeds meaning (a learned model), not only words, colours and layout.
+
+    ``local-hash-v1`` is the one that does not: it hashes words and pixel statistics
+    (docs/embeddings.md#the-local-embedder-local-hash-v1), so "lunar" does not find "moon".
+    """
+    return model != LOCAL_MODEL

@@ -231,10 +231,20 @@ class _Graph:
         return self.op("Add", [x, self.linear(h, 4 * width, width)])
 
 
-def _write_vit_visual(path: Path, rng: np.random.Generator, dims: int) -> None:
+def write_vit_visual(
+    path: Path,
+    rng: np.random.Generator,
+    dims: int,
+    *,
+    width: int = 768,
+    layers: int = 12,
+    heads: int = 12,
+    patch: int = 32,
+    side: int = 224,
+) -> None:
+    """An image encoder of a ViT's shapes (CLIP ViT-B/32's by default), random weights."""
     from onnx import TensorProto, helper
 
-    width, layers, heads, patch, side = 768, 12, 12, 32, 224
     g = _Graph(rng)
     x = g.op("Conv", ["pixel_values", g.weight((width, 3, patch, patch))], strides=[patch, patch])
     x = g.op("Reshape", [x, g.const([0, width, (side // patch) ** 2])])
@@ -251,10 +261,20 @@ def _write_vit_visual(path: Path, rng: np.random.Generator, dims: int) -> None:
     _save(path, g.nodes, inputs, outputs, g.inits)
 
 
-def _write_vit_textual(path: Path, rng: np.random.Generator, vocab: int, dims: int) -> None:
+def write_vit_textual(
+    path: Path,
+    rng: np.random.Generator,
+    vocab: int,
+    dims: int,
+    *,
+    width: int = 512,
+    layers: int = 12,
+    heads: int = 8,
+    context: int = 77,
+) -> None:
+    """A text encoder of a CLIP's shapes (ViT-B/32's by default), random weights."""
     from onnx import TensorProto, helper
 
-    width, layers, heads, context = 512, 12, 8, 77
     g = _Graph(rng)
     x = g.op("Gather", [g.weight((vocab, width)), "input_ids"])
     x = g.op("Add", [x, g.weight((context, width))])
@@ -273,8 +293,8 @@ def write_vit_b32_model(directory: Path, *, seed: int = 32, dims: int = 512) -> 
     rng = np.random.default_rng(seed)
     vocab = write_tokenizer(directory / "tokenizer.json")
     # CLIP's vocabulary has 49,408 tokens: the embedding table is part of the model's size.
-    _write_vit_textual(directory / "textual.onnx", rng, max(len(vocab), 49_408), dims)
-    _write_vit_visual(directory / "visual.onnx", rng, dims)
+    write_vit_textual(directory / "textual.onnx", rng, max(len(vocab), 49_408), dims)
+    write_vit_visual(directory / "visual.onnx", rng, dims)
     (directory / "preprocessor_config.json").write_text(
         json.dumps(
             clip_preprocessing(
@@ -450,4 +470,6 @@ __all__ = [
     "write_tiny_model",
     "write_tokenizer",
     "write_vit_b32_model",
+    "write_vit_textual",
+    "write_vit_visual",
 ]

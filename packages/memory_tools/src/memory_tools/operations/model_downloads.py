@@ -149,6 +149,14 @@ async def _download(
                         progress(size, limit, name)
             if progress is not None:
                 progress(size, limit, name)
+    except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+        # The usual case on a machine without the network: say so, and what it means.
+        host = httpx.URL(source).host
+        raise FetchFailed(
+            f"cannot reach the model hub {host} ({type(exc).__name__}: {exc}); nothing was "
+            "installed (without network access, install a model by hand: "
+            "docs/embeddings.md#installing-a-model-by-hand)"
+        ) from None
     except httpx.HTTPError as exc:
         raise FetchFailed(f"{name}: download failed ({type(exc).__name__}: {exc})") from None
     if pin.size is not None and size != pin.size:
@@ -209,6 +217,8 @@ async def fetch_model(
             f"{destination} exists: verify it (memory-server models verify {entry.name}) "
             "or fetch again with --force to replace it"
         )
+    # A failed first fetch leaves no trace: not even the models directory it had to make.
+    made_model_dir = not settings.model_dir.exists()
     settings.model_dir.mkdir(parents=True, exist_ok=True)
     token = secrets.token_hex(4)
     partial = settings.model_dir / f".{entry.name}.partial-{token}"
@@ -252,6 +262,8 @@ async def fetch_model(
         for leftover in (partial, previous):
             if leftover.exists():
                 shutil.rmtree(leftover, ignore_errors=True)
+        if made_model_dir and not any(settings.model_dir.iterdir()):
+            settings.model_dir.rmdir()
     log.info("clip_model_fetched", model=entry.name, files=len(files), revision=entry.revision)
     return FetchReport(entry.name, destination, files, verified)
 

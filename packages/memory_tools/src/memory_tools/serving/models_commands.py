@@ -1,4 +1,10 @@
-"""``memory-server models list|fetch NAME|verify [DIR]``: the clip provider's models.
+"""``memory-server models list|fetch NAME|verify [DIR]|install [NAME]``: the clip models.
+
+``install`` (``make model``) is search by meaning in one command: it fetches the recommended
+model (or NAME) when it is missing, verifies it and switches the active index to it with the
+index rebuild, showing the download's bytes and then the re-embedding's progress, and ends with
+one line saying what search now understands (``memory_tools.operations.model_install`` decides
+each step; this module only wires it to the runtime and the terminal).
 
 ``list`` prints the catalog (dimension, size, licence, commercial use, published ImageNet
 zero-shot accuracy, installed or not, pinned or not); ``fetch`` downloads a pinned one from its
@@ -12,17 +18,35 @@ one JSON object with ``--json``; a failure is one line on stderr and exit status
 from __future__ import annotations
 
 import argparse
+import contextlib
+from collections.abc import AsyncGenerator, Generator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from memory_db import MemorySettings
-from memory_db.embedding.clip_catalog import CATALOG, HUB_URL, CatalogModel, load_catalog_file
+from memory_db import MemorySettings, open_runtime
+from memory_db.embedding.clip_catalog import (
+    CATALOG,
+    HUB_URL,
+    RECOMMENDED_MODEL,
+    CatalogModel,
+    load_catalog_file,
+)
 from memory_tools.errors import InvalidInputFailure
+from memory_tools.progress import ProgressCallback
 from memory_tools.serving.admin_output import Progress, print_json, print_table
-from memory_tools.serving.subcommands import SETTINGS, CommandGroup, Subcommand, add_json_option
+from memory_tools.serving.subcommands import (
+    OPERATOR_BASE_URL,
+    SETTINGS,
+    CommandGroup,
+    Subcommand,
+    add_json_option,
+    operator_services,
+)
 
 if TYPE_CHECKING:
     from memory_tools.operations.model_downloads import VerifyReport
+    from memory_tools.operations.model_install import InstallReport
+    from memory_tools.services import MemoryServices
 
 
 def _list_arguments(parser: argparse.ArgumentParser) -> None:
@@ -36,6 +60,20 @@ def _fetch_arguments(parser: argparse.ArgumentParser) -> None:
         "--hub-url", default=HUB_URL, help=f"the model hub's address (default {HUB_URL})"
     )
     parser.add_argument("--force", action="store_true", help="replace an existing directory")
+    add_json_option(parser, _JSON_HELP)
+    _add_catalog_option(parser)
+
+
+def _install_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "name",
+        nargs="?",
+        default=RECOMMENDED_MODEL,
+        help=f"a model name from `models list` (default: the recommended {RECOMMENDED_MODEL})",
+    )
+    parser.add_argument(
+        "--hub-url", default=HUB_URL, help=f"the model hub's address (default {HUB_URL})"
+    )
     add_json_option(parser, _JSON_HELP)
     _add_catalog_option(parser)
 
@@ -105,6 +143,78 @@ async def _fetch(settings: MemorySettings, args: argparse.Namespace) -> None:
         empty="",
     )
     _print_verified(report.verified)
+
+
+class _Bars:
+    """Each install step as a progress bar on stderr (plain lines when it is not a terminal)."""
+
+    @contextlib.contextmanager
+    def step(self, description: str) -> Generator[ProgressCallback]:
+        with Progress(description) as bar:
+            yield bar.advance
+
+
+@contextlib.asynccontextmanager
+async def _operator_services(settings: MemorySettings) -> AsyncGenerator[MemoryServices]:
+    # Opened by the install only once the files are in place (a failed download opens nothing).
+    runtime = await open_runtime(settings, public_base_url=OPERATOR_BASE_URL)
+    try:
+        services = operator_services(runtime, embedder=runtime.embedder)
+        try:
+            yield services
+        finally:
+            # The embedders of other indexes the rebuild built (the runtime closes its own).
+            await services.embedders.close()
+    finally:
+        await runtime.close()
+
+
+async def _install(settings: MemorySettings, args: argparse.Namespace) -> None:
+    from memory_tools.operations.model_install import InstallRequest, install_model
+
+    request = InstallRequest(name=args.name, hub_url=args.hub_url, catalog=_catalog(args))
+    report = await install_model(
+        settings,
+        request,
+        open_services=lambda: _operator_services(settings),
+        steps=_Bars(),
+    )
+    if args.json:
+        print_json(_installed(report))
+        return
+    print(_install_line(report))
+
+
+def _install_line(report: InstallReport) -> str:
+    if report.already_active:
+        return (
+            f"{report.name} is installed and active (index {report.index}): nothing to do; "
+            "search already understands meaning"
+        )
+    reindexed = report.reindexed
+    previous = f"; the previous index {reindexed.source} is kept" if reindexed else ""
+    return (
+        f"search now understands meaning: {report.name} is active (index {report.index}, "
+        f"{reindexed.embedded if reindexed else 0} images embedded){previous}"
+    )
+
+
+def _installed(report: InstallReport) -> dict[str, Any]:
+    reindexed = report.reindexed
+    return {
+        "model": report.name,
+        "directory": str(report.directory),
+        "index": report.index,
+        "embedder": str(report.identity),
+        "fetched": report.fetched is not None,
+        "alreadyActive": report.already_active,
+        "switched": reindexed is not None and reindexed.switched,
+        "previous": reindexed.source if reindexed else None,
+        "embedded": reindexed.embedded if reindexed else 0,
+        "recall": None
+        if reindexed is None or reindexed.recall is None
+        else round(reindexed.recall, 4),
+    }
 
 
 async def _verify(settings: MemorySettings, args: argparse.Namespace) -> None:
@@ -194,7 +304,7 @@ _JSON_HELP = "print one JSON object for scripts"
 
 MODELS = CommandGroup(
     name="models",
-    help="list, fetch and verify the clip provider's models",
+    help="list, fetch, verify and install the clip provider's models",
     dest="models_command",
     commands=(
         Subcommand(
@@ -218,6 +328,13 @@ MODELS = CommandGroup(
             opens=SETTINGS,
             run=_verify,
         ),
+        Subcommand(
+            name="install",
+            help="search by meaning: fetch the recommended model (or NAME), switch to it",
+            arguments=_install_arguments,
+            opens=SETTINGS,
+            run=_install,
+        ),
     ),
 )
-"""``models list``, ``models fetch NAME`` and ``models verify [DIR]``."""
+"""``models list``, ``models fetch NAME``, ``models verify [DIR]`` and ``models install``."""

@@ -52,6 +52,7 @@ from memory_tools.web.rendering import (
     render_template,
     set_flash,
 )
+from memory_tools.workflows import meaning
 from memory_tools.workflows.calls import (
     AsCaller,
     InTransaction,
@@ -79,6 +80,8 @@ class WebRequest:
     who: SessionCaller
     nonce: str
     form_data: FormData | None = None
+    # The operator's one line while search understands words only (workflows.meaning).
+    operator_notice: str | None = None
     _flash: Flash | None = field(default=None, repr=False)
 
     @property
@@ -129,6 +132,7 @@ class WebRequest:
             nonce=self.nonce,
             who=self.who,
             status=status,
+            operator_notice=self.operator_notice,
             **context,
         )
 
@@ -182,9 +186,14 @@ def render_page(
     nonce: str,
     who: SessionCaller | None,
     status: int = 200,
+    operator_notice: str | None = None,
     **context: Any,
 ) -> HTMLResponse:
-    """Render ``template`` with the layout's context; shows and clears a pending flash."""
+    """Render ``template`` with the layout's context; shows and clears a pending flash.
+
+    ``operator_notice``: the line the layout shows an operator (:mod:`memory_tools.workflows
+    .meaning`), resolved by :func:`page` for the signed-in caller.
+    """
     flash = read_flash(request)
     body = render_template(
         template,
@@ -195,6 +204,7 @@ def render_page(
             "is_admin": bool(who and who.caller.has_scope("admin")),
             "path": request.url.path,
             "flash": flash,
+            "operator_notice": operator_notice,
             # A store link as the page shows it (a path for the local store: see the function).
             "store_link": partial(security.same_origin_link, services),
             **context,
@@ -312,6 +322,7 @@ def page(path: str, handler: WebHandler, services: MemoryServices) -> Route:
         web = WebRequest(request, services, who, nonce)
         try:
             with map_failures():  # an unexpected error is logged and shown as `internal`
+                web.operator_notice = await meaning.operator_notice(services, who.caller)
                 response = await handler(web)
         except Unauthenticated:
             return security.secure_headers(_sign_in_redirect(request), nonce)

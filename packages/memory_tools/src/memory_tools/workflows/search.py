@@ -76,6 +76,7 @@ from memory_tools.workflows.assets import (
     signed_preview,
     vault_handles,
 )
+from memory_tools.workflows.meaning import search_reason
 
 log = get_logger(__name__)
 
@@ -175,6 +176,9 @@ class SearchView(WireModel):
     good_match_score: float = Field(
         description="The embedder's documented good-match line for this kind of query, as a "
         "similarity."
+    )
+    no_good_match_reason: str | None = Field(
+        default=None, description="Why noGoodMatch, when known (e.g. words-only search)."
     )
 
 
@@ -537,6 +541,7 @@ class AssetSearcher:
             no_good_match=not good,
             best_score=best,
             good_match_score=thresholds.good,
+            no_good_match_reason=search_reason(embedder.model, good_match=good),
         )
         if request.include_thumbnails:
             # Made by the tool runner (memory_tools.workflows.thumbnails.render), sent beside the
