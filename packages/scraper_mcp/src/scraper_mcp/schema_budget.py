@@ -1,0 +1,132 @@
+"""What ``tools/list`` may cost: the byte budgets of each tool and of each server, as data.
+
+An agent pays for a server's ``tools/list`` in context on every session (issue 34 §3), so each
+tool has a budget, and so has the whole list. ``benchmarks/tool_schemas.py`` (``make bench``)
+prints the figures with PASS/FAIL; ``tests/manifest/test_schema_budget.py`` fails the suite when
+a tool grows past its budget or a server's list past its own.
+
+**The measure.** What a client receives: the ``tools/list`` result read by a fastmcp ``Client``
+(the MCP SDK's ``ListToolsResult``), dumped as sent (camelCase, no nulls) and serialised as
+compact JSON (``,`` and ``:`` without spaces, UTF-8, non-ASCII unescaped), in bytes. A tool's
+bytes are its own entry in that list (``name``, ``title``, ``description``, ``inputSchema``,
+``outputSchema``, ``annotations``, ``_meta``); a server's are the whole result (its tools and
+the few bytes around them). The JSON-RPC envelope of an HTTP answer adds about 40 bytes.
+
+**The budgets.** The memory server's list is at most :data:`MEMORY_LIST_BUDGET` (24,000 bytes,
+about 6,000 tokens). Each tool's budget is its size when the budgets were set plus a small
+margin; they add up to about 10 % under the list's budget, the headroom kept for the fields
+being added (filters such as ``savedBy``, ``takenAfter``/``takenBefore``, ``assetIds``). A tool
+that needs more takes it from that headroom: raise its budget here, in the same change, and say
+why. The aggregate server lists the memory tools and the scraper tools: its budget is the
+memory server's plus :data:`SCRAPER_TOOL_BUDGETS`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from fastmcp import Client
+
+if TYPE_CHECKING:
+    from fastmcp import FastMCP
+
+# The issue's ceiling for the memory server's whole tools/list, in bytes (~6,000 tokens).
+MEMORY_LIST_BUDGET = 24_000
+
+# Per-tool budgets, in bytes of the tool's entry. Sum: 21,600, i.e. 2,400 (10 %) of headroom
+# under MEMORY_LIST_BUDGET for the fields this session's other changes add.
+MEMORY_TOOL_BUDGETS: dict[str, int] = {
+    "image_asset_delete": 700,
+    "image_asset_enrich": 900,
+    "image_asset_get": 2_400,
+    "image_asset_list": 2_300,
+    "image_asset_move": 800,
+    "image_asset_restore": 900,
+    "image_asset_save": 2_000,
+    "image_asset_search": 2_900,
+    "image_asset_update": 2_300,
+    "image_folder_create": 900,
+    "image_folder_delete": 1_000,
+    "image_folder_list": 800,
+    "image_folder_update": 1_100,
+    "image_project_archive": 700,
+    "image_project_create": 700,
+    "image_project_list": 700,
+    "image_project_update": 1_000,
+    "image_vault_list": 700,
+}
+
+SCRAPER_TOOL_BUDGETS: dict[str, int] = {
+    "scrape_image_download": 1_100,
+    "scrape_page_images": 2_200,
+    "scrape_page_screenshot": 1_400,
+}
+
+# The aggregate server lists both: the memory list's budget plus the scraper tools'.
+AGGREGATE_LIST_BUDGET = MEMORY_LIST_BUDGET + sum(SCRAPER_TOOL_BUDGETS.values())
+TOOL_BUDGETS: dict[str, int] = MEMORY_TOOL_BUDGETS | SCRAPER_TOOL_BUDGETS
+
+
+def wire_bytes(value: Any) -> int:
+    """Bytes of ``value`` as compact JSON in UTF-8 (the measure of this module's docstring)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+
+
+@dataclass(frozen=True)
+class ToolSize:
+    """One listed tool's bytes: in total, and of its description, input and output schemas."""
+
+    name: str
+    description: int
+    input: int
+    output: int
+    total: int
+
+    @property
+    def budget(self) -> int | None:
+        """The tool's budget, or ``None`` for a tool that has none (a test refuses that)."""
+        return TOOL_BUDGETS.get(self.name)
+
+
+@dataclass(frozen=True)
+class ListSize:
+    """A server's ``tools/list``: each tool's size and the bytes of the whole result."""
+
+    tools: tuple[ToolSize, ...]
+    total: int
+
+    def over_budget(self, budget: int) -> list[str]:
+        """One line per tool past its budget (or without one), and for a total past ``budget``."""
+        found: list[str] = []
+        for tool in self.tools:
+            if tool.budget is None:
+                found.append(f"{tool.name}: {tool.total} bytes and no budget in schema_budget")
+            elif tool.total > tool.budget:
+                found.append(f"{tool.name}: {tool.total} bytes > its budget of {tool.budget}")
+        if self.total > budget:
+            found.append(f"tools/list: {self.total} bytes > its budget of {budget}")
+        return found
+
+
+def tool_size(tool: dict[str, Any]) -> ToolSize:
+    """The size of one tool entry of a ``tools/list`` result (as sent)."""
+    return ToolSize(
+        name=tool["name"],
+        description=wire_bytes(tool.get("description", "")),
+        input=wire_bytes(tool.get("inputSchema", {})),
+        output=wire_bytes(tool["outputSchema"]) if "outputSchema" in tool else 0,
+        total=wire_bytes(tool),
+    )
+
+
+async def list_size(server: FastMCP) -> ListSize:
+    """What ``server``'s ``tools/list`` costs a client, tool by tool and in total."""
+    async with Client(server) as client:
+        result = await client.list_tools_mcp()
+    sent = result.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return ListSize(
+        tools=tuple(sorted((tool_size(tool) for tool in sent["tools"]), key=lambda t: t.name)),
+        total=wire_bytes(sent),
+    )
