@@ -10,21 +10,24 @@ again and again (issue 34 §3; the budget and its measure: ``scraper_mcp.schema_
   64}``, which JSON Schema reads exactly as pydantic's ``anyOf`` of the string schema and
   ``null``), local ``$ref`` s are inlined (fastmcp would inline them on listing anyway, for
   clients that cannot follow them), and ``"default": null`` (what leaving a field out means
-  anyway) is left out. Calls are still validated by pydantic from the method's signature, never
-  from this schema, so every refusal and its message stay as they were.
-- :func:`lean_output_schema` keeps the shape of an answer an agent plans with: each field of the
-  answer and of the records it lists (items of its arrays), with its JSON type(s) and which
-  fields are always present. Objects nested inside a record (an asset's ``preview``,
-  ``textInImage``, ``generatedContext``) are given by type only; their fields, and every
-  field's meaning, are documented in docs/tools.md. It drops the per-field prose, formats and
-  ``additionalProperties``. The answer (``structuredContent``) is unchanged, and still validates
-  against the lean schema, which only says less.
+  anyway), an empty ``required`` and titles are left out. Calls are still validated by
+  pydantic from the method's signature, never from this schema, so every refusal and its
+  message stay as they were.
+- :func:`lean_output_schema` names what an answer holds: its fields, and the fields of the
+  records it lists (the items of an array field: search results, folders, vaults), by name
+  only. Every field is always present in an answer (null when empty); each field's type and
+  meaning, and the fields of nested objects (an asset's ``preview`` or ``textInImage``), are
+  in docs/tools.md. The answer itself (``structuredContent``, repeated as JSON text) is
+  unchanged, and it still validates against the lean schema, which only says less.
 
-Measured on the memory server's 18 tools (docs/tools.md, "What tools/list costs"): output
-schemas were 31 kB of the 55 kB; with every nested field spelled out but no prose they were
-still 15.5 kB, over half of the 24 kB budget, while no MCP client we know of puts an output
-schema in the model's context. ``$defs`` shared within a tool were tried and not kept: our
-schemas repeat almost no structure within one tool, and fastmcp inlines ``$ref`` on listing.
+What the figures supported (memory server, 18 tools; docs/tools.md, "What tools/list costs"):
+the output schemas were 31 kB of the 55 kB list. Without their prose, with nullable unions
+collapsed, they were still 15.5 kB with every nested object spelled out, 10.5 kB with nested
+objects by type only, 5.8 kB with the answer's top-level fields and their types alone, each of
+these leaving the list over its 24 kB budget or without the 10 % headroom once the inputs keep
+their bounds. Field names alone, with the records' field names, are 3.9 kB and the list 21.2 kB.
+``$defs`` shared within a tool were not kept: our schemas repeat almost no structure within one
+tool, and fastmcp inlines every ``$ref`` on listing anyway (some clients cannot follow them).
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ _SCHEMA_VALUES = ("items", "additionalProperties", "not", "contains")
 # A nullable union is collapsed only when its other member is a plain typed schema: an enum or a
 # const would need null added to it, a combinator or a reference has no single type to extend.
 _NOT_COLLAPSIBLE = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "type")
+_WRAPPED = "x-fastmcp-wrap-result"
 
 
 def lean_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -49,17 +53,15 @@ def lean_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def lean_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The shape of an answer: its fields and its listed records' fields, by JSON type.
+    """An answer's object schema by its field names, and its listed records' field names.
 
     ``None`` (a tool without an output schema) stays ``None``.
     """
     if schema is None:
         return None
-    shaped = _shape(dereference_refs(schema), record=True)
-    # fastmcp reads these markers off the output schema when it builds the answer.
-    for marker in ("x-fastmcp-wrap-result",):
-        if marker in schema:
-            shaped[marker] = schema[marker]
+    shaped = {"type": "object", **_names(dereference_refs(schema))}
+    if _WRAPPED in schema:  # fastmcp reads it when it builds the answer of a non-object result
+        shaped[_WRAPPED] = schema[_WRAPPED]
     return shaped
 
 
@@ -74,7 +76,7 @@ def _lean_input(schema: Any) -> Any:
             lean[key] = [_lean_input(inner) for inner in value]
         elif key in _SCHEMA_VALUES:
             lean[key] = _lean_input(value)
-        elif key == "title" or (key == "default" and value is None):
+        elif key == "title" or (key, value) in (("default", None), ("required", [])):
             continue
         else:
             lean[key] = value
@@ -103,51 +105,17 @@ def _collapse_nullable(schema: dict[str, Any]) -> dict[str, Any]:
     )
 
 
-def _types(schema: dict[str, Any]) -> list[str]:
-    """Every JSON type a schema admits, in order, for a schema given by its type only."""
-    found: list[str] = []
-    members = schema.get("anyOf") or schema.get("oneOf") or [schema]
-    for member in members:
-        named = member.get("type") if isinstance(member, dict) else None
-        for name in [named] if isinstance(named, str) else (named or []):
-            if name not in found:
-                found.append(name)
-    return found
+def _field(schema: dict[str, Any]) -> dict[str, Any]:
+    """A field of an answer: any value, unless it lists records (then their field names)."""
+    for member in schema.get("anyOf") or schema.get("oneOf") or [schema]:
+        items = member.get("items") if isinstance(member, dict) else None
+        if isinstance(items, dict) and isinstance(items.get("properties"), dict):
+            return {"type": "array", "items": _names(items)}
+    return {}
 
 
-def _by_type(schema: dict[str, Any]) -> dict[str, Any]:
-    types = _types(schema)
-    if not types:
-        return {}
-    return {"type": types[0] if len(types) == 1 else types}
-
-
-def _shape(schema: dict[str, Any], *, record: bool) -> dict[str, Any]:
-    """The lean output shape of ``schema``; ``record``: spell out its fields (one level)."""
-    members = schema.get("anyOf") or schema.get("oneOf")
-    if members:
-        spelled = [m for m in members if isinstance(m, dict) and ("properties" in m or "items" in m)]
-        if not record or not spelled:
-            return _by_type(schema)
-        return {"anyOf": [_shape(member, record=record) for member in members]}
-    shaped = _by_type(schema)
-    for key in ("const", "enum"):
-        if key in schema:
-            shaped[key] = schema[key]
+def _names(schema: dict[str, Any]) -> dict[str, Any]:
+    """An object by its field names (their values: :func:`_field`)."""
     properties = schema.get("properties")
-    if isinstance(properties, dict):
-        if not record:
-            return shaped
-        shaped["properties"] = {
-            name: _shape(inner, record=False) for name, inner in properties.items()
-        }
-        if schema.get("required"):
-            shaped["required"] = schema["required"]
-    items = schema.get("items")
-    if isinstance(items, dict):
-        # The records an answer lists (results, folders, vaults): their fields are spelled out.
-        shaped["items"] = _shape(items, record=True)
-    extra = schema.get("additionalProperties")
-    if isinstance(extra, dict) and extra:
-        shaped["additionalProperties"] = _by_type(extra)
-    return shaped
+    fields = properties if isinstance(properties, dict) else {}
+    return {"properties": {name: _field(inner) for name, inner in fields.items()}}
