@@ -20,12 +20,12 @@ again and again (issue 34 §3; the budget and its measure: ``scraper_mcp.schema_
   in docs/tools.md. The answer itself (``structuredContent``, repeated as JSON text) is
   unchanged, and it still validates against the lean schema, which only says less.
 
-What the figures supported (memory server, 18 tools; docs/tools.md, "What tools/list costs"):
-the output schemas were 31 kB of the 55 kB list. Without their prose, with nullable unions
-collapsed, they were still 15.5 kB with every nested object spelled out, 10.5 kB with nested
-objects by type only, 5.8 kB with the answer's top-level fields and their types alone, each of
-these leaving the list over its 24 kB budget or without the 10 % headroom once the inputs keep
-their bounds. Field names alone, with the records' field names, are 3.9 kB and the list 21.2 kB.
+What the figures supported (the memory server's whole list, 18 tools; the table is in
+docs/tools.md, "What tools/list costs"): output schemas were 31 kB of the 55 kB. Without their
+prose they still made the list 33.3 kB; with nested objects by type only 27.8 kB (25.2 kB
+without ``required``); with the answer's top-level fields and types 23.1 kB, each over the
+24 kB budget or without its 10 % headroom. Field names with the listed records' field names:
+21.2 kB (none at all: 17.0 kB).
 ``$defs`` shared within a tool were not kept: our schemas repeat almost no structure within one
 tool, and fastmcp inlines every ``$ref`` on listing anyway (some clients cannot follow them).
 """
