@@ -293,7 +293,10 @@ class MemoryTools:
         ] = None,
         artifactId: Annotated[
             str | None,
-            Field(max_length=64, description="art_... from a scrape_ tool, before it expires."),
+            Field(
+                max_length=64,
+                description="art_... from scrape_image_download or scrape_page_screenshot.",
+            ),
         ] = None,
         imageBase64: SaveBase64Param = None,
         projectId: Annotated[
