@@ -1,7 +1,7 @@
 """The schemas a tool is listed with, made lean: what an agent pays for in every session.
 
 ``tools/list`` goes into an agent's context on every session, so each byte of it is paid for
-again and again (issue 34 §3; the budget and its measure: ``scraper_mcp.schema_budget``).
+again and again (issue 34; the budget and its measure: ``scraper_mcp.schema_budget``).
 ``ToolRegistry.bind`` lists every tool, memory and scraper alike, through these two functions:
 
 - :func:`lean_input_schema` keeps every constraint a call is held to (types, bounds, patterns,
@@ -44,6 +44,8 @@ _SCHEMA_VALUES = ("items", "additionalProperties", "not", "contains")
 # const would need null added to it, a combinator or a reference has no single type to extend.
 _NOT_COLLAPSIBLE = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "type")
 _WRAPPED = "x-fastmcp-wrap-result"
+# Annotations, not constraints: where a union and its member both have one, the union's is kept.
+_NOTES = ("description", "title")
 
 
 def lean_input_schema(schema: dict[str, Any]) -> dict[str, Any]:
@@ -98,11 +100,11 @@ def _collapse_nullable(schema: dict[str, Any]) -> dict[str, Any]:
     if any(key in other for key in _NOT_COLLAPSIBLE if key != "type"):
         return schema
     siblings = {key: value for key, value in schema.items() if key != "anyOf"}
-    if set(siblings) & set(other):
+    if (set(siblings) & set(other)) - set(_NOTES):
         return schema
-    return {"type": [other["type"], "null"], **{k: v for k, v in other.items() if k != "type"}} | (
-        siblings
-    )
+    # A note on both (a parameter's description, its model's docstring inlined): the union's.
+    kept = {key: value for key, value in other.items() if key not in siblings and key != "type"}
+    return {"type": [other["type"], "null"], **kept, **siblings}
 
 
 def _field(schema: dict[str, Any]) -> dict[str, Any]:
