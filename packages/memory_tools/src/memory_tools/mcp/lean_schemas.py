@@ -42,7 +42,7 @@ _SCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
 _SCHEMA_VALUES = ("items", "additionalProperties", "not", "contains")
 # A nullable union is collapsed only when its other member is a plain typed schema: an enum or a
 # const would need null added to it, a combinator or a reference has no single type to extend.
-_NOT_COLLAPSIBLE = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const", "type")
+_NOT_COLLAPSIBLE = ("anyOf", "oneOf", "allOf", "$ref", "enum", "const")
 _WRAPPED = "x-fastmcp-wrap-result"
 # Annotations, not constraints: where a union and its member both have one, the union's is kept.
 _NOTES = ("description", "title")
@@ -97,7 +97,7 @@ def _collapse_nullable(schema: dict[str, Any]) -> dict[str, Any]:
     (other,) = [member for member in members if member != {"type": "null"}]
     if not isinstance(other, dict) or not isinstance(other.get("type"), str):
         return schema
-    if any(key in other for key in _NOT_COLLAPSIBLE if key != "type"):
+    if any(key in other for key in _NOT_COLLAPSIBLE):
         return schema
     siblings = {key: value for key, value in schema.items() if key != "anyOf"}
     if (set(siblings) & set(other)) - set(_NOTES):

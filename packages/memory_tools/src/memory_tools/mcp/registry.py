@@ -25,8 +25,8 @@ unchanged, then the thumbnails as MCP image content (``_shown_with_thumbnails``)
 schema still comes from the method's return model.
 
 Every bound tool is listed with lean schemas (:mod:`memory_tools.mcp.lean_schemas`): the same
-constraints, spelled in fewer bytes, and an output schema that gives an answer's shape without
-per-field prose. ``tools/list`` has a byte budget per tool (``scraper_mcp.schema_budget``).
+constraints, spelled in fewer bytes, and an output schema that names an answer's fields.
+``tools/list`` has a byte budget per tool (``scraper_mcp.schema_budget``).
 """
 
 from __future__ import annotations
