@@ -151,6 +151,8 @@ def test_a_nullable_union_becomes_one_schema_only_when_that_is_exact() -> None:
     assert lean_input_schema(choice) == choice
     either = {"anyOf": [{"anyOf": [{"type": "string"}, {"type": "integer"}]}, {"type": "null"}]}
     assert lean_input_schema(either) == either
+    scalars = {"anyOf": [{"type": "string"}, {"type": "integer"}, {"type": "null"}]}
+    assert lean_input_schema(scalars) == {"type": ["string", "integer", "null"]}
     # A description on both (a parameter's, its model's docstring): the parameter's is kept.
     described = {
         "anyOf": [{"type": "object", "description": "The model."}, {"type": "null"}],

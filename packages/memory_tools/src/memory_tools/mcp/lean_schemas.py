@@ -8,9 +8,10 @@ again and again (issue 34; the budget and its measure: ``scraper_mcp.schema_budg
   enums, ``required``, ``additionalProperties: false``) and rewrites only how it is spelled: a
   nullable value is one schema with a type list (``{"type": ["string", "null"], "maxLength":
   64}``, which JSON Schema reads exactly as pydantic's ``anyOf`` of the string schema and
-  ``null``), local ``$ref`` s are inlined (fastmcp would inline them on listing anyway, for
-  clients that cannot follow them), and ``"default": null`` (what leaving a field out means
-  anyway), an empty ``required`` and titles are left out. Calls are still validated by
+  ``null``; a union of bare types is one type list too), local ``$ref`` s are inlined
+  (fastmcp would inline them on listing anyway, for clients that cannot follow them), and
+  ``"default": null`` (what leaving a field out means anyway), an empty ``required`` and
+  titles are left out. Calls are still validated by
   pydantic from the method's signature, never from this schema, so every refusal and its
   message stay as they were.
 - :func:`lean_output_schema` names what an answer holds: its fields, and the fields of the
@@ -82,7 +83,20 @@ def _lean_input(schema: Any) -> Any:
             continue
         else:
             lean[key] = value
-    return _collapse_nullable(lean)
+    return _collapse_nullable(_union_of_types(lean))
+
+
+def _union_of_types(schema: dict[str, Any]) -> dict[str, Any]:
+    """``{"anyOf": [{"type": A}, {"type": B}, ...]}`` as ``{"type": [A, B, ...]}``: the same."""
+    members = schema.get("anyOf")
+    if not isinstance(members, list) or len(members) < 2:
+        return schema
+    if not all(isinstance(m, dict) and set(m) == {"type"} for m in members):
+        return schema
+    types = [member["type"] for member in members]
+    if not all(isinstance(name, str) for name in types) or "type" in schema:
+        return schema
+    return {"type": types, **{key: value for key, value in schema.items() if key != "anyOf"}}
 
 
 def _collapse_nullable(schema: dict[str, Any]) -> dict[str, Any]:
