@@ -39,6 +39,7 @@ BENCHMARKS = [
     ),
     ("page image extraction: selectolax (Lexbor) vs lxml", ["page_images.py"]),
     ("operator command start-up beside a running server vs the import floor", ["cli_startup.py"]),
+    ("tools/list bytes per tool and per server against their budgets", ["tool_schemas.py"]),
 ]
 TARGET_LINE = re.compile(r"\b(PASS|FAIL)\b|^\s*n/a\b")
 

@@ -48,7 +48,8 @@ async def test_the_manifest_holds_each_servers_listing() -> None:
     assert names == sorted(spec.name for spec in memory_registry.specs)
     for tool in memory["tools"]:
         assert {"name", "title", "description", "inputSchema", "outputSchema"} <= tool.keys()
-        hints = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint", "title"}
+        # All four hints, and the title once: the tool's own (not again in its annotations).
+        hints = {"readOnlyHint", "destructiveHint", "idempotentHint", "openWorldHint"}
         assert hints == tool["annotations"].keys()
         assert "fastmcp" not in tool.get("_meta", {})
     # The aggregate lists every memory tool as the memory server does.

@@ -92,7 +92,7 @@ async def _drifted(drift: str) -> list[str]:
     ("drift", "reported"),
     [
         ("annotation", "image_asset_get: annotations.idempotentHint: true != false"),
-        ("description", 'image_asset_get: description: "One asset you may read'),
+        ("description", 'image_asset_get: description: "One image you may read'),
         ("input schema", "image_asset_get: inputSchema.properties.assetId.maxLength: 64 != 65"),
         ("missing", "image_asset_save: listed by the memory server only"),
         ("extra", "image_asset_get_v2: an image_ tool the memory server does not list"),

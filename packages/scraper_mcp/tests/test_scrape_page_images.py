@@ -468,8 +468,8 @@ async def test_the_tool_is_declared_first_with_its_hints(scraper_services: Memor
         hints.open_world_hint,
     ) == (False, False, False, True)
     assert tool.output_schema is not None
-    save = tool.parameters["properties"]["save"]["anyOf"][0]
-    if "$ref" in save:
-        save = tool.parameters["$defs"][save["$ref"].rsplit("/", 1)[-1]]
+    # Listed lean (memory_tools.mcp.lean_schemas): the optional object inlined, null in its type.
+    save = tool.parameters["properties"]["save"]
+    assert save["type"] == ["object", "null"] and "$defs" not in tool.parameters
     assert save["additionalProperties"] is False
     assert set(save["properties"]) == {"vault", "projectId", "folderId", "tags", "max"}

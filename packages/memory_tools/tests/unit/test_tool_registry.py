@@ -124,7 +124,7 @@ def test_the_base64_bound_follows_the_bound_servers_settings(tmp_path: Path) -> 
         return save.parameters["properties"]["imageBase64"]
 
     small, large = base64_schema(3000), base64_schema(6000)
-    assert small["anyOf"][0]["maxLength"] < large["anyOf"][0]["maxLength"]
+    assert small["maxLength"] < large["maxLength"]
     assert "3000 bytes" in small["description"]
 
 
@@ -180,8 +180,9 @@ async def test_a_spread_model_is_shown_as_its_fields_and_received_whole(
     assert received == [_Window(first_row=3, row_count=10)]
 
 
-# The output schemas as tools/list showed them before the results became the workflows' own
-# models. A change here changes what clients read: update the file only on purpose, e.g. with
+# The output schemas as tools/list shows them: lean (memory_tools.mcp.lean_schemas), naming each
+# answer's fields and its listed records' fields. A change here changes what clients read and
+# validate answers against: update the file only on purpose, e.g. with
 #   json.dumps({t.name: t.output_schema for t in tools}, indent=1, sort_keys=True)
 # over the tools of `Client(build_memory_server(services)).list_tools()`.
 OUTPUT_SCHEMAS = Path(__file__).with_name("tool_output_schemas.json")

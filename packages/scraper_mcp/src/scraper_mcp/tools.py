@@ -83,26 +83,16 @@ class ScraperTools:
         ] = 20,
         minWidth: Annotated[
             int | None,
-            Field(
-                ge=1,
-                le=100_000,
-                description="Drop images declared narrower than this; images without a "
-                "declared width are kept (width null).",
-            ),
+            Field(ge=1, le=100_000, description="Drop images declared narrower."),
         ] = None,
         save: Annotated[
             PageSave | None,
-            Field(description="Also save the top candidates (omit: nothing is stored)."),
+            Field(description="Also save the top candidates."),
         ] = None,
     ) -> PageImages:
-        """Fetch a web page and list the images on it, most likely important first.
+        """Fetch a web page and list its images, most likely important first.
 
-        Sources: og:image, twitter:image, link rel=image_src, <img> (src and the largest
-        srcset entry), <picture><source>, <figure> captions and inline CSS background-image.
-        Each candidate has its absolute URL, alt text, caption, declared size and where it was
-        found; the page its title, canonical URL and language. Nothing is stored unless
-        ``save`` is given: then the top ``save.max`` candidates are saved with the page as
-        their source, and each candidate reports its assetId or its saveError.
+        Nothing is stored unless save is given: then the top save.max candidates are saved.
         """
         return await run_as_caller(
             self.services,
@@ -133,18 +123,10 @@ class ScraperTools:
         ],
         pageUrl: Annotated[
             str | None,
-            Field(
-                max_length=4096,
-                description="The page the image is on; recorded as context, never fetched.",
-            ),
+            Field(max_length=4096, description="The page it is on (not fetched)."),
         ] = None,
     ) -> ArtifactView:
-        """Download one image and keep it as a private artifact that only you can save.
-
-        The image is fetched and validated exactly as image_asset_save would fetch it; nothing
-        is saved to a vault and nothing counts against your quota. Pass the artifactId to
-        image_asset_save before expiresAt to save it with its context (imageUrl, pageUrl).
-        """
+        """Download an image as a private artifact; image_asset_save keeps it (before expiresAt)."""
         return await run_as_caller(
             self.services, download_image, self.services, image_url=imageUrl, page_url=pageUrl
         )
@@ -164,32 +146,23 @@ class ScraperTools:
             Field(
                 min_length=1,
                 max_length=MAX_URL_LENGTH,
-                description="The public page (https; http only where the server allows it).",
+                description="A public page URL.",
             ),
         ],
         fullPage: Annotated[
             bool,
-            Field(
-                description="The whole page, down to the server's height bound; else one screen."
-            ),
+            Field(description="The whole page, not one screen."),
         ] = False,
         width: Annotated[
             int,
             Field(
                 ge=screenshots.MIN_WIDTH,
                 le=screenshots.MAX_WIDTH,
-                description="The browser window's width in pixels (the PNG's width).",
+                description="Window width in pixels.",
             ),
         ] = screenshots.DEFAULT_WIDTH,
     ) -> ScreenshotView:
-        """Take a PNG screenshot of a public web page in a headless browser; store it privately.
-
-        The PNG is kept as your artifact until it expires: pass its artifactId to
-        image_asset_save to keep it (its page URL and title go with it). The answer shows a
-        small thumbnail of the top of the page, never the full PNG. Every request the page
-        makes passes the server's URL policy (no private addresses, no file: or data: pages);
-        refused requests simply fail inside the page. Needs the write scope.
-        """
+        """Screenshot a public web page as a private PNG artifact; image_asset_save keeps it."""
         chromium = self.chromium
         if chromium is None:  # the tool is only registered with a browser
             raise FeatureDisabled("page screenshots need a browser; this server has none")

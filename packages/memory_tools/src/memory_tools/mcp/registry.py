@@ -23,6 +23,10 @@ An answer that carries thumbnails (``WireModel.with_thumbnails``, asked for with
 ``includeThumbnails``) is sent as a ``ToolResult``: the declared model's structured content
 unchanged, then the thumbnails as MCP image content (``_shown_with_thumbnails``). The output
 schema still comes from the method's return model.
+
+Every bound tool is listed with lean schemas (:mod:`memory_tools.mcp.lean_schemas`): the same
+constraints, spelled in fewer bytes, and an output schema that names an answer's fields.
+``tools/list`` has a byte budget per tool (``scraper_mcp.schema_budget``).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from memory_db import MemorySettings, get_logger
 from memory_db.schema import PROVENANCE_OPERATIONS
 from memory_tools.access import Caller
 from memory_tools.errors import ToolFailure
+from memory_tools.mcp.lean_schemas import lean_input_schema, lean_output_schema
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel
 
@@ -89,9 +94,12 @@ class ToolSpec:
     requires: frozenset[str] = frozenset()
 
     def annotations(self) -> ToolAnnotations:
-        """All four MCP hints stated explicitly (the spec's defaults are unsafe)."""
+        """All four MCP hints stated explicitly (the spec's defaults are unsafe).
+
+        The title is the tool's own ``title`` alone: every client of the protocol revisions
+        with output schemas reads it there, and listing it twice cost every tool its bytes.
+        """
         return ToolAnnotations(
-            title=self.title,
             read_only_hint=self.read_only,
             destructive_hint=self.destructive,
             idempotent_hint=self.idempotent,
@@ -180,8 +188,23 @@ class ToolRegistry:
                 annotations=spec.annotations(),
             )
             advertised = _advertised(method, toolset.services.settings)
-            bound.append(Tool.from_tool(tool, transform_args=advertised) if advertised else tool)
+            if advertised:
+                tool = Tool.from_tool(tool, transform_args=advertised)
+            bound.append(_listed_lean(tool))
         return bound
+
+
+def _listed_lean(tool: Tool) -> Tool:
+    """``tool`` listed with its lean schemas (:mod:`memory_tools.mcp.lean_schemas`).
+
+    Only what ``tools/list`` shows changes: calls are validated from the method's signature.
+    """
+    return tool.model_copy(
+        update={
+            "parameters": lean_input_schema(tool.parameters),
+            "output_schema": lean_output_schema(tool.output_schema),
+        }
+    )
 
 
 def _entry(

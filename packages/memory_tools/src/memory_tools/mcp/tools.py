@@ -51,15 +51,16 @@ VaultParam = Annotated[
     Field(
         min_length=1,
         max_length=400,
-        description="Vault handle: 'Library', another of your vaults, or 'owner@example.com/Name' "
-        "for a vault shared with you.",
+        description="'Library', another vault of yours, or 'owner@example.com/Name'.",
     ),
 ]
-ProjectIdParam = Annotated[
-    str, Field(min_length=1, max_length=64, description="Project id (apr_...).")
-]
-NameParam = Annotated[str, Field(min_length=1, max_length=120, description="1-120 characters.")]
+ProjectIdParam = Annotated[str, Field(min_length=1, max_length=64, description="apr_...")]
+NameParam = Annotated[str, Field(min_length=1, max_length=120)]
 AssetIdParam = Annotated[str, Field(min_length=1, max_length=64, description="ast_...")]
+FolderIdParam = Annotated[str, Field(min_length=1, max_length=64, description="afl_...")]
+ThumbnailsParam = Annotated[
+    bool, Field(description="Also send 256 px JPEG thumbnails as image content.")
+]
 # Where listing and search look and their exact filters: one model, each field a parameter.
 FiltersParam = Annotated[FilterParameters, Spread()]
 
@@ -152,9 +153,8 @@ def _save_base64(settings: MemorySettings) -> ArgTransform:
     max_bytes = settings.asset_max_bytes
     return ArgTransform(
         type=advertised_base64(max_bytes),
-        description="The image bytes as base64, for clients without an upload route; "
-        f"at most ASSET_MAX_BYTES ({max_bytes} bytes) once decoded. Larger files: the "
-        "direct-upload route POST /uploads.",
+        description=f"The image as base64; at most {max_bytes} bytes decoded (larger: "
+        "POST /uploads).",
     )
 
 
@@ -162,8 +162,8 @@ def _search_base64(settings: MemorySettings) -> ArgTransform:
     max_bytes = settings.asset_max_bytes
     return ArgTransform(
         type=advertised_base64(max_bytes),
-        description="Find images like this one (base64; not stored; at most "
-        f"ASSET_MAX_BYTES, {max_bytes} bytes, once decoded).",
+        description=f"Images like this one (base64, not stored; at most {max_bytes} bytes "
+        "decoded).",
     )
 
 
@@ -230,9 +230,7 @@ class MemoryTools:
         self,
         vault: Annotated[
             str | None,
-            Field(
-                max_length=400, description="A vault handle; omit to list every vault you may read."
-            ),
+            Field(max_length=400, description="Omit for every vault you may read."),
         ] = None,
         includeArchived: bool = False,
     ) -> ProjectList:
@@ -243,11 +241,9 @@ class MemoryTools:
 
     @tools.tool("List vaults", read_only=True, idempotent=True)
     async def image_vault_list(self) -> VaultList:
-        """List the vaults you can read: each with its handle and your permission on it.
+        """List the vaults you can read: each handle (the other tools' vault), your permission.
 
-        Use the handle as the vault parameter of the other tools. Your own vaults also show
-        your quota and the used and reserved bytes counted against it (one quota for all your
-        vaults); vaults shared with you show no quota.
+        Your own vaults also show your quota and the bytes counted against it.
         """
         return await self.authorised(vaults.list_vaults)
 
@@ -264,7 +260,7 @@ class MemoryTools:
         vault: VaultParam = "Library",
         parentId: Annotated[
             str | None,
-            Field(max_length=64, description="Parent folder id; omit for the project root."),
+            Field(max_length=64, description="afl_...; omit for the project root."),
         ] = None,
     ) -> FolderView:
         """Create a folder in a project (at most 8 levels deep; names unique among siblings)."""
@@ -299,48 +295,39 @@ class MemoryTools:
             str | None,
             Field(
                 max_length=64,
-                description="An artifact id (art_...) from scrape_image_download or "
-                "scrape_page_screenshot: yours, before it expires.",
+                description="art_... from scrape_image_download or scrape_page_screenshot.",
             ),
         ] = None,
         imageBase64: SaveBase64Param = None,
         projectId: Annotated[
-            str | None, Field(max_length=64, description="Project id (apr_...); omit for Unfiled.")
+            str | None, Field(max_length=64, description="apr_...; omit for Unfiled.")
         ] = None,
         folderId: Annotated[
-            str | None, Field(max_length=64, description="Folder id (afl_...) in projectId.")
-        ] = None,
+            str | None, Field(max_length=64, description="afl_... in projectId.")
+        ] = (None),
         title: Annotated[str | None, Field(max_length=240)] = None,
         description: Annotated[str | None, Field(max_length=4000)] = None,
         altText: Annotated[str | None, Field(max_length=2000)] = None,
         tags: Annotated[list[str] | None, Field(max_length=32)] = None,
         sourceRef: Annotated[
             dict[str, str | int | float | bool | None] | None,
-            Field(
-                description="Where the image came from, e.g. {'pageUrl': ..., 'pageTitle': ...}."
-            ),
+            Field(description="Where it came from, e.g. {'pageUrl': ...}."),
         ] = None,
         idempotencyKey: Annotated[
             str | None,
-            Field(
-                max_length=200,
-                description="Repeating a save with the same key returns the same asset.",
-            ),
+            Field(max_length=200, description="The same key returns the same asset."),
         ] = None,
         fileName: Annotated[
             str | None,
             Field(
                 max_length=inputs.MAX_FILE_NAME_INPUT,
-                description="The image's file name (a path is cut to its base name): kept "
-                "with the image, and without its extension the title when none is given.",
+                description="Kept with the image; the default title.",
             ),
         ] = None,
     ) -> SaveResult:
-        """Save an image from exactly one source (sourceUrl, artifactId or imageBase64).
+        """Save an image from exactly one source: sourceUrl, artifactId or imageBase64.
 
-        The original is kept unchanged and privately; a sanitised preview is made; the answer
-        comes at once with embeddingStatus 'pending' while a worker embeds the image. Sends
-        progress notifications (fetching, checking, storing) when the request asks for them.
+        Answers at once; embeddingStatus stays 'pending' until a worker has embedded it.
         """
         request = SaveRequest(
             vault=vault,
@@ -363,52 +350,28 @@ class MemoryTools:
     @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
         self,
-        assetId: Annotated[str, Field(min_length=1, max_length=64, description="ast_...")],
-        includePreview: Annotated[
-            bool, Field(description="Add a fresh short-lived link to the WebP preview.")
-        ] = False,
+        assetId: AssetIdParam,
+        includePreview: Annotated[bool, Field(description="Add a short-lived preview link.")] = (
+            False
+        ),
         includeOriginal: Annotated[
-            bool,
-            Field(
-                description="Add a fresh short-lived link that downloads the original bytes "
-                "(as an attachment, with the original MIME type)."
-            ),
+            bool, Field(description="Add a short-lived download link to the original.")
         ] = False,
         includeThumbnails: Annotated[
-            bool,
-            Field(
-                description="Also send a small JPEG thumbnail (256 px) of the image as MCP "
-                "image content, after a text line naming its assetId; the structured answer "
-                "is unchanged."
-            ),
+            bool, Field(description="Also send a 256 px JPEG thumbnail as image content.")
         ] = False,
         waitSeconds: Annotated[
-            float,
-            Field(
-                ge=0,
-                le=30,
-                description="Wait up to this many seconds (0-30) for what waitFor names to "
-                "settle; a state still waiting in the answer means the time ran out.",
-            ),
+            float, Field(ge=0, le=30, description="Wait this long for waitFor to settle.")
         ] = 0,
         waitFor: Annotated[
             list[Literal["embedding", "ocr"]] | None,
-            Field(
-                min_length=1,
-                max_length=2,
-                description="What waitSeconds waits for: 'embedding' (embeddingStatus leaves "
-                "pending/running) and/or 'ocr' (textInImage.status is done, failed or "
-                "cancelled; done always comes with its text). Omit for ['embedding'].",
-            ),
+            Field(min_length=1, max_length=2, description="Omit for ['embedding']."),
         ] = None,
     ) -> AssetView:
-        """One asset you may read, with its embedding state and the text read in it.
+        """One image you may read: metadata, embedding state, the text OCR read in it.
 
-        Metadata, the state of each representation, the failure reason if any, the text OCR
-        read (textInImage), and optionally a fresh preview link and a download link to the
-        original (call again once they have expired). With waitSeconds, the answer comes as
-        soon as what waitFor names is settled (the embedding: ready, partial or failed; OCR:
-        done, failed or cancelled), instead of polling.
+        Optionally fresh preview and download links; waitSeconds waits for the embedding or OCR
+        to settle instead of polling.
         """
         return await self.as_caller(
             assets.get_asset_waiting,
@@ -428,20 +391,9 @@ class MemoryTools:
         order: Literal["newest", "oldest"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
-        includeThumbnails: Annotated[
-            bool,
-            Field(
-                description="Also send a small JPEG thumbnail (256 px) of each result as MCP "
-                "image content, each after a text line naming its assetId (at most 30 "
-                "thumbnails and 512 KiB per answer); the structured answer is unchanged."
-            ),
-        ] = False,
+        includeThumbnails: ThumbnailsParam = False,
     ) -> AssetListView:
-        """List assets by created time with exact filters.
-
-        Newest first unless order is 'oldest'; page with nextCursor. Metadata only, plus
-        small thumbnails with includeThumbnails; never the stored bytes.
-        """
+        """List images by created time with exact filters; page with nextCursor."""
         request = assets.ListRequest(
             **filters.request_fields(),
             order=order,
@@ -462,52 +414,31 @@ class MemoryTools:
     async def image_asset_search(
         self,
         query: Annotated[
-            str | None,
-            Field(max_length=2000, description="What to find, in words (e.g. 'red bicycle')."),
+            str | None, Field(max_length=2000, description="In words, e.g. 'red bicycle'.")
         ] = None,
         assetId: Annotated[
-            str | None, Field(max_length=64, description="Find images like this stored one.")
+            str | None, Field(max_length=64, description="Images like this stored one.")
         ] = None,
         imageBase64: SearchBase64Param = None,
         sourceUrl: Annotated[
             str | None,
-            Field(
-                max_length=4096,
-                description="Find images like the one at this public https URL (not stored).",
-            ),
+            Field(max_length=4096, description="Images like the one at this https URL."),
         ] = None,
         filters: FiltersParam = FilterParameters(),  # noqa: B008 - frozen, shown spread
         limit: Annotated[int, Field(ge=1, le=30)] = 10,
         minScore: Annotated[
             float | None,
-            Field(
-                ge=-1,
-                le=1,
-                description="Drop results whose similarity (the cosine, not the score) is "
-                "below this.",
-            ),
+            Field(ge=-1, le=1, description="Drop results whose similarity is below this."),
         ] = None,
-        includePreview: Annotated[
-            bool, Field(description="Add a fresh short-lived preview link to each result.")
-        ] = False,
-        includeThumbnails: Annotated[
-            bool,
-            Field(
-                description="Also send a small JPEG thumbnail (256 px) of each result as MCP "
-                "image content, each after a text line naming its assetId (at most 30 "
-                "thumbnails and 512 KiB per answer); the structured answer is unchanged."
-            ),
-        ] = False,
+        includePreview: Annotated[bool, Field(description="Add short-lived preview links.")] = (
+            False
+        ),
+        includeThumbnails: ThumbnailsParam = False,
     ) -> SearchView:
-        """Find stored images by text, by a similar image, or both, with exact filters.
+        """Find images by words (query), by a similar image, or both, with exact filters.
 
-        Give a query, at most one image (assetId, imageBase64 or sourceUrl), or a query and an
-        image together. Results are the best matches first, each with a score from 0 to 1
-        that orders them (word matches included), its cosine similarity, and the lists that
-        found it; only images whose embedding is ready are found. A query image is never
-        stored. Only results with evidence are returned, so there may be fewer than limit or
-        none; noGoodMatch is true when none is a good match (bestScore and goodMatchScore are
-        similarities).
+        Best matches first, only those with evidence; noGoodMatch is true when none matches
+        well.
         """
         request = SearchRequest(
             query=query,
@@ -528,18 +459,13 @@ class MemoryTools:
         self,
         assetId: AssetIdParam,
         projectId: Annotated[
-            str | None, Field(max_length=64, description="Target project; null for Unfiled.")
+            str | None, Field(max_length=64, description="null for Unfiled.")
         ] = None,
         folderId: Annotated[
-            str | None,
-            Field(max_length=64, description="Target folder in projectId; null for its root."),
+            str | None, Field(max_length=64, description="In projectId; null for its root.")
         ] = None,
     ) -> MoveResult:
-        """Move an image to another project or folder of its vault.
-
-        Metadata only: the stored bytes and their key stay as they are. Moving to where the
-        image already is changes nothing.
-        """
+        """Move an image to another project or folder of its vault (its bytes stay put)."""
         return await self.authorised(
             changes.move_asset, asset_id=assetId, project_id=projectId, folder_id=folderId
         )
@@ -552,22 +478,12 @@ class MemoryTools:
         audited="asset_delete",
     )
     async def image_asset_delete(self, assetId: AssetIdParam) -> DeleteResult:
-        """Delete an image: its vectors at once, its bytes shortly after if nothing else uses them.
-
-        Needs an API key with the 'destructive' scope and write access to the vault. Deleting
-        an image that is already deleted succeeds and changes nothing.
-        """
+        """Delete an image (needs the 'destructive' scope); image_asset_restore undoes it."""
         return await self.authorised(changes.delete_asset, asset_id=assetId)
 
     @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
     async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreResult:
-        """Bring back an image deleted within the delete grace window (ASSET_DELETE_GRACE_HOURS).
-
-        It returns to its project and folder (the project's root if the folder is gone,
-        Unfiled if the project is gone or archived) and is embedded again from its stored
-        bytes. Needs the 'destructive' scope, like a delete. Restoring an image that is not
-        deleted changes nothing; after the window the answer is not_found.
-        """
+        """Bring back an image deleted within the grace window (needs the 'destructive' scope)."""
         return await self.authorised(changes.restore_asset, asset_id=assetId)
 
     @tools.tool(
@@ -581,10 +497,7 @@ class MemoryTools:
         projectId: ProjectIdParam,
         vault: VaultParam = "Library",
     ) -> ProjectView:
-        """Archive a project: its images stay findable, but it takes no new images or folders.
-
-        Nothing is deleted; archiving an archived project changes nothing.
-        """
+        """Archive a project: its images stay findable, but it takes no new images or folders."""
         return await self.authorised(projects.archive_project, vault=vault, project_id=projectId)
 
     @tools.tool(
@@ -597,27 +510,16 @@ class MemoryTools:
     async def image_folder_delete(
         self,
         projectId: ProjectIdParam,
-        folderId: Annotated[str, Field(min_length=1, max_length=64, description="afl_...")],
+        folderId: FolderIdParam,
         vault: VaultParam = "Library",
         recursive: Annotated[
-            bool,
-            Field(description="Also delete its subfolders and images (dry run first)."),
+            bool, Field(description="Also its subfolders and images (dry run first).")
         ] = False,
         confirm: Annotated[
-            str | None,
-            Field(
-                max_length=64,
-                description="The confirm token of a dry run; without it, recursive is a dry run.",
-            ),
+            str | None, Field(max_length=64, description="The dry run's confirm token.")
         ] = None,
     ) -> FolderDeletion:
-        """Delete a folder.
-
-        An empty folder is deleted at once. A folder with images or subfolders needs
-        recursive=true: the first call is a dry run that counts folders, images and bytes and
-        returns a confirm token; calling again with that token deletes exactly that, sending
-        progress notifications as the images go when the request asks for them.
-        """
+        """Delete a folder; a non-empty one needs recursive (a dry run, then its confirm token)."""
         return await self.authorised(
             changes.delete_folder,
             vault=vault,
@@ -632,32 +534,17 @@ class MemoryTools:
     async def image_asset_update(
         self,
         assetId: AssetIdParam,
-        title: Annotated[
-            str | None,
-            Field(max_length=240, description="A new title; omit or null to keep it."),
-        ] = None,
-        description: Annotated[
-            str | None,
-            Field(max_length=4000, description="Omit or null to keep; '' clears it."),
-        ] = None,
-        altText: Annotated[
-            str | None,
-            Field(max_length=2000, description="Omit or null to keep; '' clears it."),
-        ] = None,
+        title: Annotated[str | None, Field(max_length=240)] = None,
+        description: Annotated[str | None, Field(max_length=4000, description="'' clears.")] = (
+            None
+        ),
+        altText: Annotated[str | None, Field(max_length=2000, description="'' clears.")] = None,
         tags: Annotated[
             list[Annotated[str, Field(max_length=64)]] | None,
-            Field(
-                max_length=32, description="Replaces every tag; omit or null to keep; [] clears."
-            ),
+            Field(max_length=32, description="Replaces every tag; [] clears."),
         ] = None,
     ) -> AssetEdit:
-        """Edit an image's title, description, alt text or tags (validated like a save).
-
-        Fields left out stay as they are. Full-text search finds the new words at once. When
-        the words of the fused representation change, only it is embedded again
-        (embeddingStatus 'pending' until then); the visual one stays. Editing to what the image
-        already says changes nothing. Needs write access to the image's vault.
-        """
+        """Edit an image's title, description, alt text or tags; fields left out stay."""
         return await self.authorised(
             edits.update_asset,
             asset_id=assetId,
@@ -673,21 +560,12 @@ class MemoryTools:
         assetId: AssetIdParam,
         what: Annotated[
             list[Literal["ocr", "describe"]] | None,
-            Field(
-                max_length=4,
-                description="Which enrichments to run again: 'ocr' (read the text in the "
-                "image), 'describe' (a generated description from a vision model). Omit for "
-                "all that this server has switched on.",
-            ),
+            Field(max_length=4, description="Omit for all this server has on."),
         ] = None,
     ) -> Enrichment:
-        """Run an image's enrichments again, as background jobs: OCR, and a description.
+        """Queue an image's OCR ('ocr') or generated description ('describe') again.
 
-        OCR reads the text in the image; describe asks the server's vision model for a
-        generated description. Queues the work and answers at once; image_asset_get shows
-        textInImage and generatedContext once the jobs are done (searchable from then on). An
-        enrichment already queued or running is not queued twice (alreadyQueued). Needs write
-        access to the image's vault; feature_disabled when the server has it switched off.
+        Answers at once; image_asset_get shows the results once done.
         """
         return await self.authorised(enrich.enrich_asset, asset_id=assetId, what=what)
 
@@ -700,25 +578,16 @@ class MemoryTools:
         vault: VaultParam = "Library",
         name: Annotated[
             str | None,
-            Field(
-                min_length=1,
-                max_length=120,
-                description="A new name, unique in the vault; omit to keep.",
-            ),
+            Field(min_length=1, max_length=120),
         ] = None,
-        description: Annotated[
-            str | None,
-            Field(max_length=2000, description="Omit or null to keep; '' clears it."),
-        ] = None,
-        archived: Annotated[
-            bool | None,
-            Field(description="false unarchives, true archives; omit to keep."),
-        ] = None,
+        description: Annotated[str | None, Field(max_length=2000, description="'' clears.")] = (
+            None
+        ),
+        archived: bool | None = None,
     ) -> ProjectEdit:
         """Rename a project, change its description, or archive or unarchive it.
 
-        Fields left out stay as they are; an edit to what the project already is changes
-        nothing. Needs write access to the vault.
+        Fields left out stay as they are.
         """
         return await self.authorised(
             edits.update_project,
@@ -735,32 +604,15 @@ class MemoryTools:
     async def image_folder_update(
         self,
         projectId: ProjectIdParam,
-        folderId: Annotated[str, Field(min_length=1, max_length=64, description="afl_...")],
+        folderId: FolderIdParam,
         vault: VaultParam = "Library",
-        name: Annotated[
-            str | None,
-            Field(
-                min_length=1,
-                max_length=120,
-                description="A new name, unique among its siblings; omit to keep.",
-            ),
-        ] = None,
+        name: Annotated[str | None, Field(min_length=1, max_length=120)] = None,
         parentId: Annotated[
-            str | None,
-            Field(
-                max_length=64,
-                description="Move under this folder of the same project; omit to stay.",
-            ),
+            str | None, Field(max_length=64, description="Move under this folder.")
         ] = None,
-        toRoot: Annotated[
-            bool, Field(description="Move to the project's root (not with parentId).")
-        ] = False,
+        toRoot: Annotated[bool, Field(description="Move to the project's root.")] = False,
     ) -> FolderEdit:
-        """Rename a folder, or move it (with its subfolders and images) in its project.
-
-        At most 8 levels deep, counting the moved folder's subfolders; a folder cannot go
-        under itself or one of its subfolders. Paths follow at once. Needs write access.
-        """
+        """Rename a folder, or move it with its contents within its project."""
         return await self.authorised(
             edits.update_folder,
             vault=vault,

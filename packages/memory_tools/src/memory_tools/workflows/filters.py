@@ -64,41 +64,32 @@ def iso_instant(value: object) -> object:
 
 OptionalVault = Annotated[
     str | None,
-    Field(max_length=400, description="A vault handle; omit for every vault you may read."),
+    Field(max_length=400, description="Omit for every vault you may read."),
 ]
 OptionalId = Annotated[str | None, Field(max_length=64)]
 TagsParam = Annotated[
     list[Annotated[str, Field(max_length=64)]] | None,
-    Field(max_length=32, description="Every tag must be present."),
+    Field(max_length=32, description="Each must be present."),
 ]
 SourceKindsParam = Annotated[
     list[str] | None,
     Field(max_length=6, description="upload, scrape, screenshot, instagram, external_url, import."),
 ]
-SourceHostParam = Annotated[
-    str | None, Field(max_length=253, description="Host the image came from, e.g. example.com.")
-]
+SourceHostParam = Annotated[str | None, Field(max_length=253, description="e.g. example.com")]
 MimeTypesParam = Annotated[
     list[str] | None,
     Field(max_length=4, description="image/jpeg, image/png, image/webp, image/gif."),
 ]
-UntaggedParam = Annotated[bool, Field(description="Only assets without tags.")]
+UntaggedParam = Annotated[bool, Field(description="Only images without tags.")]
 CreatedAfterParam = Annotated[
     datetime | None,
     BeforeValidator(iso_instant),
-    Field(
-        description="Created at or after this instant (inclusive). ISO 8601 with a date, a time "
-        "and a zone, e.g. 2026-11-30T12:00:00Z or 2026-11-30T13:00:00+01:00; a value without "
-        "a zone is refused."
-    ),
+    Field(description="Inclusive; with a time and a zone, e.g. 2026-11-30T12:00:00Z."),
 ]
 CreatedBeforeParam = Annotated[
     datetime | None,
     BeforeValidator(iso_instant),
-    Field(
-        description="Created before this instant (exclusive). ISO 8601 with a date, a time and "
-        "a zone, e.g. 2026-12-01T00:00:00Z; a value without a zone is refused."
-    ),
+    Field(description="Exclusive; with a time and a zone, e.g. 2026-12-01T00:00:00Z."),
 ]
 
 # Where to look: checked against the caller's vaults, never an ``AssetFilter`` field.
