@@ -154,6 +154,11 @@ def test_a_large_preview_is_reduced_to_fit() -> None:
     assert reduce_preview(preview, 10) is None
 
 
+async def _subscribe(client: Client[Any], resource: str) -> Any:
+    # Deprecated by the SDK for 2026-07-28 only; the session revisions still define it.
+    return await client.session.subscribe_resource(resource)  # pyright: ignore[reportDeprecated]
+
+
 # The SDK client marks resources/subscribe deprecated (removed in 2026-07-28); the session
 # revisions it serves are still what stdio clients speak.
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
@@ -178,10 +183,10 @@ async def test_session_subscribe_announces_the_finished_embedding(
         assert init is not None and init.capabilities.resources is not None
         assert init.capabilities.resources.subscribe is True
         asset_id = await _save(c, 4)
-        await c.session.subscribe_resource(uri(asset_id))
-        await c.session.subscribe_resource(uri(asset_id))  # again: one follower
+        await _subscribe(c, uri(asset_id))
+        await _subscribe(c, uri(asset_id))  # again: one follower
         for other in (bobs, MISSING):
-            error = await _error(c.session.subscribe_resource(uri(other)))
+            error = await _error(_subscribe(c, uri(other)))
             assert error.error.message == "not_found: asset not found"
         assert (await call(c, "image_asset_get", {"assetId": asset_id}))["embeddingStatus"] == (
             "pending"
