@@ -312,15 +312,13 @@ class AssetResources:
         async def follow() -> None:
             try:
                 await follow_asset(self.services, key, asset_id, announce, task_status=status)
-            except BaseException as exc:
-                if not status.event.is_set():
+            except Exception as exc:
+                if not status.event.is_set():  # refused before it started: the answer says why
                     status.failure = exc
-                    status.event.set()
-                if not isinstance(exc, (Exception, anyio.get_cancelled_exc_class())):
-                    raise
-                if status.failure is not exc and not isinstance(exc, asyncio.CancelledError):
-                    log.warning("asset_follow_stopped", exc_info=True)
+                    return
+                log.warning("asset_follow_stopped", exc_info=True)
             finally:
+                status.event.set()  # also when cancelled before it started
                 if follows.get(uri) is task:
                     del follows[uri]
 
