@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import copy
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,7 @@ import pyvips
 from fastmcp import Client
 
 from memory_db import Database, MemorySettings
+from memory_db.embedding import LocalEmbedder
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.mcp.toolsets import MEMORY, MEMORY_READ, ToolSelection
@@ -123,7 +125,8 @@ async def test_the_aggregate_serves_the_asset_resources(database: Database, tmp_
     await admin.create_identity(database, "alice@example.com", 10**9)
     key = (await admin.create_key(database, "alice@example.com", ["read", "write"])).secret
     png = pyvips.Image.black(32, 24).pngsave_buffer()
-    async with Client(build_aggregate_server(_services(database, tmp_path, key))) as client:
+    services = replace(_services(database, tmp_path, key), embedder=LocalEmbedder())
+    async with Client(build_aggregate_server(services)) as client:
         saved = await client.call_tool(
             "image_asset_save", {"imageBase64": base64.b64encode(png).decode()}
         )
@@ -138,8 +141,6 @@ async def test_the_aggregate_serves_the_asset_resources(database: Database, tmp_
     assert capabilities is not None and capabilities.resources is not None
     assert capabilities.resources.subscribe is True
     # A selection without image_asset_get (the scraper tools alone) offers no asset resources.
-    scraper_only = build_aggregate_server(
-        _services(database, tmp_path, key), tools=ToolSelection((SCRAPER,))
-    )
+    scraper_only = build_aggregate_server(services, tools=ToolSelection((SCRAPER,)))
     async with Client(scraper_only) as client:
         assert await client.list_resource_templates() == []
