@@ -90,8 +90,12 @@ async def test_template_read_and_list(
             error = await _error(c.read_resource_mcp(uri(other)))
             assert error.error.code == mcp_types.INVALID_PARAMS
             assert error.error.message == "not_found: asset not found"
-        bad = await _error(c.read_resource_mcp(uri("not-an-id")))
-        assert bad.error.message == "invalid_input: uri: the assetId is not an asset id (ast_...)"
+        for malformed in ("not-an-id", "ast_" + "a" * 61, "ast_%2F..%2F"):
+            bad = await _error(c.read_resource_mcp(uri(malformed)))
+            assert bad.error.code == mcp_types.INVALID_PARAMS
+            assert bad.error.message == (
+                "invalid_input: uri: the assetId is not an asset id (ast_...)"
+            )
         # The listing: only alice's own assets, newest first.
         listed = await c.list_resources_mcp()
         assert [r.uri for r in listed.resources] == [uri(asset_id)]
@@ -242,3 +246,38 @@ async def test_the_subscribe_capability_is_true_only_where_it_works(
         assert _subscribe_capability(c) is True
     async with Client(http, mode="legacy") as c:
         assert _subscribe_capability(c) is False
+
+
+async def test_a_follower_stops_when_its_key_is_revoked(
+    saving: MemoryServices, make_person: Callable[..., Any]
+) -> None:
+    """Each notified change is read as the subscriber again: a key revoked meanwhile ends the
+    follow at the next change, announcing nothing."""
+    from memory_tools.operations import admin
+    from memory_tools.workflows.asset_resources import follow_asset
+    from memory_tools.workflows.calls import ApiKey
+
+    alice = await make_person("alice@example.com")
+    async with Client(_server(saving, alice.key)) as c:
+        asset_id = await _save(c, 6)
+    announced: list[str] = []
+
+    async def announce() -> None:
+        announced.append(asset_id)
+
+    ended: list[str] = []
+
+    async def follow(*, task_status: Any = anyio.TASK_STATUS_IGNORED) -> None:
+        ended.append(
+            await follow_asset(
+                saving, ApiKey(alice.key), asset_id, announce, task_status=task_status
+            )
+        )
+
+    # Leaving the task group waits for the follower to end by itself.
+    with anyio.fail_after(NOTIFIED_WITHIN):
+        async with anyio.create_task_group() as group:
+            await group.start(follow)
+            await admin.revoke_key(saving.database, alice.key_id)
+            await job_worker(saving, handlers={}).drain()  # the embedding finishes: notified
+    assert ended == ["unreadable"] and announced == []

@@ -36,7 +36,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Coroutine
-from typing import Annotated, Any
+from typing import Any
 
 import anyio
 import mcp_types
@@ -49,7 +49,6 @@ from mcp.server.context import ServerRequestContext
 from mcp.server.lowlevel.server import Server
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
-from pydantic import Field
 
 from memory_db import get_logger
 from memory_tools.errors import ToolFailure
@@ -158,10 +157,12 @@ class AssetResources:
             "resources/unsubscribe", mcp_types.UnsubscribeRequestParams, self.unsubscribe
         )
 
-    async def read(
-        self, assetId: Annotated[str, Field(min_length=1, max_length=64)]
-    ) -> ResourceResult:
-        """``resources/read`` of ``image-memory://assets/{assetId}``: preview and metadata."""
+    async def read(self, assetId: str) -> ResourceResult:
+        """``resources/read`` of ``image-memory://assets/{assetId}``: preview and metadata.
+
+        ``assetId`` is checked by :func:`asset_id_in` (a bound given to fastmcp instead would
+        be refused as a masked internal error, not as ``invalid_input``).
+        """
         try:
             asset_id = asset_id_in(asset_uri(assetId))
             resource = await run_as_caller(
