@@ -161,9 +161,11 @@ def dependency_violations(root: Path) -> list[str]:
 # The SQLAlchemy session stays behind the unit of work: above memory_db nothing reads a
 # ``session`` attribute (``uow.session``, ``uow._session``) or imports ``session_of``, so every
 # statement goes through a repository method. Calling a method named ``session`` (an OCR
-# engine pool's ``engines.session(deadline)``) is not a read of one.
+# engine pool's ``engines.session(deadline)``) is not a read of one, nor is an MCP request
+# context's ``ctx.session`` (the SDK's ``ServerSession``: the client's peer, no database).
 SESSION_SOURCES = RULES[0].sources
 SESSION_ATTRIBUTES = ("session", "_session")
+MCP_CONTEXTS = ("ctx",)
 SESSION_REASON = "the session stays behind the unit of work: add a repository method instead"
 
 
@@ -175,6 +177,7 @@ def session_reads(tree: ast.AST) -> Iterator[tuple[int, str]]:
             isinstance(node, ast.Attribute)
             and node.attr in SESSION_ATTRIBUTES
             and id(node) not in called
+            and not (isinstance(node.value, ast.Name) and node.value.id in MCP_CONTEXTS)
         ):
             yield node.lineno, f"reads .{node.attr}"
         elif isinstance(node, ast.Attribute) and node.attr == "session_of":

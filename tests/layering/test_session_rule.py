@@ -59,8 +59,10 @@ def test_the_session_read_above_memory_db_is_refused(
         # The repositories the unit of work holds.
         "async def f(uow):\n    return await uow.vector_indexes.resolve_alias()\n",
         "async def f(uow):\n    async with uow.savepoint():\n        pass\n",
+        # An MCP request context's session: the SDK's peer of the client, no database.
+        "async def f(ctx, note):\n    await ctx.session.send_notification(note)\n",
     ],
-    ids=["method-call", "repository", "savepoint"],
+    ids=["method-call", "repository", "savepoint", "mcp-request-context"],
 )
 def test_the_unit_of_works_methods_are_allowed(tmp_path: Path, source: str) -> None:
     assert check.violations(_tree(tmp_path, source)) == []

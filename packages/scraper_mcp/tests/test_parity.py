@@ -8,14 +8,18 @@ choice of toolsets. The comparison is shown to fail on an aggregate with a drift
 
 from __future__ import annotations
 
+import base64
 import copy
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
+import pyvips
 from fastmcp import Client
 
 from memory_db import Database, MemorySettings
+from memory_db.embedding import LocalEmbedder
 from memory_db.storage import InMemoryAssetObjectStore, UrlSigner
 from memory_tools import MemoryServices, build_memory_server
 from memory_tools.mcp.toolsets import MEMORY, MEMORY_READ, ToolSelection
@@ -113,3 +117,30 @@ async def test_aggregate_server_runs_the_same_workflows(database: Database, tmp_
     async with Client(build_memory_server(_services(database, tmp_path, key))) as client:
         listed = await client.call_tool("image_project_list", {})
     assert [p["name"] for p in listed.structured_content["projects"]] == ["From aggregate"]
+
+
+async def test_the_aggregate_serves_the_asset_resources(database: Database, tmp_path: Path) -> None:
+    """The asset resources come with the memory tools (memory_tools.mcp.resources): the same
+    template, listing and read on the aggregate server as on the memory server."""
+    await admin.create_identity(database, "alice@example.com", 10**9)
+    key = (await admin.create_key(database, "alice@example.com", ["read", "write"])).secret
+    png = pyvips.Image.black(32, 24).pngsave_buffer()
+    services = replace(_services(database, tmp_path, key), embedder=LocalEmbedder())
+    async with Client(build_aggregate_server(services)) as client:
+        saved = await client.call_tool(
+            "image_asset_save", {"imageBase64": base64.b64encode(png).decode()}
+        )
+        uri = f"image-memory://assets/{saved.structured_content['assetId']}"
+        templates = await client.list_resource_templates()
+        listed = await client.list_resources()
+        read = await client.read_resource_mcp(uri)
+        capabilities = client.server_capabilities
+    assert [t.uri_template for t in templates] == ["image-memory://assets/{assetId}"]
+    assert [str(r.uri) for r in listed] == [uri]
+    assert [c.mime_type for c in read.contents] == ["image/webp", "application/json"]
+    assert capabilities is not None and capabilities.resources is not None
+    assert capabilities.resources.subscribe is True
+    # A selection without image_asset_get (the scraper tools alone) offers no asset resources.
+    scraper_only = build_aggregate_server(services, tools=ToolSelection((SCRAPER,)))
+    async with Client(scraper_only) as client:
+        assert await client.list_resource_templates() == []

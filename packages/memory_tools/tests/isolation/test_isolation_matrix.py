@@ -14,7 +14,10 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import pytest
 from fastmcp import Client
+from mcp.client.subscriptions import listen
+from mcp.shared.exceptions import MCPError
 
 from memory_tools import MemoryServices, ToolFailure, build_memory_server
 from memory_tools.mcp.registry import ToolRegistry
@@ -41,6 +44,13 @@ ASSET_CELLS: dict[str, str] = {
     "similar": "image_asset_search",  # by the asset's own image
     "list": "image_asset_list",
     "search": "image_asset_search",
+    # The asset resources (memory_tools.mcp.resources) share these tools' checks: reading
+    # image-memory://assets/{id}, listing resources, and following an asset's updates with
+    # subscriptions/listen (2026-07-28) or resources/subscribe (a session revision).
+    "resource": "image_asset_get",
+    "resource list": "image_asset_list",
+    "listen": "image_asset_get",
+    "subscribe": "image_asset_get",
     "move": "image_asset_move",
     "update": "image_asset_update",
     "enrich": "image_asset_enrich",
@@ -48,7 +58,7 @@ ASSET_CELLS: dict[str, str] = {
     "restore": "image_asset_restore",
 }
 # The cells that find the asset in a page of results: one that may not be read is "absent".
-LISTING_CELLS = ("list", "search")
+LISTING_CELLS = ("list", "search", "resource list")
 # The vault matrix: each project, folder and save tool and the key scope it needs.
 VAULT_NEEDS: dict[str, str] = {
     "image_project_list": "read",
@@ -125,6 +135,8 @@ async def _outcome(client: Client[Any], tool: str, arguments: dict[str, Any]) ->
     return "ok", result.structured_content
 
 
+# resources/subscribe: deprecated by the SDK for 2026-07-28 only (the subscribe cell).
+@pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")
 async def test_every_tool_caller_and_target(
     saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
 ) -> None:
@@ -147,8 +159,10 @@ async def test_every_tool_caller_and_target(
     # OCR on, so image_asset_enrich is offered (its jobs are queued, never run here).
     reading = replace(saving, settings=saving.settings.model_copy(update={"asset_ocr": "all"}))
 
-    def client(key: str) -> Client[Any]:
-        return Client(build_memory_server(replace(reading, default_api_key=key)))
+    def client(key: str, cell: str | None = None) -> Client[Any]:
+        server = build_memory_server(replace(reading, default_api_key=key))
+        # resources/subscribe exists only in the session revisions.
+        return Client(server, mode="legacy") if cell == "subscribe" else Client(server)
 
     async def save(key: str, seed: int, title: str) -> str:
         async with client(key) as c:
@@ -217,7 +231,7 @@ async def test_every_tool_caller_and_target(
     checked = 0
     for cell in ASSET_CELLS:
         for caller in callers:
-            async with client(caller.key) as c:
+            async with client(caller.key, cell) as c:
                 for target in ("alice", "bob", "own"):
                     asset = asset_of(caller, target)
                     if asset is None:
@@ -255,6 +269,8 @@ async def _run(client: Client[Any], cell: str, asset: str) -> str:
         if original["url"] is None or len(images) != 1:
             return "no download or thumbnail"
         return "ok"
+    if cell in RESOURCE_CELLS:
+        return await _resource_cell(client, cell, asset)
     if cell in LISTING_CELLS:
         if cell == "list":
             kind, result = await _outcome(client, tool, {"limit": 100})
@@ -274,6 +290,31 @@ async def _run(client: Client[Any], cell: str, asset: str) -> str:
     if cell == "similar" and kind == "ok" and result["results"][0]["assetId"] != asset:
         return "wrong first result"
     return kind
+
+
+RESOURCE_CELLS = ("resource", "resource list", "listen", "subscribe")
+
+
+async def _resource_cell(client: Client[Any], cell: str, asset: str) -> str:
+    """Run one resource cell: ``ok``/``absent`` for the listing, else the outcome code."""
+    uri = f"image-memory://assets/{asset}"
+    try:
+        if cell == "resource":
+            read = await client.read_resource_mcp(uri)
+            kinds = [type(content).__name__ for content in read.contents]
+            if kinds != ["BlobResourceContents", "TextResourceContents"]:
+                return f"no preview and metadata: {kinds}"
+        elif cell == "resource list":
+            listed = await client.list_resources_mcp()
+            return "ok" if uri in {r.uri for r in listed.resources} else "absent"
+        elif cell == "listen":
+            async with listen(client.session, resource_subscriptions=[uri]):
+                pass
+        else:
+            await client.session.subscribe_resource(uri)  # pyright: ignore[reportDeprecated]
+    except MCPError as error:
+        return error.error.message.split(":", 1)[0]
+    return "ok"
 
 
 async def test_every_vault_tool_caller_and_target(

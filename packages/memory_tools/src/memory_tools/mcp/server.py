@@ -8,6 +8,7 @@ from fastmcp import FastMCP
 from fastmcp.server.auth import AuthProvider
 
 from memory_tools.errors import CODES
+from memory_tools.mcp.resources import AssetResources
 from memory_tools.mcp.tools import build_memory_tools
 from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.mcp.validation import InvalidInputMiddleware
@@ -40,7 +41,12 @@ def build_memory_server(
     auth: AuthProvider | None = None,
     tools: ToolSelection = MEMORY_SELECTION,
 ) -> FastMCP:
-    """A FastMCP server with the memory tools ``tools`` selects (by default every one)."""
+    """A FastMCP server with the memory tools ``tools`` selects (by default every one).
+
+    The assets are resources too (:mod:`memory_tools.mcp.resources`) wherever the selection
+    offers ``image_asset_get``, the tool whose checks and answer they share.
+    """
+    offers_assets = any(spec.name == "image_asset_get" for spec in tools.offered())
     server = FastMCP(
         name,
         # serverInfo.version: this project's release, not the framework's.
@@ -53,4 +59,6 @@ def build_memory_server(
     )
     for tool in build_memory_tools(services, tools.offers):
         server.add_tool(tool)
+    if offers_assets:
+        AssetResources(services).register(server)
     return server

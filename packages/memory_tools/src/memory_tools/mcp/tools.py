@@ -96,7 +96,8 @@ def client_progress() -> Progress:
     return report
 
 
-def _presented_key(services: MemoryServices) -> ApiKey:
+def presented_key(services: MemoryServices) -> ApiKey:
+    """The key this MCP request presented: its HTTP bearer, else the stdio server's key."""
     token = get_access_token()
     return ApiKey(token.token if token is not None else services.default_api_key)
 
@@ -124,7 +125,7 @@ async def run_authorised(
     tool's entry (:mod:`memory_tools.mcp.registry`) answers it and audits a denial under the
     tool's operation.
     """
-    key = _presented_key(services)
+    key = presented_key(services)
     with _refused_as(key):
         return await invoke(services, key, action, *args, **kwargs)
 
@@ -141,7 +142,7 @@ async def run_as_caller(
     transaction open across network calls (``action`` opens its own); refused like
     :func:`run_authorised`.
     """
-    key = _presented_key(services)
+    key = presented_key(services)
     with _refused_as(key):
         return await invoke_as_caller(services, key, action, *args, **kwargs)
 

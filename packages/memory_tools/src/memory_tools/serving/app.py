@@ -10,6 +10,7 @@ from fastmcp.server.auth import AuthProvider
 from starlette.middleware import Middleware
 
 from memory_tools.mcp import ApiKeyVerifier, build_memory_server
+from memory_tools.mcp.resources import without_session_subscriptions
 from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
 from memory_tools.serving.http_routes import health_routes, object_routes
@@ -105,5 +106,7 @@ def build_http_server(
     """
     auth = ApiKeyVerifier(services.database)
     server = build_server(services, name=name, auth=auth, tools=tools)
+    # No sessions over HTTP (run_http: stateless_http), so no session-revision subscriptions.
+    without_session_subscriptions(server)
     add_http_routes(server, services, listen_host=listen_host)
     return server

@@ -362,6 +362,33 @@ async def get_asset(
     reader may download the original (``include_original``): whoever may read an asset may
     read its bytes.
     """
+    view, _ = await get_asset_row(
+        uow,
+        caller,
+        services,
+        asset_id=asset_id,
+        include_preview=include_preview,
+        include_original=include_original,
+        include_thumbnails=include_thumbnails,
+    )
+    return view
+
+
+async def get_asset_row(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    asset_id: str,
+    include_preview: bool,
+    include_original: bool = False,
+    include_thumbnails: bool = False,
+) -> tuple[AssetView, StoredAsset]:
+    """``get_asset``, with the stored row it was read from (its preview's key and checksum).
+
+    For callers that hand out more than the view, such as the asset resource's preview bytes
+    (:mod:`memory_tools.workflows.asset_resources`); the same checks, the same ``not_found``.
+    """
     policy.require(services.settings)
     vaults = await readable_vaults(uow, caller)
     stored = await uow.assets.get_visible([v.record.scope for v in vaults], asset_id)
@@ -393,7 +420,9 @@ async def get_asset(
     if context is not None:
         view = view.model_copy(update={"generated_context": context})
     # Made after the transaction (memory_tools.workflows.thumbnails.render), sent beside the answer.
-    return view.with_thumbnails((Thumbnail.wanted(stored),)) if include_thumbnails else view
+    if include_thumbnails:
+        view = view.with_thumbnails((Thumbnail.wanted(stored),))
+    return view, stored
 
 
 # Embedding states a wait waits through; any other state is an answer (ready, partial, failed).
