@@ -101,6 +101,10 @@ CreatedBeforeParam = Annotated[
     ),
 ]
 
+SavedByParam = Annotated[
+    str | None, Field(max_length=64, description="Id of the key that saved it.")
+]
+
 # Where to look: checked against the caller's vaults, never an ``AssetFilter`` field.
 PLACEMENT = ("vault", "project_id", "folder_id", "include_subfolders")
 
@@ -126,6 +130,7 @@ class FilterParameters(BaseModel):
     mime_types: MimeTypesParam = None
     created_after: CreatedAfterParam = None
     created_before: CreatedBeforeParam = None
+    saved_by: SavedByParam = None
 
     @classmethod
     def checked(cls, values: dict[str, Any]) -> FilterParameters:
