@@ -660,10 +660,9 @@ class Asset(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Purged from the trash before its delete grace window ended (never restorable again).
     purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
-    # The key whose call saved the asset (``savedBy``); NULL when unknown (revision 0023).
-    saved_by_key_id: Mapped[str | None] = mapped_column(
-        Text, ForeignKey("mem_api_keys.id", ondelete="SET NULL")
-    )
+    # The key whose call saved the asset (``savedBy``); NULL when unknown (revision 0023). Not
+    # a foreign key: a save must not wait on the key row's lock, and keys are never deleted.
+    saved_by_key_id: Mapped[str | None] = mapped_column(Text)
     # The text read in the image, verbatim, and how it was read (engine, version, language,
     # confidence, the input's SHA-256, when): set by an OCR job, never by a caller.
     ocr_text: Mapped[str | None] = mapped_column(Text)

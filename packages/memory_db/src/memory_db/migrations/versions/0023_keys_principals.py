@@ -8,7 +8,9 @@ Pausing and resuming change access, so the key trigger of revision 0021 now fire
 ``paused_at`` too and every process drops its key cache before the change returns.
 
 ``mem_assets.saved_by_key_id`` names the key whose call saved the asset (``savedBy``). It is
-written by the insert of the save itself; a deleted key leaves it NULL. Two indexes: listing
+written by the insert of the save itself. It is not a foreign key: keys are revoked, never
+deleted by the server, and a save must not wait on a lock of the key's row (which a pause takes);
+a key id that no longer exists is shown with no label. Two indexes: listing
 by it walks the listed range of one vault (``ix_mem_assets_listed_saved_by``), and a key's save
 count reads ``ix_mem_assets_saved_by``.
 
@@ -85,14 +87,6 @@ def upgrade() -> None:
     _operations(kept + _OPERATIONS)
 
     op.add_column("mem_assets", sa.Column("saved_by_key_id", sa.Text(), nullable=True))
-    op.create_foreign_key(
-        op.f("fk_mem_assets_saved_by_key_id_mem_api_keys"),
-        "mem_assets",
-        "mem_api_keys",
-        ["saved_by_key_id"],
-        ["id"],
-        ondelete="SET NULL",
-    )
     op.create_index("ix_mem_assets_saved_by", "mem_assets", ["saved_by_key_id"])
     op.create_index(
         "ix_mem_assets_listed_saved_by",
@@ -121,9 +115,6 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_mem_assets_listed_saved_by", table_name="mem_assets")
     op.drop_index("ix_mem_assets_saved_by", table_name="mem_assets")
-    op.drop_constraint(
-        op.f("fk_mem_assets_saved_by_key_id_mem_api_keys"), "mem_assets", type_="foreignkey"
-    )
     op.drop_column("mem_assets", "saved_by_key_id")
     _key_trigger("revoked_at, scopes, key_hash, owner_identity, id")
     _operations([o for o in _listed("ck_mem_provenance_operation_known") if o not in _OPERATIONS])
