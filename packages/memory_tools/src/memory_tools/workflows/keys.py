@@ -174,8 +174,7 @@ async def change_key(
     """Pause, resume or revoke ``key_id`` if ``owner`` owns it (``None``: the operator).
 
     Not found, and nothing changed, for a key of another owner or none; recorded in provenance
-    with ``actor`` when it changed something (a revoke is recorded even when repeated, as the
-    command line always did).
+    with ``actor`` when it changed something (a repeat records nothing).
     """
     if action not in KEY_ACTIONS:
         raise InvalidInputFailure(f"action: one of {', '.join(KEY_ACTIONS)}")
@@ -190,7 +189,7 @@ async def change_key(
         record = await uow.api_keys.revoke(key_id)
     else:
         record, changed = await uow.api_keys.set_paused(key_id, action == "pause")
-    if changed or action == "revoke":
+    if changed:
         await uow.provenance.record(
             _OPERATIONS[action],
             actor_identity=actor,
