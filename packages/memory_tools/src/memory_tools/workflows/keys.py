@@ -6,7 +6,8 @@ one set of rules holds for both (docs/design.md#keys):
 - A caller sees and changes only its own identity's keys; another owner's key id answers
   ``not_found`` and changes nothing. A key with the ``admin`` scope is an operator's: it sees
   and changes every owner's keys, as the command line does.
-- Listing needs the ``read`` scope; creating, pausing, resuming and revoking need ``write``.
+- Listing needs the ``read`` scope; creating, pausing, resuming and revoking need ``write``,
+  and a server started with ``--read-only`` refuses them (the operator's commands still work).
   A new key's scopes must be among the creating key's own (no key mints a stronger one).
 - A caller cannot pause or revoke the key it calls with (a web session's own key): that would
   end the very call (or page) doing it; sign in with another key, or use the command line.
@@ -30,6 +31,7 @@ from pydantic import Field
 
 from memory_db import ApiKeyRecord, NotFound, UnitOfWork
 from memory_db.repositories import normalise_identity
+from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import Forbidden, InvalidInputFailure, NotFoundFailure
 from memory_tools.services import MemoryServices
@@ -145,6 +147,7 @@ async def create_key(
     scopes: list[str],
 ) -> NewKeyView:
     """Create a key for the caller's identity; its scopes must be among the caller's."""
+    policy.require_writable(services.read_only)
     require_scope(caller, "write")
     if not scopes:
         raise InvalidInputFailure("scopes: choose at least one of " + ", ".join(caller.scopes))
@@ -204,6 +207,7 @@ async def change_own_key(
     uow: UnitOfWork, caller: Caller, services: MemoryServices, *, key_id: str, change: KeyAction
 ) -> KeyChange:
     """:func:`change_key` for a caller: its own keys (an operator's: any), never its own key."""
+    policy.require_writable(services.read_only)
     require_scope(caller, "write")
     if key_id == caller.key_id and change != "resume":
         raise Forbidden(
