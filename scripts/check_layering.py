@@ -262,6 +262,7 @@ ROOMS = (
             "memory_tools.policy",
             "memory_tools.capacity",
             "memory_tools.query_cache",
+            "memory_tools.key_activity",
         ),
     ),
     Room("access", 1, ("memory_tools.access", "memory_tools.sessions")),

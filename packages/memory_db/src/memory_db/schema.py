@@ -86,6 +86,8 @@ PROVENANCE_OPERATIONS = (
     "vector_index_switch",
     "asset_enrich",
     "asset_context_review",
+    "api_key_pause",
+    "api_key_resume",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -162,6 +164,8 @@ class ApiKey(Base):
             name="scopes_known",
         ),
         CheckConstraint("key_hash ~ '^[0-9a-f]{64}$'", name="key_hash_hex"),
+        CheckConstraint("note IS NULL OR char_length(note) BETWEEN 1 AND 500", name="note_length"),
+        CheckConstraint("calls >= 0 AND searches >= 0", name="counts_nonnegative"),
     )
 
     id: Mapped[str] = mapped_column(Text, primary_key=True)
@@ -174,6 +178,13 @@ class ApiKey(Base):
     created_at: Mapped[datetime] = _now()
     revoked_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     last_used_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Why the key was made (revision 0023); a paused key is refused until it is resumed.
+    note: Mapped[str | None] = mapped_column(Text)
+    paused_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # Calls and searches made with the key, added up per process and written at most once a
+    # minute (memory_tools.key_activity): they lag by up to a minute.
+    calls: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
+    searches: Mapped[int] = mapped_column(BigInteger, nullable=False, server_default="0")
 
 
 class WebSession(Base):
@@ -586,6 +597,17 @@ class Asset(Base):
             text("id DESC"),
             postgresql_where=text(_LISTED),
         ),
+        # Listing by the key that saved (``savedBy``), and a key's save count (revision 0023).
+        Index(
+            "ix_mem_assets_listed_saved_by",
+            "owner_identity",
+            "vault",
+            "saved_by_key_id",
+            text("created_at DESC"),
+            text("id DESC"),
+            postgresql_where=text(_LISTED),
+        ),
+        Index("ix_mem_assets_saved_by", "saved_by_key_id"),
         Index(
             "ix_mem_assets_trash",
             "owner_identity",
@@ -638,6 +660,9 @@ class Asset(Base):
     deleted_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
     # Purged from the trash before its delete grace window ended (never restorable again).
     purged_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The key whose call saved the asset (``savedBy``); NULL when unknown (revision 0023). Not
+    # a foreign key: a save must not wait on the key row's lock, and keys are never deleted.
+    saved_by_key_id: Mapped[str | None] = mapped_column(Text)
     # The text read in the image, verbatim, and how it was read (engine, version, language,
     # confidence, the input's SHA-256, when): set by an OCR job, never by a caller.
     ocr_text: Mapped[str | None] = mapped_column(Text)

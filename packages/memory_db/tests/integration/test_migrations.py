@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
 from typing import Any
 
@@ -11,6 +12,7 @@ from alembic.migration import MigrationContext
 from sqlalchemy import text
 from sqlalchemy.engine import Connection
 
+from memory_db import Database, VaultScope, new_id
 from memory_db.database import create_engine
 from memory_db.migrate import current_revision, downgrade, head_revision, include_name, upgrade
 from memory_db.schema import PROVENANCE_OPERATIONS, PROVENANCE_OUTCOMES, Base
@@ -166,4 +168,45 @@ async def test_the_revision_checks_agree_with_alembic(postgres: PostgresForTests
         assert theirs == head_revision()
     finally:
         await engine.dispose()
+        await postgres.drop(name)
+
+
+async def test_revision_0023_fills_in_savedBy_only_where_it_is_certain(
+    postgres: PostgresForTests,
+) -> None:
+    """An asset whose creator had exactly one key was saved with it; any other keeps NULL."""
+    name = await postgres.create_empty()
+    engine = create_engine(postgres.url(name), pool_size=1)
+    database = Database(engine)
+    try:
+        await upgrade(engine)
+        saved: dict[str, str] = {}
+        async with database.unit_of_work() as uow:
+            for owner, keys in (("one@example.com", 1), ("two@example.com", 2)):
+                namespace = (await uow.identities.create(owner, 10**9)).namespace_id
+                made = [(await uow.api_keys.create(owner, ["read"]))[0] for _ in range(keys)]
+                object_id = new_id("aob")
+                await uow.objects.create(
+                    object_id=object_id, owner=owner, namespace_id=namespace,
+                    sha256=hashlib.sha256(object_id.encode()).hexdigest(),
+                    storage_key=f"k/{object_id}", preview_storage_key=f"k/{object_id}.p",
+                    preview_sha256="0" * 64, mime_type="image/png", extension="png", nbytes=1,
+                    preview_bytes=1, width=1, height=1, etag=None, version_id=None,
+                )  # fmt: skip
+                await uow.assets.create(
+                    VaultScope(owner, f"{owner}/Library"), object_id=object_id,
+                    project_id=None, folder_id=None, title="t", description=None,
+                    alt_text=None, source_url=None, source_url_hash=None,
+                    source_kind="upload", source_ref={}, tags=[], metadata={},
+                    created_by=owner, saved_by_key_id=made[0].id,
+                )  # fmt: skip
+                saved[owner] = made[0].id
+        await downgrade(engine, "0022")
+        await upgrade(engine)
+        async with engine.connect() as conn:
+            rows = await conn.execute(text("SELECT created_by, saved_by_key_id FROM mem_assets"))
+            found = {owner: key_id for owner, key_id in rows.all()}
+        assert found == {"one@example.com": saved["one@example.com"], "two@example.com": None}
+    finally:
+        await database.close()
         await postgres.drop(name)

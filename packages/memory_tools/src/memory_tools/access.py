@@ -53,23 +53,35 @@ def display_handle(vault: VaultRecord, viewer: str) -> str:
     )
 
 
+# What a paused key is told (its owner resumes it on the web Keys page or with the CLI).
+PAUSED_KEY_MESSAGE = (
+    "the API key is paused: its owner can resume it on the web app's Keys page or with "
+    "`memory-server admin resume-key KEY_ID`"
+)
+
+
 async def authenticate(uow: UnitOfWork, api_key: str | None) -> Caller:
-    """Resolve a presented API key; raise ``Unauthenticated`` for none, unknown or revoked."""
+    """Resolve a presented API key; raise ``Unauthenticated`` for none, unknown or revoked.
+
+    A paused key is refused with :data:`PAUSED_KEY_MESSAGE` (one more read, on refusal only).
+    """
     if not api_key:
         raise Unauthenticated("an API key is required (Authorization: Bearer <key>)")
     record = await uow.api_keys.use(api_key)
     if record is None:
+        if await uow.api_keys.is_paused(api_key):
+            raise Unauthenticated(PAUSED_KEY_MESSAGE)
         raise Unauthenticated("the API key is unknown or revoked")
     return Caller(record.owner_identity, record.id, frozenset(record.scopes))
 
 
 async def still_authenticated(uow: UnitOfWork, caller: Caller) -> None:
-    """Raise ``Unauthenticated`` if the caller's key was revoked since the call began.
+    """Raise ``Unauthenticated`` if the caller's key was revoked or paused since the call began.
 
     For calls that wait (``waitSeconds``): a key revoked meanwhile gets no answer and no links.
     """
     if not await uow.api_keys.is_active(caller.key_id):
-        raise Unauthenticated("the API key is unknown or revoked")
+        raise Unauthenticated("the API key was revoked or paused during the call")
 
 
 def require_scope(caller: Caller, need: Need) -> None:

@@ -11,6 +11,7 @@ from memory_db.embedding import Embedder, Embedders
 from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.capacity import CallAdmission, DecodeAdmission
+from memory_tools.key_activity import KeyActivity
 from memory_tools.query_cache import QueryEmbeddingCache
 
 if TYPE_CHECKING:
@@ -56,6 +57,8 @@ class MemoryServices:
     # Search-query vectors of this process (ASSET_QUERY_CACHE_SIZE, _TTL_SECONDS): a repeated
     # query within the TTL sends nothing to the provider.
     query_cache: QueryEmbeddingCache = field(init=False, repr=False, compare=False)
+    # Calls and searches per key, written by the call runner at most once a minute.
+    key_activity: KeyActivity = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "embedders", Embedders(self.settings, self.embedder))
@@ -69,3 +72,4 @@ class MemoryServices:
             self.settings.memory_max_concurrent_calls, self.settings.memory_admission_wait_seconds
         )
         object.__setattr__(self, "call_admission", calls)
+        object.__setattr__(self, "key_activity", KeyActivity())

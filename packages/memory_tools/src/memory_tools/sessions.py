@@ -3,9 +3,9 @@
 The web app is a caller like any other: a session resolves to the same :class:`Caller` an API
 key does (its key's identity and scopes), so every page runs the same workflows under the same
 authorisation as the MCP tools. A session dies when it expires, when the browser signs out, and
-when its key is revoked: refused on the very next request, whichever process serves it (a live
-session is read from the process's cache, which each of those changes clears in every process
-before it returns; docs/design.md#key-cache).
+when its key is revoked (and stops while its key is paused): refused on the very next request,
+whichever process serves it (a live session is read from the process's cache, which each of
+those changes clears in every process before it returns; docs/design.md#key-cache).
 """
 
 from __future__ import annotations
@@ -55,7 +55,9 @@ async def session_caller(uow: UnitOfWork, secret: str | None) -> SessionCaller:
         raise Unauthenticated("sign in to continue")
     found = await uow.web_sessions.use(secret)
     if found is None:
-        raise Unauthenticated("your session has ended (signed out, expired or key revoked)")
+        raise Unauthenticated(
+            "your session has ended (signed out, expired, or its key paused or revoked)"
+        )
     key = found.key
     return SessionCaller(
         caller=Caller(key.owner_identity, key.id, frozenset(key.scopes)),

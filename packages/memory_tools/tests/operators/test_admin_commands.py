@@ -23,7 +23,7 @@ from memory_db.ids import new_id
 from memory_db.storage import build_staging_key, content_type_for_key
 from memory_tools import MemoryServices, NotFoundFailure
 from memory_tools.access import Caller
-from memory_tools.errors import InvalidInputFailure
+from memory_tools.errors import ConflictFailure, InvalidInputFailure
 from memory_tools.ingest.save import AssetSaver, SaveRequest
 from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
@@ -116,7 +116,7 @@ async def test_the_changing_commands_answer_in_json(
         "permission": "write",
     }
     key = await run_json(cli_settings, capsys, "create-key", "--owner", BOB, "--scopes", "read")
-    assert set(key) == {"keyId", "owner", "scopes", "label", "key"}
+    assert set(key) == {"keyId", "owner", "scopes", "label", "note", "key"}
     assert key["scopes"] == ["read"] and key["label"] is None
     revoked = await run_json(cli_settings, capsys, "revoke-key", key["keyId"])
     assert revoked["keyId"] == key["keyId"] and revoked["revokedAt"] is not None
@@ -194,9 +194,13 @@ async def test_create_key_stores_its_label_and_list_keys_filters_by_it(
         "label",
         "scopes",
         "state",
+        "note",
         "createdAt",
         "lastUsedAt",
+        "pausedAt",
         "revokedAt",
+        "calls",
+        "searches",
     }
     every = await run_json(cli_settings, capsys, "list-keys", "--owner", ALICE)
     assert sorted(k["label"] for k in every["keys"]) == ["desk", "phone"]
@@ -205,6 +209,48 @@ async def test_create_key_stores_its_label_and_list_keys_filters_by_it(
     assert made["key"] not in await run(cli_settings, capsys, "list-keys", "--owner", ALICE)
     none = await run(cli_settings, capsys, "list-keys", "--owner", ALICE, "--label", "nope")
     assert "has no keys labelled 'nope'" in none
+
+
+async def test_pause_key_and_resume_key_switch_a_key_and_say_when_nothing_changed(
+    shared: Database, cli_settings: MemorySettings, capsys: pytest.CaptureFixture[str]
+) -> None:
+    made = await run_json(
+        cli_settings, capsys, "create-key", "--owner", ALICE, "--label", "agent",
+        "--note", "the nightly scraper",
+    )  # fmt: skip
+    assert made["note"] == "the nightly scraper"
+    key_id = made["keyId"]
+    paused = await run_json(cli_settings, capsys, "pause-key", key_id)
+    assert (paused["state"], paused["changed"]) == ("paused", True)
+    assert paused["pausedAt"] is not None and made["key"] not in json.dumps(paused)
+    assert "was already paused" in await run(cli_settings, capsys, "pause-key", key_id)
+    (listed,) = (await run_json(cli_settings, capsys, "list-keys", "--owner", ALICE))["keys"]
+    assert (listed["state"], listed["note"]) == ("paused", "the nightly scraper")
+    assert f"key {key_id} resumed" in await run(cli_settings, capsys, "resume-key", key_id)
+    resumed = await run_json(cli_settings, capsys, "resume-key", key_id)
+    assert (resumed["state"], resumed["changed"]) == ("active", False)
+    await run(cli_settings, capsys, "revoke-key", key_id)
+    for command in ("pause-key", "resume-key"):
+        with pytest.raises(ConflictFailure, match="revoked for good"):
+            await run(cli_settings, capsys, command, key_id)
+        with pytest.raises(NotFoundFailure, match="no key 'akey_unknown'"):
+            await run(cli_settings, capsys, command, "akey_unknown")
+    async with shared.engine.connect() as conn:
+        operations = (
+            await conn.execute(
+                text(
+                    "SELECT operation, actor_identity FROM mem_provenance "
+                    "WHERE target_id = :key ORDER BY created_at, id"
+                ),
+                {"key": key_id},
+            )
+        ).all()
+    assert [tuple(row) for row in operations] == [
+        ("api_key_create", "operator"),
+        ("api_key_pause", "operator"),
+        ("api_key_resume", "operator"),
+        ("api_key_revoke", "operator"),
+    ]
 
 
 async def test_labels_are_printed_as_text_and_checked_when_keys_are_made(

@@ -272,4 +272,4 @@ async def test_a_key_revoked_during_a_wait_gets_no_answer(
             await _until(lambda: watch.waiters == 1)
             async with saving.database.unit_of_work() as uow:
                 await uow.api_keys.revoke(alice.key_id)
-    assert answers == ["unauthenticated: the API key is unknown or revoked"]
+    assert answers == ["unauthenticated: the API key was revoked or paused during the call"]

@@ -302,6 +302,13 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
                 client, "image_asset_save", {"title": f"Agreeable {seed}", **arguments}
             )
             ids.append(saved["assetId"])
+        # One image saved with another key of alice's: what savedBy tells apart.
+        second = await admin.create_key(database, alice.email, ["read", "write"], "second")
+        async with client_as(second.secret) as other:
+            saved = await _call(
+                other, "image_asset_save", {"imageBase64": b64(picture(66)), "title": "Agreeable 9"}
+            )
+            ids.append(saved["assetId"])
         await job_worker(saving).drain()
         samples: dict[str, dict[str, Any]] = {
             "vault": {"vault": "Work"},
@@ -319,6 +326,7 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
             "mimeTypes": {"mimeTypes": ["image/jpeg"]},
             "createdAfter": {"createdAfter": middle},
             "createdBefore": {"createdBefore": middle},
+            "savedBy": {"savedBy": second.record.id},
         }
         parameters = _filter_parameters()
         assert "untagged" in parameters and "tags" in parameters

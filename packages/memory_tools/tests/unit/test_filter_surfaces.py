@@ -38,6 +38,7 @@ SAMPLES: dict[str, Any] = {
     "mimeTypes": ["image/png"],
     "createdAfter": "2026-11-30T00:00:00Z",
     "createdBefore": "2026-12-01T00:00:00Z",
+    "savedBy": "akey_sample",
 }
 # The search page's day controls for the two instants (a day in UTC; the end day inclusive).
 DAYS = {"createdFrom": "2026-11-30", "createdUntil": "2026-11-30"}

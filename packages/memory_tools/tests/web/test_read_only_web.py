@@ -42,6 +42,7 @@ async def test_every_change_is_refused_on_a_read_only_server(
     webapp: WebApp, make_person: Callable[..., Any]
 ) -> None:
     alice = await make_person("alice@example.com")
+    second = await make_person("alice@example.com")  # another key of alice's, to pause
     await make_person("bob@example.com")
     project_id, asset_id = await _seed(webapp, alice.key)
 
@@ -57,6 +58,8 @@ async def test_every_change_is_refused_on_a_read_only_server(
             (f"/assets/{asset_id}/move", {"place": "", "back": f"/assets/{asset_id}"}),
             (f"/assets/{asset_id}/delete", {"back": f"/assets/{asset_id}"}),
             ("/sharing/grant", {"vault": "Library", "grantee": "bob@example.com"}),
+            ("/keys/create", {"label": "new", "scopes": "read", "back": "/keys"}),
+            ("/keys/pause", {"key": second.key_id, "back": "/keys"}),
         ]
         for path, form in changes:
             answer = await browser.submit(path, form)

@@ -117,6 +117,7 @@ def stored_from_json(row: dict[str, Any]) -> StoredAsset:
             ocr_text=asset["ocr_text"],
             ocr=None if ocr is None else dict(ocr),
             original_file_name=asset["original_file_name"],
+            saved_by_key_id=asset["saved_by_key_id"],
         ),
         mime_type=row["mime_type"],
         width=row["width"],
@@ -516,6 +517,7 @@ class AssetRepository(SessionRepository):
         created_by: str,
         asset_id: str | None = None,
         original_file_name: str | None = None,
+        saved_by_key_id: str | None = None,
     ) -> AssetRecord:
         """A new asset in ``processing`` with embeddings ``pending``.
 
@@ -543,6 +545,7 @@ class AssetRepository(SessionRepository):
             "created_by": created_by,
             "updated_by": created_by,
             "original_file_name": original_file_name,
+            "saved_by_key_id": saved_by_key_id,
         }
         row = await self._session.scalar(
             pg_insert(Asset)

@@ -148,6 +148,9 @@ class AssetFilter:
     created_before: datetime | None = condition(
         None, lambda value: Asset.created_at < value, vector="created_at < :value"
     )
+    # Saved with this key (``savedBy``, revision 0023): the vector tables lack the column, so
+    # search narrows its candidates by asset id, as for ``source_host``.
+    saved_by: str | None = condition(None, lambda value: Asset.saved_by_key_id == value)
     # Only these assets (search candidates).
     asset_ids: tuple[str, ...] | None = condition(
         None,

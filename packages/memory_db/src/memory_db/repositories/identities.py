@@ -9,11 +9,21 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import ColumnElement, Update, func, select, update
+from sqlalchemy import (
+    BigInteger,
+    ColumnElement,
+    Text,
+    Update,
+    column,
+    func,
+    select,
+    update,
+    values,
+)
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import Conflict, InvalidInput, NotFound
@@ -35,6 +45,7 @@ from memory_db.schema import (
     API_KEY_SCOPES,
     GRANT_PERMISSIONS,
     ApiKey,
+    Asset,
     AssetNamespace,
     Identity,
     Vault,
@@ -88,6 +99,11 @@ def _validate_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
             + (f"; unknown: {', '.join(unknown)}" if unknown else "")
         )
     return ordered
+
+
+def key_usable() -> ColumnElement[bool]:
+    """Whether a key may authenticate: neither revoked nor paused (revision 0023)."""
+    return ApiKey.revoked_at.is_(None) & ApiKey.paused_at.is_(None)
 
 
 def key_record(row: ApiKey) -> ApiKeyRecord:
@@ -163,9 +179,17 @@ class ApiKeyRepository(SessionRepository):
         self._cache = cache
 
     async def create(
-        self, owner_identity: str, scopes: Iterable[str], label: str | None = None
+        self,
+        owner_identity: str,
+        scopes: Iterable[str],
+        label: str | None = None,
+        *,
+        note: str | None = None,
     ) -> tuple[ApiKeyRecord, str]:
-        """Create a key; return its record and the secret (which is not stored)."""
+        """Create a key; return its record and the secret (which is not stored).
+
+        ``note``: why the key was made (1-500 characters), shown beside it.
+        """
         owner = owner_identity.strip().lower()
         checked = _validate_scopes(scopes)
         if label is not None and (
@@ -175,6 +199,13 @@ class ApiKeyRepository(SessionRepository):
                 "key label must be 1-120 characters, not only spaces, without control "
                 "characters, bidirectional overrides or other invisible characters"
             )
+        if note is not None and (
+            not note.strip() or len(note) > 500 or has_forbidden_characters(note)
+        ):
+            raise InvalidInput(
+                "key note must be 1-500 characters on one line, not only spaces, without "
+                "control characters, bidirectional overrides or other invisible characters"
+            )
         if await self._session.get(Identity, owner) is None:
             raise NotFound("identity")
         secret = API_KEY_PREFIX + secrets.token_urlsafe(32)
@@ -183,6 +214,7 @@ class ApiKeyRepository(SessionRepository):
             owner_identity=owner,
             key_hash=hash_api_key(secret),
             label=label,
+            note=note,
             scopes=list(checked),
         )
         self._session.add(row)
@@ -191,20 +223,18 @@ class ApiKeyRepository(SessionRepository):
         return key_record(row), secret
 
     async def resolve(self, secret: str) -> ApiKeyRecord | None:
-        """The active key whose secret is ``secret``, or None (unknown or revoked)."""
+        """The active key whose secret is ``secret``, or None (unknown, paused or revoked)."""
         if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
             return None
         row = (
             await self._session.execute(
-                select(ApiKey).where(
-                    ApiKey.key_hash == hash_api_key(secret), ApiKey.revoked_at.is_(None)
-                )
+                select(ApiKey).where(ApiKey.key_hash == hash_api_key(secret), key_usable())
             )
         ).scalar_one_or_none()
         return None if row is None else key_record(row)
 
     async def is_active(self, key_id: str) -> bool:
-        """Whether the key ``key_id`` exists and is not revoked (for calls that outlive a check).
+        """Whether the key ``key_id`` exists and is usable (for calls that outlive a check).
 
         No round trip when the cache holds the key: a revocation clears it in every process
         before it returns.
@@ -212,7 +242,7 @@ class ApiKeyRepository(SessionRepository):
         if self._cache is not None and self._cache.get(key_id_entry(key_id)) is not None:
             return True
         found = await self._session.scalar(
-            select(ApiKey.id).where(ApiKey.id == key_id, ApiKey.revoked_at.is_(None))
+            select(ApiKey.id).where(ApiKey.id == key_id, key_usable())
         )
         return found is not None
 
@@ -236,7 +266,7 @@ class ApiKeyRepository(SessionRepository):
         if cache is not None and (cached := cache.get(key_hash)) is not None:
             return cached
         ticket = None if cache is None else cache.ticket()
-        active = (ApiKey.key_hash == key_hash) & ApiKey.revoked_at.is_(None)
+        active = (ApiKey.key_hash == key_hash) & key_usable()
         touched = touch_keys(active).returning(ApiKey.id).cte("touched")
         row = (
             await self._session.execute(select(ApiKey).where(active).add_cte(touched))
@@ -249,6 +279,29 @@ class ApiKeyRepository(SessionRepository):
             cache.put(ticket, key_id_entry(record.id), record)
         return record
 
+    async def is_paused(self, secret: str) -> bool:
+        """Whether ``secret`` is a paused (unrevoked) key: to say so when refusing it.
+
+        Read only on the way to a refusal, so an accepted call costs nothing more.
+        """
+        if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
+            return False
+        found = await self._session.scalar(
+            select(ApiKey.id).where(
+                ApiKey.key_hash == hash_api_key(secret),
+                ApiKey.revoked_at.is_(None),
+                ApiKey.paused_at.is_not(None),
+            )
+        )
+        return found is not None
+
+    async def get(self, key_id: str) -> ApiKeyRecord:
+        """The key ``key_id`` (any owner: callers check whose it is), or ``NotFound``."""
+        row = await self._session.get(ApiKey, key_id) if key_id.startswith("akey_") else None
+        if row is None:
+            raise NotFound("api key", key_id)
+        return key_record(row)
+
     async def revoke(self, key_id: str) -> ApiKeyRecord:
         """Revoke a key (idempotent). Operator action."""
         row = await self._session.get(ApiKey, key_id)
@@ -260,6 +313,24 @@ class ApiKeyRepository(SessionRepository):
             mark_access_changed(self._session)
         return key_record(row)
 
+    async def set_paused(self, key_id: str, paused: bool) -> tuple[ApiKeyRecord, bool]:
+        """Pause or resume a key; return it and whether that changed anything.
+
+        Repeating either changes nothing (and notifies nothing). A revoked key is revoked for
+        good: pausing or resuming it is a ``Conflict``.
+        """
+        row = await self._session.get(ApiKey, key_id)
+        if row is None:
+            raise NotFound("api key", key_id)
+        if row.revoked_at is not None:
+            raise Conflict(f"key {key_id} is revoked for good; create a new key instead")
+        if (row.paused_at is not None) == paused:
+            return key_record(row), False
+        row.paused_at = datetime.now(UTC) if paused else None
+        await self._session.flush()
+        mark_access_changed(self._session)
+        return key_record(row), True
+
     async def list_for(
         self, owner_identity: str, *, label: str | None = None
     ) -> list[ApiKeyRecord]:
@@ -269,6 +340,61 @@ class ApiKeyRepository(SessionRepository):
             query = query.where(ApiKey.label == label)
         rows = await self._session.scalars(query.order_by(ApiKey.created_at.desc(), ApiKey.id))
         return [key_record(row) for row in rows]
+
+    async def listed_with_saves(
+        self, owner_identity: str | None, *, limit: int
+    ) -> list[tuple[ApiKeyRecord, int]]:
+        """Up to ``limit`` keys of one identity (``None``: everyone's) with their save counts.
+
+        Newest first; a count is of the assets (in any state) the key saved.
+        One statement: each count is an index-only read of ``ix_mem_assets_saved_by``.
+        """
+        saves = (
+            select(func.count())
+            .where(Asset.saved_by_key_id == ApiKey.id)
+            .correlate(ApiKey)
+            .scalar_subquery()
+        )
+        query = select(ApiKey, saves)
+        if owner_identity is not None:
+            query = query.where(ApiKey.owner_identity == owner_identity.strip().lower())
+        rows = await self._session.execute(
+            query.order_by(ApiKey.created_at.desc(), ApiKey.id).limit(limit)
+        )
+        return [(key_record(row), int(count)) for row, count in rows.all()]
+
+    async def labels(self, key_ids: Iterable[str]) -> dict[str, str | None]:
+        """The label of each key of ``key_ids`` that exists (``savedBy`` of assets)."""
+        wanted = sorted(set(key_ids))
+        if not wanted:
+            return {}
+        rows = await self._session.execute(
+            select(ApiKey.id, ApiKey.label).where(ApiKey.id.in_(wanted))
+        )
+        return {key_id: label for key_id, label in rows.all()}
+
+    async def add_activity(self, counts: Mapping[str, tuple[int, int]]) -> None:
+        """Add ``(calls, searches)`` to each key's counters, in one statement.
+
+        Not a change of access: the trigger of revision 0021 does not fire on the counters.
+        """
+        if not counts:
+            return
+        rows = [
+            {"key_id": key_id, "calls": calls, "searches": searches}
+            for key_id, (calls, searches) in sorted(counts.items())
+        ]
+        added = values(
+            column("key_id", Text),
+            column("calls", BigInteger),
+            column("searches", BigInteger),
+            name="added",
+        ).data([(r["key_id"], r["calls"], r["searches"]) for r in rows])
+        await self._session.execute(
+            update(ApiKey)
+            .where(ApiKey.id == added.c.key_id)
+            .values(calls=ApiKey.calls + added.c.calls, searches=ApiKey.searches + added.c.searches)
+        )
 
 
 def touch_keys(which: ColumnElement[bool]) -> Update:

@@ -52,6 +52,17 @@ class ApiKeyRecord:
     created_at: datetime
     revoked_at: datetime | None
     last_used_at: datetime | None
+    note: str | None = None
+    paused_at: datetime | None = None
+    calls: int = 0  # calls and searches made with it (written at most once a minute)
+    searches: int = 0
+
+    @property
+    def state(self) -> str:
+        """``active``, ``paused`` or ``revoked`` (revoked wins: it is for good)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        return "active" if self.paused_at is None else "paused"
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +210,8 @@ class AssetRecord:
     ocr: dict[str, Any] | None = None
     # The base name of the file the bytes were uploaded as; None when none was given.
     original_file_name: str | None = None
+    # The key whose call saved it (``savedBy``); None when unknown (older assets, deleted key).
+    saved_by_key_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """Web sessions: a browser's cookie secret, resolved to the API key it acts as.
 
 The secret is 256 random bits shown once (in the ``Set-Cookie`` header); the table holds only
-its SHA-256. A session is alive while it is unexpired *and* its key is unrevoked, so revoking
-the key ends every session made from it at their next request.
+its SHA-256. A session is alive while it is unexpired *and* its key is neither revoked nor
+paused, so revoking the key ends every session made from it at their next request, and pausing
+it stops them until it is resumed.
 
 A live session is read from this process's cache when it can be (:meth:`use`): every change
 that ends a session (sign-out, the oldest beyond :data:`MAX_SESSIONS_PER_KEY`, its key revoked)
@@ -23,7 +24,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from memory_db.ids import new_id
 from memory_db.repositories._base import SessionRepository
 from memory_db.repositories.access_changes import AccessCache, mark_access_changed
-from memory_db.repositories.identities import key_record, touch_keys
+from memory_db.repositories.identities import key_record, key_usable, touch_keys
 from memory_db.repositories.records import ApiKeyRecord
 from memory_db.schema import ApiKey, WebSession
 
@@ -114,7 +115,7 @@ class WebSessionRepository(SessionRepository):
                 .where(
                     WebSession.token_hash == hash_session_secret(secret),
                     WebSession.expires_at > func.now(),
-                    ApiKey.revoked_at.is_(None),
+                    key_usable(),
                 )
             )
         ).one_or_none()
@@ -149,7 +150,7 @@ class WebSessionRepository(SessionRepository):
             (WebSession.token_hash == token_hash)
             & (WebSession.expires_at > func.now())
             & (WebSession.key_id == ApiKey.id)
-            & ApiKey.revoked_at.is_(None)
+            & key_usable()
         )
         seen = (
             update(WebSession)

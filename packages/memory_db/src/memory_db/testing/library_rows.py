@@ -52,6 +52,9 @@ LIST_PAGE = 25 + 1
 TRASH_WINDOW = timedelta(hours=168)
 TRASH_PAGE = 24 + 1
 HOSTS = tuple(f"host{n}.example" for n in range(10))
+# The keys that saved a vault's assets (``savedBy``): a quarter each of six assets in seven;
+# the seventh was saved before keys were recorded (NULL).
+SAVERS = tuple(f"akey_saver{n}" for n in range(4))
 
 
 @dataclass(frozen=True)
@@ -177,7 +180,7 @@ async def _insert_rows(
             + """
             INSERT INTO mem_assets (id, owner_identity, vault, project_id, folder_id, object_id,
                 title, source_url, source_kind, tags, status, embedding_status, created_by,
-                updated_by, created_at, updated_at, deleted_at, purged_at)
+                updated_by, created_at, updated_at, deleted_at, purged_at, saved_by_key_id)
             SELECT 'ast_' || body, :owner, :vault,
                    CASE WHEN i % 10 < 3 THEN projects[i / 10 % cardinality(projects) + 1] END,
                    CASE WHEN i % 10 = 1 THEN folders[i / 10 % cardinality(folders) + 1]
@@ -200,7 +203,8 @@ async def _insert_rows(
                    now - make_interval(secs => i / 2),
                    now - make_interval(secs => i / 2),
                    CASE WHEN i % 100 IN (2, 3, 4, 5) THEN now - make_interval(secs => i / 4) END,
-                   CASE WHEN i % 100 = 5 THEN now - make_interval(secs => i / 4) END
+                   CASE WHEN i % 100 = 5 THEN now - make_interval(secs => i / 4) END,
+                   CASE WHEN i % 7 <> 0 THEN 'akey_saver' || (i % 4) END
             FROM rows
             """
         ),
@@ -252,7 +256,8 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
     page after a cursor, in one vault or in every readable vault (``mine`` and a vault another
     owner shared), with no filter and each filter a caller can set, alone: project, folder,
     folder with subfolders, tags (common, rare, absent, two), untagged, source kinds, source
-    host, MIME types, created after / before / between. The trash (``image_asset_trash_list``
+    host, MIME types, created after / before / between, the key that saved (one of a quarter
+    of the assets, and one that saved none). The trash (``image_asset_trash_list``
     and the web trash): first page, after a cursor, one asset's preview, one vault and all.
     """
     library = mine[0]
@@ -276,6 +281,8 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
         "created after": AssetFilter(created_after=middle),
         "created before": AssetFilter(created_before=middle),
         "created between": AssetFilter(created_after=older, created_before=middle),
+        "saved by": AssetFilter(saved_by=SAVERS[1]),
+        "saved by no asset's key": AssetFilter(saved_by="akey_nobody"),
     }
     places: dict[str, AssetFilter] = {
         "project": AssetFilter(project_id=project),

@@ -86,6 +86,7 @@ class SaveOrder:
     target: SaveTarget
     reservation_id: str
     object_id: str  # the id new bytes are stored under
+    key_id: str | None = None  # the key the caller called with (the asset's ``savedBy``)
 
     @property
     def owner(self) -> str:

@@ -453,7 +453,14 @@ class AssetSaver:
                 owner = target.scope.owner_identity
                 reservation, created = await open_reservation(uow, owner, ask)
                 if created:
-                    return SaveOrder(caller.identity, intent, target, reservation.id, new_id("aob"))
+                    return SaveOrder(
+                        caller.identity,
+                        intent,
+                        target,
+                        reservation.id,
+                        new_id("aob"),
+                        key_id=caller.key_id,
+                    )
                 if reservation.status == "finalized" and reservation.asset_id is not None:
                     return await self.replay(uow, target, reservation.asset_id)
             # Another request with this key is in flight: wait for its outcome.
@@ -693,6 +700,7 @@ class AssetSaver:
                 metadata=plan.metadata(deduplicated=deduplicated),
                 created_by=order.actor,
                 original_file_name=intent.file_name,
+                saved_by_key_id=order.key_id,
             )
             # Every job of the new asset in one statement.
             queued = await uow.jobs.create_many(
@@ -806,6 +814,7 @@ class AssetSaver:
                 "created_by": order.actor,
                 "updated_by": order.actor,
                 "original_file_name": intent.file_name,
+                "saved_by_key_id": order.key_id,
             },
             jobs=[
                 *(("embed", r, embedder.model, embedder.dimensions) for r in plan.representations),

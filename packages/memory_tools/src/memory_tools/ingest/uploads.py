@@ -316,6 +316,7 @@ class UploadFlow:
             target=target,
             reservation_id=reservation.id,
             object_id=reservation.object_id,
+            key_id=caller.key_id,
         )
         return await self._saver.save_from(order, staged)
 

@@ -4,6 +4,8 @@ A refused request to the MCP endpoint gets 401 with ``WWW-Authenticate: Bearer``
 no ``error`` attribute when no bearer credentials were sent, ``error="invalid_token"`` when the
 key is unknown or revoked) and a JSON-RPC error body whose message starts with the stable code
 ``unauthenticated`` and says what to do, so MCP clients show the reason instead of a bare 401.
+A paused key gets the same answer with its own message and ``"reason": "key_paused"`` in the
+error's data (the check runs only on the way to a refusal).
 fastmcp's own answer (an empty body, or advice to "re-register" an OAuth client) does not apply:
 there is no OAuth here.
 """
@@ -17,6 +19,7 @@ from starlette.middleware import Middleware
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from memory_db import Database, DatabaseUnavailable, get_logger
+from memory_tools.access import PAUSED_KEY_MESSAGE
 from memory_tools.errors import Unauthenticated
 from memory_tools.mcp.refusals import send_jsonrpc_error
 
@@ -36,6 +39,8 @@ UNKNOWN_KEY = Unauthenticated(
     "the API key is unknown or revoked: check the key you send as "
     "`Authorization: Bearer <key>`, or create a new one with `memory-server admin create-key`"
 )
+
+PAUSED_KEY = Unauthenticated(PAUSED_KEY_MESSAGE)
 
 
 class ApiKeyVerifier(TokenVerifier):
@@ -75,7 +80,9 @@ class ApiKeyVerifier(TokenVerifier):
         """The bearer middleware of fastmcp, then ours to explain refusals on the MCP endpoint."""
         return [
             *super().get_middleware(),
-            Middleware(ExplainUnauthenticated, mcp_path=self._endpoint_path),
+            Middleware(
+                ExplainUnauthenticated, mcp_path=self._endpoint_path, database=self._database
+            ),
         ]
 
 
@@ -94,9 +101,12 @@ class ExplainUnauthenticated:
     credentials and pass through untouched.
     """
 
-    def __init__(self, app: ASGIApp, mcp_path: str = MCP_PATH) -> None:
+    def __init__(
+        self, app: ASGIApp, mcp_path: str = MCP_PATH, database: Database | None = None
+    ) -> None:
         self.app = app
         self.mcp_path = mcp_path.rstrip("/")
+        self.database = database  # to tell a paused key why; None: every key is "unknown"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Answer 401 on the MCP endpoint unless ``AuthenticationMiddleware`` found a user."""
@@ -107,8 +117,12 @@ class ExplainUnauthenticated:
         ):
             await self.app(scope, receive, send)
             return
-        if _bearer_token(scope):
-            failure = UNKNOWN_KEY
+        data: dict[str, str] = {}
+        if token := _bearer_token(scope):
+            paused = await self._is_paused(token)
+            failure = PAUSED_KEY if paused else UNKNOWN_KEY
+            if paused:
+                data["reason"] = "key_paused"
             challenge = f'Bearer error="invalid_token", error_description="{failure.message}"'
         else:
             failure = MISSING_KEY
@@ -119,7 +133,17 @@ class ExplainUnauthenticated:
             {
                 "code": JSONRPC_UNAUTHENTICATED,
                 "message": str(failure),
-                "data": {"code": failure.code, "message": failure.message},
+                "data": {"code": failure.code, "message": failure.message, **data},
             },
             [(b"www-authenticate", challenge.encode()), (b"cache-control", b"no-store")],
         )
+
+    async def _is_paused(self, token: str) -> bool:
+        """Whether ``token`` is a paused key; False when that cannot be read now."""
+        if self.database is None:
+            return False
+        try:
+            async with self.database.single_statements() as uow:
+                return await uow.api_keys.is_paused(token)
+        except DatabaseUnavailable:
+            return False

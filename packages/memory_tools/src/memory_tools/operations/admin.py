@@ -33,6 +33,7 @@ from memory_db.repositories import (
     normalise_identity,
 )
 from memory_tools.errors import NotFoundFailure, translate
+from memory_tools.workflows import keys
 
 OPERATOR = "operator"
 T = TypeVar("T")
@@ -118,13 +119,18 @@ async def create_identity(database: Database, owner: str, quota_bytes: int) -> I
 
 
 async def create_key(
-    database: Database, owner: str, scopes: Iterable[str], label: str | None = None
+    database: Database,
+    owner: str,
+    scopes: Iterable[str],
+    label: str | None = None,
+    *,
+    note: str | None = None,
 ) -> NewKey:
-    """Create an API key for ``owner``."""
+    """Create an API key for ``owner``; ``note``: why it was made (shown beside it)."""
 
     async def action(uow: UnitOfWork) -> NewKey:
         await require_identity(uow, owner)
-        record, secret = await uow.api_keys.create(owner, scopes, label)
+        record, secret = await uow.api_keys.create(owner, scopes, label, note=note)
         return NewKey(record, secret)
 
     return await _audited(
@@ -141,13 +147,31 @@ async def create_key(
 
 
 async def revoke_key(database: Database, key_id: str) -> ApiKeyRecord:
-    """Revoke a key by its id (``akey_...``); repeating it changes nothing."""
+    """Revoke a key by its id (``akey_...``); repeating it changes nothing. For good."""
     return await _audited(
         database,
         "api_key_revoke",
         lambda uow: uow.api_keys.revoke(key_id),
         lambda r: {"owner_identity": r.owner_identity, "target_kind": "api_key", "target_id": r.id},
     )
+
+
+async def set_key_paused(
+    database: Database, key_id: str, paused: bool
+) -> tuple[ApiKeyRecord, bool]:
+    """Pause (or resume) any owner's key; return it and whether that changed anything.
+
+    The rules of the web Keys page (``memory_tools.workflows.keys``) with the operator as the
+    actor: repeating is no change, a revoked key is a ``conflict``, and the key's very next
+    call in every process is refused (or accepted again).
+    """
+    try:
+        async with database.unit_of_work() as uow:
+            return await keys.change_key(
+                uow, key_id, "pause" if paused else "resume", actor=OPERATOR, owner=None
+            )
+    except MemoryDbError as exc:
+        raise translate(exc) from exc
 
 
 async def create_vault(database: Database, owner: str, name: str) -> VaultRecord:

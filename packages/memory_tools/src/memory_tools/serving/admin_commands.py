@@ -24,6 +24,7 @@ from memory_tools.serving.admin_output import (
     print_table,
     when,
 )
+from memory_tools.serving.key_commands import key_id_arguments, pause_key, resume_key
 from memory_tools.serving.reconcile_command import add_reconcile_arguments, reconcile
 from memory_tools.serving.subcommands import (
     DATABASE,
@@ -70,7 +71,7 @@ async def _create_identity(opened: OpenedDatabase, args: argparse.Namespace) -> 
 
 async def _create_key(opened: OpenedDatabase, args: argparse.Namespace) -> None:
     scopes = [s for s in args.scopes.split(",") if s.strip()]
-    new = await admin.create_key(opened.database, args.owner, scopes, args.label)
+    new = await admin.create_key(opened.database, args.owner, scopes, args.label, note=args.note)
     if args.json:
         print_json(
             {
@@ -78,6 +79,7 @@ async def _create_key(opened: OpenedDatabase, args: argparse.Namespace) -> None:
                 "owner": new.record.owner_identity,
                 "scopes": list(new.record.scopes),
                 "label": new.record.label,
+                "note": new.record.note,
                 "key": new.secret,
             }
         )
@@ -203,10 +205,14 @@ async def _list_keys(opened: OpenedDatabase, args: argparse.Namespace) -> None:
                         "keyId": k.id,
                         "label": k.label,
                         "scopes": list(k.scopes),
-                        "state": "revoked" if k.revoked_at else "active",
+                        "note": k.note,
+                        "state": k.state,
                         "createdAt": when(k.created_at),
                         "lastUsedAt": when(k.last_used_at),
+                        "pausedAt": when(k.paused_at),
                         "revokedAt": when(k.revoked_at),
+                        "calls": k.calls,
+                        "searches": k.searches,
                     }
                     for k in keys
                 ],
@@ -219,7 +225,7 @@ async def _list_keys(opened: OpenedDatabase, args: argparse.Namespace) -> None:
         [
             (
                 k.id,
-                "revoked" if k.revoked_at else "active",
+                k.state,
                 ",".join(k.scopes),
                 k.label,
                 when(k.created_at),
@@ -418,6 +424,9 @@ def _create_key_arguments(parser: argparse.ArgumentParser) -> None:
         "--scopes", default="read,write", help="comma-separated: read,write,destructive,admin"
     )
     parser.add_argument("--label", default=None, help="a name for the key (at most 120 characters)")
+    parser.add_argument(
+        "--note", default=None, help="why the key was made (one line, at most 500 characters)"
+    )
 
 
 def _create_vault_arguments(parser: argparse.ArgumentParser) -> None:
@@ -490,7 +499,16 @@ ADMIN = CommandGroup(
             "stop sharing a vault with an identity",
             _revoke_grant_arguments,
         ),
-        _command("revoke-key", _revoke_key, "revoke an API key by id", _revoke_key_arguments),
+        _command(
+            "revoke-key", _revoke_key, "revoke an API key by id, for good", _revoke_key_arguments
+        ),
+        _command(
+            "pause-key",
+            pause_key,
+            "pause an API key: refused until resumed",
+            key_id_arguments,
+        ),
+        _command("resume-key", resume_key, "resume a paused API key", key_id_arguments),
         _command("list-identities", _list_identities, "list identities with quota, usage and keys"),
         _command(
             "list-keys",

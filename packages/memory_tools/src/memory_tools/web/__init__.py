@@ -22,6 +22,7 @@ from memory_tools.web import (
     account,
     asset_page,
     jobs,
+    keys,
     library,
     search_page,
     sharing,
@@ -31,7 +32,18 @@ from memory_tools.web import (
 )
 from memory_tools.web.not_found import NotFoundPage
 
-_PAGE_GROUPS = (account, library, asset_page, uploads, search_page, trash, usage, sharing, jobs)
+_PAGE_GROUPS = (
+    account,
+    library,
+    asset_page,
+    uploads,
+    search_page,
+    trash,
+    usage,
+    sharing,
+    keys,
+    jobs,
+)
 
 
 def web_routes(services: MemoryServices) -> list[Route]:

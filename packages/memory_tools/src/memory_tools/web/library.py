@@ -30,6 +30,7 @@ from memory_tools.web.handlers import WebRequest, action, page
 from memory_tools.workflows.assets import MIME_TYPES, ListRequest
 from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
 from memory_tools.workflows.filters import FILTER_NAMES, FilterParameters
+from memory_tools.workflows.keys import list_keys
 from memory_tools.workflows.projects import create_folder, create_project
 
 PAGE_SIZE = 24
@@ -177,6 +178,8 @@ async def show_library(web: WebRequest) -> Response:
             raise
         failure = refused
     writable_vaults = [v.vault for v in tree.vaults if v.permission in WRITABLE and web.may_change]
+    # The "Saved by" choices: the viewer's keys (an operator's: everyone's), newest first.
+    saved_by_keys = (await web.call(list_keys)).keys
     return web.render(
         "library.html",
         status=200 if failure is None else http_status(failure),
@@ -191,6 +194,7 @@ async def show_library(web: WebRequest) -> Response:
         mime_types=MIME_TYPES,
         page_size=PAGE_SIZE,
         writable_vaults=writable_vaults,
+        saved_by_keys=saved_by_keys,
         reset_url=query.url(filters=_no_filters(), order="newest"),
         here=str(web.request.url.path)
         + (f"?{web.request.url.query}" if web.request.url.query else ""),

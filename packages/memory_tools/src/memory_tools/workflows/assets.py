@@ -125,6 +125,13 @@ class TextInImage(WireModel):
     )
 
 
+class SavedBy(WireModel):
+    """The key whose call saved an asset (its id and label, never its secret)."""
+
+    key_id: str
+    label: str | None
+
+
 class AssetView(WireModel):
     """An asset with its embedding state."""
 
@@ -168,6 +175,7 @@ class AssetView(WireModel):
         description="What a vision model said about the image, with its model and time; null "
         "when none was generated, it was cleared, or the image's bytes changed since.",
     )
+    saved_by: SavedBy | None = Field(default=None, description="The key that saved it.")
 
 
 class AssetSummary(WireModel):
@@ -419,6 +427,10 @@ async def get_asset_row(
     context = context_view(await uow.contexts.get(asset.owner_identity, asset.id))
     if context is not None:
         view = view.model_copy(update={"generated_context": context})
+    if (key_id := asset.saved_by_key_id) is not None:
+        labels = await uow.api_keys.labels([key_id])
+        saved_by = SavedBy(key_id=key_id, label=labels.get(key_id))
+        view = view.model_copy(update={"saved_by": saved_by})
     # Made after the transaction (memory_tools.workflows.thumbnails.render), sent beside the answer.
     if include_thumbnails:
         view = view.with_thumbnails((Thumbnail.wanted(stored),))

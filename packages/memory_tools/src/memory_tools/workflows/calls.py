@@ -12,7 +12,9 @@ session's cookie. The call itself is the same for all of them:
 4. the action runs: in that same transaction (:func:`invoke`), or outside any transaction for
    work that makes network calls and opens its own (:func:`invoke_as_caller`);
 5. the thumbnails the answer asks for (``includeThumbnails``) are made after the commit, still
-   within the admitted call (:func:`memory_tools.workflows.thumbnails.render`).
+   within the admitted call (:func:`memory_tools.workflows.thumbnails.render`);
+6. the call is counted for its key, and once a minute the counts gathered are written
+   (:mod:`memory_tools.key_activity`).
 
 A failure leaves as a ``ToolFailure``; each adapter answers it in its own protocol (a tool
 error and an audited denial, an error page or flash, a JSON error). The credential keeps the
@@ -26,12 +28,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Concatenate, ParamSpec, Protocol, TypeVar
 
-from memory_db import UnitOfWork
+from memory_db import MemoryDbError, UnitOfWork, get_logger
 from memory_tools.access import Caller, authenticate
 from memory_tools.errors import map_failures
 from memory_tools.services import MemoryServices
 from memory_tools.sessions import session_caller
 from memory_tools.workflows import thumbnails
+
+log = get_logger(__name__)
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -91,6 +95,25 @@ async def _admitted(services: MemoryServices) -> AsyncGenerator[None]:
             yield
 
 
+async def _counted(services: MemoryServices, caller: Caller) -> None:
+    """Step 6: count the call; write the gathered counts when the oldest is a minute old.
+
+    A failed write keeps the counts for the next call and never fails this one: the answer is
+    committed already, and counts are not worth an error.
+    """
+    activity = services.key_activity
+    activity.note(caller.key_id, calls=1)
+    taken = activity.take_due()
+    if not taken:
+        return
+    try:
+        async with services.database.unit_of_work() as uow:
+            await uow.api_keys.add_activity(taken)
+    except MemoryDbError:
+        activity.restore(taken)
+        log.warning("key_activity_not_written", keys=len(taken), exc_info=True)
+
+
 async def invoke(
     services: MemoryServices,
     credential: Credential,
@@ -106,6 +129,7 @@ async def invoke(
         async with services.database.unit_of_work() as uow:
             caller = await credential.check(uow)
             answer = await action(uow, caller, services, *args, **kwargs)
+        await _counted(services, caller)
         return await thumbnails.render(services, answer)
 
 
@@ -125,4 +149,5 @@ async def invoke_as_caller(
         async with services.database.single_statements() as uow:
             caller = await credential.check(uow)
         answer = await action(caller, *args, **kwargs)
+        await _counted(services, caller)
         return await thumbnails.render(services, answer)

@@ -92,6 +92,10 @@ CreatedBeforeParam = Annotated[
     Field(description="Exclusive; with a time and a zone, e.g. 2026-12-01T00:00:00Z."),
 ]
 
+SavedByParam = Annotated[
+    str | None, Field(max_length=64, description="Id of the key that saved it.")
+]
+
 # Where to look: checked against the caller's vaults, never an ``AssetFilter`` field.
 PLACEMENT = ("vault", "project_id", "folder_id", "include_subfolders")
 
@@ -117,6 +121,7 @@ class FilterParameters(BaseModel):
     mime_types: MimeTypesParam = None
     created_after: CreatedAfterParam = None
     created_before: CreatedBeforeParam = None
+    saved_by: SavedByParam = None
 
     @classmethod
     def checked(cls, values: dict[str, Any]) -> FilterParameters:

@@ -428,6 +428,7 @@ class AssetSearcher:
         started = time.perf_counter()
         with metrics.refusals():
             view, candidates = await self._search(caller, request)
+        self.services.key_activity.note(caller.key_id, searches=1)
         metrics.count_search(
             view.mode,
             seconds=time.perf_counter() - started,

@@ -1,0 +1,207 @@
+"""A caller's own keys (``memory_tools.workflows.keys``): list, create, pause, resume, revoke.
+
+The rules the web Keys page and the operator's commands share: another owner's key is not
+found and nothing changes; a key never mints a stronger one nor switches itself off; pausing
+twice changes nothing; a revoked key stays revoked; an operator (``admin`` scope) sees all.
+What each key did (calls, searches, saves) is counted, and a paused key is told it is paused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+from fastmcp import Client
+from sqlalchemy import text
+
+from memory_tools import MemoryServices
+from memory_tools.access import authenticate
+from memory_tools.errors import Unauthenticated
+from memory_tools.operations import admin
+from memory_tools.workflows import keys
+
+from ..pictures import b64, picture
+from ..tool_calls import call, error
+from ..workflow_calls import refused, run
+
+
+async def _operations(services: MemoryServices, key_id: str) -> list[tuple[str, str]]:
+    async with services.database.engine.connect() as conn:
+        rows = await conn.execute(
+            text(
+                "SELECT operation, actor_identity FROM mem_provenance "
+                "WHERE target_id = :key ORDER BY created_at, id"
+            ),
+            {"key": key_id},
+        )
+        return [(operation, actor) for operation, actor in rows.all()]
+
+
+async def test_an_owner_creates_pauses_resumes_and_revokes_their_own_keys(
+    saving: MemoryServices, alice: Any
+) -> None:
+    made = await run(
+        saving,
+        alice.key,
+        keys.create_key,
+        label=" claude-code@laptop ",
+        note="notes",
+        scopes=["read"],
+    )
+    assert made.secret.startswith("mk_") and made.key.scopes == ["read"]
+    assert (made.key.label, made.key.note, made.key.state) == (
+        "claude-code@laptop",
+        "notes",
+        "active",
+    )
+    agent = made.key.key_id
+
+    paused = await run(saving, alice.key, keys.change_own_key, key_id=agent, change="pause")
+    assert (paused.key.state, paused.changed) == ("paused", True)
+    again = await run(saving, alice.key, keys.change_own_key, key_id=agent, change="pause")
+    assert (again.key.state, again.changed) == ("paused", False)  # idempotent, says so
+    async with saving.database.unit_of_work() as uow:
+        try:
+            await authenticate(uow, made.secret)
+        except Unauthenticated as failure:
+            assert "is paused" in failure.message
+        else:
+            raise AssertionError("a paused key was accepted")
+    resumed = await run(saving, alice.key, keys.change_own_key, key_id=agent, change="resume")
+    assert (resumed.key.state, resumed.changed) == ("active", True)
+    revoked = await run(saving, alice.key, keys.change_own_key, key_id=agent, change="revoke")
+    assert revoked.key.state == "revoked"
+    assert (
+        await refused(run(saving, alice.key, keys.change_own_key, key_id=agent, change="resume"))
+        == f"conflict: key {agent} is revoked for good; create a new key instead"
+    )
+
+    listed = await run(saving, alice.key, keys.list_keys)
+    assert [k.key_id for k in listed.keys] == [agent, alice.key_id]
+    assert [k.current for k in listed.keys] == [False, True]
+    assert not listed.operator and listed.can_change
+    assert await _operations(saving, agent) == [
+        ("api_key_create", "alice@example.com"),
+        ("api_key_pause", "alice@example.com"),
+        ("api_key_resume", "alice@example.com"),
+        ("api_key_revoke", "alice@example.com"),
+    ]
+
+
+async def test_what_a_caller_may_not_do_with_keys_is_refused_and_changes_nothing(
+    saving: MemoryServices, alice: Any, bob: Any, make_person: Any
+) -> None:
+    # Another owner's key id answers exactly like one that does not exist.
+    for change in keys.KEY_ACTIONS:
+        assert (
+            await refused(
+                run(saving, bob.key, keys.change_own_key, key_id=alice.key_id, change=change)
+            )
+            == f"not_found: no key '{alice.key_id}'"
+        )
+        assert (
+            await refused(
+                run(saving, bob.key, keys.change_own_key, key_id="akey_none", change=change)
+            )
+            == "not_found: no key 'akey_none'"
+        )
+    (mine,) = (await run(saving, alice.key, keys.list_keys)).keys
+    assert mine.state == "active" and await _operations(saving, alice.key_id) == [
+        ("api_key_create", "operator")
+    ]
+    # Bob sees only his own key.
+    assert [k.key_id for k in (await run(saving, bob.key, keys.list_keys)).keys] == [bob.key_id]
+    # No key switches itself off (it would end the call, or the web session, doing it).
+    assert (
+        await refused(
+            run(saving, alice.key, keys.change_own_key, key_id=alice.key_id, change="pause")
+        )
+    ).startswith("forbidden: you cannot pause the key you are using")
+    # No key mints a stronger one; a read-only key changes nothing.
+    assert (
+        await refused(
+            run(saving, alice.key, keys.create_key, label="x", note=None, scopes=["admin"])
+        )
+    ).startswith("forbidden: a key cannot create a key with scopes it lacks: admin")
+    reader = await make_person("alice@example.com", ("read",))
+    assert (
+        await refused(
+            run(saving, reader.key, keys.create_key, label="x", note=None, scopes=["read"])
+        )
+        == "forbidden: this API key lacks the 'write' scope"
+    )
+    assert (
+        await refused(
+            run(saving, reader.key, keys.change_own_key, key_id=alice.key_id, change="revoke")
+        )
+        == "forbidden: this API key lacks the 'write' scope"
+    )
+    # Bad values: the bounds of a label and a note, no scopes, an unknown action.
+    for label, note, scopes, message in (
+        ("x" * 121, None, ["read"], "invalid_input: key label must be 1-120 characters"),
+        ("ok", "n" * 501, ["read"], "invalid_input: key note must be 1-500 characters"),
+        ("ok", "a\u202eb", ["read"], "invalid_input: key note must be 1-500 characters"),
+        ("ok", None, [], "invalid_input: scopes: choose at least one of"),
+    ):
+        answer = await refused(
+            run(saving, alice.key, keys.create_key, label=label, note=note, scopes=scopes)
+        )
+        assert answer.startswith(message), answer
+    assert (
+        await refused(
+            run(saving, alice.key, keys.change_own_key, key_id=bob.key_id, change="delete")
+        )
+        == "invalid_input: action: one of pause, resume, revoke"
+    )
+    assert [k.key_id for k in (await run(saving, alice.key, keys.list_keys)).keys] == [
+        reader.key_id,
+        alice.key_id,
+    ]
+
+
+async def test_an_operator_key_sees_and_switches_every_owners_keys(
+    saving: MemoryServices, alice: Any, bob: Any, make_person: Any
+) -> None:
+    operator = await make_person("ops@example.com", ("read", "write", "admin"))
+    listed = await run(saving, operator.key, keys.list_keys)
+    assert listed.operator
+    assert {k.owner for k in listed.keys} == {
+        "alice@example.com",
+        "bob@example.com",
+        "ops@example.com",
+    }
+    paused = await run(saving, operator.key, keys.change_own_key, key_id=bob.key_id, change="pause")
+    assert paused.key.state == "paused"
+    assert await _operations(saving, bob.key_id) == [
+        ("api_key_create", "operator"),
+        ("api_key_pause", "ops@example.com"),
+    ]
+
+
+async def test_each_key_counts_its_calls_searches_and_saves(
+    saving: MemoryServices, alice: Any, make_person: Any
+) -> None:
+    other = await make_person("alice@example.com")
+    served = replace(saving, default_api_key=alice.key)
+    served.key_activity.flush_seconds = 0  # write at every call (a minute in production)
+    from memory_tools import build_memory_server
+
+    async with Client(build_memory_server(served)) as client:
+        saved = await call(client, "image_asset_save", {"imageBase64": b64(picture(2))})
+        await call(client, "image_asset_search", {"query": "anything"})
+        await call(client, "image_asset_list", {})
+        got = await call(client, "image_asset_get", {"assetId": saved["assetId"]})
+        assert got["savedBy"] == {"keyId": alice.key_id, "label": None}
+        mine = await call(client, "image_asset_list", {"savedBy": alice.key_id})
+        assert [i["assetId"] for i in mine["items"]] == [saved["assetId"]]
+        none = await call(client, "image_asset_list", {"savedBy": other.key_id})
+        assert none["items"] == []
+        too_long = await error(client, "image_asset_list", {"savedBy": "k" * 65})
+        assert "savedBy" in too_long
+    listed = {k.key_id: k for k in (await run(saving, other.key, keys.list_keys)).keys}
+    counted = listed[alice.key_id]
+    assert (counted.calls, counted.searches, counted.saves) == (6, 1, 1)
+    assert (listed[other.key_id].calls, listed[other.key_id].saves) == (0, 0)
+    # The operator's list shows the same keys with their state.
+    (first, *_rest) = await admin.list_keys(saving.database, "alice@example.com")
+    assert first.state == "active"
