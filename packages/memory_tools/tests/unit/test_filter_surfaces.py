@@ -38,9 +38,16 @@ SAMPLES: dict[str, Any] = {
     "mimeTypes": ["image/png"],
     "createdAfter": "2026-11-30T00:00:00Z",
     "createdBefore": "2026-12-01T00:00:00Z",
+    "takenAfter": "2023-03-01T00:00:00Z",
+    "takenBefore": "2023-04-01T00:00:00Z",
 }
 # The search page's day controls for the two instants (a day in UTC; the end day inclusive).
-DAYS = {"createdFrom": "2026-11-30", "createdUntil": "2026-11-30"}
+DAYS = {
+    "createdFrom": "2026-11-30",
+    "createdUntil": "2026-11-30",
+    "takenFrom": "2023-03-01",
+    "takenUntil": "2023-03-31",
+}
 TEMPLATES = Path(search_page.__file__).with_name("templates")
 ALIASES = {name: info.alias or name for name, info in FilterParameters.model_fields.items()}
 

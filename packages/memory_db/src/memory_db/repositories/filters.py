@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
-from sqlalchemy import ColumnElement, func, literal, literal_column
+from sqlalchemy import ColumnElement, DateTime, func, literal, literal_column
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import QueryableAttribute
 
 from memory_db.errors import InvalidInput
-from memory_db.schema import Asset, AssetObject
+from memory_db.schema import TAKEN_KEY, UNDATED_TAKEN_AT, Asset, AssetObject
 
 Value = TypeVar("Value")
 
@@ -102,6 +102,21 @@ def source_host() -> ColumnElement[str]:
     return func.lower(func.substring(Asset.source_url, pattern))
 
 
+def taken_key() -> ColumnElement[datetime]:
+    """An asset's capture time with undated assets at year 1 (``schema.TAKEN_KEY``), as SQL.
+
+    The ``taken`` listing index is built on this very expression (revision 0023), so the
+    capture filters compare it too: one index serves the order and the ranges.
+    """
+    return literal_column(f"({TAKEN_KEY})", DateTime(timezone=True))
+
+
+def _taken_before(value: datetime) -> ColumnElement[bool]:
+    # Undated assets hold year 1 in the key: they were not taken before anything.
+    undated = literal_column(f"'{UNDATED_TAKEN_AT}'::timestamptz", DateTime(timezone=True))
+    return (taken_key() < value) & (taken_key() > undated)
+
+
 # A constant (not a parameter), so that a cached generic plan knows its frequency too.
 _EMPTY_ARRAY = literal_column("'[]'::jsonb", JSONB)
 
@@ -148,6 +163,9 @@ class AssetFilter:
     created_before: datetime | None = condition(
         None, lambda value: Asset.created_at < value, vector="created_at < :value"
     )
+    # Capture time from EXIF (revision 0023); the vector tables do not carry it.
+    taken_after: datetime | None = condition(None, lambda value: taken_key() >= value)
+    taken_before: datetime | None = condition(None, _taken_before)
     # Only these assets (search candidates).
     asset_ids: tuple[str, ...] | None = condition(
         None,

@@ -199,6 +199,14 @@ class AssetRecord:
     ocr: dict[str, Any] | None = None
     # The base name of the file the bytes were uploaded as; None when none was given.
     original_file_name: str | None = None
+    # When, with what and where it was taken (its EXIF; docs/design.md#capture).
+    taken_at: datetime | None = None
+    taken_offset_minutes: int | None = None
+    camera_make: str | None = None
+    camera_model: str | None = None
+    orientation: int | None = None
+    latitude: float | None = None
+    longitude: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

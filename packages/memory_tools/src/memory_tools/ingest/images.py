@@ -32,7 +32,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
@@ -41,6 +41,7 @@ import pyvips
 from memory_tools.capacity import TRIM_AFTER_PIXELS, DecodeAdmission, trim_allocator
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest import structure
+from memory_tools.ingest.exif import Capture, read_capture
 
 MIN_LIBVIPS = (8, 18, 3)
 PREVIEW_QUALITY = 82
@@ -98,6 +99,8 @@ class InspectedImage:
     preview: bytes
     preview_width: int
     preview_height: int
+    # When, with what and where it was taken, from its EXIF (memory_tools.ingest.exif).
+    capture: Capture = field(default_factory=Capture)
 
 
 @dataclass(frozen=True)
@@ -112,6 +115,7 @@ class ImageHeader:
     has_profile: bool
     transparent: bool  # GIF only: a graphic control block declares a transparent colour
     decode_pixels: int  # what decoding will hold: the larger of the image and a GIF's screen
+    capture: Capture = field(default_factory=Capture)
 
 
 _setup_lock = threading.Lock()
@@ -261,6 +265,8 @@ def read_header(data: bytes, *, max_pixels: int) -> ImageHeader:
         width, height = header.width, header.height
         orientation = _int_field(header, "orientation", 1)
         has_profile = header.get_typeof("icc-profile-data") != 0
+        # Tag by tag, never raising: hostile EXIF loses its tags, not the image.
+        capture = read_capture(header)
     except pyvips.Error:
         raise InvalidImage(f"the {image_format.name} header is unreadable") from None
     if width <= 0 or height <= 0:
@@ -293,6 +299,7 @@ def read_header(data: bytes, *, max_pixels: int) -> ImageHeader:
         has_profile=has_profile,
         transparent=layout.transparent,
         decode_pixels=decode_pixels,
+        capture=capture,
     )
 
 
@@ -341,6 +348,7 @@ def decode_preview(data: bytes, header: ImageHeader, *, preview_edge: int) -> In
         preview=encoded,
         preview_width=preview.width,
         preview_height=preview.height,
+        capture=header.capture,
     )
 
 

@@ -425,7 +425,7 @@ class MemoryTools:
     async def image_asset_list(
         self,
         filters: FiltersParam = FilterParameters(),  # noqa: B008 - frozen, shown spread
-        order: Literal["newest", "oldest"] = "newest",
+        order: Literal["newest", "oldest", "taken"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
         includeThumbnails: Annotated[
@@ -439,7 +439,8 @@ class MemoryTools:
     ) -> AssetListView:
         """List assets by created time with exact filters.
 
-        Newest first unless order is 'oldest'; page with nextCursor. Metadata only, plus
+        Newest first unless order is 'oldest' ('taken': by EXIF capture time, undated last);
+        page with nextCursor. Metadata only, plus
         small thumbnails with includeThumbnails; never the stored bytes.
         """
         request = assets.ListRequest(

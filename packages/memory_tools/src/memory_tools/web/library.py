@@ -15,7 +15,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from starlette.datastructures import QueryParams
@@ -27,7 +27,7 @@ from memory_tools.errors import ToolFailure, http_status
 from memory_tools.services import MemoryServices
 from memory_tools.web.filter_query import filter_pairs, read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import WebRequest, action, page
-from memory_tools.workflows.assets import MIME_TYPES, ListRequest
+from memory_tools.workflows.assets import MIME_TYPES, ListOrder, ListRequest
 from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
 from memory_tools.workflows.filters import FILTER_NAMES, FilterParameters
 from memory_tools.workflows.projects import create_folder, create_project
@@ -122,7 +122,7 @@ class LibraryQuery:
         parameters = FilterParameters.checked(chosen | set_filters(self.filters))
         return ListRequest(
             **parameters.request_fields(),
-            order=cast(Literal["newest", "oldest"], self.order),  # the workflow checks it
+            order=cast(ListOrder, self.order),  # the workflow checks it
             limit=self.limit,
             cursor=self.cursor,
         )

@@ -101,6 +101,17 @@ CreatedBeforeParam = Annotated[
     ),
 ]
 
+TakenAfterParam = Annotated[
+    datetime | None,
+    BeforeValidator(iso_instant),
+    Field(description="EXIF capture time at or after (ISO 8601 with zone)."),
+]
+TakenBeforeParam = Annotated[
+    datetime | None,
+    BeforeValidator(iso_instant),
+    Field(description="EXIF capture time before (ISO 8601 with zone)."),
+]
+
 # Where to look: checked against the caller's vaults, never an ``AssetFilter`` field.
 PLACEMENT = ("vault", "project_id", "folder_id", "include_subfolders")
 
@@ -126,6 +137,8 @@ class FilterParameters(BaseModel):
     mime_types: MimeTypesParam = None
     created_after: CreatedAfterParam = None
     created_before: CreatedBeforeParam = None
+    taken_after: TakenAfterParam = None
+    taken_before: TakenBeforeParam = None
 
     @classmethod
     def checked(cls, values: dict[str, Any]) -> FilterParameters:
