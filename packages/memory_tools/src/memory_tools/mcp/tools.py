@@ -673,12 +673,12 @@ class MemoryTools:
         self,
         assetId: AssetIdParam,
         what: Annotated[
-            list[Literal["ocr", "describe"]] | None,
+            list[Literal["ocr", "describe", "capture"]] | None,
             Field(
                 max_length=4,
                 description="Which enrichments to run again: 'ocr' (read the text in the "
-                "image), 'describe' (a generated description from a vision model). Omit for "
-                "all that this server has switched on.",
+                "image), 'describe' (a generated description from a vision model), 'capture' "
+                "(EXIF time and camera). Omit for all that this server has switched on.",
             ),
         ] = None,
     ) -> Enrichment:
