@@ -27,7 +27,7 @@ from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import QueryableAttribute
 
 from memory_db.errors import InvalidInput
-from memory_db.schema import TAKEN_KEY, UNDATED_TAKEN_AT, Asset, AssetObject
+from memory_db.schema import UNDATED_TAKEN_AT, Asset, AssetObject
 
 Value = TypeVar("Value")
 
@@ -108,13 +108,18 @@ def taken_key() -> ColumnElement[datetime]:
     The ``taken`` listing index is built on this very expression (revision 0023), so the
     capture filters compare it too: one index serves the order and the ranges.
     """
-    return literal_column(f"({TAKEN_KEY})", DateTime(timezone=True))
+    # A function, not one literal column: a comparison names its parameter after the left
+    # side, and the literal's text (quotes, colons) is no parameter name.
+    return func.coalesce(Asset.taken_at, _undated())
+
+
+def _undated() -> ColumnElement[datetime]:
+    return literal_column(f"'{UNDATED_TAKEN_AT}'::timestamptz", DateTime(timezone=True))
 
 
 def _taken_before(value: datetime) -> ColumnElement[bool]:
     # Undated assets hold year 1 in the key: they were not taken before anything.
-    undated = literal_column(f"'{UNDATED_TAKEN_AT}'::timestamptz", DateTime(timezone=True))
-    return (taken_key() < value) & (taken_key() > undated)
+    return (taken_key() < value) & (taken_key() > _undated())
 
 
 # A constant (not a parameter), so that a cached generic plan knows its frequency too.
