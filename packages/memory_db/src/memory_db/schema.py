@@ -449,10 +449,13 @@ class AssetObject(Base):
 # indexes hold only these rows.
 _LISTED = "status IN ('processing', 'ready', 'failed')"
 # An asset without a capture time sorts as if taken at this instant: last when newest
-# captures come first. Capture times are checked to be later (ck ..._taken_at_range).
-UNDATED_TAKEN_AT = "0001-01-01 00:00:00+00"
+# captures come first. Capture times are checked to be later (ck ..._taken_at_range). Not the
+# year 1: asyncpg sends datetime.min (year 1, UTC) as -infinity, and a cursor there was lost.
+UNDATED_TAKEN_AT = "1000-01-01 00:00:00+00"
 TAKEN_KEY = f"coalesce(taken_at, '{UNDATED_TAKEN_AT}'::timestamptz)"
 MAX_CAMERA_TEXT = 64
+# memory_db.repositories.filters.source_host() as an index expression (revision 0020).
+_HOST = r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"
 
 
 class Asset(Base):
@@ -611,19 +614,29 @@ class Asset(Base):
             "ix_mem_assets_listed_host",
             "owner_identity",
             "vault",
-            text(r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"),
+            text(_HOST),
             text("created_at DESC"),
             text("id DESC"),
             postgresql_where=text(_LISTED),
         ),
-        # Listing by capture time, undated last (revision 0023).
-        Index(
-            "ix_mem_assets_listed_taken",
-            "owner_identity",
-            "vault",
-            text(f"({TAKEN_KEY}) DESC"),
-            text("id DESC"),
-            postgresql_where=text(_LISTED),
+        # Listing by capture time, undated last, in a vault, a project, a folder, or from one
+        # source host (revision 0023).
+        *(
+            Index(
+                f"ix_mem_assets_listed_taken{suffix}",
+                "owner_identity",
+                "vault",
+                *columns,
+                text(f"({TAKEN_KEY}) DESC"),
+                text("id DESC"),
+                postgresql_where=text(_LISTED),
+            )
+            for suffix, columns in (
+                ("", ()),
+                ("_project", ("project_id",)),
+                ("_folder", ("project_id", "folder_id")),
+                ("_host", (text(_HOST),)),
+            )
         ),
         Index(
             "ix_mem_assets_trash",

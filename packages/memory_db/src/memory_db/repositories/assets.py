@@ -43,7 +43,7 @@ from memory_db.errors import Conflict, InvalidInput, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
-from memory_db.repositories.filters import AssetFilter, taken_key
+from memory_db.repositories.filters import AssetFilter, taken_key, taken_range
 from memory_db.repositories.records import (
     INTEGRITY_CODES,
     AssetRecord,
@@ -677,7 +677,8 @@ class AssetRepository(SessionRepository):
         """One page of assets by created time then id (a stable keyset order).
 
         ``by_taken``: by capture time instead (:func:`taken_key`: undated assets as taken in
-        year 1, so last when the newest come first); ``after`` is then a position in that key.
+        the year 1000, so last when the newest come first); ``after`` is then a position in
+        that key.
         """
         if not scopes:
             return []
@@ -720,6 +721,10 @@ class AssetRepository(SessionRepository):
 
         def page(branch: Sequence[VaultScope], branch_filters: AssetFilter) -> AnySelect:
             query = cls._visible(branch).where(*branch_filters.conditions())
+            if by_taken:
+                query = query.where(
+                    *taken_range(branch_filters.taken_after, branch_filters.taken_before)
+                )
             if after is not None:
                 position = tuple_(key, Asset.id)
                 marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))

@@ -103,23 +103,32 @@ def source_host() -> ColumnElement[str]:
 
 
 def taken_key() -> ColumnElement[datetime]:
-    """An asset's capture time with undated assets at year 1 (``schema.TAKEN_KEY``), as SQL.
+    """An asset's capture time, undated assets at the year 1000 (``schema.TAKEN_KEY``), as SQL.
 
-    The ``taken`` listing index is built on this very expression (revision 0023), so the
-    capture filters compare it too: one index serves the order and the ranges.
+    The ``taken`` listing indexes are built on this very expression (revision 0023).
     """
     # A function, not one literal column: a comparison names its parameter after the left
     # side, and the literal's text (quotes, colons) is no parameter name.
     return func.coalesce(Asset.taken_at, _undated())
 
 
+def taken_range(after: datetime | None, before: datetime | None) -> list[ColumnElement[bool]]:
+    """The capture filters over :func:`taken_key`: index conditions of the ``taken`` order.
+
+    The filters themselves compare the column (:class:`AssetFilter`), which no index leads
+    with, so a listing by creation time walks its own index rather than sorting a capture
+    range; a listing by capture time adds these, and reads the range from its index.
+    """
+    found: list[ColumnElement[bool]] = []
+    if after is not None:
+        found.append(taken_key() >= after)
+    if before is not None:
+        found.append(taken_key() < before)
+    return found
+
+
 def _undated() -> ColumnElement[datetime]:
     return literal_column(f"'{UNDATED_TAKEN_AT}'::timestamptz", DateTime(timezone=True))
-
-
-def _taken_before(value: datetime) -> ColumnElement[bool]:
-    # Undated assets hold year 1 in the key: they were not taken before anything.
-    return (taken_key() < value) & (taken_key() > _undated())
 
 
 # A constant (not a parameter), so that a cached generic plan knows its frequency too.
@@ -169,8 +178,8 @@ class AssetFilter:
         None, lambda value: Asset.created_at < value, vector="created_at < :value"
     )
     # Capture time from EXIF (revision 0023); the vector tables do not carry it.
-    taken_after: datetime | None = condition(None, lambda value: taken_key() >= value)
-    taken_before: datetime | None = condition(None, _taken_before)
+    taken_after: datetime | None = condition(None, lambda value: Asset.taken_at >= value)
+    taken_before: datetime | None = condition(None, lambda value: Asset.taken_at < value)
     # Only these assets (search candidates).
     asset_ids: tuple[str, ...] | None = condition(
         None,

@@ -360,7 +360,8 @@ OPERATOR_COMMANDS = (
     ),
     Subcommand(
         name="enrich",
-        help="queue the enrichments (OCR, generated context, EXIF capture) of every image of one vault again",
+        help="queue the enrichments (OCR, generated context, EXIF capture) of every image "
+        "of one vault again",
         arguments=_enrich_arguments,
         opens=RUNTIME,
         run=_enrich,

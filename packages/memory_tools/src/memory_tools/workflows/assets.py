@@ -594,7 +594,7 @@ def by_taken(order: str) -> bool:
 
 
 def list_position(asset: AssetRecord, order: str) -> datetime:
-    """The key a cursor of ``order`` records for ``asset`` (undated: year 1)."""
+    """The key a cursor of ``order`` records for ``asset`` (undated: the year 1000)."""
     if by_taken(order):
         return asset.taken_at or _UNDATED
     return asset.created_at

@@ -8,8 +8,9 @@ when the operator sets ``ASSET_KEEP_LOCATION``). Existing assets get them from a
 job (``memory-server enrich --what capture``), a new job kind.
 
 ``ix_mem_assets_listed_taken`` holds a vault's visible assets by capture time, newest first and
-undated last (they sort as taken in year 1; real capture times are checked to be from 1826 on),
-so the ``taken`` order and the ``takenAfter``/``takenBefore`` filters read an index range.
+undated last (they sort as taken in the year 1000; real capture times are from 1826 on), so the ``taken`` order and its ``takenAfter``/``takenBefore`` range read an index range; the
+``_project``, ``_folder`` and ``_host`` ones do the same within a project, a folder or a source
+host, as revision 0020's do for the creation order.
 
 Revision ID: 0023
 Revises: 0022
@@ -32,7 +33,16 @@ _TABLE = "mem_assets"
 _JOBS = "mem_asset_embedding_jobs"
 # memory_db.schema's values when this revision was written.
 _VISIBLE = sa.text("status IN ('processing', 'ready', 'failed')")
-_TAKEN_KEY = "coalesce(taken_at, '0001-01-01 00:00:00+00'::timestamptz)"
+_TAKEN_KEY = "coalesce(taken_at, '1000-01-01 00:00:00+00'::timestamptz)"
+# The listing index of the source host (0020) has its expression; these follow it.
+_HOST = r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"
+# A vault's, a project's, a folder's and a source host's assets by capture time.
+_TAKEN_INDEXES: dict[str, list[str | sa.TextClause]] = {
+    "": [],
+    "_project": ["project_id"],
+    "_folder": ["project_id", "folder_id"],
+    "_host": [sa.text(_HOST)],
+}
 _KINDS_BEFORE = ("embed", "ocr", "describe")
 _KINDS_AFTER = (*_KINDS_BEFORE, "capture")
 _CHECKS = {
@@ -61,12 +71,19 @@ def upgrade() -> None:
     op.add_column(_TABLE, sa.Column("longitude", sa.Double(), nullable=True))
     for name, condition in _CHECKS.items():
         op.create_check_constraint(name, _TABLE, condition)
-    op.create_index(
-        "ix_mem_assets_listed_taken",
-        _TABLE,
-        ["owner_identity", "vault", sa.text(f"({_TAKEN_KEY}) DESC"), sa.text("id DESC")],
-        postgresql_where=_VISIBLE,
-    )
+    for suffix, columns in _TAKEN_INDEXES.items():
+        op.create_index(
+            f"ix_mem_assets_listed_taken{suffix}",
+            _TABLE,
+            [
+                "owner_identity",
+                "vault",
+                *columns,
+                sa.text(f"({_TAKEN_KEY}) DESC"),
+                sa.text("id DESC"),
+            ],
+            postgresql_where=_VISIBLE,
+        )
     op.drop_constraint("kind_known", _JOBS, type_="check")
     op.create_check_constraint("kind_known", _JOBS, _kinds(_KINDS_AFTER))
 
@@ -76,7 +93,8 @@ def downgrade() -> None:
     op.execute(sa.text("DELETE FROM mem_asset_embedding_jobs WHERE kind = 'capture'"))
     op.drop_constraint("kind_known", _JOBS, type_="check")
     op.create_check_constraint("kind_known", _JOBS, _kinds(_KINDS_BEFORE))
-    op.drop_index("ix_mem_assets_listed_taken", table_name=_TABLE)
+    for suffix in _TAKEN_INDEXES:
+        op.drop_index(f"ix_mem_assets_listed_taken{suffix}", table_name=_TABLE)
     for name in _CHECKS:
         op.drop_constraint(name, _TABLE, type_="check")
     for column in (
