@@ -452,7 +452,8 @@ _LISTED = "status IN ('processing', 'ready', 'failed')"
 # captures come first. Capture times are checked to be later (ck ..._taken_at_range). Not the
 # year 1: asyncpg sends datetime.min (year 1, UTC) as -infinity, and a cursor there was lost.
 UNDATED_TAKEN_AT = "1000-01-01 00:00:00+00"
-TAKEN_KEY = f"coalesce(taken_at, '{UNDATED_TAKEN_AT}'::timestamptz)"
+# As PostgreSQL writes it back, so that the migration drift check compares equal text.
+TAKEN_KEY = f"COALESCE(taken_at, '{UNDATED_TAKEN_AT}'::timestamp with time zone)"
 MAX_CAMERA_TEXT = 64
 # memory_db.repositories.filters.source_host() as an index expression (revision 0020).
 _HOST = r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"
@@ -627,7 +628,7 @@ class Asset(Base):
                 "owner_identity",
                 "vault",
                 *columns,
-                text(f"({TAKEN_KEY}) DESC"),
+                text(f"{TAKEN_KEY} DESC"),
                 text("id DESC"),
                 postgresql_where=text(_LISTED),
             )

@@ -33,7 +33,7 @@ _TABLE = "mem_assets"
 _JOBS = "mem_asset_embedding_jobs"
 # memory_db.schema's values when this revision was written.
 _VISIBLE = sa.text("status IN ('processing', 'ready', 'failed')")
-_TAKEN_KEY = "coalesce(taken_at, '1000-01-01 00:00:00+00'::timestamptz)"
+_TAKEN_KEY = "COALESCE(taken_at, '1000-01-01 00:00:00+00'::timestamp with time zone)"
 # The listing index of the source host (0020) has its expression; these follow it.
 _HOST = r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"
 # A vault's, a project's, a folder's and a source host's assets by capture time.
@@ -79,7 +79,7 @@ def upgrade() -> None:
                 "owner_identity",
                 "vault",
                 *columns,
-                sa.text(f"({_TAKEN_KEY}) DESC"),
+                sa.text(f"{_TAKEN_KEY} DESC"),
                 sa.text("id DESC"),
             ],
             postgresql_where=_VISIBLE,
