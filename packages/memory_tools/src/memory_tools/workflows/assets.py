@@ -655,15 +655,17 @@ def check_filters(request: FilterFields) -> None:
     for name, value in (
         ("createdAfter", filters.created_after),
         ("createdBefore", filters.created_before),
+        ("takenAfter", filters.taken_after),
+        ("takenBefore", filters.taken_before),
     ):
         if value is not None and value.tzinfo is None:
             raise InvalidInputFailure(f"{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
-    if (
-        filters.created_after is not None
-        and filters.created_before is not None
-        and filters.created_after >= filters.created_before
+    for after, before, names in (
+        (filters.created_after, filters.created_before, ("createdAfter", "createdBefore")),
+        (filters.taken_after, filters.taken_before, ("takenAfter", "takenBefore")),
     ):
-        raise InvalidInputFailure("createdAfter: must be earlier than createdBefore")
+        if after is not None and before is not None and after >= before:
+            raise InvalidInputFailure(f"{names[0]}: must be earlier than {names[1]}")
 
 
 async def resolve_filters(
