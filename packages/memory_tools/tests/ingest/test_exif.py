@@ -198,6 +198,13 @@ HOSTILE = [
         "control characters only", _fields({"exif-ifd0-Model": "\x01\x02\x1b\x7f"}), ("Model",), {}
     ),
     Hostile(
+        "a bidirectional override",
+        _fields({"exif-ifd0-Model": "EOS\u202egpj.exe"}),
+        (),
+        # EXIF ASCII is 7-bit: libexif shows other bytes as "?", so no override gets through.
+        {"camera_model": "EOS?gpj.exe"},
+    ),
+    Hostile(
         "control characters inside",
         _fields({"exif-ifd0-Model": "EOS\x1b[31m 5D"}),
         (),

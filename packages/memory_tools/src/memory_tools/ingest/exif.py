@@ -28,6 +28,7 @@ with control characters only, or with an impossible value is left out and named 
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
@@ -62,7 +63,6 @@ _RENDERED = re.compile(r"(?s)(?P<head>.*), (?P<type>[A-Za-z]+), \d+ components, 
 _DATE = re.compile(r"(\d{4}):(\d{2}):(\d{2}) (\d{2}):(\d{2}):(\d{2})")
 _OFFSET = re.compile(r"([+-])(\d{2}):(\d{2})")
 _RATIONAL = re.compile(r"(\d{1,10})/(\d{1,10})")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
 
 @dataclass(frozen=True)
@@ -102,10 +102,10 @@ class Capture:
 
 def _rendered(image: pyvips.Image, name: str) -> tuple[str, str] | None:
     """``(value, type)`` of one EXIF field, or ``None`` when it is absent or not a string."""
-    kind = image.get_typeof(name)
-    if kind == 0:
+    gtype = image.get_typeof(name)
+    if gtype == 0:
         return None
-    if kind not in (pyvips.GValue.refstr_type, pyvips.GValue.gstr_type):
+    if gtype not in (pyvips.GValue.refstr_type, pyvips.GValue.gstr_type):
         raise ValueError(name)
     text = image.get(name)
     if not isinstance(text, str) or len(text) > MAX_FIELD_TEXT:
@@ -141,7 +141,10 @@ def _camera_text(image: pyvips.Image, name: str) -> str | None:
     value = _ascii(image, name)
     if value is None:
         return None
-    cleaned = " ".join(_CONTROL.sub(" ", value).split())
+    # Control and format characters (NUL, escape sequences, bidirectional overrides) become
+    # spaces; runs of spaces one.
+    shown = "".join(" " if unicodedata.category(c).startswith("C") else c for c in value)
+    cleaned = " ".join(shown.split())
     if not cleaned or len(cleaned) > MAX_CAMERA_TEXT:
         raise ValueError(name)
     return cleaned
