@@ -10,7 +10,9 @@ reach an SVG, PDF, TIFF or HEIF parser whatever the bytes say. For each upload:
    archive, HTML, script or PDF bytes after it (a polyglot) are refused;
 4. the header is read and ``width x height x pages`` is checked against the pixel limit
    before any pixel is decoded, and so is whether the compressed data can hold that many
-   pixels at all (a 633-byte JPEG claiming 6000 x 6000 cannot);
+   pixels at all (a 633-byte JPEG claiming 6000 x 6000 cannot); the capture time, camera,
+   orientation and location are read from the same header's EXIF, tag by tag
+   (:mod:`memory_tools.ingest.exif`: a refused tag is left out, never the image);
 5. a sanitised WebP preview is made (shrink-on-load, EXIF auto-orientation, sRGB, first frame,
    no metadata), which reads the whole first frame, so truncation or a corrupt stream fails
    here; the frames of an animation are decoded too.
