@@ -85,6 +85,12 @@ def test_the_asset_page_shows_capture_time_and_camera_and_the_library_sorts_by_i
     page.goto("/library?order=taken")
     expect(page.locator("#filter-order")).to_have_value("taken")
     assert _grid_order(page, early, late) == [late, early]  # newest capture first
-    page.goto("/library?takenBefore=2022-06-10T00:00:00Z")
+    # "Taken until" 10 June, from the toolbar: only the photo of the 2nd is left.
+    page.goto("/library")
+    page.get_by_label("Taken until (UTC)").fill("2022-06-10")
+    page.get_by_role("button", name="Apply").click()
+    page.wait_for_url("**takenUntil=2022-06-10**")
     expect(page.locator(f'a[href="/assets/{early}"]').first).to_be_visible()
     expect(page.locator(f'a[href="/assets/{late}"]')).to_have_count(0)
+    expect(page.get_by_label("Taken until (UTC)")).to_have_value("2022-06-10")
+    check_accessibility(page)
