@@ -94,3 +94,4 @@ def test_the_asset_page_shows_capture_time_and_camera_and_the_library_sorts_by_i
     expect(page.locator(f'a[href="/assets/{late}"]')).to_have_count(0)
     expect(page.get_by_label("Taken until (UTC)")).to_have_value("2022-06-10")
     check_accessibility(page)
+    screenshot(page, "library-taken-until")
