@@ -17,6 +17,7 @@ from sqlalchemy import (
     CheckConstraint,
     Computed,
     DateTime,
+    Double,
     ForeignKey,
     ForeignKeyConstraint,
     Index,
@@ -50,9 +51,10 @@ ACTIVE_JOB_STATUSES = ("queued", "running", "retry")
 RECONCILE_RUN_STATUSES = ("done", "failed")
 REPRESENTATIONS = ("visual", "fused")
 # What a queued job does (docs/design.md#jobs): ``embed`` one representation into the vector
-# index, read the image's text (``ocr``), or describe it (``describe``). Only ``embed`` jobs
+# index, read the image's text (``ocr``), describe it (``describe``), or read when and with what
+# it was taken from its original's EXIF (``capture``). Only ``embed`` jobs
 # carry a representation and dimensions; every job names its model (or engine).
-JOB_KINDS = ("embed", "ocr", "describe")
+JOB_KINDS = ("embed", "ocr", "describe", "capture")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
 GRANT_PERMISSIONS = ("read", "write", "admin")
@@ -457,6 +459,15 @@ class AssetObject(Base):
 # The statuses a listing shows (memory_db.repositories.assets.VISIBLE_STATUSES); the listing
 # indexes hold only these rows.
 _LISTED = "status IN ('processing', 'ready', 'failed')"
+# An asset without a capture time sorts as if taken at this instant: last when newest
+# captures come first. Capture times are checked to be later (ck ..._taken_at_range). Not the
+# year 1: asyncpg sends datetime.min (year 1, UTC) as -infinity, and a cursor there was lost.
+UNDATED_TAKEN_AT = "1000-01-01 00:00:00+00"
+# As PostgreSQL writes it back, so that the migration drift check compares equal text.
+TAKEN_KEY = f"COALESCE(taken_at, '{UNDATED_TAKEN_AT}'::timestamp with time zone)"
+MAX_CAMERA_TEXT = 64
+# memory_db.repositories.filters.source_host() as an index expression (revision 0020).
+_HOST = r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"
 
 
 class Asset(Base):
@@ -543,6 +554,29 @@ class Asset(Base):
             "failure_message IS NULL OR char_length(failure_message) <= 1000",
             name="failure_message_length",
         ),
+        # When, with what and where the picture was taken (its EXIF; revision 0024).
+        CheckConstraint("taken_at IS NULL OR taken_at >= '1826-01-01'", name="taken_at_range"),
+        CheckConstraint(
+            "taken_offset_minutes IS NULL OR "
+            "(taken_at IS NOT NULL AND taken_offset_minutes BETWEEN -840 AND 840)",
+            name="taken_offset_range",
+        ),
+        CheckConstraint(
+            f"camera_make IS NULL OR char_length(camera_make) BETWEEN 1 AND {MAX_CAMERA_TEXT}",
+            name="camera_make_length",
+        ),
+        CheckConstraint(
+            f"camera_model IS NULL OR char_length(camera_model) BETWEEN 1 AND {MAX_CAMERA_TEXT}",
+            name="camera_model_length",
+        ),
+        CheckConstraint(
+            "orientation IS NULL OR orientation BETWEEN 1 AND 8", name="orientation_range"
+        ),
+        CheckConstraint(
+            "(latitude IS NULL AND longitude IS NULL) OR "
+            "(latitude BETWEEN -90 AND 90 AND longitude BETWEEN -180 AND 180)",
+            name="location_range",
+        ),
         Index(
             "ix_mem_assets_owner_vault_status_created",
             "owner_identity",
@@ -592,7 +626,7 @@ class Asset(Base):
             "ix_mem_assets_listed_host",
             "owner_identity",
             "vault",
-            text(r"lower(substring(source_url, '^[a-z]+://\[?([^/\]:]+)'))"),
+            text(_HOST),
             text("created_at DESC"),
             text("id DESC"),
             postgresql_where=text(_LISTED),
@@ -608,6 +642,25 @@ class Asset(Base):
             postgresql_where=text(_LISTED),
         ),
         Index("ix_mem_assets_saved_by", "saved_by_key_id"),
+        # Listing by capture time, undated last, in a vault, a project, a folder, or from one
+        # source host (revision 0024).
+        *(
+            Index(
+                f"ix_mem_assets_listed_taken{suffix}",
+                "owner_identity",
+                "vault",
+                *columns,
+                text(f"{TAKEN_KEY} DESC"),
+                text("id DESC"),
+                postgresql_where=text(_LISTED),
+            )
+            for suffix, columns in (
+                ("", ()),
+                ("_project", ("project_id",)),
+                ("_folder", ("project_id", "folder_id")),
+                ("_host", (text(_HOST),)),
+            )
+        ),
         Index(
             "ix_mem_assets_trash",
             "owner_identity",
@@ -670,6 +723,17 @@ class Asset(Base):
     # The base name of the file the bytes were uploaded as, cleaned; None when none was given.
     # Shown and used as the default title, never searched or embedded (revision 0019).
     original_file_name: Mapped[str | None] = mapped_column(Text)
+    # From the original's EXIF at save (or by the ``capture`` job): docs/design.md#capture.
+    taken_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+    # The camera's offset from UTC; NULL: its clock had no zone (taken_at is then that
+    # wall-clock time read as UTC).
+    taken_offset_minutes: Mapped[int | None] = mapped_column(SmallInteger)
+    camera_make: Mapped[str | None] = mapped_column(Text)
+    camera_model: Mapped[str | None] = mapped_column(Text)
+    orientation: Mapped[int | None] = mapped_column(SmallInteger)
+    # Only when the operator keeps locations (ASSET_KEEP_LOCATION).
+    latitude: Mapped[float | None] = mapped_column(Double)
+    longitude: Mapped[float | None] = mapped_column(Double)
     search_document: Mapped[str | None] = mapped_column(
         TSVECTOR, Computed(SEARCH_DOCUMENT_SQL, persisted=True), deferred=True
     )

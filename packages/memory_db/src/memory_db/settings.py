@@ -171,6 +171,9 @@ class MemorySettings(BaseSettings):
     # WebP files, what screen captures and charts are saved as), or every image.
     asset_ocr: Literal["off", "screenshots", "all"] = "screenshots"
     asset_ocr_timeout_seconds: float = Field(default=30.0, ge=1.0, le=600.0)
+    # GPS coordinates from a photo's EXIF are not stored unless the operator turns this on
+    # (docs/design.md#capture): a location is private by default.
+    asset_keep_location: bool = False
 
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.

@@ -18,7 +18,8 @@ import pytest
 from sqlalchemy import text
 
 from memory_db import Database
-from memory_db.repositories import AssetFilter
+from memory_db.repositories import AssetFilter, StoredAsset
+from memory_db.schema import UNDATED_TAKEN_AT
 from memory_db.testing.library_rows import (
     ABSENT_TAG,
     TAGS,
@@ -50,9 +51,18 @@ async def test_every_listing_reads_an_index_range_or_a_bounded_set(database: Dat
     assert problems == {}
 
 
+def _key(row: StoredAsset, by_taken: bool) -> tuple[datetime, str]:
+    """Where a listed asset stands in its order (undated: the year 1000, as in the taken order)."""
+    asset = row.asset
+    if by_taken:
+        return (asset.taken_at or datetime.fromisoformat(UNDATED_TAKEN_AT), asset.id)
+    return (asset.created_at, asset.id)
+
+
+@pytest.mark.parametrize("by_taken", [False, True], ids=["created", "taken"])
 @pytest.mark.parametrize("newest_first", [True, False])
 async def test_paging_through_merged_vaults_and_folders_meets_every_asset_once_in_order(
-    database: Database, newest_first: bool
+    database: Database, newest_first: bool, by_taken: bool
 ) -> None:
     mine = await fill_library(database, OWNER, {"Library": 300, "Work": 120}, projects_per_vault=2)
     [shared] = await fill_library(database, OTHER, {"Library": 90}, projects_per_vault=1)
@@ -68,20 +78,24 @@ async def test_paging_through_merged_vaults_and_folders_meets_every_asset_once_i
     async with database.unit_of_work() as uow:
         for name, (scopes, filters) in cases.items():
             everything = await uow.assets.list_visible(
-                scopes, filters, newest_first=newest_first, limit=10_000
+                scopes, filters, newest_first=newest_first, limit=10_000, by_taken=by_taken
             )
-            expected = sorted(
-                ((row.asset.created_at, row.asset.id) for row in everything),
-                reverse=newest_first,
-            )
+            expected = sorted((_key(row, by_taken) for row in everything), reverse=newest_first)
+            # The rows came in that order too, undated ones last when the newest come first.
+            assert [_key(row, by_taken) for row in everything] == expected, name
             assert len(expected) > 7, name  # more than one page
             seen: list[tuple[datetime, str]] = []
             after: tuple[datetime, str] | None = None
             while True:
                 page = await uow.assets.list_visible(
-                    scopes, filters, newest_first=newest_first, limit=7, after=after
+                    scopes,
+                    filters,
+                    newest_first=newest_first,
+                    limit=7,
+                    after=after,
+                    by_taken=by_taken,
                 )
-                seen += [(row.asset.created_at, row.asset.id) for row in page]
+                seen += [_key(row, by_taken) for row in page]
                 if len(page) < 7:
                     break
                 after = seen[-1]

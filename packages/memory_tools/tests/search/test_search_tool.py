@@ -247,6 +247,13 @@ async def test_exact_filters_narrow_the_results(
 PLACEMENT_CASES = ("vault", "projectId", "folderId", "includeSubfolders")
 
 
+def _taken(png: bytes, when: str) -> pyvips.Image:
+    """The picture carrying an EXIF ``DateTimeOriginal`` (libvips writes the EXIF block)."""
+    image = pyvips.Image.new_from_buffer(png, "").copy()
+    image.set_type(pyvips.GValue.gstr_type, "exif-ifd2-DateTimeOriginal", when)
+    return image
+
+
 def _filter_parameters() -> list[str]:
     """The tool parameter of every filter a caller sets, from the one filter definition."""
     return [
@@ -271,7 +278,9 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
     """
     await admin.create_vault(database, alice.email, "Work")
     web.routes["/agree.png"] = Reply(body=picture(64), headers={"Content-Type": "image/png"})
-    jpeg = pyvips.Image.new_from_buffer(picture(65), "").jpegsave_buffer()
+    # Two photos with EXIF capture times (a JPEG, and a PNG's eXIf chunk) for takenAfter/Before.
+    jpeg = _taken(picture(65), "2021:08:01 12:00:00").jpegsave_buffer()
+    dated_png = _taken(picture(60), "2019:05:01 12:00:00").pngsave_buffer()
     async with client_as(alice.key) as client:
         pid = (await _call(client, "image_project_create", {"name": "Agree"}))["projectId"]
         top = await _call(client, "image_folder_create", {"projectId": pid, "name": "top"})
@@ -281,7 +290,12 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
             {"projectId": pid, "name": "sub", "parentId": top["folderId"]},
         )
         saves: list[dict[str, Any]] = [
-            {"projectId": pid, "folderId": top["folderId"], "tags": ["beach", "sun"]},
+            {
+                "projectId": pid,
+                "folderId": top["folderId"],
+                "tags": ["beach", "sun"],
+                "imageBase64": b64(dated_png),
+            },
             {"projectId": pid, "folderId": sub["folderId"], "tags": ["beach"]},
             {"projectId": pid},
             {"sourceUrl": web.url("/agree.png", host="img.test"), "tags": ["web"]},
@@ -327,6 +341,8 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
             "createdAfter": {"createdAfter": middle},
             "createdBefore": {"createdBefore": middle},
             "savedBy": {"savedBy": second.record.id},
+            "takenAfter": {"takenAfter": "2020-01-01T00:00:00Z"},
+            "takenBefore": {"takenBefore": "2020-01-01T00:00:00+01:00"},
         }
         parameters = _filter_parameters()
         assert "untagged" in parameters and "tags" in parameters
@@ -406,6 +422,18 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
         (
             {"query": "x", "createdAfter": "2026-02-01T00:00:00"},
             "invalid_input: createdAfter: give a time zone",
+        ),
+        (
+            {
+                "query": "x",
+                "takenAfter": "2023-02-01T00:00:00Z",
+                "takenBefore": "2023-02-01T00:00:00+00:00",
+            },
+            "invalid_input: takenAfter: must be earlier than takenBefore",
+        ),
+        (
+            {"query": "x", "takenBefore": "2023-02-01T00:00:00"},
+            "invalid_input: takenBefore: give a time zone",
         ),
         ({"imageBase64": "not base64!"}, "invalid_input: imageBase64"),
         ({"imageBase64": b64(b"GIF89a" + b"\0" * 40)}, "invalid_image:"),

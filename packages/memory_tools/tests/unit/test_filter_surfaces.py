@@ -39,9 +39,16 @@ SAMPLES: dict[str, Any] = {
     "createdAfter": "2026-11-30T00:00:00Z",
     "createdBefore": "2026-12-01T00:00:00Z",
     "savedBy": "akey_sample",
+    "takenAfter": "2023-03-01T00:00:00Z",
+    "takenBefore": "2023-04-01T00:00:00Z",
 }
 # The search page's day controls for the two instants (a day in UTC; the end day inclusive).
-DAYS = {"createdFrom": "2026-11-30", "createdUntil": "2026-11-30"}
+DAYS = {
+    "createdFrom": "2026-11-30",
+    "createdUntil": "2026-11-30",
+    "takenFrom": "2023-03-01",
+    "takenUntil": "2023-03-31",
+}
 TEMPLATES = Path(search_page.__file__).with_name("templates")
 ALIASES = {name: info.alias or name for name, info in FilterParameters.model_fields.items()}
 
@@ -127,3 +134,24 @@ def test_a_day_on_the_search_page_is_its_whole_utc_day() -> None:
     filters = form.request(None, {}).filters
     assert filters.created_after == datetime(2026, 11, 30, tzinfo=UTC)
     assert filters.created_before == datetime(2026, 12, 1, tzinfo=UTC)
+
+
+def test_the_librarys_taken_days_are_whole_utc_days_and_its_links_carry_the_filters() -> None:
+    query = LibraryQuery.parse(QueryParams("takenFrom=2023-03-01&takenUntil=2023-03-31"))
+    filters = query.request().filters
+    assert filters.taken_after == datetime(2023, 3, 1, tzinfo=UTC)
+    assert filters.taken_before == datetime(2023, 4, 1, tzinfo=UTC)
+    # The controls show the days again; the link names the tools' filters, not the controls.
+    assert (query.taken_day("takenAfter"), query.taken_day("takenBefore")) == (
+        "2023-03-01",
+        "2023-03-31",
+    )
+    assert query.url() == (
+        "/library?takenAfter=2023-03-01T00%3A00%3A00Z&takenBefore=2023-04-01T00%3A00%3A00Z"
+    )
+    # An instant that is not a day is kept as sent (a hidden field), with no day shown.
+    exact = LibraryQuery.parse(QueryParams("takenAfter=2023-03-01T12:30:00%2B01:00"))
+    assert exact.taken_day("takenAfter") == ""
+    assert exact.kept_filters(()) == [("takenAfter", "2023-03-01T12:30:00+01:00")]
+    with pytest.raises(InvalidInputFailure, match="takenAfter: not an ISO 8601 instant"):
+        LibraryQuery.parse(QueryParams("takenFrom=last+March")).request()

@@ -104,7 +104,7 @@ async def test_filters_narrow_the_grid_and_a_bad_one_shows_the_workflows_error(
     for query, message in (
         ("mime=text/html", "mimeTypes: 'text/html' is not one of"),
         ("kind=ftp", "sourceKinds: 'ftp' is not one of"),
-        ("order=sideways", "order: newest or oldest"),
+        ("order=sideways", "order: newest, oldest or taken"),
         ("cursor=nonsense", "cursor: not a cursor this server returned"),
         ("limit=1000", "limit: between 1 and 100"),
     ):

@@ -7,7 +7,7 @@ job queue is in :mod:`memory_db.repositories.jobs`, orphan candidates in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias
@@ -39,11 +39,11 @@ from sqlalchemy.dialects.postgresql import ARRAY, REGCONFIG, TSQUERY
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.orm import QueryableAttribute
 
-from memory_db.errors import Conflict, InvalidStorageKey, NotFound
+from memory_db.errors import Conflict, InvalidInput, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
-from memory_db.repositories.filters import AssetFilter
+from memory_db.repositories.filters import AssetFilter, taken_key, taken_range
 from memory_db.repositories.records import (
     INTEGRITY_CODES,
     AssetRecord,
@@ -118,6 +118,15 @@ def stored_from_json(row: dict[str, Any]) -> StoredAsset:
             ocr=None if ocr is None else dict(ocr),
             original_file_name=asset["original_file_name"],
             saved_by_key_id=asset["saved_by_key_id"],
+            taken_at=(
+                None if asset["taken_at"] is None else datetime.fromisoformat(asset["taken_at"])
+            ),
+            taken_offset_minutes=asset["taken_offset_minutes"],
+            camera_make=asset["camera_make"],
+            camera_model=asset["camera_model"],
+            orientation=asset["orientation"],
+            latitude=asset["latitude"],
+            longitude=asset["longitude"],
         ),
         mime_type=row["mime_type"],
         width=row["width"],
@@ -486,6 +495,27 @@ def _branches(
     return split
 
 
+# What an asset's EXIF sets (docs/design.md#capture), by column name.
+CAPTURE_COLUMNS = (
+    "taken_at",
+    "taken_offset_minutes",
+    "camera_make",
+    "camera_model",
+    "orientation",
+    "latitude",
+    "longitude",
+)
+
+
+def _capture_values(capture: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Every capture column, NULL unless ``capture`` sets it; other names are refused."""
+    given = dict(capture or {})
+    unknown = set(given) - set(CAPTURE_COLUMNS)
+    if unknown:
+        raise InvalidInput(f"not capture columns: {sorted(unknown)}")
+    return {name: given.get(name) for name in CAPTURE_COLUMNS}
+
+
 def _one_asset(scope: VaultScope, asset_id: str) -> tuple[ColumnElement[bool], ...]:
     """The conditions that name one asset of one vault, deleted or not."""
     return (
@@ -518,8 +548,11 @@ class AssetRepository(SessionRepository):
         asset_id: str | None = None,
         original_file_name: str | None = None,
         saved_by_key_id: str | None = None,
+        capture: Mapping[str, Any] | None = None,
     ) -> AssetRecord:
         """A new asset in ``processing`` with embeddings ``pending``.
+
+        ``capture``: the capture columns read from its EXIF (:data:`CAPTURE_COLUMNS`).
 
         One statement: the insert returns the row with what the database filled in (times,
         defaults), so nothing is read back.
@@ -546,6 +579,7 @@ class AssetRepository(SessionRepository):
             "updated_by": created_by,
             "original_file_name": original_file_name,
             "saved_by_key_id": saved_by_key_id,
+            **_capture_values(capture),
         }
         row = await self._session.scalar(
             pg_insert(Asset)
@@ -570,6 +604,19 @@ class AssetRepository(SessionRepository):
         if row is None:
             raise NotFound("asset")
         return asset_record(row)
+
+    async def set_capture(self, owner: str, asset_id: str, capture: Mapping[str, Any]) -> None:
+        """Replace an asset's capture columns (:data:`CAPTURE_COLUMNS`) with ``capture``.
+
+        Columns ``capture`` omits become NULL: what a re-read did not find is not kept.
+        Does not stamp ``updated_at``: nobody edited the asset.
+        """
+        await self._session.execute(
+            update(Asset)
+            .where(Asset.owner_identity == owner, Asset.id == asset_id)
+            .values(**_capture_values(capture))
+            .execution_options(synchronize_session=False)
+        )
 
     async def _update(self, scope: VaultScope, asset_id: str, **values: Any) -> None:
         """Set columns of one asset of this vault, stamping ``updated_at`` by the database clock."""
@@ -628,8 +675,14 @@ class AssetRepository(SessionRepository):
         newest_first: bool,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        by_taken: bool = False,
     ) -> list[StoredAsset]:
-        """One page of assets by created time then id (a stable keyset order)."""
+        """One page of assets by created time then id (a stable keyset order).
+
+        ``by_taken``: by capture time instead (:func:`taken_key`: undated assets as taken in
+        the year 1000, so last when the newest come first); ``after`` is then a position in
+        that key.
+        """
         if not scopes:
             return []
         if filters.tags:
@@ -642,7 +695,7 @@ class AssetRepository(SessionRepository):
                 select(func.set_config("plan_cache_mode", "force_custom_plan", True))
             )
         query = self.list_statement(
-            scopes, filters, newest_first=newest_first, limit=limit, after=after
+            scopes, filters, newest_first=newest_first, limit=limit, after=after, by_taken=by_taken
         )
         rows = await self._session.execute(query)
         return [self._stored(asset, stored) for asset, stored in rows.all()]
@@ -656,29 +709,33 @@ class AssetRepository(SessionRepository):
         newest_first: bool,
         limit: int,
         after: tuple[datetime, str] | None = None,
+        by_taken: bool = False,
     ) -> AnySelect:
         """The statement of :meth:`list_visible` (its plans are checked by a test).
 
         Each vault (and each folder of a subtree) is one branch that walks a listing index
-        in the page's order from the cursor until the page is full (revision 0020). With
-        several branches, each reads at most one page and the pages are merged: an ``IN``
-        list of vaults or folders would instead read all their assets to sort them.
+        in the page's order from the cursor until the page is full (revision 0020; 0024 for
+        capture time). With several branches, each reads at most one page and the pages are
+        merged: an ``IN`` list of vaults or folders would instead read all their assets to
+        sort them.
         """
-        if newest_first:
-            order = (Asset.created_at.desc(), Asset.id.desc())
-        else:
-            order = (Asset.created_at.asc(), Asset.id.asc())
+        key: ColumnElement[datetime] = taken_key() if by_taken else Asset.created_at.expression
+        order = (key.desc(), Asset.id.desc()) if newest_first else (key.asc(), Asset.id.asc())
 
         def page(branch: Sequence[VaultScope], branch_filters: AssetFilter) -> AnySelect:
             query = cls._visible(branch).where(*branch_filters.conditions())
+            if by_taken:
+                query = query.where(
+                    *taken_range(branch_filters.taken_after, branch_filters.taken_before)
+                )
             if after is not None:
-                position = tuple_(Asset.created_at, Asset.id)
+                position = tuple_(key, Asset.id)
                 marker = tuple_(literal(after[0], DateTime(timezone=True)), literal(after[1]))
                 query = query.where(position < marker if newest_first else position > marker)
             return query.order_by(*order).limit(limit)
 
         whole = cls._visible(scopes).order_by(*order).limit(limit)
-        return cls._merged(scopes, filters, page, whole, Asset.created_at, newest_first, limit)
+        return cls._merged(scopes, filters, page, whole, key, newest_first, limit)
 
     @staticmethod
     def _merged(
@@ -686,7 +743,7 @@ class AssetRepository(SessionRepository):
         filters: AssetFilter,
         page: Callable[[Sequence[VaultScope], AssetFilter], AnySelect],
         whole: AnySelect,
-        key: QueryableAttribute[datetime] | QueryableAttribute[datetime | None],
+        key: ColumnElement[datetime] | QueryableAttribute[datetime | None],
         descending: bool,
         limit: int,
     ) -> AnySelect:

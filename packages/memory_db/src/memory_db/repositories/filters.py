@@ -22,12 +22,12 @@ from dataclasses import dataclass, field, fields, replace
 from datetime import datetime
 from typing import Any, TypeVar, overload
 
-from sqlalchemy import ColumnElement, func, literal, literal_column
+from sqlalchemy import ColumnElement, DateTime, func, literal, literal_column
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import QueryableAttribute
 
 from memory_db.errors import InvalidInput
-from memory_db.schema import Asset, AssetObject
+from memory_db.schema import UNDATED_TAKEN_AT, Asset, AssetObject
 
 Value = TypeVar("Value")
 
@@ -102,6 +102,35 @@ def source_host() -> ColumnElement[str]:
     return func.lower(func.substring(Asset.source_url, pattern))
 
 
+def taken_key() -> ColumnElement[datetime]:
+    """An asset's capture time, undated assets at the year 1000 (``schema.TAKEN_KEY``), as SQL.
+
+    The ``taken`` listing indexes are built on this very expression (revision 0024).
+    """
+    # A function, not one literal column: a comparison names its parameter after the left
+    # side, and the literal's text (quotes, colons) is no parameter name.
+    return func.coalesce(Asset.taken_at, _undated())
+
+
+def taken_range(after: datetime | None, before: datetime | None) -> list[ColumnElement[bool]]:
+    """The capture filters over :func:`taken_key`: index conditions of the ``taken`` order.
+
+    The filters themselves compare the column (:class:`AssetFilter`), which no index leads
+    with, so a listing by creation time walks its own index rather than sorting a capture
+    range; a listing by capture time adds these, and reads the range from its index.
+    """
+    found: list[ColumnElement[bool]] = []
+    if after is not None:
+        found.append(taken_key() >= after)
+    if before is not None:
+        found.append(taken_key() < before)
+    return found
+
+
+def _undated() -> ColumnElement[datetime]:
+    return literal_column(f"'{UNDATED_TAKEN_AT}'::timestamptz", DateTime(timezone=True))
+
+
 # A constant (not a parameter), so that a cached generic plan knows its frequency too.
 _EMPTY_ARRAY = literal_column("'[]'::jsonb", JSONB)
 
@@ -151,6 +180,9 @@ class AssetFilter:
     # Saved with this key (``savedBy``, revision 0023): the vector tables lack the column, so
     # search narrows its candidates by asset id, as for ``source_host``.
     saved_by: str | None = condition(None, lambda value: Asset.saved_by_key_id == value)
+    # Capture time from EXIF (revision 0024); the vector tables do not carry it.
+    taken_after: datetime | None = condition(None, lambda value: Asset.taken_at >= value)
+    taken_before: datetime | None = condition(None, lambda value: Asset.taken_at < value)
     # Only these assets (search candidates).
     asset_ids: tuple[str, ...] | None = condition(
         None,

@@ -212,6 +212,14 @@ class AssetRecord:
     original_file_name: str | None = None
     # The key whose call saved it (``savedBy``); None when unknown (older assets, deleted key).
     saved_by_key_id: str | None = None
+    # When, with what and where it was taken (its EXIF; docs/design.md#capture).
+    taken_at: datetime | None = None
+    taken_offset_minutes: int | None = None
+    camera_make: str | None = None
+    camera_model: str | None = None
+    orientation: int | None = None
+    latitude: float | None = None
+    longitude: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

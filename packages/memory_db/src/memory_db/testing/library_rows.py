@@ -180,7 +180,8 @@ async def _insert_rows(
             + """
             INSERT INTO mem_assets (id, owner_identity, vault, project_id, folder_id, object_id,
                 title, source_url, source_kind, tags, status, embedding_status, created_by,
-                updated_by, created_at, updated_at, deleted_at, purged_at, saved_by_key_id)
+                updated_by, created_at, updated_at, deleted_at, purged_at, saved_by_key_id,
+                taken_at)
             SELECT 'ast_' || body, :owner, :vault,
                    CASE WHEN i % 10 < 3 THEN projects[i / 10 % cardinality(projects) + 1] END,
                    CASE WHEN i % 10 = 1 THEN folders[i / 10 % cardinality(folders) + 1]
@@ -204,7 +205,9 @@ async def _insert_rows(
                    now - make_interval(secs => i / 2),
                    CASE WHEN i % 100 IN (2, 3, 4, 5) THEN now - make_interval(secs => i / 4) END,
                    CASE WHEN i % 100 = 5 THEN now - make_interval(secs => i / 4) END,
-                   CASE WHEN i % 7 <> 0 THEN 'akey_saver' || (i % 4) END
+                   CASE WHEN i % 7 <> 0 THEN 'akey_saver' || (i % 4) END,
+                   CASE WHEN i % 5 <> 4
+                        THEN now - make_interval(days => 30, secs => (i * 7919) % 100000) END
             FROM rows
             """
         ),
@@ -228,6 +231,7 @@ class ListingShape:
     limit: int
     after: tuple[datetime, str] | None = None
     asset_id: str | None = None
+    by_taken: bool = False
 
     @property
     def statement(self) -> AnySelect:
@@ -246,6 +250,7 @@ class ListingShape:
             newest_first=self.newest_first,
             limit=self.limit,
             after=self.after,
+            by_taken=self.by_taken,
         )
 
 
@@ -267,6 +272,9 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
     # The creation time of the library's middle asset, and of its asset three quarters down.
     middle = library.newest - timedelta(seconds=library.assets // 4)
     older = library.newest - timedelta(seconds=library.assets * 3 // 8)
+    # Capture times are spread over 100,000 seconds from 30 days back (four assets in five).
+    taken_middle = library.newest - timedelta(days=30, seconds=50_000)
+    taken_older = library.newest - timedelta(days=30, seconds=75_000)
     filters: dict[str, AssetFilter] = {
         "no filter": AssetFilter(),
         "tag": AssetFilter(tags=(TAGS[5],)),
@@ -283,6 +291,9 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
         "created between": AssetFilter(created_after=older, created_before=middle),
         "saved by": AssetFilter(saved_by=SAVERS[1]),
         "saved by no asset's key": AssetFilter(saved_by="akey_nobody"),
+        "taken after": AssetFilter(taken_after=taken_middle),
+        "taken before": AssetFilter(taken_before=taken_middle),
+        "taken between": AssetFilter(taken_after=taken_older, taken_before=taken_middle),
     }
     places: dict[str, AssetFilter] = {
         "project": AssetFilter(project_id=project),
@@ -301,6 +312,30 @@ def listing_shapes(mine: list[FilledVault], shared: FilledVault) -> list[Listing
             shapes += [
                 ListingShape(
                     f"list {label}: {name}", "list", scopes, chosen, newest_first, LIST_PAGE, after
+                )
+                for name, scopes, chosen in cases
+            ]
+    # By capture time (the ``taken`` order, and backwards): each filter, one vault and all.
+    taken_cursor = (taken_middle, cursor[1])
+    for newest_first in (True, False):
+        for after in (None, taken_cursor):
+            label = ("taken" if newest_first else "taken reversed") + (" after" if after else "")
+            # Not a creation range: no index holds both orders; it reads the range and sorts
+            # it (docs/scaling.md#listing-at-scale).
+            by_taken = {k: f for k, f in filters.items() if not k.startswith("created")}
+            cases = [(f"{name}, one vault", one, f) for name, f in by_taken.items()]
+            cases += [(f"{name}, every vault", every, f) for name, f in by_taken.items()]
+            cases += [(name, one, f) for name, f in places.items()]
+            shapes += [
+                ListingShape(
+                    f"list {label}: {name}",
+                    "list",
+                    scopes,
+                    chosen,
+                    newest_first,
+                    LIST_PAGE,
+                    after,
+                    by_taken=True,
                 )
                 for name, scopes, chosen in cases
             ]

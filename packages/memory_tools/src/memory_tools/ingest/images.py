@@ -10,7 +10,9 @@ reach an SVG, PDF, TIFF or HEIF parser whatever the bytes say. For each upload:
    archive, HTML, script or PDF bytes after it (a polyglot) are refused;
 4. the header is read and ``width x height x pages`` is checked against the pixel limit
    before any pixel is decoded, and so is whether the compressed data can hold that many
-   pixels at all (a 633-byte JPEG claiming 6000 x 6000 cannot);
+   pixels at all (a 633-byte JPEG claiming 6000 x 6000 cannot); the capture time, camera,
+   orientation and location are read from the same header's EXIF, tag by tag
+   (:mod:`memory_tools.ingest.exif`: a refused tag is left out, never the image);
 5. a sanitised WebP preview is made (shrink-on-load, EXIF auto-orientation, sRGB, first frame,
    no metadata), which reads the whole first frame, so truncation or a corrupt stream fails
    here; the frames of an animation are decoded too.
@@ -32,7 +34,7 @@ from __future__ import annotations
 import hashlib
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio.to_thread
@@ -41,6 +43,7 @@ import pyvips
 from memory_tools.capacity import TRIM_AFTER_PIXELS, DecodeAdmission, trim_allocator
 from memory_tools.errors import InvalidImage
 from memory_tools.ingest import structure
+from memory_tools.ingest.exif import Capture, read_capture
 
 MIN_LIBVIPS = (8, 18, 3)
 PREVIEW_QUALITY = 82
@@ -98,6 +101,8 @@ class InspectedImage:
     preview: bytes
     preview_width: int
     preview_height: int
+    # When, with what and where it was taken, from its EXIF (memory_tools.ingest.exif).
+    capture: Capture = field(default_factory=Capture)
 
 
 @dataclass(frozen=True)
@@ -112,6 +117,7 @@ class ImageHeader:
     has_profile: bool
     transparent: bool  # GIF only: a graphic control block declares a transparent colour
     decode_pixels: int  # what decoding will hold: the larger of the image and a GIF's screen
+    capture: Capture = field(default_factory=Capture)
 
 
 _setup_lock = threading.Lock()
@@ -261,6 +267,8 @@ def read_header(data: bytes, *, max_pixels: int) -> ImageHeader:
         width, height = header.width, header.height
         orientation = _int_field(header, "orientation", 1)
         has_profile = header.get_typeof("icc-profile-data") != 0
+        # Tag by tag, never raising: hostile EXIF loses its tags, not the image.
+        capture = read_capture(header)
     except pyvips.Error:
         raise InvalidImage(f"the {image_format.name} header is unreadable") from None
     if width <= 0 or height <= 0:
@@ -293,6 +301,7 @@ def read_header(data: bytes, *, max_pixels: int) -> ImageHeader:
         has_profile=has_profile,
         transparent=layout.transparent,
         decode_pixels=decode_pixels,
+        capture=capture,
     )
 
 
@@ -341,6 +350,7 @@ def decode_preview(data: bytes, header: ImageHeader, *, preview_edge: int) -> In
         preview=encoded,
         preview_width=preview.width,
         preview_height=preview.height,
+        capture=header.capture,
     )
 
 

@@ -79,6 +79,7 @@ from memory_tools.errors import (
     translate,
 )
 from memory_tools.ingest import inputs, reservations
+from memory_tools.ingest.exif import kept_capture
 from memory_tools.ingest.images import inspect_image
 from memory_tools.ingest.plan import (
     OCR_ENGINE,
@@ -701,6 +702,7 @@ class AssetSaver:
                 created_by=order.actor,
                 original_file_name=intent.file_name,
                 saved_by_key_id=order.key_id,
+                capture=self._capture(plan),
             )
             # Every job of the new asset in one statement.
             queued = await uow.jobs.create_many(
@@ -737,6 +739,10 @@ class AssetSaver:
         job_ids = [job.id for job in jobs]
         result = _result(target, asset, stored, job_ids, deduplicated=deduplicated, replayed=False)
         return result, losers
+
+    def _capture(self, plan: SavePlan) -> dict[str, object]:
+        """The capture columns of the new asset: its EXIF, without a location unless kept."""
+        return kept_capture(plan.image.capture, self._settings).columns()
 
     def _job_kinds(self, plan: SavePlan) -> list[tuple[str, str]]:
         """The asset's jobs besides its embeddings: OCR and a description, when wanted."""
@@ -815,6 +821,7 @@ class AssetSaver:
                 "updated_by": order.actor,
                 "original_file_name": intent.file_name,
                 "saved_by_key_id": order.key_id,
+                **self._capture(plan),
             },
             jobs=[
                 *(("embed", r, embedder.model, embedder.dimensions) for r in plan.representations),

@@ -216,10 +216,24 @@ async def _queue_describe(
     return job is not None
 
 
+def _never_off(services: MemoryServices) -> str | None:
+    return None
+
+
+async def _queue_capture(
+    uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str
+) -> bool:
+    # The EXIF reader is part of the server (memory_tools.jobs.capture); "libvips" names it.
+    job = await uow.jobs.create_kind(owner, asset_id, kind="capture", model="libvips-exif")
+    return job is not None
+
+
 # What ``what`` may name: each enrichment says whether it is off and queues its job.
 ENRICHERS: dict[str, Enricher] = {
     "ocr": Enricher(switched_off=_ocr_off, queue=_queue_ocr),
     "describe": Enricher(switched_off=_describe_off, queue=_queue_describe),
+    # When and with what it was taken, from the original's EXIF (memory_tools.jobs.capture).
+    "capture": Enricher(switched_off=_never_off, queue=_queue_capture),
 }
 
 

@@ -389,12 +389,12 @@ class MemoryTools:
     async def image_asset_list(
         self,
         filters: FiltersParam = FilterParameters(),  # noqa: B008 - frozen, shown spread
-        order: Literal["newest", "oldest"] = "newest",
+        order: Literal["newest", "oldest", "taken"] = "newest",
         limit: Annotated[int, Field(ge=1, le=100)] = 25,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
         includeThumbnails: ThumbnailsParam = False,
     ) -> AssetListView:
-        """List images by created time with exact filters; page with nextCursor."""
+        """List images by created time, or capture time (order 'taken'); page with nextCursor."""
         request = assets.ListRequest(
             **filters.request_fields(),
             order=order,
@@ -560,7 +560,7 @@ class MemoryTools:
         self,
         assetId: AssetIdParam,
         what: Annotated[
-            list[Literal["ocr", "describe"]] | None,
+            list[Literal["ocr", "describe", "capture"]] | None,
             Field(max_length=4, description="Omit for all this server has on."),
         ] = None,
     ) -> Enrichment:

@@ -14,8 +14,10 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
-from typing import Any, Literal, cast
+from datetime import date, timedelta
+from typing import Any, cast
 from urllib.parse import urlencode
 
 from starlette.datastructures import QueryParams
@@ -27,7 +29,7 @@ from memory_tools.errors import ToolFailure, http_status
 from memory_tools.services import MemoryServices
 from memory_tools.web.filter_query import filter_pairs, read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import WebRequest, action, page
-from memory_tools.workflows.assets import MIME_TYPES, ListRequest
+from memory_tools.workflows.assets import MIME_TYPES, ListOrder, ListRequest
 from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
 from memory_tools.workflows.filters import FILTER_NAMES, FilterParameters
 from memory_tools.workflows.keys import list_keys
@@ -94,7 +96,7 @@ class LibraryQuery:
             vault=_one(params, "vault"),
             project=_one(params, "project"),
             folder=_one(params, "folder"),
-            filters=read_filters(params, FILTER_NAMES, former=FORMER_NAMES),
+            filters=_taken_days(params, read_filters(params, FILTER_NAMES, former=FORMER_NAMES)),
             order=params.get("order") or "newest",
             # Not a number: 0, which the workflow refuses with its own words.
             limit=int(limit) if (limit := params.get("limit", str(PAGE_SIZE))).isdigit() else 0,
@@ -112,6 +114,19 @@ class LibraryQuery:
         """How many filter values narrow the grid (each tag and each choice counts)."""
         return len(filter_pairs(self.filters))
 
+    def taken_day(self, name: str) -> str:
+        """The day a ``takenFrom``/``takenUntil`` control shows for its filter, or ``""``.
+
+        Only a filter at midnight UTC is a day (``takenBefore`` is the day after the last one);
+        any other instant (a link may carry one) is kept as it is, in a hidden field.
+        """
+        value = self.filters.get(name, "")
+        match = _MIDNIGHT.fullmatch(value) if isinstance(value, str) else None
+        if match is None:
+            return ""
+        day = date.fromisoformat(match[1])
+        return (day - timedelta(days=1) if name == "takenBefore" else day).isoformat()
+
     def kept_filters(self, shown: tuple[str, ...]) -> list[tuple[str, str]]:
         """The filters the toolbar has no control for, as pairs its form keeps (hidden)."""
         return [(name, value) for name, value in filter_pairs(self.filters) if name not in shown]
@@ -123,7 +138,7 @@ class LibraryQuery:
         parameters = FilterParameters.checked(chosen | set_filters(self.filters))
         return ListRequest(
             **parameters.request_fields(),
-            order=cast(Literal["newest", "oldest"], self.order),  # the workflow checks it
+            order=cast(ListOrder, self.order),  # the workflow checks it
             limit=self.limit,
             cursor=self.cursor,
         )
@@ -151,6 +166,35 @@ class LibraryQuery:
         if view.back:
             pairs.append(("back", "1"))
         return "/library" + (f"?{urlencode(pairs)}" if pairs else "")
+
+
+# The toolbar's day controls, and the capture filters they stand for: a day in UTC, the end
+# day inclusive (as the search page's day controls).
+TAKEN_DAYS = {"takenFrom": "takenAfter", "takenUntil": "takenBefore"}
+_MIDNIGHT = re.compile(r"(\d{4}-\d{2}-\d{2})T00:00:00Z")
+
+
+def _taken_days(params: QueryParams, filters: dict[str, Any]) -> dict[str, Any]:
+    """``filters`` with a day chosen in ``takenFrom``/``takenUntil`` as its capture filter.
+
+    A day is written as the instant it starts (the day after, for the inclusive end), so the
+    page's links carry the tools' own filters; a value that is not a day is passed on as it
+    is, for the filter's check to refuse with its own words.
+    """
+    read = dict(filters)
+    for control, name in TAKEN_DAYS.items():
+        value = (params.get(control) or "").strip()
+        if not value:
+            continue
+        try:
+            day = date.fromisoformat(value)
+        except ValueError:
+            read[name] = value
+            continue
+        if name == "takenBefore":
+            day += timedelta(days=1)
+        read[name] = f"{day.isoformat()}T00:00:00Z"
+    return read
 
 
 def _heading(query: LibraryQuery, tree: LibraryTree) -> str:

@@ -75,7 +75,12 @@ MATCHED = {
 
 
 # The page's date controls stand for the time filters: a day in UTC, the end one inclusive.
-DAY_CONTROLS = {"createdAfter": "createdFrom", "createdBefore": "createdUntil"}
+DAY_CONTROLS = {
+    "createdAfter": "createdFrom",
+    "createdBefore": "createdUntil",
+    "takenAfter": "takenFrom",
+    "takenBefore": "takenUntil",
+}
 
 
 @dataclass(frozen=True)
@@ -92,6 +97,8 @@ class SearchForm:
     filters: dict[str, Any] = field(default_factory=unset_filters)
     created_from: str = ""
     created_until: str = ""
+    taken_from: str = ""
+    taken_until: str = ""
     limit: str = str(DEFAULT_LIMIT)
     min_score: str = ""
 
@@ -109,6 +116,8 @@ class SearchForm:
             filters=read_filters(values),
             created_from=text(DAY_CONTROLS["createdAfter"]),
             created_until=text(DAY_CONTROLS["createdBefore"]),
+            taken_from=text(DAY_CONTROLS["takenAfter"]),
+            taken_until=text(DAY_CONTROLS["takenBefore"]),
             limit=text("limit") or str(DEFAULT_LIMIT),
             min_score=text("minScore"),
         )
@@ -135,6 +144,11 @@ class SearchForm:
         if self.created_until:
             until = DAY_CONTROLS["createdBefore"]
             values["createdBefore"] = _day(self.created_until, until, next_day=True)
+        if self.taken_from:
+            values["takenAfter"] = _day(self.taken_from, DAY_CONTROLS["takenAfter"])
+        if self.taken_until:
+            until = DAY_CONTROLS["takenBefore"]
+            values["takenBefore"] = _day(self.taken_until, until, next_day=True)
         project = str(values.get("projectId", ""))
         if "vault" not in values and project in project_vaults:
             values["vault"] = project_vaults[project]

@@ -13,13 +13,14 @@ import binascii
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 from typing import Literal
 
 import anyio
 from pydantic import Field
 
 from memory_db import (
+    AssetRecord,
     ChecksumMismatch,
     MemoryDbError,
     ObjectNotFound,
@@ -28,7 +29,7 @@ from memory_db import (
     is_valid_id,
 )
 from memory_db.repositories import AssetFilter, OcrState, StoredAsset
-from memory_db.schema import SOURCE_KINDS
+from memory_db.schema import SOURCE_KINDS, UNDATED_TAKEN_AT
 from memory_db.storage import read_verified
 from memory_tools import metrics, policy
 from memory_tools.access import (
@@ -132,6 +133,33 @@ class SavedBy(WireModel):
     label: str | None
 
 
+class Camera(WireModel):
+    """The camera EXIF names (either may be null)."""
+
+    make: str | None
+    model: str | None
+
+
+class Location(WireModel):
+    """Where EXIF says it was taken (stored only with ASSET_KEEP_LOCATION)."""
+
+    latitude: float
+    longitude: float
+
+
+def taken_at_text(asset: AssetRecord) -> str | None:
+    """The capture time as ISO 8601: in the camera's offset, or without a zone when it had none.
+
+    A time without a zone is the camera's wall clock; filters and sorting read it as UTC.
+    """
+    if asset.taken_at is None:
+        return None
+    offset = asset.taken_offset_minutes
+    if offset is None:
+        return asset.taken_at.astimezone(UTC).replace(tzinfo=None).isoformat()
+    return asset.taken_at.astimezone(timezone(timedelta(minutes=offset))).isoformat()
+
+
 class AssetView(WireModel):
     """An asset with its embedding state."""
 
@@ -176,6 +204,12 @@ class AssetView(WireModel):
         "when none was generated, it was cleared, or the image's bytes changed since.",
     )
     saved_by: SavedBy | None = Field(default=None, description="The key that saved it.")
+    taken_at: str | None = Field(
+        default=None, description="EXIF capture time; no zone if the camera gave none."
+    )
+    camera: Camera | None = None
+    orientation: int | None = Field(default=None, description="EXIF orientation, 1-8.")
+    location: Location | None = None
 
 
 class AssetSummary(WireModel):
@@ -322,6 +356,18 @@ def _view(
         preview=preview,
         original=original,
         text_in_image=text_in_image,
+        taken_at=taken_at_text(asset),
+        camera=(
+            Camera(make=asset.camera_make, model=asset.camera_model)
+            if asset.camera_make or asset.camera_model
+            else None
+        ),
+        orientation=asset.orientation,
+        location=(
+            Location(latitude=asset.latitude, longitude=asset.longitude)
+            if asset.latitude is not None and asset.longitude is not None
+            else None
+        ),
     )
 
 
@@ -558,10 +604,41 @@ class FilterFields:
 class ListRequest(FilterFields):
     """What ``image_asset_list`` was asked."""
 
-    order: Literal["newest", "oldest"] = "newest"
+    order: ListOrder = "newest"
     limit: int = 25
     cursor: str | None = None
     include_thumbnails: bool = False
+
+
+# How a listing is ordered: by creation (newest or oldest first) or by capture time (``taken``:
+# newest capture first, undated last). ``takenReversed`` is ``taken`` read backwards (undated
+# first), the web library's way to the page before; the tools do not offer it.
+ListOrder = Literal["newest", "oldest", "taken", "takenReversed"]
+ORDERS: tuple[ListOrder, ...] = ("newest", "oldest", "taken", "takenReversed")
+_OPPOSITE: dict[str, ListOrder] = {
+    "newest": "oldest",
+    "oldest": "newest",
+    "taken": "takenReversed",
+    "takenReversed": "taken",
+}
+_UNDATED = datetime.fromisoformat(UNDATED_TAKEN_AT)
+
+
+def opposite_order(order: str) -> ListOrder:
+    """The same listing read backwards."""
+    return _OPPOSITE[order]
+
+
+def by_taken(order: str) -> bool:
+    """Whether ``order`` sorts by capture time."""
+    return order in ("taken", "takenReversed")
+
+
+def list_position(asset: AssetRecord, order: str) -> datetime:
+    """The key a cursor of ``order`` records for ``asset`` (undated: the year 1000)."""
+    if by_taken(order):
+        return asset.taken_at or _UNDATED
+    return asset.created_at
 
 
 def encode_cursor(created_at: datetime, asset_id: str, order: str) -> str:
@@ -619,15 +696,17 @@ def check_filters(request: FilterFields) -> None:
     for name, value in (
         ("createdAfter", filters.created_after),
         ("createdBefore", filters.created_before),
+        ("takenAfter", filters.taken_after),
+        ("takenBefore", filters.taken_before),
     ):
         if value is not None and value.tzinfo is None:
             raise InvalidInputFailure(f"{name}: give a time zone (e.g. 2026-11-30T12:00:00Z)")
-    if (
-        filters.created_after is not None
-        and filters.created_before is not None
-        and filters.created_after >= filters.created_before
+    for after, before, names in (
+        (filters.created_after, filters.created_before, ("createdAfter", "createdBefore")),
+        (filters.taken_after, filters.taken_before, ("takenAfter", "takenBefore")),
     ):
-        raise InvalidInputFailure("createdAfter: must be earlier than createdBefore")
+        if after is not None and before is not None and after >= before:
+            raise InvalidInputFailure(f"{names[0]}: must be earlier than {names[1]}")
 
 
 async def resolve_filters(
@@ -697,14 +776,17 @@ async def list_asset_rows(
     if not 1 <= request.limit <= MAX_LIST_LIMIT:
         raise InvalidInputFailure(f"limit: between 1 and {MAX_LIST_LIMIT}")
     check_filters(request)
+    if request.order not in ORDERS:
+        raise InvalidInputFailure("order: newest, oldest or taken")
     after = decode_cursor(request.cursor, request.order) if request.cursor else None
     vaults, filters = await resolve_filters(uow, caller, request)
     rows = await uow.assets.list_visible(
         [v.record.scope for v in vaults],
         filters,
-        newest_first=request.order == "newest",
+        newest_first=request.order in ("newest", "taken"),
         limit=request.limit + 1,
         after=after,
+        by_taken=by_taken(request.order),
     )
     handles = _handles(vaults)
     page = rows[: request.limit]
@@ -716,7 +798,7 @@ async def list_asset_rows(
     next_cursor = None
     if more and page:
         last = page[-1].asset
-        next_cursor = encode_cursor(last.created_at, last.id, request.order)
+        next_cursor = encode_cursor(list_position(last, request.order), last.id, request.order)
     view = AssetListView(items=items, next_cursor=next_cursor)
     if request.include_thumbnails:
         view = view.with_thumbnails(tuple(Thumbnail.wanted(row) for row in page))

@@ -11,7 +11,6 @@ the workflows' own: another owner's asset is ``not_found`` here exactly as in th
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Literal
 
 from memory_db import MemoryDbError, UnitOfWork
 from memory_db.repositories import FolderRecord
@@ -29,6 +28,8 @@ from memory_tools.workflows.assets import (
     encode_cursor,
     get_asset,
     list_asset_rows,
+    list_position,
+    opposite_order,
     signed_preview,
 )
 from memory_tools.workflows.projects import (
@@ -41,11 +42,9 @@ from memory_tools.workflows.projects import (
 from memory_tools.workflows.trash import trashed_preview
 from memory_tools.workflows.vaults import VaultView, list_vaults
 
-ORDERS = ("newest", "oldest")
-
-
-def _opposite(order: str) -> Literal["newest", "oldest"]:
-    return "oldest" if order == "newest" else "newest"
+# What the library offers (``takenReversed`` is only its way back through ``taken``).
+ORDERS = ("newest", "oldest", "taken")
+_opposite = opposite_order
 
 
 @dataclass(frozen=True)
@@ -88,7 +87,7 @@ async def asset_grid(
     """
     policy.require(services.settings)
     if request.order not in ORDERS:
-        raise InvalidInputFailure("order: newest or oldest")
+        raise InvalidInputFailure("order: newest, oldest or taken")
     if backward:
         if request.cursor is None:
             raise InvalidInputFailure("cursor: going back needs the cursor of a page")
@@ -97,20 +96,22 @@ async def asset_grid(
         if view.next_cursor is None:  # nothing before these: show the first page itself
             return await asset_grid(uow, caller, services, replace(request, cursor=None))
         items, rows = list(reversed(view.items)), list(reversed(rows))
-        last = items[-1]
+        last = rows[-1].asset
         return AssetGrid(
             cards=[
                 AssetCard(item, await signed_preview(services, row))
                 for item, row in zip(items, rows, strict=True)
             ],
-            next_cursor=encode_cursor(last.created_at, last.asset_id, request.order),
+            next_cursor=encode_cursor(list_position(last, request.order), last.id, request.order),
             previous_cursor=view.next_cursor,
         )
     view, rows = await list_asset_rows(uow, caller, services, request)
     previous = None
-    if request.cursor is not None and view.items:
-        first = view.items[0]
-        previous = encode_cursor(first.created_at, first.asset_id, _opposite(request.order))
+    if request.cursor is not None and rows:
+        first = rows[0].asset
+        previous = encode_cursor(
+            list_position(first, request.order), first.id, _opposite(request.order)
+        )
     elif request.cursor is not None:
         # Past the end (images removed meanwhile): back from the cursor's own position.
         created, asset_id = decode_cursor(request.cursor, request.order)

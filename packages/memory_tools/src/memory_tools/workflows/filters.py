@@ -96,6 +96,17 @@ SavedByParam = Annotated[
     str | None, Field(max_length=64, description="Id of the key that saved it.")
 ]
 
+TakenAfterParam = Annotated[
+    datetime | None,
+    BeforeValidator(iso_instant),
+    Field(description="Capture time, inclusive."),
+]
+TakenBeforeParam = Annotated[
+    datetime | None,
+    BeforeValidator(iso_instant),
+    Field(description="Capture time, exclusive."),
+]
+
 # Where to look: checked against the caller's vaults, never an ``AssetFilter`` field.
 PLACEMENT = ("vault", "project_id", "folder_id", "include_subfolders")
 
@@ -122,6 +133,8 @@ class FilterParameters(BaseModel):
     created_after: CreatedAfterParam = None
     created_before: CreatedBeforeParam = None
     saved_by: SavedByParam = None
+    taken_after: TakenAfterParam = None
+    taken_before: TakenBeforeParam = None
 
     @classmethod
     def checked(cls, values: dict[str, Any]) -> FilterParameters:
