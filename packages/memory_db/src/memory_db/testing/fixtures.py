@@ -12,8 +12,10 @@ Load them from a root ``conftest.py`` with ``pytest_plugins = ["memory_db.testin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Coroutine, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -21,6 +23,16 @@ from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests, copy_data_directory, make_migrated_data_directory
 from memory_db.testing.s3_peers import MotoPeer, S3Peer, S3rverPeer, find_s3rver
 from memory_db.unit_of_work import Database
+
+
+def _run_apart(work: Coroutine[Any, Any, None]) -> None:
+    """Run ``work`` to its end on an event loop of its own thread.
+
+    A session fixture is made on first use, which may be inside a running event loop (a
+    Playwright page's, an async test's), where ``asyncio.run`` refuses to start.
+    """
+    with ThreadPoolExecutor(max_workers=1) as apart:
+        apart.submit(asyncio.run, work).result()
 
 
 @pytest.fixture(scope="session")
@@ -31,7 +43,7 @@ def postgres(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PostgresForTe
     (``fsync = off``): see :mod:`memory_db.testing`.
     """
     server = PostgresForTests(tmp_path_factory.mktemp("pg") / "data", durable=False)
-    asyncio.run(server.start())
+    _run_apart(server.start())
     try:
         yield server
     finally:
@@ -46,7 +58,7 @@ def migrated_pgdata(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copies through ``embedded_data_dir``. Not durable, like ``postgres``.
     """
     pgdata = tmp_path_factory.mktemp("pg-migrated") / "postgres"
-    asyncio.run(make_migrated_data_directory(pgdata, durable=False))
+    _run_apart(make_migrated_data_directory(pgdata, durable=False))
     return pgdata
 
 

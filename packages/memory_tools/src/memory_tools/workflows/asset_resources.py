@@ -211,7 +211,7 @@ async def follow_asset(
                     return "unreadable"
                 except ToolFailure as failure:
                     if failure.code not in PASSING_CODES:
-                        log.warning("asset_follow_failed", code=failure.code)
+                        log.warning("asset_follow_failed", code=failure.code, exc_info=failure)
                         return "unreadable"
                     await anyio.sleep(RETRY_SECONDS)
             if finished(last, now):

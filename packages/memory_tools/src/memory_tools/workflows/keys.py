@@ -25,7 +25,7 @@ one set of rules holds for both (docs/design.md#keys):
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import Field
 
@@ -34,8 +34,12 @@ from memory_db.repositories import normalise_identity
 from memory_tools import policy
 from memory_tools.access import Caller, require_scope
 from memory_tools.errors import Forbidden, InvalidInputFailure, NotFoundFailure
-from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
+
+if TYPE_CHECKING:
+    # Only a type here: the operator CLI imports this module, and the services bring the
+    # embedders (numpy), which no admin command needs.
+    from memory_tools.services import MemoryServices
 
 KeyAction = Literal["pause", "resume", "revoke"]
 KEY_ACTIONS: tuple[KeyAction, ...] = ("pause", "resume", "revoke")
