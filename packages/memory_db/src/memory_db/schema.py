@@ -642,8 +642,8 @@ class Asset(Base):
             postgresql_where=text(_LISTED),
         ),
         Index("ix_mem_assets_saved_by", "saved_by_key_id"),
-        # Listing by capture time, undated last, in a vault, a project, a folder, or from one
-        # source host (revision 0024).
+        # Listing by capture time, undated last, in a vault, a project, a folder, from one
+        # source host, or saved by one key (revision 0024).
         *(
             Index(
                 f"ix_mem_assets_listed_taken{suffix}",
@@ -659,6 +659,7 @@ class Asset(Base):
                 ("_project", ("project_id",)),
                 ("_folder", ("project_id", "folder_id")),
                 ("_host", (text(_HOST),)),
+                ("_saved_by", ("saved_by_key_id",)),
             )
         ),
         Index(

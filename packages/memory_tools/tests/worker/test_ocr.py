@@ -379,7 +379,9 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
             c, "image_asset_save", {"imageBase64": b64(_screenshot(2, "Warranty expires in March"))}
         )
         asset = saved["assetId"]
-        disabled = await _error(c, "image_asset_enrich", {"assetId": asset})
+        # Asked for OCR by name: without `what` the enrichment would be every one switched on,
+        # and reading the EXIF capture fields always is.
+        disabled = await _error(c, "image_asset_enrich", {"assetId": asset, "what": ["ocr"]})
     await job_worker(reading, FAST).drain()
     async with client(reading, stranger.key) as c:
         unknown = await _error(c, "image_asset_enrich", {"assetId": asset})
@@ -388,7 +390,7 @@ async def test_image_asset_enrich_reruns_ocr_with_tenant_checks_and_get_returns_
     async with client(reading, owner.key) as c:
         before = await _call(c, "image_asset_get", {"assetId": asset})
         first = await _call(c, "image_asset_enrich", {"assetId": asset, "what": ["ocr"]})
-        second = await _call(c, "image_asset_enrich", {"assetId": asset})
+        second = await _call(c, "image_asset_enrich", {"assetId": asset, "what": ["ocr"]})
         bad = await _error(c, "image_asset_enrich", {"assetId": asset, "what": ["poetry"]})
         await job_worker(reading, FAST).drain()
         got = await _call(c, "image_asset_get", {"assetId": asset})

@@ -42,6 +42,8 @@ _TAKEN_INDEXES: dict[str, list[str | sa.TextClause]] = {
     "_project": ["project_id"],
     "_folder": ["project_id", "folder_id"],
     "_host": [sa.text(_HOST)],
+    # By the key that saved (revision 0023's column), for `savedBy` in the taken order.
+    "_saved_by": ["saved_by_key_id"],
 }
 _KINDS_BEFORE = ("embed", "ocr", "describe")
 _KINDS_AFTER = (*_KINDS_BEFORE, "capture")
