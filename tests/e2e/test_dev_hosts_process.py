@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from memory_tools.testing.processes import wait_until_healthy
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from .test_processes import (  # pyright: ignore[reportPrivateUsage]
@@ -57,20 +56,9 @@ def aggregate_server(env: dict[str, str], log: Path) -> Generator[str]:
             stderr=sink,
         )
         url = f"http://127.0.0.1:{port}"
-        # Generous: the process starts PostgreSQL and loads the embedder on a shared machine.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"server exited: {log.read_text()}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            process.kill()
-            pytest.fail("server did not start within 120 s")
         try:
+            # Generous: the process starts PostgreSQL and loads the embedder on a shared machine.
+            wait_until_healthy(process, url, seconds=120, log=log)
             yield url
         finally:
             process.terminate()

@@ -8,16 +8,15 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import pyvips
 
 from memory_db.testing import PostgresForTests
+from memory_tools.testing.processes import wait_until_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -101,16 +100,8 @@ def http_server(tmp_path: Path, migrated_url: str) -> Iterator[tuple[dict[str, s
         stderr=log,
     )
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+        url = f"http://127.0.0.1:{port}"
+        wait_until_healthy(process, url, seconds=90, log=tmp_path / "server.log")
         yield env, port
     finally:
         process.terminate()

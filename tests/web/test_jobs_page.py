@@ -16,10 +16,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from fastmcp import Client
 from playwright.sync_api import Browser, Page, Request, expect
+
+from memory_tools.testing.processes import wait_until_healthy
 
 from ..e2e.test_processes import SERVER, _env, _free_port, _new_key, _png
 from .conftest import DESKTOP, MOBILE, ResponseLog, check_accessibility, screenshot, sign_in
@@ -52,16 +53,7 @@ def idle_server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, 
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, "the server exited"
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start within 90 s"
-            time.sleep(0.2)
+        wait_until_healthy(process, url, seconds=90)
         yield url, env
     finally:
         process.terminate()

@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from memory_tools.testing.mcp_http import free_port
+from memory_tools.testing.processes import wait_until_healthy
 
 pytestmark = pytest.mark.slow
 
@@ -105,16 +105,9 @@ def _serving(env: dict[str, str], tmp_path: Path, port: int) -> Iterator[None]:
             stderr=log,
         )
         try:
-            deadline = time.monotonic() + TIMEOUT  # its start, on a loaded machine
-            while True:
-                assert process.poll() is None, (tmp_path / "server.log").read_text()
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the server did not come up"
-                time.sleep(0.2)
+            # TIMEOUT: its start, on a loaded machine.
+            url = f"http://127.0.0.1:{port}"
+            wait_until_healthy(process, url, seconds=TIMEOUT, log=tmp_path / "server.log")
             yield
         finally:
             process.terminate()
