@@ -30,7 +30,7 @@ from mcp.client.subscriptions import ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from memory_db.testing import PostgresForTests
-from memory_tools.testing.processes import wait_until_healthy
+from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
 
@@ -198,31 +198,8 @@ def _free_port() -> int:
 
 @contextmanager
 def _http_server(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
-    with (tmp_path / "server.log").open("w") as log:
-        process = subprocess.Popen(
-            [
-                *SERVER,
-                "serve",
-                "--transport",
-                "http",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-worker",
-            ],
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        wait_until_healthy(process, url, seconds=90, log=tmp_path / "server.log")
+    with serving_http(SERVER, env, "--no-worker", seconds=90, log=tmp_path / "server.log") as url:
         yield url + "/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")

@@ -19,7 +19,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from memory_tools.testing.processes import wait_until_healthy
+from memory_tools.testing.processes import serving_http
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from .test_processes import (  # pyright: ignore[reportPrivateUsage]
@@ -38,31 +38,9 @@ OWNER = "dev@example.com"
 @contextmanager
 def aggregate_server(env: dict[str, str], log: Path) -> Generator[str]:
     """`scraper-mcp-server serve --transport http`, its log in ``log``; stopped afterwards."""
-    port = _free_port()
-    with log.open("w") as sink:
-        process = subprocess.Popen(
-            [
-                *AGGREGATE,
-                "serve",
-                "--transport",
-                "http",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=sink,
-            stderr=sink,
-        )
-        url = f"http://127.0.0.1:{port}"
-        try:
-            # Generous: the process starts PostgreSQL and loads the embedder on a shared machine.
-            wait_until_healthy(process, url, seconds=120, log=log)
-            yield url
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    # Generous: the process starts PostgreSQL and loads the embedder on a shared machine.
+    with serving_http(AGGREGATE, env, seconds=120, log=log) as url:
+        yield url
 
 
 def _text(result: Any) -> str:

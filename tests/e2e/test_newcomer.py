@@ -16,7 +16,7 @@ import pytest
 import pyvips
 
 from memory_db.testing import PostgresForTests
-from memory_tools.testing.processes import wait_until_healthy
+from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
 
@@ -92,21 +92,8 @@ def http_server(tmp_path: Path, migrated_url: str) -> Iterator[tuple[dict[str, s
     env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
     assert subprocess.run([*SERVER, "migrate"], env=env, capture_output=True).returncode == 0
     port = _free_port()
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
-        [*SERVER, "serve", "--transport", "http", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        url = f"http://127.0.0.1:{port}"
-        wait_until_healthy(process, url, seconds=90, log=tmp_path / "server.log")
+    with serving_http(SERVER, env, port=port, seconds=90, log=tmp_path / "server.log"):
         yield env, port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 def test_the_readme_example_runs_twice_with_the_readme_key(
