@@ -10,12 +10,10 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 import pyvips
 
-from memory_db.testing import PostgresForTests
 from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
@@ -36,15 +34,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-async def migrated_url(postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
 
 
 def test_a_taken_port_is_one_line_and_status_2(tmp_path: Path) -> None:
@@ -88,8 +77,8 @@ def _readme_key_commands() -> list[list[str]]:
 
 
 @pytest.fixture
-def http_server(tmp_path: Path, migrated_url: str) -> Iterator[tuple[dict[str, str], int]]:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+def http_server(tmp_path: Path, empty_database_url: str) -> Iterator[tuple[dict[str, str], int]]:
+    env = _env(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
     assert subprocess.run([*SERVER, "migrate"], env=env, capture_output=True).returncode == 0
     port = _free_port()
     with serving_http(SERVER, env, port=port, seconds=90, log=tmp_path / "server.log"):

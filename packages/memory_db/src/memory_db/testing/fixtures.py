@@ -87,6 +87,16 @@ async def database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
 
 
 @pytest.fixture
+async def empty_database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
+    """A fresh empty database (no tables: a server process migrates it), dropped after the test."""
+    name = await postgres.create_empty()
+    try:
+        yield postgres.url(name)
+    finally:
+        await postgres.drop(name)
+
+
+@pytest.fixture
 async def database(database_url: str) -> AsyncIterator[Database]:
     """A ``Database`` on a fresh migrated database."""
     db = Database(create_engine(database_url, pool_size=3))
