@@ -14,14 +14,12 @@ import os
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import anyio
-import httpx
 import httpx2
 import mcp_types
 import pytest
@@ -32,6 +30,7 @@ from mcp.client.subscriptions import ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
 from memory_db.testing import PostgresForTests
+from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
 
@@ -199,40 +198,8 @@ def _free_port() -> int:
 
 @contextmanager
 def _http_server(env: dict[str, str], tmp_path: Path) -> Iterator[str]:
-    port = _free_port()
-    with (tmp_path / "server.log").open("w") as log:
-        process = subprocess.Popen(
-            [
-                *SERVER,
-                "serve",
-                "--transport",
-                "http",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-                "--no-worker",
-            ],
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 90
-    try:
-        while True:
-            assert process.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start within 90 s"
-            time.sleep(0.2)
+    with serving_http(SERVER, env, "--no-worker", seconds=90, log=tmp_path / "server.log") as url:
         yield url + "/mcp"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 @pytest.mark.filterwarnings("ignore::mcp.shared.exceptions.MCPDeprecationWarning")

@@ -20,13 +20,11 @@ import pytest
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from memory_db.embedding.clip_catalog import CATALOG, catalog_model, load_catalog_file
-from memory_db.testing import PostgresForTests
+from memory_db.embedding.clip_catalog import catalog_model
 from memory_db.testing.clip_model import (
     ModelHubServer,
-    catalog_entry_for,
-    hub_files_for,
-    write_catalog_file,
+    serving_pinned_model,
+    write_pinning_catalog,
     write_tiny_model,
 )
 
@@ -55,30 +53,19 @@ def _content(result: Any) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def catalog_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tiny = _shaped_like_the_catalog(tmp_path_factory.mktemp("pinned") / "tiny")
-    path = tmp_path_factory.mktemp("catalog") / "catalog.json"
-    return write_catalog_file(path, [catalog_entry_for(tiny, name=PINNED)])
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _shaped_like_the_catalog(tmp_path_factory.mktemp("tiny") / "tiny")
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory, catalog_file: Path) -> Iterator[ModelHubServer]:
-    tiny = _shaped_like_the_catalog(tmp_path_factory.mktemp("hub") / "tiny")
-    entry = catalog_model(PINNED, CATALOG + load_catalog_file(catalog_file))
-    server = ModelHubServer(hub_files_for(entry, tiny)).start()
-    try:
+def catalog_file(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    return write_pinning_catalog(tmp_path_factory.mktemp("catalog"), PINNED, tiny_model)
+
+
+@pytest.fixture(scope="module")
+def hub(catalog_file: Path, tiny_model: Path) -> Iterator[ModelHubServer]:
+    with serving_pinned_model(catalog_file, PINNED, tiny_model) as server:
         yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-async def migrated_url(postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
 
 
 def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer, catalog_file: Path) -> None:
@@ -135,9 +122,9 @@ def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer, catalog_f
 
 
 async def test_a_server_with_the_clip_provider_saves_and_searches(
-    tmp_path: Path, migrated_url: str
+    tmp_path: Path, empty_database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
     assert cli(env, "migrate").returncode == 0
     _shaped_like_the_catalog(Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL)
     key = new_key(env, "clip@example.com")

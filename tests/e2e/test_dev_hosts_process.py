@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from collections.abc import Generator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import httpx
 import httpx2
 import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from memory_tools.testing.processes import serving_http
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from .test_processes import (  # pyright: ignore[reportPrivateUsage]
@@ -39,42 +38,9 @@ OWNER = "dev@example.com"
 @contextmanager
 def aggregate_server(env: dict[str, str], log: Path) -> Generator[str]:
     """`scraper-mcp-server serve --transport http`, its log in ``log``; stopped afterwards."""
-    port = _free_port()
-    with log.open("w") as sink:
-        process = subprocess.Popen(
-            [
-                *AGGREGATE,
-                "serve",
-                "--transport",
-                "http",
-                "--host",
-                "127.0.0.1",
-                "--port",
-                str(port),
-            ],
-            env=env,
-            stdout=sink,
-            stderr=sink,
-        )
-        url = f"http://127.0.0.1:{port}"
-        # Generous: the process starts PostgreSQL and loads the embedder on a shared machine.
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if process.poll() is not None:
-                pytest.fail(f"server exited: {log.read_text()}")
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                time.sleep(0.2)
-        else:
-            process.kill()
-            pytest.fail("server did not start within 120 s")
-        try:
-            yield url
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    # Generous: the process starts PostgreSQL and loads the embedder on a shared machine.
+    with serving_http(AGGREGATE, env, seconds=120, log=log) as url:
+        yield url
 
 
 def _text(result: Any) -> str:

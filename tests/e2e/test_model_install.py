@@ -15,7 +15,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,17 +27,13 @@ from sqlalchemy import text
 from memory_db import Database
 from memory_db.database import create_engine
 from memory_db.embedding.clip_catalog import (
-    CATALOG,
     RECOMMENDED_MODEL,
     catalog_model,
-    load_catalog_file,
 )
-from memory_db.testing import PostgresForTests
 from memory_db.testing.clip_model import (
     ModelHubServer,
-    catalog_entry_for,
-    hub_files_for,
-    write_catalog_file,
+    serving_pinned_model,
+    write_pinning_catalog,
     write_tiny_model,
 )
 from memory_db.unit_of_work import session_of
@@ -56,30 +52,19 @@ MODEL = "tiny-clip-install"
 
 
 @pytest.fixture(scope="module")
-def catalog_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    tiny = write_tiny_model(tmp_path_factory.mktemp("pinned") / "tiny")
-    path = tmp_path_factory.mktemp("catalog") / "catalog.json"
-    return write_catalog_file(path, [catalog_entry_for(tiny, name=MODEL)])
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "tiny")
 
 
 @pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory, catalog_file: Path) -> Iterator[ModelHubServer]:
-    tiny = write_tiny_model(tmp_path_factory.mktemp("hub") / "tiny")
-    entry = catalog_model(MODEL, CATALOG + load_catalog_file(catalog_file))
-    server = ModelHubServer(hub_files_for(entry, tiny)).start()
-    try:
+def catalog_file(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    return write_pinning_catalog(tmp_path_factory.mktemp("catalog"), MODEL, tiny_model)
+
+
+@pytest.fixture(scope="module")
+def hub(catalog_file: Path, tiny_model: Path) -> Iterator[ModelHubServer]:
+    with serving_pinned_model(catalog_file, MODEL, tiny_model) as server:
         yield server
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-async def database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
 
 
 def _closed_port() -> int:
@@ -129,9 +114,9 @@ async def _save(client: Client[StdioTransport], seed: int, title: str) -> str:
 
 
 async def test_install_fetches_verifies_switches_and_then_does_nothing(
-    tmp_path: Path, hub: ModelHubServer, catalog_file: Path, database_url: str
+    tmp_path: Path, hub: ModelHubServer, catalog_file: Path, empty_database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)
+    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
     assert cli(env, "migrate").returncode == 0
     key = new_key(env, "meaning@example.com")
     async with _server(env, key) as client:
@@ -140,7 +125,7 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
         weak = _content(await client.call_tool("image_asset_search", {"query": "lunar crater"}))
         assert weak["noGoodMatch"] is True
         assert weak["noGoodMatchReason"] == SEARCH_REASON and "make model" in SEARCH_REASON
-    before, _ = await _indexes(database_url)
+    before, _ = await _indexes(empty_database_url)
 
     install = ("models", "install", MODEL, "--hub-url", hub.url, "--catalog", str(catalog_file))
     done = cli(env, *install)
@@ -159,7 +144,7 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
     assert len(done.stdout.strip().splitlines()) == 1
     directory = Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL
     assert (directory / "model.json").is_file()
-    active, names = await _indexes(database_url)
+    active, names = await _indexes(empty_database_url)
     assert active == target and before in names  # the previous index is kept
 
     # A new server embeds with the model the alias points at, though nothing configures it.
@@ -177,18 +162,18 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
     assert report["alreadyActive"] is True and report["fetched"] is False
     assert report["switched"] is False and report["index"] == target
     assert len(hub.requests) == requests and "re-embedding" not in again.stderr
-    assert await _indexes(database_url) == (active, names)
+    assert await _indexes(empty_database_url) == (active, names)
 
 
 async def test_install_without_the_network_fails_in_one_line_and_changes_nothing(
-    tmp_path: Path, catalog_file: Path, database_url: str
+    tmp_path: Path, catalog_file: Path, empty_database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)
+    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
     assert cli(env, "migrate").returncode == 0
     key = new_key(env, "offline@example.com")
     async with _server(env, key) as client:
         await _save(client, 5, "meadow")
-    before = await _indexes(database_url)
+    before = await _indexes(empty_database_url)
     offline = f"http://127.0.0.1:{_closed_port()}"
     failed = cli(
         env, "models", "install", MODEL, "--hub-url", offline, "--catalog", str(catalog_file)
@@ -201,7 +186,7 @@ async def test_install_without_the_network_fails_in_one_line_and_changes_nothing
     assert failed.stdout == ""
     # No model directory, not even the empty models directory the fetch had to make.
     assert not (Path(env["MEMORY_DATA_DIR"]) / "models").exists()
-    assert await _indexes(database_url) == before  # no new index, the alias where it was
+    assert await _indexes(empty_database_url) == before  # no new index, the alias where it was
 
 
 def test_install_refuses_an_unpinned_entry_and_defaults_to_the_recommended_one(

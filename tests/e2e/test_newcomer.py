@@ -8,16 +8,13 @@ import shlex
 import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-import httpx
 import pytest
 import pyvips
 
-from memory_db.testing import PostgresForTests
+from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
 
@@ -37,15 +34,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-@pytest.fixture
-async def migrated_url(postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
 
 
 def test_a_taken_port_is_one_line_and_status_2(tmp_path: Path) -> None:
@@ -89,33 +77,12 @@ def _readme_key_commands() -> list[list[str]]:
 
 
 @pytest.fixture
-def http_server(tmp_path: Path, migrated_url: str) -> Iterator[tuple[dict[str, str], int]]:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+def http_server(tmp_path: Path, empty_database_url: str) -> Iterator[tuple[dict[str, str], int]]:
+    env = _env(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
     assert subprocess.run([*SERVER, "migrate"], env=env, capture_output=True).returncode == 0
     port = _free_port()
-    log = (tmp_path / "server.log").open("w")
-    process = subprocess.Popen(
-        [*SERVER, "serve", "--transport", "http", "--port", str(port)],
-        env=env,
-        stdout=log,
-        stderr=log,
-    )
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, (tmp_path / "server.log").read_text()
-            try:
-                if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert time.monotonic() < deadline, "the server did not come up"
-            time.sleep(0.2)
+    with serving_http(SERVER, env, port=port, seconds=90, log=tmp_path / "server.log"):
         yield env, port
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        log.close()
 
 
 def test_the_readme_example_runs_twice_with_the_readme_key(

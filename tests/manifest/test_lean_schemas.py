@@ -67,31 +67,30 @@ async def listings(
     return lean, await _listed(services)
 
 
-def _numbers(schema: Any) -> Iterator[float]:
-    """Every bound in ``schema`` (at any depth)."""
+def _members(schema: Any) -> Iterator[tuple[str, Any]]:
+    """Every ``key: value`` of the objects in ``schema`` (at any depth)."""
     if isinstance(schema, dict):
         for key, value in schema.items():
-            if key in _BOUNDS and isinstance(value, int | float):
-                yield value
-            else:
-                yield from _numbers(value)
+            yield key, value
+            yield from _members(value)
     elif isinstance(schema, list):
         for value in schema:
-            yield from _numbers(value)
+            yield from _members(value)
+
+
+def _numbers(schema: Any) -> Iterator[float]:
+    """Every bound in ``schema`` (at any depth)."""
+    for key, value in _members(schema):
+        if key in _BOUNDS and isinstance(value, int | float):
+            yield value
 
 
 def _enum_values(schema: Any) -> Iterator[Any]:
-    if isinstance(schema, dict):
-        for key, value in schema.items():
-            if key == "enum" and isinstance(value, list):
-                yield from value
-            elif key == "const":
-                yield value
-            else:
-                yield from _enum_values(value)
-    elif isinstance(schema, list):
-        for value in schema:
-            yield from _enum_values(value)
+    for key, value in _members(schema):
+        if key == "enum" and isinstance(value, list):
+            yield from value
+        elif key == "const":
+            yield value
 
 
 def _probes(schema: dict[str, Any]) -> list[Any]:

@@ -16,12 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import anyio
-import httpx
 import pytest
 from fastmcp import Client
 from playwright.sync_api import Browser, Page, Request, expect
 
-from ..e2e.test_processes import SERVER, _env, _free_port, _new_key, _png
+from memory_tools.testing.processes import serving_http
+
+from ..e2e.test_processes import SERVER, _env, _new_key, _png
 from .conftest import DESKTOP, MOBILE, ResponseLog, check_accessibility, screenshot, sign_in
 
 POLL_SECONDS = 1.5  # memory_tools.web.jobs.POLL_MILLISECONDS
@@ -33,39 +34,8 @@ pytestmark = pytest.mark.slow
 def idle_server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
     """`memory-server serve --transport http --no-worker`: jobs wait until a worker comes."""
     env = _env(tmp_path, ASSET_WORKER_SWEEP_SECONDS="1")
-    port = _free_port()
-    process = subprocess.Popen(
-        [
-            *SERVER,
-            "serve",
-            "--transport",
-            "http",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--no-worker",
-        ],
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 90
-        while True:
-            assert process.poll() is None, "the server exited"
-            try:
-                if httpx.get(url + "/healthz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            assert time.monotonic() < deadline, "the server did not start within 90 s"
-            time.sleep(0.2)
+    with serving_http(SERVER, env, "--no-worker", seconds=90) as url:
         yield url, env
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
 
 
 def _save(url: str, key: str) -> None:

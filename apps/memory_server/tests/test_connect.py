@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 import tomllib
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
 from memory_tools.testing.mcp_http import free_port
+from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
 
@@ -97,28 +97,9 @@ def _keys(env: dict[str, str]) -> list[dict[str, Any]]:
 @contextmanager
 def _serving(env: dict[str, str], tmp_path: Path, port: int) -> Iterator[None]:
     """``memory-server serve`` over HTTP on ``port`` until the block ends."""
-    with (tmp_path / "server.log").open("wb") as log:
-        process = subprocess.Popen(
-            [*SERVER, "serve", "--transport", "http", "--port", str(port)],
-            env=env,
-            stdout=log,
-            stderr=log,
-        )
-        try:
-            deadline = time.monotonic() + TIMEOUT  # its start, on a loaded machine
-            while True:
-                assert process.poll() is None, (tmp_path / "server.log").read_text()
-                try:
-                    if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "the server did not come up"
-                time.sleep(0.2)
-            yield
-        finally:
-            process.terminate()
-            process.wait(timeout=60)
+    # TIMEOUT: its start, on a loaded machine.
+    with serving_http(SERVER, env, port=port, seconds=TIMEOUT, log=tmp_path / "server.log"):
+        yield
 
 
 async def _vaults_over_http(url: str, headers: dict[str, str]) -> list[str]:

@@ -16,13 +16,19 @@ code as a real model.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from memory_db.embedding.clip_catalog import clip_preprocessing
+from memory_db.embedding.clip_catalog import (
+    CATALOG,
+    catalog_model,
+    clip_preprocessing,
+    load_catalog_file,
+)
 from memory_db.testing.http_server import LocalHttpServer
 
 TINY_WORDS = (
@@ -455,6 +461,29 @@ def write_catalog_file(path: Path, entries: Sequence[dict[str, Any]]) -> Path:
     return path
 
 
+@contextmanager
+def serving_pinned_model(
+    catalog_file: Path, name: str, directory: Path
+) -> Generator[ModelHubServer]:
+    """A hub on 127.0.0.1 serving ``directory``'s model as ``catalog_file`` pins ``name``.
+
+    Started for the block and stopped after it.
+    """
+    entry = catalog_model(name, CATALOG + load_catalog_file(catalog_file))
+    if entry is None:
+        raise ValueError(f"{name} is not in {catalog_file} nor in the catalog")
+    server = ModelHubServer(hub_files_for(entry, directory)).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def write_pinning_catalog(directory: Path, name: str, model: Path) -> Path:
+    """``directory/catalog.json``: a catalog file pinning ``model``'s files as ``name``."""
+    return write_catalog_file(directory / "catalog.json", [catalog_entry_for(model, name=name)])
+
+
 __all__ = [
     "TEST_REVISION",
     "TINY_CONTEXT",
@@ -466,7 +495,9 @@ __all__ = [
     "ModelHubServer",
     "catalog_entry_for",
     "hub_files_for",
+    "serving_pinned_model",
     "write_catalog_file",
+    "write_pinning_catalog",
     "write_tiny_model",
     "write_tokenizer",
     "write_vit_b32_model",

@@ -12,8 +12,9 @@ Load them from a root ``conftest.py`` with ``pytest_plugins = ["memory_db.testin
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Coroutine, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -76,14 +77,27 @@ def embedded_data_dir(tmp_path: Path, migrated_pgdata: Path) -> Path:
     return data_dir
 
 
-@pytest.fixture
-async def database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
-    """A fresh database cloned from the migrated template, dropped after the test."""
-    name = await postgres.clone()
+@asynccontextmanager
+async def _dropped_after(postgres: PostgresForTests, name: str) -> AsyncGenerator[str]:
+    """The URL of database ``name``, dropped when the block ends."""
     try:
         yield postgres.url(name)
     finally:
         await postgres.drop(name)
+
+
+@pytest.fixture
+async def database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
+    """A fresh database cloned from the migrated template, dropped after the test."""
+    async with _dropped_after(postgres, await postgres.clone()) as url:
+        yield url
+
+
+@pytest.fixture
+async def empty_database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
+    """A fresh empty database (no tables: a server process migrates it), dropped after the test."""
+    async with _dropped_after(postgres, await postgres.create_empty()) as url:
+        yield url
 
 
 @pytest.fixture

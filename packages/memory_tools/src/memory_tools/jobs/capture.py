@@ -14,11 +14,10 @@ import functools
 
 from memory_db import AssetRecord, UnitOfWork
 from memory_db.priority import run_cpu
-from memory_db.storage.integrity import read_verified
 from memory_tools.errors import ToolFailure
 from memory_tools.ingest.exif import Capture, kept_capture
 from memory_tools.ingest.images import read_header
-from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_for_job
+from memory_tools.jobs.handlers import JobFailed, JobResult, JobSubject, read_subject_original
 from memory_tools.services import MemoryServices
 
 
@@ -36,18 +35,8 @@ class CaptureHandler:
 
     async def run(self, subject: JobSubject) -> JobResult:
         """Read the original's EXIF; the result's ``write`` stores it on the asset."""
-        stored, settings = subject.stored, self._services.settings
-        if stored.status != "available":
-            raise JobFailed("object_unavailable", f"the stored image is {stored.status}")
-        original = await read_for_job(
-            "original",
-            read_verified(
-                self._services.store,
-                stored.storage_key,
-                stored.sha256,
-                max_bytes=settings.asset_max_bytes,
-            ),
-        )
+        settings = self._services.settings
+        original = await read_subject_original(self._services, subject)
         try:
             capture = await run_cpu(
                 functools.partial(_capture_of, original, settings.asset_max_decoded_pixels)

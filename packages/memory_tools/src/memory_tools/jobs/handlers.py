@@ -28,6 +28,7 @@ from typing import Protocol
 
 from memory_db import AssetRecord, JobRecord, MemoryDbError, ObjectRecord, UnitOfWork
 from memory_db.errors import ChecksumMismatch
+from memory_db.storage.integrity import read_verified
 from memory_tools.services import MemoryServices
 from memory_tools.workflows.assets import read_preview
 
@@ -96,6 +97,26 @@ async def read_subject_preview(services: MemoryServices, subject: JobSubject) ->
     )
 
 
+async def read_subject_original(services: MemoryServices, subject: JobSubject) -> bytes:
+    """The job's stored original, verified against its recorded SHA-256 and size bound.
+
+    Refused like the preview (:func:`read_subject_preview`): ``object_unavailable``,
+    ``integrity_failure``, ``store_unavailable``; never more than ``ASSET_MAX_BYTES`` is read.
+    """
+    stored = subject.stored
+    if stored.status != "available":
+        raise JobFailed("object_unavailable", f"the stored image is {stored.status}")
+    return await read_for_job(
+        "original",
+        read_verified(
+            services.store,
+            stored.storage_key,
+            stored.sha256,
+            max_bytes=services.settings.asset_max_bytes,
+        ),
+    )
+
+
 async def read_for_job(what: str, read: Awaitable[bytes]) -> bytes:
     """The stored ``what`` (``preview``, ``original``) that ``read`` verifies, for a job.
 
@@ -120,5 +141,6 @@ __all__ = [
     "JobResult",
     "JobSubject",
     "read_for_job",
+    "read_subject_original",
     "read_subject_preview",
 ]

@@ -28,7 +28,6 @@ from pydantic import Field
 
 from memory_db import AssetRecord, UnitOfWork, VaultScope, get_logger
 from memory_db.priority import run_cpu
-from memory_db.storage.integrity import read_verified
 from memory_tools import policy
 from memory_tools.access import Caller
 from memory_tools.errors import (
@@ -43,7 +42,7 @@ from memory_tools.jobs.handlers import (
     JobFailed,
     JobResult,
     JobSubject,
-    read_for_job,
+    read_subject_original,
     read_subject_preview,
 )
 from memory_tools.jobs.ocr import OcrError, OcrReading, queue_ocr, read_text
@@ -98,15 +97,7 @@ class OcrHandler:
         if edge >= OCR_MIN_EDGE or max(stored.width, stored.height) <= edge:
             return preview, "preview"
         settings = self._services.settings
-        original = await read_for_job(
-            "original",
-            read_verified(
-                self._services.store,
-                stored.storage_key,
-                stored.sha256,
-                max_bytes=settings.asset_max_bytes,
-            ),
-        )
+        original = await read_subject_original(self._services, subject)
         try:
             # The save's sanitising decode, waiting for room in this process's decode budget
             # (ASSET_DECODE_BUDGET_PIXELS) like every other decode of an untrusted image.

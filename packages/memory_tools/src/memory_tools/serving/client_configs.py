@@ -55,25 +55,34 @@ SERVER_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 # The variable the stdio server reads its key from (memory_tools.serving.bootstrap).
 STDIO_KEY_VARIABLE = "MEMORY_API_KEY"
 
-# Which transports and scopes each client supports (the first of each is its default).
-TRANSPORTS: Mapping[str, tuple[Transport, ...]] = {
-    "claude-code": ("http", "stdio"),
-    "claude-desktop": ("stdio",),
-    "cursor": ("http", "stdio"),
-    "vscode": ("http", "stdio"),
-    "codex": ("http", "stdio"),
-    "windsurf": ("http", "stdio"),
-    "generic": ("http", "stdio"),
+
+@dataclass(frozen=True)
+class _ClientFacts:
+    """What one client supports and where its entry goes.
+
+    ``transports`` and ``scopes``: the first of each is its default; ``file_format`` and
+    ``section``: its file's format and the top-level key that holds its servers there.
+    """
+
+    transports: tuple[Transport, ...]
+    scopes: tuple[Scope, ...]
+    file_format: FileFormat | None
+    section: str
+
+
+_FACTS: Mapping[str, _ClientFacts] = {
+    "claude-code": _ClientFacts(("http", "stdio"), ("user", "project"), "json", "mcpServers"),
+    "claude-desktop": _ClientFacts(("stdio",), ("user",), "json", "mcpServers"),
+    "cursor": _ClientFacts(("http", "stdio"), ("user", "project"), "json", "mcpServers"),
+    "vscode": _ClientFacts(("http", "stdio"), ("user", "project"), "json", "servers"),
+    "codex": _ClientFacts(("http", "stdio"), ("user", "project"), "toml", "mcp_servers"),
+    "windsurf": _ClientFacts(("http", "stdio"), ("user",), "json", "mcpServers"),
+    "generic": _ClientFacts(("http", "stdio"), (), None, "mcpServers"),
 }
-SCOPES: Mapping[str, tuple[Scope, ...]] = {
-    "claude-code": ("user", "project"),
-    "claude-desktop": ("user",),
-    "cursor": ("user", "project"),
-    "vscode": ("user", "project"),
-    "codex": ("user", "project"),
-    "windsurf": ("user",),
-    "generic": (),
-}
+TRANSPORTS: Mapping[str, tuple[Transport, ...]] = {c: f.transports for c, f in _FACTS.items()}
+"""Which transports each client supports (the first is its default)."""
+SCOPES: Mapping[str, tuple[Scope, ...]] = {c: f.scopes for c, f in _FACTS.items()}
+"""Which configuration files (scopes) each client has (the first is its default)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +215,30 @@ def _set_variable(connection: Connection) -> dict[str, str]:
     return {connection.key_variable: connection.key}
 
 
+def _setup(
+    client: str, connection: Connection, path: Path | None, entry: dict[str, Any], **details: Any
+) -> ClientSetup:
+    """``client``'s :class:`ClientSetup`, its file format and section from :data:`_FACTS`.
+
+    ``details``: the setup's other fields (``command``, ``variables``, ``notes`` ...).
+    """
+    facts = _FACTS[client]
+    return ClientSetup(
+        client, connection.name, path, facts.file_format, facts.section, entry, **details
+    )
+
+
+def _stdio_add_command(
+    prefix: tuple[str, ...], connection: Connection, entry: Mapping[str, Any]
+) -> tuple[str, ...]:
+    """``prefix``, the entry's environment as ``--env=NAME=VALUE``, ``--``, the stdio command.
+
+    The form ``claude mcp add`` and ``codex mcp add`` share for a stdio server.
+    """
+    environment = [f"--env={name}={value}" for name, value in entry["env"].items()]
+    return (*prefix, *environment, "--", *connection.stdio_command)
+
+
 def _claude_code(connection: Connection, places: Places) -> ClientSetup:
     project = connection.scope == "project"
     # A project's .mcp.json is meant to be committed: it names the variable, never the key.
@@ -228,25 +261,16 @@ def _claude_code(connection: Connection, places: Places) -> ClientSetup:
         )
     else:
         entry = {"type": "stdio", **_stdio(connection, key)}
-        environment = [f"--env={name}={value}" for name, value in entry["env"].items()]
-        command = (
-            "claude",
-            "mcp",
-            "add",
-            "--scope",
-            connection.scope,
-            connection.name,
-            *environment,
-            "--",
-            *connection.stdio_command,
+        command = _stdio_add_command(
+            ("claude", "mcp", "add", "--scope", connection.scope, connection.name),
+            connection,
+            entry,
         )
-    return ClientSetup(
-        name=connection.name,
-        client="claude-code",
-        path=path,
-        file_format="json",
-        section="mcpServers",
-        entry=entry,
+    return _setup(
+        "claude-code",
+        connection,
+        path,
+        entry,
         command=command,
         variables=_set_variable(connection) if project else {},
         holds_secret=not project,
@@ -270,13 +294,11 @@ _DESKTOP_FILE = "claude_desktop_config.json"
 
 def _claude_desktop(connection: Connection, places: Places) -> ClientSetup:
     # Claude Desktop expands no variables in its file: the stdio server's env holds the key.
-    return ClientSetup(
-        name=connection.name,
-        client="claude-desktop",
-        path=claude_desktop_path(places),
-        file_format="json",
-        section="mcpServers",
-        entry=_stdio(connection, connection.key),
+    return _setup(
+        "claude-desktop",
+        connection,
+        claude_desktop_path(places),
+        _stdio(connection, connection.key),
         holds_secret=True,
         notes=("Quit and reopen Claude Desktop to load it.",),
     )
@@ -284,20 +306,27 @@ def _claude_desktop(connection: Connection, places: Places) -> ClientSetup:
 
 def _cursor(connection: Connection, places: Places) -> ClientSetup:
     folder = places.project if connection.scope == "project" else places.home
+    return _editor_reading_environment(
+        "cursor", "Cursor", "url", connection, folder / ".cursor" / "mcp.json"
+    )
+
+
+def _editor_reading_environment(
+    client: str, app: str, url_field: str, connection: Connection, path: Path
+) -> ClientSetup:
+    """Cursor's and Windsurf's entry: the key as ``${env:VAR}``, the URL under ``url_field``."""
     key = f"${{env:{connection.key_variable}}}"
     if connection.transport == "http":
-        entry: dict[str, Any] = {"url": connection.url, "headers": _bearer(key)}
+        entry: dict[str, Any] = {url_field: connection.url, "headers": _bearer(key)}
     else:
         entry = _stdio(connection, key)
-    return ClientSetup(
-        name=connection.name,
-        client="cursor",
-        path=folder / ".cursor" / "mcp.json",
-        file_format="json",
-        section="mcpServers",
-        entry=entry,
+    return _setup(
+        client,
+        connection,
+        path,
+        entry,
         variables=_set_variable(connection),
-        notes=(_GUI_ENVIRONMENT.format(app="Cursor"),),
+        notes=(_GUI_ENVIRONMENT.format(app=app),),
     )
 
 
@@ -342,13 +371,11 @@ def _vscode(connection: Connection, places: Places) -> ClientSetup:
     else:
         entry = {"type": "stdio", **_stdio(connection, key)}
         added = {"name": connection.name, "type": "stdio", **_stdio(connection, connection.key)}
-    return ClientSetup(
-        name=connection.name,
-        client="vscode",
-        path=path,
-        file_format="json",
-        section="servers",
-        entry=entry,
+    return _setup(
+        "vscode",
+        connection,
+        path,
+        entry,
         inputs=(prompt,),
         # `code --add-mcp` takes one server and no inputs: its entry holds the key, in the
         # user profile's file.
@@ -385,55 +412,29 @@ def _codex(connection: Connection, places: Places) -> ClientSetup:
             "--bearer-token-env-var",
             connection.key_variable,
         )
-        return ClientSetup(
-            name=connection.name,
-            client="codex",
-            path=path,
-            file_format="toml",
-            section="mcp_servers",
-            entry=entry,
+        return _setup(
+            "codex",
+            connection,
+            path,
+            entry,
             command=command,
             variables=_set_variable(connection),
             notes=("Codex reads the variable when it starts: set it, then start Codex.",),
         )
     entry = _stdio(connection, connection.key)
-    environment = [f"--env={name}={value}" for name, value in entry["env"].items()]
-    return ClientSetup(
-        name=connection.name,
-        client="codex",
-        path=path,
-        file_format="toml",
-        section="mcp_servers",
-        entry=entry,
-        command=(
-            "codex",
-            "mcp",
-            "add",
-            connection.name,
-            *environment,
-            "--",
-            *connection.stdio_command,
-        ),
+    return _setup(
+        "codex",
+        connection,
+        path,
+        entry,
+        command=_stdio_add_command(("codex", "mcp", "add", connection.name), connection, entry),
         holds_secret=True,
     )
 
 
 def _windsurf(connection: Connection, places: Places) -> ClientSetup:
-    key = f"${{env:{connection.key_variable}}}"
-    if connection.transport == "http":
-        entry: dict[str, Any] = {"serverUrl": connection.url, "headers": _bearer(key)}
-    else:
-        entry = _stdio(connection, key)
-    return ClientSetup(
-        name=connection.name,
-        client="windsurf",
-        path=places.home / ".codeium" / "windsurf" / "mcp_config.json",
-        file_format="json",
-        section="mcpServers",
-        entry=entry,
-        variables=_set_variable(connection),
-        notes=(_GUI_ENVIRONMENT.format(app="Windsurf"),),
-    )
+    path = places.home / ".codeium" / "windsurf" / "mcp_config.json"
+    return _editor_reading_environment("windsurf", "Windsurf", "serverUrl", connection, path)
 
 
 def _generic(connection: Connection, places: Places) -> ClientSetup:
@@ -441,13 +442,11 @@ def _generic(connection: Connection, places: Places) -> ClientSetup:
     line = shlex.join(
         [f"{name}={value}" for name, value in stdio["env"].items()] + list(connection.stdio_command)
     )
-    return ClientSetup(
-        name=connection.name,
-        client="generic",
-        path=None,
-        file_format=None,
-        section="mcpServers",
-        entry={"url": connection.url, "headers": _bearer(connection.key), **stdio},
+    return _setup(
+        "generic",
+        connection,
+        None,
+        {"url": connection.url, "headers": _bearer(connection.key), **stdio},
         notes=(
             f"HTTP (streamable): {connection.url}",
             f"header: Authorization: Bearer {connection.key}",

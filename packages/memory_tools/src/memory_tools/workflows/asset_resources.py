@@ -120,9 +120,7 @@ async def read_asset_resource(
     after it, verified against its recorded SHA-256.
     """
     async with services.database.unit_of_work() as uow:
-        view, stored = await get_asset_row(
-            uow, caller, services, asset_id=asset_id, include_preview=False
-        )
+        view, stored = await get_asset_row(uow, caller, services, asset_id=asset_id)
     metadata = view.model_dump_json()
     room = max(0, (MAX_ANSWER_BYTES - len(metadata)) * 3 // 4)
     if stored.preview_storage_key is None or stored.object_status != "available":

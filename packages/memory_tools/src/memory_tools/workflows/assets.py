@@ -416,29 +416,21 @@ async def get_asset(
     reader may download the original (``include_original``): whoever may read an asset may
     read its bytes.
     """
-    view, _ = await get_asset_row(
-        uow,
-        caller,
-        services,
-        asset_id=asset_id,
-        include_preview=include_preview,
-        include_original=include_original,
-        include_thumbnails=include_thumbnails,
-    )
+    view, stored = await get_asset_row(uow, caller, services, asset_id=asset_id)
+    # Links are signed (and counted) only when asked for.
+    preview = await signed_preview(services, stored) if include_preview else None
+    original = await signed_original(services, stored) if include_original else None
+    view = view.model_copy(update={"preview": preview, "original": original})
+    # Made after the transaction (memory_tools.workflows.thumbnails.render), sent beside the answer.
+    if include_thumbnails:
+        view = view.with_thumbnails((Thumbnail.wanted(stored),))
     return view
 
 
 async def get_asset_row(
-    uow: UnitOfWork,
-    caller: Caller,
-    services: MemoryServices,
-    *,
-    asset_id: str,
-    include_preview: bool,
-    include_original: bool = False,
-    include_thumbnails: bool = False,
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
 ) -> tuple[AssetView, StoredAsset]:
-    """``get_asset``, with the stored row it was read from (its preview's key and checksum).
+    """``get_asset`` without links or thumbnails, with the stored row it was read from.
 
     For callers that hand out more than the view, such as the asset resource's preview bytes
     (:mod:`memory_tools.workflows.asset_resources`); the same checks, the same ``not_found``.
@@ -465,11 +457,11 @@ async def get_asset_row(
             completed_at=job.completed_at,
         )
     handle = _handles(vaults)[(asset.owner_identity, asset.vault)]
-    preview = await signed_preview(services, stored) if include_preview else None
-    original = await signed_original(services, stored) if include_original else None
     states = [latest[k] for k in sorted(latest)]
     ocr = await uow.assets.ocr_state(asset.owner_identity, asset.id)
-    view = _view(stored, handle, states, preview, original, _text_in_image(ocr))
+    view = _view(
+        stored, handle, states, preview=None, original=None, text_in_image=_text_in_image(ocr)
+    )
     context = context_view(await uow.contexts.get(asset.owner_identity, asset.id))
     if context is not None:
         view = view.model_copy(update={"generated_context": context})
@@ -477,9 +469,6 @@ async def get_asset_row(
         labels = await uow.api_keys.labels([key_id])
         saved_by = SavedBy(key_id=key_id, label=labels.get(key_id))
         view = view.model_copy(update={"saved_by": saved_by})
-    # Made after the transaction (memory_tools.workflows.thumbnails.render), sent beside the answer.
-    if include_thumbnails:
-        view = view.with_thumbnails((Thumbnail.wanted(stored),))
     return view, stored
 
 
