@@ -18,6 +18,10 @@ HERE = Path(__file__).parent
 BENCHMARKS = [
     ("MCP tool layer vs repositories", ["mcp_layer.py"]),
     ("local embedder vs decoding", ["local_embedder.py"]),
+    (
+        "near-duplicate distance: precision and recall on the relevance photos",
+        ["near_duplicates.py"],
+    ),
     ("clip embedder (tiny and ViT-B/32-shaped ONNX) vs decoding", ["clip_embedder.py"]),
     ("ingest pipeline vs Pillow", ["ingest.py"]),
     ("embedding worker vs a naive loop", ["worker.py"]),
