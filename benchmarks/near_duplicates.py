@@ -1,9 +1,9 @@
 """The near-duplicate distance, measured: precision and recall of "cosine distance <= d".
 
-Issue 35 §3: a saved image names the existing assets whose visual vector lies within a
-near-duplicate distance (pgvector's ``<=>``, the cosine distance ``1 - cos``). This measures
-which distance separates copies of one photo from different photos, on the photographs that
-ship inside scikit-image (no download), the same ones the search relevance tests use.
+Issue 35, near-duplicates: a saved image names the existing assets whose visual vector lies
+within a near-duplicate distance (pgvector's ``<=>``, the cosine distance ``1 - cos``). This
+measures which distance separates copies of one photo from different photos, on the photographs
+that ship inside scikit-image (no download), the same ones the search relevance tests use.
 
 For each photo, an original (a JPEG at quality 95, as from a camera) and its near-duplicates:
 JPEG re-encodes at four qualities, a WebP and a PNG conversion, centre crops of 5-20 % per side
