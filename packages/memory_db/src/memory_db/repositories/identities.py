@@ -363,16 +363,6 @@ class ApiKeyRepository(SessionRepository):
         )
         return [(key_record(row), int(count)) for row, count in rows.all()]
 
-    async def labels(self, key_ids: Iterable[str]) -> dict[str, str | None]:
-        """The label of each key of ``key_ids`` that exists (``savedBy`` of assets)."""
-        wanted = sorted(set(key_ids))
-        if not wanted:
-            return {}
-        rows = await self._session.execute(
-            select(ApiKey.id, ApiKey.label).where(ApiKey.id.in_(wanted))
-        )
-        return {key_id: label for key_id, label in rows.all()}
-
     async def add_activity(self, counts: Mapping[str, tuple[int, int]]) -> None:
         """Add ``(calls, searches)`` to each key's counters, in one statement.
 

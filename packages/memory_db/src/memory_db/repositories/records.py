@@ -308,6 +308,9 @@ class StoredAsset:
     object_status: str
     preview_sha256: str | None = None  # None: stored before previews were hashed (rev. 0007)
     storage_key: str | None = None  # the original's key
+    # The label of the key that saved it (``asset.saved_by_key_id``); read by
+    # ``AssetRepository.get_visible`` only (None elsewhere, and for a key without a label).
+    saved_by_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
