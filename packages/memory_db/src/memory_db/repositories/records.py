@@ -54,8 +54,9 @@ class ApiKeyRecord:
     last_used_at: datetime | None
     note: str | None = None
     paused_at: datetime | None = None
-    calls: int = 0  # calls and searches made with it (written at most once a minute)
+    calls: int = 0  # calls, searches and saves made with it (written at most once a minute)
     searches: int = 0
+    saves: int = 0
 
     @property
     def state(self) -> str:
