@@ -5,10 +5,11 @@ counts one search too, and a save that made an asset one save (``mem_api_keys.ca
 ``searches``/``saves``, revisions 0023 and 0025). Writing a counter on every call would put a
 write, and a lock on the key's row, into every read (and make a save wait on a pause's lock);
 instead each process adds them up here and the call runner writes what has gathered, in one
-statement, once the oldest count is :data:`FLUSH_SECONDS` old. So the counts lag by up to a
-minute, and a process that stops loses at most that minute's counts (they are counts, not a
-ledger). Saves were counted from the assets at read time until revision 0025: 130 ms for a
-busy key's 85,713 assets on rows not yet vacuumed.
+statement, once the oldest count is :data:`FLUSH_SECONDS` old. So the stored counts lag by up
+to a minute (the Keys page adds what its own process holds); a server that stops writes what
+it holds (:meth:`take_all`), and one that dies loses at most that minute's counts (they are
+counts, not a ledger). Saves were counted from the assets at read time until revision 0025:
+130 ms for a busy key's 85,713 assets on rows not yet vacuumed.
 """
 
 from __future__ import annotations
@@ -55,6 +56,11 @@ class KeyActivity:
         """
         if self._since is None or self._clock() - self._since < self.flush_seconds:
             return {}
+        taken, self._counts, self._since = self._counts, {}, None
+        return taken
+
+    def take_all(self) -> dict[str, tuple[int, int, int]]:
+        """Everything gathered, due or not (a process that stops writes what it holds)."""
         taken, self._counts, self._since = self._counts, {}, None
         return taken
 

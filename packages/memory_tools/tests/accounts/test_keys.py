@@ -260,3 +260,36 @@ async def test_a_keys_saves_shown_are_the_assets_it_saved_without_counting_asset
     assert listed[alice.key_id].saves == saved
     assert listed[other.key_id].saves == 0
     assert not [sql for sql in sent if "mem_assets" in sql], sent
+
+
+async def test_a_stopping_server_writes_the_counts_it_holds(
+    database_url: str, saving: MemoryServices, alice: Any, tmp_path: Any
+) -> None:
+    """Counts are written once a minute while a server runs, and all at once when it stops
+    (``serving.bootstrap.running``), so a restart loses none of them."""
+    from pydantic import SecretStr
+
+    from memory_db import MemorySettings
+    from memory_tools.serving.bootstrap import running
+
+    settings = MemorySettings(
+        memory_database_url=SecretStr(database_url),
+        memory_data_dir=tmp_path / "data",
+        asset_ocr="off",
+    )
+    async with running(settings, base_url="http://127.0.0.1:9") as (_runtime, services):
+        services.key_activity.note(alice.key_id, calls=3, searches=2, saves=1)
+        assert services.key_activity.take_due() == {}  # not due: held for up to a minute
+        database = services.database
+        async with database.engine.connect() as conn:
+            held = await conn.execute(
+                text("SELECT calls, searches, saves FROM mem_api_keys WHERE id = :key"),
+                {"key": alice.key_id},
+            )
+            assert held.one() == (0, 0, 0)
+    async with saving.database.engine.connect() as conn:
+        written = await conn.execute(
+            text("SELECT calls, searches, saves FROM mem_api_keys WHERE id = :key"),
+            {"key": alice.key_id},
+        )
+        assert written.one() == (3, 2, 1)

@@ -201,6 +201,7 @@ async def test_create_key_stores_its_label_and_list_keys_filters_by_it(
         "revokedAt",
         "calls",
         "searches",
+        "saves",
     }
     every = await run_json(cli_settings, capsys, "list-keys", "--owner", ALICE)
     assert sorted(k["label"] for k in every["keys"]) == ["desk", "phone"]

@@ -214,6 +214,7 @@ async def _list_keys(opened: OpenedDatabase, args: argparse.Namespace) -> None:
                         "revokedAt": when(k.revoked_at),
                         "calls": k.calls,
                         "searches": k.searches,
+                        "saves": k.saves,
                     }
                     for k in keys
                 ],
