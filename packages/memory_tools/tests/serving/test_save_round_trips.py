@@ -21,8 +21,8 @@ from memory_db import Database
 from memory_db.embedding import LocalEmbedder
 from memory_db.testing.round_trips import RoundTrip, RoundTrips
 from memory_tools import MemoryServices
-from memory_tools.serving import build_http_server
 from memory_tools.operations import admin
+from memory_tools.serving import build_http_server
 from memory_tools.serving.job_worker import job_worker
 
 # What a save with its worker's processing may cost at most (docs/performance.md#one-save-call):
