@@ -268,9 +268,12 @@ async def test_a_get_waits_for_a_worker_process_without_polling(
     # Every wait ended by a notification, none by the 30 s deadline; this process read the
     # asset once per notification and at no other time (never on a timer).
     assert waits and set(waits) == {"notified"}, waits
-    # Each read after a wait begins by checking the caller's key again: one check per read
-    # (the check asks for a key not revoked; the read's lookup of the saving key's label,
-    # savedBy, is not a check).
-    reads = [s for s in statements if "FROM mem_api_keys" in s and "revoked_at IS NULL" in s]
-    assert len(reads) == len(waits), statements
+    # Each read after a wait begins by checking the caller's key again: one check per read.
+    # Nothing else reads the keys table: the saving key's label (savedBy) is joined into the
+    # asset's own read, one statement per read.
+    checks = [s for s in statements if "FROM mem_api_keys" in s and "revoked_at IS NULL" in s]
+    assert len(checks) == len(waits), statements
+    assert [s for s in statements if "FROM mem_api_keys" in s] == checks, statements
+    asset_reads = [s for s in statements if "JOIN mem_api_keys" in s and "FROM mem_assets" in s]
+    assert len(asset_reads) == len(waits), statements
     assert not database.asset_states.listening and database.asset_states.waiters == 0

@@ -23,6 +23,11 @@ async def test_identities_vaults_and_grants(database: Database) -> None:
         revoked, _ = await uow.api_keys.create(A, ["read"], "laptop")
         await uow.api_keys.create(A, ["read"], "phone")
         await uow.api_keys.revoke(revoked.id)
+        paused, _ = await uow.api_keys.create(A, ["read"], "tablet")
+        await uow.api_keys.set_paused(paused.id, True)
+        paused_then_revoked, _ = await uow.api_keys.create(A, ["read"], "old")
+        await uow.api_keys.set_paused(paused_then_revoked.id, True)
+        await uow.api_keys.revoke(paused_then_revoked.id)
     async with database.unit_of_work() as uow:
         people = await uow.reports.identities()
         vaults = await uow.reports.vaults(A)
@@ -30,11 +35,11 @@ async def test_identities_vaults_and_grants(database: Database) -> None:
         laptops = await uow.api_keys.list_for(A, label="laptop")
         removed = await uow.vaults.revoke_grant(A, "Work", B)
         again = await uow.vaults.revoke_grant(A, "Work", B)
-    assert [(p.owner_identity, p.active_keys, p.revoked_keys, p.vaults) for p in people] == [
-        (A, 2, 1, 2),
-        (B, 0, 0, 1),
-        (C, 0, 0, 1),
+    # A paused key is not active; a revoked one is revoked, paused first or not.
+    summary = [
+        (p.owner_identity, p.active_keys, p.paused_keys, p.revoked_keys, p.vaults) for p in people
     ]
+    assert summary == [(A, 2, 1, 2, 2), (B, 0, 0, 0, 1), (C, 0, 0, 0, 1)]
     assert [(v.handle, v.grants, v.assets) for v in vaults] == [("Library", 0, 0), ("Work", 2, 0)]
     assert [(g.grantee_identity, g.permission) for g in grants] == [(B, "read"), (C, "write")]
     assert sorted(k.label or "" for k in laptops) == ["laptop", "laptop"]

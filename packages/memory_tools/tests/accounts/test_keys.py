@@ -12,7 +12,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastmcp import Client
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from memory_tools import MemoryServices
 from memory_tools.access import authenticate
@@ -205,3 +205,91 @@ async def test_each_key_counts_its_calls_searches_and_saves(
     # The operator's list shows the same keys with their state.
     (first, *_rest) = await admin.list_keys(saving.database, "alice@example.com")
     assert first.state == "active"
+
+
+async def test_a_keys_saves_shown_are_the_assets_it_saved_without_counting_assets(
+    saving: MemoryServices, alice: Any, make_person: Any
+) -> None:
+    """The save counter (revision 0025): right after the flush, and read without ``mem_assets``.
+
+    A deduplicated save makes an asset and counts; a replayed idempotent save and a refused
+    one make none and do not. Before the flush the saving process shows its own counts; after
+    it, any process reads the same figure from the key row alone.
+    """
+    other = await make_person("alice@example.com")
+    served = replace(saving, default_api_key=alice.key)
+    served.key_activity.flush_seconds = 3600  # held until the test lets it write
+    from memory_tools import build_memory_server
+
+    async with Client(build_memory_server(served)) as client:
+        await call(client, "image_asset_save", {"imageBase64": b64(picture(3))})
+        for _ in range(2):  # the same bytes twice: two assets, one stored object
+            await call(client, "image_asset_save", {"imageBase64": b64(picture(4))})
+        for _ in range(2):  # the second is a replay of the first: no new asset
+            await call(
+                client,
+                "image_asset_save",
+                {"imageBase64": b64(picture(5)), "idempotencyKey": "once"},
+            )
+        await error(client, "image_asset_save", {"imageBase64": "not base64"})
+        async with saving.database.engine.connect() as conn:
+            saved = await conn.scalar(
+                text("SELECT count(*) FROM mem_assets WHERE saved_by_key_id = :key"),
+                {"key": alice.key_id},
+            )
+            stored = await conn.scalar(
+                text("SELECT saves FROM mem_api_keys WHERE id = :key"), {"key": alice.key_id}
+            )
+        assert (saved, stored) == (4, 0)  # nothing written yet
+        here = {k.key_id: k for k in (await run(served, other.key, keys.list_keys)).keys}
+        assert here[alice.key_id].saves == 4  # the saving process shows what it gathered
+        served.key_activity.flush_seconds = 0
+        await call(client, "image_asset_list", {})  # this call writes the gathered counts
+
+    sent: list[str] = []
+
+    def record(*args: Any) -> None:
+        sent.append(str(args[2]))
+
+    # Another process (its own, empty, gathered counts) reads the written figure.
+    event.listen(saving.database.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        listed = {k.key_id: k for k in (await run(saving, other.key, keys.list_keys)).keys}
+    finally:
+        event.remove(saving.database.engine.sync_engine, "before_cursor_execute", record)
+    assert listed[alice.key_id].saves == saved
+    assert listed[other.key_id].saves == 0
+    assert not [sql for sql in sent if "mem_assets" in sql], sent
+
+
+async def test_a_stopping_server_writes_the_counts_it_holds(
+    database_url: str, saving: MemoryServices, alice: Any, tmp_path: Any
+) -> None:
+    """Counts are written once a minute while a server runs, and all at once when it stops
+    (``serving.bootstrap.running``), so a restart loses none of them."""
+    from pydantic import SecretStr
+
+    from memory_db import MemorySettings
+    from memory_tools.serving.bootstrap import running
+
+    settings = MemorySettings(
+        memory_database_url=SecretStr(database_url),
+        memory_data_dir=tmp_path / "data",
+        asset_ocr="off",
+    )
+    async with running(settings, base_url="http://127.0.0.1:9") as (_runtime, services):
+        services.key_activity.note(alice.key_id, calls=3, searches=2, saves=1)
+        assert services.key_activity.take_due() == {}  # not due: held for up to a minute
+        database = services.database
+        async with database.engine.connect() as conn:
+            held = await conn.execute(
+                text("SELECT calls, searches, saves FROM mem_api_keys WHERE id = :key"),
+                {"key": alice.key_id},
+            )
+            assert held.one() == (0, 0, 0)
+    async with saving.database.engine.connect() as conn:
+        written = await conn.execute(
+            text("SELECT calls, searches, saves FROM mem_api_keys WHERE id = :key"),
+            {"key": alice.key_id},
+        )
+        assert written.one() == (3, 2, 1)

@@ -142,6 +142,9 @@ async def test_list_identities_shows_quota_counters_keys_and_vaults(
 ) -> None:
     key = (await admin.list_keys(shared, BOB, "ci"))[0]
     await admin.revoke_key(shared, key.id)
+    # A paused key is counted apart: it is not revoked, and not active either.
+    paused = await admin.create_key(shared, BOB, ["read"], "tablet")
+    await admin.set_key_paused(shared, paused.record.id, True)
     listed = await run_json(cli_settings, capsys, "list-identities")
     assert [i["owner"] for i in listed["identities"]] == [ALICE, BOB]
     bob = listed["identities"][1]
@@ -152,18 +155,15 @@ async def test_list_identities_shows_quota_counters_keys_and_vaults(
         "reservedBytes",
         "createdAt",
         "activeKeys",
+        "pausedKeys",
         "revokedKeys",
         "vaults",
     }
-    assert (bob["quotaBytes"], bob["activeKeys"], bob["revokedKeys"], bob["vaults"]) == (
-        5 * 10**8,
-        1,
-        1,
-        1,
-    )
+    keys = (bob["activeKeys"], bob["pausedKeys"], bob["revokedKeys"])
+    assert (bob["quotaBytes"], keys, bob["vaults"]) == (5 * 10**8, (1, 1, 1), 1)
     assert listed["identities"][0]["vaults"] == 2
     table = await run(cli_settings, capsys, "list-identities")
-    assert ALICE in table and BOB in table and "1/1" in table
+    assert ALICE in table and BOB in table and "1/1/1" in table and "active/paused/revoked" in table
 
 
 async def test_a_long_listing_is_printed_as_plain_columns(
@@ -201,6 +201,7 @@ async def test_create_key_stores_its_label_and_list_keys_filters_by_it(
         "revokedAt",
         "calls",
         "searches",
+        "saves",
     }
     every = await run_json(cli_settings, capsys, "list-keys", "--owner", ALICE)
     assert sorted(k["label"] for k in every["keys"]) == ["desk", "phone"]

@@ -281,3 +281,54 @@ async def test_a_follower_stops_when_its_key_is_revoked(
             await admin.revoke_key(saving.database, alice.key_id)
             await job_worker(saving, handlers={}).drain()  # the embedding finishes: notified
     assert ended == ["unreadable"] and announced == []
+
+
+async def test_no_revision_is_promised_a_resource_list_change(
+    saving: MemoryServices, make_person: Callable[..., Any]
+) -> None:
+    """Saves and deletes change ``resources/list`` but send no list-changed notice, so no
+    client is told to wait for one (it would keep a stale list): the session revisions'
+    ``resources.listChanged`` is false over stdio and HTTP, and a 2026-07-28 listen stream
+    that asks for resource list changes is acknowledged without them."""
+    alice = await make_person("alice@example.com")
+    for server in (_server(saving, alice.key), build_http_server(saving)):
+        async with Client(server, mode="legacy") as c:
+            capabilities = c.server_capabilities
+            assert capabilities is not None and capabilities.resources is not None
+            assert capabilities.resources.list_changed is False
+    async with (
+        Client(_server(saving, alice.key)) as c,
+        listen(c.session, resources_list_changed=True, tools_list_changed=True) as subscription,
+    ):
+        assert subscription.honored.resources_list_changed is None
+        assert subscription.honored.tools_list_changed is True
+
+
+def test_the_connection_is_read_where_the_sdk_keeps_it() -> None:
+    """The one read of the SDK's private state (``_connection_of``, mcp 2.3.0) still finds
+    the connection a real ``ServerSession`` was built with; a release that moves it fails
+    here, naming the function to update, instead of refusing subscriptions in silence."""
+    from mcp.server.connection import Connection
+    from mcp.server.context import ServerRequestContext
+    from mcp.server.session import ServerSession
+
+    from memory_tools.mcp.resources import (
+        _connection_of,  # pyright: ignore[reportPrivateUsage]
+    )
+
+    class _Nowhere:
+        async def notify(self, *args: Any, **kwargs: Any) -> None:
+            raise AssertionError("nothing is sent")
+
+        async def send_request(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("nothing is sent")
+
+    connection = Connection(_Nowhere(), protocol_version="2025-11-25")  # type: ignore[arg-type]
+    session = ServerSession(_Nowhere(), connection)  # type: ignore[arg-type]
+    ctx = ServerRequestContext[Any](
+        session=session,
+        lifespan_context=None,
+        protocol_version="2025-11-25",
+        method="resources/subscribe",
+    )
+    assert _connection_of(ctx) is connection

@@ -45,7 +45,6 @@ from memory_db.schema import (
     API_KEY_SCOPES,
     GRANT_PERMISSIONS,
     ApiKey,
-    Asset,
     AssetNamespace,
     Identity,
     Vault,
@@ -341,59 +340,42 @@ class ApiKeyRepository(SessionRepository):
         rows = await self._session.scalars(query.order_by(ApiKey.created_at.desc(), ApiKey.id))
         return [key_record(row) for row in rows]
 
-    async def listed_with_saves(
-        self, owner_identity: str | None, *, limit: int
-    ) -> list[tuple[ApiKeyRecord, int]]:
-        """Up to ``limit`` keys of one identity (``None``: everyone's) with their save counts.
+    async def listed(self, owner_identity: str | None, *, limit: int) -> list[ApiKeyRecord]:
+        """Up to ``limit`` keys of one identity (``None``: everyone's), newest first.
 
-        Newest first; a count is of the assets (in any state) the key saved.
-        One statement: each count is an index-only read of ``ix_mem_assets_saved_by``.
+        With their counters (calls, searches, saves: revisions 0023, 0025); nothing is counted
+        at read time, so the listing reads the keys alone.
         """
-        saves = (
-            select(func.count())
-            .where(Asset.saved_by_key_id == ApiKey.id)
-            .correlate(ApiKey)
-            .scalar_subquery()
-        )
-        query = select(ApiKey, saves)
+        query = select(ApiKey)
         if owner_identity is not None:
             query = query.where(ApiKey.owner_identity == owner_identity.strip().lower())
-        rows = await self._session.execute(
+        rows = await self._session.scalars(
             query.order_by(ApiKey.created_at.desc(), ApiKey.id).limit(limit)
         )
-        return [(key_record(row), int(count)) for row, count in rows.all()]
+        return [key_record(row) for row in rows]
 
-    async def labels(self, key_ids: Iterable[str]) -> dict[str, str | None]:
-        """The label of each key of ``key_ids`` that exists (``savedBy`` of assets)."""
-        wanted = sorted(set(key_ids))
-        if not wanted:
-            return {}
-        rows = await self._session.execute(
-            select(ApiKey.id, ApiKey.label).where(ApiKey.id.in_(wanted))
-        )
-        return {key_id: label for key_id, label in rows.all()}
-
-    async def add_activity(self, counts: Mapping[str, tuple[int, int]]) -> None:
-        """Add ``(calls, searches)`` to each key's counters, in one statement.
+    async def add_activity(self, counts: Mapping[str, tuple[int, int, int]]) -> None:
+        """Add ``(calls, searches, saves)`` to each key's counters, in one statement.
 
         Not a change of access: the trigger of revision 0021 does not fire on the counters.
         """
         if not counts:
             return
-        rows = [
-            {"key_id": key_id, "calls": calls, "searches": searches}
-            for key_id, (calls, searches) in sorted(counts.items())
-        ]
         added = values(
             column("key_id", Text),
             column("calls", BigInteger),
             column("searches", BigInteger),
+            column("saves", BigInteger),
             name="added",
-        ).data([(r["key_id"], r["calls"], r["searches"]) for r in rows])
+        ).data([(key_id, *counted) for key_id, counted in sorted(counts.items())])
         await self._session.execute(
             update(ApiKey)
             .where(ApiKey.id == added.c.key_id)
-            .values(calls=ApiKey.calls + added.c.calls, searches=ApiKey.searches + added.c.searches)
+            .values(
+                calls=ApiKey.calls + added.c.calls,
+                searches=ApiKey.searches + added.c.searches,
+                saves=ApiKey.saves + added.c.saves,
+            )
         )
 
 

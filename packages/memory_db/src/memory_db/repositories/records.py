@@ -54,8 +54,9 @@ class ApiKeyRecord:
     last_used_at: datetime | None
     note: str | None = None
     paused_at: datetime | None = None
-    calls: int = 0  # calls and searches made with it (written at most once a minute)
+    calls: int = 0  # calls, searches and saves made with it (written at most once a minute)
     searches: int = 0
+    saves: int = 0
 
     @property
     def state(self) -> str:
@@ -308,6 +309,9 @@ class StoredAsset:
     object_status: str
     preview_sha256: str | None = None  # None: stored before previews were hashed (rev. 0007)
     storage_key: str | None = None  # the original's key
+    # The label of the key that saved it (``asset.saved_by_key_id``); read by
+    # ``AssetRepository.get_visible`` only (None elsewhere, and for a key without a label).
+    saved_by_label: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

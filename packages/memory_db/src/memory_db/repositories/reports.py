@@ -40,9 +40,10 @@ class IdentitySummary:
     used_bytes: int
     reserved_bytes: int
     created_at: datetime
-    active_keys: int
+    active_keys: int  # neither paused nor revoked
     revoked_keys: int
     vaults: int
+    paused_keys: int  # paused, not revoked
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,9 +90,25 @@ class ReportRepository(SessionRepository):
     async def identities(self) -> list[IdentitySummary]:
         """Every identity with its counters and key and vault counts, by e-mail address."""
         owner = Identity.owner_identity
+        # Active: usable now. Paused: not revoked, but refused until resumed. A revoked key
+        # counts as revoked whether or not it was paused first.
         active = (
             select(func.count())
-            .where(ApiKey.owner_identity == owner, ApiKey.revoked_at.is_(None))
+            .where(
+                ApiKey.owner_identity == owner,
+                ApiKey.revoked_at.is_(None),
+                ApiKey.paused_at.is_(None),
+            )
+            .correlate(Identity)
+            .scalar_subquery()
+        )
+        paused = (
+            select(func.count())
+            .where(
+                ApiKey.owner_identity == owner,
+                ApiKey.revoked_at.is_(None),
+                ApiKey.paused_at.is_not(None),
+            )
             .correlate(Identity)
             .scalar_subquery()
         )
@@ -117,6 +134,7 @@ class ReportRepository(SessionRepository):
                 active,
                 revoked,
                 vaults,
+                paused,
             )
             .outerjoin(AssetNamespace, AssetNamespace.owner_identity == owner)
             .order_by(owner)

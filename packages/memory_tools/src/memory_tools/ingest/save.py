@@ -545,6 +545,8 @@ class AssetSaver:
             original_bytes=len(data),
             preview_bytes=len(image.preview),
         )
+        if order.key_id is not None:  # the key's save count (its Keys page row)
+            self.services.key_activity.note(order.key_id, saves=1)
         await progress(SAVE_STEPS, SAVE_STEPS, "saved")
         return result
 

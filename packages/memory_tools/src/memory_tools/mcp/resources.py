@@ -44,9 +44,10 @@ from anyio.abc import TaskGroup
 from fastmcp import FastMCP
 from fastmcp.exceptions import ResourceError, ValidationError
 from fastmcp.resources import ResourceContent, ResourceResult, ResourceTemplate
+from fastmcp.server.low_level import LowLevelServer
 from mcp.server.connection import Connection
 from mcp.server.context import ServerRequestContext
-from mcp.server.lowlevel.server import Server
+from mcp.server.lowlevel.server import NotificationOptions
 from mcp.shared.exceptions import MCPError
 from mcp.shared.subscriptions import SUBSCRIPTION_ID_META_KEY
 
@@ -93,7 +94,7 @@ def _failure(error: Refused | ToolFailure) -> ToolFailure:
     return error.failure if isinstance(error, Refused) else error
 
 
-def _low_level(server: FastMCP) -> Server[Any]:
+def _low_level(server: FastMCP) -> LowLevelServer[Any]:
     """Fastmcp's SDK server, where handlers for the methods fastmcp does not serve are added.
 
     fastmcp 4.2 has no public way to serve ``resources/subscribe`` or ``subscriptions/listen``
@@ -144,6 +145,16 @@ class AssetResources:
             )
         )
         low = _low_level(server)
+        # The resource list changes with every save and delete, but no list-changed notice is
+        # sent: a client that sees ``listChanged`` waits for the notice to list again, and
+        # would keep a stale list. fastmcp advertises it by default on the session revisions
+        # (its public ``notification_options``); 2026-07-28 derives it from serving ``listen``,
+        # whose acknowledgement then declines ``resourcesListChanged`` (:meth:`listen`).
+        low.notification_options = NotificationOptions(
+            prompts_changed=low.notification_options.prompts_changed,
+            resources_changed=False,
+            tools_changed=low.notification_options.tools_changed,
+        )
         low.add_request_handler(
             "resources/list", mcp_types.PaginatedRequestParams, self.list_resources
         )
@@ -285,7 +296,7 @@ class AssetResources:
         """``resources/subscribe`` (session revisions): updates on the connection's channel."""
         connection = _connection_of(ctx)
         uri = str(params.uri)
-        if connection is None or not connection.has_standalone_channel:
+        if not connection.has_standalone_channel:
             raise MCPError(
                 mcp_types.INVALID_REQUEST,
                 "invalid_input: this connection cannot carry notifications; "
@@ -343,21 +354,30 @@ class AssetResources:
         self, ctx: ServerRequestContext[Any], params: mcp_types.UnsubscribeRequestParams
     ) -> mcp_types.EmptyResult:
         """``resources/unsubscribe``: stop following; unknown URIs are a no-op."""
-        connection = _connection_of(ctx)
-        task = None if connection is None else _follows(connection).pop(str(params.uri), None)
+        task = _follows(_connection_of(ctx)).pop(str(params.uri), None)
         if task is not None:
             task.cancel()
         return mcp_types.EmptyResult()
 
 
-def _connection_of(ctx: ServerRequestContext[Any]) -> Connection | None:
+def _connection_of(ctx: ServerRequestContext[Any]) -> Connection:
     """The connection a request came on (its state and teardown outlive the request).
 
-    SDK 2.3 builds a ``ServerSession`` per request and keeps the connection private; fastmcp
-    reads it the same way (``fastmcp.server.context``, the client's log level).
+    The one place that reads the SDK's private state. Written against mcp 2.3.0 (fastmcp
+    4.2.3): a low-level handler gets a ``ServerRequestContext`` whose per-request
+    ``ServerSession`` keeps the connection in ``_connection``, with no public accessor (the
+    SDK's ``Context.connection`` is public, but the runner does not build that context for
+    handlers); fastmcp reads it the same way (``fastmcp.server.context``, the client's log
+    level). If an SDK release moves it, this fails loudly rather than refusing subscriptions
+    in silence; ``test_the_connection_is_read_where_the_sdk_keeps_it`` checks it.
     """
     connection = getattr(ctx.session, "_connection", None)
-    return connection if isinstance(connection, Connection) else None
+    if not isinstance(connection, Connection):
+        raise RuntimeError(
+            "the MCP SDK no longer keeps a request's connection in ServerSession._connection "
+            "(written against mcp 2.3.0): update memory_tools.mcp.resources._connection_of"
+        )
+    return connection
 
 
 def _follows(connection: Connection) -> dict[str, asyncio.Task[None]]:

@@ -166,6 +166,7 @@ async def _list_identities(opened: OpenedDatabase, args: argparse.Namespace) -> 
                         "reservedBytes": i.reserved_bytes,
                         "createdAt": when(i.created_at),
                         "activeKeys": i.active_keys,
+                        "pausedKeys": i.paused_keys,
                         "revokedKeys": i.revoked_keys,
                         "vaults": i.vaults,
                     }
@@ -176,14 +177,14 @@ async def _list_identities(opened: OpenedDatabase, args: argparse.Namespace) -> 
         return
     print_table(
         "identities",
-        ("owner", "quota", "used", "reserved", "keys (active/revoked)", "vaults", "created"),
+        ("owner", "quota", "used", "reserved", "keys (active/paused/revoked)", "vaults", "created"),
         [
             (
                 i.owner_identity,
                 human_bytes(i.quota_bytes),
                 human_bytes(i.used_bytes),
                 human_bytes(i.reserved_bytes),
-                f"{i.active_keys}/{i.revoked_keys}",
+                f"{i.active_keys}/{i.paused_keys}/{i.revoked_keys}",
                 i.vaults,
                 when(i.created_at),
             )
@@ -213,6 +214,7 @@ async def _list_keys(opened: OpenedDatabase, args: argparse.Namespace) -> None:
                         "revokedAt": when(k.revoked_at),
                         "calls": k.calls,
                         "searches": k.searches,
+                        "saves": k.saves,
                     }
                     for k in keys
                 ],

@@ -21,6 +21,7 @@ from memory_tools.jobs.worker import JobWorker, WorkerConfig
 from memory_tools.serving.defaults import DEFAULT_HOST as DEFAULT_HOST
 from memory_tools.serving.defaults import DEFAULT_PORT as DEFAULT_PORT
 from memory_tools.serving.job_worker import job_worker
+from memory_tools.workflows.calls import write_key_activity
 
 log = get_logger(__name__)
 
@@ -170,6 +171,9 @@ async def running(
         async with supervised(runtime):
             yield runtime, services
     finally:
+        if services is not None:
+            with anyio.CancelScope(shield=True):  # a stop by signal still writes the counts
+                await write_key_activity(services)
         await fetcher.aclose()
         if describer is not None:
             await describer.close()

@@ -466,8 +466,7 @@ async def get_asset_row(
     if context is not None:
         view = view.model_copy(update={"generated_context": context})
     if (key_id := asset.saved_by_key_id) is not None:
-        labels = await uow.api_keys.labels([key_id])
-        saved_by = SavedBy(key_id=key_id, label=labels.get(key_id))
+        saved_by = SavedBy(key_id=key_id, label=stored.saved_by_label)
         view = view.model_copy(update={"saved_by": saved_by})
     return view, stored
 

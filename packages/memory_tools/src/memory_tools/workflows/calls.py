@@ -101,16 +101,28 @@ async def _counted(services: MemoryServices, caller: Caller) -> None:
     A failed write keeps the counts for the next call and never fails this one: the answer is
     committed already, and counts are not worth an error.
     """
-    activity = services.key_activity
-    activity.note(caller.key_id, calls=1)
-    taken = activity.take_due()
+    services.key_activity.note(caller.key_id, calls=1)
+    await _write_activity(services, services.key_activity.take_due())
+
+
+async def write_key_activity(services: MemoryServices) -> None:
+    """Write every count this process gathered, due or not: what a stopping server does.
+
+    So a server stopped in the ordinary way loses no count; only one that dies loses the
+    counts of its last minute. A failed write is logged, never raised (the process is ending).
+    """
+    await _write_activity(services, services.key_activity.take_all())
+
+
+async def _write_activity(services: MemoryServices, taken: dict[str, tuple[int, int, int]]) -> None:
+    """Add ``taken`` to the keys' counters; a failed write gives the counts back."""
     if not taken:
         return
     try:
         async with services.database.unit_of_work() as uow:
             await uow.api_keys.add_activity(taken)
     except MemoryDbError:
-        activity.restore(taken)
+        services.key_activity.restore(taken)
         log.warning("key_activity_not_written", keys=len(taken), exc_info=True)
 
 

@@ -17,13 +17,16 @@ one set of rules holds for both (docs/design.md#keys):
   an active one changes nothing and says so (``changed: false``); pausing or resuming a
   revoked key is a ``conflict``. Each change is recorded in provenance
   (``api_key_create``/``_pause``/``_resume``/``_revoke``) with the caller as actor.
-- What a key did: ``lastUsedAt`` (within about two minutes), ``calls`` and ``searches``
-  (within about a minute, :mod:`memory_tools.key_activity`) and ``saves`` (the assets whose
-  ``savedBy`` is the key), read in one statement for at most :data:`MAX_KEYS_LISTED` keys.
+- What a key did: ``lastUsedAt`` (within about two minutes), ``calls``, ``searches`` and
+  ``saves`` (the assets saved with it): the stored counters, read in one statement of the keys
+  alone for at most :data:`MAX_KEYS_LISTED` keys, plus what this process has gathered and not
+  yet written (another process's counts arrive within about a minute,
+  :mod:`memory_tools.key_activity`).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 from typing import TYPE_CHECKING, Literal
 
@@ -97,8 +100,8 @@ class KeyChange(WireModel):
     changed: bool
 
 
-def key_view(record: ApiKeyRecord, *, saves: int = 0, current_key_id: str | None = None) -> KeyView:
-    """The view of ``record``; ``saves``: how many assets it saved."""
+def key_view(record: ApiKeyRecord, *, current_key_id: str | None = None) -> KeyView:
+    """The view of ``record``, ``current`` when it is ``current_key_id``."""
     return KeyView(
         key_id=record.id,
         owner=record.owner_identity,
@@ -112,8 +115,23 @@ def key_view(record: ApiKeyRecord, *, saves: int = 0, current_key_id: str | None
         revoked_at=record.revoked_at,
         calls=record.calls,
         searches=record.searches,
-        saves=saves,
+        saves=record.saves,
         current=record.id == current_key_id,
+    )
+
+
+def _with_pending(record: ApiKeyRecord, services: MemoryServices) -> ApiKeyRecord:
+    """``record`` with the counts this process gathered and has not written yet.
+
+    So a one-process server shows a save at once; another process's counts arrive with its
+    next write (within about a minute).
+    """
+    calls, searches, saves = services.key_activity.pending(record.id)
+    return replace(
+        record,
+        calls=record.calls + calls,
+        searches=record.searches + searches,
+        saves=record.saves + saves,
     )
 
 
@@ -125,11 +143,9 @@ async def list_keys(uow: UnitOfWork, caller: Caller, services: MemoryServices) -
     """The caller's keys with what each did; an operator's key lists every owner's."""
     require_scope(caller, "read")
     operator = _is_operator(caller)
-    listed = await uow.api_keys.listed_with_saves(
-        None if operator else caller.identity, limit=MAX_KEYS_LISTED
-    )
+    listed = await uow.api_keys.listed(None if operator else caller.identity, limit=MAX_KEYS_LISTED)
     return KeyList(
-        keys=[key_view(r, saves=n, current_key_id=caller.key_id) for r, n in listed],
+        keys=[key_view(_with_pending(r, services), current_key_id=caller.key_id) for r in listed],
         operator=operator,
         can_change=caller.has_scope("write"),
         scopes=sorted(caller.scopes),
