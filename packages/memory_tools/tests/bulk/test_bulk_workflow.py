@@ -21,7 +21,7 @@ from memory_tools.access import Caller
 from memory_tools.key_activity import KeyActivity
 from memory_tools.operations import admin
 from memory_tools.wire import WireModel
-from memory_tools.workflows import bulk, changes, edits
+from memory_tools.workflows import bulk, changes, edits, trash
 from memory_tools.workflows.bulk import Denials, run_each
 from memory_tools.workflows.calls import ApiKey
 
@@ -316,3 +316,27 @@ async def test_a_key_revoked_mid_way_is_refused_from_the_next_item_on(
     assert [item.ok for item in answer.items] == [True, True, False]
     error = answer.items[2].error
     assert error is not None and error.code == "unauthenticated", error
+
+
+async def test_purging_from_the_trash_item_by_item(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """A workflow that opens its own transactions (the purge) runs per item the same way."""
+    async with client_as(alice.key) as client:
+        trashed = [await _save(client, seed) for seed in (1, 2)]
+        live = await _save(client, 3)
+        for asset in trashed:
+            await _call(client, "image_asset_delete", {"assetId": asset})
+    ids = [trashed[0], live, trashed[1]]
+    answer = await bulk.run_each_as_caller(saving, ApiKey(alice.key), trash.purge_asset, ids)
+    wire = answer.model_dump(mode="json")
+    assert [item["ok"] for item in wire["items"]] == [True, False, True]
+    assert wire["items"][1]["error"] == {
+        "code": "not_found",
+        "message": "asset not found in the trash",
+    }
+    assert wire["items"][0]["bytesDeleted"] is True
+    purged = await _rows(
+        saving, "SELECT id FROM mem_assets WHERE purged_at IS NOT NULL ORDER BY id"
+    )
+    assert purged == sorted((a,) for a in trashed)

@@ -2,7 +2,8 @@
 
 Moving forty images, tagging them, deleting or restoring them is forty calls of the workflow a
 single image already has (``changes.move_asset``, ``edits.update_asset``, ``delete_asset``,
-``restore_asset``, ``enrich_asset`` ...). :func:`run_each` runs that workflow once per id,
+``restore_asset``, ``enrich_asset`` ...). :func:`run_each` runs that workflow once per id
+(:func:`run_each_as_caller` one that opens its own transactions, as ``trash.purge_asset``),
 each exactly as a single call would run (:mod:`memory_tools.workflows.calls`):
 
 - in its own admitted turn and its own unit of work, with the credential checked again in it,
@@ -48,8 +49,10 @@ R = TypeVar("R", bound=WireModel)
 # message carries (100 of the largest single answers, an edited asset, are about 200 kB).
 MAX_IDS = 100
 
-# A workflow run for one asset: ``action(uow, caller, services, asset_id=..., **arguments)``.
+# A workflow run for one asset: ``action(uow, caller, services, asset_id=..., **arguments)``;
+# one that opens its own transactions: ``action(caller, services, asset_id=..., **arguments)``.
 ItemAction = Callable[..., Awaitable[R]]
+CallerItemAction = Callable[..., Awaitable[R]]
 
 
 class ItemError(WireModel):
@@ -136,16 +139,59 @@ async def run_each(
 ) -> BulkAnswer[R]:
     """``action(uow, caller, services, asset_id=id, **arguments)`` for each id, item by item.
 
-    Refuses the whole call only for its ids (:func:`checked_ids`) and for a credential that is
-    not (or no longer) valid; every other refusal is an item's. ``progress`` hears each item
-    done (``done`` of ``total``).
+    Each item in its own unit of work, as :func:`memory_tools.workflows.calls.invoke` runs a
+    single call. Refuses the whole call only for its ids (:func:`checked_ids`) and for a
+    credential that is not valid; every other refusal is an item's. ``progress`` hears each
+    item done (``done`` of ``total``).
     """
+
+    async def attempt(asset_id: str) -> R:
+        async with services.database.unit_of_work() as uow:
+            caller = await credential.check(uow)
+            return await action(uow, caller, services, asset_id=asset_id, **arguments)
+
+    return await _each(services, credential, asset_ids, attempt, progress, denials)
+
+
+async def run_each_as_caller(
+    services: MemoryServices,
+    credential: Credential,
+    action: CallerItemAction[R],
+    asset_ids: Sequence[str],
+    *,
+    progress: Progress = no_progress,
+    denials: Denials | None = None,
+    **arguments: Any,
+) -> BulkAnswer[R]:
+    """:func:`run_each` for workflows that open their own transactions (a purge).
+
+    ``action(caller, services, asset_id=id, **arguments)``, as
+    :func:`memory_tools.workflows.calls.invoke_as_caller` runs a single call.
+    """
+
+    async def attempt(asset_id: str) -> R:
+        async with services.database.single_statements() as uow:
+            caller = await credential.check(uow)
+        return await action(caller, services, asset_id=asset_id, **arguments)
+
+    return await _each(services, credential, asset_ids, attempt, progress, denials)
+
+
+async def _each(
+    services: MemoryServices,
+    credential: Credential,
+    asset_ids: Sequence[str],
+    attempt: Callable[[str], Awaitable[R]],
+    progress: Progress,
+    denials: Denials | None,
+) -> BulkAnswer[R]:
+    """The ids checked, the credential checked once for the call, then each item in turn."""
     ids = checked_ids(asset_ids)
     async with admitted(services), services.database.single_statements() as uow:
         await credential.check(uow)
     items: list[BulkItem[R]] = []
     for done, asset_id in enumerate(ids, start=1):
-        items.append(await _run_one(services, credential, action, asset_id, denials, arguments))
+        items.append(await _run_one(services, credential, attempt, asset_id, denials))
         await progress(done, len(ids), f"{done} of {len(ids)} images")
     succeeded = sum(item.ok for item in items)
     return BulkAnswer[R](items=items, succeeded=succeeded, failed=len(items) - succeeded)
@@ -154,21 +200,21 @@ async def run_each(
 async def _run_one(
     services: MemoryServices,
     credential: Credential,
-    action: ItemAction[R],
+    attempt: Callable[[str], Awaitable[R]],
     asset_id: str,
     denials: Denials | None,
-    arguments: dict[str, Any],
 ) -> BulkItem[R]:
-    """One item as one single call: admitted, authenticated and acted in one transaction."""
-    caller: Caller | None = None
+    """One item as one single call: admitted, authenticated again, acted, counted."""
     try:
         async with admitted(services):
-            async with services.database.unit_of_work() as uow:
-                caller = await credential.check(uow)
-                result = await action(uow, caller, services, asset_id=asset_id, **arguments)
-            await count_call(services, caller)
+            result = await attempt(asset_id)
+            caller = credential.caller
+            if caller is not None:  # always set once the attempt's check passed
+                await count_call(services, caller)
     except ToolFailure as failure:
         log.info("bulk_item_refused", code=failure.code)
+        # Only a check that passed can lead to forbidden: credential.caller is this item's.
+        caller = credential.caller
         if failure.code == "forbidden" and caller is not None and denials is not None:
             await _audit_denial(services, caller, denials, failure)
         return BulkItem[R](
@@ -203,10 +249,12 @@ __all__ = [
     "MAX_IDS",
     "BulkAnswer",
     "BulkItem",
+    "CallerItemAction",
     "Denials",
     "ItemAction",
     "ItemError",
     "checked_ids",
     "one_or_many",
     "run_each",
+    "run_each_as_caller",
 ]
