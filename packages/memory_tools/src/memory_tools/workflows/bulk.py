@@ -48,6 +48,8 @@ R = TypeVar("R", bound=WireModel)
 # The most ids one call may name: a library page, and an answer well within what one MCP
 # message carries (100 of the largest single answers, an edited asset, are about 200 kB).
 MAX_IDS = 100
+# The longest id a caller may name (asset ids are 30 characters; the single tools allow 64).
+MAX_ID_LENGTH = 64
 
 # A workflow run for one asset: ``action(uow, caller, services, asset_id=..., **arguments)``;
 # one that opens its own transactions: ``action(caller, services, asset_id=..., **arguments)``.
@@ -106,12 +108,20 @@ class Denials:
 
 
 def checked_ids(asset_ids: Sequence[str], field: str = "assetIds") -> list[str]:
-    """The ids of one bulk call; ``invalid_input`` for none, too many, or a repeated id."""
+    """The ids of one bulk call: ``invalid_input`` for none, too many, or a bad or repeated id.
+
+    An empty id or one longer than any id could be is bad.
+    """
     ids = list(asset_ids)
     if not 1 <= len(ids) <= MAX_IDS:
         raise InvalidInputFailure(f"{field}: give 1 to {MAX_IDS} ids, not {len(ids)}")
     first: dict[str, int] = {}
     for position, asset_id in enumerate(ids, start=1):
+        # Each item's answer names its id: an id no asset can have is not echoed back.
+        if not 1 <= len(asset_id) <= MAX_ID_LENGTH:
+            raise InvalidInputFailure(
+                f"{field}: item {position} is not an id (1 to {MAX_ID_LENGTH} characters)"
+            )
         if asset_id in first:
             raise InvalidInputFailure(
                 f"{field}: item {position} repeats item {first[asset_id]}; name each id once"
@@ -247,6 +257,7 @@ async def _audit_denial(
 
 __all__ = [
     "MAX_IDS",
+    "MAX_ID_LENGTH",
     "BulkAnswer",
     "BulkItem",
     "CallerItemAction",
