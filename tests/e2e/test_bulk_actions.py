@@ -76,8 +76,8 @@ async def test_two_owners_bulk_at_once_each_id_authorised_alone(
         moving = anyio.Event()
         answers: dict[str, Any] = {}
 
-        async def progress(done: float, total: float | None, message: str | None) -> None:
-            reports.append((done, total))
+        async def progress(progress: float, total: float | None, message: str | None) -> None:
+            reports.append((progress, total))
             moving.set()
 
         async def move_forty() -> None:
@@ -114,7 +114,9 @@ async def test_two_owners_bulk_at_once_each_id_authorised_alone(
         assert missing["items"][0]["error"] == deleted["items"][1]["error"]
 
         # alice's images: all forty in the project, none deleted; bob's two are in the trash.
-        listed = await _answer(alice, "image_asset_list", {"projectId": project, "limit": 100})
+        listed = await _answer(
+            alice, "image_asset_list", {"vault": "Library", "projectId": project, "limit": 100}
+        )
         assert sorted(item["assetId"] for item in listed["items"]) == sorted(alices)
         for asset in bobs:
             gone = await bob.call_tool("image_asset_get", {"assetId": asset})

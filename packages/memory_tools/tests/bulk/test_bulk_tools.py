@@ -53,9 +53,9 @@ async def test_every_per_asset_tool_answers_item_by_item(
             reports: list[tuple[float, float | None]] = []
 
             async def progress(
-                done: float, total: float | None, message: str | None, into: Any = reports
+                progress: float, total: float | None, message: str | None, into: Any = reports
             ) -> None:
-                into.append((done, total))
+                into.append((progress, total))
 
             result = await client.call_tool(
                 tool, {"assetIds": asked, **extra.get(tool, {})}, progress_handler=progress
