@@ -8,6 +8,7 @@ rest; the whole call is refused only for its ids or its credential.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import anyio
@@ -379,3 +380,23 @@ async def test_an_answer_past_its_budget_keeps_every_id_and_outcome(
     assert all(item["error"]["code"] == "not_found" for item in wire["items"] if not item["ok"])
     unbounded = await run_each(services, ApiKey(alice.key), _large, ids, answer_budget=None)
     assert sum("words" in item for item in unbounded.model_dump()["items"]) == 90
+
+
+async def test_feature_switches_hold_for_every_item(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """The workflow checks the switches per item: memory switched off, or a read-only server,
+    refuses each item as it refuses the single call, and changes nothing."""
+    async with client_as(alice.key) as client:
+        ids = [await _save(client, seed) for seed in (1, 2)]
+    off = replace(
+        saving, settings=saving.settings.model_copy(update={"asset_feature_enabled": False})
+    )
+    read_only = replace(saving, read_only=True)
+    for services, code in ((off, "feature_disabled"), (read_only, "forbidden")):
+        answer = await run_each(services, ApiKey(alice.key), changes.delete_asset, ids)
+        single = await refused(run(services, alice.key, changes.delete_asset, asset_id=ids[0]))
+        for item in answer.items:
+            assert item.error is not None and item.error.code == code
+            assert f"{item.error.code}: {item.error.message}" == single
+    assert [(await _placement(saving, a))[1] for a in ids] == ["processing", "processing"]
