@@ -19,7 +19,11 @@ again and again (issue 34; the budget and its measure: ``scraper_mcp.schema_budg
   only. Every field is always present in an answer (null when empty); each field's type and
   meaning, and the fields of nested objects (an asset's ``preview`` or ``textInImage``), are
   in docs/tools.md. The answer itself (``structuredContent``, repeated as JSON text) is
-  unchanged, and it still validates against the lean schema, which only says less.
+  unchanged, and it still validates against the lean schema, which only says less. A tool
+  that answers one of several objects (``MoveResult | BulkAnswer[MoveResult]``: one image, or
+  several with ``assetIds``) is listed with the union of their field names, and its answer is
+  sent as it is rather than wrapped in ``{"result": ...}``: each shape validates, since a
+  named field is never required.
 
 What the figures supported (the memory server's whole list, 18 tools; the table is in
 docs/tools.md, "What tools/list costs"): output schemas were 31 kB of the 55 kB. Without their
@@ -62,10 +66,33 @@ def lean_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     """
     if schema is None:
         return None
-    shaped = {"type": "object", **_names(dereference_refs(schema))}
+    inlined = dereference_refs(schema)
+    answers = _answers(inlined)
+    if answers is not None:
+        # One of several objects (a single image's answer, or a bulk call's): fastmcp would
+        # wrap it in {"result": ...}; listed as the union of their field names, it is sent as
+        # it is, and each shape validates (a field named is never required).
+        merged: dict[str, Any] = {}
+        for answer in answers:
+            for name, field in _names(answer)["properties"].items():
+                merged.setdefault(name, field)
+        return {"type": "object", "properties": merged}
+    shaped = {"type": "object", **_names(inlined)}
     if _WRAPPED in schema:  # fastmcp reads it when it builds the answer of a non-object result
         shaped[_WRAPPED] = schema[_WRAPPED]
     return shaped
+
+
+def _answers(schema: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The object schemas of a wrapped union of objects (``A | B`` returned); else ``None``."""
+    if not schema.get(_WRAPPED):
+        return None
+    members = schema.get("properties", {}).get("result", {}).get("anyOf")
+    if not isinstance(members, list) or not members:
+        return None
+    if not all(isinstance(m, dict) and m.get("type") == "object" for m in members):
+        return None
+    return [m for m in members if isinstance(m, dict)]
 
 
 def _lean_input(schema: Any) -> Any:
