@@ -43,6 +43,7 @@
       actions.hidden = selected === 0;
       clear.hidden = selected === 0;
       selectAll.hidden = cards().length === 0 || selected === cards().length;
+      if (say === null) return; // at the start: the page's own words stay, nothing is announced
       count.textContent = say || (selected === 0 ? "No image selected." : plural(selected) + " selected.");
     }
 
@@ -77,7 +78,7 @@
       card.tabIndex = i === 0 ? 0 : -1;
       box(card).tabIndex = -1; // the card is the keyboard's control; a click still works
     });
-    selectAll.hidden = false;
+    show(null);
 
     grid.addEventListener("click", (event) => {
       const card = event.target.closest("[data-bulk-item]");
