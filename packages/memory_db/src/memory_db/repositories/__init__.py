@@ -17,6 +17,7 @@ from memory_db.repositories.asset_states import (
     AssetStateWatch,
     StateSubscription,
 )
+from memory_db.repositories.asset_tags import TagChange
 from memory_db.repositories.assets import AssetRepository, DuplicateObject, ObjectRepository
 from memory_db.repositories.audit import ProvenanceRepository, UsageRepository
 from memory_db.repositories.contexts import ContextRepository
@@ -139,6 +140,7 @@ __all__ = [
     "SaveRepository",
     "StateSubscription",
     "StoredAsset",
+    "TagChange",
     "TextMatch",
     "TrashedAsset",
     "UsageRepository",

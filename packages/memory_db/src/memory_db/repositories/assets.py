@@ -43,6 +43,7 @@ from memory_db.errors import Conflict, InvalidInput, InvalidStorageKey, NotFound
 from memory_db.ids import is_valid_id, new_id
 from memory_db.repositories._base import SessionRepository, asset_object_join, record_from_row
 from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
+from memory_db.repositories.asset_tags import TagChange, change_tags_statement, tag_change
 from memory_db.repositories.filters import AssetFilter, taken_key, taken_range
 from memory_db.repositories.records import (
     INTEGRITY_CODES,
@@ -997,6 +998,29 @@ class AssetRepository(SessionRepository):
             updated_by=actor,
         )
         return await self.get(scope, asset_id)
+
+    async def change_tags(
+        self,
+        scope: VaultScope,
+        asset_id: str,
+        *,
+        add: list[str],
+        remove: list[str],
+        max_tags: int,
+        actor: str,
+    ) -> TagChange | None:
+        """Add and remove tags in one statement (no lost update); ``None``: no visible asset.
+
+        See :mod:`memory_db.repositories.asset_tags`: the change is written only when it
+        changes something and leaves at most ``max_tags`` tags.
+        """
+        if not is_valid_id(asset_id, "ast"):
+            return None
+        statement, parameters = change_tags_statement(
+            scope, asset_id, add=add, remove=remove, max_tags=max_tags, actor=actor
+        )
+        row = (await self._session.execute(statement, parameters)).first()
+        return None if row is None else tag_change(row)
 
     async def set_status(self, scope: VaultScope, asset_id: str, status: str, actor: str) -> None:
         """Move an asset to ``deleting`` or ``deleted`` (docs/design.md#deleting).

@@ -124,25 +124,26 @@ def title_from_file_name(name: str | None) -> str | None:
     return title or None
 
 
-def canonical_tags(tags: list[str] | None) -> list[str]:
+def canonical_tags(tags: list[str] | None, field: str = "tags") -> list[str]:
     """Lower-case, whitespace-collapsed, de-duplicated tags in the caller's order.
 
     Invisible characters are dropped as in :func:`clean_text`; a tag left empty is refused.
+    ``field`` names the parameter in the refusal (``addTags``, ``removeTags``).
     """
     if not tags:
         return []
     if len(tags) > MAX_TAGS:
-        raise InvalidInputFailure(f"tags: at most {MAX_TAGS} tags")
+        raise InvalidInputFailure(f"{field}: at most {MAX_TAGS} tags")
     seen: list[str] = []
     for raw in tags:
-        refuse_nul(raw, "tags")
+        refuse_nul(raw, field)
         tag = " ".join(
             drop_forbidden_characters(unicodedata.normalize("NFKC", raw)).split()
         ).lower()
         if not tag:
-            raise InvalidInputFailure("tags: a tag is empty")
+            raise InvalidInputFailure(f"{field}: a tag is empty")
         if len(tag) > MAX_TAG_LENGTH:
-            raise InvalidInputFailure(f"tags: a tag is longer than {MAX_TAG_LENGTH} characters")
+            raise InvalidInputFailure(f"{field}: a tag is longer than {MAX_TAG_LENGTH} characters")
         if tag not in seen:
             seen.append(tag)
     return seen

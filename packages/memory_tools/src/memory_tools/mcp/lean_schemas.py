@@ -62,10 +62,33 @@ def lean_output_schema(schema: dict[str, Any] | None) -> dict[str, Any] | None:
     """
     if schema is None:
         return None
-    shaped = {"type": "object", **_names(dereference_refs(schema))}
+    inlined = dereference_refs(schema)
+    answers = _answers(inlined)
+    if answers is not None:
+        # One of several objects (a single image's answer, or a bulk call's): fastmcp would
+        # wrap it in {"result": ...}; listed as the union of their field names, it is sent as
+        # it is, and each shape validates (a field named is never required).
+        merged: dict[str, Any] = {}
+        for answer in answers:
+            for name, field in _names(answer)["properties"].items():
+                merged.setdefault(name, field)
+        return {"type": "object", "properties": merged}
+    shaped = {"type": "object", **_names(inlined)}
     if _WRAPPED in schema:  # fastmcp reads it when it builds the answer of a non-object result
         shaped[_WRAPPED] = schema[_WRAPPED]
     return shaped
+
+
+def _answers(schema: dict[str, Any]) -> list[dict[str, Any]] | None:
+    """The object schemas of a wrapped union of objects (``A | B`` returned); else ``None``."""
+    if not schema.get(_WRAPPED):
+        return None
+    members = schema.get("properties", {}).get("result", {}).get("anyOf")
+    if not isinstance(members, list) or not members:
+        return None
+    if not all(isinstance(m, dict) and m.get("type") == "object" for m in members):
+        return None
+    return [m for m in members if isinstance(m, dict)]
 
 
 def _lean_input(schema: Any) -> Any:

@@ -52,6 +52,7 @@ from memory_tools.errors import ToolFailure
 from memory_tools.mcp.lean_schemas import lean_input_schema, lean_output_schema
 from memory_tools.services import MemoryServices
 from memory_tools.wire import Thumbnail, WireModel
+from memory_tools.workflows.bulk import BulkAnswer
 
 log = get_logger(__name__)
 
@@ -132,6 +133,10 @@ class ToolRegistry:
     def specs(self) -> tuple[ToolSpec, ...]:
         """Every declared tool."""
         return tuple(self._specs.values())
+
+    def spec(self, name: str) -> ToolSpec:
+        """The declared tool ``name`` (``KeyError`` for a name never declared)."""
+        return self._specs[name]
 
     def tool(
         self,
@@ -222,6 +227,11 @@ def _entry(
             raise await _refuse(services, spec, None, failure) from None
         if isinstance(answer, WireModel) and answer.thumbnails is not None:
             return _shown_with_thumbnails(answer, answer.thumbnails)
+        if isinstance(answer, BulkAnswer):
+            # Sent as its own dump: fastmcp would serialise it through the declared union
+            # (``MoveResult | BulkAnswer[MoveResult]``), whose generic member is not the class
+            # the runner built at run time. The listed schema names both shapes' fields.
+            return ToolResult(structured_content=answer.model_dump(mode="json"))
         return answer
 
     return entry

@@ -22,7 +22,8 @@ from fastmcp.tools import Tool
 from fastmcp.tools.tool_transform import ArgTransform
 from pydantic import Field, WithJsonSchema
 
-from memory_db import MemorySettings, get_logger
+from memory_db import MemorySettings, UnitOfWork, get_logger
+from memory_tools.access import Caller
 from memory_tools.errors import ToolFailure
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
@@ -31,8 +32,10 @@ from memory_tools.jobs.ocr_jobs import Enrichment
 from memory_tools.mcp.registry import Advertised, Refused, Spread, ToolRegistry, ToolSpec
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
-from memory_tools.workflows import assets, changes, edits, projects, vaults
+from memory_tools.wire import WireModel
+from memory_tools.workflows import assets, bulk, changes, edits, projects, vaults
 from memory_tools.workflows.assets import AssetListView, AssetView
+from memory_tools.workflows.bulk import BulkAnswer, Denials, ItemAction
 from memory_tools.workflows.calls import ApiKey, AsCaller, InTransaction, invoke, invoke_as_caller
 from memory_tools.workflows.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
 from memory_tools.workflows.edits import AssetEdit, FolderEdit, ProjectEdit
@@ -44,6 +47,7 @@ from memory_tools.workflows.vaults import VaultList
 log = get_logger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R", bound=WireModel)
 P = ParamSpec("P")
 
 VaultParam = Annotated[
@@ -57,6 +61,16 @@ VaultParam = Annotated[
 ProjectIdParam = Annotated[str, Field(min_length=1, max_length=64, description="apr_...")]
 NameParam = Annotated[str, Field(min_length=1, max_length=120)]
 AssetIdParam = Annotated[str, Field(min_length=1, max_length=64, description="ast_...")]
+# The subject of a tool that acts on one image or on several (memory_tools.workflows.bulk).
+OneAssetParam = Annotated[str | None, Field(min_length=1, max_length=64, description="ast_...")]
+# How many ids, how long each, and that none repeats are the workflow's to refuse
+# (bulk.checked_ids, a clear invalid_input on every route): the bytes of minItems and of a
+# maxLength per item, paid by every session, say nothing a caller needs up front.
+AssetIdsParam = Annotated[
+    list[str] | None,
+    Field(max_length=bulk.MAX_IDS, description="Or several; answered per id."),
+]
+TagsParam = Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=32)]
 FolderIdParam = Annotated[str, Field(min_length=1, max_length=64, description="afl_...")]
 ThumbnailsParam = Annotated[
     bool, Field(description="Also send 256 px JPEG thumbnails as image content.")
@@ -208,6 +222,42 @@ class MemoryTools:
     ) -> T:
         """``run_as_caller`` with this server's services: ``action(caller, ...)``."""
         return await run_as_caller(self.services, action, *args, **kwargs)
+
+    async def one_or_each(
+        self,
+        tool: str,
+        action: ItemAction[R],
+        asset_id: str | None,
+        asset_ids: list[str] | None,
+        **arguments: Any,
+    ) -> R | BulkAnswer[R]:
+        """``action`` for ``assetId`` as a single call, or for each of ``assetIds``.
+
+        Exactly one of them (``invalid_input`` otherwise). Each id of ``assetIds`` is run,
+        authorised and recorded alone (:func:`memory_tools.workflows.bulk.run_each`), with MCP
+        progress per item; a forbidden item is audited as ``tool``'s refused call is.
+        """
+        subject = bulk.one_or_many(asset_id, asset_ids)
+        if isinstance(subject, str):
+            one = subject
+
+            async def single(uow: UnitOfWork, caller: Caller, services: MemoryServices) -> R:
+                return await action(uow, caller, services, asset_id=one, **arguments)
+
+            return await self.authorised(single)
+        spec = tools.spec(tool)
+        denials = None if spec.audited is None else Denials(spec.audited, spec.name)
+        key = presented_key(self.services)
+        with _refused_as(key):
+            return await bulk.run_each(
+                self.services,
+                key,
+                action,
+                subject,
+                progress=client_progress(),
+                denials=denials,
+                **arguments,
+            )
 
     @tools.tool(
         "Create image project",
@@ -458,17 +508,23 @@ class MemoryTools:
     @tools.tool("Move image", read_only=False, idempotent=True, audited="asset_move")
     async def image_asset_move(
         self,
-        assetId: AssetIdParam,
+        assetId: OneAssetParam = None,
+        assetIds: AssetIdsParam = None,
         projectId: Annotated[
             str | None, Field(max_length=64, description="null for Unfiled.")
         ] = None,
         folderId: Annotated[
             str | None, Field(max_length=64, description="In projectId; null for its root.")
         ] = None,
-    ) -> MoveResult:
+    ) -> MoveResult | BulkAnswer[MoveResult]:
         """Move an image to another project or folder of its vault (its bytes stay put)."""
-        return await self.authorised(
-            changes.move_asset, asset_id=assetId, project_id=projectId, folder_id=folderId
+        return await self.one_or_each(
+            "image_asset_move",
+            changes.move_asset,
+            assetId,
+            assetIds,
+            project_id=projectId,
+            folder_id=folderId,
         )
 
     @tools.tool(
@@ -478,14 +534,20 @@ class MemoryTools:
         destructive=True,
         audited="asset_delete",
     )
-    async def image_asset_delete(self, assetId: AssetIdParam) -> DeleteResult:
+    async def image_asset_delete(
+        self, assetId: OneAssetParam = None, assetIds: AssetIdsParam = None
+    ) -> DeleteResult | BulkAnswer[DeleteResult]:
         """Delete an image (needs the 'destructive' scope); image_asset_restore undoes it."""
-        return await self.authorised(changes.delete_asset, asset_id=assetId)
+        return await self.one_or_each("image_asset_delete", changes.delete_asset, assetId, assetIds)
 
     @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
-    async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreResult:
+    async def image_asset_restore(
+        self, assetId: OneAssetParam = None, assetIds: AssetIdsParam = None
+    ) -> RestoreResult | BulkAnswer[RestoreResult]:
         """Bring back an image deleted within the grace window (needs the 'destructive' scope)."""
-        return await self.authorised(changes.restore_asset, asset_id=assetId)
+        return await self.one_or_each(
+            "image_asset_restore", changes.restore_asset, assetId, assetIds
+        )
 
     @tools.tool(
         "Archive image project",
@@ -534,41 +596,50 @@ class MemoryTools:
     @tools.tool("Edit image", read_only=False, idempotent=True, audited="asset_update")
     async def image_asset_update(
         self,
-        assetId: AssetIdParam,
+        assetId: OneAssetParam = None,
+        assetIds: AssetIdsParam = None,
         title: Annotated[str | None, Field(max_length=240)] = None,
         description: Annotated[str | None, Field(max_length=4000, description="'' clears.")] = (
             None
         ),
         altText: Annotated[str | None, Field(max_length=2000, description="'' clears.")] = None,
-        tags: Annotated[
-            list[Annotated[str, Field(max_length=64)]] | None,
-            Field(max_length=32, description="Replaces every tag; [] clears."),
-        ] = None,
-    ) -> AssetEdit:
+        tags: Annotated[TagsParam, Field(description="Replaces every tag; [] clears.")] = None,
+        # No description: the name and the schema say it all (docs/tools.md, "What tools/list
+        # costs"), and every session pays for the words.
+        addTags: TagsParam = None,
+        removeTags: TagsParam = None,
+    ) -> AssetEdit | BulkAnswer[AssetEdit]:
         """Edit an image's title, description, alt text or tags; fields left out stay."""
-        return await self.authorised(
+        return await self.one_or_each(
+            "image_asset_update",
             edits.update_asset,
-            asset_id=assetId,
+            assetId,
+            assetIds,
             title=title,
             description=description,
             alt_text=altText,
             tags=tags,
+            add_tags=addTags,
+            remove_tags=removeTags,
         )
 
     @tools.tool("Enrich image", read_only=False, idempotent=True, audited="asset_enrich")
     async def image_asset_enrich(
         self,
-        assetId: AssetIdParam,
+        assetId: OneAssetParam = None,
+        assetIds: AssetIdsParam = None,
         what: Annotated[
             list[Literal["ocr", "describe", "capture"]] | None,
             Field(max_length=4, description="Omit for all this server has on."),
         ] = None,
-    ) -> Enrichment:
+    ) -> Enrichment | BulkAnswer[Enrichment]:
         """Queue an image's OCR ('ocr') or generated description ('describe') again.
 
         Answers at once; image_asset_get shows the results once done.
         """
-        return await self.authorised(enrich.enrich_asset, asset_id=assetId, what=what)
+        return await self.one_or_each(
+            "image_asset_enrich", enrich.enrich_asset, assetId, assetIds, what=what
+        )
 
     @tools.tool(
         "Edit image project", read_only=False, idempotent=True, audited="asset_project_update"

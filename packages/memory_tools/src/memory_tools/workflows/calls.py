@@ -88,14 +88,17 @@ class WebSession:
 
 
 @asynccontextmanager
-async def _admitted(services: MemoryServices) -> AsyncGenerator[None]:
-    """Steps 1 and 2: one failure boundary around one admitted turn."""
+async def admitted(services: MemoryServices) -> AsyncGenerator[None]:
+    """Steps 1 and 2: one failure boundary around one admitted turn.
+
+    Also each item's turn of a bulk call (:mod:`memory_tools.workflows.bulk`).
+    """
     with map_failures():
         async with services.call_admission.admit():
             yield
 
 
-async def _counted(services: MemoryServices, caller: Caller) -> None:
+async def count_call(services: MemoryServices, caller: Caller) -> None:
     """Step 6: count the call; write the gathered counts when the oldest is a minute old.
 
     A failed write keeps the counts for the next call and never fails this one: the answer is
@@ -125,11 +128,11 @@ async def invoke(
 
     The credential is checked in that transaction; a failure anywhere rolls it back.
     """
-    async with _admitted(services):
+    async with admitted(services):
         async with services.database.unit_of_work() as uow:
             caller = await credential.check(uow)
             answer = await action(uow, caller, services, *args, **kwargs)
-        await _counted(services, caller)
+        await count_call(services, caller)
         return await thumbnails.render(services, answer)
 
 
@@ -145,9 +148,9 @@ async def invoke_as_caller(
     For work that must not hold a transaction open across network calls: ``action`` opens its
     own. The credential check is one statement, so it needs no transaction around it.
     """
-    async with _admitted(services):
+    async with admitted(services):
         async with services.database.single_statements() as uow:
             caller = await credential.check(uow)
         answer = await action(caller, *args, **kwargs)
-        await _counted(services, caller)
+        await count_call(services, caller)
         return await thumbnails.render(services, answer)

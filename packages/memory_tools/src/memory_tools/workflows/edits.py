@@ -80,11 +80,16 @@ async def update_asset(
     description: str | None,
     alt_text: str | None,
     tags: list[str] | None,
+    add_tags: list[str] | None = None,
+    remove_tags: list[str] | None = None,
 ) -> AssetEdit:
     """Set an image's title, description, alt text and tags (write access to its vault).
 
-    Validated like a save. The full-text document follows at once; the fused vector is
-    embedded again when its text changed (see the module's docstring).
+    Validated like a save. ``tags`` replaces every tag; ``add_tags``/``remove_tags`` change
+    only those, in one statement, so two callers adding a tag each both see theirs land
+    (:mod:`memory_db.repositories.asset_tags`); giving both kinds is ``invalid_input``. The
+    full-text document follows at once; the fused vector is embedded again when its text
+    changed (see the module's docstring).
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
@@ -98,8 +103,11 @@ async def update_asset(
     given_description = inputs.clean_text(description, "description", inputs.MAX_DESCRIPTION)
     given_alt = inputs.clean_text(alt_text, "altText", inputs.MAX_ALT_TEXT)
     new_tags = None if tags is None else inputs.canonical_tags(tags)
+    delta = tag_delta(tags, add_tags, remove_tags)
     scope, asset = await lock_live_asset(uow, caller, asset_id)
     owner = scope.owner_identity
+    if delta is not None:
+        new_tags = await _change_tags(uow, caller, scope, asset_id, *delta)
     title_source = str(asset.metadata.get("titleSource", "derived"))
     after: dict[str, Any] = {
         "title": asset.title if new_title is None else new_title,
@@ -155,6 +163,46 @@ async def update_asset(
         )
     view = await get_asset(uow, caller, services, asset_id=asset_id, include_preview=False)
     return AssetEdit(**dict(view), changed=changed)
+
+
+def tag_delta(
+    tags: list[str] | None, add_tags: list[str] | None, remove_tags: list[str] | None
+) -> tuple[list[str], list[str]] | None:
+    """The canonical tags to add and to remove; ``None`` when neither was given.
+
+    ``tags`` replaces the whole list, so it cannot be combined with a change to it.
+    """
+    if add_tags is None and remove_tags is None:
+        return None
+    if tags is not None:
+        raise InvalidInputFailure(
+            "tags: give tags (replaces every tag) or addTags/removeTags, not both"
+        )
+    return (
+        inputs.canonical_tags(add_tags, "addTags"),
+        inputs.canonical_tags(remove_tags, "removeTags"),
+    )
+
+
+async def _change_tags(
+    uow: UnitOfWork,
+    caller: Caller,
+    scope: VaultScope,
+    asset_id: str,
+    add: list[str],
+    remove: list[str],
+) -> list[str]:
+    """Apply the delta in SQL; the tags the asset now has (refused if over the limit)."""
+    change = await uow.assets.change_tags(
+        scope, asset_id, add=add, remove=remove, max_tags=inputs.MAX_TAGS, actor=caller.identity
+    )
+    if change is None:
+        raise NotFoundFailure("asset not found")
+    if len(change.after) > inputs.MAX_TAGS:
+        raise InvalidInputFailure(
+            f"addTags: the image would have {len(change.after)} tags; at most {inputs.MAX_TAGS}"
+        )
+    return change.after
 
 
 def _text(
