@@ -12,13 +12,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
+import pyvips
 from fastmcp import Client
 from playwright.sync_api import Locator, Page, Route, expect
 
-from ..e2e.test_processes import _png
 from .conftest import RunningServer, check_accessibility, screenshot
 
 pytestmark = pytest.mark.slow
+
+
+def _png(seed: int) -> bytes:
+    """A small picture of its own for each seed (identical bytes would be one image)."""
+    xyz = pyvips.Image.xyz(64, 48)
+    red = ((xyz[0] * (seed + 2)) % 256).cast("uchar")
+    green = ((xyz[1] * 5 + seed) % 256).cast("uchar")
+    return red.bandjoin([green, red]).copy(interpretation="srgb").pngsave_buffer()
 
 
 def _tools(server: RunningServer, key: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
