@@ -16,7 +16,7 @@ import pyvips
 from fastmcp import Client
 from playwright.sync_api import Locator, Page, Route, expect
 
-from .conftest import RunningServer, check_accessibility, screenshot
+from .conftest import DESKTOP, MOBILE, RunningServer, check_accessibility, screenshot
 
 pytestmark = pytest.mark.slow
 
@@ -112,6 +112,14 @@ def test_click_shift_click_keyboard_and_select_all(
     expect(_picked(page)).to_have_count(0)
     page.get_by_role("button", name="Select all on this page").click()
     expect(_picked(page)).to_have_count(6)
+
+    # At phone width the bar wraps; nothing scrolls sideways.
+    page.set_viewport_size(MOBILE)
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1], f"the library scrolls sideways at phone width: {widths}"
+    check_accessibility(page)
+    screenshot(page, "library-bulk-mobile")
+    page.set_viewport_size(DESKTOP)
 
     # Another page of results starts with nothing selected, and the page says so beforehand.
     expect(page.get_by_text("another page of results, or a new filter, clears it")).to_be_visible()

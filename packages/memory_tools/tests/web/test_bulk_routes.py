@@ -132,7 +132,7 @@ async def test_more_ids_than_the_runner_takes_are_refused_whole(
         ({"action": "rename", "assetIds": ["ast_x"]}, "action: one of move, addTags"),
         ({"action": "addTags", "assetIds": ["ast_x"], "tags": []}, "tags: type the tag"),
         ({"action": "delete", "assetIds": "ast_x"}, "assetIds: a list of asset ids"),
-        ({"action": "delete", "assetIds": []}, "assetIds: select at least one image"),
+        ({"action": "delete", "assetIds": []}, "assetIds: give 1 to 100 ids, not 0"),
         ({"action": "move", "assetIds": ["ast_x"], "place": "a/b/c"}, "place: a project"),
         (["delete"], "the body must be a JSON object"),
     ],

@@ -4,8 +4,8 @@ The library's and the trash's selected images go to one of two routes:
 
 - ``POST /bulk/items``: the pages' script, a JSON body ``{"action", "assetIds", "place"?,
   "tags"?}`` with the ``X-CSRF-Token`` header; it answers ``{"items": [{"assetId", "ok",
-  "error"?}], "succeeded", "failed"}`` in the order given. The script sends a selection in
-  chunks (:data:`CHUNK` ids a request) and shows the progress between them.
+  "error"?}], "succeeded", "failed"}`` in the order given. The script (``static/bulk.js``)
+  sends a selection in chunks of a few ids and shows the progress between them.
 - ``POST /bulk``: the same form without scripts (the checked boxes, the ``csrf`` field) answers
   a results page; a purge asks on a page of its own first (``confirmed=yes``).
 
@@ -38,9 +38,6 @@ from memory_tools.workflows import trash as trash_workflows
 
 FORM_PATH = "/bulk"
 ITEMS_PATH = "/bulk/items"
-# Ids the page's script sends per request: progress moves every few seconds at worst, and a
-# chunk's answer stays small; well under the runner's limit of ids per request.
-CHUNK = 10
 
 
 @dataclass(frozen=True)
@@ -49,15 +46,15 @@ class BulkAction:
 
     name: str
     done: str  # "Moved": the results page's heading reads "Moved 39 of 40 images"
-    needs: str | None = None  # the field it needs: "place" or "tags"
+    takes_tags: bool = False  # the Tag field is its subject (an empty one is refused)
 
 
 ACTIONS: dict[str, BulkAction] = {
     each.name: each
     for each in (
-        BulkAction("move", "Moved", needs="place"),
-        BulkAction("addTags", "Tagged", needs="tags"),
-        BulkAction("removeTags", "Untagged", needs="tags"),
+        BulkAction("move", "Moved"),
+        BulkAction("addTags", "Tagged", takes_tags=True),
+        BulkAction("removeTags", "Untagged", takes_tags=True),
         BulkAction("delete", "Moved to the trash"),
         BulkAction("restore", "Restored"),
         BulkAction("purge", "Purged"),
@@ -91,10 +88,10 @@ class BulkRequest:
             raise InvalidInputFailure("place: a project, or a project and one of its folders")
         if not isinstance(tags, list) or not all(isinstance(t, str) for t in tags):
             raise InvalidInputFailure("tags: a list of tags")
-        if chosen.needs == "tags" and not tags:
+        # The form's Tag field is the action's subject: an empty one would change nothing for
+        # every image and still answer each "done".
+        if chosen.takes_tags and not tags:
             raise InvalidInputFailure("tags: type the tag to add or remove")
-        if not asset_ids:
-            raise InvalidInputFailure("assetIds: select at least one image")
         return cls(chosen, [str(i) for i in asset_ids], place, [str(t) for t in tags])
 
     @classmethod

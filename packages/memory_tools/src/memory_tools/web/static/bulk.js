@@ -220,6 +220,7 @@
       }
       running = false;
       buttons(false);
+      label.textContent = stopped ? "Stopped:" : "Done:";
       const refused = done - succeeded;
       let said = DONE[action] + " " + succeeded + " of " + plural(total) + ".";
       if (refused) said += " " + plural(refused) + " refused (below, still selected); the others were done.";
