@@ -68,10 +68,11 @@ def test_every_declared_tool_has_a_budget_and_they_fit_the_lists_budget() -> Non
 
 async def test_a_tool_grown_past_its_budget_is_reported(services: MemoryServices) -> None:
     # The check above can fail: one description grown by a paragraph is named with its bytes.
+    # (A short paragraph: past the tool's budget, well within what the list has left.)
     server = build_memory_server(services)
     get = await server.get_tool("image_asset_get")
     assert get is not None
-    grown = get.model_copy(update={"description": f"{get.description} " + "x" * 2_000})
+    grown = get.model_copy(update={"description": f"{get.description} " + "x" * 300})
     bigger = FastMCP("grown")
     for tool in await server.list_tools():
         bigger.add_tool(grown if tool.name == "image_asset_get" else tool)

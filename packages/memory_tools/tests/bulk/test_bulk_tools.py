@@ -7,6 +7,7 @@ from dataclasses import replace
 from typing import Any
 
 from fastmcp import Client
+from jsonschema import Draft202012Validator
 
 from memory_tools import MemoryServices, build_memory_server
 
@@ -52,9 +53,9 @@ async def test_every_per_asset_tool_answers_item_by_item(
             reports: list[tuple[float, float | None]] = []
 
             async def progress(
-                done: float, total: float | None, message: str | None, into: Any = reports
+                progress: float, total: float | None, message: str | None, into: Any = reports
             ) -> None:
-                into.append((done, total))
+                into.append((progress, total))
 
             result = await client.call_tool(
                 tool, {"assetIds": asked, **extra.get(tool, {})}, progress_handler=progress
@@ -113,3 +114,24 @@ async def test_asset_id_or_asset_ids_exactly_one_and_within_bounds(
         }
         got = await _call(client, "image_asset_get", {"assetId": asset})
         assert got["status"] != "deleted" and got["tags"] == []
+
+
+async def test_the_listed_output_schema_holds_both_answers(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    """One schema names a single answer's fields and a bulk answer's; both validate, and the
+    answer is sent as it is (fastmcp would otherwise wrap a union in {"result": ...})."""
+    async with client_as(alice.key) as client:
+        listed = {tool.name: tool for tool in await client.list_tools()}
+        asset = (await _call(client, "image_asset_save", {"imageBase64": b64(picture(1))}))[
+            "assetId"
+        ]
+        for tool in ("image_asset_move", "image_asset_delete"):
+            schema = listed[tool].output_schema
+            assert schema is not None and "x-fastmcp-wrap-result" not in schema
+            assert {"assetId", "items", "succeeded", "failed"} <= set(schema["properties"])
+            validator = Draft202012Validator(schema)
+            for arguments in ({"assetId": asset}, {"assetIds": [asset, MISSING]}):
+                answer = await _call(client, tool, arguments)
+                assert not list(validator.iter_errors(answer)), (tool, answer)
+                assert ("items" in answer) == ("assetIds" in arguments), answer

@@ -18,9 +18,10 @@ from memory_db import UnitOfWork
 from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
+from memory_tools.errors import NotFoundFailure
 from memory_tools.key_activity import KeyActivity
 from memory_tools.operations import admin
-from memory_tools.wire import WireModel
+from memory_tools.wire import ANSWER_ITEMS_BUDGET, WireModel
 from memory_tools.workflows import bulk, changes, edits, trash
 from memory_tools.workflows.bulk import Denials, run_each
 from memory_tools.workflows.calls import ApiKey
@@ -340,3 +341,41 @@ async def test_purging_from_the_trash_item_by_item(
         saving, "SELECT id FROM mem_assets WHERE purged_at IS NOT NULL ORDER BY id"
     )
     assert purged == sorted((a,) for a in trashed)
+
+
+class Large(WireModel):
+    """An answer as large as an edited image with every text field full."""
+
+    asset_id: str
+    words: str
+
+
+async def _large(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> Large:
+    del uow, caller, services
+    if asset_id.endswith("7"):
+        raise NotFoundFailure("asset not found")
+    return Large(asset_id=asset_id, words="w" * 20_000)
+
+
+async def test_an_answer_past_its_budget_keeps_every_id_and_outcome(
+    alice: Any, services: MemoryServices
+) -> None:
+    """A hundred answers of 20 kB would be 2 MB (twice over the wire): past the budget, a
+    succeeded item holds its id and ok only; refusals stay whole; the answer fits."""
+    ids = [f"ast_{n:026d}" for n in range(100)]
+    answer = await run_each(services, ApiKey(alice.key), _large, ids)
+    wire = answer.model_dump(mode="json")
+    assert len(answer.model_dump_json()) <= ANSWER_ITEMS_BUDGET + 25_000
+    assert [item["assetId"] for item in wire["items"]] == ids
+    assert (answer.succeeded, answer.failed) == (90, 10)
+    whole = [item for item in wire["items"] if "words" in item]
+    brief = [item for item in wire["items"] if item["ok"] and "words" not in item]
+    # The first succeeded items, whole, while they fit (about 19 of 20 kB in 384 kB).
+    succeeded = [item for item in wire["items"] if item["ok"]]
+    assert whole == succeeded[: len(whole)] and len(whole) == ANSWER_ITEMS_BUDGET // 20_050
+    assert all(set(item) == {"assetId", "ok"} for item in brief)
+    assert all(item["error"]["code"] == "not_found" for item in wire["items"] if not item["ok"])
+    unbounded = await run_each(services, ApiKey(alice.key), _large, ids, answer_budget=None)
+    assert sum("words" in item for item in unbounded.model_dump()["items"]) == 90

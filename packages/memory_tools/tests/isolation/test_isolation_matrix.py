@@ -54,9 +54,18 @@ ASSET_CELLS: dict[str, str] = {
     "move": "image_asset_move",
     "update": "image_asset_update",
     "enrich": "image_asset_enrich",
+    # The same tools with assetIds (memory_tools.workflows.bulk): the target beside an id that
+    # never existed, each authorised alone; the target's item must answer as its single call,
+    # and a target the caller may not read exactly as the missing id does.
+    "bulk move": "image_asset_move",
+    "bulk update": "image_asset_update",
+    "bulk enrich": "image_asset_enrich",
     "delete": "image_asset_delete",
+    "bulk delete": "image_asset_delete",
     "restore": "image_asset_restore",
+    "bulk restore": "image_asset_restore",
 }
+BULK_CELLS = tuple(cell for cell in ASSET_CELLS if cell.startswith("bulk "))
 # The cells that find the asset in a page of results: one that may not be read is "absent".
 LISTING_CELLS = ("list", "search", "resource list")
 # The vault matrix: each project, folder and save tool and the key scope it needs.
@@ -216,7 +225,8 @@ async def test_every_tool_caller_and_target(
             return "ok"
         if not writable(caller, target):
             return "forbidden"
-        if cell in ("delete", "restore") and "destructive" not in caller.scopes:
+        destructive = ("delete", "restore", "bulk delete", "bulk restore")
+        if cell in destructive and "destructive" not in caller.scopes:
             return "forbidden"
         return "ok"
 
@@ -271,6 +281,8 @@ async def _run(client: Client[Any], cell: str, asset: str) -> str:
         return "ok"
     if cell in RESOURCE_CELLS:
         return await _resource_cell(client, cell, asset)
+    if cell in BULK_CELLS:
+        return await _bulk_cell(client, cell, asset)
     if cell in LISTING_CELLS:
         if cell == "list":
             kind, result = await _outcome(client, tool, {"limit": 100})
@@ -293,6 +305,35 @@ async def _run(client: Client[Any], cell: str, asset: str) -> str:
 
 
 RESOURCE_CELLS = ("resource", "resource list", "listen", "subscribe")
+NEVER_EXISTED = {"code": "not_found", "message": "asset not found"}
+
+
+async def _bulk_cell(client: Client[Any], cell: str, asset: str) -> str:
+    """Run one bulk cell: ``assetIds`` [target, an id that never existed]; the target's code.
+
+    The missing id's item must be the plain ``not_found`` whatever the target, and a target
+    refused as ``not_found`` must be answered with exactly the same error: a foreign id among
+    others tells nothing a single call would not.
+    """
+    tool = ASSET_CELLS[cell]
+    ids = [asset] if asset == MISSING else [asset, MISSING]
+    arguments: dict[str, Any] = {"assetIds": ids}
+    if cell == "bulk update":
+        arguments["addTags"] = ["edited"]
+    kind, result = await _outcome(client, tool, arguments)
+    if kind != "ok":
+        return kind
+    items = result["items"]
+    if [item["assetId"] for item in items] != ids:
+        return f"items out of order: {items}"
+    if len(ids) == 2 and items[1] != {"assetId": MISSING, "ok": False, "error": NEVER_EXISTED}:
+        return f"missing id answered {items[1]}"
+    first = items[0]
+    if first["ok"]:
+        return "ok"
+    if first["error"]["code"] == "not_found" and first["error"] != NEVER_EXISTED:
+        return f"not_found that says more: {first['error']}"
+    return first["error"]["code"]
 
 
 async def _resource_cell(client: Client[Any], cell: str, asset: str) -> str:

@@ -19,7 +19,11 @@ again and again (issue 34; the budget and its measure: ``scraper_mcp.schema_budg
   only. Every field is always present in an answer (null when empty); each field's type and
   meaning, and the fields of nested objects (an asset's ``preview`` or ``textInImage``), are
   in docs/tools.md. The answer itself (``structuredContent``, repeated as JSON text) is
-  unchanged, and it still validates against the lean schema, which only says less.
+  unchanged, and it still validates against the lean schema, which only says less. A tool
+  that answers one of several objects (``MoveResult | BulkAnswer[MoveResult]``: one image, or
+  several with ``assetIds``) is listed with the union of their field names, and its answer is
+  sent as it is rather than wrapped in ``{"result": ...}``: each shape validates, since a
+  named field is never required.
 
 What the figures supported (the memory server's whole list, 18 tools; the table is in
 docs/tools.md, "What tools/list costs"): output schemas were 31 kB of the 55 kB. Without their

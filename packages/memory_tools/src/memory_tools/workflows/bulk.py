@@ -18,6 +18,10 @@ each exactly as a single call would run (:mod:`memory_tools.workflows.calls`):
 
 A bulk call answers ``{items, succeeded, failed}``; each item is ``{assetId, ok: true, ...the
 single call's answer}`` or ``{assetId, ok: false, error: {code, message}}``, in the order given.
+An answer must fit one MCP message (the official SDK client refuses an event over 1 MiB, and
+the answer travels twice): once the items pass ``answer_budget`` bytes of JSON, a succeeded
+item holds only ``{assetId, ok: true}`` (a hundred edited images with long descriptions and
+OCR text would otherwise be megabytes); ``image_asset_get`` shows such an image in full.
 The whole call is refused (``invalid_input``, nothing done) when it names no id, more than
 :data:`MAX_IDS`, or the same id twice: a repeated id would run its action twice and answer it
 twice, which no caller means. An unknown or revoked key is refused once, before any item.
@@ -38,15 +42,14 @@ from memory_tools.access import Caller
 from memory_tools.errors import InvalidInputFailure, ToolFailure
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
-from memory_tools.wire import WireModel
+from memory_tools.wire import ANSWER_ITEMS_BUDGET, WireModel
 from memory_tools.workflows.calls import Credential, admitted, count_call
 
 log = get_logger(__name__)
 
 R = TypeVar("R", bound=WireModel)
 
-# The most ids one call may name: a library page, and an answer well within what one MCP
-# message carries (100 of the largest single answers, an edited asset, are about 200 kB).
+# The most ids one call may name: a library page of images.
 MAX_IDS = 100
 # The longest id a caller may name (asset ids are 30 characters; the single tools allow 64).
 MAX_ID_LENGTH = 64
@@ -145,6 +148,7 @@ async def run_each(
     *,
     progress: Progress = no_progress,
     denials: Denials | None = None,
+    answer_budget: int | None = ANSWER_ITEMS_BUDGET,
     **arguments: Any,
 ) -> BulkAnswer[R]:
     """``action(uow, caller, services, asset_id=id, **arguments)`` for each id, item by item.
@@ -160,7 +164,7 @@ async def run_each(
             caller = await credential.check(uow)
             return await action(uow, caller, services, asset_id=asset_id, **arguments)
 
-    return await _each(services, credential, asset_ids, attempt, progress, denials)
+    return await _each(services, credential, asset_ids, attempt, progress, denials, answer_budget)
 
 
 async def run_each_as_caller(
@@ -171,6 +175,7 @@ async def run_each_as_caller(
     *,
     progress: Progress = no_progress,
     denials: Denials | None = None,
+    answer_budget: int | None = ANSWER_ITEMS_BUDGET,
     **arguments: Any,
 ) -> BulkAnswer[R]:
     """:func:`run_each` for workflows that open their own transactions (a purge).
@@ -184,7 +189,7 @@ async def run_each_as_caller(
             caller = await credential.check(uow)
         return await action(caller, services, asset_id=asset_id, **arguments)
 
-    return await _each(services, credential, asset_ids, attempt, progress, denials)
+    return await _each(services, credential, asset_ids, attempt, progress, denials, answer_budget)
 
 
 async def _each(
@@ -194,6 +199,7 @@ async def _each(
     attempt: Callable[[str], Awaitable[R]],
     progress: Progress,
     denials: Denials | None,
+    answer_budget: int | None,
 ) -> BulkAnswer[R]:
     """The ids checked, the credential checked once for the call, then each item in turn."""
     ids = checked_ids(asset_ids)
@@ -204,7 +210,25 @@ async def _each(
         items.append(await _run_one(services, credential, attempt, asset_id, denials))
         await progress(done, len(ids), f"{done} of {len(ids)} images")
     succeeded = sum(item.ok for item in items)
+    if answer_budget is not None:
+        items = _within(items, answer_budget)
     return BulkAnswer[R](items=items, succeeded=succeeded, failed=len(items) - succeeded)
+
+
+def _within(items: list[BulkItem[R]], budget: int) -> list[BulkItem[R]]:
+    """``items`` whose answers, once past ``budget`` bytes of JSON, are only ``{assetId, ok}``.
+
+    Refusals stay whole (they are small and say what to do); a succeeded item past the budget
+    keeps its id and ``ok``, so the caller still knows what happened to every id.
+    """
+    used = 0
+    kept: list[BulkItem[R]] = []
+    for item in items:
+        used += len(item.model_dump_json().encode())
+        if used > budget and item.result is not None:
+            item = BulkItem[R](asset_id=item.asset_id, ok=True)
+        kept.append(item)
+    return kept
 
 
 async def _run_one(
