@@ -8,8 +8,8 @@ database around them.
 
 Modules: ``security`` (headers, CSP nonce, cookies, CSRF), ``rendering`` (templates, flash),
 ``handlers`` (page, action and JSON endpoint), ``account`` (sign-in, sign-out, account,
-static files), ``not_found`` (the 404 page of an address no route serves, a middleware), and
-one module per page group.
+static files), ``not_found`` (the 404 page of an address no route serves, a middleware),
+``bulk`` (the library's and the trash's bulk actions), and one module per page group.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from memory_tools.services import MemoryServices
 from memory_tools.web import (
     account,
     asset_page,
+    bulk,
     jobs,
     keys,
     library,
@@ -39,6 +40,7 @@ _PAGE_GROUPS = (
     uploads,
     search_page,
     trash,
+    bulk,
     usage,
     sharing,
     keys,

@@ -32,13 +32,13 @@ from urllib.parse import quote
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from memory_tools.errors import InvalidInputFailure, ToolFailure, Unavailable
+from memory_tools.errors import ToolFailure, Unavailable
 from memory_tools.jobs.describe import review_context
 from memory_tools.jobs.queue import OPERATOR_CANCEL, retry_asset_embedding
 from memory_tools.services import MemoryServices
 from memory_tools.web import security
 from memory_tools.web.handlers import WebRequest, action, endpoint, page
-from memory_tools.web.library import KIND_LABELS, badge
+from memory_tools.web.library import KIND_LABELS, badge, place_ids, placement_value
 from memory_tools.web.rendering import PREVIEW_ROUTE, Flash, read_flash
 from memory_tools.workflows.assets import RepresentationState
 from memory_tools.workflows.browsing import AssetDetail, asset_detail, original_link, preview_link
@@ -85,13 +85,6 @@ def web_link(url: object) -> str | None:
     if isinstance(url, str) and url.lower().startswith(("https://", "http://")):
         return url
     return None
-
-
-def placement_value(project_id: str | None, folder_id: str | None) -> str:
-    """How the move form names a place: ``""``, ``apr_…`` or ``apr_…/afl_…``."""
-    if project_id is None:
-        return ""
-    return project_id if folder_id is None else f"{project_id}/{folder_id}"
 
 
 def _render(
@@ -199,15 +192,9 @@ async def edit_asset(web: WebRequest) -> Response:
 async def move(web: WebRequest) -> Response:
     """Move to the chosen project or folder (or out of any project)."""
     asset_id = web.request.path_params["asset_id"]
-    place = _text(web, "place")
-    project_id, _, folder_id = place.partition("/")
-    if folder_id and "/" in folder_id:
-        raise InvalidInputFailure("place: a project, or a project and one of its folders")
+    project_id, folder_id = place_ids(_text(web, "place"))
     moved = await web.call(
-        move_asset,
-        asset_id=asset_id,
-        project_id=project_id or None,
-        folder_id=folder_id or None,
+        move_asset, asset_id=asset_id, project_id=project_id, folder_id=folder_id
     )
     notice = "Moved." if moved.moved else "It is already there."
     return web.redirect(f"/assets/{asset_id}", notice=notice)

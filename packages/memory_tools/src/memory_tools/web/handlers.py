@@ -120,8 +120,16 @@ class WebRequest:
         """Run ``action(caller, ...)`` outside a transaction (work that makes network calls)."""
         return await invoke_as_caller(self.services, self._session(), action, *args, **kwargs)
 
-    def _session(self) -> WebSession:
+    def credential(self) -> WebSession:
+        """The browser's session as a credential, for a runner that checks it per call.
+
+        A bulk action (:mod:`memory_tools.workflows.bulk`) checks it again for each item, so a
+        session ended mid-way is refused from the next item on.
+        """
         return WebSession(security.session_secret(self.request, self.services))
+
+    def _session(self) -> WebSession:
+        return self.credential()
 
     def render(self, template: str, *, status: int = 200, **context: Any) -> HTMLResponse:
         """Render a page of the signed-in app (the layout, navigation and flash included)."""

@@ -25,12 +25,18 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from memory_db.schema import SOURCE_KINDS
-from memory_tools.errors import ToolFailure, http_status
+from memory_tools.errors import InvalidInputFailure, ToolFailure, http_status
 from memory_tools.services import MemoryServices
 from memory_tools.web.filter_query import filter_pairs, read_filters, set_filters, unset_filters
 from memory_tools.web.handlers import WebRequest, action, page
 from memory_tools.workflows.assets import MIME_TYPES, ListOrder, ListRequest
-from memory_tools.workflows.browsing import AssetGrid, LibraryTree, asset_grid, library_tree
+from memory_tools.workflows.browsing import (
+    AssetGrid,
+    LibraryTree,
+    asset_grid,
+    library_tree,
+    move_destinations,
+)
 from memory_tools.workflows.filters import FILTER_NAMES, FilterParameters
 from memory_tools.workflows.keys import list_keys
 from memory_tools.workflows.projects import create_folder, create_project
@@ -57,6 +63,21 @@ WRITABLE = ("owner", "admin", "write")
 def badge(status: str) -> tuple[str, str, str]:
     """``(label, class, icon)`` of an asset status; an unknown one is shown as it is."""
     return STATUS_BADGES.get(status, (status, "muted", "•"))
+
+
+def placement_value(project_id: str | None, folder_id: str | None) -> str:
+    """How the move form names a place: ``""``, ``apr_…`` or ``apr_…/afl_…``."""
+    if project_id is None:
+        return ""
+    return project_id if folder_id is None else f"{project_id}/{folder_id}"
+
+
+def place_ids(place: str) -> tuple[str | None, str | None]:
+    """The project and folder a move form's place names (:func:`placement_value` reversed)."""
+    project_id, _, folder_id = place.partition("/")
+    if folder_id and "/" in folder_id:
+        raise InvalidInputFailure("place: a project, or a project and one of its folders")
+    return project_id or None, folder_id or None
 
 
 def _one(params: QueryParams, name: str) -> str | None:
@@ -224,6 +245,8 @@ async def show_library(web: WebRequest) -> Response:
     writable_vaults = [v.vault for v in tree.vaults if v.permission in WRITABLE and web.may_change]
     # The "Saved by" choices: the viewer's keys (an operator's: everyone's), newest first.
     saved_by_keys = (await web.call(list_keys)).keys
+    # Where the bulk bar can move the selection to; each image's move is still its own call.
+    destinations = await web.call(move_destinations)
     return web.render(
         "library.html",
         status=200 if failure is None else http_status(failure),
@@ -239,6 +262,9 @@ async def show_library(web: WebRequest) -> Response:
         page_size=PAGE_SIZE,
         writable_vaults=writable_vaults,
         saved_by_keys=saved_by_keys,
+        bulk_enabled=web.may_change,
+        destinations=destinations,
+        placement_value=placement_value,
         reset_url=query.url(filters=_no_filters(), order="newest"),
         here=str(web.request.url.path)
         + (f"?{web.request.url.query}" if web.request.url.query else ""),

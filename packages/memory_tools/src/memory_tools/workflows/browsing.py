@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 
 from memory_db import MemoryDbError, UnitOfWork
-from memory_db.repositories import FolderRecord
+from memory_db.repositories import FolderRecord, VaultScope
 from memory_tools import policy
 from memory_tools.access import Caller, readable_vaults
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, Unavailable, translate
@@ -217,41 +217,89 @@ async def asset_detail(
         stored_object = await uow.objects.get(vault.record.owner_identity, stored.asset.object_id)
     except MemoryDbError as exc:
         raise translate(exc) from exc
-    placements: list[Placement] = []
     place: ProjectPlace | None = None
     # Archived projects too: an image keeps its place when its project is archived, and its
     # page names it; only active ones are offered as places to move to.
     projects = await list_projects(uow, caller, services, vault=asset.vault, include_archived=True)
-    # Every folder of the vault at once: a vault may have many projects (anyone who may write
-    # to it can add them), and this page must not cost a round of queries for each.
-    by_project: dict[str, list[FolderRecord]] = {}
-    for folder in await uow.folders.list_vault(vault.record.scope):
-        by_project.setdefault(folder.project_id, []).append(folder)
+    by_project = await _folders_by_project(uow, vault.record.scope)
     for project in projects.projects:
-        tree = folder_tree(by_project.get(project.project_id, []), asset.vault)
-        if project.project_id == asset.project_id:
-            folder = next((f for f in tree if f.folder_id == asset.folder_id), None)
-            place = ProjectPlace(
-                project_id=project.project_id,
-                folder_id=folder.folder_id if folder else None,
-                name=project.name,
-                folder_path=folder.path if folder else None,
-                archived=project.status != "active",
-            )
-        if project.status != "active":
+        if project.project_id != asset.project_id:
             continue
-        placements.append(Placement(project.project_id, None, project.name))
-        placements.extend(
-            Placement(project.project_id, f.folder_id, f"{project.name}{f.path}") for f in tree
+        tree = folder_tree(by_project.get(project.project_id, []), asset.vault)
+        folder = next((f for f in tree if f.folder_id == asset.folder_id), None)
+        place = ProjectPlace(
+            project_id=project.project_id,
+            folder_id=folder.folder_id if folder else None,
+            name=project.name,
+            folder_path=folder.path if folder else None,
+            archived=project.status != "active",
         )
     return AssetDetail(
         asset=asset,
         sha256=stored_object.sha256,
         permission=vault.record.permission,
-        placements=placements,
+        placements=_placements(projects.projects, by_project, asset.vault),
         changeable=caller.has_scope("write") and not services.read_only,
         place=place,
     )
+
+
+async def _folders_by_project(uow: UnitOfWork, scope: VaultScope) -> dict[str, list[FolderRecord]]:
+    """Every folder of a vault at once, by project.
+
+    A vault may have many projects (anyone who may write to it can add them), and a page must
+    not cost a round of queries for each.
+    """
+    by_project: dict[str, list[FolderRecord]] = {}
+    for folder in await uow.folders.list_vault(scope):
+        by_project.setdefault(folder.project_id, []).append(folder)
+    return by_project
+
+
+def _placements(
+    projects: list[ProjectView], by_project: dict[str, list[FolderRecord]], vault: str
+) -> list[Placement]:
+    """The places of ``vault`` an asset can be moved to: each active project and its folders."""
+    placements: list[Placement] = []
+    for project in projects:
+        if project.vault != vault or project.status != "active":
+            continue
+        tree = folder_tree(by_project.get(project.project_id, []), vault)
+        placements.append(Placement(project.project_id, None, project.name))
+        placements.extend(
+            Placement(project.project_id, f.folder_id, f"{project.name}{f.path}") for f in tree
+        )
+    return placements
+
+
+@dataclass(frozen=True)
+class VaultPlaces:
+    """The places of one vault the caller may move images to (the library's Move picker)."""
+
+    vault: str
+    placements: list[Placement]
+
+
+async def move_destinations(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices
+) -> list[VaultPlaces]:
+    """Each vault the caller may write to, with its active projects and their folders.
+
+    An empty list when the key may not write or the server is read-only: the library then
+    offers no Move. Whether a given image may go to a given place is still decided per image
+    by ``changes.move_asset`` (another vault's place is refused there).
+    """
+    if not caller.has_scope("write") or services.read_only:
+        return []
+    projects = await list_projects(uow, caller, services, vault=None, include_archived=False)
+    destinations: list[VaultPlaces] = []
+    for vault in await readable_vaults(uow, caller):
+        if vault.record.permission not in ("owner", "admin", "write"):
+            continue
+        by_project = await _folders_by_project(uow, vault.record.scope)
+        places = _placements(projects.projects, by_project, vault.display_handle)
+        destinations.append(VaultPlaces(vault.display_handle, places))
+    return destinations
 
 
 async def original_link(
