@@ -1,4 +1,4 @@
-"""One action for each of up to 100 assets, answered item by item (issue 35 §2, docs/tools.md).
+"""One action for each of up to 100 assets, answered item by item (see docs/tools.md).
 
 Moving forty images, tagging them, deleting or restoring them is forty calls of the workflow a
 single image already has (``changes.move_asset``, ``edits.update_asset``, ``delete_asset``,
