@@ -496,7 +496,9 @@ class MemoryTools:
         vault: VaultParam = "Library",
         dismiss: Annotated[
             list[str] | None,
-            Field(min_length=2, max_length=100, description="A cluster's assetIds: not duplicates."),
+            Field(
+                min_length=2, max_length=100, description="A cluster's assetIds: not duplicates."
+            ),
         ] = None,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
     ) -> ClusterPage:
