@@ -490,7 +490,9 @@ class MemoryTools:
         """Delete an image (needs the 'destructive' scope); image_asset_restore undoes it."""
         return await self.authorised(changes.delete_asset, asset_id=assetId)
 
-    @tools.tool("Near-duplicates", read_only=False, idempotent=True)
+    @tools.tool(
+        "Near-duplicates", read_only=False, idempotent=True, audited="asset_duplicates_dismiss"
+    )
     async def image_asset_duplicates(
         self,
         vault: VaultParam = "Library",
