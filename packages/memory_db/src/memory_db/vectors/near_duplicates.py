@@ -24,8 +24,10 @@ from memory_db.vectors.index import VectorIndex
 
 # The graph walk's breadth for the pair search: a vault filter over a large table needs the
 # iterative scan to fill ``limit`` rows (pgvector's default ef_search of 40 returns fewer).
-_PAIR_SEARCH_SETTINGS = (
-    "SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true), "
+# Transaction-local; the embedding completion sets them in its own statement's answer
+# (``memory_db.vectors.completion``), so the pair search after it costs one round trip.
+PAIR_SEARCH_SETTINGS = (
+    "set_config('hnsw.iterative_scan', 'relaxed_order', true), "
     "set_config('hnsw.ef_search', '100', true)"
 )
 
@@ -37,12 +39,14 @@ async def find_near_duplicates(
     *,
     max_distance: float,
     limit: int,
+    settings_applied: bool = False,
 ) -> int:
     """Store the pairs of ``asset_ids`` with their ``limit`` nearest live assets of their vault.
 
     Only visual vectors are compared, of one model (the index's), within one owner's vault.
     A pair found again keeps its decision (a dismissed pair stays dismissed) and takes this
     finding's index and distance. Returns how many pairs were written.
+    ``settings_applied``: this transaction set :data:`PAIR_SEARCH_SETTINGS` already.
     """
     if not 0 <= max_distance <= 2:
         raise InvalidInput("max_distance must be 0-2 (a cosine distance)")
@@ -52,7 +56,8 @@ async def find_near_duplicates(
         return 0
     table = index.name
     listed = ", ".join(f"'{status}'" for status in VISIBLE_STATUSES)
-    await session.execute(text(_PAIR_SEARCH_SETTINGS))
+    if not settings_applied:
+        await session.execute(text(f"SELECT {PAIR_SEARCH_SETTINGS}"))
     statement = f"""
         WITH src AS (
             SELECT s.asset_id, s.owner_identity, s.vault, s.model, s.embedding
@@ -103,4 +108,4 @@ async def find_near_duplicates(
     return int(getattr(result, "rowcount", 0) or 0)
 
 
-__all__ = ["find_near_duplicates"]
+__all__ = ["PAIR_SEARCH_SETTINGS", "find_near_duplicates"]

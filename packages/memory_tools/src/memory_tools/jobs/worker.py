@@ -868,7 +868,11 @@ class JobWorker:
                     # In this transaction: whoever the commit's notice wakes (a save or get
                     # waiting for the embedding) reads the pairs with the new state.
                     await near_duplicates.find_pairs(
-                        uow, self._services, shape, _visual_assets(finishing, completed.done)
+                        uow,
+                        self._services,
+                        shape,
+                        _visual_assets(finishing, completed.done),
+                        after_completion=True,
                     )
                 done, settled = completed.done, completed.settled
         await self._report(finishing, done, settled, mismatch)

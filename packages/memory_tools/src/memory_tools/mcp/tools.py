@@ -23,6 +23,7 @@ from fastmcp.tools.tool_transform import ArgTransform
 from pydantic import Field, WithJsonSchema
 
 from memory_db import MemorySettings, get_logger
+from memory_tools.access import Caller
 from memory_tools.errors import ToolFailure
 from memory_tools.ingest import inputs
 from memory_tools.ingest.save import AssetSaver, SaveRequest, SaveResult
@@ -351,10 +352,16 @@ class MemoryTools:
             file_name=fileName,
         )
 
-        saved = await self.as_caller(self.saver.save, request, client_progress())
-        return await self.as_caller(
-            duplicates.answer_save, self.services, saved, wait_seconds=waitSeconds
-        )
+        progress = client_progress()
+
+        async def save_and_answer(caller: Caller) -> SaveResult:
+            # One call, one key check and one admission turn (given up while it waits).
+            saved = await self.saver.save(caller, request, progress)
+            return await duplicates.answer_save(
+                caller, self.services, saved, wait_seconds=waitSeconds
+            )
+
+        return await self.as_caller(save_and_answer)
 
     @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(

@@ -28,14 +28,24 @@ def near_duplicate_distance(settings: MemorySettings) -> float:
 
 
 async def find_pairs(
-    uow: UnitOfWork, services: MemoryServices, index: VectorIndex, asset_ids: Sequence[str]
+    uow: UnitOfWork,
+    services: MemoryServices,
+    index: VectorIndex,
+    asset_ids: Sequence[str],
+    *,
+    after_completion: bool = False,
 ) -> int:
-    """Store the near-duplicate pairs of these assets' visual vectors in ``index``; how many."""
+    """Store the near-duplicate pairs of these assets' visual vectors in ``index``; how many.
+
+    ``after_completion``: right after the embedding completion statement, which set the
+    graph walk's settings for this transaction already (one round trip fewer).
+    """
     return await uow.vector_indexes.find_near_duplicates(
         index,
         asset_ids,
         max_distance=near_duplicate_distance(services.settings),
         limit=PAIRS_PER_ASSET,
+        settings_applied=after_completion,
     )
 
 
