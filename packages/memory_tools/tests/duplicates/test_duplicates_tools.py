@@ -18,6 +18,7 @@ from memory_db.database import create_engine
 from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.operations.enrich import enrich_vault
+from memory_tools.operations.reindex import ReindexRequest, reindex
 from memory_tools.serving.job_worker import job_worker
 
 from ..state_waits import Waits, record_waits
@@ -171,3 +172,33 @@ async def test_enrich_finds_pairs_of_stored_vectors_and_keeps_dismissals(
             )
         )
         assert dict(jobs.all()) == {"done": 5}
+
+
+async def test_a_reindex_switch_hides_old_pairs_and_keeps_decisions(
+    client_as: Callable[[str], Client[Any]], alice: Any, saving: MemoryServices
+) -> None:
+    async with client_as(alice.key) as c:
+        coffee = [
+            (await _save(c, photo("coffee"), "Coffee"))["assetId"],
+            (await _save(c, photo("coffee", ".jpg", Q=60), "Coffee copy"))["assetId"],
+        ]
+        cat = [
+            (await _save(c, photo("chelsea"), "Cat"))["assetId"],
+            (await _save(c, photo("chelsea", ".jpg", Q=60), "Cat copy"))["assetId"],
+        ]
+        await job_worker(saving, handlers={}).drain()
+        await call(c, "image_asset_duplicates", {"dismiss": coffee})
+        assert len((await call(c, "image_asset_duplicates", {}))["clusters"]) == 1
+    report = await reindex(saving, ReindexRequest("assets_local_v9"))
+    assert report.switched
+    async with client_as(alice.key) as c:
+        # The pairs were found in the index switched away from: not read any more.
+        assert (await call(c, "image_asset_duplicates", {}))["clusters"] == []
+        got = await call(c, "image_asset_get", {"assetId": cat[0]})
+        assert got["nearDuplicates"] == []
+    await enrich_vault(saving, alice.email, "Library", ["duplicates"])
+    await job_worker(saving).drain()
+    async with client_as(alice.key) as c:
+        page = await call(c, "image_asset_duplicates", {})
+        # Found again in the new index; the coffee pair's dismissal held across the switch.
+        assert [{a["assetId"] for a in cl["assets"]} for cl in page["clusters"]] == [set(cat)]
