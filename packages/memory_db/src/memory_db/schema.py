@@ -54,7 +54,7 @@ REPRESENTATIONS = ("visual", "fused")
 # index, read the image's text (``ocr``), describe it (``describe``), or read when and with what
 # it was taken from its original's EXIF (``capture``). Only ``embed`` jobs
 # carry a representation and dimensions; every job names its model (or engine).
-JOB_KINDS = ("embed", "ocr", "describe", "capture")
+JOB_KINDS = ("embed", "ocr", "describe", "capture", "duplicates")
 RESERVATION_STATUSES = ("active", "finalized", "released", "expired")
 API_KEY_SCOPES = ("read", "write", "destructive", "admin")
 GRANT_PERMISSIONS = ("read", "write", "admin")
@@ -90,6 +90,7 @@ PROVENANCE_OPERATIONS = (
     "asset_context_review",
     "api_key_pause",
     "api_key_resume",
+    "asset_duplicates_dismiss",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 
@@ -1002,6 +1003,61 @@ class AssetContext(Base):
     review: Mapped[str] = mapped_column(Text, nullable=False, server_default="unreviewed")
     reviewed_by: Mapped[str | None] = mapped_column(Text)
     reviewed_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
+
+
+NEAR_DUPLICATE_DECISIONS = ("open", "dismissed")
+
+
+class NearDuplicatePair(Base):
+    """Two assets of one vault whose visual vectors are near (docs/design.md#near-duplicates).
+
+    Keyed by the two asset ids in a canonical order (``asset_a < asset_b``), so a pair found
+    from either end, or again by a later job, is the same row. ``index_name``, ``distance`` and
+    ``found_at`` are those of the newest finding: a pair is read only while ``index_name`` is
+    the active index. ``decision`` is a person's or an agent's: a later finding updates the
+    distance and never the decision, so a dismissed pair stays dismissed.
+    """
+
+    __tablename__ = "mem_asset_near_duplicates"
+    __table_args__ = (
+        ForeignKeyConstraint(
+            ["asset_a", "owner_identity"],
+            ["mem_assets.id", "mem_assets.owner_identity"],
+            ondelete="CASCADE",
+        ),
+        ForeignKeyConstraint(
+            ["asset_b", "owner_identity"],
+            ["mem_assets.id", "mem_assets.owner_identity"],
+            ondelete="CASCADE",
+        ),
+        CheckConstraint("asset_a < asset_b", name="pair_ordered"),
+        CheckConstraint("distance >= 0 AND distance <= 2", name="distance_range"),
+        CheckConstraint(_in("decision", NEAR_DUPLICATE_DECISIONS), name="decision_known"),
+        CheckConstraint(
+            "(decision = 'open') = (decided_at IS NULL AND decided_by IS NULL)",
+            name="decision_recorded",
+        ),
+        # A vault's open pairs (its clusters), and the pairs of an asset from its second end.
+        Index(
+            "ix_mem_asset_near_duplicates_vault_open",
+            "owner_identity",
+            "vault",
+            "index_name",
+            postgresql_where=text("decision = 'open'"),
+        ),
+        Index("ix_mem_asset_near_duplicates_asset_b", "asset_b"),
+    )
+
+    asset_a: Mapped[str] = mapped_column(Text, primary_key=True)
+    asset_b: Mapped[str] = mapped_column(Text, primary_key=True)
+    owner_identity: Mapped[str] = mapped_column(Text, nullable=False)
+    vault: Mapped[str] = mapped_column(Text, nullable=False)
+    index_name: Mapped[str] = mapped_column(Text, nullable=False)
+    distance: Mapped[float] = mapped_column(Double, nullable=False)
+    found_at: Mapped[datetime] = _now()
+    decision: Mapped[str] = mapped_column(Text, nullable=False, server_default="open")
+    decided_by: Mapped[str | None] = mapped_column(Text)
+    decided_at: Mapped[datetime | None] = mapped_column(DateTime(timezone=True))
 
 
 class UsageLedgerEntry(Base):

@@ -174,6 +174,11 @@ class MemorySettings(BaseSettings):
     # GPS coordinates from a photo's EXIF are not stored unless the operator turns this on
     # (docs/design.md#capture): a location is private by default.
     asset_keep_location: bool = False
+    # Two images of one vault whose visual vectors are at most this cosine distance apart
+    # (pgvector's ``<=>``) are near-duplicates (docs/design.md#near-duplicates). Measured for
+    # the default ``local`` embedder; another embedder needs its own figure
+    # (docs/configuration.md). Read only by ``memory_tools.workflows.duplicates``.
+    asset_near_duplicate_distance: float = Field(default=0.01, ge=0.0, le=1.0)
 
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.

@@ -23,6 +23,7 @@ from memory_db.repositories import (
     IdentityRepository,
     IntegrityRepository,
     JobRepository,
+    NearDuplicateRepository,
     ObjectRepository,
     OrphanRepository,
     ProjectRepository,
@@ -89,6 +90,7 @@ class UnitOfWork:
         self.web_sessions = WebSessionRepository(session, session_cache)
         self.contexts = ContextRepository(session)
         self.saves = SaveRepository(session)
+        self.near_duplicates = NearDuplicateRepository(session)
         self._vector_indexes: VectorIndexRepository | None = None
         self._after_commit: list[Callable[[], None]] = []
 

@@ -38,6 +38,12 @@ from memory_db.repositories.integrity import (
     namespace_lock,
 )
 from memory_db.repositories.jobs import JOB_CHANNEL, JobRepository, QueueHealth, listen_for_jobs
+from memory_db.repositories.near_duplicates import (
+    NearDuplicate,
+    NearDuplicateRepository,
+    OpenPair,
+    PairedAsset,
+)
 from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
 from memory_db.repositories.quota import QuotaRepository
@@ -122,11 +128,15 @@ __all__ = [
     "JobRepository",
     "MonthlyTokens",
     "NamespaceUsage",
+    "NearDuplicate",
+    "NearDuplicateRepository",
     "NewImage",
     "ObjectRecord",
     "ObjectRepository",
     "OcrState",
+    "OpenPair",
     "OrphanRepository",
+    "PairedAsset",
     "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",

@@ -47,6 +47,7 @@ from memory_db.repositories.records import INTEGRITY_CODES, AssetSettled
 from memory_db.schema import PROVENANCE_OPERATIONS, USAGE_SOURCES
 from memory_db.vectors.codes import vector_codes
 from memory_db.vectors.index import REPRESENTATIONS, VectorIndex, VectorRecord, vector_id
+from memory_db.vectors.near_duplicates import PAIR_SEARCH_SETTINGS
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +230,9 @@ async def complete_embeddings(
         SELECT (SELECT index_name FROM alias),
                ARRAY(SELECT id FROM done),
                (SELECT json_agg(json_build_array(id, status, source_kind, was))
-                FROM notified)
+                FROM notified),
+               -- For the near-duplicate pair search that follows in this transaction.
+               {PAIR_SEARCH_SETTINGS}
     """
     row = (
         await session.execute(
@@ -245,7 +248,7 @@ async def complete_embeddings(
             },
         )
     ).one()
-    target, done, changes = row
+    target, done, changes = row[:3]
     if isinstance(changes, str):
         changes = json.loads(changes)
     settled = tuple(

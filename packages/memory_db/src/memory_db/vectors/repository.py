@@ -18,6 +18,7 @@ from memory_db.vectors import ddl, rebuilds
 from memory_db.vectors.completion import complete_embeddings
 from memory_db.vectors.ddl import DEFAULT_ALIAS, CacheFit, ElementType
 from memory_db.vectors.index import VectorIndex
+from memory_db.vectors.near_duplicates import find_near_duplicates
 from memory_db.vectors.ranking import rank_and_meter, start_search
 from memory_db.vectors.rebuilds import Rebuild, SampledVector
 
@@ -35,6 +36,9 @@ class VectorIndexRepository:
         self.start_search = partial(start_search, session)
         self.rank_and_meter = partial(rank_and_meter, session)
         self.complete_embeddings = partial(complete_embeddings, session)
+        # The near-duplicate pairs of assets whose visual vectors are stored (after a
+        # completion, or by a ``duplicates`` job).
+        self.find_near_duplicates = partial(find_near_duplicates, session)
 
     # --- indexes and aliases ------------------------------------------------------------------
 

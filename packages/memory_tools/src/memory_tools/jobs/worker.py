@@ -83,6 +83,7 @@ from memory_tools.jobs.handlers import (
 )
 from memory_tools.jobs.ocr import ocr_binding
 from memory_tools.services import MemoryServices
+from memory_tools.workflows import near_duplicates
 from memory_tools.workflows.artifacts import sweep_expired_artifacts
 from memory_tools.workflows.assets import read_preview
 from memory_tools.workflows.changes import purge_deleted_objects
@@ -863,6 +864,16 @@ class JobWorker:
                     # Switched while this batch was embedded: its vectors are of the old model,
                     # and the statement wrote nothing.
                     mismatch = self._switched(plan.active, completed.alias_target)
+                else:
+                    # In this transaction: whoever the commit's notice wakes (a save or get
+                    # waiting for the embedding) reads the pairs with the new state.
+                    await near_duplicates.find_pairs(
+                        uow,
+                        self._services,
+                        shape,
+                        _visual_assets(finishing, completed.done),
+                        after_completion=True,
+                    )
                 done, settled = completed.done, completed.settled
         await self._report(finishing, done, settled, mismatch)
 
@@ -907,6 +918,10 @@ class JobWorker:
                 embedded.request_id,
             )
             settled = await _write_mirrored(uow, index, target, writes)
+            if mismatch is None:
+                await near_duplicates.find_pairs(
+                    uow, self._services, index, _visual_assets(completing, done)
+                )
         await self._report(finishing, done, settled, mismatch)
 
     async def _cancel_deleted(
@@ -1050,6 +1065,17 @@ class _MirroredWrites:
     ledger: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])
     embedded: list[dict[str, Any]] = field(default_factory=list[dict[str, Any]])  # provenance
     touched: dict[str, set[str]] = field(default_factory=dict[str, set[str]])  # owner: asset ids
+
+
+def _visual_assets(finishing: Sequence[_Finishing], done: Collection[str]) -> list[str]:
+    """The assets whose visual vector this completion wrote: their pairs are searched."""
+    return sorted(
+        {
+            f.item.job.asset_id
+            for f in finishing
+            if f.item.job.id in done and f.item.job.representation == "visual"
+        }
+    )
 
 
 async def _lock_assets(

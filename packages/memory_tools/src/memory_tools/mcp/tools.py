@@ -33,11 +33,12 @@ from memory_tools.mcp.registry import Advertised, Refused, Spread, ToolRegistry,
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
 from memory_tools.wire import WireModel
-from memory_tools.workflows import assets, bulk, changes, edits, projects, vaults
+from memory_tools.workflows import assets, bulk, changes, duplicates, edits, projects, vaults
 from memory_tools.workflows.assets import AssetListView, AssetView
 from memory_tools.workflows.bulk import BulkAnswer, Denials, ItemAction
 from memory_tools.workflows.calls import ApiKey, AsCaller, InTransaction, invoke, invoke_as_caller
 from memory_tools.workflows.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
+from memory_tools.workflows.duplicates import ClusterPage
 from memory_tools.workflows.edits import AssetEdit, FolderEdit, ProjectEdit
 from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import FolderTree, FolderView, ProjectList, ProjectView
@@ -375,10 +376,14 @@ class MemoryTools:
                 description="Kept with the image; the default title.",
             ),
         ] = None,
+        waitSeconds: Annotated[
+            float, Field(ge=0, le=30, description="Wait for nearDuplicates.")
+        ] = 0,
     ) -> SaveResult:
         """Save an image from exactly one source: sourceUrl, artifactId or imageBase64.
 
-        Answers at once; embeddingStatus stays 'pending' until a worker has embedded it.
+        Answers at once: embeddingStatus 'pending' and nearDuplicates null until embedded
+        (waitSeconds waits).
         """
         request = SaveRequest(
             vault=vault,
@@ -396,7 +401,16 @@ class MemoryTools:
             file_name=fileName,
         )
 
-        return await self.as_caller(self.saver.save, request, client_progress())
+        progress = client_progress()
+
+        async def save_and_answer(caller: Caller) -> SaveResult:
+            # One call, one key check and one admission turn (given up while it waits).
+            saved = await self.saver.save(caller, request, progress)
+            return await duplicates.answer_save(
+                caller, self.services, saved, wait_seconds=waitSeconds
+            )
+
+        return await self.as_caller(save_and_answer)
 
     @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
@@ -540,6 +554,25 @@ class MemoryTools:
         """Delete an image (needs the 'destructive' scope); image_asset_restore undoes it."""
         return await self.one_or_each("image_asset_delete", changes.delete_asset, assetId, assetIds)
 
+    @tools.tool(
+        "Near-duplicates", read_only=False, idempotent=True, audited="asset_duplicates_dismiss"
+    )
+    async def image_asset_duplicates(
+        self,
+        vault: VaultParam = "Library",
+        dismiss: Annotated[
+            list[str] | None,
+            Field(
+                min_length=2, max_length=100, description="A cluster's assetIds: not duplicates."
+            ),
+        ] = None,
+        cursor: Annotated[str | None, Field(max_length=400)] = None,
+    ) -> ClusterPage:
+        """A vault's near-duplicate clusters, newest first. Trash copies: image_asset_delete."""
+        return await self.authorised(
+            duplicates.review_clusters, vault=vault, dismiss=dismiss, cursor=cursor
+        )
+
     @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
     async def image_asset_restore(
         self, assetId: OneAssetParam = None, assetIds: AssetIdsParam = None
@@ -629,8 +662,8 @@ class MemoryTools:
         assetId: OneAssetParam = None,
         assetIds: AssetIdsParam = None,
         what: Annotated[
-            list[Literal["ocr", "describe", "capture"]] | None,
-            Field(max_length=4, description="Omit for all this server has on."),
+            list[Literal["ocr", "describe", "capture", "duplicates"]] | None,
+            Field(max_length=5, description="Omit for all this server has on."),
         ] = None,
     ) -> Enrichment | BulkAnswer[Enrichment]:
         """Queue an image's OCR ('ocr') or generated description ('describe') again.
