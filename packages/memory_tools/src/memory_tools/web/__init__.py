@@ -21,6 +21,7 @@ from memory_tools.services import MemoryServices
 from memory_tools.web import (
     account,
     asset_page,
+    duplicates,
     jobs,
     keys,
     library,
@@ -38,6 +39,7 @@ _PAGE_GROUPS = (
     asset_page,
     uploads,
     search_page,
+    duplicates,
     trash,
     usage,
     sharing,
