@@ -127,3 +127,11 @@ def unknown_field(field: str, known_fields: Collection[str]) -> str:
     if camel != field and camel in known_fields:
         return f"is not a known field; did you mean `{camel}`?"
     return "is not a known field"
+
+
+class NearDuplicate(WireModel):
+    """An asset of the same vault whose image looks nearly the same (docs/tools.md)."""
+
+    asset_id: str
+    title: str
+    distance: float

@@ -78,6 +78,8 @@ ROWS: dict[str, frozenset[str]] = {
         {"image_vault_list", "image_asset_get"}
     ),
     "test_every_caller_saving_a_scraper_artifact": frozenset({"image_asset_save"}),
+    # test_duplicates_isolation.py: listing and dismissing clusters, and get's nearDuplicates.
+    "test_duplicates_for_every_caller": frozenset({"image_asset_duplicates", "image_asset_get"}),
 }
 
 

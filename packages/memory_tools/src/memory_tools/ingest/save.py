@@ -100,7 +100,7 @@ from memory_tools.ingest.reservations import ReservationAsk, open_reservation
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
-from memory_tools.wire import WireModel
+from memory_tools.wire import NearDuplicate, WireModel
 
 log = get_logger(__name__)
 
@@ -154,6 +154,9 @@ class SaveResult(WireModel):
     height: int
     mime_type: str
     bytes: int
+    near_duplicates: list[NearDuplicate] | None = Field(
+        default=None, description="Lookalikes in the vault; null until embedded (waitSeconds)."
+    )
 
 
 @dataclass(frozen=True)

@@ -219,12 +219,22 @@ async def _queue_capture(
     return job is not None
 
 
+async def _queue_duplicates(
+    uow: UnitOfWork, services: MemoryServices, owner: str, asset_id: str
+) -> bool:
+    # The pair search reads stored vectors (memory_tools.jobs.duplicates); "pgvector" names it.
+    job = await uow.jobs.create_kind(owner, asset_id, kind="duplicates", model="pgvector")
+    return job is not None
+
+
 # What ``what`` may name: each enrichment says whether it is off and queues its job.
 ENRICHERS: dict[str, Enricher] = {
     "ocr": Enricher(switched_off=_ocr_off, queue=_queue_ocr),
     "describe": Enricher(switched_off=_describe_off, queue=_queue_describe),
     # When and with what it was taken, from the original's EXIF (memory_tools.jobs.capture).
     "capture": Enricher(switched_off=_never_off, queue=_queue_capture),
+    # Near-duplicate pairs from the stored visual vectors (memory_tools.jobs.duplicates).
+    "duplicates": Enricher(switched_off=_never_off, queue=_queue_duplicates),
 }
 
 

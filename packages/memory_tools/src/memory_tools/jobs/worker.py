@@ -83,7 +83,7 @@ from memory_tools.jobs.handlers import (
 )
 from memory_tools.jobs.ocr import ocr_binding
 from memory_tools.services import MemoryServices
-from memory_tools.workflows import duplicates
+from memory_tools.workflows import near_duplicates
 from memory_tools.workflows.artifacts import sweep_expired_artifacts
 from memory_tools.workflows.assets import read_preview
 from memory_tools.workflows.changes import purge_deleted_objects
@@ -867,7 +867,7 @@ class JobWorker:
                 else:
                     # In this transaction: whoever the commit's notice wakes (a save or get
                     # waiting for the embedding) reads the pairs with the new state.
-                    await duplicates.find_pairs(
+                    await near_duplicates.find_pairs(
                         uow, self._services, shape, _visual_assets(finishing, completed.done)
                     )
                 done, settled = completed.done, completed.settled
@@ -915,7 +915,7 @@ class JobWorker:
             )
             settled = await _write_mirrored(uow, index, target, writes)
             if mismatch is None:
-                await duplicates.find_pairs(
+                await near_duplicates.find_pairs(
                     uow, self._services, index, _visual_assets(completing, done)
                 )
         await self._report(finishing, done, settled, mismatch)

@@ -122,11 +122,17 @@ def _collapse_nullable(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def _field(schema: dict[str, Any]) -> dict[str, Any]:
-    """A field of an answer: any value, unless it lists records (then their field names)."""
-    for member in schema.get("anyOf") or schema.get("oneOf") or [schema]:
+    """A field of an answer: any value, unless it lists records (then their field names).
+
+    A list of records that may be null (``nearDuplicates`` before an image is embedded) says
+    so, or the answer would not validate against its own schema.
+    """
+    members = schema.get("anyOf") or schema.get("oneOf") or [schema]
+    for member in members:
         items = member.get("items") if isinstance(member, dict) else None
         if isinstance(items, dict) and isinstance(items.get("properties"), dict):
-            return {"type": "array", "items": _names(items)}
+            nullable = {"type": "null"} in members
+            return {"type": ["array", "null"] if nullable else "array", "items": _names(items)}
     return {}
 
 

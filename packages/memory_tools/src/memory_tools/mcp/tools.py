@@ -31,10 +31,11 @@ from memory_tools.jobs.ocr_jobs import Enrichment
 from memory_tools.mcp.registry import Advertised, Refused, Spread, ToolRegistry, ToolSpec
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
-from memory_tools.workflows import assets, changes, edits, projects, vaults
+from memory_tools.workflows import assets, changes, duplicates, edits, projects, vaults
 from memory_tools.workflows.assets import AssetListView, AssetView
 from memory_tools.workflows.calls import ApiKey, AsCaller, InTransaction, invoke, invoke_as_caller
 from memory_tools.workflows.changes import DeleteResult, FolderDeletion, MoveResult, RestoreResult
+from memory_tools.workflows.duplicates import ClusterPage
 from memory_tools.workflows.edits import AssetEdit, FolderEdit, ProjectEdit
 from memory_tools.workflows.filters import FilterParameters
 from memory_tools.workflows.projects import FolderTree, FolderView, ProjectList, ProjectView
@@ -325,10 +326,14 @@ class MemoryTools:
                 description="Kept with the image; the default title.",
             ),
         ] = None,
+        waitSeconds: Annotated[
+            float, Field(ge=0, le=30, description="Wait for nearDuplicates.")
+        ] = 0,
     ) -> SaveResult:
         """Save an image from exactly one source: sourceUrl, artifactId or imageBase64.
 
-        Answers at once; embeddingStatus stays 'pending' until a worker has embedded it.
+        Answers at once: embeddingStatus 'pending' and nearDuplicates null until embedded
+        (waitSeconds waits).
         """
         request = SaveRequest(
             vault=vault,
@@ -346,7 +351,10 @@ class MemoryTools:
             file_name=fileName,
         )
 
-        return await self.as_caller(self.saver.save, request, client_progress())
+        saved = await self.as_caller(self.saver.save, request, client_progress())
+        return await self.as_caller(
+            duplicates.answer_save, self.services, saved, wait_seconds=waitSeconds
+        )
 
     @tools.tool("Get image", read_only=True, idempotent=True)
     async def image_asset_get(
@@ -482,6 +490,21 @@ class MemoryTools:
         """Delete an image (needs the 'destructive' scope); image_asset_restore undoes it."""
         return await self.authorised(changes.delete_asset, asset_id=assetId)
 
+    @tools.tool("Near-duplicates", read_only=False, idempotent=True)
+    async def image_asset_duplicates(
+        self,
+        vault: VaultParam = "Library",
+        dismiss: Annotated[
+            list[str] | None,
+            Field(min_length=2, max_length=100, description="A cluster's assetIds: not duplicates."),
+        ] = None,
+        cursor: Annotated[str | None, Field(max_length=400)] = None,
+    ) -> ClusterPage:
+        """A vault's near-duplicate clusters, newest first. Trash copies: image_asset_delete."""
+        return await self.authorised(
+            duplicates.review_clusters, vault=vault, dismiss=dismiss, cursor=cursor
+        )
+
     @tools.tool("Restore deleted image", read_only=False, idempotent=True, audited="asset_restore")
     async def image_asset_restore(self, assetId: AssetIdParam) -> RestoreResult:
         """Bring back an image deleted within the grace window (needs the 'destructive' scope)."""
@@ -560,8 +583,8 @@ class MemoryTools:
         self,
         assetId: AssetIdParam,
         what: Annotated[
-            list[Literal["ocr", "describe", "capture"]] | None,
-            Field(max_length=4, description="Omit for all this server has on."),
+            list[Literal["ocr", "describe", "capture", "duplicates"]] | None,
+            Field(max_length=5, description="Omit for all this server has on."),
         ] = None,
     ) -> Enrichment:
         """Queue an image's OCR ('ocr') or generated description ('describe') again.

@@ -1,9 +1,10 @@
 """The job worker as the servers compose it: its handlers by kind and its periodic store check.
 
 The worker (:mod:`memory_tools.jobs.worker`) embeds by itself and hands any other kind of job
-to the handler it was given; the handlers (OCR, describe, capture) build on the job module that
-declares them, and the reconciliation pass is an operator task. Both are chosen here, where
-the app is composed, so no job module imports the handlers' modules or an operation.
+to the handler it was given; the handlers (OCR, describe, capture, duplicates) build on the
+job module that declares them, and the reconciliation pass is an operator task. Both are
+chosen here, where the app is composed, so no job module imports the handlers' modules or an
+operation.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from datetime import timedelta
 
 from memory_tools.jobs.capture import CaptureHandler
 from memory_tools.jobs.describe import DescribeHandler
+from memory_tools.jobs.duplicates import DuplicatesHandler
 from memory_tools.jobs.handlers import JobHandler
 from memory_tools.jobs.ocr_jobs import OcrHandler
 from memory_tools.jobs.worker import JobWorker, WorkerConfig
@@ -24,6 +26,8 @@ def build_job_handlers(services: MemoryServices) -> Mapping[str, JobHandler]:
     """The handlers this process runs, by kind, as the server's settings switch them on."""
     # Reading EXIF needs no engine or provider: always on.
     handlers: dict[str, JobHandler] = {"capture": CaptureHandler(services)}
+    # The near-duplicate pair search reads stored vectors only: always on.
+    handlers["duplicates"] = DuplicatesHandler(services)
     if services.settings.asset_ocr != "off":
         handlers["ocr"] = OcrHandler(services)
     if services.describer is not None:

@@ -32,7 +32,7 @@ from memory_tools.serving.subcommands import (
 # other commands never use.
 
 # ``memory_tools.jobs.ocr_jobs.ENRICHERS``' keys, for the parser (a test keeps the two equal).
-ENRICHMENT_KINDS = ("ocr", "describe", "capture")
+ENRICHMENT_KINDS = ("ocr", "describe", "capture", "duplicates")
 
 
 def _every_percent(progress: Progress) -> Callable[[int, int, str], None]:
@@ -360,7 +360,8 @@ OPERATOR_COMMANDS = (
     ),
     Subcommand(
         name="enrich",
-        help="queue the enrichments (OCR, generated context, EXIF capture) of every image "
+        help="queue the enrichments (OCR, generated context, EXIF capture, near-duplicate "
+        "pairs) of every image "
         "of one vault again",
         arguments=_enrich_arguments,
         opens=RUNTIME,

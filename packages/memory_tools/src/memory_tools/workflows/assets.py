@@ -43,8 +43,9 @@ from memory_tools.errors import InvalidInputFailure, NotFoundFailure, translate
 from memory_tools.ingest.images import FORMATS
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
-from memory_tools.wire import Thumbnail, WireModel, fitting
+from memory_tools.wire import NearDuplicate, Thumbnail, WireModel, fitting
 from memory_tools.workflows.contexts import GeneratedContextView, context_view
+from memory_tools.workflows.near_duplicates import near_duplicates_of
 
 log = get_logger(__name__)
 
@@ -210,6 +211,9 @@ class AssetView(WireModel):
     camera: Camera | None = None
     orientation: int | None = Field(default=None, description="EXIF orientation, 1-8.")
     location: Location | None = None
+    near_duplicates: list[NearDuplicate] | None = Field(
+        default=None, description="Up to 3 lookalikes in its vault; null until embedded."
+    )
 
 
 class AssetSummary(WireModel):
@@ -469,6 +473,12 @@ async def get_asset_row(
         labels = await uow.api_keys.labels([key_id])
         saved_by = SavedBy(key_id=key_id, label=labels.get(key_id))
         view = view.model_copy(update={"saved_by": saved_by})
+    visual = latest.get("visual")
+    if visual is not None and visual.status == "done":
+        # Pairs are found when the visual vector is written: before that there is nothing
+        # to read, and no statement is spent on it.
+        near = await near_duplicates_of(uow, services, asset.owner_identity, asset.id)
+        view = view.model_copy(update={"near_duplicates": near})
     return view, stored
 
 

@@ -10,11 +10,12 @@ and decided:
   live assets), newest first, paged with a cursor. Read access to the vault.
 - :func:`dismiss_cluster`: "not duplicates": every pair among the given assets is dismissed
   and never shown again, also when found again. Write access.
+- :func:`answer_save`: a save's answer with the pairs known within the call (``waitSeconds``).
 - :func:`keep_one`: keep one, trash the others through the delete workflow, each authorised
   alone (the ``destructive`` scope), answered item by item.
 
-The near-duplicate distance (``ASSET_NEAR_DUPLICATE_DISTANCE``) is read here only
-(:func:`near_duplicate_distance`), by the job hook and the ``duplicates`` job alike.
+Finding pairs and reading an asset's are :mod:`memory_tools.workflows.near_duplicates`
+(re-exported here), where ``ASSET_NEAR_DUPLICATE_DISTANCE`` is read.
 """
 
 from __future__ import annotations
@@ -25,22 +26,28 @@ import json
 from collections.abc import Sequence
 from datetime import datetime
 
-from memory_db import AssetRecord, MemorySettings, UnitOfWork, is_valid_id
+from pydantic import Field
+
+from memory_db import UnitOfWork, is_valid_id
 from memory_db.repositories import OpenPair, PairedAsset
 from memory_db.repositories.identities import DEFAULT_VAULT
-from memory_db.vectors.index import VectorIndex
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
 from memory_tools.errors import InvalidInputFailure, ToolFailure
+from memory_tools.ingest.save import SaveResult
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
+from memory_tools.workflows.assets import get_asset_waiting
 from memory_tools.workflows.changes import delete_asset
+from memory_tools.workflows.near_duplicates import (
+    NEAR_DUPLICATES_SHOWN,
+    PAIRS_PER_ASSET,
+    find_pairs,
+    near_duplicate_distance,
+    near_duplicates_of,
+)
 
-# How many near-duplicates an asset's answer names (the nearest open ones).
-NEAR_DUPLICATES_SHOWN = 3
-# How many nearest assets a pair search keeps per asset (within the distance).
-PAIRS_PER_ASSET = 5
 # The most open pairs a cluster listing reads. A vault's open pairs are read newest first (a
 # partial index holds them), so at 100,000 images with one in ten a near-duplicate (about
 # 10,000 pairs) a page reads them all in one statement; beyond this bound the oldest pairs wait
@@ -49,19 +56,6 @@ MAX_OPEN_PAIRS = 10_000
 MAX_CLUSTERS_PER_PAGE = 50
 # The most assets one decision names (as the bulk ``assetIds`` elsewhere).
 MAX_DECIDED = 100
-
-
-def near_duplicate_distance(settings: MemorySettings) -> float:
-    """The largest cosine distance of two near-duplicates (``ASSET_NEAR_DUPLICATE_DISTANCE``)."""
-    return settings.asset_near_duplicate_distance
-
-
-class NearDuplicateView(WireModel):
-    """An existing asset of the same vault that looks nearly the same."""
-
-    asset_id: str
-    title: str
-    distance: float
 
 
 class ClusterMember(WireModel):
@@ -85,7 +79,8 @@ class ClusterPage(WireModel):
     vault: str
     clusters: list[Cluster]
     next_cursor: str | None = None
-    truncated: bool = False
+    truncated: bool = Field(default=False, description="Built from the newest 10,000 pairs.")
+    dismissed: int | None = Field(default=None, description="Pairs dismissed by this call.")
 
 
 class DismissResult(WireModel):
@@ -110,33 +105,6 @@ class KeepOneResult(WireModel):
 
     kept: str
     items: list[TrashOutcome]
-
-
-async def find_pairs(
-    uow: UnitOfWork, services: MemoryServices, index: VectorIndex, asset_ids: Sequence[str]
-) -> int:
-    """Store the near-duplicate pairs of these assets' visual vectors in ``index``; how many."""
-    return await uow.vector_indexes.find_near_duplicates(
-        index,
-        asset_ids,
-        max_distance=near_duplicate_distance(services.settings),
-        limit=PAIRS_PER_ASSET,
-    )
-
-
-async def near_duplicates_of(
-    uow: UnitOfWork, services: MemoryServices, asset: AssetRecord
-) -> list[NearDuplicateView]:
-    """The asset's open near-duplicates in its vault, nearest first (no vector search)."""
-    found = await uow.near_duplicates.of_asset(
-        asset.owner_identity,
-        asset.id,
-        alias=services.vector_alias,
-        limit=NEAR_DUPLICATES_SHOWN,
-    )
-    return [
-        NearDuplicateView(asset_id=n.asset_id, title=n.title, distance=n.distance) for n in found
-    ]
 
 
 def clusters_of(pairs: Sequence[OpenPair]) -> list[Cluster]:
@@ -290,6 +258,28 @@ async def dismiss_cluster(
     return DismissResult(vault=resolved.display_handle, asset_ids=ids, dismissed=dismissed)
 
 
+async def review_clusters(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None = None,
+    dismiss: Sequence[str] | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> ClusterPage:
+    """``image_asset_duplicates``: dismiss a cluster if asked, then list the vault's clusters.
+
+    One transaction: the page answered already leaves out what was dismissed.
+    """
+    dismissed: int | None = None
+    if dismiss is not None:
+        result = await dismiss_cluster(uow, caller, services, asset_ids=dismiss, vault=vault)
+        dismissed = result.dismissed
+    page = await list_clusters(uow, caller, services, vault=vault, limit=limit, cursor=cursor)
+    return page.model_copy(update={"dismissed": dismissed})
+
+
 async def keep_one(
     caller: Caller, services: MemoryServices, *, keep: str, trash: Sequence[str]
 ) -> KeepOneResult:
@@ -317,6 +307,36 @@ async def keep_one(
     return KeepOneResult(kept=kept, items=items)
 
 
+# Embedding states whose visual vector is written: an asset's pairs are known then.
+EMBEDDED = ("ready", "partial")
+
+
+async def answer_save(
+    caller: Caller, services: MemoryServices, saved: SaveResult, *, wait_seconds: float = 0
+) -> SaveResult:
+    """A save's answer with its ``nearDuplicates`` when they are known within the call.
+
+    They are found when the worker writes the image's visual vector. ``wait_seconds`` (0-30)
+    waits for that as ``image_asset_get``'s ``waitSeconds`` does (no polling; the asset's
+    state notice wakes it), then answers the states and the pairs read after it; without
+    waiting, an image not embedded yet answers ``nearDuplicates`` null (they come with the
+    embedding: ``image_asset_get`` shows them). A save that found the image stored already
+    (``deduplicated``, ``replayed``) and embedded answers them at once.
+    """
+    if wait_seconds == 0 and saved.embedding_status not in EMBEDDED:
+        return saved
+    view = await get_asset_waiting(
+        caller, services, asset_id=saved.asset_id, include_preview=False, wait_seconds=wait_seconds
+    )
+    return saved.model_copy(
+        update={
+            "status": view.status,
+            "embedding_status": view.embedding_status,
+            "near_duplicates": view.near_duplicates,
+        }
+    )
+
+
 __all__ = [
     "MAX_OPEN_PAIRS",
     "NEAR_DUPLICATES_SHOWN",
@@ -326,8 +346,8 @@ __all__ = [
     "ClusterPage",
     "DismissResult",
     "KeepOneResult",
-    "NearDuplicateView",
     "TrashOutcome",
+    "answer_save",
     "check_asset_ids",
     "clusters_of",
     "dismiss_cluster",
@@ -336,4 +356,5 @@ __all__ = [
     "list_clusters",
     "near_duplicate_distance",
     "near_duplicates_of",
+    "review_clusters",
 ]
