@@ -15,6 +15,7 @@ from sqlalchemy import text
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
 from memory_tools.ingest.save import AssetSaver, SaveRequest
+from memory_tools.operations.enrich import enrich_vault
 from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web_app import WebApp, WebClient
 
@@ -88,6 +89,11 @@ async def test_keep_one_trashes_the_others_and_not_duplicates_is_remembered(
         )
         # Previews go through the session's preview route, as in the library.
         assert f'src="/app/previews/{harbour}"' in page.text
+        # The asset page names what it looks like, with a link to the vault's duplicates.
+        asset_page = await client.get(f"/assets/{pier}")
+        assert '<h2 id="asset-looks-like-heading">Looks like</h2>' in asset_page.text
+        assert f'<a href="/assets/{pier_copy}">Pier (copy)</a>' in asset_page.text
+        assert 'href="/duplicates?vault=Library"' in asset_page.text
         harbours = next(g for g in groups if harbour in g)
         piers = next(g for g in groups if pier in g)
 
@@ -121,9 +127,15 @@ async def test_keep_one_trashes_the_others_and_not_duplicates_is_remembered(
         after = await client.get("/duplicates")
         assert _groups(after.text) == []
         assert "No near-duplicates here" in after.text
+        assert "Looks like" not in (await client.get(f"/assets/{pier}")).text
         assert "memory-server enrich --what duplicates" in after.text
         assert await _status(webapp, pier) != "deleted"
         assert await _status(webapp, pier_copy) != "deleted"
+        # enrich compares every image again (its pairs found again): the decision holds.
+        report = await enrich_vault(webapp.services, alice.email, "Library", ["duplicates"])
+        assert report.queued == 3  # Harbour and both Piers; the copy is in the trash
+        await job_worker(webapp.services).drain()
+        assert _groups((await client.get("/duplicates")).text) == []
         # Sent again (a second tab): nothing is left to dismiss, and the page says so.
         again = await client.submit("/duplicates/dismiss", _decision(piers))
         assert again.status_code == 303 and "not_found" in _flash(again)
