@@ -151,5 +151,7 @@ def test_duplicates_at_mobile_width(
     page = open_page(key, MOBILE)
     page.goto("/duplicates")
     expect(page.get_by_role("radio", name="Lighthouse (copy)")).to_be_visible()
+    widths = page.evaluate("() => [document.documentElement.scrollWidth, window.innerWidth]")
+    assert widths[0] <= widths[1], f"/duplicates scrolls sideways at phone width: {widths}"
     check_accessibility(page)
     screenshot(page, "duplicates-mobile")

@@ -197,3 +197,31 @@ async def test_read_only_access_may_look_but_not_keep_or_dismiss(
         assert "Refused" in kept.text and "forbidden" in kept.text
         assert _groups((await client.get("/duplicates")).text) == [group]
     assert await _status(webapp, harbour_copy) != "deleted"
+
+
+async def test_hostile_forms_are_refused_and_change_nothing(
+    webapp: WebApp, alice: Any, browser_for: Callable[[], WebClient]
+) -> None:
+    harbour, harbour_copy = await _pair(webapp.services, alice, 4, "Harbour")
+    await job_worker(webapp.services).drain()
+    too_many = [harbour, *(f"ast_{n:026d}" for n in range(101))]
+    async with browser_for() as client:
+        await client.sign_in(alice.key)
+        (group,) = _groups((await client.get("/duplicates")).text)
+        for path, fields in (
+            ("/duplicates/keep", {"asset": group}),  # nothing chosen
+            ("/duplicates/keep", {"asset": [harbour_copy], "keep": harbour}),  # not in it
+            ("/duplicates/keep", {"asset": too_many, "keep": harbour}),
+            ("/duplicates/dismiss", {"asset": [harbour]}),  # one image is no group
+            ("/duplicates/dismiss", {"asset": too_many}),
+            ("/duplicates/dismiss", {"asset": [harbour, "ast_\x00" + "a" * 22]}),
+            ("/duplicates/dismiss", {"asset": [harbour, "'; DROP TABLE mem_assets; --"]}),
+        ):
+            refused = await client.submit(path, {"vault": "Library", **fields})
+            assert refused.status_code == 303, (path, fields)
+            assert "invalid_input" in _flash(refused), (path, fields, _flash(refused))
+        for cursor in ("nonsense", "eyJ0IjoiMjAyNi0wMS0wMSIsImkiOiJ4IiwibyI6Im5ld2VzdCJ9"):
+            page = await client.get(f"/duplicates?cursor={cursor}")
+            assert page.status_code == 422 and "invalid_input" in page.text
+        assert _groups((await client.get("/duplicates")).text) == [group]
+    assert await _status(webapp, harbour_copy) != "deleted"
