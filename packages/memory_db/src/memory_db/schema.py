@@ -90,6 +90,7 @@ PROVENANCE_OPERATIONS = (
     "asset_context_review",
     "api_key_pause",
     "api_key_resume",
+    "asset_duplicates_dismiss",
 )
 PROVENANCE_OUTCOMES = ("succeeded", "failed", "denied")
 

@@ -178,7 +178,7 @@ class MemorySettings(BaseSettings):
     # (pgvector's ``<=>``) are near-duplicates (docs/design.md#near-duplicates). Measured for
     # the default ``local`` embedder; another embedder needs its own figure
     # (docs/configuration.md). Read only by ``memory_tools.workflows.duplicates``.
-    asset_near_duplicate_distance: float = Field(default=0.08, ge=0.0, le=1.0)
+    asset_near_duplicate_distance: float = Field(default=0.01, ge=0.0, le=1.0)
 
     # --- scraper artifacts (docs/design.md#artifacts) ----------------------------------
     # How long a stored artifact can be saved; the worker's sweep then deletes it.

@@ -99,6 +99,7 @@ MINIMAL_ARGUMENTS: dict[str, dict[str, Any]] = {
     "image_asset_restore": {"assetId": "ast_x"},
     "image_asset_update": {"assetId": "ast_x", "title": "t"},
     "image_asset_enrich": {"assetId": "ast_x"},
+    "image_asset_duplicates": {},
     "image_project_update": {"projectId": "apr_x", "name": "p"},
     "image_folder_update": {"projectId": "apr_x", "folderId": "afl_x", "name": "f"},
 }

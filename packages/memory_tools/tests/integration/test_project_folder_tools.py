@@ -331,6 +331,7 @@ ANNOTATIONS = {
     "image_asset_restore": (False, False, True, False),
     "image_asset_update": (False, False, True, False),
     "image_asset_enrich": (False, False, True, False),  # queues a job at most once
+    "image_asset_duplicates": (False, False, True, False),  # a dismissal is a decision kept
     "image_project_update": (False, False, True, False),
     "image_folder_update": (False, False, True, False),
 }

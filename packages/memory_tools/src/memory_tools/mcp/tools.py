@@ -490,13 +490,17 @@ class MemoryTools:
         """Delete an image (needs the 'destructive' scope); image_asset_restore undoes it."""
         return await self.authorised(changes.delete_asset, asset_id=assetId)
 
-    @tools.tool("Near-duplicates", read_only=False, idempotent=True)
+    @tools.tool(
+        "Near-duplicates", read_only=False, idempotent=True, audited="asset_duplicates_dismiss"
+    )
     async def image_asset_duplicates(
         self,
         vault: VaultParam = "Library",
         dismiss: Annotated[
             list[str] | None,
-            Field(min_length=2, max_length=100, description="A cluster's assetIds: not duplicates."),
+            Field(
+                min_length=2, max_length=100, description="A cluster's assetIds: not duplicates."
+            ),
         ] = None,
         cursor: Annotated[str | None, Field(max_length=400)] = None,
     ) -> ClusterPage:

@@ -254,7 +254,16 @@ async def dismiss_cluster(
     policy.require_writable(services.read_only)
     ids = check_asset_ids(asset_ids, least=2)
     resolved = await resolve_vault(uow, caller, vault or DEFAULT_VAULT, "write")
-    dismissed = await uow.near_duplicates.dismiss(resolved.record.scope, ids, actor=caller.identity)
+    scope = resolved.record.scope
+    dismissed = await uow.near_duplicates.dismiss(scope, ids, actor=caller.identity)
+    await uow.provenance.record_in_vault(
+        "asset_duplicates_dismiss",
+        scope,
+        "vault",
+        scope.physical_vault,
+        actor_identity=caller.identity,
+        detail={"assets": len(ids), "dismissed": dismissed},
+    )
     return DismissResult(vault=resolved.display_handle, asset_ids=ids, dismissed=dismissed)
 
 

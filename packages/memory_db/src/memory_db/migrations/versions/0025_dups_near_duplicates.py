@@ -3,7 +3,8 @@
 ``mem_asset_near_duplicates`` holds one row per pair of assets of one vault whose visual
 vectors are within ``ASSET_NEAR_DUPLICATE_DISTANCE`` (docs/design.md#near-duplicates), the two
 ids in a canonical order, the index they were found in, their distance, and a decision (``open``
-or ``dismissed``, with who and when). The embedding job finds them; ``memory-server enrich
+or ``dismissed``, with who and when; a dismissal is also recorded in provenance as
+``asset_duplicates_dismiss``). The embedding job finds them; ``memory-server enrich
 --what duplicates`` finds them for stored vectors through a new job kind, ``duplicates``.
 
 Revision ID: 0025
@@ -13,6 +14,7 @@ Create Date: 2026-12-05 15:10:00
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 
 import sqlalchemy as sa
@@ -27,6 +29,25 @@ _TABLE = "mem_asset_near_duplicates"
 _JOBS = "mem_asset_embedding_jobs"
 _KINDS_BEFORE = ("embed", "ocr", "describe", "capture")
 _KINDS_AFTER = (*_KINDS_BEFORE, "duplicates")
+# Dismissing a cluster ("not duplicates") is recorded in provenance.
+_OPERATIONS = ["asset_duplicates_dismiss"]
+
+
+def _listed(constraint: str) -> list[str]:
+    definition = op.get_bind().scalar(
+        sa.text("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = :name"),
+        {"name": constraint},
+    )
+    return re.findall(r"'([a-z_]+)'", str(definition))
+
+
+def _operations(values: list[str]) -> None:
+    op.drop_constraint("operation_known", "mem_provenance", type_="check")
+    op.create_check_constraint(
+        "operation_known",
+        "mem_provenance",
+        "operation IN ({})".format(", ".join(f"'{value}'" for value in values)),
+    )
 
 
 def _kinds(kinds: tuple[str, ...]) -> str:
@@ -76,10 +97,18 @@ def upgrade() -> None:
     op.create_index("ix_mem_asset_near_duplicates_asset_b", _TABLE, ["asset_b"])
     op.drop_constraint("kind_known", _JOBS, type_="check")
     op.create_check_constraint("kind_known", _JOBS, _kinds(_KINDS_AFTER))
+    kept = [o for o in _listed("ck_mem_provenance_operation_known") if o not in _OPERATIONS]
+    _operations(kept + _OPERATIONS)
 
 
 def downgrade() -> None:
-    # Pair-search jobs cannot be represented before this revision.
+    # Neither dismissals nor pair-search jobs can be represented before this revision.
+    op.execute(
+        sa.text("DELETE FROM mem_provenance WHERE operation = ANY(:ops)").bindparams(
+            ops=_OPERATIONS
+        )
+    )
+    _operations([o for o in _listed("ck_mem_provenance_operation_known") if o not in _OPERATIONS])
     op.execute(sa.text("DELETE FROM mem_asset_embedding_jobs WHERE kind = 'duplicates'"))
     op.drop_constraint("kind_known", _JOBS, type_="check")
     op.create_check_constraint("kind_known", _JOBS, _kinds(_KINDS_BEFORE))
