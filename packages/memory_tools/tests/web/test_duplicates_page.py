@@ -19,8 +19,6 @@ from memory_tools.operations.enrich import enrich_vault
 from memory_tools.serving.job_worker import job_worker
 from memory_tools.testing.web_app import WebApp, WebClient
 
-from ..pictures import picture
-
 USER = frozenset({"read", "write", "destructive"})
 MISSING = "ast_" + "z" * 26
 
@@ -33,9 +31,22 @@ def _flash(answer: Any) -> str:
     return ""
 
 
+def _photo(seed: int) -> bytes:
+    """A smooth picture per seed: gradients, as a photo has, so a re-encode keeps its look.
+
+    (The sharp stripes of ``pictures.picture`` come out of a JPEG changed enough to fall
+    outside the near-duplicate distance, as a screenshot of text may.)
+    """
+    xyz = pyvips.Image.xyz(160, 120)
+    red = ((xyz[0] * (seed % 3 + 1) + xyz[1]) % 256).cast("uchar")
+    green = ((xyz[1] * 2 + seed * 40) % 256).cast("uchar")
+    blue = ((xyz[0] + xyz[1] + seed * 90) % 256).cast("uchar")
+    return red.bandjoin([green, blue]).copy(interpretation="srgb").pngsave_buffer()
+
+
 def _reencoded(png: bytes) -> bytes:
     """The same picture as a JPEG: other bytes (no exact dedupe), the same look."""
-    return pyvips.Image.new_from_buffer(png, "").jpegsave_buffer(Q=85)
+    return pyvips.Image.new_from_buffer(png, "").jpegsave_buffer(Q=90)
 
 
 async def _save(services: MemoryServices, person: Any, data: bytes, title: str) -> str:
@@ -46,7 +57,7 @@ async def _save(services: MemoryServices, person: Any, data: bytes, title: str) 
 
 async def _pair(services: MemoryServices, person: Any, seed: int, title: str) -> tuple[str, str]:
     """A picture and its re-encode, saved as ``person``: a near-duplicate pair once embedded."""
-    png = picture(seed, size=96)
+    png = _photo(seed)
     original = await _save(services, person, png, title)
     copy = await _save(services, person, _reencoded(png), f"{title} (copy)")
     return original, copy
