@@ -17,6 +17,8 @@ from memory_tools.testing.web_app import WebApp, WebClient, serve_web_app
 
 from ..pictures import b64, picture
 
+_OTHER = "ast_" + "z" * 26  # a group's second image (the refusal comes before any lookup)
+
 
 async def _seed(webapp: WebApp, key: str) -> tuple[str, str]:
     """A project and an image in it, made over MCP on the writable server."""
@@ -60,6 +62,8 @@ async def test_every_change_is_refused_on_a_read_only_server(
             ("/sharing/grant", {"vault": "Library", "grantee": "bob@example.com"}),
             ("/keys/create", {"label": "new", "scopes": "read", "back": "/keys"}),
             ("/keys/pause", {"key": second.key_id, "back": "/keys"}),
+            ("/duplicates/keep", {"asset": [asset_id, _OTHER], "keep": asset_id}),
+            ("/duplicates/dismiss", {"asset": [asset_id, _OTHER], "vault": "Library"}),
         ]
         for path, form in changes:
             answer = await browser.submit(path, form)

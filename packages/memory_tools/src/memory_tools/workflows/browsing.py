@@ -1,21 +1,24 @@
 """What the web app's library and asset pages show, read as the caller in one transaction.
 
 Web-only views (small dataclasses, never tool answers) built on the workflows the tools call:
-``vaults.list_vaults``, ``projects.list_projects`` / ``list_folders``, ``assets.list_assets``
-and ``assets.get_asset``. They add what a page needs beside a tool's answer: a fresh preview
-link per listed asset, a way back to the previous page of a forward-only cursor, the stored
-checksum, the caller's permission and the places an asset can be moved to. Authorisation is
+``vaults.list_vaults``, ``projects.list_projects`` / ``list_folders``, ``assets.list_assets``,
+``assets.get_asset`` and ``duplicates.list_clusters``. They add what a page needs beside a
+tool's answer: a fresh preview link per listed asset, a way back to the previous page of a
+forward-only cursor, the stored checksum, the caller's permission, the places an asset can be
+moved to, and the size and preview of each image of a near-duplicate group. Authorisation is
 the workflows' own: another owner's asset is ``not_found`` here exactly as in the tools.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from datetime import datetime
 
 from memory_db import MemoryDbError, UnitOfWork
-from memory_db.repositories import FolderRecord, VaultScope
+from memory_db.repositories import AssetFilter, FolderRecord, VaultScope
+from memory_db.repositories.identities import DEFAULT_VAULT
 from memory_tools import policy
-from memory_tools.access import Caller, readable_vaults
+from memory_tools.access import Caller, readable_vaults, resolve_vault
 from memory_tools.errors import InvalidInputFailure, NotFoundFailure, Unavailable, translate
 from memory_tools.services import MemoryServices
 from memory_tools.workflows.assets import (
@@ -32,6 +35,7 @@ from memory_tools.workflows.assets import (
     opposite_order,
     signed_preview,
 )
+from memory_tools.workflows.duplicates import check_asset_ids, list_clusters
 from memory_tools.workflows.projects import (
     FolderView,
     ProjectView,
@@ -124,6 +128,103 @@ async def asset_grid(
         next_cursor=view.next_cursor,
         previous_cursor=previous,
     )
+
+
+@dataclass(frozen=True)
+class DuplicateCard:
+    """One image of a near-duplicate group as the duplicates page shows it."""
+
+    asset_id: str
+    title: str
+    width: int
+    height: int
+    bytes: int
+    created_at: datetime
+    preview: PreviewLink | None
+
+
+@dataclass(frozen=True)
+class DuplicateGroup:
+    """A cluster of ``list_clusters`` (newest first), its closest pair's distance."""
+
+    cards: list[DuplicateCard]
+    distance: float
+
+
+@dataclass(frozen=True)
+class DuplicateGroups:
+    """A page of a vault's near-duplicate groups; ``next_cursor`` continues it."""
+
+    vault: str
+    groups: list[DuplicateGroup]
+    next_cursor: str | None
+    truncated: bool
+
+
+async def duplicate_groups(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None,
+    limit: int,
+    cursor: str | None,
+) -> DuplicateGroups:
+    """A page of ``list_clusters`` with each image's size, bytes and a fresh preview link.
+
+    The images are read again, in one statement, from the vault ``list_clusters`` answered for:
+    one deleted between the two reads is left out, and a group left with one image is not
+    shown (it is no longer a group of duplicates).
+    """
+    page = await list_clusters(uow, caller, services, vault=vault, limit=limit, cursor=cursor)
+    ids = tuple(member.asset_id for cluster in page.clusters for member in cluster.assets)
+    resolved = await resolve_vault(uow, caller, page.vault, "read")
+    rows = await uow.assets.find_visible(
+        [resolved.record.scope], AssetFilter(asset_ids=ids), limit=max(len(ids), 1)
+    )
+    found = {row.asset.id: row for row in rows}
+    groups: list[DuplicateGroup] = []
+    for cluster in page.clusters:
+        cards = [
+            DuplicateCard(
+                asset_id=row.asset.id,
+                title=row.asset.title,
+                width=row.width,
+                height=row.height,
+                bytes=row.bytes,
+                created_at=row.asset.created_at,
+                preview=await signed_preview(services, row),
+            )
+            for member in cluster.assets
+            if (row := found.get(member.asset_id)) is not None
+        ]
+        if len(cards) > 1:
+            groups.append(DuplicateGroup(cards=cards, distance=cluster.distance))
+    return DuplicateGroups(
+        vault=page.vault, groups=groups, next_cursor=page.next_cursor, truncated=page.truncated
+    )
+
+
+async def asset_titles(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None,
+    asset_ids: list[str],
+) -> dict[str, str]:
+    """The titles of the live images among ``asset_ids`` in a vault the caller may read.
+
+    For a page that names images it is about to change (the duplicates page's results): an id
+    of another vault or owner, or of a deleted image, has no title here.
+    """
+    policy.require(services.settings)
+    ids = tuple(check_asset_ids(asset_ids, least=1))
+    resolved = await resolve_vault(uow, caller, vault or DEFAULT_VAULT, "read")
+    rows = await uow.assets.find_visible(
+        [resolved.record.scope], AssetFilter(asset_ids=ids), limit=len(ids)
+    )
+    return {row.asset.id: row.asset.title for row in rows}
 
 
 @dataclass(frozen=True)
