@@ -72,9 +72,9 @@ async def test_a_tool_grown_past_its_budget_is_reported(services: MemoryServices
     server = build_memory_server(services)
     get = await server.get_tool("image_asset_get")
     assert get is not None
-    # Grown past its own budget and no further than the list's headroom allows (a few
-    # hundred bytes since issue 35), so the tool alone is named.
-    grown = get.model_copy(update={"description": f"{get.description} " + "x" * 100})
+    # Grown past its own budget and no further than the list's headroom allows (a few dozen
+    # bytes since issue 35), so the tool alone is named.
+    grown = get.model_copy(update={"description": f"{get.description} " + "x" * 20})
     bigger = FastMCP("grown")
     for tool in await server.list_tools():
         bigger.add_tool(grown if tool.name == "image_asset_get" else tool)

@@ -36,36 +36,32 @@ if TYPE_CHECKING:
 # The issue's ceiling for the memory server's whole tools/list, in bytes (~6,000 tokens).
 MEMORY_LIST_BUDGET = 24_000
 
-# Per-tool budgets, in bytes of the tool's entry: its size when set (in the comment) plus a
-# margin of 60-170 bytes; image_asset_list and image_asset_search (which take every filter) have
-# about 350 more for the filters being added this session. They added up to 23,500; assetIds
-# (and addTags/removeTags) on the five per-asset tools took 920 bytes of the list. The list
-# measured 21,147 bytes when they were set: 2,853 bytes (11.9 %) of headroom under
-# MEMORY_LIST_BUDGET, which the list's own check holds whatever the per-tool budgets say.
-# Near-duplicates (issue 35: image_asset_duplicates, nearDuplicates on get, save and update,
-# save's waitSeconds) took about 1,350 bytes of that headroom; the budgets still add up to at
-# most MEMORY_LIST_BUDGET, so the margins of the tools this session leaves alone were cut to
-# about 30 bytes.
+# Per-tool budgets, in bytes of the tool's entry: its size when last set (in the comment) plus
+# 5-14 bytes. When first set (21,147 bytes for the list) they left 11.9 % of headroom for the
+# fields issue 35 added: assetIds and addTags/removeTags on the per-asset tools (920 bytes),
+# image_asset_duplicates, nearDuplicates on get, save and update and save's waitSeconds (about
+# 1,350). Shorter descriptions then won back 371 bytes. The budgets add up to at most
+# MEMORY_LIST_BUDGET; the list's own check holds whatever the per-tool budgets say.
 MEMORY_TOOL_BUDGETS: dict[str, int] = {
-    "image_asset_delete": 700,  # 627
-    "image_asset_duplicates": 1_000,  # 985
-    "image_asset_enrich": 850,  # 763
-    "image_asset_get": 1_980,  # 1,797; 1,963 with nearDuplicates (issue 35)
-    "image_asset_list": 2_500,  # 2,119
-    "image_asset_move": 900,  # 775
-    "image_asset_restore": 760,  # 660
-    "image_asset_save": 2_280,  # 2,038; 2,268 with waitSeconds and nearDuplicates (issue 35)
-    "image_asset_search": 3_200,  # 2,856
-    "image_asset_update": 1_620,  # 1,426; 1,592 with nearDuplicates (as get shows it)
-    "image_folder_create": 990,  # 952
-    "image_folder_delete": 1_110,  # 1,089
-    "image_folder_list": 880,  # 853
-    "image_folder_update": 1_140,  # 1,116
-    "image_project_archive": 820,  # 784
-    "image_project_create": 840,  # 803
-    "image_project_list": 760,  # 721
-    "image_project_update": 1_030,  # 1,004
-    "image_vault_list": 620,  # 589
+    "image_asset_delete": 770,  # 757
+    "image_asset_duplicates": 990,  # 979
+    "image_asset_enrich": 870,  # 857
+    "image_asset_get": 1_940,  # 1,927
+    "image_asset_list": 2_450,  # 2,443
+    "image_asset_move": 910,  # 905
+    "image_asset_restore": 800,  # 790
+    "image_asset_save": 2_270,  # 2,257
+    "image_asset_search": 3_180,  # 3,167
+    "image_asset_update": 1_930,  # 1,916
+    "image_folder_create": 960,  # 946
+    "image_folder_delete": 1_090,  # 1,083
+    "image_folder_list": 860,  # 847
+    "image_folder_update": 1_120,  # 1,110
+    "image_project_archive": 790,  # 778
+    "image_project_create": 810,  # 797
+    "image_project_list": 730,  # 721
+    "image_project_update": 980,  # 974
+    "image_vault_list": 520,  # 513
 }
 
 SCRAPER_TOOL_BUDGETS: dict[str, int] = {

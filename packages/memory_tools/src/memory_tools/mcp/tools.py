@@ -56,7 +56,7 @@ VaultParam = Annotated[
     Field(
         min_length=1,
         max_length=400,
-        description="'Library', another vault of yours, or 'owner@example.com/Name'.",
+        description="'Library', another of yours, or 'owner@example.com/Name'.",
     ),
 ]
 ProjectIdParam = Annotated[str, Field(min_length=1, max_length=64, description="apr_...")]
@@ -69,7 +69,7 @@ OneAssetParam = Annotated[str | None, Field(min_length=1, max_length=64, descrip
 # maxLength per item, paid by every session, say nothing a caller needs up front.
 AssetIdsParam = Annotated[
     list[str] | None,
-    Field(max_length=bulk.MAX_IDS, description="Or several; answered per id."),
+    Field(max_length=bulk.MAX_IDS, description="Or several."),
 ]
 TagsParam = Annotated[list[Annotated[str, Field(max_length=64)]] | None, Field(max_length=32)]
 FolderIdParam = Annotated[str, Field(min_length=1, max_length=64, description="afl_...")]
@@ -293,10 +293,7 @@ class MemoryTools:
 
     @tools.tool("List vaults", read_only=True, idempotent=True)
     async def image_vault_list(self) -> VaultList:
-        """List the vaults you can read: each handle (the other tools' vault), your permission.
-
-        Your own vaults also show your quota and the bytes counted against it.
-        """
+        """Your readable vaults: handle, permission; your own also show quota and bytes used."""
         return await self.authorised(vaults.list_vaults)
 
     @tools.tool(
@@ -382,8 +379,7 @@ class MemoryTools:
     ) -> SaveResult:
         """Save an image from exactly one source: sourceUrl, artifactId or imageBase64.
 
-        Answers at once: embeddingStatus 'pending' and nearDuplicates null until embedded
-        (waitSeconds waits).
+        Until embedded, embeddingStatus is 'pending' and nearDuplicates null (waitSeconds waits).
         """
         request = SaveRequest(
             vault=vault,
@@ -433,10 +429,9 @@ class MemoryTools:
             Field(min_length=1, max_length=2, description="Omit for ['embedding']."),
         ] = None,
     ) -> AssetView:
-        """One image you may read: metadata, embedding state, the text OCR read in it.
+        """One image you may read: metadata, embedding state, OCR text; optional links.
 
-        Optionally fresh preview and download links; waitSeconds waits for the embedding or OCR
-        to settle instead of polling.
+        waitSeconds waits for the embedding or OCR to settle instead of polling.
         """
         return await self.as_caller(
             assets.get_asset_waiting,
@@ -500,10 +495,9 @@ class MemoryTools:
         ),
         includeThumbnails: ThumbnailsParam = False,
     ) -> SearchView:
-        """Find images by words (query), by a similar image, or both, with exact filters.
+        """Find images by words (query), a similar image, or both, with exact filters.
 
-        Best matches first, only those with evidence; noGoodMatch is true when none matches
-        well.
+        Best evidence-backed matches first; noGoodMatch is true when none matches well.
         """
         request = SearchRequest(
             query=query,
@@ -666,10 +660,7 @@ class MemoryTools:
             Field(max_length=5, description="Omit for all this server has on."),
         ] = None,
     ) -> Enrichment | BulkAnswer[Enrichment]:
-        """Queue an image's OCR ('ocr') or generated description ('describe') again.
-
-        Answers at once; image_asset_get shows the results once done.
-        """
+        """Queue an image's enrichments ('what') again; image_asset_get shows the results."""
         return await self.one_or_each(
             "image_asset_enrich", enrich.enrich_asset, assetId, assetIds, what=what
         )
@@ -690,10 +681,7 @@ class MemoryTools:
         ),
         archived: bool | None = None,
     ) -> ProjectEdit:
-        """Rename a project, change its description, or archive or unarchive it.
-
-        Fields left out stay as they are.
-        """
+        """Rename a project, change its description, or (un)archive it; fields left out stay."""
         return await self.authorised(
             edits.update_project,
             vault=vault,
