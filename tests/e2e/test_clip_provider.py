@@ -27,11 +27,11 @@ from memory_db.testing.clip_model import (
     write_pinning_catalog,
     write_tiny_model,
 )
+from memory_tools.testing.keys import new_key
 
 from .test_processes import SERVER
 from .test_processes import _cli as cli  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _env as environment  # pyright: ignore[reportPrivateUsage]
-from .test_processes import _new_key as new_key  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _png as png  # pyright: ignore[reportPrivateUsage]
 
 pytestmark = pytest.mark.slow

@@ -38,12 +38,12 @@ from memory_db.testing.clip_model import (
 )
 from memory_db.unit_of_work import session_of
 from memory_tools.operations.model_install import index_name
+from memory_tools.testing.keys import new_key
 from memory_tools.workflows.meaning import SEARCH_REASON
 
 from .test_processes import SERVER
 from .test_processes import _cli as cli  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _env as environment  # pyright: ignore[reportPrivateUsage]
-from .test_processes import _new_key as new_key  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _png as png  # pyright: ignore[reportPrivateUsage]
 
 pytestmark = pytest.mark.slow
