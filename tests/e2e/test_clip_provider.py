@@ -122,10 +122,9 @@ def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer, catalog_f
 
 
 async def test_a_server_with_the_clip_provider_saves_and_searches(
-    tmp_path: Path, empty_database_url: str
+    tmp_path: Path, database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
-    assert cli(env, "migrate").returncode == 0
+    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: a clone
     _shaped_like_the_catalog(Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL)
     key = new_key(env, "clip@example.com")
     transport = StdioTransport(

@@ -19,7 +19,7 @@ from memory_db import new_id
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools.testing.keys import new_key as make_key
 
-from ..e2e.test_processes import _cli, _env, serve_http
+from ..e2e.test_processes import _env, serve_http
 from .conftest import (
     MOBILE,
     ResponseLog,
@@ -261,12 +261,7 @@ def test_a_file_over_the_quota_is_refused_in_its_row_with_the_code(
     response_logs: dict[Page, ResponseLog],
 ) -> None:
     owner = f"small-quota-{new_id('aob')[4:12]}@example.com"
-    env = web_server.env
-    made = _cli(env, "admin", "create-identity", "--owner", owner, "--quota-bytes", "1000000")
-    assert made.returncode == 0, made.stderr
-    key = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
-    assert key.returncode == 0, key.stderr
-    page = open_page(key.stdout.strip().splitlines()[-1])
+    page = open_page(make_key(web_server.env, owner, "read,write", quota_bytes=1_000_000))
     response_logs[page].allow(507, r"/app/uploads$")  # quota_exceeded, shown in its row
     page.goto("/upload")
     big = page.evaluate_handle(

@@ -1,56 +1,48 @@
-"""Make a person and an API key for a test's running server, without starting a CLI process.
+"""Make a person and an API key for a test's server, without starting a CLI process.
 
 `memory-server admin create-identity` and `create-key` each start Python and import the command
 line before they touch the database: one to four seconds a call on a busy two-core machine, and
-the browser and end-to-end tests make over a hundred people. :func:`new_key` calls the same
+the browser and end-to-end tests make over sixty people. :func:`new_key` calls the same
 operations (:func:`memory_tools.operations.admin.create_identity` and ``create_key``) in this
-process, on the database the server of ``env`` uses. The commands themselves stay tested where
-they are the subject (``tests/e2e/test_processes.py``, ``apps/memory_server/tests``).
+process, on the database a server started with ``env`` uses, reached as the CLI reaches it. The
+commands themselves stay tested where they are the subject (``tests/e2e/test_processes.py``,
+``apps/memory_server/tests``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from urllib.parse import quote
+
+import anyio
 
 from memory_db import MemorySettings
-from memory_db.database import DEFAULT_DATABASE, create_engine
+from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, create_engine, start_embedded
 from memory_db.unit_of_work import Database
 from memory_tools.operations import admin
 
 
-class NoDatabaseForKeys(RuntimeError):
-    """``env`` names no database URL and its data directory has no running PostgreSQL."""
+async def _on_database(env: Mapping[str, str], work: Callable[[Database], Awaitable[str]]) -> str:
+    """Run ``work`` on the database a server started with ``env`` uses.
 
-
-def database_url_of(env: Mapping[str, str]) -> str:
-    """The database a server started with ``env`` uses: its URL, or the running embedded one.
-
-    The embedded server's socket directory is read from ``postmaster.pid`` (PostgreSQL's own
-    file: line 5), so the server must be running; a test makes its people after it started.
+    ``MEMORY_DATABASE_URL`` when set; else the embedded PostgreSQL of ``MEMORY_DATA_DIR``,
+    attached to as the CLI does (a running server's; started when none runs it, and released
+    afterwards, so it stops again if nobody else uses it).
     """
-    if env.get("MEMORY_DATABASE_URL"):
-        return env["MEMORY_DATABASE_URL"]
-    pid_file = Path(env["MEMORY_DATA_DIR"]) / "postgres" / "postmaster.pid"
-    try:
-        lines = pid_file.read_text().splitlines()
-    except FileNotFoundError:
-        raise NoDatabaseForKeys(f"no PostgreSQL is running in {pid_file.parent}") from None
-    if len(lines) < 5 or not lines[4].strip():
-        raise NoDatabaseForKeys(f"{pid_file} names no socket directory")
-    return f"postgresql+asyncpg://postgres@/{DEFAULT_DATABASE}?host={quote(lines[4].strip())}"
-
-
-async def _make(url: str, owner: str, scopes: list[str], quota_bytes: int) -> str:
+    embedded: EmbeddedPostgres | None = None
+    url = env.get("MEMORY_DATABASE_URL")
+    if not url:
+        embedded = await start_embedded(Path(env["MEMORY_DATA_DIR"]) / "postgres")
+        url = embedded.url(DEFAULT_DATABASE)
     database = Database(create_engine(url, pool_size=1))
     try:
-        await admin.create_identity(database, owner, quota_bytes)
-        return (await admin.create_key(database, owner, scopes)).secret
+        return await work(database)
     finally:
         await database.close()
+        if embedded is not None:
+            await anyio.to_thread.run_sync(embedded.stop)
 
 
 def _default_quota(env: Mapping[str, str]) -> int:
@@ -75,8 +67,12 @@ def new_key(
     Blocking; it runs on an event loop of its own thread, so it works from sync tests, from
     async ones and while Playwright's sync driver holds this thread's loop.
     """
-    url = database_url_of(env)
     quota = _default_quota(env) if quota_bytes is None else quota_bytes
     wanted = [scope for scope in scopes.split(",") if scope.strip()]
+
+    async def make(database: Database) -> str:
+        await admin.create_identity(database, owner, quota)
+        return (await admin.create_key(database, owner, wanted)).secret
+
     with ThreadPoolExecutor(max_workers=1) as apart:
-        return apart.submit(asyncio.run, _make(url, owner, wanted, quota)).result()
+        return apart.submit(asyncio.run, _on_database(env, make)).result()
