@@ -20,6 +20,16 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     a few long end-to-end tests handed out last would keep one worker busy alone at the end;
     started first, the many short files fill in behind it and both workers finish together.
     The order within a file is kept, and every worker computes the same order.
+
+    A file whose tests drive Chromium (the ``browser`` fixture of tests/web) counts as slow
+    without its marker: ``tests/web/conftest.py``'s ``pytestmark`` does not reach the test
+    files, and the two browser files without a marker of their own were collected last, so
+    one worker ran them alone at the end.
     """
-    slow = {item.path for item in items if item.get_closest_marker("slow") is not None}
+    slow = {
+        item.path
+        for item in items
+        if item.get_closest_marker("slow") is not None
+        or "browser" in getattr(item, "fixturenames", ())
+    }
     items.sort(key=lambda item: item.path not in slow)  # a stable sort: False (slow) first

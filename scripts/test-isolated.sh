@@ -48,7 +48,11 @@ for app in $apps; do
   package=${app//_/-}
   env_dir=.cache/isolated/$package
   echo "== $package (an app: only the libraries it declares) =="
-  UV_PROJECT_ENVIRONMENT=$env_dir "$UV" sync --frozen --exact --no-dev --package "$package" --quiet
+  # Not compiled to bytecode (the Makefile exports UV_COMPILE_BYTECODE=1 for the workspace):
+  # this environment serves one import of the app, and compiling every installed module first
+  # took 9 s of CPU against the 2 s that import spends compiling only what it loads.
+  UV_COMPILE_BYTECODE=0 UV_PROJECT_ENVIRONMENT=$env_dir "$UV" sync --frozen --exact --no-dev \
+    --package "$package" --quiet
   "$env_dir/bin/python" -c "import $app" || { echo "$app does not import alone"; status=1; }
   for other in $apps; do
     if [ "$other" != "$app" ] && "$env_dir/bin/python" -c "import $other" 2>/dev/null; then

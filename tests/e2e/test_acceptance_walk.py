@@ -33,7 +33,9 @@ import pyvips
 from fastmcp import Client
 from mcp_types import ImageContent
 
-from .test_processes import _cli, _env, _new_key, serve_http
+from memory_tools.testing.keys import new_key as make_key
+
+from .test_processes import _cli, _env, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -83,8 +85,8 @@ async def _eventually(check: Any, what: str, within: float = 30.0) -> Any:
 
 async def test_the_acceptance_walk(server: tuple[str, dict[str, str]]) -> None:
     url, env = server
-    alice = _new_key(env, "alice@example.com")
-    bob = _new_key(env, "bob@example.com")
+    alice = make_key(env, "alice@example.com")
+    bob = make_key(env, "bob@example.com")
     async with Client(url + "/mcp", auth=alice) as client:
         # 1. Save into a project folder.
         pid = (await _call(client, "image_project_create", {"name": "Cafés"}))["projectId"]
@@ -194,8 +196,8 @@ def _found(answer: dict[str, Any]) -> list[str]:
 
 async def test_the_everyday_walk(server: tuple[str, dict[str, str]]) -> None:
     url, env = server
-    alice = _new_key(env, "alice@example.com")
-    bob = _new_key(env, "bob@example.com", "read")
+    alice = make_key(env, "alice@example.com")
+    bob = make_key(env, "bob@example.com", "read")
     photo = _photo()
     async with Client(url + "/mcp", auth=alice) as client:
         pid = (await _call(client, "image_project_create", {"name": "Trips"}))["projectId"]

@@ -29,7 +29,7 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.client.subscriptions import ResourceUpdated
 from mcp.shared.exceptions import MCPError
 
-from memory_db.testing import PostgresForTests
+from memory_tools.testing.keys import new_key as make_key
 from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
@@ -54,29 +54,22 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def _key(env: dict[str, str], owner: str) -> str:
-    assert _cli(env, "admin", "create-identity", "--owner", owner).returncode == 0
-    made = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip().splitlines()[-1]
+    return make_key(env, owner, "read,write")
 
 
 @pytest.fixture
-async def env(tmp_path: Path, postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
+def env(tmp_path: Path, database_url: str) -> dict[str, str]:
+    """A server environment on a migrated database of its own (the template's clone)."""
     environment = {
         k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_", "JINA_"))
     }
     environment.update(
         MEMORY_DATA_DIR=str(tmp_path / "data"),
         MEMORY_LOG_FORMAT="json",
-        MEMORY_DATABASE_URL=postgres.url(name),
+        MEMORY_DATABASE_URL=database_url,
         ASSET_OCR="off",
     )
-    assert _cli(environment, "migrate").returncode == 0
-    try:
-        yield environment
-    finally:
-        await postgres.drop(name)
+    return environment
 
 
 @contextmanager

@@ -20,8 +20,9 @@ from mcp.shared.exceptions import MCPError
 
 from memory_db import MemorySettings
 from memory_tools.serving.body_limit import mcp_body_limit
+from memory_tools.testing.keys import new_key as make_key
 
-from .test_processes import _env, _new_key, serve_http
+from .test_processes import _env, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +50,7 @@ async def test_a_15_mib_image_saves_by_base64_over_http_and_larger_bodies_are_ex
     server: tuple[str, dict[str, str], subprocess.Popen[str]],
 ) -> None:
     url, env, _process = server
-    key = _new_key(env, "big@example.com")
+    key = make_key(env, "big@example.com")
     data = _noise_png(15 * MiB)
     assert 15 * MiB <= len(data) < 16 * MiB
     async with Client(url + "/mcp", auth=key) as client:

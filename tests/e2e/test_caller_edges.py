@@ -15,9 +15,9 @@ import pyvips
 from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
-from memory_db.testing import PostgresForTests
+from memory_tools.testing.keys import new_key as make_key
 
-from .test_processes import SERVER, _cli, _env, _new_key, _png, serve_http
+from .test_processes import SERVER, _env, _png, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -32,7 +32,7 @@ def _truncated_jpeg() -> bytes:
 async def test_json_log_format_gives_json_only_on_stderr(tmp_path: Path) -> None:
     env = _env(tmp_path)  # MEMORY_LOG_FORMAT=json
     with serve_http(env) as (url, process):
-        key = _new_key(env, "alice@example.com")
+        key = make_key(env, "alice@example.com")
         refused = httpx.post(url + "/mcp", json={}, headers={"Authorization": "Bearer mk_x"})
         assert refused.status_code == 401
         assert refused.json()["error"]["data"]["code"] == "unauthenticated"
@@ -76,15 +76,6 @@ async def test_json_log_format_gives_json_only_on_stderr(tmp_path: Path) -> None
     assert [r for r in records if r.get("logger") == "pyvips"] == []
 
 
-@pytest.fixture
-async def database_url_for_processes(postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
-
-
 async def _saved_and_ready(client: Client[Any]) -> dict[str, Any]:
     saved = await client.call_tool(
         "image_asset_save", {"imageBase64": base64.b64encode(_png(5)).decode()}
@@ -113,11 +104,10 @@ def _stdio(env: dict[str, str], key: str, errlog: Path) -> StdioTransport:
 
 
 async def test_stdio_previews_are_served_on_an_announced_loopback_port(
-    tmp_path: Path, database_url_for_processes: str
+    tmp_path: Path, database_url: str
 ) -> None:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url_for_processes)
-    assert _cli(env, "migrate").returncode == 0
-    key = _new_key(env, "alice@example.com")
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated (the template's clone)
+    key = make_key(env, "alice@example.com")
     errlog = tmp_path / "stderr.log"
     async with Client(_stdio(env, key, errlog)) as client:
         state = await _saved_and_ready(client)
@@ -146,11 +136,10 @@ async def test_stdio_previews_are_served_on_an_announced_loopback_port(
 
 
 async def test_stdio_previews_say_why_when_no_link_can_be_served(
-    tmp_path: Path, database_url_for_processes: str
+    tmp_path: Path, database_url: str
 ) -> None:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url_for_processes, MEMORY_STDIO_LINKS="off")
-    assert _cli(env, "migrate").returncode == 0
-    key = _new_key(env, "alice@example.com")
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url, MEMORY_STDIO_LINKS="off")
+    key = make_key(env, "alice@example.com")
     async with Client(_stdio(env, key, tmp_path / "stderr.log")) as client:
         state = await _saved_and_ready(client)
     preview = state["preview"]
@@ -163,7 +152,7 @@ async def test_stdio_previews_say_why_when_no_link_can_be_served(
 async def test_stdio_previews_use_a_running_http_server_when_configured(tmp_path: Path) -> None:
     env = _env(tmp_path)  # the embedded default: both processes share its data directory
     with serve_http(env) as (url, _process):
-        key = _new_key(env, "alice@example.com")
+        key = make_key(env, "alice@example.com")
         stdio_env = {**env, "MEMORY_PUBLIC_BASE_URL": url}
         async with Client(_stdio(stdio_env, key, tmp_path / "stderr.log")) as client:
             state = await _saved_and_ready(client)

@@ -27,11 +27,11 @@ from memory_db.testing.clip_model import (
     write_pinning_catalog,
     write_tiny_model,
 )
+from memory_tools.testing.keys import new_key
 
 from .test_processes import SERVER
 from .test_processes import _cli as cli  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _env as environment  # pyright: ignore[reportPrivateUsage]
-from .test_processes import _new_key as new_key  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _png as png  # pyright: ignore[reportPrivateUsage]
 
 pytestmark = pytest.mark.slow
@@ -122,10 +122,9 @@ def test_models_list_fetch_verify(tmp_path: Path, hub: ModelHubServer, catalog_f
 
 
 async def test_a_server_with_the_clip_provider_saves_and_searches(
-    tmp_path: Path, empty_database_url: str
+    tmp_path: Path, database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
-    assert cli(env, "migrate").returncode == 0
+    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: a clone
     _shaped_like_the_catalog(Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL)
     key = new_key(env, "clip@example.com")
     transport = StdioTransport(

@@ -25,8 +25,9 @@ import pyvips
 from fastmcp import Client
 
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, ensure_database, start_embedded
+from memory_tools.testing.keys import new_key as make_key
 
-from .test_processes import _cli, _env, _new_key, serve_http
+from .test_processes import _cli, _env, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +115,7 @@ async def test_embedded_postgres_killed_under_a_save_loop(tmp_path: Path) -> Non
     env = _env(tmp_path)
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
     with serve_http(env, capture=False) as (url, _process):
-        key = _new_key(env, "outage@example.com")
+        key = make_key(env, "outage@example.com")
         async with Client(url + "/mcp", auth=key) as client:
             acknowledged: list[str] = []
             for seed in range(8):
@@ -183,7 +184,7 @@ async def test_server_reconnects_when_an_external_database_returns(
 ) -> None:
     env = _env(tmp_path, MEMORY_DATABASE_URL=external_postgres.url(DEFAULT_DATABASE))
     assert _cli(env, "migrate").returncode == 0
-    key = _new_key(env, "external@example.com")
+    key = make_key(env, "external@example.com")
     with serve_http(env, capture=False) as (url, _process):
         async with Client(url + "/mcp", auth=key) as client:
             before, error = await _save(client, 1)

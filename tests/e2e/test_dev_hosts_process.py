@@ -19,13 +19,13 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from memory_tools.testing.keys import new_key as make_key
 from memory_tools.testing.processes import serving_http
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from .test_processes import (  # pyright: ignore[reportPrivateUsage]
     _env,  # pyright: ignore[reportPrivateUsage]
     _free_port,  # pyright: ignore[reportPrivateUsage]
-    _new_key,  # pyright: ignore[reportPrivateUsage]
     _png,  # pyright: ignore[reportPrivateUsage]
 )
 
@@ -61,7 +61,7 @@ async def test_a_local_page_is_scraped_and_nothing_else_is_reached(tmp_path: Pat
     with serve_web() as canary, serve_web() as site:
         _site_routes(site, canary)
         env = _env(tmp_path, ASSET_FETCH_DEV_HOSTS=f"127.0.0.1:{site.port}")
-        key = _new_key(env, OWNER, "read,write")
+        key = make_key(env, OWNER, "read,write")
         log = tmp_path / "server.log"
         with aggregate_server(env, log) as url:
             async with (

@@ -26,8 +26,9 @@ from fastmcp import Client
 
 from memory_db.migrate import head_revision
 from memory_db.testing.s3_peers import free_port
+from memory_tools.testing.keys import new_key as make_key
 
-from .test_processes import _cli, _env, _new_key, _png, serve_http
+from .test_processes import _cli, _env, _png, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +139,7 @@ async def test_memory_server_on_a_plain_external_postgres(
     migrated = _cli(env, "migrate")
     assert migrated.returncode == 0, migrated.stderr
     assert f"revision {head_revision()}" in migrated.stdout
-    key = _new_key(env, "external@example.com")
+    key = make_key(env, "external@example.com")
     with serve_http(env) as (url, _process):
         async with Client(url + "/mcp", auth=key) as client:
             saved = await client.call_tool(

@@ -20,7 +20,9 @@ from fastmcp import Client
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .test_processes import SERVER, _cli, _env, _new_key, _png, serve_http
+from memory_tools.testing.keys import new_key as make_key
+
+from .test_processes import SERVER, _cli, _env, _png, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -43,7 +45,7 @@ async def test_a_revoked_grant_refuses_the_grantees_next_call_in_the_same_sessio
     server: tuple[str, dict[str, str]],
 ) -> None:
     url, env = server
-    alice, bob = _new_key(env, ALICE), _new_key(env, BOB, "read")
+    alice, bob = make_key(env, ALICE), make_key(env, BOB, "read")
     async with Client(url + "/mcp", auth=alice) as client:
         saved = await client.call_tool(
             "image_asset_save",
@@ -120,7 +122,7 @@ async def test_a_revoked_grant_refuses_the_grantees_next_call_over_stdio(tmp_pat
     env = _env(tmp_path)
     created = _cli(env, "admin", "create-identity", "--owner", ALICE)
     assert created.returncode == 0, created.stderr
-    bob = _new_key(env, BOB, "read")
+    bob = make_key(env, BOB, "read")
     granted = _cli(
         env, "admin", "grant", "--vault-owner", ALICE, "--vault", "Library", "--to", BOB,
         "--permission", "read",

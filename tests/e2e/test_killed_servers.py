@@ -21,7 +21,9 @@ from pathlib import Path
 import psutil
 import pytest
 
-from .test_processes import SERVER, _env, _new_key, serve_http
+from memory_tools.testing.keys import new_key as make_key
+
+from .test_processes import SERVER, _env, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -109,7 +111,7 @@ def test_kill_9_of_the_stdio_server_stops_its_postgres_and_closes_its_stdout(
 ) -> None:
     env = _env(tmp_path)
     data_dir = Path(env["MEMORY_DATA_DIR"])
-    env["MEMORY_API_KEY"] = _new_key(env, "alice@example.com")
+    env["MEMORY_API_KEY"] = make_key(env, "alice@example.com")
     with started(["serve", "--transport", "stdio"], env) as process:
         assert process.stdin is not None and process.stdout is not None
         hello = {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {

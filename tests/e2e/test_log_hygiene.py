@@ -24,7 +24,9 @@ import anyio
 import httpx
 import pytest
 
-from .test_processes import SERVER, _env, _free_port, _new_key, _png
+from memory_tools.testing.keys import new_key as make_key
+
+from .test_processes import SERVER, _env, _free_port, _png
 
 pytestmark = pytest.mark.slow
 
@@ -138,7 +140,7 @@ async def test_a_whole_session_logs_no_bytes_base64_links_keys_or_owners(tmp_pat
     log_path = tmp_path / "server.log"
     server = _start_server(env, port, log_path)
     try:
-        key = _new_key(env, OWNER)
+        key = make_key(env, OWNER)
         await _session_of_every_kind(base, key)
     finally:
         server.terminate()

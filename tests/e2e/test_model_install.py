@@ -38,12 +38,12 @@ from memory_db.testing.clip_model import (
 )
 from memory_db.unit_of_work import session_of
 from memory_tools.operations.model_install import index_name
+from memory_tools.testing.keys import new_key
 from memory_tools.workflows.meaning import SEARCH_REASON
 
 from .test_processes import SERVER
 from .test_processes import _cli as cli  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _env as environment  # pyright: ignore[reportPrivateUsage]
-from .test_processes import _new_key as new_key  # pyright: ignore[reportPrivateUsage]
 from .test_processes import _png as png  # pyright: ignore[reportPrivateUsage]
 
 pytestmark = pytest.mark.slow
@@ -114,10 +114,9 @@ async def _save(client: Client[StdioTransport], seed: int, title: str) -> str:
 
 
 async def test_install_fetches_verifies_switches_and_then_does_nothing(
-    tmp_path: Path, hub: ModelHubServer, catalog_file: Path, empty_database_url: str
+    tmp_path: Path, hub: ModelHubServer, catalog_file: Path, database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
-    assert cli(env, "migrate").returncode == 0
+    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: a clone
     key = new_key(env, "meaning@example.com")
     async with _server(env, key) as client:
         ids = [await _save(client, 3, "harbour at night"), await _save(client, 9, "red sofa")]
@@ -125,7 +124,7 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
         weak = _content(await client.call_tool("image_asset_search", {"query": "lunar crater"}))
         assert weak["noGoodMatch"] is True
         assert weak["noGoodMatchReason"] == SEARCH_REASON and "make model" in SEARCH_REASON
-    before, _ = await _indexes(empty_database_url)
+    before, _ = await _indexes(database_url)
 
     install = ("models", "install", MODEL, "--hub-url", hub.url, "--catalog", str(catalog_file))
     done = cli(env, *install)
@@ -144,7 +143,7 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
     assert len(done.stdout.strip().splitlines()) == 1
     directory = Path(env["MEMORY_DATA_DIR"]) / "models" / MODEL
     assert (directory / "model.json").is_file()
-    active, names = await _indexes(empty_database_url)
+    active, names = await _indexes(database_url)
     assert active == target and before in names  # the previous index is kept
 
     # A new server embeds with the model the alias points at, though nothing configures it.
@@ -162,18 +161,17 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
     assert report["alreadyActive"] is True and report["fetched"] is False
     assert report["switched"] is False and report["index"] == target
     assert len(hub.requests) == requests and "re-embedding" not in again.stderr
-    assert await _indexes(empty_database_url) == (active, names)
+    assert await _indexes(database_url) == (active, names)
 
 
 async def test_install_without_the_network_fails_in_one_line_and_changes_nothing(
-    tmp_path: Path, catalog_file: Path, empty_database_url: str
+    tmp_path: Path, catalog_file: Path, database_url: str
 ) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
-    assert cli(env, "migrate").returncode == 0
+    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: a clone
     key = new_key(env, "offline@example.com")
     async with _server(env, key) as client:
         await _save(client, 5, "meadow")
-    before = await _indexes(empty_database_url)
+    before = await _indexes(database_url)
     offline = f"http://127.0.0.1:{_closed_port()}"
     failed = cli(
         env, "models", "install", MODEL, "--hub-url", offline, "--catalog", str(catalog_file)
@@ -186,7 +184,7 @@ async def test_install_without_the_network_fails_in_one_line_and_changes_nothing
     assert failed.stdout == ""
     # No model directory, not even the empty models directory the fetch had to make.
     assert not (Path(env["MEMORY_DATA_DIR"]) / "models").exists()
-    assert await _indexes(empty_database_url) == before  # no new index, the alias where it was
+    assert await _indexes(database_url) == before  # no new index, the alias where it was
 
 
 def test_install_refuses_an_unpinned_entry_and_defaults_to_the_recommended_one(

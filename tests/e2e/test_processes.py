@@ -11,7 +11,6 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
 import httpx
@@ -21,7 +20,6 @@ from fastmcp import Client
 from fastmcp.client.transports import StdioTransport
 
 from memory_db.migrate import head_revision
-from memory_db.testing import PostgresForTests
 from memory_tools.mcp.tools import tools as memory_registry
 
 pytestmark = pytest.mark.slow
@@ -60,17 +58,8 @@ def _new_key(env: dict[str, str], owner: str, scopes: str = "read,write,destruct
     return key
 
 
-@pytest.fixture
-async def migrated_url(postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
-
-
-async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str) -> None:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
+async def test_stdio_server_with_database_url(tmp_path: Path, empty_database_url: str) -> None:
+    env = _env(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
     # an external database is not migrated implicitly
     refused = _cli(env, "admin", "create-identity", "--owner", "a@example.com")
     assert refused.returncode == 2 and "memory-server migrate" in refused.stderr
@@ -125,9 +114,8 @@ async def test_stdio_server_with_database_url(tmp_path: Path, migrated_url: str)
         assert other.is_error and other.content[0].text == "not_found: project not found"
 
 
-def test_stdio_refuses_to_start_without_a_valid_key(tmp_path: Path, migrated_url: str) -> None:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
-    assert _cli(env, "migrate").returncode == 0
+def test_stdio_refuses_to_start_without_a_valid_key(tmp_path: Path, database_url: str) -> None:
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated (the template's clone)
     missing = _cli(env, "serve", "--transport", "stdio")
     assert missing.returncode == 2 and "MEMORY_API_KEY" in missing.stderr
     wrong = subprocess.run(

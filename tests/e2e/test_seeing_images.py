@@ -7,10 +7,8 @@ import base64
 import hashlib
 import itertools
 import os
-import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
@@ -19,7 +17,7 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp_types import ImageContent, TextContent
 
-from memory_db.testing import PostgresForTests
+from memory_tools.testing.keys import new_key as make_key
 
 pytestmark = pytest.mark.slow
 
@@ -33,30 +31,14 @@ def _photo() -> bytes:
     return red.bandjoin([green, red]).copy(interpretation="srgb").jpegsave_buffer(Q=85)
 
 
-def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([*SERVER, *args], env=env, capture_output=True, text=True, timeout=120)
-
-
-@pytest.fixture
-async def migrated_url(postgres: PostgresForTests) -> Any:
-    name = await postgres.create_empty()
-    try:
-        yield postgres.url(name)
-    finally:
-        await postgres.drop(name)
-
-
-async def test_original_and_thumbnails_over_stdio(tmp_path: Path, migrated_url: str) -> None:
+async def test_original_and_thumbnails_over_stdio(tmp_path: Path, database_url: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_", "JINA_"))}
     env.update(
         MEMORY_DATA_DIR=str(tmp_path / "data"),
         MEMORY_LOG_FORMAT="json",
-        MEMORY_DATABASE_URL=migrated_url,
+        MEMORY_DATABASE_URL=database_url,  # migrated (the template's clone)
     )
-    assert _cli(env, "migrate").returncode == 0
-    assert _cli(env, "admin", "create-identity", "--owner", "a@example.com").returncode == 0
-    made = _cli(env, "admin", "create-key", "--owner", "a@example.com", "--scopes", "read,write")
-    key = made.stdout.strip().splitlines()[-1]
+    key = make_key(env, "a@example.com", "read,write")
     photo = _photo()
     server = StdioServerParameters(
         command=SERVER[0],

@@ -28,7 +28,9 @@ import httpx
 import psutil
 import pytest
 
-from .test_processes import SERVER, _cli, _env, _free_port, _new_key, _png
+from memory_tools.testing.keys import new_key as make_key
+
+from .test_processes import SERVER, _cli, _env, _free_port, _png
 
 pytestmark = pytest.mark.slow
 
@@ -265,7 +267,7 @@ def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path
     with serve_processes(env) as processes:
         first, second = processes.servers()
         assert list(processes.children().values()).count("worker") == 1
-        key = _new_key(env, "procs@example.com")
+        key = make_key(env, "procs@example.com")
         # Connections opened at once are spread over both children (one shared socket gave
         # them all to the child that woke first).
         burst = [socket.create_connection(("127.0.0.1", processes.port)) for _ in range(16)]
@@ -350,7 +352,7 @@ def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
     with serve_processes(env, "--no-worker") as processes:
         assert "worker" not in processes.children().values()
         first, second = processes.servers()
-        key = _new_key(env, "legacy@example.com")
+        key = make_key(env, "legacy@example.com")
         with pinned(processes, first) as one, pinned(processes, second) as other:
             status, headers, opened = one.mcp(
                 key,

@@ -20,7 +20,9 @@ import pyvips
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .test_processes import _env, _new_key, serve_http
+from memory_tools.testing.keys import new_key as make_key
+
+from .test_processes import _env, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -50,7 +52,7 @@ def _blank() -> bytes:
 @pytest.fixture
 def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, str]]:
     env = _env(tmp_path, ASSET_OCR="screenshots")
-    key = _new_key(env, OWNER)
+    key = make_key(env, OWNER)
     with serve_http(env, capture=False) as (url, _process):
         yield url, key
 

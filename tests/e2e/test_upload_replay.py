@@ -21,12 +21,11 @@ import pytest
 from sqlalchemy import text
 
 from memory_db.database import create_engine
+from memory_tools.testing.keys import new_key as make_key
 
-from .test_processes import SERVER, _cli, _env, _png, migrated_url, serve_http
+from .test_processes import SERVER, _env, _png, serve_http
 
 pytestmark = pytest.mark.slow
-
-__all__ = ["migrated_url"]  # the fixture, re-exported for this module's tests
 
 
 def _jpeg() -> bytes:
@@ -36,11 +35,7 @@ def _jpeg() -> bytes:
 
 
 def _key(env: dict[str, str], owner: str, quota: int) -> str:
-    created = _cli(env, "admin", "create-identity", "--owner", owner, "--quota-bytes", str(quota))
-    assert created.returncode == 0, created.stderr
-    made = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip().splitlines()[-1]
+    return make_key(env, owner, "read,write", quota_bytes=quota)
 
 
 def _start_worker(env: dict[str, str]) -> subprocess.Popen[bytes]:
@@ -100,10 +95,9 @@ def _on_disk(objects: Path, namespace: str) -> dict[str, str]:
 
 
 async def test_replayed_upload_links_change_nothing_and_leave_no_unaccounted_bytes(
-    tmp_path: Path, migrated_url: str
+    tmp_path: Path, database_url: str
 ) -> None:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=migrated_url)
-    assert _cli(env, "migrate").returncode == 0
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated (the template's clone)
     keys = {
         "big@example.com": _key(env, "big@example.com", 10**9),
         "small@example.com": _key(env, "small@example.com", 100_000),
@@ -135,7 +129,7 @@ async def test_replayed_upload_links_change_nothing_and_leave_no_unaccounted_byt
                     done = await http.post(ticket["completeUrl"], json={}, headers=auth)
                     assert done.status_code == status, done.text
                 links[outcome] = (ticket, len(data))
-            engine = create_engine(migrated_url, pool_size=1)
+            engine = create_engine(database_url, pool_size=1)
             try:
                 async with engine.begin() as conn:
                     await conn.execute(
@@ -158,7 +152,7 @@ async def test_replayed_upload_links_change_nothing_and_leave_no_unaccounted_byt
     try:
         deadline = time.monotonic() + 60
         while True:
-            states = {owner: await _accounts(migrated_url, owner) for owner in keys}
+            states = {owner: await _accounts(database_url, owner) for owner in keys}
             settled = all(
                 _on_disk(objects, namespace) == hashes
                 for namespace, _used, hashes in states.values()

@@ -42,3 +42,17 @@ def test_slow_files_come_first_whole_and_in_their_own_order() -> None:
     assert [test_id.split("::", 1)[1] for test_id in collected if test_id.startswith(SLOW)] == (
         _tests_in(SLOW)
     )
+
+
+def test_a_browser_file_without_the_marker_comes_first_too() -> None:
+    # tests/web/test_sign_in.py has no `slow` marker of its own (the web conftest's pytestmark
+    # does not reach it); its tests use the `browser` fixture, so it is handed out first.
+    browser_file = "tests/web/test_sign_in.py"
+    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
+    done = subprocess.run(
+        [*command, QUICK, browser_file], cwd=ROOT, capture_output=True, text=True, check=False
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = [line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line]
+    count = files.count(browser_file)
+    assert count and files == [browser_file] * count + [QUICK] * files.count(QUICK), files

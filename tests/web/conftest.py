@@ -21,9 +21,11 @@ from playwright.async_api import Response as AsyncResponse
 from playwright.sync_api import Browser, Page, Playwright, Response, ViewportSize, sync_playwright
 
 from memory_db import MemorySettings
+from memory_db.testing import copy_data_directory
+from memory_tools.testing.keys import new_key as make_key
 from scraper_mcp.chromium import find_chromium
 
-from ..e2e.test_processes import _env, _new_key, serve_http
+from ..e2e.test_processes import _env, serve_http
 
 ROOT = Path(__file__).resolve().parents[2]
 AXE = ROOT / "tools" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
@@ -42,11 +44,26 @@ class RunningServer:
     env: dict[str, str]
 
 
+def migrated_home(tmp_path_factory: pytest.TempPathFactory, name: str, pgdata: Path) -> Path:
+    """A new directory whose ``data`` is a ``MEMORY_DATA_DIR`` with a migrated database.
+
+    A copy of the worker's migrated data directory (``migrated_pgdata``): the server skips
+    initdb and the migrations (seconds, more on a loaded machine); its first start is tested
+    in tests/e2e/test_newcomer.py.
+    """
+    home = tmp_path_factory.mktemp(name)
+    (home / "data").mkdir(mode=0o700)
+    copy_data_directory(pgdata, home / "data" / "postgres")
+    return home
+
+
 @pytest.fixture(scope="session")
-def web_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def web_server(
+    tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path
+) -> Iterator[RunningServer]:
     """`memory-server serve --transport http` with its in-process worker, for the session."""
     env = _env(
-        tmp_path_factory.mktemp("web-server"),
+        migrated_home(tmp_path_factory, "web-server", migrated_pgdata),
         ASSET_WORKER_SWEEP_SECONDS="1",
         ASSET_SIGNED_GET_TTL_SECONDS="120",
     )
@@ -62,7 +79,7 @@ def new_key(web_server: RunningServer) -> Callable[..., str]:
     """Make a new person with a key: ``new_key("alice", scopes="read,write")`` → the key."""
 
     def make(name: str = "person", scopes: str = "read,write,destructive") -> str:
-        return _new_key(web_server.env, f"{name}-{next(_people)}@example.com", scopes)
+        return make_key(web_server.env, f"{name}-{next(_people)}@example.com", scopes)
 
     return make
 

@@ -15,8 +15,10 @@ from pathlib import Path
 import pytest
 from playwright.sync_api import Browser, Page, expect
 
-from ..e2e.test_processes import _env, _new_key, serve_http
-from .conftest import ResponseLog, RunningServer, sign_in
+from memory_tools.testing.keys import new_key as make_key
+
+from ..e2e.test_processes import _env, serve_http
+from .conftest import ResponseLog, RunningServer, migrated_home, sign_in
 from .test_asset_forms import upload
 
 pytestmark = pytest.mark.slow
@@ -26,10 +28,12 @@ IMAGES = 40
 
 
 @pytest.fixture(scope="module")
-def short_links_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RunningServer]:
+def short_links_server(
+    tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path
+) -> Iterator[RunningServer]:
     """A server of its own whose signed links live TTL_SECONDS (one for the module)."""
     env = _env(
-        tmp_path_factory.mktemp("short-links"),
+        migrated_home(tmp_path_factory, "short-links", migrated_pgdata),
         ASSET_WORKER_SWEEP_SECONDS="1",
         ASSET_SIGNED_GET_TTL_SECONDS=str(TTL_SECONDS),
     )
@@ -65,7 +69,7 @@ def _scroll_all_and_check(page: Page, selector: str) -> None:
 def test_cards_scrolled_into_view_after_the_links_expired_still_load(
     browser: Browser, short_links_server: RunningServer, tmp_path: Path
 ) -> None:
-    key = _new_key(short_links_server.env, "long-reader@example.com")
+    key = make_key(short_links_server.env, "long-reader@example.com")
     context = browser.new_context(
         viewport={"width": 390, "height": 600}, base_url=short_links_server.url
     )

@@ -20,9 +20,10 @@ import pytest
 from fastmcp import Client
 from playwright.sync_api import Browser, Page, Request, expect
 
+from memory_tools.testing.keys import new_key as make_key
 from memory_tools.testing.processes import serving_http
 
-from ..e2e.test_processes import SERVER, _env, _new_key, _png
+from ..e2e.test_processes import SERVER, _env, _png
 from .conftest import DESKTOP, MOBILE, ResponseLog, check_accessibility, screenshot, sign_in
 
 POLL_SECONDS = 1.5  # memory_tools.web.jobs.POLL_MILLISECONDS
@@ -77,8 +78,8 @@ def test_the_table_updates_while_work_runs_and_polling_stops_when_idle(
     browser: Browser, idle_server: tuple[str, dict[str, str]]
 ) -> None:
     url, env = idle_server
-    owner = _new_key(env, "owner@example.com", "read,write")
-    operator = _new_key(env, "ops@example.com", "read,admin")
+    owner = make_key(env, "owner@example.com", "read,write")
+    operator = make_key(env, "ops@example.com", "read,admin")
     _save(url, owner)
     page = _page(browser, url, operator, DESKTOP)
     polls: list[float] = []
@@ -145,8 +146,8 @@ def test_mobile_width_and_a_key_without_admin(
     browser: Browser, idle_server: tuple[str, dict[str, str]]
 ) -> None:
     url, env = idle_server
-    owner = _new_key(env, "owner@example.com", "read,write")
-    operator = _new_key(env, "ops@example.com", "read,admin")
+    owner = make_key(env, "owner@example.com", "read,write")
+    operator = make_key(env, "ops@example.com", "read,admin")
     _save(url, owner)
     page = _page(browser, url, operator, MOBILE)
     page.goto("/jobs")

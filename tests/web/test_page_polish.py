@@ -17,7 +17,9 @@ import pytest
 from fastmcp import Client
 from playwright.sync_api import FloatRect, Locator, Page, ViewportSize, expect
 
-from ..e2e.test_processes import _new_key, _png
+from memory_tools.testing.keys import new_key as make_key
+
+from ..e2e.test_processes import _png
 from .conftest import (
     DESKTOP,
     MOBILE,
@@ -59,7 +61,7 @@ BROKEN_WORDS = """(selector) => {
 @pytest.fixture(scope="module")
 def visitor(web_server: RunningServer) -> str:
     """One person's key for the tests that only look at pages (each key costs two CLI runs)."""
-    return _new_key(web_server.env, "polish-visitor@example.com")
+    return make_key(web_server.env, "polish-visitor@example.com")
 
 
 def _tools(server: RunningServer, key: str, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:

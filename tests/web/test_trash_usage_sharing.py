@@ -15,7 +15,9 @@ import pytest
 from fastmcp import Client
 from playwright.sync_api import Page, expect
 
-from ..e2e.test_processes import _new_key, _png
+from memory_tools.testing.keys import new_key as make_key
+
+from ..e2e.test_processes import _png
 from .conftest import MOBILE, ResponseLog, RunningServer, check_accessibility, screenshot
 
 pytestmark = pytest.mark.slow
@@ -141,8 +143,8 @@ def test_grant_then_revoke_a_share(
     tag = uuid.uuid4().hex[:8]
     owner = f"owner-{tag}@example.com"
     friend = f"friend-{tag}@example.com"
-    key = _new_key(web_server.env, owner)
-    _new_key(web_server.env, friend, "read")
+    key = make_key(web_server.env, owner)
+    make_key(web_server.env, friend, "read")
     page = open_page(key)
     response_logs[page].allow(404, r"/sharing/grant$")  # an address with no identity here
     page.goto("/sharing")

@@ -17,8 +17,9 @@ from playwright.sync_api import Browser, JSHandle, Page, expect
 
 from memory_db import new_id
 from memory_db.testing.s3_peers import S3Peer
+from memory_tools.testing.keys import new_key as make_key
 
-from ..e2e.test_processes import _cli, _env, _new_key, serve_http
+from ..e2e.test_processes import _env, serve_http
 from .conftest import (
     MOBILE,
     ResponseLog,
@@ -217,7 +218,7 @@ def test_on_s3_the_browser_puts_each_file_to_the_bucket_the_page_policy_allows(
                 ]
             },
         )
-        key = _new_key(env, "s3-uploader@example.com")
+        key = make_key(env, "s3-uploader@example.com")
         context = browser.new_context(base_url=url)
         try:
             page = context.new_page()
@@ -260,12 +261,7 @@ def test_a_file_over_the_quota_is_refused_in_its_row_with_the_code(
     response_logs: dict[Page, ResponseLog],
 ) -> None:
     owner = f"small-quota-{new_id('aob')[4:12]}@example.com"
-    env = web_server.env
-    made = _cli(env, "admin", "create-identity", "--owner", owner, "--quota-bytes", "1000000")
-    assert made.returncode == 0, made.stderr
-    key = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
-    assert key.returncode == 0, key.stderr
-    page = open_page(key.stdout.strip().splitlines()[-1])
+    page = open_page(make_key(web_server.env, owner, "read,write", quota_bytes=1_000_000))
     response_logs[page].allow(507, r"/app/uploads$")  # quota_exceeded, shown in its row
     page.goto("/upload")
     big = page.evaluate_handle(
@@ -337,7 +333,7 @@ def test_a_words_only_search_shows_each_cards_score_above_zero_and_what_matched(
     named, in words. A server of its own: the shared one has OCR off (tests/e2e ``_env``)."""
     env = _env(tmp_path, ASSET_WORKER_SWEEP_SECONDS="1", ASSET_OCR="screenshots")
     with serve_http(env, capture=False) as (url, _process):
-        key = _new_key(env, "reader@example.com")
+        key = make_key(env, "reader@example.com")
         read = _save_and_read(url, key)
         context = browser.new_context(base_url=url)
         try:

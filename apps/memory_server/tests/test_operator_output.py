@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import pyvips
 
+from memory_db.testing import copy_data_directory
+
 pytestmark = pytest.mark.slow
 
 SERVER = [sys.executable, "-m", "memory_server"]
@@ -49,14 +51,19 @@ def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.fixture(scope="module")
-def env(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
-    """A migrated data directory; logging as an operator's shell leaves it (nothing set)."""
+def env(
+    tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path
+) -> Iterator[dict[str, str]]:
+    """A migrated data directory; logging as an operator's shell leaves it (nothing set).
+
+    A copy of the worker's migrated data directory, what `memory-server migrate` leaves on a
+    new one (initdb and every migration, seconds that no test here is about).
+    """
     data = tmp_path_factory.mktemp("operator") / "data"
+    data.mkdir(mode=0o700)
+    copy_data_directory(migrated_pgdata, data / "postgres")
     base = {k: v for k, v in os.environ.items() if not k.startswith(("ASSET_", "MEMORY_", "JINA_"))}
-    environment = {**base, "MEMORY_DATA_DIR": str(data), "ASSET_OCR": "off"}
-    migrated = _cli(environment, "migrate")
-    assert migrated.returncode == 0, migrated.stderr
-    yield environment
+    yield {**base, "MEMORY_DATA_DIR": str(data), "ASSET_OCR": "off"}
 
 
 def _export(source: Path) -> Path:

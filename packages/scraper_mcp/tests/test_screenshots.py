@@ -50,6 +50,10 @@ from scraper_mcp.aggregate import AGGREGATE_SELECTION
 from scraper_mcp.chromium import system_chromium
 from scraper_mcp.tools import build_scraper_tools
 
+# Chromium runs in a process of its own: handed out first (conftest.py), so the long captures
+# here do not keep one worker busy alone at the end of the run.
+pytestmark = pytest.mark.slow
+
 SITE = "site.test"
 PRIVATE = "private.test"
 
