@@ -22,7 +22,9 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from .test_processes import _env, _new_key, _png, serve_http
+from memory_tools.testing.keys import new_key
+
+from .test_processes import _env, _png, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +67,8 @@ async def test_two_owners_bulk_at_once_each_id_authorised_alone(
     server: tuple[str, dict[str, str]],
 ) -> None:
     url, env = server
-    alice_key = _new_key(env, "alice@example.com")
-    bob_key = _new_key(env, "bob@example.com")
+    alice_key = new_key(env, "alice@example.com")
+    bob_key = new_key(env, "bob@example.com")
     async with _session(url, alice_key) as alice, _session(url, bob_key) as bob:
         alices = [await _save(alice, seed) for seed in range(1, 41)]
         bobs = [await _save(bob, seed) for seed in (101, 102)]

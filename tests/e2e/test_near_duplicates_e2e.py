@@ -19,6 +19,7 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from memory_db.testing import PostgresForTests
+from memory_tools.testing.keys import new_key
 from memory_tools.testing.processes import serving_http
 
 pytestmark = pytest.mark.slow
@@ -36,13 +37,6 @@ def _photo(fmt: str, **options: Any) -> str:
 
 def _cli(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SERVER, *args], env=env, capture_output=True, text=True, timeout=120)
-
-
-def _key(env: dict[str, str], owner: str) -> str:
-    assert _cli(env, "admin", "create-identity", "--owner", owner).returncode == 0
-    made = _cli(env, "admin", "create-key", "--owner", owner, "--scopes", "read,write")
-    assert made.returncode == 0, made.stderr
-    return made.stdout.strip().splitlines()[-1]
 
 
 @pytest.fixture
@@ -82,7 +76,10 @@ async def _save(client: Client, image: str, title: str, **more: Any) -> dict[str
 async def test_a_save_waits_for_its_near_duplicates_over_http(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
-    alice, bob = _key(env, "alice@example.com"), _key(env, "bob@example.com")
+    alice, bob = (
+        new_key(env, "alice@example.com", "read,write"),
+        new_key(env, "bob@example.com", "read,write"),
+    )
     # The server's own worker embeds: 90 s bounds a cold start on a loaded machine.
     with serving_http(SERVER, env, seconds=90, log=tmp_path / "server.log") as url:
         async with (

@@ -17,7 +17,9 @@ import pytest
 import pyvips
 from playwright.sync_api import Page, expect
 
-from ..e2e.test_processes import _cli, _new_key
+from memory_tools.testing.keys import new_key as make_key
+
+from ..e2e.test_processes import _cli
 from .conftest import MOBILE, RunningServer, check_accessibility, screenshot
 from .test_trash_usage_sharing import _tools
 
@@ -93,7 +95,7 @@ def test_keep_one_and_dismiss_another_cluster(
     open_page: Callable[..., Page], web_server: RunningServer
 ) -> None:
     owner = f"dups-{uuid.uuid4().hex[:8]}@example.com"
-    key = _new_key(web_server.env, owner)
+    key = make_key(web_server.env, owner)
     harbour, harbour_copy = _saved_pair(web_server, key, 1, "Harbour")
     _saved_pair(web_server, key, 5, "Pier")
     page = open_page(key)
