@@ -220,19 +220,19 @@ async def list_clusters(
     )
 
 
-def check_asset_ids(asset_ids: Sequence[str], *, least: int) -> list[str]:
-    """Distinct asset ids, in their order, checked (``invalid_input``)."""
+def check_asset_ids(asset_ids: Sequence[str], *, least: int, field: str = "assetIds") -> list[str]:
+    """Distinct asset ids, in their order, checked (``invalid_input`` naming ``field``)."""
     if not least <= len(asset_ids) <= MAX_DECIDED:
-        raise InvalidInputFailure(f"assetIds: between {least} and {MAX_DECIDED} asset ids")
+        raise InvalidInputFailure(f"{field}: between {least} and {MAX_DECIDED} asset ids")
     ids: list[str] = []
     for asset_id in asset_ids:
-        refuse_nul(asset_id, "assetIds")
+        refuse_nul(asset_id, field)
         if not is_valid_id(asset_id, "ast"):
-            raise InvalidInputFailure(f"assetIds: {asset_id[:40]!r} is not an asset id")
+            raise InvalidInputFailure(f"{field}: {asset_id[:40]!r} is not an asset id")
         if asset_id not in ids:
             ids.append(asset_id)
     if len(ids) < least:
-        raise InvalidInputFailure(f"assetIds: at least {least} different asset ids")
+        raise InvalidInputFailure(f"{field}: at least {least} different asset ids")
     return ids
 
 
@@ -243,6 +243,7 @@ async def dismiss_cluster(
     *,
     asset_ids: Sequence[str],
     vault: str | None = None,
+    field: str = "assetIds",
 ) -> DismissResult:
     """Mark the assets "not duplicates" of each other in a vault the caller may write.
 
@@ -252,7 +253,7 @@ async def dismiss_cluster(
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
-    ids = check_asset_ids(asset_ids, least=2)
+    ids = check_asset_ids(asset_ids, least=2, field=field)
     resolved = await resolve_vault(uow, caller, vault or DEFAULT_VAULT, "write")
     scope = resolved.record.scope
     dismissed = await uow.near_duplicates.dismiss(scope, ids, actor=caller.identity)
@@ -283,7 +284,10 @@ async def review_clusters(
     """
     dismissed: int | None = None
     if dismiss is not None:
-        result = await dismiss_cluster(uow, caller, services, asset_ids=dismiss, vault=vault)
+        # Refusals name the tool's own field, not the workflow's.
+        result = await dismiss_cluster(
+            uow, caller, services, asset_ids=dismiss, vault=vault, field="dismiss"
+        )
         dismissed = result.dismissed
     page = await list_clusters(uow, caller, services, vault=vault, limit=limit, cursor=cursor)
     return page.model_copy(update={"dismissed": dismissed})
