@@ -33,12 +33,14 @@ from memory_db.repositories import OpenPair, PairedAsset
 from memory_db.repositories.identities import DEFAULT_VAULT
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
-from memory_tools.errors import InvalidInputFailure, ToolFailure
+from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import SaveResult
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
 from memory_tools.workflows.assets import get_asset_waiting
+from memory_tools.workflows.bulk import run_each
+from memory_tools.workflows.calls import Credential
 from memory_tools.workflows.changes import delete_asset
 from memory_tools.workflows.near_duplicates import (
     NEAR_DUPLICATES_SHOWN,
@@ -294,30 +296,37 @@ async def review_clusters(
 
 
 async def keep_one(
-    caller: Caller, services: MemoryServices, *, keep: str, trash: Sequence[str]
+    services: MemoryServices, credential: Credential, *, keep: str, trash: Sequence[str]
 ) -> KeepOneResult:
-    """Keep ``keep`` and move each of ``trash`` to the trash, each in its own transaction.
+    """Keep ``keep`` and move each of ``trash`` to the trash, item by item.
 
-    Each asset is authorised alone by the delete workflow (the ``destructive`` scope and write
-    authority on its vault): a refused one is named with its code and reason and never stops
-    the rest. ``keep`` is never trashed.
+    Run as a bulk delete (:func:`memory_tools.workflows.bulk.run_each`): each asset in its own
+    transaction with the credential checked again, so a key paused or revoked (or a session
+    ended) mid-way is refused from the next item on; each authorised alone by the delete
+    workflow (the ``destructive`` scope and write authority on its vault). A refused one is
+    named with its code and reason and never stops the rest. ``keep`` is never trashed.
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     kept = check_asset_ids([keep], least=1)[0]
     others = [a for a in check_asset_ids(trash, least=1) if a != kept]
-    items: list[TrashOutcome] = []
-    for asset_id in others:
-        try:
-            async with services.database.unit_of_work() as uow:
-                await delete_asset(uow, caller, services, asset_id=asset_id)
-        except ToolFailure as exc:
-            items.append(
-                TrashOutcome(asset_id=asset_id, trashed=False, code=exc.code, message=str(exc))
+    if not others:
+        async with services.database.single_statements() as uow:
+            await credential.check(uow)
+        return KeepOneResult(kept=kept, items=[])
+    answer = await run_each(services, credential, delete_asset, others, answer_budget=None)
+    return KeepOneResult(
+        kept=kept,
+        items=[
+            TrashOutcome(
+                asset_id=item.asset_id,
+                trashed=item.ok,
+                code=item.error.code if item.error else None,
+                message=item.error.message if item.error else None,
             )
-        else:
-            items.append(TrashOutcome(asset_id=asset_id, trashed=True))
-    return KeepOneResult(kept=kept, items=items)
+            for item in answer.items
+        ],
+    )
 
 
 # Embedding states whose visual vector is written: an asset's pairs are known then.
