@@ -7,6 +7,7 @@ rest; the whole call is refused only for its ids or its credential.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
@@ -400,3 +401,26 @@ async def test_feature_switches_hold_for_every_item(
             assert item.error is not None and item.error.code == code
             assert f"{item.error.code}: {item.error.message}" == single
     assert [(await _placement(saving, a))[1] for a in ids] == ["processing", "processing"]
+
+
+async def _quoted(
+    uow: UnitOfWork, caller: Caller, services: MemoryServices, *, asset_id: str
+) -> Large:
+    del uow, caller, services
+    return Large(asset_id=asset_id, words='"' * 10_000)
+
+
+async def test_an_answer_of_quoted_words_fits_one_message(
+    alice: Any, services: MemoryServices
+) -> None:
+    """The answer travels as structured content and again as its JSON text, a JSON string in
+    the same message where every quote is escaped once more. A hundred answers of quotes
+    (descriptions, tags, text read from images) still fit the SDK client's 1 MiB event."""
+    ids = [f"ast_{n:026d}" for n in range(100)]
+    answer = await run_each(services, ApiKey(alice.key), _quoted, ids)
+    structured = answer.model_dump_json()
+    text_in_message = json.dumps(structured, ensure_ascii=False)
+    one_message = len(structured.encode()) + len(text_in_message.encode())
+    # 16 KiB for the JSON-RPC envelope and the SSE framing around the two copies.
+    assert one_message <= 1024 * 1024 - 16 * 1024, one_message
+    assert [item["assetId"] for item in answer.model_dump(mode="json")["items"]] == ids

@@ -120,7 +120,8 @@ async def test_the_duplicates_tool_lists_and_dismisses(
         assert got["nearDuplicates"] == []
         for bad, wanted in (
             ({"dismiss": [cat]}, "dismiss"),
-            ({"dismiss": [cat, "x" * 30]}, "is not an asset id"),
+            ({"dismiss": [cat, "x" * 30]}, "invalid_input: dismiss: 'xxx"),
+            ({"dismiss": [cat, cat]}, "invalid_input: dismiss: at least 2 different asset ids"),
             ({"cursor": "nope"}, "not a cursor"),
             ({"vault": "bob@example.com/Library"}, "not_found"),
         ):

@@ -5,7 +5,7 @@ index's pairs, trashed assets and other vaults never shown."""
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from fastmcp import Client
@@ -14,12 +14,14 @@ from sqlalchemy import text
 from memory_db import UnitOfWork, VaultScope
 from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
+from memory_tools.access import Caller
 from memory_tools.operations import admin
 from memory_tools.serving.job_worker import job_worker
-from memory_tools.workflows import duplicates
+from memory_tools.workflows import duplicates, keys
+from memory_tools.workflows.calls import ApiKey
 
 from ..tool_calls import call
-from ..workflow_calls import refused, run, run_outside
+from ..workflow_calls import refused, run
 from .photos import b64, photo
 
 
@@ -140,16 +142,14 @@ async def test_keep_one_trashes_the_others_item_by_item(
     await job_worker(saving, handlers={}).drain()
     assert await _clusters(saving, alice.key) == [{keep, copy, crop}]
     # Without the destructive scope each item is refused, and nothing changes.
-    refusal = await run_outside(
-        saving, careful.key, duplicates.keep_one, keep=keep, trash=[copy, crop]
-    )
+    refusal = await duplicates.keep_one(saving, ApiKey(careful.key), keep=keep, trash=[copy, crop])
     assert [(i.asset_id, i.trashed, i.code) for i in refusal.items] == [
         (copy, False, "forbidden"),
         (crop, False, "forbidden"),
     ]
     missing = "ast_" + "z" * 26
-    result = await run_outside(
-        saving, alice.key, duplicates.keep_one, keep=keep, trash=[copy, keep, missing, crop]
+    result = await duplicates.keep_one(
+        saving, ApiKey(alice.key), keep=keep, trash=[copy, keep, missing, crop]
     )
     assert result.kept == keep
     assert [(i.asset_id, i.trashed, i.code) for i in result.items] == [
@@ -162,6 +162,34 @@ async def test_keep_one_trashes_the_others_item_by_item(
     async with saving.database.unit_of_work() as uow:
         owner = (await _scope(uow, keep)).owner_identity
         assert await duplicates.near_duplicates_of(uow, saving, owner, keep) == []
+
+
+@dataclass
+class PausedAfter(ApiKey):
+    """A key the operator pauses once it has been checked ``checks`` times."""
+
+    key_id: str = ""
+    checks: int = 0
+
+    async def check(self, uow: UnitOfWork) -> Caller:
+        if self.checks == 0:
+            # In the item's own transaction, just before its check: paused between items.
+            await keys.change_key(uow, self.key_id, "pause", actor="operator", owner=None)
+        self.checks -= 1
+        return await super().check(uow)
+
+
+async def test_keep_one_refuses_the_rest_once_the_key_is_paused(
+    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+) -> None:
+    """Keeping one checks the key again for each image it trashes, as a bulk delete does: a
+    key paused mid-way trashes nothing more."""
+    alice = await make_person("alice@example.com")
+    ids = ["ast_" + "a" * 26, "ast_" + "b" * 26, "ast_" + "c" * 26, "ast_" + "d" * 26]
+    # Checked once for the call, then once per image: paused after the call and two images.
+    key = PausedAfter(alice.key, key_id=alice.key_id, checks=3)
+    result = await duplicates.keep_one(saving, key, keep=ids[0], trash=ids[1:])
+    assert [i.code for i in result.items] == ["not_found", "not_found", "unauthenticated"]
 
 
 async def test_the_distance_setting_both_ways(

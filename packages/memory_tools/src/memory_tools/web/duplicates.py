@@ -100,8 +100,10 @@ async def keep(web: WebRequest) -> Response:
     vault = _field(web, "vault")
     # Read before the change: the trashed images are no longer live afterwards.
     titles = await web.call(asset_titles, vault=vault, asset_ids=group)
-    result = await web.call_as_caller(
-        keep_one, web.services, keep=kept, trash=[a for a in group if a != kept]
+    # Checked again for each image, as the library's bulk actions do: a session ended or a
+    # key paused mid-way is refused from the next image on.
+    result = await keep_one(
+        web.services, web.credential(), keep=kept, trash=[a for a in group if a != kept]
     )
     return web.render(
         "duplicates_kept.html",

@@ -31,6 +31,7 @@ serialised by the workflows' row locks, as two single calls are.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
@@ -224,11 +225,21 @@ def _within(items: list[BulkItem[R]], budget: int) -> list[BulkItem[R]]:
     used = 0
     kept: list[BulkItem[R]] = []
     for item in items:
-        used += len(item.model_dump_json().encode())
+        used += _escaped_bytes(item)
         if used > budget and item.result is not None:
             item = BulkItem[R](asset_id=item.asset_id, ok=True)
         kept.append(item)
     return kept
+
+
+def _escaped_bytes(item: BulkItem[Any]) -> int:
+    """The bytes of ``item``'s JSON as it sits in the answer's text: a JSON string.
+
+    The text is the structured answer's JSON escaped once more (each quote, backslash and
+    newline takes two bytes or more), so it is the larger copy: counting it keeps both copies
+    within twice the budget. Counting the JSON alone let an answer of quoted words pass 1 MiB.
+    """
+    return len(json.dumps(item.model_dump_json(), ensure_ascii=False).encode())
 
 
 async def _run_one(

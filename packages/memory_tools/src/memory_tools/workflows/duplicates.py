@@ -33,12 +33,14 @@ from memory_db.repositories import OpenPair, PairedAsset
 from memory_db.repositories.identities import DEFAULT_VAULT
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
-from memory_tools.errors import InvalidInputFailure, ToolFailure
+from memory_tools.errors import InvalidInputFailure
 from memory_tools.ingest.save import SaveResult
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
 from memory_tools.workflows.assets import get_asset_waiting
+from memory_tools.workflows.bulk import run_each
+from memory_tools.workflows.calls import Credential
 from memory_tools.workflows.changes import delete_asset
 from memory_tools.workflows.near_duplicates import (
     NEAR_DUPLICATES_SHOWN,
@@ -220,19 +222,19 @@ async def list_clusters(
     )
 
 
-def check_asset_ids(asset_ids: Sequence[str], *, least: int) -> list[str]:
-    """Distinct asset ids, in their order, checked (``invalid_input``)."""
+def check_asset_ids(asset_ids: Sequence[str], *, least: int, field: str = "assetIds") -> list[str]:
+    """Distinct asset ids, in their order, checked (``invalid_input`` naming ``field``)."""
     if not least <= len(asset_ids) <= MAX_DECIDED:
-        raise InvalidInputFailure(f"assetIds: between {least} and {MAX_DECIDED} asset ids")
+        raise InvalidInputFailure(f"{field}: between {least} and {MAX_DECIDED} asset ids")
     ids: list[str] = []
     for asset_id in asset_ids:
-        refuse_nul(asset_id, "assetIds")
+        refuse_nul(asset_id, field)
         if not is_valid_id(asset_id, "ast"):
-            raise InvalidInputFailure(f"assetIds: {asset_id[:40]!r} is not an asset id")
+            raise InvalidInputFailure(f"{field}: {asset_id[:40]!r} is not an asset id")
         if asset_id not in ids:
             ids.append(asset_id)
     if len(ids) < least:
-        raise InvalidInputFailure(f"assetIds: at least {least} different asset ids")
+        raise InvalidInputFailure(f"{field}: at least {least} different asset ids")
     return ids
 
 
@@ -243,6 +245,7 @@ async def dismiss_cluster(
     *,
     asset_ids: Sequence[str],
     vault: str | None = None,
+    field: str = "assetIds",
 ) -> DismissResult:
     """Mark the assets "not duplicates" of each other in a vault the caller may write.
 
@@ -252,7 +255,7 @@ async def dismiss_cluster(
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
-    ids = check_asset_ids(asset_ids, least=2)
+    ids = check_asset_ids(asset_ids, least=2, field=field)
     resolved = await resolve_vault(uow, caller, vault or DEFAULT_VAULT, "write")
     scope = resolved.record.scope
     dismissed = await uow.near_duplicates.dismiss(scope, ids, actor=caller.identity)
@@ -283,37 +286,47 @@ async def review_clusters(
     """
     dismissed: int | None = None
     if dismiss is not None:
-        result = await dismiss_cluster(uow, caller, services, asset_ids=dismiss, vault=vault)
+        # Refusals name the tool's own field, not the workflow's.
+        result = await dismiss_cluster(
+            uow, caller, services, asset_ids=dismiss, vault=vault, field="dismiss"
+        )
         dismissed = result.dismissed
     page = await list_clusters(uow, caller, services, vault=vault, limit=limit, cursor=cursor)
     return page.model_copy(update={"dismissed": dismissed})
 
 
 async def keep_one(
-    caller: Caller, services: MemoryServices, *, keep: str, trash: Sequence[str]
+    services: MemoryServices, credential: Credential, *, keep: str, trash: Sequence[str]
 ) -> KeepOneResult:
-    """Keep ``keep`` and move each of ``trash`` to the trash, each in its own transaction.
+    """Keep ``keep`` and move each of ``trash`` to the trash, item by item.
 
-    Each asset is authorised alone by the delete workflow (the ``destructive`` scope and write
-    authority on its vault): a refused one is named with its code and reason and never stops
-    the rest. ``keep`` is never trashed.
+    Run as a bulk delete (:func:`memory_tools.workflows.bulk.run_each`): each asset in its own
+    transaction with the credential checked again, so a key paused or revoked (or a session
+    ended) mid-way is refused from the next item on; each authorised alone by the delete
+    workflow (the ``destructive`` scope and write authority on its vault). A refused one is
+    named with its code and reason and never stops the rest. ``keep`` is never trashed.
     """
     policy.require(services.settings)
     policy.require_writable(services.read_only)
     kept = check_asset_ids([keep], least=1)[0]
     others = [a for a in check_asset_ids(trash, least=1) if a != kept]
-    items: list[TrashOutcome] = []
-    for asset_id in others:
-        try:
-            async with services.database.unit_of_work() as uow:
-                await delete_asset(uow, caller, services, asset_id=asset_id)
-        except ToolFailure as exc:
-            items.append(
-                TrashOutcome(asset_id=asset_id, trashed=False, code=exc.code, message=str(exc))
+    if not others:
+        async with services.database.single_statements() as uow:
+            await credential.check(uow)
+        return KeepOneResult(kept=kept, items=[])
+    answer = await run_each(services, credential, delete_asset, others, answer_budget=None)
+    return KeepOneResult(
+        kept=kept,
+        items=[
+            TrashOutcome(
+                asset_id=item.asset_id,
+                trashed=item.ok,
+                code=item.error.code if item.error else None,
+                message=item.error.message if item.error else None,
             )
-        else:
-            items.append(TrashOutcome(asset_id=asset_id, trashed=True))
-    return KeepOneResult(kept=kept, items=items)
+            for item in answer.items
+        ],
+    )
 
 
 # Embedding states whose visual vector is written: an asset's pairs are known then.
