@@ -147,6 +147,18 @@ async def test_keep_one_trashes_the_others_item_by_item(
         (copy, False, "forbidden"),
         (crop, False, "forbidden"),
     ]
+    # Another owner cannot claim to keep Alice's image: not_found, and none of his own trashed.
+    bob = await make_person("bob@example.com")
+    async with client_as(bob.key) as c:
+        his = await _save(c, photo("coffee"), "Coffee")
+    answer = await refused(duplicates.keep_one(saving, ApiKey(bob.key), keep=keep, trash=[his]))
+    assert answer.startswith("not_found: ")
+    assert await _clusters(saving, alice.key) == [{keep, copy, crop}]
+    async with saving.database.unit_of_work() as uow:
+        deleted = await session_of(uow).scalar(
+            text("SELECT deleted_at FROM mem_assets WHERE id = :id"), {"id": his}
+        )
+        assert deleted is None  # still there, not trashed
     missing = "ast_" + "z" * 26
     result = await duplicates.keep_one(
         saving, ApiKey(alice.key), keep=keep, trash=[copy, keep, missing, crop]
@@ -180,14 +192,19 @@ class PausedAfter(ApiKey):
 
 
 async def test_keep_one_refuses_the_rest_once_the_key_is_paused(
-    saving: MemoryServices, make_person: Callable[..., Awaitable[Any]]
+    saving: MemoryServices,
+    make_person: Callable[..., Awaitable[Any]],
+    client_as: Callable[[str], Client[Any]],
 ) -> None:
     """Keeping one checks the key again for each image it trashes, as a bulk delete does: a
     key paused mid-way trashes nothing more."""
     alice = await make_person("alice@example.com")
-    ids = ["ast_" + "a" * 26, "ast_" + "b" * 26, "ast_" + "c" * 26, "ast_" + "d" * 26]
-    # Checked once for the call, then once per image: paused after the call and two images.
-    key = PausedAfter(alice.key, key_id=alice.key_id, checks=3)
+    async with client_as(alice.key) as c:
+        kept = await _save(c, photo("astronaut"), "Astronaut")
+    ids = [kept, "ast_" + "b" * 26, "ast_" + "c" * 26, "ast_" + "d" * 26]
+    # Checked with the kept image's read, once for the run, then once per image: paused after
+    # those two and two images.
+    key = PausedAfter(alice.key, key_id=alice.key_id, checks=4)
     result = await duplicates.keep_one(saving, key, keep=ids[0], trash=ids[1:])
     assert [i.code for i in result.items] == ["not_found", "not_found", "unauthenticated"]
 

@@ -170,9 +170,12 @@ async def test_another_owners_group_is_refused_like_a_missing_one(
         unknown = await client.submit("/duplicates/dismiss", _decision(missing))
         assert theirs.status_code == unknown.status_code == 303
         assert _flash(theirs) == _flash(unknown) and "not_found" in _flash(theirs)
+        # Keeping one of hers: not found like an id that never existed, and nothing "kept".
         theirs = await client.submit("/duplicates/keep", _decision(hers, keep=harbour))
-        assert theirs.status_code == 200 and "Refused" in theirs.text
-        assert "0 of 1 moved to the trash" in theirs.text and "not_found" in theirs.text
+        unknown = await client.submit("/duplicates/keep", _decision(missing, keep=MISSING))
+        assert theirs.status_code == unknown.status_code == 303
+        assert _flash(theirs) == _flash(unknown) and "not_found" in _flash(theirs)
+        assert "Kept" not in theirs.text
         # Naming her vault: not found, for either form.
         for path, fields in (("/duplicates/keep", {"keep": harbour}), ("/duplicates/dismiss", {})):
             named = await client.submit(

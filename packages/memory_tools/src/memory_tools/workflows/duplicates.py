@@ -38,7 +38,7 @@ from memory_tools.ingest.save import SaveResult
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
-from memory_tools.workflows.assets import get_asset_waiting
+from memory_tools.workflows.assets import get_asset_row, get_asset_waiting
 from memory_tools.workflows.bulk import run_each
 from memory_tools.workflows.calls import Credential
 from memory_tools.workflows.changes import delete_asset
@@ -310,9 +310,12 @@ async def keep_one(
     policy.require_writable(services.read_only)
     kept = check_asset_ids([keep], least=1)[0]
     others = [a for a in check_asset_ids(trash, least=1) if a != kept]
+    # The kept image must be one the caller may read: "kept" is never said of another owner's
+    # image (it answers not_found like an id that does not exist), and nothing is trashed then.
+    async with services.database.single_statements() as uow:
+        caller = await credential.check(uow)
+        await get_asset_row(uow, caller, services, asset_id=kept)
     if not others:
-        async with services.database.single_statements() as uow:
-            await credential.check(uow)
         return KeepOneResult(kept=kept, items=[])
     answer = await run_each(services, credential, delete_asset, others, answer_budget=None)
     return KeepOneResult(
