@@ -20,9 +20,6 @@ Finding pairs and reading an asset's are :mod:`memory_tools.workflows.near_dupli
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 from collections.abc import Sequence
 from datetime import datetime
 
@@ -38,7 +35,12 @@ from memory_tools.ingest.save import SaveResult
 from memory_tools.services import MemoryServices
 from memory_tools.text import refuse_nul
 from memory_tools.wire import WireModel
-from memory_tools.workflows.assets import get_asset_row, get_asset_waiting
+from memory_tools.workflows.assets import (
+    decode_cursor,
+    encode_cursor,
+    get_asset_row,
+    get_asset_waiting,
+)
 from memory_tools.workflows.bulk import run_each
 from memory_tools.workflows.calls import Credential
 from memory_tools.workflows.changes import delete_asset
@@ -145,15 +147,11 @@ def clusters_of(pairs: Sequence[OpenPair]) -> list[Cluster]:
         )
         for key, group in members.items()
     ]
-    clusters.sort(key=lambda c: _newest_first_member(c.assets[0]))
+    clusters.sort(key=lambda c: _newest_first(c.assets[0]))
     return clusters
 
 
-def _newest_first(asset: PairedAsset) -> tuple[float, str]:
-    return (-asset.created_at.timestamp(), _descending(asset.asset_id))
-
-
-def _newest_first_member(asset: ClusterMember) -> tuple[float, str]:
+def _newest_first(asset: PairedAsset | ClusterMember) -> tuple[float, str]:
     return (-asset.created_at.timestamp(), _descending(asset.asset_id))
 
 
@@ -166,23 +164,9 @@ def _position(member: ClusterMember) -> tuple[datetime, str]:
     return member.created_at, member.asset_id
 
 
-def _encode_cursor(member: ClusterMember) -> str:
-    raw = json.dumps({"t": member.created_at.isoformat(), "i": member.asset_id, "o": "clusters"})
-    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
-
-
-def _decode_cursor(cursor: str) -> tuple[datetime, str]:
-    try:
-        padded = cursor + "=" * (-len(cursor) % 4)
-        data = json.loads(base64.urlsafe_b64decode(padded.encode()))
-        created = datetime.fromisoformat(data["t"])
-        asset_id = str(data["i"])
-        kind = data["o"]
-    except (binascii.Error, ValueError, KeyError, TypeError, UnicodeDecodeError):
-        raise InvalidInputFailure("cursor: not a cursor this server returned") from None
-    if kind != "clusters" or created.tzinfo is None or not is_valid_id(asset_id, "ast"):
-        raise InvalidInputFailure("cursor: not a cursor this server returned")
-    return created, asset_id
+# The listing's cursor (memory_tools.workflows.assets), under an order of its own: a page of
+# images is no position among clusters.
+CURSOR_ORDER = "clusters"
 
 
 async def list_clusters(
@@ -203,7 +187,7 @@ async def list_clusters(
     policy.require(services.settings)
     if not 1 <= limit <= MAX_CLUSTERS_PER_PAGE:
         raise InvalidInputFailure(f"limit: between 1 and {MAX_CLUSTERS_PER_PAGE}")
-    after = _decode_cursor(cursor) if cursor is not None else None
+    after = decode_cursor(cursor, CURSOR_ORDER) if cursor is not None else None
     resolved = await resolve_vault(uow, caller, vault or DEFAULT_VAULT, "read")
     pairs = await uow.near_duplicates.open_pairs(
         resolved.record.scope, alias=services.vector_alias, cap=MAX_OPEN_PAIRS + 1
@@ -217,7 +201,7 @@ async def list_clusters(
     return ClusterPage(
         vault=resolved.display_handle,
         clusters=page,
-        next_cursor=_encode_cursor(page[-1].assets[0]) if more else None,
+        next_cursor=encode_cursor(*_position(page[-1].assets[0]), CURSOR_ORDER) if more else None,
         truncated=truncated,
     )
 
