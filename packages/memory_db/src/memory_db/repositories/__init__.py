@@ -43,6 +43,7 @@ from memory_db.repositories.near_duplicates import (
     NearDuplicateRepository,
     OpenPair,
     PairedAsset,
+    PairedImage,
 )
 from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
@@ -137,6 +138,7 @@ __all__ = [
     "OpenPair",
     "OrphanRepository",
     "PairedAsset",
+    "PairedImage",
     "ProjectBytes",
     "ProjectRecord",
     "ProjectRepository",

@@ -11,14 +11,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from sqlalchemy import ColumnElement, Select, and_, case, func, or_, select, update
-from sqlalchemy.orm import aliased
+from sqlalchemy.orm import InstrumentedAttribute, aliased
 
 from memory_db.repositories._base import SessionRepository
 from memory_db.repositories.assets import VISIBLE_STATUSES
 from memory_db.repositories.records import VaultScope
-from memory_db.schema import Asset, NearDuplicatePair, VectorIndexAlias
+from memory_db.schema import Asset, AssetObject, NearDuplicatePair, VectorIndexAlias
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,12 +32,27 @@ class NearDuplicate:
 
 
 @dataclass(frozen=True, slots=True)
+class PairedImage:
+    """What an asset's stored object says about its image, for a page that shows a pair."""
+
+    width: int
+    height: int
+    bytes: int
+    preview_storage_key: str | None
+    object_status: str
+
+
+@dataclass(frozen=True, slots=True)
 class PairedAsset:
-    """An asset of an open pair, as a cluster shows it."""
+    """An asset of an open pair, as a cluster shows it.
+
+    ``image`` is read only when :meth:`NearDuplicateRepository.open_pairs` is asked for it.
+    """
 
     asset_id: str
     title: str
     created_at: datetime
+    image: PairedImage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,6 +68,21 @@ def _active_index(alias: str) -> ColumnElement[str]:
     return (
         select(VectorIndexAlias.index_name).where(VectorIndexAlias.alias == alias).scalar_subquery()
     )
+
+
+def _image_columns(stored: type[AssetObject]) -> tuple[InstrumentedAttribute[Any], ...]:
+    return (
+        stored.width,
+        stored.height,
+        stored.bytes,
+        stored.preview_storage_key,
+        stored.status,
+    )
+
+
+def _paired_image(columns: Sequence[Any]) -> PairedImage:
+    width, height, size, preview_key, status = columns
+    return PairedImage(int(width), int(height), int(size), preview_key, str(status))
 
 
 class NearDuplicateRepository(SessionRepository):
@@ -92,15 +123,20 @@ class NearDuplicateRepository(SessionRepository):
             .limit(limit)
         )
 
-    async def open_pairs(self, scope: VaultScope, *, alias: str, cap: int) -> list[OpenPair]:
+    async def open_pairs(
+        self, scope: VaultScope, *, alias: str, cap: int, with_images: bool = False
+    ) -> list[OpenPair]:
         """The vault's open pairs, those with the newest asset first, at most ``cap``.
 
         Read from the vault's open pairs (a partial index) joined to both assets by key.
+        ``with_images``: each asset's object joined in as well (its size, bytes and preview:
+        what the duplicates page shows), so a page needs no second read of the same images;
+        the tool's listing does without those two joins.
         """
         a = aliased(Asset)
         b = aliased(Asset)
         pair = NearDuplicatePair
-        rows = await self._session.execute(
+        query = (
             select(a.id, a.title, a.created_at, b.id, b.title, b.created_at, pair.distance)
             .join(a, and_(a.id == pair.asset_a, a.owner_identity == pair.owner_identity))
             .join(b, and_(b.id == pair.asset_b, b.owner_identity == pair.owner_identity))
@@ -117,10 +153,33 @@ class NearDuplicateRepository(SessionRepository):
             .order_by(func.greatest(a.created_at, b.created_at).desc(), pair.asset_a, pair.asset_b)
             .limit(cap)
         )
+        if not with_images:
+            rows = await self._session.execute(query)
+            return [
+                OpenPair(
+                    PairedAsset(str(r[0]), str(r[1]), r[2]),
+                    PairedAsset(str(r[3]), str(r[4]), r[5]),
+                    float(r[6]),
+                )
+                for r in rows
+            ]
+        a_object = aliased(AssetObject)
+        b_object = aliased(AssetObject)
+        rows = await self._session.execute(
+            query.add_columns(*_image_columns(a_object), *_image_columns(b_object))
+            .join(
+                a_object,
+                and_(a_object.id == a.object_id, a_object.owner_identity == a.owner_identity),
+            )
+            .join(
+                b_object,
+                and_(b_object.id == b.object_id, b_object.owner_identity == b.owner_identity),
+            )
+        )
         return [
             OpenPair(
-                PairedAsset(str(r[0]), str(r[1]), r[2]),
-                PairedAsset(str(r[3]), str(r[4]), r[5]),
+                PairedAsset(str(r[0]), str(r[1]), r[2], _paired_image(r[7:12])),
+                PairedAsset(str(r[3]), str(r[4]), r[5], _paired_image(r[12:17])),
                 float(r[6]),
             )
             for r in rows
@@ -150,4 +209,10 @@ class NearDuplicateRepository(SessionRepository):
         return len(result.all())
 
 
-__all__ = ["NearDuplicate", "NearDuplicateRepository", "OpenPair", "PairedAsset"]
+__all__ = [
+    "NearDuplicate",
+    "NearDuplicateRepository",
+    "OpenPair",
+    "PairedAsset",
+    "PairedImage",
+]

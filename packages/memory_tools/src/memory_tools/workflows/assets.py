@@ -14,7 +14,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Literal
+from typing import Literal, Protocol
 
 import anyio
 from pydantic import Field
@@ -271,8 +271,18 @@ async def read_preview(services: MemoryServices, key: str, expected_sha256: str 
         raise
 
 
+class PreviewSource(Protocol):
+    """What a preview link is made from: an asset's preview key and its object's status."""
+
+    @property
+    def preview_storage_key(self) -> str | None: ...  # noqa: D102
+
+    @property
+    def object_status(self) -> str: ...  # noqa: D102
+
+
 async def signed_preview(
-    services: MemoryServices, stored: StoredAsset, *, trashed: bool = False
+    services: MemoryServices, stored: PreviewSource, *, trashed: bool = False
 ) -> PreviewLink | None:
     """A fresh short-lived link to the asset's preview; ``None`` when there is no preview.
 

@@ -35,7 +35,7 @@ from memory_tools.workflows.assets import (
     opposite_order,
     signed_preview,
 )
-from memory_tools.workflows.duplicates import check_asset_ids, list_clusters
+from memory_tools.workflows.duplicates import check_asset_ids, list_clusters_with_images
 from memory_tools.workflows.projects import (
     FolderView,
     ProjectView,
@@ -172,34 +172,30 @@ async def duplicate_groups(
 ) -> DuplicateGroups:
     """A page of ``list_clusters`` with each image's size, bytes and a fresh preview link.
 
-    The images are read again, in one statement, from the vault ``list_clusters`` answered for:
-    one deleted between the two reads is left out, and a group left with one image is not
-    shown (it is no longer a group of duplicates).
+    One vault resolution and one read: the images come in the statement that reads the pairs
+    (``duplicates.list_clusters_with_images``), so every image of a group is live with its
+    object as read.
     """
-    page = await list_clusters(uow, caller, services, vault=vault, limit=limit, cursor=cursor)
-    ids = tuple(member.asset_id for cluster in page.clusters for member in cluster.assets)
-    resolved = await resolve_vault(uow, caller, page.vault, "read")
-    rows = await uow.assets.find_visible(
-        [resolved.record.scope], AssetFilter(asset_ids=ids), limit=max(len(ids), 1)
+    listed = await list_clusters_with_images(
+        uow, caller, services, vault=vault, limit=limit, cursor=cursor
     )
-    found = {row.asset.id: row for row in rows}
+    page = listed.page
     groups: list[DuplicateGroup] = []
     for cluster in page.clusters:
         cards = [
             DuplicateCard(
-                asset_id=row.asset.id,
-                title=row.asset.title,
-                width=row.width,
-                height=row.height,
-                bytes=row.bytes,
-                created_at=row.asset.created_at,
-                preview=await signed_preview(services, row),
+                asset_id=member.asset_id,
+                title=member.title,
+                width=image.width,
+                height=image.height,
+                bytes=image.bytes,
+                created_at=member.created_at,
+                preview=await signed_preview(services, image),
             )
             for member in cluster.assets
-            if (row := found.get(member.asset_id)) is not None
+            for image in (listed.images[member.asset_id],)
         ]
-        if len(cards) > 1:
-            groups.append(DuplicateGroup(cards=cards, distance=cluster.distance))
+        groups.append(DuplicateGroup(cards=cards, distance=cluster.distance))
     return DuplicateGroups(
         vault=page.vault, groups=groups, next_cursor=page.next_cursor, truncated=page.truncated
     )

@@ -8,6 +8,7 @@ and decided:
 - :func:`near_duplicates_of`: an asset's open near-duplicates (``image_asset_get``/``save``).
 - :func:`list_clusters`: a vault's clusters (connected components of its open pairs among
   live assets), newest first, paged with a cursor. Read access to the vault.
+  :func:`list_clusters_with_images` adds each image's stored object (the duplicates page).
 - :func:`dismiss_cluster`: "not duplicates": every pair among the given assets is dismissed
   and never shown again, also when found again. Write access.
 - :func:`answer_save`: a save's answer with the pairs known within the call (``waitSeconds``).
@@ -21,12 +22,13 @@ Finding pairs and reading an asset's are :mod:`memory_tools.workflows.near_dupli
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import Field
 
 from memory_db import UnitOfWork, is_valid_id
-from memory_db.repositories import OpenPair, PairedAsset
+from memory_db.repositories import OpenPair, PairedAsset, PairedImage
 from memory_db.repositories.identities import DEFAULT_VAULT
 from memory_tools import policy
 from memory_tools.access import Caller, resolve_vault
@@ -184,13 +186,59 @@ async def list_clusters(
     after the last cluster it answered. Built from at most :data:`MAX_OPEN_PAIRS` open pairs,
     newest first (``truncated`` when there were more).
     """
+    listed = await _clusters_page(
+        uow, caller, services, vault=vault, limit=limit, cursor=cursor, with_images=False
+    )
+    return listed.page
+
+
+@dataclass(frozen=True)
+class ClustersWithImages:
+    """A page of :func:`list_clusters` and, by asset id, each listed image's stored object."""
+
+    page: ClusterPage
+    images: dict[str, PairedImage]
+
+
+async def list_clusters_with_images(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None = None,
+    limit: int = 20,
+    cursor: str | None = None,
+) -> ClustersWithImages:
+    """:func:`list_clusters` with each image's size, bytes and preview (the duplicates page).
+
+    Read in the same statement as the pairs, from the same vault resolution: the page needs no
+    second read of the images it lists.
+    """
+    return await _clusters_page(
+        uow, caller, services, vault=vault, limit=limit, cursor=cursor, with_images=True
+    )
+
+
+async def _clusters_page(
+    uow: UnitOfWork,
+    caller: Caller,
+    services: MemoryServices,
+    *,
+    vault: str | None,
+    limit: int,
+    cursor: str | None,
+    with_images: bool,
+) -> ClustersWithImages:
     policy.require(services.settings)
     if not 1 <= limit <= MAX_CLUSTERS_PER_PAGE:
         raise InvalidInputFailure(f"limit: between 1 and {MAX_CLUSTERS_PER_PAGE}")
     after = decode_cursor(cursor, CURSOR_ORDER) if cursor is not None else None
     resolved = await resolve_vault(uow, caller, vault or DEFAULT_VAULT, "read")
     pairs = await uow.near_duplicates.open_pairs(
-        resolved.record.scope, alias=services.vector_alias, cap=MAX_OPEN_PAIRS + 1
+        resolved.record.scope,
+        alias=services.vector_alias,
+        cap=MAX_OPEN_PAIRS + 1,
+        with_images=with_images,
     )
     truncated = len(pairs) > MAX_OPEN_PAIRS
     clusters = clusters_of(pairs[:MAX_OPEN_PAIRS])
@@ -198,11 +246,22 @@ async def list_clusters(
         clusters = [c for c in clusters if _position(c.assets[0]) < after]
     page = clusters[:limit]
     more = len(clusters) > limit
-    return ClusterPage(
-        vault=resolved.display_handle,
-        clusters=page,
-        next_cursor=encode_cursor(*_position(page[-1].assets[0]), CURSOR_ORDER) if more else None,
-        truncated=truncated,
+    images = {
+        asset.asset_id: asset.image
+        for pair in pairs[:MAX_OPEN_PAIRS]
+        for asset in (pair.a, pair.b)
+        if asset.image is not None
+    }
+    return ClustersWithImages(
+        page=ClusterPage(
+            vault=resolved.display_handle,
+            clusters=page,
+            next_cursor=encode_cursor(*_position(page[-1].assets[0]), CURSOR_ORDER)
+            if more
+            else None,
+            truncated=truncated,
+        ),
+        images=images,
     )
 
 
@@ -353,6 +412,7 @@ __all__ = [
     "Cluster",
     "ClusterMember",
     "ClusterPage",
+    "ClustersWithImages",
     "DismissResult",
     "KeepOneResult",
     "TrashOutcome",
@@ -363,6 +423,7 @@ __all__ = [
     "find_pairs",
     "keep_one",
     "list_clusters",
+    "list_clusters_with_images",
     "near_duplicate_distance",
     "near_duplicates_of",
     "review_clusters",
