@@ -37,6 +37,7 @@ from memory_tools.jobs.describe import review_context
 from memory_tools.jobs.queue import OPERATOR_CANCEL, retry_asset_embedding
 from memory_tools.services import MemoryServices
 from memory_tools.web import security
+from memory_tools.web.bodies import comma_separated
 from memory_tools.web.handlers import WebRequest, action, endpoint, page
 from memory_tools.web.library import KIND_LABELS, badge, place_ids, placement_value
 from memory_tools.web.rendering import PREVIEW_ROUTE, Flash, read_flash
@@ -164,7 +165,7 @@ async def edit_asset(web: WebRequest) -> Response:
     """Save title, description and tags; a refusal shows the form again as it was typed."""
     asset_id = web.request.path_params["asset_id"]
     typed = {name: _text(web, name) for name in ("title", "description", "tags")}
-    tags = [tag.strip() for tag in typed["tags"].split(",") if tag.strip()]
+    tags = comma_separated([typed["tags"]])
     try:
         edit = await web.call(
             update_asset,

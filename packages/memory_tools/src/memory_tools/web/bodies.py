@@ -1,12 +1,17 @@
-"""A small JSON request body, read bounded and parsed strictly: the upload routes' bodies.
+"""What a request carries, read the same way wherever it is sent.
 
-Shared by the web app's upload endpoints (:mod:`memory_tools.web.uploads`) and the bearer
-upload routes that serving composes (:mod:`memory_tools.serving.upload_routes`): both read the
-body before the call takes its turn and refuse it the same way.
+- A small JSON request body, read bounded and parsed strictly (:func:`read_body`,
+  :func:`parse_body`): shared by the web app's upload endpoints
+  (:mod:`memory_tools.web.uploads`) and the bearer upload routes that serving composes
+  (:mod:`memory_tools.serving.upload_routes`): both read the body before the call takes its
+  turn and refuse it the same way.
+- A comma-separated field of a form or query (:func:`comma_separated`): the tags typed on the
+  asset page, in the bulk actions' Tag field and in the library's and search's filters.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from pydantic import ValidationError
@@ -47,4 +52,22 @@ def parse_body(raw: bytes, model: type[WireModel]) -> Any:
     return body
 
 
-__all__ = ["MAX_BODY", "parse_body", "read_body"]
+def comma_separated(values: Iterable[str]) -> list[str]:
+    """The items of one or more comma-separated fields (``beach, 2026``), in the order typed.
+
+    Each value is split at its commas and each item stripped of surrounding spaces; a blank
+    item (``a,,b``, a trailing comma, a field left empty) is dropped, and an item typed twice
+    is kept once, where first typed. Nothing more is judged here: what a tag may be and how many
+    a request may carry is the workflows' to say (``ingest.inputs.canonical_tags`` for an
+    image's tags, ``FilterParameters`` for a filter), so a form meets the limits a tool does.
+    """
+    items: list[str] = []
+    for value in values:
+        for part in value.split(","):
+            item = part.strip()
+            if item and item not in items:
+                items.append(item)
+    return items
+
+
+__all__ = ["MAX_BODY", "comma_separated", "parse_body", "read_body"]

@@ -31,6 +31,7 @@ from starlette.routing import Route
 from memory_tools.errors import InvalidInputFailure
 from memory_tools.services import MemoryServices
 from memory_tools.web import handlers
+from memory_tools.web.bodies import comma_separated
 from memory_tools.web.handlers import WebRequest
 from memory_tools.web.library import place_ids
 from memory_tools.workflows import bulk, changes, edits
@@ -60,11 +61,6 @@ ACTIONS: dict[str, BulkAction] = {
         BulkAction("purge", "Purged"),
     )
 }
-
-
-def _tags(value: str) -> list[str]:
-    """Tags as typed in one field, comma-separated (as the library's tag filter reads them)."""
-    return [tag.strip() for tag in value.split(",") if tag.strip()]
 
 
 @dataclass(frozen=True)
@@ -112,7 +108,7 @@ class BulkRequest:
             form.get("action"),
             [value for value in form.getlist("assetIds") if isinstance(value, str)],
             form.get("place") or "",
-            _tags(tag) if isinstance(tag, str) else [],
+            comma_separated([tag]) if isinstance(tag, str) else [],
         )
 
     async def run(self, web: WebRequest) -> bulk.BulkAnswer[Any]:

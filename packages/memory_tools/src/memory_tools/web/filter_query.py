@@ -14,6 +14,7 @@ from typing import Any, Literal, cast, get_args, get_origin
 from pydantic.fields import FieldInfo
 from starlette.datastructures import ImmutableMultiDict
 
+from memory_tools.web.bodies import comma_separated
 from memory_tools.workflows.filters import FilterParameters
 
 Shape = Literal["many", "flag", "one"]
@@ -44,7 +45,8 @@ def read_filters(
 ) -> dict[str, Any]:
     """Every parameter ``names`` (all by default) as typed, keyed by its camelCase name.
 
-    Several values (a repeated name, or commas: ``tags=beach, 2026``) are a list, a checkbox
+    Several values (a repeated name, or commas: ``tags=beach, 2026``) are a list
+    (:func:`memory_tools.web.bodies.comma_separated`: blanks dropped, repeats once), a checkbox
     is ``True`` when ticked, one value is its stripped text; an absent one is ``[]``, ``False``
     or ``""``. ``former``: an older name a link may still carry, by the name it became.
     """
@@ -54,7 +56,7 @@ def read_filters(
         given = [v.strip() for name in spelled for v in values.getlist(name) if isinstance(v, str)]
         kind = shape(info)
         if kind == "many":
-            read[alias] = [part.strip() for v in given for part in v.split(",") if part.strip()]
+            read[alias] = comma_separated(given)
         elif kind == "flag":
             read[alias] = any(v.lower() in _TRUE for v in given)
         else:
