@@ -89,6 +89,10 @@ ROWS: dict[str, frozenset[str]] = {
     "test_every_caller_saving_a_scraper_artifact": frozenset({"image_asset_save"}),
     # test_duplicates_isolation.py: listing and dismissing clusters, and get's nearDuplicates.
     "test_duplicates_for_every_caller": frozenset({"image_asset_duplicates", "image_asset_get"}),
+    # test_project_scope_isolation.py: a projectId (and folderId) without its vault.
+    "test_a_project_without_its_vault_for_every_caller": frozenset(
+        {"image_asset_list", "image_asset_search"}
+    ),
 }
 
 

@@ -199,6 +199,11 @@ async def test_list_filters(client_as: Callable[[str], Client[Any]], alice: Any,
         assert await ids(
             vault="Library", projectId=project["projectId"], folderId=top["folderId"]
         ) == {in_top["assetId"]}
+        # A project id names its vault: the same answers without "vault".
+        assert await ids(projectId=project["projectId"]) == {in_top["assetId"], in_sub["assetId"]}
+        assert await ids(projectId=project["projectId"], folderId=top["folderId"]) == {
+            in_top["assetId"]
+        }
         assert await ids(
             vault="Library",
             projectId=project["projectId"],
@@ -219,7 +224,6 @@ async def test_list_filters(client_as: Callable[[str], Client[Any]], alice: Any,
             ({"limit": 101}, "limit"),
             ({"sourceKinds": ["ftp"]}, "sourceKinds"),
             ({"mimeTypes": ["image/svg+xml"]}, "mimeTypes"),
-            ({"projectId": project["projectId"]}, "vault"),
             ({"vault": "Library", "folderId": top["folderId"]}, "projectId"),
             ({"includeSubfolders": True}, "folderId"),
             ({"untagged": True, "tags": ["beach"]}, "untagged: cannot be combined with tags"),

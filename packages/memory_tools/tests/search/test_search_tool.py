@@ -409,7 +409,7 @@ async def test_every_filter_passes_the_same_assets_in_list_and_search(
         ),
         (
             {"query": "x", "projectId": "apr_" + "a" * 26},
-            "invalid_input: projectId: name the vault it belongs to",
+            "not_found: project not found",
         ),
         (
             {

@@ -105,6 +105,29 @@ class ProjectRepository(SessionRepository):
             raise NotFound("project")
         return _project(row)
 
+    async def find_in(self, scopes: Sequence[VaultScope], project_id: str) -> ProjectRecord:
+        """A non-deleted project of one of these vaults, or ``NotFound``.
+
+        For a caller naming a project without its vault: a project id is unique, so it names
+        its vault. A project of a vault not in ``scopes`` is ``NotFound`` exactly as a missing
+        one is.
+        """
+        if not scopes or not is_valid_id(project_id, "apr"):
+            raise NotFound("project")
+        pairs = [(s.owner_identity, s.physical_vault) for s in scopes]
+        row = (
+            await self._session.execute(
+                select(AssetProject).where(
+                    AssetProject.id == project_id,
+                    tuple_(AssetProject.owner_identity, AssetProject.vault).in_(pairs),
+                    AssetProject.status != "deleted",
+                )
+            )
+        ).scalar_one_or_none()
+        if row is None:
+            raise NotFound("project")
+        return _project(row)
+
     async def list(
         self, scopes: Sequence[VaultScope], *, include_archived: bool = False
     ) -> list[ProjectRecord]:

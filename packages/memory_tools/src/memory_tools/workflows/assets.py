@@ -699,8 +699,6 @@ def check_filters(request: FilterFields) -> None:
         raise InvalidInputFailure("folderId: give the folder's projectId as well")
     if request.include_subfolders and request.folder_id is None:
         raise InvalidInputFailure("includeSubfolders: needs a folderId")
-    if (request.project_id or request.folder_id) and request.vault is None:
-        raise InvalidInputFailure("projectId: name the vault it belongs to")
     for name, value in (
         ("createdAfter", filters.created_after),
         ("createdBefore", filters.created_before),
@@ -720,11 +718,21 @@ def check_filters(request: FilterFields) -> None:
 async def resolve_filters(
     uow: UnitOfWork, caller: Caller, request: FilterFields
 ) -> tuple[list[ResolvedVault], AssetFilter]:
-    """The vaults to read and the exact filter, with project and folder checked in the vault."""
+    """The vaults to read and the exact filter, with project and folder checked in the vault.
+
+    A ``projectId`` without a ``vault`` names its vault (a project id is unique): the one of
+    the caller's readable vaults that holds it, and only that one is read. A project of a vault
+    the caller may not read is ``not_found`` in the same words as a missing one.
+    """
+    project_checked = False
     if request.vault is not None:
         vaults = [await resolve_vault(uow, caller, request.vault, "read")]
     else:
         vaults = await readable_vaults(uow, caller)
+        if request.project_id is not None:
+            # Found here, so not looked for again below.
+            vaults = await _vault_of_project(uow, vaults, request.project_id)
+            project_checked = True
     folder_ids: tuple[str, ...] | None = None
     if request.folder_id is not None:
         scope = vaults[0].record.scope
@@ -738,7 +746,7 @@ async def resolve_filters(
                 folder_ids = descendants(folder.id, [(f.id, f.parent_id) for f in folders])
         except MemoryDbError as exc:
             raise translate(exc) from None
-    elif request.project_id is not None:
+    elif request.project_id is not None and not project_checked:
         try:
             await uow.projects.get(vaults[0].record.scope, request.project_id)
         except MemoryDbError as exc:
@@ -747,6 +755,22 @@ async def resolve_filters(
         normalised_filters(request), project_id=request.project_id, folder_ids=folder_ids
     )
     return vaults, filters
+
+
+async def _vault_of_project(
+    uow: UnitOfWork, vaults: list[ResolvedVault], project_id: str
+) -> list[ResolvedVault]:
+    """The one of ``vaults`` that holds the project; ``not_found`` as for a missing project."""
+    try:
+        project = await uow.projects.find_in([v.record.scope for v in vaults], project_id)
+    except MemoryDbError as exc:
+        raise translate(exc) from None
+    return [
+        v
+        for v in vaults
+        if (v.record.owner_identity, v.record.physical_vault)
+        == (project.owner_identity, project.vault)
+    ]
 
 
 def normalised_filters(request: FilterFields) -> AssetFilter:

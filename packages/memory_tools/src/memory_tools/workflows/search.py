@@ -353,12 +353,15 @@ class Given:
 def _names_a_scope(request: SearchRequest) -> bool:
     """Whether the scope must be resolved in a unit of work of its own, before the ranking.
 
-    A stored query image must be found before it is embedded. Every other search, one that
-    names a vault, project or folder or filters without a vector column included, resolves
-    and checks them in the ranking transaction's first statement (:func:`_named`; one
-    checkout and four round trips in all).
+    A stored query image must be found before it is embedded, and a project named without
+    its vault names the vault (``resolve_filters`` finds it among the caller's). Every other
+    search, one that names a vault, project or folder or filters without a vector column
+    included, resolves and checks them in the ranking transaction's first statement
+    (:func:`_named`; one checkout and four round trips in all).
     """
-    return request.asset_id is not None
+    return request.asset_id is not None or (
+        request.vault is None and request.project_id is not None
+    )
 
 
 def _named(caller: Caller, request: SearchRequest) -> NamedScope | None:
