@@ -5,7 +5,9 @@ Each wraps a handler ``async def handler(web: WebRequest) -> Response``:
 - the browser's session is resolved to its caller first (no session: a page redirects to the
   sign-in page, an action or endpoint answers 401);
 - a change (every POST, PUT, PATCH, DELETE) must come from our own origin and echo the
-  session's CSRF token (a form's ``csrf`` field, or the ``X-CSRF-Token`` header from JS);
+  session's CSRF token (a form's ``csrf`` field, or the ``X-CSRF-Token`` header from JS); a
+  JSON endpoint's change must also say where it came from (``Origin``, or the browser's
+  ``Sec-Fetch-Site: same-origin``: :func:`memory_tools.web.security.script_of_ours`);
 - the handler calls workflows through :meth:`WebRequest.call` (``workflow(uow, caller,
   services, ...)`` in one transaction, admitted like a tool call, the session re-checked inside
   it, so a key revoked meanwhile is refused) or :meth:`WebRequest.call_as_caller`: the one
@@ -402,13 +404,17 @@ def endpoint(
     *,
     methods: tuple[str, ...] = ("GET",),
 ) -> Route:
-    """A JSON endpoint for the app's own scripts; changes need the ``X-CSRF-Token`` header."""
+    """A JSON endpoint for the app's own scripts.
+
+    A change needs the ``X-CSRF-Token`` header and an ``Origin`` of this site (or
+    ``Sec-Fetch-Site: same-origin``); without them it is refused 403 before it is read.
+    """
 
     async def serve(request: Request) -> Response:
         nonce = security.new_nonce()
         try:
-            if request.method in _CHANGES and not security.same_origin(request, services):
-                raise Forbidden("cross-site request refused")
+            if request.method in _CHANGES and not security.script_of_ours(request, services):
+                raise Forbidden("cross-site request refused: no Origin of this site")
             who = await _resolve(request, services)
             if request.method in _CHANGES and not security.same_token(
                 request.headers.get(security.CSRF_HEADER), who.csrf_token

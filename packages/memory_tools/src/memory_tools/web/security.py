@@ -140,6 +140,31 @@ def same_origin(request: Request, services: MemoryServices | None = None) -> boo
     origin = request.headers.get("origin") or request.headers.get("referer")
     if not origin:
         return True
+    return _ours(origin, request, services)
+
+
+def script_of_ours(request: Request, services: MemoryServices | None = None) -> bool:
+    """Whether a script's change (a JSON endpoint) says it came from a page of ours.
+
+    A change must come from a page of this site (docs/web.md#security), and a script can always
+    say so: browsers send ``Origin`` with every POST a script makes (``fetch``, whatever the
+    referrer policy). So a JSON change without it did not come from our pages' script and is
+    refused, even with the right CSRF token. A browser's ``Sec-Fetch-Site: same-origin`` (a
+    header no page can set) is accepted in its stead; a ``Referer`` is not. A form
+    (:func:`same_origin`) is still allowed without either: some browsers' privacy settings
+    drop both on a plain form post, and its token is checked all the same.
+    """
+    origin = request.headers.get("origin")
+    if origin is None:
+        return request.headers.get("sec-fetch-site") == "same-origin"
+    return _ours(origin, request, services)
+
+
+def _ours(origin: str, request: Request, services: MemoryServices | None) -> bool:
+    """Whether ``origin`` (an Origin or Referer value) is this server's, as the browser reached it.
+
+    Ours: the request's own ``Host``, or the public base URL's origin.
+    """
     sent = urlsplit(origin)
     if sent.scheme not in ("http", "https") or not sent.netloc:
         return False
