@@ -30,7 +30,7 @@ from memory_tools.serving.job_worker import job_worker
 # with pings and key checks; what is left is listed in docs/performance.md. Issue 35 added one:
 # the near-duplicate pair search in the embedding's transaction (its settings ride on the
 # completion statement, so it is the search alone).
-SAVE_ROUND_TRIPS = 18
+SAVE_ROUND_TRIPS = 15
 # The statements of one steady-state ``image_asset_get`` without links: the caller's vaults
 # (two), the asset with its saving key's label (one: 7 while the label was read apart), its
 # jobs, its OCR state, its context.
