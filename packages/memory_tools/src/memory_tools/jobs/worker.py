@@ -916,6 +916,12 @@ class JobWorker:
                     # the rebuild's index).
                     self._remembered_plan = None
                     if plan.remembered and redo_when_outdated:
+                        log.info(
+                            "worker_plan_outdated",
+                            worker=self.worker_id,
+                            index=completed.alias_target,
+                            rebuild=completed.filling,
+                        )
                         outdated = True
                     elif completed.alias_target != plan.active:
                         mismatch = self._switched(plan.active, completed.alias_target)
@@ -951,8 +957,9 @@ class JobWorker:
         """
         async with self._services.database.unit_of_work() as uow:
             current = await _lock_assets(uow, items)
-            # The alias is resolved per batch, never cached: after a rebuild switches it, the
-            # next batch writes to the new index (the switch waits for this one to commit).
+            # Read again under its lock while a rebuild fills (the remembered plan is only for
+            # batches without one): after a switch the next batch writes to the new index
+            # (the switch waits for this one to commit).
             index = await uow.vector_indexes.open_alias(self._services.vector_alias)
             if index.name != plan.active:
                 # Switched while this batch was embedded: its vectors are of the old model.
