@@ -579,6 +579,7 @@ async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
     worker = job_worker(saving, FAST)
     await worker.drain()  # creates the first index
     async with saving.database.unit_of_work() as uow:
+        fitting = await resolve_alias(session_of(uow))
         await create_index(session_of(uow), "other_dims", dimensions=8)
         await switch_alias(session_of(uow), DEFAULT_ALIAS, "other_dims")
     asset_id = await save(saving, alice_caller, 63)
@@ -587,6 +588,14 @@ async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
     assert [(job.status, job.last_error_code) for job in jobs] == [("retry", "index_mismatch")]
     assert await scalar(saving, "SELECT count(*) FROM other_dims") == 0
+    # Switched back: the worker does not keep the plan of the index it could not fit.
+    async with saving.database.unit_of_work() as uow:
+        await switch_alias(session_of(uow), DEFAULT_ALIAS, fitting)
+    await scalar(  # due now rather than after the backoff
+        saving, "UPDATE mem_asset_embedding_jobs SET run_after = now() RETURNING 1"
+    )
+    await worker.run_once()
+    assert (await asset_row(saving, asset_id))["embedding_status"] == "ready"
 
 
 async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(

@@ -603,7 +603,12 @@ class JobWorker:
         if not fresh and self._remembered_plan is not None:
             return self._remembered_plan
         plan = await self._read_plan()
-        self._remembered_plan = replace(plan, remembered=True) if plan.target is None else None
+        # Not a plan whose index the embedder does not fit: its batches never reach the
+        # completion that would find the alias switched back, so it would never be forgotten.
+        fits = plan.shapes[plan.active].dimensions == plan.embedder.dimensions
+        self._remembered_plan = (
+            replace(plan, remembered=True) if plan.target is None and fits else None
+        )
         return plan
 
     async def _read_plan(self) -> _Plan:
