@@ -25,6 +25,7 @@ from memory_db.repositories import (
     JobRepository,
     NearDuplicateRepository,
     ObjectRepository,
+    OpeningRepository,
     OrphanRepository,
     ProjectRepository,
     ProvenanceRepository,
@@ -90,6 +91,7 @@ class UnitOfWork:
         self.web_sessions = WebSessionRepository(session, session_cache)
         self.contexts = ContextRepository(session)
         self.saves = SaveRepository(session)
+        self.openings = OpeningRepository(session)
         self.near_duplicates = NearDuplicateRepository(session)
         self._vector_indexes: VectorIndexRepository | None = None
         self._after_commit: list[Callable[[], None]] = []

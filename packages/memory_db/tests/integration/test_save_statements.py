@@ -12,7 +12,7 @@ from sqlalchemy import text
 
 from memory_db import Database, QuotaExceededError
 from memory_db.ids import new_id
-from memory_db.repositories import NewImage, commit_new_image
+from memory_db.repositories import NewImage, Opening, ReservationAttempt, commit_new_image
 from memory_db.testing.round_trips import RoundTrip, RoundTrips
 from memory_db.unit_of_work import session_of
 
@@ -255,3 +255,69 @@ async def test_a_commit_of_new_bytes_is_one_statement_and_writes_nothing_after_a
             )
         ).one()
     assert tuple(counts) == (1, 1, 1, "active")
+
+
+async def _reservations(database: Database) -> int:
+    async with database.engine.connect() as conn:
+        return int(
+            (
+                await conn.execute(text("SELECT count(*) FROM mem_asset_upload_reservations"))
+            ).scalar_one()
+        )
+
+
+async def test_an_opening_resolves_the_vault_and_reserves_in_one_statement(
+    database: Database,
+) -> None:
+    """Vault, namespace and reservation in one round trip; a refused opening writes nothing."""
+    b, c = "bob@example.com", "carol@example.com"
+    async with database.unit_of_work() as uow:
+        for identity in (A, b, c):
+            await uow.identities.create(identity, 10_000)
+        await uow.vaults.grant(A, "Library", b, "read")
+    attempt = ReservationAttempt(
+        operation="asset_save",
+        idempotency_key="key-1",
+        expected_bytes=1000,
+        expires_at=datetime.now(UTC) + timedelta(minutes=5),
+        request={"fingerprint": "f1"},
+    )
+    writable = {"owner", "admin", "write"}
+    async with _counted(database) as sent, database.single_statements() as uow:
+        opened = await uow.openings.open_in_vault(
+            A, A, "library", permissions=writable, attempt=attempt
+        )
+    assert len([t for t in sent if not t.is_ping and t.call != "prepare"]) == 1
+    assert opened.vault is not None and opened.reservation is not None and opened.created
+    assert (opened.vault.handle, opened.vault.permission) == ("Library", "owner")
+    assert opened.namespace_id == await _namespace(database)
+    assert opened.reservation.request == {"fingerprint": "f1"}
+    assert (opened.reservation.vault, opened.reservation.status) == (
+        opened.vault.physical_vault,
+        "active",
+    )
+    # The same key again: the first reservation, not a new one.
+    async with database.single_statements() as uow:
+        again = await uow.openings.open_in_vault(
+            A, A, "Library", permissions=writable, attempt=attempt
+        )
+    assert again.reservation is not None and not again.created
+    assert again.reservation.id == opened.reservation.id
+    assert await _reservations(database) == 1
+
+    async with database.single_statements() as uow:
+        # A grantee who may only read: the vault as they see it, and nothing reserved.
+        read_only = await uow.openings.open_in_vault(
+            b, A, "Library", permissions=writable, attempt=attempt
+        )
+        # No grant, and no such vault: nothing seen, nothing reserved.
+        unshared = await uow.openings.open_in_vault(
+            c, A, "Library", permissions=writable, attempt=attempt
+        )
+        missing = await uow.openings.open_in_vault(
+            A, A, "Elsewhere", permissions=writable, attempt=attempt
+        )
+    assert read_only.vault is not None and read_only.vault.permission == "read"
+    assert read_only.reservation is None and not read_only.created
+    assert unshared == missing == Opening(None, None, None, created=False)
+    assert await _reservations(database) == 1

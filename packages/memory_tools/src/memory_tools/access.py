@@ -97,7 +97,26 @@ async def resolve_vault(uow: UnitOfWork, caller: Caller, handle: str, need: Need
     try:
         vault = await uow.vaults.resolve(caller.identity, handle)
     except NotFound:
-        raise NotFoundFailure(f"vault {handle!r} not found") from None
+        raise vault_not_found(handle) from None
+    return authorised(caller, vault, need)
+
+
+def vault_authority(need: Need) -> frozenset[str]:
+    """The vault permissions that allow an operation of kind ``need``."""
+    return _VAULT_AUTHORITY[need]
+
+
+def vault_not_found(handle: str) -> NotFoundFailure:
+    """What a caller is told of a handle that names no vault they can see."""
+    return NotFoundFailure(f"vault {handle!r} not found")
+
+
+def authorised(caller: Caller, vault: VaultRecord, need: Need) -> ResolvedVault:
+    """``vault`` as ``caller`` names it, if their permission on it allows ``need``.
+
+    ``Forbidden`` otherwise, naming the grant that would allow it. For callers that resolve
+    the vault in a statement of their own (a save's opening); :func:`resolve_vault` otherwise.
+    """
     if vault.permission not in _VAULT_AUTHORITY[need]:
         # Name the grant that would allow it: grants are read, write or admin ("destructive"
         # is a key scope, and on a vault it takes write).

@@ -26,11 +26,11 @@ from memory_tools.serving import build_http_server
 from memory_tools.serving.job_worker import job_worker
 
 # What a save with its worker's processing may cost at most (docs/performance.md#one-save-call):
-# 76 before issue 31's cuts, 42 after the first round, 17 after the second. Issue 31 aims at 15
-# with pings and key checks; what is left is listed in docs/performance.md. Issue 35 added one:
-# the near-duplicate pair search in the embedding's transaction (its settings ride on the
-# completion statement, so it is the search alone).
-SAVE_ROUND_TRIPS = 18
+# 76 before issue 31's cuts, 42 after the first round, 17 after the second; issue 35 added one
+# (the near-duplicate pair search in the embedding's transaction: 18). The third round reached
+# issue 31's 15: the opening (vault, namespace, reservation) is one statement (-2) and the
+# worker remembers its plan instead of reading the alias per batch (-1).
+SAVE_ROUND_TRIPS = 15
 # The statements of one steady-state ``image_asset_get`` without links: the caller's vaults
 # (two), the asset with its saving key's label (one: 7 while the label was read apart), its
 # jobs, its OCR state, its context.

@@ -31,6 +31,7 @@ from memory_db.vectors import (
     create_index,
     describe_index,
     resolve_alias,
+    start_rebuild,
     switch_alias,
 )
 from memory_tools import MemoryServices
@@ -532,6 +533,45 @@ async def test_a_running_worker_follows_an_alias_switch(
     assert (await rows_in(old, after), await rows_in("rebuilt_v2", after)) == (0, 1)
 
 
+async def test_a_rebuild_begun_after_the_worker_remembered_its_plan_gets_the_new_vectors(
+    saving: MemoryServices, alice_caller: Caller
+) -> None:
+    """The worker reads no alias per batch (issue 31), yet writes a rebuild begun since.
+
+    The completion statement finds the rebuild its remembered plan did not know of, writes
+    nothing, and the batch is planned again and written to both indexes.
+    """
+    worker = job_worker(saving, FAST)
+    first = await save(saving, alice_caller, 64)
+    await worker.drain()  # plans (no rebuild) and remembers the plan
+    async with saving.database.unit_of_work() as uow:
+        source = await resolve_alias(session_of(uow))
+        active = await uow.vector_indexes.open(source)
+        assert active.identity is not None
+        await create_index(
+            session_of(uow),
+            "filling_v2",
+            dimensions=active.dimensions,
+            element=active.element,
+            identity=active.identity,
+        )
+        # As another process's `memory-server reindex` starts it: this worker is not told.
+        await start_rebuild(
+            session_of(uow), alias=DEFAULT_ALIAS, target="filling_v2", source=source
+        )
+    second = await save(saving, alice_caller, 65)
+    await worker.drain()
+    old_first, old_second, new_first, new_second = [
+        await scalar(saving, f"SELECT count(*) FROM {table} WHERE asset_id = :a", a=asset)
+        for table in (source, "filling_v2")
+        for asset in (first, second)
+    ]
+    # The first was written before the rebuild began (its walk copies it); the second to both.
+    assert (old_first, new_first) == (1, 0)
+    assert (old_second, new_second) == (1, 1)
+    assert (await asset_row(saving, second))["embedding_status"] == "ready"
+
+
 async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
     saving: MemoryServices, alice_caller: Caller
 ) -> None:
@@ -539,6 +579,7 @@ async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
     worker = job_worker(saving, FAST)
     await worker.drain()  # creates the first index
     async with saving.database.unit_of_work() as uow:
+        fitting = await resolve_alias(session_of(uow))
         await create_index(session_of(uow), "other_dims", dimensions=8)
         await switch_alias(session_of(uow), DEFAULT_ALIAS, "other_dims")
     asset_id = await save(saving, alice_caller, 63)
@@ -547,6 +588,14 @@ async def test_a_worker_does_not_write_into_an_index_of_other_dimensions(
         jobs = await uow.jobs.for_asset("alice@example.com", asset_id)
     assert [(job.status, job.last_error_code) for job in jobs] == [("retry", "index_mismatch")]
     assert await scalar(saving, "SELECT count(*) FROM other_dims") == 0
+    # Switched back: the worker does not keep the plan of the index it could not fit.
+    async with saving.database.unit_of_work() as uow:
+        await switch_alias(session_of(uow), DEFAULT_ALIAS, fitting)
+    await scalar(  # due now rather than after the backoff
+        saving, "UPDATE mem_asset_embedding_jobs SET run_after = now() RETURNING 1"
+    )
+    await worker.run_once()
+    assert (await asset_row(saving, asset_id))["embedding_status"] == "ready"
 
 
 async def test_the_sweep_fails_jobs_abandoned_on_their_last_attempt(

@@ -45,6 +45,12 @@ from memory_db.repositories.near_duplicates import (
     PairedAsset,
     PairedImage,
 )
+from memory_db.repositories.openings import (
+    Opening,
+    OpeningRepository,
+    ReservationAttempt,
+    split_vault_handle,
+)
 from memory_db.repositories.orphans import OrphanRepository
 from memory_db.repositories.projects import FolderRepository, ProjectRepository, validate_name
 from memory_db.repositories.quota import QuotaRepository
@@ -136,6 +142,8 @@ __all__ = [
     "ObjectRepository",
     "OcrState",
     "OpenPair",
+    "Opening",
+    "OpeningRepository",
     "OrphanRepository",
     "PairedAsset",
     "PairedImage",
@@ -148,6 +156,7 @@ __all__ = [
     "QuotaRepository",
     "ReconcileRunRecord",
     "ReportRepository",
+    "ReservationAttempt",
     "ReservationRecord",
     "SaveRepository",
     "StateSubscription",
@@ -174,6 +183,7 @@ __all__ = [
     "namespace_lock",
     "normalise_identity",
     "settle_access_change",
+    "split_vault_handle",
     "validate_name",
     "validate_vault_handle",
 ]

@@ -35,6 +35,7 @@ from memory_db.repositories.access_changes import (
     key_id_entry,
     mark_access_changed,
 )
+from memory_db.repositories.openings import split_vault_handle
 from memory_db.repositories.records import (
     ApiKeyRecord,
     GrantRecord,
@@ -542,11 +543,10 @@ class VaultRepository(SessionRepository):
         ``owner@example.com/Name`` names a vault shared with the caller (or the caller's own).
         Anything else, including another owner's vault that is not shared, is ``NotFound``.
         """
-        viewer = identity.strip().lower()
-        owner, _, name = handle.rpartition("/")
-        owner = owner.strip().lower() or viewer
-        if not name or len(handle) > 400:
+        parts = split_vault_handle(identity, handle)
+        if parts is None:
             raise NotFound("vault")
+        viewer, owner, name = parts
         row = await self._owned(owner, name)
         if owner == viewer:
             return _vault_record(row, "owner")

@@ -21,6 +21,14 @@ for. The index's shape is not read at all: the caller has it from its plan, and 
 has the same shape. A batch an index switch overtook writes nothing and is told so
 (:attr:`Completed.alias_target`).
 
+The writes are also conditional on the rebuild filling beside the alias (if any) being the
+one the batch was planned with (:attr:`Completed.filling`). A worker remembers its plan
+between batches, so it reads no alias per batch (issue 31); without this check a rebuild that
+began since the plan was read would miss the batch's vectors until its verification. The
+rebuild row is read with the statement's snapshot: a rebuild that commits its start while
+the statement runs is not seen, the window every batch had when it read its plan just before
+embedding, which the rebuild's verification covers.
+
 Why the assets are locked by a statement before this one, not in it: the settling reads the
 assets' other jobs, and a statement's snapshot is taken when it starts; a sibling job that
 another batch completed while this one waited for the asset locks would not be seen, and the
@@ -79,6 +87,9 @@ class Completed:
     # The index the alias pointed at under its lock; nothing was written when it is not the
     # one the batch was embedded for.
     alias_target: str | None
+    # The rebuild filling beside the alias under that lock; nothing was written when it is
+    # not the one the caller planned with.
+    filling: str | None
     # The jobs completed: those this worker still held (a lost lease is left as it is).
     done: frozenset[str]
     # Assets this completion moved into ``ready`` or ``failed`` (for the metrics).
@@ -91,8 +102,13 @@ async def complete_embeddings(
     alias: str,
     lease_owner: str,
     finished: Sequence[FinishedJob],
+    *,
+    filling: str | None,
 ) -> Completed:
     """Complete ``finished`` into ``index`` in one statement, if ``alias`` still points at it.
+
+    ``filling``: the rebuild the caller knows fills beside the alias (``None``: none). The
+    statement writes nothing when another one does, or none does any more.
 
     Run in the transaction that locked the jobs' assets (see the module's docstring). Bad
     vectors (a wrong length, non-finite values, another model than the index's) are refused
@@ -147,7 +163,7 @@ async def complete_embeddings(
             }
         )
     if not rows:
-        return Completed(alias_target=None, done=frozenset(), settled=())
+        return Completed(alias_target=None, filling=filling, done=frozenset(), settled=())
     d = index.dimensions
     vector = f"CAST((CAST(:flat AS real[]))[i.n * {d} + 1:(i.n + 1) * {d}] AS {index.element}({d}))"
     statement = f"""
@@ -155,6 +171,11 @@ async def complete_embeddings(
             -- No join in this locking read: after waiting for a switch it returns the alias
             -- as the switch left it (see the module's docstring).
             SELECT index_name FROM mem_vector_index_aliases WHERE alias = :alias FOR SHARE
+        ), filling AS (
+            -- The rebuild filling beside the alias (at most one): a batch planned without
+            -- knowing of it would not write the rebuild's vectors (see the docstring).
+            SELECT (SELECT target_index FROM mem_vector_rebuilds
+                    WHERE alias = :alias AND state = 'filling') AS target_index
         ), i AS (
             SELECT * FROM jsonb_to_recordset(CAST(:rows AS jsonb)) AS r(
                 n int, job_id text, owner text, asset_id text, vault text, object_id text,
@@ -172,6 +193,7 @@ async def complete_embeddings(
             WHERE j.id = i.job_id AND j.owner_identity = i.owner
               AND j.lease_owner = :worker AND j.status = 'running'
               AND (SELECT index_name FROM alias) = :index
+              AND (SELECT target_index FROM filling) IS NOT DISTINCT FROM CAST(:filling AS text)
             RETURNING j.id
         ), written AS (
             SELECT DISTINCT ON (i.vector_id) i.* FROM i JOIN done ON done.id = i.job_id
@@ -229,6 +251,7 @@ async def complete_embeddings(
         )
         SELECT (SELECT index_name FROM alias),
                ARRAY(SELECT id FROM done),
+               (SELECT target_index FROM filling),
                (SELECT json_agg(json_build_array(id, status, source_kind, was))
                 FROM notified),
                -- For the near-duplicate pair search that follows in this transaction.
@@ -243,12 +266,13 @@ async def complete_embeddings(
                 "flat": flat,
                 "worker": lease_owner,
                 "index": index.name,
+                "filling": filling,
                 "channel": ASSET_STATE_CHANNEL,
                 "integrity": list(INTEGRITY_CODES),
             },
         )
     ).one()
-    target, done, changes = row[:3]
+    target, done, rebuild, changes = row[:4]
     if isinstance(changes, str):
         changes = json.loads(changes)
     settled = tuple(
@@ -258,6 +282,7 @@ async def complete_embeddings(
     )
     return Completed(
         alias_target=None if target is None else str(target),
+        filling=None if rebuild is None else str(rebuild),
         done=frozenset(str(j) for j in done or ()),
         settled=settled,
     )

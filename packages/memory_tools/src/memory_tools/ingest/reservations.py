@@ -15,13 +15,31 @@ live here once:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from memory_db import Database, QuotaExceededError, ReservationRecord, UnitOfWork, get_logger
+from memory_db import (
+    Database,
+    NotFound,
+    QuotaExceededError,
+    ReservationRecord,
+    UnitOfWork,
+    get_logger,
+)
+from memory_db.repositories import ReservationAttempt, split_vault_handle
 from memory_tools import metrics
-from memory_tools.errors import ConflictFailure, QuotaExceeded
+from memory_tools.access import (
+    Caller,
+    Need,
+    ResolvedVault,
+    authorised,
+    require_scope,
+    vault_authority,
+    vault_not_found,
+)
+from memory_tools.errors import ConflictFailure, QuotaExceeded, translate
+from memory_tools.text import refuse_nul
 
 log = get_logger(__name__)
 
@@ -40,10 +58,21 @@ class ReservationAsk:
     idempotency_key: str | None
     expected_bytes: int
     expires_at: datetime
-    vault: str
+    # The physical vault; ``None`` when the opening resolves it (:func:`open_in_vault`).
+    vault: str | None
     identity: Mapping[str, Any]
     details: Mapping[str, Any] = field(default_factory=dict[str, Any])
     object_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Opened:
+    """A reservation opened in the vault the caller named (:func:`open_in_vault`)."""
+
+    vault: ResolvedVault
+    namespace_id: str
+    reservation: ReservationRecord
+    created: bool
 
 
 async def open_reservation(
@@ -65,17 +94,72 @@ async def open_reservation(
             object_id=ask.object_id,
             request={**ask.identity, **ask.details},
         )
-        if created:
-            return reservation, True
-        if reservation.status in ("released", "expired"):
-            # The earlier attempt was refused or abandoned and stored nothing: the key is free
-            # for a retry, corrected or not, which opens a reservation of its own.
-            await uow.quota.free_idempotency_key(owner, reservation.id)
+        if created or not await _repeat_to_retry(uow, owner, reservation, ask):
+            return reservation, created
+
+
+async def _repeat_to_retry(
+    uow: UnitOfWork, owner: str, reservation: ReservationRecord, ask: ReservationAsk
+) -> bool:
+    """Whether an earlier reservation under the key freed it for a new one (open again).
+
+    ``False``: it is the same request's and stands (``conflict`` for a different request).
+    """
+    if reservation.status in ("released", "expired"):
+        # The earlier attempt was refused or abandoned and stored nothing: the key is free
+        # for a retry, corrected or not, which opens a reservation of its own.
+        await uow.quota.free_idempotency_key(owner, reservation.id)
+        return True
+    if any(reservation.request.get(name) != value for name, value in ask.identity.items()):
+        metrics.RESERVATION_FAILURES.labels("conflict").inc()
+        raise ConflictFailure(f"idempotencyKey was already used for a different {ask.noun}")
+    return False
+
+
+async def open_in_vault(
+    uow: UnitOfWork, caller: Caller, handle: str, need: Need, ask: ReservationAsk
+) -> Opened:
+    """:func:`open_reservation` in the vault ``handle`` names, resolved by the same statement.
+
+    One round trip in the common case (issue 31): the vault, its owner's namespace and the
+    reservation's insert (or the earlier one under the key). The refusals are
+    :func:`memory_tools.access.resolve_vault`'s, with nothing reserved: the key's scope, an
+    unknown vault, a permission that does not allow ``need``; then the key's rules as above.
+    """
+    require_scope(caller, need)
+    refuse_nul(handle, "vault")
+    parts = split_vault_handle(caller.identity, handle)
+    if parts is None:
+        raise vault_not_found(handle)
+    viewer, vault_owner, name = parts
+    attempt = ReservationAttempt(
+        operation=ask.operation,
+        idempotency_key=ask.idempotency_key,
+        expected_bytes=ask.expected_bytes,
+        expires_at=ask.expires_at,
+        request={**ask.identity, **ask.details},
+        object_id=ask.object_id,
+    )
+    while True:
+        opening = await uow.openings.open_in_vault(
+            viewer, vault_owner, name, permissions=vault_authority(need), attempt=attempt
+        )
+        if opening.vault is None:
+            raise vault_not_found(handle)
+        vault = authorised(caller, opening.vault, need)
+        if opening.namespace_id is None:
+            raise translate(NotFound("namespace"))
+        owner = vault.record.owner_identity
+        reservation, created = opening.reservation, opening.created
+        if reservation is None:
+            # The earlier reservation under the key committed after the statement's snapshot:
+            # read it as the separate statements do.
+            reservation, created = await open_reservation(
+                uow, owner, replace(ask, vault=vault.record.physical_vault)
+            )
+        elif not created and await _repeat_to_retry(uow, owner, reservation, ask):
             continue
-        if any(reservation.request.get(name) != value for name, value in ask.identity.items()):
-            metrics.RESERVATION_FAILURES.labels("conflict").inc()
-            raise ConflictFailure(f"idempotencyKey was already used for a different {ask.noun}")
-        return reservation, False
+        return Opened(vault, opening.namespace_id, reservation, created)
 
 
 def over_quota(detail: str, *, owner: str, caller: str) -> QuotaExceeded:

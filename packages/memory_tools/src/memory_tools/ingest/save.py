@@ -96,7 +96,7 @@ from memory_tools.ingest.plan import (
     repeat_key,
     source_url_hash,
 )
-from memory_tools.ingest.reservations import ReservationAsk, open_reservation
+from memory_tools.ingest.reservations import Opened, ReservationAsk, open_in_vault
 from memory_tools.ingest.sources import Download, ImageSource, InlineBytes, StoredArtifact
 from memory_tools.progress import Progress, no_progress
 from memory_tools.services import MemoryServices
@@ -293,6 +293,21 @@ def vector_bytes(services: MemoryServices, representations: int) -> int:
     return representations * (services.settings.asset_embed_dim * element + VECTOR_HEADER_BYTES)
 
 
+def _target(opened: Opened, intent: SaveIntent) -> SaveTarget:
+    """Where the save goes, from its opening (:meth:`ImageSaver.target` reads it apart)."""
+    # Logs name the owner by this opaque id, never by their identity.
+    structlog.contextvars.bind_contextvars(namespace_id=opened.namespace_id)
+    vault = opened.vault
+    return SaveTarget(
+        scope=vault.record.scope,
+        display_vault=vault.display_handle,
+        namespace_id=opened.namespace_id,
+        project_id=intent.project_id,
+        folder_id=intent.folder_id,
+        caller_is_owner=vault.record.permission == "owner",
+    )
+
+
 def _result(
     target: SaveTarget,
     asset: AssetRecord,
@@ -437,12 +452,15 @@ class AssetSaver:
         timeout = self._settings.asset_fetch_timeout_seconds
         deadline = anyio.current_time() + timeout + 60
         while True:
-            # Statements of their own, no BEGIN and COMMIT: reads of the target, and the
-            # reservation's insert (or the earlier one's read), which stands alone. Under READ
-            # COMMITTED the reads agreed no more inside a transaction; the commit checks the
-            # placement again under its locks.
+            # Statements of their own, no BEGIN and COMMIT: the opening is one statement (the
+            # vault, the namespace, the reservation's insert or the earlier one's read), and
+            # a project or folder is checked by reads before it. Under READ COMMITTED the
+            # reads agreed no more inside a transaction; the commit checks the placement again
+            # under its locks.
             async with self.services.database.single_statements() as uow:
-                target = await self.target(uow, caller, intent)
+                if intent.project_id is not None or intent.folder_id is not None:
+                    # Refused placements reserve nothing.
+                    await self.target(uow, caller, intent)
                 ask = ReservationAsk(
                     operation=OPERATION,
                     noun="save request",
@@ -451,12 +469,13 @@ class AssetSaver:
                         self._settings.asset_max_bytes if source.size is None else source.size
                     ),
                     expires_at=datetime.now(UTC) + timedelta(seconds=timeout + 600),
-                    vault=target.scope.physical_vault,
+                    vault=None,
                     identity={"fingerprint": intent.fingerprint},
                 )
-                owner = target.scope.owner_identity
-                reservation, created = await open_reservation(uow, owner, ask)
-                if created:
+                opened = await open_in_vault(uow, caller, intent.vault, "write", ask)
+                target = _target(opened, intent)
+                reservation = opened.reservation
+                if opened.created:
                     return SaveOrder(
                         caller.identity,
                         intent,

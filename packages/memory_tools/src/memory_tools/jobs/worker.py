@@ -30,7 +30,7 @@ import random
 import secrets
 import socket
 from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -140,12 +140,20 @@ class _Plan:
 
     Read before embedding, so the batch is embedded with each index's own embedder; the
     completion checks the alias still points at ``active`` (else the jobs are retried).
+    A plan with no rebuild to write is remembered for the next batches
+    (:meth:`JobWorker._plan`): its completion checks it is still right.
     """
 
     active: str
     embedder: Embedder
     target: str | None = None
     target_embedder: Embedder | None = None
+    # The rebuild filling beside the alias when the plan was read (its target index), whether
+    # this worker writes it or not.
+    filling: str | None = None
+    # Read for an earlier batch: a completion that finds it outdated writes nothing and the
+    # batch is planned again.
+    remembered: bool = False
     # The shapes (dimensions, element type) of the indexes named above, as read for this
     # batch: reading the stored vectors to reuse needs them, and need not read them again.
     shapes: Mapping[str, VectorIndex] = field(default_factory=dict[str, VectorIndex])
@@ -220,6 +228,9 @@ class JobWorker:
         self._prepared = False
         self._reconcile_due = 0.0  # anyio clock: the first sweep reconciles
         self._stranded: set[str] = set()  # leased jobs an outage cut short; handed back later
+        # The last plan with no rebuild to write (issue 31: no round trip per batch to read
+        # the alias); forgotten when a completion finds the alias or its rebuild changed.
+        self._remembered_plan: _Plan | None = None
 
     # --- the loop ----------------------------------------------------------------------------
 
@@ -532,16 +543,30 @@ class JobWorker:
         # Oldest asset first, visual before fused: an image two jobs share is charged to the
         # earliest save's visual job, never to a later save that deduplicated onto it.
         work.sort(key=lambda w: (w.asset.created_at, w.job.representation != "visual"))
+        plan = await self._planned(work)
+        if plan is not None and not await self._embed_and_complete(work, plan):
+            # The remembered plan was outdated (an index switch, or a rebuild began or ended):
+            # nothing was written and the jobs are still held. Plan afresh, once.
+            plan = await self._planned(work, fresh=True)
+            if plan is not None:
+                await self._embed_and_complete(work, plan)
+
+    async def _planned(self, work: Sequence[_Work], *, fresh: bool = False) -> _Plan | None:
+        """The batch's plan, or ``None`` when this process cannot embed for the active index."""
         try:
-            plan = await self._plan()
+            plan = await self._plan(fresh=fresh)
         except ConfigurationError as exc:
             # This process cannot build the active index's embedder (no key for its provider):
             # leave the jobs to a worker that can, and say why.
             log.error("worker_index_embedder_unavailable", worker=self.worker_id, exc_info=True)
             for item in work:
                 await self._retry(item.job, "embedder_unavailable", str(exc))
-            return
+            return None
         structlog.contextvars.bind_contextvars(model=plan.embedder.model)
+        return plan
+
+    async def _embed_and_complete(self, work: Sequence[_Work], plan: _Plan) -> bool:
+        """Embed the batch and complete it; ``False``: the remembered plan was outdated."""
         try:
             embedded = await self._embed_work(plan.embedder, plan.active, work, plan.shapes)
         except EmbeddingError as exc:
@@ -550,10 +575,10 @@ class JobWorker:
                 # vectors first (a fused job after them reuses its image's stored vector).
                 for item in sorted(work, key=lambda w: w.job.representation != "visual"):
                     await self._embed_alone(item, plan)
-                return
+                return True
             for item in work:
                 await self._failed(item, exc)
-            return
+            return True
         except MemoryDbError:
             raise  # reading the stored vectors met an outage: the batch is handed back
         except Exception as exc:
@@ -561,16 +586,33 @@ class JobWorker:
                 await self._retry(
                     item.job, "embed_error", f"embedding failed ({type(exc).__name__})"
                 )
-            return
+            return True
         targets = await self._embed_target(plan, work)
-        await self._complete(work, embedded, plan, targets)
+        return await self._complete(work, embedded, plan, targets, redo_when_outdated=True)
 
-    async def _plan(self) -> _Plan:
+    async def _plan(self, *, fresh: bool = False) -> _Plan:
         """The active index and the rebuild filling beside it, with their embedders.
 
         Read outside a transaction: the batch's completion checks the alias again under its
-        lock, and retries a batch that an index switch overtook.
+        lock, and retries a batch that an index switch overtook. A plan with no rebuild to
+        write is remembered and reused without a round trip (unless ``fresh``): the
+        completion that writes its batch checks the alias and its filling rebuild under the
+        alias's lock, and writes nothing when they changed (a process that switches or starts
+        a rebuild may be another one).
         """
+        if not fresh and self._remembered_plan is not None:
+            return self._remembered_plan
+        plan = await self._read_plan()
+        # Not a plan whose index the embedder does not fit: its batches never reach the
+        # completion that would find the alias switched back, so it would never be forgotten.
+        fits = plan.shapes[plan.active].dimensions == plan.embedder.dimensions
+        self._remembered_plan = (
+            replace(plan, remembered=True) if plan.target is None and fits else None
+        )
+        return plan
+
+    async def _read_plan(self) -> _Plan:
+        """:meth:`_plan` as the database has it now."""
         async with self._services.database.single_statements() as uow:
             # Nothing to hold outside a transaction: the completion holds the alias.
             index = await uow.vector_indexes.open_alias(self._services.vector_alias, hold=False)
@@ -587,16 +629,22 @@ class JobWorker:
         # An index made before identities were recorded was filled by the configured embedder.
         embedder = self._embedder if index.identity is None else embedders.get(index.identity)
         shapes = {index.name: index}
+        filling = None if rebuild is None else rebuild.target_index
         if target is None or target.identity is None:
-            return _Plan(active=index.name, embedder=embedder, shapes=shapes)
+            return _Plan(active=index.name, embedder=embedder, filling=filling, shapes=shapes)
         try:
             target_embedder = embedders.get(target.identity)
         except ConfigurationError:
             # The rebuild's own run embeds what the worker could not (its verification finds it).
             log.warning("worker_rebuild_embedder_unavailable", target=target.name, exc_info=True)
-            return _Plan(active=index.name, embedder=embedder, shapes=shapes)
+            return _Plan(active=index.name, embedder=embedder, filling=filling, shapes=shapes)
         return _Plan(
-            index.name, embedder, target.name, target_embedder, {**shapes, target.name: target}
+            index.name,
+            embedder,
+            target.name,
+            target_embedder,
+            filling=filling,
+            shapes={**shapes, target.name: target},
         )
 
     async def _embed_target(
@@ -739,7 +787,7 @@ class JobWorker:
             await self._retry(item.job, "embed_error", f"embedding failed ({type(exc).__name__})")
             return
         targets = await self._embed_target(plan, [item])
-        await self._complete([item], embedded, plan, targets)
+        await self._complete([item], embedded, plan, targets)  # outdated: retried as a switch
 
     async def _live(
         self, claimed: Sequence[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]
@@ -804,23 +852,28 @@ class JobWorker:
         embedded: _Embedded,
         plan: _Plan,
         targets: Sequence[Sequence[float]] | None = None,
-    ) -> None:
+        *,
+        redo_when_outdated: bool = False,
+    ) -> bool:
         """Finish a batch in one transaction; each job only if this worker still holds it.
 
         ``targets``: the same batch embedded for the rebuild filling beside the active index
-        (new saves are embedded into both while a rebuild runs).
+        (new saves are embedded into both while a rebuild runs). ``False``: the plan was a
+        remembered one the alias outdated, nothing was written and, ``redo_when_outdated``,
+        the jobs are still held for the caller to plan again (else they are retried later).
         """
         if targets is None:
-            await self._complete_active(items, embedded, plan)
-            return
+            return await self._complete_active(items, embedded, plan, redo_when_outdated)
         await self._complete_mirrored(items, embedded, plan, targets)
+        return True
 
     async def _complete_active(
         self,
         items: Sequence[_Work],
         embedded: _Embedded,
         plan: _Plan,
-    ) -> None:
+        redo_when_outdated: bool = False,
+    ) -> bool:
         """Finish a batch written to the active index only, in four round trips.
 
         BEGIN, the assets locked, then one statement that holds the alias, completes the jobs
@@ -834,6 +887,7 @@ class JobWorker:
         finishing: list[_Finishing] = []
         settled: Sequence[AssetSettled] = ()
         done: frozenset[str] = frozenset()
+        outdated = False
         async with self._services.database.unit_of_work() as uow:
             # The completion statement reads the assets' jobs after this lock
             # (memory_db.vectors.completion says why it is a statement of its own).
@@ -859,11 +913,25 @@ class JobWorker:
                         )
                         for f in finishing
                     ],
+                    filling=plan.filling,
                 )
-                if completed.alias_target != plan.active:
-                    # Switched while this batch was embedded: its vectors are of the old model,
-                    # and the statement wrote nothing.
-                    mismatch = self._switched(plan.active, completed.alias_target)
+                if (completed.alias_target, completed.filling) != (plan.active, plan.filling):
+                    # Switched, or a rebuild began or ended, since the plan was read: the
+                    # statement wrote nothing (the vectors may be of the old model, or miss
+                    # the rebuild's index).
+                    self._remembered_plan = None
+                    if plan.remembered and redo_when_outdated:
+                        log.info(
+                            "worker_plan_outdated",
+                            worker=self.worker_id,
+                            index=completed.alias_target,
+                            rebuild=completed.filling,
+                        )
+                        outdated = True
+                    elif completed.alias_target != plan.active:
+                        mismatch = self._switched(plan.active, completed.alias_target)
+                    else:
+                        mismatch = self._rebuild_changed(plan.filling, completed.filling)
                 else:
                     # In this transaction: whoever the commit's notice wakes (a save or get
                     # waiting for the embedding) reads the pairs with the new state.
@@ -875,7 +943,10 @@ class JobWorker:
                         after_completion=True,
                     )
                 done, settled = completed.done, completed.settled
+        if outdated:
+            return False
         await self._report(finishing, done, settled, mismatch)
+        return True
 
     async def _complete_mirrored(
         self,
@@ -891,8 +962,9 @@ class JobWorker:
         """
         async with self._services.database.unit_of_work() as uow:
             current = await _lock_assets(uow, items)
-            # The alias is resolved per batch, never cached: after a rebuild switches it, the
-            # next batch writes to the new index (the switch waits for this one to commit).
+            # Read again under its lock while a rebuild fills (the remembered plan is only for
+            # batches without one): after a switch the next batch writes to the new index
+            # (the switch waits for this one to commit).
             index = await uow.vector_indexes.open_alias(self._services.vector_alias)
             if index.name != plan.active:
                 # Switched while this batch was embedded: its vectors are of the old model.
@@ -942,6 +1014,11 @@ class JobWorker:
             f"the active vector index {index.name} holds {index.dimensions}-d vectors, "
             f"this worker's embedder makes {embedder.dimensions}-d ones"
         )
+
+    def _rebuild_changed(self, planned: str | None, now: str | None) -> str:
+        """Why the batch cannot be written: the rebuild beside the alias is not the planned one."""
+        log.info("worker_index_rebuild_changed", worker=self.worker_id, rebuild=now)
+        return f"the rebuild filling beside the vector index changed from {planned} to {now}"
 
     def _switched(self, planned: str, now: str | None) -> str:
         """Why the batch cannot be written: the alias moved from ``planned`` to ``now``."""
