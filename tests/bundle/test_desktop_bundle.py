@@ -13,7 +13,9 @@ gives only the API key; the data directory and database URL keep their defaults)
 The official MCP SDK client talks to it over stdio: it lists the manifest's tools, saves an
 image and gets it, and the second start finds it again. The key is made beforehand by
 ``memory-server admin create-key`` with nothing but the same ``HOME``: the bundle's default data
-directory must be the command's, or that key is unknown to the bundle's server.
+directory must be the command's, or that key is unknown to the bundle's server. That ``HOME``
+serves the module: its default data directory starts as a copy of the worker's migrated one
+(initdb and the migrations are not the subject), and its person is made in-process.
 
 Hermetic: its own ``HOME``; uv offline (``UV_OFFLINE``) from the cache ``make install`` filled,
 with the Python running the tests (``UV_PYTHON``), so nothing is downloaded. Measured on the
@@ -39,6 +41,9 @@ import pytest
 import pyvips
 from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
+
+from memory_db.testing import copy_data_directory
+from memory_tools.testing.keys import new_identity
 
 pytestmark = [pytest.mark.slow, pytest.mark.mcpb]
 
@@ -180,22 +185,30 @@ def _host(
     }
 
 
+@pytest.fixture(scope="module")
+def home(tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path) -> Path:
+    """A user's ``HOME`` whose default data directory holds a migrated database and ``OWNER``."""
+    home = tmp_path_factory.mktemp("desk") / "home"
+    data = home / ".local" / "share" / "mcp-memory"
+    data.parent.mkdir(parents=True)
+    data.mkdir(mode=0o700)
+    copy_data_directory(migrated_pgdata, data / "postgres")
+    new_identity({"MEMORY_DATA_DIR": str(data)}, OWNER)
+    return home
+
+
 def _key(home: Path) -> str:
     """A read-write key made as the docs say, with nothing but the same HOME."""
-    base = _machine_env()
     cli = [sys.executable, "-m", "memory_server", "admin"]
-    env = {**base, "HOME": str(home)}
-    _run([*cli, "create-identity", "--owner", OWNER], env=env)
+    env = {**_machine_env(), "HOME": str(home)}
     made = _run([*cli, "create-key", "--owner", OWNER, "--scopes", "read,write"], env=env)
     return made.stdout.strip().splitlines()[-1]
 
 
 async def test_the_unpacked_bundle_serves_mcp_over_stdio_as_a_host_starts_it(
-    unpacked: Path, tmp_path: Path
+    unpacked: Path, home: Path, tmp_path: Path
 ) -> None:
     manifest = json.loads((unpacked / "manifest.json").read_text(encoding="utf-8"))
-    home = tmp_path / "home"
-    home.mkdir()
     variables, host_env = _host(manifest, unpacked, home, _key(home))
     config = manifest["server"]["mcp_config"]
     assert config["command"] == "uv"  # the host's own uv stands for it
@@ -231,11 +244,9 @@ async def test_the_unpacked_bundle_serves_mcp_over_stdio_as_a_host_starts_it(
 
 
 async def test_a_key_the_database_does_not_know_stops_the_start_naming_the_setting(
-    unpacked: Path, tmp_path: Path
+    unpacked: Path, home: Path
 ) -> None:
     manifest = json.loads((unpacked / "manifest.json").read_text(encoding="utf-8"))
-    home = tmp_path / "home"
-    home.mkdir()
     variables, env = _host(manifest, unpacked, home, "mk_" + "x" * 40)
     config = manifest["server"]["mcp_config"]
     done = subprocess.run(

@@ -11,17 +11,17 @@ import os
 import queue
 import shutil
 import subprocess
-import sys
 import threading
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
+from memory_tools.testing.keys import new_key
+
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SERVER = [sys.executable, "-m", "memory_server"]
 # Generous: `make stdio` first runs the install step (`uv sync`, which recompiles bytecode)
 # and the server starts the embedded PostgreSQL, on a shared and loaded machine.
 ANSWER_SECONDS = 300
@@ -42,18 +42,6 @@ def _client_env(tmp_path: Path) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(dropped)}
     env.update(MEMORY_DATA_DIR=str(tmp_path / "data"), ASSET_OCR="off")
     return env
-
-
-def _key(env: dict[str, str], owner: str) -> str:
-    for argv in (
-        ["admin", "create-identity", "--owner", owner],
-        ["admin", "create-key", "--owner", owner, "--scopes", "read,write"],
-    ):
-        done = subprocess.run(
-            [*SERVER, *argv], env=env, capture_output=True, text=True, timeout=120, check=False
-        )
-        assert done.returncode == 0, done.stderr
-    return done.stdout.strip().splitlines()[-1]
 
 
 def _lines(stream: IO[str], into: queue.Queue[str | None]) -> None:
@@ -85,7 +73,8 @@ def _send(stdin: IO[str], message: dict[str, Any]) -> None:
 @pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
 def test_make_stdio_writes_only_json_rpc_to_stdout(tmp_path: Path) -> None:
     env = _client_env(tmp_path)
-    env["MEMORY_API_KEY"] = _key(env, "stdio@example.com")
+    # The person and key in-process: `make stdio` is the subject, not `admin create-key`.
+    env["MEMORY_API_KEY"] = new_key(env, "stdio@example.com", "read,write")
     process = subprocess.Popen(
         ["make", "stdio", f"UV={_uv()}"],
         cwd=ROOT,

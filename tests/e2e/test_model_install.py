@@ -6,8 +6,9 @@ downloaded here). The whole path: a stdio server saves images with the default w
 embedder (a weak search says why, naming `make model`); ``models install`` downloads and
 verifies the files, re-embeds every image and moves the alias, showing both steps' progress
 and ending with one line; a new server then searches with the new model without being told;
-a second install does nothing. Offline (the hub's port closed), the command fails in one line
-and changes nothing: no model directory, no index, the alias where it was.
+a second install does nothing. Offline (the hub's port closed; tried first, on the same
+images), the command fails in one line and changes nothing: no model directory, no index, the
+alias where it was.
 """
 
 from __future__ import annotations
@@ -113,7 +114,7 @@ async def _save(client: Client[StdioTransport], seed: int, title: str) -> str:
     return asset
 
 
-async def test_install_fetches_verifies_switches_and_then_does_nothing(
+async def test_install_offline_changes_nothing_then_fetches_verifies_switches_and_does_nothing(
     tmp_path: Path, hub: ModelHubServer, catalog_file: Path, database_url: str
 ) -> None:
     env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: a clone
@@ -124,7 +125,22 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
         weak = _content(await client.call_tool("image_asset_search", {"query": "lunar crater"}))
         assert weak["noGoodMatch"] is True
         assert weak["noGoodMatchReason"] == SEARCH_REASON and "make model" in SEARCH_REASON
-    before, _ = await _indexes(database_url)
+    before, indexes = await _indexes(database_url)
+
+    # Offline (nothing listens on the hub's address): one line, and nothing changes.
+    offline = f"http://127.0.0.1:{_closed_port()}"
+    failed = cli(
+        env, "models", "install", MODEL, "--hub-url", offline, "--catalog", str(catalog_file)
+    )
+    assert failed.returncode == 1
+    errors = [line for line in failed.stderr.splitlines() if line.strip()]
+    assert len(errors) == 1, failed.stderr
+    assert "cannot reach the model hub 127.0.0.1" in errors[0]
+    assert "nothing was installed" in errors[0]
+    assert failed.stdout == ""
+    # No model directory, not even the empty models directory the fetch had to make.
+    assert not (Path(env["MEMORY_DATA_DIR"]) / "models").exists()
+    assert await _indexes(database_url) == (before, indexes)  # no new index, the alias kept
 
     install = ("models", "install", MODEL, "--hub-url", hub.url, "--catalog", str(catalog_file))
     done = cli(env, *install)
@@ -162,29 +178,6 @@ async def test_install_fetches_verifies_switches_and_then_does_nothing(
     assert report["switched"] is False and report["index"] == target
     assert len(hub.requests) == requests and "re-embedding" not in again.stderr
     assert await _indexes(database_url) == (active, names)
-
-
-async def test_install_without_the_network_fails_in_one_line_and_changes_nothing(
-    tmp_path: Path, catalog_file: Path, database_url: str
-) -> None:
-    env = environment(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: a clone
-    key = new_key(env, "offline@example.com")
-    async with _server(env, key) as client:
-        await _save(client, 5, "meadow")
-    before = await _indexes(database_url)
-    offline = f"http://127.0.0.1:{_closed_port()}"
-    failed = cli(
-        env, "models", "install", MODEL, "--hub-url", offline, "--catalog", str(catalog_file)
-    )
-    assert failed.returncode == 1
-    errors = [line for line in failed.stderr.splitlines() if line.strip()]
-    assert len(errors) == 1, failed.stderr
-    assert "cannot reach the model hub 127.0.0.1" in errors[0]
-    assert "nothing was installed" in errors[0]
-    assert failed.stdout == ""
-    # No model directory, not even the empty models directory the fetch had to make.
-    assert not (Path(env["MEMORY_DATA_DIR"]) / "models").exists()
-    assert await _indexes(database_url) == before  # no new index, the alias where it was
 
 
 def test_install_refuses_an_unpinned_entry_and_defaults_to_the_recommended_one(

@@ -1,7 +1,9 @@
 """``memory-server connect`` as a person runs it, and the key it makes used as the client would.
 
 Each command is a real process on a migrated data directory, with ``HOME`` in the test's
-temporary directory (no real client file is ever touched). The configuration it writes is read
+temporary directory (no real client file is ever touched). The person and the listing of their
+keys are made and read in-process (``memory_tools.testing.keys``): not the subject here. Bad
+usage is parsed through the CLI's own ``main`` in-process, case by case, and once as a process. The configuration it writes is read
 back and used exactly: the URL and the header of the file (its ``${env:...}`` filled from the
 variable the output says to set) against a real ``memory-server serve``, and the command,
 arguments and environment of Claude Desktop's stdio entry started the way a client starts it,
@@ -28,6 +30,8 @@ from mcp import ClientSession, StdioServerParameters
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamable_http_client
 
+from memory_server.cli import main
+from memory_tools.testing.keys import list_keys, new_identity
 from memory_tools.testing.mcp_http import free_port
 from memory_tools.testing.processes import serving_http
 
@@ -57,8 +61,7 @@ def shell(tmp_path: Path) -> dict[str, str]:
 def env(shell: dict[str, str], embedded_data_dir: Path) -> dict[str, str]:
     """``shell`` with a migrated database and the identity ``OWNER``."""
     environment = {**shell, "MEMORY_DATA_DIR": str(embedded_data_dir)}
-    made = _cli(environment, "admin", "create-identity", "--owner", OWNER)
-    assert made.returncode == 0, made.stderr
+    new_identity(environment, OWNER)
     return environment
 
 
@@ -89,9 +92,11 @@ def _key_id(stdout: str) -> str:
 
 
 def _keys(env: dict[str, str]) -> list[dict[str, Any]]:
-    listed = _cli(env, "admin", "list-keys", "--owner", OWNER, "--json")
-    assert listed.returncode == 0, listed.stderr
-    return json.loads(listed.stdout)["keys"]
+    """``OWNER``'s keys as ``admin list-keys --json`` lists them: label, scopes, revokedAt."""
+    return [
+        {"label": k.label, "scopes": list(k.scopes), "revokedAt": k.revoked_at}
+        for k in list_keys(env, OWNER)
+    ]
 
 
 @contextmanager
@@ -125,38 +130,41 @@ async def test_cursor_written_twice_then_used_by_an_mcp_client(
     port = free_port()
     url = f"http://127.0.0.1:{port}"
 
-    first = _cli(env, "connect", "cursor", "--owner", OWNER, "--write", "--url", url)
-    assert first.returncode == 0, first.stderr
-    written = json.loads(config.read_text(encoding="utf-8"))
-    assert written == {
-        "theme": "dark",
-        "mcpServers": {
-            "docs": {"url": "https://docs.example/mcp"},
-            "image-memory": {
-                "url": f"{url}/mcp",
-                "headers": {"Authorization": "Bearer ${env:IMAGE_MEMORY_API_KEY}"},
-            },
-        },
-    }
-    backups = list(config.parent.glob("mcp.json.bak-*"))
-    assert [json.loads(b.read_text(encoding="utf-8")) for b in backups] == [theirs]
-    assert f"backup of the previous file: ~/.cursor/{backups[0].name}" in first.stdout
-    first_key = _exported(first.stdout, "IMAGE_MEMORY_API_KEY")
-
-    # A second run: the same file (it names the variable, not the key), a new key, and the
-    # first key named as still working.
-    second = _cli(env, "connect", "cursor", "--owner", OWNER, "--write", "--url", url)
-    assert second.returncode == 0, second.stderr
-    assert json.loads(config.read_text(encoding="utf-8")) == written
-    assert len(list(config.parent.glob("mcp.json.bak-*"))) == 1  # unchanged: not rewritten
-    key = _exported(second.stdout, "IMAGE_MEMORY_API_KEY")
-    assert key != first_key
-    assert "earlier keys labelled cursor@" in second.stdout
-    assert _key_id(first.stdout) in second.stdout
-    labels = {k["label"] for k in _keys(env)}
-    assert len(labels) == 1 and labels.pop().startswith("cursor@")
-
+    # The server runs throughout, as when a person connects a client to their running server:
+    # each command attaches to its database (starting the embedded PostgreSQL when no server
+    # runs is what the other tests here do).
     with _serving(env, tmp_path, port):
+        first = _cli(env, "connect", "cursor", "--owner", OWNER, "--write", "--url", url)
+        assert first.returncode == 0, first.stderr
+        written = json.loads(config.read_text(encoding="utf-8"))
+        assert written == {
+            "theme": "dark",
+            "mcpServers": {
+                "docs": {"url": "https://docs.example/mcp"},
+                "image-memory": {
+                    "url": f"{url}/mcp",
+                    "headers": {"Authorization": "Bearer ${env:IMAGE_MEMORY_API_KEY}"},
+                },
+            },
+        }
+        backups = list(config.parent.glob("mcp.json.bak-*"))
+        assert [json.loads(b.read_text(encoding="utf-8")) for b in backups] == [theirs]
+        assert f"backup of the previous file: ~/.cursor/{backups[0].name}" in first.stdout
+        first_key = _exported(first.stdout, "IMAGE_MEMORY_API_KEY")
+
+        # A second run: the same file (it names the variable, not the key), a new key, and the
+        # first key named as still working.
+        second = _cli(env, "connect", "cursor", "--owner", OWNER, "--write", "--url", url)
+        assert second.returncode == 0, second.stderr
+        assert json.loads(config.read_text(encoding="utf-8")) == written
+        assert len(list(config.parent.glob("mcp.json.bak-*"))) == 1  # unchanged: not rewritten
+        key = _exported(second.stdout, "IMAGE_MEMORY_API_KEY")
+        assert key != first_key
+        assert "earlier keys labelled cursor@" in second.stdout
+        assert _key_id(first.stdout) in second.stdout
+        labels = {k["label"] for k in _keys(env)}
+        assert len(labels) == 1 and labels.pop().startswith("cursor@")
+
         entry = written["mcpServers"]["image-memory"]
         headers = {
             name: value.replace("${env:IMAGE_MEMORY_API_KEY}", key)
@@ -256,14 +264,45 @@ def test_codex_project_file_in_the_current_directory(env: dict[str, str], tmp_pa
     ],
 )
 def test_bad_usage_is_one_error_and_changes_nothing(
+    shell: dict[str, str], argv: list[str], says: str, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    # The CLI's own entry, in-process: the parsing and usage checks a process runs, without
+    # a second of interpreter start per case (one real process below).
+    for name in [name for name in os.environ if name.startswith(("ASSET_", "MEMORY_", "JINA_"))]:
+        monkeypatch.delenv(name)
+    for name in ("HOME", "MEMORY_DATA_DIR"):
+        monkeypatch.setenv(name, shell[name])
+    try:
+        status = main(argv)
+    except SystemExit as exited:  # argparse's own refusals
+        status = exited.code
+    said = capsys.readouterr()
+    assert status == 2, said.err
+    assert says in said.err
+    assert said.out == ""
+    assert list(Path(shell["HOME"]).iterdir()) == []
+    assert not Path(shell["MEMORY_DATA_DIR"]).exists()  # refused before anything was opened
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        # argparse's refusal, then the command's own usage check.
+        (["connect", "zed", "--owner", OWNER], "invalid choice: 'zed'"),
+        (["connect", "cursor", "--owner", OWNER, "--url", "ftp://x"], "--url: an http(s) URL"),
+    ],
+)
+def test_bad_usage_as_a_process_is_one_error_and_changes_nothing(
     shell: dict[str, str], argv: list[str], says: str
 ) -> None:
     done = _cli(shell, *argv)
     assert done.returncode == 2, done.stderr
-    assert says in done.stderr
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("memory-server") and says in last
     assert done.stdout == ""
     assert list(Path(shell["HOME"]).iterdir()) == []
-    assert not Path(shell["MEMORY_DATA_DIR"]).exists()  # refused before anything was opened
+    assert not Path(shell["MEMORY_DATA_DIR"]).exists()
 
 
 def test_an_unknown_owner_is_refused_with_the_command_that_creates_it(

@@ -1,4 +1,4 @@
-"""Make a person and an API key for a test's server, without starting a CLI process.
+"""Make a person and an API key for a test's server (and list its keys), without a CLI process.
 
 `memory-server admin create-identity` and `create-key` each start Python and import the command
 line before they touch the database: one to four seconds a call on a busy two-core machine, and
@@ -15,16 +15,19 @@ import asyncio
 from collections.abc import Awaitable, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import TypeVar
 
 import anyio
 
-from memory_db import MemorySettings
+from memory_db import ApiKeyRecord, MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, create_engine, start_embedded
 from memory_db.unit_of_work import Database
 from memory_tools.operations import admin
 
+T = TypeVar("T")
 
-async def _on_database(env: Mapping[str, str], work: Callable[[Database], Awaitable[str]]) -> str:
+
+async def _on_database(env: Mapping[str, str], work: Callable[[Database], Awaitable[T]]) -> T:
     """Run ``work`` on the database a server started with ``env`` uses.
 
     ``MEMORY_DATABASE_URL`` when set; else the embedded PostgreSQL of ``MEMORY_DATA_DIR``,
@@ -74,5 +77,32 @@ def new_key(
         await admin.create_identity(database, owner, quota)
         return (await admin.create_key(database, owner, wanted)).secret
 
+    return _apart(env, make)
+
+
+def new_identity(env: Mapping[str, str], owner: str, *, quota_bytes: int | None = None) -> None:
+    """Create identity ``owner`` (no key): what ``admin create-identity --owner OWNER`` does.
+
+    With the quota the CLI would give unless ``quota_bytes`` is given. Blocking, like
+    :func:`new_key`.
+    """
+    quota = _default_quota(env) if quota_bytes is None else quota_bytes
+
+    async def make(database: Database) -> None:
+        await admin.create_identity(database, owner, quota)
+
+    _apart(env, make)
+
+
+def list_keys(env: Mapping[str, str], owner: str) -> list[ApiKeyRecord]:
+    """``owner``'s keys, newest first: what ``admin list-keys --owner OWNER`` lists.
+
+    Blocking, like :func:`new_key`.
+    """
+    return _apart(env, lambda database: admin.list_keys(database, owner))
+
+
+def _apart(env: Mapping[str, str], work: Callable[[Database], Awaitable[T]]) -> T:
+    """Run ``work`` on ``env``'s database, on an event loop of its own thread."""
     with ThreadPoolExecutor(max_workers=1) as apart:
-        return apart.submit(asyncio.run, _on_database(env, make)).result()
+        return apart.submit(asyncio.run, _on_database(env, work)).result()
