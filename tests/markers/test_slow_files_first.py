@@ -27,32 +27,27 @@ def _tests_in(path: str) -> list[str]:
     ]
 
 
-def test_slow_files_come_first_whole_and_in_their_own_order() -> None:
+BROWSER = "tests/web/test_sign_in.py"
+
+
+def test_slow_and_browser_files_come_first_whole_and_in_their_own_order() -> None:
+    # One collection (a pytest process costs seconds of imports), named quick first: the slow
+    # file and the browser file, which has no `slow` marker of its own (the web conftest's
+    # pytestmark does not reach it) but whose tests use the `browser` fixture, are handed out
+    # before it, each whole, in the order they were named.
     command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
     done = subprocess.run(
-        [*command, QUICK, SLOW], cwd=ROOT, capture_output=True, text=True, check=False
+        [*command, QUICK, SLOW, BROWSER], cwd=ROOT, capture_output=True, text=True, check=False
     )
     assert done.returncode == 0, done.stdout + done.stderr
     collected = [line for line in done.stdout.splitlines() if "::" in line]
     files = [test_id.split("::", 1)[0] for test_id in collected]
-    # Named quick first, collected slow first, each file whole.
-    assert files == [SLOW] * files.count(SLOW) + [QUICK] * files.count(QUICK), files
-    assert files.count(SLOW) and files.count(QUICK)
+    counts = {path: files.count(path) for path in (SLOW, BROWSER, QUICK)}
+    assert all(counts.values()), counts
+    assert files == [SLOW] * counts[SLOW] + [BROWSER] * counts[BROWSER] + [QUICK] * counts[QUICK], (
+        files
+    )
     # Within the slow file, the written order.
     assert [test_id.split("::", 1)[1] for test_id in collected if test_id.startswith(SLOW)] == (
         _tests_in(SLOW)
     )
-
-
-def test_a_browser_file_without_the_marker_comes_first_too() -> None:
-    # tests/web/test_sign_in.py has no `slow` marker of its own (the web conftest's pytestmark
-    # does not reach it); its tests use the `browser` fixture, so it is handed out first.
-    browser_file = "tests/web/test_sign_in.py"
-    command = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider"]
-    done = subprocess.run(
-        [*command, QUICK, browser_file], cwd=ROOT, capture_output=True, text=True, check=False
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    files = [line.split("::", 1)[0] for line in done.stdout.splitlines() if "::" in line]
-    count = files.count(browser_file)
-    assert count and files == [browser_file] * count + [QUICK] * files.count(QUICK), files

@@ -3,8 +3,9 @@
 PostgreSQL: ``postgres``, ``database_url``, ``database``. Data directories for ``memory-server``
 processes on the embedded default: ``migrated_pgdata``, ``embedded_data_dir``.
 
-``postgres``, ``migrated_pgdata``, ``moto_peer`` and ``s3rver_peer`` live for the session
-(made on first use); ``database_url``, ``database`` and ``embedded_data_dir`` are per test.
+``postgres``, ``clone_supply``, ``migrated_pgdata``, ``moto_peer`` and ``s3rver_peer`` live for
+the session (made on first use); ``database_url``, ``database`` and ``embedded_data_dir`` are
+per test.
 
 Load them from a root ``conftest.py`` with ``pytest_plugins = ["memory_db.testing.fixtures"]``.
 """
@@ -22,6 +23,7 @@ import pytest
 
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests, copy_data_directory, make_migrated_data_directory
+from memory_db.testing.clone_supply import CloneSupply
 from memory_db.testing.s3_peers import MotoPeer, S3Peer, S3rverPeer, find_s3rver
 from memory_db.unit_of_work import Database
 
@@ -86,11 +88,29 @@ async def _dropped_after(postgres: PostgresForTests, name: str) -> AsyncGenerato
         await postgres.drop(name)
 
 
+@pytest.fixture(scope="session")
+def clone_supply(postgres: PostgresForTests) -> Iterator[CloneSupply]:
+    """Clones of the session's template made one ahead and dropped after use (per worker).
+
+    See :mod:`memory_db.testing.clone_supply`: a test's set-up and teardown no longer wait for
+    a ``CREATE DATABASE`` and a ``DROP DATABASE`` on two new connections.
+    """
+    supply = CloneSupply(postgres)
+    supply.start()
+    try:
+        yield supply
+    finally:
+        supply.stop()
+
+
 @pytest.fixture
-async def database_url(postgres: PostgresForTests) -> AsyncIterator[str]:
+async def database_url(postgres: PostgresForTests, clone_supply: CloneSupply) -> AsyncIterator[str]:
     """A fresh database cloned from the migrated template, dropped after the test."""
-    async with _dropped_after(postgres, await postgres.clone()) as url:
-        yield url
+    name = await clone_supply.take()
+    try:
+        yield postgres.url(name)
+    finally:
+        clone_supply.give_back(name)
 
 
 @pytest.fixture
