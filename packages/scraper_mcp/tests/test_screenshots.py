@@ -18,7 +18,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -525,10 +525,11 @@ def test_the_dead_proxy_port_refuses_connections() -> None:
 class KeptOpen(Chromium):
     """One browser for several servers in a test: a server's stop leaves it running (the test
     closes it), where the aggregate server's own would close it with each client session.
-    How a server closes its browser is tested above, with the real one."""
+    How a server closes its browser is tested with the real one
+    (test_over_http_one_browser_serves_every_call_and_closes_with_the_server)."""
 
     @contextlib.asynccontextmanager
-    async def lifespan(self, _server: Any = None) -> AsyncIterator[dict[str, Any]]:
+    async def lifespan(self, _server: Any = None) -> AsyncGenerator[dict[str, Any]]:
         yield {}
 
 
@@ -543,8 +544,16 @@ async def test_every_caller_gets_its_own_artifact_or_a_refusal(
     here and cost most of the time."""
     executable, why = find_chromium(services.settings)
     assert executable is not None, why
-    browser = KeptOpen(executable, concurrency=services.settings.scraper_screenshot_concurrency)
-    monkeypatch.setattr(aggregate, "system_chromium", lambda _settings: browser)
+    browser = KeptOpen(
+        executable,
+        concurrency=services.settings.scraper_screenshot_concurrency,
+        max_process_bytes=services.settings.scraper_screenshot_max_process_bytes,
+    )
+
+    def shared(_settings: MemorySettings) -> Chromium:
+        return browser
+
+    monkeypatch.setattr(aggregate, "system_chromium", shared)
     site.routes["/"] = html("<p>whose</p>")
     full = ["read", "write", "destructive"]
     people = {
