@@ -250,9 +250,8 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
       <iframe src="file:///etc/passwd"></iframe>
       <link rel="preconnect" href="{canary.url("/", host=PRIVATE)}">
       <script>
-        const seen = [];
-        fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
-          () => seen.push("fetch-ok"), () => seen.push("fetch-refused"));
+        const fetched = fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
+          () => "fetch-ok", () => "fetch-refused");
         fetch("{canary.url("/secret?via=post", host=SITE)}", {{method: "POST", body: "x"}})
           .catch(() => 0);
         fetch("{canary.url("/secret?via=put", host=SITE)}", {{method: "PUT", body: "x"}})
@@ -269,13 +268,15 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
           : Promise.resolve("sw-absent");
         alert("a dialog does not block the page");
         window.open("{canary.url("/secret?via=popup", host=PRIVATE)}");
-        setTimeout(async () => {{ document.title = seen.join(",") + " " + await sw; }}, 300);
+        // Titled as soon as the fetch and the registration have settled (their own events,
+        // not a timer, which a busy machine outran: "sw-absent" without the fetch's outcome).
+        Promise.all([fetched, sw]).then(([f, s]) => {{ document.title = f + " " + s; }});
       </script>
       <p>hostile</p>
       <img src="/slow">"""
     site.routes["/hostile"] = html(body, "hostile")
     site.routes["/sw.js"] = Reply(body=b"", headers={"Content-Type": "text/javascript"})
-    # Holds the page's load event for about a second, by when its script has set the title.
+    # Holds the page's load event for about a second, after the refusals above have settled.
     site.routes["/slow"] = Reply(body=b"x" * 10, drip_seconds=0.1)
     result = await client.call_tool(
         "scrape_page_screenshot", {"url": site.url("/hostile", host=SITE), "width": 640}
