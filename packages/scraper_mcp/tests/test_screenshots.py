@@ -18,7 +18,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import AsyncIterator, Generator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -44,10 +44,10 @@ from memory_tools.operations import admin
 from memory_tools.serving.app import build_http_server, run_http
 from memory_tools.serving.bootstrap import bind_listening_socket
 from memory_tools.testing.web import Reply, WebServer, serve_web
-from scraper_mcp import build_aggregate_server
+from scraper_mcp import aggregate, build_aggregate_server
 from scraper_mcp import chromium as scraper_chromium
 from scraper_mcp.aggregate import AGGREGATE_SELECTION
-from scraper_mcp.chromium import system_chromium
+from scraper_mcp.chromium import Chromium, find_chromium, system_chromium
 from scraper_mcp.tools import build_scraper_tools
 
 # Chromium runs in a process of its own: handed out first (conftest.py), so the long captures
@@ -250,9 +250,8 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
       <iframe src="file:///etc/passwd"></iframe>
       <link rel="preconnect" href="{canary.url("/", host=PRIVATE)}">
       <script>
-        const seen = [];
-        fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
-          () => seen.push("fetch-ok"), () => seen.push("fetch-refused"));
+        const fetched = fetch("{canary.url("/secret?via=fetch", host=PRIVATE)}").then(
+          () => "fetch-ok", () => "fetch-refused");
         fetch("{canary.url("/secret?via=post", host=SITE)}", {{method: "POST", body: "x"}})
           .catch(() => 0);
         fetch("{canary.url("/secret?via=put", host=SITE)}", {{method: "PUT", body: "x"}})
@@ -269,13 +268,15 @@ async def test_requests_of_the_page_to_private_addresses_never_arrive(
           : Promise.resolve("sw-absent");
         alert("a dialog does not block the page");
         window.open("{canary.url("/secret?via=popup", host=PRIVATE)}");
-        setTimeout(async () => {{ document.title = seen.join(",") + " " + await sw; }}, 300);
+        // Titled as soon as the fetch and the registration have settled (their own events,
+        // not a timer, which a busy machine outran: "sw-absent" without the fetch's outcome).
+        Promise.all([fetched, sw]).then(([f, s]) => {{ document.title = f + " " + s; }});
       </script>
       <p>hostile</p>
       <img src="/slow">"""
     site.routes["/hostile"] = html(body, "hostile")
     site.routes["/sw.js"] = Reply(body=b"", headers={"Content-Type": "text/javascript"})
-    # Holds the page's load event for about a second, by when its script has set the title.
+    # Holds the page's load event for about a second, after the refusals above have settled.
     site.routes["/slow"] = Reply(body=b"x" * 10, drip_seconds=0.1)
     result = await client.call_tool(
         "scrape_page_screenshot", {"url": site.url("/hostile", host=SITE), "width": 640}
@@ -312,46 +313,61 @@ async def test_a_page_that_redirects_to_a_private_address_is_refused(
     assert await artifact_count(database) == 0
 
 
-@pytest.mark.parametrize("scheme", ["data", "mailto", "javascript"])
 async def test_a_page_redirected_to_a_non_web_scheme_is_unsafe_url(
-    client: Client[Any], database: Database, site: WebServer, scheme: str
+    client: Client[Any], database: Database, site: WebServer
 ) -> None:
-    """It was ``internal`` (httpx's InvalidURL), with an error-level traceback."""
-    location = {"data": "data:text/html,<p>hi</p>", "mailto": "mailto:a@example.com"}
-    site.routes["/away"] = Reply(
-        status=302, headers={"Location": location.get(scheme, "javascript:alert(1)")}
-    )
-    with capture_logs() as logs:
-        result = await client.call_tool(
-            "scrape_page_screenshot", {"url": site.url("/away", host=SITE)}, raise_on_error=False
-        )
-    assert result.is_error
-    assert result.content[0].text == (  # type: ignore[union-attr]
-        f"unsafe_url: the server redirected to a {scheme}: URL; only http(s) is followed"
-    )
-    assert [entry for entry in logs if entry["log_level"] in ("error", "critical")] == []
-    assert [entry for entry in logs if entry.get("exc_info")] == []
+    """It was ``internal`` (httpx's InvalidURL), with an error-level traceback. Every scheme in
+    one test: one database and one server for the lot (each call stands alone)."""
+    locations = {
+        "data": "data:text/html,<p>hi</p>",
+        "mailto": "mailto:a@example.com",
+        "javascript": "javascript:alert(1)",
+    }
+    answers: dict[str, str] = {}
+    for scheme, location in locations.items():
+        site.routes[f"/away-{scheme}"] = Reply(status=302, headers={"Location": location})
+        with capture_logs() as logs:
+            result = await client.call_tool(
+                "scrape_page_screenshot",
+                {"url": site.url(f"/away-{scheme}", host=SITE)},
+                raise_on_error=False,
+            )
+        assert result.is_error, scheme
+        answers[scheme] = result.content[0].text  # type: ignore[union-attr]
+        assert [entry for entry in logs if entry["log_level"] in ("error", "critical")] == []
+        assert [entry for entry in logs if entry.get("exc_info")] == []
+    assert answers == {
+        scheme: f"unsafe_url: the server redirected to a {scheme}: URL; only http(s) is followed"
+        for scheme in locations
+    }
     assert await artifact_count(database) == 0
 
 
-@pytest.mark.parametrize(
-    "url",
-    [
-        "file:///etc/passwd",
-        "data:text/html,<h1>hi</h1>",
-        "chrome://version",
-        "about:blank",
-        "javascript:alert(1)",
-        "http://169.254.169.254/latest/meta-data/",
-        "http://127.0.0.1/",
-        "ws://site.test/",
-    ],
+REFUSED_URLS = (
+    "file:///etc/passwd",
+    "data:text/html,<h1>hi</h1>",
+    "chrome://version",
+    "about:blank",
+    "javascript:alert(1)",
+    "http://169.254.169.254/latest/meta-data/",
+    "http://127.0.0.1/",
+    "ws://site.test/",
 )
+
+
 async def test_urls_the_fetch_policy_refuses_are_refused(
-    client: Client[Any], database: Database, url: str
+    client: Client[Any], database: Database
 ) -> None:
-    with pytest.raises(ToolError, match="unsafe_url"):
-        await client.call_tool("scrape_page_screenshot", {"url": url})
+    """Every URL in one test: one database and one server for the lot (each call stands
+    alone); the answer of each is named in a failure."""
+    answers: dict[str, str] = {}
+    for url in REFUSED_URLS:
+        result = await client.call_tool(
+            "scrape_page_screenshot", {"url": url}, raise_on_error=False
+        )
+        text_of = result.content[0].text if result.is_error else "stored"  # type: ignore[union-attr]
+        answers[url] = text_of.split(":", 1)[0]
+    assert answers == dict.fromkeys(REFUSED_URLS, "unsafe_url")
     assert await artifact_count(database) == 0
 
 
@@ -507,12 +523,38 @@ def test_the_dead_proxy_port_refuses_connections() -> None:
         dead.close()
 
 
+class KeptOpen(Chromium):
+    """One browser for several servers in a test: a server's stop leaves it running (the test
+    closes it), where the aggregate server's own would close it with each client session.
+    How a server closes its browser is tested with the real one
+    (test_over_http_one_browser_serves_every_call_and_closes_with_the_server)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(self, _server: Any = None) -> AsyncGenerator[dict[str, Any]]:
+        yield {}
+
+
 async def test_every_caller_gets_its_own_artifact_or_a_refusal(
-    services: MemoryServices, database: Database, site: WebServer
+    services: MemoryServices, database: Database, site: WebServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The isolation rows of scrape_page_screenshot: it has no target; the artifact is the
     caller's own (never the owner of a vault it may write to), a key without ``write`` is
-    refused with ``forbidden`` and a revoked key with ``unauthenticated``, storing nothing."""
+    refused with ``forbidden`` and a revoked key with ``unauthenticated``, storing nothing.
+
+    Every caller's aggregate server uses one browser: a launch per caller is not the subject
+    here and cost most of the time."""
+    executable, why = find_chromium(services.settings)
+    assert executable is not None, why
+    browser = KeptOpen(
+        executable,
+        concurrency=services.settings.scraper_screenshot_concurrency,
+        max_process_bytes=services.settings.scraper_screenshot_max_process_bytes,
+    )
+
+    def shared(_settings: MemorySettings) -> Chromium:
+        return browser
+
+    monkeypatch.setattr(aggregate, "system_chromium", shared)
     site.routes["/"] = html("<p>whose</p>")
     full = ["read", "write", "destructive"]
     people = {
@@ -535,28 +577,34 @@ async def test_every_caller_gets_its_own_artifact_or_a_refusal(
     expected["owner, revoked key"] = "unauthenticated"
     expected["read-only key"] = "forbidden"
     outcomes: dict[str, str] = {}
-    for name, (email, scopes) in people.items():
-        created = await admin.create_key(database, email, scopes)
-        if name == "owner, revoked key":
-            await admin.revoke_key(database, created.record.id)
-        server = build_aggregate_server(replace(services, default_api_key=created.secret))
-        async with Client(server) as client:
-            result = await client.call_tool(
-                "scrape_page_screenshot", {"url": site.url("/", host=SITE)}, raise_on_error=False
-            )
-        if result.is_error:
-            outcomes[name] = result.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
-            continue
-        assert result.structured_content is not None
-        artifact_id = result.structured_content["artifactId"]
-        async with database.unit_of_work() as uow:
-            owners = [
-                who
-                for who in sorted({e for e, _ in people.values()})
-                if await uow.artifacts.get_owned(who, artifact_id) is not None
-            ]
-        outcomes[name] = "ok" if owners == [email] else f"owned by {owners}"
+    try:
+        for name, (email, scopes) in people.items():
+            created = await admin.create_key(database, email, scopes)
+            if name == "owner, revoked key":
+                await admin.revoke_key(database, created.record.id)
+            server = build_aggregate_server(replace(services, default_api_key=created.secret))
+            async with Client(server) as client:
+                result = await client.call_tool(
+                    "scrape_page_screenshot",
+                    {"url": site.url("/", host=SITE)},
+                    raise_on_error=False,
+                )
+            if result.is_error:
+                outcomes[name] = result.content[0].text.split(":", 1)[0]  # type: ignore[union-attr]
+                continue
+            assert result.structured_content is not None
+            artifact_id = result.structured_content["artifactId"]
+            async with database.unit_of_work() as uow:
+                owners = [
+                    who
+                    for who in sorted({e for e, _ in people.values()})
+                    if await uow.artifacts.get_owned(who, artifact_id) is not None
+                ]
+            outcomes[name] = "ok" if owners == [email] else f"owned by {owners}"
+    finally:
+        await browser.close()
     assert outcomes == expected
+    assert browser.launches == 1  # every caller's server used the one browser
     async with database.unit_of_work() as uow:
         assert (await uow.artifacts.live_usage("alice@example.com")).count == 2
         recorded = await session_of(uow).execute(

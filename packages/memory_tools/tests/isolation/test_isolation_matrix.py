@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Awaitable, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -245,23 +246,41 @@ async def test_every_tool_caller_and_target(
 
     mismatches: list[str] = []
     checked = 0
-    for cell in ASSET_CELLS:
-        for caller in callers:
-            async with client(caller.key, cell) as c:
-                for target in ("alice", "bob", "own"):
-                    asset = asset_of(caller, target)
-                    if asset is None:
-                        continue
-                    wanted = expect(cell, caller, target)
-                    got = await _run(c, cell, asset)
-                    checked += 1
-                    if got != wanted:
-                        mismatches.append(f"{cell} / {caller.name} / {target}: {got} != {wanted}")
-                    if wanted == "not_found":
-                        # Indistinguishable from an id that never existed.
-                        missing = await _run(c, cell, MISSING)
-                        if missing != "not_found":
-                            mismatches.append(f"{cell} / {caller.name} / missing: {missing}")
+
+    async def check(c: Client[Any], cell: str, caller: Caller) -> None:
+        nonlocal checked
+        for target in ("alice", "bob", "own"):
+            asset = asset_of(caller, target)
+            if asset is None:
+                continue
+            wanted = expect(cell, caller, target)
+            got = await _run(c, cell, asset)
+            checked += 1
+            if got != wanted:
+                mismatches.append(f"{cell} / {caller.name} / {target}: {got} != {wanted}")
+            if wanted == "not_found":
+                # Indistinguishable from an id that never existed.
+                missing = await _run(c, cell, MISSING)
+                if missing != "not_found":
+                    mismatches.append(f"{cell} / {caller.name} / missing: {missing}")
+
+    # One session per caller for the whole matrix: a server and its session per cell cost
+    # most of this test's time, and no cell depends on a fresh session (every call is
+    # authenticated on its own; the revoked key is revoked before any session opens). The
+    # subscribe cell keeps sessions of its own, in the session revision, so the subscriptions
+    # it leaves end with them. The cells still run in ASSET_CELLS order.
+    async with AsyncExitStack() as sessions:
+        opened = {
+            caller.name: await sessions.enter_async_context(client(caller.key))
+            for caller in callers
+        }
+        for cell in ASSET_CELLS:
+            for caller in callers:
+                if cell == "subscribe":
+                    async with client(caller.key, cell) as legacy:
+                        await check(legacy, cell, caller)
+                else:
+                    await check(opened[caller.name], cell, caller)
     assert mismatches == []
     # Every cell x (7 callers x 2 targets + 3 grantees x their own asset)
     assert checked == len(ASSET_CELLS) * (7 * 2 + 3), checked
@@ -433,9 +452,26 @@ async def test_every_vault_tool_caller_and_target(
     mismatches: list[str] = []
     cells = 0
     serial = 0
-    for tool in needs:
-        for caller in callers:
-            async with client(caller.key) as c:
+
+    async def made_by(owner: str, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        """A fresh project or folder per cell, made by its owner, so cells stay independent."""
+        kind, made = await _outcome(owners[owner], tool, arguments)
+        assert kind == "ok", made
+        return made
+
+    # One session per caller, and one per owner for the per-cell set-up, for the whole matrix
+    # (as in test_every_tool_caller_and_target): every call is authenticated on its own.
+    async with AsyncExitStack() as sessions:
+        opened = {
+            caller.name: await sessions.enter_async_context(client(caller.key))
+            for caller in callers
+        }
+        owners = {
+            owner: await sessions.enter_async_context(client(person.key))
+            for owner, person in (("alice", alice), ("bob", bob))
+        }
+        for tool in needs:
+            for caller in callers:
                 for owner in ("alice", "bob"):
                     serial += 1
                     vault = handle(caller, owner)
@@ -450,41 +486,28 @@ async def test_every_vault_tool_caller_and_target(
                     elif tool == "image_asset_save":
                         arguments["imageBase64"] = b64(picture(100 + serial))
                     elif tool == "image_project_archive":
-                        # A fresh project per cell, made by its owner, so cells stay independent.
-                        async with client(alice.key if owner == "alice" else bob.key) as o:
-                            kind, made = await _outcome(
-                                o, "image_project_create", {"name": f"A{serial}"}
-                            )
-                            assert kind == "ok", made
+                        made = await made_by(owner, "image_project_create", {"name": f"A{serial}"})
                         arguments["projectId"] = made["projectId"]
                     elif tool == "image_folder_delete":
-                        async with client(alice.key if owner == "alice" else bob.key) as o:
-                            kind, made = await _outcome(
-                                o,
-                                "image_folder_create",
-                                {"projectId": project, "name": f"D{serial}"},
-                            )
-                            assert kind == "ok", made
+                        made = await made_by(
+                            owner,
+                            "image_folder_create",
+                            {"projectId": project, "name": f"D{serial}"},
+                        )
                         arguments.update(projectId=project, folderId=made["folderId"])
                     elif tool == "image_project_update":
-                        async with client(alice.key if owner == "alice" else bob.key) as o:
-                            kind, made = await _outcome(
-                                o, "image_project_create", {"name": f"U{serial}"}
-                            )
-                            assert kind == "ok", made
+                        made = await made_by(owner, "image_project_create", {"name": f"U{serial}"})
                         arguments.update(projectId=made["projectId"], name=f"Renamed {serial}")
                     elif tool == "image_folder_update":
-                        async with client(alice.key if owner == "alice" else bob.key) as o:
-                            kind, made = await _outcome(
-                                o,
-                                "image_folder_create",
-                                {"projectId": project, "name": f"E{serial}"},
-                            )
-                            assert kind == "ok", made
+                        made = await made_by(
+                            owner,
+                            "image_folder_create",
+                            {"projectId": project, "name": f"E{serial}"},
+                        )
                         arguments.update(
                             projectId=project, folderId=made["folderId"], name=f"Renamed {serial}"
                         )
-                    kind, result = await _outcome(c, tool, arguments)
+                    kind, result = await _outcome(opened[caller.name], tool, arguments)
                     cells += 1
                     wanted = expect(tool, caller, owner)
                     if kind != wanted:
