@@ -241,12 +241,14 @@ def pinned(processes: Processes, pid: int) -> Iterator[Pinned]:
 
 
 def _ready_asset(connection: Pinned, key: str, asset: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        got = connection.tool(key, "image_asset_get", {"assetId": asset, "includePreview": True})
+    # The tool's own wait, woken by the embedding's notification (20 s a call, under the
+    # connection's 30 s socket timeout); three calls bound the worker's first embedding on a
+    # loaded machine.
+    wait = {"assetId": asset, "includePreview": True, "waitSeconds": 20}
+    for _ in range(3):
+        got = connection.tool(key, "image_asset_get", wait)
         if got["embeddingStatus"] == "ready":
             return got
-        time.sleep(0.3)
     pytest.fail("the worker process did not embed the saved image within 60 s")
 
 
