@@ -118,14 +118,23 @@ async def _check_reads(client: Client, own: str, others: str) -> None:
 
 
 async def _listen_until_updated(
-    client: Client, asset_id: str, env: dict[str, str], tmp_path: Path
+    client: Client,
+    asset_id: str,
+    env: dict[str, str],
+    tmp_path: Path,
+    *,
+    also: anyio.Event | None = None,
 ) -> None:
+    """Listen for ``asset_id``, start a worker, and see the update arrive (and ``also`` set:
+    another client's notification that the same worker's embedding sends)."""
     uri = f"image-memory://assets/{asset_id}"
     async with client.listen(resource_subscriptions=[uri]) as subscription:
         assert subscription.honored is not None
         assert subscription.honored.resource_subscriptions == [uri]
         with _worker(env, tmp_path), anyio.fail_after(NOTIFIED_WITHIN):
             event = await anext(aiter(subscription))
+            if also is not None:
+                await also.wait()
     assert event == ResourceUpdated(uri=uri)
     got = await client.call_tool("image_asset_get", {"assetId": asset_id})
     assert got.structured_content is not None
@@ -146,14 +155,6 @@ async def test_resources_over_stdio(tmp_path: Path, env: dict[str, str]) -> None
     alice, bob = _key(env, "alice@example.com"), _key(env, "bob@example.com")
     async with Client(_stdio(env, bob)) as client:
         bobs = await _save(client, 9, "Bob's")
-    # The 2026-07-28 revision (the SDK's default): subscriptions/listen.
-    async with Client(_stdio(env, alice)) as client:
-        caps = client.server_capabilities
-        assert caps is not None and caps.resources is not None and caps.resources.subscribe
-        first = await _save(client, 1, "Alice's first")
-        await _check_reads(client, first, bobs)
-        await _listen_until_updated(client, first, env, tmp_path)
-    # A session revision: resources/subscribe, notifications on the stdio stream.
     updates: list[str] = []
     arrived = anyio.Event()
 
@@ -162,17 +163,26 @@ async def test_resources_over_stdio(tmp_path: Path, env: dict[str, str]) -> None
             updates.append(message.params.uri)
             arrived.set()
 
-    async with Client(_stdio(env, alice), mode="legacy", message_handler=on_message) as client:
-        caps = client.server_capabilities
-        assert caps is not None and caps.resources is not None and caps.resources.subscribe
-        second = await _save(client, 2, "Alice's second")
+    # Two server processes of Alice's at once: the 2026-07-28 revision (the SDK's default:
+    # subscriptions/listen) and a session revision (resources/subscribe, notifications on the
+    # stdio stream). One worker, started once both are subscribed, embeds both images.
+    async with (
+        Client(_stdio(env, alice)) as client,
+        Client(_stdio(env, alice), mode="legacy", message_handler=on_message) as legacy,
+    ):
+        for connected in (client, legacy):
+            caps = connected.server_capabilities
+            assert caps is not None and caps.resources is not None and caps.resources.subscribe
+        first = await _save(client, 1, "Alice's first")
+        await _check_reads(client, first, bobs)
+        second = await _save(legacy, 2, "Alice's second")
         with pytest.raises(MCPError) as refused:
-            await client.subscribe_resource(f"image-memory://assets/{bobs}")  # pyright: ignore[reportDeprecated]
+            await legacy.subscribe_resource(f"image-memory://assets/{bobs}")  # pyright: ignore[reportDeprecated]
         assert refused.value.error.message == "not_found: asset not found"
-        await client.subscribe_resource(f"image-memory://assets/{second}")  # pyright: ignore[reportDeprecated]
-        with _worker(env, tmp_path), anyio.fail_after(NOTIFIED_WITHIN):
-            await arrived.wait()
-        assert updates == [f"image-memory://assets/{second}"]
+        await legacy.subscribe_resource(f"image-memory://assets/{second}")  # pyright: ignore[reportDeprecated]
+        await _listen_until_updated(client, first, env, tmp_path, also=arrived)
+    # The session client heard of its subscription only, not of the other image's update.
+    assert updates == [f"image-memory://assets/{second}"]
 
 
 def _http(key: str) -> httpx2.AsyncClient:

@@ -31,8 +31,10 @@ BOB = "bob@example.com"
 
 
 @pytest.fixture
-def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    env = _env(tmp_path)
+def server(tmp_path: Path, database_url: str) -> Iterator[tuple[str, dict[str, str]]]:
+    # A migrated database of the test's own (the template's clone): no embedded PostgreSQL to
+    # start for the server and each admin command (the embedded default: test_processes.py).
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)
     with serve_http(env, capture=False) as (url, _process):
         yield url, env
 
@@ -114,14 +116,14 @@ async def test_a_revoked_grant_refuses_the_grantees_next_call_in_the_same_sessio
     assert bad.returncode == 2 and "invalid choice: 'owner'" in bad.stderr
 
 
-@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
-async def test_a_revoked_grant_refuses_the_grantees_next_call_over_stdio(tmp_path: Path) -> None:
+async def test_a_revoked_grant_refuses_the_grantees_next_call_over_stdio(
+    tmp_path: Path, database_url: str
+) -> None:
     """The same over stdio: the grantee's server process keeps running across the revocation."""
     from mcp.client.stdio import StdioServerParameters, stdio_client
 
-    env = _env(tmp_path)
-    created = _cli(env, "admin", "create-identity", "--owner", ALICE)
-    assert created.returncode == 0, created.stderr
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)  # migrated: the template's clone
+    make_key(env, ALICE)  # the vault's owner (her key is not used: Bob is the caller)
     bob = make_key(env, BOB, "read")
     granted = _cli(
         env, "admin", "grant", "--vault-owner", ALICE, "--vault", "Library", "--to", BOB,

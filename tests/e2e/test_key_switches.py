@@ -31,8 +31,10 @@ OWNER = "agents@example.com"
 
 
 @pytest.fixture
-def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, dict[str, str]]]:
-    env = _env(tmp_path)
+def server(tmp_path: Path, database_url: str) -> Iterator[tuple[str, dict[str, str]]]:
+    # A migrated database of the test's own (the template's clone): no embedded PostgreSQL to
+    # start for the server and each admin command (the embedded default: test_processes.py).
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)
     with serve_http(env, capture=False) as (url, _process):
         yield url, env
 
@@ -164,30 +166,3 @@ def secret_free(answer: dict[str, Any], secret: str) -> bool:
     """Whether ``answer`` holds neither the key's secret nor anything like a hash of it."""
     text = json.dumps(answer)
     return secret not in text and "keyHash" not in text
-
-
-@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
-def test_a_pause_holds_in_every_server_process_at_once(tmp_path: Path) -> None:
-    """`serve --processes 2`: one connection pinned to each child; a pause made by the CLI (a
-    third process) is refused by both on the next request, and a resume accepted by both."""
-    from .test_server_processes import pinned, serve_processes
-
-    env = _env(tmp_path)
-    with serve_processes(env, "--no-worker") as processes:
-        created = _cli(env, "admin", "create-identity", "--owner", OWNER)
-        assert created.returncode == 0, created.stderr
-        a_id, a_secret = _key(env, "agent-a")
-        _b_id, b_secret = _key(env, "agent-b")
-        first, second = processes.servers()
-        with pinned(processes, first) as one, pinned(processes, second) as other:
-            for connection in (one, other):  # both children have the key in their caches
-                status, _h, _reply = connection.mcp(a_secret, "tools/list", {})
-                assert status == 200
-            assert _cli(env, "admin", "pause-key", a_id).returncode == 0
-            for connection in (one, other):
-                status, _h, reply = connection.mcp(a_secret, "tools/list", {})
-                assert status == 401 and reply["error"]["data"]["reason"] == "key_paused"
-                assert connection.mcp(b_secret, "tools/list", {})[0] == 200
-            assert _cli(env, "admin", "resume-key", a_id).returncode == 0
-            for connection in (one, other):
-                assert connection.mcp(a_secret, "tools/list", {})[0] == 200

@@ -77,9 +77,10 @@ def _readme_key_commands() -> list[list[str]]:
 
 
 @pytest.fixture
-def http_server(tmp_path: Path, empty_database_url: str) -> Iterator[tuple[dict[str, str], int]]:
-    env = _env(tmp_path, MEMORY_DATABASE_URL=empty_database_url)
-    assert subprocess.run([*SERVER, "migrate"], env=env, capture_output=True).returncode == 0
+def http_server(tmp_path: Path, database_url: str) -> Iterator[tuple[dict[str, str], int]]:
+    # A migrated database (the template's clone): `memory-server migrate` is tested in
+    # test_processes.py, and the README's commands below are what this test is about.
+    env = _env(tmp_path, MEMORY_DATABASE_URL=database_url)
     port = _free_port()
     with serving_http(SERVER, env, port=port, seconds=90, log=tmp_path / "server.log"):
         yield env, port

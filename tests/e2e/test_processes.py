@@ -12,7 +12,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-import anyio
 import httpx
 import pytest
 import pyvips
@@ -21,6 +20,7 @@ from fastmcp.client.transports import StdioTransport
 
 from memory_db.migrate import head_revision
 from memory_tools.mcp.tools import tools as memory_registry
+from memory_tools.testing.keys import new_key as make_key
 
 pytestmark = pytest.mark.slow
 
@@ -65,8 +65,9 @@ async def test_stdio_server_with_database_url(tmp_path: Path, empty_database_url
     assert refused.returncode == 2 and "memory-server migrate" in refused.stderr
     migrated = _cli(env, "migrate")
     assert migrated.returncode == 0 and f"revision {head_revision()}" in migrated.stdout
-    alice = _new_key(env, "alice@example.com")
-    bob = _new_key(env, "bob@example.com")
+    # The people are made in-process: the CLI making them is the subject of the HTTP test below.
+    alice = make_key(env, "alice@example.com")
+    bob = make_key(env, "bob@example.com")
 
     transport = StdioTransport(
         SERVER[0],
@@ -218,7 +219,8 @@ async def test_http_server_on_the_embedded_default(
     url, env, process = http_server
     # admin commands in other processes attach to the server's embedded PostgreSQL
     alice = _new_key(env, "alice@example.com")
-    reader = _new_key(env, "reader@example.com", "read")
+    # One person made by the CLI shows the attaching; the reader is made in-process.
+    reader = make_key(env, "reader@example.com", "read")
     again = _cli(env, "admin", "create-identity", "--owner", "alice@example.com")
     assert again.returncode == 1 and "conflict:" in again.stderr
     again = _cli(env, "admin", "create-identity", "--owner", "alice@example.com", "--exist-ok")
@@ -253,18 +255,15 @@ async def test_http_server_on_the_embedded_default(
         assert saved["embeddingStatus"] == "pending" and len(saved["jobIds"]) == 2
         again = (await client.call_tool("image_asset_save", save)).structured_content
         assert again["assetId"] == saved["assetId"] and again["replayed"]
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            state = (
-                await client.call_tool(
-                    "image_asset_get", {"assetId": saved["assetId"], "includePreview": True}
-                )
-            ).structured_content
+        # The tool's own wait (woken by the embedding's notification), at most 30 s a call:
+        # three calls bound a worker's first embedding on a loaded machine.
+        wait = {"assetId": saved["assetId"], "includePreview": True, "waitSeconds": 30}
+        for _ in range(3):
+            state = (await client.call_tool("image_asset_get", wait)).structured_content
             if state["embeddingStatus"] == "ready":
                 break
-            await anyio.sleep(0.2)
         else:
-            pytest.fail("the saved image did not become ready within 60 s")
+            pytest.fail("the saved image did not become ready within 90 s")
         assert state["status"] == "ready"
         # The signed preview link is served by this server, as WebP, and only with its signature.
         preview = httpx.get(state["preview"]["url"], timeout=10)

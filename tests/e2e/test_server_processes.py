@@ -28,8 +28,10 @@ import httpx
 import psutil
 import pytest
 
+from memory_db.testing import copy_data_directory
 from memory_tools.testing.keys import new_key as make_key
 
+from .test_key_switches import OWNER, _key
 from .test_processes import SERVER, _cli, _env, _free_port, _png
 
 pytestmark = pytest.mark.slow
@@ -239,12 +241,14 @@ def pinned(processes: Processes, pid: int) -> Iterator[Pinned]:
 
 
 def _ready_asset(connection: Pinned, key: str, asset: str) -> dict[str, Any]:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        got = connection.tool(key, "image_asset_get", {"assetId": asset, "includePreview": True})
+    # The tool's own wait, woken by the embedding's notification (20 s a call, under the
+    # connection's 30 s socket timeout); three calls bound the worker's first embedding on a
+    # loaded machine.
+    wait = {"assetId": asset, "includePreview": True, "waitSeconds": 20}
+    for _ in range(3):
+        got = connection.tool(key, "image_asset_get", wait)
         if got["embeddingStatus"] == "ready":
             return got
-        time.sleep(0.3)
     pytest.fail("the worker process did not embed the saved image within 60 s")
 
 
@@ -261,157 +265,213 @@ def _metric_values(text: str) -> dict[tuple[str, tuple[str, ...]], float]:
     return totals
 
 
-@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
-def test_two_processes_share_one_port_one_database_and_one_worker(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+def _module_env(tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path) -> dict[str, str]:
+    """A server environment on a migrated data dir of its own, for one module-scoped server."""
+    root = tmp_path_factory.mktemp("processes")
+    (root / "data").mkdir(mode=0o700)
+    copy_data_directory(migrated_pgdata, root / "data" / "postgres")
+    return _env(root)
+
+
+@pytest.fixture(scope="module")
+def with_worker(
+    tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path
+) -> Iterator[tuple[dict[str, str], Processes]]:
+    """One ``serve --processes 2`` (two servers and a worker) for this module's tests.
+
+    Starting it costs seconds of a loaded machine; its tests each use their own person, and
+    the one that stops it (SIGTERM, ``test_a_killed_child_is_replaced_and_sigterm_stops_everything``)
+    comes last of them in the file, before ``without_worker``'s server starts.
+    """
+    env = _module_env(tmp_path_factory, migrated_pgdata)
     with serve_processes(env) as processes:
-        first, second = processes.servers()
-        assert list(processes.children().values()).count("worker") == 1
-        key = make_key(env, "procs@example.com")
-        # Connections opened at once are spread over both children (one shared socket gave
-        # them all to the child that woke first).
-        burst = [socket.create_connection(("127.0.0.1", processes.port)) for _ in range(16)]
-        try:
-            owners = [processes.owner_of(sock.getsockname()[1]) for sock in burst]
-        finally:
-            for sock in burst:
-                sock.close()
-        assert set(owners) == {first, second}, owners
-        with pinned(processes, first) as one, pinned(processes, second) as other:
-            # Each child serves MCP calls (the connection is the child's own).
-            assert one.tool(key, "image_project_list", {}) == {"projects": []}
-            assert other.tool(key, "image_project_list", {}) == {"projects": []}
-
-            # A save answered by one child is found by a search on the other and embedded by
-            # the worker process; the preview link the first signed is served by the second.
-            saved = one.tool(
-                key,
-                "image_asset_save",
-                {
-                    "imageBase64": base64.b64encode(_png(11)).decode(),
-                    "title": "Lighthouse across processes",
-                    "idempotencyKey": "procs-1",
-                },
-            )
-            asset = saved["assetId"]
-            state = _ready_asset(one, key, asset)
-            found = other.tool(key, "image_asset_search", {"query": "lighthouse"})
-            assert [r["assetId"] for r in found["results"]] == [asset]
-            # /metrics on either child is the sum over all (prometheus-client's multiprocess
-            # mode): the save was counted by one, the embedding by the worker, the search by
-            # the other. A loopback-only server needs no key for it.
-            status, _h, body = one.request("GET", "/metrics")
-            assert status == 200
-            scraped = _metric_values(body.decode())
-            assert scraped[("memory_saves_total", ("outcome", "created"))] == 1
-            assert scraped[("memory_assets_ready_total", ("source_kind", "upload"))] == 1
-            assert scraped[("memory_searches_total", ("kind", "text"))] == 1
-            assert scraped[("memory_embedding_queue_depth", ())] == 0
-            assert asset not in body.decode() and "procs@example.com" not in body.decode()
-            shared = Path(env["MEMORY_DATA_DIR"]) / "metrics" / f"port-{processes.port}"
-            assert any(shared.glob("counter_*.db"))  # this run's fresh directory
-            status, preview = other.get_link(state["preview"]["url"])
-            assert status == 200 and preview[8:12] == b"WEBP"
-
-            # An upload started on one child is sent (PUT) to the other, completed on the first.
-            data = _png(12)
-            auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
-            status, _h, body = one.request(
-                "POST",
-                "/uploads",
-                body=json.dumps({"contentType": "image/png", "contentLength": len(data)}).encode(),
-                headers=auth,
-            )
-            assert status == 201, body
-            ticket = json.loads(body)
-            put = urlsplit(ticket["url"])
-            status, _h, body = other.request(
-                "PUT", f"{put.path}?{put.query}", body=data, headers=ticket["headers"]
-            )
-            assert status == 200, body
-            status, _h, body = one.request(
-                "POST", urlsplit(ticket["completeUrl"]).path, body=b"{}", headers=auth
-            )
-            assert status == 200, body
-
-            # A key revoked by an admin command (a third process) is refused by both children.
-            listed = _cli(env, "admin", "list-keys", "--owner", "procs@example.com", "--json")
-            (listed_key,) = json.loads(listed.stdout)["keys"]
-            revoked = _cli(env, "admin", "revoke-key", listed_key["keyId"])
-            assert revoked.returncode == 0, revoked.stderr
-            for connection in (one, other):
-                status, _h, reply = connection.mcp(key, "tools/list", {})
-                assert status == 401 and reply["error"]["data"]["code"] == "unauthenticated"
+        yield env, processes
 
 
-@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
-def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
-    tmp_path: Path,
-) -> None:
-    env = _env(tmp_path)
+@pytest.fixture(scope="module")
+def without_worker(
+    tmp_path_factory: pytest.TempPathFactory, migrated_pgdata: Path
+) -> Iterator[tuple[dict[str, str], Processes]]:
+    """One ``serve --processes 2 --no-worker`` for this module's tests, each with its own person."""
+    env = _module_env(tmp_path_factory, migrated_pgdata)
     with serve_processes(env, "--no-worker") as processes:
-        assert "worker" not in processes.children().values()
-        first, second = processes.servers()
-        key = make_key(env, "legacy@example.com")
-        with pinned(processes, first) as one, pinned(processes, second) as other:
-            status, headers, opened = one.mcp(
-                key,
-                "initialize",
-                {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "legacy", "version": "1"},
-                },
-            )
-            assert status == 200, opened
-            session = headers.get("mcp-session-id")
-            status, _headers, called = other.mcp(
-                key, "tools/call", {"name": "image_project_list", "arguments": {}}, session
-            )
-            assert status == 200, called
-            assert called["result"]["structuredContent"] == {"projects": []}
-            assert session is None  # no session: nothing for a proxy to be sticky about
-            # No server-to-client stream either: there is no session for one to belong to.
-            status, _headers, _body = other.request(
-                "GET", "/mcp", headers={"authorization": f"Bearer {key}"}
-            )
-            assert status == 405
+        yield env, processes
 
 
-@pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data
-def test_a_killed_child_is_replaced_and_sigterm_stops_everything(tmp_path: Path) -> None:
-    env = _env(tmp_path)
+def test_two_processes_share_one_port_one_database_and_one_worker(
+    with_worker: tuple[dict[str, str], Processes],
+) -> None:
+    env, processes = with_worker
+    first, second = processes.servers()
+    assert list(processes.children().values()).count("worker") == 1
+    key = make_key(env, "procs@example.com")
+    # Connections opened at once are spread over both children (one shared socket gave
+    # them all to the child that woke first).
+    burst = [socket.create_connection(("127.0.0.1", processes.port)) for _ in range(16)]
+    try:
+        owners = [processes.owner_of(sock.getsockname()[1]) for sock in burst]
+    finally:
+        for sock in burst:
+            sock.close()
+    assert set(owners) == {first, second}, owners
+    with pinned(processes, first) as one, pinned(processes, second) as other:
+        # Each child serves MCP calls (the connection is the child's own).
+        assert one.tool(key, "image_project_list", {}) == {"projects": []}
+        assert other.tool(key, "image_project_list", {}) == {"projects": []}
+
+        # A save answered by one child is found by a search on the other and embedded by
+        # the worker process; the preview link the first signed is served by the second.
+        saved = one.tool(
+            key,
+            "image_asset_save",
+            {
+                "imageBase64": base64.b64encode(_png(11)).decode(),
+                "title": "Lighthouse across processes",
+                "idempotencyKey": "procs-1",
+            },
+        )
+        asset = saved["assetId"]
+        state = _ready_asset(one, key, asset)
+        found = other.tool(key, "image_asset_search", {"query": "lighthouse"})
+        assert [r["assetId"] for r in found["results"]] == [asset]
+        # /metrics on either child is the sum over all (prometheus-client's multiprocess
+        # mode): the save was counted by one, the embedding by the worker, the search by
+        # the other. A loopback-only server needs no key for it.
+        status, _h, body = one.request("GET", "/metrics")
+        assert status == 200
+        scraped = _metric_values(body.decode())
+        assert scraped[("memory_saves_total", ("outcome", "created"))] == 1
+        assert scraped[("memory_assets_ready_total", ("source_kind", "upload"))] == 1
+        assert scraped[("memory_searches_total", ("kind", "text"))] == 1
+        assert scraped[("memory_embedding_queue_depth", ())] == 0
+        assert asset not in body.decode() and "procs@example.com" not in body.decode()
+        shared = Path(env["MEMORY_DATA_DIR"]) / "metrics" / f"port-{processes.port}"
+        assert any(shared.glob("counter_*.db"))  # this run's fresh directory
+        status, preview = other.get_link(state["preview"]["url"])
+        assert status == 200 and preview[8:12] == b"WEBP"
+
+        # An upload started on one child is sent (PUT) to the other, completed on the first.
+        data = _png(12)
+        auth = {"authorization": f"Bearer {key}", "content-type": "application/json"}
+        status, _h, body = one.request(
+            "POST",
+            "/uploads",
+            body=json.dumps({"contentType": "image/png", "contentLength": len(data)}).encode(),
+            headers=auth,
+        )
+        assert status == 201, body
+        ticket = json.loads(body)
+        put = urlsplit(ticket["url"])
+        status, _h, body = other.request(
+            "PUT", f"{put.path}?{put.query}", body=data, headers=ticket["headers"]
+        )
+        assert status == 200, body
+        status, _h, body = one.request(
+            "POST", urlsplit(ticket["completeUrl"]).path, body=b"{}", headers=auth
+        )
+        assert status == 200, body
+
+        # A key revoked by an admin command (a third process) is refused by both children.
+        listed = _cli(env, "admin", "list-keys", "--owner", "procs@example.com", "--json")
+        (listed_key,) = json.loads(listed.stdout)["keys"]
+        revoked = _cli(env, "admin", "revoke-key", listed_key["keyId"])
+        assert revoked.returncode == 0, revoked.stderr
+        for connection in (one, other):
+            status, _h, reply = connection.mcp(key, "tools/list", {})
+            assert status == 401 and reply["error"]["data"]["code"] == "unauthenticated"
+
+
+def test_a_killed_child_is_replaced_and_sigterm_stops_everything(
+    with_worker: tuple[dict[str, str], Processes],
+) -> None:
+    """Last of ``with_worker``'s tests: it stops that server."""
+    env, processes = with_worker
     pgdata = Path(env["MEMORY_DATA_DIR"]) / "postgres"
-    with serve_processes(env) as processes:
-        before = processes.children()
-        victim = processes.servers()[0]
-        os.kill(victim, signal.SIGKILL)
-        # Connections made while it is down are answered (those in its socket's queue once the
-        # replacement is up), never refused or reset.
-        for _ in range(8):
-            answered = httpx.get(
-                processes.url + "/healthz", headers={"Connection": "close"}, timeout=START_SECONDS
-            )
-            assert answered.status_code == 200
-        deadline = time.monotonic() + START_SECONDS
-        while len(processes.servers()) < 2 or victim in processes.servers():
-            assert time.monotonic() < deadline, "the killed child was not replaced"
-            time.sleep(0.2)
-        assert processes.process.poll() is None
-        replacement = (set(processes.servers()) - set(before)).pop()
-        while processes.log.read_text().count('"server_process_ready"') < 3:
-            assert time.monotonic() < deadline, "the replacement did not start serving"
-            time.sleep(0.2)
-        with pinned(processes, replacement) as connection:
-            assert connection.request("GET", "/healthz/ready")[0] == 200
-        log = processes.log.read_text()
-        assert '"child_process_died"' in log and f'"pid": {victim}' in log
+    before = processes.children()
+    victim = processes.servers()[0]
+    os.kill(victim, signal.SIGKILL)
+    # Connections made while it is down are answered (those in its socket's queue once the
+    # replacement is up), never refused or reset.
+    for _ in range(8):
+        answered = httpx.get(
+            processes.url + "/healthz", headers={"Connection": "close"}, timeout=START_SECONDS
+        )
+        assert answered.status_code == 200
+    deadline = time.monotonic() + START_SECONDS
+    while len(processes.servers()) < 2 or victim in processes.servers():
+        assert time.monotonic() < deadline, "the killed child was not replaced"
+        time.sleep(0.2)
+    assert processes.process.poll() is None
+    replacement = (set(processes.servers()) - set(before)).pop()
+    while processes.log.read_text().count('"server_process_ready"') < 3:
+        assert time.monotonic() < deadline, "the replacement did not start serving"
+        time.sleep(0.2)
+    with pinned(processes, replacement) as connection:
+        assert connection.request("GET", "/healthz/ready")[0] == 200
+    log = processes.log.read_text()
+    assert '"child_process_died"' in log and f'"pid": {victim}' in log
 
-        everyone = [processes.process.pid, *processes.children()]
-        processes.process.send_signal(signal.SIGTERM)
-        assert processes.process.wait(timeout=60) == 0
-        assert not [pid for pid in everyone if psutil.pid_exists(pid)]
-        assert not (pgdata / "postmaster.pid").exists()  # the last user released PostgreSQL
+    everyone = [processes.process.pid, *processes.children()]
+    processes.process.send_signal(signal.SIGTERM)
+    assert processes.process.wait(timeout=60) == 0
+    assert not [pid for pid in everyone if psutil.pid_exists(pid)]
+    assert not (pgdata / "postmaster.pid").exists()  # the last user released PostgreSQL
+
+
+def test_a_handshake_client_initialised_on_one_process_calls_tools_on_the_other(
+    without_worker: tuple[dict[str, str], Processes],
+) -> None:
+    env, processes = without_worker
+    assert "worker" not in processes.children().values()
+    first, second = processes.servers()
+    key = make_key(env, "legacy@example.com")
+    with pinned(processes, first) as one, pinned(processes, second) as other:
+        status, headers, opened = one.mcp(
+            key,
+            "initialize",
+            {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "legacy", "version": "1"},
+            },
+        )
+        assert status == 200, opened
+        session = headers.get("mcp-session-id")
+        status, _headers, called = other.mcp(
+            key, "tools/call", {"name": "image_project_list", "arguments": {}}, session
+        )
+        assert status == 200, called
+        assert called["result"]["structuredContent"] == {"projects": []}
+        assert session is None  # no session: nothing for a proxy to be sticky about
+        # No server-to-client stream either: there is no session for one to belong to.
+        status, _headers, _body = other.request(
+            "GET", "/mcp", headers={"authorization": f"Bearer {key}"}
+        )
+        assert status == 405
+
+
+def test_a_pause_holds_in_every_server_process_at_once(
+    without_worker: tuple[dict[str, str], Processes],
+) -> None:
+    """`serve --processes 2`: one connection pinned to each child; a pause made by the CLI (a
+    third process) is refused by both on the next request, and a resume accepted by both."""
+    env, processes = without_worker
+    make_key(env, OWNER, "read")  # the person (the CLI making one is tested in test_processes)
+    a_id, a_secret = _key(env, "agent-a")
+    _b_id, b_secret = _key(env, "agent-b")
+    first, second = processes.servers()
+    with pinned(processes, first) as one, pinned(processes, second) as other:
+        for connection in (one, other):  # both children have the key in their caches
+            status, _h, _reply = connection.mcp(a_secret, "tools/list", {})
+            assert status == 200
+        assert _cli(env, "admin", "pause-key", a_id).returncode == 0
+        for connection in (one, other):
+            status, _h, reply = connection.mcp(a_secret, "tools/list", {})
+            assert status == 401 and reply["error"]["data"]["reason"] == "key_paused"
+            assert connection.mcp(b_secret, "tools/list", {})[0] == 200
+        assert _cli(env, "admin", "resume-key", a_id).returncode == 0
+        for connection in (one, other):
+            assert connection.mcp(a_secret, "tools/list", {})[0] == 200
 
 
 @pytest.mark.usefixtures("embedded_data_dir")  # a migrated database in tmp_path/data

@@ -50,8 +50,10 @@ def _blank() -> bytes:
 
 
 @pytest.fixture
-def server(tmp_path: Path, embedded_data_dir: Path) -> Iterator[tuple[str, str]]:
-    env = _env(tmp_path, ASSET_OCR="screenshots")
+def server(tmp_path: Path, database_url: str) -> Iterator[tuple[str, str]]:
+    # A migrated database of the test's own (the template's clone): no embedded PostgreSQL to
+    # start, for the key or the server.
+    env = _env(tmp_path, ASSET_OCR="screenshots", MEMORY_DATABASE_URL=database_url)
     key = make_key(env, OWNER)
     with serve_http(env, capture=False) as (url, _process):
         yield url, key
