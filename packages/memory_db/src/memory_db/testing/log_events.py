@@ -12,13 +12,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
-
 import structlog
+from structlog.typing import EventDict
 
 
 @contextmanager
-def log_events_kept() -> Iterator[list[dict[str, Any]]]:
+def log_events_kept() -> Iterator[list[EventDict]]:
     """Capture the structlog events logged inside the block, unrendered, and yield them.
 
     The previous structlog configuration is put back on exit.
