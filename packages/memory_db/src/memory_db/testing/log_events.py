@@ -10,7 +10,7 @@ only for code running inside the test process.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Generator
 from contextlib import contextmanager
 
 import structlog
@@ -18,7 +18,7 @@ from structlog.typing import EventDict
 
 
 @contextmanager
-def log_events_kept() -> Iterator[list[EventDict]]:
+def log_events_kept() -> Generator[list[EventDict]]:
     """Capture the structlog events logged inside the block, unrendered, and yield them.
 
     The previous structlog configuration is put back on exit.
