@@ -29,35 +29,27 @@ async def _until(condition: Callable[[], bool], within: float = 10.0) -> None:
             await anyio.sleep(0.02)
 
 
-# A client in a process of its own: killing it closes its connections as a crash would. It
-# acts when the test writes a line to its stdin, so nothing waits a fixed time: "cancel" starts
-# the call at once and cancels it on the line; "vanish" starts the call on the line (its
-# session is set up before, while the other clients run) and waits for the answer.
+# A client in a process of its own: killing it closes its connections as a crash would.
 CLIENT = """
 import asyncio, sys
 import httpx2
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-async def main(url, key, asset_id, wait_seconds, mode):
-    line = asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+async def main(url, key, asset_id, wait_seconds, cancel_after):
     async with (
         httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}) as http,
         streamable_http_client(url, http_client=http) as (read, write),
         ClientSession(read, write) as session,
     ):
         await session.initialize()
-        arguments = {"assetId": asset_id, "waitSeconds": float(wait_seconds)}
-        if mode == "vanish":
-            await line
-            await session.call_tool("image_asset_get", arguments)
-            return
-        call = asyncio.ensure_future(session.call_tool("image_asset_get", arguments))
-        await line
-        call.cancel()  # the SDK sends notifications/cancelled for the cancelled call
-        try:
+        call = session.call_tool("image_asset_get", {"assetId": asset_id, "waitSeconds": float(wait_seconds)})
+        if cancel_after == "never":
             await call
-        except asyncio.CancelledError:
+            return
+        try:
+            await asyncio.wait_for(call, float(cancel_after))  # cancels the call at the time
+        except TimeoutError:
             print("cancelled", flush=True)
         await asyncio.sleep(30)  # the session stays open: only the call was cancelled
 
@@ -82,35 +74,26 @@ async def test_a_disconnecting_client_leaks_no_waiter_or_connection(
     asset_id = saved.structured_content["assetId"]
     async with serve_http(build_http_server(services)) as url:
 
-        def client(wait_seconds: float, mode: str) -> subprocess.Popen[bytes]:
-            arguments = [url, person.key, asset_id, str(wait_seconds), mode]
-            command = [sys.executable, "-c", CLIENT, *arguments]
-            return subprocess.Popen(command, stdin=subprocess.PIPE)
-
-        def tell(processes: list[subprocess.Popen[bytes]]) -> None:
-            for process in processes:
-                assert process.stdin is not None
-                process.stdin.write(b"go\n")
-                process.stdin.flush()
+        def client(wait_seconds: float, cancel_after: str) -> subprocess.Popen[bytes]:
+            arguments = [url, person.key, asset_id, str(wait_seconds), cancel_after]
+            return subprocess.Popen([sys.executable, "-c", CLIENT, *arguments])
 
         # Cancelled calls (MCP notifications/cancelled, which the SDK sends when the caller's
         # task is cancelled) end at once, their sessions still open.
-        cancelling = [client(25, "cancel") for _ in range(4)]
-        # Started now so their start-up overlaps the first part; they call on their line.
-        vanishing = [client(6, "vanish") for _ in range(2)]
+        cancelling = [client(25, "4") for _ in range(4)]
+        vanishing: list[subprocess.Popen[bytes]] = []
         try:
             await _until(lambda: watch.waiters == 4, within=30)
             await _until(lambda: pool.checkedout() == 1)  # the one listener, shared
             # Waiting calls hold no turn (a waiter counted here may still be on its read
             # after subscribing, which holds its turn for that read only).
             await _until(lambda: services.call_admission.running == 0)
-            tell(cancelling)
             await _until(lambda: watch.waiters == 0 and not watch.listening, within=15)
             await _until(lambda: pool.checkedout() == 0, within=5)
             assert all(c.poll() is None for c in cancelling)  # cancelled, not disconnected
             # A client killed mid-wait sends nothing: its call ends at its own deadline (at
             # most 30 s), holding only its place on the shared listener meanwhile.
-            tell(vanishing)
+            vanishing = [client(6, "never") for _ in range(2)]
             await _until(lambda: watch.waiters == 2, within=30)
             started = anyio.current_time()
             for c in vanishing:
@@ -125,5 +108,3 @@ async def test_a_disconnecting_client_leaks_no_waiter_or_connection(
             for c in [*cancelling, *vanishing]:
                 c.kill()
                 c.wait(timeout=10)
-                if c.stdin is not None:
-                    c.stdin.close()
