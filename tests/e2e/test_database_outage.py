@@ -24,10 +24,11 @@ import pytest
 import pyvips
 from fastmcp import Client
 
-from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, ensure_database, start_embedded
+from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, start_embedded
+from memory_db.testing import copy_data_directory
 from memory_tools.testing.keys import new_key as make_key
 
-from .test_processes import _cli, _env, serve_http
+from .test_processes import _env, serve_http
 
 pytestmark = pytest.mark.slow
 
@@ -96,17 +97,17 @@ async def _until_saves_succeed(client: Client, seed: int) -> tuple[list[str], li
 
 
 async def _all_ready(client: Client, assets: list[str]) -> dict[str, str]:
-    """Poll until every asset is ready (or ``RECOVERY_SECONDS`` pass); returns the statuses."""
+    """Each asset's status once it is ready, or after ``RECOVERY_SECONDS`` if it never gets there.
+
+    ``image_asset_get`` with ``waitSeconds`` waits for the embedding server-side (on the
+    notification the worker's commit sends), so no poll interval is slept away.
+    """
     statuses: dict[str, str] = {}
     deadline = time.monotonic() + RECOVERY_SECONDS
-    while time.monotonic() < deadline:
-        for asset in assets:
-            if statuses.get(asset) != "ready":
-                got = await client.call_tool("image_asset_get", {"assetId": asset})
-                statuses[asset] = str(got.structured_content["status"])
-        if all(status == "ready" for status in statuses.values()):
-            break
-        await anyio.sleep(0.5)
+    for asset in assets:
+        wait = max(0.0, min(30.0, deadline - time.monotonic()))  # 30: the tool's maximum
+        got = await client.call_tool("image_asset_get", {"assetId": asset, "waitSeconds": wait})
+        statuses[asset] = str(got.structured_content["status"])
     return statuses
 
 
@@ -152,11 +153,18 @@ async def test_embedded_postgres_killed_under_a_save_loop(tmp_path: Path) -> Non
 
 
 @pytest.fixture
-async def external_postgres(tmp_path: Path) -> AsyncIterator[EmbeddedPostgres]:
-    """A PostgreSQL of this test's own (not the session's shared one): it gets killed."""
-    server = await start_embedded(tmp_path / "external-pg")
+async def external_postgres(
+    tmp_path: Path, migrated_pgdata: Path
+) -> AsyncIterator[EmbeddedPostgres]:
+    """A PostgreSQL of this test's own (not the session's shared one): it gets killed.
+
+    A copy of a migrated data directory, so neither initdb nor the migrations run here (the
+    migration of an external database is tested in test_processes.py).
+    """
+    pgdata = tmp_path / "external-pg"
+    copy_data_directory(migrated_pgdata, pgdata)
+    server = await start_embedded(pgdata)
     try:
-        await ensure_database(server.admin_url(), DEFAULT_DATABASE)
         yield server
     finally:
         server.stop()
@@ -183,7 +191,6 @@ async def test_server_reconnects_when_an_external_database_returns(
     tmp_path: Path, external_postgres: EmbeddedPostgres
 ) -> None:
     env = _env(tmp_path, MEMORY_DATABASE_URL=external_postgres.url(DEFAULT_DATABASE))
-    assert _cli(env, "migrate").returncode == 0
     key = make_key(env, "external@example.com")
     with serve_http(env, capture=False) as (url, _process):
         async with Client(url + "/mcp", auth=key) as client:

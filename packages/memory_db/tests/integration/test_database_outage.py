@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import anyio
@@ -29,6 +29,7 @@ from memory_db.database import (
 )
 from memory_db.health import probe_database, probe_store
 from memory_db.storage import LocalAssetObjectStore, S3AssetObjectStore, UrlSigner
+from memory_db.testing.log_events import log_events_kept
 from memory_db.unit_of_work import session_of
 
 # A second process that attaches to the server of a data directory and holds it until killed.
@@ -48,6 +49,13 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@pytest.fixture(autouse=True)
+def _log_events_kept() -> Iterator[None]:
+    """Each call refused during an outage logs a warning with its traceback: keep it unrendered."""
+    with log_events_kept():
+        yield
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import base64
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +24,7 @@ from memory_db import Database, DatabaseUnavailable, MemorySettings, open_databa
 from memory_db.database import EmbeddedPostgres, create_engine
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
+from memory_db.testing.log_events import log_events_kept
 from memory_db.unit_of_work import session_of
 from memory_tools import CODES, MemoryServices, build_memory_server
 from memory_tools.access import Caller
@@ -115,9 +116,19 @@ async def restart(embedded: EmbeddedPostgres) -> None:
         await anyio.sleep(0.2)
 
 
+@pytest.fixture(autouse=True)
+def _log_events_kept() -> Iterator[None]:
+    """Each call refused during an outage logs a warning with its traceback: keep it unrendered."""
+    with log_events_kept():
+        yield
+
+
 @pytest.fixture
-async def own_database(tmp_path: Path) -> AsyncIterator[tuple[Database, EmbeddedPostgres]]:
-    settings = MemorySettings(asset_ocr="off", memory_data_dir=tmp_path / "data")
+async def own_database(
+    embedded_data_dir: Path,
+) -> AsyncIterator[tuple[Database, EmbeddedPostgres]]:
+    # A copy of a migrated data directory: initdb and the migrations are not the subject here.
+    settings = MemorySettings(asset_ocr="off", memory_data_dir=embedded_data_dir)
     database, embedded = await open_database(settings, migrate=True)
     assert embedded is not None
     try:

@@ -17,6 +17,7 @@ import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
+from memory_db.testing.log_events import log_events_kept
 from memory_db.testing.outage import OutageProxy
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
@@ -25,6 +26,13 @@ from memory_tools.serving.job_worker import job_worker
 from ..pictures import picture
 
 OWNER = "alice@example.com"
+
+
+@pytest.fixture(autouse=True)
+def _log_events_kept() -> Iterator[None]:
+    """Each refused call logs a warning with its traceback: keep it unrendered."""
+    with log_events_kept():
+        yield
 
 
 @pytest.fixture

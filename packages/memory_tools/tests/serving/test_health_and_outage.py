@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -21,8 +21,16 @@ from memory_db.storage import (
     build_object_key,
     build_staging_key,
 )
+from memory_db.testing.log_events import log_events_kept
 from memory_tools import MemoryServices
 from memory_tools.serving import build_http_server
+
+
+@pytest.fixture(autouse=True)
+def _log_events_kept() -> Iterator[None]:
+    """Every call during the outage logs a warning with its traceback: keep it unrendered."""
+    with log_events_kept():
+        yield
 
 
 @pytest.fixture
