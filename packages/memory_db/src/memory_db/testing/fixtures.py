@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 
 from memory_db.database import create_engine
 from memory_db.testing import PostgresForTests, copy_data_directory, make_migrated_data_directory
@@ -155,6 +156,25 @@ def s3rver_peer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Peer]:
         yield described
     finally:
         peer.stop()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Render a logged exception as a plain traceback in test processes.
+
+    A test process that never calls ``memory_db.logs.configure_logging`` keeps structlog's
+    default console renderer, which draws an event's ``exc_info`` as a rich traceback with
+    every frame's local variables: seconds of CPU per event when the locals are engines,
+    sessions or images (an outage test spent about 10 s per refused call on it). The same
+    default processors are kept; only the exception's rendering is the plain one the server
+    processes use. A test that configures logging itself still replaces all of it.
+    """
+    del config
+    processors = list(structlog.get_config()["processors"])
+    if processors and isinstance(processors[-1], structlog.dev.ConsoleRenderer):
+        processors[-1] = structlog.dev.ConsoleRenderer(
+            exception_formatter=structlog.dev.plain_traceback
+        )
+        structlog.configure(processors=processors)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
