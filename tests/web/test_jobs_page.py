@@ -144,6 +144,16 @@ def test_the_table_updates_while_work_runs_and_polling_stops_when_idle(
             has_text="owner@example.com"
         )
         expect(done).to_have_count(2, timeout=60_000)
+        # The worker's first sweep also runs a reconciliation pass, beside the embeddings and
+        # often after them: keep the worker until that pass is recorded as done. The server
+        # gives a browser no event for it, so the rows are asked for at the polling interval;
+        # the bound is generous for a loaded 2-core machine.
+        deadline = time.monotonic() + 60
+        while (
+            'data-status="done"' not in page.request.get("/jobs/rows?type=reconcile").json()["html"]
+        ):
+            assert time.monotonic() < deadline, "no reconciliation pass done within 60 s"
+            page.wait_for_timeout(POLL_MILLISECONDS)
     finally:
         worker.terminate()
         worker.wait(timeout=30)
