@@ -32,6 +32,9 @@ AXE = ROOT / "tools" / "axe" / "node_modules" / "axe-core" / "axe.min.js"
 SCREENSHOTS = ROOT / "test-output" / "screenshots"
 DESKTOP: ViewportSize = {"width": 1280, "height": 860}
 MOBILE: ViewportSize = {"width": 390, "height": 844}
+# The session server's Jobs page polls this often (WEB_JOBS_POLL_MILLISECONDS): shorter than
+# the default, so a test sees polling stop within a couple of seconds.
+JOBS_POLL_MILLISECONDS = 500
 
 pytestmark = pytest.mark.slow
 
@@ -66,6 +69,7 @@ def web_server(
         migrated_home(tmp_path_factory, "web-server", migrated_pgdata),
         ASSET_WORKER_SWEEP_SECONDS="1",
         ASSET_SIGNED_GET_TTL_SECONDS="120",
+        WEB_JOBS_POLL_MILLISECONDS=str(JOBS_POLL_MILLISECONDS),
     )
     with serve_http(env, capture=False) as (url, _process):
         yield RunningServer(url, env)

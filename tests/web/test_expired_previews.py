@@ -18,8 +18,9 @@ from playwright.sync_api import Browser, Page, expect
 from memory_tools.testing.keys import new_key as make_key
 
 from ..e2e.test_processes import _env, serve_http
+from .agent_calls import save_images
 from .conftest import ResponseLog, RunningServer, migrated_home, sign_in
-from .test_asset_forms import upload
+from .test_asset_forms import _png
 
 pytestmark = pytest.mark.slow
 
@@ -78,8 +79,15 @@ def test_cards_scrolled_into_view_after_the_links_expired_still_load(
         page = context.new_page()
         page.on("response", log.record)
         sign_in(page, key)
-        names = [f"harbour-{n:02d}.png" for n in range(IMAGES)]
-        upload(page, names, seed=40, tags="harbour")
+        # Saved as an agent saves them: the upload page is not the subject here.
+        save_images(
+            short_links_server.url,
+            key,
+            [
+                (_png(40 + n), {"title": f"harbour {n:02d}", "tags": ["harbour"]})
+                for n in range(IMAGES)
+            ],
+        )
 
         page.goto(f"/library?limit={IMAGES}")
         rendered_at = time.time()

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import base64
 import re
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -20,7 +19,14 @@ import pytest
 import pyvips
 from playwright.sync_api import JSHandle, Page, expect
 
-from .conftest import DESKTOP, MOBILE, ResponseLog, check_accessibility, screenshot
+from .conftest import (
+    DESKTOP,
+    JOBS_POLL_MILLISECONDS,
+    MOBILE,
+    ResponseLog,
+    check_accessibility,
+    screenshot,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -185,7 +191,8 @@ def test_the_web_walk(
     expect(page.locator('tr[data-status="done"]').first).to_be_visible()
     _both_widths(page, "jobs")
     seen = len(rows_requests)
-    time.sleep(4)  # several polling intervals: an idle table asks for nothing
+    # Absence is seen over time: four polling intervals in which an idle table asks nothing.
+    page.wait_for_timeout(JOBS_POLL_MILLISECONDS * 4)
     assert len(rows_requests) == seen, rows_requests
 
     # 11. Share the library with a second person, who sees it; revoke it, and they see nothing.

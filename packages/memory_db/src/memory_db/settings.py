@@ -120,6 +120,9 @@ class MemorySettings(BaseSettings):
     # How long a web app sign-in lasts before the browser must sign in again (absolute, from
     # sign-in; revoking the key ends it sooner). docs/web.md#signing-in.
     web_session_ttl_seconds: int = Field(default=43_200, ge=60, le=30 * 86_400)
+    # How often the Jobs page reloads its rows while work is queued or running
+    # (docs/web.md#jobs); the browser tests shorten it to see polling start and stop sooner.
+    web_jobs_poll_milliseconds: int = Field(default=1500, ge=100, le=60_000)
 
     # --- ingest limits ------------------------------------------------------------------
     asset_max_bytes: int = Field(default=20_971_520, ge=1, le=1_073_741_824)

@@ -38,8 +38,6 @@ from memory_tools.web.handlers import WebRequest, action, endpoint, page
 from memory_tools.web.rendering import render_template
 
 PAGE_SIZE = 50
-# How often the script reloads the rows while work is queued or running.
-POLL_MILLISECONDS = 1500
 
 STATUS_LABELS = {
     "queued": ("Queued", "info", "◷", "Waiting for a worker"),
@@ -125,7 +123,7 @@ def routes(services: MemoryServices) -> list[Route]:
                 count=len(answer.jobs),
                 active=answer.active,
                 older=_older(filters, answer.next_cursor),
-                poll_ms=POLL_MILLISECONDS,
+                poll_ms=services.settings.web_jobs_poll_milliseconds,
             ),
         )
 
