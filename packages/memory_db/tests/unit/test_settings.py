@@ -309,6 +309,16 @@ def test_the_worker_reconcile_interval_is_read_and_bounded(monkeypatch: pytest.M
             load_settings()
 
 
+def test_the_jobs_page_poll_interval_is_read_and_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert load_settings().web_jobs_poll_milliseconds == 1500
+    monkeypatch.setenv("WEB_JOBS_POLL_MILLISECONDS", "300")
+    assert load_settings().web_jobs_poll_milliseconds == 300
+    for value in ("99", "60001", "0", "soon"):
+        monkeypatch.setenv("WEB_JOBS_POLL_MILLISECONDS", value)
+        with pytest.raises(ConfigurationError, match="WEB_JOBS_POLL_MILLISECONDS"):
+            load_settings()
+
+
 def test_fetch_dev_hosts_are_off_by_default() -> None:
     assert load_settings().asset_fetch_dev_hosts == ()
 
