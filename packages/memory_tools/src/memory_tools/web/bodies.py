@@ -61,13 +61,12 @@ def comma_separated(values: Iterable[str]) -> list[str]:
     a request may carry is the workflows' to say (``ingest.inputs.canonical_tags`` for an
     image's tags, ``FilterParameters`` for a filter), so a form meets the limits a tool does.
     """
-    items: list[str] = []
-    for value in values:
-        for part in value.split(","):
-            item = part.strip()
-            if item and item not in items:
-                items.append(item)
-    return items
+    # A dict keeps the order typed and finds a repeat in constant time: a list's ``in`` made a
+    # 64 KiB field of distinct items cost seconds of the event loop (quadratic).
+    items = dict.fromkeys(
+        item for value in values for part in value.split(",") if (item := part.strip())
+    )
+    return list(items)
 
 
 __all__ = ["MAX_BODY", "comma_separated", "parse_body", "read_body"]
