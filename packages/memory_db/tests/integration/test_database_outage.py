@@ -19,6 +19,7 @@ import psutil
 import pytest
 from sqlalchemy import text
 from sqlalchemy.exc import ProgrammingError
+from structlog.testing import capture_logs
 
 from memory_db import Database, DatabaseUnavailable
 from memory_db.database import (
@@ -29,7 +30,6 @@ from memory_db.database import (
 )
 from memory_db.health import probe_database, probe_store
 from memory_db.storage import LocalAssetObjectStore, S3AssetObjectStore, UrlSigner
-from memory_db.testing.log_events import log_events_kept
 from memory_db.unit_of_work import session_of
 
 # A second process that attaches to the server of a data directory and holds it until killed.
@@ -54,7 +54,7 @@ def _alive(pid: int) -> bool:
 @pytest.fixture(autouse=True)
 def _log_events_kept() -> Iterator[None]:
     """Each call refused during an outage logs a warning with its traceback: keep it unrendered."""
-    with log_events_kept():
+    with capture_logs():
         yield
 
 

@@ -19,12 +19,12 @@ import anyio
 import pytest
 from fastmcp import Client
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from memory_db import Database, DatabaseUnavailable, MemorySettings, open_database
 from memory_db.database import EmbeddedPostgres, create_engine
 from memory_db.embedding import EmbedResult, EmbedValue, ScriptedEmbedder, Task
 from memory_db.storage import InMemoryAssetObjectStore, LocalAssetObjectStore, UrlSigner
-from memory_db.testing.log_events import log_events_kept
 from memory_db.unit_of_work import session_of
 from memory_tools import CODES, MemoryServices, build_memory_server
 from memory_tools.access import Caller
@@ -119,7 +119,7 @@ async def restart(embedded: EmbeddedPostgres) -> None:
 @pytest.fixture(autouse=True)
 def _log_events_kept() -> Iterator[None]:
     """Each call refused during an outage logs a warning with its traceback: keep it unrendered."""
-    with log_events_kept():
+    with capture_logs():
         yield
 
 

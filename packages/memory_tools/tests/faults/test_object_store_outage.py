@@ -16,8 +16,8 @@ from urllib.parse import urlsplit
 import pytest
 from fastmcp import Client
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
-from memory_db.testing.log_events import log_events_kept
 from memory_db.testing.outage import OutageProxy
 from memory_db.testing.s3_peers import S3Peer
 from memory_tools import MemoryServices, build_memory_server
@@ -31,7 +31,7 @@ OWNER = "alice@example.com"
 @pytest.fixture(autouse=True)
 def _log_events_kept() -> Iterator[None]:
     """Each refused call logs a warning with its traceback: keep it unrendered."""
-    with log_events_kept():
+    with capture_logs():
         yield
 
 

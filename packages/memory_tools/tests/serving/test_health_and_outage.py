@@ -11,6 +11,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 from fastmcp import Client
+from structlog.testing import capture_logs
 
 from memory_db import Database
 from memory_db.database import create_engine
@@ -21,7 +22,6 @@ from memory_db.storage import (
     build_object_key,
     build_staging_key,
 )
-from memory_db.testing.log_events import log_events_kept
 from memory_tools import MemoryServices
 from memory_tools.serving import build_http_server
 
@@ -29,7 +29,7 @@ from memory_tools.serving import build_http_server
 @pytest.fixture(autouse=True)
 def _log_events_kept() -> Iterator[None]:
     """Every call during the outage logs a warning with its traceback: keep it unrendered."""
-    with log_events_kept():
+    with capture_logs():
         yield
 
 
