@@ -90,3 +90,32 @@ def test_an_admin_command_against_a_database_loads_only_what_it_runs(
     assert loaded_by(env, "admin", "list-keys", "--owner", "ann@example.com") == []
     # ... while the command that needs them still gets them: the probe can fail.
     assert "httpx" in loaded_by(env, "models", "list", "--json")
+
+
+def test_a_command_starts_without_the_collector_and_runs_with_it() -> None:
+    # Importing the package pauses the collector only for its own imports (a library import
+    # must leave it on); a command's main pauses it for its start (parsing, the usage check
+    # that loads the tools) and freezes what it built; the command itself runs with it.
+    probe = (
+        "import gc, json, sys\n"
+        "seen = []\n"
+        "def hook(event, args):\n"
+        "    if event == 'import' and args[0] == 'memory_server.cli':\n"
+        "        seen.append(('import', gc.isenabled()))\n"
+        "sys.addaudithook(hook)\n"
+        "import memory_server\n"
+        "seen.append(('imported', gc.isenabled()))\n"
+        "from memory_tools.serving import subcommands\n"
+        "declared = subcommands.declared\n"
+        "subcommands.declared = lambda a: seen.append(('parsed', gc.isenabled())) or declared(a)\n"
+        "subcommands.run_command = lambda *a, **k: seen.append(('runs', gc.isenabled())) or 0\n"
+        "memory_server.main(['admin', 'list-identities'])\n"
+        "print(json.dumps([seen, gc.get_freeze_count() > 0]))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert json.loads(done.stdout) == [
+        [["import", False], ["imported", True], ["parsed", False], ["runs", True]],
+        True,
+    ]

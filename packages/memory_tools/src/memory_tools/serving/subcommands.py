@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from memory_db import Database, MemorySettings, Runtime, open_database, open_runtime
+from memory_db.garbage_collection import collection_paused
 from memory_tools.serving.commands import run_command
 
 if TYPE_CHECKING:
@@ -225,13 +226,15 @@ class CommandLine:
 
         0 success, 1 a refused operation, 2 invalid usage or configuration, 130 Ctrl+C.
         """
-        args = self.parser().parse_args(argv)
-        command = declared(args)
-        if command.usage is not None:
-            problem = command.usage(args)
-            if problem is not None:
-                print(f"{self.prog}: error: {problem}", file=sys.stderr)
-                return 2
+        # The process's start, imports of what the command runs included (a usage check may load
+        # the tools), without the cyclic collector; what it built stays out of later collections.
+        with collection_paused(freeze=True):
+            args = self.parser().parse_args(argv)
+            command = declared(args)
+            problem = None if command.usage is None else command.usage(args)
+        if problem is not None:
+            print(f"{self.prog}: error: {problem}", file=sys.stderr)
+            return 2
         return run_command(
             lambda settings: command.start(settings, args), operator=command.operator
         )
