@@ -11,6 +11,7 @@ import pytest
 from memory_tools.errors import FetchFailed, UnsafeUrl
 from memory_tools.ingest import FetchPolicy, MappedResolver, SafeFetcher, check_url
 from memory_tools.ingest.addresses import IpAddress
+from memory_tools.ingest.fetch import system_trust
 from memory_tools.testing.web import Reply, WebServer, serve_web
 
 from ..web_routes import BODY, HOSTS, MAX_BYTES, routes_for
@@ -311,3 +312,10 @@ async def test_tls_verifies_the_url_host_not_the_address(
                     await fetcher.fetch(url)
         finally:
             await fetcher.aclose()
+
+
+def test_fetchers_share_one_trust_store_that_verifies() -> None:
+    # Loading the certificates costs tens of ms of CPU: once per process, not per fetcher.
+    trust = system_trust()
+    assert system_trust() is trust
+    assert trust.verify_mode is ssl.CERT_REQUIRED and trust.check_hostname

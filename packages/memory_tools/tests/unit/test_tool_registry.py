@@ -180,6 +180,42 @@ async def test_a_spread_model_is_shown_as_its_fields_and_received_whole(
     assert received == [_Window(first_row=3, row_count=10)]
 
 
+async def test_each_binding_runs_its_own_toolset_and_the_method_is_parsed_once(
+    services: MemoryServices, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    registry = ToolRegistry()
+
+    class Named:
+        def __init__(self, services: MemoryServices, name: str) -> None:
+            self.services = services
+            self.name = name
+
+        @registry.tool("Who", read_only=True, idempotent=True)
+        async def image_who(self, greeting: str = "hello") -> ProjectView:
+            """Say who answers."""
+            raise NotFoundFailure(f"{greeting} from {self.name}")
+
+    parsed: list[str] = []
+    from_function = Tool.from_function
+
+    def counting(fn: Any, **kwargs: Any) -> Any:
+        parsed.append(fn.__name__)
+        return from_function(fn, **kwargs)
+
+    monkeypatch.setattr(Tool, "from_function", counting)
+    (first,) = registry.bind(Named(services, "first"))
+    (second,) = registry.bind(Named(services, "second"))
+    # Parsing the signature is the cost of building a server: once per method and process.
+    assert parsed == ["image_who"]
+    assert first.parameters == second.parameters
+    assert first.output_schema == second.output_schema
+    # Each copy calls its own toolset: nothing of one binding leaks into the other.
+    with pytest.raises(ToolError, match="hi from second"):
+        await second.run({"greeting": "hi"})
+    with pytest.raises(ToolError, match="hello from first"):
+        await first.run({})
+
+
 # The output schemas as tools/list shows them: lean (memory_tools.mcp.lean_schemas), naming each
 # answer's fields and its listed records' fields. A change here changes what clients read and
 # validate answers against: update the file only on purpose, e.g. with

@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Protocol, TypeVar, get_args, get_origin, get_type_hints
 
 from fastmcp.exceptions import ToolError
-from fastmcp.tools import Tool, ToolResult
+from fastmcp.server.dependencies import transform_context_annotations
+from fastmcp.tools import FunctionTool, Tool, ToolResult
 from fastmcp.tools.tool_transform import ArgTransform
 from mcp_types import ContentBlock, ImageContent, TextContent, ToolAnnotations
 from pydantic import BaseModel
@@ -57,6 +58,7 @@ from memory_tools.workflows.bulk import BulkAnswer
 log = get_logger(__name__)
 
 F = TypeVar("F", bound=Callable[..., Awaitable[Any]])
+T = TypeVar("T", bound=Tool)
 
 
 @dataclass(frozen=True)
@@ -187,19 +189,51 @@ class ToolRegistry:
             if offers is not None and not offers(spec):
                 continue
             method = getattr(toolset, spec.name)
-            tool = Tool.from_function(
-                _spread(method, _entry(spec, method, toolset.services)),
-                title=spec.title,
-                annotations=spec.annotations(),
-            )
+            entry = _spread(method, _entry(spec, method, toolset.services))
             advertised = _advertised(method, toolset.services.settings)
             if advertised:
-                tool = Tool.from_tool(tool, transform_args=advertised)
-            bound.append(_listed_lean(tool))
+                tool = Tool.from_tool(_parsed(spec, method, entry), transform_args=advertised)
+                bound.append(_listed_lean(tool))
+            else:
+                bound.append(_parsed(spec, method, entry, lean=True))
         return bound
 
 
-def _listed_lean(tool: Tool) -> Tool:
+# What parsing a tool method gives (its input and output schemas, description, type adapters)
+# depends on the class's method alone, not on the toolset it is bound to, and it was most of
+# building a server: about 0.1 s of CPU for the memory tools, paid by every process start and
+# every server a test builds. So each method is parsed once per process; every bind copies the
+# parsed tool with its own entry, the only part that holds the toolset's services. Keyed by the
+# class's function and whether the copy is the lean listing (a tool whose advertised schema
+# depends on the settings is transformed after the copy, per bind).
+_PARSED: dict[tuple[Callable[..., Any], bool], FunctionTool] = {}
+
+
+async def _unbound(**_: Any) -> None:
+    raise RuntimeError("a parsed tool runs only as a copy bound to a toolset")
+
+
+def _parsed(
+    spec: ToolSpec,
+    method: Callable[..., Awaitable[Any]],
+    entry: Callable[..., Awaitable[Any]],
+    *,
+    lean: bool = False,
+) -> FunctionTool:
+    """The tool of ``method`` calling ``entry``: parsed once per method, then copied."""
+    key = (getattr(method, "__func__", method), lean)
+    parsed = _PARSED.get(key)
+    if parsed is None:
+        tool = Tool.from_function(entry, title=spec.title, annotations=spec.annotations())
+        # Kept without this first toolset's entry, which would hold its services for good.
+        tool = tool.model_copy(update={"fn": _unbound})
+        parsed = _PARSED[key] = _listed_lean(tool) if lean else tool
+    # As from_function prepares the function it is given (a Context parameter becomes a
+    # dependency); the copy's schemas and adapters were built from the same signature.
+    return parsed.model_copy(update={"fn": transform_context_annotations(entry)})
+
+
+def _listed_lean(tool: T) -> T:
     """``tool`` listed with its lean schemas (:mod:`memory_tools.mcp.lean_schemas`).
 
     Only what ``tools/list`` shows changes: calls are validated from the method's signature.
