@@ -36,7 +36,7 @@ Printed per size and kind of call:
   statement text, per call of each kind and per idle second;
 - whole call / bare ANN: ``VectorIndex.search`` with the same query vector (the local
   embedder's, as the server's), ``limit`` 50 as a search asks, in this process;
-- whole call / FAISS HNSW in-process (``IndexHNSWFlat``, m = 16, ef_construction = 64 as the
+- whole call / FAISS HNSW in-process (``IndexHNSWFlat``, the m and ef_construction of the
   index, ``efSearch`` = the index's ``ef_search``, inner product on unit vectors, one thread)
   on the same stored vectors, both representations, read back from PostgreSQL.
 
@@ -85,6 +85,7 @@ from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
+from memory_db.vectors.ddl import HNSW_EF_CONSTRUCTION, HNSW_M
 from memory_tools.workflows.search import OVERFETCH
 
 KINDS = ("text", "image", "list")
@@ -335,11 +336,11 @@ def _faiss(stored: np.ndarray, queries: dict[str, list[list[float]]]) -> dict[st
     import faiss  # a dev-group peer, imported only when compared
 
     faiss.omp_set_num_threads(1)  # one query at a time on one core, as ours
-    index = faiss.IndexHNSWFlat(stored.shape[1], 16, faiss.METRIC_INNER_PRODUCT)
-    index.hnsw.efConstruction = 64
+    index = faiss.IndexHNSWFlat(stored.shape[1], HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     index.add(stored)
     # The breadth the server's search uses on a table of this many vectors.
-    index.hnsw.efSearch = SearchTuning().ef_search_for(float(stored.shape[0]))
+    index.hnsw.efSearch = SearchTuning().ef_search_for(float(stored.shape[0]), HNSW_M)
     medians: dict[str, float] = {}
     for kind, vectors in queries.items():
         times: list[float] = []

@@ -30,6 +30,7 @@ from memory_db.vectors import (
     vector_codes,
     vector_id,
 )
+from memory_db.vectors.ddl import hnsw_index_sql
 
 A = VaultScope("alice@example.com", "alice@example.com/Library")
 B = VaultScope("bob@example.com", "bob@example.com/Library")
@@ -375,10 +376,11 @@ async def test_ann_walks_the_graph_whatever_the_filter_estimate(database: Databa
 
 
 async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Database) -> None:
-    """``hnsw.ef_search`` follows the table's size: at 300,000 clustered vectors recall@10 was
-    0.87-0.92 with 250 and 0.958 with 1,000 (benchmarks/scale.py, docs/scaling.md), while a
-    library up to 100,000 keeps 250. The search reads PostgreSQL's row estimate in the statement that
-    sets its settings; an explicit breadth still wins."""
+    """``hnsw.ef_search`` follows the table's size and its graph: at 300,000 clustered vectors
+    recall@10 was 0.87-0.92 with 250 and 0.958 with 1,000 on a graph of 16 neighbours per node,
+    0.961 with 200 on one of 32 (benchmarks/scale.py, docs/scaling.md). The search reads
+    PostgreSQL's row estimate and the graph's ``m`` in the statement that sets its settings; an
+    explicit breadth still wins."""
     await _index(database)
     rng = np.random.default_rng(8)
     scopes = [VaultScope(f"o{v}@example.com", f"o{v}@example.com/Library") for v in range(3)]
@@ -408,16 +410,25 @@ async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Databa
                 {"n": rows},
             )
 
-    assert await breadth() == "250"
+    # The graph every new index is built with: 32 neighbours per node.
+    assert await breadth() == "100"
     await estimate(100_000)
+    assert await breadth() == "100"
+    await estimate(200_000)
+    assert await breadth() == "175"
+    await estimate(300_000)
     assert await breadth() == "250"
+    await estimate(5_000_000)
+    assert await breadth() == "1000"  # pgvector's maximum
+    assert await breadth(SearchTuning(ef_search=40)) == "40"
+    # A graph built before with 16 neighbours walks as wide as it needs until a reindex.
+    async with database.engine.begin() as conn:
+        await conn.execute(text("DROP INDEX memory_assets_v1_hnsw"))
+        await conn.execute(text(hnsw_index_sql("memory_assets_v1", "halfvec", m=16)))
     await estimate(200_000)
     assert await breadth() == "625"
     await estimate(300_000)
     assert await breadth() == "1000"
-    await estimate(5_000_000)
-    assert await breadth() == "1000"  # pgvector's maximum
-    assert await breadth(SearchTuning(ef_search=40)) == "40"
 
 
 async def test_migration_adds_codes_to_existing_index_tables(postgres: PostgresForTests) -> None:

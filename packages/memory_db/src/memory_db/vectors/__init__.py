@@ -21,6 +21,7 @@ from memory_db.vectors.ddl import (
     switch_alias,
 )
 from memory_db.vectors.index import (
+    Breadth,
     SearchTuning,
     StoredVector,
     VectorHit,
@@ -60,6 +61,7 @@ __all__ = [
     "WALK_DONE",
     "WRITABLE_COLUMNS",
     "AliasMoved",
+    "Breadth",
     "CacheFit",
     "Completed",
     "ElementType",

@@ -17,7 +17,7 @@ from memory_db.errors import InvalidInput, NotFound
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import VaultScope
 from memory_db.vectors.codes import vector_codes
-from memory_db.vectors.ddl import ElementType, check_identifier
+from memory_db.vectors.ddl import HNSW_M, ElementType, check_identifier
 
 REPRESENTATIONS = ("visual", "fused")
 
@@ -70,6 +70,27 @@ class VectorHit:
 
 
 @dataclass(frozen=True, slots=True)
+class Breadth:
+    """How wide a graph walk is for a table's size.
+
+    ``minimum`` candidates up to ``from_rows`` rows, then one more per ``rows_per_ef`` beyond.
+    """
+
+    minimum: int
+    from_rows: int
+    rows_per_ef: int
+
+
+# Measured by benchmarks/scale.py on clustered 1,024-d vectors (docs/scaling.md): a graph of
+# 16 neighbours per node needs 250 candidates for recall@10 0.96-0.98 at 100,000 vectors and
+# 1,000 for 0.957 at 300,000; one of 32 gets 0.995 with 100 at 100,000 and 0.961-0.974 with
+# 200-400 at 300,000, so its walk starts narrower and grows slower (250 at 300,000).
+NARROW_GRAPH_BREADTH = Breadth(minimum=250, from_rows=100_000, rows_per_ef=267)
+WIDE_GRAPH_BREADTH = Breadth(minimum=100, from_rows=100_000, rows_per_ef=1334)
+WIDE_GRAPH_M = 32
+
+
+@dataclass(frozen=True, slots=True)
 class SearchTuning:
     """Search knobs, tuned by ``benchmarks/vector_search.py`` (see docs/vector-index.md).
 
@@ -81,35 +102,36 @@ class SearchTuning:
     ``max_scan_tuples``.
 
     ``ef_search``: how many candidates the graph walk keeps (pgvector's ``hnsw.ef_search``).
-    ``None`` (the default) sizes it to the table, :meth:`ef_search_for` of the rows PostgreSQL
-    estimates it holds: recall at a fixed breadth falls as the graph grows (recall@10 0.98 at
-    100,000 vectors but 0.87-0.92 at 300,000 with 250; 0.958 there with 1,000, measured by
-    ``benchmarks/scale.py``, docs/scaling.md), while a library up to 100,000 keeps its speed
-    (334 there cost 1.16x the p50 for the same recall).
+    ``None`` (the default) sizes it to the table and its graph, :meth:`ef_search_for` of the
+    rows PostgreSQL estimates it holds and the graph's ``m``: recall at a fixed breadth falls
+    as the graph grows, and a graph with more neighbours per node reaches the same recall with
+    a narrower walk (``narrow`` for graphs of fewer than ``wide_m`` neighbours, ``wide`` from
+    ``wide_m``; measured by ``benchmarks/scale.py``, docs/scaling.md).
     """
 
     ef_search: int | None = None
-    ef_search_min: int = 250
     ef_search_max: int = 1000  # pgvector's own maximum
-    ef_search_from_rows: int = 100_000
-    rows_per_ef: int = 267
+    narrow: Breadth = NARROW_GRAPH_BREADTH
+    wide: Breadth = WIDE_GRAPH_BREADTH
+    wide_m: int = WIDE_GRAPH_M
     max_scan_tuples: int = 20_000
     scan_max_rows: int = 8_000
     rescore_factor: int = 4
     rescore_min: int = 100
 
-    def ef_search_for(self, rows: float) -> int:
-        """The graph walk's breadth for a table of ``rows`` vectors.
+    def ef_search_for(self, rows: float, m: int = HNSW_M) -> int:
+        """The graph walk's breadth for a table of ``rows`` vectors in a graph of ``m``.
 
-        ``ef_search`` when set, else ``ef_search_min`` up to ``ef_search_from_rows`` rows and one
-        candidate more per ``rows_per_ef`` rows beyond, at most ``ef_search_max`` (250 up to
-        100,000 rows, 625 at 200,000, 1,000 from 300,000). The same rule as the SQL the search
-        sends (``VectorIndex._ef_search``).
+        ``ef_search`` when set, else the graph's :class:`Breadth`, at most ``ef_search_max``:
+        with 32 neighbours 100 up to 100,000 rows, 175 at 200,000, 250 at 300,000; with 16
+        (graphs built before) 250 up to 100,000, 625 at 200,000, 1,000 from 300,000. The same
+        rule as the SQL the search sends (:func:`ef_search_setting`).
         """
         if self.ef_search is not None:
             return self.ef_search
-        more = math.ceil((max(rows, 0.0) - self.ef_search_from_rows) / self.rows_per_ef)
-        return min(self.ef_search_max, max(self.ef_search_min, self.ef_search_min + more))
+        breadth = self.wide if m >= self.wide_m else self.narrow
+        more = math.ceil((max(rows, 0.0) - breadth.from_rows) / breadth.rows_per_ef)
+        return min(self.ef_search_max, max(breadth.minimum, breadth.minimum + more))
 
     def pool(self, limit: int) -> int:
         """How many candidates a scan re-scores for ``limit`` results."""
@@ -178,21 +200,37 @@ def ef_search_setting(tuning: SearchTuning, table: str) -> str | SettingSql:
     """``hnsw.ef_search``: the tuning's own, or sized to ``table`` in the statement that sets it.
 
     Sized from ``pg_class.reltuples``, the planner's estimate that autovacuum's analyze
-    keeps within about a tenth of the table (-1 before the first analyze: the minimum).
-    Read where the settings are set, so sizing costs no round trip of its own. The same rule
-    as :meth:`SearchTuning.ef_search_for`.
+    keeps within about a tenth of the table (-1 before the first analyze: the minimum), and
+    from the ``m`` its HNSW graph was built with (pgvector's default, 16, when the index names
+    none). Read where the settings are set, so sizing costs no round trip of its own. The same
+    rule as :meth:`SearchTuning.ef_search_for`.
     """
     if tuning.ef_search is not None:
         return str(tuning.ef_search)
     return SettingSql(
-        "(SELECT CAST(CAST(LEAST(:ef_max, GREATEST(:ef_min, :ef_min + "
-        "CEIL((GREATEST(c.reltuples, 0) - :ef_from) / :ef_rows))) AS integer) AS text) "
-        "FROM pg_class c WHERE c.oid = CAST(:ef_table AS regclass))",
+        "(SELECT CAST(CAST(LEAST(CAST(:ef_max AS integer), GREATEST(b.minimum, b.minimum + "
+        "CEIL((GREATEST(c.reltuples, 0) - b.from_rows) / b.per_ef))) AS integer) AS text) "
+        "FROM pg_class c CROSS JOIN LATERAL (SELECT CASE WHEN g.m >= CAST(:wide_m AS integer) "
+        "THEN CAST(:wide_min AS integer) ELSE CAST(:narrow_min AS integer) END AS minimum, "
+        "CASE WHEN g.m >= CAST(:wide_m AS integer) THEN CAST(:wide_from AS integer) "
+        "ELSE CAST(:narrow_from AS integer) END AS from_rows, "
+        "CASE WHEN g.m >= CAST(:wide_m AS integer) THEN CAST(:wide_rows AS integer) "
+        "ELSE CAST(:narrow_rows AS integer) END AS per_ef "
+        "FROM (SELECT COALESCE(MAX(CAST(o.option_value AS integer)), 16) AS m "
+        "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+        "JOIN pg_am a ON a.oid = i.relam AND a.amname = 'hnsw' "
+        "CROSS JOIN LATERAL pg_options_to_table(i.reloptions) o "
+        "WHERE x.indrelid = c.oid AND o.option_name = 'm') g) b "
+        "WHERE c.oid = CAST(:ef_table AS regclass))",
         {
             "ef_max": tuning.ef_search_max,
-            "ef_min": tuning.ef_search_min,
-            "ef_from": tuning.ef_search_from_rows,
-            "ef_rows": tuning.rows_per_ef,
+            "wide_m": tuning.wide_m,
+            "wide_min": tuning.wide.minimum,
+            "wide_from": tuning.wide.from_rows,
+            "wide_rows": tuning.wide.rows_per_ef,
+            "narrow_min": tuning.narrow.minimum,
+            "narrow_from": tuning.narrow.from_rows,
+            "narrow_rows": tuning.narrow.rows_per_ef,
             "ef_table": table,
         },
     )
