@@ -2,7 +2,7 @@
 
 For each size (10,000, 100,000 and, with ``--big``, 300,000 vectors by default) a fresh
 embedded PostgreSQL database gets a versioned vector table (``halfvec(1024)``, the production
-DDL: HNSW m = 32, ef_construction = 64, the scope B-trees) filled with the same synthetic
+DDL: HNSW m = 16, ef_construction = 64, the scope B-trees) filled with the same synthetic
 clustered unit vectors as ``vector_search.py`` (100 vaults, vault independent of cluster):
 
 - load: ``COPY`` of the rows without the HNSW graph, then the graph built once (timed apart);

@@ -255,6 +255,7 @@ async def prepare_vector_index(
             alias=DEFAULT_ALIAS,
             element=settings.asset_embed_vector_type,
             identity=identity,
+            m=settings.asset_vector_graph_m,
         )
         active = await uow.vector_indexes.identity(name)
     if active is not None and active != identity:

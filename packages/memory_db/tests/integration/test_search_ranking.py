@@ -174,7 +174,7 @@ async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Data
 async def test_the_ranking_start_sizes_the_graph_walk_to_the_table(database: Database) -> None:
     """The server's search (not only ``VectorIndex.search``) walks the graph as broadly as the
     table is large: ``start_search`` sets ``hnsw.ef_search`` from the row estimate and the
-    graph's ``m`` (32 for a new index)."""
+    graph's ``m``."""
     await _library(database)
 
     async def breadth() -> str:
@@ -191,11 +191,11 @@ async def test_the_ranking_start_sizes_the_graph_walk_to_the_table(database: Dat
             )
             return str(await session_of(uow).scalar(text("SHOW hnsw.ef_search")))
 
-    assert await breadth() == "100"
+    assert await breadth() == "250"
     async with database.engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
         # The planner's estimate of a library this test cannot afford to write.
         await conn.execute(
             text("UPDATE pg_class SET reltuples = 300000 WHERE oid = 'memory_assets_v1'::regclass")
         )
-    assert await breadth() == "250"
+    assert await breadth() == "1000"

@@ -121,6 +121,7 @@ def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
         ("ASSET_SIGNED_GET_TTL_SECONDS", "86400", "ASSET_SIGNED_GET_TTL_SECONDS"),
         ("ASSET_STORAGE_ENV_PREFIX", "Prod/../x", "ASSET_STORAGE_ENV_PREFIX"),
         ("ASSET_EMBED_INDEX", "drop table", "ASSET_EMBED_INDEX"),
+        ("ASSET_VECTOR_GRAPH_M", "24", "ASSET_VECTOR_GRAPH_M"),
         ("ASSET_S3_ENDPOINT", "ftp://x", "ASSET_S3_ENDPOINT"),
         ("ASSET_S3_ENDPOINT", "https://user:pw@host", "ASSET_S3_ENDPOINT"),
         ("JINA_BASE_URL", "http://api.jina.ai/v1", "JINA_BASE_URL"),

@@ -307,6 +307,30 @@ async def test_recall_counts_equally_near_duplicates_as_found(
     assert report.switched and report.recall == 1.0
 
 
+async def test_a_rebuild_builds_the_configured_graph(
+    services: MemoryServices, database: Any
+) -> None:
+    """ASSET_VECTOR_GRAPH_M applies to the index a reindex builds (docs/scaling.md)."""
+    from memory_tools.operations import admin
+
+    await admin.create_identity(database, OWNER, 10**9)
+    await _save(services, 1)
+    await job_worker(services, FAST).drain()
+    wide = replace(
+        services, settings=services.settings.model_copy(update={"asset_vector_graph_m": 32})
+    )
+    report = await reindex(wide, ReindexRequest("graph32_v2", provider="local"))
+    assert report.switched
+    async with services.database.engine.connect() as conn:
+        m = await conn.scalar(
+            text(
+                "SELECT o.option_value FROM pg_class i, pg_options_to_table(i.reloptions) o "
+                "WHERE i.oid = 'graph32_v2_hnsw'::regclass AND o.option_name = 'm'"
+            )
+        )
+    assert m == "32"
+
+
 async def test_switching_to_a_local_clip_model(
     services: MemoryServices, database: Any, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

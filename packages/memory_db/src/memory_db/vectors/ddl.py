@@ -79,12 +79,11 @@ SCOPE_INCLUDE = (
 
 # The HNSW graph's build parameters (docs/vector-index.md#the-graph-parameters): how many
 # neighbours each node keeps (``m``) and how wide the search that picks them is
-# (``ef_construction``). Chosen by ``benchmarks/scale.py``; see the figures in docs/scaling.md:
-# with 32 neighbours a walk of 200 candidates finds at 300,000 vectors what one of 1,000 found
-# with 16 (recall@10 0.961 against 0.957), for twice the build time and the same disk at 1,024
-# half-precision dimensions. Graphs built with 16 before keep their own breadth rule
-# (``SearchTuning``) until a reindex rebuilds them.
-HNSW_M = 32
+# (``ef_construction``). Chosen by ``benchmarks/scale.py``; see the figures in docs/scaling.md.
+# ``m`` is a setting (ASSET_VECTOR_GRAPH_M): 32 reaches at 300,000 vectors with a walk of 200
+# candidates the recall 16 reaches with 1,000, but an insert costs about 3.4x as much CPU.
+HNSW_M = 16
+GRAPH_M_CHOICES = (16, 32)
 HNSW_EF_CONSTRUCTION = 64
 
 
@@ -110,7 +109,7 @@ def scope_index_sql(name: str) -> str:
     )
 
 
-def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
+def _table_sql(name: str, dimensions: int, element: ElementType, m: int) -> list[str]:
     column = f"{element}({dimensions})"
     return [
         f"""
@@ -135,7 +134,7 @@ def _table_sql(name: str, dimensions: int, element: ElementType) -> list[str]:
         # Keep vectors in the row (a 1,024-d halfvec is just over the TOAST threshold): a
         # filtered exact search then reads the matching rows, not one TOAST lookup per row.
         f"ALTER TABLE {name} ALTER COLUMN embedding SET STORAGE PLAIN",
-        hnsw_index_sql(name, element),
+        hnsw_index_sql(name, element, m=m),
         scope_index_sql(name),
         # Keys only: counting the rows a filter matches (how a search picks its path) reads
         # this narrow index, a sixth of the covering one's pages.
@@ -161,11 +160,15 @@ async def create_index(
     dimensions: int,
     element: ElementType = "halfvec",
     identity: EmbedderIdentity | None = None,
+    m: int = HNSW_M,
 ) -> None:
     """Create and register a versioned index table (``Conflict`` if the name is taken).
 
     ``identity``: the embedder that will fill it (its dimensions must be ``dimensions``).
+    ``m``: the neighbours per node of its HNSW graph (one of ``GRAPH_M_CHOICES``).
     """
+    if m not in GRAPH_M_CHOICES:
+        raise InvalidInput(f"an HNSW graph keeps {GRAPH_M_CHOICES} neighbours per node, not {m}")
     check_identifier(name)
     check_dimensions(dimensions, element)
     if identity is not None and identity.dimensions != dimensions:
@@ -190,7 +193,7 @@ async def create_index(
     )
     if taken is not None:
         raise Conflict(f"{taken} exists already: {name} cannot have its indexes; choose another")
-    for statement in _table_sql(name, dimensions, element):
+    for statement in _table_sql(name, dimensions, element, m):
         await session.execute(text(statement))
     await session.execute(
         text(
@@ -345,11 +348,13 @@ async def ensure_default_index(
     alias: str = DEFAULT_ALIAS,
     element: ElementType = "halfvec",
     identity: EmbedderIdentity | None = None,
+    m: int = HNSW_M,
 ) -> str:
     """Create ``name`` if missing and point an unset ``alias`` at it; return the alias target.
 
     ``identity``: the configured embedder, recorded for a new index, and for the aliased one
     when it has none yet (an index made before identities were recorded was filled by it).
+    ``m``: the graph of a new index (an existing one keeps its own until a reindex).
     """
     try:
         current = await resolve_alias(session, alias)
@@ -371,7 +376,9 @@ async def ensure_default_index(
         text("SELECT 1 FROM mem_vector_indexes WHERE name = :n"), {"n": name}
     )
     if not registered:
-        await create_index(session, name, dimensions=dimensions, element=element, identity=identity)
+        await create_index(
+            session, name, dimensions=dimensions, element=element, identity=identity, m=m
+        )
     elif identity is not None:
         await record_identity(session, name, identity)
     await switch_alias(session, alias, name)

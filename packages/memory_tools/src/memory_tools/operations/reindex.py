@@ -305,7 +305,11 @@ async def _start(
             raise InvalidInputFailure(str(exc)) from None
         _embedder(services, identity)  # this process must be able to embed with it
         await uow.vector_indexes.create(
-            target, dimensions=identity.dimensions, element=element, identity=identity
+            target,
+            dimensions=identity.dimensions,
+            element=element,
+            identity=identity,
+            m=services.settings.asset_vector_graph_m,
         )
         rebuild = await uow.vector_indexes.start_rebuild(alias=alias, target=target, source=current)
     log.info("vector_index_rebuild_started", target=target, source=current, embedder=str(identity))
