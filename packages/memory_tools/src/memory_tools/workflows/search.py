@@ -790,6 +790,4 @@ class AssetSearcher:
         ordered = best_first(
             fusion, evidence_floor=thresholds.evidence, min_score=request.min_score
         )
-        by_id = {row.asset.id: row for row in ranked.rows}
-        rows = [by_id[asset_id] for asset_id in ordered if asset_id in by_id]
-        return vaults, fusion, rows[: request.limit]
+        return vaults, fusion, ranked.stored(ordered, request.limit)
