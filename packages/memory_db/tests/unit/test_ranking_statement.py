@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from memory_db import VaultScope
 from memory_db.repositories import AssetFilter
 from memory_db.vectors import SearchTuning, VectorIndex
-from memory_db.vectors.ranking import Metering, Ranked, SearchStart, ranking_statement
+from memory_db.vectors.ranking import Metering, SearchStart, ranking_statement
 
 _DIALECT = asyncpg_dialect()
 
@@ -112,54 +112,3 @@ def test_shapes_do_not_share_a_statement() -> None:
         for scopes in (1, 2)
     }
     assert len(built) == 8
-
-
-def test_only_the_candidates_an_answer_keeps_become_records() -> None:
-    def row(asset_id: str) -> dict[str, Any]:
-        asset: dict[str, Any] = {
-            name: None
-            for name in [
-                "owner_identity",
-                "vault",
-                "project_id",
-                "folder_id",
-                "object_id",
-                "title",
-                "description",
-                "alt_text",
-                "source_url",
-                "source_kind",
-                "status",
-                "embedding_status",
-                "failure_code",
-                "failure_message",
-                "created_by",
-                "generated_text",
-                "ocr_text",
-                "ocr",
-                "original_file_name",
-                "saved_by_key_id",
-                "taken_at",
-                "taken_offset_minutes",
-                "camera_make",
-                "camera_model",
-                "orientation",
-                "latitude",
-                "longitude",
-            ]
-        }
-        asset.update(
-            id=asset_id,
-            source_ref={},
-            tags=[],
-            metadata={},
-            created_at="2026-12-05T10:00:00+00:00",
-            updated_at="2026-12-05T10:00:00+00:00",
-        )
-        stored = "mime_type width height bytes preview_storage_key object_status preview_sha256"
-        return {"asset": asset, "storage_key": None} | dict.fromkeys(stored.split())
-
-    ranked = Ranked(hits=[], words=[], word_hits=[], reloaded={a: row(a) for a in "abcd"})
-    # In the order asked, skipping what was not reloaded, at most the limit.
-    assert [s.asset.id for s in ranked.stored(["d", "x", "b", "a", "c"], 3)] == ["d", "b", "a"]
-    assert ranked.stored(["x"], 3) == []

@@ -132,21 +132,7 @@ class Ranked:
     hits: list[VectorHit]
     words: list[TextMatch]
     word_hits: list[VectorHit]
-    # Each reloaded candidate's row as the statement returned it (JSON), by asset id: read
-    # with :meth:`stored`, so only the candidates an answer keeps become records (decoding
-    # every candidate, up to a hundred for ten results, took about 1 ms of a search's CPU).
-    reloaded: dict[str, dict[str, Any]]
-
-    def stored(self, asset_ids: Sequence[str], limit: int) -> list[StoredAsset]:
-        """The first ``limit`` of ``asset_ids`` that were reloaded, in that order."""
-        kept: list[StoredAsset] = []
-        for asset_id in asset_ids:
-            if len(kept) == limit:
-                break
-            row = self.reloaded.get(asset_id)
-            if row is not None:
-                kept.append(stored_from_json(row))
-        return kept
+    rows: list[StoredAsset]
 
 
 async def start_search(
@@ -388,7 +374,7 @@ async def rank_and_meter(
         word_hits=[VectorHit(h[0], h[1], h[2], float(h[3])) for h in found[3]]
         if words is not None
         else [],
-        reloaded={row["asset"]["id"]: row for row in found[-1]},
+        rows=[stored_from_json(r) for r in found[-1]],
     )
 
 

@@ -790,4 +790,6 @@ class AssetSearcher:
         ordered = best_first(
             fusion, evidence_floor=thresholds.evidence, min_score=request.min_score
         )
-        return vaults, fusion, ranked.stored(ordered, request.limit)
+        by_id = {row.asset.id: row for row in ranked.rows}
+        rows = [by_id[asset_id] for asset_id in ordered if asset_id in by_id]
+        return vaults, fusion, rows[: request.limit]
