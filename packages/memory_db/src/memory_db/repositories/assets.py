@@ -16,11 +16,14 @@ from sqlalchemy import (
     CTE,
     ColumnElement,
     DateTime,
+    Integer,
     Select,
+    String,
     Subquery,
     Text,
     Update,
     any_,
+    bindparam,
     case,
     cast,
     false,
@@ -79,6 +82,32 @@ class DuplicateObject(Conflict):
 def object_record(row: AssetObject) -> ObjectRecord:
     """The record of an object row."""
     return record_from_row(ObjectRecord, row)
+
+
+def in_scopes_named(scopes: Sequence[VaultScope]) -> ColumnElement[bool]:
+    """The asset is in one of ``scopes``, each value a named parameter.
+
+    ``scope_owner_<i>`` and ``scope_vault_<i>``: a statement built once for a number of scopes
+    takes another caller's scopes as parameters (``memory_db.vectors.ranking``), where the
+    plain ``IN`` list binds the pairs as one anonymous value fixed when it is built.
+    """
+    pairs = [
+        tuple_(
+            bindparam(f"scope_owner_{i}", scope.owner_identity, type_=Text),
+            bindparam(f"scope_vault_{i}", scope.physical_vault, type_=Text),
+        )
+        for i, scope in enumerate(scopes)
+    ]
+    return tuple_(Asset.owner_identity, Asset.vault).in_(pairs)
+
+
+def scope_values(scopes: Sequence[VaultScope]) -> dict[str, object]:
+    """The parameters of :func:`in_scopes_named` for ``scopes``."""
+    values: dict[str, object] = {}
+    for i, scope in enumerate(scopes):
+        values[f"scope_owner_{i}"] = scope.owner_identity
+        values[f"scope_vault_{i}"] = scope.physical_vault
+    return values
 
 
 def table_valued(model: type[Asset]) -> Any:
@@ -630,14 +659,22 @@ class AssetRepository(SessionRepository):
 
     @staticmethod
     def _visible(
-        scopes: Sequence[VaultScope], statuses: Sequence[str] = VISIBLE_STATUSES
+        scopes: Sequence[VaultScope],
+        statuses: Sequence[str] = VISIBLE_STATUSES,
+        *,
+        named: bool = False,
     ) -> Select[Asset, AssetObject]:
         pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
+        in_scopes = (
+            in_scopes_named(scopes)
+            if named
+            else tuple_(Asset.owner_identity, Asset.vault).in_(pairs)
+        )
         return (
             select(Asset, AssetObject)
             .join(AssetObject, asset_object_join())
             .where(
-                tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
+                in_scopes,
                 # Constants, not parameters: the listing indexes are partial on the visible
                 # statuses (revision 0020), and a prepared statement's cached generic plan
                 # can prove that only from constants.
@@ -828,15 +865,19 @@ class AssetRepository(SessionRepository):
         The first ranks the assets holding every word, the second (only when the first has
         fewer than ``limit``) those holding any, without the first's; each ranks at most
         ``pool`` matches in all (see :meth:`search_text`). A search embeds them in its ranking
-        statement; :meth:`search_text` reads them alone.
+        statement; :meth:`search_text` reads them alone. The scopes, ``words`` and ``limit`` are
+        named parameters (:func:`in_scopes_named`, ``words``, ``text_limit``): the ranking
+        statement is built once per shape and takes them per search.
         """
-        pairs = [(scope.owner_identity, scope.physical_vault) for scope in scopes]
-        every_word = func.plainto_tsquery(literal("english", REGCONFIG), words)
+        in_scopes = in_scopes_named(scopes)
+        words_value = bindparam("words", words, type_=String)
+        limit_value = bindparam("text_limit", limit, type_=Integer)
+        every_word = func.plainto_tsquery(literal("english", REGCONFIG), words_value)
         any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
 
         def matching(query: ColumnElement[Any]) -> Select[Any, Any]:
             matches = select(Asset.id, Asset.search_document).where(
-                tuple_(Asset.owner_identity, Asset.vault).in_(pairs),
+                in_scopes,
                 Asset.status == "ready",
                 Asset.search_document.op("@@")(query),
                 *filters.conditions(),
@@ -853,7 +894,7 @@ class AssetRepository(SessionRepository):
                 .limit(ranked_limit)
             )
 
-        every = ranked(matching(every_word).limit(pool).subquery(), limit).cte("words_every")
+        every = ranked(matching(every_word).limit(pool).subquery(), limit_value).cte("words_every")
         found = select(func.count()).select_from(every).scalar_subquery()
         others = (
             matching(any_word)
@@ -862,7 +903,7 @@ class AssetRepository(SessionRepository):
             .subquery()
         )
         # Only when fewer than ``limit`` hold every word: LIMIT 0 reads nothing.
-        any_ = ranked(others, func.greatest(limit - found, 0)).cte("words_any")
+        any_ = ranked(others, func.greatest(limit_value - found, 0)).cte("words_any")
         return every, any_
 
     async def search_text(
@@ -912,7 +953,8 @@ class AssetRepository(SessionRepository):
         """Each candidate asset the scope and ``filters`` admit, as one JSON value (``row``).
 
         For a statement that reloads search candidates beside other work: read back with
-        :func:`stored_from_json`. The same predicates as :meth:`find_visible`.
+        :func:`stored_from_json`. The same predicates as :meth:`find_visible`; the scopes are
+        named parameters (:func:`in_scopes_named`).
         """
         row = func.jsonb_build_object(
             "asset",
@@ -935,7 +977,7 @@ class AssetRepository(SessionRepository):
             AssetObject.storage_key,
         )
         return (
-            AssetRepository._visible(scopes, statuses)
+            AssetRepository._visible(scopes, statuses, named=True)
             .where(*filters.conditions(), Asset.id.in_(candidates))
             .with_only_columns(row.label("row"))
         )

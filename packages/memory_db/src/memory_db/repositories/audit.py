@@ -112,15 +112,23 @@ class ProvenanceRepository(SessionRepository):
         return [record_from_row(ProvenanceRecord, row, detail=dict(row.detail)) for row in rows]
 
 
-def provenance_entry(operation: str, *, actor_identity: str, detail: ColumnElement[Any]) -> Insert:
+def provenance_entry(
+    operation: str,
+    *,
+    actor_identity: str | ColumnElement[Any],
+    detail: ColumnElement[Any],
+    event_id: str | ColumnElement[Any] | None = None,
+) -> Insert:
     """One succeeded event as an INSERT a caller's statement runs (a search's, as a CTE).
 
-    ``detail`` is SQL: part of it may be computed by that statement (how many results).
+    ``detail`` is SQL: part of it may be computed by that statement (how many results). The
+    actor and the id may be SQL too (a search's named parameters: its statement is built once
+    and run with each search's values).
     """
     if operation not in PROVENANCE_OPERATIONS:
         raise ValueError(f"unknown provenance operation {operation!r}")
     return insert(ProvenanceEvent).values(
-        id=new_id("apv"),
+        id=new_id("apv") if event_id is None else event_id,
         operation=operation,
         actor_identity=actor_identity,
         outcome="succeeded",
@@ -154,6 +162,16 @@ def usage_entry(*, entry_id: str | None = None, **fields: Unpack[UsageFields]) -
     """
     _check_source(fields["source"])
     return insert(UsageLedgerEntry).values(id=entry_id or new_id("aul"), **fields)
+
+
+def usage_entry_of(source: str, **columns: ColumnElement[Any]) -> Insert:
+    """:func:`usage_entry` with its columns (the id too) as SQL, ``source`` a known one.
+
+    For a statement built once and run with each call's values as named parameters (a
+    search's ranking statement).
+    """
+    _check_source(source)
+    return insert(UsageLedgerEntry).values(source=source, **columns)
 
 
 class UsageRepository(SessionRepository):
