@@ -20,7 +20,7 @@ import json
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, TypedDict, Unpack
 
 from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, literal, select, text
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
@@ -314,24 +314,29 @@ def _candidates_sql(named: NamedScope, params: dict[str, object]) -> str:
     return _CAST.sub(r"CAST(:\1 AS \2)", str(compiled))
 
 
+class RankingParameters(TypedDict):
+    """What one search ranks, filters and meters (:func:`rank_and_meter`)."""
+
+    vector: Sequence[float]
+    model: str
+    filters: AssetFilter
+    vector_filters: AssetFilter
+    words: str | None
+    overfetch: int
+    text_hits: int
+    evidence_floor: float
+    min_score: float | None
+    limit: int
+    tuning: SearchTuning
+    metering: Metering
+
+
 async def rank_and_meter(
     session: AsyncSession,
     index: VectorIndex,
     start: SearchStart,
     scopes: Sequence[VaultScope],
-    *,
-    vector: Sequence[float],
-    model: str,
-    filters: AssetFilter,
-    vector_filters: AssetFilter,
-    words: str | None,
-    overfetch: int,
-    text_hits: int,
-    evidence_floor: float,
-    min_score: float | None,
-    limit: int,
-    tuning: SearchTuning,
-    metering: Metering,
+    **ranking: Unpack[RankingParameters],
 ) -> Ranked:
     """The ranked lists, the reloaded candidates and the metering, in one statement.
 
@@ -344,25 +349,10 @@ async def rank_and_meter(
 
     The statement and its values: :func:`ranking_statement`.
     """
-    statement, values = ranking_statement(
-        index,
-        start,
-        scopes,
-        vector=vector,
-        model=model,
-        filters=filters,
-        vector_filters=vector_filters,
-        words=words,
-        overfetch=overfetch,
-        text_hits=text_hits,
-        evidence_floor=evidence_floor,
-        min_score=min_score,
-        limit=limit,
-        tuning=tuning,
-        metering=metering,
-    )
+    statement, values = ranking_statement(index, start, scopes, **ranking)
     row = (await session.execute(statement, values)).one()
     found = [_json(value) for value in row]
+    words, text_hits = ranking["words"], ranking["text_hits"]
     words_found: list[TextMatch] = []
     if words is not None:
         words_found = [TextMatch(a, float(r), True) for a, r in found[1]]
@@ -383,19 +373,8 @@ def ranking_statement(
     start: SearchStart,
     scopes: Sequence[VaultScope],
     *,
-    vector: Sequence[float],
-    model: str,
-    filters: AssetFilter,
-    vector_filters: AssetFilter,
-    words: str | None,
-    overfetch: int,
-    text_hits: int,
-    evidence_floor: float,
-    min_score: float | None,
-    limit: int,
-    tuning: SearchTuning,
-    metering: Metering,
     reuse: bool = True,
+    **ranking: Unpack[RankingParameters],
 ) -> tuple[Any, dict[str, object]]:
     """The statement of :func:`rank_and_meter` and the values of its named parameters.
 
@@ -404,6 +383,9 @@ def ranking_statement(
     False: built afresh). Building it took the server about 5 ms of CPU per search, a
     quarter of the whole call: SQLAlchemy's construction and cache key of a large statement.
     """
+    vector, model, words = ranking["vector"], ranking["model"], ranking["words"]
+    filters, vector_filters = ranking["filters"], ranking["vector_filters"]
+    text_hits, metering = ranking["text_hits"], ranking["metering"]
     components = index.components(vector)
     scope_where, scope_params = scope_condition(scopes, vector_filters)
     sql, params = index.nearest_sql(
@@ -412,15 +394,15 @@ def ranking_statement(
         scope_where,
         scope_params,
         model=model,
-        limit=overfetch,
-        tuning=tuning,
+        limit=ranking["overfetch"],
+        tuning=ranking["tuning"],
     )
     values: dict[str, object] = {
         **params,
         **scope_values(scopes),
-        "floor": evidence_floor,
-        "min_score": min_score,
-        "results_limit": limit,
+        "floor": ranking["evidence_floor"],
+        "min_score": ranking["min_score"],
+        "results_limit": ranking["limit"],
         "usage_id": new_id("aul"),
         "provenance_id": new_id("apv"),
         "metered_identity": metering.identity,
