@@ -214,6 +214,35 @@ async def test_a_claim_takes_embedding_jobs_before_older_jobs_of_other_kinds(
     assert {job.id for job in rest} == later
 
 
+async def test_each_claim_takes_its_own_owner_limit_and_lease_length(
+    database: Database,
+) -> None:
+    # The claim statement is built once per set of kinds and run with each claim's values: a
+    # claim after another of the same kinds leases as many jobs, to whom and for how long it
+    # asks, never as the first one did.
+    owners = [f"lease{n}@example.com" for n in range(4)]
+    assets = [await _asset(database, owner) for owner in owners]
+    async with database.unit_of_work() as uow:
+        for owner, asset in zip(owners, assets, strict=True):
+            await uow.jobs.create_kind(owner, asset, kind="ocr", model="tesseract")
+        first = await uow.jobs.claim("w1", limit=1, lease_seconds=30, kinds=("ocr",))
+        second = await uow.jobs.claim("w2", limit=2, lease_seconds=600, kinds=("ocr",))
+        leases = dict(
+            (
+                await session_of(uow).execute(
+                    text(
+                        "SELECT lease_owner, max(extract(epoch FROM lease_until - now())) "
+                        "FROM mem_asset_embedding_jobs WHERE status = 'running' "
+                        "GROUP BY lease_owner"
+                    )
+                )
+            ).all()
+        )
+    assert [job.lease_owner for job in first] == ["w1"]
+    assert [job.lease_owner for job in second] == ["w2", "w2"]
+    assert 0 < leases["w1"] <= 30 < 500 < leases["w2"] <= 600
+
+
 async def test_a_lapsed_lease_is_claimed_again_or_failed_after_the_last_attempt(
     database: Database,
 ) -> None:

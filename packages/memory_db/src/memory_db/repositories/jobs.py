@@ -17,7 +17,23 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, cast
 
 import anyio
-from sqlalchemy import ColumnElement, and_, case, func, literal, or_, select, text, tuple_, update
+from sqlalchemy import (
+    ColumnElement,
+    Integer,
+    Interval,
+    Select,
+    Text,
+    and_,
+    bindparam,
+    case,
+    func,
+    literal,
+    or_,
+    select,
+    text,
+    tuple_,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.orm import aliased
 
@@ -33,6 +49,10 @@ if TYPE_CHECKING:
 
 # The one name of the channel saves notify and workers listen on (the docs spell it for operators).
 JOB_CHANNEL = "memory_embedding_jobs"
+# The claim statements, by the kinds they take, built once: a worker polls with the same one or
+# two kinds every few seconds, and building and compiling this statement cost more CPU than
+# running it on an empty queue. The lease's values are parameters (see ``_lease_values``).
+_CLAIMS: dict[tuple[str, ...], Select[Any]] = {}
 
 
 def _job(row: AssetJob) -> JobRecord:
@@ -82,6 +102,69 @@ def _embeddings_first(kinds: Sequence[str]) -> tuple[ColumnElement[int], ...]:
     if "embed" not in kinds or len(set(kinds)) < 2:
         return ()
     return (case((AssetJob.kind == "embed", 0), else_=1),)
+
+
+def _claim_statement(kinds: tuple[str, ...]) -> Select[Any]:
+    """The lease of up to ``:claim_limit`` due jobs of ``kinds``, built once per ``kinds``.
+
+    Due: queued or waiting for a retry whose time came, or running with a lease that ran out
+    and attempts left. Locked rows are skipped, so two workers never take the same job.
+    """
+    statement = _CLAIMS.get(kinds)
+    if statement is None:
+        due = (
+            select(AssetJob.id)
+            .where(
+                AssetJob.kind.in_(list(kinds)),
+                or_(
+                    and_(
+                        AssetJob.status.in_(("queued", "retry")),
+                        AssetJob.run_after <= func.now(),
+                    ),
+                    and_(_lapsed(), AssetJob.attempts < AssetJob.max_attempts),
+                ),
+            )
+            # A save's jobs share run_after: its visual job ("visual" > "fused") is claimed
+            # no later than its fused one, whose image vector then comes from it.
+            .order_by(
+                *_embeddings_first(kinds),
+                AssetJob.run_after,
+                AssetJob.representation.desc(),
+            )
+            .limit(bindparam("claim_limit", type_=Integer))
+            .with_for_update(skip_locked=True)
+            .scalar_subquery()
+        )
+        statement = _CLAIMS[kinds] = _leasing(due)
+    return statement
+
+
+def _leasing(ids: Any) -> Select[Any]:
+    """Lease the jobs ``ids`` selects to ``:lease_owner`` for ``:lease_for``, reading each one's
+    asset and object in the same statement (outer joins: a job whose asset is gone has none).
+    """
+    leased = (
+        update(AssetJob)
+        .where(AssetJob.id.in_(ids))
+        .values(
+            status="running",
+            lease_owner=bindparam("lease_owner", type_=Text),
+            lease_until=func.now() + bindparam("lease_for", type_=Interval),
+            attempts=AssetJob.attempts + 1,
+            updated_at=func.now(),
+        )
+        .returning(*AssetJob.__table__.c)
+        .cte("leased")
+    )
+    job = aliased(AssetJob, leased)
+    return (
+        select(job, Asset, AssetObject)
+        .outerjoin(
+            Asset, and_(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
+        )
+        .outerjoin(AssetObject, asset_object_join())
+        .execution_options(populate_existing=True)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,30 +349,8 @@ class JobRepository(SessionRepository):
         share one batch, which sends their image once (two batches at once would each send it,
         neither vector being stored yet).
         """
-        due = (
-            select(AssetJob.id)
-            .where(
-                AssetJob.kind.in_(list(kinds)),
-                or_(
-                    and_(
-                        AssetJob.status.in_(("queued", "retry")),
-                        AssetJob.run_after <= func.now(),
-                    ),
-                    and_(_lapsed(), AssetJob.attempts < AssetJob.max_attempts),
-                ),
-            )
-            # A save's jobs share run_after: its visual job ("visual" > "fused") is claimed
-            # no later than its fused one, whose image vector then comes from it.
-            .order_by(
-                *_embeddings_first(kinds),
-                AssetJob.run_after,
-                AssetJob.representation.desc(),
-            )
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .scalar_subquery()
-        )
-        claimed = await self._lease(due, lease_owner, lease_seconds)
+        claim = _claim_statement(tuple(kinds))
+        claimed = await self._lease(claim, lease_owner, lease_seconds, limit=limit)
         assets = sorted({(j.owner_identity, j.asset_id) for j, _s in claimed if j.kind == "embed"})
         # Fewer than ``limit``: every due job not locked by another claim is in hand already
         # (the same now(), the same predicates), siblings included; looking again finds none.
@@ -305,37 +366,28 @@ class JobRepository(SessionRepository):
                 .with_for_update(skip_locked=True)
                 .scalar_subquery()
             )
-            claimed += await self._lease(siblings, lease_owner, lease_seconds)
+            claimed += await self._lease(_leasing(siblings), lease_owner, lease_seconds)
         return claimed
 
     async def _lease(
-        self, ids: Any, lease_owner: str, lease_seconds: float
+        self,
+        statement: Select[Any],
+        lease_owner: str,
+        lease_seconds: float,
+        *,
+        limit: int | None = None,
     ) -> list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]]:
-        leased = (
-            update(AssetJob)
-            .where(AssetJob.id.in_(ids))
-            .values(
-                status="running",
-                lease_owner=lease_owner,
-                lease_until=func.now() + timedelta(seconds=lease_seconds),
-                attempts=AssetJob.attempts + 1,
-                updated_at=func.now(),
-            )
-            .returning(*AssetJob.__table__.c)
-            .cte("leased")
-        )
-        job = aliased(AssetJob, leased)
-        rows = await self._session.execute(
-            select(job, Asset, AssetObject)
-            .outerjoin(
-                Asset, and_(Asset.owner_identity == job.owner_identity, Asset.id == job.asset_id)
-            )
-            .outerjoin(
-                AssetObject,
-                asset_object_join(),
-            )
-            .execution_options(populate_existing=True)
-        )
+        """Run a :func:`_leasing` statement for ``lease_owner``: the jobs it leased, with subjects.
+
+        ``limit``: the ``claim_limit`` of a :func:`_claim_statement`.
+        """
+        values: dict[str, object] = {
+            "lease_owner": lease_owner,
+            "lease_for": timedelta(seconds=lease_seconds),
+        }
+        if limit is not None:
+            values["claim_limit"] = limit
+        rows = await self._session.execute(statement, values)
         claimed: list[tuple[JobRecord, tuple[AssetRecord, ObjectRecord] | None]] = []
         for row in rows:
             # Outer joins: a job whose asset is gone comes without one.
