@@ -129,10 +129,14 @@ migrate: install-runtime ## Apply database migrations (MEMORY_DATABASE_URL or th
 # collection order (the slow end-to-end files first: conftest.py). TEST_WORKERS=1 runs in
 # one process. The 30 slowest tests are listed at the end, so every run says where its time went.
 TEST_WORKERS ?= 2
+# The tests' temporary files (TMPDIR: pytest's base temp dir, the PostgreSQL clusters in it) on
+# a RAM file system when the machine has one with room (scripts/test-tmpdir.sh says why);
+# empty: the system's default. Passed tests' directories are removed as they pass.
+TEST_TMPDIR ?= $(shell ./scripts/test-tmpdir.sh)
 
 test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
-	$(UV) run --frozen pytest --durations=30 $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
-	UV=$(UV) ./scripts/test-isolated.sh
+	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(UV) run --frozen pytest --durations=30 $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
 test-packages: uv deps-node ## Check each library in an environment holding only it (imports, collection, its end-to-end tests); install each app alone

@@ -49,10 +49,12 @@ if TYPE_CHECKING:
 
 # The one name of the channel saves notify and workers listen on (the docs spell it for operators).
 JOB_CHANNEL = "memory_embedding_jobs"
+# A statement that leases jobs and reads each one's asset and object (:func:`_leasing`).
+_Leasing = Select[AssetJob, Asset, AssetObject]
 # The claim statements, by the kinds they take, built once: a worker polls with the same one or
 # two kinds every few seconds, and building and compiling this statement cost more CPU than
 # running it on an empty queue. The lease's values are parameters (see ``_lease_values``).
-_CLAIMS: dict[tuple[str, ...], Select[Any]] = {}
+_CLAIMS: dict[tuple[str, ...], _Leasing] = {}
 
 
 def _job(row: AssetJob) -> JobRecord:
@@ -104,7 +106,7 @@ def _embeddings_first(kinds: Sequence[str]) -> tuple[ColumnElement[int], ...]:
     return (case((AssetJob.kind == "embed", 0), else_=1),)
 
 
-def _claim_statement(kinds: tuple[str, ...]) -> Select[Any]:
+def _claim_statement(kinds: tuple[str, ...]) -> _Leasing:
     """The lease of up to ``:claim_limit`` due jobs of ``kinds``, built once per ``kinds``.
 
     Due: queued or waiting for a retry whose time came, or running with a lease that ran out
@@ -139,9 +141,11 @@ def _claim_statement(kinds: tuple[str, ...]) -> Select[Any]:
     return statement
 
 
-def _leasing(ids: Any) -> Select[Any]:
-    """Lease the jobs ``ids`` selects to ``:lease_owner`` for ``:lease_for``, reading each one's
-    asset and object in the same statement (outer joins: a job whose asset is gone has none).
+def _leasing(ids: Any) -> _Leasing:
+    """Lease the jobs ``ids`` selects to ``:lease_owner`` for ``:lease_for``.
+
+    Each job's asset and object are read in the same statement (outer joins: a job whose asset
+    is gone has none).
     """
     leased = (
         update(AssetJob)
@@ -371,7 +375,7 @@ class JobRepository(SessionRepository):
 
     async def _lease(
         self,
-        statement: Select[Any],
+        statement: _Leasing,
         lease_owner: str,
         lease_seconds: float,
         *,
