@@ -93,6 +93,9 @@ def _is_loopback_host(host: str | None) -> bool:
 
 
 # Batches one embedding worker runs at once unless ASSET_EMBED_WORKER_CONCURRENCY says otherwise.
+# The neighbours per node an HNSW graph may keep (ASSET_VECTOR_GRAPH_M): the two graphs whose
+# search breadth was measured (docs/scaling.md). memory_db.vectors.ddl builds only these.
+GRAPH_M_CHOICES = (16, 32)
 DEFAULT_WORKER_CONCURRENCY = 2
 
 
@@ -158,7 +161,7 @@ class MemorySettings(BaseSettings):
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
     # Neighbours per node of a new index's HNSW graph (docs/vector-index.md): 32 finds as much
     # with a fifth of the walk at 300,000 vectors, but every insert costs about 3.4x the CPU.
-    asset_vector_graph_m: Literal[16, 32] = 16
+    asset_vector_graph_m: int = 16
     # Where the clip provider's models live, one directory per model (default: data dir/models).
     asset_embed_model_dir: Path | None = None
     # The per-process cache of search-query vectors (memory_tools.query_cache): entries kept
@@ -259,6 +262,15 @@ class MemorySettings(BaseSettings):
         pattern, message = _NAME_PATTERNS[str(info.field_name)]
         if not re.fullmatch(pattern, value):
             raise ValueError(message)
+        return value
+
+    @field_validator("asset_vector_graph_m")
+    @classmethod
+    def _measured_graph(cls, value: int) -> int:
+        # An int checked here, not a Literal: pydantic does not read "32" from the environment
+        # as the literal 32.
+        if value not in GRAPH_M_CHOICES:
+            raise ValueError(f"must be {' or '.join(map(str, GRAPH_M_CHOICES))}, not {value}")
         return value
 
     @field_validator("asset_s3_endpoint", "memory_public_base_url")

@@ -17,6 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.embedding.factory import EmbedderIdentity
 from memory_db.errors import Conflict, InvalidInput, NotFound
+from memory_db.settings import GRAPH_M_CHOICES
 
 ElementType = Literal["halfvec", "vector"]
 DEFAULT_ALIAS = "memory_assets"
@@ -83,7 +84,6 @@ SCOPE_INCLUDE = (
 # ``m`` is a setting (ASSET_VECTOR_GRAPH_M): 32 reaches at 300,000 vectors with a walk of 200
 # candidates the recall 16 reaches with 1,000, but an insert costs about 3.4x as much CPU.
 HNSW_M = 16
-GRAPH_M_CHOICES = (16, 32)
 HNSW_EF_CONSTRUCTION = 64
 
 
