@@ -50,7 +50,7 @@ it could not run; ``--strict`` also exits 1 when a target is missed. Everything 
 (PostgreSQL, the server, the temporary directory) is removed on exit.
 
 Usage: python benchmarks/search.py [--sizes 100000] [--calls 200] [--idle 5] [--port 0]
-       [--server-args "..."] [--json] [--statements] [--strict]
+       [--server-args "..."] [--graph-m 16|32] [--json] [--statements] [--strict]
 """
 
 from __future__ import annotations
@@ -83,9 +83,10 @@ from memory_db import MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
+from memory_db.settings import GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
-from memory_db.vectors.ddl import HNSW_EF_CONSTRUCTION, HNSW_M
+from memory_db.vectors.ddl import HNSW_EF_CONSTRUCTION
 from memory_tools.workflows.search import OVERFETCH
 
 KINDS = ("text", "image", "list")
@@ -331,16 +332,16 @@ async def _stored_vectors(url: str, index_name: str) -> np.ndarray:
     return np.vstack([row[0] for row in rows]).astype(np.float32)
 
 
-def _faiss(stored: np.ndarray, queries: dict[str, list[list[float]]]) -> dict[str, float]:
-    """Median ms of a FAISS HNSW search (k = 50) per query vector, per kind."""
+def _faiss(stored: np.ndarray, queries: dict[str, list[list[float]]], m: int) -> dict[str, float]:
+    """Median ms of a FAISS HNSW search (k = 50) per query vector, per kind, on a graph of ``m``."""
     import faiss  # a dev-group peer, imported only when compared
 
     faiss.omp_set_num_threads(1)  # one query at a time on one core, as ours
-    index = faiss.IndexHNSWFlat(stored.shape[1], HNSW_M, faiss.METRIC_INNER_PRODUCT)
+    index = faiss.IndexHNSWFlat(stored.shape[1], m, faiss.METRIC_INNER_PRODUCT)
     index.hnsw.efConstruction = HNSW_EF_CONSTRUCTION
     index.add(stored)
     # The breadth the server's search uses on a table of this many vectors.
-    index.hnsw.efSearch = SearchTuning().ef_search_for(float(stored.shape[0]), HNSW_M)
+    index.hnsw.efSearch = SearchTuning().ef_search_for(float(stored.shape[0]), m)
     medians: dict[str, float] = {}
     for kind, vectors in queries.items():
         times: list[float] = []
@@ -399,7 +400,9 @@ async def _session_calls(
 async def measure(size: int, args: argparse.Namespace, tmp: Path) -> SizeResult:
     """Load ``size`` assets, start the server, measure the calls, then the ANN and FAISS."""
     result = SizeResult(size=size)
-    settings = MemorySettings(memory_data_dir=tmp / f"data{size}")
+    settings = MemorySettings(
+        memory_data_dir=tmp / f"data{size}", asset_vector_graph_m=args.graph_m
+    )
     preload = {"shared_preload_libraries": "pg_stat_statements"}
     started = time.perf_counter()
     async with library_database(settings, size, preload) as (database, url, key, embedded):
@@ -439,7 +442,8 @@ async def measure(size: int, args: argparse.Namespace, tmp: Path) -> SizeResult:
         _progress(f"{size:,}: bare ANN measured", started)
         if not args.no_faiss:
             stored = await _stored_vectors(url, index_name)
-            for kind, median in (await anyio.to_thread.run_sync(_faiss, stored, queries)).items():
+            faiss_medians = await anyio.to_thread.run_sync(_faiss, stored, queries, args.graph_m)
+            for kind, median in faiss_medians.items():
                 result.kinds[kind].faiss_p50 = median
             _progress(f"{size:,}: FAISS built and measured", started)
     return result
@@ -508,7 +512,7 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> bool:
     """Print the figures and the targets; True when every target is met."""
     print(
         f"\none MCP client over HTTP, calls one after the other: {args.calls} of each kind "
-        f"after a warm-up; server: serve {args.server_args}".rstrip()
+        f"after a warm-up; graph m = {args.graph_m}; server: serve {args.server_args}".rstrip()
     )
     print(
         f"\n{'assets':>8} {'call':<6}{'p50':>7}{'p95':>7}{'trips':>7}{'server':>8}{'pg':>7}"
@@ -571,6 +575,14 @@ def main() -> int:
     parser.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     parser.add_argument(
         "--server-args", default="", help='extra `serve` options, e.g. "--processes 2"'
+    )
+    parser.add_argument(
+        "--graph-m",
+        type=int,
+        choices=GRAPH_M_CHOICES,
+        default=16,
+        help="neighbours per node of the library's HNSW graph (ASSET_VECTOR_GRAPH_M; the "
+        "benchmark clears the environment's settings, so it is an option here)",
     )
     parser.add_argument("--no-faiss", action="store_true", help="skip the FAISS comparison")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")
