@@ -53,8 +53,10 @@ JOB_CHANNEL = "memory_embedding_jobs"
 _Leasing = Select[AssetJob, Asset, AssetObject]
 # The claim statements, by the kinds they take, built once: a worker polls with the same one or
 # two kinds every few seconds, and building and compiling this statement cost more CPU than
-# running it on an empty queue. The lease's values are parameters (see ``_lease_values``).
+# running it on an empty queue. The lease's values are parameters (``JobRepository._lease``).
+# Few sets of kinds exist (a worker's lanes); the bound only guards against a caller with many.
 _CLAIMS: dict[tuple[str, ...], _Leasing] = {}
+_CLAIMS_KEPT = 64
 
 
 def _job(row: AssetJob) -> JobRecord:
@@ -137,6 +139,8 @@ def _claim_statement(kinds: tuple[str, ...]) -> _Leasing:
             .with_for_update(skip_locked=True)
             .scalar_subquery()
         )
+        if len(_CLAIMS) >= _CLAIMS_KEPT:
+            _CLAIMS.clear()
         statement = _CLAIMS[kinds] = _leasing(due)
     return statement
 
