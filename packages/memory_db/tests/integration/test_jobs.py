@@ -188,18 +188,24 @@ async def test_a_claim_takes_every_due_embedding_job_of_the_assets_it_takes(
     assert {job.id for job in other} == set(second.values())
 
 
+async def _ocr_queued(database: Database, stem: str, count: int) -> list[JobRecord]:
+    """``count`` new owners named after ``stem``, each with an asset and its queued OCR job."""
+    owners = [f"{stem}{n}@example.com" for n in range(count)]
+    assets = [await _asset(database, owner) for owner in owners]
+    async with database.unit_of_work() as uow:
+        jobs = [
+            await uow.jobs.create_kind(owner, asset, kind="ocr", model="tesseract")
+            for owner, asset in zip(owners, assets, strict=True)
+        ]
+    return [job for job in jobs if job is not None]
+
+
 async def test_a_claim_takes_embedding_jobs_before_older_jobs_of_other_kinds(
     database: Database,
 ) -> None:
     # OCR queued first (earlier saves, or a whole vault read again), then a new save's
     # embeddings: what makes the new save searchable is claimed first, whatever waited longer.
-    owners = [f"reader{n}@example.com" for n in range(3)]
-    read = [await _asset(database, owner) for owner in owners]
-    async with database.unit_of_work() as uow:
-        ocr = [
-            await uow.jobs.create_kind(owner, asset, kind="ocr", model="tesseract")
-            for owner, asset in zip(owners, read, strict=True)
-        ]
+    ocr = await _ocr_queued(database, "reader", 3)
     new_asset = await _asset(database, A)
     embeds = {job.id for job in await _queue(database, A, new_asset)}
     other = await _asset(database, B)
@@ -210,7 +216,7 @@ async def test_a_claim_takes_embedding_jobs_before_older_jobs_of_other_kinds(
         lane = await uow.jobs.claim("w2", limit=8, lease_seconds=30, kinds=("ocr",))
         rest = await uow.jobs.claim("w3", limit=8, lease_seconds=30, kinds=("embed", "ocr"))
     assert {job.id for job in first} == embeds
-    assert {job.id for job in lane} == {job.id for job in ocr if job is not None}
+    assert {job.id for job in lane} == {job.id for job in ocr}
     assert {job.id for job in rest} == later
 
 
@@ -220,11 +226,8 @@ async def test_each_claim_takes_its_own_owner_limit_and_lease_length(
     # The claim statement is built once per set of kinds and run with each claim's values: a
     # claim after another of the same kinds leases as many jobs, to whom and for how long it
     # asks, never as the first one did.
-    owners = [f"lease{n}@example.com" for n in range(4)]
-    assets = [await _asset(database, owner) for owner in owners]
+    await _ocr_queued(database, "lease", 4)
     async with database.unit_of_work() as uow:
-        for owner, asset in zip(owners, assets, strict=True):
-            await uow.jobs.create_kind(owner, asset, kind="ocr", model="tesseract")
         first = await uow.jobs.claim("w1", limit=1, lease_seconds=30, kinds=("ocr",))
         second = await uow.jobs.claim("w2", limit=2, lease_seconds=600, kinds=("ocr",))
         leases = dict(
