@@ -133,10 +133,11 @@ TEST_WORKERS ?= 2
 # a RAM file system when the machine has one with room (scripts/test-tmpdir.sh says why);
 # empty: the system's default. Passed tests' directories are removed as they pass.
 TEST_TMPDIR ?= $(shell ./scripts/test-tmpdir.sh)
+TEST_ENV = $(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR))
 
 test: install deps-node chromium tesseract ## Install everything and run the whole suite, then each library alone
-	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) $(UV) run --frozen pytest --durations=30 $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
-	$(if $(TEST_TMPDIR),TMPDIR=$(TEST_TMPDIR)) UV=$(UV) ./scripts/test-isolated.sh
+	$(TEST_ENV) $(UV) run --frozen pytest --durations=30 $(if $(filter-out 0 1,$(TEST_WORKERS)),-n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder)
+	$(TEST_ENV) UV=$(UV) ./scripts/test-isolated.sh
 
 .PHONY: test-packages
 test-packages: uv deps-node ## Check each library in an environment holding only it (imports, collection, its end-to-end tests); install each app alone
