@@ -82,7 +82,7 @@ removed on exit, Ctrl-C and failures included.
 Usage: python benchmarks/load.py [--quick | --full] [--clients 1,4,16,64] [--mix OP=W,...] [--warmup 5] [--duration 30]
        [--library 10000] [--call-timeout 20] [--settle 30] [--sessions-per-process 32]
        [--server-args "..."] [--server-env KEY=VALUE ...] [--server-log PATH] [--ocr-compare N]
-       [--port 0] [--json] [--strict]
+       [--graph-m 16|32] [--port 0] [--json] [--strict]
 """
 
 from __future__ import annotations
@@ -120,6 +120,7 @@ from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import LocalEmbedder
 from memory_db.logs import configure_logging
 from memory_db.runtime import open_database, prepare_vector_index
+from memory_db.settings import GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.ingest.save import VECTOR_HEADER_BYTES
@@ -151,6 +152,8 @@ class Phase:
     latency: dict[str, dict[str, float]] = field(default_factory=dict)  # op -> p50/p95/p99 ms
     calls: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=dict)
+    # The same errors by operation and code ("search_text: internal"): which call failed.
+    failed_calls: dict[str, int] = field(default_factory=dict)
     saves: int = 0
     searchable: dict[str, float | None] = field(default_factory=dict)  # p50/p95 s, None = never
     never_searchable: int = 0
@@ -430,6 +433,7 @@ async def _ocr_jobs(database: Database) -> int:
 
 def _summarise(phase: Phase, records: list[list[Any]], start: float, end: float) -> None:
     phase.errors = dict(Counter(r[3] for r in records if r[3] is not None))
+    phase.failed_calls = dict(Counter(f"{r[0]}: {r[3]}" for r in records if r[3] is not None))
     answered = [r for r in records if start <= r[2] <= end and r[3] is None]
     phase.throughput = len(answered) / (end - start)
     window = [r for r in records if start <= r[1] < end and r[0] != "session"]
@@ -671,7 +675,8 @@ def report(
     mix = ", ".join(f"{name} {weight}" for name, weight in args.mix)
     print(
         f"\nlibrary {args.library:,} assets; mix: {mix}; warm-up {args.warmup:g} s, window "
-        f"{args.duration:g} s per N; call timeout {args.call_timeout:g} s; code {revision}"
+        f"{args.duration:g} s per N; call timeout {args.call_timeout:g} s; graph m = "
+        f"{args.graph_m}; code {revision}"
     )
     if args.server_args or args.server_env:
         print(f"server options: {args.server_args} {' '.join(args.server_env)}".rstrip())
@@ -717,7 +722,7 @@ def report(
                 "clients may limit this N; try fewer --sessions-per-process"
             )
         if p.errors:
-            listed = ", ".join(f"{key} x{count}" for key, count in sorted(p.errors.items()))
+            listed = ", ".join(f"{key} x{count}" for key, count in sorted(p.failed_calls.items()))
             print(f"errors at N={n}: {listed}")
         if p.never_searchable:
             print(
@@ -767,7 +772,7 @@ def _revision() -> str:
 async def run(
     args: argparse.Namespace, tmp: Path
 ) -> tuple[dict[int, Phase], Afterwards | None, OcrComparison | None]:
-    settings = MemorySettings(memory_data_dir=tmp / "data")
+    settings = MemorySettings(memory_data_dir=tmp / "data", asset_vector_graph_m=args.graph_m)
     phases: dict[int, Phase] = {}
     after: Afterwards | None = None
     ocr: OcrComparison | None = None
@@ -775,6 +780,9 @@ async def run(
         index, _namespace = await library_target(database, DEFAULT_ALIAS, OWNER)
         drift_before = await counter_drift(database, index, settings)
         server_env = dict(item.split("=", 1) for item in args.server_env)
+        # The server clears the environment's settings: it builds its own graphs (a planned
+        # reindex, a new alias) with the library's ``m``.
+        server_env.setdefault("ASSET_VECTOR_GRAPH_M", str(args.graph_m))
         with running_server(
             tmp / "data",
             tmp / "server.log",
@@ -932,6 +940,14 @@ def main() -> int:
         metavar="N",
         help="then measure search p95 at N clients with OCR as set, off, and as set again "
         "(a server restarted for each; issue 31's OCR target)",
+    )
+    parser.add_argument(
+        "--graph-m",
+        type=int,
+        choices=GRAPH_M_CHOICES,
+        default=16,
+        help="neighbours per node of the library's HNSW graph (ASSET_VECTOR_GRAPH_M, for the "
+        "library and the server; the benchmark clears the environment's settings)",
     )
     parser.add_argument("--port", type=int, default=0, help="the server's port (0: a free one)")
     parser.add_argument("--json", action="store_true", help="also print the figures as JSON")

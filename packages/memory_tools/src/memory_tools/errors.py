@@ -202,7 +202,10 @@ def translate(exc: MemoryDbError) -> ToolFailure:
         return InvalidInputFailure(str(exc))
     if isinstance(exc, DatabaseUnavailable):
         return _unavailable()
-    return ToolFailure("the request could not be completed")
+    # Answered as ``internal``: logged here, because callers raise the answer ``from None``
+    # and ``map_failures`` then sees a ToolFailure with no cause to log.
+    log.error("unexpected_failure", error=type(exc).__name__, exc_info=exc)
+    return ToolFailure("the request could not be completed; the server's log has why")
 
 
 def _unavailable() -> Unavailable:

@@ -8,11 +8,13 @@ import pkgutil
 import re
 
 import pytest
+from structlog.testing import capture_logs
 
 import memory_tools
 from memory_db import NotFound
+from memory_db.errors import MemoryDbError
 from memory_tools import CODES, ToolFailure
-from memory_tools.errors import NotFoundFailure, map_failures
+from memory_tools.errors import NotFoundFailure, map_failures, translate
 from memory_tools.mcp import INSTRUCTIONS
 
 
@@ -91,3 +93,22 @@ def test_what_no_workflow_expected_is_answered_internal_and_repository_answers_t
     assert "details" not in str(internal.value)
     with pytest.raises(NotFoundFailure, match="folder not found"), map_failures():
         raise NotFound("folder")
+
+
+def test_an_untranslatable_repository_error_is_logged_with_its_cause() -> None:
+    """A workflow raises ``translate(exc) from None``: the log is the only trace of ``exc``."""
+
+    class Unforeseen(MemoryDbError):
+        """A repository error no failure class answers."""
+
+    with capture_logs() as logs, pytest.raises(ToolFailure) as internal, map_failures():
+        try:
+            raise Unforeseen("the index moved under us")
+        except MemoryDbError as exc:
+            raise translate(exc) from None
+    assert internal.value.code == "internal"
+    assert "moved" not in str(internal.value)
+    logged = [entry for entry in logs if entry["event"] == "unexpected_failure"]
+    assert [entry["error"] for entry in logged] == ["Unforeseen"]
+    assert logged[0]["log_level"] == "error"
+    assert isinstance(logged[0]["exc_info"], Unforeseen)
