@@ -7,8 +7,11 @@ from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+import anyio
 import pytest
 from sqlalchemy import text
+from sqlalchemy.exc import DBAPIError
+from structlog.testing import capture_logs
 
 from memory_db import Database, QuotaExceededError
 from memory_db.ids import new_id
@@ -321,3 +324,109 @@ async def test_an_opening_resolves_the_vault_and_reserves_in_one_statement(
     assert read_only.reservation is None and not read_only.created
     assert unshared == missing == Opening(None, None, None, created=False)
     assert await _reservations(database) == 1
+
+
+async def _waiting_on_a_lock(database: Database, holder: int) -> None:
+    """Until a backend other than ``holder``'s waits for a lock (the commit, for the holder).
+
+    Found by its wait, not its text: a statement waiting while its plan is made shows no
+    query and the state "idle".
+    """
+    async with database.engine.connect() as conn:
+        for _ in range(500):
+            waiting = (
+                await conn.execute(
+                    text(
+                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                        "AND datname = current_database() AND pid NOT IN (pg_backend_pid(), :h)"
+                    ),
+                    {"h": holder},
+                )
+            ).scalar_one()
+            if waiting:
+                return
+            await anyio.sleep(0.01)
+    raise AssertionError("the commit never waited for a lock")
+
+
+async def _deadlocked_commit(
+    database: Database, unit: Callable[[], Any]
+) -> tuple[list[str] | BaseException | None, list[int], str, str]:
+    """A save's commit in ``unit`` made to deadlock once; its outcome and the runs logged.
+
+    The commit locks the owner's counters, then its reservation. Another transaction holds
+    the reservation and then asks for the counters: a cycle. It waits 30 s before looking
+    for deadlocks, so the commit (waiting first, for 1 s) is the one PostgreSQL aborts.
+    """
+    async with database.unit_of_work() as uow:
+        await uow.identities.create(A, 10_000)
+    namespace = await _namespace(database)
+    reservation = await _reservation(database)
+    async with database.single_statements() as uow:
+        await uow.quota.reserve(A, reservation, 3_000)
+    asset_id = new_id("ast")
+    image = _image(namespace, reservation, new_id("aob"), asset_id)()
+    outcome: list[list[str] | BaseException | None] = []
+
+    async def commit() -> None:
+        try:
+            async with unit() as uow:
+                outcome.append(await commit_new_image(session_of(uow), image))
+        except DBAPIError as exc:
+            outcome.append(exc)
+
+    with capture_logs() as logs:
+        async with database.engine.connect() as other, anyio.create_task_group() as tasks:
+            await other.execute(text("SET deadlock_timeout = '30s'"))
+            holder = (await other.execute(text("SELECT pg_backend_pid()"))).scalar_one()
+            await other.execute(
+                text("SELECT 1 FROM mem_asset_upload_reservations WHERE id = :r FOR UPDATE"),
+                {"r": reservation},
+            )
+            tasks.start_soon(commit)
+            await _waiting_on_a_lock(database, holder)
+            # Blocks until PostgreSQL aborts the commit; then this transaction has both rows.
+            await other.execute(
+                text(
+                    "SELECT 1 FROM mem_asset_namespaces WHERE owner_identity = :o FOR NO KEY UPDATE"
+                ),
+                {"o": A},
+            )
+            await other.commit()  # a second run of the commit then takes both rows
+    runs = [e["attempt"] for e in logs if e["event"] == "statement_deadlocked_run_again"]
+    return outcome[0], runs, asset_id, reservation
+
+
+async def test_a_commit_aborted_to_break_a_deadlock_runs_again_and_commits_once(
+    database: Database,
+) -> None:
+    committed, runs, asset_id, reservation = await _deadlocked_commit(
+        database, database.single_statements
+    )
+    assert runs == [1]
+    assert isinstance(committed, list) and len(committed) == 3
+    assert await _state(database) == (2_400, 0)  # charged once
+    async with database.engine.connect() as conn:
+        counts = (
+            await conn.execute(
+                text(
+                    "SELECT (SELECT count(*) FROM mem_assets WHERE id = :a), "
+                    "(SELECT count(*) FROM mem_provenance WHERE target_id = :a), "
+                    "(SELECT status FROM mem_asset_upload_reservations WHERE id = :r)"
+                ),
+                {"a": asset_id, "r": reservation},
+            )
+        ).one()
+    assert tuple(counts) == (1, 1, "finalized")
+
+
+async def test_a_deadlocked_statement_inside_a_transaction_is_not_run_again(
+    database: Database,
+) -> None:
+    """The transaction is aborted: only its caller can start it again."""
+    failed, runs, _asset_id, _reservation_id = await _deadlocked_commit(
+        database, database.unit_of_work
+    )
+    assert isinstance(failed, DBAPIError) and "deadlock detected" in str(failed)
+    assert runs == []
+    assert await _state(database) == (0, 3_000)  # nothing moved

@@ -6,18 +6,28 @@ A repository never commits, opens or closes its session: the unit of work that m
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import fields
 from functools import cache
 from typing import Any, ClassVar, Protocol, TypeVar
 
-from sqlalchemy import ColumnElement, and_
-from sqlalchemy.exc import IntegrityError
+import anyio
+from sqlalchemy import ColumnElement, Executable, Result, and_
+from sqlalchemy.exc import DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.errors import MemoryDbError
-from memory_db.repositories._errors import constraint_name
+from memory_db.logs import get_logger
+from memory_db.repositories._errors import constraint_name, sqlstate
 from memory_db.schema import Asset, AssetObject
+
+log = get_logger(__name__)
+
+# PostgreSQL's deadlock_detected: it aborted this statement to break a cycle of lock waits.
+_DEADLOCK = "40P01"
+# Runs of one autocommitted statement that PostgreSQL keeps aborting to break deadlocks.
+STATEMENT_ATTEMPTS = 3
 
 
 class DataclassInstance(Protocol):
@@ -32,6 +42,35 @@ class DataclassInstance(Protocol):
 
 
 RecordT = TypeVar("RecordT", bound=DataclassInstance)
+
+
+async def execute_alone(
+    session: AsyncSession, statement: Executable, params: Mapping[str, Any] | None = None
+) -> Result[Any]:
+    """Run ``statement``; when it is its own transaction, run it again after a deadlock.
+
+    For the statements of a ``single_statements`` unit of work that lock an owner's counters
+    (a save's hold and commit): under concurrent saves PostgreSQL may abort one of them to
+    break a cycle of lock waits (two in about 33,000 calls of ``benchmarks/load.py --full``),
+    and the remedy it documents is to run the transaction again. Autocommitted, the
+    statement was the whole transaction and nothing of it remains, so it runs again, up to
+    ``STATEMENT_ATTEMPTS`` times after a few milliseconds (the other side usually finishes
+    meanwhile). Inside a transaction of several statements it runs once: that transaction is
+    aborted and only its caller can start it again.
+    """
+    options = (await session.connection()).sync_connection.get_execution_options()  # type: ignore[union-attr]
+    alone = options.get("isolation_level") == "AUTOCOMMIT"
+    attempt = 1
+    while True:
+        try:
+            return await session.execute(statement, params)
+        except DBAPIError as exc:
+            if not alone or attempt >= STATEMENT_ATTEMPTS or sqlstate(exc) != _DEADLOCK:
+                raise
+        log.warning("statement_deadlocked_run_again", attempt=attempt)
+        attempt += 1
+        # Apart in time, so that two statements aborted together do not meet again.
+        await anyio.sleep(random.uniform(0.005, 0.05))  # noqa: S311 - a jitter, not a secret
 
 
 class SessionRepository:

@@ -17,7 +17,7 @@ from sqlalchemy.dialects.postgresql import insert
 
 from memory_db.errors import Conflict, NotFound, QuotaExceededError
 from memory_db.ids import new_id
-from memory_db.repositories._base import SessionRepository, record_from_row
+from memory_db.repositories._base import SessionRepository, execute_alone, record_from_row
 from memory_db.repositories.assets import COPIES_SQL, copies_found
 from memory_db.repositories.records import (
     INTEGRITY_CODES,
@@ -378,7 +378,8 @@ class QuotaRepository(SessionRepository):
         the change.
         """
         row = (
-            await self._session.execute(
+            await execute_alone(
+                self._session,
                 text(
                     f"WITH locked AS ({LOCK_WITH_RESERVATION}), counters AS ("  # noqa: S608 (constant SQL)
                     "UPDATE mem_asset_namespaces n SET "
@@ -429,7 +430,8 @@ class QuotaRepository(SessionRepository):
         ``NotFound`` (the reservation is not active) as :meth:`reserve` does.
         """
         row = (
-            await self._session.execute(
+            await execute_alone(
+                self._session,
                 text(
                     f"WITH copies AS ({COPIES_SQL}), want AS (SELECT CASE "  # noqa: S608 (constant SQL)
                     "WHEN EXISTS (SELECT 1 FROM copies WHERE status = 'available' "

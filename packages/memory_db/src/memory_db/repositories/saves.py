@@ -45,6 +45,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.expression import CTE, Select
 
 from memory_db.ids import new_id
+from memory_db.repositories._base import execute_alone
 from memory_db.repositories.jobs import JOB_CHANNEL
 from memory_db.repositories.quota import LOCK_WITH_RESERVATION
 from memory_db.schema import (
@@ -210,7 +211,7 @@ async def commit_new_image(session: AsyncSession, image: NewImage) -> list[str] 
         select(sql_func.count()).select_from(cte).scalar_subquery()
         for cte in (asset, finalized, provenance, woken)
     ]
-    row = (await session.execute(select(*counts).add_cte(*ctes))).one()
+    row = (await execute_alone(session, select(*counts).add_cte(*ctes))).one()
     if not row[0]:
         return None
     return job_ids
