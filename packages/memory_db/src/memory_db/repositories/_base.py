@@ -49,14 +49,19 @@ async def execute_alone(
 ) -> Result[Any]:
     """Run ``statement``; when it is its own transaction, run it again after a deadlock.
 
-    For the statements of a ``single_statements`` unit of work that lock an owner's counters
-    (a save's hold and commit): under concurrent saves PostgreSQL may abort one of them to
-    break a cycle of lock waits (two in about 33,000 calls of ``benchmarks/load.py --full``),
-    and the remedy it documents is to run the transaction again. Autocommitted, the
-    statement was the whole transaction and nothing of it remains, so it runs again, up to
-    ``STATEMENT_ATTEMPTS`` times after a few milliseconds (the other side usually finishes
-    meanwhile). Inside a transaction of several statements it runs once: that transaction is
-    aborted and only its caller can start it again.
+    For the single statements that lock an owner's counters in a CTE and then update them
+    (a save's hold and commit, ``LOCK_WITH_RESERVATION``). When the lock had to wait for
+    another save, it locks the row's newest version, while the update still reaches the row
+    through the version the statement's snapshot sees and queues for that version's tuple
+    lock. A third save queued there first, waiting for this one, closes a cycle, and
+    PostgreSQL aborts one of them: two ``internal`` errors in about 33,000 calls of
+    ``benchmarks/load.py --full`` (64 clients). Splitting the lock and the update into two
+    statements of a transaction would avoid it at two more round trips per save; PostgreSQL's
+    documented remedy, running the transaction again, costs nothing until it happens.
+    Autocommitted, the statement was the whole transaction and nothing of it remains, so it
+    runs again, up to ``STATEMENT_ATTEMPTS`` times, a few milliseconds apart. Inside a
+    transaction of several statements it runs once: that transaction is aborted, and only its
+    caller can start it again.
     """
     options = (await session.connection()).sync_connection.get_execution_options()  # type: ignore[union-attr]
     alone = options.get("isolation_level") == "AUTOCOMMIT"
