@@ -131,7 +131,7 @@ class Ranked:
 
     hits: list[VectorHit]
     words: list[TextMatch]
-    word_hits: list[VectorHit]
+    word_hits: list[VectorHit]  # in no particular order: they only raise a similarity
     rows: list[StoredAsset]
 
 
@@ -541,17 +541,18 @@ def _ranking_statement(
     return select(
         _listed(ann, ann.c.distance, ann.c.id),
         *(_listed(cte, cte.c.rank.desc(), cte.c.id) for cte in word_ctes),
-        *(_listed(cte, cte.c.asset_id, cte.c.id) for cte in lists[1:]),
+        # In no order: they only raise an asset's best similarity (a maximum). Ordered, this
+        # list's sort took PostgreSQL about 2.5 of a text search's 17 ms at 100,000 assets.
+        *(_listed(cte) for cte in lists[1:]),
         select(func.coalesce(func.json_agg(reloaded.c.row), text("'[]'::json"))).scalar_subquery(),
     ).add_cte(*ctes)
 
 
 def _listed(cte: Any, *order: Any) -> Any:
-    """The rows of ``cte`` as one JSON array of arrays, in ``order``."""
+    """The rows of ``cte`` as one JSON array of arrays, in ``order`` (none: as they come)."""
     values = func.json_build_array(*cte.c)
-    return select(
-        func.coalesce(func.json_agg(aggregate_order_by(values, *order)), text("'[]'::json"))
-    ).scalar_subquery()
+    listed = aggregate_order_by(values, *order) if order else values
+    return select(func.coalesce(func.json_agg(listed), text("'[]'::json"))).scalar_subquery()
 
 
 def _json(value: Any) -> Any:
