@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 from datetime import timedelta
+from typing import Literal
 
 from pydantic import Field
 
@@ -109,12 +110,13 @@ class FolderDeletion(WireModel):
 
 
 async def locate_asset(
-    uow: UnitOfWork, caller: Caller, asset_id: str, need: str
+    uow: UnitOfWork, caller: Caller, asset_id: str, need: Literal["write", "destructive"]
 ) -> tuple[ResolvedVault, AssetRecord]:
     """The asset (deleted ones too) in a vault the caller can read, checked for ``need``.
 
     Another owner's ids answer ``not_found`` exactly like ids that never existed; an asset the
-    caller may read but not change is ``forbidden``.
+    caller may read but not change is ``forbidden``. Only a change is asked for: a read
+    resolves its vaults with ``readable_vaults`` itself.
     """
     vaults = await readable_vaults(uow, caller)
     record = await uow.assets.locate([v.record.scope for v in vaults], asset_id)
@@ -126,9 +128,7 @@ async def locate_asset(
         if (v.record.owner_identity, v.record.physical_vault)
         == (record.owner_identity, record.vault)
     )
-    resolved = await resolve_vault(
-        uow, caller, vault.display_handle, "destructive" if need == "destructive" else "write"
-    )
+    resolved = await resolve_vault(uow, caller, vault.display_handle, need)
     return resolved, record
 
 
