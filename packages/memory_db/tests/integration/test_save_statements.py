@@ -67,6 +67,17 @@ async def _namespace(database: Database) -> str:
         return (await uow.quota.usage(A)).namespace_id
 
 
+async def _holding(database: Database, nbytes: int) -> tuple[str, str]:
+    """A new owner's namespace and a reservation holding ``nbytes`` of it."""
+    async with database.unit_of_work() as uow:
+        await uow.identities.create(A, 10_000)
+    namespace = await _namespace(database)
+    reservation = await _reservation(database)
+    async with database.single_statements() as uow:
+        await uow.quota.reserve(A, reservation, nbytes)
+    return namespace, reservation
+
+
 async def _object(database: Database, object_id: str) -> None:
     async with database.unit_of_work() as uow:
         await uow.objects.create(
@@ -208,12 +219,7 @@ def _image(
 async def test_a_commit_of_new_bytes_is_one_statement_and_writes_nothing_after_a_lost_race(
     database: Database,
 ) -> None:
-    async with database.unit_of_work() as uow:
-        await uow.identities.create(A, 10_000)
-    namespace = await _namespace(database)
-    reservation = await _reservation(database)
-    async with database.single_statements() as uow:
-        await uow.quota.reserve(A, reservation, 3_000)
+    namespace, reservation = await _holding(database, 3_000)
     object_id, asset_id = new_id("aob"), new_id("ast")
     image = _image(namespace, reservation, object_id, asset_id)
     async with _counted(database) as sent, database.single_statements() as uow:
@@ -358,12 +364,7 @@ async def _deadlocked_commit(
     the reservation and then asks for the counters: a cycle. It waits 30 s before looking
     for deadlocks, so the commit (waiting first, for 1 s) is the one PostgreSQL aborts.
     """
-    async with database.unit_of_work() as uow:
-        await uow.identities.create(A, 10_000)
-    namespace = await _namespace(database)
-    reservation = await _reservation(database)
-    async with database.single_statements() as uow:
-        await uow.quota.reserve(A, reservation, 3_000)
+    namespace, reservation = await _holding(database, 3_000)
     asset_id = new_id("ast")
     image = _image(namespace, reservation, new_id("aob"), asset_id)()
     outcome: list[list[str] | BaseException | None] = []
