@@ -127,12 +127,20 @@ class Metering:
 
 @dataclass(frozen=True, slots=True)
 class Ranked:
-    """The lists a search fuses and its reloaded candidates (in no particular order)."""
+    """The lists a search fuses and its reloaded candidates, by asset id."""
 
     hits: list[VectorHit]
     words: list[TextMatch]
     word_hits: list[VectorHit]  # in no particular order: they only raise a similarity
-    rows: list[StoredAsset]
+    # Each candidate's row as the statement returned it (``reload_rows``' JSON): a search
+    # reloads every asset with evidence (about a hundred for a text query) and answers a
+    # few, so only those are made records (:meth:`stored`), 14 µs each.
+    reloaded: dict[str, dict[str, Any]]
+
+    def stored(self, asset_id: str) -> StoredAsset | None:
+        """The reloaded candidate ``asset_id`` as a record; None when it was not reloaded."""
+        row = self.reloaded.get(asset_id)
+        return None if row is None else stored_from_json(row)
 
 
 async def start_search(
@@ -366,7 +374,7 @@ async def rank_and_meter(
         word_hits=[VectorHit(h[0], h[1], h[2], float(h[3])) for h in found[3]]
         if words is not None
         else [],
-        rows=[stored_from_json(r) for r in found[-1]],
+        reloaded={r["asset"]["id"]: r for r in found[-1]},
     )
 
 

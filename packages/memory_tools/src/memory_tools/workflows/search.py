@@ -790,6 +790,6 @@ class AssetSearcher:
         ordered = best_first(
             fusion, evidence_floor=thresholds.evidence, min_score=request.min_score
         )
-        by_id = {row.asset.id: row for row in ranked.rows}
-        rows = [by_id[asset_id] for asset_id in ordered if asset_id in by_id]
-        return vaults, fusion, rows[: request.limit]
+        # Reloaded means ready, in scope and matching the filters; only the answered become records.
+        answered = [a for a in ordered if a in ranked.reloaded][: request.limit]
+        return vaults, fusion, [row for a in answered if (row := ranked.stored(a)) is not None]
