@@ -335,16 +335,17 @@ async def test_an_opening_resolves_the_vault_and_reserves_in_one_statement(
 async def _waiting_on_a_lock(database: Database, holder: int) -> None:
     """Until a backend other than ``holder``'s waits for a lock (the commit, for the holder).
 
-    Found by its wait, not its text: a statement waiting while its plan is made shows no
-    query and the state "idle".
+    Found by its lock, not its text: a statement waiting while its plan is made shows no
+    query and the state "idle". Bounded generously for a machine busy with other suites.
     """
     async with database.engine.connect() as conn:
-        for _ in range(500):
+        await conn.execution_options(isolation_level="AUTOCOMMIT")
+        for _ in range(3000):
             waiting = (
                 await conn.execute(
                     text(
-                        "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
-                        "AND datname = current_database() AND pid NOT IN (pg_backend_pid(), :h)"
+                        "SELECT count(*) FROM pg_locks WHERE NOT granted "
+                        "AND pid NOT IN (pg_backend_pid(), :h)"
                     ),
                     {"h": holder},
                 )
@@ -352,7 +353,15 @@ async def _waiting_on_a_lock(database: Database, holder: int) -> None:
             if waiting:
                 return
             await anyio.sleep(0.01)
-    raise AssertionError("the commit never waited for a lock")
+        seen = (
+            await conn.execute(
+                text(
+                    "SELECT pid, state, wait_event_type, wait_event, left(query, 60) "
+                    "FROM pg_stat_activity WHERE datname = current_database()"
+                )
+            )
+        ).all()
+    raise AssertionError(f"the commit never waited for a lock: {seen}")
 
 
 async def _deadlocked_commit(

@@ -8,6 +8,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
+import anyio
+import pytest
 from fastmcp import Client
 from sqlalchemy import text
 
@@ -15,9 +17,10 @@ from memory_db import UnitOfWork, VaultScope
 from memory_db.unit_of_work import session_of
 from memory_tools import MemoryServices
 from memory_tools.access import Caller
+from memory_tools.jobs.worker import WorkerConfig
 from memory_tools.operations import admin
 from memory_tools.serving.job_worker import job_worker
-from memory_tools.workflows import duplicates, keys
+from memory_tools.workflows import duplicates, keys, near_duplicates
 from memory_tools.workflows.calls import ApiKey
 
 from ..tool_calls import call
@@ -331,3 +334,45 @@ async def test_refused_input_changes_nothing(
         message = await refused(run(saving, alice.key, workflow, **kwargs))
         assert wanted in message, (kwargs, message)
     assert await _pairs(saving) == []
+
+
+async def test_a_picture_and_its_copy_completed_at_once_are_still_paired(
+    saving: MemoryServices,
+    make_person: Callable[..., Awaitable[Any]],
+    client_as: Callable[[str], Client[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two worker slots embed a picture and its copy at once: the pair is found all the same.
+
+    Each batch's pair search waits (at most 5 s) until the other's has come too, as when two
+    transactions finish together. Without the pair-search lock both searched before the other
+    committed, and neither found the pair; with it the second completion waits for the first
+    to commit, then finds the pair.
+    """
+    alice = await make_person("alice@example.com")
+    async with client_as(alice.key) as c:
+        cat = await _save(c, photo("chelsea"), "Cat")
+        cat_jpeg = await _save(c, photo("chelsea", ".jpg", Q=60), "Cat, re-encoded")
+    real = near_duplicates.find_pairs
+    searching: list[str] = []
+    both = anyio.Event()
+
+    async def meet(
+        uow: UnitOfWork, services: MemoryServices, index: Any, asset_ids: Any, **kwargs: Any
+    ) -> int:
+        if asset_ids:
+            searching.extend(asset_ids)
+            if len(searching) == 2:
+                both.set()
+            with anyio.move_on_after(5):
+                await both.wait()
+        return await real(uow, services, index, asset_ids, **kwargs)
+
+    monkeypatch.setattr(near_duplicates, "find_pairs", meet)
+    one_job = WorkerConfig(batch_size=1, concurrency=1, poll_seconds=0.1)
+    async with anyio.create_task_group() as workers:
+        for name in ("w1", "w2"):
+            workers.start_soon(job_worker(saving, one_job, name=name, handlers={}).drain)
+    assert sorted(searching) == sorted((cat, cat_jpeg))  # one search each, by two batches
+    pairs = await _pairs(saving)
+    assert [(a, b) for a, b, _, _ in pairs] == [tuple(sorted((cat, cat_jpeg)))]

@@ -55,7 +55,10 @@ from memory_db.repositories.records import INTEGRITY_CODES, AssetSettled
 from memory_db.schema import PROVENANCE_OPERATIONS, USAGE_SOURCES
 from memory_db.vectors.codes import vector_codes
 from memory_db.vectors.index import REPRESENTATIONS, VectorIndex, VectorRecord, vector_id
-from memory_db.vectors.near_duplicates import PAIR_SEARCH_SETTINGS
+from memory_db.vectors.near_duplicates import PAIR_SEARCH_SETTINGS, pair_search_locks
+
+# The vaults the pair search after a completion covers: those a visual vector was written in.
+_VISUAL_WRITTEN = "SELECT owner, vault FROM written WHERE representation = 'visual'"
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,8 +257,12 @@ async def complete_embeddings(
                (SELECT target_index FROM filling),
                (SELECT json_agg(json_build_array(id, status, source_kind, was))
                 FROM notified),
-               -- For the near-duplicate pair search that follows in this transaction.
-               {PAIR_SEARCH_SETTINGS}
+               -- For the near-duplicate pair search that follows in this transaction: its
+               -- settings, and its lock of each vault a visual vector was written in.
+               {PAIR_SEARCH_SETTINGS},
+               {
+        pair_search_locks("SELECT owner, vault FROM written WHERE representation = 'visual'")
+    }
     """
     row = (
         await session.execute(

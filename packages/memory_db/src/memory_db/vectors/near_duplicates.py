@@ -32,6 +32,24 @@ PAIR_SEARCH_SETTINGS = (
 )
 
 
+def pair_search_locks(keys: str) -> str:
+    """A SQL column that takes the pair-search lock of each vault ``keys`` lists, in order.
+
+    ``keys``: a query of ``owner`` and ``vault`` columns. A search sees only committed vectors
+    and its own, so two batches completing a picture and its copy at once (two worker slots)
+    each looked before the other committed, and the pair was never found. Taken in a
+    statement before the search and held to the commit (a transaction-level advisory lock per
+    owner and vault), it makes a second search in the same vault wait for the first
+    transaction and then read with a snapshot that holds its vectors. Locked in one order, so
+    batches of several vaults cannot deadlock on them.
+    """
+    return (
+        "(SELECT count(pg_advisory_xact_lock(hashtextextended("
+        "'memory_near_duplicates/' || k.owner || '/' || k.vault, 0))) "
+        f"FROM (SELECT DISTINCT owner, vault FROM ({keys}) AS keys ORDER BY owner, vault) AS k)"
+    )
+
+
 async def find_near_duplicates(
     session: AsyncSession,
     index: VectorIndex,
@@ -46,7 +64,8 @@ async def find_near_duplicates(
     Only visual vectors are compared, of one model (the index's), within one owner's vault.
     A pair found again keeps its decision (a dismissed pair stays dismissed) and takes this
     finding's index and distance. Returns how many pairs were written.
-    ``settings_applied``: this transaction set :data:`PAIR_SEARCH_SETTINGS` already.
+    ``settings_applied``: this transaction set :data:`PAIR_SEARCH_SETTINGS` and took the
+    :func:`pair_search_locks` of these assets' vaults already (the embedding completion does).
     """
     if not 0 <= max_distance <= 2:
         raise InvalidInput("max_distance must be 0-2 (a cosine distance)")
@@ -57,7 +76,12 @@ async def find_near_duplicates(
     table = index.name
     listed = ", ".join(f"'{status}'" for status in VISIBLE_STATUSES)
     if not settings_applied:
-        await session.execute(text(f"SELECT {PAIR_SEARCH_SETTINGS}"))
+        locks = pair_search_locks(
+            "SELECT owner_identity AS owner, vault FROM mem_assets WHERE id = ANY(:ids)"
+        )
+        await session.execute(
+            text(f"SELECT {PAIR_SEARCH_SETTINGS}, {locks}"), {"ids": list(asset_ids)}
+        )
     statement = f"""
         WITH src AS (
             SELECT s.asset_id, s.owner_identity, s.vault, s.model, s.embedding
