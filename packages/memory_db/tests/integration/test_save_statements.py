@@ -335,8 +335,9 @@ async def test_an_opening_resolves_the_vault_and_reserves_in_one_statement(
 async def _waiting_on_a_lock(database: Database, holder: int) -> None:
     """Until a backend other than ``holder``'s waits for a lock (the commit, for the holder).
 
-    Found by its lock, not its text: a statement waiting while its plan is made shows no
-    query and the state "idle". Bounded generously for a machine busy with other suites.
+    Polled outside any transaction: inside one, PostgreSQL answers every read of
+    ``pg_stat_activity`` from a snapshot taken at the first, so a poll begun before the
+    commit waited never saw it wait (a flaky run). Bounded generously for a busy machine.
     """
     async with database.engine.connect() as conn:
         await conn.execution_options(isolation_level="AUTOCOMMIT")
