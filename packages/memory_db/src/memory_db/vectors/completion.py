@@ -260,9 +260,7 @@ async def complete_embeddings(
                -- For the near-duplicate pair search that follows in this transaction: its
                -- settings, and its lock of each vault a visual vector was written in.
                {PAIR_SEARCH_SETTINGS},
-               {
-        pair_search_locks("SELECT owner, vault FROM written WHERE representation = 'visual'")
-    }
+               {pair_search_locks(_VISUAL_WRITTEN)}
     """
     row = (
         await session.execute(
