@@ -22,7 +22,13 @@ from memory_db.vectors import (
     create_index,
     ensure_default_index,
 )
-from memory_db.vectors.ranking import AliasMoved, Metering, rank_and_meter, start_search
+from memory_db.vectors.ranking import (
+    AliasMoved,
+    FusionWeights,
+    Metering,
+    rank_and_meter,
+    start_search,
+)
 
 MODEL = "local-hash-v1"
 OWNERS = [f"o{v}@example.com" for v in range(10)]
@@ -115,6 +121,7 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
             evidence_floor=-1.0,
             min_score=None,
             limit=10,
+            fusion=FusionWeights(20, 3, 1.0),
             tuning=tuning,
             metering=_metering(),
         )

@@ -13,7 +13,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from memory_db import VaultScope
 from memory_db.repositories import AssetFilter
 from memory_db.vectors import SearchTuning, VectorIndex
-from memory_db.vectors.ranking import Metering, SearchStart, ranking_statement
+from memory_db.vectors.ranking import FusionWeights, Metering, SearchStart, ranking_statement
 
 _DIALECT = asyncpg_dialect()
 
@@ -49,6 +49,7 @@ def _call(
         evidence_floor=0.1 * seed,
         min_score=None if seed % 2 else 0.05 * seed,
         limit=10 + seed,
+        fusion=FusionWeights(20 + seed, 3 + seed, 1.0 + seed),
         tuning=SearchTuning(),
         metering=Metering(
             identity=f"{owner}0@example.com",

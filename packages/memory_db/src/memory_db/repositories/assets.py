@@ -16,6 +16,7 @@ from sqlalchemy import (
     CTE,
     ColumnElement,
     DateTime,
+    Exists,
     Integer,
     Select,
     String,
@@ -976,10 +977,38 @@ class AssetRepository(SessionRepository):
             "storage_key",
             AssetObject.storage_key,
         )
+        return AssetRepository._admitting(
+            scopes, filters, statuses, Asset.id.in_(candidates)
+        ).with_only_columns(row.label("row"))
+
+    @staticmethod
+    def admits(
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        asset_id: ColumnElement[Any],
+        *,
+        statuses: Sequence[str] = ("ready",),
+    ) -> Exists:
+        """Whether the scope and ``filters`` admit ``asset_id``, a column of an outer query.
+
+        The predicates of :meth:`reload_rows`, checked one candidate at a time: a statement can
+        walk its candidates best first and stop once it has enough, before it reloads any.
+        """
         return (
-            AssetRepository._visible(scopes, statuses, named=True)
-            .where(*filters.conditions(), Asset.id.in_(candidates))
-            .with_only_columns(row.label("row"))
+            AssetRepository._admitting(scopes, filters, statuses, Asset.id == asset_id)
+            .with_only_columns(Asset.id)
+            .exists()
+        )
+
+    @staticmethod
+    def _admitting(
+        scopes: Sequence[VaultScope],
+        filters: AssetFilter,
+        statuses: Sequence[str],
+        candidates: ColumnElement[bool],
+    ) -> Select[Asset, AssetObject]:
+        return AssetRepository._visible(scopes, statuses, named=True).where(
+            *filters.conditions(), candidates
         )
 
     async def locate(self, scopes: Sequence[VaultScope], asset_id: str) -> AssetRecord | None:

@@ -31,6 +31,7 @@ from memory_db.vectors.index import (
 )
 from memory_db.vectors.ranking import (
     AliasMoved,
+    FusionWeights,
     Metering,
     NamedScope,
     Ranked,
@@ -66,6 +67,7 @@ __all__ = [
     "Completed",
     "ElementType",
     "FinishedJob",
+    "FusionWeights",
     "Metering",
     "NamedScope",
     "Ranked",

@@ -22,7 +22,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
-from sqlalchemy import Float, Integer, Text, bindparam, cast, column, func, literal, select, text
+from sqlalchemy import (
+    Float,
+    Integer,
+    Text,
+    bindparam,
+    cast,
+    column,
+    func,
+    literal,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.dialects.postgresql.base import PGDialect
 from sqlalchemy.exc import ProgrammingError
@@ -57,6 +68,10 @@ _UNDEFINED_TABLE = "42P01"
 _STATEMENTS: dict[tuple[object, ...], Any] = {}
 _STATEMENTS_KEPT = 256
 _NO_FILTERS = AssetFilter()
+# How far below the last reloaded candidate's relevance others are reloaded too: scores are
+# answered rounded to six decimals over a ceiling of at most about 2.2, and summed in another
+# order than here, so the server's order can differ from this one within about 2.2e-6.
+TIE_MARGIN = 1e-5
 # The ranked lists' columns as the ranking statement reads them.
 _HIT_COLUMNS = (
     column("id", Text),
@@ -324,6 +339,19 @@ def _candidates_sql(named: NamedScope, params: dict[str, object]) -> str:
     return _CAST.sub(r"CAST(:\1 AS \2)", str(compiled))
 
 
+@dataclass(frozen=True, slots=True)
+class FusionWeights:
+    """The constants of the server's fusion rule (``memory_tools.workflows.search.fuse``).
+
+    The ranking statement orders the candidates by the same rule to reload only those a
+    search can answer.
+    """
+
+    rrf_k: int  # a place p (0 first) in a ranked list counts 1 / (rrf_k + p + 1)
+    precise_word_matches: int  # at most this many assets holding every word get the bonus
+    precise_match_bonus: float
+
+
 class RankingParameters(TypedDict):
     """What one search ranks, filters and meters (:func:`rank_and_meter`)."""
 
@@ -337,6 +365,7 @@ class RankingParameters(TypedDict):
     evidence_floor: float
     min_score: float | None
     limit: int
+    fusion: FusionWeights
     tuning: SearchTuning
     metering: Metering
 
@@ -413,6 +442,9 @@ def ranking_statement(
         "floor": ranking["evidence_floor"],
         "min_score": ranking["min_score"],
         "results_limit": ranking["limit"],
+        "rrf_k": ranking["fusion"].rrf_k,
+        "precise_matches": ranking["fusion"].precise_word_matches,
+        "precise_bonus": ranking["fusion"].precise_match_bonus,
         "usage_id": new_id("aul"),
         "provenance_id": new_id("apv"),
         "metered_identity": metering.identity,
@@ -504,26 +536,72 @@ def _ranking_statement(
         ctes += [every, any_, word_hits]
         lists.append(word_hits)
         word_ctes = [every, any_]
-    # Each candidate's best similarity and whether words found it: best_first's rule.
-    similar = " UNION ALL ".join(
-        f"SELECT asset_id, 1 - distance AS similarity, false AS word FROM {cte.name}"
-        for cte in lists
-    )
-    worded = "".join(f" UNION ALL SELECT id, NULL, true FROM {cte.name}" for cte in word_ctes)
+    # Each candidate's evidence as memory_tools.workflows.search.fuse and best_first count
+    # it: its place in each vector list (visual and fused rank apart, only above the floor),
+    # its place in the word list (every-word matches first) and the precise-match bonus, its
+    # best similarity. ``relevance`` orders the candidates; the server fuses again from the
+    # lists, exactly, and that order is the answer's. Here it only chooses which rows to
+    # reload (see ``chosen``).
+    ranked = [
+        "SELECT asset_id, 1 - distance AS similarity, CASE WHEN 1 - distance > :floor "
+        "THEN 1.0::float8 / (:rrf_k + row_number() OVER (PARTITION BY representation "
+        "ORDER BY distance, id)) END AS term, false AS word FROM ann"
+    ]
+    if word_ctes:
+        ranked += [
+            "SELECT asset_id, 1 - distance, NULL, false FROM word_hits",
+            "SELECT id, NULL, 1.0::float8 / (:rrf_k + row_number() OVER (ORDER BY list, "
+            "rank DESC, id)) + CASE WHEN every AND (SELECT count(*) FROM words_every) "
+            "<= :precise_matches THEN :precise_bonus ELSE 0 END, true FROM ("
+            "SELECT id, rank, 0 AS list, true AS every FROM words_every UNION ALL "
+            "SELECT id, rank, 1, false FROM words_any) w",
+        ]
+    weights = [named("rrf_k", Integer)]
+    if word_ctes:
+        weights += [named("precise_matches", Integer), named("precise_bonus", Float)]
     kept = (
         text(
-            f"SELECT asset_id FROM ({similar}{worded}) c GROUP BY asset_id "
+            "SELECT asset_id, coalesce(sum(term), 0) + greatest(max(similarity), 0) AS relevance "
+            f"FROM ({' UNION ALL '.join(ranked)}) c GROUP BY asset_id "
             "HAVING max(similarity) IS NOT NULL AND (max(similarity) > :floor OR bool_or(word)) "
             "AND (CAST(:min_score AS float8) IS NULL OR max(similarity) >= :min_score)"
         )
         .bindparams(
             named("floor", Float),
             named("min_score", Float),
+            *weights,
         )
-        .columns(column("asset_id", Text))
+        .columns(column("asset_id", Text), column("relevance", Float))
         .cte("kept")
     )
-    reloaded = AssetRepository.reload_rows(scopes, filters, select(kept.c.asset_id)).cte("reloaded")
+    # Reloaded: the ``results_limit`` most relevant candidates the scope and the exact filters
+    # admit, and any within ``TIE_MARGIN`` of the last of them. The walk stops at the line:
+    # candidates are checked best first, one at a time (OFFSET 0 keeps the check above the
+    # sort), so a search checks about as many as it answers. The server's order rounds scores
+    # to six decimals and breaks ties by id, so a candidate this float order puts just below
+    # the line may be answered; none further below can be. Before, every candidate with
+    # evidence was reloaded (about a hundred for a text query) to answer ten.
+    best = (
+        select(kept.c.asset_id, kept.c.relevance)
+        .order_by(kept.c.relevance.desc())
+        .offset(literal(0, literal_execute=True))
+        .subquery("best")
+    )
+    line = (
+        select(best.c.relevance)
+        .where(AssetRepository.admits(scopes, filters, best.c.asset_id))
+        # Ordered again: a join need not keep its input's order (a hash join did not); the
+        # planner sees the input sorted and adds no sort of its own.
+        .order_by(best.c.relevance.desc())
+        .offset(named("results_limit", Integer) - 1)
+        .limit(1)
+        .scalar_subquery()
+    )
+    # Fewer admitted than the limit: no line, every candidate (a subquery read once).
+    chosen = select(kept.c.asset_id).where(
+        kept.c.relevance >= func.coalesce(line - TIE_MARGIN, literal(float("-inf"), Float))
+    )
+    reloaded = AssetRepository.reload_rows(scopes, filters, chosen).cte("reloaded")
     results = func.least(
         named("results_limit", Integer),
         select(func.count()).select_from(reloaded).scalar_subquery(),

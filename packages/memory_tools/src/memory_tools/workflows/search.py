@@ -44,8 +44,10 @@ from memory_db.repositories import AssetFilter, StoredAsset, TextMatch
 from memory_db.runtime import prepare_vector_index
 from memory_db.vectors import (
     AliasMoved,
+    FusionWeights,
     Metering,
     NamedScope,
+    Ranked,
     SearchStart,
     SearchTuning,
     VectorHit,
@@ -98,6 +100,9 @@ RRF_K = 20
 PRECISE_WORD_MATCHES = 3
 # What a precise word match adds to its relevance: more than any similarity (at most 1).
 PRECISE_MATCH_BONUS = 1.0
+# The same rule's constants as the ranking statement takes them (it reloads only the
+# candidates this fusion can answer).
+FUSION_WEIGHTS = FusionWeights(RRF_K, PRECISE_WORD_MATCHES, PRECISE_MATCH_BONUS)
 # Filters without a column in the vector index (tags, untagged, source host): when they match
 # at most this many assets the ANN query is restricted to exactly those; beyond it, the index
 # is overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
@@ -283,6 +288,17 @@ def best_first(
         ),
         key=lambda asset_id: (-fusion[asset_id].score, asset_id),
     )
+
+
+def answered(ranked: Ranked, ordered: Sequence[str], limit: int) -> list[StoredAsset]:
+    """The first ``limit`` candidates of ``ordered`` (:func:`best_first`) that were reloaded.
+
+    Reloaded means ready, in scope and matching the filters. The ranking statement reloads
+    only the candidates that can be among these (``memory_db.vectors.ranking``); only the
+    answered become records.
+    """
+    chosen = [asset_id for asset_id in ordered if asset_id in ranked.reloaded][:limit]
+    return [row for asset_id in chosen if (row := ranked.stored(asset_id)) is not None]
 
 
 def verdict(
@@ -762,6 +778,7 @@ class AssetSearcher:
                 evidence_floor=thresholds.evidence,
                 min_score=request.min_score,
                 limit=request.limit,
+                fusion=FUSION_WEIGHTS,
                 tuning=tuning,
                 metering=Metering(
                     identity=caller.identity,
@@ -790,6 +807,4 @@ class AssetSearcher:
         ordered = best_first(
             fusion, evidence_floor=thresholds.evidence, min_score=request.min_score
         )
-        # Reloaded means ready, in scope and matching the filters; only the answered become records.
-        answered = [a for a in ordered if a in ranked.reloaded][: request.limit]
-        return vaults, fusion, [row for a in answered if (row := ranked.stored(a)) is not None]
+        return vaults, fusion, answered(ranked, ordered, request.limit)
