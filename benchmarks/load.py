@@ -120,7 +120,7 @@ from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import LocalEmbedder
 from memory_db.logs import configure_logging
 from memory_db.runtime import open_database, prepare_vector_index
-from memory_db.settings import GRAPH_M_CHOICES
+from memory_db.settings import DEFAULT_GRAPH_M, GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.ingest.save import VECTOR_HEADER_BYTES
@@ -945,7 +945,7 @@ def main() -> int:
         "--graph-m",
         type=int,
         choices=GRAPH_M_CHOICES,
-        default=16,
+        default=DEFAULT_GRAPH_M,
         help="neighbours per node of the library's HNSW graph (ASSET_VECTOR_GRAPH_M, for the "
         "library and the server; the benchmark clears the environment's settings)",
     )

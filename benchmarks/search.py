@@ -83,7 +83,7 @@ from memory_db import MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
-from memory_db.settings import GRAPH_M_CHOICES
+from memory_db.settings import DEFAULT_GRAPH_M, GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
 from memory_db.vectors.ddl import HNSW_EF_CONSTRUCTION
@@ -580,7 +580,7 @@ def main() -> int:
         "--graph-m",
         type=int,
         choices=GRAPH_M_CHOICES,
-        default=16,
+        default=DEFAULT_GRAPH_M,
         help="neighbours per node of the library's HNSW graph (ASSET_VECTOR_GRAPH_M; the "
         "benchmark clears the environment's settings, so it is an option here)",
     )

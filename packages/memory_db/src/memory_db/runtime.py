@@ -258,6 +258,17 @@ async def prepare_vector_index(
             m=settings.asset_vector_graph_m,
         )
         active = await uow.vector_indexes.identity(name)
+        graph = await uow.vector_indexes.graph_m(name)
+    if graph is not None and graph < settings.asset_vector_graph_m:
+        # A graph built before 32 became the default (or with ASSET_VECTOR_GRAPH_M=16) keeps
+        # working; searching a large library walks about twice the candidates it would.
+        log.info(
+            "vector_index_graph_narrower",
+            index=name,
+            graph_m=graph,
+            configured_m=settings.asset_vector_graph_m,
+            advice="memory-server reindex builds a new index with the configured graph",
+        )
     if active is not None and active != identity:
         log.info(
             "vector_index_embedder_differs",

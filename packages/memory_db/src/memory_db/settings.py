@@ -96,6 +96,10 @@ def _is_loopback_host(host: str | None) -> bool:
 # The neighbours per node an HNSW graph may keep (ASSET_VECTOR_GRAPH_M): the two graphs whose
 # search breadth was measured (docs/scaling.md). memory_db.vectors.ddl builds only these.
 GRAPH_M_CHOICES = (16, 32)
+# 32: a library of 100,000 images holds 200,000 vectors, where a graph of 16 needs a walk of 625
+# candidates for the recall a graph of 32 reaches with 175, and from 300,000 vectors no walk
+# pgvector allows keeps 16 at recall@10 0.95 (docs/scaling.md). An insert costs more.
+DEFAULT_GRAPH_M = 32
 DEFAULT_WORKER_CONCURRENCY = 2
 
 
@@ -161,7 +165,7 @@ class MemorySettings(BaseSettings):
     asset_embed_vector_type: Literal["halfvec", "vector"] = "halfvec"
     # Neighbours per node of a new index's HNSW graph (docs/vector-index.md): 32 finds as much
     # with a fifth of the walk at 300,000 vectors, but every insert costs about 3.4x the CPU.
-    asset_vector_graph_m: int = 16
+    asset_vector_graph_m: int = DEFAULT_GRAPH_M
     # Where the clip provider's models live, one directory per model (default: data dir/models).
     asset_embed_model_dir: Path | None = None
     # The per-process cache of search-query vectors (memory_tools.query_cache): entries kept

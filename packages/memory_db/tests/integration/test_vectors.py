@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from sqlalchemy import text
+from structlog.testing import capture_logs
 
 from memory_db import Conflict, Database, InvalidInput, NotFound, VaultScope
 from memory_db.database import create_engine
@@ -381,7 +382,8 @@ async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Databa
     0.961 with 200 on one of 32 (benchmarks/scale.py, docs/scaling.md). The search reads
     PostgreSQL's row estimate and the graph's ``m`` in the statement that sets its settings; an
     explicit breadth still wins."""
-    await _index(database)
+    async with database.unit_of_work() as uow:
+        await ensure_default_index(session_of(uow), "memory_assets_v1", dimensions=1024, m=16)
     rng = np.random.default_rng(8)
     scopes = [VaultScope(f"o{v}@example.com", f"o{v}@example.com/Library") for v in range(3)]
     async with database.unit_of_work() as uow:
@@ -410,7 +412,8 @@ async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Databa
                 {"n": rows},
             )
 
-    # A graph of 16 neighbours per node (the default, ASSET_VECTOR_GRAPH_M).
+    # A graph of 16 neighbours per node (ASSET_VECTOR_GRAPH_M=16, and graphs built before 32
+    # became the default).
     assert await breadth() == "250"
     await estimate(100_000)
     assert await breadth() == "250"
@@ -421,7 +424,7 @@ async def test_the_graph_walk_is_as_broad_as_the_table_is_large(database: Databa
     await estimate(5_000_000)
     assert await breadth() == "1000"  # pgvector's maximum
     assert await breadth(SearchTuning(ef_search=40)) == "40"
-    # A graph of 32 reaches the same recall with a narrower walk.
+    # A graph of 32 (the default) reaches the same recall with a narrower walk.
     async with database.engine.begin() as conn:
         await conn.execute(text("DROP INDEX memory_assets_v1_hnsw"))
         await conn.execute(text(hnsw_index_sql("memory_assets_v1", "halfvec", m=32)))
@@ -447,10 +450,10 @@ async def test_a_new_index_gets_the_configured_graph(database: Database) -> None
             )
 
     async with database.unit_of_work() as uow:
-        await ensure_default_index(session_of(uow), "memory_assets_v1", dimensions=1024, m=32)
+        await ensure_default_index(session_of(uow), "memory_assets_v1", dimensions=1024, m=16)
         await create_index(session_of(uow), "memory_assets_v2", dimensions=1024)
-    assert await graph_m("memory_assets_v1") == "32"
-    assert await graph_m("memory_assets_v2") == "16"
+    assert await graph_m("memory_assets_v1") == "16"
+    assert await graph_m("memory_assets_v2") == "32"
     async with database.unit_of_work() as uow:
         with pytest.raises(InvalidInput, match="not 24"):
             await create_index(session_of(uow), "memory_assets_v3", dimensions=1024, m=24)
@@ -522,6 +525,23 @@ async def test_start_up_prepares_the_configured_index(database: Database, tmp_pa
         assert await index_identity(session_of(uow), "memory_assets_v1") == EmbedderIdentity(
             "local", "local-hash-v1", 1024
         )
+        assert await uow.vector_indexes.graph_m("memory_assets_v1") == 32
+    # A graph narrower than the setting (built with 16, before 32 became the default) is kept
+    # and named at start-up, with what rebuilds it.
+    narrow = MemorySettings(memory_data_dir=tmp_path, asset_vector_graph_m=16)
+    with capture_logs() as logs:
+        await prepare_vector_index(database, narrow, LocalEmbedder())
+    assert not [e for e in logs if e["event"] == "vector_index_graph_narrower"]
+    async with database.engine.begin() as conn:
+        await conn.execute(text("DROP INDEX memory_assets_v1_hnsw"))
+        await conn.execute(text(hnsw_index_sql("memory_assets_v1", "halfvec", m=16)))
+    with capture_logs() as logs:
+        assert await prepare_vector_index(database, settings, LocalEmbedder()) == (
+            "memory_assets_v1"
+        )
+    [notice] = [e for e in logs if e["event"] == "vector_index_graph_narrower"]
+    assert notice["graph_m"] == 16 and notice["configured_m"] == 32
+    assert "memory-server reindex" in notice["advice"]
 
 
 async def test_migration_rewrites_element_sign_codes_as_projection_codes(

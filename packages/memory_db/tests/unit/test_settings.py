@@ -103,12 +103,12 @@ def test_scraper_artifacts_expire_and_are_bounded_per_owner(
 
 
 def test_environment_overrides(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ASSET_VECTOR_GRAPH_M", "32")
+    monkeypatch.setenv("ASSET_VECTOR_GRAPH_M", "16")
     monkeypatch.setenv("ASSET_MAX_BYTES", "1000")
     monkeypatch.setenv("JINA_API_KEYS", "k1, k2,,k3")
     monkeypatch.setenv("ASSET_EMBED_PROVIDER", "jina")
     settings = load_settings()
-    assert settings.asset_vector_graph_m == 32
+    assert settings.asset_vector_graph_m == 16  # the default is 32
     assert settings.asset_max_bytes == 1000
     assert [k.get_secret_value() for k in settings.jina_api_keys] == ["k1", "k2", "k3"]
 

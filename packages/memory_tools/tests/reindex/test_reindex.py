@@ -316,19 +316,20 @@ async def test_a_rebuild_builds_the_configured_graph(
     await admin.create_identity(database, OWNER, 10**9)
     await _save(services, 1)
     await job_worker(services, FAST).drain()
-    wide = replace(
-        services, settings=services.settings.model_copy(update={"asset_vector_graph_m": 32})
+    assert services.settings.asset_vector_graph_m == 32  # the default
+    narrow = replace(
+        services, settings=services.settings.model_copy(update={"asset_vector_graph_m": 16})
     )
-    report = await reindex(wide, ReindexRequest("graph32_v2", provider="local"))
+    report = await reindex(narrow, ReindexRequest("graph16_v2", provider="local"))
     assert report.switched
     async with services.database.engine.connect() as conn:
         m = await conn.scalar(
             text(
                 "SELECT o.option_value FROM pg_class i, pg_options_to_table(i.reloptions) o "
-                "WHERE i.oid = 'graph32_v2_hnsw'::regclass AND o.option_name = 'm'"
+                "WHERE i.oid = 'graph16_v2_hnsw'::regclass AND o.option_name = 'm'"
             )
         )
-    assert m == "32"
+    assert m == "16"
 
 
 async def test_switching_to_a_local_clip_model(

@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncSession
 
 from memory_db.embedding.factory import EmbedderIdentity
 from memory_db.errors import Conflict, InvalidInput, NotFound
-from memory_db.settings import GRAPH_M_CHOICES
+from memory_db.settings import DEFAULT_GRAPH_M, GRAPH_M_CHOICES
 
 ElementType = Literal["halfvec", "vector"]
 DEFAULT_ALIAS = "memory_assets"
@@ -81,9 +81,12 @@ SCOPE_INCLUDE = (
 # The HNSW graph's build parameters (docs/vector-index.md#the-graph-parameters): how many
 # neighbours each node keeps (``m``) and how wide the search that picks them is
 # (``ef_construction``). Chosen by ``benchmarks/scale.py``; see the figures in docs/scaling.md.
-# ``m`` is a setting (ASSET_VECTOR_GRAPH_M): 32 reaches at 300,000 vectors with a walk of 200
-# candidates the recall 16 reaches with 1,000, but an insert costs about 3.4x as much CPU.
-HNSW_M = 16
+# ``m`` is a setting (ASSET_VECTOR_GRAPH_M, 32 by default): 32 reaches at 300,000 vectors with
+# a walk of 200 candidates the recall 16 reaches with 1,000, but an insert costs about 3.4x as
+# much CPU.
+HNSW_M = DEFAULT_GRAPH_M
+# What pgvector builds when an index names no ``m``: graphs made before the setting existed.
+PGVECTOR_DEFAULT_M = 16
 HNSW_EF_CONSTRUCTION = 64
 
 
@@ -286,6 +289,28 @@ async def cache_fit(session: AsyncSession, name: str) -> CacheFit:
     return CacheFit(
         graph_bytes=int(row[0]), table_bytes=int(row[1]), shared_buffers_bytes=int(row[2])
     )
+
+
+async def graph_m(session: AsyncSession, name: str) -> int | None:
+    """The neighbours per node of index ``name``'s HNSW graph; None when it has no graph.
+
+    An index that names no ``m`` was built with pgvector's default (:data:`PGVECTOR_DEFAULT_M`).
+    """
+    row = (
+        await session.execute(
+            text(
+                "SELECT (SELECT CAST(o.option_value AS integer) "
+                "FROM pg_options_to_table(c.reloptions) o WHERE o.option_name = 'm') "
+                "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
+                "JOIN pg_am a ON a.oid = c.relam AND a.amname = 'hnsw' "
+                "WHERE i.indrelid = to_regclass(:n) LIMIT 1"
+            ),
+            {"n": check_identifier(name)},
+        )
+    ).one_or_none()
+    if row is None:
+        return None
+    return PGVECTOR_DEFAULT_M if row[0] is None else int(row[0])
 
 
 async def index_exists(session: AsyncSession, name: str) -> bool:

@@ -17,7 +17,7 @@ from memory_db.errors import InvalidInput, NotFound
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import VaultScope
 from memory_db.vectors.codes import vector_codes
-from memory_db.vectors.ddl import HNSW_M, ElementType, check_identifier
+from memory_db.vectors.ddl import PGVECTOR_DEFAULT_M, ElementType, check_identifier
 
 REPRESENTATIONS = ("visual", "fused")
 
@@ -119,13 +119,14 @@ class SearchTuning:
     rescore_factor: int = 4
     rescore_min: int = 100
 
-    def ef_search_for(self, rows: float, m: int = HNSW_M) -> int:
+    def ef_search_for(self, rows: float, m: int = PGVECTOR_DEFAULT_M) -> int:
         """The graph walk's breadth for a table of ``rows`` vectors in a graph of ``m``.
 
         ``ef_search`` when set, else the graph's :class:`Breadth`, at most ``ef_search_max``:
-        with 32 neighbours 100 up to 100,000 rows, 175 at 200,000, 250 at 300,000; with 16
-        (graphs built before) 250 up to 100,000, 625 at 200,000, 1,000 from 300,000. The same
-        rule as the SQL the search sends (:func:`ef_search_setting`).
+        with 32 neighbours (the default graph) 100 up to 100,000 rows, 175 at 200,000, 250 at
+        300,000; with 16 (``m`` unknown: pgvector's default) 250 up to 100,000, 625 at 200,000,
+        1,000 from 300,000. The same rule as the SQL the search sends
+        (:func:`ef_search_setting`).
         """
         if self.ef_search is not None:
             return self.ef_search
@@ -216,7 +217,7 @@ def ef_search_setting(tuning: SearchTuning, table: str) -> str | SettingSql:
         "ELSE CAST(:narrow_from AS integer) END AS from_rows, "
         "CASE WHEN g.m >= CAST(:wide_m AS integer) THEN CAST(:wide_rows AS integer) "
         "ELSE CAST(:narrow_rows AS integer) END AS per_ef "
-        "FROM (SELECT COALESCE(MAX(CAST(o.option_value AS integer)), 16) AS m "
+        f"FROM (SELECT COALESCE(MAX(CAST(o.option_value AS integer)), {PGVECTOR_DEFAULT_M}) AS m "
         "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
         "JOIN pg_am a ON a.oid = i.relam AND a.amname = 'hnsw' "
         "CROSS JOIN LATERAL pg_options_to_table(i.reloptions) o "
