@@ -8,12 +8,20 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import pytest
+from sqlalchemy import bindparam, literal_column, select
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 
 from memory_db import VaultScope
+from memory_db.errors import MemoryDbError
 from memory_db.repositories import AssetFilter
 from memory_db.vectors import SearchTuning, VectorIndex
-from memory_db.vectors.ranking import FusionWeights, Metering, SearchStart, ranking_statement
+from memory_db.vectors.ranking import (
+    FusionWeights,
+    Metering,
+    SearchStart,
+    kept_for_others,
+    ranking_statement,
+)
 
 _DIALECT = asyncpg_dialect()
 
@@ -79,11 +87,14 @@ def test_the_statement_of_a_shape_runs_another_search_as_its_own_statement(
         owner="alice", strategy=strategy, words=words, scopes=scopes, seed=1
     )
     reused, values = _call(owner="bob", strategy=strategy, words=words, scopes=scopes, seed=2)
+    again, _ = _call(owner="bob", strategy=strategy, words=words, scopes=scopes, seed=2)
     fresh, fresh_values = _call(
         owner="bob", strategy=strategy, words=words, scopes=scopes, seed=2, reuse=False
     )
-    assert reused is first  # built once for the shape
-    assert fresh is not first
+    # Built once for the shape (the first search ran the statement it built, with its values;
+    # the others run the copy kept without them).
+    assert again is reused and reused is not first
+    assert fresh is not reused
     sql, params = _compiled(reused, values)
     fresh_sql, fresh_params = _compiled(fresh, None)  # the values it was built with
     assert sql == fresh_sql
@@ -113,3 +124,25 @@ def test_shapes_do_not_share_a_statement() -> None:
         for scopes in (1, 2)
     }
     assert len(built) == 8
+
+
+@pytest.mark.parametrize("words", [None, "red kite"])
+def test_a_statement_kept_for_a_shape_holds_no_value_of_the_search_that_built_it(
+    words: str | None,
+) -> None:
+    _call(owner="carol", strategy="ann", words=words, scopes=2, seed=3)
+    kept, first_values = _call(owner="erin", strategy="ann", words=words, scopes=2, seed=4)
+    _, unbound = _compiled(kept, None)  # what a search that passed nothing would send
+    assert all(unbound[name] is None for name in first_values if name in unbound)
+    assert "carol" not in repr(unbound) and "erin" not in repr(unbound)
+    # Only the statement's own constants keep a value.
+    assert {name for name, value in unbound.items() if value is not None} <= {
+        name for name in unbound if name not in first_values
+    }
+
+
+def test_a_parameter_that_is_not_a_search_value_is_refused() -> None:
+    statement = select(literal_column("1")).where(bindparam("owner", "dave") == "x")
+    with pytest.raises(MemoryDbError, match="owner"):
+        kept_for_others(statement, {"vaults": []})
+    assert kept_for_others(statement, {"owner": "dave"}) is not statement

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -468,8 +468,26 @@ def ranking_statement(
         if shape is not None:
             if len(_STATEMENTS) >= _STATEMENTS_KEPT:
                 _STATEMENTS.clear()
-            _STATEMENTS[shape] = statement
+            _STATEMENTS[shape] = kept_for_others(statement, values)
     return statement, values
+
+
+def kept_for_others(statement: Any, values: Mapping[str, object]) -> Any:
+    """``statement`` with no value of the search that built it, to run every later search.
+
+    Every named parameter must be one of ``values`` (what each search passes): one that is not
+    would keep the building search's value (its vaults, say) and hand it to every later caller
+    of the shape, so it is refused here (``MemoryDbError``). The values are then cleared: a
+    value a later search did not pass is NULL, never another caller's. Anonymous parameters
+    (constants of the statement's text, such as ``limit - 1``) keep theirs.
+    """
+    compiled = statement.compile(dialect=_NAMED_PARAMS)
+    stray = sorted(
+        name for name, bind in compiled.binds.items() if not bind.unique and name not in values
+    )
+    if stray:
+        raise MemoryDbError(f"the ranking statement's parameters {stray} are not a search's")
+    return statement.params({name: None for name in values})
 
 
 def _shape(
