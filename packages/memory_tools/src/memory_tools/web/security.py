@@ -163,13 +163,19 @@ def script_of_ours(request: Request, services: MemoryServices | None = None) -> 
 def _ours(origin: str, request: Request, services: MemoryServices | None) -> bool:
     """Whether ``origin`` (an Origin or Referer value) is this server's, as the browser reached it.
 
-    Ours: the request's own ``Host``, or the public base URL's origin.
+    Ours: the request's own ``Host`` (over HTTPS when the browser reached us over HTTPS), or
+    the public base URL's origin.
     """
     sent = urlsplit(origin)
     if sent.scheme not in ("http", "https") or not sent.netloc:
         return False
     if sent.netloc == request.headers.get("host", ""):
-        return True
+        # The same host over plain HTTP is another origin when the browser reached us over
+        # HTTPS: a page of http://host is whatever anyone on the network made of it.
+        reached_https = request.url.scheme == "https" or (
+            services is not None and is_https(request, services)
+        )
+        return sent.scheme == "https" or not reached_https
     public = urlsplit(services.public_base_url) if services and services.public_base_url else None
     return public is not None and (sent.scheme, sent.netloc) == (public.scheme, public.netloc)
 
