@@ -354,6 +354,12 @@ async def test_revoke_grant_removes_it_once_and_records_provenance(
     assert [tuple(e) for e in events] == [
         ("operator", ALICE, f"{ALICE}/Work", "vault_grant", {"permission": "read"})
     ]
+    # Granted again with revoke-grant's own spelling of the grantee.
+    regranted = await run_json(
+        cli_settings, capsys, "grant", "--vault-owner", ALICE, "--vault", "Work",
+        "--grantee", BOB, "--permission", "write",
+    )  # fmt: skip
+    assert (regranted["grantee"], regranted["permission"]) == (BOB, "write")
 
 
 @pytest.mark.parametrize(

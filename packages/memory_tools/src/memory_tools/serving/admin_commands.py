@@ -438,7 +438,13 @@ def _create_vault_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _grant_arguments(parser: argparse.ArgumentParser) -> None:
     _vault(parser)
-    parser.add_argument("--to", required=True)
+    parser.add_argument(
+        "--to",
+        "--grantee",
+        dest="to",
+        required=True,
+        help="the identity given access (--grantee too, as revoke-grant and list-grants say)",
+    )
     parser.add_argument("--permission", required=True, choices=["read", "write", "admin"])
 
 
