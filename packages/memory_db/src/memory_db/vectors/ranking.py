@@ -4,10 +4,11 @@
 points at the index the query was embedded for, resolves the caller's readable vaults and
 counts the entries of that scope (the ``auto`` strategy's choice, see
 :meth:`VectorIndex.search`). :func:`rank_and_meter` then reads, in one statement, the nearest
-vectors, the full-text list, the distances of the word matches' vectors, every candidate with
-evidence reloaded under the authorisation predicates and the exact filters, and writes the
-search's usage and provenance entries. With the transaction's BEGIN and COMMIT that is four
-round trips, where the same work took eighteen in three transactions.
+vectors, the full-text list, the distances of the word matches' vectors, the candidates a
+search can answer (the most relevant that the authorisation predicates and the exact filters
+admit, checked best first) reloaded, and writes the search's usage and provenance entries.
+With the transaction's BEGIN and COMMIT that is four round trips, where the same work took
+eighteen in three transactions.
 
 Why two statements and not one: the ranking query must be planned after its settings apply
 (``plan_cache_mode``, and ``enable_sort`` off for the graph walk), and which query it is (the
@@ -147,9 +148,9 @@ class Ranked:
     hits: list[VectorHit]
     words: list[TextMatch]
     word_hits: list[VectorHit]  # in no particular order: they only raise a similarity
-    # Each candidate's row as the statement returned it (``reload_rows``' JSON): a search
-    # reloads every asset with evidence (about a hundred for a text query) and answers a
-    # few, so only those are made records (:meth:`stored`), 14 µs each.
+    # Each reloaded candidate's row as the statement returned it (``reload_rows``' JSON): about
+    # ``limit`` of them, the ones a search can answer; made records only when answered
+    # (:meth:`stored`).
     reloaded: dict[str, dict[str, Any]]
 
     def stored(self, asset_id: str) -> StoredAsset | None:
@@ -383,8 +384,10 @@ async def rank_and_meter(
     narrowed candidates); ``filters``, every exact filter, restrict the word list and the
     reload. Candidates are the assets with evidence as ``memory_tools.workflows.search.best_first``
     counts it (a similarity above ``evidence_floor`` or a word match, a similarity at all, at
-    least ``min_score``), reloaded when ready, in scope and matching ``filters``. The
-    provenance detail's ``results`` is how many were reloaded, at most ``limit``.
+    least ``min_score``). The ``limit`` most relevant that are ready, in scope and matching
+    ``filters`` are reloaded, with any within :data:`TIE_MARGIN` of the last (the rest could
+    not be answered). The provenance detail's ``results`` is how many were reloaded, at most
+    ``limit``.
 
     The statement and its values: :func:`ranking_statement`.
     """

@@ -710,8 +710,9 @@ class AssetSearcher:
         not found is refused there, ``not_found`` as before, before the query is embedded
         (``query`` is embedded between the two statements when it was not before: the
         transaction holds its connection meanwhile); the second reads the ranked lists (ANN;
-        full text for a text query) and every candidate with evidence under the authorisation
-        predicates and the exact filters, and writes the usage and provenance of this search. Fusion
+        full text for a text query) and the candidates with evidence that can be answered
+        (the most relevant the authorisation predicates and the exact filters admit), and writes
+        the usage and provenance of this search. Fusion
         (:func:`fuse`, :func:`best_first`) is pure. Only assets with evidence are results: a
         word match, or a similarity above the embedder's evidence floor. Nothing is added to
         fill ``limit``. ``AliasMoved`` when the alias moved since the query was embedded.
