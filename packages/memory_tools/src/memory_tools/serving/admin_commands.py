@@ -442,6 +442,7 @@ def _grant_arguments(parser: argparse.ArgumentParser) -> None:
         "--to",
         "--grantee",
         dest="to",
+        metavar="IDENTITY",
         required=True,
         help="the identity given access (--grantee too, as revoke-grant and list-grants say)",
     )
