@@ -4,7 +4,6 @@ statement, and a moved alias is noticed before anything is ranked or metered."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -13,12 +12,12 @@ from sqlalchemy import text
 
 from memory_db import Database, VaultScope
 from memory_db.repositories import AssetFilter
+from memory_db.testing.vector_rows import vector_row
 from memory_db.unit_of_work import session_of
 from memory_db.vectors import (
     DEFAULT_ALIAS,
     SearchTuning,
     VectorIndex,
-    VectorRecord,
     create_index,
     ensure_default_index,
 )
@@ -48,18 +47,7 @@ async def _library(database: Database) -> list[float]:
         index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         for v, scope in enumerate(SCOPES):
             records = [
-                VectorRecord(
-                    asset_id=f"ast_{v}x{i}",
-                    object_id=f"aob_{v}x{i}",
-                    project_id=None,
-                    folder_id=None,
-                    representation="visual",
-                    model=MODEL,
-                    mime_type="image/png",
-                    source_kind="upload",
-                    created_at=datetime.now(UTC),
-                    embedding=[float(x) for x in vector],
-                )
+                vector_row(f"ast_{v}x{i}", vector, model=MODEL)
                 for i, vector in enumerate(_unit(rng, 60))
             ]
             await index.upsert(scope, records)

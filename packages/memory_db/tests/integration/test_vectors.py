@@ -18,6 +18,7 @@ from memory_db.migrate import downgrade, upgrade
 from memory_db.repositories import FILTER_FIELDS, AssetFilter
 from memory_db.storage import build_object_key
 from memory_db.testing import PostgresForTests
+from memory_db.testing.vector_rows import vector_row
 from memory_db.unit_of_work import session_of
 from memory_db.vectors import (
     SearchTuning,
@@ -47,17 +48,13 @@ def _unit(rng: np.random.Generator, n: int, dims: int = 1024) -> np.ndarray[Any,
 def _record(
     asset: str, vector: Any, representation: str = "visual", project: str | None = None
 ) -> VectorRecord:
-    return VectorRecord(
-        asset_id=asset,
-        object_id="aob_" + asset[4:],
-        project_id=project,
-        folder_id=None,
+    return vector_row(
+        asset,
+        vector,
         representation=representation,
+        project_id=project,
         model=MODEL,
-        mime_type="image/png",
-        source_kind="upload",
         created_at=NOW,
-        embedding=[float(x) for x in vector],
     )
 
 

@@ -12,7 +12,6 @@ not ready, where many relevances tie exactly, and where two differ by less than 
 from __future__ import annotations
 
 import itertools
-from datetime import UTC, datetime
 from typing import Any
 
 import numpy as np
@@ -22,6 +21,7 @@ from memory_db import Database, VaultScope
 from memory_db.embedding import match_thresholds
 from memory_db.repositories import AssetFilter
 from memory_db.testing.library_rows import fill_library
+from memory_db.testing.vector_rows import vector_row
 from memory_db.unit_of_work import session_of
 from memory_db.vectors import (
     DEFAULT_ALIAS,
@@ -100,17 +100,8 @@ async def _library(database: Database) -> tuple[VaultScope, list[float]]:
         records = []
 
         def record(row: Any, representation: str, vector: np.ndarray[Any, Any]) -> VectorRecord:
-            return VectorRecord(
-                asset_id=row.id,
-                object_id=row.object_id,
-                project_id=None,
-                folder_id=None,
-                representation=representation,
-                model=MODEL,
-                mime_type="image/png",
-                source_kind="upload",
-                created_at=datetime.now(UTC),
-                embedding=[float(v) for v in vector],
+            return vector_row(
+                row.id, vector, object_id=row.object_id, representation=representation, model=MODEL
             )
 
         for first, second in zip(rows[::2], rows[1::2], strict=True):
