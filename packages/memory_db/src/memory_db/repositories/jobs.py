@@ -43,6 +43,7 @@ from memory_db.repositories.asset_states import ASSET_STATE_CHANNEL
 from memory_db.repositories.assets import asset_record, object_record
 from memory_db.repositories.records import AssetRecord, JobRecord, ObjectRecord
 from memory_db.schema import ACTIVE_JOB_STATUSES, JOB_KINDS, Asset, AssetJob, AssetObject
+from memory_db.statement_cache import StatementCache
 
 if TYPE_CHECKING:
     from memory_db.unit_of_work import Database
@@ -55,8 +56,7 @@ _Leasing = Select[AssetJob, Asset, AssetObject]
 # two kinds every few seconds, and building and compiling this statement cost more CPU than
 # running it on an empty queue. The lease's values are parameters (``JobRepository._lease``).
 # Few sets of kinds exist (a worker's lanes); the bound only guards against a caller with many.
-_CLAIMS: dict[tuple[str, ...], _Leasing] = {}
-_CLAIMS_KEPT = 64
+_CLAIMS: StatementCache[tuple[str, ...], _Leasing] = StatementCache(64)
 
 
 def _job(row: AssetJob) -> JobRecord:
@@ -139,9 +139,7 @@ def _claim_statement(kinds: tuple[str, ...]) -> _Leasing:
             .with_for_update(skip_locked=True)
             .scalar_subquery()
         )
-        if len(_CLAIMS) >= _CLAIMS_KEPT:
-            _CLAIMS.clear()
-        statement = _CLAIMS[kinds] = _leasing(due)
+        statement = _CLAIMS.keep(kinds, _leasing(due))
     return statement
 
 

@@ -49,6 +49,7 @@ from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.identities import ACCESSIBLE_VAULTS_SQL, vault_from_json
 from memory_db.repositories.records import StoredAsset, TextMatch, VaultRecord, VaultScope
 from memory_db.schema import Asset, AssetObject
+from memory_db.statement_cache import StatementCache
 from memory_db.vectors.index import (
     SearchTuning,
     VectorHit,
@@ -66,8 +67,7 @@ _UNDEFINED_TABLE = "42P01"
 # Ranking statements by shape (see ``_shape``), built once and run with each search's values.
 # A shape is an index, a strategy, words or not and a number of scopes: few per process; the
 # bound only guards against a caller with ever more vaults.
-_STATEMENTS: dict[tuple[object, ...], Any] = {}
-_STATEMENTS_KEPT = 256
+_STATEMENTS: StatementCache[tuple[object, ...], Any] = StatementCache(256)
 _NO_FILTERS = AssetFilter()
 # How far below the last reloaded candidate's relevance others are reloaded too: scores are
 # answered rounded to six decimals over a ceiling of at most about 2.2, and summed in another
@@ -469,9 +469,7 @@ def ranking_statement(
             index, sql, tuple(params), values, scopes, filters, words=words, text_hits=text_hits
         )
         if shape is not None:
-            if len(_STATEMENTS) >= _STATEMENTS_KEPT:
-                _STATEMENTS.clear()
-            _STATEMENTS[shape] = kept_for_others(statement, values)
+            _STATEMENTS.keep(shape, kept_for_others(statement, values))
     return statement, values
 
 
