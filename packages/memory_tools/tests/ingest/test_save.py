@@ -536,6 +536,27 @@ async def test_a_shared_writer_saves_into_the_owners_quota(
     assert (await db_state(saving, "bob@example.com"))["used"] == 0
 
 
+async def test_a_grantee_repeating_the_owners_idempotency_key_gets_a_conflict_not_her_save(
+    saving: MemoryServices, alice_caller: Caller, bob_caller: Caller, database: Any
+) -> None:
+    """Keys are the vault owner's: a writer of her shared vault shares her key space, and the
+    same request under her key is still another person's request."""
+    await admin.grant(database, "alice@example.com", "Library", "bob@example.com", "write")
+    request = SaveRequest(
+        image_base64=b64(picture(15)),
+        vault="alice@example.com/Library",
+        title="Quarterly chart",
+        idempotency_key="report-1",
+    )
+    saver = AssetSaver(saving)
+    hers = await saver.save(alice_caller, request)
+    assert (await saver.save(alice_caller, request)).asset_id == hers.asset_id  # her repeat
+    before = await db_state(saving, "alice@example.com")
+    with pytest.raises(ConflictFailure, match="different save request"):
+        await saver.save(bob_caller, request)
+    assert await db_state(saving, "alice@example.com") == before
+
+
 def test_settings_fixture_is_the_default(settings: MemorySettings) -> None:
     assert settings.asset_fetch_allow_http is False
     assert settings.asset_fetch_allowed_ports == [80, 443]

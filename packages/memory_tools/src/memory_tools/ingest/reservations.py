@@ -44,13 +44,20 @@ from memory_tools.text import refuse_nul
 log = get_logger(__name__)
 
 
+# The key under which a reservation's request names who asked for it.
+REQUESTER = "requester"
+
+
 @dataclass(frozen=True)
 class ReservationAsk:
     """What a reservation is opened for.
 
     ``identity``: the fields a repeat under the same idempotency key must match to be the
     same request (kept in the reservation's ``request``, with ``details``); ``noun`` names
-    the request in the conflict a different one gets.
+    the request in the conflict a different one gets. ``requester``: who asks. Keys are the
+    vault owner's (one key space per owner and operation), so a grantee writing into a shared
+    vault shares it: a repeat by someone else is a different request (``conflict``), never
+    the other's result.
     """
 
     operation: str
@@ -63,6 +70,14 @@ class ReservationAsk:
     identity: Mapping[str, Any]
     details: Mapping[str, Any] = field(default_factory=dict[str, Any])
     object_id: str | None = None
+    requester: str | None = None
+
+    def request(self) -> dict[str, Any]:
+        """What the reservation keeps of the request: its identity, details and requester."""
+        kept = {**self.identity, **self.details}
+        if self.requester is not None:
+            kept[REQUESTER] = self.requester
+        return kept
 
 
 @dataclass(frozen=True)
@@ -92,7 +107,7 @@ async def open_reservation(
             expires_at=ask.expires_at,
             vault=ask.vault,
             object_id=ask.object_id,
-            request={**ask.identity, **ask.details},
+            request=ask.request(),
         )
         if created or not await _repeat_to_retry(uow, owner, reservation, ask):
             return reservation, created
@@ -110,7 +125,10 @@ async def _repeat_to_retry(
         # for a retry, corrected or not, which opens a reservation of its own.
         await uow.quota.free_idempotency_key(owner, reservation.id)
         return True
-    if any(reservation.request.get(name) != value for name, value in ask.identity.items()):
+    # A reservation opened before requesters were kept names none: its identity decides.
+    requested_by = reservation.request.get(REQUESTER)
+    other = requested_by is not None and requested_by != ask.requester
+    if other or any(reservation.request.get(k) != v for k, v in ask.identity.items()):
         metrics.RESERVATION_FAILURES.labels("conflict").inc()
         raise ConflictFailure(f"idempotencyKey was already used for a different {ask.noun}")
     return False
@@ -137,7 +155,7 @@ async def open_in_vault(
         idempotency_key=ask.idempotency_key,
         expected_bytes=ask.expected_bytes,
         expires_at=ask.expires_at,
-        request={**ask.identity, **ask.details},
+        request=ask.request(),
         object_id=ask.object_id,
     )
     while True:

@@ -471,6 +471,7 @@ class AssetSaver:
                     expires_at=datetime.now(UTC) + timedelta(seconds=timeout + 600),
                     vault=None,
                     identity={"fingerprint": intent.fingerprint},
+                    requester=caller.identity,
                 )
                 opened = await open_in_vault(uow, caller, intent.vault, "write", ask)
                 target = _target(opened, intent)

@@ -138,6 +138,7 @@ class UploadFlow:
                     "fields": _fields(request),
                 },
                 object_id=new_id("aob"),  # where the validated bytes will be stored
+                requester=caller.identity,
             )
             reservation, created = await open_reservation(uow, owner, ask)
             if not created and reservation.status != "active":
