@@ -14,7 +14,8 @@ from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
 from memory_db import VaultScope
 from memory_db.errors import MemoryDbError
 from memory_db.repositories import AssetFilter
-from memory_db.vectors import SearchTuning, VectorIndex
+from memory_db.statement_cache import StatementCache
+from memory_db.vectors import SearchTuning, VectorIndex, ranking
 from memory_db.vectors.ranking import (
     FusionWeights,
     Metering,
@@ -24,6 +25,12 @@ from memory_db.vectors.ranking import (
 )
 
 _DIALECT = asyncpg_dialect()
+
+
+@pytest.fixture(autouse=True)
+def _no_statement_kept(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Each test starts from an empty cache: another test may have built the same shape.
+    monkeypatch.setattr(ranking, "_STATEMENTS", StatementCache(256))
 
 
 def _index() -> VectorIndex:

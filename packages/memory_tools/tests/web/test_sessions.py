@@ -47,11 +47,15 @@ async def test_over_https_the_cookie_is_secure_and_host_only(
         token = re.search(r'name="signInToken" value="([^"]*)"', form.text)
         assert token is not None
         assert 'placeholder="mk_…"' in form.text  # what a key looks like, in view
-        # httpx keeps Secure cookies off plain http, as browsers do: send it as the proxy would.
+        # httpx keeps Secure cookies off plain http, as browsers do: send it as the proxy would,
+        # with the Origin of the page the browser was on (the https one).
         answer = await client.http.post(
             "/sign-in",
             data={"signInToken": token.group(1), "apiKey": alice.key, "next": "/account"},
-            headers={"Origin": webapp.base_url, "Cookie": f"mem_sign_in={token.group(1)}"},
+            headers={
+                "Origin": "https://memory.example",
+                "Cookie": f"mem_sign_in={token.group(1)}",
+            },
         )
         assert answer.status_code == 303
         cookie = _cookie_header(answer, "__Host-mem_session").lower()
