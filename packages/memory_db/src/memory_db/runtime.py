@@ -259,7 +259,7 @@ async def prepare_vector_index(
         )
         active = await uow.vector_indexes.identity(name)
         graph = await uow.vector_indexes.graph_m(name)
-    if graph is not None and graph < settings.asset_vector_graph_m:
+    if graph < settings.asset_vector_graph_m:
         # A graph built before 32 became the default (or with ASSET_VECTOR_GRAPH_M=16) keeps
         # working; searching a large library walks about twice the candidates it would.
         log.info(

@@ -291,26 +291,29 @@ async def cache_fit(session: AsyncSession, name: str) -> CacheFit:
     )
 
 
-async def graph_m(session: AsyncSession, name: str) -> int | None:
-    """The neighbours per node of index ``name``'s HNSW graph; None when it has no graph.
+def graph_m_sql(table_oid: str) -> str:
+    """A SQL value: the neighbours per node of the HNSW graph on the table ``table_oid`` names.
 
-    An index that names no ``m`` was built with pgvector's default (:data:`PGVECTOR_DEFAULT_M`).
+    ``table_oid``: an SQL expression of the table's oid. A graph that names no ``m`` (or none at
+    all) counts as pgvector's default, :data:`PGVECTOR_DEFAULT_M`. The search reads it where it
+    sizes its walk (``memory_db.vectors.index.ef_search_setting``), the start-up in
+    :func:`graph_m`.
     """
-    row = (
-        await session.execute(
-            text(
-                "SELECT (SELECT CAST(o.option_value AS integer) "
-                "FROM pg_options_to_table(c.reloptions) o WHERE o.option_name = 'm') "
-                "FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid "
-                "JOIN pg_am a ON a.oid = c.relam AND a.amname = 'hnsw' "
-                "WHERE i.indrelid = to_regclass(:n) LIMIT 1"
-            ),
-            {"n": check_identifier(name)},
-        )
-    ).one_or_none()
-    if row is None:
-        return None
-    return PGVECTOR_DEFAULT_M if row[0] is None else int(row[0])
+    return (
+        f"(SELECT COALESCE(MAX(CAST(o.option_value AS integer)), {PGVECTOR_DEFAULT_M}) "
+        "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
+        "JOIN pg_am a ON a.oid = i.relam AND a.amname = 'hnsw' "
+        "CROSS JOIN LATERAL pg_options_to_table(i.reloptions) o "
+        f"WHERE x.indrelid = {table_oid} AND o.option_name = 'm')"
+    )
+
+
+async def graph_m(session: AsyncSession, name: str) -> int:
+    """The neighbours per node of index ``name``'s HNSW graph (:func:`graph_m_sql`)."""
+    found = await session.scalar(
+        text(f"SELECT {graph_m_sql('to_regclass(:n)')}"), {"n": check_identifier(name)}
+    )
+    return int(found)
 
 
 async def index_exists(session: AsyncSession, name: str) -> bool:

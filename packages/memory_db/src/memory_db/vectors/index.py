@@ -17,7 +17,7 @@ from memory_db.errors import InvalidInput, NotFound
 from memory_db.repositories.filters import AssetFilter
 from memory_db.repositories.records import VaultScope
 from memory_db.vectors.codes import vector_codes
-from memory_db.vectors.ddl import PGVECTOR_DEFAULT_M, ElementType, check_identifier
+from memory_db.vectors.ddl import PGVECTOR_DEFAULT_M, ElementType, check_identifier, graph_m_sql
 
 REPRESENTATIONS = ("visual", "fused")
 
@@ -217,11 +217,7 @@ def ef_search_setting(tuning: SearchTuning, table: str) -> str | SettingSql:
         "ELSE CAST(:narrow_from AS integer) END AS from_rows, "
         "CASE WHEN g.m >= CAST(:wide_m AS integer) THEN CAST(:wide_rows AS integer) "
         "ELSE CAST(:narrow_rows AS integer) END AS per_ef "
-        f"FROM (SELECT COALESCE(MAX(CAST(o.option_value AS integer)), {PGVECTOR_DEFAULT_M}) AS m "
-        "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid "
-        "JOIN pg_am a ON a.oid = i.relam AND a.amname = 'hnsw' "
-        "CROSS JOIN LATERAL pg_options_to_table(i.reloptions) o "
-        "WHERE x.indrelid = c.oid AND o.option_name = 'm') g) b "
+        f"FROM (SELECT {graph_m_sql('c.oid')} AS m) g) b "
         "WHERE c.oid = CAST(:ef_table AS regclass))",
         {
             "ef_max": tuning.ef_search_max,

@@ -89,8 +89,8 @@ class VectorIndexRepository:
         """How the index ``name``'s graph and table compare with the shared buffers."""
         return await ddl.cache_fit(self._session, name)
 
-    async def graph_m(self, name: str) -> int | None:
-        """The neighbours per node of the index ``name``'s HNSW graph (None: no graph)."""
+    async def graph_m(self, name: str) -> int:
+        """The neighbours per node of the index ``name``'s HNSW graph."""
         return await ddl.graph_m(self._session, name)
 
     # --- rebuilds -----------------------------------------------------------------------------
