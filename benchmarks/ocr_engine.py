@@ -11,6 +11,11 @@ the ``tesseract`` processes' (``RUSAGE_CHILDREN``, they are waited for) or the w
 (``/proc/<pid>/stat``, before and after the read). The warm child is started before the first
 round and its start is printed apart: it is paid once per child (every 200 images). Run it
 under ``nice``: ``nice -n 19 uv run --frozen python benchmarks/ocr_engine.py --rounds 7``.
+
+Then issue 31's OCR targets, PASS or FAIL: an image that cannot hold text (a flat 64 x 48
+PNG, docs/ocr.md#skipped) is not given to the engine, so its read costs no engine CPU; and
+the images that are read cost less CPU with the warm engine than with a process per call
+(the median warm / process ratio below 1 for both images).
 """
 
 from __future__ import annotations
@@ -50,6 +55,11 @@ def screenshot() -> bytes:
     page = (pyvips.Image.black(1280, 800) + 250).cast("uchar")
     ink = page - mask.embed(40, 40, 1280, 800) * 0.9
     return ink.cast("uchar").copy(interpretation="b-w").pngsave_buffer()
+
+
+def flat() -> bytes:
+    """A 64 x 48 PNG of one grey: the kind of small save that cannot hold text."""
+    return (pyvips.Image.black(64, 48, bands=3) + 128).cast("uchar").pngsave_buffer()
 
 
 def _children_seconds() -> float:
@@ -100,6 +110,7 @@ def main() -> None:
                     spent.setdefault((name, binding), []).append(
                         cpu_of_read(data, binding, engines)
                     )
+        skip = judge_skip(engines)
     finally:
         engines.close()
     print(f"{'image':<22}{'process per call':>20}{'warm engine':>16}{'warm / process':>16}")
@@ -108,6 +119,31 @@ def main() -> None:
         after = statistics.median(spent[(name, "tesserocr")])
         print(f"{name:<22}{1000 * before:>17.0f} ms{1000 * after:>13.0f} ms{after / before:>16.2f}")
     print(f"median of {args.rounds} rounds; load average {os.getloadavg()[0]:.1f}")
+    print("\ntargets:")
+    print(f"  {skip}")
+    for name in images:
+        ratio = statistics.median(spent[(name, "tesserocr")]) / statistics.median(
+            spent[(name, "pytesseract")]
+        )
+        verdict = "PASS" if ratio < 1 else "FAIL"
+        print(f"  {verdict:<5}OCR of a {name} costs less CPU warm than per process: {ratio:.2f}x")
+
+
+def judge_skip(engines: WarmEngines) -> str:
+    """Read a flat image with warm engines: skipped, no child started, no engine CPU spent."""
+    memory_tools.jobs.ocr.ocr_binding = lambda: "tesserocr"  # type: ignore[assignment]
+    started, children = engines.started, _children_seconds()
+    warm_before = sum(_proc_seconds(pid) for pid in engines.pids())
+    reading = read_text(flat(), timeout=600, engines=engines)
+    engine_cpu = (
+        _children_seconds() - children + sum(_proc_seconds(p) for p in engines.pids()) - warm_before
+    )
+    ok = reading.skipped is not None and engines.started == started and engine_cpu == 0
+    return (
+        f"{'PASS' if ok else 'FAIL':<5}a 64x48 image that cannot hold text is not given to the "
+        f"engine: skipped {reading.skipped or 'no'}, children started "
+        f"{engines.started - started}, engine CPU {1000 * engine_cpu:.0f} ms"
+    )
 
 
 if __name__ == "__main__":

@@ -212,3 +212,20 @@ async def test_a_killed_child_fails_only_its_job_and_the_next_job_works(
         assert b64(data)[:24] not in said
         assert repr(data[:16])[2:-1] not in said
     assert "PNG" not in said
+
+
+def test_an_image_that_cannot_hold_text_starts_no_child_and_records_the_engines_version() -> None:
+    """A skipped image is never given to the engine, so it takes no child: none is started
+    for it even when every child is busy reading (before, one was, only to ask its version)."""
+    flat = (pyvips.Image.black(64, 48, bands=3) + 128).cast("uchar").pngsave_buffer()
+    engines = WarmEngines()
+    try:
+        first = read_text(flat, timeout=PATIENT, engines=engines)  # no version known: asks one
+        assert first.skipped == "uniform" and engines.started == 1
+        with engines.session(deadline=float("inf")) as busy:  # the only child is reading
+            again = read_text(flat, timeout=PATIENT, engines=engines)
+        assert engines.started == 1 and engines.pids() == [busy.process.pid]
+        assert (again.skipped, again.text, again.binding) == ("uniform", None, "tesserocr")
+        assert again.engine_version == first.engine_version == busy.version != ""
+    finally:
+        engines.close()

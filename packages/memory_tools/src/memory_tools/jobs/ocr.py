@@ -208,9 +208,14 @@ def read_text(
     deadline = time.monotonic() + timeout
     with tempfile.TemporaryDirectory(prefix="memory-ocr-") as scratch:
         path = Path(scratch) / "input.png"
-        if binding == "tesserocr":
+        warm = (engines or warm_engines()) if binding == "tesserocr" else None
+        if warm is not None and skipped and warm.version is not None:
+            # Nothing to read: the engine's version is known without a child, so none is
+            # started (or taken from another read) for this image.
+            version, answer = warm.version, None
+        elif warm is not None:
             try:
-                with (engines or warm_engines()).session(deadline) as child:
+                with warm.session(deadline) as child:
                     version = child.version
                     answer = None if skipped else _read_warm(child, image, path, deadline)
             except EngineFailure as exc:

@@ -194,6 +194,9 @@ class WarmEngines:
         self._idle: list[EngineChild] = []
         self._lock = threading.Lock()
         self.started = 0  # children started so far (tests and the docs' figures read it)
+        # The engine's version as the last child started reported it: what a reading the
+        # engine never sees (an image that cannot hold text) records, without a child.
+        self.version: str | None = None
 
     @contextlib.contextmanager
     def session(self, deadline: float) -> Generator[EngineChild]:
@@ -277,6 +280,7 @@ class WarmEngines:
                 "ocr_unavailable", f"the OCR engine could not start ({hello.get('error')})"
             )
         child.version = str(hello.get("version", ""))
+        self.version = child.version
         self.started += 1
         log.info("ocr_engine_started", pid=process.pid, engine_version=child.version)
         return child
