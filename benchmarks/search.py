@@ -35,7 +35,9 @@ Printed per size and kind of call:
   land in some windows and not in others); ``--statements`` prints the round trips by
   statement text, per call of each kind and per idle second;
 - whole call / bare ANN: ``VectorIndex.search`` with the same query vector (the local
-  embedder's, as the server's), ``limit`` 50 as a search asks, in this process;
+  embedder's, as the server's), ``limit`` 50 as a search asks, in this process; and the bare
+  ANN's PostgreSQL CPU per search (``ANN pg``: the graph walk with the server's breadth and
+  the few statements around it);
 - whole call / FAISS HNSW in-process (``IndexHNSWFlat``, the m and ef_construction of the
   index, ``efSearch`` = the index's ``ef_search``, inner product on unit vectors, one thread)
   on the same stored vectors, both representations, read back from PostgreSQL.
@@ -44,6 +46,9 @@ Then each target of issue 31, at the largest size measured, PASS or FAIL:
 text p50 <= 30 ms and CPU <= 28 ms per call; image p50 <= 20 ms and CPU <= 18 ms per call;
 at most 4 round trips per search; ``image_asset_list`` in its default order at most 5 ms of
 PostgreSQL CPU per call. The targets are stated at 100,000 assets; a smaller size says so.
+Beside each CPU target, the floor of this design measured in the same run: a list call's
+server CPU (what the framework costs a tool call) plus the bare ANN's PostgreSQL CPU; a target
+below it cannot be met without changing what serves the call or walks the graph.
 
 Exit status: 0 when the benchmark ran (a missed target is printed, not an error), non-zero when
 it could not run; ``--strict`` also exits 1 when a target is missed. Everything it starts
@@ -128,6 +133,7 @@ class Figures:
     server_cpu: float = 0.0  # ms per call
     pg_cpu: float = 0.0  # ms per call
     ann_p50: float | None = None  # bare VectorIndex.search, ms
+    ann_pg_cpu: float | None = None  # PostgreSQL CPU ms of one bare VectorIndex.search
     faiss_p50: float | None = None  # FAISS HNSW in-process, ms
     # Calls per call of each statement text counted in the window (background not subtracted).
     statements: dict[str, float] = field(default_factory=dict[str, float])
@@ -295,19 +301,34 @@ async def _query_vectors(
 
 
 async def _bare_ann(
-    database: Database, index_name: str, model: str, vectors: list[list[float]]
-) -> float:
-    """Median ms of ``VectorIndex.search`` (limit 50, the owner's vaults) per vector."""
+    database: Database,
+    index_name: str,
+    model: str,
+    vectors: list[list[float]],
+    postmaster: int | None,
+    background_ms_per_second: float,
+) -> tuple[float, float]:
+    """Median ms of ``VectorIndex.search`` (limit 50, the owner's vaults) per vector, and the
+    PostgreSQL CPU ms per search (``/proc``, less the background's rate over the loop; that
+    rate was read with the idle server's polls in it, so this figure is if anything low).
+
+    The CPU is the floor a search's database part cannot go under in this design: the graph
+    walk with the breadth the server uses, and the few statements around it (the unit of work,
+    the index's row, the count that picks the walk, the settings).
+    """
     async with database.unit_of_work() as uow:
         scopes = [record.scope for record in await uow.vaults.accessible(OWNER)]
     times: list[float] = []
+    cpu_before, began = tree_cpu(postmaster), time.perf_counter()
     for vector in vectors:
         async with database.unit_of_work() as uow:
             index = await VectorIndex.open(session_of(uow), index_name)
             started = time.perf_counter()
             await index.search(vector, scopes, model=model, limit=OVERFETCH)
             times.append((time.perf_counter() - started) * 1000)
-    return statistics.median(times)
+    spent = (tree_cpu(postmaster) - cpu_before) * 1000
+    spent -= background_ms_per_second * (time.perf_counter() - began)
+    return statistics.median(times), max(spent, 0.0) / len(vectors)
 
 
 def _decode_halfvec(data: bytes) -> np.ndarray:
@@ -436,8 +457,14 @@ async def measure(size: int, args: argparse.Namespace, tmp: Path) -> SizeResult:
         embedder = LocalEmbedder()
         queries = await _query_vectors(embedder, calls)
         for kind, vectors in queries.items():
-            result.kinds[kind].ann_p50 = await _bare_ann(
-                database, index_name, embedder.model, vectors
+            figures = result.kinds[kind]
+            figures.ann_p50, figures.ann_pg_cpu = await _bare_ann(
+                database,
+                index_name,
+                embedder.model,
+                vectors,
+                _postmaster(embedded),
+                result.background.get("pg_cpu_ms", 0.0),
             )
         _progress(f"{size:,}: bare ANN measured", started)
         if not args.no_faiss:
@@ -460,8 +487,39 @@ def _postmaster(embedded: EmbeddedPostgres) -> int | None:
 # --- report ---------------------------------------------------------------------------------
 
 
+def floor(result: SizeResult, kind: str) -> float | None:
+    """CPU ms a search of ``kind`` cannot go under in this design, measured in this run.
+
+    The server's CPU of an ``image_asset_list`` call (the framework's cost of a tool call over
+    MCP HTTP, with authentication, a small statement and an answer of its own) plus the
+    PostgreSQL CPU of the bare graph walk with the same query vectors. A search does both and
+    more (the text list, the reload, the metering, the query's embedding or decode); None when
+    the bare walk was not measured.
+    """
+    walk = result.kinds[kind].ann_pg_cpu
+    listing = result.kinds.get("list")
+    if walk is None or listing is None:
+        return None
+    return listing.server_cpu + walk
+
+
+def _cpu_figures(result: SizeResult, kind: str, target: float) -> str:
+    figures = result.kinds[kind]
+    said = f"{figures.cpu:.1f} ms ({figures.server_cpu:.1f} + {figures.pg_cpu:.1f})"
+    least = floor(result, kind)
+    if least is not None:
+        said += f"; this design's floor {least:.1f} ms"
+        if least > target:
+            said += ", above the target"
+    return said
+
+
 def targets(result: SizeResult) -> list[tuple[str, bool, str]]:
-    """Issue 31's targets for one call, judged on ``result``: (what, met, the figures)."""
+    """Issue 31's targets for one call, judged on ``result``: (what, met, the figures).
+
+    A CPU target's figures name the floor of this design beside the call's CPU
+    (:func:`floor`): what the argument for a target this design cannot meet rests on.
+    """
     text, image, listing = (result.kinds[kind] for kind in KINDS)
     searches = max(text.round_trips, image.round_trips)
     return [
@@ -469,13 +527,13 @@ def targets(result: SizeResult) -> list[tuple[str, bool, str]]:
         (
             f"text search CPU (server + PostgreSQL) <= {TEXT_CPU:g} ms per call",
             text.cpu <= TEXT_CPU,
-            f"{text.cpu:.1f} ms ({text.server_cpu:.1f} + {text.pg_cpu:.1f})",
+            _cpu_figures(result, "text", TEXT_CPU),
         ),
         (f"image search p50 <= {IMAGE_P50:g} ms", image.p50 <= IMAGE_P50, f"{image.p50:.1f} ms"),
         (
             f"image search CPU (server + PostgreSQL) <= {IMAGE_CPU:g} ms per call",
             image.cpu <= IMAGE_CPU,
-            f"{image.cpu:.1f} ms ({image.server_cpu:.1f} + {image.pg_cpu:.1f})",
+            _cpu_figures(result, "image", IMAGE_CPU),
         ),
         (
             f"database round trips per search <= {SEARCH_ROUND_TRIPS:g}",
@@ -516,13 +574,14 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> bool:
     )
     print(
         f"\n{'assets':>8} {'call':<6}{'p50':>7}{'p95':>7}{'trips':>7}{'server':>8}{'pg':>7}"
-        f"{'CPU':>7}{'ANN':>7}{'call/ANN':>9}{'FAISS':>7}{'call/FAISS':>11}"
+        f"{'CPU':>7}{'ANN':>7}{'ANN pg':>7}{'call/ANN':>9}{'FAISS':>7}{'call/FAISS':>11}"
     )
     for result in results:
         for kind, f in result.kinds.items():
             print(
                 f"{result.size:>8,} {kind:<6}{f.p50:>7.1f}{f.p95:>7.1f}{f.round_trips:>7.2f}"
                 f"{f.server_cpu:>8.1f}{f.pg_cpu:>7.1f}{f.cpu:>7.1f}{_ms(f.ann_p50):>7}"
+                f"{_ms(f.ann_pg_cpu):>7}"
                 f"{_ratio(f.p50, f.ann_p50):>9}{_ms(f.faiss_p50):>7}"
                 f"{_ratio(f.p50, f.faiss_p50):>11}"
             )
@@ -530,7 +589,7 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> bool:
         "ms per call; trips = database round trips per call (pg_stat_statements calls); "
         "server / pg / CPU = CPU ms per call of the server process, of PostgreSQL, and both "
         "(/proc, background subtracted); ANN = bare VectorIndex.search p50 with the same "
-        "vector, FAISS = FAISS HNSW in-process p50 on the same vectors; call/X = call p50 / X"
+        "vector, ANN pg = its PostgreSQL CPU ms, FAISS = FAISS HNSW in-process p50 on the same vectors; call/X = call p50 / X"
     )
     for result in results:
         background = result.background
