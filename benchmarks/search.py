@@ -37,7 +37,8 @@ Printed per size and kind of call:
 - whole call / bare ANN: ``VectorIndex.search`` with the same query vector (the local
   embedder's, as the server's), ``limit`` 50 as a search asks, in this process; and the bare
   ANN's PostgreSQL CPU per search (``ANN pg``: the graph walk with the server's breadth and
-  the few statements around it);
+  the few statements around it); for the text queries, the PostgreSQL CPU of the bare
+  full-text list of the same words (``words pg``: ``AssetRepository.search_text``);
 - whole call / FAISS HNSW in-process (``IndexHNSWFlat``, the m and ef_construction of the
   index, ``efSearch`` = the index's ``ef_search``, inner product on unit vectors, one thread)
   on the same stored vectors, both representations, read back from PostgreSQL.
@@ -47,8 +48,9 @@ text p50 <= 30 ms and CPU <= 28 ms per call; image p50 <= 20 ms and CPU <= 18 ms
 at most 4 round trips per search; ``image_asset_list`` in its default order at most 5 ms of
 PostgreSQL CPU per call. The targets are stated at 100,000 assets; a smaller size says so.
 Beside each CPU target, the floor of this design measured in the same run: a list call's
-server CPU (what the framework costs a tool call) plus the bare ANN's PostgreSQL CPU; a target
-below it cannot be met without changing what serves the call or walks the graph.
+server CPU (what the framework costs a tool call) plus the bare ANN's PostgreSQL CPU (and the
+bare full-text list's, for text); a target below it cannot be met without changing what serves
+the call, walks the graph or matches the words.
 
 Exit status: 0 when the benchmark ran (a missed target is printed, not an error), non-zero when
 it could not run; ``--strict`` also exits 1 when a target is missed. Everything it starts
@@ -88,11 +90,12 @@ from memory_db import MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
+from memory_db.repositories.filters import AssetFilter
 from memory_db.settings import DEFAULT_GRAPH_M, GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
 from memory_db.vectors.ddl import HNSW_EF_CONSTRUCTION
-from memory_tools.workflows.search import OVERFETCH
+from memory_tools.workflows.search import OVERFETCH, TEXT_HITS
 
 KINDS = ("text", "image", "list")
 TARGET_SIZE = 100_000
@@ -134,6 +137,8 @@ class Figures:
     pg_cpu: float = 0.0  # ms per call
     ann_p50: float | None = None  # bare VectorIndex.search, ms
     ann_pg_cpu: float | None = None  # PostgreSQL CPU ms of one bare VectorIndex.search
+    # PostgreSQL CPU ms of one bare full-text list (AssetRepository.search_text), text only
+    words_pg_cpu: float | None = None
     faiss_p50: float | None = None  # FAISS HNSW in-process, ms
     # Calls per call of each statement text counted in the window (background not subtracted).
     statements: dict[str, float] = field(default_factory=dict[str, float])
@@ -331,6 +336,26 @@ async def _bare_ann(
     return statistics.median(times), max(spent, 0.0) / len(vectors)
 
 
+async def _bare_words(
+    database: Database,
+    queries: list[str],
+    postmaster: int | None,
+    background_ms_per_second: float,
+) -> float:
+    """PostgreSQL CPU ms per bare full-text list of a text search (``search_text``, the
+    owner's vaults, ``TEXT_HITS`` as a search asks), less the background's rate (as
+    :func:`_bare_ann`): the other list a text search cannot do without."""
+    async with database.unit_of_work() as uow:
+        scopes = [record.scope for record in await uow.vaults.accessible(OWNER)]
+    cpu_before, began = tree_cpu(postmaster), time.perf_counter()
+    for words in queries:
+        async with database.unit_of_work() as uow:
+            await uow.assets.search_text(scopes, AssetFilter(), words, limit=TEXT_HITS)
+    spent = (tree_cpu(postmaster) - cpu_before) * 1000
+    spent -= background_ms_per_second * (time.perf_counter() - began)
+    return max(spent, 0.0) / len(queries)
+
+
 def _decode_halfvec(data: bytes) -> np.ndarray:
     """halfvec's binary form: dimensions and a reserved word (2 x int16), then big-endian halves."""
     return np.frombuffer(data, dtype=">f2", offset=4)
@@ -466,7 +491,13 @@ async def measure(size: int, args: argparse.Namespace, tmp: Path) -> SizeResult:
                 _postmaster(embedded),
                 result.background.get("pg_cpu_ms", 0.0),
             )
-        _progress(f"{size:,}: bare ANN measured", started)
+        result.kinds["text"].words_pg_cpu = await _bare_words(
+            database,
+            [arguments["query"] for _, arguments in calls["text"]],
+            _postmaster(embedded),
+            result.background.get("pg_cpu_ms", 0.0),
+        )
+        _progress(f"{size:,}: bare ANN and text list measured", started)
         if not args.no_faiss:
             stored = await _stored_vectors(url, index_name)
             faiss_medians = await anyio.to_thread.run_sync(_faiss, stored, queries, args.graph_m)
@@ -492,15 +523,19 @@ def floor(result: SizeResult, kind: str) -> float | None:
 
     The server's CPU of an ``image_asset_list`` call (the framework's cost of a tool call over
     MCP HTTP, with authentication, a small statement and an answer of its own) plus the
-    PostgreSQL CPU of the bare graph walk with the same query vectors. A search does both and
-    more (the text list, the reload, the metering, the query's embedding or decode); None when
-    the bare walk was not measured.
+    PostgreSQL CPU of the bare graph walk with the same query vectors, and for a text search
+    of the bare full-text list of the same words. A search does all of that and more (the
+    word matches' distances, the fusion, the reload, the metering, the query's embedding or
+    decode); None when the bare parts were not measured.
     """
-    walk = result.kinds[kind].ann_pg_cpu
+    figures = result.kinds[kind]
     listing = result.kinds.get("list")
-    if walk is None or listing is None:
+    if figures.ann_pg_cpu is None or listing is None:
         return None
-    return listing.server_cpu + walk
+    words = figures.words_pg_cpu if kind == "text" else 0.0
+    if words is None:
+        return None
+    return listing.server_cpu + figures.ann_pg_cpu + words
 
 
 def _cpu_figures(result: SizeResult, kind: str, target: float) -> str:
@@ -574,14 +609,15 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> bool:
     )
     print(
         f"\n{'assets':>8} {'call':<6}{'p50':>7}{'p95':>7}{'trips':>7}{'server':>8}{'pg':>7}"
-        f"{'CPU':>7}{'ANN':>7}{'ANN pg':>7}{'call/ANN':>9}{'FAISS':>7}{'call/FAISS':>11}"
+        f"{'CPU':>7}{'ANN':>7}{'ANN pg':>7}{'words pg':>9}{'call/ANN':>9}{'FAISS':>7}"
+        f"{'call/FAISS':>11}"
     )
     for result in results:
         for kind, f in result.kinds.items():
             print(
                 f"{result.size:>8,} {kind:<6}{f.p50:>7.1f}{f.p95:>7.1f}{f.round_trips:>7.2f}"
                 f"{f.server_cpu:>8.1f}{f.pg_cpu:>7.1f}{f.cpu:>7.1f}{_ms(f.ann_p50):>7}"
-                f"{_ms(f.ann_pg_cpu):>7}"
+                f"{_ms(f.ann_pg_cpu):>7}{_ms(f.words_pg_cpu):>9}"
                 f"{_ratio(f.p50, f.ann_p50):>9}{_ms(f.faiss_p50):>7}"
                 f"{_ratio(f.p50, f.faiss_p50):>11}"
             )
@@ -589,7 +625,8 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> bool:
         "ms per call; trips = database round trips per call (pg_stat_statements calls); "
         "server / pg / CPU = CPU ms per call of the server process, of PostgreSQL, and both "
         "(/proc, background subtracted); ANN = bare VectorIndex.search p50 with the same "
-        "vector, ANN pg = its PostgreSQL CPU ms, FAISS = FAISS HNSW in-process p50 on the same vectors; call/X = call p50 / X"
+        "vector, ANN pg = its PostgreSQL CPU ms, words pg = the bare full-text list's "
+        "PostgreSQL CPU ms (text), FAISS = FAISS HNSW in-process p50 on the same vectors; call/X = call p50 / X"
     )
     for result in results:
         background = result.background

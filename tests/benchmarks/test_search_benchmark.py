@@ -67,6 +67,7 @@ def test_the_search_benchmark_prints_every_target_and_counts_round_trips() -> No
         assert kinds[kind]["ann_p50"] > 0 and kinds[kind]["faiss_p50"] > 0, kinds[kind]
         # CPU clock ticks are 10 ms: a few bare searches of a tiny library may read as none.
         assert kinds[kind]["ann_pg_cpu"] >= 0, kinds[kind]
+    assert kinds["text"]["words_pg_cpu"] >= 0, kinds["text"]
     # Each CPU target names the floor of this design beside the call's CPU.
     for kind in ("text", "image"):
         assert re.search(
