@@ -90,7 +90,7 @@ from memory_db import MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
-from memory_db.repositories.filters import AssetFilter
+from memory_db.repositories import AssetFilter
 from memory_db.settings import DEFAULT_GRAPH_M, GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
