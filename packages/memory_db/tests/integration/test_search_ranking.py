@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from sqlalchemy import text
 
-from memory_db import Database, VaultScope
+from memory_db import Database, MemoryDbError, VaultScope
 from memory_db.repositories import AssetFilter
 from memory_db.testing.vector_rows import vector_row
 from memory_db.unit_of_work import session_of
@@ -124,6 +124,121 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
         )
     # No asset rows exist here, so none is reloaded: the count the statement wrote.
     assert written == {"mode": "image", "results": 0}
+
+
+async def _rank_three_times(
+    database: Database, query: list[float], tuning: SearchTuning, *, plan_once: bool
+) -> tuple[list[list[str]], set[str], tuple[int, int]]:
+    """Three searches in one transaction (one connection): their answers, the plan cache
+    modes they ran under, and the ranking statement's generic and custom plans so far."""
+    answers: list[list[str]] = []
+    modes: set[str] = set()
+    async with database.unit_of_work() as uow:
+        session = session_of(uow)
+        index = await VectorIndex.open(session, "memory_assets_v1")
+        for _ in range(3):
+            start = await start_search(
+                session,
+                index,
+                DEFAULT_ALIAS,
+                viewer=None,
+                scopes=SCOPES[:3],
+                filters=AssetFilter(),
+                tuning=tuning,
+                plan_once=plan_once,
+            )
+            modes.add(str(await session.scalar(text("SHOW plan_cache_mode"))))
+            ranked = await rank_and_meter(
+                session,
+                index,
+                start,
+                SCOPES[:3],
+                vector=query,
+                model=MODEL,
+                filters=AssetFilter(),
+                vector_filters=AssetFilter(),
+                words=None,
+                overfetch=10,
+                text_hits=10,
+                evidence_floor=-1.0,
+                min_score=None,
+                limit=10,
+                fusion=FusionWeights(20, 3, 1.0),
+                tuning=tuning,
+                metering=_metering(),
+            )
+            answers.append([hit.vector_id for hit in ranked.hits])
+        # The prepared ranking statement of this connection (the one writing usage entries).
+        plans = (
+            await session.execute(
+                text(
+                    "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                    "WHERE statement LIKE '%INSERT INTO mem_usage_ledger%' "
+                    "AND statement NOT LIKE '%pg_prepared_statements%'"
+                )
+            )
+        ).one()
+    return answers, modes, (int(plans[0]), int(plans[1]))
+
+
+@pytest.mark.parametrize(
+    ("scan_max_rows", "plan_once", "generic"),
+    [(50, True, True), (50, False, False), (8000, True, False)],
+)
+async def test_an_unfiltered_graph_walk_is_planned_once_per_connection(
+    database: Database, scan_max_rows: int, plan_once: bool, generic: bool
+) -> None:
+    """Asked for (``planned_once``) and on the graph, the ranking statement runs a generic
+    plan; the bits scan, or a search not asking, keeps a plan made for its values. The
+    answers are the same either way."""
+    query = await _library(database)
+    tuning = SearchTuning(scan_max_rows=scan_max_rows)
+    answers, modes, plans = await _rank_three_times(database, query, tuning, plan_once=plan_once)
+    assert modes == {"force_generic_plan" if generic else "force_custom_plan"}
+    assert plans == ((3, 0) if generic else (0, 3))
+    custom, _, _ = await _rank_three_times(database, query, tuning, plan_once=False)
+    assert answers == custom and len(answers[0]) == 10
+
+
+async def test_a_ranking_statement_with_filters_refuses_a_generic_plan(database: Database) -> None:
+    """``planned_once`` and the statement kept for a shape disagreeing would hand the first
+    search's filter values to the plan of every later one: refused before it runs."""
+    query = await _library(database)
+    tuning = SearchTuning(scan_max_rows=50)
+    async with database.unit_of_work() as uow:
+        session = session_of(uow)
+        index = await VectorIndex.open(session, "memory_assets_v1")
+        start = await start_search(
+            session,
+            index,
+            DEFAULT_ALIAS,
+            viewer=None,
+            scopes=SCOPES[:3],
+            filters=AssetFilter(),
+            tuning=tuning,
+            plan_once=True,
+        )
+        assert start.plan_once
+        with pytest.raises(MemoryDbError, match="generic plan"):
+            await rank_and_meter(
+                session,
+                index,
+                start,
+                SCOPES[:3],
+                vector=query,
+                model=MODEL,
+                filters=AssetFilter(tags=("red",)),
+                vector_filters=AssetFilter(),
+                words=None,
+                overfetch=10,
+                text_hits=10,
+                evidence_floor=-1.0,
+                min_score=None,
+                limit=10,
+                fusion=FusionWeights(20, 3, 1.0),
+                tuning=tuning,
+                metering=_metering(),
+            )
 
 
 async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Database) -> None:

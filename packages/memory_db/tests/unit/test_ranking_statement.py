@@ -19,8 +19,10 @@ from memory_db.vectors import SearchTuning, VectorIndex, ranking
 from memory_db.vectors.ranking import (
     FusionWeights,
     Metering,
+    NamedScope,
     SearchStart,
     kept_for_others,
+    planned_once,
     ranking_statement,
 )
 
@@ -153,3 +155,23 @@ def test_a_parameter_that_is_not_a_search_value_is_refused() -> None:
     with pytest.raises(MemoryDbError, match="owner"):
         kept_for_others(statement, {"vaults": []})
     assert kept_for_others(statement, {"owner": "dave"}) is not statement
+
+
+@pytest.mark.parametrize(
+    ("filters", "vector_filters", "named", "once"),
+    [
+        (AssetFilter(), AssetFilter(), None, True),
+        (AssetFilter(), AssetFilter(), NamedScope(vault_owner="a", vault_name="v"), True),
+        (AssetFilter(tags=("red",)), AssetFilter(), None, False),
+        (AssetFilter(project_id="prj_1"), AssetFilter(project_id="prj_1"), None, False),
+        (AssetFilter(), AssetFilter(asset_ids=("ast_1",)), None, False),
+        (AssetFilter(), AssetFilter(), NamedScope(project_id="p", folder_id="f"), False),
+        (AssetFilter(), AssetFilter(), NamedScope(candidates=AssetFilter(untagged=True)), False),
+    ],
+)
+def test_only_a_search_that_runs_the_statement_kept_for_its_shape_is_planned_once(
+    filters: AssetFilter, vector_filters: AssetFilter, named: NamedScope | None, once: bool
+) -> None:
+    """A named folder or candidate list becomes a filter after the start statement: such a
+    search, like one with filters, keeps a plan made for its values."""
+    assert planned_once(filters, vector_filters, named) is once

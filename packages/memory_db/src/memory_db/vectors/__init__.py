@@ -36,6 +36,7 @@ from memory_db.vectors.ranking import (
     NamedScope,
     Ranked,
     SearchStart,
+    planned_once,
     rank_and_meter,
     start_search,
 )
@@ -98,6 +99,7 @@ __all__ = [
     "lock_alias",
     "mark_switched",
     "missing_assets",
+    "planned_once",
     "rank_and_meter",
     "record_identity",
     "resolve_alias",

@@ -52,6 +52,7 @@ from memory_db.vectors import (
     SearchTuning,
     VectorHit,
     VectorIndex,
+    planned_once,
 )
 from memory_tools import metrics, policy
 from memory_tools.access import Caller, ResolvedVault, readable, require_scope
@@ -747,6 +748,7 @@ class AssetSearcher:
                 filters=vector_filters,
                 tuning=tuning,
                 named=named,
+                plan_once=planned_once(filters, vector_filters, named),
             )
             refused = None if given is not None else _refusal(request, start)
             if refused is not None:  # nothing embedded, nothing metered: rolled back
