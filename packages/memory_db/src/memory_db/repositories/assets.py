@@ -873,8 +873,22 @@ class AssetRepository(SessionRepository):
         in_scopes = in_scopes_named(scopes)
         words_value = bindparam("words", words, type_=String)
         limit_value = bindparam("text_limit", limit, type_=Integer)
-        every_word = func.plainto_tsquery(literal("english", REGCONFIG), words_value)
-        any_word = cast(func.replace(cast(every_word, Text), " & ", " | "), TSQUERY)
+        # Scalar subqueries: made once per execution, also in a generic plan (a search's
+        # ranking statement runs one), where a function of a parameter is not folded into a
+        # constant when planned and ``ts_rank_cd`` would make the query again for every row.
+        every_word = select(
+            func.plainto_tsquery(literal("english", REGCONFIG), words_value)
+        ).scalar_subquery()
+        any_word = select(
+            cast(
+                func.replace(
+                    cast(func.plainto_tsquery(literal("english", REGCONFIG), words_value), Text),
+                    " & ",
+                    " | ",
+                ),
+                TSQUERY,
+            )
+        ).scalar_subquery()
 
         def matching(query: ColumnElement[Any]) -> Select[Any, Any]:
             matches = select(Asset.id, Asset.search_document).where(

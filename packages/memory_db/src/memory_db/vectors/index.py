@@ -697,6 +697,10 @@ class VectorIndex:
                 "OFFSET 0) matching ORDER BY distance, id LIMIT :k"
             )
         else:
+            # The query vector once per execution: a search's ranking statement runs a generic
+            # plan (memory_db.vectors.ranking), where a cast of the parameter is not folded
+            # into a constant when planned, and would be made again for every row.
+            distance = f"embedding <=> {self.vector_once_sql(':q')}"
             sql = (
                 f"WITH ann AS MATERIALIZED (SELECT id, asset_id, representation, {distance} "
                 f"AS distance FROM {self.name} WHERE {where} ORDER BY {distance} LIMIT :k) "
@@ -721,6 +725,14 @@ class VectorIndex:
     def vector_sql(self, parameter: str) -> str:
         """SQL turning a ``real[]`` parameter into this index's vector type."""
         return self._vector(parameter)
+
+    def vector_once_sql(self, parameter: str) -> str:
+        """:meth:`vector_sql` as a scalar subquery: converted once per execution.
+
+        Also in a generic plan, where the cast is not folded into a constant when planned and
+        every row made it again.
+        """
+        return f"(SELECT {self._vector(parameter)})"
 
     async def distances(
         self,

@@ -584,7 +584,7 @@ def _ranking_statement(
         word_hits = (
             bound(
                 f"SELECT id, asset_id, representation, embedding <=> "
-                f"{index.vector_sql(':q')} AS distance FROM {index.name} "
+                f"{index.vector_once_sql(':q')} AS distance FROM {index.name} "
                 "WHERE asset_id IN (SELECT id FROM words_every UNION ALL "
                 "SELECT id FROM words_any) AND vault = ANY(:vaults) "
                 "AND owner_identity = ANY(:owners) AND model = :model",
