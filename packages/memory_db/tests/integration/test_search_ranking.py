@@ -57,6 +57,37 @@ async def _library(database: Database) -> list[float]:
     return [float(x) for x in _unit(rng, 1)[0]]
 
 
+async def _rank(
+    session: Any,
+    index: VectorIndex,
+    start: Any,
+    query: list[float],
+    tuning: SearchTuning,
+    *,
+    filters: AssetFilter | None = None,
+) -> Any:
+    """The ranking of an image-like query over the first three vaults, limit 10."""
+    return await rank_and_meter(
+        session,
+        index,
+        start,
+        SCOPES[:3],
+        vector=query,
+        model=MODEL,
+        filters=filters or AssetFilter(),
+        vector_filters=AssetFilter(),
+        words=None,
+        overfetch=10,
+        text_hits=10,
+        evidence_floor=-1.0,
+        min_score=None,
+        limit=10,
+        fusion=FusionWeights(20, 3, 1.0),
+        tuning=tuning,
+        metering=_metering(),
+    )
+
+
 def _metering() -> Metering:
     return Metering(
         identity=OWNERS[0],
@@ -94,25 +125,7 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
         assert await session_of(uow).scalar(text("SHOW enable_sort")) == (
             "off" if strategy == "ann" else "on"
         )
-        ranked = await rank_and_meter(
-            session_of(uow),
-            index,
-            start,
-            SCOPES[:3],
-            vector=query,
-            model=MODEL,
-            filters=AssetFilter(),
-            vector_filters=AssetFilter(),
-            words=None,
-            overfetch=10,
-            text_hits=10,
-            evidence_floor=-1.0,
-            min_score=None,
-            limit=10,
-            fusion=FusionWeights(20, 3, 1.0),
-            tuning=tuning,
-            metering=_metering(),
-        )
+        ranked = await _rank(session_of(uow), index, start, query, tuning)
         assert await session_of(uow).scalar(graph_scans) == walks
         exact = await index.search(query, SCOPES[:3], model=MODEL, limit=10, strategy="exact")
     assert [h.distance for h in ranked.hits] == sorted(h.distance for h in ranked.hits)
@@ -148,25 +161,7 @@ async def _rank_three_times(
                 plan_once=plan_once,
             )
             modes.add(str(await session.scalar(text("SHOW plan_cache_mode"))))
-            ranked = await rank_and_meter(
-                session,
-                index,
-                start,
-                SCOPES[:3],
-                vector=query,
-                model=MODEL,
-                filters=AssetFilter(),
-                vector_filters=AssetFilter(),
-                words=None,
-                overfetch=10,
-                text_hits=10,
-                evidence_floor=-1.0,
-                min_score=None,
-                limit=10,
-                fusion=FusionWeights(20, 3, 1.0),
-                tuning=tuning,
-                metering=_metering(),
-            )
+            ranked = await _rank(session, index, start, query, tuning)
             answers.append([hit.vector_id for hit in ranked.hits])
         # The prepared ranking statement of this connection (the one writing usage entries).
         plans = (
@@ -220,25 +215,7 @@ async def test_a_ranking_statement_with_filters_refuses_a_generic_plan(database:
         )
         assert start.plan_once
         with pytest.raises(MemoryDbError, match="generic plan"):
-            await rank_and_meter(
-                session,
-                index,
-                start,
-                SCOPES[:3],
-                vector=query,
-                model=MODEL,
-                filters=AssetFilter(tags=("red",)),
-                vector_filters=AssetFilter(),
-                words=None,
-                overfetch=10,
-                text_hits=10,
-                evidence_floor=-1.0,
-                min_score=None,
-                limit=10,
-                fusion=FusionWeights(20, 3, 1.0),
-                tuning=tuning,
-                metering=_metering(),
-            )
+            await _rank(session, index, start, query, tuning, filters=AssetFilter(tags=("red",)))
 
 
 async def test_a_moved_alias_is_noticed_before_anything_is_ranked(database: Database) -> None:
