@@ -57,6 +57,22 @@ async def _library(database: Database) -> list[float]:
     return [float(x) for x in _unit(rng, 1)[0]]
 
 
+async def _start(
+    session: Any, index: VectorIndex, tuning: SearchTuning, *, plan_once: bool = False
+) -> Any:
+    """A search's start over the first three vaults, given (no viewer), without filters."""
+    return await start_search(
+        session,
+        index,
+        DEFAULT_ALIAS,
+        viewer=None,
+        scopes=SCOPES[:3],
+        filters=AssetFilter(),
+        tuning=tuning,
+        plan_once=plan_once,
+    )
+
+
 async def _rank(
     session: Any,
     index: VectorIndex,
@@ -111,15 +127,7 @@ async def test_the_counted_strategy_runs_inside_the_ranking_statement(
     graph_scans = text("SELECT pg_stat_get_xact_numscans('memory_assets_v1_hnsw'::regclass)")
     async with database.unit_of_work() as uow:
         index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
-        start = await start_search(
-            session_of(uow),
-            index,
-            DEFAULT_ALIAS,
-            viewer=None,
-            scopes=SCOPES[:3],
-            filters=AssetFilter(),
-            tuning=tuning,
-        )
+        start = await _start(session_of(uow), index, tuning)
         assert start.strategy == strategy
         # The graph walk is planned without sorts (the filter estimate would pick a sort).
         assert await session_of(uow).scalar(text("SHOW enable_sort")) == (
@@ -150,16 +158,7 @@ async def _rank_three_times(
         session = session_of(uow)
         index = await VectorIndex.open(session, "memory_assets_v1")
         for _ in range(3):
-            start = await start_search(
-                session,
-                index,
-                DEFAULT_ALIAS,
-                viewer=None,
-                scopes=SCOPES[:3],
-                filters=AssetFilter(),
-                tuning=tuning,
-                plan_once=plan_once,
-            )
+            start = await _start(session, index, tuning, plan_once=plan_once)
             modes.add(str(await session.scalar(text("SHOW plan_cache_mode"))))
             ranked = await _rank(session, index, start, query, tuning)
             answers.append([hit.vector_id for hit in ranked.hits])
@@ -203,16 +202,7 @@ async def test_a_ranking_statement_with_filters_refuses_a_generic_plan(database:
     async with database.unit_of_work() as uow:
         session = session_of(uow)
         index = await VectorIndex.open(session, "memory_assets_v1")
-        start = await start_search(
-            session,
-            index,
-            DEFAULT_ALIAS,
-            viewer=None,
-            scopes=SCOPES[:3],
-            filters=AssetFilter(),
-            tuning=tuning,
-            plan_once=True,
-        )
+        start = await _start(session, index, tuning, plan_once=True)
         assert start.plan_once
         with pytest.raises(MemoryDbError, match="generic plan"):
             await _rank(session, index, start, query, tuning, filters=AssetFilter(tags=("red",)))
