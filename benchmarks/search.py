@@ -90,7 +90,7 @@ from memory_db import MemorySettings
 from memory_db.database import DEFAULT_DATABASE, EmbeddedPostgres, to_plain_url
 from memory_db.embedding import ImageInput, LocalEmbedder, TextInput
 from memory_db.logs import configure_logging
-from memory_db.repositories import AssetFilter
+from memory_db.repositories import AssetFilter, VaultScope
 from memory_db.settings import DEFAULT_GRAPH_M, GRAPH_M_CHOICES
 from memory_db.unit_of_work import Database, session_of
 from memory_db.vectors import DEFAULT_ALIAS, SearchTuning, VectorIndex
@@ -321,19 +321,16 @@ async def _bare_ann(
     walk with the breadth the server uses, and the few statements around it (the unit of work,
     the index's row, the count that picks the walk, the settings).
     """
-    async with database.unit_of_work() as uow:
-        scopes = [record.scope for record in await uow.vaults.accessible(OWNER)]
+    scopes = await _owner_scopes(database)
     times: list[float] = []
-    cpu_before, began = tree_cpu(postmaster), time.perf_counter()
+    meter = _BarePostgres(postmaster, background_ms_per_second)
     for vector in vectors:
         async with database.unit_of_work() as uow:
             index = await VectorIndex.open(session_of(uow), index_name)
             started = time.perf_counter()
             await index.search(vector, scopes, model=model, limit=OVERFETCH)
             times.append((time.perf_counter() - started) * 1000)
-    spent = (tree_cpu(postmaster) - cpu_before) * 1000
-    spent -= background_ms_per_second * (time.perf_counter() - began)
-    return statistics.median(times), max(spent, 0.0) / len(vectors)
+    return statistics.median(times), meter.ms_per_call(len(vectors))
 
 
 async def _bare_words(
@@ -345,15 +342,33 @@ async def _bare_words(
     """PostgreSQL CPU ms per bare full-text list of a text search (``search_text``, the
     owner's vaults, ``TEXT_HITS`` as a search asks), less the background's rate (as
     :func:`_bare_ann`): the other list a text search cannot do without."""
-    async with database.unit_of_work() as uow:
-        scopes = [record.scope for record in await uow.vaults.accessible(OWNER)]
-    cpu_before, began = tree_cpu(postmaster), time.perf_counter()
+    scopes = await _owner_scopes(database)
+    meter = _BarePostgres(postmaster, background_ms_per_second)
     for words in queries:
         async with database.unit_of_work() as uow:
             await uow.assets.search_text(scopes, AssetFilter(), words, limit=TEXT_HITS)
-    spent = (tree_cpu(postmaster) - cpu_before) * 1000
-    spent -= background_ms_per_second * (time.perf_counter() - began)
-    return max(spent, 0.0) / len(queries)
+    return meter.ms_per_call(len(queries))
+
+
+async def _owner_scopes(database: Database) -> list[VaultScope]:
+    """The benchmark owner's readable vaults, as a search is given them."""
+    async with database.unit_of_work() as uow:
+        return [record.scope for record in await uow.vaults.accessible(OWNER)]
+
+
+class _BarePostgres:
+    """PostgreSQL's CPU from now on, less the background's rate over the same time."""
+
+    def __init__(self, postmaster: int | None, background_ms_per_second: float) -> None:
+        self.postmaster = postmaster
+        self.background = background_ms_per_second
+        self.cpu, self.began = tree_cpu(postmaster), time.perf_counter()
+
+    def ms_per_call(self, calls: int) -> float:
+        """CPU ms per call of the ``calls`` made since this was made (never below zero)."""
+        spent = (tree_cpu(self.postmaster) - self.cpu) * 1000
+        spent -= self.background * (time.perf_counter() - self.began)
+        return max(spent, 0.0) / calls
 
 
 def _decode_halfvec(data: bytes) -> np.ndarray:

@@ -876,18 +876,10 @@ class AssetRepository(SessionRepository):
         # Scalar subqueries: made once per execution, also in a generic plan (a search's
         # ranking statement runs one), where a function of a parameter is not folded into a
         # constant when planned and ``ts_rank_cd`` would make the query again for every row.
-        every_word = select(
-            func.plainto_tsquery(literal("english", REGCONFIG), words_value)
-        ).scalar_subquery()
+        every_query = func.plainto_tsquery(literal("english", REGCONFIG), words_value)
+        every_word = select(every_query).scalar_subquery()
         any_word = select(
-            cast(
-                func.replace(
-                    cast(func.plainto_tsquery(literal("english", REGCONFIG), words_value), Text),
-                    " & ",
-                    " | ",
-                ),
-                TSQUERY,
-            )
+            cast(func.replace(cast(every_query, Text), " & ", " | "), TSQUERY)
         ).scalar_subquery()
 
         def matching(query: ColumnElement[Any]) -> Select[Any, Any]:

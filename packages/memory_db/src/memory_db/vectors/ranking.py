@@ -253,13 +253,14 @@ async def start_search(
         raise NotFound("vector index alias", alias)
     if target != index.name:
         raise AliasMoved(f"the alias {alias} moved from {index.name} to {target}")
+    strategy: Literal["ann", "scan"] = "scan" if int(count) <= tuning.scan_max_rows else "ann"
     return SearchStart(
         vaults=None if vaults is None else [vault_from_json(v) for v in _json(vaults)],
-        strategy="scan" if int(count) <= tuning.scan_max_rows else "ann",
+        strategy=strategy,
         project_found=None if project_found is None else bool(project_found),
         folder_ids=None if folders is None else tuple(str(f) for f in _json(folders)),
         candidate_ids=None if candidates is None else tuple(str(c) for c in _json(candidates)),
-        plan_once=plan_once and int(count) > tuning.scan_max_rows,
+        plan_once=plan_once and strategy == "ann",
     )
 
 
