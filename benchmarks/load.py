@@ -50,9 +50,10 @@ this throw-away database): a trigger the benchmark adds to it notes the transact
 makes each asset ``ready``, and ``pg_xact_commit_timestamp`` of that transaction is read after
 the phase. Not the asset row's own ``xmin``: later work rewrites the row (the text OCR reads,
 then its fused vector), and its last commit would time that work instead. Polling with
-``image_asset_get`` would add load of its own and measure no finer than its polling interval. After each phase the benchmark waits (at most ``--settle`` seconds)
-for the worker to finish that phase's saves, so phases do not bleed into each other; a save
-still not ready then counts as never searchable.
+``image_asset_get`` would add load of its own and measure no finer than its polling interval.
+After each phase the benchmark waits (at most ``--settle`` seconds) for the worker to finish
+that phase's saves, so phases do not bleed into each other; a save still not ready then
+counts as never searchable.
 
 Targets (issue 31, "Many clients"; they replace issue 21's), judged in the same run and
 printed PASS/FAIL (n/a when this run cannot judge one, e.g. an N it did not run):
