@@ -273,7 +273,6 @@ async def library_database(
         print(
             f"library: {size:,} assets loaded in {time.perf_counter() - started:.0f} s", flush=True
         )
-        await note_ready_transactions(database)
         yield database, url, key, embedded
     finally:
         with anyio.CancelScope(shield=True), anyio.move_on_after(30):
@@ -807,6 +806,7 @@ async def run(
     after: Afterwards | None = None
     ocr: OcrComparison | None = None
     async with library_database(settings, args.library) as (database, _url, key, _pg):
+        await note_ready_transactions(database)  # what save -> searchable is timed to
         index, _namespace = await library_target(database, DEFAULT_ALIAS, OWNER)
         drift_before = await counter_drift(database, index, settings)
         server_env = dict(item.split("=", 1) for item in args.server_env)
