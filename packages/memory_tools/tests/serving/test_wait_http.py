@@ -58,8 +58,10 @@ asyncio.run(main(*sys.argv[1:]))
 
 
 @pytest.mark.slow
+# Without sessions, as `memory-server serve` runs (every request stands alone), and with them.
+@pytest.mark.parametrize("stateless", [True, False], ids=["stateless", "sessions"])
 async def test_a_disconnecting_client_leaks_no_waiter_or_connection(
-    saving: MemoryServices, make_person: Callable[..., Any], serve_http: Any
+    saving: MemoryServices, make_person: Callable[..., Any], serve_http: Any, stateless: bool
 ) -> None:
     services = replace(saving, embedder=LocalEmbedder())  # no worker runs: the asset stays pending
     person = await make_person("leaver@example.com")
@@ -72,7 +74,7 @@ async def test_a_disconnecting_client_leaks_no_waiter_or_connection(
         )
     assert saved.structured_content is not None
     asset_id = saved.structured_content["assetId"]
-    async with serve_http(build_http_server(services)) as url:
+    async with serve_http(build_http_server(services), stateless=stateless) as url:
 
         def client(wait_seconds: float, cancel_after: str) -> subprocess.Popen[bytes]:
             arguments = [url, person.key, asset_id, str(wait_seconds), cancel_after]

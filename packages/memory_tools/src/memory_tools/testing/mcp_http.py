@@ -21,15 +21,20 @@ def free_port() -> int:
 
 @asynccontextmanager
 async def serve_mcp_http(
-    server: FastMCP, middleware: list[Any] | None = None, *, port: int | None = None
+    server: FastMCP,
+    middleware: list[Any] | None = None,
+    *,
+    port: int | None = None,
+    stateless: bool = False,
 ) -> AsyncGenerator[str]:
     """Run ``server``'s HTTP app (lifespan on) until the block ends; yield its ``/mcp`` URL.
 
-    ``port``: where to listen (a free one when None, see :func:`free_port`). Shut down
+    ``port``: where to listen (a free one when None, see :func:`free_port`). ``stateless``: no
+    MCP sessions, every request on its own, as ``memory-server serve`` runs. Shut down
     gracefully: open streams are closed and the server's lifespan runs to its end.
     """
     port = port or free_port()
-    app = server.http_app(path="/mcp", middleware=middleware)
+    app = server.http_app(path="/mcp", middleware=middleware, stateless_http=stateless)
     config = uvicorn.Config(
         app, host="127.0.0.1", port=port, log_config=None, access_log=False, lifespan="on"
     )
