@@ -12,7 +12,7 @@ from memory_db.storage import AssetObjectStore
 from memory_db.vectors import DEFAULT_ALIAS
 from memory_tools.capacity import CallAdmission, DecodeAdmission
 from memory_tools.key_activity import KeyActivity
-from memory_tools.query_cache import QueryEmbeddingCache
+from memory_tools.query_cache import QueryEmbeddingCache, QueryPreviews
 
 if TYPE_CHECKING:
     from memory_tools.ingest.fetch import SafeFetcher
@@ -57,6 +57,8 @@ class MemoryServices:
     # Search-query vectors of this process (ASSET_QUERY_CACHE_SIZE, _TTL_SECONDS): a repeated
     # query within the TTL sends nothing to the provider.
     query_cache: QueryEmbeddingCache = field(init=False, repr=False, compare=False)
+    # The previews made of query images, by the hash of the bytes given (the same bounds).
+    query_previews: QueryPreviews = field(init=False, repr=False, compare=False)
     # Calls and searches per key, written by the call runner at most once a minute.
     key_activity: KeyActivity = field(init=False, repr=False, compare=False)
 
@@ -66,6 +68,10 @@ class MemoryServices:
             self.settings.asset_query_cache_size, self.settings.asset_query_cache_ttl_seconds
         )
         object.__setattr__(self, "query_cache", cache)
+        previews = QueryPreviews(
+            self.settings.asset_query_cache_size, self.settings.asset_query_cache_ttl_seconds
+        )
+        object.__setattr__(self, "query_previews", previews)
         admission = DecodeAdmission(self.settings.decode_budget_pixels)
         object.__setattr__(self, "decode_admission", admission)
         calls = CallAdmission(

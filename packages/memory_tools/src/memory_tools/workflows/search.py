@@ -28,12 +28,14 @@ The flow, over the caller's vaults:
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Literal
 
+import anyio
 from pydantic import Field
 
 from memory_db import MemoryDbError, get_logger
@@ -109,6 +111,9 @@ FUSION_WEIGHTS = FusionWeights(RRF_K, PRECISE_WORD_MATCHES, PRECISE_MATCH_BONUS)
 # is overfetched (up to WIDE_OVERFETCH hits) and the filters are applied on reload.
 CANDIDATE_CAP = 10_000
 WIDE_OVERFETCH = 1000
+# A query image up to this size is hashed on the event loop (about 0.5 ms at 1 MiB); a larger
+# one in a worker thread.
+HASH_INLINE_BYTES = 1024 * 1024
 
 Mode = Literal["text", "image", "fused"]
 
@@ -608,13 +613,22 @@ class AssetSearcher:
             data = (await fetcher.fetch(str(await fetcher.check(request.source_url)))).data
         else:
             return None
-        inspected = await inspect_image(
-            data,
-            max_pixels=self._settings.asset_max_decoded_pixels,
-            preview_edge=self._settings.asset_preview_max_edge,
-            admission=self.services.decode_admission,
-        )
-        return inspected.preview
+        # A query image seen before is not decoded again (memory_tools.query_cache).
+        if len(data) <= HASH_INLINE_BYTES:
+            digest = hashlib.sha256(data).hexdigest()
+        else:  # hashlib lets go of the GIL: the event loop goes on meanwhile
+            digest = await anyio.to_thread.run_sync(lambda: hashlib.sha256(data).hexdigest())
+        preview = self.services.query_previews.get(digest)
+        if preview is None:
+            inspected = await inspect_image(
+                data,
+                max_pixels=self._settings.asset_max_decoded_pixels,
+                preview_edge=self._settings.asset_preview_max_edge,
+                admission=self.services.decode_admission,
+            )
+            preview = inspected.preview
+            self.services.query_previews.put(digest, preview)
+        return preview
 
     def _embedder_of(self, index: VectorIndex) -> Embedder:
         """The embedder of ``index``; a clear failure when this process cannot build it."""
