@@ -168,8 +168,9 @@ class MemorySettings(BaseSettings):
     asset_vector_graph_m: int = DEFAULT_GRAPH_M
     # Where the clip provider's models live, one directory per model (default: data dir/models).
     asset_embed_model_dir: Path | None = None
-    # The per-process cache of search-query vectors (memory_tools.query_cache): entries kept
-    # (least recently used evicted) and how long each lives; either at 0 turns it off.
+    # The per-process cache of search-query vectors and query-image previews
+    # (memory_tools.query_cache): entries kept (least recently used evicted) and how long each
+    # lives; either at 0 turns it off.
     asset_query_cache_size: int = Field(default=512, ge=0, le=100_000)
     asset_query_cache_ttl_seconds: float = Field(default=600.0, ge=0.0, le=86_400.0)
 
