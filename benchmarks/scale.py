@@ -190,7 +190,7 @@ async def measure(
                     "m": m,
                     "ef_construction": ef_construction,
                     # Sized to the table (the default): what the search set for this table.
-                    "ef_search": tuning.ef_search_for(estimate),
+                    "ef_search": tuning.ef_search_for(estimate, m),
                     "ef_auto": float(tuning.ef_search is None),
                     "load_s": copy_s + build_s,
                     "build_s": build_s,
