@@ -13,10 +13,10 @@ import pytest
 
 from memory_db.embedding import LocalEmbedder
 from memory_tools import MemoryServices
-from memory_tools.serving import build_http_server
+from memory_tools.serving import build_http_server, json_answers
 from memory_tools.testing.web import Reply, WebServer
 
-from ..pictures import picture
+from ..pictures import b64, picture
 
 Reports = list[tuple[float, float | None, str | None]]
 
@@ -143,3 +143,111 @@ async def test_a_recursive_folder_deletion_reports_as_it_deletes(
     assert reports[0][2] == "deleting 3 image(s) in 1 folder(s)"
     assert reports[-1][2] == "deleting images: 3 of 3 done"
     assert other_deleted["deleted"] is True and other_deleted["assets"] == 2
+
+
+async def _raw_call(
+    url: str, key: str, params: dict[str, Any], *, read_timeout: float = 30.0
+) -> tuple[str, list[Any], str]:
+    """A ``tools/call`` POSTed as a handshake-era client sends it: the answer's content type,
+    its JSON-RPC messages (one JSON body, or every event of a stream) and its text."""
+    import json
+
+    import httpx
+
+    headers = {
+        "Authorization": f"Bearer {key}",
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    body = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": params}
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=read_timeout)) as http:
+        answer = await http.post(url, json=body, headers=headers)
+    assert answer.status_code == 200, answer.text
+    kind = answer.headers["content-type"].split(";")[0]
+    if kind == "text/event-stream":
+        events = [line[5:] for line in answer.text.splitlines() if line.startswith("data:")]
+        return kind, [json.loads(event) for event in events if event.strip()], answer.text
+    return kind, [answer.json()], answer.text
+
+
+async def test_a_call_without_a_progress_token_is_answered_as_json(
+    progress_services: MemoryServices,
+    make_person: Callable[..., Any],
+    web: WebServer,
+    serve_http: Any,
+) -> None:
+    """An event stream only when the call may send progress: a call without a token gets its
+    answer as one JSON body (cheaper); with a token, its reports and answer as a stream."""
+    person = await make_person("forms@example.com")
+    web.routes["/p3.png"] = Reply(body=picture(33), headers={"Content-Type": "image/png"})
+    web.routes["/p4.png"] = Reply(body=picture(34), headers={"Content-Type": "image/png"})
+    async with serve_http(build_http_server(progress_services), stateless=True) as url:
+        listed = await _raw_call(url, person.key, {"name": "image_asset_list", "arguments": {}})
+        silent = await _raw_call(
+            url,
+            person.key,
+            {
+                "name": "image_asset_save",
+                "arguments": {"sourceUrl": web.url("/p3.png", host="img.test")},
+            },
+        )
+        asked = await _raw_call(
+            url,
+            person.key,
+            {
+                "name": "image_asset_save",
+                "arguments": {"sourceUrl": web.url("/p4.png", host="img.test")},
+                "_meta": {"progressToken": "t-1"},
+            },
+        )
+    for kind, messages, _text in (listed, silent):
+        assert kind == "application/json"
+        (answer,) = messages
+        assert answer["id"] == 7 and not answer["result"]["isError"], answer
+    assert silent[1][0]["result"]["structuredContent"]["assetId"]
+    kind, messages, _text = asked
+    assert kind == "text/event-stream"
+    progress = [m for m in messages if m.get("method") == "notifications/progress"]
+    assert [p["params"]["progressToken"] for p in progress] == ["t-1"] * 4
+    assert messages[-1]["id"] == 7 and messages[-1]["result"]["structuredContent"]["assetId"]
+
+
+async def test_a_late_answer_comes_as_a_stream_within_a_short_read_timeout(
+    progress_services: MemoryServices,
+    make_person: Callable[..., Any],
+    serve_http: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A JSON answer would send its headers only at the end: a call still running after the
+    deferral gets a stream at once, kept alive, so a client whose read timeout is shorter
+    than the call still gets its answer."""
+    monkeypatch.setattr(json_answers, "DEFER_SECONDS", 0.2)
+    monkeypatch.setattr(json_answers, "PING_SECONDS", 0.4)
+    person = await make_person("late@example.com")
+    async with serve_http(build_http_server(progress_services), stateless=True) as url:
+        saved = await _raw_call(
+            url,
+            person.key,
+            {"name": "image_asset_save", "arguments": {"imageBase64": b64(picture(35))}},
+        )
+        asset_id = saved[1][0]["result"]["structuredContent"]["assetId"]
+        # No worker runs here: the image stays pending and the call waits its 2 s out.
+        kind, messages, raw = await _raw_call(
+            url,
+            person.key,
+            {"name": "image_asset_get", "arguments": {"assetId": asset_id, "waitSeconds": 2}},
+            read_timeout=1.0,
+        )
+    assert kind == "text/event-stream"
+    assert raw.count(": ping") >= 2  # kept alive under the client's read timeout
+    (answer,) = messages
+    assert answer["id"] == 7 and not answer["result"]["isError"], answer
+    assert answer["result"]["structuredContent"]["embeddingStatus"] == "pending"
+
+
+def test_the_answer_of_a_stream_is_one_event() -> None:
+    body = b'{"jsonrpc":"2.0","id":1,"result":{}}'
+    assert json_answers.stream_event(body) == b"event: message\r\ndata: " + body + b"\r\n\r\n"
+    # Lines of a message each get their data field (JSON from the SDK has none; a guard).
+    assert json_answers.stream_event(b"{\n}") == b"event: message\r\ndata: {\r\ndata: }\r\n\r\n"

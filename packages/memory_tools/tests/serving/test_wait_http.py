@@ -58,7 +58,9 @@ asyncio.run(main(*sys.argv[1:]))
 
 
 @pytest.mark.slow
-# Without sessions, as `memory-server serve` runs (every request stands alone), and with them.
+# Without sessions, as `memory-server serve` runs (every request stands alone; a call that asked
+# for no progress is answered as JSON, or as a stream once it runs late: json_answers), and with
+# them.
 @pytest.mark.parametrize("stateless", [True, False], ids=["stateless", "sessions"])
 async def test_a_disconnecting_client_leaks_no_waiter_or_connection(
     saving: MemoryServices, make_person: Callable[..., Any], serve_http: Any, stateless: bool

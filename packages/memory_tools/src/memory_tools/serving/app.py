@@ -13,6 +13,7 @@ from memory_tools.mcp import ApiKeyVerifier, build_memory_server
 from memory_tools.mcp.resources import without_session_subscriptions
 from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
+from memory_tools.serving import json_answers
 from memory_tools.serving.http_routes import health_routes, object_routes
 from memory_tools.serving.metrics_route import metrics_routes
 from memory_tools.serving.request_context import RequestContext
@@ -104,6 +105,8 @@ def build_http_server(
     superset such as the aggregate server); ``tools`` the tools it offers; ``listen_host`` the
     address it will be bound to (see :func:`add_http_routes`).
     """
+    # A quick call that asked for no progress is answered as JSON, not as an event stream.
+    json_answers.install()
     auth = ApiKeyVerifier(services.database)
     server = build_server(services, name=name, auth=auth, tools=tools)
     # No sessions over HTTP (run_http: stateless_http), so no session-revision subscriptions.
