@@ -251,3 +251,32 @@ def test_the_answer_of_a_stream_is_one_event() -> None:
     assert json_answers.stream_event(body) == b"event: message\r\ndata: " + body + b"\r\n\r\n"
     # Lines of a message each get their data field (JSON from the SDK has none; a guard).
     assert json_answers.stream_event(b"{\n}") == b"event: message\r\ndata: {\r\ndata: }\r\n\r\n"
+
+
+async def test_the_sdk_still_decides_what_is_not_a_quick_request(
+    progress_services: MemoryServices, make_person: Callable[..., Any], serve_http: Any
+) -> None:
+    """A client that takes no stream is refused as before (a late answer could not reach it),
+    and a notification is acknowledged, as the SDK does."""
+    import httpx
+
+    person = await make_person("forms2@example.com")
+    headers = {
+        "Authorization": f"Bearer {person.key}",
+        "Content-Type": "application/json",
+        "MCP-Protocol-Version": "2025-11-25",
+    }
+    params: dict[str, Any] = {"name": "image_asset_list", "arguments": {}}
+    call = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params}
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    both = {**headers, "Accept": "application/json, text/event-stream"}
+    async with (
+        serve_http(build_http_server(progress_services), stateless=True) as url,
+        httpx.AsyncClient(timeout=30) as http,
+    ):
+        json_only = await http.post(
+            url, json=call, headers={**headers, "Accept": "application/json"}
+        )
+        noted = await http.post(url, json=note, headers=both)
+    assert json_only.status_code == 406
+    assert noted.status_code == 202

@@ -35,7 +35,7 @@ import inspect
 import anyio
 import pydantic_core
 from mcp.server import streamable_http_manager
-from mcp.server.streamable_http import StreamableHTTPServerTransport
+from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
 from starlette.requests import Request
 from starlette.types import Message, Receive, Scope, Send
 
@@ -93,8 +93,13 @@ class _DeferredAnswer:
         self._lock = anyio.Lock()
         self._answered = False  # the JSON answer's headers went out first
         self._streaming = False  # the stream's headers went out first
-        self._done = False
+        self._done = False  # the answer was sent whole, in either form
         self._body = bytearray()
+
+    @property
+    def done(self) -> bool:
+        """Whether the whole answer was sent (a 202 for a notification included)."""
+        return self._done
 
     async def send(self, message: Message) -> None:
         """What the transport sends: passed on, or turned into the stream's last event."""
@@ -105,6 +110,9 @@ class _DeferredAnswer:
                     await self._send(message)
                 return
             if not self._streaming:
+                # Marked before the send: the server may tell the watcher the exchange is over
+                # while the send is still flushing.
+                self._done = not message.get("more_body", False)
                 await self._send(message)
                 return
             self._body.extend(message.get("body", b""))
@@ -141,8 +149,11 @@ class _JsonWhenSilent(StreamableHTTPServerTransport):
             # A session's transport serves many requests: its form is the session's.
             await super()._handle_post_request(scope, request, receive, send)
             return
+        # A client that does not take a stream is refused by the SDK, as before: a late answer
+        # could not reach it.
+        takes_json, takes_stream = check_accept_headers(request)
         # Read once: Starlette keeps the body on the request, and the SDK reads it from there.
-        if may_be_notified(await request.body()):
+        if not (takes_json and takes_stream) or may_be_notified(await request.body()):
             await super()._handle_post_request(scope, request, receive, send)
             return
         self.is_json_response_enabled = True
@@ -150,11 +161,13 @@ class _JsonWhenSilent(StreamableHTTPServerTransport):
         async with anyio.create_task_group() as call:
 
             async def end_when_gone() -> None:
-                # The body is read: what comes next is the client going away (or the answer
-                # sent, after which nothing is left to end).
+                # The body is read: what comes next is the client going away, or the answer
+                # sent (a notification's 202 comes before the SDK hands the notification on,
+                # which must not be cut short).
                 while (await receive())["type"] != "http.disconnect":
                     pass
-                call.cancel_scope.cancel()
+                if not answer.done:
+                    call.cancel_scope.cancel()
 
             call.start_soon(end_when_gone)
             call.start_soon(answer.stream_when_late)
