@@ -12,9 +12,10 @@ MCP server it builds, the argv that runs it again) and calls the commands here:
 - :func:`run_command`: settings, logging, signals and exit statuses around any of them.
 
 Modules: ``bootstrap`` (settings → runtime → services), ``app`` (the HTTP server),
-``http_routes`` and ``upload_routes`` (the plain routes), ``body_limit``, ``links`` (stdio),
-``processes`` (the supervisor), ``commands`` and ``serve`` (the above), ``subcommands`` (how every
-command is declared and run) and the ``*_commands`` modules declaring them. The HTTP stack
+``http_routes`` and ``upload_routes`` (the plain routes), ``body_limit``, ``json_answers`` (the
+form of an answer on ``/mcp``), ``links`` (stdio), ``processes`` (the supervisor), ``commands``
+and ``serve`` (the above), ``subcommands`` (how every command is declared and run) and the
+``*_commands`` modules declaring them. The HTTP stack
 (fastmcp, starlette, uvicorn) and the serving runtime (the worker, the ingest pipeline) load on
 first use, so an app's operator commands start quickly.
 """
