@@ -4,6 +4,7 @@ exactly the same when it does not."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -280,3 +281,53 @@ async def test_the_sdk_still_decides_what_is_not_a_quick_request(
         noted = await http.post(url, json=note, headers=both)
     assert json_only.status_code == 406
     assert noted.status_code == 202
+
+
+async def test_a_large_body_keeps_the_stream(
+    progress_services: MemoryServices,
+    make_person: Callable[..., Any],
+    serve_http: Any,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A body over the bytes searched for a progress token (an image as base64) is answered
+    as the SDK answers it, as a stream."""
+    monkeypatch.setattr(json_answers, "SEARCHED_BODY_BYTES", 300)
+    person = await make_person("large@example.com")
+    async with serve_http(build_http_server(progress_services), stateless=True) as url:
+        small = await _raw_call(url, person.key, {"name": "image_asset_list", "arguments": {}})
+        large = await _raw_call(
+            url, person.key, {"name": "image_asset_list", "arguments": {"tags": ["t" * 40] * 8}}
+        )
+    assert small[0] == "application/json" and large[0] == "text/event-stream"
+    assert not large[1][-1]["result"]["isError"]
+
+
+async def test_a_client_gone_before_its_body_is_whole_is_not_an_error(
+    progress_services: MemoryServices,
+    make_person: Callable[..., Any],
+    serve_http: Any,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A client that leaves while its body is sent ran nothing and is no server error."""
+    import logging
+    from urllib.parse import urlsplit
+
+    person = await make_person("gone@example.com")
+    async with serve_http(build_http_server(progress_services), stateless=True) as url:
+        where = urlsplit(url)
+        reader, writer = await asyncio.open_connection(where.hostname, where.port)
+        head = (
+            f"POST {where.path} HTTP/1.1\r\nHost: {where.netloc}\r\n"
+            f"Authorization: Bearer {person.key}\r\nContent-Type: application/json\r\n"
+            "Accept: application/json, text/event-stream\r\nContent-Length: 5000\r\n\r\n"
+        )
+        with caplog.at_level(logging.ERROR):
+            writer.write(head.encode() + b'{"jsonrpc": "2.0", "id": 1,')
+            await writer.drain()
+            await asyncio.sleep(0.3)
+            writer.close()
+            await asyncio.sleep(0.5)
+            listed = await _raw_call(url, person.key, {"name": "image_asset_list", "arguments": {}})
+        del reader
+    assert listed[0] == "application/json"
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

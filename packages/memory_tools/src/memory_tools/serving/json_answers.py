@@ -17,10 +17,14 @@ But a JSON answer sends its headers only when the call ends, and a handshake cli
 them under its HTTP read timeout (5 s with httpx's defaults), while a stream's headers come at
 once: a long call (``waitSeconds`` up to 30 s, a save from a slow URL) would fail such a client.
 So, as the SDK does for clients of the stateless protocol (``2026-07-28``), the JSON answer is
-deferred, not promised: a call still running after :data:`DEFER_SECONDS` gets an event stream
-(headers, a keep-alive comment every :data:`PING_SECONDS`, then its answer as one event). And
-since nothing else watches the connection while a JSON answer is prepared, a client that goes
-away ends the call, as it did with the stream.
+deferred, not promised: a call still running after :data:`DEFER_SECONDS` gets what the SDK's
+stream gave it (headers, a keep-alive comment every :data:`PING_SECONDS`, then its answer as one
+event), so read timeouts of clients and proxies behave as before. And since nothing else watches
+the connection while a JSON answer is prepared, a client that goes away ends the call, as it did
+with the stream.
+
+A body over :data:`SEARCHED_BODY_BYTES` (an image sent as base64) keeps the SDK's stream: searching
+megabytes for a progress token would cost more than the stream it saves.
 
 The SDK builds a transport per stateless request from a module global, with no hook to choose
 the answer's form per request, so :func:`install` replaces that global with a subclass that
@@ -36,13 +40,16 @@ import anyio
 import pydantic_core
 from mcp.server import streamable_http_manager
 from mcp.server.streamable_http import StreamableHTTPServerTransport, check_accept_headers
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.types import Message, Receive, Scope, Send
 
 # A call still running after this long is answered as an event stream.
 DEFER_SECONDS = 1.0
 # Keep-alive comments of such a stream, as the SDK's own streams send them.
 PING_SECONDS = 15.0
+
+# The largest body searched for a progress token (about 1 ms of the event loop at most).
+SEARCHED_BODY_BYTES = 1024 * 1024
 
 _TOKEN = b'"progressToken"'
 _STREAM_HEADERS = [
@@ -62,7 +69,8 @@ def may_be_notified(body: bytes) -> bool:
     """
     if _TOKEN in body:
         return True
-    if b"\\u" not in body:
+    # A backslash is found by memchr; the two-byte escape only where there is one.
+    if b"\\" not in body or b"\\u" not in body:
         return False
     try:
         message = pydantic_core.from_json(body)
@@ -152,8 +160,15 @@ class _JsonWhenSilent(StreamableHTTPServerTransport):
         # A client that does not take a stream is refused by the SDK, as before: a late answer
         # could not reach it.
         takes_json, takes_stream = check_accept_headers(request)
-        # Read once: Starlette keeps the body on the request, and the SDK reads it from there.
-        if not (takes_json and takes_stream) or may_be_notified(await request.body()):
+        if not (takes_json and takes_stream):
+            await super()._handle_post_request(scope, request, receive, send)
+            return
+        try:
+            # Read once: Starlette keeps the body on the request, and the SDK reads it there.
+            body = await request.body()
+        except ClientDisconnect:
+            return  # gone before its request was whole: nothing to answer, nothing was run
+        if len(body) > SEARCHED_BODY_BYTES or may_be_notified(body):
             await super()._handle_post_request(scope, request, receive, send)
             return
         self.is_json_response_enabled = True
