@@ -43,3 +43,18 @@ def test_what_cannot_be_read_keeps_the_stream() -> None:
     # The SDK answers these with its own errors; the form is not ours to change.
     assert may_be_notified(b'{"jsonrpc": "2.0", "id": 1, "method": "x", "params": "\\u00e9"')
     assert may_be_notified(b'["\\u00e9"]')
+
+
+def test_installing_checks_the_sdk_it_replaces(monkeypatch: pytest.MonkeyPatch) -> None:
+    from mcp.server import streamable_http_manager
+
+    from memory_tools.serving import json_answers
+
+    json_answers.install()
+    json_answers.install()  # idempotent
+    installed = getattr(streamable_http_manager, "StreamableHTTPServerTransport")  # noqa: B009
+    assert installed.__name__ == "_JsonWhenSilent"
+    # An SDK that builds its transports otherwise: refused, not patched over.
+    monkeypatch.setattr(streamable_http_manager, "StreamableHTTPServerTransport", object)
+    with pytest.raises(RuntimeError, match="json_answers needs updating"):
+        json_answers.install()

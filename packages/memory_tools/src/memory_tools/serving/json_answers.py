@@ -35,6 +35,7 @@ refuses to start otherwise.
 from __future__ import annotations
 
 import inspect
+from typing import Literal
 
 import anyio
 import pydantic_core
@@ -99,8 +100,8 @@ class _DeferredAnswer:
     def __init__(self, send: Send) -> None:
         self._send = send
         self._lock = anyio.Lock()
-        self._answered = False  # the JSON answer's headers went out first
-        self._streaming = False  # the stream's headers went out first
+        # The form whose headers went out first: the JSON answer's or the stream's.
+        self._form: Literal["json", "stream"] | None = None
         self._done = False  # the answer was sent whole, in either form
         self._body = bytearray()
 
@@ -113,11 +114,11 @@ class _DeferredAnswer:
         """What the transport sends: passed on, or turned into the stream's last event."""
         async with self._lock:
             if message["type"] == "http.response.start":
-                if not self._streaming:
-                    self._answered = True
+                if self._form is None:
+                    self._form = "json"
                     await self._send(message)
                 return
-            if not self._streaming:
+            if self._form == "json":
                 # Marked before the send: the server may tell the watcher the exchange is over
                 # while the send is still flushing.
                 self._done = not message.get("more_body", False)
@@ -133,9 +134,9 @@ class _DeferredAnswer:
         """After :data:`DEFER_SECONDS` without an answer: open the stream, then keep it alive."""
         await anyio.sleep(DEFER_SECONDS)
         async with self._lock:
-            if self._answered:
+            if self._form is not None:
                 return
-            self._streaming = True
+            self._form = "stream"
             start = {"type": "http.response.start", "status": 200, "headers": _STREAM_HEADERS}
             await self._send(start)
         while True:
