@@ -306,3 +306,21 @@ async def test_the_start_counts_the_scope_once(database: Database, viewer: str |
         )
         assert start.strategy == "ann"
         assert await session_of(uow).scalar(scans) - before == 1
+
+
+async def test_the_start_reads_the_graphs_neighbours_once(database: Database) -> None:
+    """The walk's breadth depends on the graph's m: read once per search, not once per use.
+
+    The planner pulled the subquery that reads it up into each of the three values that use
+    it: about 70 microseconds of PostgreSQL per search.
+    """
+    await _library(database)
+    reads = text("SELECT pg_stat_get_xact_numscans('pg_index_indrelid_index'::regclass)")
+    async with database.unit_of_work() as uow:
+        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
+        # The first start of a connection also reads it to plan (the server's connections are
+        # long-lived): counted from the second.
+        await _start(session_of(uow), index, SearchTuning(scan_max_rows=50))
+        before = await session_of(uow).scalar(reads)
+        await _start(session_of(uow), index, SearchTuning(scan_max_rows=50))
+        assert await session_of(uow).scalar(reads) - before == 1

@@ -7,15 +7,20 @@ from collections.abc import Iterator
 
 import pytest
 
-from memory_db.garbage_collection import collection_paused
+from memory_db.garbage_collection import (
+    SERVING_YOUNG_THRESHOLD,
+    collection_paused,
+    settle_for_serving,
+)
 
 
 @pytest.fixture
 def collecting() -> Iterator[None]:
-    was = gc.isenabled()
+    was, threshold = gc.isenabled(), gc.get_threshold()
     gc.enable()
     yield
     gc.unfreeze()
+    gc.set_threshold(*threshold)
     if not was:
         gc.disable()
 
@@ -55,4 +60,18 @@ def test_freeze_moves_what_the_start_built_out_of_later_collections() -> None:
     with collection_paused(freeze=True):
         built = [object() for _ in range(10)]
     assert gc.get_freeze_count() > 0
+    assert built
+
+
+@pytest.mark.usefixtures("collecting")
+def test_a_server_that_serves_keeps_its_start_out_of_collections_and_collects_less_often() -> (
+    None
+):
+    gc.unfreeze()
+    gc.set_threshold(700, 10, 10)
+    built = [object() for _ in range(10)]
+    settle_for_serving()
+    assert gc.get_freeze_count() > 0
+    # Only the young generation's threshold changes: the older ones stay as they were.
+    assert gc.get_threshold() == (SERVING_YOUNG_THRESHOLD, 10, 10)
     assert built

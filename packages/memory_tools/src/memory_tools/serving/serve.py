@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 import anyio
 
 from memory_db import MemorySettings, get_logger
+from memory_db.garbage_collection import settle_for_serving
 from memory_tools.mcp.toolsets import MEMORY_SELECTION, ToolSelection
 from memory_tools.services import MemoryServices
 from memory_tools.serving.bootstrap import (
@@ -114,6 +115,7 @@ async def serve_stdio(settings: MemorySettings, app: ServerApp, *, with_worker: 
             notice(f"{app.name}: preview links served at {links.base_url}")
         elif links.unavailable is not None:
             notice(f"{app.name}: {links.unavailable}")
+        settle_for_serving()
         if with_worker:
             async with background_worker(services, worker_config(settings)):
                 await server.run_stdio_async(show_banner=False)
@@ -186,6 +188,7 @@ async def _announce_and_serve_http(
     else:
         notice(banner(settings, app.name, host, port, app.tools))
     middleware = [*mcp_middleware(settings), *web_middleware(services)]
+    settle_for_serving()
     await run_http(server, host, port, sockets=[sock], middleware=middleware)
 
 
