@@ -36,7 +36,6 @@ def collection_paused(*, freeze: bool = False) -> Generator[None]:
             gc.enable()
 
 
-
 # A serving process's young-generation threshold: allocations between two young collections
 # (Python's default is 700). See :func:`settle_for_serving`.
 SERVING_YOUNG_THRESHOLD = 10_000

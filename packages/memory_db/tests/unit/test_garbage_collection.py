@@ -64,9 +64,7 @@ def test_freeze_moves_what_the_start_built_out_of_later_collections() -> None:
 
 
 @pytest.mark.usefixtures("collecting")
-def test_a_server_that_serves_keeps_its_start_out_of_collections_and_collects_less_often() -> (
-    None
-):
+def test_a_server_that_serves_keeps_its_start_out_of_collections_and_collects_less_often() -> None:
     gc.unfreeze()
     gc.set_threshold(700, 10, 10)
     built = [object() for _ in range(10)]
