@@ -14,18 +14,28 @@ from memory_tools.text import refuse_nul_anywhere
 from memory_tools.wire import describe, unknown_field
 
 
-async def _tool_fields(context: MiddlewareContext[Any]) -> frozenset[str]:
-    """The argument names of the called tool, for suggestions."""
-    if context.fastmcp_context is None:
-        return frozenset()
-    tool = await context.fastmcp_context.fastmcp.get_tool(context.message.name)
-    if tool is None:
-        return frozenset()
-    return frozenset(tool.parameters.get("properties", {}))
-
-
 class InvalidInputMiddleware(Middleware):
     """Report schema violations as ``invalid_input: ...`` like every other refusal."""
+
+    def __init__(self) -> None:
+        # The argument names of each tool found, by name. A tool's parameters are fixed once
+        # its server is built (the per-server ones too), and looking the tool up again on
+        # every call (fastmcp's providers, transforms and checks; fastmcp looks it up once
+        # more to run it) cost 0.1-0.15 ms of CPU. Only tools found are kept: at most one
+        # entry per tool.
+        self._fields: dict[str, frozenset[str]] = {}
+
+    async def _tool_fields(self, context: MiddlewareContext[Any]) -> frozenset[str]:
+        """The argument names of the called tool, for suggestions (empty: not found)."""
+        name = context.message.name
+        known = self._fields.get(name)
+        if known is not None or context.fastmcp_context is None:
+            return known or frozenset()
+        tool = await context.fastmcp_context.fastmcp.get_tool(name)
+        if tool is None:
+            return frozenset()
+        known = self._fields[name] = frozenset(tool.parameters.get("properties", {}))
+        return known
 
     async def on_call_tool(
         self, context: MiddlewareContext[Any], call_next: CallNext[Any, Any]
@@ -41,7 +51,7 @@ class InvalidInputMiddleware(Middleware):
             refuse_nul_anywhere(arguments)
         except InvalidInputFailure as failure:
             raise ToolError(str(failure), log_level=logging.DEBUG) from None
-        known = await _tool_fields(context)
+        known = await self._tool_fields(context)
         unknown = [name for name in arguments if known and name not in known]
         if unknown:
             detail = "; ".join(f"{name}: {unknown_field(name, known)}" for name in unknown)
