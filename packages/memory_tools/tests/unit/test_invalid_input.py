@@ -49,9 +49,7 @@ async def test_unknown_fields_are_still_refused_with_the_known_ones() -> None:
         for _ in range(2):  # from the lookup, then from what was kept
             with pytest.raises(ToolError) as refused:
                 await client.call_tool("image_echo", {"includeArchived": True})
-            assert str(refused.value) == (
-                "invalid_input: includeArchived: is not a known field"
-            )
+            assert str(refused.value) == ("invalid_input: includeArchived: is not a known field")
 
 
 async def test_an_unknown_tool_is_not_kept() -> None:
