@@ -99,7 +99,11 @@ def banner(
 
 
 async def serve_stdio(settings: MemorySettings, app: ServerApp, *, with_worker: bool) -> None:
-    """Serve ``app`` over stdio as ``MEMORY_API_KEY``'s identity, its preview links beside it."""
+    """Serve ``app`` over stdio as ``MEMORY_API_KEY``'s identity, its preview links beside it.
+
+    Once the server is built, the process's garbage collector is tuned for serving
+    (``memory_db.garbage_collection.settle_for_serving``).
+    """
     from memory_tools.serving.links import stdio_services
 
     read_only = app.tools.read_only
@@ -135,7 +139,9 @@ async def serve_http(
     """Serve ``app`` over streamable HTTP at ``/mcp`` with the plain routes, until shutdown.
 
     ``listen_fd``: a child of ``--processes`` serves on the socket its parent bound, announces
-    itself only in the log and exits when the parent is gone.
+    itself only in the log and exits when the parent is gone. Once the server is built, the
+    process's garbage collector is tuned for serving
+    (``memory_db.garbage_collection.settle_for_serving``).
     """
     if listen_fd is None:
         # Bind first: a taken port is reported at once, before PostgreSQL is started for
