@@ -36,8 +36,9 @@ def collection_paused(*, freeze: bool = False) -> Generator[None]:
             gc.enable()
 
 
-# A serving process's young-generation threshold: allocations between two young collections
-# (Python's default is 700). See :func:`settle_for_serving`.
+# A serving process's young-generation threshold: how many more tracked objects (containers:
+# lists, dicts, instances) may be made than freed between two young collections (Python's
+# default is 700). See :func:`settle_for_serving`.
 SERVING_YOUNG_THRESHOLD = 10_000
 
 
@@ -47,19 +48,23 @@ def settle_for_serving() -> None:
     Two changes, measured on a search server at 100,000 assets (the collector's own CPU time
     over the same 600 searches, from ``gc.callbacks``):
 
-    - Every object alive now moves to the permanent generation (``gc.freeze``): the database
-      pool, the tools and their schemas, the web app live as long as the process, and each
-      full collection walked them again.
-    - Young collections run every :data:`SERVING_YOUNG_THRESHOLD` allocations instead of 700.
-      A call allocates thousands of objects that die with it (a query vector of 1,024 floats,
-      decoded rows); at 700 a collection ran about once per call and walked the objects of the
-      calls in flight, 0.3 ms each time. Objects that die between two collections cost none.
+    - What the start left as garbage is collected, then every object alive moves to the
+      permanent generation (``gc.freeze``): the database pool, the tools and their schemas
+      live as long as the process, and each full collection walked them again (25-40 ms
+      each, every few seconds under load).
+    - Young collections run every :data:`SERVING_YOUNG_THRESHOLD` tracked objects instead of
+      700. A call makes hundreds that die with it (decoded rows, the lists of a query vector,
+      pydantic models); at 700 a young collection ran about once per call and walked the
+      objects of the calls in flight, 0.3 ms each time. Objects that die between two
+      collections cost none.
 
-    Together the collector's CPU fell from 378 to 53 ms over those searches, about 0.4 ms per
-    call. Cyclic garbage is still collected, a little later; what the freeze kept that becomes
-    garbage is never collected, which is why this runs once the start is over, and only for a
-    process's own serving loop, never for a library import.
+    Together the collector's CPU fell from 378 to 53-100 ms over those searches, about 0.4 ms
+    per call. Cyclic garbage is still collected, a little later. What the freeze kept and later
+    drops is never collected, which is why this runs once the start is over, and only for a
+    process's own serving loop, never for a library import. What is built after it (the
+    HTTP app and its middleware, made as the server starts listening) stays collectable.
     """
+    gc.collect()
     gc.freeze()
     _young, middle, old = gc.get_threshold()
     gc.set_threshold(SERVING_YOUNG_THRESHOLD, middle, old)

@@ -311,8 +311,8 @@ async def test_the_start_counts_the_scope_once(database: Database, viewer: str |
 async def test_the_start_reads_the_graphs_neighbours_once(database: Database) -> None:
     """The walk's breadth depends on the graph's m: read once per search, not once per use.
 
-    The planner pulled the subquery that reads it up into each of the three values that use
-    it: about 70 microseconds of PostgreSQL per search.
+    The planner pulled the subquery that reads it up into each of its four uses: about 80
+    microseconds of PostgreSQL per search.
     """
     await _library(database)
     reads = text("SELECT pg_stat_get_xact_numscans('pg_index_indrelid_index'::regclass)")
