@@ -17,6 +17,19 @@ from memory_tools.errors import InvalidInputFailure
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")
 
 
+def _unstorable(value: str) -> bool:
+    """Whether ``value`` holds NUL or a lone surrogate (what :func:`refuse_nul` refuses).
+
+    An ASCII string (every base64 image is one) holds no surrogate, and Python knows a string
+    is ASCII without reading it: its NUL is then found by a plain search. For 27 MB of base64
+    (a 20 MiB image) that is 2 ms where the pattern took 107 ms, on the event loop of a call
+    every other caller of the process waits behind.
+    """
+    if value.isascii():
+        return "\x00" in value
+    return _UNSTORABLE.search(value) is not None
+
+
 def refuse_nul(value: str, field: str) -> None:
     """Refuse what PostgreSQL text cannot store: NUL, or a lone surrogate (not valid Unicode).
 
@@ -48,10 +61,10 @@ def refuse_nul_anywhere(values: Mapping[str, Any]) -> None:
 def _nul_path(value: object, path: str) -> tuple[str, str] | None:
     """The first unstorable string under ``value`` and the field path that holds it."""
     if isinstance(value, str):
-        return (value, path) if _UNSTORABLE.search(value) else None
+        return (value, path) if _unstorable(value) else None
     if isinstance(value, Mapping):
         for key, item in cast(Mapping[object, object], value).items():
-            if isinstance(key, str) and _UNSTORABLE.search(key):
+            if isinstance(key, str) and _unstorable(key):
                 return key, path
             found = _nul_path(item, f"{path}.{key}")
             if found is not None:
