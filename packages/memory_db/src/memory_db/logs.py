@@ -180,7 +180,14 @@ def configure_logging(
         redact_event,
     ]
     structlog.configure(
-        processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
+        # A line below the level is dropped first: otherwise every processor, the redaction's
+        # regular expressions over every field included, ran before the standard library's
+        # logger dropped it (about 0.2 ms per search at level warning).
+        processors=[
+            structlog.stdlib.filter_by_level,
+            *shared,
+            structlog.stdlib.ProcessorFormatter.wrap_for_formatter,
+        ],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.stdlib.BoundLogger,
         cache_logger_on_first_use=True,

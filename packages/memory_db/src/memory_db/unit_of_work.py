@@ -37,10 +37,12 @@ from memory_db.repositories import (
     WebSessionCache,
     WebSessionRepository,
     WorkRepository,
+    cached_api_key,
 )
 from memory_db.repositories.access_changes import ACCESS_CHANGED, settle_access_change
 
 if TYPE_CHECKING:
+    from memory_db.repositories.records import ApiKeyRecord
     from memory_db.vectors.repository import VectorIndexRepository
 
 # Whether the running task (or the task that started it) has a unit of work open. Context
@@ -176,6 +178,15 @@ class Database:
         self.key_cache = ApiKeyCache(self.access_changes)
         self.session_cache = WebSessionCache(self.access_changes)
         self._sessions = async_sessionmaker(engine, expire_on_commit=False)
+
+    def cached_api_key(self, secret: str) -> ApiKeyRecord | None:
+        """The active key ``secret`` from this process's key cache: no connection is taken.
+
+        None when the cache cannot say (see :func:`cached_api_key`); then check it in a unit
+        of work (``api_keys.use``). An HTTP request's bearer check asks here first: a pool
+        checkout and a session for a key the cache holds cost about 0.1 ms of every call.
+        """
+        return cached_api_key(self.key_cache, secret)
 
     @asynccontextmanager
     async def unit_of_work(self) -> AsyncGenerator[UnitOfWork, None]:

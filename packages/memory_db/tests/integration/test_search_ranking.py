@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 
 from memory_db import Database, MemoryDbError, VaultScope
 from memory_db.repositories import AssetFilter
@@ -324,3 +324,41 @@ async def test_the_start_reads_the_graphs_neighbours_once(database: Database) ->
         before = await session_of(uow).scalar(reads)
         await _start(session_of(uow), index, SearchTuning(scan_max_rows=50))
         assert await session_of(uow).scalar(reads) - before == 1
+
+
+async def test_the_start_is_built_once_for_its_text_and_run_with_each_searchs_values(
+    database: Database,
+) -> None:
+    """A start without typed filter values keeps its statement; each run sends its own values.
+
+    Before, a new text clause was made, parsed and walked for its cache key on every search
+    (about 0.1 ms of the server's CPU).
+    """
+    await _library(database)
+    run: list[object] = []
+
+    def seen(state: Any) -> None:
+        run.append(state.statement)
+
+    tuning = SearchTuning(scan_max_rows=50)
+    empty = VaultScope("nobody@example.com", "nobody@example.com/Library")
+    async with database.unit_of_work() as uow:
+        session = session_of(uow)
+        index = await VectorIndex.open(session, "memory_assets_v1")
+        event.listen(session.sync_session, "do_orm_execute", seen)
+        starts = [
+            await start_search(
+                session,
+                index,
+                DEFAULT_ALIAS,
+                viewer=None,
+                scopes=[scope],
+                filters=AssetFilter(),
+                tuning=tuning,
+            )
+            for scope in (SCOPES[0], empty, SCOPES[0])
+        ]
+        event.remove(session.sync_session, "do_orm_execute", seen)
+    # 60 vectors in the first vault: above 50, the graph; none in the other, the scan.
+    assert [start.strategy for start in starts] == ["ann", "scan", "ann"]
+    assert len(run) == 3 and run[0] is run[1] is run[2]

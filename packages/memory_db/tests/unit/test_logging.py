@@ -103,6 +103,37 @@ def test_configured_pipeline_redacts_stdlib_and_structlog_records(
     assert lines[0]["event"] == "saved"
 
 
+class _ReadCounting(dict[str, str]):
+    """A field whose reading is counted: the redaction reads a mapping's items."""
+
+    reads = 0
+
+    def items(self):  # type: ignore[override]
+        type(self).reads += 1
+        return super().items()
+
+
+def test_a_line_below_the_level_is_dropped_before_any_processor(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    configure_logging("json", "warning")
+    _ReadCounting.reads = 0
+    try:
+        structlog.get_logger("t").info("asset_searched", probe=_ReadCounting(a="b"))
+        dropped = _ReadCounting.reads
+        structlog.get_logger("t").warning("slow", probe=_ReadCounting(a="b"))
+    finally:
+        structlog.reset_defaults()
+        logging.getLogger().handlers.clear()
+        logging.getLogger().setLevel(logging.WARNING)
+    lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
+    # Before, the redaction (and every other processor) ran for the info line too, and only
+    # then did the standard library's logger drop it.
+    assert dropped == 0
+    assert _ReadCounting.reads == 1
+    assert [(line["event"], line["probe"]) for line in lines] == [("slow", {"a": "b"})]
+
+
 def _decode_a_truncated_jpeg() -> None:
     import pyvips
 

@@ -66,6 +66,21 @@ def round_trips(database: Database) -> Generator[list[str]]:
             event.remove(engine, name, hook)
 
 
+@contextmanager
+def checkouts(database: Database) -> Generator[list[object]]:
+    """Every connection ``database``'s pool hands out meanwhile."""
+    taken: list[object] = []
+
+    def checkout(connection: Any, _record: Any, _proxy: Any) -> None:
+        taken.append(connection)
+
+    event.listen(database.engine.sync_engine, "checkout", checkout)
+    try:
+        yield taken
+    finally:
+        event.remove(database.engine.sync_engine, "checkout", checkout)
+
+
 @asynccontextmanager
 async def listening(*databases: Database) -> AsyncGenerator[None]:
     """Run each database's access listener (as a server does) until the block ends."""
@@ -118,6 +133,25 @@ async def test_a_warm_key_costs_no_round_trip_on_an_mcp_call(
     # Warm: the authentication part of the call sends nothing at all.
     assert _key_statements(warm) == [], warm
     assert len(warm) < len(cold)
+
+
+async def test_a_warm_bearer_check_takes_no_connection(
+    services: MemoryServices, make_key: Callable[..., Any], serve_http: Any
+) -> None:
+    key = await make_key("alice@example.com")
+    database = services.database
+    async with (
+        listening(database),
+        serve_http(build_http_server(services)) as url,
+        Client(url, auth=key) as client,
+    ):
+        await client.call_tool("image_project_list", {})  # the key is read and cached
+        with checkouts(database) as taken:
+            listed = await client.call_tool("image_project_list", {})
+    assert listed.structured_content == {"projects": []}
+    # The tool's one unit of work. Before, the bearer check took a connection of its own to
+    # find the key in the cache: a checkout, a session and a check-in on every call.
+    assert len(taken) == 1, taken
 
 
 async def test_a_key_revoked_in_another_process_is_refused_on_the_next_call(

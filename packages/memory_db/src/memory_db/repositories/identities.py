@@ -90,6 +90,23 @@ def hash_api_key(secret: str) -> str:
     return hashlib.sha256(secret.encode("utf-8")).hexdigest()
 
 
+def _key_shaped(secret: str) -> bool:
+    """Whether ``secret`` could be a key at all (anything else is refused unread)."""
+    return secret.startswith(API_KEY_PREFIX) and len(secret) <= 200
+
+
+def cached_api_key(cache: ApiKeyCache | None, secret: str) -> ApiKeyRecord | None:
+    """The active key ``secret`` as ``cache`` holds it, with no connection and no statement.
+
+    None when the cache cannot answer: it holds no such key, it is not believed now (its
+    watch is not listening), or ``secret`` is no key. :meth:`ApiKeyRepository.use` then
+    decides, with the database.
+    """
+    if cache is None or not _key_shaped(secret):
+        return None
+    return cache.get(hash_api_key(secret))
+
+
 def _validate_scopes(scopes: Iterable[str]) -> tuple[str, ...]:
     ordered = tuple(dict.fromkeys(s.strip() for s in scopes if s.strip()))
     unknown = [s for s in ordered if s not in API_KEY_SCOPES]
@@ -224,7 +241,7 @@ class ApiKeyRepository(SessionRepository):
 
     async def resolve(self, secret: str) -> ApiKeyRecord | None:
         """The active key whose secret is ``secret``, or None (unknown, paused or revoked)."""
-        if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
+        if not _key_shaped(secret):
             return None
         row = (
             await self._session.execute(
@@ -259,12 +276,12 @@ class ApiKeyRepository(SessionRepository):
         minutes). The answer shows the key as it was when read (``last_used_at`` before that
         read's own touch).
         """
-        if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
+        if not _key_shaped(secret):
             return None
+        if (cached := cached_api_key(self._cache, secret)) is not None:
+            return cached
         key_hash = hash_api_key(secret)
         cache = self._cache
-        if cache is not None and (cached := cache.get(key_hash)) is not None:
-            return cached
         ticket = None if cache is None else cache.ticket()
         active = (ApiKey.key_hash == key_hash) & key_usable()
         touched = touch_keys(active).returning(ApiKey.id).cte("touched")
@@ -284,7 +301,7 @@ class ApiKeyRepository(SessionRepository):
 
         Read only on the way to a refusal, so an accepted call costs nothing more.
         """
-        if not secret.startswith(API_KEY_PREFIX) or len(secret) > 200:
+        if not _key_shaped(secret):
             return False
         found = await self._session.scalar(
             select(ApiKey.id).where(

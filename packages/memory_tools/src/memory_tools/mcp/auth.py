@@ -56,12 +56,15 @@ class ApiKeyVerifier(TokenVerifier):
     async def verify_token(self, token: str) -> AccessToken | None:
         """Resolve the key through this process's key cache, as the tool will again.
 
-        On a warm cache neither check sends anything; on a cold one this check reads the key
-        (one statement, no transaction) and the tool's check finds it cached. A revocation
-        clears every process's cache before it returns (docs/design.md#key-cache).
+        On a warm cache neither check sends anything, and this one takes no connection; on a
+        cold one this check reads the key (one statement, no transaction) and the tool's check
+        finds it cached. A revocation clears every process's cache before it returns
+        (docs/design.md#key-cache).
         """
         if not token.strip():
             return None
+        if (record := self._database.cached_api_key(token)) is not None:
+            return AccessToken(token=token, client_id=record.id, scopes=list(record.scopes))
         try:
             async with self._database.single_statements() as uow:
                 record = await uow.api_keys.use(token)
