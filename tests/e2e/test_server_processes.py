@@ -1,10 +1,9 @@
 """`memory-server serve --transport http --processes 2`, for real: one port, two servers.
 
-Which child accepts a connection is the kernel's choice (on Linux each child has its own
-``SO_REUSEPORT`` socket and the kernel spreads connections by their address). To send requests
-to a chosen child, the test opens connections until the child's pid owns one: the established
-socket of the connection, seen from the child's side, is the honest observable of who serves
-it. Requests go over that connection as plain HTTP/1.1 (h11); MCP calls are JSON-RPC POSTs.
+The parent accepts each connection and deals them to the children in turn
+(``memory_tools.serving.handoff``). To send requests to a chosen child, the test opens
+connections until the child's pid owns one: the established socket of the connection, seen
+from the child's side, is the honest observable of who serves it. Requests go over that connection as plain HTTP/1.1 (h11); MCP calls are JSON-RPC POSTs.
 """
 
 from __future__ import annotations
@@ -17,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -305,15 +305,17 @@ def test_two_processes_share_one_port_one_database_and_one_worker(
     first, second = processes.servers()
     assert list(processes.children().values()).count("worker") == 1
     key = make_key(env, "procs@example.com")
-    # Connections opened at once are spread over both children (one shared socket gave
-    # them all to the child that woke first).
+    # Connections opened at once are dealt evenly to both children. One shared socket gave
+    # them all to the child that woke first; a SO_REUSEPORT socket each split 16 of them
+    # 5/11, 6/10 or 7/9, and the clients of the fuller child waited longer for as long as
+    # they kept their connections.
     burst = [socket.create_connection(("127.0.0.1", processes.port)) for _ in range(16)]
     try:
         owners = [processes.owner_of(sock.getsockname()[1]) for sock in burst]
     finally:
         for sock in burst:
             sock.close()
-    assert set(owners) == {first, second}, owners
+    assert sorted(Counter(owners).items()) == [(first, 8), (second, 8)], owners
     with pinned(processes, first) as one, pinned(processes, second) as other:
         # Each child serves MCP calls (the connection is the child's own).
         assert one.tool(key, "image_project_list", {}) == {"projects": []}

@@ -73,8 +73,8 @@ def _serve_arguments(
             action="store_true",
             help="offer only the read-only tools of those toolsets, and refuse direct uploads",
         )
-        # Internal: a child of --processes serves on the socket its parent bound.
-        serve.add_argument("--listen-fd", type=int, default=None, help=argparse.SUPPRESS)
+        # Internal: a child of --processes serves the connections its parent hands over.
+        serve.add_argument("--handoff-fd", type=int, default=None, help=argparse.SUPPRESS)
 
     return add
 
@@ -170,7 +170,7 @@ def _serve(settings: MemorySettings, args: argparse.Namespace, app: ServerApp) -
     if args.transport == "stdio":
         return serve_stdio(settings, app, with_worker=with_worker)
     return serve_http(
-        settings, app, args.host, args.port, with_worker=with_worker, listen_fd=args.listen_fd
+        settings, app, args.host, args.port, with_worker=with_worker, handoff_fd=args.handoff_fd
     )
 
 

@@ -34,13 +34,11 @@ def public_base_url(settings: MemorySettings, host: str, port: int) -> str:
     return f"http://{shown}:{port}"
 
 
-def bind_listening_socket(host: str, port: int, *, reuse_port: bool = False) -> socket.socket:
+def bind_listening_socket(host: str, port: int) -> socket.socket:
     """A TCP socket bound to ``host:port`` and listening, for uvicorn to serve on.
 
     A taken or forbidden address is a ``ConfigurationError`` naming it and how to pick another,
-    so the command ends with one line and exit status 2 instead of a traceback. ``reuse_port``
-    (``SO_REUSEPORT``) lets several such sockets of this user share the port; the kernel
-    spreads new connections over them (``serve --processes``).
+    so the command ends with one line and exit status 2 instead of a traceback.
     """
     try:
         family, kind, proto, _name, address = socket.getaddrinfo(
@@ -53,8 +51,6 @@ def bind_listening_socket(host: str, port: int, *, reuse_port: bool = False) -> 
         # As uvicorn does: a restart may reuse a port whose old connections are in TIME_WAIT.
         # On Linux this never lets two servers listen on one port.
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        if reuse_port:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         sock.bind(address)
         sock.listen(2048)
     except OSError as exc:

@@ -1,14 +1,13 @@
 """``serve --transport http --processes N``: several server processes on one port.
 
-The parent binds the port and starts N ``serve`` children that inherit a listening socket each,
-plus one ``worker`` process for embedding. On Linux each child slot has its own
-``SO_REUSEPORT`` socket, and the kernel spreads new connections evenly over them. A single
-socket shared by all children (what gunicorn and ``uvicorn --workers`` do) was measured to hand
-8 clients connecting at once all to one child, round after round: the first child to wake
-accepts every waiting connection. The parent holds every slot's socket for its whole life, so
-connections waiting in the queue of a child that died are not reset: the child started in its
-place accepts them. Elsewhere (macOS does not spread ``SO_REUSEPORT`` connections) the children
-share one socket. Either way the port is checked once, before anything starts.
+The parent binds the port, accepts every connection and deals them to N ``serve`` children in
+turn (:mod:`memory_tools.serving.handoff`: why, and how a connection reaches a child), plus one
+``worker`` process for embedding. Two clients' connections therefore never wait on one child
+while the other has fewer: ``SO_REUSEPORT`` sockets, one per child, were measured to split 16
+clients 5/11 between two children, and one socket shared by all children (what gunicorn and
+``uvicorn --workers`` do) handed 8 clients connecting at once all to one child. A connection
+handed to a child that died waits for the child started in its place. The port is checked
+once, before anything starts.
 
 The parent runs no HTTP and holds no pool. Before starting children it does what must happen
 once: the signing key is created, the database is started (embedded default) or checked
@@ -25,9 +24,9 @@ terminal reaches only the parent (uvicorn would take a second signal as "exit no
 child exits by itself when its parent disappears (``kill -9`` of the parent).
 
 The children are the app's own CLI (``command``, e.g. ``python -m memory_server``), which must
-accept ``serve --transport http --host H --port P --no-worker --listen-fd FD`` (serve on the
-inherited socket: ``serve.serve_http(listen_fd=...)``) and ``worker --supervised``
-(``serve.run_worker(supervised=True)``).
+accept ``serve --transport http --host H --port P --no-worker --handoff-fd FD`` (serve the
+connections handed over on the inherited descriptor: ``serve.serve_http(handoff_fd=...)``) and
+``worker --supervised`` (``serve.run_worker(supervised=True)``).
 """
 
 from __future__ import annotations
@@ -35,9 +34,7 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
-import sys
 import threading
 import time
 from collections import deque
@@ -52,6 +49,7 @@ from memory_db.database import EmbeddedPostgres, connection_limits, pool_capacit
 from memory_db.runtime import load_signing_secret
 from memory_tools import metrics
 from memory_tools.serving.bootstrap import bind_listening_socket
+from memory_tools.serving.handoff import ConnectionDealer
 
 log = get_logger(__name__)
 
@@ -126,7 +124,7 @@ async def _prepare_database(
 
 @dataclass
 class Child:
-    """One supervised process: a server sharing the socket, or the embedding worker."""
+    """One supervised process: a server of a slot's connections, or the embedding worker."""
 
     role: str  # "server" or "worker"
     command: list[str]
@@ -148,12 +146,19 @@ class Child:
         """The running process's id."""
         return self.process.pid if self.process is not None else None
 
+    @property
+    def running(self) -> bool:
+        """Whether the child was started and has not been seen to exit."""
+        return self.process is not None and self.process.returncode is None
+
 
 @dataclass
 class Supervisor:
     """Start the children, restart or stop them as the module docstring says, stop on signal."""
 
     children: list[Child]
+    # Called first when stopping, before any child is signalled (the dealer stops accepting).
+    on_stop: Callable[[], None] | None = None
     deaths: deque[float] = field(default_factory=lambda: deque[float]())
     stopping: bool = False
     stop_signal: int | None = None
@@ -211,6 +216,8 @@ class Supervisor:
         return 0
 
     def _stop_all(self) -> None:
+        if self.on_stop is not None:
+            self.on_stop()
         running = [c.process for c in self.children if c.process and c.process.poll() is None]
         for process in running:
             process.send_signal(signal.SIGTERM)
@@ -224,26 +231,9 @@ class Supervisor:
                 process.wait()
 
 
-def bind_slots(host: str, port: int, processes: int) -> list[socket.socket]:
-    """A listening socket for each server slot (see the module docstring); the caller closes."""
-    first = bind_listening_socket(host, port)  # a taken port fails here, with one clear line
-    if not sys.platform.startswith("linux"):
-        return [first] * processes
-    port = int(first.getsockname()[1])  # the port the system chose for --port 0
-    first.close()
-    slots: list[socket.socket] = []
-    try:
-        for _ in range(processes):
-            slots.append(bind_listening_socket(host, port, reuse_port=True))
-    except BaseException:
-        for sock in slots:
-            sock.close()
-        raise
-    return slots
-
-
 def child_commands(
-    slots: list[socket.socket],
+    dealer: ConnectionDealer,
+    slots: int,
     host: str,
     port: int,
     *,
@@ -251,14 +241,14 @@ def child_commands(
     with_worker: bool,
     serve_options: Sequence[str] = (),
 ) -> list[Child]:
-    """A server on each slot's socket (none embeds) and, unless told not to, one worker.
+    """A server for each of ``dealer``'s ``slots`` (none embeds) and, unless told not, a worker.
 
     ``command`` runs the app's CLI (see the module docstring for what it must accept);
     ``serve_options`` are added to each server's arguments (its ``--toolsets``, ``--read-only``).
     """
     children: list[Child] = []
-    for sock in slots:
-        fd = sock.fileno()
+    for slot in range(slots):
+        fd = dealer.child_fd(slot)
         serve = [
             *command,
             "serve",
@@ -269,7 +259,7 @@ def child_commands(
             "--port",
             str(port),
             "--no-worker",
-            "--listen-fd",
+            "--handoff-fd",
             str(fd),
             *serve_options,
         ]
@@ -296,15 +286,15 @@ def serve_processes(
     ``announce`` gets the start-up notice's details once everything is checked, just before
     the children start.
     """
-    slots = bind_slots(host, port, processes)
+    listener = bind_listening_socket(host, port)  # a taken port fails here, with one clear line
+    dealer = ConnectionDealer(listener, processes)
     try:
         load_signing_secret(settings)  # created once here, not raced by N children
         workers = WORKER_PROCESSES if with_worker else 0
         budget, embedded = anyio.run(_prepare_database, settings, processes, workers)
         try:
-            spread = "a socket each" if len(set(slots)) > 1 else "one socket"
             announce(
-                f"  {processes} server processes on this port ({spread}); "
+                f"  {processes} server processes on this port (connections dealt in turn); "
                 + (
                     "1 embedding worker process"
                     if with_worker
@@ -312,26 +302,29 @@ def serve_processes(
                 )
                 + f"; up to {budget.needed} of the database's {budget.available} connections"
             )
-            port = int(slots[0].getsockname()[1])
+            port = int(listener.getsockname()[1])  # the port the system chose for --port 0
             # The children (servers and worker) inherit PROMETHEUS_MULTIPROC_DIR: each writes
             # its values there and any server's /metrics answers the sum (metrics module).
             metrics.prepare_multiprocess_dir(settings.memory_data_dir, f"port-{port}")
             children = child_commands(
-                slots,
+                dealer,
+                processes,
                 host,
                 port,
                 command=command,
                 with_worker=with_worker,
                 serve_options=serve_options,
             )
-            return Supervisor(children).run()
+            servers = children[:processes]
+            dealer.start(alive=lambda slot: servers[slot].running)
+            return Supervisor(children, on_stop=dealer.stop).run()
         finally:
             if embedded is not None:
                 embedded.stop()
                 log.info("embedded_postgres_released")
     finally:
-        for sock in set(slots):
-            sock.close()
+        dealer.stop()
+        dealer.close()
 
 
 def exit_when_orphaned(parent: int, *, interval: float = PARENT_CHECK_SECONDS) -> None:

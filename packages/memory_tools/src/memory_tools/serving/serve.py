@@ -134,23 +134,25 @@ async def serve_http(
     port: int,
     *,
     with_worker: bool,
-    listen_fd: int | None = None,
+    handoff_fd: int | None = None,
 ) -> None:
     """Serve ``app`` over streamable HTTP at ``/mcp`` with the plain routes, until shutdown.
 
-    ``listen_fd``: a child of ``--processes`` serves on the socket its parent bound, announces
-    itself only in the log and exits when the parent is gone. Once the server is built, the
-    process's garbage collector is tuned for serving
-    (``memory_db.garbage_collection.settle_for_serving``).
+    ``handoff_fd``: a child of ``--processes`` serves the connections its parent hands over on
+    that descriptor (:mod:`memory_tools.serving.handoff`), announces itself only in the log and
+    exits when the parent is gone. Once the server is built, the process's garbage collector is
+    tuned for serving (``memory_db.garbage_collection.settle_for_serving``).
     """
-    if listen_fd is None:
+    sock: socket.socket
+    if handoff_fd is None:
         # Bind first: a taken port is reported at once, before PostgreSQL is started for
         # nothing, and the banner below is printed only once the address is ours.
         sock = bind_listening_socket(host, port)
     else:
+        from memory_tools.serving.handoff import handed_connections
         from memory_tools.serving.processes import exit_when_orphaned
 
-        sock = socket.socket(fileno=listen_fd)
+        sock = handed_connections(handoff_fd)
         exit_when_orphaned(os.getppid())
     try:
         base = public_base_url(settings, host, port)
@@ -160,7 +162,7 @@ async def serve_http(
                 async with background_worker(services, worker_config(settings)):
                     await _announce_and_serve_http(settings, app, services, host, port, sock)
             else:
-                quiet = listen_fd is not None
+                quiet = handoff_fd is not None
                 await _announce_and_serve_http(
                     settings, app, services, host, port, sock, quiet=quiet
                 )
