@@ -392,19 +392,24 @@ def test_a_killed_child_is_replaced_and_sigterm_stops_everything(
     before = processes.children()
     victim = processes.servers()[0]
     os.kill(victim, signal.SIGKILL)
-    # Connections made while it is down are answered (those in its socket's queue once the
-    # replacement is up), never refused or reset.
-    for _ in range(8):
-        answered = httpx.get(
-            processes.url + "/healthz", headers={"Connection": "close"}, timeout=START_SECONDS
-        )
-        assert answered.status_code == 200
     deadline = time.monotonic() + START_SECONDS
-    while len(processes.servers()) < 2 or victim in processes.servers():
+    while not (started := set(processes.servers()) - set(before)):
         assert time.monotonic() < deadline, "the killed child was not replaced"
-        time.sleep(0.2)
+        time.sleep(0.005)
+    # The replacement is held before it can serve. Connections made meanwhile are all
+    # answered by the child that is ready: none is dealt to the one starting (before, every
+    # other one waited seconds for it; held here, they would never be answered).
+    (replacement,) = started
+    os.kill(replacement, signal.SIGSTOP)
+    try:
+        for _ in range(8):
+            answered = httpx.get(
+                processes.url + "/healthz", headers={"Connection": "close"}, timeout=30
+            )
+            assert answered.status_code == 200
+    finally:
+        os.kill(replacement, signal.SIGCONT)
     assert processes.process.poll() is None
-    replacement = (set(processes.servers()) - set(before)).pop()
     while processes.log.read_text().count('"server_process_ready"') < 3:
         assert time.monotonic() < deadline, "the replacement did not start serving"
         time.sleep(0.2)

@@ -316,7 +316,7 @@ def serve_processes(
                 serve_options=serve_options,
             )
             servers = children[:processes]
-            dealer.start(alive=lambda slot: servers[slot].running)
+            dealer.start(running=lambda slot: servers[slot].pid if servers[slot].running else None)
             return Supervisor(children, on_stop=dealer.stop).run()
         finally:
             if embedded is not None:

@@ -191,9 +191,7 @@ async def _announce_and_serve_http(
         tools=app.tools,
         listen_host=host,
     )
-    if quiet:
-        log.info("server_process_ready", pid=os.getpid())
-    else:
+    if not quiet:  # a child of --processes says it is ready when it serves (handoff)
         notice(banner(settings, app.name, host, port, app.tools))
     middleware = [*mcp_middleware(settings), *web_middleware(services)]
     settle_for_serving()
