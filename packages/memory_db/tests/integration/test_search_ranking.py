@@ -58,15 +58,20 @@ async def _library(database: Database) -> list[float]:
 
 
 async def _start(
-    session: Any, index: VectorIndex, tuning: SearchTuning, *, plan_once: bool = False
+    session: Any,
+    index: VectorIndex,
+    tuning: SearchTuning,
+    *,
+    plan_once: bool = False,
+    scopes: tuple[VaultScope, ...] = tuple(SCOPES[:3]),
 ) -> Any:
-    """A search's start over the first three vaults, given (no viewer), without filters."""
+    """A search's start over ``scopes`` (the first three vaults), given, without filters."""
     return await start_search(
         session,
         index,
         DEFAULT_ALIAS,
         viewer=None,
-        scopes=SCOPES[:3],
+        scopes=scopes,
         filters=AssetFilter(),
         tuning=tuning,
         plan_once=plan_once,
@@ -347,15 +352,7 @@ async def test_the_start_is_built_once_for_its_text_and_run_with_each_searchs_va
         index = await VectorIndex.open(session, "memory_assets_v1")
         event.listen(session.sync_session, "do_orm_execute", seen)
         starts = [
-            await start_search(
-                session,
-                index,
-                DEFAULT_ALIAS,
-                viewer=None,
-                scopes=[scope],
-                filters=AssetFilter(),
-                tuning=tuning,
-            )
+            await _start(session, index, tuning, scopes=(scope,))
             for scope in (SCOPES[0], empty, SCOPES[0])
         ]
         event.remove(session.sync_session, "do_orm_execute", seen)
