@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-import signal
 import socket
 import struct
 import threading
@@ -238,12 +237,14 @@ class HandedConnections(socket.socket):
         return connection, peer
 
     def _parent_gone(self) -> None:
-        # The pair is at its end for good: stop watching it (it would read as ready forever)
-        # and stop, as a child does when its parent dies.
+        # The pair is at its end for good (the parent died): stop watching it, or it would
+        # read as ready forever. The child then stops as every child of a dead parent does, by
+        # ``processes.exit_when_orphaned`` within a second. Not a second SIGTERM from here: one
+        # that lands during the graceful shutdown the first began would raise wherever it
+        # falls, and can leave the database pool's close waiting forever.
         with contextlib.suppress(RuntimeError):
             asyncio.get_running_loop().remove_reader(self.fileno())
-        log.warning("parent_process_gone", reason="connection hand-off closed")
-        os.kill(os.getpid(), signal.SIGTERM)
+        log.warning("connection_handoff_closed", reason="the parent process is gone")
 
 
 def handed_connections(fd: int) -> HandedConnections:
