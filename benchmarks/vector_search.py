@@ -168,7 +168,7 @@ async def _timed_search(
                 {
                     "v": [s.physical_vault for s in scopes],
                     "m": MODEL,
-                    "q": "[" + ",".join(map(repr, query)) + "]",
+                    "q": query,
                 },
             )
             found = {r[0] for r in rows}

@@ -37,6 +37,7 @@ from sqlalchemy.pool import QueuePool
 from memory_db.errors import ConfigurationError
 from memory_db.logs import get_logger
 from memory_db.pg_memory import PostgresMemory, write_conf
+from memory_db.vector_wire import register_vector_codecs
 
 log = get_logger(__name__)
 
@@ -85,6 +86,10 @@ def create_engine(
     uses it, as a disconnect, and SQLAlchemy then drops every connection of the pool opened
     before it, so the call after that one connects afresh.
 
+    Every connection the pool opens learns pgvector's binary formats
+    (:func:`memory_db.vector_wire.register_vector_codecs`): a vector parameter is sent as one
+    block of bytes, not as an array checked element by element.
+
     ``json`` and ``jsonb`` values are decoded by pydantic-core's parser (the same values as
     :func:`json.loads`, several times faster): a search returns its ranked lists and reloaded
     rows as one JSON document, and decoding it with the standard library was about a twentieth
@@ -100,7 +105,13 @@ def create_engine(
         json_deserializer=from_json,
     )
     event.listen(engine.sync_engine.pool, "checkout", _replace_closed)
+    event.listen(engine.sync_engine, "connect", _register_codecs)
     return engine
+
+
+def _register_codecs(dbapi_connection: Any, _record: Any) -> None:
+    """Teach a new connection pgvector's binary formats (nothing before the extension exists)."""
+    dbapi_connection.run_async(register_vector_codecs)
 
 
 def _replace_closed(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:

@@ -137,6 +137,7 @@ async def upgrade(engine: AsyncEngine, revision: str = "head") -> None:
         # who waited then finds the schema at head and has nothing to do.
         await conn.execute(text("SELECT pg_advisory_xact_lock(hashtext('memory_migrations'))"))
         await conn.run_sync(run)
+    await _forget_connections(engine)
 
 
 async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
@@ -148,6 +149,17 @@ async def downgrade(engine: AsyncEngine, revision: str = "base") -> None:
 
     async with engine.begin() as conn:
         await conn.run_sync(run)
+    await _forget_connections(engine)
+
+
+async def _forget_connections(engine: AsyncEngine) -> None:
+    """Close the pool's connections: the next ones learn the types as the schema now has them.
+
+    A connection knows pgvector's types by the ids they had when it opened
+    (``memory_db.vector_wire``): one opened before the extension was created, or before it was
+    dropped and created again, would send a vector in a form the server no longer expects.
+    """
+    await engine.dispose()
 
 
 async def current_revision(engine: AsyncEngine) -> str | None:

@@ -256,7 +256,7 @@ async def test_selective_filter_still_fills_an_ordered_result(database: Database
                     "EXPLAIN SELECT id FROM memory_assets_v1 ORDER BY embedding <=> "
                     "CAST(:q AS halfvec(1024)) LIMIT 10"
                 ),
-                {"q": "[" + ",".join(map(str, query)) + "]"},
+                {"q": query},
             )
         )
     assert "memory_assets_v1_hnsw" in plan  # the unfiltered query uses the HNSW index

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import numpy as np
 import pytest
 from sqlalchemy import bindparam, literal_column, select
 from sqlalchemy.dialects.postgresql.asyncpg import dialect as asyncpg_dialect
@@ -83,7 +84,11 @@ def _call(
 
 def _compiled(statement: Any, values: dict[str, object] | None) -> tuple[str, dict[str, Any]]:
     compiled = statement.compile(dialect=_DIALECT)
-    return str(compiled), compiled.construct_params(values)
+    params = compiled.construct_params(values)
+    # The query vector goes as a float32 array (memory_db.vector_wire): compared by its values.
+    return str(compiled), {
+        k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in params.items()
+    }
 
 
 @pytest.mark.parametrize("strategy", ["ann", "scan"])

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 from memory_db.errors import ProviderContractError
 
 NORM_TOLERANCE = 1e-3
@@ -28,15 +30,19 @@ def validate_embeddings(
                 "wrong_dimensions",
                 f"vector {index} has {len(vector)} dimensions, expected {dimensions}",
             )
-        values = [float(x) for x in vector]
-        if not all(math.isfinite(x) for x in values):
+        # In numpy: element by element in Python this was about 0.2 ms per 1,024-d vector, on
+        # every query embedded and every image saved.
+        values = np.asarray(vector, dtype=np.float64)
+        if values.shape != (dimensions,):
+            raise ProviderContractError("wrong_dimensions", f"vector {index} is not a flat list")
+        if not np.isfinite(values).all():
             raise ProviderContractError("non_finite", f"vector {index} has NaN or infinite values")
-        norm = math.sqrt(math.fsum(x * x for x in values))
+        norm = math.sqrt(float(np.dot(values, values)))
         if abs(norm - 1.0) > NORM_TOLERANCE:
             raise ProviderContractError(
                 "not_normalized", f"vector {index} has L2 norm {norm:.6f}, expected 1"
             )
-        checked.append(values)
+        checked.append(values.tolist())
     return checked
 
 

@@ -49,7 +49,9 @@ _CHUNK = 10_000  # rows per matrix product: bounded memory for bulk loads of any
 _SMALL_BATCH = 64
 
 
-def vector_codes(vectors: Sequence[Sequence[float]] | np.ndarray, dimensions: int) -> list[str]:
+def vector_codes(
+    vectors: Sequence[Sequence[float]] | Sequence[np.ndarray] | np.ndarray, dimensions: int
+) -> list[str]:
     """The code of each vector as a ``bit(dimensions)`` literal (``"0110..."``)."""
     matrix = np.asarray(vectors, dtype=np.float32).reshape(-1, dimensions)
     codes: list[str] = []

@@ -132,7 +132,7 @@ async def complete_embeddings(
             raise ValueError(f"unknown usage source {job.usage_source!r}")
         if job.provenance_operation not in PROVENANCE_OPERATIONS:
             raise ValueError(f"unknown provenance operation {job.provenance_operation!r}")
-        flat.extend(embedding)
+        flat.extend(embedding.tolist())
         rows.append(
             {
                 "n": n,

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
 
+import numpy as np
 from sqlalchemy import text
 from sqlalchemy.ext.asyncio import AsyncSession
 
@@ -180,21 +181,24 @@ async def _registry_row(session: AsyncSession, sql: str, key: str, what: str) ->
     return row
 
 
-def _components(embedding: Sequence[float], dimensions: int, element: ElementType) -> list[float]:
-    """The vector as a list of floats, sent as a binary ``real[]`` parameter.
+def _components(embedding: Sequence[float], dimensions: int, element: ElementType) -> np.ndarray:
+    """The vector as float32 values, sent in pgvector's binary format (``memory_db.vector_wire``).
 
     Binary: formatting 1,024 floats as text took longer than the server's search of a small
-    vault, and the server then parsed them back. Refused here, before any SQL: a wrong length,
-    NaN or infinity, or a value the element type cannot hold.
+    vault, and the server then parsed them back; a ``real[]`` was encoded element by element.
+    Refused here, before any SQL: a wrong length, NaN or infinity, or a value the element type
+    cannot hold.
     """
     if len(embedding) != dimensions:
         raise InvalidInput(f"vector has {len(embedding)} dimensions, the index {dimensions}")
-    values = [float(x) for x in embedding]
-    if not all(map(math.isfinite, values)):
+    values = np.asarray(embedding, dtype=np.float64)
+    if values.ndim != 1:
+        raise InvalidInput("vector must be one row of numbers")
+    if not np.isfinite(values).all():
         raise InvalidInput("vector has non-finite values")
-    if values and max(map(abs, values)) > _ELEMENT_MAX[element]:
+    if values.size and float(np.abs(values).max()) > _ELEMENT_MAX[element]:
         raise InvalidInput(f"vector has values beyond the range of {element}")
-    return values
+    return values.astype(np.float32)
 
 
 def ef_search_setting(tuning: SearchTuning, table: str) -> str | SettingSql:
@@ -662,7 +666,7 @@ class VectorIndex:
     def nearest_sql(
         self,
         chosen: Literal["ann", "scan", "exact"],
-        components: list[float],
+        components: np.ndarray,
         scope_where: str,
         scope_params: dict[str, object],
         *,
@@ -720,12 +724,12 @@ class VectorIndex:
             f"LIMIT {int(tuning.scan_max_rows) + 1}) m)"
         )
 
-    def components(self, embedding: Sequence[float]) -> list[float]:
+    def components(self, embedding: Sequence[float]) -> np.ndarray:
         """The query vector as sent: checked for this index (dimensions, finite, in range)."""
         return _components(embedding, self.dimensions, self.element)
 
     def vector_sql(self, parameter: str) -> str:
-        """SQL turning a ``real[]`` parameter into this index's vector type."""
+        """SQL taking a vector parameter (:meth:`components`) as this index's vector type."""
         return self._vector(parameter)
 
     def vector_once_sql(self, parameter: str) -> str:
@@ -805,8 +809,8 @@ class VectorIndex:
         return f"CAST(CAST({parameter} AS text) AS bit({self.dimensions}))"
 
     def _vector(self, parameter: str) -> str:
-        """SQL turning a ``real[]`` parameter into this index's vector type."""
-        return f"CAST(CAST({parameter} AS real[]) AS {self._cast})"
+        """SQL taking a vector parameter (:func:`_components`) as this index's vector type."""
+        return f"CAST({parameter} AS {self._cast})"
 
     async def _set(
         self,
