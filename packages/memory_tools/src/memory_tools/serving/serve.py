@@ -32,6 +32,7 @@ from memory_tools.serving.bootstrap import (
     worker_config,
 )
 from memory_tools.serving.commands import notice, sigterm_cancels
+from memory_tools.serving.framework_spans import spans_off_unless_asked
 from memory_tools.serving.job_worker import job_worker
 
 if TYPE_CHECKING:
@@ -120,6 +121,7 @@ async def serve_stdio(settings: MemorySettings, app: ServerApp, *, with_worker: 
         elif links.unavailable is not None:
             notice(f"{app.name}: {links.unavailable}")
         settle_for_serving()
+        spans_off_unless_asked()
         if with_worker:
             async with background_worker(services, worker_config(settings)):
                 await server.run_stdio_async(show_banner=False)
@@ -195,6 +197,7 @@ async def _announce_and_serve_http(
         notice(banner(settings, app.name, host, port, app.tools))
     middleware = [*mcp_middleware(settings), *web_middleware(services)]
     settle_for_serving()
+    spans_off_unless_asked()
     await run_http(server, host, port, sockets=[sock], middleware=middleware)
 
 
