@@ -9,6 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 from sqlalchemy import event, text
+from sqlalchemy.sql.elements import TextClause
 
 from memory_db import Database, MemoryDbError, VaultScope
 from memory_db.repositories import AssetFilter
@@ -20,6 +21,7 @@ from memory_db.vectors import (
     VectorIndex,
     create_index,
     ensure_default_index,
+    ranking,
 )
 from memory_db.vectors.ranking import (
     AliasMoved,
@@ -75,6 +77,15 @@ async def _start(
         filters=AssetFilter(),
         tuning=tuning,
         plan_once=plan_once,
+    )
+
+
+def _vector_scans() -> TextClause:
+    """How many scans of the vector table and its indexes this transaction made."""
+    return text(
+        "SELECT pg_stat_get_xact_numscans('memory_assets_v1'::regclass) + "
+        "(SELECT sum(pg_stat_get_xact_numscans(indexrelid)) FROM pg_index "
+        "WHERE indrelid = 'memory_assets_v1'::regclass)"
     )
 
 
@@ -292,11 +303,7 @@ async def test_the_start_counts_the_scope_once(database: Database, viewer: str |
     PostgreSQL per search at 100,000 assets (EXPLAIN ANALYZE).
     """
     await _library(database)
-    scans = text(
-        "SELECT pg_stat_get_xact_numscans('memory_assets_v1'::regclass) + "
-        "(SELECT sum(pg_stat_get_xact_numscans(indexrelid)) FROM pg_index "
-        "WHERE indrelid = 'memory_assets_v1'::regclass)"
-    )
+    scans = _vector_scans()
     async with database.unit_of_work() as uow:
         index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
         before = await session_of(uow).scalar(scans)
@@ -359,3 +366,63 @@ async def test_the_start_is_built_once_for_its_text_and_run_with_each_searchs_va
     # 60 vectors in the first vault: above 50, the graph; none in the other, the scan.
     assert [start.strategy for start in starts] == ["ann", "scan", "ann"]
     assert len(run) == 3 and run[0] is run[1] is run[2]
+
+
+async def _counts_of_starts(
+    database: Database, viewer: str | None, tuning: SearchTuning, starts: int
+) -> list[tuple[int, str]]:
+    """For each of ``starts`` searches' starts: the vector table's scans, and the strategy."""
+    seen: list[tuple[int, str]] = []
+    for _ in range(starts):
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
+            before = (await session_of(uow).execute(_vector_scans())).scalar_one()
+            start = await start_search(
+                session_of(uow),
+                index,
+                DEFAULT_ALIAS,
+                viewer=viewer,
+                scopes=SCOPES[:3],
+                filters=AssetFilter(),
+                tuning=tuning,
+            )
+            after = (await session_of(uow).execute(_vector_scans())).scalar_one()
+            seen.append((after - before, start.strategy))
+    return seen
+
+
+@pytest.mark.parametrize("viewer", [None, OWNERS[0]])
+async def test_a_scope_counted_large_is_not_counted_again_for_a_while(
+    database: Database, viewer: str | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The count of a large scope (about 0.8 ms at 100,000 assets) is remembered, then lapses."""
+    await _library(database)
+    large = SearchTuning(scan_max_rows=50)  # 60 entries per vault
+    assert await _counts_of_starts(database, viewer, large, 3) == [
+        (1, "ann"),
+        (0, "ann"),
+        (0, "ann"),
+    ]
+    monkeypatch.setattr(ranking, "LARGE_SCOPE_SECONDS", 0.0)
+    async with database.unit_of_work() as uow:
+        ranking.large_scopes(session_of(uow)).forget()
+    # Remembered for no time: every start counts.
+    assert await _counts_of_starts(database, viewer, large, 2) == [(1, "ann"), (1, "ann")]
+
+
+async def test_a_scope_counted_small_is_counted_every_time(database: Database) -> None:
+    await _library(database)
+    small = SearchTuning(scan_max_rows=1000)
+    assert await _counts_of_starts(database, OWNERS[0], small, 2) == [(1, "scan"), (1, "scan")]
+
+
+async def test_other_vaults_are_counted_again(database: Database) -> None:
+    """The caller's vaults are resolved by the statement: new ones are counted, not assumed."""
+    await _library(database)
+    large = SearchTuning(scan_max_rows=50)
+    assert await _counts_of_starts(database, OWNERS[0], large, 2) == [(1, "ann"), (0, "ann")]
+    async with database.unit_of_work() as uow:
+        await uow.vaults.create(OWNERS[0], "Work")
+    assert await _counts_of_starts(database, OWNERS[0], large, 2) == [(1, "ann"), (0, "ann")]
+    # Another caller's starts are their own.
+    assert await _counts_of_starts(database, None, large, 1) == [(1, "ann")]

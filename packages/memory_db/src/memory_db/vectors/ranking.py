@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -37,6 +39,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB, aggregate_order_by
 from sqlalchemy.dialects.postgresql.base import PGDialect
+from sqlalchemy.engine import Engine
 from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.sql.elements import BindParameter, TextClause
@@ -74,6 +77,9 @@ _STATEMENTS: StatementCache[tuple[object, ...], Any] = StatementCache(256)
 # a kept one has its key already (about 0.2 ms of a search's CPU).
 _STARTS: StatementCache[str, TextClause] = StatementCache(256)
 _NO_FILTERS = AssetFilter()
+# How long a scope counted above the bits scan's limit is taken as large without being counted
+# again (see :class:`LargeScopes`).
+LARGE_SCOPE_SECONDS = 30.0
 # How far below the last reloaded candidate's relevance others are reloaded too: scores are
 # answered rounded to six decimals over a ceiling of at most about 2.2, and summed in another
 # order than here, so the server's order can differ from this one within about 2.2e-6.
@@ -167,6 +173,64 @@ class Ranked:
         return None if row is None else stored_from_json(row)
 
 
+@dataclass(frozen=True, slots=True)
+class _Large:
+    vaults: tuple[str, ...] | None  # the physical vaults counted (None: the caller gave them)
+    until: float
+
+
+class LargeScopes:
+    """Scopes lately counted above the bits scan's limit, by start statement and its values.
+
+    Counting a scope reads up to ``scan_max_rows + 1`` index entries: about 0.8 ms of
+    PostgreSQL's CPU on every search of a library larger than the limit, to learn again what
+    the last search learnt (docs/performance.md). So a scope counted large is taken as large,
+    without its count, for :data:`LARGE_SCOPE_SECONDS`, and then counted again. Only the
+    strategy depends on it; what the search may read does not. The caller's vaults are still
+    resolved by the statement, and when they are not the ones counted (a grant given or
+    revoked, a vault made), the statement counts. What can be stale is a scope that lost most
+    of its entries by deletion since it was counted: for up to that long it is walked on the
+    graph with its filter (the iterative scan fills the result) instead of scanned exactly.
+
+    One per engine (a process's database), used from one event loop; bounded like the
+    statement caches.
+    """
+
+    def __init__(self, bound: int = 1024, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._large: StatementCache[str, _Large] = StatementCache(bound)
+
+    def known(self, key: str) -> _Large | None:
+        """The scope's large count, while it is fresh."""
+        large = self._large.get(key)
+        return large if large is not None and large.until > self._clock() else None
+
+    def counted(self, key: str, count: int, limit: int, vaults: tuple[str, ...] | None) -> None:
+        """Remember a count: a large one for a while, a small one not at all."""
+        if count > limit:
+            self._large.keep(key, _Large(vaults, self._clock() + LARGE_SCOPE_SECONDS))
+        elif self._large.get(key) is not None:
+            self._large.keep(key, _Large(vaults, 0.0))
+
+    def forget(self) -> None:
+        """Forget every scope: each is counted at its next search."""
+        self._large = StatementCache(self._large.bound)
+
+
+_SCOPES_BY_ENGINE: weakref.WeakKeyDictionary[Engine, LargeScopes] = weakref.WeakKeyDictionary()
+
+
+def large_scopes(session: AsyncSession) -> LargeScopes:
+    """The scopes counted large through ``session``'s engine (one memory per database)."""
+    engine = session.get_bind()
+    if not isinstance(engine, Engine):  # a session bound to a connection: its engine
+        engine = engine.engine
+    scopes = _SCOPES_BY_ENGINE.get(engine)
+    if scopes is None:
+        scopes = _SCOPES_BY_ENGINE[engine] = LargeScopes()
+    return scopes
+
+
 async def start_search(
     session: AsyncSession,
     index: VectorIndex,
@@ -231,6 +295,20 @@ async def start_search(
         scope_where, scoped = scope_condition(scopes, filters)
         params.update(scoped)
         prefix, listed = "", "NULL"
+    # A scope counted large lately is not counted again (LargeScopes): the count is the ELSE
+    # of a CASE, which PostgreSQL computes only when it is reached. With the caller's vaults
+    # resolved here, it is reached unless they are the vaults that were counted (in code point
+    # order, as Python sorts them).
+    known = (
+        'ARRAY(SELECT physical_vault FROM vaults ORDER BY physical_vault COLLATE "C") = '
+        "CAST(:large_vaults AS text[])"
+        if viewer is not None
+        else "CAST(:known_large AS boolean)"
+    )
+    count = (
+        f"CASE WHEN {known} THEN CAST(:scan_max AS integer) + 1 "
+        f"ELSE {index.count_sql(scope_where, tuning)} END"
+    )
     sql = (
         f"{prefix}SELECT {', '.join(columns)}, "
         "(SELECT index_name FROM mem_vector_index_aliases WHERE alias = :alias), "
@@ -240,11 +318,20 @@ async def start_search(
         "ELSE :plan_custom END, true) "
         # OFFSET 0 keeps ``m`` a subquery of its own: pulled up, its count was computed once
         # for each of the two places that read ``m.n`` (about 1.2 ms each at 100,000 assets).
-        f"FROM (SELECT {index.count_sql(scope_where, tuning)} AS n OFFSET 0) m"
+        f"FROM (SELECT {count} AS n OFFSET 0) m"
     )
     # Typed parameters (a rendered filter's) are bound to the text; the rest go as values.
     typed = [value for value in params.values() if isinstance(value, BindParameter)]
     values = {k: v for k, v in params.items() if not isinstance(v, BindParameter)}
+    # A scope is remembered by its statement and every value that shapes it: only when every
+    # value is a parameter (a typed filter value is bound to the text, out of sight here).
+    memory = None if typed else large_scopes(session)
+    scope_key = sql + repr(sorted(values.items())) if memory is not None else ""
+    large = memory.known(scope_key) if memory is not None else None
+    if viewer is not None:
+        values["large_vaults"] = None if large is None else list(large.vaults or ())
+    else:
+        values["known_large"] = large is not None
     if typed:
         statement = text(sql).bindparams(*typed)
     elif (kept := _STARTS.get(sql)) is not None:  # every value a parameter: kept by its text
@@ -265,8 +352,13 @@ async def start_search(
     if target != index.name:
         raise AliasMoved(f"the alias {alias} moved from {index.name} to {target}")
     strategy: Literal["ann", "scan"] = "scan" if int(count) <= tuning.scan_max_rows else "ann"
+    resolved = None if vaults is None else [vault_from_json(v) for v in _json(vaults)]
+    if memory is not None:
+        counted = None if resolved is None else tuple(sorted(v.physical_vault for v in resolved))
+        if large is None or (viewer is not None and counted != large.vaults):
+            memory.counted(scope_key, int(count), tuning.scan_max_rows, counted)
     return SearchStart(
-        vaults=None if vaults is None else [vault_from_json(v) for v in _json(vaults)],
+        vaults=resolved,
         strategy=strategy,
         project_found=None if project_found is None else bool(project_found),
         folder_ids=None if folders is None else tuple(str(f) for f in _json(folders)),
