@@ -66,13 +66,14 @@ async def _start(
     *,
     plan_once: bool = False,
     scopes: tuple[VaultScope, ...] = tuple(SCOPES[:3]),
+    viewer: str | None = None,
 ) -> Any:
-    """A search's start over ``scopes`` (the first three vaults), given, without filters."""
+    """A search's start over ``scopes`` (the first three vaults, given) or ``viewer``'s vaults."""
     return await start_search(
         session,
         index,
         DEFAULT_ALIAS,
-        viewer=None,
+        viewer=viewer,
         scopes=scopes,
         filters=AssetFilter(),
         tuning=tuning,
@@ -87,6 +88,21 @@ def _vector_scans() -> TextClause:
         "(SELECT sum(pg_stat_get_xact_numscans(indexrelid)) FROM pg_index "
         "WHERE indrelid = 'memory_assets_v1'::regclass)"
     )
+
+
+async def _counts_of_starts(
+    database: Database, viewer: str | None, tuning: SearchTuning, starts: int
+) -> list[tuple[int, str]]:
+    """For each of ``starts`` searches' starts: the vector table's scans, and the strategy."""
+    seen: list[tuple[int, str]] = []
+    for _ in range(starts):
+        async with database.unit_of_work() as uow:
+            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
+            before = (await session_of(uow).execute(_vector_scans())).scalar_one()
+            start = await _start(session_of(uow), index, tuning, viewer=viewer)
+            after = (await session_of(uow).execute(_vector_scans())).scalar_one()
+            seen.append((after - before, start.strategy))
+    return seen
 
 
 async def _rank(
@@ -273,15 +289,7 @@ async def test_the_ranking_start_sizes_the_graph_walk_to_the_table(database: Dat
     async def breadth() -> str:
         async with database.unit_of_work() as uow:
             index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
-            await start_search(
-                session_of(uow),
-                index,
-                DEFAULT_ALIAS,
-                viewer=None,
-                scopes=SCOPES[:3],
-                filters=AssetFilter(),
-                tuning=SearchTuning(),
-            )
+            await _start(session_of(uow), index, SearchTuning())
             return str(await session_of(uow).scalar(text("SHOW hnsw.ef_search")))
 
     # The default graph keeps 32 neighbours per node: 100 up to 100,000 vectors.
@@ -303,21 +311,8 @@ async def test_the_start_counts_the_scope_once(database: Database, viewer: str |
     PostgreSQL per search at 100,000 assets (EXPLAIN ANALYZE).
     """
     await _library(database)
-    scans = _vector_scans()
-    async with database.unit_of_work() as uow:
-        index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
-        before = await session_of(uow).scalar(scans)
-        start = await start_search(
-            session_of(uow),
-            index,
-            DEFAULT_ALIAS,
-            viewer=viewer,
-            scopes=SCOPES[:3],
-            filters=AssetFilter(),
-            tuning=SearchTuning(scan_max_rows=50),
-        )
-        assert start.strategy == "ann"
-        assert await session_of(uow).scalar(scans) - before == 1
+    tuning = SearchTuning(scan_max_rows=50)
+    assert await _counts_of_starts(database, viewer, tuning, 1) == [(1, "ann")]
 
 
 async def test_the_start_reads_the_graphs_neighbours_once(database: Database) -> None:
@@ -366,29 +361,6 @@ async def test_the_start_is_built_once_for_its_text_and_run_with_each_searchs_va
     # 60 vectors in the first vault: above 50, the graph; none in the other, the scan.
     assert [start.strategy for start in starts] == ["ann", "scan", "ann"]
     assert len(run) == 3 and run[0] is run[1] is run[2]
-
-
-async def _counts_of_starts(
-    database: Database, viewer: str | None, tuning: SearchTuning, starts: int
-) -> list[tuple[int, str]]:
-    """For each of ``starts`` searches' starts: the vector table's scans, and the strategy."""
-    seen: list[tuple[int, str]] = []
-    for _ in range(starts):
-        async with database.unit_of_work() as uow:
-            index = await VectorIndex.open(session_of(uow), "memory_assets_v1")
-            before = (await session_of(uow).execute(_vector_scans())).scalar_one()
-            start = await start_search(
-                session_of(uow),
-                index,
-                DEFAULT_ALIAS,
-                viewer=viewer,
-                scopes=SCOPES[:3],
-                filters=AssetFilter(),
-                tuning=tuning,
-            )
-            after = (await session_of(uow).execute(_vector_scans())).scalar_one()
-            seen.append((after - before, start.strategy))
-    return seen
 
 
 @pytest.mark.parametrize("viewer", [None, OWNERS[0]])
