@@ -21,7 +21,7 @@ import json
 import re
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypedDict, Unpack
 
@@ -196,19 +196,18 @@ class LargeScopes:
     statement caches.
     """
 
-    def __init__(self, bound: int = 1024, *, clock: Callable[[], float] = time.monotonic) -> None:
-        self._clock = clock
+    def __init__(self, bound: int = 1024) -> None:
         self._large: StatementCache[str, _Large] = StatementCache(bound)
 
     def known(self, key: str) -> _Large | None:
         """The scope's large count, while it is fresh."""
         large = self._large.get(key)
-        return large if large is not None and large.until > self._clock() else None
+        return large if large is not None and large.until > time.monotonic() else None
 
     def counted(self, key: str, count: int, limit: int, vaults: tuple[str, ...] | None) -> None:
         """Remember a count: a large one for a while, a small one not at all."""
         if count > limit:
-            self._large.keep(key, _Large(vaults, self._clock() + LARGE_SCOPE_SECONDS))
+            self._large.keep(key, _Large(vaults, time.monotonic() + LARGE_SCOPE_SECONDS))
         elif self._large.get(key) is not None:
             self._large.keep(key, _Large(vaults, 0.0))
 
