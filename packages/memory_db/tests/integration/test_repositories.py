@@ -147,6 +147,43 @@ async def test_vault_sharing_and_resolution(database: Database) -> None:
         assert (await uow.vaults.resolve(B, f"{A}/work")).permission == "write"
 
 
+async def test_accessible_vaults_are_one_statement_own_by_name_then_shared_by_owner_and_name(
+    database: Database,
+) -> None:
+    await _identities(database, A, B, C)
+    async with database.unit_of_work() as uow:
+        for owner, handle in [(B, "zoo"), (B, "Alpha"), (A, "work"), (A, "Beta"), (C, "Art")]:
+            await uow.vaults.create(owner, handle)
+        await uow.vaults.grant(C, "Art", B, "read")
+        await uow.vaults.grant(A, "work", B, "write")
+        await uow.vaults.grant(A, "Beta", B, "read")
+    statements: list[str] = []
+
+    def count(*args: object) -> None:
+        statements.append(str(args[2]))
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
+    try:
+        async with database.unit_of_work() as uow:
+            vaults = await uow.vaults.accessible("  Bob@Example.com ")
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
+    assert len(statements) == 1
+    # Own vaults by name whatever its case, then shared ones by owner, then name.
+    assert [(v.owner_identity, v.handle, v.permission) for v in vaults] == [
+        (B, "Alpha", "owner"),
+        (B, "Library", "owner"),
+        (B, "zoo", "owner"),
+        (A, "Beta", "read"),
+        (A, "work", "write"),
+        (C, "Art", "read"),
+    ]
+    assert vaults[0].physical_vault == f"{B}/Alpha" and vaults[0].created_at.tzinfo is not None
+    assert vaults[3].scope == VaultScope(A, f"{A}/Beta")
+    async with database.unit_of_work() as uow:
+        assert await uow.vaults.accessible("nobody@example.com") == []
+
+
 @pytest.mark.parametrize("handle", ["", "a/b", " x", "x ", "\x00", "y" * 65])
 async def test_vault_handles_are_validated(database: Database, handle: str) -> None:
     await _identities(database, A)
