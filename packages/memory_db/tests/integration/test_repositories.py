@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Generator
+from contextlib import contextmanager
+
 import pytest
 from sqlalchemy import event, text
 
@@ -12,6 +15,21 @@ from memory_db.unit_of_work import session_of
 A, B, C = "alice@example.com", "bob@example.com", "carol@example.com"
 SA = VaultScope(A, f"{A}/Library")
 SB = VaultScope(B, f"{B}/Library")
+
+
+@contextmanager
+def _statements_sent(database: Database) -> Generator[list[str]]:
+    """The statements the database's engine sends while the block runs."""
+    sent: list[str] = []
+
+    def record(*args: object) -> None:
+        sent.append(str(args[2]))
+
+    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
+    try:
+        yield sent
+    finally:
+        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
 
 
 async def _identities(database: Database, *owners: str) -> None:
@@ -78,17 +96,9 @@ async def test_using_a_key_resolves_and_marks_it_used_in_one_statement(
     await _identities(database, A)
     async with database.unit_of_work() as uow:
         record, secret = await uow.api_keys.create(A, ["read"])
-    statements: list[str] = []
-
-    def count(*args: object) -> None:
-        statements.append(str(args[2]))
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with _statements_sent(database) as statements:
         async with database.unit_of_work() as uow:
             used = await uow.api_keys.use(secret)
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
     assert len(statements) == 1
     assert used is not None and used.id == record.id and used.scopes == ("read",)
     assert used.last_used_at is None  # as it was before this use
@@ -157,17 +167,9 @@ async def test_accessible_vaults_are_one_statement_own_by_name_then_shared_by_ow
         await uow.vaults.grant(C, "Art", B, "read")
         await uow.vaults.grant(A, "work", B, "write")
         await uow.vaults.grant(A, "Beta", B, "read")
-    statements: list[str] = []
-
-    def count(*args: object) -> None:
-        statements.append(str(args[2]))
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", count)
-    try:
+    with _statements_sent(database) as statements:
         async with database.unit_of_work() as uow:
             vaults = await uow.vaults.accessible("  Bob@Example.com ")
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", count)
     assert len(statements) == 1
     # Own vaults by name whatever its case, then shared ones by owner, then name.
     assert [(v.owner_identity, v.handle, v.permission) for v in vaults] == [
