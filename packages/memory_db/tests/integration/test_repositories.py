@@ -2,34 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Generator
-from contextlib import contextmanager
-
 import pytest
-from sqlalchemy import event, text
+from sqlalchemy import text
 
 from memory_db import Conflict, Database, FolderTreeError, InvalidInput, NotFound, VaultScope
 from memory_db.ids import is_valid_id
+from memory_db.testing.statements import statements_sent
 from memory_db.unit_of_work import session_of
 
 A, B, C = "alice@example.com", "bob@example.com", "carol@example.com"
 SA = VaultScope(A, f"{A}/Library")
 SB = VaultScope(B, f"{B}/Library")
-
-
-@contextmanager
-def _statements_sent(database: Database) -> Generator[list[str]]:
-    """The statements the database's engine sends while the block runs."""
-    sent: list[str] = []
-
-    def record(*args: object) -> None:
-        sent.append(str(args[2]))
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
 
 
 async def _identities(database: Database, *owners: str) -> None:
@@ -96,7 +79,7 @@ async def test_using_a_key_resolves_and_marks_it_used_in_one_statement(
     await _identities(database, A)
     async with database.unit_of_work() as uow:
         record, secret = await uow.api_keys.create(A, ["read"])
-    with _statements_sent(database) as statements:
+    with statements_sent(database) as statements:
         async with database.unit_of_work() as uow:
             used = await uow.api_keys.use(secret)
     assert len(statements) == 1
@@ -167,7 +150,7 @@ async def test_accessible_vaults_are_one_statement_own_by_name_then_shared_by_ow
         await uow.vaults.grant(C, "Art", B, "read")
         await uow.vaults.grant(A, "work", B, "write")
         await uow.vaults.grant(A, "Beta", B, "read")
-    with _statements_sent(database) as statements:
+    with statements_sent(database) as statements:
         async with database.unit_of_work() as uow:
             vaults = await uow.vaults.accessible("  Bob@Example.com ")
     assert len(statements) == 1

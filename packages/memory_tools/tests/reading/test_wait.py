@@ -5,19 +5,19 @@ returns the state then; cancelling leaks nothing; a lost listener is replaced.""
 from __future__ import annotations
 
 import base64
-from collections.abc import Callable, Generator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
 import anyio
 import pytest
 from fastmcp import Client
-from sqlalchemy import event, text
+from sqlalchemy import text
 from sqlalchemy.pool import QueuePool
 
 from memory_db import Database
 from memory_db.database import create_engine
+from memory_db.testing.statements import statements_sent
 from memory_tools import MemoryServices
 from memory_tools.mcp.tools import run_as_caller
 from memory_tools.serving.job_worker import job_worker
@@ -33,21 +33,6 @@ async def _save(client: Client[Any], seed: int) -> str:
         client, "image_asset_save", {"imageBase64": base64.b64encode(picture(seed)).decode()}
     )
     return str(saved["assetId"])
-
-
-@contextmanager
-def _statements(database: Database) -> Generator[list[str]]:
-    """Every statement ``database``'s engine sends while the block runs."""
-    sent: list[str] = []
-
-    def record(*args: Any) -> None:
-        sent.append(str(args[2]))
-
-    event.listen(database.engine.sync_engine, "before_cursor_execute", record)
-    try:
-        yield sent
-    finally:
-        event.remove(database.engine.sync_engine, "before_cursor_execute", record)
 
 
 def _checked_out(database: Database) -> int:
@@ -102,7 +87,7 @@ async def test_a_wait_returns_when_the_worker_finishes_without_polling(
                 await waits.began.wait()  # its reads are done; the call waits
             # While it waits: no statement at all, no pooled connection but the one
             # listener, and no admission turn.
-            with _statements(saving.database) as idle:
+            with statements_sent(saving.database) as idle:
                 await anyio.sleep(1.5)
             assert idle == []
             assert _checked_out(saving.database) == 1 and watch.listening
